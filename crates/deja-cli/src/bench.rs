@@ -1,0 +1,163 @@
+//! `deja bench`: deja against native execution, measured side by side in one process.
+//!
+//! Wall-clock time appears here and nowhere else that shapes a run: these figures describe the
+//! host, not the guest.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use deja_kernel::ProgramSpec;
+
+/// Arguments of `deja bench`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Directory holding the example guests (default: `guest/release` next to this binary's
+    /// target directory, where `cargo xtask guests` puts them).
+    #[arg(long, value_name = "DIR")]
+    pub guests: Option<PathBuf>,
+    /// Millions of steps for the CPU-bound example.
+    #[arg(long, default_value_t = 400)]
+    pub steps: u64,
+    /// Syscalls for the round-trip measurement.
+    #[arg(long, default_value_t = 5000)]
+    pub syscalls: u64,
+    /// Repetitions of each measurement (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: u32,
+    /// Print the figures as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn default_guest_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    // target/{release,debug}/deja → target/guest/release
+    exe.parent().and_then(Path::parent).map(|t| t.join("guest").join("release")).unwrap_or_default()
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn spec(path: &Path, args: &[&str]) -> Result<ProgramSpec, String> {
+    let image = std::fs::read(path)
+        .map_err(|e| format!("cannot read {}: {e} (build the guests with `cargo xtask guests`)", path.display()))?;
+    let mut argv = vec![format!("/bin/{}", path.file_name().unwrap_or_default().to_string_lossy())];
+    argv.extend(args.iter().map(|s| s.to_string()));
+    Ok(ProgramSpec { image, exe_path: argv[0].clone(), argv, seed: 1, ..Default::default() })
+}
+
+fn time_deja(path: &Path, args: &[&str]) -> Result<(Duration, deja_vmm::Run), String> {
+    let spec = spec(path, args)?;
+    let start = Instant::now();
+    let run = deja_vmm::run(spec, deja_vmm::DEFAULT_MEMORY, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    let elapsed = start.elapsed();
+    if run.report.exit.code() != 0 {
+        return Err(format!("{} failed under deja: {:?}", path.display(), run.report.exit));
+    }
+    Ok((elapsed, run))
+}
+
+fn time_native(path: &Path, args: &[&str]) -> Result<Duration, String> {
+    let start = Instant::now();
+    let out = Command::new(path).args(args).output().map_err(|e| format!("cannot start {}: {e}", path.display()))?;
+    let elapsed = start.elapsed();
+    if !out.status.success() {
+        return Err(format!("{} failed natively", path.display()));
+    }
+    Ok(elapsed)
+}
+
+fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
+    let dir = args.guests.clone().unwrap_or_else(default_guest_dir);
+    let cpuburn = dir.join("cpuburn");
+    let syscalls = dir.join("syscalls");
+    let hello = dir.join("hello");
+    let steps = args.steps.to_string();
+    let repeat = args.repeat.max(1);
+
+    // 1. CPU-bound: the same binary natively and in deja, interleaved.
+    let (mut native, mut in_deja) = (Vec::new(), Vec::new());
+    for _ in 0..repeat {
+        native.push(time_native(&cpuburn, &[&steps])?);
+        in_deja.push(time_deja(&cpuburn, &[&steps])?.0);
+    }
+    let (native, in_deja) = (median(native), median(in_deja));
+    let ratio = native.as_secs_f64() / in_deja.as_secs_f64();
+
+    // 2. Syscall round trip: N extra syscalls against none.
+    let n = args.syscalls.to_string();
+    let (mut base, mut many, mut exits) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..repeat {
+        base.push(time_deja(&syscalls, &["0"])?.0);
+        let (t, run) = time_deja(&syscalls, &[&n])?;
+        exits = run.stats.syscall_exits;
+        many.push(t);
+    }
+    let per_syscall_us = (median(many).as_secs_f64() - median(base).as_secs_f64()) * 1e6 / args.syscalls as f64;
+
+    // 3. The whole CLI on hello, as a user runs it (including the hazard probe).
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut hello_times = Vec::new();
+    let mut hello_native = Vec::new();
+    for _ in 0..repeat {
+        let start = Instant::now();
+        let out = Command::new(&exe).arg("run").arg(&hello).output().map_err(|e| e.to_string())?;
+        hello_times.push(start.elapsed());
+        if !out.status.success() {
+            return Err(format!("deja run hello failed: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        hello_native.push(time_native(&hello, &[])?);
+    }
+    Ok(serde_json::json!({
+        "schema": "deja.bench/1",
+        "cpu_bound": {
+            "program": "cpuburn", "million_steps": args.steps,
+            "native_s": native.as_secs_f64(), "deja_s": in_deja.as_secs_f64(),
+            "speed_vs_native": ratio, "target": 0.9,
+        },
+        "syscall_round_trip": { "syscalls": args.syscalls, "syscall_exits": exits, "us_per_syscall": per_syscall_us },
+        "deja_run_hello": { "wall_ms": median(hello_times).as_secs_f64() * 1e3, "native_ms": median(hello_native).as_secs_f64() * 1e3 },
+        "repeat": repeat,
+    }))
+}
+
+/// `deja bench`.
+pub fn main(args: BenchArgs) -> i32 {
+    match figures(&args) {
+        Ok(v) => {
+            if args.json {
+                println!("{v:#}");
+            } else {
+                let c = &v["cpu_bound"];
+                println!("deja bench (median of {} runs each, measured side by side)", v["repeat"]);
+                println!(
+                    "  cpu-bound  cpuburn {}M steps: native {:.3} s, deja {:.3} s, speed {:.3}x native (target >= 0.9x)",
+                    c["million_steps"],
+                    c["native_s"].as_f64().unwrap_or(0.0),
+                    c["deja_s"].as_f64().unwrap_or(0.0),
+                    c["speed_vs_native"].as_f64().unwrap_or(0.0)
+                );
+                let s = &v["syscall_round_trip"];
+                println!(
+                    "  syscall    round trip: {:.1} us per syscall ({} syscalls)",
+                    s["us_per_syscall"].as_f64().unwrap_or(0.0),
+                    s["syscalls"]
+                );
+                let h = &v["deja_run_hello"];
+                println!(
+                    "  startup    `deja run hello`: {:.1} ms wall (native hello {:.1} ms)",
+                    h["wall_ms"].as_f64().unwrap_or(0.0),
+                    h["native_ms"].as_f64().unwrap_or(0.0)
+                );
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("deja: bench failed: {e}");
+            crate::exit::DEJA_FAILED
+        }
+    }
+}

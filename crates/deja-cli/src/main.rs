@@ -1,0 +1,58 @@
+//! `deja`: run programs deterministically in KVM VMs whose kernel is the deja monitor.
+//!
+//! Exit codes (the same table is in the README):
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0–255 | the program's own exit code; 128+N when it died of signal N |
+//! | 2 | bad command line |
+//! | 124 | `--audit` found runs that diverged |
+//! | 125 | deja itself failed (no KVM, a monitor error) |
+//! | 126 | the program could not be loaded (not ELF, dynamic, 32-bit, ...) |
+//! | 127 | the program or a declared file was not found |
+
+mod bench;
+mod doctor;
+mod run;
+
+use clap::{Parser, Subcommand};
+
+/// deja runs static x86-64 Linux programs deterministically in KVM VMs.
+#[derive(Debug, Parser)]
+#[command(name = "deja", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a static program in a fresh deterministic VM.
+    Run(run::RunArgs),
+    /// Check /dev/kvm and measure this host's determinism hazards.
+    Doctor(doctor::DoctorArgs),
+    /// Measure deja against native execution and print the figures.
+    Bench(bench::BenchArgs),
+}
+
+/// deja's own exit codes.
+pub mod exit {
+    /// `--audit` found diverging runs.
+    pub const AUDIT_DIVERGED: i32 = 124;
+    /// deja failed (KVM missing, monitor error).
+    pub const DEJA_FAILED: i32 = 125;
+    /// The program could not be loaded.
+    pub const NOT_LOADABLE: i32 = 126;
+    /// The program or a declared file does not exist.
+    pub const NOT_FOUND: i32 = 127;
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Run(args) => run::main(args),
+        Command::Doctor(args) => doctor::main(args),
+        Command::Bench(args) => bench::main(args),
+    };
+    std::process::exit(code);
+}

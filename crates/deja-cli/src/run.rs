@@ -1,0 +1,311 @@
+//! `deja run`: one run, or `--audit K` runs compared by trace digest.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use deja_kernel::{ExitStatus, ProgramSpec, RunReport, Stream};
+use deja_vmm::{HostProbe, RunError};
+
+use crate::exit;
+
+/// Arguments of `deja run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Seed of every random byte the program sees.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Run K times and compare the trace digests; prints `identical` or the first diverging
+    /// syscall.
+    #[arg(long, value_name = "K")]
+    pub audit: Option<u32>,
+    /// Print the summary on stderr as one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the run report (the JSON summary) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub report_out: Option<PathBuf>,
+    /// Write every syscall of the run to FILE as JSON lines.
+    #[arg(long, value_name = "FILE")]
+    pub trace_out: Option<PathBuf>,
+    /// Declare an input file the program may open read-only, at GUEST (default: the same path,
+    /// made absolute under `/`).
+    #[arg(long = "file", value_name = "HOST[:GUEST]")]
+    pub files: Vec<String>,
+    /// The program's stdin (empty if not given).
+    #[arg(long, value_name = "FILE")]
+    pub stdin: Option<PathBuf>,
+    /// An environment variable for the program; the host environment is never passed through.
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Guest RAM in MiB.
+    #[arg(long, default_value_t = 1024, value_name = "MiB")]
+    pub memory: u64,
+    /// Do not run the host hazard probe (the summary then says the hazards were not measured).
+    #[arg(long)]
+    pub no_probe: bool,
+    /// The static x86-64 program to run.
+    pub program: PathBuf,
+    /// Arguments for the program (after `--`).
+    #[arg(last = true)]
+    pub args: Vec<String>,
+}
+
+/// A failure before or around a run, with its exit code.
+pub struct Failure {
+    pub code: i32,
+    pub message: String,
+}
+
+impl Failure {
+    fn new(code: i32, message: impl Into<String>) -> Self {
+        Failure { code, message: message.into() }
+    }
+}
+
+fn guest_path(host: &str) -> String {
+    let trimmed = host.trim_start_matches("./");
+    if trimmed.starts_with('/') {
+        trimmed.to_string()
+    } else {
+        format!("/{trimmed}")
+    }
+}
+
+/// Builds the run's spec from the command line, reading every declared input.
+pub fn build_spec(args: &RunArgs) -> Result<ProgramSpec, Failure> {
+    let image = std::fs::read(&args.program).map_err(|e| {
+        let code = if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { exit::NOT_LOADABLE };
+        Failure::new(code, format!("cannot read program {}: {e}", args.program.display()))
+    })?;
+    let name = args.program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
+    let exe_path = format!("/bin/{name}");
+    let mut files = BTreeMap::new();
+    for decl in &args.files {
+        let (host, guest) = match decl.split_once(':') {
+            Some((h, g)) => (h.to_string(), g.to_string()),
+            None => (decl.clone(), guest_path(decl)),
+        };
+        if !guest.starts_with('/') {
+            return Err(Failure::new(2, format!("--file {decl}: the guest path must be absolute")));
+        }
+        let data = std::fs::read(&host).map_err(|e| {
+            let code = if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { 2 };
+            Failure::new(code, format!("cannot read declared file {host}: {e}"))
+        })?;
+        files.insert(guest, data);
+    }
+    let stdin = match &args.stdin {
+        Some(p) => std::fs::read(p).map_err(|e| {
+            let code = if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { 2 };
+            Failure::new(code, format!("cannot read --stdin {}: {e}", p.display()))
+        })?,
+        None => Vec::new(),
+    };
+    for kv in &args.env {
+        if !kv.contains('=') {
+            return Err(Failure::new(2, format!("--env {kv}: expected KEY=VALUE")));
+        }
+    }
+    let mut argv = vec![exe_path.clone()];
+    argv.extend(args.args.iter().cloned());
+    Ok(ProgramSpec {
+        image,
+        exe_path,
+        argv,
+        env: args.env.clone(),
+        files,
+        stdin,
+        seed: args.seed,
+        record_trace: args.trace_out.is_some(),
+    })
+}
+
+/// Runs the spec once; program output is passed through when `live`, else captured.
+pub fn run_once(spec: ProgramSpec, memory_mib: u64, live: bool) -> Result<(deja_vmm::Run, Vec<u8>), Failure> {
+    let mut captured = Vec::new();
+    let mut stdout = std::io::stdout().lock();
+    let mut sink = |stream: Stream, bytes: &[u8]| {
+        if live {
+            let _ = match stream {
+                Stream::Stdout => stdout.write_all(bytes).and_then(|_| stdout.flush()),
+                Stream::Stderr => std::io::stderr().write_all(bytes),
+            };
+        }
+        captured.push(match stream {
+            Stream::Stdout => b'1',
+            Stream::Stderr => b'2',
+        });
+        captured.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        captured.extend_from_slice(bytes);
+    };
+    let run = deja_vmm::run(spec, memory_mib << 20, &mut sink).map_err(|e| match e {
+        RunError::Load(e) => Failure::new(exit::NOT_LOADABLE, format!("cannot load the program: {e}")),
+        RunError::Vm(e) => Failure::new(exit::DEJA_FAILED, e.to_string()),
+    })?;
+    Ok((run, captured))
+}
+
+fn describe_exit(status: &ExitStatus) -> String {
+    match status {
+        ExitStatus::Exited { code } => format!("exited with code {code}"),
+        ExitStatus::Signaled { signal, name, fault } => {
+            let mut s = format!("killed by {name} (signal {signal})");
+            if let Some(f) = fault {
+                s.push_str(&format!(": {} at rip {:#x}", f.description, f.rip));
+                if let Some(a) = f.addr {
+                    s.push_str(&format!(", address {a:#x}"));
+                }
+            }
+            s
+        }
+    }
+}
+
+/// The JSON summary of a run.
+pub fn summary_json(
+    report: &RunReport,
+    run: &deja_vmm::Run,
+    probe: &Option<HostProbe>,
+    audit: Option<&serde_json::Value>,
+) -> serde_json::Value {
+    serde_json::json!({
+        "schema": "deja.run-report/1",
+        "exit": report.exit,
+        "exit_code": report.exit.code(),
+        "syscalls": report.syscalls,
+        "syscall_counts": report.syscall_counts,
+        "unsupported_syscalls": report.unsupported,
+        "virtual_time_ns": report.virtual_time_ns,
+        "trace_digest": report.trace_digest,
+        "memory_digest": report.memory_digest,
+        "digest": report.digest,
+        "vm": run.stats,
+        "host_hazards": probe.as_ref().map(|p| p.hazards()),
+        "audit": audit,
+    })
+}
+
+fn print_text_summary(report: &RunReport, run: &deja_vmm::Run, probe: &Option<HostProbe>) {
+    let mut e = std::io::stderr().lock();
+    let _ = writeln!(e, "deja: {}", describe_exit(&report.exit));
+    let mut counts: Vec<(&String, &u64)> = report.syscall_counts.iter().collect();
+    counts.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let top: Vec<String> = counts.iter().take(8).map(|(n, c)| format!("{n} {c}")).collect();
+    let _ = writeln!(e, "deja: {} syscalls ({})", report.syscalls, top.join(", "));
+    if report.unsupported.is_empty() {
+        let _ = writeln!(e, "deja: unsupported syscalls: none");
+    } else {
+        let list: Vec<String> = report.unsupported.iter().map(|(n, c)| format!("{n} ×{c}")).collect();
+        let _ = writeln!(e, "deja: unsupported syscalls (answered ENOSYS): {}", list.join(", "));
+    }
+    let vt = report.virtual_time_ns;
+    let _ = writeln!(e, "deja: virtual time {}.{:06} s", vt / 1_000_000_000, (vt % 1_000_000_000) / 1000);
+    let _ = writeln!(e, "deja: trace digest {}", report.digest);
+    let _ = writeln!(
+        e,
+        "deja: {} VM exits ({} syscalls, {} exceptions, {} page-table syncs), {:.1} ms in the guest",
+        run.stats.exits,
+        run.stats.syscall_exits,
+        run.stats.exception_exits,
+        run.stats.pt_syncs,
+        run.stats.host_run_ns as f64 / 1e6
+    );
+    match probe {
+        None => {
+            let _ = writeln!(e, "deja: host determinism hazards: not measured (--no-probe)");
+        }
+        Some(p) => {
+            let hazards = p.hazards();
+            if hazards.is_empty() {
+                let _ = writeln!(e, "deja: host determinism hazards: none");
+            } else {
+                let _ = writeln!(e, "deja: host determinism hazards:");
+                for h in hazards {
+                    let _ = writeln!(e, "deja:   - {h}");
+                }
+            }
+        }
+    }
+}
+
+fn write_trace(path: &Path, report: &RunReport) -> std::io::Result<()> {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for entry in &report.trace {
+        serde_json::to_writer(&mut f, entry)?;
+        f.write_all(b"\n")?;
+    }
+    f.flush()
+}
+
+/// `deja run`.
+pub fn main(args: RunArgs) -> i32 {
+    match run_main(&args) {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("deja: error: {}", f.message);
+            f.code
+        }
+    }
+}
+
+fn run_main(args: &RunArgs) -> Result<i32, Failure> {
+    let spec = build_spec(args)?;
+    let probe = if args.no_probe {
+        None
+    } else {
+        Some(deja_vmm::probe().map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?)
+    };
+    let runs = args.audit.unwrap_or(1).max(1);
+    let (first, first_out) = run_once(spec.clone(), args.memory, true)?;
+    let mut audit = None;
+    let mut diverged = false;
+    if args.audit.is_some() {
+        let mut verdict = serde_json::json!({"runs": runs, "result": "identical", "digest": first.report.digest});
+        for i in 1..runs {
+            let (other, out) = run_once(spec.clone(), args.memory, false)?;
+            if other.report.digest != first.report.digest || out != first_out {
+                let a = &first.report.entry_hashes;
+                let b = &other.report.entry_hashes;
+                let index = a.iter().zip(b.iter()).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
+                verdict = serde_json::json!({
+                    "runs": runs, "result": "diverged", "run": i, "first_diverging_syscall": index,
+                    "digests": [first.report.digest, other.report.digest],
+                });
+                diverged = true;
+                break;
+            }
+        }
+        if !args.json {
+            if diverged {
+                eprintln!(
+                    "deja: audit: diverged: run {} differs from run 0 first at syscall {}",
+                    verdict["run"], verdict["first_diverging_syscall"]
+                );
+            } else {
+                eprintln!("deja: audit: identical ({runs} runs, digest {})", first.report.digest);
+            }
+        }
+        audit = Some(verdict);
+    }
+    if let Some(path) = &args.trace_out {
+        write_trace(path, &first.report).map_err(|e| {
+            Failure::new(exit::DEJA_FAILED, format!("cannot write the trace to {}: {e}", path.display()))
+        })?;
+    }
+    let json = summary_json(&first.report, &first, &probe, audit.as_ref());
+    if let Some(path) = &args.report_out {
+        std::fs::write(path, serde_json::to_vec_pretty(&json).unwrap_or_default()).map_err(|e| {
+            Failure::new(exit::DEJA_FAILED, format!("cannot write the report to {}: {e}", path.display()))
+        })?;
+    }
+    if args.json {
+        eprintln!("{json}");
+    } else {
+        print_text_summary(&first.report, &first, &probe);
+    }
+    if diverged {
+        return Ok(exit::AUDIT_DIVERGED);
+    }
+    Ok(first.report.exit.code())
+}

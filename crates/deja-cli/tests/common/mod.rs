@@ -1,0 +1,65 @@
+//! Shared helpers of the end-to-end tests: build the example guests once, run `deja`.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root")
+}
+
+/// Builds the guests (once per test binary; cargo makes concurrent builds wait) and returns the
+/// directory of the static-PIE ones.
+pub fn guests() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+                .current_dir(root())
+                .args(["xtask", "guests"])
+                .output()
+                .expect("cargo xtask guests");
+            assert!(out.status.success(), "building guests failed: {}", String::from_utf8_lossy(&out.stderr));
+            root().join("target/guest/release")
+        })
+        .clone()
+}
+
+/// Path of one example guest.
+pub fn guest(name: &str) -> PathBuf {
+    guests().join(name)
+}
+
+/// The `deja` binary under test.
+pub fn deja_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_deja"))
+}
+
+/// Runs `deja` with `args`.
+pub fn deja(args: &[&str]) -> Output {
+    Command::new(deja_bin()).args(args).output().expect("start deja")
+}
+
+/// Runs `deja run <args>` with the JSON summary and returns (output, summary).
+pub fn run_json(args: &[&str]) -> (Output, serde_json::Value) {
+    let mut full = vec!["run", "--json", "--no-probe"];
+    full.extend_from_slice(args);
+    let out = deja(&full);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.lines().last().unwrap_or_default().to_string();
+    let v: serde_json::Value =
+        serde_json::from_str(&last).unwrap_or_else(|e| panic!("no JSON summary ({e}) in:\n{stderr}"));
+    (out, v)
+}
+
+/// stdout as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// stderr as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}

@@ -1,0 +1,53 @@
+//! Every command the README shows in a `console` block runs and succeeds. The test command
+//! itself (`cargo test ...`) is what is running this, so it is the one line not re-run here.
+
+mod common;
+
+use common::*;
+use std::process::Command;
+
+fn readme_commands() -> Vec<String> {
+    let text = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let mut out = Vec::new();
+    let mut in_console = false;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            in_console = line.trim() == "```console";
+            continue;
+        }
+        if in_console {
+            if let Some(cmd) = line.strip_prefix("$ ") {
+                out.push(cmd.to_string());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn readme_opens_with_the_two_commands() {
+    let cmds = readme_commands();
+    assert_eq!(cmds[0], "cargo xtask demo");
+    assert_eq!(cmds[1], "cargo test --release --workspace");
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    assert!(ci.lines().any(|l| l.trim() == cmds[1]), ".ci/run must run the README's test command");
+}
+
+#[test]
+fn every_readme_command_runs() {
+    let cmds = readme_commands();
+    assert!(cmds.len() >= 5, "{cmds:?}");
+    for cmd in cmds.iter().filter(|c| !c.starts_with("cargo test")) {
+        // `deja bench` defaults to a long measurement; the README's figures come from it. Here
+        // it runs with the same flags plus small sizes so the suite stays quick.
+        let cmd = if cmd.contains("deja bench") { format!("{cmd} --steps 20 --syscalls 200") } else { cmd.clone() };
+        let out = Command::new("bash").arg("-c").arg(&cmd).current_dir(root()).output().expect("bash");
+        assert!(
+            out.status.success(),
+            "README command failed: {cmd}\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.stdout.is_empty(), "README command printed nothing: {cmd}");
+    }
+}

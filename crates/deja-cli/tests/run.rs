@@ -1,0 +1,223 @@
+//! `deja run` end to end on real KVM: output, determinism, bad input, faults.
+
+mod common;
+
+use common::*;
+use std::process::Command;
+
+fn s(p: &std::path::Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+#[test]
+fn hello_world_prints_its_output_and_a_summary() {
+    let out = deja(&["run", &s(&guest("hello"))]);
+    assert_eq!(stdout(&out), "Hello from a deja guest!\n", "deja's stdout carries only the program's stdout");
+    assert_eq!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    assert!(err.contains("deja: exited with code 0"), "{err}");
+    assert!(err.contains("deja: trace digest "), "{err}");
+    assert!(err.contains("deja: host determinism hazards"), "{err}");
+    assert!(err.contains("virtual time"), "{err}");
+}
+
+#[test]
+fn non_pie_static_executable_runs_too() {
+    guests();
+    let nopie = root().join("target/guest-nopie/release/hello");
+    let (out, v) = run_json(&[&s(&nopie)]);
+    assert_eq!(stdout(&out), "Hello from a deja guest!\n");
+    assert_eq!(v["exit_code"], 0);
+}
+
+#[test]
+fn same_seed_same_output_other_seed_other_output() {
+    let t = s(&guest("timerand"));
+    let a = deja(&["run", "--no-probe", "--seed", "7", &t]);
+    let b = deja(&["run", "--no-probe", "--seed", "7", &t]);
+    let c = deja(&["run", "--no-probe", "--seed", "8", &t]);
+    assert_eq!(a.status.code(), Some(0), "{}", stderr(&a));
+    assert_eq!(a.stdout, b.stdout, "same seed must print byte-identical output");
+    assert_ne!(a.stdout, c.stdout, "another seed must print different output");
+    let text = stdout(&a);
+    assert!(text.contains("slept; monotonic elapsed: 250"), "virtual sleep is exact: {text}");
+}
+
+#[test]
+fn audit_five_runs_are_identical() {
+    let t = s(&guest("timerand"));
+    let out = deja(&["run", "--no-probe", "--audit", "5", "--seed", "3", &t]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("deja: audit: identical (5 runs"), "{err}");
+}
+
+#[test]
+fn digests_match_across_processes_and_differ_across_seeds() {
+    let t = s(&guest("timerand"));
+    let (_, a) = run_json(&["--seed", "1", &t]);
+    let (_, b) = run_json(&["--seed", "1", &t]);
+    let (_, c) = run_json(&["--seed", "2", &t]);
+    assert_eq!(a["digest"], b["digest"]);
+    assert_ne!(a["digest"], c["digest"]);
+    assert!(a["digest"].as_str().unwrap().len() == 64);
+}
+
+#[test]
+fn cpu_bound_program_matches_native_output() {
+    let p = guest("cpuburn");
+    let native = Command::new(&p).arg("20").output().unwrap();
+    let (out, v) = run_json(&[&s(&p), "--", "20"]);
+    assert_eq!(out.stdout, native.stdout);
+    assert_eq!(v["exit_code"], 0);
+}
+
+#[test]
+fn memory_hungry_program_runs_and_gets_enomem_past_the_vm() {
+    let p = s(&guest("memhog"));
+    let (out, v) = run_json(&[&p, "--", "128"]);
+    assert_eq!(v["exit_code"], 0, "{}", stderr(&out));
+    let native = Command::new(guest("memhog")).arg("128").output().unwrap();
+    assert_eq!(out.stdout, native.stdout);
+    let (out, v) = run_json(&["--memory", "256", &p, "--", "1024"]);
+    assert_eq!(v["exit_code"], 3, "{}", stderr(&out));
+    assert!(stdout(&out).contains("allocation of 1024 MiB refused (ENOMEM)"));
+}
+
+#[test]
+fn wild_pointers_get_efault() {
+    let (out, v) = run_json(&[&s(&guest("badptr"))]);
+    assert!(stdout(&out).contains("all EFAULT: true"), "{}", stdout(&out));
+    assert_eq!(v["exit_code"], 0);
+}
+
+#[test]
+fn privileged_instruction_ends_the_program_like_linux() {
+    let p = s(&guest("privileged"));
+    for (what, code, signal) in
+        [("hlt", 139, "SIGSEGV"), ("cli", 139, "SIGSEGV"), ("ud2", 132, "SIGILL"), ("null", 139, "SIGSEGV")]
+    {
+        let out = deja(&["run", "--no-probe", &p, "--", what]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(code), "{what}: {err}");
+        assert!(err.contains(signal) && err.contains("at rip 0x"), "{what}: {err}");
+        assert!(stdout(&out).contains(&format!("about to: {what}")));
+        assert!(!stdout(&out).contains("survived"));
+    }
+    let out = deja(&["run", "--no-probe", &p, "--", "null"]);
+    assert!(stderr(&out).contains("address 0x10"), "{}", stderr(&out));
+}
+
+#[test]
+fn rdtsc_keeps_the_program_running() {
+    let (out, v) = run_json(&[&s(&guest("privileged")), "--", "rdtsc"]);
+    assert_eq!(v["exit_code"], 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("rdtsc: true"));
+}
+
+#[test]
+fn declared_files_stdin_env_and_args_reach_the_program() {
+    let dir = std::env::temp_dir().join(format!("deja-cat-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = dir.join("data.txt");
+    std::fs::write(&data, "file contents").unwrap();
+    let input = dir.join("input.txt");
+    std::fs::write(&input, "from stdin").unwrap();
+    let file_decl = format!("{}:/etc/data.txt", data.display());
+    let (out, v) = run_json(&[
+        "--file",
+        &file_decl,
+        "--stdin",
+        &s(&input),
+        "--env",
+        "GREETING=hi",
+        &s(&guest("cat")),
+        "--",
+        "/etc/data.txt",
+    ]);
+    let text = stdout(&out);
+    assert_eq!(v["exit_code"], 0, "{text}{}", stderr(&out));
+    assert!(text.contains(r#"argv: ["/bin/cat", "/etc/data.txt"]"#), "{text}");
+    assert!(text.contains(r#"env: [("GREETING", "hi")]"#), "host environment must not leak: {text}");
+    assert!(text.contains(r#"stdin: "from stdin""#), "{text}");
+    assert!(text.contains(r#"/etc/data.txt: "file contents""#), "{text}");
+    // An undeclared host file is invisible.
+    let (out, v) = run_json(&[&s(&guest("cat")), "--", &s(&data)]);
+    assert_eq!(v["exit_code"], 1);
+    assert!(stderr(&out).contains("No such file"), "{}", stderr(&out));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn unsupported_syscalls_are_listed_by_name() {
+    let out = deja(&["run", "--no-probe", &s(&guest("syscalls")), "--", "10"]);
+    let err = stderr(&out);
+    assert!(stdout(&out).contains("io_uring_setup -> -38"), "{}", stdout(&out));
+    assert!(err.contains("unsupported syscalls (answered ENOSYS): io_uring_setup ×1"), "{err}");
+    let (_, v) = run_json(&[&s(&guest("syscalls")), "--", "10"]);
+    assert_eq!(v["unsupported_syscalls"]["io_uring_setup"], 1);
+    assert!(v["syscall_counts"]["getppid"].as_u64().unwrap() >= 10);
+}
+
+#[test]
+fn trace_out_writes_every_syscall() {
+    let path = std::env::temp_dir().join(format!("deja-trace-{}.jsonl", std::process::id()));
+    let (_, v) = run_json(&["--trace-out", &s(&path), &s(&guest("hello"))]);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len() as u64, v["syscalls"].as_u64().unwrap());
+    assert!(lines.iter().any(|l| l["name"] == "write"));
+    assert_eq!(lines.last().unwrap()["name"], "exit_group");
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn bad_programs_get_clear_errors() {
+    let dir = std::env::temp_dir().join(format!("deja-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Not ELF.
+    let text = dir.join("script.sh");
+    std::fs::write(&text, "#!/bin/sh\necho hi\n").unwrap();
+    let out = deja(&["run", "--no-probe", &s(&text)]);
+    assert_eq!(out.status.code(), Some(126));
+    assert!(stderr(&out).contains("not an ELF"), "{}", stderr(&out));
+    // 32-bit ELF header.
+    let mut elf32 = vec![0x7f, b'E', b'L', b'F', 1, 1, 1, 0];
+    elf32.resize(64, 0);
+    let p32 = dir.join("prog32");
+    std::fs::write(&p32, &elf32).unwrap();
+    let out = deja(&["run", "--no-probe", &s(&p32)]);
+    assert_eq!(out.status.code(), Some(126));
+    assert!(stderr(&out).contains("32-bit"), "{}", stderr(&out));
+    // Truncated ELF.
+    let trunc = dir.join("trunc");
+    let hello = std::fs::read(guest("hello")).unwrap();
+    std::fs::write(&trunc, &hello[..200]).unwrap();
+    let out = deja(&["run", "--no-probe", &s(&trunc)]);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    // Dynamically linked (the host's own /bin/true on glibc distributions).
+    let out = deja(&["run", "--no-probe", "/bin/true"]);
+    assert_eq!(out.status.code(), Some(126));
+    assert!(stderr(&out).contains("+crt-static"), "{}", stderr(&out));
+    // Missing.
+    let out = deja(&["run", "--no-probe", "/nonexistent/program"]);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(stderr(&out).contains("cannot read program"), "{}", stderr(&out));
+    // Missing declared file.
+    let out = deja(&["run", "--no-probe", "--file", "/nonexistent/data", &s(&guest("hello"))]);
+    assert_eq!(out.status.code(), Some(127));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn doctor_reports_kvm_and_hazards() {
+    let out = deja(&["doctor"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("/dev/kvm opens"), "{text}");
+    assert!(text.contains("RDTSC in ring 3"), "{text}");
+    let out = deja(&["doctor", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["usable"], true);
+    assert!(v["probe"]["rdtsc_trapped"].is_boolean());
+}

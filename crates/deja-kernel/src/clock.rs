@@ -1,0 +1,128 @@
+//! The virtual clock: guest-visible time, advanced only by the monitor.
+//!
+//! Time starts at 0 ns "since boot" when the program is loaded. It advances by
+//! [`SYSCALL_COST_NS`] for every syscall served, by [`RDTSC_COST_NS`] for every emulated
+//! `rdtsc`, and jumps forward when the program sleeps or times out. The host clock is never read.
+
+/// Virtual time charged for each syscall (1 µs).
+pub const SYSCALL_COST_NS: u64 = 1_000;
+/// Virtual time charged for each emulated `rdtsc`/`rdtscp`.
+pub const RDTSC_COST_NS: u64 = 20;
+/// `CLOCK_REALTIME` at boot: 2023-11-14T22:13:20Z.
+pub const REALTIME_EPOCH_S: u64 = 1_700_000_000;
+/// The virtual TSC frequency: 3 GHz, i.e. 3 ticks per ns.
+pub const TSC_PER_NS: u64 = 3;
+
+/// `CLOCK_REALTIME`.
+pub const CLOCK_REALTIME: u64 = 0;
+/// `CLOCK_MONOTONIC`.
+pub const CLOCK_MONOTONIC: u64 = 1;
+/// `CLOCK_PROCESS_CPUTIME_ID`.
+pub const CLOCK_PROCESS_CPUTIME_ID: u64 = 2;
+/// `CLOCK_THREAD_CPUTIME_ID`.
+pub const CLOCK_THREAD_CPUTIME_ID: u64 = 3;
+/// `CLOCK_MONOTONIC_RAW`.
+pub const CLOCK_MONOTONIC_RAW: u64 = 4;
+/// `CLOCK_REALTIME_COARSE`.
+pub const CLOCK_REALTIME_COARSE: u64 = 5;
+/// `CLOCK_MONOTONIC_COARSE`.
+pub const CLOCK_MONOTONIC_COARSE: u64 = 6;
+/// `CLOCK_BOOTTIME`.
+pub const CLOCK_BOOTTIME: u64 = 7;
+/// `CLOCK_REALTIME_ALARM`.
+pub const CLOCK_REALTIME_ALARM: u64 = 8;
+/// `CLOCK_BOOTTIME_ALARM`.
+pub const CLOCK_BOOTTIME_ALARM: u64 = 9;
+/// `CLOCK_TAI`.
+pub const CLOCK_TAI: u64 = 11;
+
+/// Nanoseconds per second.
+pub const NS_PER_S: u64 = 1_000_000_000;
+
+/// The kind of a clock id, as far as its value is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockKind {
+    /// Wall clock: epoch + virtual time.
+    Realtime,
+    /// Time since boot (monotonic, boottime, raw, coarse).
+    Monotonic,
+    /// CPU time of the process (equal to virtual time: the program never waits for a CPU).
+    ProcessCpu,
+    /// CPU time of the thread.
+    ThreadCpu,
+}
+
+/// Classifies a clock id; `None` for ids Linux rejects with `EINVAL`.
+pub fn clock_kind(id: u64) -> Option<ClockKind> {
+    match id {
+        CLOCK_REALTIME | CLOCK_REALTIME_COARSE | CLOCK_REALTIME_ALARM | CLOCK_TAI => Some(ClockKind::Realtime),
+        CLOCK_MONOTONIC | CLOCK_MONOTONIC_RAW | CLOCK_MONOTONIC_COARSE | CLOCK_BOOTTIME | CLOCK_BOOTTIME_ALARM => {
+            Some(ClockKind::Monotonic)
+        }
+        CLOCK_PROCESS_CPUTIME_ID => Some(ClockKind::ProcessCpu),
+        CLOCK_THREAD_CPUTIME_ID => Some(ClockKind::ThreadCpu),
+        _ => None,
+    }
+}
+
+/// The virtual clock.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Clock {
+    now_ns: u64,
+}
+
+impl Clock {
+    /// Nanoseconds since boot.
+    pub fn now_ns(&self) -> u64 {
+        self.now_ns
+    }
+
+    /// Advances by `ns` (saturating: a sleep of centuries does not wrap).
+    pub fn advance(&mut self, ns: u64) {
+        self.now_ns = self.now_ns.saturating_add(ns);
+    }
+
+    /// Moves the clock forward to `t` if `t` is in the future.
+    pub fn advance_to(&mut self, t: u64) {
+        self.now_ns = self.now_ns.max(t);
+    }
+
+    /// The value of clock `kind` in ns.
+    pub fn read(&self, kind: ClockKind) -> u64 {
+        match kind {
+            ClockKind::Realtime => self.realtime_ns(),
+            _ => self.now_ns,
+        }
+    }
+
+    /// `CLOCK_REALTIME` in ns since the Unix epoch.
+    pub fn realtime_ns(&self) -> u64 {
+        (REALTIME_EPOCH_S * NS_PER_S).saturating_add(self.now_ns)
+    }
+
+    /// The virtual TSC.
+    pub fn tsc(&self) -> u64 {
+        self.now_ns.wrapping_mul(TSC_PER_NS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_kinds_and_values() {
+        let mut c = Clock::default();
+        c.advance(5);
+        assert_eq!(c.read(ClockKind::Monotonic), 5);
+        assert_eq!(c.read(ClockKind::Realtime), REALTIME_EPOCH_S * NS_PER_S + 5);
+        assert_eq!(c.tsc(), 15);
+        c.advance_to(3);
+        assert_eq!(c.now_ns(), 5);
+        c.advance(u64::MAX);
+        assert_eq!(c.now_ns(), u64::MAX);
+        assert_eq!(clock_kind(10), None);
+        assert_eq!(clock_kind(u64::MAX), None);
+        assert_eq!(clock_kind(7), Some(ClockKind::Monotonic));
+    }
+}

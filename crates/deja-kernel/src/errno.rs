@@ -1,0 +1,30 @@
+//! Linux errno values (x86-64) used by the syscall core.
+//!
+//! Handlers return `Err(errno)` with these positive values; the dispatcher turns them into the
+//! two's-complement `-errno` the guest sees in RAX.
+
+#![allow(missing_docs)]
+
+pub const EPERM: i32 = 1;
+pub const ENOENT: i32 = 2;
+pub const ESRCH: i32 = 3;
+pub const EBADF: i32 = 9;
+pub const EAGAIN: i32 = 11;
+pub const ENOMEM: i32 = 12;
+pub const EACCES: i32 = 13;
+pub const EFAULT: i32 = 14;
+pub const EEXIST: i32 = 17;
+pub const ENODEV: i32 = 19;
+pub const ENOTDIR: i32 = 20;
+pub const EISDIR: i32 = 21;
+pub const EINVAL: i32 = 22;
+pub const EMFILE: i32 = 24;
+pub const ENOTTY: i32 = 25;
+pub const ESPIPE: i32 = 29;
+pub const EROFS: i32 = 30;
+pub const ERANGE: i32 = 34;
+pub const EDEADLK: i32 = 35;
+pub const ENAMETOOLONG: i32 = 36;
+pub const ENOSYS: i32 = 38;
+pub const ELOOP: i32 = 40;
+pub const ETIMEDOUT: i32 = 110;

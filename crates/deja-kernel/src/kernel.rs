@@ -1,0 +1,661 @@
+//! The [`Kernel`]: loading, syscall dispatch, exceptions and the final report.
+//!
+//! The syscall handlers live in [`sys_io`](crate::sys_io) (files and fds),
+//! [`sys_mem`](crate::sys_mem) (the address space) and [`sys_proc`](crate::sys_proc)
+//! (process, signals, time, identity); this module owns the state and the dispatch table.
+
+use std::collections::BTreeMap;
+
+use crate::clock::{Clock, RDTSC_COST_NS, SYSCALL_COST_NS};
+use crate::elf::{self, ET_DYN, PF_R, PF_W, PF_X};
+use crate::errno::*;
+use crate::fd::{FdTable, Vfs};
+use crate::layout::*;
+use crate::rng::RandomStream;
+use crate::signal::{self, Signals};
+use crate::stack::{self, AuxInfo};
+use crate::trace::{memory_digest, ExceptionRecord, Tracer};
+use crate::vm::{Access, AddressSpace, FaultError, Vma, VmaKind};
+use crate::{
+    Entry, Exception, ExceptionOutcome, ExitStatus, FaultInfo, LoadError, Memory, ProgramSpec, Prot, RunReport, Stream,
+    SyscallOutcome, PAGE_SIZE,
+};
+
+/// Share of the shell's free frames kept back for page tables when the commit capacity is
+/// fixed at load time (3%).
+pub const PAGE_TABLE_MARGIN_PERCENT: u64 = 3;
+/// How often the same page fault may be retried at the same instruction before the kernel
+/// gives up (the shell did not map what the kernel populated).
+const MAX_FAULT_REPEATS: u32 = 4;
+/// Largest transfer of one `read`/`write`-like call (like Linux's `MAX_RW_COUNT`, but smaller
+/// so that one call never needs a huge host buffer); longer requests are partial.
+pub const MAX_IO: u64 = 16 << 20;
+
+/// Why a syscall handler stopped short of a plain return value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// Return `-errno`.
+    Err(i32),
+    /// The program is over.
+    Exit(ExitStatus),
+    /// Not implemented: `-ENOSYS`, counted in [`RunReport::unsupported`].
+    Unsupported,
+}
+
+impl From<i32> for Stop {
+    fn from(e: i32) -> Self {
+        Stop::Err(e)
+    }
+}
+
+/// The result of a syscall handler.
+pub(crate) type SysResult = Result<u64, Stop>;
+
+/// The syscall core of one program: its address space, fds, clock, random stream and trace.
+///
+/// The shell calls [`Kernel::load`] once, then [`Kernel::syscall`] for every trapped `syscall`
+/// and [`Kernel::exception`] for every CPU exception of ring-3 code, until one of them ends the
+/// program; then [`Kernel::finish`].
+pub struct Kernel {
+    pub(crate) vm: AddressSpace,
+    pub(crate) vfs: Vfs,
+    pub(crate) fds: FdTable,
+    pub(crate) clock: Clock,
+    pub(crate) rng: RandomStream,
+    pub(crate) tracer: Tracer,
+    pub(crate) output: Vec<(Stream, Vec<u8>)>,
+    pub(crate) counts: BTreeMap<String, u64>,
+    pub(crate) unsupported: BTreeMap<String, u64>,
+    pub(crate) fs_base: u64,
+    pub(crate) gs_base: u64,
+    pub(crate) brk_start: u64,
+    pub(crate) brk_cur: u64,
+    pub(crate) signals: Signals,
+    pub(crate) rlimits: [(u64, u64); 16],
+    pub(crate) umask: u32,
+    pub(crate) clear_child_tid: u64,
+    pub(crate) robust_list: (u64, u64),
+    pub(crate) comm: [u8; 16],
+    exec_stack: bool,
+    last_fault: Option<(u64, u64)>,
+    fault_repeats: u32,
+    exit: Option<ExitStatus>,
+    entry: Entry,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernel")
+            .field("syscalls", &self.tracer.syscalls())
+            .field("virtual_time_ns", &self.clock.now_ns())
+            .field("entry", &self.entry)
+            .field("brk", &self.brk_cur)
+            .field("fs_base", &self.fs_base)
+            .field("mappings", &self.vm.iter().count())
+            .field("commit", &self.commit())
+            .field("exit", &self.exit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Kernel {
+    /// Loads the ELF image into `mem`, builds the initial stack and returns the entry state.
+    pub fn load(spec: ProgramSpec, mem: &mut dyn Memory) -> Result<(Kernel, Entry), LoadError> {
+        let img = elf::parse(&spec.image)?;
+        let free = mem.free_frames();
+        let capacity = free - free / 100 * PAGE_TABLE_MARGIN_PERCENT - (free % 100) * PAGE_TABLE_MARGIN_PERCENT / 100;
+        let mut vm = AddressSpace::new(capacity);
+
+        // Where each segment goes.
+        let min_page = page_down(img.min_vaddr());
+        let reloc = |v: u64| -> Option<u64> {
+            if img.e_type == ET_DYN {
+                PIE_BASE.checked_add(v.checked_sub(min_page)?)
+            } else {
+                Some(v)
+            }
+        };
+        let limit = STACK_TOP - STACK_SIZE;
+        let mut segs = Vec::new();
+        let mut total_pages = 0u64;
+        for p in img.loads() {
+            let start = reloc(p.p_vaddr).ok_or_else(|| bad("segment address overflows"))?;
+            let end = start.checked_add(p.p_memsz).ok_or_else(|| bad("segment overflows"))?;
+            if start < USER_START || end > limit {
+                return Err(bad(&format!(
+                    "segment {start:#x}..{end:#x} is outside the loadable range {USER_START:#x}..{limit:#x}"
+                )));
+            }
+            let (ps, pe) = (page_down(start), page_up(end).unwrap_or(limit));
+            total_pages += (pe - ps) / PAGE_SIZE;
+            let mut prot = 0;
+            if p.p_flags & PF_R != 0 {
+                prot |= Prot::READ.0;
+            }
+            if p.p_flags & PF_W != 0 {
+                prot |= Prot::WRITE.0;
+            }
+            if p.p_flags & PF_X != 0 {
+                prot |= Prot::EXEC.0;
+            }
+            segs.push((start, *p, ps, pe, Prot(prot)));
+        }
+        let stack_pages = STACK_SIZE / PAGE_SIZE;
+        if total_pages.saturating_add(stack_pages) > capacity {
+            return Err(LoadError::NoMemory(format!(
+                "the image needs {} KiB and the stack {} KiB, but only {} KiB are available",
+                total_pages * 4,
+                stack_pages * 4,
+                capacity * 4
+            )));
+        }
+        let oom = |what: &str| LoadError::NoMemory(format!("out of frames while loading {what}"));
+
+        // Populate writable, copy file bytes, then compute the final per-page protection.
+        // Page → (protection, file offset of the page).
+        let mut page_prot: BTreeMap<u64, (Prot, u64)> = BTreeMap::new();
+        for (start, p, ps, pe, prot) in &segs {
+            mem.populate(*ps, pe - ps, Prot::RW).map_err(|_| oom("the image"))?;
+            let off = p.p_offset as usize;
+            let data = &spec.image[off..off + p.p_filesz as usize];
+            mem.write(*start, data).map_err(|_| oom("the image"))?;
+            let mut a = *ps;
+            while a < *pe {
+                let e = page_prot.entry(a).or_insert((Prot::NONE, page_down(p.p_offset) + (a - ps)));
+                e.0 .0 |= prot.0;
+                a += PAGE_SIZE;
+            }
+        }
+        let mut run: Option<(u64, u64, Prot, u64)> = None;
+        let mut runs = Vec::new();
+        for (&a, &(prot, off)) in &page_prot {
+            match &mut run {
+                Some((s, end, p, o)) if *end == a && *p == prot && *o + (a - *s) == off => *end += PAGE_SIZE,
+                _ => {
+                    if let Some(r) = run.take() {
+                        runs.push(r);
+                    }
+                    run = Some((a, a + PAGE_SIZE, prot, off));
+                }
+            }
+        }
+        runs.extend(run);
+        for (a, b, prot, offset) in runs {
+            mem.protect(a, b - a, prot);
+            vm.insert(Vma { start: a, end: b, prot, kind: VmaKind::Image { offset }, shared: false });
+        }
+        let brk_start = segs.iter().map(|s| s.3).max().unwrap_or(USER_START).max(USER_START);
+
+        // The stack.
+        vm.insert(Vma {
+            start: STACK_TOP - STACK_SIZE,
+            end: STACK_TOP,
+            prot: Prot::RW,
+            kind: VmaKind::Stack,
+            shared: false,
+        });
+        let mut rng = RandomStream::new(spec.seed);
+        let mut random = [0u8; 16];
+        rng.fill(&mut random);
+        let entry_rip = reloc(img.entry).unwrap_or(0);
+        let phdr = reloc(img.phdr_vaddr()).unwrap_or(0);
+        let aux = AuxInfo { phdr, phnum: img.phdrs.len() as u64, entry: entry_rip };
+        let st = stack::build(STACK_TOP, &spec.argv, &spec.env, &spec.exe_path, random, aux, STACK_SIZE / 4)
+            .ok_or_else(|| LoadError::NoMemory("argv and environment exceed a quarter of the 8 MiB stack".into()))?;
+        let eager = page_up(STACK_TOP - st.rsp).unwrap_or(STACK_SIZE).max(STACK_EAGER);
+        mem.populate(STACK_TOP - eager, eager, Prot::RW).map_err(|_| oom("the stack"))?;
+        mem.write(st.rsp, &st.bytes).map_err(|_| oom("the stack"))?;
+
+        let vfs = Vfs::new(&spec.files, &spec.exe_path, &spec.image);
+        let exe_name = spec.exe_path.rsplit('/').next().unwrap_or("");
+        let mut comm = [0u8; 16];
+        let n = exe_name.len().min(15);
+        comm[..n].copy_from_slice(&exe_name.as_bytes()[..n]);
+        let inf = u64::MAX;
+        let mut rlimits = [(inf, inf); 16];
+        rlimits[3] = (STACK_SIZE, inf); // RLIMIT_STACK
+        rlimits[4] = (0, inf); // RLIMIT_CORE
+        rlimits[7] = (1024, 4096); // RLIMIT_NOFILE
+        rlimits[13] = (0, 0); // RLIMIT_NICE
+        rlimits[14] = (0, 0); // RLIMIT_RTPRIO
+        let entry = Entry { rip: entry_rip, rsp: st.rsp };
+        let kernel = Kernel {
+            vm,
+            vfs,
+            fds: FdTable::new(&spec.stdin),
+            clock: Clock::default(),
+            rng,
+            tracer: Tracer::new(spec.record_trace),
+            output: Vec::new(),
+            counts: BTreeMap::new(),
+            unsupported: BTreeMap::new(),
+            fs_base: 0,
+            gs_base: 0,
+            brk_start,
+            brk_cur: brk_start,
+            signals: Signals::default(),
+            rlimits,
+            umask: 0o022,
+            clear_child_tid: 0,
+            robust_list: (0, 0),
+            comm,
+            exec_stack: img.exec_stack,
+            last_fault: None,
+            fault_repeats: 0,
+            exit: None,
+            entry,
+        };
+        Ok((kernel, entry))
+    }
+
+    /// Serves one syscall: `nr` from RAX, `args` from RDI, RSI, RDX, R10, R8, R9.
+    pub fn syscall(&mut self, mem: &mut dyn Memory, nr: u64, args: [u64; 6]) -> SyscallOutcome {
+        self.clock.advance(SYSCALL_COST_NS);
+        self.last_fault = None;
+        let name = crate::syscalls::display_name(nr);
+        *self.counts.entry(name.clone()).or_default() += 1;
+        let res = self.dispatch(mem, nr, args);
+        let (outcome, ret) = match res {
+            Ok(v) => (SyscallOutcome::Return(v), Some(v)),
+            Err(Stop::Err(e)) => {
+                let v = (-i64::from(e)) as u64;
+                (SyscallOutcome::Return(v), Some(v))
+            }
+            Err(Stop::Unsupported) => {
+                *self.unsupported.entry(name.clone()).or_default() += 1;
+                let v = (-i64::from(ENOSYS)) as u64;
+                (SyscallOutcome::Return(v), Some(v))
+            }
+            Err(Stop::Exit(st)) => {
+                self.exit = Some(st.clone());
+                (SyscallOutcome::Exit(st), None)
+            }
+        };
+        self.tracer.syscall(nr, &name, args, ret, self.clock.now_ns());
+        outcome
+    }
+
+    fn dispatch(&mut self, mem: &mut dyn Memory, nr: u64, a: [u64; 6]) -> SysResult {
+        match nr {
+            0 => self.sys_read(mem, a[0], a[1], a[2]),
+            1 => self.sys_write(mem, a[0], a[1], a[2]),
+            2 => self.sys_openat(mem, AT_FDCWD, a[0], a[1], a[2]),
+            3 => self.sys_close(a[0]),
+            4 => self.sys_fstatat(mem, AT_FDCWD, a[0], a[1], 0),
+            5 => self.sys_fstat(mem, a[0], a[1]),
+            6 => self.sys_fstatat(mem, AT_FDCWD, a[0], a[1], AT_SYMLINK_NOFOLLOW),
+            7 => self.sys_poll(mem, a[0], a[1], PollTimeout::Millis(a[2] as i32)),
+            8 => self.sys_lseek(a[0], a[1], a[2]),
+            9 => self.sys_mmap(mem, a),
+            10 => self.sys_mprotect(mem, a[0], a[1], a[2]),
+            11 => self.sys_munmap(mem, a[0], a[1]),
+            12 => self.sys_brk(mem, a[0]),
+            13 => self.sys_rt_sigaction(mem, a[0], a[1], a[2], a[3]),
+            14 => self.sys_rt_sigprocmask(mem, a[0], a[1], a[2], a[3]),
+            16 => self.sys_ioctl(mem, a[0], a[1], a[2]),
+            17 => self.sys_pread(mem, a[0], a[1], a[2], a[3]),
+            18 => self.sys_pwrite(mem, a[0], a[1], a[2], a[3]),
+            19 => self.sys_readv(mem, a[0], a[1], a[2]),
+            20 => self.sys_writev(mem, a[0], a[1], a[2]),
+            21 => self.sys_faccessat(mem, AT_FDCWD, a[0], a[1], 0),
+            24 => Ok(0),
+            25 => self.sys_mremap(mem, a),
+            26 => self.sys_msync(a[0], a[1], a[2]),
+            28 => self.sys_madvise(mem, a[0], a[1], a[2]),
+            32 => self.sys_dup(a[0]),
+            33 => self.sys_dup2(a[0], a[1]),
+            35 => self.sys_nanosleep(mem, a[0], a[1]),
+            39 => Ok(1),
+            60 | 231 => Err(Stop::Exit(ExitStatus::Exited { code: (a[0] & 0xff) as i32 })),
+            62 => self.sys_kill(a[0], a[1]),
+            63 => self.sys_uname(mem, a[0]),
+            72 => self.sys_fcntl(a[0], a[1], a[2]),
+            74 | 75 => self.fsync(a[0]),
+            79 => self.sys_getcwd(mem, a[0], a[1]),
+            89 => self.sys_readlinkat(mem, AT_FDCWD, a[0], a[1], a[2]),
+            95 => {
+                let old = self.umask;
+                self.umask = (a[0] & 0o777) as u32;
+                Ok(u64::from(old))
+            }
+            96 => self.sys_gettimeofday(mem, a[0], a[1]),
+            97 => self.sys_prlimit(mem, 0, a[0], 0, a[1]),
+            98 => self.sys_getrusage(mem, a[0], a[1]),
+            99 => self.sys_sysinfo(mem, a[0]),
+            100 => self.sys_times(mem, a[0]),
+            102 | 104 | 107 | 108 => Ok(stack::GUEST_UID),
+            110 => Ok(0),
+            111 | 124 | 121 => Ok(1),
+            115 => Ok(0),
+            118 | 120 => self.sys_getresuid(mem, a[0], a[1], a[2]),
+            131 => self.sys_sigaltstack(mem, a[0], a[1]),
+            149 | 150 | 151 | 152 | 325 => Ok(0),
+            157 => self.sys_prctl(mem, a),
+            158 => self.sys_arch_prctl(mem, a[0], a[1]),
+            160 => self.sys_prlimit(mem, 0, a[0], a[1], 0),
+            186 => Ok(1),
+            200 => self.sys_tgkill(1, a[0], a[1]),
+            201 => self.sys_time(mem, a[0]),
+            202 => self.sys_futex(mem, a),
+            203 => Ok(0),
+            204 => self.sys_sched_getaffinity(mem, a[0], a[1], a[2]),
+            217 => self.sys_getdents64(mem, a[0], a[1], a[2]),
+            218 => {
+                self.clear_child_tid = a[0];
+                Ok(1)
+            }
+            221 => self.fd_ok(a[0]),
+            228 => self.sys_clock_gettime(mem, a[0], a[1]),
+            229 => self.sys_clock_getres(mem, a[0], a[1]),
+            230 => self.sys_clock_nanosleep(mem, a[0], a[1], a[2], a[3]),
+            234 => self.sys_tgkill(a[0], a[1], a[2]),
+            257 => self.sys_openat(mem, a[0], a[1], a[2], a[3]),
+            262 => self.sys_fstatat(mem, a[0], a[1], a[2], a[3]),
+            267 => self.sys_readlinkat(mem, a[0], a[1], a[2], a[3]),
+            269 => self.sys_faccessat(mem, a[0], a[1], a[2], 0),
+            439 => self.sys_faccessat(mem, a[0], a[1], a[2], a[3]),
+            271 => self.sys_ppoll(mem, a[0], a[1], a[2], a[3], a[4]),
+            273 => {
+                if a[1] != 24 {
+                    return Err(EINVAL.into());
+                }
+                self.robust_list = (a[0], a[1]);
+                Ok(0)
+            }
+            292 => self.sys_dup3(a[0], a[1], a[2]),
+            302 => self.sys_prlimit(mem, a[0], a[1], a[2], a[3]),
+            309 => self.sys_getcpu(mem, a[0], a[1]),
+            318 => self.sys_getrandom(mem, a[0], a[1], a[2]),
+            324 => self.sys_membarrier(a[0], a[1]),
+            332 => self.sys_statx(mem, a[0], a[1], a[2], a[3], a[4]),
+            // rseq: deja answers ENOSYS on purpose (no restartable sequences without
+            // preemption); glibc handles it. It is a policy, not a gap, so it is not counted
+            // as unsupported.
+            334 => Err(ENOSYS.into()),
+            _ => Err(Stop::Unsupported),
+        }
+    }
+
+    /// Decides what a CPU exception of ring-3 code means.
+    ///
+    /// A page fault inside a mapping that allows the access populates an aligned window of
+    /// [`FAULT_AROUND_PAGES`] pages (clipped to the mapping) and answers
+    /// [`ExceptionOutcome::Retry`]; `rdtsc`/`rdtscp` under `#GP` are emulated from the
+    /// virtual clock; everything else ends the program with the signal Linux would send.
+    pub fn exception(&mut self, mem: &mut dyn Memory, exc: Exception) -> ExceptionOutcome {
+        match exc {
+            Exception::PageFault { addr, error_code, rip } => self.page_fault(mem, addr, error_code, rip),
+            Exception::GeneralProtection { rip, error_code } => {
+                let mut b = [0u8; 3];
+                let n = if self.vm.copy_in(mem, rip, &mut b).is_ok() {
+                    3
+                } else if self.vm.copy_in(mem, rip, &mut b[..2]).is_ok() {
+                    2
+                } else {
+                    0
+                };
+                let rdtscp = n == 3 && b == [0x0f, 0x01, 0xf9];
+                if (n >= 2 && b[..2] == [0x0f, 0x31]) || rdtscp {
+                    self.clock.advance(RDTSC_COST_NS);
+                    let tsc = self.clock.tsc();
+                    self.tracer.exception(13, rip, 0, error_code, ExceptionRecord::Emulated(tsc), self.clock.now_ns());
+                    return ExceptionOutcome::Emulated {
+                        eax: tsc as u32,
+                        edx: (tsc >> 32) as u32,
+                        ecx: rdtscp.then_some(0),
+                        len: if rdtscp { 3 } else { 2 },
+                    };
+                }
+                self.fatal(
+                    11,
+                    "general protection fault (privileged instruction or bad address)".into(),
+                    13,
+                    rip,
+                    None,
+                    error_code,
+                )
+            }
+            Exception::Other { vector, rip } => {
+                let (sig, what) = match vector {
+                    0 => (8, "divide error".to_string()),
+                    1 => (5, "debug trap".to_string()),
+                    3 => (5, "breakpoint (int3)".to_string()),
+                    4 => (11, "overflow (into)".to_string()),
+                    5 => (11, "bound range exceeded".to_string()),
+                    6 => (4, "invalid opcode".to_string()),
+                    7 => (11, "device not available".to_string()),
+                    10 => (11, "invalid TSS".to_string()),
+                    11 => (7, "segment not present".to_string()),
+                    12 => (7, "stack segment fault".to_string()),
+                    13 => (11, "general protection fault".to_string()),
+                    14 => (11, "page fault".to_string()),
+                    16 => (8, "x87 floating-point exception".to_string()),
+                    17 => (7, "alignment check".to_string()),
+                    18 => (7, "machine check".to_string()),
+                    19 => (8, "SIMD floating-point exception".to_string()),
+                    21 => (11, "control protection fault".to_string()),
+                    v => (11, format!("CPU exception vector {v}")),
+                };
+                self.fatal(sig, what, vector, rip, None, 0)
+            }
+        }
+    }
+
+    fn page_fault(&mut self, mem: &mut dyn Memory, addr: u64, error_code: u64, rip: u64) -> ExceptionOutcome {
+        let access = if error_code & 16 != 0 {
+            Access::Exec
+        } else if error_code & 2 != 0 {
+            Access::Write
+        } else {
+            Access::Read
+        };
+        let verb = match access {
+            Access::Read => "read from",
+            Access::Write => "write to",
+            Access::Exec => "instruction fetch from",
+        };
+        let key = (page_down(addr), rip);
+        if self.last_fault == Some(key) {
+            self.fault_repeats += 1;
+        } else {
+            self.last_fault = Some(key);
+            self.fault_repeats = 0;
+        }
+        if self.fault_repeats >= MAX_FAULT_REPEATS {
+            let d =
+                format!("page fault: {verb} {addr:#x} repeats after the page was mapped (error code {error_code:#x})");
+            return self.fatal(11, d, 14, rip, Some(addr), error_code);
+        }
+        match self.vm.fault(mem, addr, access) {
+            Ok(()) => ExceptionOutcome::Retry,
+            Err(FaultError::Unmapped) => {
+                let mut d = format!("page fault: {verb} unmapped address {addr:#x}");
+                if addr < USER_START {
+                    d.push_str(" (near NULL)");
+                } else if (STACK_TOP - STACK_SIZE - (1 << 20)..STACK_TOP - STACK_SIZE).contains(&addr) {
+                    d.push_str(" (just below the stack: stack overflow?)");
+                }
+                self.fatal(11, d, 14, rip, Some(addr), error_code)
+            }
+            Err(FaultError::Protection(prot)) => {
+                let what = if !prot.readable() {
+                    "inaccessible (PROT_NONE)"
+                } else if access == Access::Write {
+                    "read-only"
+                } else {
+                    "non-executable"
+                };
+                let d = format!("page fault: {verb} {what} address {addr:#x}");
+                self.fatal(11, d, 14, rip, Some(addr), error_code)
+            }
+            Err(FaultError::OutOfMemory) => self.fatal(
+                signal::SIGKILL,
+                format!("out of guest memory (page fault at {addr:#x}); raise --memory"),
+                14,
+                rip,
+                Some(addr),
+                error_code,
+            ),
+        }
+    }
+
+    fn fatal(
+        &mut self,
+        sig: i32,
+        description: String,
+        vector: u8,
+        rip: u64,
+        addr: Option<u64>,
+        error_code: u64,
+    ) -> ExceptionOutcome {
+        self.tracer.exception(
+            vector,
+            rip,
+            addr.unwrap_or(0),
+            error_code,
+            ExceptionRecord::Fatal(sig),
+            self.clock.now_ns(),
+        );
+        let st = ExitStatus::Signaled {
+            signal: sig,
+            name: signal::name(sig),
+            fault: Some(FaultInfo { description, vector, rip, addr }),
+        };
+        self.exit = Some(st.clone());
+        ExceptionOutcome::Fatal(st)
+    }
+
+    /// The FS base the program set with `arch_prctl(ARCH_SET_FS)`; the shell loads it into
+    /// the vCPU whenever it changes.
+    pub fn fs_base(&self) -> u64 {
+        self.fs_base
+    }
+
+    /// The GS base the program set with `arch_prctl(ARCH_SET_GS)`.
+    pub fn gs_base(&self) -> u64 {
+        self.gs_base
+    }
+
+    /// Output the program wrote to stdout/stderr since the last call, in order.
+    pub fn take_output(&mut self) -> Vec<(Stream, Vec<u8>)> {
+        std::mem::take(&mut self.output)
+    }
+
+    /// Number of syscalls served so far.
+    pub fn syscall_count(&self) -> u64 {
+        self.tracer.syscalls()
+    }
+
+    /// The current virtual time in nanoseconds since boot.
+    pub fn virtual_time_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    /// The entry state [`Kernel::load`] returned.
+    pub fn entry(&self) -> Entry {
+        self.entry
+    }
+
+    /// How the program ended, once a syscall or exception ended it.
+    pub fn exit_status(&self) -> Option<&ExitStatus> {
+        self.exit.as_ref()
+    }
+
+    /// True if the image's `PT_GNU_STACK` asked for an executable stack (noted only: the
+    /// stack is always mapped read-write, not executable).
+    pub fn wants_exec_stack(&self) -> bool {
+        self.exec_stack
+    }
+
+    /// Number of bytes taken from the seeded random stream so far (`AT_RANDOM` included).
+    pub fn random_bytes_used(&self) -> u64 {
+        self.rng.consumed()
+    }
+
+    /// The current program break.
+    pub fn brk(&self) -> u64 {
+        self.brk_cur
+    }
+
+    /// `/proc/self/maps` as the guest would read it now.
+    pub fn proc_maps(&self) -> String {
+        self.vm.maps(self.vfs.exe_path())
+    }
+
+    /// Pages committed against the capacity, and the capacity (both in pages).
+    pub fn commit(&self) -> (u64, u64) {
+        (self.vm.committed(), self.vm.capacity())
+    }
+
+    /// Signals that arrived while a handler was installed, by number (handlers are not run).
+    pub fn caught_signals(&self) -> &BTreeMap<i32, u64> {
+        &self.signals.caught
+    }
+
+    /// Ends the run: computes the memory digest over `mem` and returns the report.
+    pub fn finish(&mut self, mem: &dyn Memory, exit: ExitStatus) -> RunReport {
+        let trace = self.tracer.digest();
+        let memory = memory_digest(mem);
+        let mut h = blake3::Hasher::new();
+        h.update(trace.as_bytes());
+        h.update(memory.as_bytes());
+        RunReport {
+            exit,
+            syscalls: self.tracer.syscalls(),
+            syscall_counts: self.counts.clone(),
+            unsupported: self.unsupported.clone(),
+            virtual_time_ns: self.clock.now_ns(),
+            trace_digest: trace.to_hex().to_string(),
+            memory_digest: memory.to_hex().to_string(),
+            digest: h.finalize().to_hex().to_string(),
+            entry_hashes: self.tracer.entry_hashes().to_vec(),
+            trace: self.tracer.entries().to_vec(),
+        }
+    }
+
+    /// Appends output, merging with the previous chunk of the same stream.
+    pub(crate) fn emit(&mut self, stream: Stream, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        match self.output.last_mut() {
+            Some((s, buf)) if *s == stream => buf.extend_from_slice(data),
+            _ => self.output.push((stream, data.to_vec())),
+        }
+    }
+
+    fn fsync(&mut self, fd: u64) -> SysResult {
+        let f = self.fds.get(fd as i32)?;
+        match f.kind {
+            crate::fd::FileKind::Stdin(_)
+            | crate::fd::FileKind::Stdout
+            | crate::fd::FileKind::Stderr
+            | crate::fd::FileKind::DevNull
+            | crate::fd::FileKind::Random(_) => Err(EINVAL.into()),
+            _ => Ok(0),
+        }
+    }
+
+    fn fd_ok(&mut self, fd: u64) -> SysResult {
+        self.fds.get(fd as i32)?;
+        Ok(0)
+    }
+}
+
+/// `AT_FDCWD` as a register value.
+pub(crate) const AT_FDCWD: u64 = -100i64 as u64;
+/// `AT_SYMLINK_NOFOLLOW`.
+pub(crate) const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
+
+/// A poll timeout.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PollTimeout {
+    /// `poll`'s milliseconds (negative: forever).
+    Millis(i32),
+    /// `ppoll`'s timespec in ns (`None`: forever).
+    Nanos(Option<u64>),
+}
+
+fn bad(msg: &str) -> LoadError {
+    LoadError::Malformed(msg.to_string())
+}

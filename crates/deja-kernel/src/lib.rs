@@ -1,0 +1,267 @@
+//! deja's pure syscall core.
+//!
+//! Everything that decides what a guest program observes lives here: the address-space layout,
+//! ELF loading, the initial stack, Linux syscall semantics, the virtual clock, the seeded random
+//! stream, and the trace digest. There is no KVM, no `unsafe`, no host I/O and no host clock in
+//! this crate: the KVM shell (`deja-vmm`) traps a syscall or an exception and hands it to a
+//! [`Kernel`] together with a [`Memory`] view of the guest, and the kernel answers.
+//!
+//! A run is a pure function of the [`ProgramSpec`] (image bytes, argv, env, declared files,
+//! stdin, seed): the same spec gives the same trace digest.
+//!
+//! # What the shell must know
+//!
+//! - [`Kernel::load`] populates the image segments and the top 128 KiB of the stack; everything
+//!   else (heap, rest of the stack, anonymous `mmap`) is populated on demand. A `#PF` goes to
+//!   [`Kernel::exception`]: inside a mapping that allows the access it populates an aligned
+//!   window of [`layout::FAULT_AROUND_PAGES`] pages (clipped to the mapping, falling back to the
+//!   single page when frames are short) and answers [`ExceptionOutcome::Retry`]. The same fault
+//!   at the same RIP repeating four times in a row is fatal (the shell did not map the page).
+//! - `#GP` on `rdtsc` (`0f 31`) or `rdtscp` (`0f 01 f9`) is emulated from the virtual clock
+//!   (3 ticks per virtual ns); any other `#GP` is `SIGSEGV`.
+//! - After `arch_prctl` (syscall 158) re-read [`Kernel::fs_base`] / [`Kernel::gs_base`].
+//! - Output is collected; drain it with [`Kernel::take_output`] (chunks of the same stream are
+//!   merged). A single `write` moves at most [`MAX_IO`] bytes (a partial write beyond that).
+//! - The commit capacity is fixed at load from `mem.free_frames()` minus
+//!   [`PAGE_TABLE_MARGIN_PERCENT`]%: call `load` on a fresh VM.
+//! - A wait that can never end (`futex` wait or `poll` without timeout in a single-threaded
+//!   program) ends the run as `SIGKILL` with a `deadlock: ...` fault description (vector 0).
+//! - Every clock is virtual: it starts at 0 and advances by [`clock::SYSCALL_COST_NS`] per
+//!   syscall, [`clock::RDTSC_COST_NS`] per emulated `rdtsc`, and by sleeps and timeouts.
+
+pub mod clock;
+mod elf;
+mod errno;
+mod fd;
+mod kernel;
+pub mod layout;
+pub mod mem;
+mod rng;
+mod signal;
+mod stack;
+mod sys_io;
+mod sys_mem;
+mod sys_proc;
+pub mod syscalls;
+mod trace;
+mod vm;
+
+#[cfg(test)]
+mod tests;
+
+pub use kernel::{Kernel, MAX_IO, PAGE_TABLE_MARGIN_PERCENT};
+pub use mem::{FakeMemory, MemError, Memory, Prot, PAGE_SIZE};
+
+use std::collections::BTreeMap;
+
+/// Everything a run depends on. Nothing else from the host reaches the guest.
+#[derive(Debug, Clone, Default)]
+pub struct ProgramSpec {
+    /// The ELF image (static or static-PIE x86-64).
+    pub image: Vec<u8>,
+    /// The path the guest sees for its own executable (`AT_EXECFN`, `/proc/self/exe`).
+    pub exe_path: String,
+    /// argv, including `argv[0]`.
+    pub argv: Vec<String>,
+    /// The environment, as `KEY=VALUE` strings. The host environment is never passed through.
+    pub env: Vec<String>,
+    /// Declared read-only input files: absolute guest path → contents.
+    pub files: BTreeMap<String, Vec<u8>>,
+    /// The bytes the guest reads from fd 0.
+    pub stdin: Vec<u8>,
+    /// Seed of every random byte the guest sees.
+    pub seed: u64,
+    /// Keep every syscall in [`RunReport::trace`] (for `--trace-out`); the digest is always kept.
+    pub record_trace: bool,
+}
+
+/// Where the first instruction of the program runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// Entry point (`e_entry` plus the load bias).
+    pub rip: u64,
+    /// Initial stack pointer, pointing at `argc`.
+    pub rsp: u64,
+}
+
+/// Why a program image could not be loaded. Each message names the problem and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// Not an ELF file at all.
+    #[error("not an ELF executable (bad magic); deja runs static x86-64 Linux ELF programs")]
+    NotElf,
+    /// A 32-bit ELF.
+    #[error("32-bit ELF; deja runs 64-bit x86-64 programs only: rebuild for x86_64-unknown-linux-gnu or -musl")]
+    Not64Bit,
+    /// An ELF for another machine.
+    #[error("ELF for machine {0}, not x86-64; rebuild for an x86_64 Linux target")]
+    WrongMachine(u16),
+    /// A dynamically linked ELF (has `PT_INTERP`).
+    #[error("dynamically linked ELF (it asks for the interpreter {0}); rebuild it static with RUSTFLAGS=\"-C target-feature=+crt-static\"")]
+    Dynamic(String),
+    /// Not an executable (for example a relocatable object or a shared library without entry).
+    #[error("ELF type {0} is not an executable; deja runs ET_EXEC or static-PIE ET_DYN programs")]
+    NotExecutable(u16),
+    /// The ELF is damaged.
+    #[error("malformed ELF: {0}")]
+    Malformed(String),
+    /// The image, stack and arguments do not fit in the VM's memory.
+    #[error("the program does not fit in guest memory ({0}); raise --memory")]
+    NoMemory(String),
+}
+
+/// How a program ended.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ExitStatus {
+    /// `exit`/`exit_group` with this code (0..=255).
+    Exited {
+        /// The exit code.
+        code: i32,
+    },
+    /// Killed by a signal (a CPU fault, or a signal the program sent itself, e.g. `abort`).
+    Signaled {
+        /// Signal number (11 = SIGSEGV, 4 = SIGILL, 6 = SIGABRT, ...).
+        signal: i32,
+        /// Signal name, e.g. `SIGSEGV`.
+        name: String,
+        /// The CPU fault behind it, if any.
+        fault: Option<FaultInfo>,
+    },
+}
+
+impl ExitStatus {
+    /// The shell-style code: the exit code, or 128 + signal.
+    pub fn code(&self) -> i32 {
+        match self {
+            ExitStatus::Exited { code } => *code,
+            ExitStatus::Signaled { signal, .. } => 128 + signal,
+        }
+    }
+}
+
+/// A CPU fault that ended the program.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FaultInfo {
+    /// What happened, e.g. `page fault (write to unmapped address)`, `invalid opcode`,
+    /// `general protection (privileged instruction)`.
+    pub description: String,
+    /// x86 exception vector.
+    pub vector: u8,
+    /// Instruction pointer of the faulting instruction.
+    pub rip: u64,
+    /// Faulting address (CR2) for page faults.
+    pub addr: Option<u64>,
+}
+
+/// What the kernel wants the shell to do after a syscall.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyscallOutcome {
+    /// Return this value in RAX (negative errno values as two's complement) and resume.
+    Return(u64),
+    /// The program is over.
+    Exit(ExitStatus),
+}
+
+/// A CPU exception raised by ring-3 code, as the shell decoded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exception {
+    /// #PF with CR2 and the hardware error code.
+    PageFault {
+        /// Faulting address.
+        addr: u64,
+        /// Hardware error code (bit 0 present, 1 write, 2 user, 4 instruction fetch).
+        error_code: u64,
+        /// Faulting instruction.
+        rip: u64,
+    },
+    /// #GP (privileged instruction, non-canonical address, RDTSC with CR4.TSD ...).
+    GeneralProtection {
+        /// Faulting instruction.
+        rip: u64,
+        /// Hardware error code.
+        error_code: u64,
+    },
+    /// Any other vector.
+    Other {
+        /// Exception vector.
+        vector: u8,
+        /// Faulting instruction (or the next one for traps).
+        rip: u64,
+    },
+}
+
+/// What the kernel decided about an exception.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExceptionOutcome {
+    /// The kernel fixed it (for example mapped a page on demand): retry the instruction.
+    Retry,
+    /// The kernel emulated the instruction: set RAX/RDX (low 32 bits each, upper cleared),
+    /// advance RIP by `len` and resume. Used for RDTSC/RDTSCP under CR4.TSD.
+    Emulated {
+        /// New EAX.
+        eax: u32,
+        /// New EDX.
+        edx: u32,
+        /// New ECX if the instruction sets it (RDTSCP), else `None`.
+        ecx: Option<u32>,
+        /// Instruction length.
+        len: u64,
+    },
+    /// The program dies with this status.
+    Fatal(ExitStatus),
+}
+
+/// Which host stream a chunk of guest output goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// fd 1.
+    Stdout,
+    /// fd 2.
+    Stderr,
+}
+
+/// One syscall as recorded in the trace.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TraceEntry {
+    /// 0-based position in the run.
+    pub index: u64,
+    /// Syscall number.
+    pub nr: u64,
+    /// Syscall name (`unknown_<nr>` when deja has no name for it).
+    pub name: String,
+    /// The six argument registers.
+    pub args: [u64; 6],
+    /// The value returned in RAX (two's complement errno on failure), or `None` for exit.
+    pub ret: Option<u64>,
+    /// Virtual time (ns since boot) when the syscall returned.
+    pub vtime_ns: u64,
+}
+
+/// The facts of a finished run.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RunReport {
+    /// How the program ended.
+    pub exit: ExitStatus,
+    /// Number of syscalls served (including unsupported ones).
+    pub syscalls: u64,
+    /// Syscall counts by name.
+    pub syscall_counts: BTreeMap<String, u64>,
+    /// Unsupported syscalls (answered with ENOSYS) by name and count.
+    pub unsupported: BTreeMap<String, u64>,
+    /// Virtual time at the end, in nanoseconds since boot.
+    pub virtual_time_ns: u64,
+    /// BLAKE3 (hex) over the ordered syscall trace.
+    pub trace_digest: String,
+    /// BLAKE3 (hex) over every present user page at the end (address and contents).
+    pub memory_digest: String,
+    /// BLAKE3 (hex) of trace digest and memory digest together: the run's identity.
+    pub digest: String,
+    /// Per-syscall hashes (first 8 bytes of BLAKE3 of each trace entry), in order; used to find
+    /// the first diverging syscall of two runs.
+    #[serde(skip)]
+    pub entry_hashes: Vec<u64>,
+    /// The full trace, when [`ProgramSpec::record_trace`] was set.
+    #[serde(skip)]
+    pub trace: Vec<TraceEntry>,
+}

@@ -1,0 +1,331 @@
+//! Address-space syscalls: `brk`, `mmap`, `munmap`, `mprotect`, `mremap`, `madvise`, `msync`.
+//!
+//! Placement is deterministic: a hint is honoured when the range is free, otherwise mappings go
+//! top-down, first fit, below [`MMAP_TOP`]. Anonymous memory is populated on demand; the
+//! file-backed pages of a file mapping are populated (and filled) when mapped. Every call that
+//! adds committed pages checks the commit capacity first and fails with `ENOMEM`.
+
+use crate::errno::*;
+use crate::fd::FileKind;
+use crate::kernel::{Kernel, SysResult};
+use crate::layout::*;
+use crate::vm::{user_range, FileBytes, Vma, VmaKind};
+use crate::{Memory, Prot, PAGE_SIZE};
+
+const MAP_SHARED: u32 = 0x1;
+const MAP_FIXED: u32 = 0x10;
+const MAP_ANONYMOUS: u32 = 0x20;
+const MAP_FIXED_NOREPLACE: u32 = 0x10_0000;
+const PROT_GROWSDOWN: u64 = 0x0100_0000;
+const PROT_GROWSUP: u64 = 0x0200_0000;
+const MREMAP_MAYMOVE: u64 = 1;
+const MREMAP_FIXED: u64 = 2;
+const EOVERFLOW: i32 = 75;
+
+impl Kernel {
+    /// Fills the file-backed pages of the VMA piece `[a, b)` (which must be one VMA's range or
+    /// part of it) from the file.
+    fn load_file_pages(&self, mem: &mut dyn Memory, a: u64, b: u64) -> Result<(), i32> {
+        let pieces: Vec<Vma> = self.vm.overlapping(a, b).cloned().collect();
+        for v in pieces {
+            let Some((fs, fe)) = v.file_backed_range() else { continue };
+            let (s, e) = (fs.max(a), fe.min(b));
+            if s >= e {
+                continue;
+            }
+            let VmaKind::File { data, offset, .. } = &v.kind else { continue };
+            mem.populate(s, e - s, Prot::RW).map_err(|_| ENOMEM)?;
+            let from = offset + (s - v.start);
+            let to = (from + (e - s)).min(data.0.len() as u64);
+            if from < to {
+                mem.write(s, &data.0[from as usize..to as usize]).map_err(|_| ENOMEM)?;
+            }
+            if v.prot != Prot::RW {
+                mem.protect(s, e - s, v.prot);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every mapping in `[a, b)` and frees its pages.
+    fn unmap_range(&mut self, mem: &mut dyn Memory, a: u64, b: u64) {
+        self.vm.remove(a, b);
+        mem.unmap(a, b - a);
+    }
+
+    pub(crate) fn sys_brk(&mut self, mem: &mut dyn Memory, addr: u64) -> SysResult {
+        if addr < self.brk_start {
+            return Ok(self.brk_cur);
+        }
+        let (Some(old_end), Some(new_end)) = (page_up(self.brk_cur), page_up(addr)) else {
+            return Ok(self.brk_cur);
+        };
+        if new_end > old_end {
+            if new_end > STACK_TOP - STACK_SIZE
+                || !self.vm.is_free(old_end, new_end)
+                || self.vm.check_commit((new_end - old_end) / PAGE_SIZE, 0).is_err()
+            {
+                return Ok(self.brk_cur);
+            }
+            self.vm.insert(Vma { start: old_end, end: new_end, prot: Prot::RW, kind: VmaKind::Heap, shared: false });
+        } else if new_end < old_end {
+            self.unmap_range(mem, new_end, old_end);
+        }
+        self.brk_cur = addr;
+        Ok(addr)
+    }
+
+    pub(crate) fn sys_mmap(&mut self, mem: &mut dyn Memory, a: [u64; 6]) -> SysResult {
+        let [addr, len, prot, flags, fd, off] = a;
+        let flags = flags as u32;
+        if prot & !7 != 0 || flags & 3 == 0 || len == 0 {
+            return Err(EINVAL.into());
+        }
+        let prot = Prot(prot as u32);
+        let len = page_up(len).filter(|l| *l <= USER_END).ok_or(ENOMEM)?;
+        let anon = flags & MAP_ANONYMOUS != 0;
+        let shared = flags & 3 != 2 && flags & MAP_SHARED != 0;
+        let kind = if anon {
+            VmaKind::Anon
+        } else {
+            if off & (PAGE_SIZE - 1) != 0 {
+                return Err(EINVAL.into());
+            }
+            let f = self.fds.get(fd as i32)?;
+            let FileKind::Regular { path, data, stat } = &f.kind else {
+                return Err(crate::errno::ENODEV.into());
+            };
+            if !f.readable() || (shared && prot.writable()) {
+                return Err(EACCES.into());
+            }
+            if off.checked_add(len).is_none_or(|e| e > i64::MAX as u64) {
+                return Err(EOVERFLOW.into());
+            }
+            VmaKind::File {
+                path: path.clone(),
+                data: FileBytes(data.clone()),
+                offset: off,
+                size: data.len() as u64,
+                ino: stat.ino,
+            }
+        };
+        let fixed = flags & (MAP_FIXED | MAP_FIXED_NOREPLACE) != 0;
+        let start = if fixed {
+            if !is_page_aligned(addr) {
+                return Err(EINVAL.into());
+            }
+            if addr < USER_START {
+                return Err(EPERM.into());
+            }
+            if addr.checked_add(len).is_none_or(|e| e > USER_END) {
+                return Err(ENOMEM.into());
+            }
+            if flags & MAP_FIXED == 0 && !self.vm.is_free(addr, addr + len) {
+                return Err(EEXIST.into());
+            }
+            addr
+        } else {
+            let hint = page_down(addr);
+            if hint >= USER_START
+                && hint.checked_add(len).is_some_and(|e| e <= USER_END)
+                && self.vm.is_free(hint, hint + len)
+            {
+                hint
+            } else {
+                self.vm.find_free(len, MMAP_TOP).ok_or(ENOMEM)?
+            }
+        };
+        let end = start + len;
+        let vma = Vma { start, end, prot, kind, shared };
+        let add = if vma.counts_with(prot) { len / PAGE_SIZE } else { 0 };
+        let remove = if fixed { self.vm.committed_in(start, end) } else { 0 };
+        self.vm.check_commit(add, remove)?;
+        if fixed {
+            self.unmap_range(mem, start, end);
+        }
+        let file = !anon;
+        self.vm.insert(vma);
+        if file {
+            if let Err(e) = self.load_file_pages(mem, start, end) {
+                self.unmap_range(mem, start, end);
+                return Err(e.into());
+            }
+        }
+        Ok(start)
+    }
+
+    pub(crate) fn sys_munmap(&mut self, mem: &mut dyn Memory, addr: u64, len: u64) -> SysResult {
+        if len == 0 {
+            return Err(EINVAL.into());
+        }
+        let end = user_range(addr, len).map_err(|_| EINVAL)?;
+        self.unmap_range(mem, addr, end);
+        Ok(0)
+    }
+
+    pub(crate) fn sys_mprotect(&mut self, mem: &mut dyn Memory, addr: u64, len: u64, prot: u64) -> SysResult {
+        if !is_page_aligned(addr) || prot & !(7 | PROT_GROWSDOWN | PROT_GROWSUP) != 0 {
+            return Err(EINVAL.into());
+        }
+        if len == 0 {
+            return Ok(0);
+        }
+        let end = user_range(addr, len)?;
+        if !self.vm.fully_mapped(addr, end) {
+            return Err(ENOMEM.into());
+        }
+        let prot = Prot(prot as u32 & 7);
+        let add: u64 = self
+            .vm
+            .overlapping(addr, end)
+            .filter(|v| v.counts_with(prot))
+            .map(|v| (v.end.min(end) - v.start.max(addr)) / PAGE_SIZE)
+            .sum();
+        self.vm.check_commit(add, self.vm.committed_in(addr, end))?;
+        self.vm.set_prot(addr, end, prot);
+        mem.protect(addr, end - addr, prot);
+        Ok(0)
+    }
+
+    pub(crate) fn sys_madvise(&mut self, mem: &mut dyn Memory, addr: u64, len: u64, advice: u64) -> SysResult {
+        if !is_page_aligned(addr) {
+            return Err(EINVAL.into());
+        }
+        let valid = matches!(advice, 0..=4 | 8..=25 | 100..=103);
+        if !valid {
+            return Err(EINVAL.into());
+        }
+        if len == 0 {
+            return Ok(0);
+        }
+        let end = user_range(addr, len).map_err(|_| EINVAL)?;
+        if matches!(advice, 4 | 8 | 9 | 24) {
+            let pieces: Vec<Vma> = self.vm.overlapping(addr, end).cloned().collect();
+            for v in pieces {
+                let (s, e) = (v.start.max(addr), v.end.min(end));
+                match v.kind {
+                    VmaKind::Image { .. } => {}
+                    VmaKind::File { .. } => {
+                        mem.unmap(s, e - s);
+                        self.load_file_pages(mem, s, e)?;
+                    }
+                    _ => mem.unmap(s, e - s),
+                }
+            }
+        }
+        if !self.vm.fully_mapped(addr, end) {
+            return Err(ENOMEM.into());
+        }
+        Ok(0)
+    }
+
+    pub(crate) fn sys_msync(&mut self, addr: u64, len: u64, flags: u64) -> SysResult {
+        if !is_page_aligned(addr) || flags & !7 != 0 || flags & 5 == 5 {
+            return Err(EINVAL.into());
+        }
+        let end = user_range(addr, len)?;
+        if len != 0 && !self.vm.fully_mapped(addr, end) {
+            return Err(ENOMEM.into());
+        }
+        Ok(0)
+    }
+
+    /// Moves the mapping `[old, old+old_len)` to `new` and sizes it to `new_len`.
+    fn move_mapping(
+        &mut self,
+        mem: &mut dyn Memory,
+        old: u64,
+        old_len: u64,
+        new: u64,
+        new_len: u64,
+    ) -> Result<(), i32> {
+        let keep = old_len.min(new_len);
+        let mut pieces = self.vm.remove(old, old + old_len);
+        mem.move_pages(old, new, keep);
+        mem.unmap(old, old_len);
+        let Some(mut v) = pieces.pop() else { return Err(EFAULT) };
+        v.start = new;
+        v.end = new + keep;
+        let ext = (new_len > old_len).then(|| {
+            let mut e = v.clone();
+            e.start = new + old_len;
+            e.end = new + new_len;
+            if let VmaKind::File { offset, .. } | VmaKind::Image { offset } = &mut e.kind {
+                *offset += old_len;
+            }
+            e
+        });
+        self.vm.insert(v);
+        if let Some(e) = ext {
+            let (s, t) = (e.start, e.end);
+            self.vm.insert(e);
+            self.load_file_pages(mem, s, t)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn sys_mremap(&mut self, mem: &mut dyn Memory, a: [u64; 6]) -> SysResult {
+        let [old, old_len, new_len, flags, new_addr, _] = a;
+        if flags & !(MREMAP_MAYMOVE | MREMAP_FIXED) != 0
+            || (flags & MREMAP_FIXED != 0 && flags & MREMAP_MAYMOVE == 0)
+            || !is_page_aligned(old)
+        {
+            return Err(EINVAL.into());
+        }
+        let old_len = page_up(old_len).ok_or(EINVAL)?;
+        let new_len = page_up(new_len).ok_or(EINVAL)?;
+        if new_len == 0 || old_len == 0 {
+            return Err(EINVAL.into());
+        }
+        let v = self.vm.find(old).cloned().ok_or(EFAULT)?;
+        if old.checked_add(old_len).is_none_or(|e| e > v.end) {
+            return Err(EFAULT.into());
+        }
+        let counts = v.counts_with(v.prot);
+        let pages = |l: u64| if counts { l / PAGE_SIZE } else { 0 };
+        if flags & MREMAP_FIXED != 0 {
+            if !is_page_aligned(new_addr) {
+                return Err(EINVAL.into());
+            }
+            let new_end = new_addr.checked_add(new_len).filter(|e| *e <= USER_END).ok_or(EINVAL)?;
+            if new_addr < USER_START {
+                return Err(EPERM.into());
+            }
+            if new_addr < old + old_len && old < new_end {
+                return Err(EINVAL.into());
+            }
+            let remove = self.vm.committed_in(new_addr, new_end) + pages(old_len);
+            self.vm.check_commit(pages(new_len), remove)?;
+            self.unmap_range(mem, new_addr, new_end);
+            self.move_mapping(mem, old, old_len, new_addr, new_len)?;
+            return Ok(new_addr);
+        }
+        if new_len <= old_len {
+            if new_len < old_len {
+                self.unmap_range(mem, old + new_len, old + old_len);
+            }
+            return Ok(old);
+        }
+        let grow_start = old + old_len;
+        let in_place = old.checked_add(new_len).is_some_and(|e| e <= USER_END && self.vm.is_free(grow_start, e));
+        self.vm.check_commit(pages(new_len - old_len), 0)?;
+        if in_place {
+            let mut e = v.clone();
+            e.start = grow_start;
+            e.end = old + new_len;
+            if let VmaKind::File { offset, .. } | VmaKind::Image { offset } = &mut e.kind {
+                *offset += grow_start - v.start;
+            }
+            let (s, t) = (e.start, e.end);
+            self.vm.insert(e);
+            self.load_file_pages(mem, s, t)?;
+            return Ok(old);
+        }
+        if flags & MREMAP_MAYMOVE == 0 {
+            return Err(ENOMEM.into());
+        }
+        let dest = self.vm.find_free(new_len, MMAP_TOP).ok_or(ENOMEM)?;
+        self.move_mapping(mem, old, old_len, dest, new_len)?;
+        Ok(dest)
+    }
+}

@@ -1,0 +1,538 @@
+//! Process-level syscalls: identity, limits, signals, time, futex, randomness, `arch_prctl`,
+//! `prctl`, `uname`, scheduling.
+//!
+//! deja models one process with one thread: pid = tid = 1, parent 0, uid/gid 1000. A wait that
+//! no other thread could ever end (a `futex` wait or `poll` without timeout) ends the program
+//! with `SIGKILL` and a fault description starting with `deadlock:` (vector 0, rip 0: it is not
+//! a CPU fault).
+
+use crate::clock::{clock_kind, ClockKind, NS_PER_S};
+use crate::errno::*;
+use crate::kernel::{Kernel, Stop, SysResult, MAX_IO};
+use crate::signal::{self, Delivery, NSIG, SIGKILL, SIGSTOP, SIG_IGN};
+use crate::stack::GUEST_UID;
+use crate::vm::Access;
+use crate::{ExitStatus, FaultInfo, Memory, PAGE_SIZE};
+
+const ARCH_SET_GS: u64 = 0x1001;
+const ARCH_SET_FS: u64 = 0x1002;
+const ARCH_GET_FS: u64 = 0x1003;
+const ARCH_GET_GS: u64 = 0x1004;
+const ARCH_GET_CPUID: u64 = 0x1011;
+const ARCH_SET_CPUID: u64 = 0x1012;
+/// First address above the canonical user half.
+const USER_LIMIT: u64 = 0x0000_8000_0000_0000;
+
+impl Kernel {
+    /// The status of a program that waits for something that can never happen.
+    pub(crate) fn deadlock(&self, what: &str) -> ExitStatus {
+        ExitStatus::Signaled {
+            signal: SIGKILL,
+            name: signal::name(SIGKILL),
+            fault: Some(FaultInfo { description: format!("deadlock: {what}"), vector: 0, rip: 0, addr: None }),
+        }
+    }
+
+    /// Reads a `struct timespec` as nanoseconds (`EINVAL` if out of range).
+    pub(crate) fn read_timespec(&self, mem: &mut dyn Memory, addr: u64) -> Result<u64, i32> {
+        let mut b = [0u8; 16];
+        self.vm.copy_in(mem, addr, &mut b)?;
+        let sec = i64::from_le_bytes(b[..8].try_into().unwrap_or_default());
+        let nsec = i64::from_le_bytes(b[8..].try_into().unwrap_or_default());
+        if sec < 0 || !(0..NS_PER_S as i64).contains(&nsec) {
+            return Err(EINVAL);
+        }
+        Ok((sec as u64).saturating_mul(NS_PER_S).saturating_add(nsec as u64))
+    }
+
+    fn write_pair(&self, mem: &mut dyn Memory, addr: u64, a: u64, b: u64) -> Result<(), i32> {
+        let mut buf = [0u8; 16];
+        buf[..8].copy_from_slice(&a.to_le_bytes());
+        buf[8..].copy_from_slice(&b.to_le_bytes());
+        self.vm.copy_out(mem, addr, &buf)
+    }
+
+    pub(crate) fn sys_clock_gettime(&mut self, mem: &mut dyn Memory, clk: u64, tp: u64) -> SysResult {
+        let kind = clock_kind(clk).ok_or(EINVAL)?;
+        let ns = self.clock.read(kind);
+        self.write_pair(mem, tp, ns / NS_PER_S, ns % NS_PER_S)?;
+        Ok(0)
+    }
+
+    pub(crate) fn sys_clock_getres(&mut self, mem: &mut dyn Memory, clk: u64, res: u64) -> SysResult {
+        clock_kind(clk).ok_or(EINVAL)?;
+        if res != 0 {
+            self.write_pair(mem, res, 0, 1)?;
+        }
+        Ok(0)
+    }
+
+    pub(crate) fn sys_gettimeofday(&mut self, mem: &mut dyn Memory, tv: u64, tz: u64) -> SysResult {
+        let ns = self.clock.realtime_ns();
+        if tv != 0 {
+            self.write_pair(mem, tv, ns / NS_PER_S, ns % NS_PER_S / 1000)?;
+        }
+        if tz != 0 {
+            self.vm.copy_out(mem, tz, &[0u8; 8])?;
+        }
+        Ok(0)
+    }
+
+    pub(crate) fn sys_time(&mut self, mem: &mut dyn Memory, tloc: u64) -> SysResult {
+        let s = self.clock.realtime_ns() / NS_PER_S;
+        if tloc != 0 {
+            self.vm.copy_out(mem, tloc, &s.to_le_bytes())?;
+        }
+        Ok(s)
+    }
+
+    pub(crate) fn sys_nanosleep(&mut self, mem: &mut dyn Memory, req: u64, _rem: u64) -> SysResult {
+        let ns = self.read_timespec(mem, req)?;
+        self.clock.advance(ns);
+        Ok(0)
+    }
+
+    pub(crate) fn sys_clock_nanosleep(
+        &mut self,
+        mem: &mut dyn Memory,
+        clk: u64,
+        flags: u64,
+        req: u64,
+        _rem: u64,
+    ) -> SysResult {
+        let kind = clock_kind(clk).ok_or(EINVAL)?;
+        if kind == ClockKind::ThreadCpu {
+            return Err(EINVAL.into());
+        }
+        let t = self.read_timespec(mem, req)?;
+        if flags & 1 != 0 {
+            let now = self.clock.read(kind);
+            self.clock.advance(t.saturating_sub(now));
+        } else {
+            self.clock.advance(t);
+        }
+        Ok(0)
+    }
+
+    pub(crate) fn sys_times(&mut self, mem: &mut dyn Memory, buf: u64) -> SysResult {
+        let ticks = self.clock.now_ns() / (NS_PER_S / 100);
+        if buf != 0 {
+            let mut b = [0u8; 32];
+            b[..8].copy_from_slice(&ticks.to_le_bytes());
+            self.vm.copy_out(mem, buf, &b)?;
+        }
+        Ok(ticks)
+    }
+
+    pub(crate) fn sys_getrusage(&mut self, mem: &mut dyn Memory, who: u64, ru: u64) -> SysResult {
+        let who = who as i32;
+        if !matches!(who, -1..=1) {
+            return Err(EINVAL.into());
+        }
+        let mut b = [0u8; 144];
+        if who != -1 {
+            let ns = self.clock.now_ns();
+            b[..8].copy_from_slice(&(ns / NS_PER_S).to_le_bytes());
+            b[8..16].copy_from_slice(&(ns % NS_PER_S / 1000).to_le_bytes());
+            let maxrss_kb = self.vm.committed() * (PAGE_SIZE / 1024);
+            b[32..40].copy_from_slice(&maxrss_kb.to_le_bytes());
+        }
+        self.vm.copy_out(mem, ru, &b)?;
+        Ok(0)
+    }
+
+    pub(crate) fn sys_sysinfo(&mut self, mem: &mut dyn Memory, info: u64) -> SysResult {
+        let mut b = [0u8; 112];
+        let mut put = |o: usize, v: u64, n: usize| b[o..o + n].copy_from_slice(&v.to_le_bytes()[..n]);
+        put(0, self.clock.now_ns() / NS_PER_S, 8);
+        put(32, self.vm.capacity() * PAGE_SIZE, 8);
+        put(40, self.vm.capacity().saturating_sub(self.vm.committed()) * PAGE_SIZE, 8);
+        put(80, 1, 2);
+        put(104, 1, 4);
+        self.vm.copy_out(mem, info, &b)?;
+        Ok(0)
+    }
+
+    pub(crate) fn sys_uname(&mut self, mem: &mut dyn Memory, buf: u64) -> SysResult {
+        let mut b = [0u8; 390];
+        let fields = ["Linux", "deja", "6.1.0-deja", "#1 SMP deja", "x86_64", "(none)"];
+        for (i, f) in fields.iter().enumerate() {
+            b[i * 65..i * 65 + f.len()].copy_from_slice(f.as_bytes());
+        }
+        self.vm.copy_out(mem, buf, &b)?;
+        Ok(0)
+    }
+
+    pub(crate) fn sys_getresuid(&mut self, mem: &mut dyn Memory, r: u64, e: u64, s: u64) -> SysResult {
+        for p in [r, e, s] {
+            self.vm.copy_out(mem, p, &(GUEST_UID as u32).to_le_bytes())?;
+        }
+        Ok(0)
+    }
+
+    pub(crate) fn sys_prlimit(&mut self, mem: &mut dyn Memory, pid: u64, res: u64, new: u64, old: u64) -> SysResult {
+        if !matches!(pid as i32, 0 | 1) {
+            return Err(ESRCH.into());
+        }
+        let res = res as u32 as usize;
+        if res >= self.rlimits.len() {
+            return Err(EINVAL.into());
+        }
+        let mut set = None;
+        if new != 0 {
+            let mut b = [0u8; 16];
+            self.vm.copy_in(mem, new, &mut b)?;
+            let cur = u64::from_le_bytes(b[..8].try_into().unwrap_or_default());
+            let max = u64::from_le_bytes(b[8..].try_into().unwrap_or_default());
+            if cur > max {
+                return Err(EINVAL.into());
+            }
+            if max > self.rlimits[res].1 {
+                return Err(EPERM.into());
+            }
+            set = Some((cur, max));
+        }
+        if old != 0 {
+            let (c, m) = self.rlimits[res];
+            self.write_pair(mem, old, c, m)?;
+        }
+        if let Some(v) = set {
+            self.rlimits[res] = v;
+        }
+        Ok(0)
+    }
+
+    pub(crate) fn sys_arch_prctl(&mut self, mem: &mut dyn Memory, code: u64, addr: u64) -> SysResult {
+        match code {
+            ARCH_SET_FS | ARCH_SET_GS => {
+                if addr >= USER_LIMIT {
+                    return Err(EPERM.into());
+                }
+                if code == ARCH_SET_FS {
+                    self.fs_base = addr;
+                } else {
+                    self.gs_base = addr;
+                }
+                Ok(0)
+            }
+            ARCH_GET_FS | ARCH_GET_GS => {
+                let v = if code == ARCH_GET_FS { self.fs_base } else { self.gs_base };
+                self.vm.copy_out(mem, addr, &v.to_le_bytes())?;
+                Ok(0)
+            }
+            ARCH_GET_CPUID => Ok(1),
+            ARCH_SET_CPUID => Err(ENODEV.into()),
+            _ => Err(EINVAL.into()),
+        }
+    }
+
+    pub(crate) fn sys_prctl(&mut self, mem: &mut dyn Memory, a: [u64; 6]) -> SysResult {
+        match a[0] {
+            1 | 4 | 38 => Ok(0), // PDEATHSIG, SET_DUMPABLE, SET_NO_NEW_PRIVS
+            2 => {
+                self.vm.copy_out(mem, a[1], &0u32.to_le_bytes())?;
+                Ok(0)
+            }
+            3 => Ok(1),  // PR_GET_DUMPABLE
+            39 => Ok(0), // PR_GET_NO_NEW_PRIVS
+            15 => {
+                let mut name = [0u8; 16];
+                for (i, b) in name.iter_mut().take(15).enumerate() {
+                    let mut c = [0u8];
+                    self.vm.copy_in(mem, a[1].wrapping_add(i as u64), &mut c)?;
+                    if c[0] == 0 {
+                        break;
+                    }
+                    *b = c[0];
+                }
+                self.comm = name;
+                Ok(0)
+            }
+            16 => {
+                let c = self.comm;
+                self.vm.copy_out(mem, a[1], &c)?;
+                Ok(0)
+            }
+            _ => Err(EINVAL.into()),
+        }
+    }
+
+    pub(crate) fn sys_sched_getaffinity(&mut self, mem: &mut dyn Memory, pid: u64, len: u64, mask: u64) -> SysResult {
+        if !matches!(pid as i32, 0 | 1) {
+            return Err(ESRCH.into());
+        }
+        if len < 8 || len % 8 != 0 {
+            return Err(EINVAL.into());
+        }
+        self.vm.copy_out(mem, mask, &1u64.to_le_bytes())?;
+        Ok(8)
+    }
+
+    pub(crate) fn sys_getcpu(&mut self, mem: &mut dyn Memory, cpu: u64, node: u64) -> SysResult {
+        for p in [cpu, node] {
+            if p != 0 {
+                self.vm.copy_out(mem, p, &0u32.to_le_bytes())?;
+            }
+        }
+        Ok(0)
+    }
+
+    pub(crate) fn sys_getrandom(&mut self, mem: &mut dyn Memory, buf: u64, len: u64, flags: u64) -> SysResult {
+        if flags & !7 != 0 || flags & 6 == 6 {
+            return Err(EINVAL.into());
+        }
+        let len = len.min(MAX_IO);
+        self.vm.check(buf, len, Access::Write)?;
+        let mut b = vec![0u8; len as usize];
+        self.rng.fill(&mut b);
+        self.vm.copy_out(mem, buf, &b)?;
+        Ok(len)
+    }
+
+    pub(crate) fn sys_membarrier(&mut self, cmd: u64, flags: u64) -> SysResult {
+        if flags != 0 {
+            return Err(EINVAL.into());
+        }
+        match cmd {
+            0 => Ok(1 | 8 | 16),
+            1 | 8 | 16 => Ok(0),
+            _ => Err(EINVAL.into()),
+        }
+    }
+
+    fn signal_arg(sig: u64) -> Result<i32, i32> {
+        let sig = sig as i32;
+        if (0..=NSIG as i32).contains(&sig) {
+            Ok(sig)
+        } else {
+            Err(EINVAL)
+        }
+    }
+
+    fn raise(&mut self, sig: i32) -> SysResult {
+        if sig == 0 {
+            return Ok(0);
+        }
+        match self.signals.send(sig) {
+            Delivery::Nothing => Ok(0),
+            Delivery::Kill(s) => {
+                Err(Stop::Exit(ExitStatus::Signaled { signal: s, name: signal::name(s), fault: None }))
+            }
+        }
+    }
+
+    pub(crate) fn sys_kill(&mut self, pid: u64, sig: u64) -> SysResult {
+        let sig = Self::signal_arg(sig)?;
+        if !matches!(pid as i32, -1..=1) {
+            return Err(ESRCH.into());
+        }
+        self.raise(sig)
+    }
+
+    pub(crate) fn sys_tgkill(&mut self, tgid: u64, tid: u64, sig: u64) -> SysResult {
+        let (tgid, tid) = (tgid as i32, tid as i32);
+        if tgid <= 0 || tid <= 0 {
+            return Err(EINVAL.into());
+        }
+        let sig = Self::signal_arg(sig)?;
+        if tgid != 1 || tid != 1 {
+            return Err(ESRCH.into());
+        }
+        self.raise(sig)
+    }
+
+    pub(crate) fn sys_rt_sigaction(
+        &mut self,
+        mem: &mut dyn Memory,
+        sig: u64,
+        act: u64,
+        oact: u64,
+        size: u64,
+    ) -> SysResult {
+        if size != 8 {
+            return Err(EINVAL.into());
+        }
+        let sig = sig as i32;
+        if !(1..=NSIG as i32).contains(&sig) || (act != 0 && (sig == SIGKILL || sig == SIGSTOP)) {
+            return Err(EINVAL.into());
+        }
+        let idx = (sig - 1) as usize;
+        let old = self.signals.actions[idx];
+        if act != 0 {
+            let mut b = [0u8; 32];
+            self.vm.copy_in(mem, act, &mut b)?;
+            let mut new = [0u64; 4];
+            for (i, w) in new.iter_mut().enumerate() {
+                *w = u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+            }
+            new[3] &= !(signal::bit(SIGKILL) | signal::bit(SIGSTOP));
+            self.signals.actions[idx] = new;
+            if new[0] == SIG_IGN || (new[0] == 0 && !signal::default_terminates(sig)) {
+                self.signals.pending &= !signal::bit(sig);
+            }
+        }
+        if oact != 0 {
+            let mut b = [0u8; 32];
+            for (i, w) in old.iter().enumerate() {
+                b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+            }
+            self.vm.copy_out(mem, oact, &b)?;
+        }
+        Ok(0)
+    }
+
+    pub(crate) fn sys_rt_sigprocmask(
+        &mut self,
+        mem: &mut dyn Memory,
+        how: u64,
+        set: u64,
+        oset: u64,
+        size: u64,
+    ) -> SysResult {
+        if size != 8 {
+            return Err(EINVAL.into());
+        }
+        let old = self.signals.mask;
+        if set != 0 {
+            let new = self.vm.read_u64(mem, set)?;
+            let mask = match how {
+                0 => old | new,
+                1 => old & !new,
+                2 => new,
+                _ => return Err(EINVAL.into()),
+            };
+            self.signals.mask = mask & !(signal::bit(SIGKILL) | signal::bit(SIGSTOP));
+        }
+        if oset != 0 {
+            self.vm.copy_out(mem, oset, &old.to_le_bytes())?;
+        }
+        match self.signals.deliver_unblocked() {
+            Delivery::Nothing => Ok(0),
+            Delivery::Kill(s) => {
+                Err(Stop::Exit(ExitStatus::Signaled { signal: s, name: signal::name(s), fault: None }))
+            }
+        }
+    }
+
+    pub(crate) fn sys_sigaltstack(&mut self, mem: &mut dyn Memory, ss: u64, old: u64) -> SysResult {
+        let cur = self.signals.altstack;
+        if ss != 0 {
+            let mut b = [0u8; 24];
+            self.vm.copy_in(mem, ss, &mut b)?;
+            let sp = u64::from_le_bytes(b[..8].try_into().unwrap_or_default());
+            let flags = u32::from_le_bytes(b[8..12].try_into().unwrap_or_default());
+            let size = u64::from_le_bytes(b[16..].try_into().unwrap_or_default());
+            if flags & !(2 | (1 << 31)) != 0 {
+                return Err(EINVAL.into());
+            }
+            if flags & 2 != 0 {
+                self.signals.altstack = (0, 2, 0);
+            } else {
+                if size < 2048 {
+                    return Err(ENOMEM.into());
+                }
+                self.signals.altstack = (sp, flags, size);
+            }
+        }
+        if old != 0 {
+            let mut b = [0u8; 24];
+            b[..8].copy_from_slice(&cur.0.to_le_bytes());
+            b[8..12].copy_from_slice(&cur.1.to_le_bytes());
+            b[16..].copy_from_slice(&cur.2.to_le_bytes());
+            self.vm.copy_out(mem, old, &b)?;
+        }
+        Ok(0)
+    }
+
+    pub(crate) fn sys_futex(&mut self, mem: &mut dyn Memory, a: [u64; 6]) -> SysResult {
+        let [uaddr, op, val, timeout, uaddr2, val3] = a;
+        let realtime = op & 256 != 0;
+        let cmd = op & !(128 | 256);
+        let aligned = |p: u64| if p & 3 != 0 { Err(EINVAL) } else { Ok(()) };
+        match cmd {
+            0 | 9 => {
+                if cmd == 9 && val3 as u32 == 0 {
+                    return Err(EINVAL.into());
+                }
+                aligned(uaddr)?;
+                let cur = self.vm.read_u32(mem, uaddr)?;
+                if cur != val as u32 {
+                    return Err(EAGAIN.into());
+                }
+                if timeout == 0 {
+                    let what = format!("futex wait on {uaddr:#x} with no other thread to wake it");
+                    return Err(Stop::Exit(self.deadlock(&what)));
+                }
+                let t = self.read_timespec(mem, timeout)?;
+                if cmd == 0 {
+                    self.clock.advance(t);
+                } else {
+                    let kind = if realtime { ClockKind::Realtime } else { ClockKind::Monotonic };
+                    let now = self.clock.read(kind);
+                    self.clock.advance(t.saturating_sub(now));
+                }
+                Err(ETIMEDOUT.into())
+            }
+            1 | 10 => {
+                if cmd == 10 && val3 as u32 == 0 {
+                    return Err(EINVAL.into());
+                }
+                aligned(uaddr)?;
+                Ok(0)
+            }
+            3 => {
+                aligned(uaddr)?;
+                Ok(0)
+            }
+            4 => {
+                aligned(uaddr)?;
+                if self.vm.read_u32(mem, uaddr)? != val3 as u32 {
+                    return Err(EAGAIN.into());
+                }
+                Ok(0)
+            }
+            5 => {
+                aligned(uaddr)?;
+                aligned(uaddr2)?;
+                let old = self.vm.read_u32(mem, uaddr2)?;
+                let v3 = val3 as u32;
+                let mut oparg = ((v3 << 8) as i32 >> 20) as u32;
+                if (v3 >> 28) & 8 != 0 {
+                    oparg = 1u32.wrapping_shl(oparg & 31);
+                }
+                let new = match (v3 >> 28) & 7 {
+                    0 => oparg,
+                    1 => old.wrapping_add(oparg),
+                    2 => old | oparg,
+                    3 => old & !oparg,
+                    4 => old ^ oparg,
+                    _ => return Err(ENOSYS.into()),
+                };
+                self.vm.copy_out(mem, uaddr2, &new.to_le_bytes())?;
+                Ok(0)
+            }
+            6 | 8 | 13 => {
+                aligned(uaddr)?;
+                let v = self.vm.read_u32(mem, uaddr)?;
+                match v & 0x3fff_ffff {
+                    0 => {
+                        self.vm.copy_out(mem, uaddr, &1u32.to_le_bytes())?;
+                        Ok(0)
+                    }
+                    1 => Err(EDEADLK.into()),
+                    _ if cmd == 8 => Err(EAGAIN.into()),
+                    _ => Err(ESRCH.into()),
+                }
+            }
+            7 => {
+                aligned(uaddr)?;
+                if self.vm.read_u32(mem, uaddr)? & 0x3fff_ffff != 1 {
+                    return Err(EPERM.into());
+                }
+                self.vm.copy_out(mem, uaddr, &0u32.to_le_bytes())?;
+                Ok(0)
+            }
+            _ => Err(ENOSYS.into()),
+        }
+    }
+}

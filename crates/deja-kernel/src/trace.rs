@@ -1,0 +1,155 @@
+//! The syscall trace and its digest.
+//!
+//! Every syscall is encoded in a fixed little-endian binary form and fed to a running BLAKE3
+//! hasher; the first 8 bytes of the BLAKE3 of each encoding form [`RunReport::entry_hashes`].
+//! Emulated and fatal CPU exceptions enter the running digest too, as pseudo-entries with their
+//! own tag (they are not in `entry_hashes`, which stays one hash per syscall).
+//!
+//! Encoding of a syscall entry (tag 1): `tag u8, index u64, nr u64, args 6×u64, has_ret u8,
+//! ret u64, vtime u64`. Encoding of an exception entry (tag 2): `tag u8, seq u64, vector u8,
+//! rip u64, addr u64, error_code u64, outcome u8, value u64, vtime u64` where `outcome` is
+//! 1 = emulated (value = TSC), 2 = fatal (value = signal).
+//!
+//! [`RunReport::entry_hashes`]: crate::RunReport::entry_hashes
+
+use crate::TraceEntry;
+
+/// Tag of a syscall entry.
+const TAG_SYSCALL: u8 = 1;
+/// Tag of an exception pseudo-entry.
+const TAG_EXCEPTION: u8 = 2;
+
+/// How an exception was resolved, for the digest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExceptionRecord {
+    /// Emulated instruction; the TSC value returned.
+    Emulated(u64),
+    /// The program died of this signal.
+    Fatal(i32),
+}
+
+/// The running trace.
+#[derive(Debug, Clone)]
+pub struct Tracer {
+    hasher: blake3::Hasher,
+    entry_hashes: Vec<u64>,
+    trace: Vec<TraceEntry>,
+    record: bool,
+    syscalls: u64,
+    exceptions: u64,
+}
+
+impl Tracer {
+    /// A fresh trace; `record` keeps the full entries.
+    pub fn new(record: bool) -> Self {
+        Tracer {
+            hasher: blake3::Hasher::new(),
+            entry_hashes: Vec::new(),
+            trace: Vec::new(),
+            record,
+            syscalls: 0,
+            exceptions: 0,
+        }
+    }
+
+    /// Number of syscalls recorded.
+    pub fn syscalls(&self) -> u64 {
+        self.syscalls
+    }
+
+    /// Records one syscall.
+    pub fn syscall(&mut self, nr: u64, name: &str, args: [u64; 6], ret: Option<u64>, vtime: u64) {
+        let index = self.syscalls;
+        self.syscalls += 1;
+        let mut enc = Vec::with_capacity(90);
+        enc.push(TAG_SYSCALL);
+        enc.extend_from_slice(&index.to_le_bytes());
+        enc.extend_from_slice(&nr.to_le_bytes());
+        for a in args {
+            enc.extend_from_slice(&a.to_le_bytes());
+        }
+        enc.push(u8::from(ret.is_some()));
+        enc.extend_from_slice(&ret.unwrap_or(0).to_le_bytes());
+        enc.extend_from_slice(&vtime.to_le_bytes());
+        self.hasher.update(&enc);
+        let h = blake3::hash(&enc);
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&h.as_bytes()[..8]);
+        self.entry_hashes.push(u64::from_le_bytes(first));
+        if self.record {
+            self.trace.push(TraceEntry { index, nr, name: name.to_string(), args, ret, vtime_ns: vtime });
+        }
+    }
+
+    /// Records an emulated or fatal exception.
+    pub fn exception(&mut self, vector: u8, rip: u64, addr: u64, error_code: u64, rec: ExceptionRecord, vtime: u64) {
+        let seq = self.exceptions;
+        self.exceptions += 1;
+        let mut enc = Vec::with_capacity(60);
+        enc.push(TAG_EXCEPTION);
+        enc.extend_from_slice(&seq.to_le_bytes());
+        enc.push(vector);
+        enc.extend_from_slice(&rip.to_le_bytes());
+        enc.extend_from_slice(&addr.to_le_bytes());
+        enc.extend_from_slice(&error_code.to_le_bytes());
+        let (outcome, value) = match rec {
+            ExceptionRecord::Emulated(tsc) => (1u8, tsc),
+            ExceptionRecord::Fatal(sig) => (2u8, sig as u64),
+        };
+        enc.push(outcome);
+        enc.extend_from_slice(&value.to_le_bytes());
+        enc.extend_from_slice(&vtime.to_le_bytes());
+        self.hasher.update(&enc);
+    }
+
+    /// The digest of everything recorded so far.
+    pub fn digest(&self) -> blake3::Hash {
+        self.hasher.finalize()
+    }
+
+    /// Per-syscall hashes.
+    pub fn entry_hashes(&self) -> &[u64] {
+        &self.entry_hashes
+    }
+
+    /// The recorded entries (empty unless recording).
+    pub fn entries(&self) -> &[TraceEntry] {
+        &self.trace
+    }
+}
+
+/// BLAKE3 over every present page: `address u64 LE || 4096 bytes`, in address order.
+pub fn memory_digest(mem: &dyn crate::Memory) -> blake3::Hash {
+    let mut h = blake3::Hasher::new();
+    mem.for_each_page(&mut |addr, data| {
+        h.update(&addr.to_le_bytes());
+        h.update(data);
+    });
+    h.finalize()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_depends_on_every_field() {
+        let base = |f: &dyn Fn(&mut Tracer)| {
+            let mut t = Tracer::new(true);
+            f(&mut t);
+            t.digest()
+        };
+        let a = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 6], Some(3), 1000));
+        let b = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 6], Some(3), 1000));
+        assert_eq!(a, b);
+        let c = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 7], Some(3), 1000));
+        let d = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 6], None, 1000));
+        let e = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 6], Some(3), 1001));
+        assert!(a != c && a != d && a != e && c != d);
+        let mut t = Tracer::new(false);
+        t.syscall(0, "read", [0; 6], Some(0), 1);
+        t.exception(13, 0x401000, 0, 0, ExceptionRecord::Emulated(3), 2);
+        assert_eq!(t.entry_hashes().len(), 1);
+        assert!(t.entries().is_empty());
+    }
+}

@@ -1,0 +1,180 @@
+//! The fixed CPUID table every deja guest is given.
+//!
+//! The table does not start from the host's answers: it is the same on every host, so a program
+//! that tunes itself by CPUID (glibc picks `memcpy` variants and cache thresholds this way) takes
+//! the same paths everywhere. It describes a 64-bit Intel-compatible CPU at the x86-64-v3 level
+//! (SSE4.2, AVX, AVX2, BMI1/2, FMA, MOVBE) without RDRAND, RDSEED, RDTSCP, hypervisor leaves,
+//! TSC-deadline, invariant TSC or x2APIC. Some hosts rewrite feature bits regardless; `deja
+//! doctor` measures what the guest really sees.
+
+/// One CPUID answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leaf {
+    /// EAX input.
+    pub function: u32,
+    /// ECX input (subleaf), meaningful when `indexed`.
+    pub index: u32,
+    /// True if the answer depends on ECX.
+    pub indexed: bool,
+    /// Output registers.
+    pub eax: u32,
+    /// Output registers.
+    pub ebx: u32,
+    /// Output registers.
+    pub ecx: u32,
+    /// Output registers.
+    pub edx: u32,
+}
+
+const fn leaf(function: u32, eax: u32, ebx: u32, ecx: u32, edx: u32) -> Leaf {
+    Leaf { function, index: 0, indexed: false, eax, ebx, ecx, edx }
+}
+
+const fn sub(function: u32, index: u32, eax: u32, ebx: u32, ecx: u32, edx: u32) -> Leaf {
+    Leaf { function, index, indexed: true, eax, ebx, ecx, edx }
+}
+
+/// Leaf 1 ECX: SSE3, PCLMULQDQ, SSSE3, FMA, CX16, SSE4.1, SSE4.2, MOVBE, POPCNT, AES, XSAVE,
+/// OSXSAVE, AVX, F16C. Not: x2APIC (21), TSC-deadline (24), RDRAND (30), hypervisor (31).
+pub const LEAF1_ECX: u32 = (1 << 0)
+    | (1 << 1)
+    | (1 << 9)
+    | (1 << 12)
+    | (1 << 13)
+    | (1 << 19)
+    | (1 << 20)
+    | (1 << 22)
+    | (1 << 23)
+    | (1 << 25)
+    | (1 << 26)
+    | (1 << 27)
+    | (1 << 28)
+    | (1 << 29);
+/// Leaf 1 EDX: FPU, DE, PSE, TSC, MSR, PAE, MCE, CX8, SEP, MTRR, PGE, MCA, CMOV, PAT, PSE36,
+/// CLFSH, MMX, FXSR, SSE, SSE2.
+pub const LEAF1_EDX: u32 = (1 << 0)
+    | (1 << 2)
+    | (1 << 3)
+    | (1 << 4)
+    | (1 << 5)
+    | (1 << 6)
+    | (1 << 7)
+    | (1 << 8)
+    | (1 << 11)
+    | (1 << 12)
+    | (1 << 13)
+    | (1 << 14)
+    | (1 << 15)
+    | (1 << 16)
+    | (1 << 17)
+    | (1 << 19)
+    | (1 << 23)
+    | (1 << 24)
+    | (1 << 25)
+    | (1 << 26);
+/// Leaf 7 EBX: BMI1, AVX2, BMI2, ERMS, ADX. Not: RDSEED (18).
+pub const LEAF7_EBX: u32 = (1 << 3) | (1 << 5) | (1 << 8) | (1 << 9) | (1 << 19);
+/// Leaf 0x8000_0001 ECX: LAHF/SAHF, LZCNT, PREFETCHW.
+pub const EXT1_ECX: u32 = (1 << 0) | (1 << 5) | (1 << 8);
+/// Leaf 0x8000_0001 EDX: SYSCALL, NX, LM. Not: RDTSCP (27), 1 GiB pages.
+pub const EXT1_EDX: u32 = (1 << 11) | (1 << 20) | (1 << 29);
+/// XCR0 of every guest: x87, SSE and AVX state.
+pub const XCR0: u64 = 0x7;
+/// Family 6, model 0x55, stepping 4.
+pub const SIGNATURE: u32 = 0x0005_0654;
+
+fn brand() -> [u32; 12] {
+    let mut bytes = [0u8; 48];
+    let text = b"deja virtual CPU @ 3.00GHz";
+    bytes[..text.len()].copy_from_slice(text);
+    let mut words = [0u32; 12];
+    for (i, w) in words.iter_mut().enumerate() {
+        *w = u32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]]);
+    }
+    words
+}
+
+/// The table, in the order it is installed.
+pub fn table() -> Vec<Leaf> {
+    let b = brand();
+    vec![
+        // Max basic leaf 0xd, "GenuineIntel".
+        leaf(0, 0xd, 0x756e_6547, 0x6c65_746e, 0x4965_6e69),
+        // Signature; CLFLUSH line 8 qwords, one logical processor, APIC id 0.
+        leaf(1, SIGNATURE, 0x0001_0800, LEAF1_ECX, LEAF1_EDX),
+        // Cache descriptors: 0xff = "see leaf 4".
+        leaf(2, 0x00fe_ff01, 0, 0, 0),
+        // Deterministic cache parameters: L1d 32K 8-way, L1i 32K 8-way, L2 1M 16-way,
+        // L3 32M 16-way, 64-byte lines, shared by one thread.
+        sub(4, 0, 0x121, 0x01c0_003f, 63, 0),
+        sub(4, 1, 0x122, 0x01c0_003f, 63, 0),
+        sub(4, 2, 0x143, 0x03c0_003f, 1023, 0),
+        sub(4, 3, 0x163, 0x03c0_003f, 32767, 0),
+        sub(4, 4, 0, 0, 0, 0),
+        leaf(5, 0, 0, 0, 0),
+        leaf(6, 0, 0, 0, 0),
+        sub(7, 0, 0, LEAF7_EBX, 0, 0),
+        leaf(0xa, 0, 0, 0, 0),
+        // Topology: one thread, one core.
+        sub(0xb, 0, 0, 1, 0x100, 0),
+        sub(0xb, 1, 0, 1, 0x201, 0),
+        sub(0xb, 2, 0, 0, 2, 0),
+        // XSAVE: x87 + SSE + AVX, 832 bytes; no XSAVEOPT/XSAVEC/XSAVES.
+        sub(0xd, 0, XCR0 as u32, 832, 832, 0),
+        sub(0xd, 1, 0, 0, 0, 0),
+        sub(0xd, 2, 256, 576, 0, 0),
+        leaf(0x8000_0000, 0x8000_0008, 0, 0, 0),
+        leaf(0x8000_0001, 0, 0, EXT1_ECX, EXT1_EDX),
+        leaf(0x8000_0002, b[0], b[1], b[2], b[3]),
+        leaf(0x8000_0003, b[4], b[5], b[6], b[7]),
+        leaf(0x8000_0004, b[8], b[9], b[10], b[11]),
+        leaf(0x8000_0006, 0, 0, 0x0400_6040, 0),
+        // No invariant TSC.
+        leaf(0x8000_0007, 0, 0, 0, 0),
+        // 39 physical, 48 virtual address bits.
+        leaf(0x8000_0008, 0x3027, 0, 0, 0),
+    ]
+}
+
+/// The answer the table gives for `(function, index)`, as the guest should see it.
+pub fn lookup(function: u32, index: u32) -> Option<Leaf> {
+    table().into_iter().find(|l| l.function == function && (!l.indexed || l.index == index))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hazards_are_absent() {
+        assert_eq!(lookup(1, 0).unwrap().ecx & (1 << 30), 0, "RDRAND");
+        assert_eq!(lookup(1, 0).unwrap().ecx & (1 << 31), 0, "hypervisor bit");
+        assert_eq!(lookup(1, 0).unwrap().ecx & (1 << 24), 0, "TSC deadline");
+        assert_eq!(lookup(7, 0).unwrap().ebx & (1 << 18), 0, "RDSEED");
+        assert_eq!(lookup(0x8000_0001, 0).unwrap().edx & (1 << 27), 0, "RDTSCP");
+        assert_eq!(lookup(0x8000_0007, 0).unwrap().edx & (1 << 8), 0, "invariant TSC");
+        assert!(lookup(0x4000_0000, 0).is_none(), "hypervisor leaves");
+    }
+
+    #[test]
+    fn vendor_and_brand_are_fixed() {
+        let l0 = lookup(0, 0).unwrap();
+        let mut v = Vec::new();
+        for r in [l0.ebx, l0.edx, l0.ecx] {
+            v.extend_from_slice(&r.to_le_bytes());
+        }
+        assert_eq!(&v, b"GenuineIntel");
+        let l = lookup(0x8000_0002, 0).unwrap();
+        assert_eq!(&l.eax.to_le_bytes(), b"deja");
+    }
+
+    #[test]
+    fn every_indexed_leaf_is_unique() {
+        let t = table();
+        for (i, a) in t.iter().enumerate() {
+            for b in &t[i + 1..] {
+                assert!(!(a.function == b.function && a.index == b.index), "duplicate {a:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! deja's KVM shell: the only crate that touches `/dev/kvm` or holds `unsafe`.
+//!
+//! It builds one VM with one vCPU whose kernel is the deja monitor: guest RAM with page tables
+//! ([`paging`]), a GDT/IDT/TSS and a few bytes of trap stubs at a fixed layout ([`layout`]), a
+//! fixed CPUID table ([`cpuid`]), and a vCPU loop that hands every syscall and exception of the
+//! ring-3 program to the pure syscall core ([`deja_kernel::Kernel`]). [`probe`] measures which
+//! determinism settings this host honours.
+
+pub mod cpuid;
+pub mod layout;
+pub mod paging;
+pub mod probe;
+pub mod vm;
+
+use deja_kernel::{Kernel, LoadError, ProgramSpec, RunReport, Stream};
+
+pub use probe::{check_host, probe, HostCheck, HostProbe};
+pub use vm::{Vm, VmError, VmStats};
+
+/// Default guest RAM: 1 GiB (frames are only backed on the host once touched).
+pub const DEFAULT_MEMORY: u64 = 1 << 30;
+
+/// The result of a run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// What the syscall core recorded.
+    pub report: RunReport,
+    /// VM exit counters.
+    pub stats: VmStats,
+}
+
+/// Why a run could not happen. A guest that crashes is not an error: it has an exit status.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The program image was refused.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// KVM or the monitor failed.
+    #[error(transparent)]
+    Vm(#[from] VmError),
+}
+
+/// Runs `spec` in a fresh VM with `memory` bytes of RAM; the program's output goes to `sink`.
+pub fn run(spec: ProgramSpec, memory: u64, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<Run, RunError> {
+    let mut vm = Vm::new(memory)?;
+    let (mut kernel, entry) = Kernel::load(spec, &mut vm.space)?;
+    // Loading may have narrowed fresh pages; nothing ran yet, so nothing is cached.
+    vm.space.take_stale();
+    vm.enter_user(entry.rip, entry.rsp, 0)?;
+    let status = vm.run(&mut kernel, sink)?;
+    let report = kernel.finish(&vm.space, status);
+    Ok(Run { report, stats: vm.stats.clone() })
+}

@@ -1,0 +1,680 @@
+//! The KVM virtual machine: one vCPU in 64-bit long mode whose kernel is the deja monitor.
+//!
+//! Only this module issues ioctls. The vCPU loop is a small state machine over exits:
+//!
+//! * `out` to [`SYSCALL_PORT`] from the user stub at [`STUB_VA`]: the program executed
+//!   `syscall`, which on our hosts lands in ring 3 at LSTAR (the stub). The monitor serves it and
+//!   resumes at RCX with RFLAGS from R11, as `sysret` would.
+//! * `out` to `EXCEPTION_PORT_BASE + v` from a ring-0 gate: ring-3 code raised exception `v`.
+//!   The monitor reads the hardware frame from the ring-0 stack and CR2, lets the syscall core
+//!   decide, and resumes ring 3 directly (no `iretq` through emulated ring 0).
+//! * `out` to [`PTSYNC_PORT`]: the ring-0 page-table sync routine finished (see
+//!   [`crate::paging`]).
+//!
+//! Registers move through the `kvm_run` sync-regs area, so a syscall costs one exit and no
+//! register ioctls.
+
+use std::time::Instant;
+
+use deja_kernel::{Exception, ExceptionOutcome, ExitStatus, Kernel, Memory, Prot, Stream, SyscallOutcome, PAGE_SIZE};
+use kvm_bindings::{
+    kvm_cpuid_entry2, kvm_fpu, kvm_msr_entry, kvm_regs, kvm_segment, kvm_sregs, kvm_userspace_memory_region, kvm_xcrs,
+    CpuId, Msrs, KVM_CPUID_FLAG_SIGNIFCANT_INDEX,
+};
+use kvm_ioctls::{Cap, Kvm, SyncReg, VcpuExit, VcpuFd, VmFd};
+use vm_memory::{GuestAddress, GuestMemoryBackend};
+
+use crate::cpuid;
+use crate::layout::*;
+use crate::paging::{AddressSpace, RamError, PTE_A, PTE_D, PTE_P, PTE_PS, PTE_U, PTE_W};
+
+/// Errors of the KVM shell. Guest misbehaviour is never one of these: it ends the guest.
+#[derive(Debug, thiserror::Error)]
+pub enum VmError {
+    /// `/dev/kvm` is missing or not accessible.
+    #[error("cannot open /dev/kvm ({0}); deja needs KVM: check that the kvm module is loaded and you may open /dev/kvm (run `deja doctor`)")]
+    NoKvm(#[source] kvm_ioctls::Error),
+    /// A KVM capability deja needs is missing.
+    #[error("this host's KVM lacks the capability {0}; run `deja doctor`")]
+    MissingCap(&'static str),
+    /// An ioctl failed.
+    #[error("KVM refused {what}")]
+    Ioctl {
+        /// Which operation.
+        what: &'static str,
+        /// The error.
+        #[source]
+        source: kvm_ioctls::Error,
+    },
+    /// Guest RAM could not be set up.
+    #[error(transparent)]
+    Ram(#[from] RamError),
+    /// The VM stopped in a way the monitor does not understand (a monitor bug or a host quirk).
+    #[error("the VM stopped unexpectedly: {what} (rip {rip:#x}); please report this with `deja doctor --json`")]
+    Unexpected {
+        /// What happened.
+        what: String,
+        /// Instruction pointer at the stop.
+        rip: u64,
+    },
+}
+
+fn ioctl<T>(what: &'static str, r: Result<T, kvm_ioctls::Error>) -> Result<T, VmError> {
+    r.map_err(|source| VmError::Ioctl { what, source })
+}
+
+/// Counters of one run, for the summary and the benchmarks.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct VmStats {
+    /// VM exits handled.
+    pub exits: u64,
+    /// Exits that were syscalls.
+    pub syscall_exits: u64,
+    /// Exits that were CPU exceptions (including demand paging).
+    pub exception_exits: u64,
+    /// Ring-0 page-table syncs.
+    pub pt_syncs: u64,
+    /// Wall time spent inside `KVM_RUN`, in nanoseconds (host time; display only).
+    pub host_run_ns: u64,
+}
+
+const RFLAGS_FIXED: u64 = 0x2;
+const RFLAGS_IF: u64 = 0x200;
+const RFLAGS_RF: u64 = 0x1_0000;
+
+const MSR_STAR: u32 = 0xc000_0081;
+const MSR_LSTAR: u32 = 0xc000_0082;
+const MSR_CSTAR: u32 = 0xc000_0083;
+const MSR_SFMASK: u32 = 0xc000_0084;
+const MSR_KERNEL_GS_BASE: u32 = 0xc000_0102;
+const MSR_TSC: u32 = 0x10;
+
+const CR0_PE: u64 = 1;
+const CR0_MP: u64 = 1 << 1;
+const CR0_ET: u64 = 1 << 4;
+const CR0_NE: u64 = 1 << 5;
+const CR0_WP: u64 = 1 << 16;
+const CR0_PG: u64 = 1 << 31;
+const CR4_TSD: u64 = 1 << 2;
+const CR4_PAE: u64 = 1 << 5;
+const CR4_OSFXSR: u64 = 1 << 9;
+const CR4_OSXMMEXCPT: u64 = 1 << 10;
+const CR4_OSXSAVE: u64 = 1 << 18;
+const EFER_SCE: u64 = 1;
+const EFER_LME: u64 = 1 << 8;
+const EFER_LMA: u64 = 1 << 10;
+const EFER_NXE: u64 = 1 << 11;
+
+/// The user stub: `out %al, $SYSCALL_PORT; hlt; jmp .-1`.
+const USER_STUB: [u8; 5] = [0xe6, SYSCALL_PORT as u8, 0xf4, 0xeb, 0xfd];
+
+/// The ring-0 page-table sync routine. RSI points at `RCX` pairs of (PTE address, user address);
+/// each PTE is written with its own value (so a shadow MMU sees the write) and the user address
+/// is invalidated:
+///
+/// ```text
+/// 1: mov (%rsi),%rdi ; mov (%rdi),%rax ; mov %rax,(%rdi)
+///    mov 8(%rsi),%rdi ; invlpg (%rdi) ; add $16,%rsi ; dec %rcx ; jnz 1b
+///    out %al,$PTSYNC_PORT ; hlt
+/// ```
+const PTSYNC_CODE: [u8; 28] = [
+    0x48,
+    0x8b,
+    0x3e,
+    0x48,
+    0x8b,
+    0x07,
+    0x48,
+    0x89,
+    0x07,
+    0x48,
+    0x8b,
+    0x7e,
+    0x08,
+    0x0f,
+    0x01,
+    0x3f,
+    0x48,
+    0x83,
+    0xc6,
+    0x10,
+    0x48,
+    0xff,
+    0xc9,
+    0x75,
+    0xe7,
+    0xe6,
+    PTSYNC_PORT as u8,
+    0xf4,
+];
+
+/// Vectors for which the CPU pushes an error code.
+fn has_error_code(vector: u8) -> bool {
+    matches!(vector, 8 | 10..=14 | 17 | 21 | 29 | 30)
+}
+
+fn segment(selector: u16, code: bool, dpl: u8) -> kvm_segment {
+    kvm_segment {
+        base: 0,
+        limit: 0xffff_ffff,
+        selector,
+        type_: if code { 11 } else { 3 },
+        present: 1,
+        dpl,
+        db: if code { 0 } else { 1 },
+        s: 1,
+        l: if code { 1 } else { 0 },
+        g: 1,
+        avl: 0,
+        unusable: 0,
+        padding: 0,
+    }
+}
+
+/// One deja VM: KVM handles, guest RAM with its page tables, and the vCPU.
+#[derive(Debug)]
+pub struct Vm {
+    _kvm: Kvm,
+    _vm: VmFd,
+    vcpu: VcpuFd,
+    /// Guest RAM and page tables.
+    pub space: AddressSpace,
+    /// Counters.
+    pub stats: VmStats,
+    fs_base: u64,
+}
+
+impl Vm {
+    /// Creates a VM with `memory` bytes of RAM, the monitor's structures and a vCPU ready for
+    /// ring 3 (but no program yet).
+    pub fn new(memory: u64) -> Result<Vm, VmError> {
+        let kvm = Kvm::new().map_err(VmError::NoKvm)?;
+        for (cap, name) in
+            [(Cap::SyncRegs, "KVM_CAP_SYNC_REGS"), (Cap::Xcrs, "KVM_CAP_XCRS"), (Cap::ExtCpuid, "KVM_CAP_EXT_CPUID")]
+        {
+            if !kvm.check_extension(cap) {
+                return Err(VmError::MissingCap(name));
+            }
+        }
+        let vm = ioctl("KVM_CREATE_VM", kvm.create_vm())?;
+        let mut space = AddressSpace::new(memory)?;
+        let host = space.ram().get_host_address(GuestAddress(0)).map_err(|_| RamError::Alloc(memory >> 20))?;
+        let region = kvm_userspace_memory_region {
+            slot: 0,
+            flags: 0,
+            guest_phys_addr: 0,
+            memory_size: memory,
+            userspace_addr: host as u64,
+        };
+        // SAFETY: `host` is the start of a live anonymous mapping of `memory` bytes owned by
+        // `space.ram()`, which lives in the returned `Vm` next to the VM fd and so outlives
+        // every use the guest makes of it; the slot is new and does not overlap another slot.
+        ioctl("KVM_SET_USER_MEMORY_REGION", unsafe { vm.set_user_memory_region(region) })?;
+        // Needed by some Intel hosts for real-mode emulation; harmless elsewhere.
+        let _ = vm.set_tss_address(0xfffb_d000);
+        let vcpu = ioctl("KVM_CREATE_VCPU", vm.create_vcpu(0))?;
+
+        write_monitor_structures(&mut space).map_err(|_| RamError::Size(memory >> 20))?;
+
+        let mut vmx = Vm { _kvm: kvm, _vm: vm, vcpu, space, stats: VmStats::default(), fs_base: 0 };
+        vmx.setup_cpu()?;
+        Ok(vmx)
+    }
+
+    fn setup_cpu(&mut self) -> Result<(), VmError> {
+        let entries: Vec<kvm_cpuid_entry2> = cpuid::table()
+            .iter()
+            .map(|l| kvm_cpuid_entry2 {
+                function: l.function,
+                index: l.index,
+                flags: if l.indexed { KVM_CPUID_FLAG_SIGNIFCANT_INDEX } else { 0 },
+                eax: l.eax,
+                ebx: l.ebx,
+                ecx: l.ecx,
+                edx: l.edx,
+                ..Default::default()
+            })
+            .collect();
+        let cpuid = CpuId::from_entries(&entries)
+            .map_err(|_| VmError::Unexpected { what: "CPUID table too large".into(), rip: 0 })?;
+        ioctl("KVM_SET_CPUID2", self.vcpu.set_cpuid2(&cpuid))?;
+
+        let mut sregs = ioctl("KVM_GET_SREGS", self.vcpu.get_sregs())?;
+        sregs.cr0 = CR0_PE | CR0_MP | CR0_ET | CR0_NE | CR0_WP | CR0_PG;
+        sregs.cr3 = PML4_PHYS;
+        sregs.cr4 = CR4_PAE | CR4_TSD | CR4_OSFXSR | CR4_OSXMMEXCPT | CR4_OSXSAVE;
+        sregs.efer = EFER_SCE | EFER_LME | EFER_LMA | EFER_NXE;
+        sregs.gdt.base = direct(GDT_PHYS);
+        sregs.gdt.limit = 8 * 9 - 1;
+        sregs.idt.base = direct(IDT_PHYS);
+        sregs.idt.limit = 16 * 256 - 1;
+        sregs.tr = kvm_segment {
+            base: direct(TSS_PHYS),
+            limit: TSS_LIMIT,
+            selector: TSS_SEL,
+            type_: 11,
+            present: 1,
+            dpl: 0,
+            db: 0,
+            s: 0,
+            l: 0,
+            g: 0,
+            avl: 0,
+            unusable: 0,
+            padding: 0,
+        };
+        set_user_segments(&mut sregs);
+        ioctl("KVM_SET_SREGS", self.vcpu.set_sregs(&sregs))?;
+
+        let fpu = kvm_fpu { fcw: 0x37f, mxcsr: 0x1f80, ..Default::default() };
+        ioctl("KVM_SET_FPU", self.vcpu.set_fpu(&fpu))?;
+
+        let mut xcrs = kvm_xcrs { nr_xcrs: 1, ..Default::default() };
+        xcrs.xcrs[0].xcr = 0;
+        xcrs.xcrs[0].value = cpuid::XCR0;
+        ioctl("KVM_SET_XCRS", self.vcpu.set_xcrs(&xcrs))?;
+
+        let msr = |index, data| kvm_msr_entry { index, data, ..Default::default() };
+        let msrs = Msrs::from_entries(&[
+            msr(MSR_STAR, (0x23u64 << 48) | ((KERNEL_CS as u64) << 32)),
+            msr(MSR_LSTAR, STUB_VA),
+            msr(MSR_CSTAR, STUB_VA),
+            msr(MSR_SFMASK, 0x4_7700),
+            msr(MSR_KERNEL_GS_BASE, 0),
+            msr(MSR_TSC, 0),
+        ])
+        .map_err(|_| VmError::Unexpected { what: "MSR list too large".into(), rip: 0 })?;
+        let n = ioctl("KVM_SET_MSRS", self.vcpu.set_msrs(&msrs))?;
+        if n < 4 {
+            return Err(VmError::Unexpected { what: format!("KVM accepted only {n} of the syscall MSRs"), rip: 0 });
+        }
+        Ok(())
+    }
+
+    /// Places the vCPU in ring 3 at `rip` with stack `rsp`, all other registers zero (as Linux
+    /// starts a process: RDX = 0 means no `rtld_fini`).
+    pub fn enter_user(&mut self, rip: u64, rsp: u64, rbp: u64) -> Result<(), VmError> {
+        let regs = kvm_regs { rip, rsp, rbp, rflags: RFLAGS_FIXED | RFLAGS_IF, ..Default::default() };
+        ioctl("KVM_SET_REGS", self.vcpu.set_regs(&regs))?;
+        self.vcpu.set_sync_valid_reg(SyncReg::Register);
+        self.vcpu.set_sync_valid_reg(SyncReg::SystemRegister);
+        Ok(())
+    }
+
+    fn kvm_run(&mut self) -> Result<Exit, VmError> {
+        let start = Instant::now();
+        let exit = match self.vcpu.run() {
+            Ok(VcpuExit::IoOut(port, _)) => Exit::Out(port),
+            Ok(VcpuExit::Hlt) => Exit::Other("hlt".into()),
+            Ok(VcpuExit::Shutdown) => Exit::Other("shutdown (triple fault)".into()),
+            Ok(VcpuExit::FailEntry(reason, _)) => Exit::Other(format!("entry failed ({reason:#x})")),
+            Ok(VcpuExit::InternalError) => Exit::Other("KVM internal error (emulation failure)".into()),
+            Ok(other) => Exit::Other(format!("{other:?}")),
+            Err(e) if e.errno() == libc_eintr() => Exit::Interrupted,
+            Err(source) => return Err(VmError::Ioctl { what: "KVM_RUN", source }),
+        };
+        self.stats.host_run_ns += start.elapsed().as_nanos() as u64;
+        self.stats.exits += 1;
+        Ok(exit)
+    }
+
+    fn rip(&self) -> u64 {
+        self.vcpu.sync_regs().regs.rip
+    }
+
+    /// Replays stale page-table entries from ring 0 so that no CPU or shadow-MMU cache keeps a
+    /// mapping the monitor removed or narrowed.
+    fn pt_sync(&mut self) -> Result<(), VmError> {
+        let stale = self.space.take_stale();
+        if stale.is_empty() {
+            return Ok(());
+        }
+        self.stats.pt_syncs += 1;
+        let saved = self.vcpu.sync_regs();
+        let per_batch = (CMD_SIZE / 16) as usize;
+        for batch in stale.chunks(per_batch) {
+            for (i, (slot, va)) in batch.iter().enumerate() {
+                self.space.write_u64(CMD_PHYS + 16 * i as u64, direct(*slot));
+                self.space.write_u64(CMD_PHYS + 16 * i as u64 + 8, *va);
+            }
+            {
+                let sync = self.vcpu.sync_regs_mut();
+                sync.regs = kvm_regs {
+                    rip: direct(R0_CODE_PHYS + R0_PTSYNC_OFFSET),
+                    rsi: direct(CMD_PHYS),
+                    rcx: batch.len() as u64,
+                    rsp: direct(R0_STACK_PHYS + PAGE_SIZE),
+                    rflags: RFLAGS_FIXED,
+                    ..Default::default()
+                };
+                set_kernel_segments(&mut sync.sregs);
+            }
+            self.vcpu.set_sync_dirty_reg(SyncReg::Register);
+            self.vcpu.set_sync_dirty_reg(SyncReg::SystemRegister);
+            match self.kvm_run()? {
+                Exit::Out(PTSYNC_PORT) => {}
+                Exit::Out(port) if (EXCEPTION_PORT_BASE..EXCEPTION_PORT_BASE + 32).contains(&port) => {
+                    return Err(VmError::Unexpected {
+                        what: format!("exception {} in the page-table sync routine", port - EXCEPTION_PORT_BASE),
+                        rip: self.rip(),
+                    })
+                }
+                other => {
+                    return Err(VmError::Unexpected {
+                        what: format!("page-table sync stopped: {other:?}"),
+                        rip: self.rip(),
+                    })
+                }
+            }
+        }
+        let sync = self.vcpu.sync_regs_mut();
+        sync.regs = saved.regs;
+        sync.sregs = saved.sregs;
+        self.vcpu.set_sync_dirty_reg(SyncReg::Register);
+        self.vcpu.set_sync_dirty_reg(SyncReg::SystemRegister);
+        Ok(())
+    }
+
+    fn apply_fs_base(&mut self, fs_base: u64) {
+        if fs_base != self.fs_base {
+            self.fs_base = fs_base;
+            self.vcpu.sync_regs_mut().sregs.fs.base = fs_base;
+            self.vcpu.set_sync_dirty_reg(SyncReg::SystemRegister);
+        }
+    }
+
+    /// Runs the program under `kernel` until it ends. Output goes to `sink` as it is written.
+    pub fn run(&mut self, kernel: &mut Kernel, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<ExitStatus, VmError> {
+        let mut last_fault = (0u64, 0u64, 0u32);
+        loop {
+            self.pt_sync()?;
+            let exit = self.kvm_run()?;
+            let port = match exit {
+                Exit::Out(port) => port,
+                Exit::Interrupted => continue,
+                Exit::Other(what) => return Err(VmError::Unexpected { what, rip: self.rip() }),
+            };
+            let regs = self.vcpu.sync_regs().regs;
+            if port == SYSCALL_PORT && (regs.rip == STUB_VA || regs.rip == STUB_VA + 2) {
+                self.stats.syscall_exits += 1;
+                let args = [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9];
+                let outcome = kernel.syscall(&mut self.space, regs.rax, args);
+                for (stream, bytes) in kernel.take_output() {
+                    sink(stream, &bytes);
+                }
+                match outcome {
+                    SyscallOutcome::Return(value) => {
+                        let r = &mut self.vcpu.sync_regs_mut().regs;
+                        r.rax = value;
+                        r.rip = r.rcx;
+                        r.rflags = (r.r11 & !RFLAGS_RF) | RFLAGS_FIXED;
+                        self.vcpu.set_sync_dirty_reg(SyncReg::Register);
+                        self.apply_fs_base(kernel.fs_base());
+                    }
+                    SyscallOutcome::Exit(status) => return Ok(status),
+                }
+            } else if (EXCEPTION_PORT_BASE..EXCEPTION_PORT_BASE + 32).contains(&port)
+                && regs.rip >= direct(R0_CODE_PHYS)
+                && regs.rip < direct(R0_CODE_PHYS) + 32 * R0_GATE_STRIDE + 2
+            {
+                self.stats.exception_exits += 1;
+                let vector = (port - EXCEPTION_PORT_BASE) as u8;
+                let frame = self.read_frame(regs.rsp, vector)?;
+                let cr2 = self.vcpu.sync_regs().sregs.cr2;
+                let exc = match vector {
+                    14 => Exception::PageFault { addr: cr2, error_code: frame.error_code, rip: frame.rip },
+                    13 => Exception::GeneralProtection { rip: frame.rip, error_code: frame.error_code },
+                    v => Exception::Other { vector: v, rip: frame.rip },
+                };
+                let outcome = kernel.exception(&mut self.space, exc);
+                for (stream, bytes) in kernel.take_output() {
+                    sink(stream, &bytes);
+                }
+                let (mut rip, mut rax, mut rdx, mut rcx) = (frame.rip, regs.rax, regs.rdx, regs.rcx);
+                match outcome {
+                    ExceptionOutcome::Retry => {
+                        let key = (frame.rip, cr2, 0);
+                        last_fault = if (last_fault.0, last_fault.1) == (key.0, key.1) {
+                            (key.0, key.1, last_fault.2 + 1)
+                        } else {
+                            key
+                        };
+                        if last_fault.2 > 16 {
+                            return Err(VmError::Unexpected {
+                                what: format!("page fault at {cr2:#x} keeps recurring after the page was mapped"),
+                                rip: frame.rip,
+                            });
+                        }
+                    }
+                    ExceptionOutcome::Emulated { eax, edx, ecx, len } => {
+                        rip += len;
+                        rax = eax as u64;
+                        rdx = edx as u64;
+                        if let Some(c) = ecx {
+                            rcx = c as u64;
+                        }
+                    }
+                    ExceptionOutcome::Fatal(status) => return Ok(status),
+                }
+                let sync = self.vcpu.sync_regs_mut();
+                sync.regs.rip = rip;
+                sync.regs.rsp = frame.rsp;
+                sync.regs.rflags = (frame.rflags & !RFLAGS_RF) | RFLAGS_FIXED;
+                sync.regs.rax = rax;
+                sync.regs.rdx = rdx;
+                sync.regs.rcx = rcx;
+                set_user_segments(&mut sync.sregs);
+                sync.sregs.fs.base = self.fs_base;
+                self.vcpu.set_sync_dirty_reg(SyncReg::Register);
+                self.vcpu.set_sync_dirty_reg(SyncReg::SystemRegister);
+            } else {
+                // The program's own `out` to a port: Linux refuses port I/O without ioperm, so
+                // this would be a #GP. A ring-3 `out` to any other port already faults.
+                let status =
+                    kernel.exception(&mut self.space, Exception::GeneralProtection { rip: regs.rip, error_code: 0 });
+                match status {
+                    ExceptionOutcome::Fatal(status) => return Ok(status),
+                    _ => {
+                        return Ok(ExitStatus::Signaled {
+                            signal: 11,
+                            name: "SIGSEGV".into(),
+                            fault: Some(deja_kernel::FaultInfo {
+                                description: "general protection fault (port I/O)".into(),
+                                vector: 13,
+                                rip: regs.rip,
+                                addr: None,
+                            }),
+                        })
+                    }
+                }
+            }
+        }
+    }
+
+    fn read_frame(&self, rsp: u64, vector: u8) -> Result<Frame, VmError> {
+        let stack_lo = direct(R0_STACK_PHYS);
+        let words = if has_error_code(vector) { 6 } else { 5 };
+        if rsp < stack_lo || rsp + 8 * words > stack_lo + PAGE_SIZE {
+            return Err(VmError::Unexpected {
+                what: format!("exception {vector} with a ring-0 stack out of place ({rsp:#x})"),
+                rip: self.rip(),
+            });
+        }
+        let phys = rsp - DIRECT_MAP;
+        let w = |i: u64| self.space.read_u64(phys + 8 * i);
+        let (error_code, base) = if has_error_code(vector) { (w(0), 1) } else { (0, 0) };
+        let cs = w(base + 1);
+        if cs & 3 != 3 {
+            return Err(VmError::Unexpected {
+                what: format!("exception {vector} raised in ring 0 at {:#x}", w(base)),
+                rip: w(base),
+            });
+        }
+        Ok(Frame { error_code, rip: w(base), rflags: w(base + 2), rsp: w(base + 3) })
+    }
+
+    /// Reads a user address through the page tables (for probes and tests).
+    pub fn read_user(&self, va: u64, buf: &mut [u8]) -> bool {
+        self.space.read(va, buf).is_ok()
+    }
+
+    /// Maps `code` at `code_va` (read+exec) and a zeroed data page at `data_va`, for probes.
+    pub fn load_raw(&mut self, code_va: u64, code: &[u8], data_va: u64) -> Result<(), VmError> {
+        let oom = |_| VmError::Unexpected { what: "no frames for the probe".into(), rip: 0 };
+        let len = (code.len() as u64).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        self.space.populate(code_va, len, Prot::RW).map_err(oom)?;
+        self.space.write(code_va, code).map_err(oom)?;
+        self.space.protect(code_va, len, Prot(5));
+        self.space.take_stale();
+        self.space.populate(data_va, PAGE_SIZE, Prot::RW).map_err(oom)?;
+        Ok(())
+    }
+
+    /// Runs raw probe code until its first syscall, emulating nothing: returns which exceptions
+    /// it raised (vector, rip) on the way. Each exception skips the faulting 2-byte instruction
+    /// and sets EAX = EDX = 0xdeadbeef.
+    pub fn run_probe(&mut self) -> Result<Vec<(u8, u64)>, VmError> {
+        let mut seen = Vec::new();
+        for _ in 0..64 {
+            let port = match self.kvm_run()? {
+                Exit::Out(p) => p,
+                Exit::Interrupted => continue,
+                Exit::Other(what) => return Err(VmError::Unexpected { what, rip: self.rip() }),
+            };
+            let regs = self.vcpu.sync_regs().regs;
+            if port == SYSCALL_PORT {
+                return Ok(seen);
+            }
+            if !(EXCEPTION_PORT_BASE..EXCEPTION_PORT_BASE + 32).contains(&port) {
+                return Err(VmError::Unexpected { what: format!("probe wrote to port {port:#x}"), rip: regs.rip });
+            }
+            let vector = (port - EXCEPTION_PORT_BASE) as u8;
+            let frame = self.read_frame(regs.rsp, vector)?;
+            seen.push((vector, frame.rip));
+            let sync = self.vcpu.sync_regs_mut();
+            sync.regs.rip = frame.rip + 2;
+            sync.regs.rsp = frame.rsp;
+            sync.regs.rflags = (frame.rflags & !RFLAGS_RF) | RFLAGS_FIXED;
+            sync.regs.rax = 0xdead_beef;
+            sync.regs.rdx = 0xdead_beef;
+            set_user_segments(&mut sync.sregs);
+            self.vcpu.set_sync_dirty_reg(SyncReg::Register);
+            self.vcpu.set_sync_dirty_reg(SyncReg::SystemRegister);
+        }
+        Err(VmError::Unexpected { what: "probe did not finish".into(), rip: self.rip() })
+    }
+}
+
+#[derive(Debug)]
+enum Exit {
+    Out(u16),
+    Interrupted,
+    Other(String),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    error_code: u64,
+    rip: u64,
+    rflags: u64,
+    rsp: u64,
+}
+
+fn libc_eintr() -> i32 {
+    4
+}
+
+fn set_user_segments(sregs: &mut kvm_sregs) {
+    sregs.cs = segment(USER_CS, true, 3);
+    let data = segment(USER_SS, false, 3);
+    sregs.ss = data;
+    sregs.ds = data;
+    sregs.es = data;
+    let fs = sregs.fs.base;
+    sregs.fs = data;
+    sregs.fs.base = fs;
+    let gs = sregs.gs.base;
+    sregs.gs = data;
+    sregs.gs.base = gs;
+}
+
+fn set_kernel_segments(sregs: &mut kvm_sregs) {
+    sregs.cs = segment(KERNEL_CS, true, 0);
+    sregs.ss = segment(KERNEL_SS, false, 0);
+}
+
+/// Writes GDT, IDT, TSS, stubs, the direct map and the stub mapping into fresh guest RAM.
+fn write_monitor_structures(space: &mut AddressSpace) -> Result<(), deja_kernel::MemError> {
+    // GDT in Linux's layout, so ring-3 code reads CS/SS as 0x33/0x2b.
+    let gdt: [u64; 9] = [
+        0,
+        0x00cf_9b00_0000_ffff, // 0x08 kernel code 32
+        0x00af_9b00_0000_ffff, // 0x10 kernel code 64
+        0x00cf_9300_0000_ffff, // 0x18 kernel data
+        0x00cf_fb00_0000_ffff, // 0x20 user code 32
+        0x00cf_f300_0000_ffff, // 0x28 user data
+        0x00af_fb00_0000_ffff, // 0x30 user code 64
+        tss_low(direct(TSS_PHYS), TSS_LIMIT),
+        direct(TSS_PHYS) >> 32,
+    ];
+    for (i, d) in gdt.iter().enumerate() {
+        space.write_u64(GDT_PHYS + 8 * i as u64, *d);
+    }
+
+    // IDT: one interrupt gate per exception vector; #BP and #OF may be raised from ring 3.
+    for v in 0..32u64 {
+        let handler = direct(R0_CODE_PHYS + v * R0_GATE_STRIDE);
+        let dpl: u64 = if v == 3 || v == 4 { 3 } else { 0 };
+        let low = (handler & 0xffff)
+            | ((KERNEL_CS as u64) << 16)
+            | ((0x8e | (dpl << 5)) << 40)
+            | ((handler >> 16) & 0xffff) << 48;
+        space.write_u64(IDT_PHYS + 16 * v, low);
+        space.write_u64(IDT_PHYS + 16 * v + 8, handler >> 32);
+        // Gate code: out %al, $(base+v); hlt; jmp .-1
+        space.write_phys(
+            R0_CODE_PHYS + v * R0_GATE_STRIDE,
+            &[0xe6, (EXCEPTION_PORT_BASE as u64 + v) as u8, 0xf4, 0xeb, 0xfd],
+        );
+    }
+    space.write_phys(R0_CODE_PHYS + R0_PTSYNC_OFFSET, &PTSYNC_CODE);
+    space.write_phys(USER_STUB_PHYS, &USER_STUB);
+
+    // TSS: RSP0 and an I/O bitmap that opens only the syscall port.
+    space.write_u64(TSS_PHYS + 4, direct(R0_STACK_PHYS + PAGE_SIZE));
+    space.write_phys(TSS_PHYS + 0x66, &(TSS_IOMAP_OFFSET as u16).to_le_bytes());
+    let mut bitmap = vec![0xffu8; 8192 + 1];
+    bitmap[(SYSCALL_PORT / 8) as usize] &= !(1 << (SYSCALL_PORT % 8));
+    space.write_phys(TSS_PHYS + TSS_IOMAP_OFFSET, &bitmap);
+
+    // Supervisor-only direct map of all RAM in 2 MiB pages.
+    let pml4_slot = PML4_PHYS + ((DIRECT_MAP >> 39) & 0x1ff) * 8;
+    let pdpt = space.alloc_frame()?;
+    space.write_u64(pml4_slot, pdpt | PTE_P | PTE_W | PTE_A);
+    let two_mib = 2u64 << 20;
+    let mut phys = 0;
+    while phys < space.size() {
+        let gib = phys >> 30;
+        let pdpt_slot = pdpt + gib * 8;
+        let mut pd = space.read_u64(pdpt_slot) & crate::paging::PTE_ADDR;
+        if pd == 0 {
+            pd = space.alloc_frame()?;
+            space.write_u64(pdpt_slot, pd | PTE_P | PTE_W | PTE_A);
+        }
+        space.write_u64(pd + ((phys >> 21) & 0x1ff) * 8, phys | PTE_P | PTE_W | PTE_PS | PTE_A | PTE_D);
+        phys += two_mib;
+    }
+
+    // The syscall stub: user-readable and executable, not writable.
+    space.map_page(STUB_VA, USER_STUB_PHYS, PTE_P | PTE_U | PTE_A)?;
+    Ok(())
+}
+
+fn tss_low(base: u64, limit: u32) -> u64 {
+    let limit = limit as u64;
+    (limit & 0xffff)
+        | ((base & 0xff_ffff) << 16)
+        | (0x89u64 << 40)
+        | (((limit >> 16) & 0xf) << 48)
+        | (((base >> 24) & 0xff) << 56)
+}

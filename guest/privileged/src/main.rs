@@ -1,0 +1,28 @@
+//! Commits one CPU fault chosen by the first argument: `hlt` or `cli` (privileged, SIGSEGV),
+//! `ud2` (SIGILL), `null` (write to address 0, SIGSEGV), `int3` (SIGTRAP), `rdtsc` (allowed:
+//! prints a reading), `div0` (SIGFPE).
+fn main() {
+    let what = std::env::args().nth(1).unwrap_or_else(|| "hlt".into());
+    println!("about to: {what}");
+    // SAFETY: every arm faults on purpose (or, for rdtsc, reads the time-stamp counter).
+    unsafe {
+        match what.as_str() {
+            "hlt" => core::arch::asm!("hlt"),
+            "cli" => core::arch::asm!("cli"),
+            "ud2" => core::arch::asm!("ud2"),
+            "int3" => core::arch::asm!("int3"),
+            "null" => core::ptr::write_volatile(core::ptr::null_mut::<u64>().wrapping_add(2), 7),
+            "div0" => core::arch::asm!("xor edx, edx", "xor eax, eax", "xor ecx, ecx", "div ecx", out("eax") _, out("edx") _, out("ecx") _),
+            "rdtsc" => {
+                let t = core::arch::x86_64::_rdtsc();
+                println!("rdtsc: {}", t > 0);
+                return;
+            }
+            other => {
+                eprintln!("unknown fault {other}");
+                std::process::exit(2);
+            }
+        }
+    }
+    println!("survived {what}");
+}
