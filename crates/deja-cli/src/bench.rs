@@ -8,6 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use deja_kernel::ProgramSpec;
+use deja_vmm::RegisterPath;
 
 /// Arguments of `deja bench`.
 #[derive(Debug, clap::Args)]
@@ -50,9 +51,13 @@ fn spec(path: &Path, args: &[&str]) -> Result<ProgramSpec, String> {
 }
 
 fn time_deja(path: &Path, args: &[&str]) -> Result<(Duration, deja_vmm::Run), String> {
+    time_deja_with(path, args, RegisterPath::SyncRegs)
+}
+
+fn time_deja_with(path: &Path, args: &[&str], regs: RegisterPath) -> Result<(Duration, deja_vmm::Run), String> {
     let spec = spec(path, args)?;
     let start = Instant::now();
-    let run = deja_vmm::run(spec, deja_vmm::DEFAULT_MEMORY, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    let run = deja_vmm::run_with(spec, deja_vmm::DEFAULT_MEMORY, regs, &mut |_, _| {}).map_err(|e| e.to_string())?;
     let elapsed = start.elapsed();
     if run.report.exit.code() != 0 {
         return Err(format!("{} failed under deja: {:?}", path.display(), run.report.exit));
@@ -75,6 +80,7 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     let cpuburn = dir.join("cpuburn");
     let syscalls = dir.join("syscalls");
     let hello = dir.join("hello");
+    let memhog = dir.join("memhog");
     let steps = args.steps.to_string();
     let repeat = args.repeat.max(1);
 
@@ -87,18 +93,35 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     let (native, in_deja) = (median(native), median(in_deja));
     let ratio = native.as_secs_f64() / in_deja.as_secs_f64();
 
-    // 2. Syscall round trip: N extra syscalls against none.
+    // 2. Syscall round trip: N extra syscalls against none, for both register paths.
     let n = args.syscalls.to_string();
-    let (mut base, mut many, mut exits) = (Vec::new(), Vec::new(), 0);
-    for _ in 0..repeat {
-        base.push(time_deja(&syscalls, &["0"])?.0);
-        let (t, run) = time_deja(&syscalls, &[&n])?;
-        exits = run.stats.syscall_exits;
-        many.push(t);
+    let mut per_syscall = Vec::new();
+    let mut exits = 0;
+    for regs in [RegisterPath::SyncRegs, RegisterPath::Ioctls] {
+        let (mut base, mut many) = (Vec::new(), Vec::new());
+        for _ in 0..repeat {
+            base.push(time_deja_with(&syscalls, &["0"], regs)?.0);
+            let (t, run) = time_deja_with(&syscalls, &[&n], regs)?;
+            exits = run.stats.syscall_exits;
+            many.push(t);
+        }
+        per_syscall.push((median(many).as_secs_f64() - median(base).as_secs_f64()) * 1e6 / args.syscalls as f64);
     }
-    let per_syscall_us = (median(many).as_secs_f64() - median(base).as_secs_f64()) * 1e6 / args.syscalls as f64;
+    let per_syscall_us = per_syscall[0];
 
-    // 3. The whole CLI on hello, as a user runs it (including the hazard probe).
+    // 3. Exception round trip: demand paging of N MiB (one #PF exit per 64 KiB window).
+    let (mut small, mut big, mut faults) = (Vec::new(), Vec::new(), (0, 0));
+    for _ in 0..repeat {
+        let (t0, r0) = time_deja(&memhog, &["1"])?;
+        let (t1, r1) = time_deja(&memhog, &["64"])?;
+        small.push(t0);
+        big.push(t1);
+        faults = (r0.stats.exception_exits, r1.stats.exception_exits);
+    }
+    let extra_faults = faults.1.saturating_sub(faults.0).max(1);
+    let per_fault_us = (median(big).as_secs_f64() - median(small).as_secs_f64()) * 1e6 / extra_faults as f64;
+
+    // 4. The whole CLI on hello, as a user runs it (including the hazard probe).
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut hello_times = Vec::new();
     let mut hello_native = Vec::new();
@@ -118,7 +141,11 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
             "native_s": native.as_secs_f64(), "deja_s": in_deja.as_secs_f64(),
             "speed_vs_native": ratio, "target": 0.9,
         },
-        "syscall_round_trip": { "syscalls": args.syscalls, "syscall_exits": exits, "us_per_syscall": per_syscall_us },
+        "syscall_round_trip": {
+            "syscalls": args.syscalls, "syscall_exits": exits, "us_per_syscall": per_syscall_us,
+            "us_per_syscall_register_ioctls": per_syscall[1],
+        },
+        "demand_paging": { "extra_page_faults": extra_faults, "us_per_fault_including_page_work": per_fault_us },
         "deja_run_hello": { "wall_ms": median(hello_times).as_secs_f64() * 1e3, "native_ms": median(hello_native).as_secs_f64() * 1e3 },
         "repeat": repeat,
     }))
@@ -142,9 +169,16 @@ pub fn main(args: BenchArgs) -> i32 {
                 );
                 let s = &v["syscall_round_trip"];
                 println!(
-                    "  syscall    round trip: {:.1} us per syscall ({} syscalls)",
+                    "  syscall    round trip: {:.1} us per syscall with sync regs (used), {:.1} us with register ioctls ({} syscalls)",
                     s["us_per_syscall"].as_f64().unwrap_or(0.0),
+                    s["us_per_syscall_register_ioctls"].as_f64().unwrap_or(0.0),
                     s["syscalls"]
+                );
+                let d = &v["demand_paging"];
+                println!(
+                    "  paging     {:.1} us per demand-paging fault (64 KiB mapped per fault, {} faults)",
+                    d["us_per_fault_including_page_work"].as_f64().unwrap_or(0.0),
+                    d["extra_page_faults"]
                 );
                 let h = &v["deja_run_hello"];
                 println!(

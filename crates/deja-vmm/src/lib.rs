@@ -15,7 +15,7 @@ pub mod vm;
 use deja_kernel::{Kernel, LoadError, ProgramSpec, RunReport, Stream};
 
 pub use probe::{check_host, probe, HostCheck, HostProbe};
-pub use vm::{Vm, VmError, VmStats};
+pub use vm::{RegisterPath, Vm, VmError, VmStats};
 
 /// Default guest RAM: 1 GiB (frames are only backed on the host once touched).
 pub const DEFAULT_MEMORY: u64 = 1 << 30;
@@ -42,7 +42,18 @@ pub enum RunError {
 
 /// Runs `spec` in a fresh VM with `memory` bytes of RAM; the program's output goes to `sink`.
 pub fn run(spec: ProgramSpec, memory: u64, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<Run, RunError> {
+    run_with(spec, memory, RegisterPath::SyncRegs, sink)
+}
+
+/// [`run`] with an explicit register path (for measuring the candidates).
+pub fn run_with(
+    spec: ProgramSpec,
+    memory: u64,
+    path: RegisterPath,
+    sink: &mut dyn FnMut(Stream, &[u8]),
+) -> Result<Run, RunError> {
     let mut vm = Vm::new(memory)?;
+    vm.set_register_path(path);
     let (mut kernel, entry) = Kernel::load(spec, &mut vm.space)?;
     // Loading may have narrowed fresh pages; nothing ran yet, so nothing is cached.
     vm.space.take_stale();

@@ -56,7 +56,12 @@ pub struct AddressSpace {
     stale: Vec<(u64, u64)>,
 }
 
+/// Leaf bits for `prot`. A `PROT_NONE` page stays present for the monitor but loses the user
+/// bit, so any ring-3 access faults while its contents survive a later `mprotect`.
 fn leaf_bits(prot: Prot) -> u64 {
+    if !prot.readable() {
+        return PTE_P | PTE_A | PTE_D | PTE_NX;
+    }
     let mut bits = PTE_P | PTE_U | PTE_A | PTE_D;
     if prot.writable() {
         bits |= PTE_W;
@@ -65,6 +70,13 @@ fn leaf_bits(prot: Prot) -> u64 {
         bits |= PTE_NX;
     }
     bits
+}
+
+/// True if changing a leaf from `old` to `new` bits takes a right away from ring 3.
+fn narrows(old: u64, new: u64) -> bool {
+    (old & PTE_W != 0 && new & PTE_W == 0)
+        || (old & PTE_NX == 0 && new & PTE_NX != 0)
+        || (old & PTE_U != 0 && new & PTE_U == 0)
 }
 
 fn index(va: u64, level: u32) -> u64 {
@@ -255,7 +267,7 @@ impl Memory for AddressSpace {
                 let frame = self.alloc_frame()?;
                 self.write_u64(slot, frame | bits);
             } else if pte & !PTE_ADDR != bits {
-                if (pte & PTE_W != 0 && bits & PTE_W == 0) || (pte & PTE_NX == 0 && bits & PTE_NX != 0) {
+                if narrows(pte, bits) {
                     self.stale.push((slot, va));
                 }
                 self.write_u64(slot, (pte & PTE_ADDR) | bits);
@@ -271,7 +283,7 @@ impl Memory for AddressSpace {
             if pte & !PTE_ADDR == bits {
                 continue;
             }
-            if (pte & PTE_W != 0 && bits & PTE_W == 0) || (pte & PTE_NX == 0 && bits & PTE_NX != 0) {
+            if narrows(pte, bits) {
                 self.stale.push((slot, va));
             }
             self.write_u64(slot, (pte & PTE_ADDR) | bits);
@@ -377,6 +389,21 @@ mod tests {
         assert!(!s.has_stale());
         s.protect(0x40_0000, PAGE_SIZE, Prot::READ);
         assert_eq!(s.take_stale(), vec![(s.walk(0x40_0000, false).unwrap().unwrap(), 0x40_0000)]);
+    }
+
+    #[test]
+    fn prot_none_keeps_contents_but_removes_user_access() {
+        let mut s = space();
+        s.populate(0x40_0000, PAGE_SIZE, Prot::RW).unwrap();
+        s.write(0x40_0000, b"kept").unwrap();
+        s.protect(0x40_0000, PAGE_SIZE, Prot::NONE);
+        assert_eq!(s.take_stale().len(), 1, "dropping user access needs a ring-0 sync");
+        let (_, pte) = s.lookup(0x40_0000).unwrap();
+        assert_eq!(pte & PTE_U, 0);
+        s.protect(0x40_0000, PAGE_SIZE, Prot::READ);
+        let mut buf = [0u8; 4];
+        s.read(0x40_0000, &mut buf).unwrap();
+        assert_eq!(&buf, b"kept");
     }
 
     #[test]

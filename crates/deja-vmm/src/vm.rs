@@ -171,6 +171,21 @@ fn segment(selector: u16, code: bool, dpl: u8) -> kvm_segment {
     }
 }
 
+/// How registers travel between the monitor and KVM on each exit.
+///
+/// Both paths were measured (`deja bench`); the monitor uses [`RegisterPath::SyncRegs`], the
+/// other is kept so the comparison can be re-run on any host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegisterPath {
+    /// Registers in the `kvm_run` sync-regs area: no register ioctl per exit.
+    #[default]
+    SyncRegs,
+    /// `KVM_GET_REGS`/`KVM_GET_SREGS` after each exit and `KVM_SET_REGS`/`KVM_SET_SREGS` before
+    /// each entry that changed them.
+    Ioctls,
+}
+
 /// One deja VM: KVM handles, guest RAM with its page tables, and the vCPU.
 #[derive(Debug)]
 pub struct Vm {
@@ -182,6 +197,10 @@ pub struct Vm {
     /// Counters.
     pub stats: VmStats,
     fs_base: u64,
+    gs_base: u64,
+    path: RegisterPath,
+    dirty_regs: bool,
+    dirty_sregs: bool,
 }
 
 impl Vm {
@@ -216,7 +235,18 @@ impl Vm {
 
         write_monitor_structures(&mut space).map_err(|_| RamError::Size(memory >> 20))?;
 
-        let mut vmx = Vm { _kvm: kvm, _vm: vm, vcpu, space, stats: VmStats::default(), fs_base: 0 };
+        let mut vmx = Vm {
+            _kvm: kvm,
+            _vm: vm,
+            vcpu,
+            space,
+            stats: VmStats::default(),
+            fs_base: 0,
+            gs_base: 0,
+            path: RegisterPath::SyncRegs,
+            dirty_regs: false,
+            dirty_sregs: false,
+        };
         vmx.setup_cpu()?;
         Ok(vmx)
     }
@@ -296,12 +326,60 @@ impl Vm {
     pub fn enter_user(&mut self, rip: u64, rsp: u64, rbp: u64) -> Result<(), VmError> {
         let regs = kvm_regs { rip, rsp, rbp, rflags: RFLAGS_FIXED | RFLAGS_IF, ..Default::default() };
         ioctl("KVM_SET_REGS", self.vcpu.set_regs(&regs))?;
-        self.vcpu.set_sync_valid_reg(SyncReg::Register);
-        self.vcpu.set_sync_valid_reg(SyncReg::SystemRegister);
+        if self.path == RegisterPath::SyncRegs {
+            self.vcpu.set_sync_valid_reg(SyncReg::Register);
+            self.vcpu.set_sync_valid_reg(SyncReg::SystemRegister);
+        }
+        Ok(())
+    }
+
+    /// Chooses how registers travel on each exit (call before the first run).
+    pub fn set_register_path(&mut self, path: RegisterPath) {
+        self.path = path;
+        if path == RegisterPath::Ioctls {
+            self.vcpu.clear_sync_valid_reg(SyncReg::Register);
+            self.vcpu.clear_sync_valid_reg(SyncReg::SystemRegister);
+        }
+    }
+
+    fn mark_dirty(&mut self, reg: SyncReg) {
+        match self.path {
+            RegisterPath::SyncRegs => self.vcpu.set_sync_dirty_reg(reg),
+            RegisterPath::Ioctls => match reg {
+                SyncReg::Register => self.dirty_regs = true,
+                _ => self.dirty_sregs = true,
+            },
+        }
+    }
+
+    /// For [`RegisterPath::Ioctls`]: push changed registers before entry.
+    fn push_registers(&mut self) -> Result<(), VmError> {
+        if self.path == RegisterPath::Ioctls {
+            let sync = self.vcpu.sync_regs();
+            if std::mem::take(&mut self.dirty_sregs) {
+                ioctl("KVM_SET_SREGS", self.vcpu.set_sregs(&sync.sregs))?;
+            }
+            if std::mem::take(&mut self.dirty_regs) {
+                ioctl("KVM_SET_REGS", self.vcpu.set_regs(&sync.regs))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// For [`RegisterPath::Ioctls`]: pull the registers after an exit.
+    fn pull_registers(&mut self) -> Result<(), VmError> {
+        if self.path == RegisterPath::Ioctls {
+            let regs = ioctl("KVM_GET_REGS", self.vcpu.get_regs())?;
+            let sregs = ioctl("KVM_GET_SREGS", self.vcpu.get_sregs())?;
+            let sync = self.vcpu.sync_regs_mut();
+            sync.regs = regs;
+            sync.sregs = sregs;
+        }
         Ok(())
     }
 
     fn kvm_run(&mut self) -> Result<Exit, VmError> {
+        self.push_registers()?;
         let start = Instant::now();
         let exit = match self.vcpu.run() {
             Ok(VcpuExit::IoOut(port, _)) => Exit::Out(port),
@@ -315,6 +393,7 @@ impl Vm {
         };
         self.stats.host_run_ns += start.elapsed().as_nanos() as u64;
         self.stats.exits += 1;
+        self.pull_registers()?;
         Ok(exit)
     }
 
@@ -349,8 +428,8 @@ impl Vm {
                 };
                 set_kernel_segments(&mut sync.sregs);
             }
-            self.vcpu.set_sync_dirty_reg(SyncReg::Register);
-            self.vcpu.set_sync_dirty_reg(SyncReg::SystemRegister);
+            self.mark_dirty(SyncReg::Register);
+            self.mark_dirty(SyncReg::SystemRegister);
             match self.kvm_run()? {
                 Exit::Out(PTSYNC_PORT) => {}
                 Exit::Out(port) if (EXCEPTION_PORT_BASE..EXCEPTION_PORT_BASE + 32).contains(&port) => {
@@ -370,16 +449,19 @@ impl Vm {
         let sync = self.vcpu.sync_regs_mut();
         sync.regs = saved.regs;
         sync.sregs = saved.sregs;
-        self.vcpu.set_sync_dirty_reg(SyncReg::Register);
-        self.vcpu.set_sync_dirty_reg(SyncReg::SystemRegister);
+        self.mark_dirty(SyncReg::Register);
+        self.mark_dirty(SyncReg::SystemRegister);
         Ok(())
     }
 
-    fn apply_fs_base(&mut self, fs_base: u64) {
-        if fs_base != self.fs_base {
+    fn apply_bases(&mut self, fs_base: u64, gs_base: u64) {
+        if fs_base != self.fs_base || gs_base != self.gs_base {
             self.fs_base = fs_base;
-            self.vcpu.sync_regs_mut().sregs.fs.base = fs_base;
-            self.vcpu.set_sync_dirty_reg(SyncReg::SystemRegister);
+            self.gs_base = gs_base;
+            let sregs = &mut self.vcpu.sync_regs_mut().sregs;
+            sregs.fs.base = fs_base;
+            sregs.gs.base = gs_base;
+            self.mark_dirty(SyncReg::SystemRegister);
         }
     }
 
@@ -408,8 +490,8 @@ impl Vm {
                         r.rax = value;
                         r.rip = r.rcx;
                         r.rflags = (r.r11 & !RFLAGS_RF) | RFLAGS_FIXED;
-                        self.vcpu.set_sync_dirty_reg(SyncReg::Register);
-                        self.apply_fs_base(kernel.fs_base());
+                        self.mark_dirty(SyncReg::Register);
+                        self.apply_bases(kernel.fs_base(), kernel.gs_base());
                     }
                     SyscallOutcome::Exit(status) => return Ok(status),
                 }
@@ -465,8 +547,9 @@ impl Vm {
                 sync.regs.rcx = rcx;
                 set_user_segments(&mut sync.sregs);
                 sync.sregs.fs.base = self.fs_base;
-                self.vcpu.set_sync_dirty_reg(SyncReg::Register);
-                self.vcpu.set_sync_dirty_reg(SyncReg::SystemRegister);
+                sync.sregs.gs.base = self.gs_base;
+                self.mark_dirty(SyncReg::Register);
+                self.mark_dirty(SyncReg::SystemRegister);
             } else {
                 // The program's own `out` to a port: Linux refuses port I/O without ioperm, so
                 // this would be a #GP. A ring-3 `out` to any other port already faults.
@@ -558,8 +641,8 @@ impl Vm {
             sync.regs.rax = 0xdead_beef;
             sync.regs.rdx = 0xdead_beef;
             set_user_segments(&mut sync.sregs);
-            self.vcpu.set_sync_dirty_reg(SyncReg::Register);
-            self.vcpu.set_sync_dirty_reg(SyncReg::SystemRegister);
+            self.mark_dirty(SyncReg::Register);
+            self.mark_dirty(SyncReg::SystemRegister);
         }
         Err(VmError::Unexpected { what: "probe did not finish".into(), rip: self.rip() })
     }
