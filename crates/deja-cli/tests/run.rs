@@ -221,3 +221,31 @@ fn doctor_reports_kvm_and_hazards() {
     assert_eq!(v["usable"], true);
     assert!(v["probe"]["rdtsc_trapped"].is_boolean());
 }
+
+#[test]
+fn audit_catches_a_program_that_reads_host_time() {
+    // Whether raw RDTSC is deterministic depends on the host: where it traps, deja serves it
+    // from the virtual clock; where it does not, the program sees host time and the audit must
+    // say so.
+    let doctor: serde_json::Value = serde_json::from_slice(&deja(&["doctor", "--json"]).stdout).unwrap();
+    let trapped = doctor["probe"]["rdtsc_trapped"].as_bool().unwrap();
+    let p = s(&guest("privileged"));
+    let (out, v) = run_json(&["--audit", "3", &p, "--", "rdtsc-value"]);
+    if trapped {
+        assert_eq!(v["audit"]["result"], "identical", "{}", stderr(&out));
+        assert_eq!(out.status.code(), Some(0));
+    } else {
+        assert_eq!(v["audit"]["result"], "diverged", "{}", stderr(&out));
+        assert_eq!(out.status.code(), Some(124));
+        // The first syscall that differs is the write of the counter's digits.
+        let index = v["audit"]["first_diverging_syscall"].as_u64().unwrap();
+        let trace = std::env::temp_dir().join(format!("deja-rdtsc-{}.jsonl", std::process::id()));
+        run_json(&["--trace-out", &s(&trace), &p, "--", "rdtsc-value"]);
+        let lines: Vec<serde_json::Value> =
+            std::fs::read_to_string(&trace).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        std::fs::remove_file(&trace).ok();
+        assert_eq!(lines[index as usize]["name"], "write", "{:?}", lines[index as usize]);
+        let text = deja(&["run", "--no-probe", "--audit", "2", &p, "--", "rdtsc-value"]);
+        assert!(stderr(&text).contains("deja: audit: diverged"), "{}", stderr(&text));
+    }
+}

@@ -14,7 +14,7 @@ use crate::layout::*;
 use crate::rng::RandomStream;
 use crate::signal::{self, Signals};
 use crate::stack::{self, AuxInfo};
-use crate::trace::{memory_digest, ExceptionRecord, Tracer};
+use crate::trace::{memory_digest, DataHasher, ExceptionRecord, Tracer};
 use crate::vm::{Access, AddressSpace, FaultError, Vma, VmaKind};
 use crate::{
     Entry, Exception, ExceptionOutcome, ExitStatus, FaultInfo, LoadError, Memory, ProgramSpec, Prot, RunReport, Stream,
@@ -254,7 +254,9 @@ impl Kernel {
         self.last_fault = None;
         let name = crate::syscalls::display_name(nr);
         *self.counts.entry(name.clone()).or_default() += 1;
-        let res = self.dispatch(mem, nr, args);
+        let mut hashed = DataHasher::new(mem);
+        let res = self.dispatch(&mut hashed, nr, args);
+        let data = hashed.finish();
         let (outcome, ret) = match res {
             Ok(v) => (SyscallOutcome::Return(v), Some(v)),
             Err(Stop::Err(e)) => {
@@ -271,7 +273,7 @@ impl Kernel {
                 (SyscallOutcome::Exit(st), None)
             }
         };
-        self.tracer.syscall(nr, &name, args, ret, self.clock.now_ns());
+        self.tracer.syscall(nr, &name, args, ret, self.clock.now_ns(), data);
         outcome
     }
 

@@ -236,6 +236,9 @@ pub struct TraceEntry {
     pub ret: Option<u64>,
     /// Virtual time (ns since boot) when the syscall returned.
     pub vtime_ns: u64,
+    /// BLAKE3 (first 16 hex digits) of the bytes the syscall moved between the program's
+    /// memory and the kernel, in order, or `None` when it moved none.
+    pub data: Option<String>,
 }
 
 /// The facts of a finished run.

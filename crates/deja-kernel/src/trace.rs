@@ -6,13 +6,15 @@
 //! own tag (they are not in `entry_hashes`, which stays one hash per syscall).
 //!
 //! Encoding of a syscall entry (tag 1): `tag u8, index u64, nr u64, args 6×u64, has_ret u8,
-//! ret u64, vtime u64`. Encoding of an exception entry (tag 2): `tag u8, seq u64, vector u8,
+//! ret u64, vtime u64, has_data u8, data [u8; 32]` where `data` is the BLAKE3 of every byte the
+//! syscall copied from or to the program's memory (see [`DataHasher`]), so two runs whose
+//! syscalls agree in arguments but not in the bytes they wrote or read still diverge. Encoding of an exception entry (tag 2): `tag u8, seq u64, vector u8,
 //! rip u64, addr u64, error_code u64, outcome u8, value u64, vtime u64` where `outcome` is
 //! 1 = emulated (value = TSC), 2 = fatal (value = signal).
 //!
 //! [`RunReport::entry_hashes`]: crate::RunReport::entry_hashes
 
-use crate::TraceEntry;
+use crate::{MemError, Memory, Prot, TraceEntry};
 
 /// Tag of a syscall entry.
 const TAG_SYSCALL: u8 = 1;
@@ -58,7 +60,15 @@ impl Tracer {
     }
 
     /// Records one syscall.
-    pub fn syscall(&mut self, nr: u64, name: &str, args: [u64; 6], ret: Option<u64>, vtime: u64) {
+    pub fn syscall(
+        &mut self,
+        nr: u64,
+        name: &str,
+        args: [u64; 6],
+        ret: Option<u64>,
+        vtime: u64,
+        data: Option<[u8; 32]>,
+    ) {
         let index = self.syscalls;
         self.syscalls += 1;
         let mut enc = Vec::with_capacity(90);
@@ -71,13 +81,16 @@ impl Tracer {
         enc.push(u8::from(ret.is_some()));
         enc.extend_from_slice(&ret.unwrap_or(0).to_le_bytes());
         enc.extend_from_slice(&vtime.to_le_bytes());
+        enc.push(u8::from(data.is_some()));
+        enc.extend_from_slice(&data.unwrap_or([0; 32]));
         self.hasher.update(&enc);
         let h = blake3::hash(&enc);
         let mut first = [0u8; 8];
         first.copy_from_slice(&h.as_bytes()[..8]);
         self.entry_hashes.push(u64::from_le_bytes(first));
         if self.record {
-            self.trace.push(TraceEntry { index, nr, name: name.to_string(), args, ret, vtime_ns: vtime });
+            let data = data.map(|d| d[..8].iter().map(|b| format!("{b:02x}")).collect());
+            self.trace.push(TraceEntry { index, nr, name: name.to_string(), args, ret, vtime_ns: vtime, data });
         }
     }
 
@@ -128,6 +141,66 @@ pub fn memory_digest(mem: &dyn crate::Memory) -> blake3::Hash {
     h.finalize()
 }
 
+/// A [`Memory`] that hashes every byte the kernel reads from or writes to the program while it
+/// serves one syscall, tagged by direction and address.
+pub(crate) struct DataHasher<'a> {
+    inner: &'a mut dyn Memory,
+    // `Memory::read` takes `&self`; the hasher is the only state it changes.
+    hasher: std::cell::RefCell<blake3::Hasher>,
+    moved: std::cell::Cell<bool>,
+}
+
+impl<'a> DataHasher<'a> {
+    pub(crate) fn new(inner: &'a mut dyn Memory) -> Self {
+        DataHasher { inner, hasher: Default::default(), moved: Default::default() }
+    }
+
+    /// The digest of the bytes moved, if any were.
+    pub(crate) fn finish(&self) -> Option<[u8; 32]> {
+        self.moved.get().then(|| *self.hasher.borrow().finalize().as_bytes())
+    }
+
+    fn note(&self, dir: u8, addr: u64, bytes: &[u8]) {
+        self.moved.set(true);
+        let mut h = self.hasher.borrow_mut();
+        h.update(&[dir]);
+        h.update(&addr.to_le_bytes());
+        h.update(&(bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    }
+}
+
+impl Memory for DataHasher<'_> {
+    fn populate(&mut self, addr: u64, len: u64, prot: Prot) -> Result<(), MemError> {
+        self.inner.populate(addr, len, prot)
+    }
+    fn protect(&mut self, addr: u64, len: u64, prot: Prot) {
+        self.inner.protect(addr, len, prot)
+    }
+    fn unmap(&mut self, addr: u64, len: u64) {
+        self.inner.unmap(addr, len)
+    }
+    fn move_pages(&mut self, from: u64, to: u64, len: u64) {
+        self.inner.move_pages(from, to, len)
+    }
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        self.inner.read(addr, buf)?;
+        self.note(b'r', addr, buf);
+        Ok(())
+    }
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        self.inner.write(addr, data)?;
+        self.note(b'w', addr, data);
+        Ok(())
+    }
+    fn for_each_page(&self, f: &mut dyn FnMut(u64, &[u8])) {
+        self.inner.for_each_page(f)
+    }
+    fn free_frames(&self) -> u64 {
+        self.inner.free_frames()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,17 +212,36 @@ mod tests {
             f(&mut t);
             t.digest()
         };
-        let a = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 6], Some(3), 1000));
-        let b = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 6], Some(3), 1000));
+        let a = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 6], Some(3), 1000, None));
+        let b = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 6], Some(3), 1000, None));
         assert_eq!(a, b);
-        let c = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 7], Some(3), 1000));
-        let d = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 6], None, 1000));
-        let e = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 6], Some(3), 1001));
-        assert!(a != c && a != d && a != e && c != d);
+        let c = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 7], Some(3), 1000, None));
+        let d = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 6], None, 1000, None));
+        let e = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 6], Some(3), 1001, None));
+        let f = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 6], Some(3), 1000, Some([9; 32])));
+        assert!(a != c && a != d && a != e && c != d && a != f);
         let mut t = Tracer::new(false);
-        t.syscall(0, "read", [0; 6], Some(0), 1);
+        t.syscall(0, "read", [0; 6], Some(0), 1, None);
         t.exception(13, 0x401000, 0, 0, ExceptionRecord::Emulated(3), 2);
         assert_eq!(t.entry_hashes().len(), 1);
         assert!(t.entries().is_empty());
+    }
+
+    #[test]
+    fn data_hasher_sees_bytes_in_both_directions() {
+        let mut mem = crate::FakeMemory::new(4);
+        mem.populate(0x1000, 0x1000, Prot::RW).unwrap();
+        let digest = |payload: &[u8]| {
+            let mut m = mem.clone();
+            let mut h = DataHasher::new(&mut m);
+            h.write(0x1000, payload).unwrap();
+            let mut back = [0u8; 3];
+            h.read(0x1000, &mut back).unwrap();
+            h.finish()
+        };
+        assert_eq!(digest(b"abc"), digest(b"abc"));
+        assert_ne!(digest(b"abc"), digest(b"abd"));
+        let mut m = mem.clone();
+        assert_eq!(DataHasher::new(&mut m).finish(), None, "no bytes moved, no data hash");
     }
 }

@@ -1,6 +1,6 @@
 //! Commits one CPU fault chosen by the first argument: `hlt` or `cli` (privileged, SIGSEGV),
 //! `ud2` (SIGILL), `null` (write to address 0, SIGSEGV), `int3` (SIGTRAP), `rdtsc` (allowed:
-//! prints a reading), `div0` (SIGFPE).
+//! prints whether it read anything), `rdtsc-value` (prints the raw counter), `div0` (SIGFPE).
 fn main() {
     let what = std::env::args().nth(1).unwrap_or_else(|| "hlt".into());
     println!("about to: {what}");
@@ -16,6 +16,11 @@ fn main() {
             "rdtsc" => {
                 let t = core::arch::x86_64::_rdtsc();
                 println!("rdtsc: {}", t > 0);
+                return;
+            }
+            "rdtsc-value" => {
+                // Prints the raw counter: deterministic only where the host traps RDTSC.
+                println!("rdtsc value: {}", core::arch::x86_64::_rdtsc());
                 return;
             }
             other => {
