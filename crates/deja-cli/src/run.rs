@@ -102,6 +102,9 @@ pub fn build_spec(args: &RunArgs) -> Result<ProgramSpec, Failure> {
         })?,
         None => Vec::new(),
     };
+    if !(16..=65536).contains(&args.memory) {
+        return Err(Failure::new(2, format!("--memory {}: guest RAM must be between 16 and 65536 MiB", args.memory)));
+    }
     for kv in &args.env {
         if !kv.contains('=') {
             return Err(Failure::new(2, format!("--env {kv}: expected KEY=VALUE")));

@@ -94,9 +94,16 @@ fn wild_pointers_get_efault() {
 #[test]
 fn privileged_instruction_ends_the_program_like_linux() {
     let p = s(&guest("privileged"));
-    for (what, code, signal) in
-        [("hlt", 139, "SIGSEGV"), ("cli", 139, "SIGSEGV"), ("ud2", 132, "SIGILL"), ("null", 139, "SIGSEGV")]
-    {
+    for (what, code, signal) in [
+        ("hlt", 139, "SIGSEGV"),
+        ("cli", 139, "SIGSEGV"),
+        ("ud2", 132, "SIGILL"),
+        ("null", 139, "SIGSEGV"),
+        ("int3", 133, "SIGTRAP"),
+        ("div0", 136, "SIGFPE"),
+        ("in", 139, "SIGSEGV"),
+        ("out", 139, "SIGSEGV"),
+    ] {
         let out = deja(&["run", "--no-probe", &p, "--", what]);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(code), "{what}: {err}");
@@ -203,6 +210,10 @@ fn bad_programs_get_clear_errors() {
     let out = deja(&["run", "--no-probe", "/nonexistent/program"]);
     assert_eq!(out.status.code(), Some(127));
     assert!(stderr(&out).contains("cannot read program"), "{}", stderr(&out));
+    // Nonsense guest RAM.
+    let out = deja(&["run", "--no-probe", "--memory", "1", &s(&guest("hello"))]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("between 16 and 65536 MiB"), "{}", stderr(&out));
     // Missing declared file.
     let out = deja(&["run", "--no-probe", "--file", "/nonexistent/data", &s(&guest("hello"))]);
     assert_eq!(out.status.code(), Some(127));

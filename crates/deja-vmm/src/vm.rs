@@ -383,6 +383,8 @@ impl Vm {
         let start = Instant::now();
         let exit = match self.vcpu.run() {
             Ok(VcpuExit::IoOut(port, _)) => Exit::Out(port),
+            // Ring 3 may only reach the syscall port, and never to read it.
+            Ok(VcpuExit::IoIn(port, _)) => Exit::In(port),
             Ok(VcpuExit::Hlt) => Exit::Other("hlt".into()),
             Ok(VcpuExit::Shutdown) => Exit::Other("shutdown (triple fault)".into()),
             Ok(VcpuExit::FailEntry(reason, _)) => Exit::Other(format!("entry failed ({reason:#x})")),
@@ -473,6 +475,8 @@ impl Vm {
             let exit = self.kvm_run()?;
             let port = match exit {
                 Exit::Out(port) => port,
+                // The program's own `in` from the one open port: a #GP on Linux.
+                Exit::In(_) => u16::MAX,
                 Exit::Interrupted => continue,
                 Exit::Other(what) => return Err(VmError::Unexpected { what, rip: self.rip() }),
             };
@@ -622,6 +626,9 @@ impl Vm {
             let port = match self.kvm_run()? {
                 Exit::Out(p) => p,
                 Exit::Interrupted => continue,
+                Exit::In(p) => {
+                    return Err(VmError::Unexpected { what: format!("probe read port {p:#x}"), rip: self.rip() })
+                }
                 Exit::Other(what) => return Err(VmError::Unexpected { what, rip: self.rip() }),
             };
             let regs = self.vcpu.sync_regs().regs;
@@ -651,6 +658,7 @@ impl Vm {
 #[derive(Debug)]
 enum Exit {
     Out(u16),
+    In(u16),
     Interrupted,
     Other(String),
 }
