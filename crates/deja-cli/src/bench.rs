@@ -121,7 +121,38 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     let extra_faults = faults.1.saturating_sub(faults.0).max(1);
     let per_fault_us = (median(big).as_secs_f64() - median(small).as_secs_f64()) * 1e6 / extra_faults as f64;
 
-    // 4. The whole CLI on hello, as a user runs it (including the hazard probe).
+    // 4. Fork resets against dirtied pages, next to a whole-memory restore, in a 256 MiB guest.
+    let dirty = dir.join("dirty");
+    let mut traced = spec(&dirty, &["10"])?;
+    traced.record_trace = true;
+    let probe_run = deja_vmm::run(traced, 256 << 20, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    let marks: Vec<u64> = probe_run.report.trace.iter().filter(|e| e.name == "sched_yield").map(|e| e.index).collect();
+    let [fork_at, child_end] = marks[..] else {
+        return Err(format!("the dirty guest made {} marks instead of 2", marks.len()));
+    };
+    let mut fork_rows = Vec::new();
+    for k in [10u64, 100, 1000, 10_000] {
+        let ks = k.to_string();
+        let mut fork = deja_vmm::Fork::new(spec(&dirty, &[&ks])?, 256 << 20, fork_at, &mut |_, _| {})
+            .map_err(|e| e.to_string())?;
+        let (mut resets, mut wholes, mut frames, mut resynced) = (Vec::new(), Vec::new(), 0, 0);
+        for _ in 0..repeat.max(3) {
+            fork.run_child_until(child_end, &mut |_, _| {}).map_err(|e| e.to_string())?;
+            let r = fork.reset().map_err(|e| e.to_string())?;
+            resets.push(Duration::from_nanos(r.reset_ns));
+            frames = r.dirty_frames;
+            resynced = r.resynced_entries;
+            wholes.push(Duration::from_nanos(fork.whole_memory_restore()));
+        }
+        let (reset, whole) = (median(resets), median(wholes));
+        fork_rows.push(serde_json::json!({
+            "dirtied_pages": k, "frames_rewritten": frames, "entries_resynced": resynced,
+            "reset_us": reset.as_secs_f64() * 1e6, "whole_memory_restore_us": whole.as_secs_f64() * 1e6,
+            "speedup": whole.as_secs_f64() / reset.as_secs_f64(),
+        }));
+    }
+
+    // 5. The whole CLI on hello, as a user runs it (including the hazard probe).
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut hello_times = Vec::new();
     let mut hello_native = Vec::new();
@@ -146,6 +177,7 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
             "us_per_syscall_register_ioctls": per_syscall[1],
         },
         "demand_paging": { "extra_page_faults": extra_faults, "us_per_fault_including_page_work": per_fault_us },
+        "fork_reset": { "guest_memory_mib": 256, "rows": fork_rows },
         "deja_run_hello": { "wall_ms": median(hello_times).as_secs_f64() * 1e3, "native_ms": median(hello_native).as_secs_f64() * 1e3 },
         "repeat": repeat,
     }))
@@ -180,6 +212,18 @@ pub fn main(args: BenchArgs) -> i32 {
                     d["us_per_fault_including_page_work"].as_f64().unwrap_or(0.0),
                     d["extra_page_faults"]
                 );
+                println!("  fork       reset to the parent vs whole-memory restore, 256 MiB guest:");
+                for row in v["fork_reset"]["rows"].as_array().into_iter().flatten() {
+                    println!(
+                        "             {:>6} pages dirtied: reset {:>9.1} us ({} frames rewritten, {} entries resynced), whole restore {:>9.1} us, {:.0}x",
+                        row["dirtied_pages"],
+                        row["reset_us"].as_f64().unwrap_or(0.0),
+                        row["frames_rewritten"],
+                        row["entries_resynced"],
+                        row["whole_memory_restore_us"].as_f64().unwrap_or(0.0),
+                        row["speedup"].as_f64().unwrap_or(0.0)
+                    );
+                }
                 let h = &v["deja_run_hello"];
                 println!(
                     "  startup    `deja run hello`: {:.1} ms wall (native hello {:.1} ms)",

@@ -8,11 +8,12 @@
 //! | 2 | bad command line |
 //! | 124 | `--audit` found runs that diverged |
 //! | 125 | deja itself failed (no KVM, a monitor error) |
-//! | 126 | the program could not be loaded (not ELF, dynamic, 32-bit, ...) |
+//! | 126 | the program or artifact could not be loaded (not ELF, dynamic, 32-bit; a corrupt snapshot) |
 //! | 127 | the program or a declared file was not found |
 
 mod bench;
 mod doctor;
+mod inspect;
 mod run;
 
 use clap::{Parser, Subcommand};
@@ -28,11 +29,13 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a static program in a fresh deterministic VM.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Check /dev/kvm and measure this host's determinism hazards.
     Doctor(doctor::DoctorArgs),
     /// Measure deja against native execution and print the figures.
     Bench(bench::BenchArgs),
+    /// Print what a deja artifact (a snapshot) holds, after verifying it.
+    Inspect(inspect::InspectArgs),
 }
 
 /// deja's own exit codes.
@@ -50,9 +53,10 @@ pub mod exit {
 fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
-        Command::Run(args) => run::main(args),
+        Command::Run(args) => run::main(*args),
         Command::Doctor(args) => doctor::main(args),
         Command::Bench(args) => bench::main(args),
+        Command::Inspect(args) => inspect::main(args),
     };
     std::process::exit(code);
 }

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use deja_kernel::{ExitStatus, ProgramSpec, RunReport, Stream};
-use deja_vmm::{HostProbe, RunError};
+use deja_vmm::{HostProbe, RunError, Snapshot};
 
 use crate::exit;
 
@@ -44,8 +44,19 @@ pub struct RunArgs {
     /// Do not run the host hazard probe (the summary then says the hazards were not measured).
     #[arg(long)]
     pub no_probe: bool,
+    /// Capture a snapshot when the program traps for syscall N (0-based, before it is served),
+    /// then run on to the end. Needs --snapshot-out.
+    #[arg(long, value_name = "N", requires = "snapshot_out")]
+    pub snapshot_at: Option<u64>,
+    /// Where --snapshot-at writes the snapshot.
+    #[arg(long, value_name = "FILE", requires = "snapshot_at")]
+    pub snapshot_out: Option<PathBuf>,
+    /// Continue a run from a snapshot instead of starting a program.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["program", "snapshot_at", "files", "stdin", "env", "seed", "memory"])]
+    pub from_snapshot: Option<PathBuf>,
     /// The static x86-64 program to run.
-    pub program: PathBuf,
+    #[arg(required_unless_present = "from_snapshot")]
+    pub program: Option<PathBuf>,
     /// Arguments for the program (after `--`).
     #[arg(last = true)]
     pub args: Vec<String>,
@@ -73,12 +84,12 @@ fn guest_path(host: &str) -> String {
 }
 
 /// Builds the run's spec from the command line, reading every declared input.
-pub fn build_spec(args: &RunArgs) -> Result<ProgramSpec, Failure> {
-    let image = std::fs::read(&args.program).map_err(|e| {
+pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure> {
+    let image = std::fs::read(program).map_err(|e| {
         let code = if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { exit::NOT_LOADABLE };
-        Failure::new(code, format!("cannot read program {}: {e}", args.program.display()))
+        Failure::new(code, format!("cannot read program {}: {e}", program.display()))
     })?;
-    let name = args.program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
+    let name = program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
     let exe_path = format!("/bin/{name}");
     let mut files = BTreeMap::new();
     for decl in &args.files {
@@ -124,8 +135,30 @@ pub fn build_spec(args: &RunArgs) -> Result<ProgramSpec, Failure> {
     })
 }
 
-/// Runs the spec once; program output is passed through when `live`, else captured.
-pub fn run_once(spec: ProgramSpec, memory_mib: u64, live: bool) -> Result<(deja_vmm::Run, Vec<u8>), Failure> {
+/// Where a run starts.
+pub enum Source {
+    /// A program, from its first instruction.
+    Program(ProgramSpec),
+    /// A snapshot, from the syscall it was taken at.
+    Snapshot(Box<Snapshot>),
+}
+
+fn run_error(e: RunError) -> Failure {
+    match e {
+        RunError::Load(e) => Failure::new(exit::NOT_LOADABLE, format!("cannot load the program: {e}")),
+        RunError::Snapshot(e) => Failure::new(exit::NOT_LOADABLE, format!("cannot restore the snapshot: {e}")),
+        RunError::Vm(e) => Failure::new(exit::DEJA_FAILED, e.to_string()),
+    }
+}
+
+/// Runs once; program output is passed through when `live`, else captured. With `snapshot`
+/// (index, file) the run also writes a snapshot at that syscall.
+pub fn run_once(
+    source: &Source,
+    memory_mib: u64,
+    live: bool,
+    snapshot: Option<(u64, &Path)>,
+) -> Result<(deja_vmm::Run, Vec<u8>), Failure> {
     let mut captured = Vec::new();
     let mut stdout = std::io::stdout().lock();
     let mut sink = |stream: Stream, bytes: &[u8]| {
@@ -142,10 +175,27 @@ pub fn run_once(spec: ProgramSpec, memory_mib: u64, live: bool) -> Result<(deja_
         captured.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
         captured.extend_from_slice(bytes);
     };
-    let run = deja_vmm::run(spec, memory_mib << 20, &mut sink).map_err(|e| match e {
-        RunError::Load(e) => Failure::new(exit::NOT_LOADABLE, format!("cannot load the program: {e}")),
-        RunError::Vm(e) => Failure::new(exit::DEJA_FAILED, e.to_string()),
-    })?;
+    let run = match (source, snapshot) {
+        (Source::Program(spec), None) => deja_vmm::run(spec.clone(), memory_mib << 20, &mut sink).map_err(run_error)?,
+        (Source::Program(spec), Some((at, path))) => {
+            let (run, snap) =
+                deja_vmm::run_snapshotting(spec.clone(), memory_mib << 20, at, &mut sink).map_err(run_error)?;
+            let Some(snap) = snap else {
+                return Err(Failure::new(
+                    exit::DEJA_FAILED,
+                    format!(
+                        "the program ended after {} syscalls, before syscall {at}: no snapshot was written",
+                        run.report.syscalls
+                    ),
+                ));
+            };
+            deja_format::write_atomic(path, &snap.to_artifact())
+                .map_err(|e| Failure::new(exit::DEJA_FAILED, format!("cannot write the snapshot: {e}")))?;
+            eprintln!("deja: snapshot at syscall {at} written to {}", path.display());
+            run
+        }
+        (Source::Snapshot(snap), _) => deja_vmm::resume(snap, &mut sink).map_err(run_error)?,
+    };
     Ok((run, captured))
 }
 
@@ -253,20 +303,33 @@ pub fn main(args: RunArgs) -> i32 {
 }
 
 fn run_main(args: &RunArgs) -> Result<i32, Failure> {
-    let spec = build_spec(args)?;
+    let source = match (&args.from_snapshot, &args.program) {
+        (Some(path), _) => {
+            let bytes = std::fs::read(path).map_err(|e| {
+                let code = if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { exit::NOT_LOADABLE };
+                Failure::new(code, format!("cannot read snapshot {}: {e}", path.display()))
+            })?;
+            let snap = Snapshot::from_artifact(&bytes)
+                .map_err(|e| Failure::new(exit::NOT_LOADABLE, format!("cannot restore {}: {e}", path.display())))?;
+            Source::Snapshot(Box::new(snap))
+        }
+        (None, Some(program)) => Source::Program(build_spec(args, program)?),
+        (None, None) => return Err(Failure::new(2, "name a program or --from-snapshot FILE")),
+    };
+    let snapshot = args.snapshot_at.zip(args.snapshot_out.as_deref());
     let probe = if args.no_probe {
         None
     } else {
         Some(deja_vmm::probe().map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?)
     };
     let runs = args.audit.unwrap_or(1).max(1);
-    let (first, first_out) = run_once(spec.clone(), args.memory, true)?;
+    let (first, first_out) = run_once(&source, args.memory, true, snapshot)?;
     let mut audit = None;
     let mut diverged = false;
     if args.audit.is_some() {
         let mut verdict = serde_json::json!({"runs": runs, "result": "identical", "digest": first.report.digest});
         for i in 1..runs {
-            let (other, out) = run_once(spec.clone(), args.memory, false)?;
+            let (other, out) = run_once(&source, args.memory, false, None)?;
             if other.report.digest != first.report.digest || out != first_out {
                 let a = &first.report.entry_hashes;
                 let b = &other.report.entry_hashes;

@@ -66,7 +66,7 @@ pub fn clock_kind(id: u64) -> Option<ClockKind> {
 }
 
 /// The virtual clock.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Clock {
     now_ns: u64,
 }
@@ -124,5 +124,17 @@ mod tests {
         assert_eq!(clock_kind(10), None);
         assert_eq!(clock_kind(u64::MAX), None);
         assert_eq!(clock_kind(7), Some(ClockKind::Monotonic));
+    }
+
+    #[test]
+    fn save_restore_round_trip() {
+        let mut c = Clock::default();
+        c.advance(123_456_789);
+        let mut d: Clock = postcard::from_bytes(&postcard::to_stdvec(&c).unwrap()).unwrap();
+        assert_eq!(c, d);
+        c.advance(5);
+        d.advance(5);
+        assert_eq!(c.tsc(), d.tsc());
+        assert_eq!(c.read(ClockKind::Realtime), d.read(ClockKind::Realtime));
     }
 }

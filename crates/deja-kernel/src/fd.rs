@@ -11,7 +11,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
 use crate::errno::*;
+use crate::persist::{arc_bytes, arc_bytes_map, ensure, RestoreError};
 
 /// `S_IFIFO`.
 pub const S_IFIFO: u32 = 0o010000;
@@ -79,7 +82,7 @@ pub enum Node {
 }
 
 /// Status facts of a file, for `stat`/`statx`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stat {
     /// Device.
     pub dev: u64,
@@ -96,8 +99,9 @@ pub struct Stat {
 }
 
 /// The read-only file system.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Vfs {
+    #[serde(with = "arc_bytes_map")]
     files: BTreeMap<String, Arc<[u8]>>,
     dirs: BTreeSet<String>,
     exe_path: String,
@@ -183,6 +187,27 @@ impl Vfs {
         v
     }
 
+    /// Checks the invariants of a restored file system: normalized absolute paths, every
+    /// directory above a file listed. (The executable path is free: it is whatever the spec
+    /// named, normalized when it could be.)
+    pub fn validate(&self) -> Result<(), RestoreError> {
+        let normal = |p: &str| normalize("/", p.as_bytes()).is_ok_and(|(n, _)| n == p);
+        for p in self.files.keys().chain(&self.dirs) {
+            ensure(normal(p), || format!("path {p:?} is not normalized"))?;
+            let mut cur = p.as_str();
+            while let Some(par) = parent(cur) {
+                ensure(self.dirs.contains(par), || format!("directory {par:?} of {p:?} is missing"))?;
+                cur = par;
+            }
+        }
+        ensure(self.dirs.contains("/"), || "the root directory is missing".into())
+    }
+
+    /// The contents of the declared file `path`, if they are equal to `data` (to share them).
+    pub fn same_file(&self, path: &str, data: &Arc<[u8]>) -> Option<Arc<[u8]>> {
+        self.files.get(path).filter(|d| d[..] == data[..]).cloned()
+    }
+
     /// The normalized executable path.
     pub fn exe_path(&self) -> &str {
         &self.exe_path
@@ -193,7 +218,8 @@ impl Vfs {
     pub fn lookup(&self, path: &str, follow: bool) -> Option<Node> {
         match path {
             PROC_MAPS => return Some(Node::ProcMaps),
-            PROC_EXE if follow => return self.lookup(&self.exe_path.clone(), true),
+            // (An executable at `/proc/self/exe` itself would make this recurse forever.)
+            PROC_EXE if follow && self.exe_path != PROC_EXE => return self.lookup(&self.exe_path.clone(), true),
             PROC_EXE => return Some(Node::ExeLink),
             "/dev/null" => return Some(Node::DevNull),
             "/dev/urandom" => return Some(Node::Random(9)),
@@ -257,10 +283,10 @@ impl Vfs {
 }
 
 /// What an open file description refers to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FileKind {
     /// The read end of the stdin pipe.
-    Stdin(Arc<[u8]>),
+    Stdin(#[serde(with = "arc_bytes")] Arc<[u8]>),
     /// The stdout pipe.
     Stdout,
     /// The stderr pipe.
@@ -270,6 +296,7 @@ pub enum FileKind {
         /// Path it was opened by.
         path: String,
         /// Contents.
+        #[serde(with = "arc_bytes")]
         data: Arc<[u8]>,
         /// Status.
         stat: Stat,
@@ -286,7 +313,7 @@ pub enum FileKind {
 }
 
 /// An open file description (shared by `dup`ed fds).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpenFile {
     /// The file.
     pub kind: FileKind,
@@ -315,7 +342,7 @@ impl OpenFile {
 }
 
 /// One fd.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FdEntry {
     /// Index of the open file description.
     pub desc: u64,
@@ -324,7 +351,7 @@ pub struct FdEntry {
 }
 
 /// The fd table.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FdTable {
     fds: BTreeMap<i32, FdEntry>,
     descs: BTreeMap<u64, OpenFile>,
@@ -364,6 +391,36 @@ impl FdTable {
         self.descs.insert(desc, OpenFile { refs: 1, ..file });
         self.fds.insert(fd, FdEntry { desc, cloexec });
         Ok(fd)
+    }
+
+    /// Checks the invariants of a restored table: fds are non-negative and name existing
+    /// descriptions, each description's reference count is its number of fds, and the next
+    /// description index is unused.
+    pub fn validate(&self) -> Result<(), RestoreError> {
+        let mut refs: BTreeMap<u64, u32> = BTreeMap::new();
+        for (&fd, e) in &self.fds {
+            ensure(fd >= 0, || format!("fd {fd} is negative"))?;
+            ensure(self.descs.contains_key(&e.desc), || format!("fd {fd} names a missing description {}", e.desc))?;
+            *refs.entry(e.desc).or_default() += 1;
+        }
+        for (&d, f) in &self.descs {
+            let n = refs.get(&d).copied().unwrap_or(0);
+            ensure(f.refs == n, || format!("description {d} counts {} references but has {n}", f.refs))?;
+            ensure(d < self.next_desc, || format!("description {d} is not below the next index {}", self.next_desc))?;
+        }
+        Ok(())
+    }
+
+    /// Replaces the contents of every open regular file by the equal contents of the declared
+    /// file in `vfs` (so a restored state shares them instead of holding copies).
+    pub fn share_file_data(&mut self, vfs: &Vfs) {
+        for f in self.descs.values_mut() {
+            if let FileKind::Regular { path, data, .. } = &mut f.kind {
+                if let Some(d) = vfs.same_file(path, data) {
+                    *data = d;
+                }
+            }
+        }
     }
 
     /// The entry of `fd`.
@@ -450,6 +507,57 @@ mod tests {
         assert_eq!(v.lookup("/nope", true), None);
         let names: Vec<String> = v.list("/").into_iter().map(|e| e.0).collect();
         assert_eq!(names, [".", "..", "bin", "data", "dev", "proc"]);
+    }
+
+    #[test]
+    fn vfs_and_fd_table_round_trip() {
+        let mut files = BTreeMap::new();
+        files.insert("/data/in.txt".to_string(), b"abc".to_vec());
+        files.insert("/data/empty".to_string(), Vec::new());
+        let v = Vfs::new(&files, "/bin/prog", b"ELF");
+        let w: Vfs = postcard::from_bytes(&postcard::to_stdvec(&v).unwrap()).unwrap();
+        assert_eq!(v, w);
+        w.validate().unwrap();
+        assert_eq!(w.list("/data"), v.list("/data"));
+
+        let mut t = FdTable::new(b"stdin");
+        let data: Arc<[u8]> = Arc::from(&b"abc"[..]);
+        let stat = v.stat("/data/in.txt", &Node::File(data.clone()));
+        let kind = FileKind::Regular { path: "/data/in.txt".into(), data, stat };
+        let fd = t.install(OpenFile::new(kind, O_LARGEFILE), 0, 1024, true).unwrap();
+        t.get_mut(fd).unwrap().offset = 2;
+        t.dup(fd, 10, 1024, false).unwrap();
+        t.get_mut(0).unwrap().offset = 3;
+        t.close(2).unwrap();
+        let mut u: FdTable = postcard::from_bytes(&postcard::to_stdvec(&t).unwrap()).unwrap();
+        assert_eq!(t, u);
+        u.validate().unwrap();
+        // Restored sharing: the dup still shares the offset, the contents come from the Vfs.
+        u.share_file_data(&w);
+        u.get_mut(10).unwrap().offset = 1;
+        assert_eq!(u.get(fd).unwrap().offset, 1);
+        let FileKind::Regular { data, .. } = &u.get(fd).unwrap().kind else { panic!() };
+        assert!(Arc::ptr_eq(data, &w.files["/data/in.txt"]));
+        assert_eq!(u.install(OpenFile::new(FileKind::DevNull, 0), 0, 1024, false), Ok(2));
+
+        let mut bad = t.clone();
+        bad.descs.values_mut().for_each(|d| d.refs = 0);
+        assert!(bad.validate().is_err(), "reference counts");
+        let mut bad = t.clone();
+        bad.fds.insert(7, FdEntry { desc: 99, cloexec: false });
+        assert!(bad.validate().is_err(), "dangling fd");
+        let mut bad = t.clone();
+        bad.next_desc = 0;
+        assert!(bad.validate().is_err(), "next index in use");
+        let mut bad = w.clone();
+        bad.files.insert("data/../x".into(), Arc::from(&[][..]));
+        assert!(bad.validate().is_err(), "unnormalized path");
+        let mut bad = w.clone();
+        bad.dirs.remove("/data");
+        assert!(bad.validate().is_err(), "missing directory");
+        let mut exe_loop = w;
+        exe_loop.exe_path = PROC_EXE.into();
+        assert_eq!(exe_loop.lookup(PROC_EXE, true), Some(Node::ExeLink));
     }
 
     #[test]

@@ -3,14 +3,23 @@
 //! The syscall handlers live in [`sys_io`](crate::sys_io) (files and fds),
 //! [`sys_mem`](crate::sys_mem) (the address space) and [`sys_proc`](crate::sys_proc)
 //! (process, signals, time, identity); this module owns the state and the dispatch table.
+//!
+//! [`Kernel::save`] encodes the whole state as `postcard` of the derived serde form of
+//! [`Kernel`] (through the private mirror `KernelDef`) and its parts, fields in declaration
+//! order: changing the order or the set of fields of any saved struct changes the format. The bytes carry no version: the caller's
+//! envelope carries the schema version. See [`persist`](crate::persist) for the helpers and
+//! for what [`Kernel::restore`] checks.
 
 use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
 
 use crate::clock::{Clock, RDTSC_COST_NS, SYSCALL_COST_NS};
 use crate::elf::{self, ET_DYN, PF_R, PF_W, PF_X};
 use crate::errno::*;
 use crate::fd::{FdTable, Vfs};
 use crate::layout::*;
+use crate::persist::{ensure, RestoreError};
 use crate::rng::RandomStream;
 use crate::signal::{self, Signals};
 use crate::stack::{self, AuxInfo};
@@ -56,6 +65,10 @@ pub(crate) type SysResult = Result<u64, Stop>;
 /// The shell calls [`Kernel::load`] once, then [`Kernel::syscall`] for every trapped `syscall`
 /// and [`Kernel::exception`] for every CPU exception of ring-3 code, until one of them ends the
 /// program; then [`Kernel::finish`].
+///
+/// The whole state is `Clone` (for in-memory forks) and persistable with [`Kernel::save`] /
+/// [`Kernel::restore`] (for snapshots).
+#[derive(Clone)]
 pub struct Kernel {
     pub(crate) vm: AddressSpace,
     pub(crate) vfs: Vfs,
@@ -81,6 +94,58 @@ pub struct Kernel {
     fault_repeats: u32,
     exit: Option<ExitStatus>,
     entry: Entry,
+}
+
+/// The saved form of [`Kernel`]: serde's remote derive, which reads and builds a `Kernel`
+/// field by field. Its field order is the encoding. It must name every field of `Kernel`
+/// (building the `Kernel` does not compile otherwise). It is private, and `Kernel` implements
+/// no serde trait, so nothing decodes a `Kernel` around [`Kernel::restore`]'s checks.
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "Kernel")]
+struct KernelDef {
+    vm: AddressSpace,
+    vfs: Vfs,
+    fds: FdTable,
+    clock: Clock,
+    rng: RandomStream,
+    tracer: Tracer,
+    output: Vec<(Stream, Vec<u8>)>,
+    counts: BTreeMap<String, u64>,
+    unsupported: BTreeMap<String, u64>,
+    fs_base: u64,
+    gs_base: u64,
+    brk_start: u64,
+    brk_cur: u64,
+    signals: Signals,
+    rlimits: [(u64, u64); 16],
+    umask: u32,
+    clear_child_tid: u64,
+    robust_list: (u64, u64),
+    comm: [u8; 16],
+    exec_stack: bool,
+    last_fault: Option<(u64, u64)>,
+    fault_repeats: u32,
+    #[serde(with = "crate::persist::exit_status")]
+    exit: Option<ExitStatus>,
+    entry: Entry,
+}
+
+/// A `Kernel` to encode.
+struct Saving<'a>(&'a Kernel);
+
+impl Serialize for Saving<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        KernelDef::serialize(self.0, s)
+    }
+}
+
+/// A decoded, not yet checked `Kernel`.
+struct Unchecked(Kernel);
+
+impl<'de> Deserialize<'de> for Unchecked {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        KernelDef::deserialize(d).map(Unchecked)
+    }
 }
 
 impl std::fmt::Debug for Kernel {
@@ -246,6 +311,66 @@ impl Kernel {
             entry,
         };
         Ok((kernel, entry))
+    }
+
+    /// The complete kernel state as bytes (postcard of the derived serde form; no header: wrap
+    /// it in an envelope that carries the schema version).
+    ///
+    /// It holds the VMAs and commit capacity, brk, the fd table with offsets and flags, the
+    /// file system with the declared files' contents, stdin and its position, the clock, the
+    /// random stream's exact position, signal dispositions/mask/pending, rlimits, umask, fs/gs
+    /// base, the tid address, the robust list, the fault-repeat state, syscall and unsupported
+    /// counts, the trace (digest chain, entry hashes, recorded entries), output not yet taken,
+    /// the exit status and the entry. Guest memory and vCPU registers are not included.
+    pub fn save(&self) -> Vec<u8> {
+        // Every saved type has a known length and no `serialize_any`; postcard only fails on
+        // those (or on a full fixed buffer, and `to_stdvec` grows).
+        postcard::to_stdvec(&Saving(self)).expect("postcard encodes every kernel state")
+    }
+
+    /// Rebuilds a kernel from [`Kernel::save`] output. Damaged or hostile bytes give an error,
+    /// never a panic: the decoded state is checked against the invariants the syscall code
+    /// relies on (VMAs sorted and non-overlapping, fds naming open descriptions, counts
+    /// consistent with the trace, ...). File contents held by several parts of the state are
+    /// shared again.
+    pub fn restore(bytes: &[u8]) -> Result<Kernel, RestoreError> {
+        let (Unchecked(mut k), rest) =
+            postcard::take_from_bytes::<Unchecked>(bytes).map_err(|e| RestoreError::Decode(e.to_string()))?;
+        if !rest.is_empty() {
+            return Err(RestoreError::Decode(format!("{} bytes after the end of the state", rest.len())));
+        }
+        k.validate()?;
+        k.vm.share_file_data(&k.vfs);
+        k.fds.share_file_data(&k.vfs);
+        Ok(k)
+    }
+
+    fn validate(&self) -> Result<(), RestoreError> {
+        self.vm.validate()?;
+        self.vfs.validate()?;
+        self.fds.validate()?;
+        self.rng.validate()?;
+        self.tracer.validate()?;
+        let n = self.tracer.syscalls();
+        let total = self.counts.values().try_fold(0u64, |a, c| a.checked_add(*c));
+        ensure(total == Some(n), || format!("syscall counts do not add up to {n}"))?;
+        for (name, c) in &self.unsupported {
+            let served = self.counts.get(name).copied().unwrap_or(0);
+            ensure(*c <= served, || format!("{c} unsupported {name} calls but {served} calls"))?;
+        }
+        ensure(USER_START <= self.brk_start && self.brk_start <= self.brk_cur, || {
+            format!("break {:#x} below its start {:#x}", self.brk_cur, self.brk_start)
+        })?;
+        ensure(self.fault_repeats <= MAX_FAULT_REPEATS, || format!("{} fault repeats", self.fault_repeats))
+    }
+
+    /// From now on random bytes (`getrandom`, `/dev/urandom`) come from the stream of `seed`,
+    /// from its first byte: how a forked child takes other decisions than its parent. The
+    /// reseed enters the trace digest (a pseudo-entry), so children reseeded differently have
+    /// different digests even before they draw; [`Kernel::random_bytes_used`] keeps counting.
+    pub fn reseed(&mut self, seed: u64) {
+        self.rng.reseed(seed);
+        self.tracer.reseed(seed, self.clock.now_ns());
     }
 
     /// Serves one syscall: `nr` from RAX, `args` from RDI, RSI, RDX, R10, R8, R9.

@@ -28,6 +28,15 @@
 //!   program) ends the run as `SIGKILL` with a `deadlock: ...` fault description (vector 0).
 //! - Every clock is virtual: it starts at 0 and advances by [`clock::SYSCALL_COST_NS`] per
 //!   syscall, [`clock::RDTSC_COST_NS`] per emulated `rdtsc`, and by sleeps and timeouts.
+//!
+//! # Snapshots and forks
+//!
+//! A [`Kernel`] is `Clone` (an in-memory fork clones it together with the guest memory), and
+//! [`Kernel::save`] / [`Kernel::restore`] turn its complete state into bytes and back: the
+//! encoding is `postcard` of the kernel's internal structs (serde derives, fields in
+//! declaration order), with no header; the caller's envelope carries the schema version.
+//! Guest memory and vCPU registers are not part of it. [`Kernel::reseed`] gives a fork its own
+//! random stream (and marks the trace digest).
 
 pub mod clock;
 mod elf;
@@ -36,6 +45,7 @@ mod fd;
 mod kernel;
 pub mod layout;
 pub mod mem;
+mod persist;
 mod rng;
 mod signal;
 mod stack;
@@ -51,6 +61,7 @@ mod tests;
 
 pub use kernel::{Kernel, MAX_IO, PAGE_TABLE_MARGIN_PERCENT};
 pub use mem::{FakeMemory, MemError, Memory, Prot, PAGE_SIZE};
+pub use persist::RestoreError;
 
 use std::collections::BTreeMap;
 
@@ -76,7 +87,7 @@ pub struct ProgramSpec {
 }
 
 /// Where the first instruction of the program runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Entry {
     /// Entry point (`e_entry` plus the load bias).
     pub rip: u64,
@@ -213,7 +224,7 @@ pub enum ExceptionOutcome {
 }
 
 /// Which host stream a chunk of guest output goes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Stream {
     /// fd 1.
     Stdout,

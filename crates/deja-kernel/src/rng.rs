@@ -3,7 +3,12 @@
 //! One ChaCha20 stream per run, keyed from the seed with BLAKE3's key derivation (so the mapping
 //! seed → stream is fixed by this file, not by a library's `seed_from_u64`). The stream is
 //! consumed byte-exactly in order: `AT_RANDOM` takes the first 16 bytes, then `getrandom` and
-//! `/dev/urandom` continue where the previous read stopped.
+//! `/dev/urandom` continue where the previous read stopped. [`RandomStream::reseed`] switches
+//! to the stream of another seed from its first byte (how a forked child diverges).
+//!
+//! Saved state: the generator's abstract ChaCha state (key, stream, word position: the
+//! `rand_chacha` serde form, which that crate keeps stable), the unread rest of the current
+//! 64-byte block, and the byte count.
 
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -12,9 +17,10 @@ use rand_chacha::ChaCha20Rng;
 const KEY_CONTEXT: &str = "deja 2025 guest random stream v1";
 
 /// A byte-exact view of the seeded ChaCha20 stream.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RandomStream {
     rng: ChaCha20Rng,
+    #[serde(with = "crate::persist::array")]
     buf: [u8; 64],
     pos: usize,
     consumed: u64,
@@ -40,7 +46,19 @@ impl RandomStream {
             self.pos += n;
             done += n;
         }
-        self.consumed += out.len() as u64;
+        self.consumed = self.consumed.saturating_add(out.len() as u64);
+    }
+
+    /// Continues with the stream of `seed` from its first byte; [`consumed`] keeps counting.
+    ///
+    /// [`consumed`]: RandomStream::consumed
+    pub fn reseed(&mut self, seed: u64) {
+        *self = RandomStream { consumed: self.consumed, ..RandomStream::new(seed) };
+    }
+
+    /// Checks the invariants of a restored stream.
+    pub fn validate(&self) -> Result<(), crate::persist::RestoreError> {
+        crate::persist::ensure(self.pos <= self.buf.len(), || format!("random buffer position {}", self.pos))
     }
 
     /// Number of bytes handed out so far.
@@ -71,5 +89,38 @@ mod tests {
         let mut other = [0u8; 200];
         c.fill(&mut other);
         assert_ne!(whole, other);
+    }
+
+    #[test]
+    fn save_restore_continues_byte_exact() {
+        // Save at positions inside a block, at a block boundary and before the first block.
+        for skip in [0usize, 5, 64, 100, 128, 1000] {
+            let mut a = RandomStream::new(7);
+            a.fill(&mut vec![0u8; skip]);
+            let mut b: RandomStream = postcard::from_bytes(&postcard::to_stdvec(&a).unwrap()).unwrap();
+            b.validate().unwrap();
+            assert_eq!(a, b);
+            let (mut x, mut y) = ([0u8; 300], [0u8; 300]);
+            a.fill(&mut x);
+            b.fill(&mut y);
+            assert_eq!(x, y, "after {skip} bytes");
+            assert_eq!(a.consumed(), b.consumed());
+        }
+        let mut bad = RandomStream::new(1);
+        bad.pos = 65;
+        assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn reseed_starts_the_other_stream() {
+        let mut a = RandomStream::new(7);
+        a.fill(&mut [0u8; 10]);
+        a.reseed(9);
+        let mut x = [0u8; 100];
+        a.fill(&mut x);
+        let mut y = [0u8; 100];
+        RandomStream::new(9).fill(&mut y);
+        assert_eq!(x, y);
+        assert_eq!(a.consumed(), 110);
     }
 }

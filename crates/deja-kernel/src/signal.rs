@@ -79,9 +79,10 @@ pub fn bit(sig: i32) -> u64 {
 }
 
 /// The signal state of the process.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Signals {
     /// `struct kernel_sigaction` per signal: handler, flags, restorer, mask.
+    #[serde(with = "crate::persist::array")]
     pub actions: [[u64; 4]; NSIG as usize],
     /// Blocked signals.
     pub mask: u64,
@@ -133,7 +134,8 @@ impl Signals {
             SIG_DFL if default_terminates(sig) => Delivery::Kill(sig),
             SIG_DFL | SIG_IGN => Delivery::Nothing,
             _ => {
-                *self.caught.entry(sig).or_default() += 1;
+                let n = self.caught.entry(sig).or_default();
+                *n = n.saturating_add(1);
                 Delivery::Nothing
             }
         }
@@ -173,5 +175,23 @@ mod tests {
         s.actions[14][0] = SIG_IGN;
         assert_eq!(s.send(15), Delivery::Nothing);
         assert_eq!(s.send(SIGKILL), Delivery::Kill(9));
+    }
+
+    #[test]
+    fn save_restore_round_trip() {
+        let mut s = Signals::default();
+        s.actions[9] = [0x401000, 0x0400_0000, 0x401100, bit(12)];
+        s.actions[63][0] = SIG_IGN;
+        s.mask = bit(6) | bit(15);
+        assert_eq!(s.send(6), Delivery::Nothing);
+        assert_eq!(s.send(10), Delivery::Nothing);
+        s.altstack = (0x7000_0000, 0, 0x2000);
+        let mut r: Signals = postcard::from_bytes(&postcard::to_stdvec(&s).unwrap()).unwrap();
+        assert_eq!(r, s);
+        r.mask = 0;
+        s.mask = 0;
+        assert_eq!(r.deliver_unblocked(), Delivery::Kill(6));
+        assert_eq!(s.deliver_unblocked(), Delivery::Kill(6));
+        assert_eq!(r.caught, s.caught);
     }
 }

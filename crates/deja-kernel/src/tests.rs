@@ -1171,3 +1171,224 @@ fn random_syscalls_never_panic() {
 
 /// `AT_FDCWD` as a register value.
 const AT_FDCWD: u64 = (-100i64) as u64;
+
+// ---------------------------------------------------------------------------------------------
+// Snapshots, forks and reseeding
+
+/// Fixed scratch area of the snapshot script.
+const SNAP_BUF: u64 = 0x1000_0000;
+/// Number of steps of [`snapshot_step`].
+const SNAP_STEPS: usize = 18;
+
+/// One step of a script that touches every part of the kernel state: a declared file opened
+/// and read in parts, `dup`, a file mapping, getrandom and /dev/urandom, sleeps, brk, demand
+/// faults, rdtsc, a pending signal, output on both streams, and the exit.
+fn snapshot_step(i: usize, k: &mut Kernel, m: &mut FakeMemory) {
+    let b = SNAP_BUF;
+    match i {
+        0 => assert_eq!(sc(k, m, "mmap", &[b, 0x10000, 3, 0x32, u64::MAX, 0]), b as i64),
+        1 => {
+            let p = path(k, m, b, "/data/input.txt");
+            assert_eq!(sc(k, m, "openat", &[AT_FDCWD, p, 0x80000, 0]), 3);
+        }
+        2 => assert_eq!(sc(k, m, "read", &[3, b + 0x100, 5]), 5),
+        3 => assert_eq!(sc(k, m, "getrandom", &[b + 0x200, 24, 0]), 24),
+        4 => {
+            poke(k, m, b + 0x300, &[0u64.to_le_bytes(), 1500u64.to_le_bytes()].concat());
+            assert_eq!(sc(k, m, "nanosleep", &[b + 0x300, 0]), 0);
+        }
+        5 => assert!(sc(k, m, "mmap", &[0, 0x2000, 1, 2, 3, 0]) > 0),
+        6 => assert_eq!(sc(k, m, "dup", &[3]), 4),
+        7 => assert_eq!(sc(k, m, "close", &[3]), 0),
+        8 => assert_eq!(sc(k, m, "read", &[4, b + 0x105, 100]), 13),
+        9 => {
+            let p = path(k, m, b + 0x400, "/dev/urandom");
+            assert_eq!(sc(k, m, "openat", &[AT_FDCWD, p, 0, 0]), 3);
+            assert_eq!(sc(k, m, "read", &[3, b + 0x500, 10]), 10);
+        }
+        10 => {
+            let r = k.exception(m, Exception::PageFault { addr: b + 0xc000, error_code: 6, rip: 0x40_1000 });
+            assert_eq!(r, ExceptionOutcome::Retry);
+        }
+        11 => {
+            let r = k.exception(m, Exception::GeneralProtection { rip: 0x40_1000, error_code: 0 });
+            assert!(matches!(r, ExceptionOutcome::Emulated { len: 2, .. }));
+        }
+        12 => assert_eq!(sc(k, m, "write", &[1, b + 0x100, 18]), 18),
+        13 => assert_eq!(sc(k, m, "write", &[2, b + 0x200, 24]), 24),
+        14 => {
+            let top = sc(k, m, "brk", &[0]) as u64;
+            assert_eq!(sc(k, m, "brk", &[top + 0x5000]), (top + 0x5000) as i64);
+        }
+        15 => {
+            poke(k, m, b + 0x600, &(1u64 << 9).to_le_bytes());
+            assert_eq!(sc(k, m, "rt_sigprocmask", &[0, b + 0x600, 0, 8]), 0);
+            assert_eq!(sc(k, m, "kill", &[1, 10]), 0, "SIGUSR1 blocked: pending");
+        }
+        16 => {
+            poke(k, m, b + 0x300, &[0u64.to_le_bytes(), 2_000_000u64.to_le_bytes()].concat());
+            assert_eq!(sc(k, m, "nanosleep", &[b + 0x300, 0]), 0);
+            assert_eq!(sc(k, m, "getrandom", &[b + 0x700, 40, 0]), 40);
+            assert_eq!(sc(k, m, "write", &[1, b + 0x700, 40]), 40);
+        }
+        17 => assert_eq!(sc_exit(k, m, "exit_group", &[7]), SyscallOutcome::Exit(ExitStatus::Exited { code: 7 })),
+        _ => unreachable!(),
+    }
+}
+
+/// Runs steps `from..` and ends the run: the report and all output not yet taken.
+fn snapshot_finish(mut k: Kernel, mut m: FakeMemory, from: usize) -> (RunReport, Vec<(Stream, Vec<u8>)>) {
+    for i in from..SNAP_STEPS {
+        snapshot_step(i, &mut k, &mut m);
+    }
+    let out = k.take_output();
+    let exit = k.exit_status().cloned().unwrap_or(ExitStatus::Exited { code: 0 });
+    (k.finish(&m, exit), out)
+}
+
+#[test]
+fn save_restore_and_clone_continue_identically_at_every_step() {
+    let (k0, _, m0) = boot();
+    let (want, want_out) = snapshot_finish(k0.clone(), m0.clone(), 0);
+    assert_eq!(want.exit, ExitStatus::Exited { code: 7 });
+    assert_eq!(want_out.len(), 3, "stdout, stderr, stdout");
+    let (mut k, mut m) = (k0, m0);
+    for step in 0..=SNAP_STEPS {
+        let bytes = k.save();
+        let restored = Kernel::restore(&bytes).expect("restore");
+        assert_eq!(restored.save(), bytes, "save(restore(s)) == s at step {step}");
+        for (how, kk) in [("restored", restored), ("cloned", k.clone())] {
+            let (got, out) = snapshot_finish(kk, m.clone(), step);
+            assert_eq!(got, want, "{how} at step {step}");
+            assert_eq!(got.entry_hashes, want.entry_hashes);
+            assert_eq!(got.trace, want.trace);
+            assert_eq!(out, want_out, "{how} output at step {step}");
+        }
+        if step < SNAP_STEPS {
+            snapshot_step(step, &mut k, &mut m);
+        }
+    }
+}
+
+#[test]
+fn restore_shares_file_contents() {
+    let (mut k, _, mut m) = boot();
+    for i in 0..6 {
+        snapshot_step(i, &mut k, &mut m);
+    }
+    let r = Kernel::restore(&k.save()).unwrap();
+    let node = r.vfs.lookup("/data/input.txt", true);
+    let Some(fd::Node::File(vfs_data)) = node else { panic!("{node:?}") };
+    let Ok(fd::OpenFile { kind: fd::FileKind::Regular { data, .. }, offset: 5, .. }) = r.fds.get(3) else {
+        panic!("fd 3")
+    };
+    assert!(std::sync::Arc::ptr_eq(data, &vfs_data));
+    let shared =
+        r.vm.iter()
+            .any(|v| matches!(&v.kind, vm::VmaKind::File { data, .. } if std::sync::Arc::ptr_eq(&data.0, &vfs_data)));
+    assert!(shared, "the file mapping shares the contents too");
+}
+
+/// Runs the first `n` snapshot steps, forks, reseeds the child with `seed` (if any) and runs
+/// `draw` more steps of randomness; the digest.
+fn reseeded_digest(seed: Option<u64>, draw: bool) -> String {
+    let (mut k, _, mut m) = boot();
+    for i in 0..9 {
+        snapshot_step(i, &mut k, &mut m);
+    }
+    let mut child = Kernel::restore(&k.save()).unwrap();
+    let mut cm = m.clone();
+    if let Some(s) = seed {
+        child.reseed(s);
+    }
+    if draw {
+        assert_eq!(sc(&mut child, &mut cm, "getrandom", &[SNAP_BUF + 0x800, 32, 0]), 32);
+    }
+    child.finish(&cm, ExitStatus::Exited { code: 0 }).digest
+}
+
+#[test]
+fn reseed_separates_children() {
+    for draw in [false, true] {
+        let a = reseeded_digest(Some(1), draw);
+        let b = reseeded_digest(Some(2), draw);
+        assert_ne!(a, b, "different seeds, draw {draw}");
+        assert_eq!(a, reseeded_digest(Some(1), draw), "same seed, draw {draw}");
+        assert_ne!(a, reseeded_digest(None, draw), "reseeded vs not, draw {draw}");
+    }
+    // The reseeded stream is the stream of the new seed from its first byte.
+    let (mut k, _, mut m) = boot();
+    let buf = scratch(&mut k, &mut m, 4096);
+    k.reseed(99);
+    let used = k.random_bytes_used();
+    sc(&mut k, &mut m, "getrandom", &[buf, 32, 0]);
+    let mut want = [0u8; 32];
+    RandomStream::new(99).fill(&mut want);
+    assert_eq!(peek(&k, &mut m, buf, 32), want);
+    assert_eq!(k.random_bytes_used(), used + 32);
+}
+
+#[test]
+fn restore_refuses_garbage() {
+    let (mut k, _, mut m) = boot();
+    for i in 0..6 {
+        snapshot_step(i, &mut k, &mut m);
+    }
+    let bytes = k.save();
+    assert!(matches!(Kernel::restore(&[]), Err(RestoreError::Decode(_))));
+    let mut long = bytes.clone();
+    long.push(0);
+    let e = Kernel::restore(&long).unwrap_err();
+    assert_eq!(e.to_string(), "kernel state is corrupt: 1 bytes after the end of the state");
+    let mut bad = k.clone();
+    bad.brk_cur = bad.brk_start - 1;
+    assert!(matches!(Kernel::restore(&bad.save()), Err(RestoreError::Invalid(_))));
+    let mut bad = k.clone();
+    *bad.counts.entry("read".into()).or_default() += 1;
+    assert!(matches!(Kernel::restore(&bad.save()), Err(RestoreError::Invalid(_))));
+}
+
+/// Every single-byte corruption and every truncation of a real state restores to an error or to
+/// a kernel that keeps working: nothing panics, neither `restore` nor the syscalls after it.
+#[test]
+fn hostile_states_never_panic() {
+    let (mut k, _, mut m) = boot();
+    for i in 0..16 {
+        snapshot_step(i, &mut k, &mut m);
+    }
+    let bytes = k.save();
+    let mut ok = 0usize;
+    let mut check = |b: &[u8]| {
+        if let Ok(mut r) = Kernel::restore(b) {
+            ok += 1;
+            // A fresh memory: the kernel populates what it touches.
+            let mut mem = FakeMemory::new(4096);
+            for (nr, args) in [
+                (0, [4, SNAP_BUF, 8, 0, 0, 0]),
+                (0, [3, SNAP_BUF, 8, 0, 0, 0]),
+                (318, [SNAP_BUF + 64, 100, 0, 0, 0, 0]),
+                (9, [0, 0x3000, 3, 0x22, u64::MAX, 0]),
+                (12, [0, 0, 0, 0, 0, 0]),
+                (14, [1, 0, 0, 8, 0, 0]),
+                (1, [1, SNAP_BUF, 8, 0, 0, 0]),
+            ] {
+                let _ = r.syscall(&mut mem, nr, args);
+            }
+            let _ = r.exception(&mut mem, Exception::PageFault { addr: SNAP_BUF + 0x9000, error_code: 6, rip: 1 });
+            let _ = r.proc_maps();
+            let exit = r.exit_status().cloned().unwrap_or(ExitStatus::Exited { code: 0 });
+            let _ = r.finish(&mem, exit);
+        }
+    };
+    for n in 0..bytes.len() {
+        check(&bytes[..n]);
+    }
+    for i in 0..bytes.len() {
+        for flip in [0x01u8, 0x80, 0xff] {
+            let mut b = bytes.clone();
+            b[i] ^= flip;
+            check(&b);
+        }
+    }
+    assert!(ok > 0, "some corruptions (inside file contents) still decode");
+}

@@ -1,18 +1,29 @@
 //! The syscall trace and its digest.
 //!
-//! Every syscall is encoded in a fixed little-endian binary form and fed to a running BLAKE3
-//! hasher; the first 8 bytes of the BLAKE3 of each encoding form [`RunReport::entry_hashes`].
-//! Emulated and fatal CPU exceptions enter the running digest too, as pseudo-entries with their
-//! own tag (they are not in `entry_hashes`, which stays one hash per syscall).
+//! Every syscall is encoded in a fixed little-endian binary form and folded into a hash chain:
+//! `chain = BLAKE3(chain || encoding)`, starting from 32 zero bytes. The trace digest
+//! ([`RunReport::trace_digest`]) is the chain value after the last entry, so the whole state of
+//! the digest is 32 bytes and can be saved and restored (a running `blake3::Hasher` cannot).
+//! The first 8 bytes of the BLAKE3 of each syscall's encoding form
+//! [`RunReport::entry_hashes`]. Emulated and fatal CPU exceptions and reseeds of the random
+//! stream enter the chain too, as pseudo-entries with their own tag (they are not in
+//! `entry_hashes`, which stays one hash per syscall).
 //!
 //! Encoding of a syscall entry (tag 1): `tag u8, index u64, nr u64, args 6×u64, has_ret u8,
 //! ret u64, vtime u64, has_data u8, data [u8; 32]` where `data` is the BLAKE3 of every byte the
 //! syscall copied from or to the program's memory (see [`DataHasher`]), so two runs whose
 //! syscalls agree in arguments but not in the bytes they wrote or read still diverge. Encoding of an exception entry (tag 2): `tag u8, seq u64, vector u8,
 //! rip u64, addr u64, error_code u64, outcome u8, value u64, vtime u64` where `outcome` is
-//! 1 = emulated (value = TSC), 2 = fatal (value = signal).
+//! 1 = emulated (value = TSC), 2 = fatal (value = signal). Encoding of a reseed entry (tag 3,
+//! see [`Kernel::reseed`]): `tag u8, seed u64, syscalls u64, vtime u64` where `syscalls` is
+//! the number of syscalls recorded before it.
+//!
+//! The saved state of a [`Tracer`] is the chain value, the entry hashes, the recorded entries
+//! (when recording) and the counters.
 //!
 //! [`RunReport::entry_hashes`]: crate::RunReport::entry_hashes
+//! [`RunReport::trace_digest`]: crate::RunReport::trace_digest
+//! [`Kernel::reseed`]: crate::Kernel::reseed
 
 use crate::{MemError, Memory, Prot, TraceEntry};
 
@@ -20,6 +31,8 @@ use crate::{MemError, Memory, Prot, TraceEntry};
 const TAG_SYSCALL: u8 = 1;
 /// Tag of an exception pseudo-entry.
 const TAG_EXCEPTION: u8 = 2;
+/// Tag of a reseed pseudo-entry.
+const TAG_RESEED: u8 = 3;
 
 /// How an exception was resolved, for the digest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,9 +44,10 @@ pub enum ExceptionRecord {
 }
 
 /// The running trace.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Tracer {
-    hasher: blake3::Hasher,
+    /// The hash chain: BLAKE3 of the previous value and the last entry's encoding.
+    chain: [u8; 32],
     entry_hashes: Vec<u64>,
     trace: Vec<TraceEntry>,
     record: bool,
@@ -44,14 +58,7 @@ pub struct Tracer {
 impl Tracer {
     /// A fresh trace; `record` keeps the full entries.
     pub fn new(record: bool) -> Self {
-        Tracer {
-            hasher: blake3::Hasher::new(),
-            entry_hashes: Vec::new(),
-            trace: Vec::new(),
-            record,
-            syscalls: 0,
-            exceptions: 0,
-        }
+        Tracer { chain: [0; 32], entry_hashes: Vec::new(), trace: Vec::new(), record, syscalls: 0, exceptions: 0 }
     }
 
     /// Number of syscalls recorded.
@@ -70,7 +77,7 @@ impl Tracer {
         data: Option<[u8; 32]>,
     ) {
         let index = self.syscalls;
-        self.syscalls += 1;
+        self.syscalls = self.syscalls.saturating_add(1);
         let mut enc = Vec::with_capacity(90);
         enc.push(TAG_SYSCALL);
         enc.extend_from_slice(&index.to_le_bytes());
@@ -83,7 +90,7 @@ impl Tracer {
         enc.extend_from_slice(&vtime.to_le_bytes());
         enc.push(u8::from(data.is_some()));
         enc.extend_from_slice(&data.unwrap_or([0; 32]));
-        self.hasher.update(&enc);
+        self.chain_in(&enc);
         let h = blake3::hash(&enc);
         let mut first = [0u8; 8];
         first.copy_from_slice(&h.as_bytes()[..8]);
@@ -97,7 +104,7 @@ impl Tracer {
     /// Records an emulated or fatal exception.
     pub fn exception(&mut self, vector: u8, rip: u64, addr: u64, error_code: u64, rec: ExceptionRecord, vtime: u64) {
         let seq = self.exceptions;
-        self.exceptions += 1;
+        self.exceptions = self.exceptions.saturating_add(1);
         let mut enc = Vec::with_capacity(60);
         enc.push(TAG_EXCEPTION);
         enc.extend_from_slice(&seq.to_le_bytes());
@@ -112,12 +119,42 @@ impl Tracer {
         enc.push(outcome);
         enc.extend_from_slice(&value.to_le_bytes());
         enc.extend_from_slice(&vtime.to_le_bytes());
-        self.hasher.update(&enc);
+        self.chain_in(&enc);
     }
 
-    /// The digest of everything recorded so far.
+    /// Records that the random stream was reseeded with `seed`.
+    pub fn reseed(&mut self, seed: u64, vtime: u64) {
+        let mut enc = Vec::with_capacity(25);
+        enc.push(TAG_RESEED);
+        enc.extend_from_slice(&seed.to_le_bytes());
+        enc.extend_from_slice(&self.syscalls.to_le_bytes());
+        enc.extend_from_slice(&vtime.to_le_bytes());
+        self.chain_in(&enc);
+    }
+
+    /// `chain = BLAKE3(chain || enc)`.
+    fn chain_in(&mut self, enc: &[u8]) {
+        let mut h = blake3::Hasher::new();
+        h.update(&self.chain);
+        h.update(enc);
+        self.chain = *h.finalize().as_bytes();
+    }
+
+    /// The digest of everything recorded so far (the chain value).
     pub fn digest(&self) -> blake3::Hash {
-        self.hasher.finalize()
+        blake3::Hash::from_bytes(self.chain)
+    }
+
+    /// Checks the invariants of a restored trace: one entry hash per syscall, and the full
+    /// entries exactly when recording.
+    pub fn validate(&self) -> Result<(), crate::persist::RestoreError> {
+        use crate::persist::ensure;
+        let n = self.syscalls;
+        ensure(self.entry_hashes.len() as u64 == n, || {
+            format!("{} entry hashes for {n} syscalls", self.entry_hashes.len())
+        })?;
+        let want = if self.record { n } else { 0 };
+        ensure(self.trace.len() as u64 == want, || format!("{} trace entries for {n} syscalls", self.trace.len()))
     }
 
     /// Per-syscall hashes.
@@ -225,6 +262,47 @@ mod tests {
         t.exception(13, 0x401000, 0, 0, ExceptionRecord::Emulated(3), 2);
         assert_eq!(t.entry_hashes().len(), 1);
         assert!(t.entries().is_empty());
+        let before = t.digest();
+        t.reseed(5, 3);
+        assert_ne!(t.digest(), before, "a reseed enters the chain");
+        assert_eq!(t.entry_hashes().len(), 1, "but not the entry hashes");
+    }
+
+    #[test]
+    fn digest_is_the_hash_chain() {
+        let mut t = Tracer::new(false);
+        assert_eq!(t.digest().as_bytes(), &[0u8; 32]);
+        t.reseed(1, 2);
+        let mut enc = vec![TAG_RESEED];
+        for v in [1u64, 0, 2] {
+            enc.extend_from_slice(&v.to_le_bytes());
+        }
+        let mut h = blake3::Hasher::new();
+        h.update(&[0u8; 32]);
+        h.update(&enc);
+        assert_eq!(t.digest(), h.finalize());
+    }
+
+    #[test]
+    fn save_restore_round_trip() {
+        for record in [false, true] {
+            let mut t = Tracer::new(record);
+            t.syscall(1, "write", [1, 2, 3, 4, 5, 6], Some(3), 1000, Some([7; 32]));
+            t.exception(13, 0x401000, 0, 0, ExceptionRecord::Emulated(3), 2);
+            let mut r: Tracer = postcard::from_bytes(&postcard::to_stdvec(&t).unwrap()).unwrap();
+            r.validate().unwrap();
+            assert_eq!(r, t);
+            for x in [&mut t, &mut r] {
+                x.syscall(0, "read", [0; 6], Some(0), 3000, None);
+                x.exception(14, 0x401000, 8, 6, ExceptionRecord::Fatal(11), 4000);
+            }
+            assert_eq!(r.digest(), t.digest());
+            assert_eq!(r.entry_hashes(), t.entry_hashes());
+            assert_eq!(r.entries(), t.entries());
+            let mut bad = r.clone();
+            bad.syscalls += 1;
+            assert!(bad.validate().is_err());
+        }
     }
 
     #[test]

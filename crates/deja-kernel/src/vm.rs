@@ -13,13 +13,17 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use serde::{Deserialize, Serialize};
+
 use crate::errno::*;
 use crate::layout::{is_page_aligned, page_down, page_up, FAULT_AROUND_PAGES, USER_END, USER_START};
+use crate::persist::{ensure, RestoreError};
 use crate::{MemError, Memory, Prot, PAGE_SIZE};
 
-/// The contents of a mapped file (shared, immutable; `Debug` shows only the length).
-#[derive(Clone, PartialEq, Eq)]
-pub struct FileBytes(pub std::sync::Arc<[u8]>);
+/// The contents of a mapped file (shared, immutable; `Debug` shows only the length; saved as
+/// a byte string).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileBytes(#[serde(with = "crate::persist::arc_bytes")] pub std::sync::Arc<[u8]>);
 
 impl std::fmt::Debug for FileBytes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -28,7 +32,7 @@ impl std::fmt::Debug for FileBytes {
 }
 
 /// What backs a VMA.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum VmaKind {
     /// A segment of the program image (eagerly populated).
     Image {
@@ -64,7 +68,7 @@ impl VmaKind {
 }
 
 /// One mapping.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Vma {
     /// First byte (page aligned).
     pub start: u64,
@@ -159,7 +163,7 @@ pub enum FaultError {
 }
 
 /// The VMA list and commit accounting of one process.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AddressSpace {
     vmas: BTreeMap<u64, Vma>,
     /// Maximum committed pages.
@@ -197,6 +201,46 @@ impl AddressSpace {
             Err(ENOMEM)
         } else {
             Ok(())
+        }
+    }
+
+    /// Checks the invariants of a restored address space: every VMA keyed by its start, page
+    /// aligned, non-empty, inside user space, sorted and non-overlapping, with a valid
+    /// protection and file offsets that cannot overflow.
+    pub fn validate(&self) -> Result<(), RestoreError> {
+        let mut prev_end = USER_START;
+        for (&key, v) in &self.vmas {
+            let at = || format!("VMA {:#x}..{:#x}", v.start, v.end);
+            ensure(key == v.start, || format!("{} is filed under {key:#x}", at()))?;
+            ensure(is_page_aligned(v.start) && is_page_aligned(v.end), || format!("{} is not page aligned", at()))?;
+            ensure(v.start < v.end, || format!("{} is empty", at()))?;
+            ensure(v.start >= prev_end && v.end <= USER_END, || format!("{} overlaps or leaves user space", at()))?;
+            ensure(v.prot.0 & !7 == 0, || format!("{} has protection {:#x}", at(), v.prot.0))?;
+            let len = v.end - v.start;
+            match &v.kind {
+                VmaKind::Image { offset } => {
+                    ensure(offset.checked_add(len).is_some(), || format!("{} has offset {offset:#x}", at()))?
+                }
+                VmaKind::File { data, offset, size, .. } => {
+                    ensure(*size == data.0.len() as u64, || format!("{} has size {size} for its data", at()))?;
+                    ensure(offset.checked_add(len).is_some(), || format!("{} has offset {offset:#x}", at()))?;
+                }
+                VmaKind::Heap | VmaKind::Stack | VmaKind::Anon => {}
+            }
+            prev_end = v.end;
+        }
+        Ok(())
+    }
+
+    /// Replaces the contents of every file mapping by the equal contents of the declared file
+    /// in `vfs` (so a restored state shares them instead of holding copies).
+    pub fn share_file_data(&mut self, vfs: &crate::fd::Vfs) {
+        for v in self.vmas.values_mut() {
+            if let VmaKind::File { path, data, .. } = &mut v.kind {
+                if let Some(d) = vfs.same_file(path, &data.0) {
+                    data.0 = d;
+                }
+            }
         }
     }
 
@@ -502,6 +546,44 @@ mod tests {
         assert_eq!(a.find_free(0x1000, 0x30000), Some(0x2f000));
         assert_eq!(a.find_free(0x1000, 0x20000), Some(0x11000));
         assert_eq!(a.find_free(0x2000, 0x20000), None);
+    }
+
+    #[test]
+    fn save_restore_round_trip() {
+        let mut a = AddressSpace::new(1000);
+        a.insert(anon(0x10000, 0x20000, Prot::RW));
+        a.set_prot(0x12000, 0x14000, Prot::READ);
+        let data = FileBytes(std::sync::Arc::from(&b"file contents"[..]));
+        let kind = VmaKind::File { path: "/f".into(), data, offset: 0x1000, size: 13, ino: 99 };
+        a.insert(Vma { start: 0x30000, end: 0x32000, prot: Prot::READ, kind, shared: false });
+        a.insert(Vma {
+            start: 0x40000,
+            end: 0x41000,
+            prot: Prot(5),
+            kind: VmaKind::Image { offset: 0 },
+            shared: false,
+        });
+        let bytes = postcard::to_stdvec(&a).unwrap();
+        let b: AddressSpace = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(a, b);
+        b.validate().unwrap();
+        assert_eq!(b.committed(), a.committed());
+        assert_eq!(b.maps("/x"), a.maps("/x"));
+
+        // Broken invariants are refused.
+        let mut bad = b.clone();
+        bad.vmas.insert(0x11000, anon(0x11000, 0x13000, Prot::RW));
+        assert!(bad.validate().is_err(), "overlap");
+        let mut bad = b.clone();
+        bad.vmas.insert(0x50000, anon(0x50001, 0x51000, Prot::RW));
+        assert!(bad.validate().is_err(), "key and start differ");
+        let mut bad = b.clone();
+        bad.vmas.insert(0x50000, anon(0x50000, 0x50000, Prot::RW));
+        assert!(bad.validate().is_err(), "empty");
+        let mut bad = b.clone();
+        bad.vmas.get_mut(&0x30000).unwrap().kind =
+            VmaKind::File { path: "/f".into(), data: FileBytes(b"x"[..].into()), offset: 0, size: 2, ino: 1 };
+        assert!(bad.validate().is_err(), "size and data differ");
     }
 
     #[test]

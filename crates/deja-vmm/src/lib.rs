@@ -7,14 +7,18 @@
 //! determinism settings this host honours.
 
 pub mod cpuid;
+pub mod fork;
 pub mod layout;
 pub mod paging;
 pub mod probe;
+pub mod snapshot;
 pub mod vm;
 
 use deja_kernel::{Kernel, LoadError, ProgramSpec, RunReport, Stream};
 
+pub use fork::{Fork, ResetStats};
 pub use probe::{check_host, probe, HostCheck, HostProbe};
+pub use snapshot::{Snapshot, SnapshotError, SnapshotMeta};
 pub use vm::{RegisterPath, Vm, VmError, VmStats};
 
 /// Default guest RAM: 1 GiB (frames are only backed on the host once touched).
@@ -38,6 +42,9 @@ pub enum RunError {
     /// KVM or the monitor failed.
     #[error(transparent)]
     Vm(#[from] VmError),
+    /// A snapshot was refused.
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
 }
 
 /// Runs `spec` in a fresh VM with `memory` bytes of RAM; the program's output goes to `sink`.
@@ -58,6 +65,49 @@ pub fn run_with(
     // Loading may have narrowed fresh pages; nothing ran yet, so nothing is cached.
     vm.space.take_stale();
     vm.enter_user(entry.rip, entry.rsp, 0)?;
+    let status = vm.run(&mut kernel, sink)?;
+    let report = kernel.finish(&vm.space, status);
+    Ok(Run { report, stats: vm.stats.clone() })
+}
+
+/// Runs `spec` like [`run`] and captures a snapshot when the program traps for syscall `at`
+/// (before it is served), then runs on to the end. The snapshot is `None` if the program ended
+/// first.
+pub fn run_snapshotting(
+    spec: ProgramSpec,
+    memory: u64,
+    at: u64,
+    sink: &mut dyn FnMut(Stream, &[u8]),
+) -> Result<(Run, Option<Snapshot>), RunError> {
+    let meta = SnapshotMeta {
+        deja_version: env!("CARGO_PKG_VERSION").to_string(),
+        program_blake3: blake3::hash(&spec.image).to_hex().to_string(),
+        exe_path: spec.exe_path.clone(),
+        argv: spec.argv.clone(),
+        seed: spec.seed,
+        syscall_index: at,
+        virtual_time_ns: 0,
+    };
+    let mut vm = Vm::new(memory)?;
+    let (mut kernel, entry) = Kernel::load(spec, &mut vm.space)?;
+    vm.space.take_stale();
+    vm.enter_user(entry.rip, entry.rsp, 0)?;
+    let mut snapshot = None;
+    let status = match vm.run_until(&mut kernel, sink, Some(at))? {
+        Some(status) => status,
+        None => {
+            let meta = SnapshotMeta { virtual_time_ns: kernel.virtual_time_ns(), ..meta };
+            snapshot = Some(Snapshot::capture(&mut vm, &kernel, meta)?);
+            vm.run(&mut kernel, sink)?
+        }
+    };
+    let report = kernel.finish(&vm.space, status);
+    Ok((Run { report, stats: vm.stats.clone() }, snapshot))
+}
+
+/// Restores `snapshot` into a fresh VM and runs the program on to the end.
+pub fn resume(snapshot: &Snapshot, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<Run, RunError> {
+    let (mut vm, mut kernel) = snapshot.restore()?;
     let status = vm.run(&mut kernel, sink)?;
     let report = kernel.finish(&vm.space, status);
     Ok(Run { report, stats: vm.stats.clone() })

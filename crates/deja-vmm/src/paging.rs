@@ -10,7 +10,7 @@
 //! same program produce identical guest-physical layouts.
 
 use deja_kernel::{MemError, Memory, Prot, PAGE_SIZE};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::layout::{FRAME_BASE, PML4_PHYS, USER_END};
@@ -54,6 +54,28 @@ pub struct AddressSpace {
     free: BTreeSet<u64>,
     /// Leaf entries whose old value may still be cached by the CPU: (PTE gpa, user va).
     stale: Vec<(u64, u64)>,
+    /// Frames holding page tables: frame → (level of its entries, first address it maps).
+    /// Level 0 entries map 4 KiB pages, level 3 entries 512 GiB.
+    pt_frames: BTreeMap<u64, (u32, u64)>,
+    /// One bit per frame the monitor wrote since the last [`AddressSpace::take_host_dirty`]
+    /// (KVM's dirty log only sees the guest's own writes).
+    host_dirty: Vec<u64>,
+}
+
+/// The allocator's state, saved in snapshots and restored on forks.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FrameState {
+    /// Next never-used frame.
+    pub bump: u64,
+    /// Freed frames.
+    pub free: Vec<u64>,
+    /// Page-table frames: (frame, level, first address mapped).
+    pub pt_frames: Vec<(u64, u32, u64)>,
+}
+
+/// Sign-extends a 48-bit address to canonical form.
+pub fn canonical(va: u64) -> u64 {
+    (((va << 16) as i64) >> 16) as u64
 }
 
 /// Leaf bits for `prot`. A `PROT_NONE` page stays present for the monitor but loses the user
@@ -92,7 +114,18 @@ impl AddressSpace {
         }
         let ram =
             GuestMemoryMmap::from_ranges(&[(GuestAddress(0), size as usize)]).map_err(|_| RamError::Alloc(mib))?;
-        Ok(AddressSpace { ram, size, bump: FRAME_BASE, free: BTreeSet::new(), stale: Vec::new() })
+        let mut pt_frames = BTreeMap::new();
+        pt_frames.insert(PML4_PHYS, (3, 0));
+        let host_dirty = vec![0u64; (size / PAGE_SIZE).div_ceil(64) as usize];
+        Ok(AddressSpace {
+            ram,
+            size,
+            bump: FRAME_BASE,
+            free: BTreeSet::new(),
+            stale: Vec::new(),
+            pt_frames,
+            host_dirty,
+        })
     }
 
     /// The guest RAM.
@@ -111,14 +144,74 @@ impl AddressSpace {
     }
 
     /// Writes a u64 to guest-physical memory.
-    pub fn write_u64(&self, gpa: u64, v: u64) {
+    pub fn write_u64(&mut self, gpa: u64, v: u64) {
         // Only called with addresses of frames this allocator handed out: in bounds.
         let _ = self.ram.write_obj(v, GuestAddress(gpa));
+        self.mark(gpa, 8);
+    }
+
+    fn mark(&mut self, gpa: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        let (first, last) = (gpa / PAGE_SIZE, (gpa + len - 1) / PAGE_SIZE);
+        for f in first..=last {
+            if let Some(w) = self.host_dirty.get_mut((f / 64) as usize) {
+                *w |= 1 << (f % 64);
+            }
+        }
+    }
+
+    /// Frames (guest-physical addresses) the monitor wrote since the last call, ascending.
+    pub fn take_host_dirty(&mut self) -> Vec<u64> {
+        let mut out = Vec::new();
+        for (i, w) in self.host_dirty.iter_mut().enumerate() {
+            let mut bits = std::mem::take(w);
+            while bits != 0 {
+                let b = bits.trailing_zeros() as u64;
+                out.push((i as u64 * 64 + b) * PAGE_SIZE);
+                bits &= bits - 1;
+            }
+        }
+        out
+    }
+
+    /// The allocator's state.
+    pub fn frame_state(&self) -> FrameState {
+        FrameState {
+            bump: self.bump,
+            free: self.free.iter().copied().collect(),
+            pt_frames: self.pt_frames.iter().map(|(f, (l, b))| (*f, *l, *b)).collect(),
+        }
+    }
+
+    /// Replaces the allocator's state (RAM contents are restored separately).
+    pub fn set_frame_state(&mut self, st: &FrameState) {
+        self.bump = st.bump;
+        self.free = st.free.iter().copied().collect();
+        self.pt_frames = st.pt_frames.iter().map(|(f, l, b)| (*f, (*l, *b))).collect();
+        self.stale.clear();
+    }
+
+    /// Level and base address of the page table in `frame`, if it is one.
+    pub fn page_table(&self, frame: u64) -> Option<(u32, u64)> {
+        self.pt_frames.get(&frame).copied()
+    }
+
+    /// Registers a page-table frame the monitor built by hand (the direct map).
+    pub fn note_page_table(&mut self, frame: u64, level: u32, base: u64) {
+        self.pt_frames.insert(frame, (level, base));
+    }
+
+    /// Next never-used frame: everything at or above it is zero in a fresh VM.
+    pub fn bump(&self) -> u64 {
+        self.bump
     }
 
     /// Writes bytes to guest-physical memory.
-    pub fn write_phys(&self, gpa: u64, data: &[u8]) {
+    pub fn write_phys(&mut self, gpa: u64, data: &[u8]) {
         let _ = self.ram.write_slice(data, GuestAddress(gpa));
+        self.mark(gpa, data.len() as u64);
     }
 
     /// Reads bytes from guest-physical memory.
@@ -164,6 +257,8 @@ impl AddressSpace {
                 }
                 let frame = self.alloc_frame()?;
                 self.write_u64(slot, frame | PTE_P | PTE_W | PTE_U | PTE_A);
+                let span = 1u64 << (12 + 9 * level);
+                self.pt_frames.insert(frame, (level - 1, canonical(va & !(span - 1))));
                 table = frame;
             } else {
                 table = entry & PTE_ADDR;

@@ -198,6 +198,7 @@ pub struct Vm {
     pub stats: VmStats,
     fs_base: u64,
     gs_base: u64,
+    host_addr: u64,
     path: RegisterPath,
     dirty_regs: bool,
     dirty_sregs: bool,
@@ -243,6 +244,7 @@ impl Vm {
             stats: VmStats::default(),
             fs_base: 0,
             gs_base: 0,
+            host_addr: host as u64,
             path: RegisterPath::SyncRegs,
             dirty_regs: false,
             dirty_sregs: false,
@@ -407,13 +409,19 @@ impl Vm {
     /// mapping the monitor removed or narrowed.
     fn pt_sync(&mut self) -> Result<(), VmError> {
         let stale = self.space.take_stale();
-        if stale.is_empty() {
+        self.pt_sync_entries(&stale)
+    }
+
+    /// Runs the ring-0 sync routine over `entries`: (guest-physical address of an entry, the
+    /// address it maps), then returns to the interrupted state.
+    pub(crate) fn pt_sync_entries(&mut self, entries: &[(u64, u64)]) -> Result<(), VmError> {
+        if entries.is_empty() {
             return Ok(());
         }
         self.stats.pt_syncs += 1;
         let saved = self.vcpu.sync_regs();
         let per_batch = (CMD_SIZE / 16) as usize;
-        for batch in stale.chunks(per_batch) {
+        for batch in entries.chunks(per_batch) {
             for (i, (slot, va)) in batch.iter().enumerate() {
                 self.space.write_u64(CMD_PHYS + 16 * i as u64, direct(*slot));
                 self.space.write_u64(CMD_PHYS + 16 * i as u64 + 8, *va);
@@ -456,6 +464,132 @@ impl Vm {
         Ok(())
     }
 
+    /// The FS and GS bases the monitor last loaded.
+    pub fn bases(&self) -> (u64, u64) {
+        (self.fs_base, self.gs_base)
+    }
+
+    /// The vCPU's complete state, as a snapshot holds it.
+    pub fn vcpu_state(&mut self) -> Result<crate::snapshot::VcpuState, VmError> {
+        let sync = self.vcpu.sync_regs();
+        let mut msrs = Msrs::from_entries(
+            &crate::snapshot::SNAPSHOT_MSRS.map(|index| kvm_msr_entry { index, ..Default::default() }),
+        )
+        .map_err(|_| VmError::Unexpected { what: "MSR list too large".into(), rip: 0 })?;
+        let n = ioctl("KVM_GET_MSRS", self.vcpu.get_msrs(&mut msrs))?;
+        if n != crate::snapshot::SNAPSHOT_MSRS.len() {
+            return Err(VmError::Unexpected {
+                what: format!("KVM returned {n} of the snapshot MSRs"),
+                rip: sync.regs.rip,
+            });
+        }
+        Ok(crate::snapshot::VcpuState {
+            regs: sync.regs,
+            sregs: sync.sregs,
+            xsave: ioctl("KVM_GET_XSAVE", self.vcpu.get_xsave())?,
+            xcrs: ioctl("KVM_GET_XCRS", self.vcpu.get_xcrs())?,
+            debugregs: ioctl("KVM_GET_DEBUGREGS", self.vcpu.get_debug_regs())?,
+            events: ioctl("KVM_GET_VCPU_EVENTS", self.vcpu.get_vcpu_events())?,
+            mp_state: ioctl("KVM_GET_MP_STATE", self.vcpu.get_mp_state())?,
+            msrs: msrs.as_slice().to_vec(),
+        })
+    }
+
+    /// Loads a complete vCPU state (into a VM that has not run, or between runs).
+    pub fn set_vcpu_state(
+        &mut self,
+        st: &crate::snapshot::VcpuState,
+        fs_base: u64,
+        gs_base: u64,
+    ) -> Result<(), VmError> {
+        ioctl("KVM_SET_SREGS", self.vcpu.set_sregs(&st.sregs))?;
+        ioctl("KVM_SET_REGS", self.vcpu.set_regs(&st.regs))?;
+        // SAFETY: `st.xsave` is a whole `kvm_xsave` (4 KiB, the size KVM_SET_XSAVE reads when
+        // KVM_CAP_XSAVE2 is not enabled, which deja never enables); the kernel validates its
+        // contents against the guest's XCR0 and CPUID.
+        ioctl("KVM_SET_XSAVE", unsafe { self.vcpu.set_xsave(&st.xsave) })?;
+        ioctl("KVM_SET_XCRS", self.vcpu.set_xcrs(&st.xcrs))?;
+        ioctl("KVM_SET_DEBUGREGS", self.vcpu.set_debug_regs(&st.debugregs))?;
+        ioctl("KVM_SET_VCPU_EVENTS", self.vcpu.set_vcpu_events(&st.events))?;
+        ioctl("KVM_SET_MP_STATE", self.vcpu.set_mp_state(st.mp_state))?;
+        let msrs = Msrs::from_entries(&st.msrs)
+            .map_err(|_| VmError::Unexpected { what: "MSR list too large".into(), rip: 0 })?;
+        let n = ioctl("KVM_SET_MSRS", self.vcpu.set_msrs(&msrs))?;
+        if n != st.msrs.len() {
+            return Err(VmError::Unexpected {
+                what: format!("KVM accepted {n} of {} MSRs", st.msrs.len()),
+                rip: st.regs.rip,
+            });
+        }
+        self.fs_base = fs_base;
+        self.gs_base = gs_base;
+        // The sync area must not push stale values over what was just set.
+        self.dirty_regs = false;
+        self.dirty_sregs = false;
+        self.vcpu.clear_sync_dirty_reg(SyncReg::Register);
+        self.vcpu.clear_sync_dirty_reg(SyncReg::SystemRegister);
+        {
+            let sync = self.vcpu.sync_regs_mut();
+            sync.regs = st.regs;
+            sync.sregs = st.sregs;
+        }
+        if self.path == RegisterPath::SyncRegs {
+            self.vcpu.set_sync_valid_reg(SyncReg::Register);
+            self.vcpu.set_sync_valid_reg(SyncReg::SystemRegister);
+        }
+        Ok(())
+    }
+
+    /// Loads the registers a ring-3 child can change (REGS, SREGS, XSAVE) for a fork reset;
+    /// REGS and SREGS travel through the sync area, so only XSAVE costs an ioctl.
+    pub(crate) fn set_child_state(
+        &mut self,
+        st: &crate::snapshot::VcpuState,
+        fs_base: u64,
+        gs_base: u64,
+    ) -> Result<(), VmError> {
+        // SAFETY: as in `set_vcpu_state`: a whole 4 KiB `kvm_xsave` read back from this VM.
+        ioctl("KVM_SET_XSAVE", unsafe { self.vcpu.set_xsave(&st.xsave) })?;
+        {
+            let sync = self.vcpu.sync_regs_mut();
+            sync.regs = st.regs;
+            sync.sregs = st.sregs;
+        }
+        self.mark_dirty(SyncReg::Register);
+        self.mark_dirty(SyncReg::SystemRegister);
+        self.fs_base = fs_base;
+        self.gs_base = gs_base;
+        Ok(())
+    }
+
+    /// Turns on KVM's dirty-page log for guest RAM (for forks).
+    pub fn enable_dirty_log(&mut self) -> Result<(), VmError> {
+        let region = kvm_userspace_memory_region {
+            slot: 0,
+            flags: kvm_bindings::KVM_MEM_LOG_DIRTY_PAGES,
+            guest_phys_addr: 0,
+            memory_size: self.space.size(),
+            userspace_addr: self.host_addr,
+        };
+        // SAFETY: the same live mapping as registered in `Vm::new`, only the flags change.
+        ioctl("KVM_SET_USER_MEMORY_REGION", unsafe { self._vm.set_user_memory_region(region) })
+    }
+
+    /// Frames (guest-physical addresses) the guest wrote since the last call; resets the log.
+    pub fn take_guest_dirty(&mut self) -> Result<Vec<u64>, VmError> {
+        let bitmap = ioctl("KVM_GET_DIRTY_LOG", self._vm.get_dirty_log(0, self.space.size() as usize))?;
+        let mut out = Vec::new();
+        for (i, w) in bitmap.iter().enumerate() {
+            let mut bits = *w;
+            while bits != 0 {
+                let b = bits.trailing_zeros() as u64;
+                out.push((i as u64 * 64 + b) * PAGE_SIZE);
+                bits &= bits - 1;
+            }
+        }
+        Ok(out)
+    }
+
     fn apply_bases(&mut self, fs_base: u64, gs_base: u64) {
         if fs_base != self.fs_base || gs_base != self.gs_base {
             self.fs_base = fs_base;
@@ -469,6 +603,23 @@ impl Vm {
 
     /// Runs the program under `kernel` until it ends. Output goes to `sink` as it is written.
     pub fn run(&mut self, kernel: &mut Kernel, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<ExitStatus, VmError> {
+        match self.run_until(kernel, sink, None)? {
+            Some(status) => Ok(status),
+            None => Err(VmError::Unexpected { what: "stopped without a stop point".into(), rip: self.rip() }),
+        }
+    }
+
+    /// Runs until the program ends (`Some(status)`) or, when `stop_at` is `Some(n)`, until it
+    /// traps for syscall `n` (0-based) before that syscall is served (`None`). At a stop the vCPU
+    /// is rewound to the program's `syscall` instruction: RIP = RCX − 2, RFLAGS = R11. That is a
+    /// clean ring-3 state (RCX and R11 are clobbered by every syscall), from which a snapshot or a
+    /// fork continues by executing the same syscall again.
+    pub fn run_until(
+        &mut self,
+        kernel: &mut Kernel,
+        sink: &mut dyn FnMut(Stream, &[u8]),
+        stop_at: Option<u64>,
+    ) -> Result<Option<ExitStatus>, VmError> {
         let mut last_fault = (0u64, 0u64, 0u32);
         loop {
             self.pt_sync()?;
@@ -483,6 +634,24 @@ impl Vm {
             let regs = self.vcpu.sync_regs().regs;
             if port == SYSCALL_PORT && (regs.rip == STUB_VA || regs.rip == STUB_VA + 2) {
                 self.stats.syscall_exits += 1;
+                if stop_at == Some(kernel.syscall_count()) {
+                    let mut insn = [0u8; 2];
+                    let at = regs.rcx.wrapping_sub(2);
+                    if self.space.read(at, &mut insn).is_err() || insn != [0x0f, 0x05] {
+                        return Err(VmError::Unexpected {
+                            what: format!(
+                                "syscall {} was not made by a syscall instruction; cannot stop there",
+                                kernel.syscall_count()
+                            ),
+                            rip: at,
+                        });
+                    }
+                    let r = &mut self.vcpu.sync_regs_mut().regs;
+                    r.rip = at;
+                    r.rflags = (r.r11 & !RFLAGS_RF) | RFLAGS_FIXED;
+                    self.mark_dirty(SyncReg::Register);
+                    return Ok(None);
+                }
                 let args = [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9];
                 let outcome = kernel.syscall(&mut self.space, regs.rax, args);
                 for (stream, bytes) in kernel.take_output() {
@@ -497,7 +666,7 @@ impl Vm {
                         self.mark_dirty(SyncReg::Register);
                         self.apply_bases(kernel.fs_base(), kernel.gs_base());
                     }
-                    SyscallOutcome::Exit(status) => return Ok(status),
+                    SyscallOutcome::Exit(status) => return Ok(Some(status)),
                 }
             } else if (EXCEPTION_PORT_BASE..EXCEPTION_PORT_BASE + 32).contains(&port)
                 && regs.rip >= direct(R0_CODE_PHYS)
@@ -540,7 +709,7 @@ impl Vm {
                             rcx = c as u64;
                         }
                     }
-                    ExceptionOutcome::Fatal(status) => return Ok(status),
+                    ExceptionOutcome::Fatal(status) => return Ok(Some(status)),
                 }
                 let sync = self.vcpu.sync_regs_mut();
                 sync.regs.rip = rip;
@@ -560,9 +729,9 @@ impl Vm {
                 let status =
                     kernel.exception(&mut self.space, Exception::GeneralProtection { rip: regs.rip, error_code: 0 });
                 match status {
-                    ExceptionOutcome::Fatal(status) => return Ok(status),
+                    ExceptionOutcome::Fatal(status) => return Ok(Some(status)),
                     _ => {
-                        return Ok(ExitStatus::Signaled {
+                        return Ok(Some(ExitStatus::Signaled {
                             signal: 11,
                             name: "SIGSEGV".into(),
                             fault: Some(deja_kernel::FaultInfo {
@@ -571,7 +740,7 @@ impl Vm {
                                 rip: regs.rip,
                                 addr: None,
                             }),
-                        })
+                        }))
                     }
                 }
             }
@@ -742,6 +911,7 @@ fn write_monitor_structures(space: &mut AddressSpace) -> Result<(), deja_kernel:
     let pml4_slot = PML4_PHYS + ((DIRECT_MAP >> 39) & 0x1ff) * 8;
     let pdpt = space.alloc_frame()?;
     space.write_u64(pml4_slot, pdpt | PTE_P | PTE_W | PTE_A);
+    space.note_page_table(pdpt, 2, DIRECT_MAP);
     let two_mib = 2u64 << 20;
     let mut phys = 0;
     while phys < space.size() {
@@ -751,6 +921,7 @@ fn write_monitor_structures(space: &mut AddressSpace) -> Result<(), deja_kernel:
         if pd == 0 {
             pd = space.alloc_frame()?;
             space.write_u64(pdpt_slot, pd | PTE_P | PTE_W | PTE_A);
+            space.note_page_table(pd, 1, DIRECT_MAP + (gib << 30));
         }
         space.write_u64(pd + ((phys >> 21) & 0x1ff) * 8, phys | PTE_P | PTE_W | PTE_PS | PTE_A | PTE_D);
         phys += two_mib;

@@ -1,0 +1,124 @@
+//! `deja inspect FILE`: what a deja artifact holds.
+
+use std::path::PathBuf;
+
+use deja_format::Kind;
+use deja_vmm::Snapshot;
+
+use crate::exit;
+
+/// Arguments of `deja inspect`.
+#[derive(Debug, clap::Args)]
+pub struct InspectArgs {
+    /// Print as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// The artifact.
+    pub file: PathBuf,
+}
+
+fn describe(args: &InspectArgs) -> Result<serde_json::Value, (i32, String)> {
+    let bytes = std::fs::read(&args.file).map_err(|e| {
+        let code = if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { exit::NOT_LOADABLE };
+        (code, format!("cannot read {}: {e}", args.file.display()))
+    })?;
+    let env = deja_format::decode(&bytes).map_err(|e| (exit::NOT_LOADABLE, format!("{}: {e}", args.file.display())))?;
+    let mut v = serde_json::json!({
+        "file": args.file.display().to_string(),
+        "kind": env.kind.name(),
+        "id": env.id(),
+        "schema": env.schema,
+        "file_bytes": bytes.len(),
+        "payload_bytes": env.payload.len(),
+    });
+    match env.kind {
+        Kind::Snapshot => {
+            let snap = Snapshot::from_artifact(&bytes)
+                .map_err(|e| (exit::NOT_LOADABLE, format!("{}: {e}", args.file.display())))?;
+            v["snapshot"] = serde_json::json!({
+                "program_blake3": snap.meta.program_blake3,
+                "exe_path": snap.meta.exe_path,
+                "argv": snap.meta.argv,
+                "seed": snap.meta.seed,
+                "deja_version": snap.meta.deja_version,
+                "syscall_index": snap.meta.syscall_index,
+                "virtual_time_ns": snap.meta.virtual_time_ns,
+                "memory_bytes": snap.memory_size,
+                "ram_image_bytes": snap.ram.len(),
+                "free_frames": snap.frames.free.len(),
+                "page_table_frames": snap.frames.pt_frames.len(),
+                "kernel_state_bytes": snap.kernel.len(),
+                "rip": snap.vcpu.regs.rip,
+                "rsp": snap.vcpu.regs.rsp,
+                "syscall_nr": snap.vcpu.regs.rax,
+                "fs_base": snap.fs_base,
+                "msrs": snap.vcpu.msrs.len(),
+            });
+        }
+    }
+    Ok(v)
+}
+
+/// `deja inspect`: 0 when the artifact is valid, 126 when it is refused, 127 when missing.
+pub fn main(args: InspectArgs) -> i32 {
+    match describe(&args) {
+        Ok(v) => {
+            if args.json {
+                println!("{v:#}");
+            } else {
+                println!(
+                    "{}: deja {} (schema {})",
+                    args.file.display(),
+                    v["kind"].as_str().unwrap_or("?"),
+                    v["schema"]
+                );
+                println!("  id                {}", v["id"].as_str().unwrap_or(""));
+                println!(
+                    "  size              {} bytes on disk, {} bytes of payload",
+                    v["file_bytes"], v["payload_bytes"]
+                );
+                if let Some(s) = v.get("snapshot") {
+                    let argv: Vec<String> = s["argv"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|a| a.as_str().map(String::from))
+                        .collect();
+                    println!(
+                        "  program           {} (blake3 {})",
+                        s["exe_path"].as_str().unwrap_or(""),
+                        s["program_blake3"].as_str().unwrap_or("")
+                    );
+                    println!("  argv              {}", argv.join(" "));
+                    println!("  seed              {}", s["seed"]);
+                    println!(
+                        "  at syscall        {} (about to make syscall nr {})",
+                        s["syscall_index"], s["syscall_nr"]
+                    );
+                    println!("  virtual time      {} ns", s["virtual_time_ns"]);
+                    println!(
+                        "  guest RAM         {} MiB, {} bytes in use ({} page-table frames, {} free frames)",
+                        s["memory_bytes"].as_u64().unwrap_or(0) >> 20,
+                        s["ram_image_bytes"],
+                        s["page_table_frames"],
+                        s["free_frames"]
+                    );
+                    println!(
+                        "  vCPU              rip {:#x}, rsp {:#x}, fs base {:#x}, {} MSRs",
+                        s["rip"].as_u64().unwrap_or(0),
+                        s["rsp"].as_u64().unwrap_or(0),
+                        s["fs_base"].as_u64().unwrap_or(0),
+                        s["msrs"]
+                    );
+                    println!("  syscall core      {} bytes of state", s["kernel_state_bytes"]);
+                    println!("  written by        deja {}", s["deja_version"].as_str().unwrap_or(""));
+                }
+            }
+            0
+        }
+        Err((code, message)) => {
+            eprintln!("deja: error: {message}");
+            code
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! Snapshots and forks end to end on real KVM: equivalence with uninterrupted runs, exact fork
+//! resets, refusal of damaged files.
+
+mod common;
+
+use common::*;
+use deja_kernel::ProgramSpec;
+use std::path::{Path, PathBuf};
+
+fn s(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("deja-snap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// The trace of a run, as `--trace-out` writes it.
+fn trace(args: &[&str]) -> Vec<serde_json::Value> {
+    let path = tmp(&format!("trace-{}.jsonl", args.len()));
+    let mut full = vec!["--trace-out", path.to_str().unwrap()];
+    full.extend_from_slice(args);
+    run_json(&full);
+    let lines = std::fs::read_to_string(&path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    std::fs::remove_file(&path).ok();
+    lines
+}
+
+/// Runs whole, then with a snapshot at `n` restored in a fresh process, and compares.
+fn assert_equivalent_at(n: u64, run_args: &[&str]) {
+    let (full, full_v) = run_json(run_args);
+    let snap = tmp(&format!("at-{n}.deja"));
+    let mut with_snap = vec!["--snapshot-at".to_string(), n.to_string(), "--snapshot-out".into(), s(&snap)];
+    with_snap.extend(run_args.iter().map(|a| a.to_string()));
+    let with_snap: Vec<&str> = with_snap.iter().map(String::as_str).collect();
+    let (first, first_v) = run_json(&with_snap);
+    assert_eq!(first.stdout, full.stdout, "taking a snapshot must not change the run");
+    assert_eq!(first_v["digest"], full_v["digest"]);
+    let (resumed, resumed_v) = run_json(&["--from-snapshot", &s(&snap)]);
+    assert_eq!(resumed_v["digest"], full_v["digest"], "snapshot at {n}: {}", stderr(&resumed));
+    assert_eq!(resumed_v["exit_code"], full_v["exit_code"]);
+    assert!(full.stdout.ends_with(&resumed.stdout), "snapshot at {n}: the continuation printed something else");
+    let inspect = deja(&["inspect", "--json", &s(&snap)]);
+    let v: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    assert_eq!(v["kind"], "snapshot");
+    assert_eq!(v["snapshot"]["syscall_index"], n);
+    std::fs::remove_file(&snap).ok();
+}
+
+#[test]
+fn snapshot_restore_in_a_fresh_process_equals_the_full_run() {
+    // timerand: at the first syscall, right after getrandom, in the middle, at exit.
+    let t = s(&guest("timerand"));
+    let args = ["--seed", "11", t.as_str()];
+    let tr = trace(&args);
+    let getrandom = tr.iter().position(|e| e["name"] == "getrandom").expect("timerand draws randomness") as u64;
+    let last = tr.len() as u64 - 1;
+    for n in [0, getrandom + 1, tr.len() as u64 / 2, last] {
+        assert_equivalent_at(n, &args);
+    }
+    assert!(!tr.is_empty());
+}
+
+#[test]
+fn snapshot_inside_a_file_read_continues_the_read() {
+    let data = tmp("big.txt");
+    let text: String = (0..4000).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(&data, &text).unwrap();
+    let decl = format!("{}:/data/big.txt", data.display());
+    let cat = s(&guest("cat"));
+    let args = ["--file", decl.as_str(), cat.as_str(), "--", "/data/big.txt"];
+    let tr = trace(&args);
+    let open = tr.iter().position(|e| e["name"] == "openat" && e["ret"].as_u64().unwrap_or(u64::MAX) < 100).unwrap();
+    let fd = tr[open]["ret"].as_u64().unwrap();
+    let reads: Vec<u64> =
+        tr.iter().filter(|e| e["name"] == "read" && e["args"][0] == fd).map(|e| e["index"].as_u64().unwrap()).collect();
+    assert!(reads.len() >= 2, "the file is read in several calls: {reads:?}");
+    // Between two reads of the same file: the offset lives in the snapshot.
+    assert_equivalent_at(reads[1], &args);
+    std::fs::remove_file(&data).ok();
+}
+
+#[test]
+fn snapshot_point_after_the_end_is_missing_evidence() {
+    let out = deja(&[
+        "run",
+        "--no-probe",
+        "--snapshot-at",
+        "100000",
+        "--snapshot-out",
+        &s(&tmp("never.deja")),
+        &s(&guest("hello")),
+    ]);
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no snapshot was written"), "{}", stderr(&out));
+    assert!(!tmp("never.deja").exists());
+}
+
+#[test]
+fn damaged_snapshots_are_refused_with_clear_errors() {
+    let good = tmp("good.deja");
+    let out = deja(&["run", "--no-probe", "--snapshot-at", "3", "--snapshot-out", &s(&good), &s(&guest("hello"))]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let bytes = std::fs::read(&good).unwrap();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "flipped",
+            {
+                let mut b = bytes.clone();
+                let at = b.len() / 2;
+                b[at] ^= 0x01;
+                b
+            },
+            "damaged",
+        ),
+        ("truncated", bytes[..bytes.len() - 100].to_vec(), "truncated"),
+        (
+            "version",
+            {
+                let mut b = bytes.clone();
+                b[8] = 9;
+                let h = blake3::hash(&b[..100]);
+                b[100..132].copy_from_slice(h.as_bytes());
+                b
+            },
+            "version 9 is not supported",
+        ),
+        ("notdeja", b"#!/bin/sh\n".to_vec(), "not a deja artifact"),
+    ];
+    for (name, data, message) in cases {
+        let path = tmp(&format!("{name}.deja"));
+        std::fs::write(&path, data).unwrap();
+        for cmd in [
+            vec!["run", "--no-probe", "--from-snapshot", path.to_str().unwrap()],
+            vec!["inspect", path.to_str().unwrap()],
+        ] {
+            let out = deja(&cmd);
+            assert_eq!(out.status.code(), Some(126), "{name} {cmd:?}: {}", stderr(&out));
+            assert!(stderr(&out).contains(message), "{name} {cmd:?}: {}", stderr(&out));
+            assert!(out.stdout.is_empty(), "nothing ran");
+        }
+    }
+    let out = deja(&["inspect", &s(&good)]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains("at syscall        3"), "{}", stdout(&out));
+}
+
+fn spec(name: &str, args: &[&str], seed: u64) -> ProgramSpec {
+    let path = guest(name);
+    let mut argv = vec![format!("/bin/{name}")];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    ProgramSpec { image: std::fs::read(path).unwrap(), exe_path: argv[0].clone(), argv, seed, ..Default::default() }
+}
+
+#[test]
+fn a_hundred_children_of_one_parent_agree_and_another_decision_diverges() {
+    let mut traced = spec("timerand", &[], 4);
+    traced.record_trace = true;
+    let whole = deja_vmm::run(traced.clone(), 256 << 20, &mut |_, _| {}).unwrap();
+    let at = whole.report.trace.iter().position(|e| e.name == "getrandom").unwrap() as u64;
+    let mut fork = deja_vmm::Fork::new(spec("timerand", &[], 4), 256 << 20, at, &mut |_, _| {}).unwrap();
+    let mut digests = std::collections::BTreeSet::new();
+    let mut outputs = std::collections::BTreeSet::new();
+    for _ in 0..100 {
+        let mut out = Vec::new();
+        let child = fork.run_child(None, &mut |_, b| out.extend_from_slice(b)).unwrap();
+        digests.insert(child.report.digest.clone());
+        outputs.insert(out);
+    }
+    assert_eq!(digests.len(), 1, "100 children of one parent must agree");
+    assert_eq!(outputs.len(), 1);
+    assert_eq!(digests.first().unwrap(), &whole.report.digest, "a child equals the uninterrupted run");
+    let other = fork.run_child(Some(99), &mut |_, _| {}).unwrap();
+    assert_ne!(&other.report.digest, digests.first().unwrap(), "a child with other random decisions diverges");
+    let again = fork.run_child(None, &mut |_, _| {}).unwrap();
+    assert_eq!(&again.report.digest, digests.first().unwrap(), "and the next child is back to the parent's course");
+}
+
+#[test]
+fn fork_reset_restores_the_parents_memory_bit_for_bit() {
+    let mut traced = spec("dirty", &["3000"], 1);
+    traced.record_trace = true;
+    let whole = deja_vmm::run(traced, 256 << 20, &mut |_, _| {}).unwrap();
+    let marks: Vec<u64> = whole.report.trace.iter().filter(|e| e.name == "sched_yield").map(|e| e.index).collect();
+    let mut fork = deja_vmm::Fork::new(spec("dirty", &["3000"], 1), 256 << 20, marks[0], &mut |_, _| {}).unwrap();
+    let parent = fork.parent_ram_digest();
+    assert_eq!(fork.ram_digest(), parent, "the parent image is what the VM holds");
+    let child = fork.run_child(None, &mut |_, _| {}).unwrap();
+    assert_eq!(child.report.digest, whole.report.digest);
+    assert_ne!(fork.ram_digest(), parent, "the child changed guest memory");
+    let stats = fork.reset().unwrap();
+    assert!(stats.dirty_frames >= 3000, "{stats:?}");
+    assert_eq!(fork.ram_digest(), parent, "reset restores every byte of guest RAM");
+    // And the VM still runs correctly from there, many times.
+    for _ in 0..5 {
+        let child = fork.run_child(None, &mut |_, _| {}).unwrap();
+        assert_eq!(child.report.digest, whole.report.digest);
+    }
+}

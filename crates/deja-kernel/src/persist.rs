@@ -1,0 +1,212 @@
+//! Saving and restoring the kernel state (snapshots and in-memory forks).
+//!
+//! [`Kernel::save`](crate::Kernel::save) writes the whole state as the `postcard` encoding of
+//! the kernel's internal structs, whose field order is the encoding: every struct derives
+//! `Serialize`/`Deserialize` and fields are written in declaration order, so **reordering,
+//! adding or removing a field of a saved struct changes the format**. The bytes carry no
+//! version and no framing: the caller wraps them in an envelope that carries the schema
+//! version. [`Kernel::restore`](crate::Kernel::restore) decodes them and then checks the
+//! invariants the syscall code relies on, so hostile or damaged bytes give a [`RestoreError`]
+//! and never a panic, neither while restoring nor in the syscalls that follow.
+//!
+//! This module holds the serde helpers the derives need: byte blobs behind `Arc<[u8]>`
+//! (written as postcard byte strings, one copy per holder: a declared file that is also open
+//! or mapped is written once per holder, and [`Kernel::restore`](crate::Kernel::restore)
+//! shares equal contents again), arrays longer than serde's 32-element limit, and
+//! [`ExitStatus`] (its JSON form is internally tagged, which postcard cannot decode).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use serde::de::{self, SeqAccess, Visitor};
+use serde::ser::SerializeTuple;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::{ExitStatus, FaultInfo};
+
+/// Why saved kernel state could not be restored.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RestoreError {
+    /// The bytes are not a postcard encoding of the kernel state (truncated, damaged, or from
+    /// another schema version).
+    #[error("kernel state is corrupt: {0}")]
+    Decode(String),
+    /// The bytes decode but describe a state the kernel can never be in.
+    #[error("kernel state is inconsistent: {0}")]
+    Invalid(String),
+}
+
+/// Fails with [`RestoreError::Invalid`] carrying `msg` unless `ok`.
+pub(crate) fn ensure(ok: bool, msg: impl FnOnce() -> String) -> Result<(), RestoreError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(RestoreError::Invalid(msg()))
+    }
+}
+
+/// A byte string, written with `serialize_bytes`.
+struct RawBytes<'a>(&'a [u8]);
+
+impl Serialize for RawBytes<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(self.0)
+    }
+}
+
+/// A byte string read back into a fresh `Arc<[u8]>`.
+struct ArcBytes(Arc<[u8]>);
+
+impl<'de> Deserialize<'de> for ArcBytes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ArcBytes;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a byte string")
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<ArcBytes, E> {
+                Ok(ArcBytes(Arc::from(v)))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ArcBytes, A::Error> {
+                let mut v = Vec::new();
+                while let Some(b) = seq.next_element::<u8>()? {
+                    v.push(b);
+                }
+                Ok(ArcBytes(Arc::from(v)))
+            }
+        }
+        d.deserialize_bytes(V)
+    }
+}
+
+/// `#[serde(with = "arc_bytes")]` for an `Arc<[u8]>` field.
+pub(crate) mod arc_bytes {
+    use super::*;
+
+    pub(crate) fn serialize<S: Serializer>(v: &Arc<[u8]>, s: S) -> Result<S::Ok, S::Error> {
+        RawBytes(v).serialize(s)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<[u8]>, D::Error> {
+        ArcBytes::deserialize(d).map(|b| b.0)
+    }
+}
+
+/// `#[serde(with = "arc_bytes_map")]` for a `BTreeMap<String, Arc<[u8]>>` field.
+pub(crate) mod arc_bytes_map {
+    use super::*;
+
+    pub(crate) fn serialize<S: Serializer>(v: &BTreeMap<String, Arc<[u8]>>, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(v.iter().map(|(k, b)| (k, RawBytes(b))))
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, Arc<[u8]>>, D::Error> {
+        let m = BTreeMap::<String, ArcBytes>::deserialize(d)?;
+        Ok(m.into_iter().map(|(k, b)| (k, b.0)).collect())
+    }
+}
+
+/// `#[serde(with = "array")]` for a `[T; N]` field of any length (serde stops at 32), written
+/// as a tuple of `N` elements (no length prefix).
+pub(crate) mod array {
+    use super::*;
+
+    pub(crate) fn serialize<S: Serializer, T: Serialize, const N: usize>(v: &[T; N], s: S) -> Result<S::Ok, S::Error> {
+        let mut t = s.serialize_tuple(N)?;
+        for e in v {
+            t.serialize_element(e)?;
+        }
+        t.end()
+    }
+
+    pub(crate) fn deserialize<'de, D, T, const N: usize>(d: D) -> Result<[T; N], D::Error>
+    where
+        D: Deserializer<'de>,
+        T: Deserialize<'de>,
+    {
+        struct V<T, const N: usize>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>, const N: usize> Visitor<'de> for V<T, N> {
+            type Value = [T; N];
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "an array of {N} elements")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<[T; N], A::Error> {
+                let mut v = Vec::with_capacity(N);
+                for i in 0..N {
+                    v.push(seq.next_element()?.ok_or_else(|| de::Error::invalid_length(i, &self))?);
+                }
+                v.try_into().map_err(|_| de::Error::invalid_length(N, &self))
+            }
+        }
+        d.deserialize_tuple(N, V::<T, N>(PhantomData))
+    }
+}
+
+/// [`ExitStatus`] as postcard can decode it (externally tagged, by variant index).
+#[derive(Serialize, Deserialize)]
+enum ExitRepr {
+    Exited(i32),
+    Signaled(i32, String, Option<FaultInfo>),
+}
+
+/// `#[serde(with = "exit_status")]` for an `Option<ExitStatus>` field.
+pub(crate) mod exit_status {
+    use super::*;
+
+    pub(crate) fn serialize<S: Serializer>(v: &Option<ExitStatus>, s: S) -> Result<S::Ok, S::Error> {
+        let r = v.as_ref().map(|st| match st {
+            ExitStatus::Exited { code } => ExitRepr::Exited(*code),
+            ExitStatus::Signaled { signal, name, fault } => ExitRepr::Signaled(*signal, name.clone(), fault.clone()),
+        });
+        r.serialize(s)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ExitStatus>, D::Error> {
+        Ok(Option::<ExitRepr>::deserialize(d)?.map(|r| match r {
+            ExitRepr::Exited(code) => ExitStatus::Exited { code },
+            ExitRepr::Signaled(signal, name, fault) => ExitStatus::Signaled { signal, name, fault },
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Sample {
+        #[serde(with = "arc_bytes")]
+        blob: Arc<[u8]>,
+        #[serde(with = "arc_bytes_map")]
+        files: BTreeMap<String, Arc<[u8]>>,
+        #[serde(with = "array")]
+        big: [[u64; 2]; 40],
+        #[serde(with = "exit_status")]
+        exit: Option<ExitStatus>,
+    }
+
+    #[test]
+    fn helpers_round_trip() {
+        let mut files = BTreeMap::new();
+        files.insert("/a".to_string(), Arc::from(&b"xyz"[..]));
+        files.insert("/b".to_string(), Arc::from(&[][..]));
+        let mut big = [[0u64; 2]; 40];
+        big[39] = [u64::MAX, 7];
+        let fault = FaultInfo { description: "d".into(), vector: 14, rip: 1, addr: Some(2) };
+        for exit in [
+            None,
+            Some(ExitStatus::Exited { code: 3 }),
+            Some(ExitStatus::Signaled { signal: 11, name: "SIGSEGV".into(), fault: Some(fault.clone()) }),
+        ] {
+            let s = Sample { blob: Arc::from(&b"hello"[..]), files: files.clone(), big, exit };
+            let bytes = postcard::to_stdvec(&s).unwrap();
+            assert_eq!(postcard::from_bytes::<Sample>(&bytes).unwrap(), s);
+            for n in 0..bytes.len() {
+                assert!(postcard::from_bytes::<Sample>(&bytes[..n]).is_err(), "truncated at {n}");
+            }
+        }
+    }
+}

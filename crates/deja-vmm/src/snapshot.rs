@@ -1,0 +1,228 @@
+//! Snapshots: a running program captured whole at a syscall boundary, written as a deja
+//! artifact, and restored into a fresh VM in this or another process.
+//!
+//! A snapshot holds everything the continuation depends on:
+//!
+//! * the vCPU: REGS, SREGS, XSAVE (x87/SSE/AVX state), XCRS, DEBUGREGS, VCPU_EVENTS, MP_STATE
+//!   and the MSRs in [`SNAPSHOT_MSRS`];
+//! * guest RAM up to the allocator's high-water mark (every frame above it is still zero), and
+//!   the allocator's state (free frames, page-table frames);
+//! * the syscall core's whole state ([`deja_kernel::Kernel::save`]): memory map, fds, declared
+//!   files, clock, random stream position, signals, trace digest so far.
+//!
+//! It is taken when the program traps for syscall N, with the vCPU rewound to the `syscall`
+//! instruction (see [`crate::Vm::run_until`]), so restoring it and running re-issues syscall N.
+//! Not captured: host-side counters ([`crate::VmStats`]) and the host hazard probe.
+
+use deja_kernel::{Kernel, Memory, PAGE_SIZE};
+use kvm_bindings::{
+    kvm_debugregs, kvm_mp_state, kvm_msr_entry, kvm_regs, kvm_sregs, kvm_vcpu_events, kvm_xcrs, kvm_xsave,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::paging::FrameState;
+use crate::vm::{Vm, VmError};
+
+/// Schema version of the snapshot payload inside its envelope.
+pub const SNAPSHOT_SCHEMA: u32 = 1;
+
+/// MSRs a snapshot carries: the syscall MSRs, the FS/GS bases, the TSC and SYSENTER state.
+pub const SNAPSHOT_MSRS: [u32; 11] = [
+    0xc000_0081, // STAR
+    0xc000_0082, // LSTAR
+    0xc000_0083, // CSTAR
+    0xc000_0084, // SFMASK
+    0xc000_0100, // FS_BASE
+    0xc000_0101, // GS_BASE
+    0xc000_0102, // KERNEL_GS_BASE
+    0x10,        // TSC
+    0x174,       // SYSENTER_CS
+    0x175,       // SYSENTER_ESP
+    0x176,       // SYSENTER_EIP
+];
+
+/// The vCPU's complete architectural state.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct VcpuState {
+    /// General registers.
+    pub regs: kvm_regs,
+    /// Segment, control and descriptor-table registers.
+    pub sregs: kvm_sregs,
+    /// x87/SSE/AVX state.
+    pub xsave: kvm_xsave,
+    /// Extended control registers.
+    pub xcrs: kvm_xcrs,
+    /// Debug registers.
+    pub debugregs: kvm_debugregs,
+    /// Pending exceptions, interrupts, NMIs.
+    pub events: kvm_vcpu_events,
+    /// Run state.
+    pub mp_state: kvm_mp_state,
+    /// The MSRs of [`SNAPSHOT_MSRS`].
+    pub msrs: Vec<kvm_msr_entry>,
+}
+
+impl Clone for VcpuState {
+    fn clone(&self) -> Self {
+        // `kvm_xsave` ends in a zero-length flexible array and so is not `Clone`; its state is
+        // all in `region`.
+        let xsave = kvm_xsave { region: self.xsave.region, ..Default::default() };
+        VcpuState {
+            regs: self.regs,
+            sregs: self.sregs,
+            xsave,
+            xcrs: self.xcrs,
+            debugregs: self.debugregs,
+            events: self.events,
+            mp_state: self.mp_state,
+            msrs: self.msrs.clone(),
+        }
+    }
+}
+
+/// Facts about the program, for `deja inspect` and for refusing a mismatched continuation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotMeta {
+    /// The deja version that wrote it.
+    pub deja_version: String,
+    /// BLAKE3 (hex) of the program image.
+    pub program_blake3: String,
+    /// The guest path of the program.
+    pub exe_path: String,
+    /// argv.
+    pub argv: Vec<String>,
+    /// The run's seed.
+    pub seed: u64,
+    /// The syscall the program was about to make (0-based): the number already served.
+    pub syscall_index: u64,
+    /// Virtual time at the snapshot.
+    pub virtual_time_ns: u64,
+}
+
+/// A whole VM at a syscall boundary.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// What it is a snapshot of.
+    pub meta: SnapshotMeta,
+    /// Guest RAM size in bytes.
+    pub memory_size: u64,
+    /// vCPU state.
+    pub vcpu: VcpuState,
+    /// Frame allocator state.
+    pub frames: FrameState,
+    /// Guest RAM from 0 to `frames.bump`.
+    #[serde(with = "bytes")]
+    pub ram: Vec<u8>,
+    /// The syscall core's state.
+    #[serde(with = "bytes")]
+    pub kernel: Vec<u8>,
+    /// FS base the monitor last loaded (also in SREGS).
+    pub fs_base: u64,
+    /// GS base the monitor last loaded (also in SREGS).
+    pub gs_base: u64,
+}
+
+/// Errors restoring a snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The file could not be read or is not a valid artifact.
+    #[error(transparent)]
+    Format(#[from] deja_format::FormatError),
+    /// The payload does not decode.
+    #[error("the snapshot payload is corrupt: {0}")]
+    Decode(String),
+    /// The payload decodes but is inconsistent.
+    #[error("the snapshot is inconsistent: {0}")]
+    Invalid(String),
+    /// The syscall core's state is refused.
+    #[error(transparent)]
+    Kernel(#[from] deja_kernel::RestoreError),
+    /// KVM refused the state.
+    #[error(transparent)]
+    Vm(#[from] VmError),
+}
+
+mod bytes {
+    //! `Vec<u8>` as one serde byte string (postcard writes it as length + raw bytes).
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let b: &[u8] = <&[u8]>::deserialize(d)?;
+        Ok(b.to_vec())
+    }
+}
+
+impl Snapshot {
+    /// Captures `vm` and `kernel` (the VM must be stopped by [`Vm::run_until`]).
+    pub fn capture(vm: &mut Vm, kernel: &Kernel, meta: SnapshotMeta) -> Result<Snapshot, VmError> {
+        let vcpu = vm.vcpu_state()?;
+        let frames = vm.space.frame_state();
+        let mut ram = vec![0u8; frames.bump as usize];
+        vm.space.read_phys(0, &mut ram);
+        let (fs_base, gs_base) = vm.bases();
+        Ok(Snapshot { meta, memory_size: vm.space.size(), vcpu, frames, ram, kernel: kernel.save(), fs_base, gs_base })
+    }
+
+    /// Encodes the snapshot as a deja artifact.
+    pub fn to_artifact(&self) -> Vec<u8> {
+        let payload = postcard::to_stdvec(self).expect("postcard encodes plain data");
+        deja_format::encode(deja_format::Kind::Snapshot, SNAPSHOT_SCHEMA, &payload)
+    }
+
+    /// Decodes and validates a snapshot artifact.
+    pub fn from_artifact(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
+        let payload = deja_format::decode(bytes)?.expect(deja_format::Kind::Snapshot, SNAPSHOT_SCHEMA)?;
+        let snap: Snapshot = postcard::from_bytes(&payload).map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        snap.validate()?;
+        Ok(snap)
+    }
+
+    fn validate(&self) -> Result<(), SnapshotError> {
+        let bad = |m: String| Err(SnapshotError::Invalid(m));
+        let mib = self.memory_size >> 20;
+        if !(16..=65536).contains(&mib) || self.memory_size % PAGE_SIZE != 0 {
+            return bad(format!("guest RAM of {} bytes", self.memory_size));
+        }
+        if self.ram.len() as u64 != self.frames.bump
+            || self.frames.bump > self.memory_size
+            || self.frames.bump % PAGE_SIZE != 0
+        {
+            return bad(format!("RAM image of {} bytes for a high-water mark of {}", self.ram.len(), self.frames.bump));
+        }
+        let in_use = |f: u64| f % PAGE_SIZE == 0 && f < self.frames.bump;
+        if !self.frames.free.iter().all(|f| in_use(*f))
+            || !self.frames.pt_frames.iter().all(|(f, l, _)| in_use(*f) && *l <= 3)
+        {
+            return bad("frame lists point outside the RAM image".into());
+        }
+        if self.vcpu.msrs.len() != SNAPSHOT_MSRS.len() {
+            return bad(format!("{} MSRs instead of {}", self.vcpu.msrs.len(), SNAPSHOT_MSRS.len()));
+        }
+        Ok(())
+    }
+
+    /// Builds a fresh VM holding this snapshot, and the syscall core to continue with.
+    pub fn restore(&self) -> Result<(Vm, Kernel), SnapshotError> {
+        let kernel = Kernel::restore(&self.kernel)?;
+        let mut vm = Vm::new(self.memory_size)?;
+        vm.space.write_phys(0, &self.ram);
+        vm.space.set_frame_state(&self.frames);
+        vm.space.take_host_dirty();
+        vm.set_vcpu_state(&self.vcpu, self.fs_base, self.gs_base)?;
+        Ok((vm, kernel))
+    }
+
+    /// BLAKE3 (hex) of every present user page, as the syscall core's memory digest sees them.
+    pub fn user_memory_digest(vm: &Vm) -> String {
+        let mut h = blake3::Hasher::new();
+        vm.space.for_each_page(&mut |va, page| {
+            h.update(&va.to_le_bytes());
+            h.update(page);
+        });
+        h.finalize().to_hex().to_string()
+    }
+}
