@@ -176,6 +176,9 @@ fn a_hundred_children_of_one_parent_agree_and_another_decision_diverges() {
     assert_ne!(&other.report.digest, digests.first().unwrap(), "a child with other random decisions diverges");
     let again = fork.run_child(None, &mut |_, _| {}).unwrap();
     assert_eq!(&again.report.digest, digests.first().unwrap(), "and the next child is back to the parent's course");
+    // The children mapped memory the parent had not: resetting replays those entries.
+    let stats = fork.reset().unwrap();
+    assert!(stats.resynced_entries > 0, "{stats:?}");
 }
 
 #[test]
