@@ -1,8 +1,8 @@
 //! Repository tasks, run as `cargo xtask <task>`:
 //!
-//! * `guests`: builds the example guests static, for the host target, with the stable toolchain:
-//!   static-PIE into `target/guest/release/`, and a non-PIE (`ET_EXEC`) `hello` into
-//!   `target/guest-nopie/release/`.
+//! * `guests`: builds the example guests static, for the host target, with the stable toolchain,
+//!   into `target/guests/`: static-PIE executables, a non-PIE (`ET_EXEC`) `hello` in `nopie/`,
+//!   and a coverage-instrumented `bank` in `cov/`.
 //! * `demo`: builds the guests and `deja`, then runs the bundled examples through deja.
 
 use std::path::{Path, PathBuf};
@@ -25,29 +25,51 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
     }
 }
 
-/// Builds every guest. The guest workspace has its own `.cargo/config.toml` with
-/// `+crt-static`, which cargo only reads when started inside `guest/`.
-fn guests() -> Result<(), String> {
+/// The example guests that are programs (the `sys` crate is a library).
+const GUESTS: [&str; 10] =
+    ["hello", "timerand", "cpuburn", "memhog", "badptr", "privileged", "cat", "syscalls", "dirty", "bank"];
+
+/// Flags every guest is built with: a static executable.
+const STATIC: &str = "-C target-feature=+crt-static";
+
+/// SanitizerCoverage with inline 8-bit counters, which deja reads from guest memory.
+const COVERAGE: &str = "-C passes=sancov-module -C llvm-args=-sanitizer-coverage-level=3 \
+     -C llvm-args=-sanitizer-coverage-inline-8bit-counters";
+
+/// Builds one flavour of the guests and copies the executables into `out`.
+fn build_flavour(what: &str, rustflags: &str, packages: &[&str], out: &Path) -> Result<(), String> {
     let root = root();
-    let guest = root.join("guest");
-    status(
-        "building the example guests",
-        cargo()
-            .current_dir(&guest)
-            .args(["build", "--release", "--quiet", "--target-dir"])
-            .arg(root.join("target/guest"))
-            .env_remove("RUSTFLAGS")
-            .env_remove("CARGO_ENCODED_RUSTFLAGS"),
-    )?;
-    status(
-        "building the non-PIE hello guest",
-        cargo()
-            .current_dir(&guest)
-            .args(["build", "--release", "--quiet", "-p", "hello", "--target-dir"])
-            .arg(root.join("target/guest-nopie"))
-            .env_remove("CARGO_ENCODED_RUSTFLAGS")
-            .env("RUSTFLAGS", "-C target-feature=+crt-static -C relocation-model=static"),
-    )?;
+    let build_dir = root.join("target/guest-build").join(what);
+    let mut cmd = cargo();
+    cmd.current_dir(root.join("guest"))
+        .args(["build", "--release", "--quiet", "--target", TARGET, "--target-dir"])
+        .arg(&build_dir)
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env("RUSTFLAGS", rustflags);
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    status(&format!("building the {what} guests"), &mut cmd)?;
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    for p in packages {
+        let from = build_dir.join(TARGET).join("release").join(p);
+        let to = out.join(p);
+        std::fs::copy(&from, &to).map_err(|e| format!("copying {}: {e}", from.display()))?;
+    }
+    Ok(())
+}
+
+/// The host target, named explicitly so that the static flag reaches the guests and not the
+/// build scripts and proc-macros they depend on.
+const TARGET: &str = "x86_64-unknown-linux-gnu";
+
+/// Builds every guest into `target/guests/`: static-PIE executables, a non-PIE `hello` in
+/// `nopie/`, and a coverage-instrumented `bank` in `cov/`.
+fn guests() -> Result<(), String> {
+    let out = root().join("target/guests");
+    build_flavour("static-pie", STATIC, &GUESTS, &out)?;
+    build_flavour("nopie", &format!("{STATIC} -C relocation-model=static"), &["hello"], &out.join("nopie"))?;
+    build_flavour("coverage", &format!("{STATIC} {}", COVERAGE), &["bank"], &out.join("cov"))?;
     Ok(())
 }
 
@@ -56,7 +78,7 @@ fn demo() -> Result<(), String> {
     let root = root();
     status("building deja", cargo().current_dir(&root).args(["build", "--release", "--quiet", "-p", "deja-cli"]))?;
     let deja = root.join("target/release/deja");
-    let g = root.join("target/guest/release");
+    let g = root.join("target/guests");
     let step = |title: &str, args: &[&str]| -> Result<(), String> {
         println!("\n$ deja {}", args.join(" "));
         println!("# {title}");

@@ -13,8 +13,8 @@ use deja_vmm::RegisterPath;
 /// Arguments of `deja bench`.
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
-    /// Directory holding the example guests (default: `guest/release` next to this binary's
-    /// target directory, where `cargo xtask guests` puts them).
+    /// Directory holding the example guests (default: `guests` in this binary's target
+    /// directory, where `cargo xtask guests` puts them).
     #[arg(long, value_name = "DIR")]
     pub guests: Option<PathBuf>,
     /// Millions of steps for the CPU-bound example.
@@ -31,10 +31,13 @@ pub struct BenchArgs {
     pub json: bool,
 }
 
+/// SDK calls timed natively, where one call costs nanoseconds.
+const NATIVE_SDK_CALLS: u64 = 20_000_000;
+
 fn default_guest_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_default();
-    // target/{release,debug}/deja → target/guest/release
-    exe.parent().and_then(Path::parent).map(|t| t.join("guest").join("release")).unwrap_or_default()
+    // target/{release,debug}/deja → target/guests
+    exe.parent().and_then(Path::parent).map(|t| t.join("guests")).unwrap_or_default()
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -109,6 +112,21 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     }
     let per_syscall_us = per_syscall[0];
 
+    // SDK call: N assertion requests against none, under deja and natively (where the SDK
+    // falls back to local evaluation after one ENOSYS).
+    let (mut sdk_base, mut sdk_many, mut nat_base, mut nat_many) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..repeat {
+        sdk_base.push(time_deja(&syscalls, &["0", "sdk"])?.0);
+        sdk_many.push(time_deja(&syscalls, &[&n, "sdk"])?.0);
+        nat_base.push(time_native(&syscalls, &["0", "sdk"])?);
+        nat_many.push(time_native(&syscalls, &[&NATIVE_SDK_CALLS.to_string(), "sdk"])?);
+    }
+    let per = |many: Vec<Duration>, base: Vec<Duration>, calls: u64| {
+        (median(many).as_secs_f64() - median(base).as_secs_f64()) * 1e6 / calls as f64
+    };
+    let sdk_us = per(sdk_many, sdk_base, args.syscalls);
+    let sdk_native_us = per(nat_many, nat_base, NATIVE_SDK_CALLS);
+
     // 3. Exception round trip: demand paging of N MiB (one #PF exit per 64 KiB window).
     let (mut small, mut big, mut faults) = (Vec::new(), Vec::new(), (0, 0));
     for _ in 0..repeat {
@@ -176,6 +194,10 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
             "syscalls": args.syscalls, "syscall_exits": exits, "us_per_syscall": per_syscall_us,
             "us_per_syscall_register_ioctls": per_syscall[1],
         },
+        "sdk_call": {
+            "calls_in_deja": args.syscalls, "us_per_call_in_deja": sdk_us,
+            "calls_native": NATIVE_SDK_CALLS, "us_per_call_native": sdk_native_us,
+        },
         "demand_paging": { "extra_page_faults": extra_faults, "us_per_fault_including_page_work": per_fault_us },
         "fork_reset": { "guest_memory_mib": 256, "rows": fork_rows },
         "deja_run_hello": { "wall_ms": median(hello_times).as_secs_f64() * 1e3, "native_ms": median(hello_native).as_secs_f64() * 1e3 },
@@ -205,6 +227,12 @@ pub fn main(args: BenchArgs) -> i32 {
                     s["us_per_syscall"].as_f64().unwrap_or(0.0),
                     s["us_per_syscall_register_ioctls"].as_f64().unwrap_or(0.0),
                     s["syscalls"]
+                );
+                let k = &v["sdk_call"];
+                println!(
+                    "  sdk        assert_always!: {:.1} us per call in deja, {:.4} us natively (SDK evaluates locally)",
+                    k["us_per_call_in_deja"].as_f64().unwrap_or(0.0),
+                    k["us_per_call_native"].as_f64().unwrap_or(0.0)
                 );
                 let d = &v["demand_paging"];
                 println!(

@@ -6,12 +6,14 @@
 //! |---|---|
 //! | 0–255 | the program's own exit code; 128+N when it died of signal N |
 //! | 2 | bad command line |
+//! | 123 | an SDK assertion failed (an `always` that did not hold, an `unreachable` reached) |
 //! | 124 | `--audit` found runs that diverged |
 //! | 125 | deja itself failed (no KVM, a monitor error) |
 //! | 126 | the program or artifact could not be loaded (not ELF, dynamic, 32-bit; a corrupt snapshot) |
 //! | 127 | the program or a declared file was not found |
 
 mod bench;
+mod build;
 mod doctor;
 mod inspect;
 mod run;
@@ -34,12 +36,16 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Measure deja against native execution and print the figures.
     Bench(bench::BenchArgs),
+    /// Build a static (optionally coverage-instrumented) program for deja with cargo.
+    Build(build::BuildArgs),
     /// Print what a deja artifact (a snapshot) holds, after verifying it.
     Inspect(inspect::InspectArgs),
 }
 
 /// deja's own exit codes.
 pub mod exit {
+    /// An SDK assertion failed.
+    pub const ASSERTION_FAILED: i32 = 123;
     /// `--audit` found diverging runs.
     pub const AUDIT_DIVERGED: i32 = 124;
     /// deja failed (KVM missing, monitor error).
@@ -57,6 +63,7 @@ fn main() {
         Command::Doctor(args) => doctor::main(args),
         Command::Bench(args) => bench::main(args),
         Command::Inspect(args) => inspect::main(args),
+        Command::Build(args) => build::main(args),
     };
     std::process::exit(code);
 }

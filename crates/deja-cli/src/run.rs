@@ -221,6 +221,7 @@ pub fn summary_json(
     run: &deja_vmm::Run,
     probe: &Option<HostProbe>,
     audit: Option<&serde_json::Value>,
+    replay: &str,
 ) -> serde_json::Value {
     serde_json::json!({
         "schema": "deja.run-report/1",
@@ -236,12 +237,60 @@ pub fn summary_json(
         "vm": run.stats,
         "host_hazards": probe.as_ref().map(|p| p.hazards()),
         "audit": audit,
+        "assertion_failed": report.assertion_failed(),
+        "assertions": report.assertions,
+        "setup_complete": report.setup_complete,
+        "events": report.events.len(),
+        "protocol_errors": report.protocol_errors,
+        "coverage": report.coverage,
+        "replay": replay,
     })
 }
 
-fn print_text_summary(report: &RunReport, run: &deja_vmm::Run, probe: &Option<HostProbe>) {
+fn print_assertions(e: &mut impl Write, report: &RunReport, replay: &str) {
+    if report.assertions.is_empty() {
+        return;
+    }
+    let failed = report.assertions.iter().filter(|a| a.bug).count();
+    let _ = writeln!(e, "deja: assertions ({} catalogued, {failed} failed):", report.assertions.len());
+    for a in &report.assertions {
+        let status = serde_json::to_value(a.status).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+        let _ = writeln!(
+            e,
+            "deja:   {:<11} {:<21} {:<48} {}:{}  (hits {}, passes {}, failures {})",
+            if a.bug { status.to_uppercase() } else { status },
+            a.kind,
+            format!("{:?}", a.message),
+            a.file,
+            a.line,
+            a.hits,
+            a.passes,
+            a.failures
+        );
+        if let (true, Some(f)) = (a.bug, &a.first_failure) {
+            let _ = writeln!(
+                e,
+                "deja:               first failure at syscall {}, virtual time {} ns, node {}, thread {}: {}",
+                f.syscall_index,
+                f.virtual_time_ns,
+                f.node,
+                f.thread,
+                if f.details.is_empty() { "(no details)" } else { &f.details }
+            );
+        }
+    }
+    if failed > 0 {
+        let _ = writeln!(e, "deja: replay this run exactly: {replay}");
+    }
+    if let Some(c) = &report.coverage {
+        let _ = writeln!(e, "deja: coverage: {} of {} edges hit, map digest {}", c.edges_hit, c.counters, c.map_digest);
+    }
+}
+
+fn print_text_summary(report: &RunReport, run: &deja_vmm::Run, probe: &Option<HostProbe>, replay: &str) {
     let mut e = std::io::stderr().lock();
     let _ = writeln!(e, "deja: {}", describe_exit(&report.exit));
+    print_assertions(&mut e, report, replay);
     let mut counts: Vec<(&String, &u64)> = report.syscall_counts.iter().collect();
     counts.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     let top: Vec<String> = counts.iter().take(8).map(|(n, c)| format!("{n} {c}")).collect();
@@ -280,6 +329,45 @@ fn print_text_summary(report: &RunReport, run: &deja_vmm::Run, probe: &Option<Ho
             }
         }
     }
+}
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./:=,+@%".contains(&b)) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// The one command that reproduces this run exactly.
+pub fn replay_command(args: &RunArgs) -> String {
+    let exe = std::env::args().next().unwrap_or_else(|| "deja".into());
+    let mut parts = vec![exe, "run".to_string()];
+    if let Some(snap) = &args.from_snapshot {
+        parts.extend(["--from-snapshot".to_string(), snap.display().to_string()]);
+    } else {
+        parts.extend(["--seed".to_string(), args.seed.to_string()]);
+        if args.memory != 1024 {
+            parts.extend(["--memory".to_string(), args.memory.to_string()]);
+        }
+        for f in &args.files {
+            parts.extend(["--file".to_string(), f.clone()]);
+        }
+        if let Some(stdin) = &args.stdin {
+            parts.extend(["--stdin".to_string(), stdin.display().to_string()]);
+        }
+        for kv in &args.env {
+            parts.extend(["--env".to_string(), kv.clone()]);
+        }
+        if let Some(p) = &args.program {
+            parts.push(p.display().to_string());
+        }
+        if !args.args.is_empty() {
+            parts.push("--".to_string());
+            parts.extend(args.args.iter().cloned());
+        }
+    }
+    parts.iter().map(|p| shell_quote(p)).collect::<Vec<_>>().join(" ")
 }
 
 fn write_trace(path: &Path, report: &RunReport) -> std::io::Result<()> {
@@ -359,7 +447,8 @@ fn run_main(args: &RunArgs) -> Result<i32, Failure> {
             Failure::new(exit::DEJA_FAILED, format!("cannot write the trace to {}: {e}", path.display()))
         })?;
     }
-    let json = summary_json(&first.report, &first, &probe, audit.as_ref());
+    let replay = replay_command(args);
+    let json = summary_json(&first.report, &first, &probe, audit.as_ref(), &replay);
     if let Some(path) = &args.report_out {
         std::fs::write(path, serde_json::to_vec_pretty(&json).unwrap_or_default()).map_err(|e| {
             Failure::new(exit::DEJA_FAILED, format!("cannot write the report to {}: {e}", path.display()))
@@ -368,10 +457,13 @@ fn run_main(args: &RunArgs) -> Result<i32, Failure> {
     if args.json {
         eprintln!("{json}");
     } else {
-        print_text_summary(&first.report, &first, &probe);
+        print_text_summary(&first.report, &first, &probe, &replay);
     }
     if diverged {
         return Ok(exit::AUDIT_DIVERGED);
+    }
+    if first.report.assertion_failed() {
+        return Ok(exit::ASSERTION_FAILED);
     }
     Ok(first.report.exit.code())
 }

@@ -100,3 +100,29 @@ fn the_checker_rejects_a_broken_report() {
     check(&s, &v, "$", &mut errors);
     assert_eq!(errors.len(), 2, "{errors:#?}");
 }
+
+#[test]
+fn assertion_reports_and_coverage_match_their_schemas() {
+    let assertion = schema("assertion-report.schema.json");
+    let coverage = schema("coverage-summary.schema.json");
+    let run = schema("run-report.schema.json");
+    let cov = root().join("target/guests/cov/bank").to_string_lossy().into_owned();
+    let mut errors = Vec::new();
+    for args in [vec![cov.as_str(), "--", "12"], vec![cov.as_str(), "--", "--overdraft-bug", "12"]] {
+        let (_, v) = run_json(&args);
+        check(&run, &v, "$", &mut errors);
+        let items = v["assertions"].as_array().expect("assertions");
+        assert!(!items.is_empty());
+        for (i, a) in items.iter().enumerate() {
+            check(&assertion, a, &format!("$.assertions[{i}]"), &mut errors);
+        }
+        check(&coverage, &v["coverage"], "$.coverage", &mut errors);
+    }
+    assert!(errors.is_empty(), "{errors:#?}");
+    // The checker bites on a broken entry.
+    let (_, mut v) = run_json(&[&cov, "--", "3"]);
+    v["assertions"][0]["status"] = Value::String("fine".into());
+    let mut errors = Vec::new();
+    check(&assertion, &v["assertions"][0], "$", &mut errors);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+}

@@ -24,7 +24,7 @@ fn hello_world_prints_its_output_and_a_summary() {
 #[test]
 fn non_pie_static_executable_runs_too() {
     guests();
-    let nopie = root().join("target/guest-nopie/release/hello");
+    let nopie = root().join("target/guests/nopie/hello");
     let (out, v) = run_json(&[&s(&nopie)]);
     assert_eq!(stdout(&out), "Hello from a deja guest!\n");
     assert_eq!(v["exit_code"], 0);

@@ -228,3 +228,51 @@ impl ElfImage {
         first.map_or(0, |p| p.p_vaddr.wrapping_sub(p.p_offset).wrapping_add(self.phoff))
     }
 }
+
+/// `SHF_ALLOC`: the section occupies memory at run time.
+pub const SHF_ALLOC: u64 = 2;
+/// Size of an ELF64 section header.
+pub const SHDR_SIZE: u64 = 64;
+/// `SHN_XINDEX`: the real `e_shstrndx` is in section 0's `sh_link`.
+const SHN_XINDEX: u64 = 0xffff;
+
+/// The address and size (before the load bias) of the first allocated (`SHF_ALLOC`) section
+/// named `name` with a non-zero size, from the section header table (`e_shoff`, `e_shnum`,
+/// `e_shstrndx`; extended numbering through section 0 is understood). Every offset is
+/// bounds-checked: a missing, truncated or hostile table gives `None`, never a panic.
+pub fn find_section(image: &[u8], name: &[u8]) -> Option<(u64, u64)> {
+    let shoff = u64_at(image, 40)?;
+    let shentsize = u64::from(u16_at(image, 58)?);
+    let mut shnum = u64::from(u16_at(image, 60)?);
+    let mut shstrndx = u64::from(u16_at(image, 62)?);
+    if shoff == 0 || shentsize < SHDR_SIZE {
+        return None;
+    }
+    if shnum == 0 {
+        shnum = u64_at(image, shoff.checked_add(32)?)?;
+    }
+    if shstrndx == SHN_XINDEX {
+        shstrndx = u64::from(u32_at(image, shoff.checked_add(40)?)?);
+    }
+    let table_end = shnum.checked_mul(shentsize)?.checked_add(shoff)?;
+    if table_end > image.len() as u64 || shstrndx >= shnum {
+        return None;
+    }
+    // Every header is inside the file from here on: `shoff + i * shentsize + 64 <= table_end`.
+    let hdr = |i: u64| shoff + i * shentsize;
+    let str_off = usize::try_from(u64_at(image, hdr(shstrndx) + 24)?).ok()?;
+    let str_size = usize::try_from(u64_at(image, hdr(shstrndx) + 32)?).ok()?;
+    let strtab = image.get(str_off..str_off.checked_add(str_size)?)?;
+    (0..shnum).find_map(|i| {
+        let o = hdr(i);
+        let name_off = usize::try_from(u32_at(image, o)?).ok()?;
+        let rest = strtab.get(name_off..)?;
+        let nul = rest.iter().position(|b| *b == 0)?;
+        if &rest[..nul] != name {
+            return None;
+        }
+        let flags = u64_at(image, o + 8)?;
+        let (addr, size) = (u64_at(image, o + 16)?, u64_at(image, o + 32)?);
+        (flags & SHF_ALLOC != 0 && size > 0).then_some((addr, size))
+    })
+}

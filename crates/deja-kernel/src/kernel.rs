@@ -15,10 +15,12 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::{Clock, RDTSC_COST_NS, SYSCALL_COST_NS};
+use crate::coverage::{CoverageRegion, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
 use crate::elf::{self, ET_DYN, PF_R, PF_W, PF_X};
 use crate::errno::*;
 use crate::fd::{FdTable, Vfs};
 use crate::layout::*;
+use crate::oracle::Oracle;
 use crate::persist::{ensure, RestoreError};
 use crate::rng::RandomStream;
 use crate::signal::{self, Signals};
@@ -26,8 +28,8 @@ use crate::stack::{self, AuxInfo};
 use crate::trace::{memory_digest, DataHasher, ExceptionRecord, Tracer};
 use crate::vm::{Access, AddressSpace, FaultError, Vma, VmaKind};
 use crate::{
-    Entry, Exception, ExceptionOutcome, ExitStatus, FaultInfo, LoadError, Memory, ProgramSpec, Prot, RunReport, Stream,
-    SyscallOutcome, PAGE_SIZE,
+    AssertionReport, Entry, Exception, ExceptionOutcome, ExitStatus, FaultInfo, LoadError, Memory, ProgramSpec, Prot,
+    RunReport, Stream, SyscallOutcome, PAGE_SIZE,
 };
 
 /// Share of the shell's free frames kept back for page tables when the commit capacity is
@@ -94,6 +96,8 @@ pub struct Kernel {
     fault_repeats: u32,
     exit: Option<ExitStatus>,
     entry: Entry,
+    pub(crate) oracle: Oracle,
+    coverage: Option<CoverageRegion>,
 }
 
 /// The saved form of [`Kernel`]: serde's remote derive, which reads and builds a `Kernel`
@@ -128,6 +132,8 @@ struct KernelDef {
     #[serde(with = "crate::persist::exit_status")]
     exit: Option<ExitStatus>,
     entry: Entry,
+    oracle: Oracle,
+    coverage: Option<CoverageRegion>,
 }
 
 /// A `Kernel` to encode.
@@ -284,6 +290,16 @@ impl Kernel {
         rlimits[13] = (0, 0); // RLIMIT_NICE
         rlimits[14] = (0, 0); // RLIMIT_RTPRIO
         let entry = Entry { rip: entry_rip, rsp: st.rsp };
+        // The coverage counters: an allocated section inside one loaded segment, not too big.
+        let coverage = elf::find_section(&spec.image, SANCOV_SECTION.as_bytes())
+            .filter(|&(addr, len)| {
+                len <= MAX_COVERAGE_COUNTERS
+                    && img
+                        .loads()
+                        .any(|p| addr >= p.p_vaddr && addr.checked_add(len).is_some_and(|e| e <= p.p_vaddr + p.p_memsz))
+            })
+            .and_then(|(addr, len)| Some(CoverageRegion { addr: reloc(addr)?, len }))
+            .filter(|r| r.validate().is_ok());
         let kernel = Kernel {
             vm,
             vfs,
@@ -309,6 +325,8 @@ impl Kernel {
             fault_repeats: 0,
             exit: None,
             entry,
+            oracle: Oracle::default(),
+            coverage,
         };
         Ok((kernel, entry))
     }
@@ -321,7 +339,9 @@ impl Kernel {
     /// random stream's exact position, signal dispositions/mask/pending, rlimits, umask, fs/gs
     /// base, the tid address, the robust list, the fault-repeat state, syscall and unsupported
     /// counts, the trace (digest chain, entry hashes, recorded entries), output not yet taken,
-    /// the exit status and the entry. Guest memory and vCPU registers are not included.
+    /// the exit status, the entry, the assertion oracle (catalog, counts, first failures,
+    /// lifecycle records, events, protocol errors) and where the coverage counters are. Guest
+    /// memory and vCPU registers are not included.
     pub fn save(&self) -> Vec<u8> {
         // Every saved type has a known length and no `serialize_any`; postcard only fails on
         // those (or on a full fixed buffer, and `to_stdvec` grows).
@@ -361,7 +381,12 @@ impl Kernel {
         ensure(USER_START <= self.brk_start && self.brk_start <= self.brk_cur, || {
             format!("break {:#x} below its start {:#x}", self.brk_cur, self.brk_start)
         })?;
-        ensure(self.fault_repeats <= MAX_FAULT_REPEATS, || format!("{} fault repeats", self.fault_repeats))
+        ensure(self.fault_repeats <= MAX_FAULT_REPEATS, || format!("{} fault repeats", self.fault_repeats))?;
+        self.oracle.validate(n)?;
+        match &self.coverage {
+            Some(c) => c.validate(),
+            None => Ok(()),
+        }
     }
 
     /// From now on random bytes (`getrandom`, `/dev/urandom`) come from the stream of `seed`,
@@ -499,6 +524,7 @@ impl Kernel {
             // preemption); glibc handles it. It is a policy, not a gap, so it is not counted
             // as unsupported.
             334 => Err(ENOSYS.into()),
+            deja_protocol::DEJA_SYSCALL => self.sys_deja(mem, a),
             _ => Err(Stop::Unsupported),
         }
     }
@@ -726,7 +752,7 @@ impl Kernel {
         let mut h = blake3::Hasher::new();
         h.update(trace.as_bytes());
         h.update(memory.as_bytes());
-        RunReport {
+        let mut report = RunReport {
             exit,
             syscalls: self.tracer.syscalls(),
             syscall_counts: self.counts.clone(),
@@ -737,7 +763,32 @@ impl Kernel {
             digest: h.finalize().to_hex().to_string(),
             entry_hashes: self.tracer.entry_hashes().to_vec(),
             trace: self.tracer.entries().to_vec(),
-        }
+            assertions: Vec::new(),
+            setup_complete: None,
+            events: Vec::new(),
+            events_dropped: 0,
+            protocol_errors: 0,
+            coverage: self.coverage.map(|c| c.summary(mem)),
+        };
+        self.oracle.fill_report(&mut report);
+        report
+    }
+
+    /// The assertion sites as they stand now (the same list [`RunReport::assertions`] will
+    /// hold), sorted by (file, line, id).
+    pub fn assertions(&self) -> Vec<AssertionReport> {
+        self.oracle.assertions()
+    }
+
+    /// True if an assertion has already found a bug in this run.
+    pub fn assertion_failed(&self) -> bool {
+        self.oracle.bug_found()
+    }
+
+    /// The bucketed coverage map read from `mem` now (one byte per edge, AFL buckets), or
+    /// `None` when the program has no `__sancov_cntrs` section. Reads only; populates nothing.
+    pub fn coverage_map(&self, mem: &dyn Memory) -> Option<Vec<u8>> {
+        self.coverage.map(|c| c.map(mem))
     }
 
     /// Appends output, merging with the previous chunk of the same stream.

@@ -29,6 +29,16 @@
 //! - Every clock is virtual: it starts at 0 and advances by [`clock::SYSCALL_COST_NS`] per
 //!   syscall, [`clock::RDTSC_COST_NS`] per emulated `rdtsc`, and by sleeps and timeouts.
 //!
+//! # The deja syscall, assertions and coverage
+//!
+//! A guest linked with the deja SDK calls [`deja_protocol::DEJA_SYSCALL`] (counted and traced
+//! as `deja`): the kernel keeps its assertion catalog and counts, its lifecycle events, and
+//! answers its `Random`/`Choice` requests from the seeded stream. [`RunReport::assertions`]
+//! holds every site's verdict; [`RunReport::assertion_failed`] says whether one is a bug.
+//! A guest built with SanitizerCoverage inline 8-bit counters has a `__sancov_cntrs` section:
+//! [`RunReport::coverage`] summarizes the bucketed counters at the end and
+//! [`Kernel::coverage_map`] reads them at any time, without populating guest memory.
+//!
 //! # Snapshots and forks
 //!
 //! A [`Kernel`] is `Clone` (an in-memory fork clones it together with the guest memory), and
@@ -39,12 +49,14 @@
 //! random stream (and marks the trace digest).
 
 pub mod clock;
+mod coverage;
 mod elf;
 mod errno;
 mod fd;
 mod kernel;
 pub mod layout;
 pub mod mem;
+mod oracle;
 mod persist;
 mod rng;
 mod signal;
@@ -59,8 +71,10 @@ mod vm;
 #[cfg(test)]
 mod tests;
 
+pub use coverage::{bucket, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
 pub use kernel::{Kernel, MAX_IO, PAGE_TABLE_MARGIN_PERCENT};
 pub use mem::{FakeMemory, MemError, Memory, Prot, PAGE_SIZE};
+pub use oracle::MAX_EVENTS;
 pub use persist::RestoreError;
 
 use std::collections::BTreeMap;
@@ -278,4 +292,131 @@ pub struct RunReport {
     /// The full trace, when [`ProgramSpec::record_trace`] was set.
     #[serde(skip)]
     pub trace: Vec<TraceEntry>,
+    /// Every catalogued assertion site, sorted by (file, line, id).
+    pub assertions: Vec<AssertionReport>,
+    /// The program's first `SetupComplete`, if it sent one.
+    pub setup_complete: Option<LifecycleRecord>,
+    /// Named lifecycle events, in order (at most [`MAX_EVENTS`]).
+    pub events: Vec<EventRecord>,
+    /// Events past [`MAX_EVENTS`], counted and dropped.
+    pub events_dropped: u64,
+    /// deja requests that failed (`-EINVAL` or `-EFAULT`): another protocol version, an
+    /// unknown request code, bad arguments, unreadable memory, an unknown assertion id.
+    pub protocol_errors: u64,
+    /// Edge coverage read from the program's `__sancov_cntrs` section, if it has one.
+    pub coverage: Option<CoverageSummary>,
+}
+
+impl RunReport {
+    /// True if any assertion found a bug in this run.
+    pub fn assertion_failed(&self) -> bool {
+        self.assertions.iter().any(|a| a.bug)
+    }
+}
+
+/// What one run concluded about an assertion site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AssertionStatus {
+    /// `always`/`always_or_unreachable` held every time; `unreachable` was never reached.
+    Passed,
+    /// `always`/`always_or_unreachable` failed at least once, or `unreachable` was reached.
+    Failed,
+    /// `always`, `sometimes` or `reachable` was never evaluated.
+    Unreached,
+    /// `sometimes` held at least once.
+    Satisfied,
+    /// `sometimes` was evaluated but never held.
+    Unsatisfied,
+    /// `reachable` was reached.
+    Reached,
+}
+
+/// Where and when an assertion was evaluated.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AssertionContext {
+    /// Index of the deja syscall in the trace.
+    pub syscall_index: u64,
+    /// Virtual time of the syscall, in ns since boot.
+    pub virtual_time_ns: u64,
+    /// The node (always 0: one program per run).
+    pub node: u32,
+    /// The thread (always 1: the guest is single-threaded).
+    pub thread: u32,
+    /// The details the SDK sent (UTF-8 JSON text, at most [`deja_protocol::MAX_DETAILS`] bytes).
+    pub details: String,
+}
+
+/// One assertion site with its counts and verdict.
+///
+/// Counting: every evaluation is a hit. `always`, `always_or_unreachable` and `sometimes`
+/// count a pass when the condition held and a failure when it did not; `reachable` counts
+/// every hit as a pass and `unreachable` every hit as a failure (their condition is ignored).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AssertionReport {
+    /// The site id, 16 hex digits.
+    pub id: String,
+    /// The kind, as [`deja_protocol::AssertKind::name`] spells it.
+    pub kind: String,
+    /// The assertion's message.
+    pub message: String,
+    /// Source file.
+    pub file: String,
+    /// Source line.
+    pub line: u32,
+    /// Evaluations.
+    pub hits: u64,
+    /// Evaluations that held.
+    pub passes: u64,
+    /// Evaluations that failed.
+    pub failures: u64,
+    /// The verdict.
+    pub status: AssertionStatus,
+    /// True if this run proves a bug (a failed `always`/`always_or_unreachable`, a reached
+    /// `unreachable`); a `sometimes` is never a bug in one run.
+    pub bug: bool,
+    /// The first failure (for `unreachable`: the first hit).
+    pub first_failure: Option<AssertionContext>,
+    /// The first evaluation that held (`sometimes`) or the first hit (`reachable`).
+    pub first_satisfied: Option<AssertionContext>,
+}
+
+/// The program's `SetupComplete`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LifecycleRecord {
+    /// Index of the deja syscall in the trace.
+    pub syscall_index: u64,
+    /// Virtual time of the syscall, in ns since boot.
+    pub virtual_time_ns: u64,
+    /// The details the SDK sent.
+    pub details: String,
+}
+
+/// A named lifecycle event.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EventRecord {
+    /// The event's name.
+    pub name: String,
+    /// The details the SDK sent.
+    pub details: String,
+    /// Index of the deja syscall in the trace.
+    pub syscall_index: u64,
+    /// Virtual time of the syscall, in ns since boot.
+    pub virtual_time_ns: u64,
+}
+
+/// Edge coverage of a run, from the inline 8-bit counters of a program built with
+/// `-C passes=sancov-module -C llvm-args=-sanitizer-coverage-level=3
+/// -C llvm-args=-sanitizer-coverage-inline-8bit-counters`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CoverageSummary {
+    /// Number of counters (edges instrumented): the size of `__sancov_cntrs`.
+    pub counters: u64,
+    /// Edges taken at least once.
+    pub edges_hit: u64,
+    /// BLAKE3 (hex) of the bucketed map.
+    pub map_digest: String,
+    /// The bucketed map (AFL buckets: 0, 1, 2, 4, 8, 16, 32, 64, 128), one byte per edge.
+    #[serde(skip)]
+    pub map: Vec<u8>,
 }

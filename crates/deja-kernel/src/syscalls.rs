@@ -389,8 +389,15 @@ const HIGH: [&str; 39] = [
     "mseal",
 ];
 
-/// The name of syscall `nr`, if it is in the x86-64 table.
+/// The name of deja's own syscall in counts and traces.
+pub const DEJA_NAME: &str = "deja";
+
+/// The name of syscall `nr`, if it is in the x86-64 table (or is deja's own syscall,
+/// [`deja_protocol::DEJA_SYSCALL`], named `deja`).
 pub fn name(nr: u64) -> Option<&'static str> {
+    if nr == deja_protocol::DEJA_SYSCALL {
+        return Some(DEJA_NAME);
+    }
     if let Some(n) = LOW.get(usize::try_from(nr).ok()?) {
         return Some(n);
     }
@@ -408,6 +415,9 @@ pub fn display_name(nr: u64) -> String {
 
 /// The number of the syscall called `name`.
 pub fn number(name: &str) -> Option<u64> {
+    if name == DEJA_NAME {
+        return Some(deja_protocol::DEJA_SYSCALL);
+    }
     if let Some(i) = LOW.iter().position(|n| *n == name) {
         return Some(i as u64);
     }
@@ -440,5 +450,7 @@ mod tests {
         assert_eq!(display_name(1000), "unknown_1000");
         assert_eq!(number("clone3"), Some(435));
         assert_eq!(number("write"), Some(1));
+        assert_eq!(name(0xde1a), Some("deja"));
+        assert_eq!(number("deja"), Some(0xde1a));
     }
 }

@@ -11,6 +11,8 @@ use crate::rng::RandomStream;
 use crate::stack::*;
 use crate::*;
 
+mod deja_syscall;
+
 /// One segment of a test image.
 struct Seg {
     vaddr: u64,
@@ -1117,6 +1119,12 @@ fn random_syscalls_never_panic() {
         let (mut k, _) = Kernel::load(spec_with(exec_image(), round), &mut mem).unwrap();
         let base = sc(&mut k, &mut mem, "mmap", &[0, 0x10000, 3, 0x22, u64::MAX, 0]) as u64;
         let p = path(&k, &mut mem, base + 0x8000, "/data/input.txt");
+        // A catalog for the deja syscall, registered or not (the fuzz may register it).
+        let (cat, ids) = deja_syscall::write_catalog(&k, &mut mem, base + 0x1000, &deja_syscall::SITES);
+        if round % 2 == 0 {
+            let word = deja_protocol::Request::Catalog.word();
+            let _ = k.syscall(&mut mem, deja_protocol::DEJA_SYSCALL, [word, cat, ids.len() as u64, 0, 0, 0]);
+        }
         let interesting = [
             0,
             1,
@@ -1139,10 +1147,17 @@ fn random_syscalls_never_panic() {
             STACK_TOP - 8,
             STACK_TOP,
             MMAP_TOP - 0x1000,
+            cat,
+            ids[0],
+            ids[5],
+            ids[10],
+            deja_protocol::MAX_SITES as u64,
+            deja_protocol::MAX_DETAILS as u64 + 1,
         ];
         for _ in 0..6000 {
             let nr = match rng.next_u32() % 10 {
                 0 => u64::from(rng.next_u32()),
+                1 | 2 => deja_protocol::DEJA_SYSCALL,
                 _ => u64::from(rng.next_u32() % 340),
             };
             let mut args = [0u64; 6];
@@ -1152,6 +1167,17 @@ fn random_syscalls_never_panic() {
                     1 => u64::from(rng.next_u32() % 0x4000),
                     _ => interesting[rng.next_u32() as usize % interesting.len()],
                 };
+            }
+            if nr == deja_protocol::DEJA_SYSCALL && rng.next_u32() % 4 != 0 {
+                // Mostly the right version with a code around the valid ones.
+                args[0] = (u64::from(deja_protocol::PROTOCOL_VERSION) << 32) | u64::from(rng.next_u32() % 9);
+                if args[0] as u32 == deja_protocol::Request::Assert as u32 && rng.next_u32() % 2 == 0 {
+                    // A well-formed assert of a catalogued site.
+                    args[1] = ids[rng.next_u32() as usize % ids.len()];
+                    args[2] = u64::from(rng.next_u32() % 2);
+                    args[3] = base + u64::from(rng.next_u32() % 0x8000);
+                    args[4] = u64::from(rng.next_u32() % 100);
+                }
             }
             let _ = k.syscall(&mut mem, nr, args);
             if rng.next_u32() % 20 == 0 {
@@ -1166,6 +1192,11 @@ fn random_syscalls_never_panic() {
         k.take_output();
         let r = k.finish(&mem, ExitStatus::Exited { code: 0 });
         assert!(r.syscalls >= 6000);
+        assert!(r.syscall_counts.get("deja").is_some_and(|n| *n > 600));
+        assert!(!r.unsupported.contains_key("deja"));
+        if round % 2 == 0 {
+            assert!(r.assertions.iter().any(|a| a.hits > 0), "the fuzz reaches real assertion sites");
+        }
     }
 }
 

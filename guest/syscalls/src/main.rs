@@ -1,9 +1,17 @@
 //! Makes N cheap syscalls (getppid) in a loop, for the syscall round-trip benchmark; also calls
-//! one syscall deja does not implement, so the run report lists it.
+//! one syscall deja does not implement, so the run report lists it. `syscalls N sdk` makes N
+//! SDK assertion calls instead, for the SDK-call benchmark.
 use deja_guest_sys::syscall6;
 
 fn main() {
     let n: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
+    if std::env::args().nth(2).as_deref() == Some("sdk") {
+        for i in 0..n {
+            deja_sdk::assert_always!(i < u64::MAX, "loop index in range");
+        }
+        println!("syscalls: {n} SDK calls");
+        return;
+    }
     let mut acc = 0i64;
     for _ in 0..n {
         // SAFETY: getppid takes no arguments.

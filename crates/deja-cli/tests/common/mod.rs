@@ -22,7 +22,7 @@ pub fn guests() -> PathBuf {
                 .output()
                 .expect("cargo xtask guests");
             assert!(out.status.success(), "building guests failed: {}", String::from_utf8_lossy(&out.stderr));
-            root().join("target/guest/release")
+            root().join("target/guests")
         })
         .clone()
 }

@@ -1,0 +1,85 @@
+//! A small bank that uses every kind of deja assertion.
+//!
+//! `bank [--overdraft-bug] [--mode careful|bulk] [transfers]` opens three accounts, then makes
+//! `transfers` random transfers (amounts and accounts are deja decisions). With
+//! `--overdraft-bug` it forgets to check the balance, and `assert_always!` catches the
+//! negative balance. `--mode` picks one of two code paths, so coverage differs between them.
+use deja_sdk::serde_json::json;
+use deja_sdk::{
+    assert_always, assert_always_or_unreachable, assert_reachable, assert_sometimes, assert_unreachable, lifecycle,
+    random,
+};
+
+struct Bank {
+    balances: [i64; 3],
+    overdraft_bug: bool,
+}
+
+impl Bank {
+    fn transfer(&mut self, from: usize, to: usize, amount: i64) -> bool {
+        if !self.overdraft_bug && self.balances[from] < amount {
+            return false;
+        }
+        self.balances[from] -= amount;
+        self.balances[to] += amount;
+        assert_always!(self.balances[from] >= 0, "balance never negative", &json!({"account": from, "balance": self.balances[from]}));
+        true
+    }
+
+    fn total(&self) -> i64 {
+        self.balances.iter().sum()
+    }
+}
+
+fn careful(bank: &mut Bank, transfers: u32) -> u32 {
+    let mut rejected = 0;
+    for _ in 0..transfers {
+        let from = *random::random_choice(&[0usize, 1, 2]).unwrap_or(&0);
+        let to = (from + 1 + (random::get_random() % 2) as usize) % 3;
+        let amount = (random::get_random() % 80) as i64 + 1;
+        let ok = bank.transfer(from, to, amount);
+        if !ok {
+            rejected += 1;
+        }
+        lifecycle::send_event("transfer", &json!({"from": from, "to": to, "amount": amount, "ok": ok}));
+        assert_sometimes!(!ok, "some transfer is rejected for lack of funds");
+    }
+    rejected
+}
+
+fn bulk(bank: &mut Bank, transfers: u32) -> u32 {
+    // Moves everything through account 0 in fixed steps: a different code path.
+    let mut moved = 0;
+    for i in 0..transfers {
+        let from = (i % 2 + 1) as usize;
+        if bank.transfer(from, 0, 5) {
+            moved += 1;
+        }
+    }
+    assert_always_or_unreachable!(bank.balances[0] >= 100, "bulk mode only ever adds to account 0");
+    transfers - moved
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let overdraft_bug = args.iter().any(|a| a == "--overdraft-bug");
+    let mode = args.iter().position(|a| a == "--mode").and_then(|i| args.get(i + 1)).map(String::as_str).unwrap_or("careful");
+    let transfers: u32 = args.iter().filter_map(|a| a.parse().ok()).next().unwrap_or(20);
+
+    let mut bank = Bank { balances: [100, 100, 100], overdraft_bug };
+    lifecycle::setup_complete(&json!({"accounts": 3, "mode": mode}));
+    let rejected = match mode {
+        "careful" => careful(&mut bank, transfers),
+        "bulk" => bulk(&mut bank, transfers),
+        _ => {
+            assert_unreachable!("an unknown mode is refused before it runs");
+            0
+        }
+    };
+    assert_always!(bank.total() == 300, "money is neither created nor destroyed", &json!({"total": bank.total()}));
+    if rejected > transfers {
+        assert_reachable!("more rejections than transfers (never happens)");
+    }
+    assert_reachable!("all transfers processed");
+    println!("bank: mode {mode}, {transfers} transfers, {rejected} rejected, balances {:?}", bank.balances);
+}
