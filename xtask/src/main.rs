@@ -26,8 +26,20 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 }
 
 /// The example guests that are programs (the `sys` crate is a library).
-const GUESTS: [&str; 10] =
-    ["hello", "timerand", "cpuburn", "memhog", "badptr", "privileged", "cat", "syscalls", "dirty", "bank"];
+const GUESTS: [&str; 12] = [
+    "hello",
+    "timerand",
+    "cpuburn",
+    "memhog",
+    "badptr",
+    "privileged",
+    "cat",
+    "syscalls",
+    "dirty",
+    "bank",
+    "kv",
+    "fserr",
+];
 
 /// Flags every guest is built with: a static executable.
 const STATIC: &str = "-C target-feature=+crt-static";

@@ -170,7 +170,34 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
         }));
     }
 
-    // 5. The whole CLI on hello, as a user runs it (including the hazard probe).
+    // 5. Crash and restart on the key-value store (fixed variant): one plain run, one
+    // crash-and-restart cycle, and a whole sweep over every durable write.
+    let kv = dir.join("kv");
+    let kv_args = ["--variant", "fixed", "8"];
+    let quiet = |spec: ProgramSpec| -> Result<Vec<deja_vmm::Incarnation>, String> {
+        deja_vmm::run_with_restarts(spec, deja_vmm::DEFAULT_MEMORY, &mut |_, _| {}, None).map_err(|e| e.to_string())
+    };
+    let start = Instant::now();
+    let plain = quiet(spec(&kv, &kv_args)?)?;
+    let plain_time = start.elapsed();
+    let durable = plain[0].run.report.durable_writes;
+    let mut crash_spec = spec(&kv, &kv_args)?;
+    crash_spec.faults.crash_after_durable_write = Some(durable.div_ceil(2).max(1));
+    let start = Instant::now();
+    let lives = quiet(crash_spec)?;
+    let cycle_time = start.elapsed();
+    if lives.len() != 2 {
+        return Err(format!("the crash run had {} lives instead of 2", lives.len()));
+    }
+    let start = Instant::now();
+    for k in 1..=durable {
+        let mut s = spec(&kv, &kv_args)?;
+        s.faults.crash_after_durable_write = Some(k);
+        quiet(s)?;
+    }
+    let sweep_time = start.elapsed();
+
+    // 6. The whole CLI on hello, as a user runs it (including the hazard probe).
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut hello_times = Vec::new();
     let mut hello_native = Vec::new();
@@ -199,6 +226,12 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
             "calls_native": NATIVE_SDK_CALLS, "us_per_call_native": sdk_native_us,
         },
         "demand_paging": { "extra_page_faults": extra_faults, "us_per_fault_including_page_work": per_fault_us },
+        "crash": {
+            "workload": "kv --variant fixed 8", "durable_writes": durable,
+            "plain_run_ms": plain_time.as_secs_f64() * 1e3,
+            "crash_and_restart_ms": cycle_time.as_secs_f64() * 1e3,
+            "sweep_ms": sweep_time.as_secs_f64() * 1e3,
+        },
         "fork_reset": { "guest_memory_mib": 256, "rows": fork_rows },
         "deja_run_hello": { "wall_ms": median(hello_times).as_secs_f64() * 1e3, "native_ms": median(hello_native).as_secs_f64() * 1e3 },
         "repeat": repeat,
@@ -252,6 +285,14 @@ pub fn main(args: BenchArgs) -> i32 {
                         row["speedup"].as_f64().unwrap_or(0.0)
                     );
                 }
+                let c = &v["crash"];
+                println!(
+                    "  crash      kv (fixed, 8 puts, {} durable writes): run {:.1} ms, crash + restart {:.1} ms, whole sweep {:.0} ms",
+                    c["durable_writes"],
+                    c["plain_run_ms"].as_f64().unwrap_or(0.0),
+                    c["crash_and_restart_ms"].as_f64().unwrap_or(0.0),
+                    c["sweep_ms"].as_f64().unwrap_or(0.0)
+                );
                 let h = &v["deja_run_hello"];
                 println!(
                     "  startup    `deja run hello`: {:.1} ms wall (native hello {:.1} ms)",

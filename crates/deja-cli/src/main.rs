@@ -14,6 +14,7 @@
 
 mod bench;
 mod build;
+mod crash;
 mod doctor;
 mod inspect;
 mod run;

@@ -51,6 +51,36 @@ pub struct RunArgs {
     /// Where --snapshot-at writes the snapshot.
     #[arg(long, value_name = "FILE", requires = "snapshot_at")]
     pub snapshot_out: Option<PathBuf>,
+    /// Crash the node right after its K-th durable write (fsync, fdatasync, O_SYNC write,
+    /// directory fsync, syncfs), then restart the program on what was durable.
+    #[arg(long, value_name = "K")]
+    pub crash_after_durable_write: Option<u64>,
+    /// Crash after every durable write in turn, restart, and report whether each restart held.
+    /// Exits 0 if all held, 1 if any failed, 2 if the evidence is incomplete.
+    #[arg(long, conflicts_with_all = ["crash_after_durable_write", "audit", "snapshot_at"])]
+    pub crash_sweep: bool,
+    /// At a crash, let a prefix of the first unsynced write of each file reach the disk, in
+    /// 512-byte sectors (a decision per file).
+    #[arg(long)]
+    pub torn_writes: bool,
+    /// At a crash, let any subset of each file's unsynced writes reach the disk (a decision).
+    #[arg(long)]
+    pub reordered_writes: bool,
+    /// Fail writes with EIO with this probability, in parts per million (a decision each).
+    #[arg(long, value_name = "PPM", default_value_t = 0)]
+    pub eio_write_ppm: u32,
+    /// Fail fsyncs with EIO with this probability, in parts per million.
+    #[arg(long, value_name = "PPM", default_value_t = 0)]
+    pub eio_fsync_ppm: u32,
+    /// Fail writes with ENOSPC with this probability, in parts per million.
+    #[arg(long, value_name = "PPM", default_value_t = 0)]
+    pub enospc_write_ppm: u32,
+    /// Copy a host file into the program's writable disk at GUEST (durable from the start).
+    #[arg(long = "copy-in", value_name = "HOST:GUEST")]
+    pub copy_in: Vec<String>,
+    /// At the end, write the program's file system (as it left it) under DIR on the host.
+    #[arg(long, value_name = "DIR")]
+    pub fs_export: Option<PathBuf>,
     /// Continue a run from a snapshot instead of starting a program.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["program", "snapshot_at", "files", "stdin", "env", "seed", "memory"])]
     pub from_snapshot: Option<PathBuf>,
@@ -123,7 +153,30 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
     }
     let mut argv = vec![exe_path.clone()];
     argv.extend(args.args.iter().cloned());
+    let faults = deja_kernel::FaultConfig {
+        crash_after_durable_write: args.crash_after_durable_write,
+        torn_writes: args.torn_writes,
+        reordered_writes: args.reordered_writes,
+        eio_on_write_ppm: args.eio_write_ppm,
+        eio_on_fsync_ppm: args.eio_fsync_ppm,
+        enospc_on_write_ppm: args.enospc_write_ppm,
+    };
+    let mut disk = None;
+    for decl in &args.copy_in {
+        let Some((host, guest)) = decl.split_once(':') else {
+            return Err(Failure::new(2, format!("--copy-in {decl}: expected HOST:GUEST")));
+        };
+        let data = std::fs::read(host).map_err(|e| {
+            let code = if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { 2 };
+            Failure::new(code, format!("cannot read --copy-in file {host}: {e}"))
+        })?;
+        let d: &mut deja_kernel::Disk = disk.get_or_insert_with(deja_kernel::Disk::default);
+        d.insert_file(guest, data).map_err(|e| Failure::new(2, format!("--copy-in {decl}: {e}")))?;
+    }
     Ok(ProgramSpec {
+        faults,
+        disk,
+        fs: Default::default(),
         image,
         exe_path,
         argv,
@@ -138,7 +191,7 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
 /// Where a run starts.
 pub enum Source {
     /// A program, from its first instruction.
-    Program(ProgramSpec),
+    Program(Box<ProgramSpec>),
     /// A snapshot, from the syscall it was taken at.
     Snapshot(Box<Snapshot>),
 }
@@ -158,6 +211,7 @@ pub fn run_once(
     memory_mib: u64,
     live: bool,
     snapshot: Option<(u64, &Path)>,
+    export: Option<&mut Option<deja_kernel::Disk>>,
 ) -> Result<(deja_vmm::Run, Vec<u8>), Failure> {
     let mut captured = Vec::new();
     let mut stdout = std::io::stdout().lock();
@@ -176,10 +230,27 @@ pub fn run_once(
         captured.extend_from_slice(bytes);
     };
     let run = match (source, snapshot) {
-        (Source::Program(spec), None) => deja_vmm::run(spec.clone(), memory_mib << 20, &mut sink).map_err(run_error)?,
+        (Source::Program(spec), None) => {
+            let lives = deja_vmm::run_with_restarts((**spec).clone(), memory_mib << 20, &mut sink, export)
+                .map_err(run_error)?;
+            let digest = crate::crash::lives_digest(&lives);
+            for (i, life) in lives.iter().enumerate().filter(|(_, l)| l.crashed) {
+                if live {
+                    eprintln!(
+                        "deja: life {i} crashed after durable write {} (disk {}); restarting with seed {}",
+                        life.run.report.durable_writes,
+                        life.crash_disk_digest.as_deref().unwrap_or(""),
+                        lives[i + 1].seed
+                    );
+                }
+            }
+            let mut last = lives.last().expect("one life at least").run.clone();
+            last.report.digest = digest;
+            last
+        }
         (Source::Program(spec), Some((at, path))) => {
             let (run, snap) =
-                deja_vmm::run_snapshotting(spec.clone(), memory_mib << 20, at, &mut sink).map_err(run_error)?;
+                deja_vmm::run_snapshotting((**spec).clone(), memory_mib << 20, at, &mut sink).map_err(run_error)?;
             let Some(snap) = snap else {
                 return Err(Failure::new(
                     exit::DEJA_FAILED,
@@ -243,6 +314,9 @@ pub fn summary_json(
         "events": report.events.len(),
         "protocol_errors": report.protocol_errors,
         "coverage": report.coverage,
+        "durable_writes": report.durable_writes,
+        "faults": report.faults,
+        "decisions": report.decisions.len(),
         "replay": replay,
     })
 }
@@ -341,6 +415,11 @@ fn shell_quote(s: &str) -> String {
 
 /// The one command that reproduces this run exactly.
 pub fn replay_command(args: &RunArgs) -> String {
+    replay_command_with(args, &[])
+}
+
+/// [`replay_command`] with extra flags for `run` (for example a kill point).
+pub fn replay_command_with(args: &RunArgs, extra: &[String]) -> String {
     let exe = std::env::args().next().unwrap_or_else(|| "deja".into());
     let mut parts = vec![exe, "run".to_string()];
     if let Some(snap) = &args.from_snapshot {
@@ -359,6 +438,27 @@ pub fn replay_command(args: &RunArgs) -> String {
         for kv in &args.env {
             parts.extend(["--env".to_string(), kv.clone()]);
         }
+        for c in &args.copy_in {
+            parts.extend(["--copy-in".to_string(), c.clone()]);
+        }
+        if let Some(k) = args.crash_after_durable_write {
+            parts.push(format!("--crash-after-durable-write={k}"));
+        }
+        for (on, flag) in [(args.torn_writes, "--torn-writes"), (args.reordered_writes, "--reordered-writes")] {
+            if on {
+                parts.push(flag.to_string());
+            }
+        }
+        for (ppm, flag) in [
+            (args.eio_write_ppm, "--eio-write-ppm"),
+            (args.eio_fsync_ppm, "--eio-fsync-ppm"),
+            (args.enospc_write_ppm, "--enospc-write-ppm"),
+        ] {
+            if ppm > 0 {
+                parts.push(format!("{flag}={ppm}"));
+            }
+        }
+        parts.extend(extra.iter().cloned());
         if let Some(p) = &args.program {
             parts.push(p.display().to_string());
         }
@@ -401,7 +501,7 @@ fn run_main(args: &RunArgs) -> Result<i32, Failure> {
                 .map_err(|e| Failure::new(exit::NOT_LOADABLE, format!("cannot restore {}: {e}", path.display())))?;
             Source::Snapshot(Box::new(snap))
         }
-        (None, Some(program)) => Source::Program(build_spec(args, program)?),
+        (None, Some(program)) => Source::Program(Box::new(build_spec(args, program)?)),
         (None, None) => return Err(Failure::new(2, "name a program or --from-snapshot FILE")),
     };
     let snapshot = args.snapshot_at.zip(args.snapshot_out.as_deref());
@@ -411,13 +511,27 @@ fn run_main(args: &RunArgs) -> Result<i32, Failure> {
         Some(deja_vmm::probe().map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?)
     };
     let runs = args.audit.unwrap_or(1).max(1);
-    let (first, first_out) = run_once(&source, args.memory, true, snapshot)?;
+    if args.crash_sweep {
+        let Source::Program(spec) = source else {
+            return Err(Failure::new(2, "--crash-sweep needs a program, not a snapshot"));
+        };
+        return Ok(crate::crash::sweep(args, *spec));
+    }
+    let mut final_disk = None;
+    let export = args.fs_export.as_ref().map(|_| &mut final_disk);
+    let (first, first_out) = run_once(&source, args.memory, true, snapshot, export)?;
+    if let (Some(dir), Some(disk)) = (&args.fs_export, &final_disk) {
+        crate::crash::export_disk(disk, dir).map_err(|e| {
+            Failure::new(exit::DEJA_FAILED, format!("cannot export the file system to {}: {e}", dir.display()))
+        })?;
+        eprintln!("deja: file system exported to {}", dir.display());
+    }
     let mut audit = None;
     let mut diverged = false;
     if args.audit.is_some() {
         let mut verdict = serde_json::json!({"runs": runs, "result": "identical", "digest": first.report.digest});
         for i in 1..runs {
-            let (other, out) = run_once(&source, args.memory, false, None)?;
+            let (other, out) = run_once(&source, args.memory, false, None, None)?;
             if other.report.digest != first.report.digest || out != first_out {
                 let a = &first.report.entry_hashes;
                 let b = &other.report.entry_hashes;

@@ -106,7 +106,7 @@ fn assertion_reports_and_coverage_match_their_schemas() {
     let assertion = schema("assertion-report.schema.json");
     let coverage = schema("coverage-summary.schema.json");
     let run = schema("run-report.schema.json");
-    let cov = root().join("target/guests/cov/bank").to_string_lossy().into_owned();
+    let cov = cov_guest("bank").to_string_lossy().into_owned();
     let mut errors = Vec::new();
     for args in [vec![cov.as_str(), "--", "12"], vec![cov.as_str(), "--", "--overdraft-bug", "12"]] {
         let (_, v) = run_json(&args);

@@ -75,7 +75,7 @@ fn a_failing_always_is_located_and_replays_exactly() {
 
 #[test]
 fn coverage_maps_follow_branches_and_repeat_exactly() {
-    let cov = root().join("target/guests/cov/bank").to_string_lossy().into_owned();
+    let cov = cov_guest("bank").to_string_lossy().into_owned();
     let (_, careful) = run_json(&[&cov, "--", "--mode", "careful", "10"]);
     let (_, careful2) = run_json(&[&cov, "--", "--mode", "careful", "10"]);
     let (_, bulk) = run_json(&[&cov, "--", "--mode", "bulk", "10"]);

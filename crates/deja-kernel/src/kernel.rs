@@ -18,7 +18,9 @@ use crate::clock::{Clock, RDTSC_COST_NS, SYSCALL_COST_NS};
 use crate::coverage::{CoverageRegion, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
 use crate::elf::{self, ET_DYN, PF_R, PF_W, PF_X};
 use crate::errno::*;
-use crate::fd::{FdTable, Vfs};
+use crate::faults::{FaultKind, FaultRecord, FaultState};
+use crate::fd::FdTable;
+use crate::fs::Fs;
 use crate::layout::*;
 use crate::oracle::Oracle;
 use crate::persist::{ensure, RestoreError};
@@ -31,6 +33,7 @@ use crate::{
     AssertionReport, Entry, Exception, ExceptionOutcome, ExitStatus, FaultInfo, LoadError, Memory, ProgramSpec, Prot,
     RunReport, Stream, SyscallOutcome, PAGE_SIZE,
 };
+use crate::{DecisionRecord, Disk};
 
 /// Share of the shell's free frames kept back for page tables when the commit capacity is
 /// fixed at load time (3%).
@@ -73,7 +76,9 @@ pub(crate) type SysResult = Result<u64, Stop>;
 #[derive(Clone)]
 pub struct Kernel {
     pub(crate) vm: AddressSpace,
-    pub(crate) vfs: Vfs,
+    pub(crate) fs: Fs,
+    pub(crate) faults: FaultState,
+    pub(crate) locks: BTreeMap<(u64, u64), (u16, u64)>,
     pub(crate) fds: FdTable,
     pub(crate) clock: Clock,
     pub(crate) rng: RandomStream,
@@ -108,7 +113,9 @@ pub struct Kernel {
 #[serde(remote = "Kernel")]
 struct KernelDef {
     vm: AddressSpace,
-    vfs: Vfs,
+    fs: Fs,
+    faults: FaultState,
+    locks: BTreeMap<(u64, u64), (u16, u64)>,
     fds: FdTable,
     clock: Clock,
     rng: RandomStream,
@@ -277,7 +284,18 @@ impl Kernel {
         mem.populate(STACK_TOP - eager, eager, Prot::RW).map_err(|_| oom("the stack"))?;
         mem.write(st.rsp, &st.bytes).map_err(|_| oom("the stack"))?;
 
-        let vfs = Vfs::new(&spec.files, &spec.exe_path, &spec.image);
+        if let Some(d) = &spec.disk {
+            d.validate().map_err(|e| LoadError::Disk(e.to_string()))?;
+            if d.data_bytes() > spec.fs.capacity_bytes {
+                return Err(LoadError::Disk(format!(
+                    "the disk holds {} bytes of files but the capacity is {}",
+                    d.data_bytes(),
+                    spec.fs.capacity_bytes
+                )));
+            }
+        }
+        let fs = Fs::new(spec.fs, spec.disk.as_ref(), &spec.files, &spec.exe_path, &spec.image);
+        let faults = FaultState::new(spec.faults.clone(), spec.seed);
         let exe_name = spec.exe_path.rsplit('/').next().unwrap_or("");
         let mut comm = [0u8; 16];
         let n = exe_name.len().min(15);
@@ -302,7 +320,9 @@ impl Kernel {
             .filter(|r| r.validate().is_ok());
         let kernel = Kernel {
             vm,
-            vfs,
+            fs,
+            faults,
+            locks: BTreeMap::new(),
             fds: FdTable::new(&spec.stdin),
             clock: Clock::default(),
             rng,
@@ -335,8 +355,10 @@ impl Kernel {
     /// it in an envelope that carries the schema version).
     ///
     /// It holds the VMAs and commit capacity, brk, the fd table with offsets and flags, the
-    /// file system with the declared files' contents, stdin and its position, the clock, the
-    /// random stream's exact position, signal dispositions/mask/pending, rlimits, umask, fs/gs
+    /// file system (every inode with its volatile and durable layers, pending writes, link and
+    /// open counts, the declared files' contents), the fault state (configuration, decision
+    /// stream position, replay queue, decisions, ledger, counters), record locks, stdin and its
+    /// position, the clock, the random stream's exact position, signal dispositions/mask/pending, rlimits, umask, fs/gs
     /// base, the tid address, the robust list, the fault-repeat state, syscall and unsupported
     /// counts, the trace (digest chain, entry hashes, recorded entries), output not yet taken,
     /// the exit status, the entry, the assertion oracle (catalog, counts, first failures,
@@ -360,15 +382,23 @@ impl Kernel {
             return Err(RestoreError::Decode(format!("{} bytes after the end of the state", rest.len())));
         }
         k.validate()?;
-        k.vm.share_file_data(&k.vfs);
-        k.fds.share_file_data(&k.vfs);
+        k.vm.share_file_data(&k.fs);
         Ok(k)
     }
 
     fn validate(&self) -> Result<(), RestoreError> {
         self.vm.validate()?;
-        self.vfs.validate()?;
+        self.fs.validate()?;
         self.fds.validate()?;
+        let mut refs: BTreeMap<u64, u64> = BTreeMap::new();
+        for d in self.fds.descriptions() {
+            if let crate::fd::FileKind::Inode { id, .. } | crate::fd::FileKind::Dir { id, .. } = d.kind {
+                *refs.entry(id).or_default() += 1;
+            }
+        }
+        self.fs.validate_open(&refs)?;
+        self.faults.validate()?;
+        ensure(self.locks.len() <= crate::sys_fs::MAX_LOCKS, || format!("{} locks", self.locks.len()))?;
         self.rng.validate()?;
         self.tracer.validate()?;
         let n = self.tracer.syscalls();
@@ -393,8 +423,10 @@ impl Kernel {
     /// from its first byte: how a forked child takes other decisions than its parent. The
     /// reseed enters the trace digest (a pseudo-entry), so children reseeded differently have
     /// different digests even before they draw; [`Kernel::random_bytes_used`] keeps counting.
+    /// The fault decision stream switches to `seed`'s too.
     pub fn reseed(&mut self, seed: u64) {
         self.rng.reseed(seed);
+        self.faults.stream.reseed_with_context(crate::faults::FAULT_CONTEXT, seed);
         self.tracer.reseed(seed, self.clock.now_ns());
     }
 
@@ -422,6 +454,32 @@ impl Kernel {
                 self.exit = Some(st.clone());
                 (SyscallOutcome::Exit(st), None)
             }
+        };
+        let (outcome, ret) = if self.faults.crash_due && !matches!(outcome, SyscallOutcome::Exit(_)) {
+            self.faults.crash_due = false;
+            let k = self.faults.durable_writes;
+            self.faults.ledger.push(FaultRecord {
+                kind: FaultKind::Crash,
+                point: format!("durable write {k}"),
+                syscall_index: self.tracer.syscalls(),
+                path: None,
+                selected: true,
+                applied: true,
+                observed: false,
+            });
+            self.exit = Some(ExitStatus::Signaled {
+                signal: signal::SIGKILL,
+                name: signal::name(signal::SIGKILL),
+                fault: Some(FaultInfo {
+                    description: format!("crash injected after durable write {k}"),
+                    vector: 0,
+                    rip: 0,
+                    addr: None,
+                }),
+            });
+            (SyscallOutcome::Crash, None)
+        } else {
+            (outcome, ret)
         };
         self.tracer.syscall(nr, &name, args, ret, self.clock.now_ns(), data);
         outcome
@@ -461,8 +519,32 @@ impl Kernel {
             60 | 231 => Err(Stop::Exit(ExitStatus::Exited { code: (a[0] & 0xff) as i32 })),
             62 => self.sys_kill(a[0], a[1]),
             63 => self.sys_uname(mem, a[0]),
-            72 => self.sys_fcntl(a[0], a[1], a[2]),
-            74 | 75 => self.fsync(a[0]),
+            72 => self.sys_fcntl(mem, a[0], a[1], a[2]),
+            73 => self.sys_flock(a[0], a[1]),
+            74 | 75 => self.sys_fsync(a[0], nr == 75),
+            76 => self.sys_truncate(mem, a[0], a[1]),
+            77 => self.sys_ftruncate(a[0], a[1]),
+            82 => self.sys_renameat2(mem, AT_FDCWD, a[0], AT_FDCWD, a[1], 0),
+            83 => self.sys_mkdirat(mem, AT_FDCWD, a[0], a[1]),
+            84 => self.sys_unlinkat(mem, AT_FDCWD, a[0], crate::sys_fs::AT_REMOVEDIR),
+            85 => self.sys_openat(mem, AT_FDCWD, a[0], 0o1101, a[1]),
+            86 => self.sys_linkat(mem, AT_FDCWD, a[0], AT_FDCWD, a[1], 0),
+            87 => self.sys_unlinkat(mem, AT_FDCWD, a[0], 0),
+            88 => self.sys_symlinkat(mem, a[0], AT_FDCWD, a[1]),
+            90 => self.sys_fchmodat(mem, AT_FDCWD, a[0], a[1]),
+            91 => self.sys_fchmod(a[0], a[1]),
+            162 => self.sys_sync(),
+            258 => self.sys_mkdirat(mem, a[0], a[1], a[2]),
+            263 => self.sys_unlinkat(mem, a[0], a[1], a[2]),
+            264 => self.sys_renameat2(mem, a[0], a[1], a[2], a[3], 0),
+            265 => self.sys_linkat(mem, a[0], a[1], a[2], a[3], a[4]),
+            266 => self.sys_symlinkat(mem, a[0], a[1], a[2]),
+            268 => self.sys_fchmodat(mem, a[0], a[1], a[2]),
+            277 => self.sys_sync_file_range(a[0], a[1], a[2], a[3]),
+            280 => self.sys_utimensat(mem, a[0], a[1], a[2], a[3]),
+            285 => self.sys_fallocate(a[0], a[1], a[2], a[3]),
+            306 => self.sys_syncfs(a[0]),
+            316 => self.sys_renameat2(mem, a[0], a[1], a[2], a[3], a[4]),
             79 => self.sys_getcwd(mem, a[0], a[1]),
             89 => self.sys_readlinkat(mem, AT_FDCWD, a[0], a[1], a[2]),
             95 => {
@@ -732,7 +814,76 @@ impl Kernel {
 
     /// `/proc/self/maps` as the guest would read it now.
     pub fn proc_maps(&self) -> String {
-        self.vm.maps(self.vfs.exe_path())
+        self.vm.maps(self.fs.exe_path())
+    }
+
+    /// Durable writes made so far (see [`crate::fs`]).
+    pub fn durable_writes(&self) -> u64 {
+        self.faults.durable_writes
+    }
+
+    /// The durable state after a crash now: what survives under the durability model and the
+    /// configured fault modes (see [`crate::fs`]). Each call takes fresh decisions (recorded in
+    /// [`RunReport::decisions`]) and adds its records to the ledger: `torn_write` and
+    /// `reordered_writes` per file decided, `lost_unsynced` per path whose image differs from
+    /// the volatile view.
+    pub fn crash_image(&mut self) -> Disk {
+        let (torn, reorder) = (self.faults.config.torn_writes, self.faults.config.reordered_writes);
+        let faults = &mut self.faults;
+        let (image, records) = self.fs.crash_image(torn, reorder, &mut |point, n| faults.decide(point, n));
+        let at = self.tracer.syscalls();
+        let point = format!("crash image after durable write {}", self.faults.durable_writes);
+        for (kind, path, selected, applied) in records {
+            self.faults.ledger.push(FaultRecord {
+                kind,
+                point: format!("{point}: {path}"),
+                syscall_index: at,
+                path: Some(path),
+                selected,
+                applied,
+                observed: false,
+            });
+        }
+        for path in crate::fs::diff_paths(&self.fs.volatile_disk(), &image) {
+            self.faults.ledger.push(FaultRecord {
+                kind: FaultKind::LostUnsynced,
+                point: format!("{point}: {path}"),
+                syscall_index: at,
+                path: Some(path),
+                selected: true,
+                applied: true,
+                observed: false,
+            });
+        }
+        image
+    }
+
+    /// The volatile (current) file system as a [`Disk`] (for `--fs-export`).
+    pub fn disk(&self) -> Disk {
+        self.fs.volatile_disk()
+    }
+
+    /// Passes the previous incarnation's fault records (its crash-image records) into this
+    /// run: their `observed` flips when this program opens, stats, lists or removes the path
+    /// they name. They lead [`RunReport::faults`].
+    pub fn note_previous_faults(&mut self, records: Vec<FaultRecord>) {
+        self.faults.previous = records;
+    }
+
+    /// The next fault decisions are these choices, in order (each reduced modulo its number
+    /// of options), before the fault stream continues: replays a recorded decision log.
+    pub fn replay_fault_decisions(&mut self, choices: Vec<u64>) {
+        self.faults.replay = choices.into();
+    }
+
+    /// The fault ledger so far (previous incarnation's records first).
+    pub fn faults(&self) -> Vec<FaultRecord> {
+        self.faults.previous.iter().chain(&self.faults.ledger).cloned().collect()
+    }
+
+    /// Every fault decision taken so far.
+    pub fn decisions(&self) -> &[DecisionRecord] {
+        &self.faults.decisions
     }
 
     /// Pages committed against the capacity, and the capacity (both in pages).
@@ -769,6 +920,9 @@ impl Kernel {
             events_dropped: 0,
             protocol_errors: 0,
             coverage: self.coverage.map(|c| c.summary(mem)),
+            durable_writes: self.faults.durable_writes,
+            faults: self.faults(),
+            decisions: self.faults.decisions.clone(),
         };
         self.oracle.fill_report(&mut report);
         report
@@ -799,18 +953,6 @@ impl Kernel {
         match self.output.last_mut() {
             Some((s, buf)) if *s == stream => buf.extend_from_slice(data),
             _ => self.output.push((stream, data.to_vec())),
-        }
-    }
-
-    fn fsync(&mut self, fd: u64) -> SysResult {
-        let f = self.fds.get(fd as i32)?;
-        match f.kind {
-            crate::fd::FileKind::Stdin(_)
-            | crate::fd::FileKind::Stdout
-            | crate::fd::FileKind::Stderr
-            | crate::fd::FileKind::DevNull
-            | crate::fd::FileKind::Random(_) => Err(EINVAL.into()),
-            _ => Ok(0),
         }
     }
 

@@ -7,7 +7,16 @@
 //! [`Kernel`] together with a [`Memory`] view of the guest, and the kernel answers.
 //!
 //! A run is a pure function of the [`ProgramSpec`] (image bytes, argv, env, declared files,
-//! stdin, seed): the same spec gives the same trace digest.
+//! stdin, seed, starting disk, fault configuration) and of the fault decisions replayed into
+//! it: the same spec gives the same trace digest, the same crash images and the same ledger.
+//!
+//! # File system, durability and faults
+//!
+//! Each node has a writable in-memory file system with a volatile and a durable layer; the
+//! durability model, crash images and their decisions are documented in [`fs`]. A configured
+//! crash point ends a syscall with [`SyscallOutcome::Crash`]; [`Kernel::crash_image`] gives the
+//! durable state, [`Kernel::disk`] the volatile one; [`RunReport::faults`] is the ledger and
+//! [`RunReport::decisions`] every decision.
 //!
 //! # What the shell must know
 //!
@@ -50,9 +59,12 @@
 
 pub mod clock;
 mod coverage;
+mod disk;
 mod elf;
 mod errno;
+mod faults;
 mod fd;
+pub mod fs;
 mod kernel;
 pub mod layout;
 pub mod mem;
@@ -61,6 +73,7 @@ mod persist;
 mod rng;
 mod signal;
 mod stack;
+mod sys_fs;
 mod sys_io;
 mod sys_mem;
 mod sys_proc;
@@ -72,6 +85,9 @@ mod vm;
 mod tests;
 
 pub use coverage::{bucket, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
+pub use disk::{Disk, DiskEntry, DiskError};
+pub use faults::{DecisionRecord, FaultConfig, FaultKind, FaultRecord};
+pub use fs::FsConfig;
 pub use kernel::{Kernel, MAX_IO, PAGE_TABLE_MARGIN_PERCENT};
 pub use mem::{FakeMemory, MemError, Memory, Prot, PAGE_SIZE};
 pub use oracle::MAX_EVENTS;
@@ -98,6 +114,13 @@ pub struct ProgramSpec {
     pub seed: u64,
     /// Keep every syscall in [`RunReport::trace`] (for `--trace-out`); the digest is always kept.
     pub record_trace: bool,
+    /// The durable state to start from (e.g. a previous incarnation's crash image); `None`: a
+    /// fresh disk with empty `/`, `/tmp` and `/data`. It must be a valid [`Disk`].
+    pub disk: Option<Disk>,
+    /// File system faults to inject (default: none).
+    pub faults: FaultConfig,
+    /// File system settings (capacity).
+    pub fs: FsConfig,
 }
 
 /// Where the first instruction of the program runs.
@@ -133,6 +156,9 @@ pub enum LoadError {
     /// The image, stack and arguments do not fit in the VM's memory.
     #[error("the program does not fit in guest memory ({0}); raise --memory")]
     NoMemory(String),
+    /// The starting disk is not a valid tree, or does not fit the capacity.
+    #[error("{0}; fix or regenerate the disk image")]
+    Disk(String),
 }
 
 /// How a program ended.
@@ -186,6 +212,12 @@ pub enum SyscallOutcome {
     Return(u64),
     /// The program is over.
     Exit(ExitStatus),
+    /// The node crashed right after the durable write [`Kernel::durable_writes`] took effect,
+    /// as [`FaultConfig::crash_after_durable_write`] asked: the program never sees the return.
+    /// Take the durable state with [`Kernel::crash_image`], end the run with
+    /// [`Kernel::finish`] (with [`Kernel::exit_status`], a `SIGKILL`), and restart the program
+    /// on the image.
+    Crash,
 }
 
 /// A CPU exception raised by ring-3 code, as the shell decoded it.
@@ -305,6 +337,13 @@ pub struct RunReport {
     pub protocol_errors: u64,
     /// Edge coverage read from the program's `__sancov_cntrs` section, if it has one.
     pub coverage: Option<CoverageSummary>,
+    /// Durable writes made (see [`fs`]).
+    pub durable_writes: u64,
+    /// The fault ledger: the previous incarnation's records passed to
+    /// [`Kernel::note_previous_faults`] (with `observed` updated), then this run's, in order.
+    pub faults: Vec<FaultRecord>,
+    /// Every fault decision taken, in order.
+    pub decisions: Vec<DecisionRecord>,
 }
 
 impl RunReport {

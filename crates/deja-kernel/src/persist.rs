@@ -15,7 +15,6 @@
 //! shares equal contents again), arrays longer than serde's 32-element limit, and
 //! [`ExitStatus`] (its JSON form is internally tagged, which postcard cannot decode).
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -95,9 +94,24 @@ pub(crate) mod arc_bytes {
     }
 }
 
+/// `#[serde(with = "vec_bytes")]` for a `Vec<u8>` field (a byte string, not a sequence).
+pub(crate) mod vec_bytes {
+    use super::*;
+
+    pub(crate) fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        RawBytes(v).serialize(s)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        ArcBytes::deserialize(d).map(|b| b.0.to_vec())
+    }
+}
+
 /// `#[serde(with = "arc_bytes_map")]` for a `BTreeMap<String, Arc<[u8]>>` field.
+#[cfg(test)]
 pub(crate) mod arc_bytes_map {
     use super::*;
+    use std::collections::BTreeMap;
 
     pub(crate) fn serialize<S: Serializer>(v: &BTreeMap<String, Arc<[u8]>>, s: S) -> Result<S::Ok, S::Error> {
         s.collect_map(v.iter().map(|(k, b)| (k, RawBytes(b))))
@@ -175,6 +189,7 @@ pub(crate) mod exit_status {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
     struct Sample {

@@ -29,7 +29,13 @@ pub struct RandomStream {
 impl RandomStream {
     /// The stream of `seed`.
     pub fn new(seed: u64) -> Self {
-        let key = blake3::derive_key(KEY_CONTEXT, &seed.to_le_bytes());
+        Self::with_context(KEY_CONTEXT, seed)
+    }
+
+    /// The stream of `seed` under another key-derivation context (an independent stream, e.g.
+    /// the fault decisions).
+    pub fn with_context(context: &str, seed: u64) -> Self {
+        let key = blake3::derive_key(context, &seed.to_le_bytes());
         RandomStream { rng: ChaCha20Rng::from_seed(key), buf: [0; 64], pos: 64, consumed: 0 }
     }
 
@@ -54,6 +60,12 @@ impl RandomStream {
     /// [`consumed`]: RandomStream::consumed
     pub fn reseed(&mut self, seed: u64) {
         *self = RandomStream { consumed: self.consumed, ..RandomStream::new(seed) };
+    }
+
+    /// Like [`reseed`](RandomStream::reseed) for a stream made by
+    /// [`with_context`](RandomStream::with_context).
+    pub fn reseed_with_context(&mut self, context: &str, seed: u64) {
+        *self = RandomStream { consumed: self.consumed, ..RandomStream::with_context(context, seed) };
     }
 
     /// Checks the invariants of a restored stream.

@@ -1,24 +1,26 @@
 //! File and fd syscalls: `read`/`write` and friends, `openat`, the `stat` family, `lseek`,
 //! `fcntl`, `dup*`, `ioctl`, `poll`, `access`, `getcwd`, `readlink`, `getdents64`.
 //!
-//! The file system is read-only (see [`crate::fd`]): opening a declared file for writing gives
-//! `EROFS`, an undeclared path `ENOENT`. The current directory is always `/`.
+//! Paths resolve in [`crate::fs`]; declared input files and the executable are read-only
+//! (`EROFS` when opened for writing), `/proc/self/maps` gives `EACCES`. The current directory is
+//! always `/`. Namespace and sync calls are in [`crate::sys_fs`].
 
 use std::sync::Arc;
 
 use crate::errno::*;
 use crate::fd::*;
+use crate::fs::{Kind, Walked, ROOT};
 use crate::kernel::{Kernel, PollTimeout, Stop, SysResult, MAX_IO};
 use crate::layout::USER_END;
 use crate::vm::Access;
 use crate::{Memory, Stream};
 
 /// Longest path accepted (`PATH_MAX`).
-const PATH_MAX: usize = 4096;
+pub(crate) const PATH_MAX: usize = 4096;
 /// `AT_EMPTY_PATH`.
-const AT_EMPTY_PATH: u64 = 0x1000;
+pub(crate) const AT_EMPTY_PATH: u64 = 0x1000;
 /// `AT_SYMLINK_NOFOLLOW`.
-const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
+pub(crate) const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
 /// `AT_NO_AUTOMOUNT`.
 const AT_NO_AUTOMOUNT: u64 = 0x800;
 /// `AT_EACCESS`.
@@ -40,7 +42,7 @@ const POLLRDNORM: u16 = 0x40;
 const POLLWRNORM: u16 = 0x100;
 
 /// Linux's `access_ok`: the range lies in the user half.
-fn access_ok(addr: u64, len: u64) -> Result<(), i32> {
+pub(crate) fn access_ok(addr: u64, len: u64) -> Result<(), i32> {
     match addr.checked_add(len) {
         Some(end) if end <= USER_END => Ok(()),
         _ => Err(EFAULT),
@@ -48,20 +50,27 @@ fn access_ok(addr: u64, len: u64) -> Result<(), i32> {
 }
 
 /// Where a `*at` path resolves.
-enum Target {
-    /// An absolute normalized path (with a trailing-slash flag).
-    Path(String, bool),
+pub(crate) enum Target {
+    /// A path, walked.
+    Path(Walked),
     /// The file open on this fd (`AT_EMPTY_PATH`).
     Fd(i32),
 }
 
 impl Kernel {
-    fn nofile(&self) -> u64 {
+    pub(crate) fn nofile(&self) -> u64 {
         self.rlimits[7].0.min(1 << 20)
     }
 
-    /// Reads a path argument and resolves it against `dirfd`.
-    fn resolve(&self, mem: &mut dyn Memory, dirfd: u64, path: u64, flags: u64) -> Result<Target, i32> {
+    /// Reads a path argument and walks it from `dirfd` (`follow`: the last symlink too).
+    pub(crate) fn resolve(
+        &mut self,
+        mem: &mut dyn Memory,
+        dirfd: u64,
+        path: u64,
+        flags: u64,
+        follow: bool,
+    ) -> Result<Target, i32> {
         let empty_ok = flags & AT_EMPTY_PATH != 0;
         if path == 0 && empty_ok {
             return Ok(Target::Fd(dirfd as i32));
@@ -73,46 +82,63 @@ impl Kernel {
             }
             return Err(ENOENT);
         }
-        let base = if p[0] == b'/' || dirfd as i32 == -100 {
-            "/".to_string()
+        let start = if p[0] == b'/' || dirfd as i32 == -100 {
+            ROOT
         } else {
             match &self.fds.get(dirfd as i32)?.kind {
-                FileKind::Dir { path } => path.clone(),
+                FileKind::Dir { id, .. } => *id,
                 _ => return Err(ENOTDIR),
             }
         };
-        let (abs, trailing) = normalize(&base, &p)?;
-        Ok(Target::Path(abs, trailing))
+        let w = self.fs.walk(start, &p, follow)?;
+        if !self.faults.previous.is_empty() {
+            let abs = match (&w.name, w.id) {
+                (Some(n), _) => Some(self.fs.path_in(w.parent, n)),
+                (None, Some(id)) => self.fs.dir_path(id),
+                (None, None) => None,
+            };
+            if let Some(abs) = abs {
+                self.faults.observe(&abs);
+            }
+        }
+        Ok(Target::Path(w))
+    }
+
+    /// The inode a resolved path names (`ENOENT`, or `ENOTDIR` for a trailing `/` on a
+    /// non-directory).
+    pub(crate) fn target_id(&self, w: &Walked) -> Result<u64, i32> {
+        let id = w.id.ok_or(ENOENT)?;
+        if w.trailing && !self.fs.get(id).is_some_and(|i| i.is_dir()) {
+            return Err(ENOTDIR);
+        }
+        Ok(id)
     }
 
     fn stat_of_fd(&self, fd: i32) -> Result<Stat, i32> {
         if fd == -100 {
-            return Ok(self.vfs.stat("/", &Node::Dir));
+            return Ok(self.fs.stat(ROOT));
         }
         let f = self.fds.get(fd)?;
         Ok(match &f.kind {
             FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => {
                 let ino = 100 + u64::from(!matches!(f.kind, FileKind::Stdin(_)));
-                Stat { dev: 0xd, ino, mode: S_IFIFO | 0o600, nlink: 1, size: 0, rdev: 0 }
+                let t = FILE_TIME_S * 1_000_000_000;
+                Stat { dev: 0xd, ino, mode: S_IFIFO | 0o600, nlink: 1, size: 0, rdev: 0, times: [t; 3] }
             }
             FileKind::Regular { stat, .. } => *stat,
-            FileKind::Dir { path } => self.vfs.stat(path, &Node::Dir),
-            FileKind::DevNull => self.vfs.stat("/dev/null", &Node::DevNull),
-            FileKind::Random(m) => self.vfs.stat("/dev/urandom", &Node::Random(*m)),
+            FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => self.fs.stat(*id),
+            FileKind::DevNull => self.fs.stat(self.fs.lookup_abs("/dev/null").unwrap_or(ROOT)),
+            FileKind::Random(m) => {
+                let p = if *m == 8 { "/dev/random" } else { "/dev/urandom" };
+                self.fs.stat(self.fs.lookup_abs(p).unwrap_or(ROOT))
+            }
         })
     }
 
-    fn stat_of(&self, t: &Target, follow: bool) -> Result<Stat, i32> {
+    fn stat_of(&self, t: &Target) -> Result<Stat, i32> {
         match t {
             Target::Fd(fd) => self.stat_of_fd(*fd),
-            Target::Path(p, trailing) => {
-                let node = self.vfs.lookup(p, follow).ok_or(ENOENT)?;
-                if *trailing && node != Node::Dir {
-                    return Err(ENOTDIR);
-                }
-                let path = if follow && p == PROC_EXE { self.vfs.exe_path() } else { p };
-                Ok(self.vfs.stat(path, &node))
-            }
+            Target::Path(w) => Ok(self.fs.stat(self.target_id(w)?)),
         }
     }
 
@@ -129,8 +155,9 @@ impl Kernel {
         put(48, st.size, 8);
         put(56, 4096, 8);
         put(64, st.size.div_ceil(4096) * 8, 8);
-        for o in [72, 88, 104] {
-            put(o, FILE_TIME_S, 8);
+        for (i, o) in [72, 88, 104].into_iter().enumerate() {
+            put(o, st.times[i] / 1_000_000_000, 8);
+            put(o + 8, st.times[i] % 1_000_000_000, 8);
         }
         self.vm.copy_out(mem, buf, &b)
     }
@@ -152,8 +179,8 @@ impl Kernel {
         if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | AT_NO_AUTOMOUNT) != 0 {
             return Err(EINVAL.into());
         }
-        let t = self.resolve(mem, dirfd, path, flags)?;
-        let st = self.stat_of(&t, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+        let t = self.resolve(mem, dirfd, path, flags, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+        let st = self.stat_of(&t)?;
         self.write_stat(mem, buf, &st)?;
         Ok(0)
     }
@@ -174,8 +201,8 @@ impl Kernel {
         if mask & 0x8000_0000 != 0 {
             return Err(EINVAL.into());
         }
-        let t = self.resolve(mem, dirfd, path, flags)?;
-        let st = self.stat_of(&t, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+        let t = self.resolve(mem, dirfd, path, flags, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+        let st = self.stat_of(&t)?;
         let mut b = [0u8; 256];
         let mut put = |o: usize, v: u64, n: usize| b[o..o + n].copy_from_slice(&v.to_le_bytes()[..n]);
         put(0, 0x7ff, 4); // STATX_BASIC_STATS
@@ -187,8 +214,10 @@ impl Kernel {
         put(32, st.ino, 8);
         put(40, st.size, 8);
         put(48, st.size.div_ceil(4096) * 8, 8);
-        for o in [64, 80, 96, 112] {
-            put(o, FILE_TIME_S, 8);
+        // atime, btime (= ctime), ctime, mtime.
+        for (o, t) in [(64, st.times[0]), (80, st.times[2]), (96, st.times[2]), (112, st.times[1])] {
+            put(o, t / 1_000_000_000, 8);
+            put(o + 8, t % 1_000_000_000, 4);
         }
         put(128, st.rdev >> 8, 4);
         put(132, st.rdev & 0xff, 4);
@@ -204,81 +233,104 @@ impl Kernel {
         dirfd: u64,
         path: u64,
         flags: u64,
-        _mode: u64,
+        mode: u64,
     ) -> SysResult {
         let flags = flags as u32;
-        let (abs, trailing) = match self.resolve(mem, dirfd, path, 0)? {
-            Target::Path(p, t) => (p, t),
+        let acc = flags & O_ACCMODE;
+        let excl = flags & (O_CREAT | O_EXCL) == O_CREAT | O_EXCL;
+        let follow = flags & O_NOFOLLOW == 0 && !excl;
+        let w = match self.resolve(mem, dirfd, path, 0, follow)? {
+            Target::Path(w) => w,
             Target::Fd(_) => return Err(ENOENT.into()),
         };
-        let acc = flags & O_ACCMODE;
         if acc == O_ACCMODE {
             return Err(EINVAL.into());
         }
         if flags & O_TMPFILE == O_TMPFILE {
-            return Err(EROFS.into());
+            return Err(EOPNOTSUPP.into());
         }
-        let follow = flags & O_NOFOLLOW == 0;
-        let Some(node) = self.vfs.lookup(&abs, follow) else {
-            if flags & O_CREAT != 0 {
-                let parent = abs.rsplit_once('/').map_or("/", |(p, _)| if p.is_empty() { "/" } else { p });
-                if self.vfs.lookup(parent, true) == Some(Node::Dir) {
-                    return Err(EROFS.into());
-                }
-            }
-            return Err(ENOENT.into());
-        };
-        if flags & (O_CREAT | O_EXCL) == O_CREAT | O_EXCL {
-            return Err(EEXIST.into());
+        let limit = self.nofile();
+        if !self.fds.has_free(limit) {
+            return Err(EMFILE.into());
         }
-        let is_dir = node == Node::Dir;
-        if (trailing || flags & O_DIRECTORY != 0) && !is_dir {
-            return Err(ENOTDIR.into());
-        }
+        let now = self.clock.realtime_ns();
         let writing = acc != 0 || flags & O_TRUNC != 0;
-        let kind = match node {
-            Node::Dir => {
-                if writing || flags & O_CREAT != 0 {
+        let id = match w.id {
+            None => {
+                if flags & O_CREAT == 0 {
+                    return Err(ENOENT.into());
+                }
+                if w.trailing {
                     return Err(EISDIR.into());
                 }
-                FileKind::Dir { path: abs.clone() }
+                let Some(name) = &w.name else { return Err(ENOENT.into()) };
+                let perm = (mode as u32) & 0o7777 & !self.umask;
+                self.fs.create_file(w.parent, name, perm, now)?
             }
-            Node::ExeLink => {
-                if flags & O_PATH == 0 {
+            Some(id) => {
+                if excl {
+                    return Err(EEXIST.into());
+                }
+                let node = self.fs.get(id).ok_or(ENOENT)?;
+                let is_dir = node.is_dir();
+                let link = matches!(node.kind, Kind::Symlink(_) | Kind::ExeLink);
+                if link && flags & O_PATH == 0 {
                     return Err(ELOOP.into());
                 }
-                FileKind::Regular {
-                    path: abs.clone(),
-                    data: Arc::from(&[][..]),
-                    stat: self.vfs.stat(&abs, &Node::ExeLink),
+                if is_dir && (writing || flags & O_CREAT != 0) {
+                    return Err(EISDIR.into());
                 }
-            }
-            Node::File(data) => {
-                if writing {
-                    return Err(EROFS.into());
+                if (w.trailing || flags & O_DIRECTORY != 0) && !is_dir {
+                    return Err(ENOTDIR.into());
                 }
-                let path = if abs == PROC_EXE { self.vfs.exe_path().to_string() } else { abs };
-                let stat = self.vfs.stat(&path, &Node::File(data.clone()));
-                FileKind::Regular { path, data, stat }
-            }
-            Node::ProcMaps => {
-                if writing {
-                    return Err(EACCES.into());
+                match node.kind {
+                    Kind::File(_) | Kind::Static(_) if writing && node.readonly => return Err(EROFS.into()),
+                    Kind::ProcMaps if writing => return Err(EACCES.into()),
+                    _ => {}
                 }
-                let data: Arc<[u8]> = Arc::from(self.proc_maps().into_bytes());
-                FileKind::Regular { stat: self.vfs.stat(&abs, &Node::ProcMaps), path: abs, data }
+                if flags & O_TRUNC != 0 && matches!(node.kind, Kind::File(_)) && flags & O_PATH == 0 {
+                    self.fs.set_size(id, 0, now)?;
+                }
+                id
             }
-            Node::DevNull => FileKind::DevNull,
-            Node::Random(m) => FileKind::Random(m),
         };
+        let node = self.fs.get(id).ok_or(ENOENT)?;
+        let opened_path = match &w.name {
+            Some(n) => self.fs.path_in(w.parent, n),
+            None => self.fs.dir_path(id).unwrap_or_default(),
+        };
+        let kind = match &node.kind {
+            Kind::Dir(_) => FileKind::Dir { id, after: None },
+            Kind::ProcMaps => {
+                let data: Arc<[u8]> = Arc::from(self.proc_maps().into_bytes());
+                let mut stat = self.fs.stat(id);
+                stat.size = 0;
+                FileKind::Regular { stat, path: opened_path, data }
+            }
+            Kind::DevNull => FileKind::DevNull,
+            Kind::Random(m) => FileKind::Random(*m),
+            Kind::ExeLink => FileKind::Regular { path: opened_path, data: Arc::from(&[][..]), stat: self.fs.stat(id) },
+            Kind::Static(_) if opened_path == PROC_EXE => FileKind::Inode { id, path: self.fs.exe_path().to_string() },
+            _ => FileKind::Inode { id, path: opened_path },
+        };
+        if matches!(kind, FileKind::Dir { .. } | FileKind::Inode { .. }) {
+            self.fs.opened(id);
+        }
         let keep = !(O_CREAT | O_EXCL | O_TRUNC | O_CLOEXEC | 0o400);
         let file = OpenFile::new(kind, (flags & keep) | O_LARGEFILE);
-        let limit = self.nofile();
         Ok(self.fds.install(file, 0, limit, flags & O_CLOEXEC != 0)? as u64)
     }
 
+    /// Releases what a dropped description held.
+    pub(crate) fn dropped(&mut self, f: Option<OpenFile>) {
+        if let Some(OpenFile { kind: FileKind::Inode { id, .. } | FileKind::Dir { id, .. }, .. }) = f {
+            self.fs.closed(id);
+        }
+    }
+
     pub(crate) fn sys_close(&mut self, fd: u64) -> SysResult {
-        self.fds.close(fd as i32)?;
+        let f = self.fds.close(fd as i32)?;
+        self.dropped(f);
         Ok(0)
     }
 
@@ -299,6 +351,19 @@ impl Kernel {
                 d.clone()
             }
             FileKind::Regular { data, .. } => data.clone(),
+            FileKind::Inode { id, .. } => {
+                let Some(c) = self.fs.contents(*id) else { return Err(EINVAL) };
+                let off = pos.unwrap_or(f.offset);
+                let avail = (c.len() as u64).saturating_sub(off);
+                let n = count.min(avail);
+                if n > 0 {
+                    self.vm.copy_out(mem, buf, &c[off as usize..(off + n) as usize])?;
+                }
+                if pos.is_none() {
+                    self.fds.get_mut(fd as i32)?.offset = off + n;
+                }
+                return Ok(n);
+            }
             FileKind::Dir { .. } => return Err(EISDIR),
             FileKind::DevNull => return Ok(0),
             FileKind::Random(_) => {
@@ -322,16 +387,20 @@ impl Kernel {
         Ok(n)
     }
 
-    /// Writes `data` to `fd`.
-    fn do_write(&mut self, fd: u64, data: &[u8]) -> Result<u64, i32> {
+    /// Writes `data` to `fd`, at `pos` or the file offset.
+    fn do_write(&mut self, fd: u64, data: &[u8], pos: Option<u64>) -> Result<u64, i32> {
         let f = self.fds.get(fd as i32)?;
         if !f.writable() {
             return Err(EBADF);
         }
-        match f.kind {
+        match &f.kind {
             FileKind::Stdout => self.emit(Stream::Stdout, data),
             FileKind::Stderr => self.emit(Stream::Stderr, data),
             FileKind::DevNull | FileKind::Random(_) => {}
+            FileKind::Inode { id, path } => {
+                let (id, path, flags, offset) = (*id, path.clone(), f.flags, f.offset);
+                return self.file_write(fd, id, &path, flags, data, pos.unwrap_or(offset), pos.is_none());
+            }
             _ => return Err(EBADF),
         }
         Ok(data.len() as u64)
@@ -362,7 +431,7 @@ impl Kernel {
         self.vm.check(buf, count, Access::Read)?;
         let mut data = vec![0u8; count as usize];
         self.vm.copy_in(mem, buf, &mut data)?;
-        Ok(self.do_write(fd, &data)?)
+        Ok(self.do_write(fd, &data, None)?)
     }
 
     pub(crate) fn sys_pwrite(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64, count: u64, off: u64) -> SysResult {
@@ -373,7 +442,15 @@ impl Kernel {
         if (off as i64) < 0 {
             return Err(EINVAL.into());
         }
-        self.sys_write(mem, fd, buf, count)
+        if !f.writable() {
+            return Err(EBADF.into());
+        }
+        access_ok(buf, count)?;
+        let count = count.min(MAX_IO);
+        self.vm.check(buf, count, Access::Read)?;
+        let mut data = vec![0u8; count as usize];
+        self.vm.copy_in(mem, buf, &mut data)?;
+        Ok(self.do_write(fd, &data, Some(off))?)
     }
 
     /// Reads and validates an iovec array.
@@ -448,7 +525,7 @@ impl Kernel {
                 break;
             }
         }
-        Ok(self.do_write(fd, &data)?)
+        Ok(self.do_write(fd, &data, None)?)
     }
 
     pub(crate) fn sys_lseek(&mut self, fd: u64, off: u64, whence: u64) -> SysResult {
@@ -457,7 +534,18 @@ impl Kernel {
             FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => return Err(ESPIPE.into()),
             FileKind::DevNull | FileKind::Random(_) => return Ok(0),
             FileKind::Regular { data, .. } => data.len() as i64,
-            FileKind::Dir { .. } => 0,
+            FileKind::Inode { id, .. } => self.fs.size(*id) as i64,
+            FileKind::Dir { .. } => {
+                // Directories rewind only.
+                if off != 0 || whence != 0 {
+                    return Err(EINVAL.into());
+                }
+                f.offset = 0;
+                if let FileKind::Dir { after, .. } = &mut f.kind {
+                    *after = None;
+                }
+                return Ok(0);
+            }
         };
         let off = off as i64;
         let cur = f.offset as i64;
@@ -467,7 +555,7 @@ impl Kernel {
             2 => size.checked_add(off),
             3 if off < size => Some(off),
             4 if off < size => Some(size),
-            3 | 4 => return Err(6.into()), // ENXIO
+            3 | 4 => return Err(ENXIO.into()),
             _ => return Err(EINVAL.into()),
         };
         match new {
@@ -493,7 +581,9 @@ impl Kernel {
         if old as i32 == new {
             return Ok(new as u64);
         }
-        Ok(self.fds.dup_to(old as i32, new, false)? as u64)
+        let dropped = self.fds.dup_to(old as i32, new, false)?;
+        self.dropped(dropped);
+        Ok(new as u64)
     }
 
     pub(crate) fn sys_dup3(&mut self, old: u64, new: u64, flags: u64) -> SysResult {
@@ -505,10 +595,12 @@ impl Kernel {
         if new < 0 || new as u64 >= self.nofile() {
             return Err(EBADF.into());
         }
-        Ok(self.fds.dup_to(old as i32, new, flags != 0)? as u64)
+        let dropped = self.fds.dup_to(old as i32, new, flags != 0)?;
+        self.dropped(dropped);
+        Ok(new as u64)
     }
 
-    pub(crate) fn sys_fcntl(&mut self, fd: u64, cmd: u64, arg: u64) -> SysResult {
+    pub(crate) fn sys_fcntl(&mut self, mem: &mut dyn Memory, fd: u64, cmd: u64, arg: u64) -> SysResult {
         let fd = fd as i32;
         let e = self.fds.entry(fd)?;
         match cmd as u32 {
@@ -532,8 +624,8 @@ impl Kernel {
                 f.flags = (f.flags & !settable) | (arg as u32 & settable);
                 Ok(0)
             }
-            // F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW: one process, no contention.
-            6 | 7 | 37 | 38 => Ok(0),
+            // F_GETLK, F_SETLK, F_SETLKW and the OFD forms: one process, no contention.
+            5 | 6 | 7 | 36 | 37 | 38 => self.fcntl_lock(mem, fd, cmd as u32, arg),
             1032 => match self.fds.get(fd)?.kind {
                 FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => Ok(65536),
                 _ => Err(EBADF.into()),
@@ -566,6 +658,7 @@ impl Kernel {
                 let n = match &f.kind {
                     FileKind::Stdin(d) => (d.len() as u64).saturating_sub(f.offset),
                     FileKind::Regular { data, .. } => (data.len() as u64).saturating_sub(f.offset),
+                    FileKind::Inode { id, .. } => self.fs.size(*id).saturating_sub(f.offset),
                     FileKind::Stdout | FileKind::Stderr => 0,
                     _ => return Err(ENOTTY.into()),
                 };
@@ -666,11 +759,22 @@ impl Kernel {
         if mode & !7 != 0 || flags & !(AT_EACCESS | AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
             return Err(EINVAL.into());
         }
-        let t = self.resolve(mem, dirfd, path, flags)?;
-        let st = self.stat_of(&t, flags & AT_SYMLINK_NOFOLLOW == 0)?;
-        let kind = st.mode & 0o170000;
-        if mode & 2 != 0 && kind != S_IFCHR {
-            return Err(EROFS.into());
+        let t = self.resolve(mem, dirfd, path, flags, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+        let st = self.stat_of(&t)?;
+        let id = match &t {
+            Target::Path(w) => w.id,
+            Target::Fd(fd) => match self.fds.get(*fd).map(|f| &f.kind) {
+                Ok(FileKind::Inode { id, .. } | FileKind::Dir { id, .. }) => Some(*id),
+                _ => None,
+            },
+        };
+        let node = id.and_then(|id| self.fs.get(id));
+        if mode & 2 != 0 {
+            match node {
+                Some(n) if n.readonly && n.is_dir() => return Err(EACCES.into()),
+                Some(n) if n.readonly && !matches!(n.kind, Kind::DevNull | Kind::Random(_)) => return Err(EROFS.into()),
+                _ => {}
+            }
         }
         if mode & 1 != 0 && st.mode & 0o111 == 0 {
             return Err(EACCES.into());
@@ -698,29 +802,35 @@ impl Kernel {
         if size <= 0 {
             return Err(EINVAL.into());
         }
-        let Target::Path(p, _) = self.resolve(mem, dirfd, path, 0)? else {
+        let Target::Path(w) = self.resolve(mem, dirfd, path, 0, false)? else {
             return Err(ENOENT.into());
         };
-        match self.vfs.lookup(&p, false) {
-            Some(Node::ExeLink) => {
-                let target = self.vfs.exe_path().as_bytes().to_vec();
-                let n = target.len().min(size as usize);
-                self.vm.copy_out(mem, buf, &target[..n])?;
-                Ok(n as u64)
-            }
-            Some(_) => Err(EINVAL.into()),
-            None => Err(ENOENT.into()),
-        }
+        let id = self.target_id(&w)?;
+        let target = match self.fs.get(id).map(|i| &i.kind) {
+            Some(Kind::ExeLink) => self.fs.exe_path().as_bytes().to_vec(),
+            Some(Kind::Symlink(t)) => t.as_bytes().to_vec(),
+            _ => return Err(EINVAL.into()),
+        };
+        let n = target.len().min(size as usize);
+        self.vm.copy_out(mem, buf, &target[..n])?;
+        Ok(n as u64)
     }
 
     pub(crate) fn sys_getdents64(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64, count: u64) -> SysResult {
         let f = self.fds.get(fd as i32)?;
-        let FileKind::Dir { path } = &f.kind else { return Err(ENOTDIR.into()) };
-        let entries = self.vfs.list(path);
+        let FileKind::Dir { id, after } = &f.kind else { return Err(ENOTDIR.into()) };
+        let entries = self.fs.list(*id);
         let count = count.min(MAX_IO) as usize;
+        // Position: `.` and `..` by the offset (0, 1), then the names after `after`.
+        let mut pos = f.offset;
+        let start = match (pos, after) {
+            (0 | 1, _) => pos as usize,
+            (_, Some(a)) => 2 + entries[2..].iter().take_while(|e| e.0.as_str() <= a.as_str()).count(),
+            (_, None) => entries.len().min(pos as usize),
+        };
         let mut out = Vec::new();
-        let mut idx = f.offset as usize;
-        while let Some((name, dtype, ino)) = entries.get(idx) {
+        let mut last = after.clone();
+        for (name, dtype, ino) in entries.iter().skip(start) {
             let reclen = (19 + name.len() + 1).div_ceil(8) * 8;
             if out.len() + reclen > count {
                 if out.is_empty() {
@@ -728,17 +838,24 @@ impl Kernel {
                 }
                 break;
             }
-            let start = out.len();
+            let rec = out.len();
+            pos += 1;
             out.extend_from_slice(&ino.to_le_bytes());
-            out.extend_from_slice(&(idx as u64 + 1).to_le_bytes());
+            out.extend_from_slice(&pos.to_le_bytes());
             out.extend_from_slice(&(reclen as u16).to_le_bytes());
             out.push(*dtype);
             out.extend_from_slice(name.as_bytes());
-            out.resize(start + reclen, 0);
-            idx += 1;
+            out.resize(rec + reclen, 0);
+            if pos > 2 {
+                last = Some(name.clone());
+            }
         }
         self.vm.copy_out(mem, buf, &out)?;
-        self.fds.get_mut(fd as i32)?.offset = idx as u64;
+        let f = self.fds.get_mut(fd as i32)?;
+        f.offset = pos;
+        if let FileKind::Dir { after, .. } = &mut f.kind {
+            *after = last;
+        }
         Ok(out.len() as u64)
     }
 }

@@ -92,8 +92,13 @@ impl Kernel {
                 return Err(EINVAL.into());
             }
             let f = self.fds.get(fd as i32)?;
-            let FileKind::Regular { path, data, stat } = &f.kind else {
-                return Err(crate::errno::ENODEV.into());
+            let (path, data, ino) = match &f.kind {
+                FileKind::Regular { path, data, stat } => (path.clone(), data.clone(), stat.ino),
+                FileKind::Inode { id, path } => {
+                    let data = self.fs.snapshot(*id).ok_or(crate::errno::ENODEV)?;
+                    (path.clone(), data, self.fs.stat(*id).ino)
+                }
+                _ => return Err(crate::errno::ENODEV.into()),
             };
             if !f.readable() || (shared && prot.writable()) {
                 return Err(EACCES.into());
@@ -101,13 +106,7 @@ impl Kernel {
             if off.checked_add(len).is_none_or(|e| e > i64::MAX as u64) {
                 return Err(EOVERFLOW.into());
             }
-            VmaKind::File {
-                path: path.clone(),
-                data: FileBytes(data.clone()),
-                offset: off,
-                size: data.len() as u64,
-                ino: stat.ino,
-            }
+            VmaKind::File { path, size: data.len() as u64, data: FileBytes(data), offset: off, ino }
         };
         let fixed = flags & (MAP_FIXED | MAP_FIXED_NOREPLACE) != 0;
         let start = if fixed {

@@ -12,6 +12,7 @@ use crate::stack::*;
 use crate::*;
 
 mod deja_syscall;
+mod fs;
 
 /// One segment of a test image.
 struct Seg {
@@ -99,6 +100,7 @@ fn spec_with(image: Vec<u8>, seed: u64) -> ProgramSpec {
         stdin: b"stdin bytes".to_vec(),
         seed,
         record_trace: true,
+        ..Default::default()
     }
 }
 
@@ -124,7 +126,7 @@ fn sc(k: &mut Kernel, m: &mut FakeMemory, name: &str, args: &[u64]) -> i64 {
     a[..args.len()].copy_from_slice(args);
     match k.syscall(m, nr(name), a) {
         SyscallOutcome::Return(v) => v as i64,
-        SyscallOutcome::Exit(st) => panic!("{name} exited: {st:?}"),
+        other => panic!("{name} ended the run: {other:?}"),
     }
 }
 
@@ -439,8 +441,9 @@ fn declared_files_open_read_stat_seek() {
     // Errors.
     let missing = path(&k, &mut m, buf + 6000, "/data/missing");
     assert_eq!(sc(&mut k, &mut m, "openat", &[AT_FDCWD, missing, 0, 0]), ENOENT);
-    assert_eq!(sc(&mut k, &mut m, "openat", &[AT_FDCWD, missing, 0x41, 0o644]), -30);
     assert_eq!(sc(&mut k, &mut m, "access", &[missing, 0]), ENOENT);
+    let in_proc = path(&k, &mut m, buf + 6100, "/proc/self/new");
+    assert_eq!(sc(&mut k, &mut m, "openat", &[AT_FDCWD, in_proc, 0x41, 0o644]), -13, "EACCES");
     assert_eq!(sc(&mut k, &mut m, "openat", &[AT_FDCWD, p, 1, 0]), -30, "EROFS");
     assert_eq!(sc(&mut k, &mut m, "openat", &[AT_FDCWD, p, 2, 0]), -30);
     assert_eq!(sc(&mut k, &mut m, "openat", &[AT_FDCWD, p, 0x10000, 0]), -20, "ENOTDIR");
@@ -1308,12 +1311,12 @@ fn restore_shares_file_contents() {
         snapshot_step(i, &mut k, &mut m);
     }
     let r = Kernel::restore(&k.save()).unwrap();
-    let node = r.vfs.lookup("/data/input.txt", true);
-    let Some(fd::Node::File(vfs_data)) = node else { panic!("{node:?}") };
-    let Ok(fd::OpenFile { kind: fd::FileKind::Regular { data, .. }, offset: 5, .. }) = r.fds.get(3) else {
+    let id = r.fs.lookup_abs("/data/input.txt").unwrap();
+    let Some(crate::fs::Kind::Static(vfs_data)) = r.fs.get(id).map(|i| i.kind.clone()) else { panic!("static") };
+    let Ok(fd::OpenFile { kind: fd::FileKind::Inode { id: open_id, .. }, offset: 5, .. }) = r.fds.get(3) else {
         panic!("fd 3")
     };
-    assert!(std::sync::Arc::ptr_eq(data, &vfs_data));
+    assert_eq!(*open_id, id);
     let shared =
         r.vm.iter()
             .any(|v| matches!(&v.kind, vm::VmaKind::File { data, .. } if std::sync::Arc::ptr_eq(&data.0, &vfs_data)));

@@ -233,11 +233,11 @@ impl AddressSpace {
     }
 
     /// Replaces the contents of every file mapping by the equal contents of the declared file
-    /// in `vfs` (so a restored state shares them instead of holding copies).
-    pub fn share_file_data(&mut self, vfs: &crate::fd::Vfs) {
+    /// in `fs` (so a restored state shares them instead of holding copies).
+    pub fn share_file_data(&mut self, fs: &crate::fs::Fs) {
         for v in self.vmas.values_mut() {
             if let VmaKind::File { path, data, .. } = &mut v.kind {
-                if let Some(d) = vfs.same_file(path, &data.0) {
+                if let Some(d) = fs.same_static(path, &data.0) {
                     data.0 = d;
                 }
             }

@@ -15,7 +15,7 @@ use deja_kernel::{Kernel, ProgramSpec, Stream, PAGE_SIZE};
 
 use crate::paging::{canonical, FrameState, PTE_P};
 use crate::snapshot::VcpuState;
-use crate::vm::{Vm, VmError};
+use crate::vm::{Stop, Vm, VmError};
 use crate::{Run, RunError};
 
 /// What one reset did.
@@ -56,9 +56,10 @@ impl Fork {
         let (mut kernel, entry) = Kernel::load(spec, &mut vm.space)?;
         vm.space.take_stale();
         vm.enter_user(entry.rip, entry.rsp, 0)?;
-        if let Some(status) = vm.run_until(&mut kernel, sink, Some(at_syscall))? {
+        let stop = vm.run_until(&mut kernel, sink, Some(at_syscall))?;
+        if stop != Stop::AtSyscall {
             return Err(RunError::Vm(VmError::Unexpected {
-                what: format!("the program ended ({status:?}) before syscall {at_syscall}"),
+                what: format!("the program stopped ({stop:?}) before syscall {at_syscall}"),
                 rip: 0,
             }));
         }

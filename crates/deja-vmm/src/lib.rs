@@ -19,7 +19,7 @@ use deja_kernel::{Kernel, LoadError, ProgramSpec, RunReport, Stream};
 pub use fork::{Fork, ResetStats};
 pub use probe::{check_host, probe, HostCheck, HostProbe};
 pub use snapshot::{Snapshot, SnapshotError, SnapshotMeta};
-pub use vm::{RegisterPath, Vm, VmError, VmStats};
+pub use vm::{RegisterPath, Stop, Vm, VmError, VmStats};
 
 /// Default guest RAM: 1 GiB (frames are only backed on the host once touched).
 pub const DEFAULT_MEMORY: u64 = 1 << 30;
@@ -94,11 +94,14 @@ pub fn run_snapshotting(
     vm.enter_user(entry.rip, entry.rsp, 0)?;
     let mut snapshot = None;
     let status = match vm.run_until(&mut kernel, sink, Some(at))? {
-        Some(status) => status,
-        None => {
+        Stop::Exited(status) => status,
+        Stop::AtSyscall => {
             let meta = SnapshotMeta { virtual_time_ns: kernel.virtual_time_ns(), ..meta };
             snapshot = Some(Snapshot::capture(&mut vm, &kernel, meta)?);
             vm.run(&mut kernel, sink)?
+        }
+        Stop::Crashed => {
+            return Err(RunError::Vm(VmError::Unexpected { what: "crash during a snapshot run".into(), rip: 0 }))
         }
     };
     let report = kernel.finish(&vm.space, status);
@@ -111,4 +114,98 @@ pub fn resume(snapshot: &Snapshot, sink: &mut dyn FnMut(Stream, &[u8])) -> Resul
     let status = vm.run(&mut kernel, sink)?;
     let report = kernel.finish(&vm.space, status);
     Ok(Run { report, stats: vm.stats.clone() })
+}
+
+/// One life of a node: from a start (or restart) to its exit or crash.
+#[derive(Debug, Clone)]
+pub struct Incarnation {
+    /// What the syscall core recorded in this life.
+    pub run: Run,
+    /// The life ended in an injected crash (after `durable_writes` durable writes).
+    pub crashed: bool,
+    /// The seed of this life's random stream.
+    pub seed: u64,
+    /// BLAKE3 (hex) of the durable disk the next life starts from, if this one crashed.
+    pub crash_disk_digest: Option<String>,
+}
+
+/// The seed of the `n`-th restart of a run seeded with `seed`: a new stream per life.
+pub fn restart_seed(seed: u64, n: u64) -> u64 {
+    let mut h = blake3::Hasher::new();
+    h.update(b"deja restart seed");
+    h.update(&seed.to_le_bytes());
+    h.update(&n.to_le_bytes());
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&h.finalize().as_bytes()[..8]);
+    u64::from_le_bytes(w)
+}
+
+/// Runs `spec`; when the core injects a crash (see [`deja_kernel::FaultConfig`]), throws the VM
+/// and all volatile state away and restarts the program from its binary on the durable disk,
+/// with the same argv and environment and a new seed stream. Returns every life in order; the
+/// last one ended on its own. `final_disk` receives the last life's file system as the program
+/// left it.
+pub fn run_with_restarts(
+    spec: ProgramSpec,
+    memory: u64,
+    sink: &mut dyn FnMut(Stream, &[u8]),
+    final_disk: Option<&mut Option<deja_kernel::Disk>>,
+) -> Result<Vec<Incarnation>, RunError> {
+    let mut lives = Vec::new();
+    let mut spec = spec;
+    let mut previous_faults = Vec::new();
+    loop {
+        let mut vm = Vm::new(memory)?;
+        let seed = spec.seed;
+        let (mut kernel, entry) = Kernel::load(spec.clone(), &mut vm.space)?;
+        if !previous_faults.is_empty() {
+            kernel.note_previous_faults(std::mem::take(&mut previous_faults));
+        }
+        vm.space.take_stale();
+        vm.enter_user(entry.rip, entry.rsp, 0)?;
+        match vm.run_until(&mut kernel, sink, None)? {
+            Stop::Exited(status) => {
+                if let Some(out) = final_disk {
+                    *out = Some(kernel.disk());
+                }
+                let report = kernel.finish(&vm.space, status);
+                lives.push(Incarnation {
+                    run: Run { report, stats: vm.stats.clone() },
+                    crashed: false,
+                    seed,
+                    crash_disk_digest: None,
+                });
+                return Ok(lives);
+            }
+            Stop::Crashed => {
+                let disk = kernel.crash_image();
+                let digest = disk.digest();
+                let point = kernel.durable_writes();
+                let status = deja_kernel::ExitStatus::Signaled {
+                    signal: 9,
+                    name: "SIGKILL".into(),
+                    fault: Some(deja_kernel::FaultInfo {
+                        description: format!("node crashed by deja right after durable write {point}"),
+                        vector: 0,
+                        rip: 0,
+                        addr: None,
+                    }),
+                };
+                let report = kernel.finish(&vm.space, status);
+                previous_faults = report.faults.clone();
+                lives.push(Incarnation {
+                    run: Run { report, stats: vm.stats.clone() },
+                    crashed: true,
+                    seed,
+                    crash_disk_digest: Some(digest),
+                });
+                spec.disk = Some(disk);
+                spec.seed = restart_seed(seed, lives.len() as u64);
+                spec.faults.crash_after_durable_write = None;
+            }
+            Stop::AtSyscall => {
+                return Err(RunError::Vm(VmError::Unexpected { what: "stopped without a stop point".into(), rip: 0 }))
+            }
+        }
+    }
 }

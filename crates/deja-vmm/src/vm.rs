@@ -604,13 +604,19 @@ impl Vm {
     /// Runs the program under `kernel` until it ends. Output goes to `sink` as it is written.
     pub fn run(&mut self, kernel: &mut Kernel, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<ExitStatus, VmError> {
         match self.run_until(kernel, sink, None)? {
-            Some(status) => Ok(status),
-            None => Err(VmError::Unexpected { what: "stopped without a stop point".into(), rip: self.rip() }),
+            Stop::Exited(status) => Ok(status),
+            Stop::Crashed => {
+                Err(VmError::Unexpected { what: "a crash was injected where none was planned".into(), rip: self.rip() })
+            }
+            Stop::AtSyscall => {
+                Err(VmError::Unexpected { what: "stopped without a stop point".into(), rip: self.rip() })
+            }
         }
     }
 
-    /// Runs until the program ends (`Some(status)`) or, when `stop_at` is `Some(n)`, until it
-    /// traps for syscall `n` (0-based) before that syscall is served (`None`). At a stop the vCPU
+    /// Runs until the program ends ([`Stop::Exited`]), the core injects a crash
+    /// ([`Stop::Crashed`]), or, when `stop_at` is `Some(n)`, until it traps for syscall `n`
+    /// (0-based) before that syscall is served ([`Stop::AtSyscall`]). At a stop the vCPU
     /// is rewound to the program's `syscall` instruction: RIP = RCX − 2, RFLAGS = R11. That is a
     /// clean ring-3 state (RCX and R11 are clobbered by every syscall), from which a snapshot or a
     /// fork continues by executing the same syscall again.
@@ -619,7 +625,7 @@ impl Vm {
         kernel: &mut Kernel,
         sink: &mut dyn FnMut(Stream, &[u8]),
         stop_at: Option<u64>,
-    ) -> Result<Option<ExitStatus>, VmError> {
+    ) -> Result<Stop, VmError> {
         let mut last_fault = (0u64, 0u64, 0u32);
         loop {
             self.pt_sync()?;
@@ -650,7 +656,7 @@ impl Vm {
                     r.rip = at;
                     r.rflags = (r.r11 & !RFLAGS_RF) | RFLAGS_FIXED;
                     self.mark_dirty(SyncReg::Register);
-                    return Ok(None);
+                    return Ok(Stop::AtSyscall);
                 }
                 let args = [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9];
                 let outcome = kernel.syscall(&mut self.space, regs.rax, args);
@@ -666,7 +672,8 @@ impl Vm {
                         self.mark_dirty(SyncReg::Register);
                         self.apply_bases(kernel.fs_base(), kernel.gs_base());
                     }
-                    SyscallOutcome::Exit(status) => return Ok(Some(status)),
+                    SyscallOutcome::Exit(status) => return Ok(Stop::Exited(status)),
+                    SyscallOutcome::Crash => return Ok(Stop::Crashed),
                 }
             } else if (EXCEPTION_PORT_BASE..EXCEPTION_PORT_BASE + 32).contains(&port)
                 && regs.rip >= direct(R0_CODE_PHYS)
@@ -709,7 +716,7 @@ impl Vm {
                             rcx = c as u64;
                         }
                     }
-                    ExceptionOutcome::Fatal(status) => return Ok(Some(status)),
+                    ExceptionOutcome::Fatal(status) => return Ok(Stop::Exited(status)),
                 }
                 let sync = self.vcpu.sync_regs_mut();
                 sync.regs.rip = rip;
@@ -729,9 +736,9 @@ impl Vm {
                 let status =
                     kernel.exception(&mut self.space, Exception::GeneralProtection { rip: regs.rip, error_code: 0 });
                 match status {
-                    ExceptionOutcome::Fatal(status) => return Ok(Some(status)),
+                    ExceptionOutcome::Fatal(status) => return Ok(Stop::Exited(status)),
                     _ => {
-                        return Ok(Some(ExitStatus::Signaled {
+                        return Ok(Stop::Exited(ExitStatus::Signaled {
                             signal: 11,
                             name: "SIGSEGV".into(),
                             fault: Some(deja_kernel::FaultInfo {
@@ -822,6 +829,17 @@ impl Vm {
         }
         Err(VmError::Unexpected { what: "probe did not finish".into(), rip: self.rip() })
     }
+}
+
+/// Why [`Vm::run_until`] returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    /// The program ended.
+    Exited(ExitStatus),
+    /// The core injected a crash (after a durable write): the node's volatile state is gone.
+    Crashed,
+    /// The program trapped for the requested syscall, which was not served.
+    AtSyscall,
 }
 
 #[derive(Debug)]

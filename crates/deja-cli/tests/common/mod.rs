@@ -27,6 +27,11 @@ pub fn guests() -> PathBuf {
         .clone()
 }
 
+/// Path of one coverage-instrumented example guest.
+pub fn cov_guest(name: &str) -> PathBuf {
+    guests().join("cov").join(name)
+}
+
 /// Path of one example guest.
 pub fn guest(name: &str) -> PathBuf {
     guests().join(name)

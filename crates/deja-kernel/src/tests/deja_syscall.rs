@@ -17,7 +17,7 @@ fn deja_word(k: &mut Kernel, m: &mut FakeMemory, word: u64, args: &[u64]) -> i64
     a[1..1 + args.len()].copy_from_slice(args);
     match k.syscall(m, DEJA_SYSCALL, a) {
         SyscallOutcome::Return(v) => v as i64,
-        SyscallOutcome::Exit(st) => panic!("deja exited: {st:?}"),
+        other => panic!("deja ended the run: {other:?}"),
     }
 }
 

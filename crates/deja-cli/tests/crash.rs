@@ -1,0 +1,131 @@
+//! Durable storage and crashes end to end: kill points at every durable write, restarts on
+//! what survived, the reference key-value store, faults a guest can see.
+
+mod common;
+
+use common::*;
+
+fn kv() -> String {
+    guest("kv").to_string_lossy().into_owned()
+}
+
+fn sweep(variant: &str) -> (std::process::Output, serde_json::Value) {
+    let out = deja(&["run", "--no-probe", "--json", "--crash-sweep", &kv(), "--", "--variant", variant, "8"]);
+    let last = stderr(&out).lines().last().unwrap_or_default().to_string();
+    let v = serde_json::from_str(&last).unwrap_or_else(|e| panic!("no sweep JSON ({e}): {}", stderr(&out)));
+    (out, v)
+}
+
+#[test]
+fn the_buggy_store_loses_an_acknowledged_put_and_the_sweep_says_where() {
+    let (out, v) = sweep("buggy");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(v["verdict"], "failures");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len() as u64, v["durable_writes"].as_u64().unwrap());
+    let failed: Vec<&serde_json::Value> = rows.iter().filter(|r| r["result"] == "failed").collect();
+    assert!(!failed.is_empty());
+    let first = failed[0];
+    assert!(first["failed_assertions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a == "every acknowledged put survives a crash"));
+    assert!(first["restart_stderr"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|l| l.as_str().unwrap().contains("LOST acknowledged put")));
+    // The one command that replays that kill point reproduces the loss.
+    let replay = first["replay"].as_str().unwrap();
+    let words: Vec<&str> = replay.split(' ').collect();
+    let again = std::process::Command::new(words[0]).args(&words[1..]).output().unwrap();
+    assert_eq!(again.status.code(), Some(123), "{}", stderr(&again));
+    assert!(stderr(&again).contains("LOST acknowledged put"), "{}", stderr(&again));
+    assert!(stderr(&again).contains("crashed after durable write"), "{}", stderr(&again));
+    // The text report names the kill point and the replay.
+    let text = deja(&["run", "--no-probe", "--crash-sweep", &kv(), "--", "--variant", "buggy", "8"]);
+    assert!(stderr(&text).contains("FAILED"), "{}", stderr(&text));
+    assert!(stderr(&text).contains("replay: "), "{}", stderr(&text));
+}
+
+#[test]
+fn the_fixed_store_holds_at_every_kill_point_and_sweeps_repeat_exactly() {
+    let (out, v) = sweep("fixed");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(v["verdict"], "all_held");
+    assert!(v["durable_writes"].as_u64().unwrap() >= 10, "{v}");
+    assert!(v["rows"].as_array().unwrap().iter().all(|r| r["result"] == "held"));
+    let (_, again) = sweep("fixed");
+    assert_eq!(v["digest"], again["digest"], "the same sweep twice gives the same report");
+    let (_, buggy1) = sweep("buggy");
+    let (_, buggy2) = sweep("buggy");
+    assert_eq!(buggy1["digest"], buggy2["digest"]);
+    assert_ne!(buggy1["digest"], v["digest"]);
+}
+
+#[test]
+fn one_crash_restarts_the_program_on_its_durable_disk() {
+    let out = deja(&["run", "--no-probe", "--crash-after-durable-write", "7", &kv(), "--", "--variant", "fixed", "8"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("crashed after durable write 7"), "{err}");
+    assert!(stdout(&out).contains("kv: 8 puts acknowledged"), "{}", stdout(&out));
+    let (_, a) = run_json(&["--crash-after-durable-write", "7", &kv(), "--", "--variant", "fixed", "8"]);
+    let (_, b) = run_json(&["--crash-after-durable-write", "7", &kv(), "--", "--variant", "fixed", "8"]);
+    assert_eq!(a["digest"], b["digest"], "crash and restart are deterministic");
+}
+
+#[test]
+fn a_sweep_without_durable_writes_is_incomplete_evidence() {
+    let out = deja(&["run", "--no-probe", "--crash-sweep", &guest("hello").to_string_lossy()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no durable write"), "{}", stderr(&out));
+}
+
+#[test]
+fn file_system_errors_come_back_as_linux_errnos() {
+    let (out, v) = run_json(&[&guest("fserr").to_string_lossy()]);
+    assert_eq!(v["exit_code"], 0, "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("fserr: all errors as on Linux"), "{}", stdout(&out));
+}
+
+#[test]
+fn injected_fsync_errors_are_seen_and_ledgered() {
+    let (out, v) = run_json(&["--eio-fsync-ppm", "1000000", &kv(), "--", "--variant", "fixed", "4"]);
+    assert_ne!(v["exit_code"], 0, "a failed fsync must not pass silently: {}", stderr(&out));
+    let faults = v["faults"].as_array().unwrap();
+    let eio: Vec<&serde_json::Value> = faults.iter().filter(|f| f["kind"] == "eio").collect();
+    assert!(!eio.is_empty(), "{faults:?}");
+    assert!(eio.iter().all(|f| f["selected"] == true && f["applied"] == true));
+    assert!(eio.iter().any(|f| f["observed"] == true), "the program saw the error: {eio:?}");
+}
+
+#[test]
+fn files_copied_in_are_readable_and_the_result_can_be_exported() {
+    let dir = std::env::temp_dir().join(format!("deja-fs-{}", std::process::id()));
+    let export = dir.join("export");
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("seed.txt");
+    std::fs::write(&input, "k0=v0\n").unwrap();
+    let copy = format!("{}:/data/snap", input.display());
+    let out = deja(&[
+        "run",
+        "--no-probe",
+        "--copy-in",
+        &copy,
+        "--fs-export",
+        &export.to_string_lossy(),
+        &kv(),
+        "--",
+        "--variant",
+        "fixed",
+        "2",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let snap = std::fs::read_to_string(export.join("data/acks")).expect("exported acks");
+    assert_eq!(snap, "k0=v0\nk1=v1\n");
+    let wal = std::fs::read_to_string(export.join("data/wal")).expect("exported wal");
+    assert!(wal.is_empty() || wal.contains("k1=v1"), "{wal:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,0 +1,430 @@
+//! File system syscalls beyond open/read/write: writes to files with fault injection, the sync
+//! family (durable writes), truncation, `fallocate`, the namespace calls (`mkdir`, `unlink`,
+//! `rename`, `link`, `symlink`, ...), modes, times and locks.
+//!
+//! `sync_file_range` with `SYNC_FILE_RANGE_WRITE` (2) is an `fdatasync` of the whole file (a
+//! durable write); without it (only the WAIT flags) it does nothing. Locks (`fcntl` record
+//! locks, `flock`) are always granted (one process), `F_GETLK` always answers `F_UNLCK`; record
+//! locks are kept per inode and start (at most [`MAX_LOCKS`]: then `ENOLCK`).
+
+use crate::errno::*;
+use crate::faults::{FaultKind, FaultRecord};
+use crate::fd::*;
+use crate::fs::Kind;
+use crate::kernel::{Kernel, SysResult};
+use crate::sys_io::{Target, AT_EMPTY_PATH, AT_SYMLINK_NOFOLLOW, PATH_MAX};
+use crate::Memory;
+
+/// `AT_REMOVEDIR`.
+pub(crate) const AT_REMOVEDIR: u64 = 0x200;
+/// `AT_SYMLINK_FOLLOW`.
+const AT_SYMLINK_FOLLOW: u64 = 0x400;
+/// Record locks kept at most.
+pub(crate) const MAX_LOCKS: usize = 4096;
+/// `UTIME_NOW`.
+const UTIME_NOW: u64 = (1 << 30) - 1;
+/// `UTIME_OMIT`.
+const UTIME_OMIT: u64 = (1 << 30) - 2;
+
+impl Kernel {
+    /// Counts a durable write; arms the crash when it is the configured one.
+    fn durable_point(&mut self) {
+        self.faults.durable_writes += 1;
+        if self.faults.config.crash_after_durable_write == Some(self.faults.durable_writes) {
+            self.faults.crash_due = true;
+        }
+    }
+
+    /// Decides an injected errno at `point`; records it in the ledger when it strikes.
+    fn inject(&mut self, ppm: u32, kind: FaultKind, point: String) -> Result<(), i32> {
+        let what = match kind {
+            FaultKind::Enospc => "enospc",
+            _ => "eio",
+        };
+        if !self.faults.strike(ppm, format!("{what} on {point}")) {
+            return Ok(());
+        }
+        self.faults.ledger.push(FaultRecord {
+            kind,
+            point,
+            syscall_index: self.tracer.syscalls(),
+            path: None,
+            selected: true,
+            applied: true,
+            observed: true,
+        });
+        Err(if kind == FaultKind::Enospc { ENOSPC } else { EIO })
+    }
+
+    /// A write to a regular file: fault decisions, the write, `O_SYNC`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn file_write(
+        &mut self,
+        fd: u64,
+        id: u64,
+        path: &str,
+        flags: u32,
+        data: &[u8],
+        off: u64,
+        advance: bool,
+    ) -> Result<u64, i32> {
+        if !matches!(self.fs.get(id).map(|i| &i.kind), Some(Kind::File(_))) {
+            return Err(EBADF);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        self.faults.file_writes += 1;
+        let point = format!("write #{} to {path}", self.faults.file_writes);
+        self.inject(self.faults.config.eio_on_write_ppm, FaultKind::Eio, point.clone())?;
+        self.inject(self.faults.config.enospc_on_write_ppm, FaultKind::Enospc, point)?;
+        let off = if flags & O_APPEND != 0 { self.fs.size(id) } else { off };
+        let now = self.clock.realtime_ns();
+        let n = self.fs.write(id, off, data, now)?;
+        if advance {
+            self.fds.get_mut(fd as i32)?.offset = off + n;
+        }
+        if flags & O_DSYNC != 0 {
+            self.fs.flush(id);
+            self.durable_point();
+        }
+        Ok(n)
+    }
+
+    /// The inode behind an fd for the sync calls.
+    fn sync_target(&self, fd: u64) -> Result<(Option<u64>, String), i32> {
+        let f = self.fds.get(fd as i32)?;
+        if f.flags & O_PATH != 0 {
+            return Err(EBADF);
+        }
+        match &f.kind {
+            FileKind::Inode { id, path } => Ok((Some(*id), path.clone())),
+            FileKind::Dir { id, .. } => Ok((Some(*id), self.fs.dir_path(*id).unwrap_or_default())),
+            FileKind::Regular { path, .. } => Ok((None, path.clone())),
+            _ => Err(EINVAL),
+        }
+    }
+
+    fn sync_one(&mut self, fd: u64, what: &str) -> SysResult {
+        let (id, path) = self.sync_target(fd)?;
+        self.faults.syncs += 1;
+        let point = format!("{what} #{} of {path}", self.faults.syncs);
+        self.inject(self.faults.config.eio_on_fsync_ppm, FaultKind::Eio, point)?;
+        if let Some(id) = id {
+            self.fs.flush(id);
+        }
+        self.durable_point();
+        Ok(0)
+    }
+
+    pub(crate) fn sys_fsync(&mut self, fd: u64, data_only: bool) -> SysResult {
+        self.sync_one(fd, if data_only { "fdatasync" } else { "fsync" })
+    }
+
+    pub(crate) fn sys_sync_file_range(&mut self, fd: u64, off: u64, n: u64, flags: u64) -> SysResult {
+        if flags & !7 != 0
+            || (off as i64) < 0
+            || (n as i64) < 0
+            || off.checked_add(n).is_none_or(|e| e > i64::MAX as u64)
+        {
+            return Err(EINVAL.into());
+        }
+        let f = self.fds.get(fd as i32)?;
+        match f.kind {
+            FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => return Err(ESPIPE.into()),
+            FileKind::Inode { id, .. } if matches!(self.fs.get(id).map(|i| &i.kind), Some(Kind::File(_))) => {}
+            FileKind::Inode { .. } | FileKind::Regular { .. } => {}
+            _ => return Err(EINVAL.into()),
+        }
+        if flags & 2 == 0 {
+            return Ok(0);
+        }
+        self.sync_one(fd, "sync_file_range")
+    }
+
+    pub(crate) fn sys_syncfs(&mut self, fd: u64) -> SysResult {
+        self.fds.get(fd as i32)?;
+        self.faults.syncs += 1;
+        let point = format!("syncfs #{}", self.faults.syncs);
+        self.inject(self.faults.config.eio_on_fsync_ppm, FaultKind::Eio, point)?;
+        self.fs.flush_all();
+        self.durable_point();
+        Ok(0)
+    }
+
+    pub(crate) fn sys_sync(&mut self) -> SysResult {
+        self.faults.syncs += 1;
+        self.fs.flush_all();
+        self.durable_point();
+        Ok(0)
+    }
+
+    fn truncate_id(&mut self, id: u64, len: u64) -> SysResult {
+        if (len as i64) < 0 {
+            return Err(EINVAL.into());
+        }
+        let node = self.fs.get(id).ok_or(ENOENT)?;
+        match node.kind {
+            Kind::Dir(_) => return Err(EISDIR.into()),
+            Kind::Static(_) => return Err(EROFS.into()),
+            Kind::File(_) => {}
+            _ => return Err(EINVAL.into()),
+        }
+        let now = self.clock.realtime_ns();
+        self.fs.set_size(id, len, now)?;
+        Ok(0)
+    }
+
+    pub(crate) fn sys_truncate(&mut self, mem: &mut dyn Memory, path: u64, len: u64) -> SysResult {
+        let Target::Path(w) = self.resolve(mem, crate::kernel::AT_FDCWD, path, 0, true)? else {
+            return Err(ENOENT.into());
+        };
+        let id = self.target_id(&w)?;
+        self.truncate_id(id, len)
+    }
+
+    pub(crate) fn sys_ftruncate(&mut self, fd: u64, len: u64) -> SysResult {
+        let f = self.fds.get(fd as i32)?;
+        if (len as i64) < 0 {
+            return Err(EINVAL.into());
+        }
+        match f.kind {
+            FileKind::Inode { id, .. } if f.writable() => self.truncate_id(id, len),
+            _ => Err(EINVAL.into()),
+        }
+    }
+
+    pub(crate) fn sys_fallocate(&mut self, fd: u64, mode: u64, off: u64, len: u64) -> SysResult {
+        let f = self.fds.get(fd as i32)?;
+        if mode & !1 != 0 {
+            return Err(EOPNOTSUPP.into());
+        }
+        if (off as i64) < 0 || (len as i64) <= 0 {
+            return Err(EINVAL.into());
+        }
+        if !f.writable() {
+            return Err(EBADF.into());
+        }
+        let id = match f.kind {
+            FileKind::Inode { id, .. } => id,
+            FileKind::Dir { .. } => return Err(EISDIR.into()),
+            FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => return Err(ESPIPE.into()),
+            _ => return Err(ENODEV.into()),
+        };
+        if !matches!(self.fs.get(id).map(|i| &i.kind), Some(Kind::File(_))) {
+            return Err(ENODEV.into());
+        }
+        let end = off.checked_add(len).filter(|e| *e <= i64::MAX as u64).ok_or(EFBIG)?;
+        let size = self.fs.size(id);
+        if end <= size {
+            return Ok(0);
+        }
+        if mode & 1 != 0 {
+            self.fs.reserve(end - size)?;
+            return Ok(0);
+        }
+        let now = self.clock.realtime_ns();
+        self.fs.set_size(id, end, now)?;
+        Ok(0)
+    }
+
+    /// Walks a path argument without following the last symlink (namespace calls).
+    fn walk_nofollow(&mut self, mem: &mut dyn Memory, dirfd: u64, path: u64) -> Result<crate::fs::Walked, i32> {
+        match self.resolve(mem, dirfd, path, 0, false)? {
+            Target::Path(w) => Ok(w),
+            Target::Fd(_) => Err(ENOENT),
+        }
+    }
+
+    pub(crate) fn sys_mkdirat(&mut self, mem: &mut dyn Memory, dirfd: u64, path: u64, mode: u64) -> SysResult {
+        let w = self.walk_nofollow(mem, dirfd, path)?;
+        let now = self.clock.realtime_ns();
+        let perm = (mode as u32) & 0o7777 & !self.umask;
+        self.fs.mkdir(&w, perm, now)?;
+        Ok(0)
+    }
+
+    pub(crate) fn sys_unlinkat(&mut self, mem: &mut dyn Memory, dirfd: u64, path: u64, flags: u64) -> SysResult {
+        if flags & !AT_REMOVEDIR != 0 {
+            return Err(EINVAL.into());
+        }
+        let w = self.walk_nofollow(mem, dirfd, path)?;
+        let now = self.clock.realtime_ns();
+        self.fs.remove(&w, flags & AT_REMOVEDIR != 0, now)?;
+        Ok(0)
+    }
+
+    pub(crate) fn sys_renameat2(
+        &mut self,
+        mem: &mut dyn Memory,
+        olddir: u64,
+        old: u64,
+        newdir: u64,
+        new: u64,
+        flags: u64,
+    ) -> SysResult {
+        if flags & !3 != 0 || flags == 3 {
+            return Err(EINVAL.into());
+        }
+        let from = self.walk_nofollow(mem, olddir, old)?;
+        let to = self.walk_nofollow(mem, newdir, new)?;
+        let now = self.clock.realtime_ns();
+        self.fs.rename(&from, &to, flags as u32, now)?;
+        Ok(0)
+    }
+
+    pub(crate) fn sys_linkat(
+        &mut self,
+        mem: &mut dyn Memory,
+        olddir: u64,
+        old: u64,
+        newdir: u64,
+        new: u64,
+        flags: u64,
+    ) -> SysResult {
+        if flags & !(AT_SYMLINK_FOLLOW | AT_EMPTY_PATH) != 0 {
+            return Err(EINVAL.into());
+        }
+        let src = match self.resolve(mem, olddir, old, flags & AT_EMPTY_PATH, flags & AT_SYMLINK_FOLLOW != 0)? {
+            Target::Path(w) => self.target_id(&w)?,
+            Target::Fd(fd) => match self.fds.get(fd)?.kind {
+                FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => id,
+                _ => return Err(ENOENT.into()),
+            },
+        };
+        let to = self.walk_nofollow(mem, newdir, new)?;
+        let now = self.clock.realtime_ns();
+        self.fs.link(src, &to, now)?;
+        Ok(0)
+    }
+
+    pub(crate) fn sys_symlinkat(&mut self, mem: &mut dyn Memory, target: u64, dirfd: u64, path: u64) -> SysResult {
+        let t = self.vm.read_cstr(mem, target, PATH_MAX)?;
+        if t.is_empty() {
+            return Err(ENOENT.into());
+        }
+        let t = String::from_utf8(t).map_err(|_| EINVAL)?;
+        let w = self.walk_nofollow(mem, dirfd, path)?;
+        let now = self.clock.realtime_ns();
+        self.fs.symlink(&w, t, now)?;
+        Ok(0)
+    }
+
+    fn chmod_id(&mut self, id: u64, mode: u64) -> SysResult {
+        let node = self.fs.get(id).ok_or(ENOENT)?;
+        if node.readonly {
+            return Err(if node.is_dir() { EACCES } else { EROFS }.into());
+        }
+        self.fs.set_mode(id, mode as u32);
+        let now = self.clock.realtime_ns();
+        self.fs.set_times(id, None, None, now);
+        Ok(0)
+    }
+
+    pub(crate) fn sys_fchmodat(&mut self, mem: &mut dyn Memory, dirfd: u64, path: u64, mode: u64) -> SysResult {
+        let Target::Path(w) = self.resolve(mem, dirfd, path, 0, true)? else { return Err(ENOENT.into()) };
+        let id = self.target_id(&w)?;
+        self.chmod_id(id, mode)
+    }
+
+    pub(crate) fn sys_fchmod(&mut self, fd: u64, mode: u64) -> SysResult {
+        match self.fds.get(fd as i32)?.kind {
+            FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => self.chmod_id(id, mode),
+            _ => Ok(0),
+        }
+    }
+
+    pub(crate) fn sys_utimensat(
+        &mut self,
+        mem: &mut dyn Memory,
+        dirfd: u64,
+        path: u64,
+        times: u64,
+        flags: u64,
+    ) -> SysResult {
+        if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+            return Err(EINVAL.into());
+        }
+        let now = self.clock.realtime_ns();
+        let mut t = [Some(now), Some(now)];
+        if times != 0 {
+            for (i, slot) in t.iter_mut().enumerate() {
+                let sec = self.vm.read_u64(mem, times + 16 * i as u64)?;
+                let nsec = self.vm.read_u64(mem, times + 16 * i as u64 + 8)?;
+                *slot = match nsec {
+                    UTIME_NOW => Some(now),
+                    UTIME_OMIT => None,
+                    n if n < 1_000_000_000 => {
+                        Some((sec as i64).max(0) as u64).map(|s| s.saturating_mul(1_000_000_000).saturating_add(n))
+                    }
+                    _ => return Err(EINVAL.into()),
+                };
+            }
+        }
+        let id = if path == 0 {
+            match self.fds.get(dirfd as i32)?.kind {
+                FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => id,
+                _ => return Ok(0),
+            }
+        } else {
+            match self.resolve(mem, dirfd, path, flags, flags & AT_SYMLINK_NOFOLLOW == 0)? {
+                Target::Path(w) => self.target_id(&w)?,
+                Target::Fd(fd) => match self.fds.get(fd)?.kind {
+                    FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => id,
+                    _ => return Ok(0),
+                },
+            }
+        };
+        if self.fs.get(id).is_some_and(|i| i.readonly) {
+            return Err(EROFS.into());
+        }
+        self.fs.set_times(id, t[0], t[1], now);
+        Ok(0)
+    }
+
+    pub(crate) fn sys_flock(&mut self, fd: u64, op: u64) -> SysResult {
+        self.fds.get(fd as i32)?;
+        match op & !4 {
+            1 | 2 | 8 => Ok(0),
+            _ => Err(EINVAL.into()),
+        }
+    }
+
+    /// `F_GETLK`/`F_SETLK`/`F_SETLKW` (and OFD forms) on `struct flock` at `arg`.
+    pub(crate) fn fcntl_lock(&mut self, mem: &mut dyn Memory, fd: i32, cmd: u32, arg: u64) -> SysResult {
+        let f = self.fds.get(fd)?;
+        let (readable, writable) = (f.readable(), f.writable());
+        let key = match &f.kind {
+            FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => self.fs.stat(*id).ino,
+            _ => 0,
+        };
+        let mut b = [0u8; 32];
+        self.vm.copy_in(mem, arg, &mut b)?;
+        let ty = u16::from_le_bytes([b[0], b[1]]);
+        let whence = u16::from_le_bytes([b[2], b[3]]);
+        let start = u64::from_le_bytes(b[8..16].try_into().unwrap_or_default());
+        let len = u64::from_le_bytes(b[16..24].try_into().unwrap_or_default());
+        if ty > 2 || whence > 2 {
+            return Err(EINVAL.into());
+        }
+        if cmd == 5 || cmd == 36 {
+            b[0..2].copy_from_slice(&2u16.to_le_bytes()); // F_UNLCK: nothing conflicts
+            self.vm.copy_out(mem, arg, &b)?;
+            return Ok(0);
+        }
+        match ty {
+            0 if !readable => return Err(EBADF.into()),
+            1 if !writable => return Err(EBADF.into()),
+            2 => {
+                self.locks.remove(&(key, start));
+                return Ok(0);
+            }
+            _ => {}
+        }
+        if !self.locks.contains_key(&(key, start)) && self.locks.len() >= MAX_LOCKS {
+            return Err(ENOLCK.into());
+        }
+        self.locks.insert((key, start), (ty, len));
+        Ok(0)
+    }
+}

@@ -1,0 +1,1455 @@
+//! The writable file system: syscall semantics and errnos, durability, crash images, fault
+//! injection and the ledger, save/restore, determinism, a property test against an independent
+//! reference model, and a hostile-input fuzz.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+
+use super::*;
+
+const O_WRONLY: u64 = 1;
+const O_RDWR: u64 = 2;
+const O_CREAT: u64 = 0o100;
+const O_EXCL: u64 = 0o200;
+const O_TRUNC: u64 = 0o1000;
+const O_APPEND: u64 = 0o2000;
+const O_DIRECTORY: u64 = 0o200000;
+const O_NOFOLLOW: u64 = 0o400000;
+const O_DSYNC: u64 = 0o10000;
+const O_SYNC: u64 = 0o4010000;
+const O_TMPFILE: u64 = 0o20200000;
+
+const EIO: i64 = -5;
+const EEXIST: i64 = -17;
+const ENOTDIR: i64 = -20;
+const EISDIR: i64 = -21;
+const EMFILE: i64 = -24;
+const ENOSPC: i64 = -28;
+const EROFS: i64 = -30;
+const ENAMETOOLONG: i64 = -36;
+const ENOTEMPTY: i64 = -39;
+const ELOOP: i64 = -40;
+const EACCES: i64 = -13;
+const EPERM: i64 = -1;
+const EOPNOTSUPP: i64 = -95;
+
+/// A booted kernel with a scratch area and helpers.
+struct H {
+    k: Kernel,
+    m: FakeMemory,
+    buf: u64,
+    slot: u64,
+}
+
+impl H {
+    fn new() -> H {
+        H::with(spec_with(exec_image(), 42))
+    }
+
+    fn with(spec: ProgramSpec) -> H {
+        let (mut k, _, mut m) = boot_spec(spec);
+        let buf = scratch(&mut k, &mut m, 0x10_0000);
+        H { k, m, buf, slot: 0 }
+    }
+
+    /// Writes a NUL-terminated string into a rotating slot; its address.
+    fn s(&mut self, s: &str) -> u64 {
+        self.slot += 1;
+        let at = self.buf + 0x8_0000 + (self.slot % 32) * 0x2000;
+        path(&self.k, &mut self.m, at, s)
+    }
+
+    fn sc(&mut self, name: &str, args: &[u64]) -> i64 {
+        sc(&mut self.k, &mut self.m, name, args)
+    }
+
+    fn open(&mut self, p: &str, flags: u64) -> i64 {
+        let a = self.s(p);
+        self.sc("openat", &[AT_FDCWD, a, flags, 0o666])
+    }
+
+    fn write(&mut self, fd: i64, data: &[u8]) -> i64 {
+        poke(&self.k, &mut self.m, self.buf, data);
+        self.sc("write", &[fd as u64, self.buf, data.len() as u64])
+    }
+
+    fn pwrite(&mut self, fd: i64, data: &[u8], off: u64) -> i64 {
+        poke(&self.k, &mut self.m, self.buf, data);
+        self.sc("pwrite64", &[fd as u64, self.buf, data.len() as u64, off])
+    }
+
+    fn read(&mut self, fd: i64, n: usize) -> Vec<u8> {
+        let r = self.sc("read", &[fd as u64, self.buf, n as u64]);
+        assert!(r >= 0, "read: {r}");
+        peek(&self.k, &mut self.m, self.buf, r as usize)
+    }
+
+    /// `stat` (following): (mode, nlink, size, ino, mtime s).
+    fn stat(&mut self, p: &str) -> Result<(u32, u64, u64, u64, u64), i64> {
+        let a = self.s(p);
+        let r = self.sc("newfstatat", &[AT_FDCWD, a, self.buf, 0]);
+        if r < 0 {
+            return Err(r);
+        }
+        let b = peek(&self.k, &mut self.m, self.buf, 144);
+        let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        Ok((u32::from_le_bytes(b[24..28].try_into().unwrap()), u(16), u(48), u(8), u(88)))
+    }
+
+    fn call2(&mut self, name: &str, a: &str, b: &str) -> i64 {
+        let (x, y) = (self.s(a), self.s(b));
+        self.sc(name, &[x, y])
+    }
+
+    fn call1(&mut self, name: &str, a: &str, rest: &[u64]) -> i64 {
+        let x = self.s(a);
+        let mut args = vec![x];
+        args.extend_from_slice(rest);
+        self.sc(name, &args)
+    }
+
+    fn fsync_path(&mut self, p: &str) -> i64 {
+        let flags = if p == "/" || p.ends_with("/d") || p == "/data" || p == "/tmp" { O_DIRECTORY } else { 0 };
+        let fd = self.open(p, flags);
+        if fd < 0 {
+            return fd;
+        }
+        let r = self.sc("fsync", &[fd as u64]);
+        self.sc("close", &[fd as u64]);
+        r
+    }
+
+    /// getdents64 of a directory fd with a `count`-byte buffer: (ino, off, type, name) records.
+    fn dents(&mut self, fd: i64, count: u64) -> Vec<(u64, u64, u8, String)> {
+        let n = self.sc("getdents64", &[fd as u64, self.buf, count]);
+        assert!(n >= 0, "getdents64: {n}");
+        let raw = peek(&self.k, &mut self.m, self.buf, n as usize);
+        let mut out = Vec::new();
+        let mut o = 0;
+        while o < raw.len() {
+            let ino = u64::from_le_bytes(raw[o..o + 8].try_into().unwrap());
+            let off = u64::from_le_bytes(raw[o + 8..o + 16].try_into().unwrap());
+            let reclen = u16::from_le_bytes([raw[o + 16], raw[o + 17]]) as usize;
+            assert_eq!(reclen % 8, 0);
+            let name: Vec<u8> = raw[o + 19..o + reclen].iter().take_while(|b| **b != 0).copied().collect();
+            out.push((ino, off, raw[o + 18], String::from_utf8(name).unwrap()));
+            o += reclen;
+        }
+        out
+    }
+}
+
+#[test]
+fn files_create_write_read_truncate() {
+    let mut h = H::new();
+    assert_eq!(h.k.disk().entries.keys().cloned().collect::<Vec<_>>(), ["/", "/bin", "/data", "/tmp"]);
+    let fd = h.open("/data/a", O_CREAT | O_RDWR);
+    assert_eq!(fd, 3);
+    assert_eq!(h.write(fd, b"hello"), 5);
+    assert_eq!(h.sc("lseek", &[3, 0, 0]), 0);
+    assert_eq!(h.read(fd, 100), b"hello");
+    let (mode, nlink, size, ino, mtime) = h.stat("/data/a").unwrap();
+    assert_eq!((mode, nlink, size), (0o100644, 1, 5), "umask 022 applied");
+    assert!(ino >= 1 << 32);
+    assert_eq!(mtime, crate::clock::REALTIME_EPOCH_S, "virtual clock: ms after boot");
+    // pwrite past the end leaves a hole of zeros; the offset does not move.
+    assert_eq!(h.pwrite(fd, b"X", 10), 1);
+    assert_eq!(h.sc("lseek", &[3, 0, 1]), 5);
+    assert_eq!(h.k.disk().file("/data/a").unwrap(), b"hello\0\0\0\0\0X");
+    // O_APPEND writes at the end whatever the offset.
+    let afd = h.open("/data/a", O_WRONLY | O_APPEND);
+    assert_eq!(h.write(afd, b"!"), 1);
+    assert_eq!(h.k.disk().file("/data/a").unwrap(), b"hello\0\0\0\0\0X!");
+    // writev/readv.
+    let b = h.buf;
+    poke(&h.k, &mut h.m, b + 0x100, b"ab");
+    poke(&h.k, &mut h.m, b + 0x200, b"cde");
+    let iov = [(b + 0x100).to_le_bytes(), 2u64.to_le_bytes(), (b + 0x200).to_le_bytes(), 3u64.to_le_bytes()].concat();
+    poke(&h.k, &mut h.m, b + 0x300, &iov);
+    let nfd = h.open("/tmp/v", O_CREAT | O_RDWR | O_TRUNC);
+    assert_eq!(h.sc("writev", &[nfd as u64, b + 0x300, 2]), 5);
+    assert_eq!(h.sc("lseek", &[nfd as u64, 1, 0]), 1);
+    assert_eq!(h.sc("readv", &[nfd as u64, b + 0x300, 2]), 4);
+    assert_eq!(peek(&h.k, &mut h.m, b + 0x100, 2), b"bc");
+    assert_eq!(peek(&h.k, &mut h.m, b + 0x200, 3), b"dee");
+    // Truncation and fallocate.
+    assert_eq!(h.sc("ftruncate", &[fd as u64, 3]), 0);
+    assert_eq!(h.k.disk().file("/data/a").unwrap(), b"hel");
+    assert_eq!(h.call1("truncate", "/data/a", &[6]), 0);
+    assert_eq!(h.k.disk().file("/data/a").unwrap(), b"hel\0\0\0");
+    assert_eq!(h.sc("fallocate", &[fd as u64, 0, 0, 100]), 0);
+    assert_eq!(h.stat("/data/a").unwrap().2, 100);
+    assert_eq!(h.sc("fallocate", &[fd as u64, 1, 0, 1000]), 0, "KEEP_SIZE");
+    assert_eq!(h.stat("/data/a").unwrap().2, 100);
+    assert_eq!(h.sc("fallocate", &[fd as u64, 2, 0, 10]), EOPNOTSUPP);
+    assert_eq!(h.sc("fallocate", &[fd as u64, 0, 0, 0]), EINVAL);
+    // O_TRUNC on open.
+    let t = h.open("/data/a", O_WRONLY | O_TRUNC);
+    assert!(t > 0);
+    assert_eq!(h.stat("/data/a").unwrap().2, 0);
+    // lseek SEEK_DATA/SEEK_HOLE on a dense file.
+    assert_eq!(h.sc("lseek", &[nfd as u64, 1, 3]), 1);
+    assert_eq!(h.sc("lseek", &[nfd as u64, 1, 4]), 5);
+    assert_eq!(h.sc("lseek", &[nfd as u64, 9, 3]), -6, "ENXIO");
+    // Errnos.
+    assert_eq!(h.open("/data/a", O_CREAT | O_EXCL | O_RDWR), EEXIST);
+    assert_eq!(h.open("/data", O_WRONLY), EISDIR);
+    assert_eq!(h.open("/data/a", O_DIRECTORY), ENOTDIR);
+    assert_eq!(h.open("/data/a/", 0), ENOTDIR);
+    assert_eq!(h.open("/data/new/", O_CREAT | O_RDWR), EISDIR);
+    assert_eq!(h.open("/data/nope/x", O_CREAT | O_RDWR), ENOENT);
+    assert_eq!(h.open("/data/a/x", O_CREAT | O_RDWR), ENOTDIR);
+    assert_eq!(h.open("/data", O_TMPFILE | O_RDWR), EOPNOTSUPP);
+    let ro = h.open("/data/a", 0);
+    assert_eq!(h.write(ro, b"x"), EBADF);
+    assert_eq!(h.sc("ftruncate", &[ro as u64, 0]), EINVAL);
+    assert_eq!(h.sc("ftruncate", &[fd as u64, u64::MAX]), EINVAL);
+    assert_eq!(h.sc("ftruncate", &[99, 0]), EBADF);
+    assert_eq!(h.call1("truncate", "/data", &[0]), EISDIR);
+    assert_eq!(h.sc("fsync", &[99]), EBADF);
+    assert_eq!(h.sc("fsync", &[1]), EINVAL);
+    // Declared inputs stay read-only.
+    assert_eq!(h.open("/data/input.txt", O_RDWR), EROFS);
+    assert_eq!(h.open("/data/input.txt", O_CREAT | O_WRONLY), EROFS);
+    assert_eq!(h.call1("unlink", "/data/input.txt", &[]), EROFS);
+    assert_eq!(h.call2("rename", "/data/input.txt", "/data/z"), EROFS);
+    assert_eq!(h.call2("rename", "/data/a", "/data/input.txt"), EROFS);
+    assert_eq!(h.call1("truncate", "/data/input.txt", &[0]), EROFS);
+    assert_eq!(h.call1("access", "/data/input.txt", &[2]), EROFS);
+    assert_eq!(h.call1("access", "/data/a", &[2]), 0);
+    assert_eq!(h.call1("access", "/data/a", &[1]), EACCES);
+    assert_eq!(h.call1("chmod", "/data/a", &[0o755]), 0);
+    assert_eq!(h.call1("access", "/data/a", &[1]), 0);
+    assert_eq!(h.stat("/data/a").unwrap().0, 0o100755);
+    assert_eq!(h.sc("fchmod", &[fd as u64, 0o600]), 0);
+    assert_eq!(h.stat("/data/a").unwrap().0, 0o100600);
+    assert_eq!(h.k.disk().get("/data/a"), Some(&DiskEntry::File { mode: 0o600, data: vec![] }));
+    // utimensat with explicit times.
+    let ts = [7u64.to_le_bytes(), 5u64.to_le_bytes(), 1234u64.to_le_bytes(), 0u64.to_le_bytes()].concat();
+    poke(&h.k, &mut h.m, h.buf + 0x400, &ts);
+    let a = h.s("/data/a");
+    assert_eq!(h.sc("utimensat", &[AT_FDCWD, a, h.buf + 0x400, 0]), 0);
+    assert_eq!(h.stat("/data/a").unwrap().4, 1234);
+    poke(&h.k, &mut h.m, h.buf + 0x408, &2_000_000_000u64.to_le_bytes());
+    assert_eq!(h.sc("utimensat", &[AT_FDCWD, a, h.buf + 0x400, 0]), EINVAL);
+    // A file mapping sees the contents at mmap time.
+    assert_eq!(h.write(nfd, b"mapped"), 6);
+    let map = h.sc("mmap", &[0, 4096, 1, 2, nfd as u64, 0]);
+    assert!(map > 0);
+    assert_eq!(peek(&h.k, &mut h.m, map as u64, 4), b"abcd");
+}
+
+#[test]
+fn namespace_calls_and_errnos() {
+    let mut h = H::new();
+    assert_eq!(h.call1("mkdir", "/data/d", &[0o777]), 0);
+    assert_eq!(h.stat("/data/d").unwrap().0, 0o40755);
+    assert_eq!(h.call1("mkdir", "/data/d", &[0o777]), EEXIST);
+    assert_eq!(h.call1("mkdir", "/data/nope/x", &[0o777]), ENOENT);
+    assert_eq!(h.call1("mkdir", "/", &[0o777]), EEXIST);
+    let f = h.open("/data/d/f", O_CREAT | O_RDWR);
+    assert_eq!(h.write(f, b"content"), 7);
+    assert_eq!(h.call1("mkdir", "/data/d/f/g", &[0o777]), ENOTDIR);
+    assert_eq!(h.call1("rmdir", "/data/d", &[]), ENOTEMPTY);
+    assert_eq!(h.call1("unlink", "/data/d", &[]), EISDIR);
+    assert_eq!(h.call1("rmdir", "/data/d/f", &[]), ENOTDIR);
+    assert_eq!(h.call1("unlink", "/data/d/f/", &[]), ENOTDIR);
+    assert_eq!(h.call1("unlink", "/data/missing", &[]), ENOENT);
+    assert_eq!(h.call1("rmdir", "/", &[]), -16, "EBUSY");
+    assert_eq!(h.call1("rmdir", "/data/d/.", &[]), EINVAL);
+    assert_eq!(h.stat("/data").unwrap().1, 3, "nlink of a directory: 2 + subdirectories");
+    // rename and renameat2.
+    assert_eq!(h.call2("rename", "/data/d/f", "/data/g"), 0);
+    assert_eq!(h.stat("/data/d/f"), Err(ENOENT));
+    assert_eq!(h.k.disk().file("/data/g").unwrap(), b"content");
+    let g = h.open("/data/h", O_CREAT | O_RDWR);
+    assert_eq!(h.write(g, b"other"), 5);
+    let (a, b) = (h.s("/data/g"), h.s("/data/h"));
+    assert_eq!(h.sc("renameat2", &[AT_FDCWD, a, AT_FDCWD, b, 1]), EEXIST, "RENAME_NOREPLACE");
+    assert_eq!(h.sc("renameat2", &[AT_FDCWD, a, AT_FDCWD, b, 2]), 0, "RENAME_EXCHANGE");
+    assert_eq!(h.k.disk().file("/data/g").unwrap(), b"other");
+    assert_eq!(h.k.disk().file("/data/h").unwrap(), b"content");
+    assert_eq!(h.sc("renameat2", &[AT_FDCWD, a, AT_FDCWD, b, 3]), EINVAL);
+    let missing = h.s("/data/zz");
+    assert_eq!(h.sc("renameat2", &[AT_FDCWD, a, AT_FDCWD, missing, 2]), ENOENT);
+    assert_eq!(h.sc("renameat", &[AT_FDCWD, a, AT_FDCWD, b]), 0, "replaces");
+    assert_eq!(h.k.disk().file("/data/h").unwrap(), b"other");
+    assert_eq!(h.call2("rename", "/data/d", "/data/d/sub"), EINVAL, "into itself");
+    assert_eq!(h.call2("rename", "/data/h", "/data/d"), EISDIR);
+    assert_eq!(h.call2("rename", "/data/d", "/data/h"), ENOTDIR);
+    assert_eq!(h.call1("mkdir", "/data/e", &[0o755]), 0);
+    assert_eq!(h.call1("mkdir", "/data/e/x", &[0o755]), 0);
+    assert_eq!(h.call2("rename", "/data/d", "/data/e"), ENOTEMPTY);
+    assert_eq!(h.call2("rename", "/data/e/x", "/data/d"), 0, "over an empty directory");
+    assert_eq!(h.call2("rename", "/data/zz", "/data/y"), ENOENT);
+    assert_eq!(h.call2("rename", "/data/h", "/data/h"), 0);
+    // Hard links.
+    assert_eq!(h.call2("link", "/data/h", "/data/h2"), 0);
+    assert_eq!(h.stat("/data/h").unwrap().1, 2);
+    assert_eq!(h.stat("/data/h").unwrap().3, h.stat("/data/h2").unwrap().3, "same inode");
+    assert_eq!(h.call2("link", "/data/h", "/data/h2"), EEXIST);
+    assert_eq!(h.call2("link", "/data/d", "/data/d2"), EPERM);
+    assert_eq!(h.call1("unlink", "/data/h", &[]), 0);
+    assert_eq!(h.stat("/data/h2").unwrap().1, 1);
+    // Symlinks.
+    assert_eq!(h.call2("symlink", "h2", "/data/l"), 0);
+    assert_eq!(h.call2("symlink", "h2", "/data/l"), EEXIST);
+    let l = h.s("/data/l");
+    assert_eq!(h.sc("readlink", &[l, h.buf, 100]), 2);
+    assert_eq!(peek(&h.k, &mut h.m, h.buf, 2), b"h2");
+    let h2 = h.s("/data/h2");
+    assert_eq!(h.sc("readlink", &[h2, h.buf, 100]), EINVAL);
+    let lfd = h.open("/data/l", 0);
+    assert_eq!(h.read(lfd, 10), b"other");
+    assert_eq!(h.open("/data/l", O_NOFOLLOW), ELOOP);
+    let l = h.s("/data/l");
+    assert_eq!(h.sc("lstat", &[l, h.buf]), 0);
+    assert_eq!(u32::from_le_bytes(peek(&h.k, &mut h.m, h.buf + 24, 4).try_into().unwrap()) & 0o170000, 0o120000);
+    assert_eq!(h.call2("symlink", "/data/loop2", "/data/loop1"), 0);
+    assert_eq!(h.call2("symlink", "/data/loop1", "/data/loop2"), 0);
+    assert_eq!(h.open("/data/loop1", 0), ELOOP);
+    assert_eq!(h.call2("symlink", "/data", "/tmp/dl"), 0);
+    assert!(h.open("/tmp/dl/h2", 0) > 0, "directory symlinks in the middle");
+    assert_eq!(h.open("/tmp/dangling-target", 0), ENOENT);
+    assert_eq!(h.call2("symlink", "created-through", "/tmp/dangling"), 0);
+    assert!(h.open("/tmp/dangling", O_CREAT | O_RDWR) > 0, "O_CREAT creates the target");
+    assert!(h.k.disk().file("/tmp/created-through").is_some());
+    assert_eq!(h.open("/tmp/dangling", O_CREAT | O_EXCL | O_RDWR), EEXIST);
+    // *at calls relative to a directory fd; unlinkat AT_REMOVEDIR.
+    let dfd = h.open("/data/d", O_DIRECTORY);
+    let rel = h.s("sub");
+    assert_eq!(h.sc("mkdirat", &[dfd as u64, rel, 0o700]), 0);
+    assert_eq!(h.stat("/data/d/sub").unwrap().0, 0o40700);
+    assert_eq!(h.sc("unlinkat", &[dfd as u64, rel, 0]), EISDIR);
+    assert_eq!(h.sc("unlinkat", &[dfd as u64, rel, 0x200]), 0);
+    assert_eq!(h.sc("unlinkat", &[dfd as u64, rel, 0x1]), EINVAL);
+    let (x, y) = (h.s("/data/h2"), h.s("linked"));
+    assert_eq!(h.sc("linkat", &[AT_FDCWD, x, dfd as u64, y, 0]), 0);
+    assert!(h.k.disk().file("/data/d/linked").is_some());
+    let (t, y) = (h.s("target"), h.s("sl"));
+    assert_eq!(h.sc("symlinkat", &[t, dfd as u64, y]), 0);
+    // /proc and /dev are not writable.
+    assert_eq!(h.call1("mkdir", "/proc/x", &[0o755]), EACCES);
+    assert_eq!(h.call1("unlink", "/dev/null", &[]), EROFS);
+    // Limits.
+    let long = format!("/data/{}", "n".repeat(256));
+    assert_eq!(h.open(&long, O_CREAT | O_RDWR), ENAMETOOLONG);
+    assert_eq!(h.call1("mkdir", &long, &[0o755]), ENAMETOOLONG);
+    let ok = format!("/data/{}", "n".repeat(255));
+    assert!(h.open(&ok, O_CREAT | O_RDWR) > 0);
+    let deep = format!("/data{}", "/x".repeat(2100));
+    assert_eq!(h.open(&deep, 0), ENAMETOOLONG);
+    // ENOENT through a missing middle component, ENOTDIR through a file.
+    assert_eq!(h.stat("/data/nope/x"), Err(ENOENT));
+    assert_eq!(h.stat("/data/h2/x"), Err(ENOTDIR));
+}
+
+#[test]
+fn getdents64_real_directories() {
+    let mut h = H::new();
+    for n in ["b", "a", "c"] {
+        let fd = h.open(&format!("/data/{n}"), O_CREAT | O_RDWR);
+        h.sc("close", &[fd as u64]);
+    }
+    assert_eq!(h.call1("mkdir", "/data/sub", &[0o755]), 0);
+    assert_eq!(h.call2("symlink", "a", "/data/ln"), 0);
+    let dfd = h.open("/data", O_DIRECTORY);
+    let all = h.dents(dfd, 4096);
+    let names: Vec<&str> = all.iter().map(|e| e.3.as_str()).collect();
+    assert_eq!(names, [".", "..", "a", "b", "c", "empty", "input.txt", "ln", "sub"]);
+    let types: Vec<u8> = all.iter().map(|e| e.2).collect();
+    assert_eq!(types, [4, 4, 8, 8, 8, 8, 8, 10, 4]);
+    let offs: Vec<u64> = all.iter().map(|e| e.1).collect();
+    assert_eq!(offs, (1..=9).collect::<Vec<_>>());
+    assert_eq!(all[2].0, h.stat("/data/a").unwrap().3, "d_ino is st_ino");
+    assert_eq!(all[0].0, h.stat("/data").unwrap().3);
+    assert_eq!(all[1].0, 2, "/ has inode 2");
+    assert_eq!(h.dents(dfd, 4096), vec![], "end of directory");
+    // Rewind; read in small batches while unlinking what was returned: nothing is skipped.
+    assert_eq!(h.sc("lseek", &[dfd as u64, 0, 0]), 0);
+    let mut seen = Vec::new();
+    loop {
+        let batch = h.dents(dfd, 56);
+        if batch.is_empty() {
+            break;
+        }
+        for (_, _, t, n) in &batch {
+            if *t == 8 && n.len() == 1 {
+                assert_eq!(h.call1("unlink", &format!("/data/{n}"), &[]), 0);
+            }
+            seen.push(n.clone());
+        }
+    }
+    assert_eq!(seen, names);
+    assert_eq!(h.sc("lseek", &[dfd as u64, 0, 0]), 0);
+    assert_eq!(h.sc("getdents64", &[dfd as u64, h.buf, 10]), EINVAL, "buffer too small");
+    let f = h.open("/data/empty", 0);
+    assert_eq!(h.sc("getdents64", &[f as u64, h.buf, 4096]), ENOTDIR);
+}
+
+#[test]
+fn limits_emfile_enospc() {
+    let mut spec = spec_with(exec_image(), 1);
+    spec.fs.capacity_bytes = 4096;
+    let mut h = H::with(spec);
+    let fd = h.open("/data/big", O_CREAT | O_RDWR);
+    let data = vec![7u8; 5000];
+    assert_eq!(h.write(fd, &data), 4096, "partial write up to the capacity");
+    assert_eq!(h.write(fd, b"x"), ENOSPC);
+    assert_eq!(h.pwrite(fd, b"y", 0), 1, "overwriting needs no space");
+    assert_eq!(h.sc("ftruncate", &[fd as u64, 10_000]), ENOSPC);
+    assert_eq!(h.sc("fallocate", &[fd as u64, 1, 0, 10_000]), ENOSPC);
+    assert_eq!(h.sc("ftruncate", &[fd as u64, 100]), 0);
+    assert_eq!(h.call1("unlink", "/data/big", &[]), 0);
+    assert_eq!(h.sc("close", &[fd as u64]), 0);
+    assert_eq!(h.k.fs.used(), 0, "freed when the last reference went away");
+    // A huge offset is ENOSPC (or EFBIG), never an allocation.
+    let fd = h.open("/data/sparse", O_CREAT | O_RDWR);
+    assert_eq!(h.pwrite(fd, b"z", 1 << 40), ENOSPC);
+    assert_eq!(h.pwrite(fd, b"z", u64::MAX / 2), ENOSPC);
+    // EMFILE.
+    let lim = [16u64.to_le_bytes(), 16u64.to_le_bytes()].concat();
+    poke(&h.k, &mut h.m, h.buf + 0x500, &lim);
+    assert_eq!(h.sc("setrlimit", &[7, h.buf + 0x500]), 0);
+    let mut last = 0;
+    for i in 0..20 {
+        last = h.open(&format!("/tmp/f{i}"), O_CREAT | O_RDWR);
+        if last < 0 {
+            break;
+        }
+    }
+    assert_eq!(last, EMFILE);
+    assert_eq!(h.stat("/tmp/f12"), Err(ENOENT), "EMFILE creates nothing");
+}
+
+#[test]
+fn locks_are_granted_and_recorded() {
+    let mut h = H::new();
+    let fd = h.open("/data/l", O_CREAT | O_RDWR) as u64;
+    let fl = |ty: u16, start: u64| {
+        let mut b = vec![0u8; 32];
+        b[0..2].copy_from_slice(&ty.to_le_bytes());
+        b[8..16].copy_from_slice(&start.to_le_bytes());
+        b[16..24].copy_from_slice(&10u64.to_le_bytes());
+        b
+    };
+    poke(&h.k, &mut h.m, h.buf, &fl(1, 0));
+    assert_eq!(h.sc("fcntl", &[fd, 6, h.buf]), 0);
+    assert_eq!(h.k.locks.len(), 1);
+    assert_eq!(h.sc("fcntl", &[fd, 7, h.buf]), 0);
+    assert_eq!(h.sc("fcntl", &[fd, 5, h.buf]), 0);
+    assert_eq!(&peek(&h.k, &mut h.m, h.buf, 2), &2u16.to_le_bytes(), "F_GETLK: F_UNLCK");
+    poke(&h.k, &mut h.m, h.buf, &fl(2, 0));
+    assert_eq!(h.sc("fcntl", &[fd, 6, h.buf]), 0);
+    assert!(h.k.locks.is_empty());
+    poke(&h.k, &mut h.m, h.buf, &fl(9, 0));
+    assert_eq!(h.sc("fcntl", &[fd, 6, h.buf]), EINVAL);
+    let ro = h.open("/data/l", 0) as u64;
+    poke(&h.k, &mut h.m, h.buf, &fl(1, 0));
+    assert_eq!(h.sc("fcntl", &[ro, 6, h.buf]), EBADF);
+    assert_eq!(h.sc("fcntl", &[ro, 6, 0]), EFAULT);
+    assert_eq!(h.sc("flock", &[fd, 2]), 0);
+    assert_eq!(h.sc("flock", &[fd, 2 | 4]), 0);
+    assert_eq!(h.sc("flock", &[fd, 8]), 0);
+    assert_eq!(h.sc("flock", &[fd, 3]), EINVAL);
+    assert_eq!(h.sc("flock", &[77, 2]), EBADF);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Durability
+
+#[test]
+fn durability_model_basics() {
+    let mut h = H::new();
+    let fd = h.open("/data/a", O_CREAT | O_RDWR);
+    assert_eq!(h.write(fd, b"one"), 3);
+    assert_eq!(h.k.crash_image().get("/data/a"), None, "the entry is not durable");
+    assert_eq!(h.sc("fsync", &[fd as u64]), 0);
+    assert_eq!(h.k.durable_writes(), 1);
+    assert_eq!(h.k.crash_image().get("/data/a"), None, "fsync of the file does not make its entry durable");
+    assert_eq!(h.fsync_path("/data"), 0);
+    assert_eq!(h.k.crash_image().file("/data/a"), Some(&b"one"[..]));
+    assert_eq!(h.write(fd, b" two"), 4);
+    assert_eq!(h.k.crash_image().file("/data/a"), Some(&b"one"[..]), "unsynced data is lost");
+    assert_eq!(h.sc("fdatasync", &[fd as u64]), 0);
+    assert_eq!(h.k.crash_image().file("/data/a"), Some(&b"one two"[..]));
+    // A rename is durable only once both directories are synced.
+    assert_eq!(h.call1("mkdir", "/data/d", &[0o755]), 0);
+    assert_eq!(h.fsync_path("/data"), 0);
+    assert_eq!(h.call2("rename", "/data/a", "/data/d/b"), 0);
+    let img = h.k.crash_image();
+    assert!(img.file("/data/a").is_some() && img.get("/data/d/b").is_none());
+    assert_eq!(h.fsync_path("/data/d"), 0);
+    let img = h.k.crash_image();
+    assert!(img.file("/data/a").is_some() && img.file("/data/d/b").is_some(), "both names survive");
+    assert_eq!(h.fsync_path("/data"), 0);
+    let img = h.k.crash_image();
+    assert!(img.get("/data/a").is_none() && img.file("/data/d/b") == Some(&b"one two"[..]));
+    // O_SYNC/O_DSYNC writes are durable writes and make the data durable (not the entry).
+    let before = h.k.durable_writes();
+    let s = h.open("/data/d/s", O_CREAT | O_WRONLY | O_SYNC);
+    assert_eq!(h.write(s, b"sync"), 4);
+    let ds = h.open("/data/d/b", O_WRONLY | O_DSYNC | O_APPEND);
+    assert_eq!(h.write(ds, b"!"), 1);
+    assert_eq!(h.k.durable_writes(), before + 2);
+    let img = h.k.crash_image();
+    assert_eq!(img.file("/data/d/b"), Some(&b"one two!"[..]));
+    assert!(img.get("/data/d/s").is_none());
+    // sync_file_range: WRITE flushes (the whole file); WAIT alone does nothing.
+    assert_eq!(h.write(ds, b"?"), 1);
+    let n = h.k.durable_writes();
+    let plain = h.open("/data/d/b", O_RDWR) as u64;
+    assert_eq!(h.pwrite(plain as i64, b"Z", 0), 1);
+    assert_eq!(h.sc("sync_file_range", &[plain, 0, 1, 1]), 0);
+    assert_eq!(h.k.durable_writes(), n);
+    assert_eq!(h.sc("sync_file_range", &[plain, 0, 1, 8]), EINVAL);
+    assert_eq!(h.sc("sync_file_range", &[1, 0, 1, 2]), -29, "ESPIPE");
+    assert_eq!(h.sc("sync_file_range", &[plain, 0, 1, 2]), 0);
+    assert_eq!(h.k.durable_writes(), n + 1);
+    assert_eq!(h.k.crash_image().file("/data/d/b"), Some(&b"Zne two!?"[..]));
+    // Unlink without a directory sync: the file comes back.
+    assert_eq!(h.call1("unlink", "/data/d/b", &[]), 0);
+    assert!(h.k.crash_image().file("/data/d/b").is_some());
+    // syncfs and sync make everything durable; an fsync with nothing to flush still counts.
+    let t = h.open("/tmp/t", O_CREAT | O_RDWR);
+    assert_eq!(h.write(t, b"tmp"), 3);
+    assert_eq!(h.sc("syncfs", &[t as u64]), 0);
+    assert_eq!(h.k.crash_image(), h.k.disk());
+    let n = h.k.durable_writes();
+    assert_eq!(h.sc("fsync", &[t as u64]), 0);
+    assert_eq!(h.sc("sync", &[]), 0);
+    assert_eq!(h.k.durable_writes(), n + 2);
+    // Declared inputs are never part of a disk.
+    assert!(h.k.disk().get("/data/input.txt").is_none() && h.k.disk().get("/bin/prog").is_none());
+    // The fault-free ledger has lost_unsynced records only, no decisions.
+    let r = h.k.finish(&h.m, ExitStatus::Exited { code: 0 });
+    assert!(r.decisions.is_empty());
+    assert!(r.faults.iter().all(|f| f.kind == FaultKind::LostUnsynced && f.selected && f.applied));
+    assert!(r.faults.iter().any(|f| f.path.as_deref() == Some("/data/a")));
+    assert_eq!(r.durable_writes, h.k.durable_writes());
+}
+
+/// Runs a fixed workload with `faults`; returns the kernel (crashed or not), its memory and
+/// whether it crashed.
+fn workload(faults: FaultConfig, seed: u64, disk: Option<Disk>) -> (H, bool) {
+    let mut spec = spec_with(exec_image(), seed);
+    spec.faults = faults;
+    spec.disk = disk;
+    let mut h = H::with(spec);
+    type Step = Box<dyn Fn(&mut H) -> SyscallOutcome>;
+    let steps: Vec<Step> = vec![
+        Box::new(|h| {
+            let a = h.s("/data/wal");
+            sc_exit(&mut h.k, &mut h.m, "openat", &[AT_FDCWD, a, O_CREAT | O_RDWR, 0o644])
+        }),
+        Box::new(|h| {
+            poke(&h.k, &mut h.m, h.buf, &[b'A'; 1500]);
+            sc_exit(&mut h.k, &mut h.m, "pwrite64", &[3, h.buf, 1500, 100])
+        }),
+        Box::new(|h| sc_exit(&mut h.k, &mut h.m, "fsync", &[3])),
+        Box::new(|h| {
+            let d = h.s("/data");
+            let r = sc_exit(&mut h.k, &mut h.m, "openat", &[AT_FDCWD, d, O_DIRECTORY, 0]);
+            assert_eq!(r, SyscallOutcome::Return(4));
+            sc_exit(&mut h.k, &mut h.m, "fsync", &[4])
+        }),
+        Box::new(|h| {
+            poke(&h.k, &mut h.m, h.buf, &[b'B'; 1100]);
+            sc_exit(&mut h.k, &mut h.m, "pwrite64", &[3, h.buf, 1100, 1000])
+        }),
+        Box::new(|h| sc_exit(&mut h.k, &mut h.m, "ftruncate", &[3, 1800])),
+        Box::new(|h| {
+            poke(&h.k, &mut h.m, h.buf, b"tail");
+            sc_exit(&mut h.k, &mut h.m, "pwrite64", &[3, h.buf, 4, 1800])
+        }),
+        Box::new(|h| sc_exit(&mut h.k, &mut h.m, "fsync", &[3])),
+    ];
+    for step in steps {
+        match step(&mut h) {
+            SyscallOutcome::Crash => return (h, true),
+            SyscallOutcome::Exit(st) => panic!("exit {st:?}"),
+            SyscallOutcome::Return(_) => {}
+        }
+    }
+    (h, false)
+}
+
+#[test]
+fn crash_point_outcome_restart_and_observed() {
+    let faults = FaultConfig { crash_after_durable_write: Some(2), ..Default::default() };
+    let (mut h, crashed) = workload(faults.clone(), 5, None);
+    assert!(crashed);
+    assert_eq!(h.k.durable_writes(), 2);
+    let Some(ExitStatus::Signaled { signal: 9, fault: Some(info), .. }) = h.k.exit_status().cloned() else {
+        panic!("{:?}", h.k.exit_status())
+    };
+    assert!(info.description.contains("durable write 2"));
+    let last = h.k.syscall_count() - 1;
+    let image = h.k.crash_image();
+    let mut want = vec![0u8; 100];
+    want.extend([b'A'; 1500]);
+    assert_eq!(image.file("/data/wal"), Some(&want[..]), "the crashing fsync took effect");
+    let exit = h.k.exit_status().cloned().unwrap();
+    let r = h.k.finish(&h.m, exit);
+    assert_eq!(r.trace.last().unwrap().ret, None, "the program never saw the return");
+    assert_eq!(r.trace.last().unwrap().index, last);
+    let crash = &r.faults[0];
+    assert_eq!(
+        (crash.kind, crash.point.as_str(), crash.selected, crash.applied),
+        (FaultKind::Crash, "durable write 2", true, true)
+    );
+    assert_eq!(r.durable_writes, 2);
+    // A run without the crash point makes 3 durable writes and loses the unsynced tail only
+    // if it crashes; restart from the crash image.
+    let (h2, crashed) = workload(FaultConfig::default(), 5, Some(image.clone()));
+    assert!(!crashed);
+    assert_eq!(h2.k.durable_writes(), 3);
+    // Previous faults: observed flips when the restarted program opens the path.
+    let mut spec = spec_with(exec_image(), 6);
+    spec.disk = Some(image);
+    let mut h3 = H::with(spec);
+    let prev = vec![FaultRecord {
+        kind: FaultKind::LostUnsynced,
+        point: "crash image after durable write 2: /data/wal".into(),
+        syscall_index: 0,
+        path: Some("/data/wal".into()),
+        selected: true,
+        applied: true,
+        observed: false,
+    }];
+    h3.k.note_previous_faults(prev);
+    assert!(!h3.k.faults()[0].observed);
+    let fd = h3.open("/data/./wal", 0);
+    assert_eq!(h3.read(fd, 4000).len(), 1600);
+    let r3 = h3.k.finish(&h3.m, ExitStatus::Exited { code: 0 });
+    assert!(r3.faults[0].observed);
+    // An invalid disk is a load error.
+    let mut bad = Disk::default();
+    bad.entries.insert("/x/y".into(), DiskEntry::Dir { mode: 0o755 });
+    let mut spec = spec_with(exec_image(), 1);
+    spec.disk = Some(bad);
+    let mut mem = FakeMemory::new(FRAMES);
+    assert!(matches!(Kernel::load(spec, &mut mem), Err(LoadError::Disk(_))));
+    let mut spec = spec_with(exec_image(), 1);
+    let mut big = Disk::default();
+    big.insert_file("/data/x", vec![0; 100]).unwrap();
+    spec.disk = Some(big);
+    spec.fs.capacity_bytes = 10;
+    assert!(matches!(Kernel::load(spec, &mut mem), Err(LoadError::Disk(_))));
+}
+
+#[test]
+fn torn_and_reordered_images_follow_decisions() {
+    // Run to the end without the final fsync: pending = [write B@1000+1100, size 1800, write tail@1800].
+    let faults = FaultConfig { crash_after_durable_write: Some(2), torn_writes: true, ..Default::default() };
+    let (h0, _) = workload(faults, 5, None);
+    let base = {
+        let mut b = vec![0u8; 100];
+        b.extend([b'A'; 1500]);
+        b
+    };
+    // The crash came before the second write: nothing pending, no decision.
+    let mut k = h0.k.clone();
+    assert_eq!(k.crash_image().file("/data/wal"), Some(&base[..]));
+    assert!(k.decisions().is_empty());
+    // Let the workload continue past the durable writes to get pending operations.
+    let faults = FaultConfig { torn_writes: true, ..Default::default() };
+    let (mut h, _) = workload(faults, 5, None);
+    poke(&h.k, &mut h.m, h.buf, &[b'C'; 1100]);
+    assert_eq!(h.sc("pwrite64", &[3, h.buf, 1100, 1000]), 1100);
+    assert_eq!(h.sc("ftruncate", &[3, 1500]), 0);
+    let durable = h.k.fs.get(h.k.fs.lookup_abs("/data/wal").unwrap()).cloned().unwrap();
+    let crate::fs::Kind::File(f) = &durable.kind else { panic!() };
+    assert_eq!(f.pending.len(), 2);
+    // Torn: the first pending write spans offsets 1000..2100: sectors 1..4 (4 sectors).
+    let image_with = |k: &Kernel, choices: Vec<u64>| {
+        let mut k = k.clone();
+        k.replay_fault_decisions(choices);
+        let img = k.crash_image();
+        (img.file("/data/wal").unwrap().to_vec(), k.decisions().to_vec(), k.faults())
+    };
+    let full = h.k.disk().file("/data/wal").unwrap().to_vec();
+    let durable_now = f.durable.clone();
+    let (c, d, l) = image_with(&h.k, vec![0]);
+    assert_eq!(c, durable_now);
+    assert_eq!(d, vec![DecisionRecord { point: "torn /data/wal".into(), choice: 0, options: 5 }]);
+    let torn = l.iter().find(|r| r.kind == FaultKind::TornWrite).unwrap();
+    assert!(!torn.selected && !torn.applied);
+    let (c, _, l) = image_with(&h.k, vec![2]);
+    let mut want = durable_now.clone();
+    want[1000..1536].fill(b'C');
+    assert_eq!(c, want, "two sectors: bytes 1000..1536");
+    let torn = l.iter().find(|r| r.kind == FaultKind::TornWrite).unwrap();
+    assert!(torn.selected && torn.applied);
+    assert!(l.iter().any(|r| r.kind == FaultKind::LostUnsynced && r.path.as_deref() == Some("/data/wal")));
+    let (c, _, _) = image_with(&h.k, vec![4]);
+    assert_eq!(c.len(), 2100, "the whole first write, the truncate lost");
+    assert_ne!(c, full);
+    // Reordered: keep only the truncate (op 2 of 2).
+    let mut k = h.k.clone();
+    k.faults.config = FaultConfig { reordered_writes: true, ..Default::default() };
+    let (c, d, l) = image_with(&k, vec![0, 1]);
+    let mut want = durable_now.clone();
+    want.truncate(1500);
+    assert_eq!(c, want);
+    assert_eq!(d.len(), 2);
+    assert_eq!(d[1].point, "reorder /data/wal op 2/2");
+    assert!(l.iter().any(|r| r.kind == FaultKind::ReorderedWrites && r.selected && r.applied));
+    let (c, _, _) = image_with(&k, vec![1, 1]);
+    assert_eq!(c, full);
+    // Both: subset {op1, op2} with op1 torn to 1 sector.
+    k.faults.config.torn_writes = true;
+    let (c, d, _) = image_with(&k, vec![1, 1, 1]);
+    assert_eq!(d.len(), 3);
+    let mut want = durable_now;
+    want[1000..1024].fill(b'C');
+    want.truncate(1500);
+    assert_eq!(c, want);
+}
+
+#[test]
+fn eio_and_enospc_injection() {
+    let faults = FaultConfig { eio_on_write_ppm: 1_000_000, ..Default::default() };
+    let mut h = H::with({
+        let mut s = spec_with(exec_image(), 3);
+        s.faults = faults;
+        s
+    });
+    let fd = h.open("/data/x", O_CREAT | O_RDWR);
+    assert_eq!(h.write(fd, b"data"), EIO);
+    assert_eq!(h.stat("/data/x").unwrap().2, 0, "nothing written");
+    assert_eq!(h.write(1, b"stdout is not a file"), 20, "no decision for pipes");
+    let r = h.k.finish(&h.m, ExitStatus::Exited { code: 0 });
+    assert_eq!(r.decisions.len(), 1);
+    assert_eq!(r.decisions[0].point, "eio on write #1 to /data/x");
+    assert_eq!(r.faults.len(), 1);
+    let f = &r.faults[0];
+    assert_eq!((f.kind, f.selected, f.applied, f.observed), (FaultKind::Eio, true, true, true));
+    // fsync EIO: nothing durable, not a durable write; a replayed "no" lets a retry through.
+    let mut h = H::with({
+        let mut s = spec_with(exec_image(), 3);
+        s.faults = FaultConfig { eio_on_fsync_ppm: 1_000_000, enospc_on_write_ppm: 1, ..Default::default() };
+        s
+    });
+    let fd = h.open("/data/x", O_CREAT | O_RDWR);
+    h.k.replay_fault_decisions(vec![999_999]);
+    assert_eq!(h.write(fd, b"data"), 4);
+    assert_eq!(h.sc("fsync", &[fd as u64]), EIO);
+    assert_eq!(h.k.durable_writes(), 0);
+    assert_eq!(h.sc("syncfs", &[fd as u64]), EIO);
+    assert_eq!(h.sc("sync", &[]), 0, "sync never fails");
+    assert_eq!(h.k.crash_image().file("/data/x"), Some(&b"data"[..]));
+    h.k.replay_fault_decisions(vec![0]);
+    assert_eq!(h.write(fd, b"more"), ENOSPC);
+    let r = h.k.finish(&h.m, ExitStatus::Exited { code: 0 });
+    let kinds: Vec<FaultKind> = r.faults.iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, [FaultKind::Eio, FaultKind::Eio, FaultKind::Enospc]);
+    assert!(r.faults[0].point.starts_with("fsync #1 of /data/x"));
+}
+
+#[test]
+fn same_spec_same_crash_image_and_ledger() {
+    let run = |seed: u64| {
+        let faults =
+            FaultConfig { torn_writes: true, reordered_writes: true, eio_on_write_ppm: 200_000, ..Default::default() };
+        let (mut h, _) = workload(faults, seed, None);
+        for i in 0..20u64 {
+            poke(&h.k, &mut h.m, h.buf, &[i as u8; 700]);
+            h.sc("pwrite64", &[3, h.buf, 700, i * 300]);
+        }
+        let img = h.k.crash_image();
+        let r = h.k.finish(&h.m, ExitStatus::Exited { code: 0 });
+        (img.digest(), r.faults, r.decisions, r.digest)
+    };
+    let a = run(11);
+    assert_eq!(a, run(11));
+    assert!(!a.2.is_empty());
+    let b = run(12);
+    assert_ne!(a.2, b.2, "another seed, other decisions");
+}
+
+#[test]
+fn save_restore_mid_run_keeps_the_file_system() {
+    let faults = FaultConfig { reordered_writes: true, torn_writes: true, ..Default::default() };
+    let (mut h, _) = workload(faults, 9, None);
+    assert_eq!(h.call1("mkdir", "/data/d", &[0o755]), 0);
+    assert_eq!(h.call2("symlink", "../wal", "/data/d/l"), 0);
+    assert_eq!(h.call2("link", "/data/wal", "/data/d/hard"), 0);
+    assert_eq!(h.call2("rename", "/data/wal", "/data/wal2"), 0);
+    poke(&h.k, &mut h.m, h.buf, b"pending");
+    assert_eq!(h.sc("pwrite64", &[3, h.buf, 7, 3]), 7);
+    let dfd = h.open("/data", O_DIRECTORY);
+    assert!(h.dents(dfd, 64).len() == 2);
+    let bytes = h.k.save();
+    let restored = Kernel::restore(&bytes).expect("restore");
+    assert_eq!(restored.save(), bytes);
+    assert_eq!(restored.fs, h.k.fs);
+    let finish = |mut k: Kernel, mut m: FakeMemory| {
+        let buf = h.buf;
+        for i in 0..5u64 {
+            poke(&k, &mut m, buf, &[i as u8; 600]);
+            sc(&mut k, &mut m, "pwrite64", &[3, buf, 600, i * 200]);
+        }
+        let n = sc(&mut k, &mut m, "getdents64", &[dfd as u64, buf, 4096]);
+        assert!(n > 0);
+        sc(&mut k, &mut m, "fsync", &[dfd as u64]);
+        sc(&mut k, &mut m, "close", &[3]);
+        let img = k.crash_image();
+        let disk = k.disk();
+        (img, disk, k.finish(&m, ExitStatus::Exited { code: 0 }))
+    };
+    let a = finish(restored, h.m.clone());
+    let b = finish(h.k.clone(), h.m.clone());
+    assert_eq!(a, b);
+    assert_eq!(a.1.file("/data/d/hard"), a.1.file("/data/wal2"));
+    // Inconsistent file system states are refused.
+    let mut bad = h.k.clone();
+    let id = bad.fs.lookup_abs("/data/wal2").unwrap();
+    bad.fds.close(3).unwrap();
+    assert!(matches!(Kernel::restore(&bad.save()), Err(RestoreError::Invalid(_))), "open count of {id}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Property tests against an independent reference model
+
+/// One operation of the property test. File names are `a`, `b`, `c`; the only directory
+/// below `/data` is `d`.
+#[derive(Debug, Clone)]
+enum Op {
+    Create(&'static str),
+    Pwrite(&'static str, u64, usize, u8),
+    Truncate(&'static str, u64),
+    Rename(&'static str, &'static str),
+    Unlink(&'static str),
+    Mkdir,
+    Rmdir,
+    FsyncFile(&'static str),
+    FsyncDir(&'static str),
+    Syncfs,
+}
+
+const FILES: [&str; 4] = ["/data/a", "/data/b", "/data/d/a", "/data/d/c"];
+
+fn op_strategy(max_len: usize) -> impl Strategy<Value = Op> {
+    let f = proptest::sample::select(&FILES[..]);
+    prop_oneof![
+        2 => f.clone().prop_map(Op::Create),
+        4 => (f.clone(), 0u64..1200, 1usize..max_len, any::<u8>()).prop_map(|(p, o, l, b)| Op::Pwrite(p, o, l, b)),
+        1 => (f.clone(), 0u64..1500).prop_map(|(p, l)| Op::Truncate(p, l)),
+        1 => (f.clone(), f.clone()).prop_map(|(a, b)| Op::Rename(a, b)),
+        1 => f.clone().prop_map(Op::Unlink),
+        1 => Just(Op::Mkdir),
+        1 => Just(Op::Rmdir),
+        2 => f.prop_map(Op::FsyncFile),
+        2 => proptest::sample::select(&["/data", "/data/d"][..]).prop_map(Op::FsyncDir),
+        1 => Just(Op::Syncfs),
+    ]
+}
+
+/// A pending operation in the reference.
+#[derive(Debug, Clone)]
+enum ROp {
+    W(u64, Vec<u8>),
+    S(u64),
+}
+
+#[derive(Debug, Clone, Default)]
+struct RFile {
+    durable: Vec<u8>,
+    pending: Vec<ROp>,
+    cur: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum RNode {
+    F(usize),
+    D(usize),
+}
+
+#[derive(Debug, Clone, Default)]
+struct RDir {
+    entries: BTreeMap<String, RNode>,
+    durable: BTreeMap<String, RNode>,
+}
+
+/// The reference: files and directories by identity; `dirs[0]` is `/data`.
+#[derive(Debug, Clone)]
+struct Model {
+    files: Vec<RFile>,
+    dirs: Vec<RDir>,
+}
+
+fn apply_rop(c: &mut Vec<u8>, op: &ROp) {
+    match op {
+        ROp::W(off, d) => {
+            let end = *off as usize + d.len();
+            if c.len() < end {
+                c.resize(end, 0);
+            }
+            c[*off as usize..end].copy_from_slice(d);
+        }
+        ROp::S(n) => c.resize(*n as usize, 0),
+    }
+}
+
+/// The first `k` 512-byte sectors of a write, by file offset.
+fn tear(op: &ROp, k: u64) -> Option<ROp> {
+    match op {
+        ROp::S(_) => (k > 0).then(|| op.clone()),
+        ROp::W(off, d) => {
+            let first = off / 512;
+            let last = (off + d.len() as u64 - 1) / 512;
+            let sectors = last - first + 1;
+            if k == 0 {
+                None
+            } else if k >= sectors {
+                Some(op.clone())
+            } else {
+                let cut = ((first + k) * 512 - off) as usize;
+                Some(ROp::W(*off, d[..cut].to_vec()))
+            }
+        }
+    }
+}
+
+fn sectors_of(op: &ROp) -> u64 {
+    match op {
+        ROp::S(_) => 1,
+        ROp::W(off, d) => (off + d.len() as u64 - 1) / 512 - off / 512 + 1,
+    }
+}
+
+impl Model {
+    fn new() -> Self {
+        Model { files: Vec::new(), dirs: vec![RDir::default()] }
+    }
+
+    fn split(p: &str) -> (&str, &str) {
+        p.rsplit_once('/').unwrap()
+    }
+
+    /// The directory at `/data` or `/data/d` (volatile).
+    fn dir(&self, p: &str) -> Option<usize> {
+        match p {
+            "/data" => Some(0),
+            "/data/d" => match self.dirs[0].entries.get("d") {
+                Some(RNode::D(i)) => Some(*i),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    fn file(&self, p: &str) -> Option<usize> {
+        let (d, n) = Self::split(p);
+        match self.dirs[self.dir(d)?].entries.get(n) {
+            Some(RNode::F(i)) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// Mirrors an operation the kernel completed successfully.
+    fn apply(&mut self, op: &Op) {
+        match op {
+            Op::Create(p) => {
+                if self.file(p).is_none() {
+                    let (d, n) = Self::split(p);
+                    let di = self.dir(d).unwrap();
+                    self.files.push(RFile::default());
+                    self.dirs[di].entries.insert(n.to_string(), RNode::F(self.files.len() - 1));
+                }
+            }
+            Op::Pwrite(p, off, len, b) => {
+                let i = self.file(p).unwrap();
+                let f = &mut self.files[i];
+                let op = ROp::W(*off, vec![*b; *len]);
+                apply_rop(&mut f.cur, &op);
+                f.pending.push(op);
+            }
+            Op::Truncate(p, len) => {
+                let i = self.file(p).unwrap();
+                let f = &mut self.files[i];
+                if f.cur.len() as u64 != *len {
+                    let op = ROp::S(*len);
+                    apply_rop(&mut f.cur, &op);
+                    f.pending.push(op);
+                }
+            }
+            Op::Rename(a, b) => {
+                let id = self.file(a).unwrap();
+                if self.file(b) == Some(id) {
+                    return;
+                }
+                let (da, na) = Self::split(a);
+                let (db, nb) = Self::split(b);
+                let (ia, ib) = (self.dir(da).unwrap(), self.dir(db).unwrap());
+                self.dirs[ia].entries.remove(na);
+                self.dirs[ib].entries.insert(nb.to_string(), RNode::F(id));
+            }
+            Op::Unlink(p) => {
+                let (d, n) = Self::split(p);
+                let di = self.dir(d).unwrap();
+                self.dirs[di].entries.remove(n);
+            }
+            Op::Mkdir => {
+                self.dirs.push(RDir::default());
+                let i = self.dirs.len() - 1;
+                self.dirs[0].entries.insert("d".into(), RNode::D(i));
+            }
+            Op::Rmdir => {
+                self.dirs[0].entries.remove("d");
+            }
+            Op::FsyncFile(p) => {
+                let i = self.file(p).unwrap();
+                let f = &mut self.files[i];
+                f.durable = f.cur.clone();
+                f.pending.clear();
+            }
+            Op::FsyncDir(p) => {
+                let i = self.dir(p).unwrap();
+                let d = &mut self.dirs[i];
+                d.durable = d.entries.clone();
+            }
+            Op::Syncfs => {
+                for f in &mut self.files {
+                    f.durable = f.cur.clone();
+                    f.pending.clear();
+                }
+                for d in &mut self.dirs {
+                    d.durable = d.entries.clone();
+                }
+            }
+        }
+    }
+
+    /// The durable tree below `/data`: path → file id (directories as `None`).
+    fn durable_paths(&self) -> BTreeMap<String, Option<usize>> {
+        let mut out = BTreeMap::new();
+        let mut stack = vec![(0usize, "/data".to_string())];
+        let mut seen = BTreeSet::from([0usize]);
+        while let Some((d, p)) = stack.pop() {
+            for (n, node) in &self.dirs[d].durable {
+                let path = format!("{p}/{n}");
+                match node {
+                    RNode::F(i) => {
+                        out.insert(path, Some(*i));
+                    }
+                    RNode::D(i) => {
+                        if seen.insert(*i) {
+                            out.insert(path.clone(), None);
+                            stack.push((*i, path));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Every content the model allows for file `i` under the fault modes.
+    fn allowed(&self, i: usize, torn: bool, reorder: bool) -> BTreeSet<Vec<u8>> {
+        let f = &self.files[i];
+        let mut out = BTreeSet::new();
+        let n = f.pending.len();
+        if n == 0 || !(torn || reorder) {
+            out.insert(f.durable.clone());
+            return out;
+        }
+        let subsets: Vec<Vec<&ROp>> = if reorder {
+            (0..1u32 << n)
+                .map(|m| f.pending.iter().enumerate().filter(|(j, _)| m >> j & 1 == 1).map(|e| e.1).collect())
+                .collect()
+        } else {
+            vec![vec![&f.pending[0]]]
+        };
+        for s in subsets {
+            let ks: Vec<u64> = match (torn, s.first()) {
+                (true, Some(first)) => (0..=sectors_of(first)).collect(),
+                _ => vec![u64::MAX],
+            };
+            for k in ks {
+                let mut c = f.durable.clone();
+                for (j, op) in s.iter().enumerate() {
+                    let op = if j == 0 && k != u64::MAX { tear(op, k) } else { Some((*op).clone()) };
+                    if let Some(op) = op {
+                        apply_rop(&mut c, &op);
+                    }
+                }
+                out.insert(c);
+            }
+        }
+        out
+    }
+}
+
+/// Runs `ops` on a fresh kernel (crashing after durable write `crash_at`) and on the model;
+/// returns both.
+fn run_ops(ops: &[Op], crash_at: u64, faults: FaultConfig, seed: u64) -> (Kernel, Model) {
+    let mut spec = spec_with(exec_image(), seed);
+    spec.faults = FaultConfig { crash_after_durable_write: Some(crash_at), ..faults };
+    let mut h = H::with(spec);
+    let mut model = Model::new();
+    for op in ops {
+        let outcome = {
+            let h = &mut h;
+            let open = |h: &mut H, p: &str, flags: u64| {
+                let a = h.s(p);
+                match sc_exit(&mut h.k, &mut h.m, "openat", &[AT_FDCWD, a, flags, 0o644]) {
+                    SyscallOutcome::Return(v) if (v as i64) >= 0 => Some(v),
+                    _ => None,
+                }
+            };
+            let on_fd = |h: &mut H, p: &str, name: &str, args: &[u64]| -> Option<SyscallOutcome> {
+                let fd = open(h, p, O_RDWR)?;
+                let mut a = vec![fd];
+                a.extend_from_slice(args);
+                let r = sc_exit(&mut h.k, &mut h.m, name, &a);
+                if r != SyscallOutcome::Crash {
+                    sc(&mut h.k, &mut h.m, "close", &[fd]);
+                }
+                Some(r)
+            };
+            match op {
+                Op::Create(p) => open(h, p, O_CREAT | O_RDWR).map(|fd| {
+                    sc(&mut h.k, &mut h.m, "close", &[fd]);
+                    SyscallOutcome::Return(0)
+                }),
+                Op::Pwrite(p, off, len, b) => {
+                    poke(&h.k, &mut h.m, h.buf, &vec![*b; *len]);
+                    let buf = h.buf;
+                    on_fd(h, p, "pwrite64", &[buf, *len as u64, *off])
+                }
+                Op::Truncate(p, len) => on_fd(h, p, "ftruncate", &[*len]),
+                Op::Rename(a, b) => {
+                    let (x, y) = (h.s(a), h.s(b));
+                    Some(sc_exit(&mut h.k, &mut h.m, "rename", &[x, y]))
+                }
+                Op::Unlink(p) => {
+                    let x = h.s(p);
+                    Some(sc_exit(&mut h.k, &mut h.m, "unlink", &[x]))
+                }
+                Op::Mkdir => {
+                    let x = h.s("/data/d");
+                    Some(sc_exit(&mut h.k, &mut h.m, "mkdir", &[x, 0o755]))
+                }
+                Op::Rmdir => {
+                    let x = h.s("/data/d");
+                    Some(sc_exit(&mut h.k, &mut h.m, "rmdir", &[x]))
+                }
+                Op::FsyncFile(p) => on_fd(h, p, "fsync", &[]),
+                Op::FsyncDir(p) => {
+                    let fd = open(h, p, O_DIRECTORY);
+                    fd.map(|fd| {
+                        let r = sc_exit(&mut h.k, &mut h.m, "fsync", &[fd]);
+                        if r != SyscallOutcome::Crash {
+                            sc(&mut h.k, &mut h.m, "close", &[fd]);
+                        }
+                        r
+                    })
+                }
+                Op::Syncfs => Some(sc_exit(&mut h.k, &mut h.m, "syncfs", &[0])),
+            }
+        };
+        match outcome {
+            Some(SyscallOutcome::Return(v)) if (v as i64) >= 0 => model.apply(op),
+            Some(SyscallOutcome::Crash) => {
+                model.apply(op);
+                assert_eq!(h.k.durable_writes(), crash_at);
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(h.k.fs.validate().is_ok());
+    (h.k, model)
+}
+
+/// The image below `/data` as path → content (`None` for directories).
+fn data_view(d: &Disk) -> BTreeMap<String, Option<Vec<u8>>> {
+    d.entries
+        .iter()
+        .filter(|(p, _)| p.starts_with("/data/"))
+        .map(|(p, e)| {
+            let c = match e {
+                DiskEntry::File { data, .. } => Some(data.clone()),
+                _ => None,
+            };
+            (p.clone(), c)
+        })
+        .collect()
+}
+
+/// Checks that `image` is one the model allows.
+fn check_allowed(model: &Model, image: &Disk, torn: bool, reorder: bool) -> Result<(), TestCaseError> {
+    let want = model.durable_paths();
+    let got = data_view(image);
+    prop_assert_eq!(want.keys().collect::<Vec<_>>(), got.keys().collect::<Vec<_>>());
+    let mut per_file: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
+    for (p, id) in &want {
+        match id {
+            None => prop_assert!(got[p].is_none(), "{} should be a directory", p),
+            Some(i) => {
+                let c = got[p].clone().unwrap();
+                prop_assert!(model.allowed(*i, torn, reorder).contains(&c), "{}: {} bytes not allowed", p, c.len());
+                if let Some(prev) = per_file.insert(*i, c.clone()) {
+                    prop_assert_eq!(prev, c, "two links of one file differ");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, .. ProptestConfig::default() })]
+
+    /// (a) Every crash image, under random decisions, is one the model allows.
+    #[test]
+    fn crash_images_are_allowed_by_the_model(
+        ops in proptest::collection::vec(op_strategy(1300), 1..30),
+        crash_at in 1u64..10,
+        torn in any::<bool>(),
+        reorder in any::<bool>(),
+        seed in any::<u64>(),
+        replay in proptest::collection::vec(any::<u64>(), 0..20),
+    ) {
+        let faults = FaultConfig { torn_writes: torn, reordered_writes: reorder, ..Default::default() };
+        let (mut k, model) = run_ops(&ops, crash_at, faults, seed);
+        k.replay_fault_decisions(replay);
+        let image = k.crash_image();
+        image.validate().unwrap();
+        check_allowed(&model, &image, torn, reorder)?;
+        // Restarting on the image gives back exactly the image.
+        let mut spec = spec_with(exec_image(), seed);
+        spec.disk = Some(image.clone());
+        let (mut k2, _, _) = boot_spec(spec);
+        prop_assert_eq!(k2.disk(), image.clone());
+        prop_assert_eq!(Kernel::crash_image(&mut k2), image);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+
+    /// (b) For small cases, the images reachable by enumerating every decision sequence are
+    /// exactly the images the model allows.
+    #[test]
+    fn every_allowed_image_is_reachable(
+        ops in proptest::collection::vec(op_strategy(700), 1..8),
+        torn in any::<bool>(),
+        reorder in any::<bool>(),
+    ) {
+        let faults = FaultConfig { torn_writes: torn, reordered_writes: reorder, ..Default::default() };
+        let (k, model) = run_ops(&ops, u64::MAX, faults, 1);
+        // Enumerate decision vectors with an odometer over the options actually offered.
+        let mut reached: BTreeSet<Vec<(String, Option<Vec<u8>>)>> = BTreeSet::new();
+        let mut choices: Vec<u64> = Vec::new();
+        let mut runs = 0;
+        loop {
+            let mut kk = k.clone();
+            let mut c = choices.clone();
+            c.resize(64, 0);
+            kk.replay_fault_decisions(c);
+            let image = Kernel::crash_image(&mut kk);
+            let taken = kk.decisions().to_vec();
+            reached.insert(data_view(&image).into_iter().collect());
+            runs += 1;
+            prop_assert!(runs < 20_000, "too many decision vectors");
+            // Next vector.
+            let mut cur: Vec<u64> = taken.iter().map(|d| d.choice).collect();
+            let mut i = cur.len();
+            loop {
+                if i == 0 {
+                    break;
+                }
+                i -= 1;
+                if cur[i] + 1 < taken[i].options {
+                    cur[i] += 1;
+                    cur.truncate(i + 1);
+                    break;
+                }
+                if i == 0 {
+                    cur.clear();
+                    break;
+                }
+            }
+            if cur.is_empty() {
+                break;
+            }
+            choices = cur;
+        }
+        // The model's set: the product of each reachable file's allowed contents.
+        let paths = model.durable_paths();
+        let mut expected: BTreeSet<Vec<(String, Option<Vec<u8>>)>> = BTreeSet::from([Vec::new()]);
+        let mut files: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        for (p, id) in &paths {
+            if let Some(i) = id {
+                files.entry(*i).or_default().push(p.clone());
+            }
+        }
+        let mut partial: Vec<BTreeMap<String, Option<Vec<u8>>>> =
+            vec![paths.iter().filter(|(_, id)| id.is_none()).map(|(p, _)| (p.clone(), None)).collect()];
+        for (i, ps) in &files {
+            let allowed = model.allowed(*i, torn, reorder);
+            let mut next = Vec::new();
+            for base in &partial {
+                for c in &allowed {
+                    let mut m = base.clone();
+                    for p in ps {
+                        m.insert(p.clone(), Some(c.clone()));
+                    }
+                    next.push(m);
+                }
+            }
+            partial = next;
+        }
+        expected.clear();
+        for m in partial {
+            expected.insert(m.into_iter().collect());
+        }
+        prop_assert_eq!(reached, expected);
+    }
+}
+
+#[test]
+fn hostile_fs_syscalls_never_panic() {
+    use rand_chacha::rand_core::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(77);
+    let fs_calls: Vec<u64> = [
+        "open",
+        "openat",
+        "read",
+        "write",
+        "pread64",
+        "pwrite64",
+        "readv",
+        "writev",
+        "lseek",
+        "close",
+        "ftruncate",
+        "truncate",
+        "fallocate",
+        "fsync",
+        "fdatasync",
+        "syncfs",
+        "sync",
+        "sync_file_range",
+        "rename",
+        "renameat",
+        "renameat2",
+        "unlink",
+        "unlinkat",
+        "mkdir",
+        "mkdirat",
+        "rmdir",
+        "getdents64",
+        "newfstatat",
+        "statx",
+        "fstat",
+        "lstat",
+        "fcntl",
+        "flock",
+        "link",
+        "linkat",
+        "symlink",
+        "symlinkat",
+        "readlink",
+        "readlinkat",
+        "chmod",
+        "fchmod",
+        "fchmodat",
+        "utimensat",
+        "access",
+        "faccessat",
+        "creat",
+        "dup2",
+        "mmap",
+    ]
+    .iter()
+    .map(|n| nr(n))
+    .collect();
+    for round in 0..3u64 {
+        let mut spec = spec_with(exec_image(), round);
+        spec.fs.capacity_bytes = 1 << 20;
+        spec.faults = FaultConfig {
+            torn_writes: true,
+            reordered_writes: round != 1,
+            eio_on_write_ppm: 50_000,
+            eio_on_fsync_ppm: 50_000,
+            enospc_on_write_ppm: 20_000,
+            crash_after_durable_write: None,
+        };
+        let mut h = H::with(spec);
+        let names = [
+            "/data/a",
+            "/data/d",
+            "/data/d/b",
+            "/tmp/x",
+            "a",
+            "d/b",
+            "/data/input.txt",
+            "/",
+            "/data/..",
+            "/proc/self/exe",
+            "/dev/null",
+            "/data/l",
+            "",
+        ];
+        let mut paths: Vec<u64> = names.iter().map(|n| h.s(n)).collect();
+        // A deep path, a long component and an unterminated string at the end of the scratch area.
+        let deep = "/d".repeat(3000);
+        paths.push(path(&h.k, &mut h.m, h.buf + 0x1_0000, &deep));
+        paths.push(path(&h.k, &mut h.m, h.buf + 0x2_0000, &"n".repeat(300)));
+        poke(&h.k, &mut h.m, h.buf + 0x10_0000 - 4, b"/abc");
+        paths.push(h.buf + 0x10_0000 - 4);
+        let vals = [
+            0,
+            1,
+            2,
+            3,
+            4,
+            5,
+            0o100 | 2,
+            0o4010102,
+            0o200000,
+            0x200,
+            0x1000,
+            7,
+            100,
+            4096,
+            1 << 20,
+            u64::MAX,
+            (-100i64) as u64,
+            1 << 62,
+            0x7fff_ffff_ffff_ffff,
+        ];
+        for i in 0..20_000u32 {
+            let nrr = fs_calls[rng.next_u32() as usize % fs_calls.len()];
+            let mut args = [0u64; 6];
+            for a in &mut args {
+                *a = match rng.next_u32() % 5 {
+                    0 => rng.next_u64(),
+                    1 | 2 => paths[rng.next_u32() as usize % paths.len()],
+                    3 => h.buf + u64::from(rng.next_u32() % 0x10_0000),
+                    _ => vals[rng.next_u32() as usize % vals.len()],
+                };
+            }
+            if rng.next_u32() % 3 == 0 {
+                args[0] = u64::from(rng.next_u32() % 12);
+            }
+            let _ = h.k.syscall(&mut h.m, nrr, args);
+            if i % 2000 == 0 {
+                let img = h.k.crash_image();
+                img.validate().unwrap();
+                h.k.disk().validate().unwrap();
+                let bytes = h.k.save();
+                let r = Kernel::restore(&bytes).expect("a fuzzed state restores");
+                assert_eq!(r.save(), bytes);
+            }
+        }
+        h.k.fs.validate().unwrap();
+        let r = h.k.finish(&h.m, ExitStatus::Exited { code: 0 });
+        assert!(r.syscalls >= 20_000);
+    }
+}
