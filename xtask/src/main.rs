@@ -3,7 +3,8 @@
 //! * `guests`: builds the example guests static, for the host target, with the stable toolchain,
 //!   into `target/guests/`: static-PIE executables, a non-PIE (`ET_EXEC`) `hello` in `nopie/`,
 //!   and a coverage-instrumented `bank` in `cov/`.
-//! * `demo`: builds the guests and `deja`, then runs the bundled examples through deja.
+//! * `demo`: builds the guests and `deja`, runs an example, then explores the bundled key-value
+//!   store with a planted durability bug: finds it, replays it, minimizes it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -101,17 +102,38 @@ fn demo() -> Result<(), String> {
             Err(format!("deja {} failed ({s})", args.join(" ")))
         }
     };
-    let hello = g.join("hello");
-    let timerand = g.join("timerand");
-    let (hello, timerand) = (hello.to_string_lossy(), timerand.to_string_lossy());
+    let path = |name: &str| g.join(name).to_string_lossy().into_owned();
+    let (hello, timerand, kv) = (path("hello"), path("timerand"), path("kv"));
+    let out = root.join("target/demo-explore");
+    let _ = std::fs::remove_dir_all(&out);
+    let out = out.to_string_lossy().into_owned();
     step("a static Rust program, unchanged, in a KVM VM whose kernel is deja", &["run", &hello])?;
-    step("clock and randomness come from the seed: run it twice, same output", &["run", "--seed", "7", &timerand])?;
-    step("...and once more with seed 7", &["run", "--seed", "7", "--no-probe", &timerand])?;
-    step("another seed, other bytes", &["run", "--seed", "8", "--no-probe", &timerand])?;
     step(
-        "--audit runs it 3 times and compares trace digests",
+        "clock and randomness come from the seed: --audit runs it 3 times and compares digests",
         &["run", "--seed", "7", "--no-probe", "--audit", "3", &timerand],
     )?;
+    println!("\n$ deja explore --runs 60 --mode faults --out {out} {kv} -- --variant buggy 6");
+    println!("# explore a key-value store that acknowledges writes before they are durable");
+    let s = Command::new(&deja)
+        .args(["explore", "--runs", "60", "--mode", "faults", "--out", &out, &kv, "--", "--variant", "buggy", "6"])
+        .status()
+        .map_err(|e| e.to_string())?;
+    if s.code() != Some(1) {
+        return Err(format!("deja explore should have found the bug (exit 1), got {s}"));
+    }
+    let bug = std::fs::read_dir(&out)
+        .map_err(|e| e.to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("bug-")))
+        .ok_or("no bug file written")?;
+    let bug = bug.to_string_lossy().into_owned();
+    println!("\n$ deja replay {bug}\n# replays the failure exactly (exit 1: reproduced)");
+    let s = Command::new(&deja).args(["replay", &bug]).status().map_err(|e| e.to_string())?;
+    if s.code() != Some(1) {
+        return Err(format!("the bug did not replay ({s})"));
+    }
+    step("minimize the failing input with delta debugging", &["minimize", &bug])?;
+    println!("\nthe report: {out}/report.html");
     Ok(())
 }
 

@@ -16,6 +16,7 @@ mod bench;
 mod build;
 mod crash;
 mod doctor;
+mod explore;
 mod inspect;
 mod run;
 
@@ -37,6 +38,12 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Measure deja against native execution and print the figures.
     Bench(bench::BenchArgs),
+    /// Explore a program: coverage-guided runs over forked snapshots, faults and random choices.
+    Explore(Box<explore::ExploreArgs>),
+    /// Replay a bug file exactly: exit 1 if the failure reproduced, 0 if not, 2 if incomplete.
+    Replay(explore::ReplayArgs),
+    /// Minimize a bug file's input with delta debugging and verify the result by replay.
+    Minimize(explore::MinimizeArgs),
     /// Build a static (optionally coverage-instrumented) program for deja with cargo.
     Build(build::BuildArgs),
     /// Print what a deja artifact (a snapshot) holds, after verifying it.
@@ -65,6 +72,9 @@ fn main() {
         Command::Bench(args) => bench::main(args),
         Command::Inspect(args) => inspect::main(args),
         Command::Build(args) => build::main(args),
+        Command::Explore(args) => explore::main(*args),
+        Command::Replay(args) => explore::replay(args),
+        Command::Minimize(args) => explore::minimize(args),
     };
     std::process::exit(code);
 }

@@ -53,7 +53,9 @@ fn a_failing_always_is_located_and_replays_exactly() {
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(123), "{err}");
     assert!(err.contains("FAILED      always"), "{err}");
-    assert!(err.contains("bank/src/main.rs:25"), "{err}");
+    let source = std::fs::read_to_string(root().join("guest/bank/src/main.rs")).unwrap();
+    let line = source.lines().position(|l| l.contains("\"balance never negative\"")).unwrap() + 1;
+    assert!(err.contains(&format!("bank/src/main.rs:{line}")), "the location of the assertion: {err}");
     assert!(err.contains("first failure at syscall"), "{err}");
     let replay = err.lines().find_map(|l| l.strip_prefix("deja: replay this run exactly: ")).expect("a replay command");
     let words: Vec<&str> = replay.split(' ').collect();

@@ -1,24 +1,22 @@
-//! Fault injection on the file system: the configuration, the decision stream and the ledger.
+//! Fault injection on the file system, and the run's decision log: the configuration, the
+//! decision stream, the overrides and the ledger.
 //!
-//! Every fault is a *decision* taken from a dedicated ChaCha20 stream keyed from the run's seed
-//! (another BLAKE3 context than the program's random stream, so faults never shift the bytes
-//! the program draws). A decision has a number of options and a choice; every decision taken is
-//! appended to [`RunReport::decisions`](crate::RunReport::decisions) with its point. Decisions
-//! can be replayed ([`Kernel::replay_fault_decisions`](crate::Kernel::replay_fault_decisions)):
-//! replayed choices are used first, in order (each reduced modulo its number of options), then
-//! the stream continues. No decision is taken when no fault is configured, so a fault-free run
-//! draws nothing.
+//! Every nondeterministic choice deja makes on the program's behalf (these fault decisions and
+//! the SDK's `Random`/`Choice`) is a decision in one log, taken by [`FaultState::decide`] from
+//! a dedicated ChaCha20 stream keyed from the run's seed (another BLAKE3 context than the
+//! program's random stream) and overridable by position: see [the crate
+//! documentation](crate#decisions). No fault decision is taken when no fault is configured.
 //!
-//! The decisions:
-//! - `eio_on_write_ppm` / `enospc_on_write_ppm`: one decision (2 options, chosen with the given
-//!   probability in parts per million) per write-like call to a regular file, EIO first;
+//! The fault decisions:
+//! - `eio_on_write_ppm` / `enospc_on_write_ppm`: one decision (1 000 000 options, a choice below
+//!   the given parts per million strikes) per write-like call to a regular file, EIO first;
 //!   `eio_on_fsync_ppm`: one per `fsync`, `fdatasync`, `sync_file_range` (with WRITE) and
 //!   `syncfs`. `sync` never fails. A selected fault makes the call fail with `-EIO`/`-ENOSPC`
 //!   before it changes anything (a failed fsync makes nothing durable and is not a durable
 //!   write; the pending writes stay pending, so a retry can succeed).
 //! - crash images: see [`crate::fs`].
 
-use std::collections::VecDeque;
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -84,15 +82,20 @@ pub struct FaultRecord {
     pub observed: bool,
 }
 
-/// One decision taken from the fault stream (or replayed).
+/// One entry of the decision log (see [the crate documentation](crate#decisions)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionRecord {
-    /// Where: `eio on write #4 to /data/wal`, `torn /data/wal`, `reorder /data/wal op 2`.
+    /// Position in the run's decision log, 0-based (the key of an override).
+    pub index: u64,
+    /// Where: `eio on write #4 to /data/wal`, `torn /data/wal`, `reorder /data/wal op 2/3`,
+    /// `sdk random #3`, `sdk choice #5 of 3` (SDK requests are numbered per kind from 1).
     pub point: String,
-    /// The choice, `0..options`.
-    pub choice: u64,
-    /// How many options there were.
+    /// How many options there were; `0` means any `u64` (the full 64-bit range).
     pub options: u64,
+    /// The choice: `0..options`, or any `u64` when `options == 0`.
+    pub choice: u64,
+    /// The choice came from an override, not from the decision stream.
+    pub overridden: bool,
 }
 
 /// The kernel's fault state (saved with the kernel).
@@ -100,7 +103,8 @@ pub struct DecisionRecord {
 pub(crate) struct FaultState {
     pub config: FaultConfig,
     pub stream: RandomStream,
-    pub replay: VecDeque<u64>,
+    /// Choices by decision index (see [`FaultState::decide`]).
+    pub overrides: BTreeMap<u64, u64>,
     pub decisions: Vec<DecisionRecord>,
     pub ledger: Vec<FaultRecord>,
     /// The previous incarnation's records (`observed` flips here).
@@ -108,6 +112,10 @@ pub(crate) struct FaultState {
     pub durable_writes: u64,
     pub file_writes: u64,
     pub syncs: u64,
+    /// SDK `Random` requests served.
+    pub sdk_randoms: u64,
+    /// SDK `Choice` requests served.
+    pub sdk_choices: u64,
     /// The configured crash point was reached in the current syscall.
     pub crash_due: bool,
 }
@@ -117,30 +125,71 @@ impl FaultState {
         FaultState {
             config,
             stream: RandomStream::with_context(FAULT_CONTEXT, seed),
-            replay: VecDeque::new(),
+            overrides: BTreeMap::new(),
             decisions: Vec::new(),
             ledger: Vec::new(),
             previous: Vec::new(),
             durable_writes: 0,
             file_writes: 0,
             syncs: 0,
+            sdk_randoms: 0,
+            sdk_choices: 0,
             crash_due: false,
         }
     }
 
-    /// Takes a decision among `options` (≥ 1) choices, recorded at `point`.
+    /// Takes decision number [`decisions.len()`](FaultState::decisions) among `options` choices
+    /// (`0`: any `u64`), recorded at `point`: the natural choice is always drawn, then replaced
+    /// by the override for this index if there is one.
     pub fn decide(&mut self, point: String, options: u64) -> u64 {
-        let options = options.max(1);
-        let choice = match self.replay.pop_front() {
-            Some(c) => c % options,
-            None => {
-                let mut b = [0u8; 8];
-                self.stream.fill(&mut b);
-                ((u128::from(u64::from_le_bytes(b)) * u128::from(options)) >> 64) as u64
-            }
+        let natural = self.natural(options);
+        let index = self.decisions.len() as u64;
+        let (choice, overridden) = match self.overrides.get(&index) {
+            Some(&c) if options == 0 => (c, true),
+            Some(&c) => (c % options, true),
+            None => (natural, false),
         };
-        self.decisions.push(DecisionRecord { point, choice, options });
+        self.decisions.push(DecisionRecord { index, point, options, choice, overridden });
         choice
+    }
+
+    /// The stream's choice among `options` (`0`: any `u64`): unbiased (Lemire's
+    /// multiply-and-reject).
+    fn natural(&mut self, options: u64) -> u64 {
+        let mut x = self.next_u64();
+        if options == 0 {
+            return x;
+        }
+        let n = u128::from(options);
+        let mut m = u128::from(x) * n;
+        if (m as u64) < options {
+            let reject_below = options.wrapping_neg() % options;
+            while (m as u64) < reject_below {
+                x = self.next_u64();
+                m = u128::from(x) * n;
+            }
+        }
+        (m >> 64) as u64
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        let mut b = [0u8; 8];
+        self.stream.fill(&mut b);
+        u64::from_le_bytes(b)
+    }
+
+    /// The SDK's `Random`: a decision over the full 64-bit range.
+    pub fn sdk_random(&mut self) -> u64 {
+        self.sdk_randoms = self.sdk_randoms.saturating_add(1);
+        let point = format!("sdk random #{}", self.sdk_randoms);
+        self.decide(point, 0)
+    }
+
+    /// The SDK's `Choice(n)` (`n > 0`): a decision among `n` options.
+    pub fn sdk_choice(&mut self, n: u64) -> u64 {
+        self.sdk_choices = self.sdk_choices.saturating_add(1);
+        let point = format!("sdk choice #{} of {n}", self.sdk_choices);
+        self.decide(point, n)
     }
 
     /// Decides whether a fault of probability `ppm` (parts per million) strikes at `point`.
@@ -162,12 +211,23 @@ impl FaultState {
     }
 
     pub fn validate(&self) -> Result<(), crate::persist::RestoreError> {
+        use crate::persist::ensure;
         self.stream.validate()?;
-        for d in &self.decisions {
-            crate::persist::ensure(d.options >= 1 && d.choice < d.options, || {
+        for (i, d) in self.decisions.iter().enumerate() {
+            ensure(d.index == i as u64, || format!("decision {i} has index {}", d.index))?;
+            ensure(d.options == 0 || d.choice < d.options, || {
                 format!("decision {:?} chose {} of {}", d.point, d.choice, d.options)
             })?;
         }
+        let sdk = self.sdk_randoms.checked_add(self.sdk_choices);
+        ensure(sdk.is_some_and(|n| n <= self.decisions.len() as u64), || {
+            format!(
+                "{} sdk randoms and {} sdk choices but {} decisions",
+                self.sdk_randoms,
+                self.sdk_choices,
+                self.decisions.len()
+            )
+        })?;
         Ok(())
     }
 }

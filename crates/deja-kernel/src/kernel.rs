@@ -357,7 +357,7 @@ impl Kernel {
     /// It holds the VMAs and commit capacity, brk, the fd table with offsets and flags, the
     /// file system (every inode with its volatile and durable layers, pending writes, link and
     /// open counts, the declared files' contents), the fault state (configuration, decision
-    /// stream position, replay queue, decisions, ledger, counters), record locks, stdin and its
+    /// stream position, decision overrides, the decision log, ledger, counters), record locks, stdin and its
     /// position, the clock, the random stream's exact position, signal dispositions/mask/pending, rlimits, umask, fs/gs
     /// base, the tid address, the robust list, the fault-repeat state, syscall and unsupported
     /// counts, the trace (digest chain, entry hashes, recorded entries), output not yet taken,
@@ -870,10 +870,33 @@ impl Kernel {
         self.faults.previous = records;
     }
 
-    /// The next fault decisions are these choices, in order (each reduced modulo its number
-    /// of options), before the fault stream continues: replays a recorded decision log.
-    pub fn replay_fault_decisions(&mut self, choices: Vec<u64>) {
-        self.faults.replay = choices.into();
+    /// Steers decisions by their position in the decision log (see [the crate documentation](crate#decisions)): when
+    /// decision number `i` (0-based, counting every decision since [`Kernel::load`], those
+    /// taken before a fork or snapshot included) is taken and `overrides` holds `c` for `i`,
+    /// the choice is `c % options` (`c` itself for a decision with `options == 0`) instead of
+    /// the stream's. Replaces the whole set; overrides for decisions already taken have no
+    /// effect. The stream advances as if nothing were overridden, so the natural choices of
+    /// other decisions do not move. Works after load, on a clone (a forked child) and after
+    /// [`Kernel::restore`]; the set is part of the saved state.
+    pub fn set_decision_overrides(&mut self, overrides: BTreeMap<u64, u64>) {
+        self.faults.overrides = overrides;
+    }
+
+    /// The decision overrides in force.
+    pub fn decision_overrides(&self) -> &BTreeMap<u64, u64> {
+        &self.faults.overrides
+    }
+
+    /// Number of decisions taken so far: the index the next decision gets.
+    pub fn decision_count(&self) -> u64 {
+        self.faults.decisions.len() as u64
+    }
+
+    /// Replaces the fault configuration from now on (e.g. on a forked child). The counters keep
+    /// counting from program start: `crash_after_durable_write: Some(k)` fires after the k-th
+    /// durable write of the whole run, so a `k` already reached never fires.
+    pub fn set_fault_config(&mut self, config: crate::FaultConfig) {
+        self.faults.config = config;
     }
 
     /// The fault ledger so far (previous incarnation's records first).
@@ -881,7 +904,7 @@ impl Kernel {
         self.faults.previous.iter().chain(&self.faults.ledger).cloned().collect()
     }
 
-    /// Every fault decision taken so far.
+    /// The decision log so far: every decision (faults, SDK `Random`/`Choice`), in order.
     pub fn decisions(&self) -> &[DecisionRecord] {
         &self.faults.decisions
     }

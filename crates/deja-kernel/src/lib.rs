@@ -7,8 +7,36 @@
 //! [`Kernel`] together with a [`Memory`] view of the guest, and the kernel answers.
 //!
 //! A run is a pure function of the [`ProgramSpec`] (image bytes, argv, env, declared files,
-//! stdin, seed, starting disk, fault configuration) and of the fault decisions replayed into
-//! it: the same spec gives the same trace digest, the same crash images and the same ledger.
+//! stdin, seed, starting disk, fault configuration) and of the decision overrides set on it:
+//! the same spec and overrides give the same trace digest, the same crash images, the same
+//! ledger and the same decision log.
+//!
+//! # Decisions
+//!
+//! Every nondeterministic choice deja makes on the program's behalf is a *decision*: the file
+//! system fault decisions (see [`FaultConfig`] and [`fs`]) and the deja SDK's `Random` and
+//! `Choice(n)` requests. `getrandom`, `/dev/urandom` and `AT_RANDOM` read the program's random
+//! stream and are not decisions. Decisions come from a separate stream of the seed, so steering
+//! them never shifts the program's random bytes.
+//!
+//! A decision has `options` and a `choice`: `0..options`, or any `u64` when `options == 0`
+//! (the full 64-bit range: SDK `Random`). Each one taken is appended to the decision log
+//! ([`Kernel::decisions`], [`RunReport::decisions`]) as a [`DecisionRecord`] carrying its
+//! index (0-based, counting every decision since [`Kernel::load`], those taken before a fork or
+//! a snapshot included), point, options, choice and whether it was overridden. Points:
+//! `eio on write #4 to /data/wal`, `enospc on write #4 to /data/wal`, `eio on fsync #2 of
+//! /data/wal`, `torn /data/wal`, `reorder /data/wal op 2/3`, `sdk random #3`, `sdk choice #5
+//! of 3` (SDK requests numbered per kind from 1).
+//!
+//! The seed fixes each decision's *natural* choice (one `u64` from the stream for
+//! `options == 0`, otherwise an unbiased index below `options`, Lemire's multiply-and-reject).
+//! [`Kernel::set_decision_overrides`] steers decisions by index: when decision `i` is taken
+//! and an override `c` exists for `i`, the choice is `c % options` (`c` as is when
+//! `options == 0`). The natural choice is drawn either way, so the stream advances identically
+//! and overriding decision `i` never changes the natural choice of another decision (though
+//! the program may then take other decisions). Overrides are part of the saved and cloned
+//! state, so a forked child can be steered: set them on the child, for indices at or past its
+//! [`Kernel::decision_count`].
 //!
 //! # File system, durability and faults
 //!
@@ -342,7 +370,8 @@ pub struct RunReport {
     /// The fault ledger: the previous incarnation's records passed to
     /// [`Kernel::note_previous_faults`] (with `observed` updated), then this run's, in order.
     pub faults: Vec<FaultRecord>,
-    /// Every fault decision taken, in order.
+    /// The decision log: every decision taken (faults, SDK `Random`/`Choice`), in order; entry
+    /// `i` has index `i` (see [the crate documentation](crate#decisions)).
     pub decisions: Vec<DecisionRecord>,
 }
 

@@ -15,8 +15,12 @@
 //!   satisfaction keep their context (syscall index, virtual time, node, thread, details).
 //! - `SetupComplete(details, len)` records the first call; `Event(name, len, details, len)`
 //!   appends up to [`MAX_EVENTS`] events and counts the rest.
-//! - `Random` and `Choice(n)` draw from the kernel's seeded random stream, the same stream
-//!   `getrandom` reads: they are decisions, part of the trace like any other.
+//! - `Random` and `Choice(n)` are decisions (see [the crate documentation](crate#decisions)): taken from the seeded
+//!   decision stream (not the stream `getrandom` reads, so steering them never shifts the
+//!   program's random bytes), logged in [`RunReport::decisions`](crate::RunReport::decisions)
+//!   as `sdk random #k` (options 0: any `u64`) and `sdk choice #k of n` (options `n`, an
+//!   unbiased index below `n`; `n == 0` is `-EINVAL` and takes no decision), and overridable
+//!   by position. Their results are part of the trace like any other return value.
 //!
 //! Every failed request (`-EINVAL`: another protocol version, an unknown code, bad arguments,
 //! an unknown assertion id; `-EFAULT`: unreadable memory) changes no state but
@@ -216,13 +220,13 @@ impl Kernel {
                 }
                 Ok(0)
             }
-            Request::Random => Ok(self.random_u64()),
+            Request::Random => Ok(self.faults.sdk_random()),
             Request::Choice => {
                 let n = a[1];
                 if n == 0 {
                     return Err(EINVAL.into());
                 }
-                Ok(self.random_below(n))
+                Ok(self.faults.sdk_choice(n))
             }
         }
     }
@@ -230,26 +234,6 @@ impl Kernel {
     /// (index of the syscall being served, virtual time).
     fn deja_now(&self) -> (u64, u64) {
         (self.tracer.syscalls(), self.clock.now_ns())
-    }
-
-    /// The next `u64` of the seeded random stream (8 bytes, little endian).
-    pub(crate) fn random_u64(&mut self) -> u64 {
-        let mut b = [0u8; 8];
-        self.rng.fill(&mut b);
-        u64::from_le_bytes(b)
-    }
-
-    /// An unbiased index in `0..n` (`n > 0`): draws below `2^64 mod n` are rejected, so the
-    /// accepted range is a whole number of copies of `0..n`. Each draw is accepted with
-    /// probability above 1/2.
-    pub(crate) fn random_below(&mut self, n: u64) -> u64 {
-        let reject_below = n.wrapping_neg() % n;
-        loop {
-            let x = self.random_u64();
-            if x >= reject_below {
-                return x % n;
-            }
-        }
     }
 
     /// Reads `min(len, max)` bytes at `addr` as UTF-8 (lossy); nothing is read when `len` is 0.

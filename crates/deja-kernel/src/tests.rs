@@ -11,6 +11,7 @@ use crate::rng::RandomStream;
 use crate::stack::*;
 use crate::*;
 
+mod decisions;
 mod deja_syscall;
 mod fs;
 
@@ -85,6 +86,12 @@ fn exec_image() -> Vec<u8> {
 
 fn pie_image() -> Vec<u8> {
     build_elf(3, 62, 0, &segs(0), None)
+}
+
+/// Overrides the next decisions of `k` with `choices`, in order (replacing any overrides).
+fn override_next(k: &mut Kernel, choices: Vec<u64>) {
+    let start = k.decision_count();
+    k.set_decision_overrides(choices.into_iter().zip(start..).map(|(c, i)| (i, c)).collect());
 }
 
 fn spec_with(image: Vec<u8>, seed: u64) -> ProgramSpec {

@@ -33,6 +33,8 @@ pub struct ResetStats {
 #[derive(Debug)]
 pub struct Fork {
     vm: Vm,
+    spec: ProgramSpec,
+    memory: u64,
     parent_ram: Vec<u8>,
     parent_frames: FrameState,
     parent_vcpu: VcpuState,
@@ -53,7 +55,7 @@ impl Fork {
     ) -> Result<Fork, RunError> {
         let mut vm = Vm::new(memory)?;
         vm.enable_dirty_log()?;
-        let (mut kernel, entry) = Kernel::load(spec, &mut vm.space)?;
+        let (mut kernel, entry) = Kernel::load(spec.clone(), &mut vm.space)?;
         vm.space.take_stale();
         vm.enter_user(entry.rip, entry.rsp, 0)?;
         let stop = vm.run_until(&mut kernel, sink, Some(at_syscall))?;
@@ -70,7 +72,17 @@ impl Fork {
         vm.take_guest_dirty()?;
         vm.space.take_host_dirty();
         let parent_bases = vm.bases();
-        Ok(Fork { vm, parent_ram, parent_frames, parent_vcpu, parent_kernel: kernel, parent_bases, at_syscall })
+        Ok(Fork {
+            vm,
+            spec,
+            memory,
+            parent_ram,
+            parent_frames,
+            parent_vcpu,
+            parent_kernel: kernel,
+            parent_bases,
+            at_syscall,
+        })
     }
 
     /// Resets the VM to the parent, rewriting only what changed since the last reset.
@@ -128,6 +140,25 @@ impl Fork {
         let status = self.vm.run(&mut kernel, sink)?;
         let report = kernel.finish(&self.vm.space, status);
         Ok(Run { report, stats: self.vm.stats.clone() })
+    }
+
+    /// Resets to the parent, lets `prepare` adjust the child's core (decision overrides, faults),
+    /// then runs the child to its end — restarting it in fresh VMs after injected crashes. The
+    /// same `prepare` applied by [`crate::run_steered`] at this fork's syscall is the same run.
+    pub fn run_child_with(
+        &mut self,
+        prepare: &mut dyn FnMut(&mut Kernel),
+        sink: &mut dyn FnMut(Stream, &[u8]),
+    ) -> Result<Vec<crate::Incarnation>, RunError> {
+        self.reset()?;
+        let mut kernel = self.parent_kernel.clone();
+        prepare(&mut kernel);
+        crate::continue_lives(self.spec.clone(), self.memory, &mut self.vm, kernel, None, sink, None)
+    }
+
+    /// The syscall core as the parent left it (for reading its decision count, its report).
+    pub fn parent_kernel(&self) -> &Kernel {
+        &self.parent_kernel
     }
 
     /// Runs a child until it traps for syscall `n`, without finishing it (for benchmarks that

@@ -151,19 +151,69 @@ pub fn run_with_restarts(
     sink: &mut dyn FnMut(Stream, &[u8]),
     final_disk: Option<&mut Option<deja_kernel::Disk>>,
 ) -> Result<Vec<Incarnation>, RunError> {
+    run_steered(spec, memory, None, sink, final_disk)
+}
+
+/// Where and how a run is steered: it runs untouched until it traps for syscall `at_syscall`,
+/// then `prepare` adjusts the core (decision overrides, a fault configuration) and the run goes
+/// on. A fork child prepared the same way at the same syscall is the same run.
+pub struct Steering<'a> {
+    /// The syscall before which `prepare` runs.
+    pub at_syscall: u64,
+    /// Adjusts the core.
+    pub prepare: &'a mut dyn FnMut(&mut Kernel),
+}
+
+/// [`run_with_restarts`], steered at a syscall (see [`Steering`]). If the program ends before
+/// the steering point, that is the run.
+pub fn run_steered(
+    spec: ProgramSpec,
+    memory: u64,
+    steering: Option<Steering<'_>>,
+    sink: &mut dyn FnMut(Stream, &[u8]),
+    final_disk: Option<&mut Option<deja_kernel::Disk>>,
+) -> Result<Vec<Incarnation>, RunError> {
+    let mut vm = Vm::new(memory)?;
+    let (mut kernel, entry) = Kernel::load(spec.clone(), &mut vm.space)?;
+    vm.space.take_stale();
+    vm.enter_user(entry.rip, entry.rsp, 0)?;
+    let mut first_stop = None;
+    if let Some(st) = steering {
+        match vm.run_until(&mut kernel, sink, Some(st.at_syscall))? {
+            Stop::AtSyscall => (st.prepare)(&mut kernel),
+            other => first_stop = Some(other),
+        }
+    }
+    continue_lives(spec, memory, &mut vm, kernel, first_stop, sink, final_disk)
+}
+
+/// Runs a loaded program (in `vm`, with `kernel`) to its end, restarting it after every
+/// injected crash. `first_stop` is how the current life already stopped, if it did.
+pub(crate) fn continue_lives(
+    spec: ProgramSpec,
+    memory: u64,
+    vm: &mut Vm,
+    kernel: Kernel,
+    first_stop: Option<Stop>,
+    sink: &mut dyn FnMut(Stream, &[u8]),
+    final_disk: Option<&mut Option<deja_kernel::Disk>>,
+) -> Result<Vec<Incarnation>, RunError> {
     let mut lives = Vec::new();
     let mut spec = spec;
-    let mut previous_faults = Vec::new();
+    let mut kernel = kernel;
+    let mut stop = first_stop;
+    let mut owned: Option<Vm> = None;
     loop {
-        let mut vm = Vm::new(memory)?;
-        let seed = spec.seed;
-        let (mut kernel, entry) = Kernel::load(spec.clone(), &mut vm.space)?;
-        if !previous_faults.is_empty() {
-            kernel.note_previous_faults(std::mem::take(&mut previous_faults));
-        }
-        vm.space.take_stale();
-        vm.enter_user(entry.rip, entry.rsp, 0)?;
-        match vm.run_until(&mut kernel, sink, None)? {
+        let vm: &mut Vm = match owned.as_mut() {
+            Some(v) => v,
+            None => &mut *vm,
+        };
+        let seed = if lives.is_empty() { kernel_seed(&spec) } else { spec.seed };
+        let this_stop = match stop.take() {
+            Some(s) => s,
+            None => vm.run_until(&mut kernel, sink, None)?,
+        };
+        match this_stop {
             Stop::Exited(status) => {
                 if let Some(out) = final_disk {
                     *out = Some(kernel.disk());
@@ -192,7 +242,7 @@ pub fn run_with_restarts(
                     }),
                 };
                 let report = kernel.finish(&vm.space, status);
-                previous_faults = report.faults.clone();
+                let previous_faults = report.faults.clone();
                 lives.push(Incarnation {
                     run: Run { report, stats: vm.stats.clone() },
                     crashed: true,
@@ -202,10 +252,21 @@ pub fn run_with_restarts(
                 spec.disk = Some(disk);
                 spec.seed = restart_seed(seed, lives.len() as u64);
                 spec.faults.crash_after_durable_write = None;
+                let mut next = Vm::new(memory)?;
+                let (mut k, entry) = Kernel::load(spec.clone(), &mut next.space)?;
+                k.note_previous_faults(previous_faults);
+                next.space.take_stale();
+                next.enter_user(entry.rip, entry.rsp, 0)?;
+                kernel = k;
+                owned = Some(next);
             }
             Stop::AtSyscall => {
                 return Err(RunError::Vm(VmError::Unexpected { what: "stopped without a stop point".into(), rip: 0 }))
             }
         }
     }
+}
+
+fn kernel_seed(spec: &ProgramSpec) -> u64 {
+    spec.seed
 }

@@ -1,9 +1,10 @@
 //! A small bank that uses every kind of deja assertion.
 //!
-//! `bank [--overdraft-bug] [--mode careful|bulk] [transfers]` opens three accounts, then makes
-//! `transfers` random transfers (amounts and accounts are deja decisions). With
+//! `bank [--overdraft-bug] [--rare-bug] [--mode careful|bulk] [transfers]` opens three accounts,
+//! then makes `transfers` random transfers (amounts and accounts are deja decisions). With
 //! `--overdraft-bug` it forgets to check the balance, and `assert_always!` catches the
-//! negative balance. `--mode` picks one of two code paths, so coverage differs between them.
+//! negative balance. With `--rare-bug` a transfer of more than 76 out of account 2 is credited
+//! twice: only some random choices reach it, which is what exploration is for. `--mode` picks one of two code paths, so coverage differs between them.
 use deja_sdk::serde_json::json;
 use deja_sdk::{
     assert_always, assert_always_or_unreachable, assert_reachable, assert_sometimes, assert_unreachable, lifecycle,
@@ -13,6 +14,7 @@ use deja_sdk::{
 struct Bank {
     balances: [i64; 3],
     overdraft_bug: bool,
+    rare_bug: bool,
 }
 
 impl Bank {
@@ -22,6 +24,10 @@ impl Bank {
         }
         self.balances[from] -= amount;
         self.balances[to] += amount;
+        if self.rare_bug && from == 2 && amount > 76 {
+            // A retry path that credits twice: only large transfers out of account 2 take it.
+            self.balances[to] += amount;
+        }
         assert_always!(self.balances[from] >= 0, "balance never negative", &json!({"account": from, "balance": self.balances[from]}));
         true
     }
@@ -63,10 +69,11 @@ fn bulk(bank: &mut Bank, transfers: u32) -> u32 {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let overdraft_bug = args.iter().any(|a| a == "--overdraft-bug");
+    let rare_bug = args.iter().any(|a| a == "--rare-bug");
     let mode = args.iter().position(|a| a == "--mode").and_then(|i| args.get(i + 1)).map(String::as_str).unwrap_or("careful");
     let transfers: u32 = args.iter().filter_map(|a| a.parse().ok()).next().unwrap_or(20);
 
-    let mut bank = Bank { balances: [100, 100, 100], overdraft_bug };
+    let mut bank = Bank { balances: [100, 100, 100], overdraft_bug, rare_bug };
     lifecycle::setup_complete(&json!({"accounts": 3, "mode": mode}));
     let rejected = match mode {
         "careful" => careful(&mut bank, transfers),

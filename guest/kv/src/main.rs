@@ -37,8 +37,14 @@ fn read_lines(path: &str) -> Vec<(String, String)> {
     complete.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
-fn sync_dir() {
-    File::open(DIR).and_then(|d| d.sync_all()).expect("fsync /data");
+fn sync_dir() -> std::io::Result<()> {
+    File::open(DIR)?.sync_all()
+}
+
+/// Fail-stop on a storage error outside a put: say so and stop taking writes.
+fn stop(what: &str, e: std::io::Error) -> ! {
+    println!("kv: {what} failed ({e}); stopping");
+    std::process::exit(0);
 }
 
 struct Server {
@@ -52,38 +58,41 @@ impl Server {
     fn open(fixed: bool) -> Server {
         let mut state: BTreeMap<String, String> = read_lines("/data/snap").into_iter().collect();
         state.extend(read_lines("/data/wal"));
-        let wal = OpenOptions::new().create(true).append(true).open("/data/wal").expect("open wal");
+        let wal = OpenOptions::new().create(true).append(true).open("/data/wal").unwrap_or_else(|e| stop("opening the wal", e));
         if fixed {
-            sync_dir();
+            sync_dir().unwrap_or_else(|e| stop("fsync of /data", e));
         }
         Server { fixed, wal, state, since_compaction: 0 }
     }
 
-    fn put(&mut self, key: &str, value: &str) {
-        self.wal.write_all(format!("{key}={value}\n").as_bytes()).expect("append to wal");
+    /// Stores a put; an error means it is not acknowledged (the storage failed).
+    fn put(&mut self, key: &str, value: &str) -> std::io::Result<()> {
+        self.wal.write_all(format!("{key}={value}\n").as_bytes())?;
         if self.fixed {
-            self.wal.sync_data().expect("fsync wal");
+            self.wal.sync_data()?;
         }
         self.state.insert(key.to_string(), value.to_string());
         self.since_compaction += 1;
         if self.since_compaction == 4 {
-            self.compact();
+            self.compact()?;
         }
+        Ok(())
     }
 
-    fn compact(&mut self) {
-        let mut tmp = File::create("/data/snap.tmp").expect("create snap.tmp");
+    fn compact(&mut self) -> std::io::Result<()> {
+        let mut tmp = File::create("/data/snap.tmp")?;
         let text: String = self.state.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
-        tmp.write_all(text.as_bytes()).expect("write snap.tmp");
-        tmp.sync_all().expect("fsync snap.tmp");
-        std::fs::rename("/data/snap.tmp", "/data/snap").expect("rename snap");
+        tmp.write_all(text.as_bytes())?;
+        tmp.sync_all()?;
+        std::fs::rename("/data/snap.tmp", "/data/snap")?;
         if self.fixed {
-            sync_dir();
+            sync_dir()?;
         }
-        self.wal.set_len(0).expect("truncate wal");
-        self.wal.sync_all().expect("fsync wal");
+        self.wal.set_len(0)?;
+        self.wal.sync_all()?;
         self.since_compaction = 0;
         assert_reachable!("the server compacts its log");
+        Ok(())
     }
 }
 
@@ -122,13 +131,21 @@ fn main() {
         .append(true)
         .custom_flags(O_SYNC)
         .open("/data/acks")
-        .expect("open the client's ack log");
-    sync_dir(); // the client's own log is always made durable correctly
+        .unwrap_or_else(|e| stop("opening the client's ack log", e));
+    // The client's own log is always made durable correctly.
+    sync_dir().unwrap_or_else(|e| stop("fsync of /data", e));
     for i in acked.len()..puts {
         let (key, value) = (format!("k{i}"), format!("v{i}"));
-        server.put(&key, &value);
+        if let Err(e) = server.put(&key, &value) {
+            // Fail-stop: the put is not acknowledged, and the store stops taking writes.
+            println!("kv: put {key} failed ({e}); not acknowledged, stopping");
+            break;
+        }
         // The put is acknowledged: the client records it durably, in one write.
-        client_log.write_all(format!("{key}={value}\n").as_bytes()).expect("record ack");
+        if let Err(e) = client_log.write_all(format!("{key}={value}\n").as_bytes()) {
+            println!("kv: the client could not record the ack of {key} ({e}); stopping");
+            break;
+        }
     }
-    println!("kv: {} puts acknowledged, {} keys stored", puts.max(acked.len()), server.state.len());
+    println!("kv: {} keys stored", server.state.len());
 }

@@ -7,7 +7,7 @@ use deja_protocol::{
 use super::*;
 
 /// Calls the deja syscall with `req` and its arguments (RSI, RDX, R10, R8).
-fn deja(k: &mut Kernel, m: &mut FakeMemory, req: Request, args: &[u64]) -> i64 {
+pub(super) fn deja(k: &mut Kernel, m: &mut FakeMemory, req: Request, args: &[u64]) -> i64 {
     deja_word(k, m, req.word(), args)
 }
 
@@ -325,18 +325,25 @@ fn random_and_choice_are_seeded_decisions() {
     assert_ne!(c1, c2);
     assert!(c1.iter().all(|c| *c < 1000));
 
-    // Random continues the stream getrandom reads (after AT_RANDOM's 16 bytes).
+    // Random and Choice are decisions: they come from the decision stream, not from the stream
+    // getrandom reads, and are logged.
     let (mut k, _, mut m) = boot_spec(spec_with(exec_image(), 9));
-    let mut stream = RandomStream::new(9);
-    let mut b = [0u8; 40];
-    stream.fill(&mut b);
+    let mut decisions = RandomStream::with_context(crate::faults::FAULT_CONTEXT, 9);
+    let mut b = [0u8; 16];
+    decisions.fill(&mut b);
     let x = deja(&mut k, &mut m, Request::Random, &[]) as u64;
-    assert_eq!(x, u64::from_le_bytes(b[16..24].try_into().unwrap()));
+    assert_eq!(x, u64::from_le_bytes(b[..8].try_into().unwrap()));
+    assert_eq!(k.random_bytes_used(), 16, "AT_RANDOM only");
     let buf = scratch(&mut k, &mut m, 4096);
     assert_eq!(sc(&mut k, &mut m, "getrandom", &[buf, 8, 0]), 8);
-    assert_eq!(peek(&k, &mut m, buf, 8), b[24..32]);
-    assert_eq!(deja(&mut k, &mut m, Request::Random, &[]) as u64, u64::from_le_bytes(b[32..40].try_into().unwrap()));
-    assert_eq!(k.random_bytes_used(), 40);
+    let mut program = [0u8; 24];
+    RandomStream::new(9).fill(&mut program);
+    assert_eq!(peek(&k, &mut m, buf, 8), program[16..24]);
+    assert_eq!(deja(&mut k, &mut m, Request::Random, &[]) as u64, u64::from_le_bytes(b[8..16].try_into().unwrap()));
+    assert_eq!(k.random_bytes_used(), 24);
+    let log = k.decisions().to_vec();
+    assert_eq!(log.len(), 2);
+    assert_eq!((log[1].index, log[1].point.as_str(), log[1].options), (1, "sdk random #2", 0));
 
     // Choice: always below n, every value possible, roughly uniform; huge n rejects about half.
     assert_eq!(deja(&mut k, &mut m, Request::Choice, &[1]), 0);
@@ -347,14 +354,14 @@ fn random_and_choice_are_seeded_decisions() {
     }
     assert!(hist.iter().all(|h| (850..=1150).contains(h)), "{hist:?}");
     let n = (1u64 << 63) + 1;
-    let before = k.random_bytes_used();
+    let before = k.faults.stream.consumed();
     let mut high = 0;
     for _ in 0..400 {
         let c = deja(&mut k, &mut m, Request::Choice, &[n]) as u64;
         assert!(c < n);
         high += u32::from(c >= 1 << 62);
     }
-    let used = k.random_bytes_used() - before;
+    let used = k.faults.stream.consumed() - before;
     assert!(used % 8 == 0 && used > 400 * 8 * 3 / 2, "rejection sampling draws again ({used} bytes)");
     assert!((200..=400).contains(&high), "{high}");
     for n in [2, 3, 7, 1000, u64::MAX] {
@@ -362,9 +369,14 @@ fn random_and_choice_are_seeded_decisions() {
             assert!((deja(&mut k, &mut m, Request::Choice, &[n]) as u64) < n);
         }
     }
+    assert_eq!(deja(&mut k, &mut m, Request::Choice, &[0]), EINVAL, "no decision");
     let r = k.finish(&m, ExitStatus::Exited { code: 0 });
-    assert_eq!(r.protocol_errors, 0);
+    assert_eq!(r.protocol_errors, 1);
     assert!(r.unsupported.is_empty());
+    let last = r.decisions.last().unwrap();
+    assert_eq!((last.point.as_str(), last.options), ("sdk choice #6651 of 18446744073709551615", u64::MAX));
+    assert_eq!(r.decisions.len(), 2 + 6651);
+    assert!(r.decisions.iter().enumerate().all(|(i, d)| d.index == i as u64 && !d.overridden));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -665,7 +665,7 @@ fn torn_and_reordered_images_follow_decisions() {
     // Torn: the first pending write spans offsets 1000..2100: sectors 1..4 (4 sectors).
     let image_with = |k: &Kernel, choices: Vec<u64>| {
         let mut k = k.clone();
-        k.replay_fault_decisions(choices);
+        override_next(&mut k, choices);
         let img = k.crash_image();
         (img.file("/data/wal").unwrap().to_vec(), k.decisions().to_vec(), k.faults())
     };
@@ -673,7 +673,10 @@ fn torn_and_reordered_images_follow_decisions() {
     let durable_now = f.durable.clone();
     let (c, d, l) = image_with(&h.k, vec![0]);
     assert_eq!(c, durable_now);
-    assert_eq!(d, vec![DecisionRecord { point: "torn /data/wal".into(), choice: 0, options: 5 }]);
+    assert_eq!(
+        d,
+        vec![DecisionRecord { index: 0, point: "torn /data/wal".into(), options: 5, choice: 0, overridden: true }]
+    );
     let torn = l.iter().find(|r| r.kind == FaultKind::TornWrite).unwrap();
     assert!(!torn.selected && !torn.applied);
     let (c, _, l) = image_with(&h.k, vec![2]);
@@ -688,7 +691,7 @@ fn torn_and_reordered_images_follow_decisions() {
     assert_ne!(c, full);
     // Reordered: keep only the truncate (op 2 of 2).
     let mut k = h.k.clone();
-    k.faults.config = FaultConfig { reordered_writes: true, ..Default::default() };
+    k.set_fault_config(FaultConfig { reordered_writes: true, ..Default::default() });
     let (c, d, l) = image_with(&k, vec![0, 1]);
     let mut want = durable_now.clone();
     want.truncate(1500);
@@ -726,21 +729,21 @@ fn eio_and_enospc_injection() {
     assert_eq!(r.faults.len(), 1);
     let f = &r.faults[0];
     assert_eq!((f.kind, f.selected, f.applied, f.observed), (FaultKind::Eio, true, true, true));
-    // fsync EIO: nothing durable, not a durable write; a replayed "no" lets a retry through.
+    // fsync EIO: nothing durable, not a durable write; an overridden "no" lets a retry through.
     let mut h = H::with({
         let mut s = spec_with(exec_image(), 3);
         s.faults = FaultConfig { eio_on_fsync_ppm: 1_000_000, enospc_on_write_ppm: 1, ..Default::default() };
         s
     });
     let fd = h.open("/data/x", O_CREAT | O_RDWR);
-    h.k.replay_fault_decisions(vec![999_999]);
+    override_next(&mut h.k, vec![999_999]);
     assert_eq!(h.write(fd, b"data"), 4);
     assert_eq!(h.sc("fsync", &[fd as u64]), EIO);
     assert_eq!(h.k.durable_writes(), 0);
     assert_eq!(h.sc("syncfs", &[fd as u64]), EIO);
     assert_eq!(h.sc("sync", &[]), 0, "sync never fails");
     assert_eq!(h.k.crash_image().file("/data/x"), Some(&b"data"[..]));
-    h.k.replay_fault_decisions(vec![0]);
+    override_next(&mut h.k, vec![0]);
     assert_eq!(h.write(fd, b"more"), ENOSPC);
     let r = h.k.finish(&h.m, ExitStatus::Exited { code: 0 });
     let kinds: Vec<FaultKind> = r.faults.iter().map(|f| f.kind).collect();
@@ -1216,7 +1219,7 @@ proptest! {
     ) {
         let faults = FaultConfig { torn_writes: torn, reordered_writes: reorder, ..Default::default() };
         let (mut k, model) = run_ops(&ops, crash_at, faults, seed);
-        k.replay_fault_decisions(replay);
+        override_next(&mut k, replay);
         let image = k.crash_image();
         image.validate().unwrap();
         check_allowed(&model, &image, torn, reorder)?;
@@ -1250,7 +1253,7 @@ proptest! {
             let mut kk = k.clone();
             let mut c = choices.clone();
             c.resize(64, 0);
-            kk.replay_fault_decisions(c);
+            override_next(&mut kk, c);
             let image = Kernel::crash_image(&mut kk);
             let taken = kk.decisions().to_vec();
             reached.insert(data_view(&image).into_iter().collect());

@@ -1,0 +1,338 @@
+//! `deja explore`, `deja replay` and `deja minimize`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use deja_explore::{BugFile, CampaignConfig, Mode, Strategy, Target};
+
+use crate::exit;
+
+/// Arguments of `deja explore`.
+#[derive(Debug, clap::Args)]
+pub struct ExploreArgs {
+    /// Rounds to run (in total, counting a resumed campaign's).
+    #[arg(long, value_name = "N")]
+    pub runs: Option<u64>,
+    /// Wall time to explore in this invocation, e.g. 90s, 10m, 1h.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub budget: Option<Duration>,
+    /// Seed of the program's run and of the explorer's choices.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Directory of the campaign: corpus, checkpoint, bug files, reports.
+    #[arg(long, default_value = "deja-out")]
+    pub out: PathBuf,
+    /// Continue the campaign in --out.
+    #[arg(long)]
+    pub resume: bool,
+    /// `coverage` (guided, forking) or `random` (independent seeds: the baseline).
+    #[arg(long, default_value = "coverage", value_parser = ["coverage", "random"])]
+    pub strategy: String,
+    /// What mutations change: `faults`, `random` (SDK random choices) or `both`.
+    #[arg(long, default_value = "both", value_parser = ["faults", "random", "both"])]
+    pub mode: String,
+    /// Also run the random strategy on the same number of rounds and compare in the report.
+    #[arg(long)]
+    pub baseline: bool,
+    /// Declare an input file the program may open read-only.
+    #[arg(long = "file", value_name = "HOST[:GUEST]")]
+    pub files: Vec<String>,
+    /// An environment variable for the program.
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Guest RAM in MiB.
+    #[arg(long, default_value_t = 1024, value_name = "MiB")]
+    pub memory: u64,
+    /// No progress display.
+    #[arg(long)]
+    pub quiet: bool,
+    /// The static program to explore.
+    pub program: PathBuf,
+    /// Arguments for the program (after `--`).
+    #[arg(last = true)]
+    pub args: Vec<String>,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| format!("{s}: expected a number with s, m or h"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("{s}: unknown unit {unit:?} (use s, m or h)")),
+    };
+    Ok(Duration::from_secs(secs))
+}
+
+fn read_files(decls: &[String]) -> Result<BTreeMap<String, Vec<u8>>, (i32, String)> {
+    let mut files = BTreeMap::new();
+    for decl in decls {
+        let (host, guest) = match decl.split_once(':') {
+            Some((h, g)) => (h.to_string(), g.to_string()),
+            None => (decl.clone(), format!("/{}", decl.trim_start_matches("./").trim_start_matches('/'))),
+        };
+        let data =
+            std::fs::read(&host).map_err(|e| (exit::NOT_FOUND, format!("cannot read declared file {host}: {e}")))?;
+        files.insert(guest, data);
+    }
+    Ok(files)
+}
+
+fn target(args: &ExploreArgs) -> Result<Target, (i32, String)> {
+    let image = std::fs::read(&args.program)
+        .map_err(|e| (exit::NOT_FOUND, format!("cannot read program {}: {e}", args.program.display())))?;
+    let name = args.program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut argv = vec![format!("/bin/{name}")];
+    argv.extend(args.args.iter().cloned());
+    let spec = deja_kernel::ProgramSpec {
+        image,
+        exe_path: argv[0].clone(),
+        argv,
+        env: args.env.clone(),
+        files: read_files(&args.files)?,
+        seed: args.seed,
+        ..Default::default()
+    };
+    Ok(Target { spec, memory: args.memory << 20, path: args.program.display().to_string() })
+}
+
+fn config(args: &ExploreArgs, strategy: Strategy, out: PathBuf) -> CampaignConfig {
+    CampaignConfig {
+        runs: args.runs,
+        budget: args.budget,
+        seed: args.seed,
+        out,
+        resume: args.resume,
+        strategy,
+        mode: match args.mode.as_str() {
+            "faults" => Mode::Faults,
+            "random" => Mode::Random,
+            _ => Mode::Both,
+        },
+    }
+}
+
+/// `deja explore`: exit 0 when no bug was found, 1 when bugs were found, 2 when the campaign ran
+/// no round, 125 when deja failed.
+pub fn main(args: ExploreArgs) -> i32 {
+    if args.runs.is_none() && args.budget.is_none() {
+        eprintln!("deja: error: give a budget: --runs N or --budget 10m");
+        return 2;
+    }
+    let target = match target(&args) {
+        Ok(t) => t,
+        Err((code, m)) => {
+            eprintln!("deja: error: {m}");
+            return code;
+        }
+    };
+    let strategy = if args.strategy == "random" { Strategy::Random } else { Strategy::Coverage };
+    let bar =
+        if args.quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(args.runs.unwrap_or(0)) };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} round {pos}{len_fmt} {per_sec} | {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    let mut show = |p: &deja_explore::Progress| {
+        bar.set_position(p.round);
+        bar.set_message(format!("edges {} + {} semantic | corpus {} | bugs {}", p.edges, p.semantic, p.corpus, p.bugs));
+    };
+    let result = deja_explore::explore(&target, &config(&args, strategy, args.out.clone()), &mut show);
+    bar.finish_and_clear();
+    let mut campaign = match result {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("deja: error: {e}");
+            return match e {
+                deja_explore::ExploreError::Invalid(_) => 2,
+                _ => exit::DEJA_FAILED,
+            };
+        }
+    };
+    if args.baseline && strategy == Strategy::Coverage {
+        let mut base_args = config(&args, Strategy::Random, args.out.join("baseline"));
+        base_args.runs = Some(campaign.rounds);
+        base_args.budget = None;
+        match deja_explore::explore(&target, &base_args, &mut |_| {}) {
+            Ok(b) => campaign.baseline = Some(Box::new(b)),
+            Err(e) => eprintln!("deja: the random baseline failed: {e}"),
+        }
+    }
+    if let Err(e) = deja_explore::write_reports(&campaign, &args.out) {
+        eprintln!("deja: error: {e}");
+        return exit::DEJA_FAILED;
+    }
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(
+        err,
+        "deja: explored {} rounds ({} strategy): {} of {} edges, corpus {}, {} bug(s)",
+        campaign.rounds,
+        campaign.strategy,
+        campaign.edges_hit,
+        campaign.edges_total,
+        campaign.corpus_size,
+        campaign.bugs.len()
+    );
+    for b in &campaign.bugs {
+        let _ = writeln!(err, "deja:   bug {} (round {}): {}", b.id, b.first_round, b.signature);
+        let _ = writeln!(err, "deja:     reproduce: {}", b.reproduce);
+    }
+    if let Some(base) = &campaign.baseline {
+        let _ = writeln!(
+            err,
+            "deja: random baseline on the same budget: {} of {} edges, {} bug(s)",
+            base.edges_hit,
+            base.edges_total,
+            base.bugs.len()
+        );
+    }
+    let _ = writeln!(err, "deja: reports in {}/report.{{txt,json,html}}", args.out.display());
+    if campaign.rounds == 0 {
+        2
+    } else if campaign.bugs.is_empty() {
+        0
+    } else {
+        1
+    }
+}
+
+/// Arguments of `deja replay`.
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// Print the last syscalls of the failing run.
+    #[arg(long)]
+    pub trace: bool,
+    /// The program, if it is no longer where the bug file says.
+    #[arg(long, value_name = "PATH")]
+    pub program: Option<PathBuf>,
+    /// Declared input files again, as `deja explore` was given them.
+    #[arg(long = "file", value_name = "HOST[:GUEST]")]
+    pub files: Vec<String>,
+    /// The bug file.
+    pub bug: PathBuf,
+}
+
+fn load_bug(bug: &Path, program: Option<&Path>, files: &[String]) -> Result<(BugFile, Target), (i32, String)> {
+    let b = BugFile::read(bug).map_err(|e| (exit::NOT_LOADABLE, e.to_string()))?;
+    let path = program.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(&b.program));
+    let image = std::fs::read(&path).map_err(|e| (2, format!("cannot read the program {}: {e}", path.display())))?;
+    let t = b.target(image, read_files(files)?, &path.display().to_string()).map_err(|e| (2, e.to_string()))?;
+    Ok((b, t))
+}
+
+/// `deja replay`: exit 1 when the failure reproduced (same signature and digest), 0 when it did
+/// not, 2 when the evidence is incomplete (missing or different program, damaged bug file).
+pub fn replay(args: ReplayArgs) -> i32 {
+    let (bug, mut t) = match load_bug(&args.bug, args.program.as_deref(), &args.files) {
+        Ok(x) => x,
+        Err((_, m)) => {
+            eprintln!("deja: cannot replay: {m}");
+            return 2;
+        }
+    };
+    t.spec.record_trace = args.trace;
+    let mut stdout = std::io::stdout().lock();
+    let out = match deja_explore::replay(&bug, &t, &mut |s, b| {
+        let _ = match s {
+            deja_kernel::Stream::Stdout => stdout.write_all(b),
+            deja_kernel::Stream::Stderr => std::io::stderr().write_all(b),
+        };
+    }) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("deja: replay failed to run: {e}");
+            return 2;
+        }
+    };
+    if args.trace {
+        for (i, life) in out.lives.iter().enumerate() {
+            let trace = &life.run.report.trace;
+            eprintln!("deja: life {i}: last {} of {} syscalls:", trace.len().min(20), trace.len());
+            for e in trace.iter().skip(trace.len().saturating_sub(20)) {
+                eprintln!(
+                    "deja:   #{:<5} {:<16} {:x?} -> {:?}",
+                    e.index,
+                    e.name,
+                    &e.args[..3],
+                    e.ret.map(|r| r as i64)
+                );
+            }
+        }
+    }
+    let same_digest = out.digest == bug.digest;
+    match &out.failure {
+        Some(sig) if *sig == bug.signature && same_digest => {
+            eprintln!("deja: reproduced bug {}: {sig} (digest {})", bug.id, out.digest);
+            1
+        }
+        Some(sig) if *sig == bug.signature => {
+            eprintln!(
+                "deja: the failure reproduced but the run differs (digest {} instead of {})",
+                out.digest, bug.digest
+            );
+            1
+        }
+        Some(sig) => {
+            eprintln!("deja: not reproduced: the run failed differently: {sig}");
+            0
+        }
+        None => {
+            eprintln!("deja: not reproduced: the run held (digest {})", out.digest);
+            0
+        }
+    }
+}
+
+/// Arguments of `deja minimize`.
+#[derive(Debug, clap::Args)]
+pub struct MinimizeArgs {
+    /// Where to write the minimized bug file (default: next to the input, `.min.json`).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// The program, if it is no longer where the bug file says.
+    #[arg(long, value_name = "PATH")]
+    pub program: Option<PathBuf>,
+    /// Declared input files again.
+    #[arg(long = "file", value_name = "HOST[:GUEST]")]
+    pub files: Vec<String>,
+    /// The bug file.
+    pub bug: PathBuf,
+}
+
+/// `deja minimize`: 0 when a verified minimized bug file was written, 2 when the bug did not
+/// reproduce or could not be loaded.
+pub fn minimize(args: MinimizeArgs) -> i32 {
+    let (bug, t) = match load_bug(&args.bug, args.program.as_deref(), &args.files) {
+        Ok(x) => x,
+        Err((_, m)) => {
+            eprintln!("deja: cannot minimize: {m}");
+            return 2;
+        }
+    };
+    let out = args.out.clone().unwrap_or_else(|| args.bug.with_extension("min.json"));
+    match deja_explore::minimize(&bug, &t, &out.display().to_string()) {
+        Ok(m) => {
+            if let Err(e) = m.bug.write(&out) {
+                eprintln!("deja: error: {e}");
+                return exit::DEJA_FAILED;
+            }
+            eprintln!(
+                "deja: minimized bug {} in {} runs: {} of {} input elements kept; removed: {}",
+                bug.id,
+                m.tests,
+                m.bug.input.size(),
+                bug.input.size(),
+                if m.bug.removed.is_empty() { "nothing".to_string() } else { m.bug.removed.join(", ") }
+            );
+            eprintln!("deja: verified by replay; written to {} (reproduce: {})", out.display(), m.bug.reproduce);
+            0
+        }
+        Err(e) => {
+            eprintln!("deja: cannot minimize: {e}");
+            2
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! `deja explore`, `deja replay` and `deja minimize` end to end.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn out_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("deja-explore-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn explore(out: &Path, extra: &[&str], program: &str, args: &[&str]) -> std::process::Output {
+    let mut cmd = vec!["explore", "--quiet", "--out", out.to_str().unwrap()];
+    cmd.extend_from_slice(extra);
+    cmd.push(program);
+    cmd.push("--");
+    cmd.extend_from_slice(args);
+    deja(&cmd)
+}
+
+fn report(out: &Path) -> serde_json::Value {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    v["campaign"].clone()
+}
+
+fn bug_files(out: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            n.starts_with("bug-") && n.ends_with(".json") && !n.ends_with(".min.json")
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn exploring_crash_points_finds_the_lost_write_and_the_files_say_so() {
+    let kv = guest("kv").to_string_lossy().into_owned();
+    let out = out_dir("kv-buggy");
+    let o = explore(&out, &["--runs", "40", "--mode", "faults"], &kv, &["--variant", "buggy", "6"]);
+    assert_eq!(o.status.code(), Some(1), "bugs found exit 1: {}", stderr(&o));
+    for f in ["checkpoint.json", "report.txt", "report.json", "report.html", "corpus/entry-000000.json"] {
+        assert!(out.join(f).exists(), "{f} written");
+    }
+    let bugs = bug_files(&out);
+    assert_eq!(bugs.len(), 1, "deduplicated by signature: {bugs:?}");
+    let bug: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&bugs[0]).unwrap()).unwrap();
+    assert!(bug["signature"].as_str().unwrap().contains("every acknowledged put survives a crash"));
+    assert!(bug["input"]["faults"]["crash_after_durable_write"].is_u64());
+    assert_eq!(bug["program_blake3"].as_str().unwrap().len(), 64);
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("1 bug"), "the page shows the bug");
+    assert_eq!(report(&out)["rounds"], 40);
+
+    // Replay reproduces it exactly.
+    let r = deja(&["replay", bugs[0].to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(1), "{}", stderr(&r));
+    assert!(stderr(&r).contains("reproduced bug"), "{}", stderr(&r));
+    assert!(stderr(&r).contains(bug["digest"].as_str().unwrap()), "same digest");
+    let traced = deja(&["replay", "--trace", bugs[0].to_str().unwrap()]);
+    assert!(stderr(&traced).contains("last "), "{}", stderr(&traced));
+
+    // The same input against the fixed program does not fail: replay says "not reproduced".
+    let mut fixed_bug = bug.clone();
+    fixed_bug["argv"][2] = "fixed".into();
+    let fixed_path = out.join("fixed.json");
+    std::fs::write(&fixed_path, serde_json::to_string(&fixed_bug).unwrap()).unwrap();
+    let r = deja(&["replay", fixed_path.to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    // Another binary than the bug's is incomplete evidence.
+    let r = deja(&["replay", "--program", &guest("hello").to_string_lossy(), bugs[0].to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(2), "{}", stderr(&r));
+
+    // Minimization keeps only what the failure needs and verifies it.
+    let m = deja(&["minimize", bugs[0].to_str().unwrap()]);
+    assert_eq!(m.status.code(), Some(0), "{}", stderr(&m));
+    let min_path = bugs[0].with_extension("min.json");
+    let min: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&min_path).unwrap()).unwrap();
+    assert_eq!(min["signature"], bug["signature"]);
+    assert!(min["input"]["faults"]["crash_after_durable_write"].is_u64(), "the crash is what the bug needs");
+    assert!(min["input"]["overrides"].as_object().unwrap().is_empty());
+    let r = deja(&["replay", min_path.to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(1));
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn the_fixed_store_survives_exploration() {
+    let kv = guest("kv").to_string_lossy().into_owned();
+    let out = out_dir("kv-fixed");
+    let o = explore(&out, &["--runs", "40", "--mode", "faults"], &kv, &["--variant", "fixed", "6"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(bug_files(&out).is_empty());
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn random_choices_reach_a_rare_bug_and_campaigns_are_deterministic() {
+    let bank = guest("bank").to_string_lossy().into_owned();
+    let a = out_dir("bank-a");
+    let b = out_dir("bank-b");
+    let args = ["--rare-bug", "5"];
+    let flags = ["--runs", "150", "--seed", "3", "--mode", "random"];
+    let oa = explore(&a, &flags, &bank, &args);
+    let ob = explore(&b, &flags, &bank, &args);
+    assert_eq!(ob.status.code(), Some(1), "{}", stderr(&ob));
+    assert_eq!(oa.status.code(), Some(1), "{}", stderr(&oa));
+    let (ra, rb) = (report(&a), report(&b));
+    let strip = |v: &serde_json::Value| -> Vec<(String, String, u64)> {
+        v["bugs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                (
+                    b["id"].as_str().unwrap().into(),
+                    b["signature"].as_str().unwrap().into(),
+                    b["first_round"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(strip(&ra), strip(&rb), "the same seed finds the same bugs in the same rounds");
+    assert_eq!(ra["timeline"], rb["timeline"]);
+    assert!(ra["bugs"][0]["signature"].as_str().unwrap().contains("money is neither created nor destroyed"));
+    // The program run alone with that seed does not fail: exploration found it.
+    let (_, plain) = run_json(&["--seed", "3", &bank, "--", "--rare-bug", "5"]);
+    assert_eq!(plain["assertion_failed"], false);
+    std::fs::remove_dir_all(&a).ok();
+    std::fs::remove_dir_all(&b).ok();
+}
+
+#[test]
+fn a_resumed_campaign_continues_where_it_stopped() {
+    let bank = guest("bank").to_string_lossy().into_owned();
+    let whole = out_dir("resume-whole");
+    let split = out_dir("resume-split");
+    let args = ["--rare-bug", "5"];
+    explore(&whole, &["--runs", "60", "--seed", "3", "--mode", "random"], &bank, &args);
+    explore(&split, &["--runs", "25", "--seed", "3", "--mode", "random"], &bank, &args);
+    let again = explore(&split, &["--runs", "60", "--seed", "3", "--mode", "random"], &bank, &args);
+    assert_eq!(again.status.code(), Some(2), "an existing campaign is not overwritten: {}", stderr(&again));
+    explore(&split, &["--runs", "60", "--seed", "3", "--mode", "random", "--resume"], &bank, &args);
+    let (w, s) = (report(&whole), report(&split));
+    assert_eq!(s["rounds"], 60);
+    assert_eq!(w["timeline"], s["timeline"], "resuming loses nothing and changes nothing");
+    assert_eq!(w["bugs"][0]["first_round"], s["bugs"][0]["first_round"]);
+    assert_eq!(w["bugs"][0]["id"], s["bugs"][0]["id"]);
+    std::fs::remove_dir_all(&whole).ok();
+    std::fs::remove_dir_all(&split).ok();
+}
+
+#[test]
+fn the_random_baseline_runs_beside_a_campaign() {
+    let kv = guest("kv").to_string_lossy().into_owned();
+    let out = out_dir("baseline");
+    let o = explore(&out, &["--runs", "20", "--mode", "faults", "--baseline"], &kv, &["--variant", "buggy", "4"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let r = report(&out);
+    assert_eq!(r["baseline"]["strategy"], "random");
+    assert_eq!(r["baseline"]["rounds"], 20);
+    assert!(stderr(&o).contains("random baseline on the same budget"));
+    let text = std::fs::read_to_string(out.join("report.txt")).unwrap();
+    assert!(text.contains("random baseline"), "{text}");
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn explore_needs_a_budget() {
+    let o = deja(&["explore", &guest("hello").to_string_lossy()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--runs N or --budget"), "{}", stderr(&o));
+    let _ = Command::new("true");
+}

@@ -1,0 +1,224 @@
+//! Renders the report of an exploration campaign (`deja explore`) three ways:
+//!
+//! - [`render_text`]: a plain report for a terminal;
+//! - [`render_json`]: the [`Campaign`] model wrapped as `{"schema": "deja.explore-report/1", "campaign": {...}}`,
+//!   read back with [`parse_json`];
+//! - [`render_html`]: one self-contained HTML page (inline CSS and SVG, no JavaScript, no external resources).
+//!
+//! The crate is pure: it only turns a [`Campaign`] into strings. Every renderer copes with an empty timeline, a
+//! program without coverage instrumentation (`edges_total == 0`) and a campaign without bugs.
+
+mod html;
+mod text;
+
+pub use html::render_html;
+pub use text::render_text;
+
+/// The `schema` tag at the top level of [`render_json`]'s output.
+pub const SCHEMA: &str = "deja.explore-report/1";
+
+/// Everything one exploration campaign found, as the renderers show it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Campaign {
+    /// The guest path or program file, as shown to the user.
+    pub program: String,
+    /// The BLAKE3 hash (hex) of the program.
+    pub program_blake3: String,
+    /// How inputs were chosen: `"coverage"` or `"random"`.
+    pub strategy: String,
+    /// What was varied: `"faults"`, `"random"` or `"both"`.
+    pub mode: String,
+    /// The campaign's seed.
+    pub seed: u64,
+    /// How many rounds (runs of the program) the campaign made.
+    pub rounds: u64,
+    /// Wall-clock duration in seconds; for display only.
+    pub wall_seconds: f64,
+    /// How many inputs the corpus held at the end.
+    pub corpus_size: u64,
+    /// How many edges the program is instrumented with (0 if the program has no coverage).
+    pub edges_total: u64,
+    /// How many distinct edges the campaign hit.
+    pub edges_hit: u64,
+    /// Progress, one point per round (or sampled), in round order.
+    pub timeline: Vec<RoundPoint>,
+    /// The distinct bugs found.
+    pub bugs: Vec<BugSummary>,
+    /// Campaign-wide assertion verdicts.
+    pub assertions: Vec<AssertionLine>,
+    /// A random-strategy run on the same budget, for comparison, if any.
+    pub baseline: Option<Box<Campaign>>,
+}
+
+/// The campaign's progress after one round.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RoundPoint {
+    /// The round number.
+    pub round: u64,
+    /// Distinct edges hit so far.
+    pub edges_hit: u64,
+    /// Corpus size so far.
+    pub corpus_size: u64,
+    /// Distinct bugs found so far.
+    pub bugs: u64,
+}
+
+/// One distinct bug.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BugSummary {
+    /// A short identifier.
+    pub id: String,
+    /// What went wrong, as one line (the failure's signature).
+    pub signature: String,
+    /// The round in which it was first found.
+    pub first_round: u64,
+    /// The file holding the reproducer (`bug-<id>.json`).
+    pub file: String,
+    /// The command that reproduces it.
+    pub reproduce: String,
+    /// How many decisions the failing run made.
+    pub decisions: u64,
+    /// How many decisions remain after minimization, if it was minimized.
+    pub minimized: Option<u64>,
+}
+
+/// The campaign-wide verdict on one assertion site.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AssertionLine {
+    /// The assertion's message.
+    pub message: String,
+    /// Its kind (`always`, `sometimes`, `reachable`, ...).
+    pub kind: String,
+    /// How many times it was evaluated.
+    pub hits: u64,
+    /// How many of those evaluations were false.
+    pub failures: u64,
+    /// Its status (`passed`, `failed`, `satisfied`, `unsatisfied`, `reached`, `unreached`, ...).
+    pub status: String,
+}
+
+#[derive(serde::Serialize)]
+struct Wrapped<'a> {
+    schema: &'static str,
+    campaign: &'a Campaign,
+}
+
+#[derive(serde::Deserialize)]
+struct Unwrapped {
+    schema: String,
+    campaign: Campaign,
+}
+
+/// The campaign as pretty JSON: `{"schema": "deja.explore-report/1", "campaign": {...}}`.
+///
+/// A non-finite `wall_seconds` is written as `null` (JSON has no NaN), which [`parse_json`] rejects.
+pub fn render_json(c: &Campaign) -> String {
+    serde_json::to_string_pretty(&Wrapped { schema: SCHEMA, campaign: c }).expect("a Campaign always serializes")
+}
+
+/// Reads back what [`render_json`] wrote, checking the schema tag.
+pub fn parse_json(s: &str) -> Result<Campaign, serde_json::Error> {
+    let w: Unwrapped = serde_json::from_str(s)?;
+    if w.schema != SCHEMA {
+        return Err(serde::de::Error::custom(format!("unknown schema {:?}, expected {SCHEMA:?}", w.schema)));
+    }
+    Ok(w.campaign)
+}
+
+/// Escapes `&`, `<`, `>`, `"` and `'` for HTML text and attribute values.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(ch),
+        }
+    }
+    out
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// A wall-clock duration for people; `-` when it is not a usable number.
+fn duration(secs: f64) -> String {
+    if !secs.is_finite() || secs < 0.0 {
+        return "-".to_string();
+    }
+    if secs < 60.0 {
+        return format!("{secs:.1} s");
+    }
+    let whole = secs.round() as u64;
+    if whole < 3600 {
+        format!("{}m {:02}s", whole / 60, whole % 60)
+    } else {
+        format!("{}h {:02}m", whole / 3600, whole % 3600 / 60)
+    }
+}
+
+/// `hit / total` as a percentage with one decimal, or `None` when there are no edges.
+fn percent(hit: u64, total: u64) -> Option<String> {
+    (total > 0).then(|| format!("{:.1}%", hit as f64 * 100.0 / total as f64))
+}
+
+/// `"1 bug"`, `"2 bugs"`.
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", thousands(n), if n == 1 { one } else { many })
+}
+
+/// How the strategy is named in comparisons.
+fn strategy_label(strategy: &str) -> String {
+    match strategy {
+        "coverage" => "coverage-guided".to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// The one-line comparison with the baseline, if there is one.
+fn comparison_line(c: &Campaign) -> Option<String> {
+    let b = c.baseline.as_deref()?;
+    let side = |c: &Campaign| {
+        format!(
+            "{} edges, {} in {} rounds",
+            thousands(c.edges_hit),
+            plural(c.bugs.len() as u64, "bug", "bugs"),
+            thousands(c.rounds)
+        )
+    };
+    Some(format!("{}: {}; {} baseline: {}", strategy_label(&c.strategy), side(c), b.strategy, side(b)))
+}
+
+/// How an assertion status should be colored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tone {
+    Good,
+    Bad,
+    Warn,
+    Muted,
+}
+
+fn status_tone(status: &str) -> Tone {
+    match status.to_ascii_lowercase().as_str() {
+        "passed" | "satisfied" | "reached" | "ok" | "pass" => Tone::Good,
+        "failed" | "fail" | "violated" => Tone::Bad,
+        "unsatisfied" => Tone::Warn,
+        _ => Tone::Muted,
+    }
+}
+
+#[cfg(test)]
+mod tests;

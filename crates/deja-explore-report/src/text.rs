@@ -1,0 +1,118 @@
+//! The plain-text report.
+
+use std::fmt::Write as _;
+
+use crate::{comparison_line, duration, percent, plural, thousands, Campaign};
+
+/// A plain report a person reads in a terminal: a header with the key numbers, the bugs with the commands that
+/// reproduce them, the assertions, and the comparison with the baseline when there is one.
+pub fn render_text(c: &Campaign) -> String {
+    let mut out = String::new();
+    let bugs = c.bugs.len() as u64;
+    let verdict = if bugs == 0 { "no bug found".to_string() } else { format!("{} found", plural(bugs, "bug", "bugs")) };
+    let _ = writeln!(out, "deja explore: {}: {verdict}", c.program);
+    let coverage = if c.edges_total == 0 {
+        "no coverage instrumentation".to_string()
+    } else {
+        format!(
+            "{} / {} edges ({})",
+            thousands(c.edges_hit),
+            thousands(c.edges_total),
+            percent(c.edges_hit, c.edges_total).unwrap_or_default()
+        )
+    };
+    let header = [
+        ("program", c.program.clone()),
+        ("blake3", c.program_blake3.clone()),
+        ("strategy", format!("{} (mode: {})", c.strategy, c.mode)),
+        ("seed", c.seed.to_string()),
+        ("rounds", thousands(c.rounds)),
+        ("time", duration(c.wall_seconds)),
+        ("corpus", plural(c.corpus_size, "input", "inputs")),
+        ("coverage", coverage),
+    ];
+    for (key, value) in header {
+        let _ = writeln!(out, "  {key:<10}{value}");
+    }
+
+    out.push('\n');
+    if c.bugs.is_empty() {
+        out.push_str("bugs: none found\n");
+    } else {
+        let _ = writeln!(out, "bugs ({bugs}):");
+        let rows: Vec<Vec<String>> = c
+            .bugs
+            .iter()
+            .map(|b| {
+                let decisions = match b.minimized {
+                    Some(m) => format!("{} -> {}", thousands(b.decisions), thousands(m)),
+                    None => thousands(b.decisions),
+                };
+                vec![
+                    b.id.clone(),
+                    b.signature.clone(),
+                    thousands(b.first_round),
+                    decisions,
+                    b.file.clone(),
+                    b.reproduce.clone(),
+                ]
+            })
+            .collect();
+        table(&mut out, &["ID", "SIGNATURE", "FIRST ROUND", "DECISIONS", "FILE", "REPRODUCE"], &rows, &[2, 3]);
+    }
+
+    out.push('\n');
+    if c.assertions.is_empty() {
+        out.push_str("assertions: none\n");
+    } else {
+        let _ = writeln!(out, "assertions ({}):", c.assertions.len());
+        let rows: Vec<Vec<String>> = c
+            .assertions
+            .iter()
+            .map(|a| {
+                vec![a.status.clone(), a.kind.clone(), thousands(a.hits), thousands(a.failures), a.message.clone()]
+            })
+            .collect();
+        table(&mut out, &["STATUS", "KIND", "HITS", "FAILURES", "MESSAGE"], &rows, &[2, 3]);
+    }
+
+    if let Some(line) = comparison_line(c) {
+        out.push('\n');
+        let _ = writeln!(out, "comparison: {line}");
+    }
+    out
+}
+
+/// Writes an aligned table indented by two spaces; the columns in `right` are right-aligned. The last column is
+/// not padded, so long commands do not leave trailing spaces.
+fn table(out: &mut String, headers: &[&str], rows: &[Vec<String>], right: &[usize]) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut s = String::from(" ");
+        for (i, cell) in cells.enumerate() {
+            let pad = widths[i].saturating_sub(cell.chars().count());
+            s.push(' ');
+            if i + 1 == widths.len() {
+                s.push_str(cell);
+            } else if right.contains(&i) {
+                s.push_str(&" ".repeat(pad));
+                s.push_str(cell);
+                s.push(' ');
+            } else {
+                s.push_str(cell);
+                s.push_str(&" ".repeat(pad + 1));
+            }
+        }
+        out.push_str(s.trim_end());
+        out.push('\n');
+    };
+    line(&mut headers.iter().copied());
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+}

@@ -1,0 +1,438 @@
+//! The campaign loop: bootstrap, pick, mutate, fork, run, learn; checkpoints and reports.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use deja_explore_report as report;
+use deja_vmm::Fork;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::input::{run_fresh, run_on_fork, BugFile, Input, Outcome, Target};
+use crate::ExploreError;
+
+/// How rounds choose their runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Coverage-guided: mutate corpus entries, fork from the setup snapshot.
+    Coverage,
+    /// The baseline: independent seeds, no coverage feedback, no forking.
+    Random,
+}
+
+/// What mutations may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Fault placement only: crash points, torn/reordered writes, EIO.
+    Faults,
+    /// Random-choice branching only: SDK random values and choices.
+    Random,
+    /// Both.
+    Both,
+}
+
+impl Mode {
+    fn faults(self) -> bool {
+        matches!(self, Mode::Faults | Mode::Both)
+    }
+    fn random(self) -> bool {
+        matches!(self, Mode::Random | Mode::Both)
+    }
+}
+
+/// A campaign's settings.
+#[derive(Debug, Clone)]
+pub struct CampaignConfig {
+    /// Stop after this many rounds in total (counting resumed ones).
+    pub runs: Option<u64>,
+    /// Stop after this much wall time in this invocation.
+    pub budget: Option<Duration>,
+    /// Seed of the explorer's own choices.
+    pub seed: u64,
+    /// Output directory.
+    pub out: PathBuf,
+    /// Continue the campaign in `out`.
+    pub resume: bool,
+    /// Coverage-guided or random.
+    pub strategy: Strategy,
+    /// What to mutate.
+    pub mode: Mode,
+}
+
+/// Shown after every round.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// Rounds done.
+    pub round: u64,
+    /// Edges hit (SanitizerCoverage) so far.
+    pub edges: u64,
+    /// Semantic edges (assertion outcomes) so far.
+    pub semantic: u64,
+    /// Corpus size.
+    pub corpus: u64,
+    /// Distinct bugs.
+    pub bugs: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Entry {
+    input: Input,
+    new_edges: u64,
+    picks: u64,
+    durable_writes: u64,
+    /// Options of each decision of its run, by index.
+    options: Vec<u64>,
+    found_round: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct State {
+    schema: String,
+    program_blake3: String,
+    strategy: Strategy,
+    mode: Mode,
+    seed: u64,
+    round: u64,
+    rng: ChaCha20Rng,
+    fork_at: u64,
+    base_decisions: u64,
+    reference_durable_writes: u64,
+    virgin: Vec<u8>,
+    semantic: BTreeSet<u64>,
+    corpus: Vec<Entry>,
+    bugs: Vec<report::BugSummary>,
+    signatures: BTreeSet<String>,
+    unconfirmed: BTreeSet<String>,
+    timeline: Vec<report::RoundPoint>,
+    assertions: BTreeMap<String, report::AssertionLine>,
+    wall_seconds: f64,
+}
+
+/// The result of a campaign (what the reports show).
+pub type Campaign = report::Campaign;
+
+fn io_err(path: &Path, e: impl std::fmt::Display) -> ExploreError {
+    ExploreError::File { path: path.display().to_string(), message: e.to_string() }
+}
+
+fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<(), ExploreError> {
+    let bytes = serde_json::to_vec_pretty(v).expect("plain data serializes");
+    deja_format::write_atomic(path, &bytes).map_err(|e| io_err(path, e))
+}
+
+fn edges_hit(virgin: &[u8]) -> u64 {
+    virgin.iter().filter(|b| **b != 0).count() as u64
+}
+
+/// Folds an outcome into the coverage seen so far; returns how many new bits it brought.
+fn learn(state: &mut State, out: &Outcome) -> u64 {
+    if state.virgin.len() < out.coverage.len() {
+        state.virgin.resize(out.coverage.len(), 0);
+    }
+    let mut new = 0;
+    for (seen, b) in state.virgin.iter_mut().zip(&out.coverage) {
+        if b & !*seen != 0 {
+            new += 1;
+            *seen |= b;
+        }
+    }
+    for e in &out.semantic {
+        if state.semantic.insert(*e) {
+            new += 1;
+        }
+    }
+    for life in &out.lives {
+        for a in &life.run.report.assertions {
+            let key = format!("{}:{}:{}", a.file, a.line, a.message);
+            let line = state.assertions.entry(key).or_insert_with(|| report::AssertionLine {
+                message: a.message.clone(),
+                kind: a.kind.clone(),
+                hits: 0,
+                failures: 0,
+                status: String::new(),
+            });
+            line.hits += a.hits;
+            line.failures += a.failures;
+            let passes_seen = line.status == "satisfied" || a.passes > 0;
+            line.status = match a.kind.as_str() {
+                "always" | "always_or_unreachable" if line.failures > 0 => "failed",
+                "unreachable" if line.hits > 0 => "failed",
+                "sometimes" if passes_seen => "satisfied",
+                "sometimes" if line.hits > 0 => "unsatisfied",
+                "reachable" if line.hits > 0 => "reached",
+                _ if line.hits == 0 => "unreached",
+                _ => "passed",
+            }
+            .to_string();
+        }
+    }
+    new
+}
+
+fn pick(state: &mut State) -> usize {
+    let weights: Vec<u64> = state.corpus.iter().map(|e| 1 + 8 * e.new_edges / (1 + e.picks)).collect();
+    let total: u64 = weights.iter().sum();
+    let mut x = state.rng.next_u64() % total.max(1);
+    for (i, w) in weights.iter().enumerate() {
+        if x < *w {
+            return i;
+        }
+        x -= w;
+    }
+    0
+}
+
+fn mutate(state: &mut State, parent: &Entry, mode: Mode) -> Input {
+    let mut input = parent.input.clone();
+    let rng = &mut state.rng;
+    let first = state.base_decisions;
+    let count = parent.options.len() as u64;
+    let mut changed = false;
+    if mode.random() && count > first {
+        for _ in 0..1 + rng.next_u64() % 3 {
+            let i = first + rng.next_u64() % (count - first);
+            let options = parent.options[i as usize];
+            let choice = if options == 0 { rng.next_u64() } else { rng.next_u64() % options.max(1) };
+            input.overrides.insert(i, choice);
+            changed = true;
+        }
+    }
+    if mode.faults() {
+        let f = &mut input.faults;
+        let writes = parent.durable_writes.max(state.reference_durable_writes);
+        if writes > 0 && (rng.next_u64() % 2 == 0 || !changed) {
+            f.crash_after_durable_write = Some(1 + rng.next_u64() % writes);
+        }
+        if rng.next_u64() % 4 == 0 {
+            f.torn_writes = !f.torn_writes;
+        }
+        if rng.next_u64() % 4 == 0 {
+            f.reordered_writes = !f.reordered_writes;
+        }
+        if rng.next_u64() % 8 == 0 {
+            f.eio_on_fsync_ppm = if f.eio_on_fsync_ppm == 0 { 200_000 } else { 0 };
+        }
+    }
+    input
+}
+
+fn random_input(state: &mut State, mode: Mode) -> Input {
+    let mut input = Input::default();
+    if mode.faults() && state.reference_durable_writes > 0 {
+        let f = &mut input.faults;
+        if state.rng.next_u64() % 2 == 0 {
+            f.crash_after_durable_write = Some(1 + state.rng.next_u64() % state.reference_durable_writes);
+        }
+        f.torn_writes = state.rng.next_u64() % 4 == 0;
+        f.reordered_writes = state.rng.next_u64() % 4 == 0;
+    }
+    input
+}
+
+/// Runs a campaign (or continues one) and writes its files under `cfg.out`.
+pub fn explore(
+    target: &Target,
+    cfg: &CampaignConfig,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Campaign, ExploreError> {
+    let started = Instant::now();
+    std::fs::create_dir_all(cfg.out.join("corpus")).map_err(|e| io_err(&cfg.out, e))?;
+    let checkpoint = cfg.out.join("checkpoint.json");
+    let program_blake3 = blake3::hash(&target.spec.image).to_hex().to_string();
+
+    let mut state = if checkpoint.exists() {
+        if !cfg.resume {
+            return Err(ExploreError::Invalid(format!(
+                "{} already holds a campaign; add --resume to continue it or choose another --out",
+                cfg.out.display()
+            )));
+        }
+        let text = std::fs::read_to_string(&checkpoint).map_err(|e| io_err(&checkpoint, e))?;
+        let s: State = serde_json::from_str(&text)
+            .map_err(|e| ExploreError::Invalid(format!("{}: damaged checkpoint: {e}", checkpoint.display())))?;
+        if s.program_blake3 != program_blake3 || s.strategy != cfg.strategy || s.mode != cfg.mode {
+            return Err(ExploreError::Invalid(format!(
+                "{} belongs to another program, strategy or mode; it cannot be resumed with these",
+                checkpoint.display()
+            )));
+        }
+        s
+    } else {
+        // Bootstrap: one untouched run finds the setup point and the number of durable writes.
+        let reference = run_fresh(target, u64::MAX, &Input::default(), &mut |_, _| {})?;
+        let report0 = &reference.lives[0].run.report;
+        let fork_at = report0.setup_complete.as_ref().map(|s| s.syscall_index + 1).unwrap_or(0);
+        let mut s = State {
+            schema: "deja.explore-checkpoint/1".into(),
+            program_blake3: program_blake3.clone(),
+            strategy: cfg.strategy,
+            mode: cfg.mode,
+            seed: cfg.seed,
+            round: 0,
+            rng: ChaCha20Rng::seed_from_u64(cfg.seed),
+            fork_at,
+            base_decisions: 0,
+            reference_durable_writes: reference.durable_writes,
+            virgin: Vec::new(),
+            semantic: BTreeSet::new(),
+            corpus: Vec::new(),
+            bugs: Vec::new(),
+            signatures: BTreeSet::new(),
+            unconfirmed: BTreeSet::new(),
+            timeline: Vec::new(),
+            assertions: BTreeMap::new(),
+            wall_seconds: 0.0,
+        };
+        learn(&mut s, &reference);
+        s
+    };
+
+    let mut fork = match cfg.strategy {
+        Strategy::Coverage => {
+            let f = Fork::new(target.spec.clone(), target.memory, state.fork_at, &mut |_, _| {})?;
+            state.base_decisions = f.parent_kernel().decision_count();
+            Some(f)
+        }
+        Strategy::Random => None,
+    };
+    if state.corpus.is_empty() {
+        if let Some(f) = fork.as_mut() {
+            let out = run_on_fork(f, &Input::default())?;
+            let new_edges = learn(&mut state, &out);
+            let entry = Entry {
+                input: Input::default(),
+                new_edges: new_edges.max(1),
+                picks: 0,
+                durable_writes: out.durable_writes,
+                options: out.decisions.iter().map(|d| d.options).collect(),
+                found_round: 0,
+            };
+            write_json(&cfg.out.join("corpus").join("entry-000000.json"), &entry)?;
+            state.corpus.push(entry);
+        }
+    }
+
+    loop {
+        let done_runs = cfg.runs.is_some_and(|n| state.round >= n);
+        let done_time = cfg.budget.is_some_and(|b| started.elapsed() >= b);
+        if done_runs || done_time || (cfg.runs.is_none() && cfg.budget.is_none()) {
+            break;
+        }
+        state.round += 1;
+        let round = state.round;
+        let (input, out, fork_at, spec_seed) = match fork.as_mut() {
+            Some(f) => {
+                let i = pick(&mut state);
+                state.corpus[i].picks += 1;
+                let parent = state.corpus[i].clone();
+                let input = mutate(&mut state, &parent, cfg.mode);
+                let out = run_on_fork(f, &input)?;
+                (input, out, state.fork_at, target.spec.seed)
+            }
+            None => {
+                let seed = state.rng.next_u64();
+                let input = random_input(&mut state, cfg.mode);
+                let mut t = target.clone();
+                t.spec.seed = seed;
+                let out = run_fresh(&t, 0, &input, &mut |_, _| {})?;
+                (input, out, 0, seed)
+            }
+        };
+        let new_edges = learn(&mut state, &out);
+        if new_edges > 0 && fork.is_some() {
+            let entry = Entry {
+                input: input.clone(),
+                new_edges,
+                picks: 0,
+                durable_writes: out.durable_writes,
+                options: out.decisions.iter().map(|d| d.options).collect(),
+                found_round: round,
+            };
+            write_json(&cfg.out.join("corpus").join(format!("entry-{:06}.json", state.corpus.len())), &entry)?;
+            state.corpus.push(entry);
+        }
+        if let Some(sig) = out.failure.clone() {
+            if !state.signatures.contains(&sig) && !state.unconfirmed.contains(&sig) {
+                let mut t = target.clone();
+                t.spec.seed = spec_seed;
+                let again = run_fresh(&t, fork_at, &input, &mut |_, _| {})?;
+                if again.digest == out.digest && again.failure.as_ref() == Some(&sig) {
+                    state.signatures.insert(sig.clone());
+                    let id = blake3::hash(sig.as_bytes()).to_hex()[..12].to_string();
+                    let name = format!("bug-{id}.json");
+                    let path = cfg.out.join(&name);
+                    let bug = BugFile::new(&t, fork_at, &input, &out, round, &path.display().to_string());
+                    bug.write(&path)?;
+                    state.bugs.push(report::BugSummary {
+                        id,
+                        signature: sig,
+                        first_round: round,
+                        file: name,
+                        reproduce: bug.reproduce.clone(),
+                        decisions: out.decisions.len() as u64,
+                        minimized: None,
+                    });
+                } else {
+                    state.unconfirmed.insert(sig);
+                }
+            }
+        }
+        state.timeline.push(report::RoundPoint {
+            round,
+            edges_hit: edges_hit(&state.virgin) + state.semantic.len() as u64,
+            corpus_size: state.corpus.len() as u64,
+            bugs: state.bugs.len() as u64,
+        });
+        progress(&Progress {
+            round,
+            edges: edges_hit(&state.virgin),
+            semantic: state.semantic.len() as u64,
+            corpus: state.corpus.len() as u64,
+            bugs: state.bugs.len() as u64,
+        });
+        if round % 25 == 0 {
+            write_json(&checkpoint, &state)?;
+        }
+    }
+    state.wall_seconds += started.elapsed().as_secs_f64();
+    write_json(&checkpoint, &state)?;
+
+    let edges_total = state.virgin.len() as u64;
+    let campaign = report::Campaign {
+        program: target.path.clone(),
+        program_blake3,
+        strategy: match cfg.strategy {
+            Strategy::Coverage => "coverage".into(),
+            Strategy::Random => "random".into(),
+        },
+        mode: serde_json::to_value(cfg.mode).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+        seed: state.seed,
+        rounds: state.round,
+        wall_seconds: state.wall_seconds,
+        corpus_size: state.corpus.len() as u64,
+        edges_total,
+        edges_hit: edges_hit(&state.virgin),
+        timeline: state.timeline.clone(),
+        bugs: state.bugs.clone(),
+        assertions: state.assertions.values().cloned().collect(),
+        baseline: None,
+    };
+    Ok(campaign)
+}
+
+/// Writes `report.txt`, `report.json` and `report.html` for a campaign.
+pub fn write_reports(c: &Campaign, out: &Path) -> Result<(), ExploreError> {
+    for (name, text) in [
+        ("report.txt", report::render_text(c)),
+        ("report.json", report::render_json(c)),
+        ("report.html", report::render_html(c)),
+    ] {
+        let path = out.join(name);
+        deja_format::write_atomic(&path, text.as_bytes()).map_err(|e| io_err(&path, e))?;
+    }
+    Ok(())
+}

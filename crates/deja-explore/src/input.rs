@@ -1,0 +1,303 @@
+//! What a run is made of (the target and an input), what came out of it (an outcome), and the
+//! bug file that freezes a failure.
+
+use std::collections::BTreeMap;
+
+use deja_kernel::{FaultConfig, Kernel, ProgramSpec, RunReport, Stream};
+use deja_vmm::{Fork, Incarnation, Steering};
+use serde::{Deserialize, Serialize};
+
+use crate::ExploreError;
+
+/// The program under exploration.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// What deja runs.
+    pub spec: ProgramSpec,
+    /// Guest RAM in bytes.
+    pub memory: u64,
+    /// The program's host path, for messages and reproduce commands.
+    pub path: String,
+}
+
+/// How a child is steered away from the parent's course.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Input {
+    /// Decision index → choice. Every other decision takes the seed's natural choice.
+    pub overrides: BTreeMap<u64, u64>,
+    /// Faults for the child (from the steering point on).
+    pub faults: FaultConfig,
+}
+
+impl Input {
+    /// Applies this input to a core at the steering point.
+    pub fn prepare(&self, kernel: &mut Kernel) {
+        kernel.set_fault_config(self.faults.clone());
+        kernel.set_decision_overrides(self.overrides.clone());
+    }
+
+    /// How many elements minimization can remove: each override, and each fault switched on.
+    pub fn size(&self) -> usize {
+        let f = &self.faults;
+        self.overrides.len()
+            + usize::from(f.crash_after_durable_write.is_some())
+            + usize::from(f.torn_writes)
+            + usize::from(f.reordered_writes)
+            + usize::from(f.eio_on_write_ppm > 0)
+            + usize::from(f.eio_on_fsync_ppm > 0)
+            + usize::from(f.enospc_on_write_ppm > 0)
+    }
+}
+
+/// One decision of a run, as a bug file lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoggedDecision {
+    /// Position in the run's decision log.
+    pub index: u64,
+    /// What was decided, e.g. `sdk choice #2 of 3` or `crash image: /data/wal torn sectors`.
+    pub point: String,
+    /// Number of options (0: any u64).
+    pub options: u64,
+    /// The choice taken.
+    pub choice: u64,
+    /// The choice came from the input, not from the seed.
+    pub overridden: bool,
+}
+
+/// What one run showed.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Every life of the run.
+    pub lives: Vec<Incarnation>,
+    /// Digest over every life in order.
+    pub digest: String,
+    /// The failure's signature, if the run failed.
+    pub failure: Option<String>,
+    /// The bucketed SanitizerCoverage map of the final life (empty without instrumentation).
+    pub coverage: Vec<u8>,
+    /// Semantic edges: the SDK assertions' outcomes and the shape of the run.
+    pub semantic: Vec<u64>,
+    /// The full decision log, over every life.
+    pub decisions: Vec<LoggedDecision>,
+    /// Durable writes of the first life (the range of crash points worth trying).
+    pub durable_writes: u64,
+}
+
+fn status_name<T: Serialize>(v: &T) -> String {
+    serde_json::to_value(v).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+}
+
+/// The signature of a failed run, or `None` when it held: the first failed assertion of any life,
+/// else how the last life ended if it was not a clean exit. An injected crash is not a failure.
+fn failure(lives: &[Incarnation]) -> Option<String> {
+    for life in lives {
+        if let Some(a) = life.run.report.assertions.iter().find(|a| a.bug) {
+            return Some(format!("assertion {} {:?} failed at {}:{}", a.kind, a.message, a.file, a.line));
+        }
+    }
+    let last = &lives.last()?.run.report;
+    match &last.exit {
+        deja_kernel::ExitStatus::Exited { code: 0 } => None,
+        deja_kernel::ExitStatus::Exited { code } => Some(format!("exit code {code}")),
+        deja_kernel::ExitStatus::Signaled { name, fault, .. } => Some(match fault {
+            Some(f) => format!("killed by {name}: {}", f.description.split(" at ").next().unwrap_or(&f.description)),
+            None => format!("killed by {name}"),
+        }),
+    }
+}
+
+fn semantic_edges(report: &RunReport) -> Vec<u64> {
+    let mut out = Vec::new();
+    for a in &report.assertions {
+        let id = u64::from_str_radix(&a.id, 16).unwrap_or(0);
+        if a.hits > 0 {
+            out.push(id ^ 1);
+        }
+        if a.passes > 0 {
+            out.push(id ^ 2);
+        }
+        if a.failures > 0 {
+            out.push(id ^ 4);
+        }
+        let _ = status_name(&a.status);
+    }
+    out
+}
+
+/// Turns the lives of a run into an outcome.
+pub fn outcome(lives: Vec<Incarnation>) -> Outcome {
+    let digest = if let [one] = &lives[..] {
+        one.run.report.digest.clone()
+    } else {
+        let mut h = blake3::Hasher::new();
+        for l in &lives {
+            h.update(l.run.report.digest.as_bytes());
+        }
+        h.finalize().to_hex().to_string()
+    };
+    let last = &lives.last().expect("a run has a life").run.report;
+    let coverage = last.coverage.as_ref().map(|c| c.map.clone()).unwrap_or_default();
+    let mut semantic: Vec<u64> = lives.iter().flat_map(|l| semantic_edges(&l.run.report)).collect();
+    semantic.push(0x5eed_0000 + lives.len() as u64);
+    semantic.sort_unstable();
+    semantic.dedup();
+    let decisions = lives
+        .iter()
+        .flat_map(|l| l.run.report.decisions.iter())
+        .map(|d| LoggedDecision {
+            index: d.index,
+            point: d.point.clone(),
+            options: d.options,
+            choice: d.choice,
+            overridden: d.overridden,
+        })
+        .collect();
+    Outcome {
+        failure: failure(&lives),
+        digest,
+        coverage,
+        semantic,
+        decisions,
+        durable_writes: lives[0].run.report.durable_writes,
+        lives,
+    }
+}
+
+/// Runs `input` as a child of `fork`.
+pub fn run_on_fork(fork: &mut Fork, input: &Input) -> Result<Outcome, ExploreError> {
+    let lives = fork.run_child_with(&mut |k| input.prepare(k), &mut |_, _| {})?;
+    Ok(outcome(lives))
+}
+
+/// Runs `input` from scratch: the program runs untouched to `fork_at`, takes the input there,
+/// and runs on — the same run a fork child at `fork_at` makes.
+pub fn run_fresh(
+    target: &Target,
+    fork_at: u64,
+    input: &Input,
+    sink: &mut dyn FnMut(Stream, &[u8]),
+) -> Result<Outcome, ExploreError> {
+    let mut prepare = |k: &mut Kernel| input.prepare(k);
+    let steering = Steering { at_syscall: fork_at, prepare: &mut prepare };
+    let lives = deja_vmm::run_steered(target.spec.clone(), target.memory, Some(steering), sink, None)?;
+    Ok(outcome(lives))
+}
+
+/// A failure, frozen: everything needed to reproduce it exactly.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BugFile {
+    /// `deja.bug/1`.
+    pub schema: String,
+    /// Short id: the first 12 hex digits of the signature's BLAKE3.
+    pub id: String,
+    /// What failed.
+    pub signature: String,
+    /// The program's host path when it was found.
+    pub program: String,
+    /// BLAKE3 of the program image.
+    pub program_blake3: String,
+    /// argv (argv[0] is the guest path).
+    pub argv: Vec<String>,
+    /// Environment.
+    pub env: Vec<String>,
+    /// Declared read-only files: guest path → BLAKE3 of the contents (the files themselves
+    /// are given again on replay).
+    pub files: BTreeMap<String, String>,
+    /// The run's seed.
+    pub seed: u64,
+    /// Guest RAM in MiB.
+    pub memory_mib: u64,
+    /// The syscall before which the input was applied.
+    pub fork_at_syscall: u64,
+    /// The input.
+    pub input: Input,
+    /// Every decision of the failing run.
+    pub decisions: Vec<LoggedDecision>,
+    /// Digest of the failing run (over every life).
+    pub digest: String,
+    /// Round of the campaign that found it.
+    pub found_at_round: u64,
+    /// The command that reproduces it.
+    pub reproduce: String,
+    /// For a minimized bug: the bug file it was minimized from.
+    #[serde(default)]
+    pub minimized_from: Option<String>,
+    /// For a minimized bug: the input elements minimization removed.
+    #[serde(default)]
+    pub removed: Vec<String>,
+}
+
+impl BugFile {
+    /// Builds the bug file of a failed outcome.
+    pub fn new(target: &Target, fork_at: u64, input: &Input, out: &Outcome, round: u64, file: &str) -> BugFile {
+        let signature = out.failure.clone().unwrap_or_default();
+        let id = blake3::hash(signature.as_bytes()).to_hex()[..12].to_string();
+        BugFile {
+            schema: "deja.bug/1".into(),
+            id,
+            signature,
+            program: target.path.clone(),
+            program_blake3: blake3::hash(&target.spec.image).to_hex().to_string(),
+            argv: target.spec.argv.clone(),
+            env: target.spec.env.clone(),
+            files: target.spec.files.iter().map(|(k, v)| (k.clone(), blake3::hash(v).to_hex().to_string())).collect(),
+            seed: target.spec.seed,
+            memory_mib: target.memory >> 20,
+            fork_at_syscall: fork_at,
+            input: input.clone(),
+            decisions: out.decisions.clone(),
+            digest: out.digest.clone(),
+            found_at_round: round,
+            reproduce: format!("deja replay {file}"),
+            minimized_from: None,
+            removed: Vec::new(),
+        }
+    }
+
+    /// Reads and checks a bug file.
+    pub fn read(path: &std::path::Path) -> Result<BugFile, ExploreError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ExploreError::File { path: path.display().to_string(), message: e.to_string() })?;
+        let bug: BugFile = serde_json::from_str(&text)
+            .map_err(|e| ExploreError::Invalid(format!("{}: not a deja bug file: {e}", path.display())))?;
+        if bug.schema != "deja.bug/1" {
+            return Err(ExploreError::Invalid(format!("{}: unknown schema {:?}", path.display(), bug.schema)));
+        }
+        Ok(bug)
+    }
+
+    /// Writes the bug file atomically.
+    pub fn write(&self, path: &std::path::Path) -> Result<(), ExploreError> {
+        let text = serde_json::to_vec_pretty(self).expect("plain data serializes");
+        deja_format::write_atomic(path, &text)
+            .map_err(|e| ExploreError::File { path: path.display().to_string(), message: e.to_string() })
+    }
+
+    /// The target this bug file describes, with the program image and declared files given
+    /// again; refuses images or files whose hashes differ.
+    pub fn target(&self, image: Vec<u8>, files: BTreeMap<String, Vec<u8>>, path: &str) -> Result<Target, ExploreError> {
+        let hash = blake3::hash(&image).to_hex().to_string();
+        if hash != self.program_blake3 {
+            return Err(ExploreError::Invalid(format!(
+                "{path} is not the program of this bug (BLAKE3 {hash}, the bug needs {})",
+                self.program_blake3
+            )));
+        }
+        for (guest, want) in &self.files {
+            let got = files.get(guest).map(|d| blake3::hash(d).to_hex().to_string());
+            if got.as_deref() != Some(want.as_str()) {
+                return Err(ExploreError::Invalid(format!("the declared file {guest} is missing or differs")));
+            }
+        }
+        let spec = ProgramSpec {
+            image,
+            exe_path: self.argv.first().cloned().unwrap_or_default(),
+            argv: self.argv.clone(),
+            env: self.env.clone(),
+            files,
+            seed: self.seed,
+            ..Default::default()
+        };
+        Ok(Target { spec, memory: self.memory_mib << 20, path: path.to_string() })
+    }
+}

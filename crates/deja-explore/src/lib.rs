@@ -1,0 +1,57 @@
+//! deja's explorer.
+//!
+//! A campaign explores one program. It runs the program once to its `setup_complete` (or to its
+//! start), forks there ([`deja_vmm::Fork`]), and then, round after round:
+//!
+//! 1. picks an entry of the corpus from the frontier (entries that found new coverage score
+//!    higher, entries picked often score lower);
+//! 2. mutates its *input*: the overrides of its decision log (SDK random values and choices,
+//!    fault decisions, each addressed by its position in the run's decision log) and its fault
+//!    plan (crash after durable write K, torn or reordered writes at the crash, EIO on fsync);
+//! 3. resets the fork and runs the child with that input to its end (restarting it after an
+//!    injected crash);
+//! 4. records coverage — SanitizerCoverage edges read from guest memory, bucketed AFL-style, plus
+//!    the SDK assertions' outcomes as semantic edges — and the failures.
+//!
+//! A failure (a failed SDK assertion, a non-zero exit or a fatal signal of the final life) is
+//! deduplicated by its signature, replayed from scratch to confirm it gives the same digest, and
+//! written as `bug-<id>.json`: binary hash, argv, env, seed, the input and the full decision
+//! log, and the command that reproduces it. [`replay`] and [`minimize`] work from that file.
+//! Every rule of a campaign is a function of its seed: the same seed and the same number of
+//! rounds give the same corpus, coverage and bugs.
+
+pub mod campaign;
+pub mod input;
+pub mod minimize;
+
+pub use campaign::{explore, write_reports, Campaign, CampaignConfig, Mode, Progress, Strategy};
+pub use input::{BugFile, Input, Outcome, Target};
+pub use minimize::minimize;
+
+/// Errors of the explorer.
+#[derive(Debug, thiserror::Error)]
+pub enum ExploreError {
+    /// The program could not be run.
+    #[error(transparent)]
+    Run(#[from] deja_vmm::RunError),
+    /// A file of the campaign could not be read or written.
+    #[error("{path}: {message}")]
+    File {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A bug file or checkpoint does not describe this program or is damaged.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Replays a bug file from scratch: the same program, seed, steering point and input.
+pub fn replay(
+    bug: &BugFile,
+    target: &Target,
+    sink: &mut dyn FnMut(deja_kernel::Stream, &[u8]),
+) -> Result<Outcome, ExploreError> {
+    input::run_fresh(target, bug.fork_at_syscall, &bug.input, sink)
+}

@@ -1,0 +1,140 @@
+//! Delta debugging (ddmin) over a bug's input: the smallest set of decision overrides and fault
+//! switches that still fails with the same signature.
+
+use crate::input::{run_fresh, BugFile, Input, Target};
+use crate::ExploreError;
+
+/// One removable element of an input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Element {
+    Override(u64, u64),
+    Crash(u64),
+    Torn,
+    Reordered,
+    EioWrite(u32),
+    EioFsync(u32),
+    Enospc(u32),
+}
+
+impl Element {
+    fn describe(&self) -> String {
+        match self {
+            Element::Override(i, c) => format!("decision {i} = {c}"),
+            Element::Crash(k) => format!("crash after durable write {k}"),
+            Element::Torn => "torn writes".into(),
+            Element::Reordered => "reordered writes".into(),
+            Element::EioWrite(p) => format!("EIO on write ({p} ppm)"),
+            Element::EioFsync(p) => format!("EIO on fsync ({p} ppm)"),
+            Element::Enospc(p) => format!("ENOSPC on write ({p} ppm)"),
+        }
+    }
+}
+
+fn elements(input: &Input) -> Vec<Element> {
+    let f = &input.faults;
+    let mut v: Vec<Element> = input.overrides.iter().map(|(i, c)| Element::Override(*i, *c)).collect();
+    if let Some(k) = f.crash_after_durable_write {
+        v.push(Element::Crash(k));
+    }
+    if f.torn_writes {
+        v.push(Element::Torn);
+    }
+    if f.reordered_writes {
+        v.push(Element::Reordered);
+    }
+    if f.eio_on_write_ppm > 0 {
+        v.push(Element::EioWrite(f.eio_on_write_ppm));
+    }
+    if f.eio_on_fsync_ppm > 0 {
+        v.push(Element::EioFsync(f.eio_on_fsync_ppm));
+    }
+    if f.enospc_on_write_ppm > 0 {
+        v.push(Element::Enospc(f.enospc_on_write_ppm));
+    }
+    v
+}
+
+fn build(elements: &[Element]) -> Input {
+    let mut input = Input::default();
+    for e in elements {
+        match e {
+            Element::Override(i, c) => {
+                input.overrides.insert(*i, *c);
+            }
+            Element::Crash(k) => input.faults.crash_after_durable_write = Some(*k),
+            Element::Torn => input.faults.torn_writes = true,
+            Element::Reordered => input.faults.reordered_writes = true,
+            Element::EioWrite(p) => input.faults.eio_on_write_ppm = *p,
+            Element::EioFsync(p) => input.faults.eio_on_fsync_ppm = *p,
+            Element::Enospc(p) => input.faults.enospc_on_write_ppm = *p,
+        }
+    }
+    input
+}
+
+/// The result of a minimization.
+#[derive(Debug, Clone)]
+pub struct Minimized {
+    /// The minimized bug (already verified by a replay).
+    pub bug: BugFile,
+    /// Runs it took.
+    pub tests: u64,
+}
+
+/// Minimizes `bug` with ddmin; every candidate is replayed from scratch and kept only if it
+/// fails with the same signature. The result is replayed once more to verify it.
+pub fn minimize(bug: &BugFile, target: &Target, new_file: &str) -> Result<Minimized, ExploreError> {
+    let mut tests = 0u64;
+    let mut fails = |els: &[Element]| -> Result<bool, ExploreError> {
+        tests += 1;
+        let out = run_fresh(target, bug.fork_at_syscall, &build(els), &mut |_, _| {})?;
+        Ok(out.failure.as_deref() == Some(bug.signature.as_str()))
+    };
+    let all = elements(&bug.input);
+    if !fails(&all)? {
+        return Err(ExploreError::Invalid(format!(
+            "bug {} does not reproduce with its own input; nothing to minimize",
+            bug.id
+        )));
+    }
+    let mut current = all.clone();
+    let mut n = 2usize;
+    while current.len() >= 2 {
+        let chunk = current.len().div_ceil(n);
+        let mut reduced = false;
+        for start in (0..current.len()).step_by(chunk) {
+            let complement: Vec<Element> = current
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i < start || *i >= start + chunk)
+                .map(|(_, e)| e.clone())
+                .collect();
+            if fails(&complement)? {
+                current = complement;
+                n = (n - 1).max(2);
+                reduced = true;
+                break;
+            }
+        }
+        if !reduced {
+            if n >= current.len() {
+                break;
+            }
+            n = (2 * n).min(current.len());
+        }
+    }
+    if current.len() == 1 && fails(&[])? {
+        current.clear();
+    }
+    let input = build(&current);
+    let out = run_fresh(target, bug.fork_at_syscall, &input, &mut |_, _| {})?;
+    tests += 1;
+    if out.failure.as_deref() != Some(bug.signature.as_str()) {
+        return Err(ExploreError::Invalid("the minimized input did not fail again on replay".into()));
+    }
+    let removed: Vec<String> = all.iter().filter(|e| !current.contains(e)).map(Element::describe).collect();
+    let mut min = BugFile::new(target, bug.fork_at_syscall, &input, &out, bug.found_at_round, new_file);
+    min.minimized_from = Some(bug.reproduce.trim_start_matches("deja replay ").to_string());
+    min.removed = removed;
+    Ok(Minimized { bug: min, tests })
+}
