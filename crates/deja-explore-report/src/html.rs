@@ -248,7 +248,7 @@ fn short(v: u64) -> String {
         1_000_000..=999_999_999 => (1_000_000, "M"),
         _ => (1_000_000_000, "G"),
     };
-    if v % div == 0 {
+    if v.is_multiple_of(div) {
         format!("{}{suffix}", v / div)
     } else {
         format!("{:.1}{suffix}", v as f64 / div as f64)

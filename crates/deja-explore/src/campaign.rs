@@ -204,16 +204,16 @@ fn mutate(state: &mut State, parent: &Entry, mode: Mode) -> Input {
     if mode.faults() {
         let f = &mut input.faults;
         let writes = parent.durable_writes.max(state.reference_durable_writes);
-        if writes > 0 && (rng.next_u64() % 2 == 0 || !changed) {
+        if writes > 0 && (rng.next_u64().is_multiple_of(2) || !changed) {
             f.crash_after_durable_write = Some(1 + rng.next_u64() % writes);
         }
-        if rng.next_u64() % 4 == 0 {
+        if rng.next_u64().is_multiple_of(4) {
             f.torn_writes = !f.torn_writes;
         }
-        if rng.next_u64() % 4 == 0 {
+        if rng.next_u64().is_multiple_of(4) {
             f.reordered_writes = !f.reordered_writes;
         }
-        if rng.next_u64() % 8 == 0 {
+        if rng.next_u64().is_multiple_of(8) {
             f.eio_on_fsync_ppm = if f.eio_on_fsync_ppm == 0 { 200_000 } else { 0 };
         }
     }
@@ -224,11 +224,11 @@ fn random_input(state: &mut State, mode: Mode) -> Input {
     let mut input = Input::default();
     if mode.faults() && state.reference_durable_writes > 0 {
         let f = &mut input.faults;
-        if state.rng.next_u64() % 2 == 0 {
+        if state.rng.next_u64().is_multiple_of(2) {
             f.crash_after_durable_write = Some(1 + state.rng.next_u64() % state.reference_durable_writes);
         }
-        f.torn_writes = state.rng.next_u64() % 4 == 0;
-        f.reordered_writes = state.rng.next_u64() % 4 == 0;
+        f.torn_writes = state.rng.next_u64().is_multiple_of(4);
+        f.reordered_writes = state.rng.next_u64().is_multiple_of(4);
     }
     input
 }

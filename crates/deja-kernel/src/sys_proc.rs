@@ -261,7 +261,7 @@ impl Kernel {
         if !matches!(pid as i32, 0 | 1) {
             return Err(ESRCH.into());
         }
-        if len < 8 || len % 8 != 0 {
+        if len < 8 || !len.is_multiple_of(8) {
             return Err(EINVAL.into());
         }
         self.vm.copy_out(mem, mask, &1u64.to_le_bytes())?;

@@ -184,16 +184,16 @@ impl Snapshot {
     fn validate(&self) -> Result<(), SnapshotError> {
         let bad = |m: String| Err(SnapshotError::Invalid(m));
         let mib = self.memory_size >> 20;
-        if !(16..=65536).contains(&mib) || self.memory_size % PAGE_SIZE != 0 {
+        if !(16..=65536).contains(&mib) || !self.memory_size.is_multiple_of(PAGE_SIZE) {
             return bad(format!("guest RAM of {} bytes", self.memory_size));
         }
         if self.ram.len() as u64 != self.frames.bump
             || self.frames.bump > self.memory_size
-            || self.frames.bump % PAGE_SIZE != 0
+            || !self.frames.bump.is_multiple_of(PAGE_SIZE)
         {
             return bad(format!("RAM image of {} bytes for a high-water mark of {}", self.ram.len(), self.frames.bump));
         }
-        let in_use = |f: u64| f % PAGE_SIZE == 0 && f < self.frames.bump;
+        let in_use = |f: u64| f.is_multiple_of(PAGE_SIZE) && f < self.frames.bump;
         if !self.frames.free.iter().all(|f| in_use(*f))
             || !self.frames.pt_frames.iter().all(|(f, l, _)| in_use(*f) && *l <= 3)
         {

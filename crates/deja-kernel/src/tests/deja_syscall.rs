@@ -507,7 +507,7 @@ fn with_sections(mut img: Vec<u8>, secs: &[Sec]) -> Vec<u8> {
     }
     let str_off = img.len() as u64;
     img.extend_from_slice(&strtab);
-    while img.len() % 8 != 0 {
+    while !img.len().is_multiple_of(8) {
         img.push(0);
     }
     let shoff = img.len() as u64;
