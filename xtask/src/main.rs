@@ -26,8 +26,9 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
     }
 }
 
-/// The example guests that are programs (the `sys` crate is a library).
-const GUESTS: [&str; 12] = [
+/// The example guests' executables (the `sys` crate is a library; `credit` has one binary
+/// per variant).
+const GUESTS: [&str; 16] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -40,6 +41,10 @@ const GUESTS: [&str; 12] = [
     "bank",
     "kv",
     "fserr",
+    "credit-buggy",
+    "credit-misleading-green",
+    "credit-mark-first",
+    "credit-atomic",
 ];
 
 /// Flags every guest is built with: a static executable.
@@ -49,8 +54,9 @@ const STATIC: &str = "-C target-feature=+crt-static";
 const COVERAGE: &str = "-C passes=sancov-module -C llvm-args=-sanitizer-coverage-level=3 \
      -C llvm-args=-sanitizer-coverage-inline-8bit-counters";
 
-/// Builds one flavour of the guests and copies the executables into `out`.
-fn build_flavour(what: &str, rustflags: &str, packages: &[&str], out: &Path) -> Result<(), String> {
+/// Builds one flavour of the guests (`packages`, or the whole guest workspace when empty) and
+/// copies the executables `binaries` into `out`.
+fn build_flavour(what: &str, rustflags: &str, packages: &[&str], binaries: &[&str], out: &Path) -> Result<(), String> {
     let root = root();
     let build_dir = root.join("target/guest-build").join(what);
     let mut cmd = cargo();
@@ -64,7 +70,7 @@ fn build_flavour(what: &str, rustflags: &str, packages: &[&str], out: &Path) -> 
     }
     status(&format!("building the {what} guests"), &mut cmd)?;
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    for p in packages {
+    for p in binaries {
         let from = build_dir.join(TARGET).join("release").join(p);
         let to = out.join(p);
         std::fs::copy(&from, &to).map_err(|e| format!("copying {}: {e}", from.display()))?;
@@ -80,9 +86,15 @@ const TARGET: &str = "x86_64-unknown-linux-gnu";
 /// `nopie/`, and a coverage-instrumented `bank` in `cov/`.
 fn guests() -> Result<(), String> {
     let out = root().join("target/guests");
-    build_flavour("static-pie", STATIC, &GUESTS, &out)?;
-    build_flavour("nopie", &format!("{STATIC} -C relocation-model=static"), &["hello"], &out.join("nopie"))?;
-    build_flavour("coverage", &format!("{STATIC} {}", COVERAGE), &["bank"], &out.join("cov"))?;
+    build_flavour("static-pie", STATIC, &[], &GUESTS, &out)?;
+    build_flavour(
+        "nopie",
+        &format!("{STATIC} -C relocation-model=static"),
+        &["hello"],
+        &["hello"],
+        &out.join("nopie"),
+    )?;
+    build_flavour("coverage", &format!("{STATIC} {}", COVERAGE), &["bank"], &["bank"], &out.join("cov"))?;
     Ok(())
 }
 

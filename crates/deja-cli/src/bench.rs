@@ -197,7 +197,33 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     }
     let sweep_time = start.elapsed();
 
-    // 6. The whole CLI on hello, as a user runs it (including the hazard probe).
+    // 6. A full `deja check` on the credit scenario (hunt, control, replay in 3 worlds, sweep).
+    let judge_input = |cand: &str| deja_judge::CheckInput {
+        base: deja_judge::Program {
+            path: dir.join("credit-buggy").display().to_string(),
+            image: std::fs::read(dir.join("credit-buggy")).map_err(|e| e.to_string()),
+        },
+        candidate: deja_judge::Program {
+            path: dir.join(cand).display().to_string(),
+            image: std::fs::read(dir.join(cand)).map_err(|e| e.to_string()),
+        },
+        corrected: None,
+        capsule: None,
+        args: vec![],
+        env: vec![],
+        seed: 0,
+        memory_mib: 1024,
+        max_kill_points: 500,
+        worlds: 3,
+    };
+    let start = Instant::now();
+    let judged = deja_judge::check(&judge_input("credit-atomic"));
+    let check_time = start.elapsed();
+    if judged.verdict != deja_judge::Verdict::FixedForThisCapsule {
+        return Err(format!("deja check on credit-atomic gave {}", judged.verdict.name()));
+    }
+
+    // 7. The whole CLI on hello, as a user runs it (including the hazard probe).
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut hello_times = Vec::new();
     let mut hello_native = Vec::new();
@@ -226,6 +252,7 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
             "calls_native": NATIVE_SDK_CALLS, "us_per_call_native": sdk_native_us,
         },
         "demand_paging": { "extra_page_faults": extra_faults, "us_per_fault_including_page_work": per_fault_us },
+        "check": { "scenario": "credit-buggy vs credit-atomic", "verdict": judged.verdict.name(), "wall_ms": check_time.as_secs_f64() * 1e3 },
         "crash": {
             "workload": "kv --variant fixed 8", "durable_writes": durable,
             "plain_run_ms": plain_time.as_secs_f64() * 1e3,
@@ -292,6 +319,12 @@ pub fn main(args: BenchArgs) -> i32 {
                     c["plain_run_ms"].as_f64().unwrap_or(0.0),
                     c["crash_and_restart_ms"].as_f64().unwrap_or(0.0),
                     c["sweep_ms"].as_f64().unwrap_or(0.0)
+                );
+                let j = &v["check"];
+                println!(
+                    "  check      `deja check` credit-buggy vs credit-atomic: {:.0} ms ({})",
+                    j["wall_ms"].as_f64().unwrap_or(0.0),
+                    j["verdict"].as_str().unwrap_or("")
                 );
                 let h = &v["deja_run_hello"];
                 println!(

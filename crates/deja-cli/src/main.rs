@@ -14,6 +14,7 @@
 
 mod bench;
 mod build;
+mod check;
 mod crash;
 mod doctor;
 mod explore;
@@ -44,6 +45,10 @@ enum Command {
     Replay(explore::ReplayArgs),
     /// Minimize a bug file's input with delta debugging and verify the result by replay.
     Minimize(explore::MinimizeArgs),
+    /// Judge a patch against a frozen failure: verdict, timeline and certificate.
+    Check(Box<check::CheckArgs>),
+    /// Re-check a certificate's hash chain; refuses any edit.
+    VerifyCertificate(check::VerifyArgs),
     /// Build a static (optionally coverage-instrumented) program for deja with cargo.
     Build(build::BuildArgs),
     /// Print what a deja artifact (a snapshot) holds, after verifying it.
@@ -72,6 +77,8 @@ fn main() {
         Command::Bench(args) => bench::main(args),
         Command::Inspect(args) => inspect::main(args),
         Command::Build(args) => build::main(args),
+        Command::Check(args) => check::main(*args),
+        Command::VerifyCertificate(args) => check::verify(args),
         Command::Explore(args) => explore::main(*args),
         Command::Replay(args) => explore::replay(args),
         Command::Minimize(args) => explore::minimize(args),

@@ -471,6 +471,10 @@ pub struct EventRecord {
     pub syscall_index: u64,
     /// Virtual time of the syscall, in ns since boot.
     pub virtual_time_ns: u64,
+    /// Durable writes the program had made before the event: events anchor crash points by
+    /// meaning ("the second durable write after request R").
+    #[serde(default)]
+    pub durable_writes: u64,
 }
 
 /// Edge coverage of a run, from the inline 8-bit counters of a program built with

@@ -214,7 +214,14 @@ impl Kernel {
                 let details = self.guest_text(mem, a[3], a[4], MAX_DETAILS)?;
                 if self.oracle.events.len() < MAX_EVENTS {
                     let (syscall_index, virtual_time_ns) = self.deja_now();
-                    self.oracle.events.push(EventRecord { name, details, syscall_index, virtual_time_ns });
+                    let durable_writes = self.faults.durable_writes;
+                    self.oracle.events.push(EventRecord {
+                        name,
+                        details,
+                        syscall_index,
+                        virtual_time_ns,
+                        durable_writes,
+                    });
                 } else {
                     self.oracle.events_dropped = self.oracle.events_dropped.saturating_add(1);
                 }
@@ -385,6 +392,7 @@ mod tests {
                 details: String::new(),
                 syscall_index: 5,
                 virtual_time_ns: 1,
+                durable_writes: 0,
             });
             o
         };

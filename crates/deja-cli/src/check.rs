@@ -1,0 +1,165 @@
+//! `deja check` and `deja verify-certificate`.
+
+use std::path::PathBuf;
+
+use deja_judge::{Capsule, Certificate, CheckInput, CheckStatus};
+
+/// Arguments of `deja check`.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The program with the bug.
+    #[arg(long, value_name = "PROGRAM")]
+    pub base: PathBuf,
+    /// The patched program to judge.
+    #[arg(long, value_name = "PROGRAM")]
+    pub candidate: PathBuf,
+    /// A frozen failure to judge against (default: hunt one on the base with a crash sweep).
+    #[arg(long, value_name = "FILE")]
+    pub capsule: Option<PathBuf>,
+    /// A known-good program the capsule must pass on (validates the capsule itself).
+    #[arg(long, value_name = "PROGRAM")]
+    pub corrected: Option<PathBuf>,
+    /// A cluster description (clusters are not supported by this deja yet).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Directory for capsule.json and certificate.json.
+    #[arg(long, default_value = "deja-check")]
+    pub out: PathBuf,
+    /// Print the certificate as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Seed of the workload's runs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// An environment variable for the program.
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Guest RAM in MiB.
+    #[arg(long, default_value_t = 1024, value_name = "MiB")]
+    pub memory: u64,
+    /// Most kill points a sweep tries.
+    #[arg(long, default_value_t = 500)]
+    pub max_kill_points: u64,
+    /// Fresh worlds the candidate's replay must agree in.
+    #[arg(long, default_value_t = 3)]
+    pub worlds: u32,
+    /// The workload: arguments for both programs (after `--`).
+    #[arg(last = true)]
+    pub args: Vec<String>,
+}
+
+fn program(path: &std::path::Path) -> deja_judge::judge::Program {
+    deja_judge::judge::Program {
+        path: path.display().to_string(),
+        image: std::fs::read(path).map_err(|e| e.to_string()),
+    }
+}
+
+/// `deja check`: exit 0 FIXED_FOR_THIS_CAPSULE, 1 STILL_REPRODUCES / NEW_FAILURE,
+/// 2 EVIDENCE_INCOMPLETE / NOT_FAULT_INDUCED (and for a bad command line or capsule).
+pub fn main(args: CheckArgs) -> i32 {
+    if args.config.is_some() {
+        eprintln!("deja: error: cluster configurations are not supported by this deja yet; judge one program");
+        return 2;
+    }
+    let capsule = match &args.capsule {
+        Some(p) => match Capsule::read(p) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("deja: error: refusing the capsule: {e}");
+                return 2;
+            }
+        },
+        None => None,
+    };
+    let input = CheckInput {
+        base: program(&args.base),
+        candidate: program(&args.candidate),
+        corrected: args.corrected.as_deref().map(program),
+        capsule: capsule.clone(),
+        args: capsule.as_ref().map(|c| c.args.clone()).unwrap_or_else(|| args.args.clone()),
+        env: capsule.as_ref().map(|c| c.env.clone()).unwrap_or_else(|| args.env.clone()),
+        seed: capsule.as_ref().map(|c| c.seed).unwrap_or(args.seed),
+        memory_mib: capsule.as_ref().map(|c| c.memory_mib).unwrap_or(args.memory),
+        max_kill_points: args.max_kill_points,
+        worlds: args.worlds,
+    };
+    let j = deja_judge::check(&input);
+    if let Err(e) = std::fs::create_dir_all(&args.out) {
+        eprintln!("deja: error: {}: {e}", args.out.display());
+        return crate::exit::DEJA_FAILED;
+    }
+    if let Some(c) = &j.capsule {
+        if args.capsule.is_none() {
+            if let Err(e) = c.write(&args.out.join("capsule.json")) {
+                eprintln!("deja: error: {e}");
+                return crate::exit::DEJA_FAILED;
+            }
+        }
+    }
+    let cert_path = args.out.join("certificate.json");
+    if let Err(e) = j.certificate.write(&cert_path) {
+        eprintln!("deja: error: {e}");
+        return crate::exit::DEJA_FAILED;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&j.certificate).unwrap_or_default());
+    }
+    eprintln!("deja: verdict {} (exit {})", j.verdict.name(), j.verdict.exit_code());
+    if let Some(c) = &j.capsule {
+        eprintln!("deja: capsule {}: {}", c.id, c.signature);
+        eprintln!("deja:   on the base: {}", c.timeline);
+    }
+    for r in &j.certificate.checks {
+        let mark = match r.status {
+            CheckStatus::Passed => "passed    ",
+            CheckStatus::Failed => "FAILED    ",
+            CheckStatus::Incomplete => "INCOMPLETE",
+            CheckStatus::NotRun => "not run   ",
+        };
+        eprintln!("deja:   {mark} {}: {}", r.name, r.detail);
+    }
+    if !j.certificate.timeline.is_empty() {
+        eprintln!("deja: on the candidate: {}", j.certificate.timeline);
+    }
+    eprintln!("deja: certificate {} ({})", cert_path.display(), j.certificate.certificate_hash);
+    j.verdict.exit_code()
+}
+
+/// Arguments of `deja verify-certificate`.
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// The certificate.
+    pub file: PathBuf,
+}
+
+/// `deja verify-certificate`: exit 0 when the chain is intact, 1 when it was tampered with,
+/// 2 when the file cannot be read.
+pub fn verify(args: VerifyArgs) -> i32 {
+    let c = match Certificate::read(&args.file) {
+        Ok(c) => c,
+        Err(deja_judge::JudgeError::File { message, .. }) => {
+            eprintln!("deja: cannot read {}: {message}", args.file.display());
+            return 2;
+        }
+        Err(e) => {
+            eprintln!("deja: refused: {e}");
+            return 1;
+        }
+    };
+    match c.verify() {
+        Ok(()) => {
+            eprintln!(
+                "deja: certificate intact: {} checks, verdict {} ({})",
+                c.checks.len(),
+                c.verdict,
+                c.certificate_hash
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("deja: refused: {e}");
+            1
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! `deja check` on the credit scenario: verdicts, capsules, certificates, missing evidence.
+
+mod common;
+
+use common::*;
+use std::path::PathBuf;
+
+fn out(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("deja-check-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn credit(variant: &str) -> String {
+    guest(&format!("credit-{variant}")).to_string_lossy().into_owned()
+}
+
+fn check(
+    base: &str,
+    candidate: &str,
+    extra: &[&str],
+    dir: &std::path::Path,
+) -> (std::process::Output, serde_json::Value) {
+    let mut args = vec!["check", "--json", "--base", base, "--candidate", candidate, "--out", dir.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let o = deja(&args);
+    let cert = serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null);
+    (o, cert)
+}
+
+#[test]
+fn each_variant_gets_its_verdict_against_the_frozen_buggy_capsule() {
+    // Freeze the capsule once, from the buggy base, then judge every candidate against it.
+    let hunt = out("hunt");
+    let (o, cert) = check(&credit("buggy"), &credit("buggy"), &[], &hunt);
+    assert_eq!(o.status.code(), Some(1), "the base against itself: {}", stderr(&o));
+    assert_eq!(cert["verdict"], "STILL_REPRODUCES");
+    let capsule = hunt.join("capsule.json");
+    let c: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&capsule).unwrap()).unwrap();
+    assert!(c["signature"].as_str().unwrap().contains("no credit is applied twice"));
+    assert_eq!(c["trigger"]["event"], "request");
+    let cap = capsule.to_str().unwrap();
+    for (variant, verdict, code) in [
+        ("atomic", "FIXED_FOR_THIS_CAPSULE", 0),
+        ("misleading-green", "STILL_REPRODUCES", 1),
+        ("mark-first", "NEW_FAILURE", 1),
+        ("buggy", "STILL_REPRODUCES", 1),
+    ] {
+        let dir = out(variant);
+        let (o, cert) = check(&credit("buggy"), &credit(variant), &["--capsule", cap], &dir);
+        assert_eq!(o.status.code(), Some(code), "{variant}: {}", stderr(&o));
+        assert_eq!(cert["verdict"], verdict, "{variant}");
+        assert_eq!(cert["capsule_id"], c["id"]);
+        let v = deja(&["verify-certificate", dir.join("certificate.json").to_str().unwrap()]);
+        assert_eq!(v.status.code(), Some(0), "{variant}: {}", stderr(&v));
+        if variant == "atomic" {
+            let checks = cert["checks"].as_array().unwrap();
+            assert!(checks.iter().all(|c| c["status"] == "passed"), "{checks:?}");
+            assert!(checks.iter().any(|c| c["name"] == "crash after every durable write of the candidate"));
+            assert!(stderr(&o).contains("retry E1"), "a timeline a person can read: {}", stderr(&o));
+        }
+        if variant == "misleading-green" {
+            // It passes an ordinary test that delivers every event twice; the buggy base does not.
+            let (_, green) = run_json(&[&credit("misleading-green"), "--", "--deliver-twice"]);
+            assert_eq!(green["assertion_failed"], false);
+            let (_, buggy) = run_json(&[&credit("buggy"), "--", "--deliver-twice"]);
+            assert_eq!(buggy["assertion_failed"], true);
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+    std::fs::remove_dir_all(&hunt).ok();
+}
+
+#[test]
+fn verdicts_repeat_exactly() {
+    let (a, b) = (out("rep-a"), out("rep-b"));
+    let (_, ca) = check(&credit("buggy"), &credit("atomic"), &[], &a);
+    let (_, cb) = check(&credit("buggy"), &credit("atomic"), &[], &b);
+    assert_eq!(ca["verdict"], "FIXED_FOR_THIS_CAPSULE");
+    assert_eq!(ca["certificate_hash"], cb["certificate_hash"], "the same check twice gives the same certificate");
+    std::fs::remove_dir_all(&a).ok();
+    std::fs::remove_dir_all(&b).ok();
+}
+
+#[test]
+fn tampered_capsules_and_certificates_are_refused() {
+    let dir = out("tamper");
+    let (o, _) = check(&credit("buggy"), &credit("atomic"), &[], &dir);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // A capsule with one changed field.
+    let text = std::fs::read_to_string(dir.join("capsule.json")).unwrap();
+    let mut c: serde_json::Value = serde_json::from_str(&text).unwrap();
+    c["trigger"]["durable_writes_after"] = serde_json::json!(99);
+    let bad = dir.join("bad-capsule.json");
+    std::fs::write(&bad, serde_json::to_string(&c).unwrap()).unwrap();
+    let (o, _) = check(&credit("buggy"), &credit("atomic"), &["--capsule", bad.to_str().unwrap()], &out("tamper2"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("altered"), "{}", stderr(&o));
+    // A certificate with a changed verdict, or a changed check.
+    let cert_text = std::fs::read_to_string(dir.join("certificate.json")).unwrap();
+    for edit in [("FIXED_FOR_THIS_CAPSULE", "STILL_REPRODUCES"), ("all 7 kill points held", "all 8 kill points held")] {
+        assert!(cert_text.contains(edit.0), "{}", edit.0);
+        let forged = dir.join("forged.json");
+        std::fs::write(&forged, cert_text.replacen(edit.0, edit.1, 1)).unwrap();
+        let v = deja(&["verify-certificate", forged.to_str().unwrap()]);
+        assert_eq!(v.status.code(), Some(1), "{edit:?}: {}", stderr(&v));
+        assert!(stderr(&v).contains("refused"));
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_candidate_that_cannot_run_is_never_a_pass() {
+    let dir = out("broken");
+    let (o, cert) = check(&credit("buggy"), "/nonexistent/candidate", &[], &dir);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(cert["verdict"], "EVIDENCE_INCOMPLETE");
+    let (o, cert) = check(&credit("buggy"), "/bin/true", &[], &out("dynamic"));
+    assert_eq!(o.status.code(), Some(2), "a dynamic binary: {}", stderr(&o));
+    assert_eq!(cert["verdict"], "EVIDENCE_INCOMPLETE");
+    let crashes = guest("privileged").to_string_lossy().into_owned();
+    let (o, cert) = check(&credit("buggy"), &crashes, &[], &out("crashes"));
+    assert_eq!(o.status.code(), Some(2), "crashes at start-up: {}", stderr(&o));
+    assert_eq!(cert["verdict"], "EVIDENCE_INCOMPLETE");
+    let checks = cert["checks"].as_array().unwrap();
+    assert!(checks.iter().any(|c| c["status"] == "not_run"), "checks that did not run are listed: {checks:?}");
+    // A base with no crash-induced failure at all: nothing to judge against.
+    let (o, cert) = check(&credit("atomic"), &credit("atomic"), &[], &out("nobug"));
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(cert["verdict"], "EVIDENCE_INCOMPLETE");
+}
+
+#[test]
+fn a_base_that_fails_without_faults_is_not_fault_induced() {
+    // With every event delivered twice, the buggy base double-credits without any crash.
+    let dir = out("nfi");
+    let (o, cert) = check(&credit("buggy"), &credit("atomic"), &["--", "--deliver-twice"], &dir);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(cert["verdict"], "NOT_FAULT_INDUCED");
+}

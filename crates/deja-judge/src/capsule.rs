@@ -1,0 +1,93 @@
+//! Capsules: a failure frozen so that it can be replayed against another binary by meaning.
+
+use std::collections::BTreeMap;
+
+use deja_kernel::FaultConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::JudgeError;
+
+/// Where, by meaning, the failure's crash happens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trigger {
+    /// Name of the SDK event the crash follows (`request` when the program sends one).
+    pub event: String,
+    /// That event's details, as the program sent them (e.g. `{"amount":"25.00","id":"E1"}`).
+    pub details: String,
+    /// The crash comes right after this many durable writes counted from the event.
+    pub durable_writes_after: u64,
+}
+
+/// A frozen failure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capsule {
+    /// `deja.capsule/1`.
+    pub schema: String,
+    /// BLAKE3 (hex) of the capsule's canonical JSON without this field.
+    pub id: String,
+    /// The deja version that froze it.
+    pub deja_version: String,
+    /// BLAKE3 of the base program.
+    pub base_blake3: String,
+    /// The program's arguments (after argv[0]).
+    pub args: Vec<String>,
+    /// Its environment.
+    pub env: Vec<String>,
+    /// The run's seed.
+    pub seed: u64,
+    /// Guest RAM in MiB.
+    pub memory_mib: u64,
+    /// The crash point on the base, by position (for the record).
+    pub base_crash_after_durable_write: u64,
+    /// The crash point by meaning.
+    pub trigger: Trigger,
+    /// The other faults of the failing run (torn or reordered writes at the crash).
+    pub faults: FaultConfig,
+    /// Decision overrides of the failing run.
+    pub overrides: BTreeMap<u64, u64>,
+    /// What failed.
+    pub signature: String,
+    /// What happened, for a person.
+    pub timeline: String,
+}
+
+impl Capsule {
+    fn body_hash(&self) -> String {
+        let mut body = self.clone();
+        body.id = String::new();
+        let text = serde_json::to_vec(&body).expect("plain data serializes");
+        blake3::hash(&text).to_hex().to_string()
+    }
+
+    /// Fills in the content address.
+    pub fn seal(mut self) -> Capsule {
+        self.id = self.body_hash();
+        self
+    }
+
+    /// Reads a capsule and refuses one whose content does not match its id.
+    pub fn read(path: &std::path::Path) -> Result<Capsule, JudgeError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| JudgeError::File { path: path.display().to_string(), message: e.to_string() })?;
+        let c: Capsule = serde_json::from_str(&text)
+            .map_err(|e| JudgeError::Tampered(format!("{}: not a deja capsule: {e}", path.display())))?;
+        if c.schema != "deja.capsule/1" {
+            return Err(JudgeError::Tampered(format!("{}: unknown capsule schema {:?}", path.display(), c.schema)));
+        }
+        if c.body_hash() != c.id {
+            return Err(JudgeError::Tampered(format!(
+                "{}: the capsule was altered (its content no longer matches its id {})",
+                path.display(),
+                c.id
+            )));
+        }
+        Ok(c)
+    }
+
+    /// Writes the capsule atomically.
+    pub fn write(&self, path: &std::path::Path) -> Result<(), JudgeError> {
+        let bytes = serde_json::to_vec_pretty(self).expect("plain data serializes");
+        deja_format::write_atomic(path, &bytes)
+            .map_err(|e| JudgeError::File { path: path.display().to_string(), message: e.to_string() })
+    }
+}

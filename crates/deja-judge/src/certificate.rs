@@ -1,0 +1,209 @@
+//! Certificates: every check of a `deja check`, its inputs and outputs, chained by BLAKE3.
+
+use serde::{Deserialize, Serialize};
+
+use crate::JudgeError;
+
+/// What happened to one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    /// It ran and held.
+    Passed,
+    /// It ran and failed.
+    Failed,
+    /// It could not run or its evidence is missing.
+    Incomplete,
+    /// An earlier result made it unnecessary or impossible.
+    NotRun,
+}
+
+/// One check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckRecord {
+    /// What was checked.
+    pub name: String,
+    /// The result.
+    pub status: CheckStatus,
+    /// What it showed, in words.
+    pub detail: String,
+    /// Digests of the runs it made (over every life of each).
+    pub digests: Vec<String>,
+    /// Hash of the previous record (or of the certificate's header for the first).
+    pub prev: String,
+    /// BLAKE3 of `prev` and this record's other fields.
+    pub hash: String,
+}
+
+/// The certificate of a check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Certificate {
+    /// `deja.certificate/1`.
+    pub schema: String,
+    /// The deja version.
+    pub deja_version: String,
+    /// The capsule judged against.
+    pub capsule_id: String,
+    /// BLAKE3 of the base program.
+    pub base_blake3: String,
+    /// BLAKE3 of the candidate program.
+    pub candidate_blake3: String,
+    /// Every check, in order.
+    pub checks: Vec<CheckRecord>,
+    /// The verdict.
+    pub verdict: String,
+    /// The exit code that goes with it.
+    pub exit_code: i32,
+    /// What happened on the candidate, for a person.
+    pub timeline: String,
+    /// BLAKE3 over the last check's hash, the verdict and the exit code.
+    pub certificate_hash: String,
+}
+
+fn header_hash(c: &Certificate) -> String {
+    let mut h = blake3::Hasher::new();
+    for part in [&c.schema, &c.deja_version, &c.capsule_id, &c.base_blake3, &c.candidate_blake3] {
+        h.update(part.as_bytes());
+        h.update(&[0]);
+    }
+    h.finalize().to_hex().to_string()
+}
+
+fn record_hash(r: &CheckRecord) -> String {
+    let body = serde_json::json!({
+        "name": r.name, "status": r.status, "detail": r.detail, "digests": r.digests, "prev": r.prev,
+    });
+    blake3::hash(body.to_string().as_bytes()).to_hex().to_string()
+}
+
+fn final_hash(c: &Certificate) -> String {
+    let last = c.checks.last().map(|r| r.hash.clone()).unwrap_or_else(|| header_hash(c));
+    let mut h = blake3::Hasher::new();
+    h.update(last.as_bytes());
+    h.update(c.verdict.as_bytes());
+    h.update(&c.exit_code.to_le_bytes());
+    h.update(c.timeline.as_bytes());
+    h.finalize().to_hex().to_string()
+}
+
+impl Certificate {
+    /// An empty certificate.
+    pub fn new(capsule_id: &str, base: &str, candidate: &str) -> Certificate {
+        Certificate {
+            schema: "deja.certificate/1".into(),
+            deja_version: env!("CARGO_PKG_VERSION").into(),
+            capsule_id: capsule_id.into(),
+            base_blake3: base.into(),
+            candidate_blake3: candidate.into(),
+            checks: Vec::new(),
+            verdict: String::new(),
+            exit_code: 2,
+            timeline: String::new(),
+            certificate_hash: String::new(),
+        }
+    }
+
+    /// Appends a check, chained to the previous one.
+    pub fn push(&mut self, name: &str, status: CheckStatus, detail: String, digests: Vec<String>) {
+        let prev = self.checks.last().map(|r| r.hash.clone()).unwrap_or_else(|| header_hash(self));
+        let mut r = CheckRecord { name: name.into(), status, detail, digests, prev, hash: String::new() };
+        r.hash = record_hash(&r);
+        self.checks.push(r);
+    }
+
+    /// Seals the certificate with its verdict.
+    pub fn seal(&mut self, verdict: &str, exit_code: i32, timeline: String) {
+        self.verdict = verdict.into();
+        self.exit_code = exit_code;
+        self.timeline = timeline;
+        self.certificate_hash = final_hash(self);
+    }
+
+    /// Re-checks the whole chain; refuses any edit.
+    pub fn verify(&self) -> Result<(), JudgeError> {
+        if self.schema != "deja.certificate/1" {
+            return Err(JudgeError::Tampered(format!("unknown certificate schema {:?}", self.schema)));
+        }
+        let mut prev = header_hash(self);
+        for (i, r) in self.checks.iter().enumerate() {
+            if r.prev != prev || record_hash(r) != r.hash {
+                return Err(JudgeError::Tampered(format!(
+                    "check {} ({:?}) was altered: the hash chain breaks there",
+                    i + 1,
+                    r.name
+                )));
+            }
+            prev = r.hash.clone();
+        }
+        if final_hash(self) != self.certificate_hash {
+            return Err(JudgeError::Tampered("the verdict, exit code or timeline was altered".into()));
+        }
+        let executed = self.checks.iter().filter(|r| r.status == CheckStatus::Passed).count();
+        let all_passed = self.checks.iter().all(|r| r.status == CheckStatus::Passed);
+        if self.verdict == "FIXED_FOR_THIS_CAPSULE" && (executed == 0 || !all_passed || self.exit_code != 0) {
+            return Err(JudgeError::Tampered("a pass without every check executed and passed is not a pass".into()));
+        }
+        Ok(())
+    }
+
+    /// Reads a certificate.
+    pub fn read(path: &std::path::Path) -> Result<Certificate, JudgeError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| JudgeError::File { path: path.display().to_string(), message: e.to_string() })?;
+        serde_json::from_str(&text)
+            .map_err(|e| JudgeError::Tampered(format!("{}: not a deja certificate: {e}", path.display())))
+    }
+
+    /// Writes it atomically.
+    pub fn write(&self, path: &std::path::Path) -> Result<(), JudgeError> {
+        let bytes = serde_json::to_vec_pretty(self).expect("plain data serializes");
+        deja_format::write_atomic(path, &bytes)
+            .map_err(|e| JudgeError::File { path: path.display().to_string(), message: e.to_string() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Certificate {
+        let mut c = Certificate::new("cap", "base", "cand");
+        c.push("one", CheckStatus::Passed, "ok".into(), vec!["d1".into()]);
+        c.push("two", CheckStatus::Passed, "ok".into(), vec![]);
+        c.seal("FIXED_FOR_THIS_CAPSULE", 0, "a → b".into());
+        c
+    }
+
+    #[test]
+    fn a_sealed_certificate_verifies_and_any_edit_breaks_it() {
+        sample().verify().unwrap();
+        type Edit = Box<dyn Fn(&mut Certificate)>;
+        let edits: Vec<Edit> = vec![
+            Box::new(|c| c.checks[0].status = CheckStatus::Failed),
+            Box::new(|c| c.checks[1].detail.push('!')),
+            Box::new(|c| c.checks[0].digests.clear()),
+            Box::new(|c| c.verdict = "STILL_REPRODUCES".into()),
+            Box::new(|c| c.exit_code = 1),
+            Box::new(|c| c.candidate_blake3 = "other".into()),
+            Box::new(|c| {
+                c.checks.remove(0);
+            }),
+        ];
+        for edit in edits {
+            let mut c = sample();
+            edit(&mut c);
+            assert!(c.verify().is_err());
+        }
+    }
+
+    #[test]
+    fn zero_checks_is_never_a_pass() {
+        let mut c = Certificate::new("cap", "base", "cand");
+        c.seal("FIXED_FOR_THIS_CAPSULE", 0, String::new());
+        assert!(c.verify().is_err());
+        let mut c = Certificate::new("cap", "base", "cand");
+        c.push("sweep", CheckStatus::NotRun, "skipped".into(), vec![]);
+        c.seal("FIXED_FOR_THIS_CAPSULE", 0, String::new());
+        assert!(c.verify().is_err());
+    }
+}

@@ -1,0 +1,550 @@
+//! The five steps of a check and the verdict.
+
+use std::collections::BTreeMap;
+
+use deja_explore::Outcome;
+use deja_kernel::{FaultConfig, Kernel, ProgramSpec};
+use deja_vmm::Steering;
+
+use crate::capsule::{Capsule, Trigger};
+use crate::certificate::{Certificate, CheckStatus};
+
+/// The verdict of a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The candidate survives the capsule and a crash at every durable write.
+    FixedForThisCapsule,
+    /// The capsule's failure happens on the candidate too.
+    StillReproduces,
+    /// The candidate fails in another way.
+    NewFailure,
+    /// Some evidence is missing: nothing is concluded.
+    EvidenceIncomplete,
+    /// The base fails without any fault: the failure is not fault-induced.
+    NotFaultInduced,
+}
+
+impl Verdict {
+    /// The stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::FixedForThisCapsule => "FIXED_FOR_THIS_CAPSULE",
+            Verdict::StillReproduces => "STILL_REPRODUCES",
+            Verdict::NewFailure => "NEW_FAILURE",
+            Verdict::EvidenceIncomplete => "EVIDENCE_INCOMPLETE",
+            Verdict::NotFaultInduced => "NOT_FAULT_INDUCED",
+        }
+    }
+
+    /// The exit code: 0 fixed, 1 still reproduces or new failure, 2 incomplete or not
+    /// fault-induced.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Verdict::FixedForThisCapsule => 0,
+            Verdict::StillReproduces | Verdict::NewFailure => 1,
+            Verdict::EvidenceIncomplete | Verdict::NotFaultInduced => 2,
+        }
+    }
+}
+
+/// A program given to the check: where it came from and its bytes (`None`: unreadable).
+#[derive(Debug, Clone)]
+pub struct Program {
+    /// Host path.
+    pub path: String,
+    /// The image, or why it could not be read.
+    pub image: Result<Vec<u8>, String>,
+}
+
+/// Everything a check needs.
+#[derive(Debug, Clone)]
+pub struct CheckInput {
+    /// The program with the bug.
+    pub base: Program,
+    /// The patched program.
+    pub candidate: Program,
+    /// A known-good program the capsule must pass on, if any.
+    pub corrected: Option<Program>,
+    /// The failure to judge against; found on the base when absent.
+    pub capsule: Option<Capsule>,
+    /// The workload: the program's arguments.
+    pub args: Vec<String>,
+    /// Its environment.
+    pub env: Vec<String>,
+    /// Its seed.
+    pub seed: u64,
+    /// Guest RAM in MiB.
+    pub memory_mib: u64,
+    /// Most kill points a sweep tries.
+    pub max_kill_points: u64,
+    /// Independent worlds the candidate's replay runs in.
+    pub worlds: u32,
+}
+
+/// The result of a check.
+#[derive(Debug, Clone)]
+pub struct Judgement {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The capsule judged against (found or given).
+    pub capsule: Option<Capsule>,
+    /// Every check, chained.
+    pub certificate: Certificate,
+}
+
+fn spec(image: &[u8], path: &str, input: &CheckInput) -> ProgramSpec {
+    let name = std::path::Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut argv = vec![format!("/bin/{name}")];
+    argv.extend(input.args.iter().cloned());
+    ProgramSpec {
+        image: image.to_vec(),
+        exe_path: argv[0].clone(),
+        argv,
+        env: input.env.clone(),
+        seed: input.seed,
+        ..Default::default()
+    }
+}
+
+/// Runs `spec` with `faults` and `overrides` from the start.
+fn run(
+    spec: &ProgramSpec,
+    memory_mib: u64,
+    faults: &FaultConfig,
+    overrides: &BTreeMap<u64, u64>,
+) -> Result<Outcome, String> {
+    let mut s = spec.clone();
+    s.faults = faults.clone();
+    let mut prepare = |k: &mut Kernel| k.set_decision_overrides(overrides.clone());
+    let steering = Steering { at_syscall: 0, prepare: &mut prepare };
+    let lives =
+        deja_vmm::run_steered(s, memory_mib << 20, Some(steering), &mut |_, _| {}, None).map_err(|e| e.to_string())?;
+    Ok(deja_explore::input::outcome(lives))
+}
+
+fn describe_event(name: &str, details: &str) -> String {
+    let mut words = vec![name.to_string()];
+    if let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(details) {
+        for (k, v) in map {
+            match v {
+                serde_json::Value::String(s) => words.push(s),
+                serde_json::Value::Bool(true) => words.push(k),
+                serde_json::Value::Bool(false) => {}
+                other => words.push(other.to_string()),
+            }
+        }
+    }
+    words.join(" ")
+}
+
+/// What happened, for a person: the events of every life, the crash between them.
+pub fn timeline(out: &Outcome) -> String {
+    let mut parts = Vec::new();
+    for (i, life) in out.lives.iter().enumerate() {
+        if i > 0 {
+            parts.push("restart".to_string());
+        }
+        for e in &life.run.report.events {
+            parts.push(describe_event(&e.name, &e.details));
+        }
+        if life.crashed {
+            parts.push(format!("crash after durable write {}", life.run.report.durable_writes));
+        }
+    }
+    if let Some(f) = &out.failure {
+        parts.push(format!("FAILED: {f}"));
+    }
+    parts.join(" → ")
+}
+
+/// The trigger of a failing run that crashed: the event the crash follows, by meaning.
+fn trigger_of(out: &Outcome) -> Option<(Trigger, u64)> {
+    let first = out.lives.first()?;
+    if !first.crashed {
+        return None;
+    }
+    let k = first.run.report.durable_writes;
+    let events = &first.run.report.events;
+    let before: Vec<_> = events.iter().filter(|e| e.durable_writes < k).collect();
+    let anchor = before.iter().rev().find(|e| e.name == "request").or(before.last()).copied();
+    let trigger = match anchor {
+        Some(e) => {
+            Trigger { event: e.name.clone(), details: e.details.clone(), durable_writes_after: k - e.durable_writes }
+        }
+        None => Trigger { event: String::new(), details: String::new(), durable_writes_after: k },
+    };
+    Some((trigger, k))
+}
+
+/// Where the trigger falls in a run that did not crash: the absolute kill point, if any.
+fn map_trigger(trigger: &Trigger, control: &Outcome) -> Option<u64> {
+    let life = control.lives.first()?;
+    let total = life.run.report.durable_writes;
+    let base = if trigger.event.is_empty() {
+        0
+    } else {
+        life.run.report.events.iter().find(|e| e.name == trigger.event && e.details == trigger.details)?.durable_writes
+    };
+    let k = base + trigger.durable_writes_after;
+    if total == 0 || base >= total {
+        return None;
+    }
+    Some(k.min(total))
+}
+
+fn crash_at(faults: &FaultConfig, k: u64) -> FaultConfig {
+    FaultConfig { crash_after_durable_write: Some(k), ..faults.clone() }
+}
+
+/// Runs the whole check.
+pub fn check(input: &CheckInput) -> Judgement {
+    let mut steps: Vec<(&str, CheckStatus, String, Vec<String>)> = Vec::new();
+    let names = [
+        "hunt on the base",
+        "reproduce the capsule on the base",
+        "no-fault control on the base",
+        "the capsule holds on the corrected program",
+        "the candidate runs",
+        "replay the capsule on the candidate",
+        "crash after every durable write of the candidate",
+    ];
+    let base_hash = input.base.image.as_ref().map(|i| blake3::hash(i).to_hex().to_string()).unwrap_or_default();
+    let cand_hash = input.candidate.image.as_ref().map(|i| blake3::hash(i).to_hex().to_string()).unwrap_or_default();
+    let mut capsule = input.capsule.clone();
+    let mut timeline_text = String::new();
+    let verdict = (|| -> Verdict {
+        let base_image = match &input.base.image {
+            Ok(i) => i,
+            Err(e) => {
+                steps.push((names[0], CheckStatus::Incomplete, format!("the base cannot be read: {e}"), vec![]));
+                return Verdict::EvidenceIncomplete;
+            }
+        };
+        let base = spec(base_image, &input.base.path, input);
+        let control = match run(&base, input.memory_mib, &FaultConfig::default(), &BTreeMap::new()) {
+            Ok(o) => o,
+            Err(e) => {
+                steps.push((names[0], CheckStatus::Incomplete, format!("the base does not run: {e}"), vec![]));
+                return Verdict::EvidenceIncomplete;
+            }
+        };
+        // 1. Hunt (or take the capsule).
+        match &capsule {
+            Some(c) if c.base_blake3 != base_hash => {
+                steps.push((
+                    names[0],
+                    CheckStatus::Incomplete,
+                    "the capsule was frozen on another base binary".into(),
+                    vec![],
+                ));
+                return Verdict::EvidenceIncomplete;
+            }
+            Some(c) => steps.push((names[0], CheckStatus::Passed, format!("capsule {} given", c.id), vec![])),
+            None => {
+                let total = control.durable_writes.min(input.max_kill_points);
+                let mut found = None;
+                for k in 1..=total {
+                    if let Ok(o) = run(&base, input.memory_mib, &crash_at(&FaultConfig::default(), k), &BTreeMap::new())
+                    {
+                        if o.failure.is_some() && o.lives.len() > 1 {
+                            found = Some(o);
+                            break;
+                        }
+                    }
+                }
+                let Some(o) = found else {
+                    steps.push((
+                        names[0],
+                        CheckStatus::Incomplete,
+                        format!("no failure found on the base in a sweep of {total} kill points"),
+                        vec![control.digest.clone()],
+                    ));
+                    return Verdict::EvidenceIncomplete;
+                };
+                let Some((trigger, k)) = trigger_of(&o) else {
+                    steps.push((
+                        names[0],
+                        CheckStatus::Incomplete,
+                        "the failure has no crash to anchor".into(),
+                        vec![],
+                    ));
+                    return Verdict::EvidenceIncomplete;
+                };
+                let c = Capsule {
+                    schema: "deja.capsule/1".into(),
+                    id: String::new(),
+                    deja_version: env!("CARGO_PKG_VERSION").into(),
+                    base_blake3: base_hash.clone(),
+                    args: input.args.clone(),
+                    env: input.env.clone(),
+                    seed: input.seed,
+                    memory_mib: input.memory_mib,
+                    base_crash_after_durable_write: k,
+                    trigger,
+                    faults: FaultConfig::default(),
+                    overrides: BTreeMap::new(),
+                    signature: o.failure.clone().unwrap_or_default(),
+                    timeline: timeline(&o),
+                }
+                .seal();
+                steps.push((
+                    names[0],
+                    CheckStatus::Passed,
+                    format!("found by a crash sweep: {}", c.signature),
+                    vec![o.digest.clone()],
+                ));
+                capsule = Some(c);
+            }
+        }
+        let c = capsule.clone().expect("set above");
+        // 2. Reproduce on the base, by meaning.
+        let Some(k) = map_trigger(&c.trigger, &control) else {
+            steps.push((
+                names[1],
+                CheckStatus::Incomplete,
+                "the capsule's trigger does not occur on the base".into(),
+                vec![],
+            ));
+            return Verdict::EvidenceIncomplete;
+        };
+        match run(&base, input.memory_mib, &crash_at(&c.faults, k), &c.overrides) {
+            Ok(o) if o.failure.as_deref() == Some(c.signature.as_str()) => steps.push((
+                names[1],
+                CheckStatus::Passed,
+                format!("reproduced: {}", timeline(&o)),
+                vec![o.digest.clone()],
+            )),
+            Ok(o) => {
+                steps.push((
+                    names[1],
+                    CheckStatus::Incomplete,
+                    format!("the capsule does not reproduce on the base: {}", timeline(&o)),
+                    vec![o.digest],
+                ));
+                return Verdict::EvidenceIncomplete;
+            }
+            Err(e) => {
+                steps.push((names[1], CheckStatus::Incomplete, e, vec![]));
+                return Verdict::EvidenceIncomplete;
+            }
+        }
+        // 3. No-fault control.
+        if let Some(f) = &control.failure {
+            steps.push((
+                names[2],
+                CheckStatus::Failed,
+                format!("the base fails without any fault: {f}"),
+                vec![control.digest.clone()],
+            ));
+            return Verdict::NotFaultInduced;
+        }
+        steps.push((
+            names[2],
+            CheckStatus::Passed,
+            "the base holds without faults".into(),
+            vec![control.digest.clone()],
+        ));
+        // Optional: the corrected program must pass the capsule.
+        if let Some(corr) = &input.corrected {
+            let Ok(image) = &corr.image else {
+                steps.push((names[3], CheckStatus::Incomplete, "the corrected program cannot be read".into(), vec![]));
+                return Verdict::EvidenceIncomplete;
+            };
+            let s = spec(image, &corr.path, input);
+            let ok = run(&s, input.memory_mib, &FaultConfig::default(), &BTreeMap::new())
+                .ok()
+                .and_then(|ctl| map_trigger(&c.trigger, &ctl))
+                .and_then(|k| run(&s, input.memory_mib, &crash_at(&c.faults, k), &c.overrides).ok());
+            match ok {
+                Some(o) if o.failure.is_none() => {
+                    steps.push((names[3], CheckStatus::Passed, timeline(&o), vec![o.digest.clone()]))
+                }
+                other => {
+                    let why =
+                        other.map(|o| timeline(&o)).unwrap_or_else(|| "it could not be run at the trigger".into());
+                    steps.push((
+                        names[3],
+                        CheckStatus::Incomplete,
+                        format!("the capsule fails on the corrected program: {why}"),
+                        vec![],
+                    ));
+                    return Verdict::EvidenceIncomplete;
+                }
+            }
+        }
+        // 4. The candidate runs at all.
+        let cand_image = match &input.candidate.image {
+            Ok(i) => i,
+            Err(e) => {
+                steps.push((names[4], CheckStatus::Incomplete, format!("the candidate cannot be read: {e}"), vec![]));
+                return Verdict::EvidenceIncomplete;
+            }
+        };
+        let cand = spec(cand_image, &input.candidate.path, input);
+        let cand_control = match run(&cand, input.memory_mib, &FaultConfig::default(), &BTreeMap::new()) {
+            Ok(o) => o,
+            Err(e) => {
+                steps.push((names[4], CheckStatus::Incomplete, format!("the candidate cannot be run: {e}"), vec![]));
+                return Verdict::EvidenceIncomplete;
+            }
+        };
+        let last = &cand_control.lives.last().expect("a life").run.report;
+        let died_at_start =
+            matches!(last.exit, deja_kernel::ExitStatus::Signaled { .. }) && last.setup_complete.is_none();
+        if died_at_start {
+            steps.push((
+                names[4],
+                CheckStatus::Incomplete,
+                format!("the candidate crashes at start-up: {:?}", last.exit),
+                vec![cand_control.digest.clone()],
+            ));
+            return Verdict::EvidenceIncomplete;
+        }
+        if let Some(f) = &cand_control.failure {
+            timeline_text = timeline(&cand_control);
+            steps.push((
+                names[4],
+                CheckStatus::Failed,
+                format!("the candidate fails without faults: {f}"),
+                vec![cand_control.digest.clone()],
+            ));
+            return Verdict::NewFailure;
+        }
+        steps.push((
+            names[4],
+            CheckStatus::Passed,
+            "the candidate holds without faults".into(),
+            vec![cand_control.digest.clone()],
+        ));
+        // 5. Replay by meaning, in several fresh worlds that must agree.
+        let Some(k) = map_trigger(&c.trigger, &cand_control) else {
+            steps.push((
+                names[5],
+                CheckStatus::Incomplete,
+                "the capsule's trigger does not occur on the candidate".into(),
+                vec![],
+            ));
+            return Verdict::EvidenceIncomplete;
+        };
+        let mut worlds = Vec::new();
+        for _ in 0..input.worlds.max(1) {
+            match run(&cand, input.memory_mib, &crash_at(&c.faults, k), &c.overrides) {
+                Ok(o) => worlds.push(o),
+                Err(e) => {
+                    steps.push((names[5], CheckStatus::Incomplete, e, vec![]));
+                    return Verdict::EvidenceIncomplete;
+                }
+            }
+        }
+        let digests: Vec<String> = worlds.iter().map(|o| o.digest.clone()).collect();
+        if digests.iter().any(|d| *d != digests[0]) {
+            steps.push((
+                names[5],
+                CheckStatus::Incomplete,
+                "the worlds disagree: the candidate is not deterministic here".into(),
+                digests,
+            ));
+            return Verdict::EvidenceIncomplete;
+        }
+        let replay = &worlds[0];
+        timeline_text = timeline(replay);
+        match &replay.failure {
+            Some(f) if *f == c.signature => {
+                steps.push((
+                    names[5],
+                    CheckStatus::Failed,
+                    format!("the failure reproduces after durable write {k}: {timeline_text}"),
+                    digests,
+                ));
+                return Verdict::StillReproduces;
+            }
+            Some(f) => {
+                steps.push((
+                    names[5],
+                    CheckStatus::Failed,
+                    format!("another failure after durable write {k}: {f}"),
+                    digests,
+                ));
+                return Verdict::NewFailure;
+            }
+            None => steps.push((
+                names[5],
+                CheckStatus::Passed,
+                format!("held in {} worlds, crash after durable write {k}: {timeline_text}", worlds.len()),
+                digests,
+            )),
+        }
+        // 6. Sweep every durable write of the candidate.
+        let total = cand_control.durable_writes;
+        if total == 0 || total > input.max_kill_points {
+            steps.push((
+                names[6],
+                CheckStatus::Incomplete,
+                format!("{total} durable writes: outside the sweep's range 1..={}", input.max_kill_points),
+                vec![],
+            ));
+            return Verdict::EvidenceIncomplete;
+        }
+        let mut digests = Vec::new();
+        for k in 1..=total {
+            let o = match run(&cand, input.memory_mib, &crash_at(&c.faults, k), &c.overrides) {
+                Ok(o) => o,
+                Err(e) => {
+                    steps.push((names[6], CheckStatus::Incomplete, format!("kill point {k}: {e}"), digests));
+                    return Verdict::EvidenceIncomplete;
+                }
+            };
+            if o.lives.len() < 2 {
+                steps.push((names[6], CheckStatus::Incomplete, format!("kill point {k} was never reached"), digests));
+                return Verdict::EvidenceIncomplete;
+            }
+            digests.push(o.digest.clone());
+            if let Some(f) = &o.failure {
+                timeline_text = timeline(&o);
+                let same = *f == c.signature;
+                steps.push((
+                    names[6],
+                    CheckStatus::Failed,
+                    format!("crash after durable write {k} of {total}: {timeline_text}"),
+                    digests,
+                ));
+                return if same { Verdict::StillReproduces } else { Verdict::NewFailure };
+            }
+        }
+        steps.push((names[6], CheckStatus::Passed, format!("all {total} kill points held"), digests));
+        Verdict::FixedForThisCapsule
+    })();
+
+    let mut cert = Certificate::new(capsule.as_ref().map(|c| c.id.as_str()).unwrap_or(""), &base_hash, &cand_hash);
+    for name in names {
+        match steps.iter().find(|s| s.0 == name) {
+            Some((_, status, detail, digests)) => cert.push(name, *status, detail.clone(), digests.clone()),
+            None if name == names[3] && input.corrected.is_none() => {
+                cert.push(name, CheckStatus::NotRun, "no corrected program given".into(), vec![])
+            }
+            None => cert.push(name, CheckStatus::NotRun, "not reached: an earlier check decided".into(), vec![]),
+        }
+    }
+    // A pass needs every check executed: an optional check that was not asked for does not count
+    // against it, but nothing else may be missing.
+    let verdict = if verdict == Verdict::FixedForThisCapsule
+        && cert
+            .checks
+            .iter()
+            .any(|r| r.status != CheckStatus::Passed && !(r.name == names[3] && input.corrected.is_none()))
+    {
+        Verdict::EvidenceIncomplete
+    } else {
+        verdict
+    };
+    if input.corrected.is_none() {
+        cert.checks.retain(|r| r.name != names[3]);
+        // Re-chain without the absent optional check.
+        let kept = std::mem::take(&mut cert.checks);
+        for r in kept {
+            cert.push(&r.name, r.status, r.detail, r.digests);
+        }
+    }
+    cert.seal(verdict.name(), verdict.exit_code(), timeline_text);
+    Judgement { verdict, capsule, certificate: cert }
+}
