@@ -47,17 +47,7 @@ pub struct SweepReport {
     pub digest: String,
 }
 
-/// Combines the digests of a run's lives (one life: its own digest).
-pub fn lives_digest(lives: &[deja_vmm::Incarnation]) -> String {
-    if let [one] = lives {
-        return one.run.report.digest.clone();
-    }
-    let mut h = blake3::Hasher::new();
-    for life in lives {
-        h.update(life.run.report.digest.as_bytes());
-    }
-    h.finalize().to_hex().to_string()
-}
+pub use deja_vmm::lives_digest;
 
 fn run_quiet(spec: ProgramSpec, memory: u64) -> Result<(Vec<deja_vmm::Incarnation>, Vec<u8>), String> {
     let mut stderr = Vec::new();

@@ -1,4 +1,5 @@
-//! `deja inspect FILE`: what a deja artifact holds.
+//! `deja inspect FILE`: what a deja artifact holds — a snapshot (binary envelope) or one of the
+//! JSON artifacts (bug file, capsule, certificate, reports), after verifying what it carries.
 
 use std::path::PathBuf;
 
@@ -22,6 +23,11 @@ fn describe(args: &InspectArgs) -> Result<serde_json::Value, (i32, String)> {
         let code = if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { exit::NOT_LOADABLE };
         (code, format!("cannot read {}: {e}", args.file.display()))
     })?;
+    if !bytes.starts_with(&deja_format::MAGIC) {
+        if let Some(v) = describe_json(&args.file, &bytes)? {
+            return Ok(v);
+        }
+    }
     let env = deja_format::decode(&bytes).map_err(|e| (exit::NOT_LOADABLE, format!("{}: {e}", args.file.display())))?;
     let mut v = serde_json::json!({
         "file": args.file.display().to_string(),
@@ -59,6 +65,37 @@ fn describe(args: &InspectArgs) -> Result<serde_json::Value, (i32, String)> {
     Ok(v)
 }
 
+/// The JSON artifacts (bug files, capsules, certificates, reports): their schema and what they
+/// say, after the checks each one carries (a capsule's content address, a certificate's chain).
+fn describe_json(path: &std::path::Path, bytes: &[u8]) -> Result<Option<serde_json::Value>, (i32, String)> {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(bytes) else { return Ok(None) };
+    let schema = v["schema"].as_str().unwrap_or_default().to_string();
+    let refuse = |e: String| (exit::NOT_LOADABLE, format!("{}: {e}", path.display()));
+    let summary = match schema.as_str() {
+        "deja.bug/1" => serde_json::json!({
+            "signature": v["signature"], "program": v["program"], "seed": v["seed"], "input": v["input"],
+            "decisions": v["decisions"].as_array().map(|d| d.len()), "digest": v["digest"], "reproduce": v["reproduce"],
+        }),
+        "deja.capsule/1" => {
+            let c = deja_judge::Capsule::read(path).map_err(|e| refuse(e.to_string()))?;
+            serde_json::json!({ "id": c.id, "signature": c.signature, "trigger": c.trigger, "base_blake3": c.base_blake3, "timeline": c.timeline })
+        }
+        "deja.certificate/1" => {
+            let c = deja_judge::Certificate::read(path).map_err(|e| refuse(e.to_string()))?;
+            c.verify().map_err(|e| refuse(e.to_string()))?;
+            serde_json::json!({ "verdict": c.verdict, "exit_code": c.exit_code, "checks": c.checks.len(), "capsule_id": c.capsule_id, "certificate_hash": c.certificate_hash })
+        }
+        "deja.run-report/1" | "deja.crash-sweep/1" => serde_json::json!({ "digest": v["digest"] }),
+        _ if v["schema"] == "deja.explore-report/1" => {
+            serde_json::json!({ "rounds": v["campaign"]["rounds"], "bugs": v["campaign"]["bugs"].as_array().map(|b| b.len()) })
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(serde_json::json!({
+        "file": path.display().to_string(), "kind": schema, "schema": schema, "file_bytes": bytes.len(), "summary": summary,
+    })))
+}
+
 /// `deja inspect`: 0 when the artifact is valid, 126 when it is refused, 127 when missing.
 pub fn main(args: InspectArgs) -> i32 {
     match describe(&args) {
@@ -72,6 +109,12 @@ pub fn main(args: InspectArgs) -> i32 {
                     v["kind"].as_str().unwrap_or("?"),
                     v["schema"]
                 );
+                if let Some(summary) = v.get("summary") {
+                    for (k, val) in summary.as_object().into_iter().flatten() {
+                        println!("  {k:<17} {}", val.as_str().map(String::from).unwrap_or_else(|| val.to_string()));
+                    }
+                    return 0;
+                }
                 println!("  id                {}", v["id"].as_str().unwrap_or(""));
                 println!(
                     "  size              {} bytes on disk, {} bytes of payload",

@@ -105,7 +105,15 @@ fn tampered_capsules_and_certificates_are_refused() {
         let v = deja(&["verify-certificate", forged.to_str().unwrap()]);
         assert_eq!(v.status.code(), Some(1), "{edit:?}: {}", stderr(&v));
         assert!(stderr(&v).contains("refused"));
+        // `deja inspect` verifies before it shows.
+        let i = deja(&["inspect", forged.to_str().unwrap()]);
+        assert_eq!(i.status.code(), Some(126), "{}", stderr(&i));
     }
+    let i = deja(&["inspect", dir.join("certificate.json").to_str().unwrap()]);
+    assert_eq!(i.status.code(), Some(0));
+    assert!(stdout(&i).contains("FIXED_FOR_THIS_CAPSULE"), "{}", stdout(&i));
+    let i = deja(&["inspect", bad.to_str().unwrap()]);
+    assert_eq!(i.status.code(), Some(126), "an altered capsule: {}", stderr(&i));
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -126,15 +126,7 @@ fn semantic_edges(report: &RunReport) -> Vec<u64> {
 
 /// Turns the lives of a run into an outcome.
 pub fn outcome(lives: Vec<Incarnation>) -> Outcome {
-    let digest = if let [one] = &lives[..] {
-        one.run.report.digest.clone()
-    } else {
-        let mut h = blake3::Hasher::new();
-        for l in &lives {
-            h.update(l.run.report.digest.as_bytes());
-        }
-        h.finalize().to_hex().to_string()
-    };
+    let digest = deja_vmm::lives_digest(&lives);
     let last = &lives.last().expect("a run has a life").run.report;
     let coverage = last.coverage.as_ref().map(|c| c.map.clone()).unwrap_or_default();
     let mut semantic: Vec<u64> = lives.iter().flat_map(|l| semantic_edges(&l.run.report)).collect();

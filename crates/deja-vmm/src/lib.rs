@@ -129,6 +129,19 @@ pub struct Incarnation {
     pub crash_disk_digest: Option<String>,
 }
 
+/// The digest of a run made of several lives: a life's own digest when there is one, else the
+/// BLAKE3 of every life's digest in order.
+pub fn lives_digest(lives: &[Incarnation]) -> String {
+    if let [one] = lives {
+        return one.run.report.digest.clone();
+    }
+    let mut h = blake3::Hasher::new();
+    for life in lives {
+        h.update(life.run.report.digest.as_bytes());
+    }
+    h.finalize().to_hex().to_string()
+}
+
 /// The seed of the `n`-th restart of a run seeded with `seed`: a new stream per life.
 pub fn restart_seed(seed: u64, n: u64) -> u64 {
     let mut h = blake3::Hasher::new();
