@@ -9,10 +9,3 @@ fn probe_runs_ring3_code_and_traps_its_syscall() {
     eprintln!("hazards: {:#?}", probe.hazards());
     assert!(probe.guest_xcr0 & 0x3 == 0x3, "x87 and SSE state enabled");
 }
-
-#[test]
-#[ignore]
-fn manual_dirty_log_cap() {
-    let kvm = kvm_ioctls::Kvm::new().unwrap();
-    eprintln!("MANUAL_DIRTY_LOG_PROTECT2 = {}", kvm.check_extension_raw(168));
-}
