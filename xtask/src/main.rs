@@ -28,7 +28,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 16] = [
+const GUESTS: [&str; 17] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -45,6 +45,7 @@ const GUESTS: [&str; 16] = [
     "credit-misleading-green",
     "credit-mark-first",
     "credit-atomic",
+    "threads",
 ];
 
 /// Flags every guest is built with: a static executable.

@@ -37,3 +37,5 @@ pub const ELOOP: i32 = 40;
 pub const ENXIO: i32 = 6;
 pub const EOPNOTSUPP: i32 = 95;
 pub const ETIMEDOUT: i32 = 110;
+pub const E2BIG: i32 = 7;
+pub const ERESTARTSYS: i32 = 512;

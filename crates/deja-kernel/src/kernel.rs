@@ -27,6 +27,7 @@ use crate::persist::{ensure, RestoreError};
 use crate::rng::RandomStream;
 use crate::signal::{self, Signals};
 use crate::stack::{self, AuxInfo};
+use crate::threads::{Threads, BLOCKED_RETURN};
 use crate::trace::{memory_digest, DataHasher, ExceptionRecord, Tracer};
 use crate::vm::{Access, AddressSpace, FaultError, Vma, VmaKind};
 use crate::{
@@ -54,6 +55,8 @@ pub(crate) enum Stop {
     Exit(ExitStatus),
     /// Not implemented: `-ENOSYS`, counted in [`RunReport::unsupported`].
     Unsupported,
+    /// The calling thread blocked or exited: no return value now (see [`crate::threads`]).
+    Block,
 }
 
 impl From<i32> for Stop {
@@ -103,6 +106,7 @@ pub struct Kernel {
     entry: Entry,
     pub(crate) oracle: Oracle,
     coverage: Option<CoverageRegion>,
+    pub(crate) threads: Threads,
 }
 
 /// The saved form of [`Kernel`]: serde's remote derive, which reads and builds a `Kernel`
@@ -141,6 +145,7 @@ struct KernelDef {
     entry: Entry,
     oracle: Oracle,
     coverage: Option<CoverageRegion>,
+    threads: Threads,
 }
 
 /// A `Kernel` to encode.
@@ -347,6 +352,7 @@ impl Kernel {
             entry,
             oracle: Oracle::default(),
             coverage,
+            threads: Threads::default(),
         };
         Ok((kernel, entry))
     }
@@ -413,6 +419,7 @@ impl Kernel {
         })?;
         ensure(self.fault_repeats <= MAX_FAULT_REPEATS, || format!("{} fault repeats", self.fault_repeats))?;
         self.oracle.validate(n)?;
+        self.threads.validate(self.exit.is_some())?;
         match &self.coverage {
             Some(c) => c.validate(),
             None => Ok(()),
@@ -439,6 +446,7 @@ impl Kernel {
         let mut hashed = DataHasher::new(mem);
         let res = self.dispatch(&mut hashed, nr, args);
         let data = hashed.finish();
+        let res = if matches!(res, Err(Stop::Exit(_))) || self.faults.crash_due { res } else { self.schedule(res) };
         let (outcome, ret) = match res {
             Ok(v) => (SyscallOutcome::Return(v), Some(v)),
             Err(Stop::Err(e)) => {
@@ -454,6 +462,7 @@ impl Kernel {
                 self.exit = Some(st.clone());
                 (SyscallOutcome::Exit(st), None)
             }
+            Err(Stop::Block) => (SyscallOutcome::Return(BLOCKED_RETURN), Some(BLOCKED_RETURN)),
         };
         let (outcome, ret) = if self.faults.crash_due && !matches!(outcome, SyscallOutcome::Exit(_)) {
             self.faults.crash_due = false;
@@ -516,7 +525,10 @@ impl Kernel {
             33 => self.sys_dup2(a[0], a[1]),
             35 => self.sys_nanosleep(mem, a[0], a[1]),
             39 => Ok(1),
-            60 | 231 => Err(Stop::Exit(ExitStatus::Exited { code: (a[0] & 0xff) as i32 })),
+            56 => self.sys_clone(mem, a),
+            435 => self.sys_clone3(mem, a[0], a[1]),
+            60 => self.sys_exit_thread(mem, a[0]),
+            231 => Err(Stop::Exit(ExitStatus::Exited { code: (a[0] & 0xff) as i32 })),
             62 => self.sys_kill(a[0], a[1]),
             63 => self.sys_uname(mem, a[0]),
             72 => self.sys_fcntl(mem, a[0], a[1], a[2]),
@@ -567,7 +579,7 @@ impl Kernel {
             157 => self.sys_prctl(mem, a),
             158 => self.sys_arch_prctl(mem, a[0], a[1]),
             160 => self.sys_prlimit(mem, 0, a[0], a[1], 0),
-            186 => Ok(1),
+            186 => Ok(self.threads.current),
             200 => self.sys_tgkill(1, a[0], a[1]),
             201 => self.sys_time(mem, a[0]),
             202 => self.sys_futex(mem, a),
@@ -576,7 +588,7 @@ impl Kernel {
             217 => self.sys_getdents64(mem, a[0], a[1], a[2]),
             218 => {
                 self.clear_child_tid = a[0];
-                Ok(1)
+                Ok(self.threads.current)
             }
             221 => self.fd_ok(a[0]),
             228 => self.sys_clock_gettime(mem, a[0], a[1]),

@@ -14,7 +14,8 @@
 //! # Decisions
 //!
 //! Every nondeterministic choice deja makes on the program's behalf is a *decision*: the file
-//! system fault decisions (see [`FaultConfig`] and [`fs`]) and the deja SDK's `Random` and
+//! system fault decisions (see [`FaultConfig`] and [`fs`]), the scheduler's choice of the next
+//! thread when several are runnable (see [`threads`]) and the deja SDK's `Random` and
 //! `Choice(n)` requests. `getrandom`, `/dev/urandom` and `AT_RANDOM` read the program's random
 //! stream and are not decisions. Decisions come from a separate stream of the seed, so steering
 //! them never shifts the program's random bytes.
@@ -56,13 +57,18 @@
 //!   at the same RIP repeating four times in a row is fatal (the shell did not map the page).
 //! - `#GP` on `rdtsc` (`0f 31`) or `rdtscp` (`0f 01 f9`) is emulated from the virtual clock
 //!   (3 ticks per virtual ns); any other `#GP` is `SIGSEGV`.
-//! - After `arch_prctl` (syscall 158) re-read [`Kernel::fs_base`] / [`Kernel::gs_base`].
+//! - After `arch_prctl` (syscall 158) re-read [`Kernel::fs_base`] / [`Kernel::gs_base`] (the
+//!   current thread's).
+//! - Threads: after every syscall read [`Kernel::current_tid`], [`Kernel::take_spawned`] and
+//!   [`Kernel::take_wakeup_returns`]; the exact register contract is in [`threads`]. The
+//!   scheduler's choices are decisions (`schedule after syscall K`), taken only when more than
+//!   one thread is runnable.
 //! - Output is collected; drain it with [`Kernel::take_output`] (chunks of the same stream are
 //!   merged). A single `write` moves at most [`MAX_IO`] bytes (a partial write beyond that).
 //! - The commit capacity is fixed at load from `mem.free_frames()` minus
 //!   [`PAGE_TABLE_MARGIN_PERCENT`]%: call `load` on a fresh VM.
-//! - A wait that can never end (`futex` wait or `poll` without timeout in a single-threaded
-//!   program) ends the run as `SIGKILL` with a `deadlock: ...` fault description (vector 0).
+//! - A wait that can never end (every thread blocked without a timeout, or a `poll` without
+//!   timeout) ends the run as `SIGKILL` with a `deadlock: ...` fault description (vector 0).
 //! - Every clock is virtual: it starts at 0 and advances by [`clock::SYSCALL_COST_NS`] per
 //!   syscall, [`clock::RDTSC_COST_NS`] per emulated `rdtsc`, and by sleeps and timeouts.
 //!
@@ -106,6 +112,7 @@ mod sys_io;
 mod sys_mem;
 mod sys_proc;
 pub mod syscalls;
+pub mod threads;
 mod trace;
 mod vm;
 
@@ -120,6 +127,7 @@ pub use kernel::{Kernel, MAX_IO, PAGE_TABLE_MARGIN_PERCENT};
 pub use mem::{FakeMemory, MemError, Memory, Prot, PAGE_SIZE};
 pub use oracle::MAX_EVENTS;
 pub use persist::RestoreError;
+pub use threads::SpawnedThread;
 
 use std::collections::BTreeMap;
 

@@ -1,10 +1,11 @@
 //! Process-level syscalls: identity, limits, signals, time, futex, randomness, `arch_prctl`,
 //! `prctl`, `uname`, scheduling.
 //!
-//! deja models one process with one thread: pid = tid = 1, parent 0, uid/gid 1000. A wait that
-//! no other thread could ever end (a `futex` wait or `poll` without timeout) ends the program
-//! with `SIGKILL` and a fault description starting with `deadlock:` (vector 0, rip 0: it is not
-//! a CPU fault).
+//! deja models one process (pid 1, parent 0, uid/gid 1000) with threads (see
+//! [`crate::threads`]: clone, blocking futexes, sleeps, the scheduler). A wait that nothing can
+//! ever end (every thread blocked without a timeout, or a `poll` without timeout on fds that
+//! never become ready) ends the program with `SIGKILL` and a fault description starting with
+//! `deadlock:` (vector 0, rip 0: it is not a CPU fault).
 
 use crate::clock::{clock_kind, ClockKind, NS_PER_S};
 use crate::errno::*;
@@ -88,8 +89,8 @@ impl Kernel {
 
     pub(crate) fn sys_nanosleep(&mut self, mem: &mut dyn Memory, req: u64, _rem: u64) -> SysResult {
         let ns = self.read_timespec(mem, req)?;
-        self.clock.advance(ns);
-        Ok(0)
+        self.threads.block_sleep(self.clock.now_ns().saturating_add(ns));
+        Err(Stop::Block)
     }
 
     pub(crate) fn sys_clock_nanosleep(
@@ -105,13 +106,9 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let t = self.read_timespec(mem, req)?;
-        if flags & 1 != 0 {
-            let now = self.clock.read(kind);
-            self.clock.advance(t.saturating_sub(now));
-        } else {
-            self.clock.advance(t);
-        }
-        Ok(0)
+        let ns = if flags & 1 != 0 { t.saturating_sub(self.clock.read(kind)) } else { t };
+        self.threads.block_sleep(self.clock.now_ns().saturating_add(ns));
+        Err(Stop::Block)
     }
 
     pub(crate) fn sys_times(&mut self, mem: &mut dyn Memory, buf: u64) -> SysResult {
@@ -258,7 +255,7 @@ impl Kernel {
     }
 
     pub(crate) fn sys_sched_getaffinity(&mut self, mem: &mut dyn Memory, pid: u64, len: u64, mask: u64) -> SysResult {
-        if !matches!(pid as i32, 0 | 1) {
+        if pid as i32 != 0 && !self.thread_exists(u64::from(pid as u32)) {
             return Err(ESRCH.into());
         }
         if len < 8 || !len.is_multiple_of(8) {
@@ -335,10 +332,15 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let sig = Self::signal_arg(sig)?;
-        if tgid != 1 || tid != 1 {
+        if tgid != 1 || !self.thread_exists(tid as u64) {
             return Err(ESRCH.into());
         }
-        self.raise(sig)
+        // The target thread's mask decides whether the signal is blocked.
+        let own = self.signals.mask;
+        self.signals.mask = self.thread_sigmask(tid as u64);
+        let r = self.raise(sig);
+        self.signals.mask = own;
+        r
     }
 
     pub(crate) fn sys_rt_sigaction(
@@ -449,6 +451,8 @@ impl Kernel {
         let realtime = op & 256 != 0;
         let cmd = op & !(128 | 256);
         let aligned = |p: u64| if p & 3 != 0 { Err(EINVAL) } else { Ok(()) };
+        // A count argument (`int`): negative wakes/moves none.
+        let count = |v: u64| u64::from((v as i32).max(0) as u32);
         match cmd {
             0 | 9 => {
                 if cmd == 9 && val3 as u32 == 0 {
@@ -459,37 +463,41 @@ impl Kernel {
                 if cur != val as u32 {
                     return Err(EAGAIN.into());
                 }
-                if timeout == 0 {
-                    let what = format!("futex wait on {uaddr:#x} with no other thread to wake it");
-                    return Err(Stop::Exit(self.deadlock(&what)));
-                }
-                let t = self.read_timespec(mem, timeout)?;
-                if cmd == 0 {
-                    self.clock.advance(t);
+                let now = self.clock.now_ns();
+                let deadline = if timeout == 0 {
+                    None
                 } else {
-                    let kind = if realtime { ClockKind::Realtime } else { ClockKind::Monotonic };
-                    let now = self.clock.read(kind);
-                    self.clock.advance(t.saturating_sub(now));
-                }
-                Err(ETIMEDOUT.into())
+                    let t = self.read_timespec(mem, timeout)?;
+                    if cmd == 0 {
+                        Some(now.saturating_add(t))
+                    } else {
+                        let kind = if realtime { ClockKind::Realtime } else { ClockKind::Monotonic };
+                        Some(now.saturating_add(t.saturating_sub(self.clock.read(kind))))
+                    }
+                };
+                let bitset = if cmd == 9 { val3 as u32 } else { u32::MAX };
+                self.threads.block_futex(uaddr, bitset, deadline);
+                Err(Stop::Block)
             }
             1 | 10 => {
                 if cmd == 10 && val3 as u32 == 0 {
                     return Err(EINVAL.into());
                 }
                 aligned(uaddr)?;
-                Ok(0)
+                let bitset = if cmd == 10 { val3 as u32 } else { u32::MAX };
+                // Like Linux, a count of 0 (or less) still wakes one.
+                Ok(self.threads.futex_wake(uaddr, bitset, count(val).max(1)))
             }
-            3 => {
+            3 | 4 => {
                 aligned(uaddr)?;
-                Ok(0)
-            }
-            4 => {
-                aligned(uaddr)?;
-                if self.vm.read_u32(mem, uaddr)? != val3 as u32 {
+                aligned(uaddr2)?;
+                if (val as i32) < 0 || (timeout as i32) < 0 {
+                    return Err(EINVAL.into());
+                }
+                if cmd == 4 && self.vm.read_u32(mem, uaddr)? != val3 as u32 {
                     return Err(EAGAIN.into());
                 }
-                Ok(0)
+                Ok(self.threads.futex_requeue(uaddr, uaddr2, count(val), count(timeout)))
             }
             5 => {
                 aligned(uaddr)?;
@@ -497,6 +505,7 @@ impl Kernel {
                 let old = self.vm.read_u32(mem, uaddr2)?;
                 let v3 = val3 as u32;
                 let mut oparg = ((v3 << 8) as i32 >> 20) as u32;
+                let cmparg = ((v3 << 20) as i32) >> 20;
                 if (v3 >> 28) & 8 != 0 {
                     oparg = 1u32.wrapping_shl(oparg & 31);
                 }
@@ -508,25 +517,41 @@ impl Kernel {
                     4 => old ^ oparg,
                     _ => return Err(ENOSYS.into()),
                 };
+                let o = old as i32;
+                let hit = match (v3 >> 24) & 15 {
+                    0 => o == cmparg,
+                    1 => o != cmparg,
+                    2 => o < cmparg,
+                    3 => o <= cmparg,
+                    4 => o > cmparg,
+                    5 => o >= cmparg,
+                    _ => return Err(ENOSYS.into()),
+                };
                 self.vm.copy_out(mem, uaddr2, &new.to_le_bytes())?;
-                Ok(0)
+                let mut n = self.threads.futex_wake(uaddr, u32::MAX, count(val).max(1));
+                if hit {
+                    n += self.threads.futex_wake(uaddr2, u32::MAX, count(timeout).max(1));
+                }
+                Ok(n)
             }
             6 | 8 | 13 => {
                 aligned(uaddr)?;
                 let v = self.vm.read_u32(mem, uaddr)?;
-                match v & 0x3fff_ffff {
+                let me = self.current_tid();
+                match u64::from(v & 0x3fff_ffff) {
                     0 => {
-                        self.vm.copy_out(mem, uaddr, &1u32.to_le_bytes())?;
+                        self.vm.copy_out(mem, uaddr, &(me as u32).to_le_bytes())?;
                         Ok(0)
                     }
-                    1 => Err(EDEADLK.into()),
+                    o if o == me => Err(EDEADLK.into()),
                     _ if cmd == 8 => Err(EAGAIN.into()),
+                    o if self.thread_exists(o) => Err(Stop::Unsupported), // blocking PI locks
                     _ => Err(ESRCH.into()),
                 }
             }
             7 => {
                 aligned(uaddr)?;
-                if self.vm.read_u32(mem, uaddr)? & 0x3fff_ffff != 1 {
+                if u64::from(self.vm.read_u32(mem, uaddr)? & 0x3fff_ffff) != self.current_tid() {
                     return Err(EPERM.into());
                 }
                 self.vm.copy_out(mem, uaddr, &0u32.to_le_bytes())?;

@@ -65,6 +65,12 @@ impl Fork {
                 rip: 0,
             }));
         }
+        if vm.other_threads() > 0 {
+            return Err(RunError::Vm(VmError::Unexpected {
+                what: "forking a program that already runs several threads is not supported yet".into(),
+                rip: 0,
+            }));
+        }
         let parent_vcpu = vm.vcpu_state()?;
         let parent_frames = vm.space.frame_state();
         let mut parent_ram = vec![0u8; parent_frames.bump as usize];
@@ -121,6 +127,7 @@ impl Fork {
             self.vm.take_guest_dirty()?;
         }
         self.vm.space.take_host_dirty();
+        self.vm.reset_threads();
         self.vm.set_child_state(&self.parent_vcpu, self.parent_bases.0, self.parent_bases.1)?;
         Ok(ResetStats {
             dirty_frames: frames.len() as u64,

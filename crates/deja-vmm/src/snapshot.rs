@@ -24,7 +24,7 @@ use crate::paging::FrameState;
 use crate::vm::{Vm, VmError};
 
 /// Schema version of the snapshot payload inside its envelope.
-pub const SNAPSHOT_SCHEMA: u32 = 2;
+pub const SNAPSHOT_SCHEMA: u32 = 3;
 
 /// MSRs a snapshot carries: the syscall MSRs, the FS/GS bases, the TSC and SYSENTER state.
 pub const SNAPSHOT_MSRS: [u32; 11] = [
@@ -159,6 +159,12 @@ mod bytes {
 impl Snapshot {
     /// Captures `vm` and `kernel` (the VM must be stopped by [`Vm::run_until`]).
     pub fn capture(vm: &mut Vm, kernel: &Kernel, meta: SnapshotMeta) -> Result<Snapshot, VmError> {
+        if vm.other_threads() > 0 {
+            return Err(VmError::Unexpected {
+                what: "snapshots of a program with several threads are not supported yet".into(),
+                rip: 0,
+            });
+        }
         let vcpu = vm.vcpu_state()?;
         let frames = vm.space.frame_state();
         let mut ram = vec![0u8; frames.bump as usize];

@@ -19,7 +19,7 @@ use std::time::Instant;
 use deja_kernel::{Exception, ExceptionOutcome, ExitStatus, Kernel, Memory, Prot, Stream, SyscallOutcome, PAGE_SIZE};
 use kvm_bindings::{
     kvm_cpuid_entry2, kvm_fpu, kvm_msr_entry, kvm_regs, kvm_segment, kvm_sregs, kvm_userspace_memory_region, kvm_xcrs,
-    CpuId, Msrs, KVM_CPUID_FLAG_SIGNIFCANT_INDEX,
+    kvm_xsave, CpuId, Msrs, KVM_CPUID_FLAG_SIGNIFCANT_INDEX,
 };
 use kvm_ioctls::{Cap, Kvm, SyncReg, VcpuExit, VcpuFd, VmFd};
 use vm_memory::{GuestAddress, GuestMemoryBackend};
@@ -74,6 +74,8 @@ pub struct VmStats {
     pub exception_exits: u64,
     /// Ring-0 page-table syncs.
     pub pt_syncs: u64,
+    /// Switches between guest threads.
+    pub thread_switches: u64,
     /// Wall time spent inside `KVM_RUN`, in nanoseconds (host time; display only).
     pub host_run_ns: u64,
 }
@@ -199,6 +201,8 @@ pub struct Vm {
     fs_base: u64,
     gs_base: u64,
     host_addr: u64,
+    threads: std::collections::BTreeMap<u64, ThreadContext>,
+    current_tid: u64,
     path: RegisterPath,
     dirty_regs: bool,
     dirty_sregs: bool,
@@ -245,6 +249,8 @@ impl Vm {
             fs_base: 0,
             gs_base: 0,
             host_addr: host as u64,
+            threads: std::collections::BTreeMap::new(),
+            current_tid: 1,
             path: RegisterPath::SyncRegs,
             dirty_regs: false,
             dirty_sregs: false,
@@ -590,6 +596,76 @@ impl Vm {
         Ok(out)
     }
 
+    /// After a syscall: creates the threads the core spawned, hands woken threads their syscall
+    /// results, and switches the vCPU to the thread the core chose (saving the one that ran:
+    /// REGS through the sync area, XSAVE through one ioctl each way).
+    fn switch_threads(&mut self, kernel: &mut Kernel) -> Result<(), VmError> {
+        let spawned = kernel.take_spawned();
+        if !spawned.is_empty() {
+            let xsave = ioctl("KVM_GET_XSAVE", self.vcpu.get_xsave())?;
+            for t in spawned {
+                let mut regs = self.vcpu.sync_regs().regs;
+                regs.rax = 0;
+                if t.stack != 0 {
+                    regs.rsp = t.stack;
+                }
+                let fs = t.tls.unwrap_or(self.fs_base);
+                let ctx = ThreadContext {
+                    regs,
+                    xsave: kvm_xsave { region: xsave.region, ..Default::default() },
+                    fs_base: fs,
+                    gs_base: self.gs_base,
+                };
+                self.threads.insert(t.tid, ctx);
+            }
+        }
+        for (tid, rax) in kernel.take_wakeup_returns() {
+            if tid == self.current_tid {
+                self.vcpu.sync_regs_mut().regs.rax = rax;
+                self.mark_dirty(SyncReg::Register);
+            } else if let Some(ctx) = self.threads.get_mut(&tid) {
+                ctx.regs.rax = rax;
+            }
+        }
+        let next = kernel.current_tid();
+        if next == self.current_tid {
+            return Ok(());
+        }
+        let Some(ctx) = self.threads.remove(&next) else {
+            return Err(VmError::Unexpected {
+                what: format!("the core switched to thread {next}, which the shell never created"),
+                rip: self.rip(),
+            });
+        };
+        let saved = ThreadContext {
+            regs: self.vcpu.sync_regs().regs,
+            xsave: ioctl("KVM_GET_XSAVE", self.vcpu.get_xsave())?,
+            fs_base: self.fs_base,
+            gs_base: self.gs_base,
+        };
+        self.threads.insert(self.current_tid, saved);
+        // SAFETY: a whole 4 KiB `kvm_xsave` read back from this vCPU (see `set_vcpu_state`).
+        ioctl("KVM_SET_XSAVE", unsafe { self.vcpu.set_xsave(&ctx.xsave) })?;
+        self.vcpu.sync_regs_mut().regs = ctx.regs;
+        self.mark_dirty(SyncReg::Register);
+        self.current_tid = next;
+        self.stats.thread_switches += 1;
+        self.fs_base = u64::MAX; // force the bases below to be loaded
+        self.apply_bases(ctx.fs_base, ctx.gs_base);
+        Ok(())
+    }
+
+    /// Threads other than the running one (for snapshots and forks, which support one thread).
+    pub fn other_threads(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Forgets every thread but the first (a fork reset back to a single-threaded parent).
+    pub(crate) fn reset_threads(&mut self) {
+        self.threads.clear();
+        self.current_tid = 1;
+    }
+
     fn apply_bases(&mut self, fs_base: u64, gs_base: u64) {
         if fs_base != self.fs_base || gs_base != self.gs_base {
             self.fs_base = fs_base;
@@ -670,6 +746,7 @@ impl Vm {
                         r.rip = r.rcx;
                         r.rflags = (r.r11 & !RFLAGS_RF) | RFLAGS_FIXED;
                         self.mark_dirty(SyncReg::Register);
+                        self.switch_threads(kernel)?;
                         self.apply_bases(kernel.fs_base(), kernel.gs_base());
                     }
                     SyscallOutcome::Exit(status) => return Ok(Stop::Exited(status)),
@@ -828,6 +905,20 @@ impl Vm {
             self.mark_dirty(SyncReg::SystemRegister);
         }
         Err(VmError::Unexpected { what: "probe did not finish".into(), rip: self.rip() })
+    }
+}
+
+/// A thread that is not running: what the vCPU needs to resume it.
+struct ThreadContext {
+    regs: kvm_regs,
+    xsave: kvm_xsave,
+    fs_base: u64,
+    gs_base: u64,
+}
+
+impl std::fmt::Debug for ThreadContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadContext").field("rip", &self.regs.rip).field("fs_base", &self.fs_base).finish()
     }
 }
 
