@@ -3,6 +3,8 @@
 //! * `guests`: builds the example guests static, for the host target, with the stable toolchain,
 //!   into `target/guests/`: static-PIE executables, a non-PIE (`ET_EXEC`) `hello` in `nopie/`,
 //!   and a coverage-instrumented `bank` in `cov/`.
+//! * `dogfood`: regenerates `dogfood-results/explore.md` (rounds to the first bug, coverage
+//!   guidance against the random baseline).
 //! * `demo`: builds the guests and `deja`, runs an example, then explores the bundled key-value
 //!   store with a planted durability bug: finds it, replays it, minimizes it.
 
@@ -150,12 +152,26 @@ fn demo() -> Result<(), String> {
     Ok(())
 }
 
+/// Regenerates `dogfood-results/explore.md` from the reference workloads.
+fn dogfood() -> Result<(), String> {
+    guests()?;
+    let root = root();
+    status("building deja", cargo().current_dir(&root).args(["build", "--release", "--quiet", "-p", "deja-cli"]))?;
+    status(
+        "deja dogfood",
+        Command::new(root.join("target/release/deja"))
+            .args(["dogfood", "--out"])
+            .arg(root.join("dogfood-results/explore.md")),
+    )
+}
+
 fn main() -> ExitCode {
     let task = std::env::args().nth(1).unwrap_or_default();
     let result = match task.as_str() {
         "guests" => guests(),
         "demo" => demo(),
-        _ => Err("usage: cargo xtask <guests|demo>".to_string()),
+        "dogfood" => dogfood(),
+        _ => Err("usage: cargo xtask <guests|demo|dogfood>".to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -223,7 +223,43 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
         return Err(format!("deja check on credit-atomic gave {}", judged.verdict.name()));
     }
 
-    // 7. The whole CLI on hello, as a user runs it (including the hazard probe).
+    // 7. Exploration throughput: rounds and forks per second on the reference workloads, and
+    // the share of a round spent resetting the fork.
+    let mut throughput = Vec::new();
+    for (name, args) in [("kv", vec!["--variant", "fixed", "6"]), ("bank", vec!["20"]), ("credit-atomic", vec![])] {
+        let mut traced = spec(&dir.join(name), &args)?;
+        traced.record_trace = true;
+        let probe = deja_vmm::run(traced, deja_vmm::DEFAULT_MEMORY, &mut |_, _| {}).map_err(|e| e.to_string())?;
+        let fork_at = probe.report.setup_complete.as_ref().map(|s| s.syscall_index + 1).unwrap_or(0);
+        let mut fork =
+            deja_vmm::Fork::new(spec(&dir.join(name), &args)?, deja_vmm::DEFAULT_MEMORY, fork_at, &mut |_, _| {})
+                .map_err(|e| e.to_string())?;
+        let durable = probe.report.durable_writes;
+        let rounds = 60u64;
+        let mut reset_ns = 0u64;
+        let start = Instant::now();
+        for r in 0..rounds {
+            let crash = (durable > 0 && r % 2 == 0).then(|| 1 + r % durable);
+            fork.run_child_with(
+                &mut |k| {
+                    let mut f = deja_kernel::FaultConfig::default();
+                    f.crash_after_durable_write = crash;
+                    k.set_fault_config(f);
+                },
+                &mut |_, _| {},
+            )
+            .map_err(|e| e.to_string())?;
+            reset_ns += fork.last_reset.reset_ns;
+        }
+        let total = start.elapsed().as_secs_f64();
+        throughput.push(serde_json::json!({
+            "workload": name, "rounds": rounds, "rounds_per_s": rounds as f64 / total,
+            "forks_per_s": rounds as f64 / (reset_ns as f64 / 1e9).max(1e-9),
+            "fork_share": reset_ns as f64 / 1e9 / total,
+        }));
+    }
+
+    // 8. The whole CLI on hello, as a user runs it (including the hazard probe).
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut hello_times = Vec::new();
     let mut hello_native = Vec::new();
@@ -252,6 +288,7 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
             "calls_native": NATIVE_SDK_CALLS, "us_per_call_native": sdk_native_us,
         },
         "demand_paging": { "extra_page_faults": extra_faults, "us_per_fault_including_page_work": per_fault_us },
+        "explore_throughput": throughput,
         "check": { "scenario": "credit-buggy vs credit-atomic", "verdict": judged.verdict.name(), "wall_ms": check_time.as_secs_f64() * 1e3 },
         "crash": {
             "workload": "kv --variant fixed 8", "durable_writes": durable,
@@ -320,6 +357,15 @@ pub fn main(args: BenchArgs) -> i32 {
                     c["crash_and_restart_ms"].as_f64().unwrap_or(0.0),
                     c["sweep_ms"].as_f64().unwrap_or(0.0)
                 );
+                for t in v["explore_throughput"].as_array().into_iter().flatten() {
+                    println!(
+                        "  explore    {:<14} {:>6.1} rounds/s, {:>8.0} forks/s, {:>4.1}% of a round spent resetting the fork",
+                        t["workload"].as_str().unwrap_or(""),
+                        t["rounds_per_s"].as_f64().unwrap_or(0.0),
+                        t["forks_per_s"].as_f64().unwrap_or(0.0),
+                        100.0 * t["fork_share"].as_f64().unwrap_or(0.0)
+                    );
+                }
                 let j = &v["check"];
                 println!(
                     "  check      `deja check` credit-buggy vs credit-atomic: {:.0} ms ({})",

@@ -112,6 +112,7 @@ fn config(args: &ExploreArgs, strategy: Strategy, out: PathBuf) -> CampaignConfi
             "random" => Mode::Random,
             _ => Mode::Both,
         },
+        stop_at_first_bug: false,
     }
 }
 

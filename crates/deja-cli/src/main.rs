@@ -17,6 +17,7 @@ mod build;
 mod check;
 mod crash;
 mod doctor;
+mod dogfood;
 mod explore;
 mod inspect;
 mod run;
@@ -49,6 +50,8 @@ enum Command {
     Check(Box<check::CheckArgs>),
     /// Re-check a certificate's hash chain; refuses any edit.
     VerifyCertificate(check::VerifyArgs),
+    /// Regenerate (or check) the committed exploration results in dogfood-results/.
+    Dogfood(dogfood::DogfoodArgs),
     /// Build a static (optionally coverage-instrumented) program for deja with cargo.
     Build(build::BuildArgs),
     /// Print what a deja artifact (a snapshot) holds, after verifying it.
@@ -77,6 +80,7 @@ fn main() {
         Command::Bench(args) => bench::main(args),
         Command::Inspect(args) => inspect::main(args),
         Command::Build(args) => build::main(args),
+        Command::Dogfood(args) => dogfood::main(args),
         Command::Check(args) => check::main(*args),
         Command::VerifyCertificate(args) => check::verify(args),
         Command::Explore(args) => explore::main(*args),

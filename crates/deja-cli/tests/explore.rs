@@ -179,3 +179,50 @@ fn explore_needs_a_budget() {
     assert!(stderr(&o).contains("--runs N or --budget"), "{}", stderr(&o));
     let _ = Command::new("true");
 }
+
+#[test]
+fn a_campaign_killed_mid_way_resumes_without_losing_anything() {
+    let kv = guest("kv").to_string_lossy().into_owned();
+    let whole = out_dir("kill-whole");
+    let killed = out_dir("kill-killed");
+    let flags = ["--runs", "400", "--seed", "4", "--mode", "both"];
+    let args = ["--variant", "buggy", "6"];
+    explore(&whole, &flags, &kv, &args);
+    // Start the same campaign and SIGKILL it once it has a checkpoint with a bug in it.
+    let mut child = Command::new(deja_bin())
+        .args(["explore", "--quiet", "--out", killed.to_str().unwrap()])
+        .args(flags)
+        .arg(&kv)
+        .arg("--")
+        .args(args)
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let has_bug =
+            std::fs::read_to_string(killed.join("checkpoint.json")).is_ok_and(|t| t.contains("\"first_round\""));
+        if has_bug || std::time::Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "the explorer was killed (SIGKILL) before it finished: {status:?}");
+    let before: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(killed.join("checkpoint.json")).unwrap()).unwrap();
+    assert!(before["round"].as_u64().unwrap() < 400, "killed mid-campaign");
+    let resumed = explore(&killed, &["--runs", "400", "--seed", "4", "--mode", "both", "--resume"], &kv, &args);
+    assert_eq!(resumed.status.code(), Some(1), "{}", stderr(&resumed));
+    let (w, k) = (report(&whole), report(&killed));
+    assert_eq!(w["rounds"], k["rounds"]);
+    assert_eq!(w["corpus_size"], k["corpus_size"], "no corpus entry lost");
+    assert_eq!(w["timeline"], k["timeline"]);
+    let ids = |v: &serde_json::Value| -> Vec<String> {
+        v["bugs"].as_array().unwrap().iter().map(|b| b["id"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(ids(&w), ids(&k), "no bug lost");
+    std::fs::remove_dir_all(&whole).ok();
+    std::fs::remove_dir_all(&killed).ok();
+}

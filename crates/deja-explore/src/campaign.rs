@@ -61,6 +61,8 @@ pub struct CampaignConfig {
     pub strategy: Strategy,
     /// What to mutate.
     pub mode: Mode,
+    /// Stop at the first confirmed bug (for measuring time to the first bug).
+    pub stop_at_first_bug: bool,
 }
 
 /// Shown after every round.
@@ -319,7 +321,8 @@ pub fn explore(
     loop {
         let done_runs = cfg.runs.is_some_and(|n| state.round >= n);
         let done_time = cfg.budget.is_some_and(|b| started.elapsed() >= b);
-        if done_runs || done_time || (cfg.runs.is_none() && cfg.budget.is_none()) {
+        let done_bug = cfg.stop_at_first_bug && !state.bugs.is_empty();
+        if done_runs || done_time || done_bug || (cfg.runs.is_none() && cfg.budget.is_none()) {
             break;
         }
         state.round += 1;
@@ -343,6 +346,7 @@ pub fn explore(
             }
         };
         let new_edges = learn(&mut state, &out);
+        let (corpus_before, bugs_before) = (state.corpus.len(), state.bugs.len());
         if new_edges > 0 && fork.is_some() {
             let entry = Entry {
                 input: input.clone(),
@@ -394,7 +398,9 @@ pub fn explore(
             corpus: state.corpus.len() as u64,
             bugs: state.bugs.len() as u64,
         });
-        if round % 25 == 0 {
+        // A new corpus entry or bug is checkpointed at once, so a killed explorer loses neither:
+        // the rounds after the last checkpoint are replayed identically on --resume.
+        if round % 25 == 0 || state.corpus.len() != corpus_before || state.bugs.len() != bugs_before {
             write_json(&checkpoint, &state)?;
         }
     }

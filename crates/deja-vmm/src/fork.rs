@@ -42,6 +42,8 @@ pub struct Fork {
     parent_bases: (u64, u64),
     /// The syscall index the parent stopped at.
     pub at_syscall: u64,
+    /// What the last reset did.
+    pub last_reset: ResetStats,
 }
 
 impl Fork {
@@ -88,6 +90,7 @@ impl Fork {
             parent_kernel: kernel,
             parent_bases,
             at_syscall,
+            last_reset: ResetStats::default(),
         })
     }
 
@@ -129,11 +132,12 @@ impl Fork {
         self.vm.space.take_host_dirty();
         self.vm.reset_threads();
         self.vm.set_child_state(&self.parent_vcpu, self.parent_bases.0, self.parent_bases.1)?;
-        Ok(ResetStats {
+        self.last_reset = ResetStats {
             dirty_frames: frames.len() as u64,
             resynced_entries: resync.len() as u64,
             reset_ns: start.elapsed().as_nanos() as u64,
-        })
+        };
+        Ok(self.last_reset)
     }
 
     /// Resets to the parent, then runs one child to the end. `reseed` gives the child a random
