@@ -242,9 +242,10 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
             let crash = (durable > 0 && r % 2 == 0).then(|| 1 + r % durable);
             fork.run_child_with(
                 &mut |k| {
-                    let mut f = deja_kernel::FaultConfig::default();
-                    f.crash_after_durable_write = crash;
-                    k.set_fault_config(f);
+                    k.set_fault_config(deja_kernel::FaultConfig {
+                        crash_after_durable_write: crash,
+                        ..Default::default()
+                    });
                 },
                 &mut |_, _| {},
             )
