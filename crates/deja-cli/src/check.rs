@@ -16,6 +16,9 @@ pub struct CheckArgs {
     /// A frozen failure to judge against (default: hunt one on the base with a crash sweep).
     #[arg(long, value_name = "FILE")]
     pub capsule: Option<PathBuf>,
+    /// A bug file from `deja explore` on the base: it is replayed and frozen as the capsule.
+    #[arg(long, value_name = "FILE", conflicts_with = "capsule")]
+    pub bug: Option<PathBuf>,
     /// A known-good program the capsule must pass on (validates the capsule itself).
     #[arg(long, value_name = "PROGRAM")]
     pub corrected: Option<PathBuf>,
@@ -72,6 +75,16 @@ pub fn main(args: CheckArgs) -> i32 {
         },
         None => None,
     };
+    let capsule = match (&args.bug, capsule) {
+        (Some(path), _) => match capsule_from_bug(path, &args.base) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("deja: error: the bug file cannot be used: {e}");
+                return 2;
+            }
+        },
+        (None, c) => c,
+    };
     let input = CheckInput {
         base: program(&args.base),
         candidate: program(&args.candidate),
@@ -124,6 +137,32 @@ pub fn main(args: CheckArgs) -> i32 {
     }
     eprintln!("deja: certificate {} ({})", cert_path.display(), j.certificate.certificate_hash);
     j.verdict.exit_code()
+}
+
+/// Replays an explore bug file on the base and freezes the failing run as a capsule.
+fn capsule_from_bug(path: &std::path::Path, base: &std::path::Path) -> Result<Capsule, String> {
+    let bug = deja_explore::BugFile::read(path).map_err(|e| e.to_string())?;
+    let image = std::fs::read(base).map_err(|e| format!("{}: {e}", base.display()))?;
+    let base_hash = blake3::hash(&image).to_hex().to_string();
+    let target = bug.target(image, Default::default(), &base.display().to_string()).map_err(|e| e.to_string())?;
+    let out = deja_explore::replay(&bug, &target, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    if out.failure.as_deref() != Some(bug.signature.as_str()) {
+        return Err(format!("it does not reproduce on {}", base.display()));
+    }
+    let input = CheckInput {
+        base: deja_judge::Program { path: String::new(), image: Ok(Vec::new()) },
+        candidate: deja_judge::Program { path: String::new(), image: Ok(Vec::new()) },
+        corrected: None,
+        capsule: None,
+        args: bug.argv.iter().skip(1).cloned().collect(),
+        env: bug.env.clone(),
+        seed: bug.seed,
+        memory_mib: bug.memory_mib,
+        max_kill_points: 0,
+        worlds: 0,
+    };
+    deja_judge::judge::capsule_from(&out, &base_hash, &input, &bug.input.faults, &bug.input.overrides)
+        .ok_or_else(|| "its failure did not follow an injected crash; only crash-induced failures can be judged".into())
 }
 
 /// Arguments of `deja verify-certificate`.

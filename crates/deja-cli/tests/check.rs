@@ -146,3 +146,37 @@ fn a_base_that_fails_without_faults_is_not_fault_induced() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert_eq!(cert["verdict"], "NOT_FAULT_INDUCED");
 }
+
+#[test]
+fn a_bug_found_by_explore_can_be_judged() {
+    let campaign = out("explore");
+    let o = deja(&[
+        "explore",
+        "--quiet",
+        "--runs",
+        "40",
+        "--mode",
+        "faults",
+        "--out",
+        campaign.to_str().unwrap(),
+        &credit("buggy"),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let bug = std::fs::read_dir(&campaign)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("bug-"))
+        .unwrap();
+    let (o, cert) = check(&credit("buggy"), &credit("atomic"), &["--bug", bug.to_str().unwrap()], &out("from-bug"));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(cert["verdict"], "FIXED_FOR_THIS_CAPSULE");
+    let (o, cert) =
+        check(&credit("buggy"), &credit("misleading-green"), &["--bug", bug.to_str().unwrap()], &out("from-bug2"));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(cert["verdict"], "STILL_REPRODUCES");
+    // A bug file of another program is refused.
+    let (o, _) = check(&credit("atomic"), &credit("atomic"), &["--bug", bug.to_str().unwrap()], &out("from-bug3"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cannot be used"), "{}", stderr(&o));
+    std::fs::remove_dir_all(&campaign).ok();
+}

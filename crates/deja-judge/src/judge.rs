@@ -157,8 +157,9 @@ pub fn timeline(out: &Outcome) -> String {
     parts.join(" → ")
 }
 
-/// The trigger of a failing run that crashed: the event the crash follows, by meaning.
-fn trigger_of(out: &Outcome) -> Option<(Trigger, u64)> {
+/// The trigger of a failing run that crashed: the event the crash follows, by meaning, and the
+/// crash point by position.
+pub fn trigger_of(out: &Outcome) -> Option<(Trigger, u64)> {
     let first = out.lives.first()?;
     if !first.crashed {
         return None;
@@ -547,4 +548,36 @@ pub fn check(input: &CheckInput) -> Judgement {
     }
     cert.seal(verdict.name(), verdict.exit_code(), timeline_text);
     Judgement { verdict, capsule, certificate: cert }
+}
+
+/// Freezes the failing run `out` of the base as a capsule (for a failure found by `deja explore`
+/// and replayed from its bug file). `None` when the run did not fail after an injected crash.
+pub fn capsule_from(
+    out: &Outcome,
+    base_blake3: &str,
+    input: &CheckInput,
+    faults: &FaultConfig,
+    overrides: &BTreeMap<u64, u64>,
+) -> Option<Capsule> {
+    let signature = out.failure.clone()?;
+    let (trigger, k) = trigger_of(out)?;
+    Some(
+        Capsule {
+            schema: "deja.capsule/1".into(),
+            id: String::new(),
+            deja_version: env!("CARGO_PKG_VERSION").into(),
+            base_blake3: base_blake3.into(),
+            args: input.args.clone(),
+            env: input.env.clone(),
+            seed: input.seed,
+            memory_mib: input.memory_mib,
+            base_crash_after_durable_write: k,
+            trigger,
+            faults: FaultConfig { crash_after_durable_write: None, ..faults.clone() },
+            overrides: overrides.clone(),
+            signature,
+            timeline: timeline(out),
+        }
+        .seal(),
+    )
 }
