@@ -48,9 +48,8 @@ fn median(mut v: Vec<Duration>) -> Duration {
 fn spec(path: &Path, args: &[&str]) -> Result<ProgramSpec, String> {
     let image = std::fs::read(path)
         .map_err(|e| format!("cannot read {}: {e} (build the guests with `cargo xtask guests`)", path.display()))?;
-    let mut argv = vec![format!("/bin/{}", path.file_name().unwrap_or_default().to_string_lossy())];
-    argv.extend(args.iter().map(|s| s.to_string()));
-    Ok(ProgramSpec { image, exe_path: argv[0].clone(), argv, seed: 1, ..Default::default() })
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    Ok(ProgramSpec::for_program(image, &name, args.iter().map(|s| s.to_string()), 1))
 }
 
 fn time_deja(path: &Path, args: &[&str]) -> Result<(Duration, deja_vmm::Run), String> {

@@ -47,7 +47,7 @@ pub struct SweepReport {
     pub digest: String,
 }
 
-pub use deja_vmm::lives_digest;
+use deja_vmm::lives_digest;
 
 fn run_quiet(spec: ProgramSpec, memory: u64) -> Result<(Vec<deja_vmm::Incarnation>, Vec<u8>), String> {
     let mut stderr = Vec::new();

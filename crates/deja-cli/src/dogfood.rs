@@ -64,19 +64,16 @@ pub fn table(dir: &std::path::Path) -> Result<String, String> {
     for (title, guest, args, mode) in &workloads {
         let image = std::fs::read(dir.join(guest))
             .map_err(|e| format!("{guest}: {e} (build the guests: cargo xtask guests)"))?;
-        let mut argv = vec![format!("/bin/{guest}")];
-        argv.extend(args.iter().map(|a| a.to_string()));
         for strategy in [Strategy::Coverage, Strategy::Random] {
             let mut cells = Vec::new();
             let mut rounds = Vec::new();
             for seed in SEEDS {
-                let spec = deja_kernel::ProgramSpec {
-                    image: image.clone(),
-                    exe_path: argv[0].clone(),
-                    argv: argv.clone(),
+                let spec = deja_kernel::ProgramSpec::for_program(
+                    image.clone(),
+                    guest,
+                    args.iter().map(|a| a.to_string()),
                     seed,
-                    ..Default::default()
-                };
+                );
                 let target = Target { spec, memory: 1 << 30, path: guest.to_string() };
                 let r = first_bug(&target, strategy, *mode, seed)?;
                 cells.push(r.map(|r| r.to_string()).unwrap_or_else(|| "-".into()));

@@ -85,17 +85,9 @@ fn target(args: &ExploreArgs) -> Result<Target, (i32, String)> {
     let image = std::fs::read(&args.program)
         .map_err(|e| (exit::NOT_FOUND, format!("cannot read program {}: {e}", args.program.display())))?;
     let name = args.program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut argv = vec![format!("/bin/{name}")];
-    argv.extend(args.args.iter().cloned());
-    let spec = deja_kernel::ProgramSpec {
-        image,
-        exe_path: argv[0].clone(),
-        argv,
-        env: args.env.clone(),
-        files: read_files(&args.files)?,
-        seed: args.seed,
-        ..Default::default()
-    };
+    let mut spec = deja_kernel::ProgramSpec::for_program(image, &name, args.args.iter().cloned(), args.seed);
+    spec.env = args.env.clone();
+    spec.files = read_files(&args.files)?;
     Ok(Target { spec, memory: args.memory << 20, path: args.program.display().to_string() })
 }
 

@@ -233,7 +233,7 @@ pub fn run_once(
         (Source::Program(spec), None) => {
             let lives = deja_vmm::run_with_restarts((**spec).clone(), memory_mib << 20, &mut sink, export)
                 .map_err(run_error)?;
-            let digest = crate::crash::lives_digest(&lives);
+            let digest = deja_vmm::lives_digest(&lives);
             for (i, life) in lives.iter().enumerate().filter(|(_, l)| l.crashed) {
                 if live {
                     eprintln!(

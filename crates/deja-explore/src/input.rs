@@ -83,10 +83,6 @@ pub struct Outcome {
     pub durable_writes: u64,
 }
 
-fn status_name<T: Serialize>(v: &T) -> String {
-    serde_json::to_value(v).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
-}
-
 /// The signature of a failed run, or `None` when it held: the first failed assertion of any life,
 /// else how the last life ended if it was not a clean exit. An injected crash is not a failure.
 fn failure(lives: &[Incarnation]) -> Option<String> {
@@ -119,7 +115,6 @@ fn semantic_edges(report: &RunReport) -> Vec<u64> {
         if a.failures > 0 {
             out.push(id ^ 4);
         }
-        let _ = status_name(&a.status);
     }
     out
 }

@@ -3,8 +3,7 @@
 use std::collections::BTreeMap;
 
 use deja_explore::Outcome;
-use deja_kernel::{FaultConfig, Kernel, ProgramSpec};
-use deja_vmm::Steering;
+use deja_kernel::{FaultConfig, ProgramSpec};
 
 use crate::capsule::{Capsule, Trigger};
 use crate::certificate::{Certificate, CheckStatus};
@@ -94,32 +93,21 @@ pub struct Judgement {
 
 fn spec(image: &[u8], path: &str, input: &CheckInput) -> ProgramSpec {
     let name = std::path::Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut argv = vec![format!("/bin/{name}")];
-    argv.extend(input.args.iter().cloned());
-    ProgramSpec {
-        image: image.to_vec(),
-        exe_path: argv[0].clone(),
-        argv,
-        env: input.env.clone(),
-        seed: input.seed,
-        ..Default::default()
-    }
+    let mut s = ProgramSpec::for_program(image.to_vec(), &name, input.args.iter().cloned(), input.seed);
+    s.env = input.env.clone();
+    s
 }
 
-/// Runs `spec` with `faults` and `overrides` from the start.
+/// Runs `spec` with `faults` and `overrides` from its first syscall on.
 fn run(
     spec: &ProgramSpec,
     memory_mib: u64,
     faults: &FaultConfig,
     overrides: &BTreeMap<u64, u64>,
 ) -> Result<Outcome, String> {
-    let mut s = spec.clone();
-    s.faults = faults.clone();
-    let mut prepare = |k: &mut Kernel| k.set_decision_overrides(overrides.clone());
-    let steering = Steering { at_syscall: 0, prepare: &mut prepare };
-    let lives =
-        deja_vmm::run_steered(s, memory_mib << 20, Some(steering), &mut |_, _| {}, None).map_err(|e| e.to_string())?;
-    Ok(deja_explore::input::outcome(lives))
+    let target = deja_explore::Target { spec: spec.clone(), memory: memory_mib << 20, path: String::new() };
+    let input = deja_explore::Input { overrides: overrides.clone(), faults: faults.clone() };
+    deja_explore::input::run_fresh(&target, 0, &input, &mut |_, _| {}).map_err(|e| e.to_string())
 }
 
 fn describe_event(name: &str, details: &str) -> String {
@@ -262,7 +250,7 @@ pub fn check(input: &CheckInput) -> Judgement {
                     ));
                     return Verdict::EvidenceIncomplete;
                 };
-                let Some((trigger, k)) = trigger_of(&o) else {
+                let Some(c) = capsule_from(&o, &base_hash, input, &FaultConfig::default(), &BTreeMap::new()) else {
                     steps.push((
                         names[0],
                         CheckStatus::Incomplete,
@@ -271,23 +259,6 @@ pub fn check(input: &CheckInput) -> Judgement {
                     ));
                     return Verdict::EvidenceIncomplete;
                 };
-                let c = Capsule {
-                    schema: "deja.capsule/1".into(),
-                    id: String::new(),
-                    deja_version: env!("CARGO_PKG_VERSION").into(),
-                    base_blake3: base_hash.clone(),
-                    args: input.args.clone(),
-                    env: input.env.clone(),
-                    seed: input.seed,
-                    memory_mib: input.memory_mib,
-                    base_crash_after_durable_write: k,
-                    trigger,
-                    faults: FaultConfig::default(),
-                    overrides: BTreeMap::new(),
-                    signature: o.failure.clone().unwrap_or_default(),
-                    timeline: timeline(&o),
-                }
-                .seal();
                 steps.push((
                     names[0],
                     CheckStatus::Passed,

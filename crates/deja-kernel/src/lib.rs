@@ -159,6 +159,17 @@ pub struct ProgramSpec {
     pub fs: FsConfig,
 }
 
+impl ProgramSpec {
+    /// The spec of a program named `name` (it sees itself as `/bin/<name>`) with arguments
+    /// `args` and seed `seed`; everything else empty.
+    pub fn for_program(image: Vec<u8>, name: &str, args: impl IntoIterator<Item = String>, seed: u64) -> ProgramSpec {
+        let exe_path = format!("/bin/{name}");
+        let mut argv = vec![exe_path.clone()];
+        argv.extend(args);
+        ProgramSpec { image, exe_path, argv, seed, ..Default::default() }
+    }
+}
+
 /// Where the first instruction of the program runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Entry {

@@ -225,9 +225,4 @@ impl Fork {
         self.vm.space.take_host_dirty();
         ns
     }
-
-    /// The VM (for inspection in tests).
-    pub fn vm(&self) -> &Vm {
-        &self.vm
-    }
 }

@@ -221,7 +221,7 @@ pub(crate) fn continue_lives(
             Some(v) => v,
             None => &mut *vm,
         };
-        let seed = if lives.is_empty() { kernel_seed(&spec) } else { spec.seed };
+        let seed = spec.seed;
         let this_stop = match stop.take() {
             Some(s) => s,
             None => vm.run_until(&mut kernel, sink, None)?,
@@ -278,8 +278,4 @@ pub(crate) fn continue_lives(
             }
         }
     }
-}
-
-fn kernel_seed(spec: &ProgramSpec) -> u64 {
-    spec.seed
 }

@@ -14,7 +14,7 @@
 //! instruction (see [`crate::Vm::run_until`]), so restoring it and running re-issues syscall N.
 //! Not captured: host-side counters ([`crate::VmStats`]) and the host hazard probe.
 
-use deja_kernel::{Kernel, Memory, PAGE_SIZE};
+use deja_kernel::{Kernel, PAGE_SIZE};
 use kvm_bindings::{
     kvm_debugregs, kvm_mp_state, kvm_msr_entry, kvm_regs, kvm_sregs, kvm_vcpu_events, kvm_xcrs, kvm_xsave,
 };
@@ -220,15 +220,5 @@ impl Snapshot {
         vm.space.take_host_dirty();
         vm.set_vcpu_state(&self.vcpu, self.fs_base, self.gs_base)?;
         Ok((vm, kernel))
-    }
-
-    /// BLAKE3 (hex) of every present user page, as the syscall core's memory digest sees them.
-    pub fn user_memory_digest(vm: &Vm) -> String {
-        let mut h = blake3::Hasher::new();
-        vm.space.for_each_page(&mut |va, page| {
-            h.update(&va.to_le_bytes());
-            h.update(page);
-        });
-        h.finalize().to_hex().to_string()
     }
 }
