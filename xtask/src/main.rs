@@ -30,7 +30,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 17] = [
+const GUESTS: [&str; 25] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -48,6 +48,14 @@ const GUESTS: [&str; 17] = [
     "credit-mark-first",
     "credit-atomic",
     "threads",
+    "echo-server",
+    "echo-client",
+    "udp-ping",
+    "udp-pong",
+    "tokio-echo-server",
+    "tokio-echo-client",
+    "register-replica",
+    "register-client",
 ];
 
 /// Flags every guest is built with: a static executable.

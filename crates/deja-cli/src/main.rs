@@ -15,6 +15,7 @@
 mod bench;
 mod build;
 mod check;
+mod cluster;
 mod crash;
 mod doctor;
 mod dogfood;

@@ -12,9 +12,10 @@ use crate::exit;
 /// Arguments of `deja run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Seed of every random byte the program sees.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    /// Seed of every random byte the program sees (default 0; for a cluster file, the file's
+    /// `seed`).
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Run K times and compare the trace digests; prints `identical` or the first diverging
     /// syscall.
     #[arg(long, value_name = "K")]
@@ -99,7 +100,7 @@ pub struct Failure {
 }
 
 impl Failure {
-    fn new(code: i32, message: impl Into<String>) -> Self {
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
         Failure { code, message: message.into() }
     }
 }
@@ -183,7 +184,7 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
         env: args.env.clone(),
         files,
         stdin,
-        seed: args.seed,
+        seed: args.seed.unwrap_or(0),
         record_trace: args.trace_out.is_some(),
     })
 }
@@ -425,7 +426,7 @@ pub fn replay_command_with(args: &RunArgs, extra: &[String]) -> String {
     if let Some(snap) = &args.from_snapshot {
         parts.extend(["--from-snapshot".to_string(), snap.display().to_string()]);
     } else {
-        parts.extend(["--seed".to_string(), args.seed.to_string()]);
+        parts.extend(["--seed".to_string(), args.seed.unwrap_or(0).to_string()]);
         if args.memory != 1024 {
             parts.extend(["--memory".to_string(), args.memory.to_string()]);
         }
@@ -491,6 +492,11 @@ pub fn main(args: RunArgs) -> i32 {
 }
 
 fn run_main(args: &RunArgs) -> Result<i32, Failure> {
+    if let (None, Some(p)) = (&args.from_snapshot, &args.program) {
+        if p.extension().is_some_and(|e| e == "toml") {
+            return crate::cluster::run(args, p);
+        }
+    }
     let source = match (&args.from_snapshot, &args.program) {
         (Some(path), _) => {
             let bytes = std::fs::read(path).map_err(|e| {

@@ -69,6 +69,10 @@ pub fn clock_kind(id: u64) -> Option<ClockKind> {
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Clock {
     now_ns: u64,
+    /// How far this node's clocks jumped forward (a clock fault): added to every reading.
+    jumped_ns: u64,
+    /// Skew of the wall clock (a clock fault): added to `CLOCK_REALTIME` only.
+    skew_ns: i64,
 }
 
 impl Clock {
@@ -87,22 +91,39 @@ impl Clock {
         self.now_ns = self.now_ns.max(t);
     }
 
-    /// The value of clock `kind` in ns.
+    /// The value of clock `kind` in ns, as the program sees it.
     pub fn read(&self, kind: ClockKind) -> u64 {
         match kind {
             ClockKind::Realtime => self.realtime_ns(),
-            _ => self.now_ns,
+            _ => self.local_ns(),
         }
+    }
+
+    /// Time since boot as the program sees it: virtual time plus any forward jump.
+    pub fn local_ns(&self) -> u64 {
+        self.now_ns.saturating_add(self.jumped_ns)
     }
 
     /// `CLOCK_REALTIME` in ns since the Unix epoch.
     pub fn realtime_ns(&self) -> u64 {
-        (REALTIME_EPOCH_S * NS_PER_S).saturating_add(self.now_ns)
+        let t = (REALTIME_EPOCH_S * NS_PER_S).saturating_add(self.local_ns());
+        t.saturating_add_signed(self.skew_ns)
     }
 
     /// The virtual TSC.
     pub fn tsc(&self) -> u64 {
-        self.now_ns.wrapping_mul(TSC_PER_NS)
+        self.local_ns().wrapping_mul(TSC_PER_NS)
+    }
+
+    /// Jumps every clock the program reads forward by `ns` (virtual time itself, and so every
+    /// timeout already running, is unchanged).
+    pub fn jump(&mut self, ns: u64) {
+        self.jumped_ns = self.jumped_ns.saturating_add(ns);
+    }
+
+    /// Sets the skew of the wall clock to `ns` (negative: behind).
+    pub fn set_skew(&mut self, ns: i64) {
+        self.skew_ns = ns;
     }
 }
 

@@ -98,49 +98,29 @@ pub struct DecisionRecord {
     pub overridden: bool,
 }
 
-/// The kernel's fault state (saved with the kernel).
+/// A decision stream with its overrides and log: how every decision of a node kernel (in
+/// [`FaultState`]) and of a cluster's network and fault schedule is taken.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct FaultState {
-    pub config: FaultConfig,
-    pub stream: RandomStream,
-    /// Choices by decision index (see [`FaultState::decide`]).
-    pub overrides: BTreeMap<u64, u64>,
-    pub decisions: Vec<DecisionRecord>,
-    pub ledger: Vec<FaultRecord>,
-    /// The previous incarnation's records (`observed` flips here).
-    pub previous: Vec<FaultRecord>,
-    pub durable_writes: u64,
-    pub file_writes: u64,
-    pub syncs: u64,
-    /// SDK `Random` requests served.
-    pub sdk_randoms: u64,
-    /// SDK `Choice` requests served.
-    pub sdk_choices: u64,
-    /// The configured crash point was reached in the current syscall.
-    pub crash_due: bool,
+pub struct DecisionLog {
+    pub(crate) stream: RandomStream,
+    /// Choices by decision index (see [`DecisionLog::decide`]).
+    pub(crate) overrides: BTreeMap<u64, u64>,
+    pub(crate) decisions: Vec<DecisionRecord>,
 }
 
-impl FaultState {
-    pub fn new(config: FaultConfig, seed: u64) -> Self {
-        FaultState {
-            config,
-            stream: RandomStream::with_context(FAULT_CONTEXT, seed),
+impl DecisionLog {
+    /// A log whose stream is keyed by the BLAKE3 key-derivation `context` and `seed`.
+    pub fn new(context: &str, seed: u64) -> Self {
+        DecisionLog {
+            stream: RandomStream::with_context(context, seed),
             overrides: BTreeMap::new(),
             decisions: Vec::new(),
-            ledger: Vec::new(),
-            previous: Vec::new(),
-            durable_writes: 0,
-            file_writes: 0,
-            syncs: 0,
-            sdk_randoms: 0,
-            sdk_choices: 0,
-            crash_due: false,
         }
     }
 
-    /// Takes decision number [`decisions.len()`](FaultState::decisions) among `options` choices
-    /// (`0`: any `u64`), recorded at `point`: the natural choice is always drawn, then replaced
-    /// by the override for this index if there is one.
+    /// Takes decision number [`len()`](DecisionLog::len) among `options` choices (`0`: any
+    /// `u64`), recorded at `point`: the natural choice is always drawn, then replaced by the
+    /// override for this index if there is one.
     pub fn decide(&mut self, point: String, options: u64) -> u64 {
         let natural = self.natural(options);
         let index = self.decisions.len() as u64;
@@ -178,6 +158,72 @@ impl FaultState {
         u64::from_le_bytes(b)
     }
 
+    /// Steers decisions by index.
+    pub fn set_overrides(&mut self, overrides: BTreeMap<u64, u64>) {
+        self.overrides = overrides;
+    }
+
+    /// The overrides.
+    pub fn overrides(&self) -> &BTreeMap<u64, u64> {
+        &self.overrides
+    }
+
+    /// Every decision taken, in order.
+    pub fn records(&self) -> &[DecisionRecord] {
+        &self.decisions
+    }
+
+    /// How many decisions were taken.
+    pub fn len(&self) -> u64 {
+        self.decisions.len() as u64
+    }
+
+    /// True if none was taken.
+    pub fn is_empty(&self) -> bool {
+        self.decisions.is_empty()
+    }
+}
+
+/// The kernel's fault state (saved with the kernel).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct FaultState {
+    pub config: FaultConfig,
+    pub log: DecisionLog,
+    pub ledger: Vec<FaultRecord>,
+    /// The previous incarnation's records (`observed` flips here).
+    pub previous: Vec<FaultRecord>,
+    pub durable_writes: u64,
+    pub file_writes: u64,
+    pub syncs: u64,
+    /// SDK `Random` requests served.
+    pub sdk_randoms: u64,
+    /// SDK `Choice` requests served.
+    pub sdk_choices: u64,
+    /// The configured crash point was reached in the current syscall.
+    pub crash_due: bool,
+}
+
+impl FaultState {
+    pub fn new(config: FaultConfig, seed: u64) -> Self {
+        FaultState {
+            config,
+            log: DecisionLog::new(FAULT_CONTEXT, seed),
+            ledger: Vec::new(),
+            previous: Vec::new(),
+            durable_writes: 0,
+            file_writes: 0,
+            syncs: 0,
+            sdk_randoms: 0,
+            sdk_choices: 0,
+            crash_due: false,
+        }
+    }
+
+    /// Takes a decision (see [`DecisionLog::decide`]).
+    pub fn decide(&mut self, point: String, options: u64) -> u64 {
+        self.log.decide(point, options)
+    }
+
     /// The SDK's `Random`: a decision over the full 64-bit range.
     pub fn sdk_random(&mut self) -> u64 {
         self.sdk_randoms = self.sdk_randoms.saturating_add(1);
@@ -212,20 +258,20 @@ impl FaultState {
 
     pub fn validate(&self) -> Result<(), crate::persist::RestoreError> {
         use crate::persist::ensure;
-        self.stream.validate()?;
-        for (i, d) in self.decisions.iter().enumerate() {
+        self.log.stream.validate()?;
+        for (i, d) in self.log.decisions.iter().enumerate() {
             ensure(d.index == i as u64, || format!("decision {i} has index {}", d.index))?;
             ensure(d.options == 0 || d.choice < d.options, || {
                 format!("decision {:?} chose {} of {}", d.point, d.choice, d.options)
             })?;
         }
         let sdk = self.sdk_randoms.checked_add(self.sdk_choices);
-        ensure(sdk.is_some_and(|n| n <= self.decisions.len() as u64), || {
+        ensure(sdk.is_some_and(|n| n <= self.log.decisions.len() as u64), || {
             format!(
                 "{} sdk randoms and {} sdk choices but {} decisions",
                 self.sdk_randoms,
                 self.sdk_choices,
-                self.decisions.len()
+                self.log.decisions.len()
             )
         })?;
         Ok(())

@@ -160,6 +160,29 @@ pub enum FileKind {
     DevNull,
     /// `/dev/urandom`.
     Random(u32),
+    /// A socket: object id in [`crate::net::Net`].
+    Socket(u64),
+    /// One end of a pipe.
+    Pipe {
+        /// Object id.
+        obj: u64,
+        /// The write end.
+        write: bool,
+    },
+    /// An eventfd.
+    EventFd(u64),
+    /// An epoll instance.
+    Epoll(u64),
+}
+
+/// The [`crate::net`] object behind a description, and for a pipe end whether it is the
+/// write end.
+pub fn object_of(kind: &FileKind) -> Option<(u64, Option<bool>)> {
+    match kind {
+        FileKind::Socket(o) | FileKind::EventFd(o) | FileKind::Epoll(o) => Some((*o, None)),
+        FileKind::Pipe { obj, write } => Some((*obj, Some(*write))),
+        _ => None,
+    }
 }
 
 /// An open file description (shared by `dup`ed fds).

@@ -102,11 +102,12 @@ pub struct Kernel {
     exec_stack: bool,
     last_fault: Option<(u64, u64)>,
     fault_repeats: u32,
-    exit: Option<ExitStatus>,
+    pub(crate) exit: Option<ExitStatus>,
     entry: Entry,
     pub(crate) oracle: Oracle,
     coverage: Option<CoverageRegion>,
     pub(crate) threads: Threads,
+    pub(crate) net: crate::net::Net,
 }
 
 /// The saved form of [`Kernel`]: serde's remote derive, which reads and builds a `Kernel`
@@ -146,6 +147,7 @@ struct KernelDef {
     oracle: Oracle,
     coverage: Option<CoverageRegion>,
     threads: Threads,
+    net: crate::net::Net,
 }
 
 /// A `Kernel` to encode.
@@ -353,6 +355,7 @@ impl Kernel {
             oracle: Oracle::default(),
             coverage,
             threads: Threads::default(),
+            net: crate::net::Net::default(),
         };
         Ok((kernel, entry))
     }
@@ -419,7 +422,7 @@ impl Kernel {
         })?;
         ensure(self.fault_repeats <= MAX_FAULT_REPEATS, || format!("{} fault repeats", self.fault_repeats))?;
         self.oracle.validate(n)?;
-        self.threads.validate(self.exit.is_some())?;
+        self.threads.validate(self.exit.is_some() || self.threads.idle)?;
         match &self.coverage {
             Some(c) => c.validate(),
             None => Ok(()),
@@ -433,7 +436,7 @@ impl Kernel {
     /// The fault decision stream switches to `seed`'s too.
     pub fn reseed(&mut self, seed: u64) {
         self.rng.reseed(seed);
-        self.faults.stream.reseed_with_context(crate::faults::FAULT_CONTEXT, seed);
+        self.faults.log.stream.reseed_with_context(crate::faults::FAULT_CONTEXT, seed);
         self.tracer.reseed(seed, self.clock.now_ns());
     }
 
@@ -443,10 +446,11 @@ impl Kernel {
         self.last_fault = None;
         let name = crate::syscalls::display_name(nr);
         *self.counts.entry(name.clone()).or_default() += 1;
+        self.threads.call = (nr, args);
         let mut hashed = DataHasher::new(mem);
         let res = self.dispatch(&mut hashed, nr, args);
         let data = hashed.finish();
-        let res = if matches!(res, Err(Stop::Exit(_))) || self.faults.crash_due { res } else { self.schedule(res) };
+        let res = if matches!(res, Err(Stop::Exit(_))) || self.faults.crash_due { res } else { self.schedule(mem, res) };
         let (outcome, ret) = match res {
             Ok(v) => (SyscallOutcome::Return(v), Some(v)),
             Err(Stop::Err(e)) => {
@@ -462,6 +466,7 @@ impl Kernel {
                 self.exit = Some(st.clone());
                 (SyscallOutcome::Exit(st), None)
             }
+            Err(Stop::Block) if self.threads.idle => (SyscallOutcome::Idle, Some(BLOCKED_RETURN)),
             Err(Stop::Block) => (SyscallOutcome::Return(BLOCKED_RETURN), Some(BLOCKED_RETURN)),
         };
         let (outcome, ret) = if self.faults.crash_due && !matches!(outcome, SyscallOutcome::Exit(_)) {
@@ -494,7 +499,7 @@ impl Kernel {
         outcome
     }
 
-    fn dispatch(&mut self, mem: &mut dyn Memory, nr: u64, a: [u64; 6]) -> SysResult {
+    pub(crate) fn dispatch(&mut self, mem: &mut dyn Memory, nr: u64, a: [u64; 6]) -> SysResult {
         match nr {
             0 => self.sys_read(mem, a[0], a[1], a[2]),
             1 => self.sys_write(mem, a[0], a[1], a[2]),
@@ -503,7 +508,40 @@ impl Kernel {
             4 => self.sys_fstatat(mem, AT_FDCWD, a[0], a[1], 0),
             5 => self.sys_fstat(mem, a[0], a[1]),
             6 => self.sys_fstatat(mem, AT_FDCWD, a[0], a[1], AT_SYMLINK_NOFOLLOW),
-            7 => self.sys_poll(mem, a[0], a[1], PollTimeout::Millis(a[2] as i32)),
+            7 => self.sys_poll(mem, a[0], a[1], a[2]),
+            22 => self.sys_pipe2(mem, a[0], 0),
+            23 => self.sys_select(mem, a),
+            41 => self.sys_socket(a[0], a[1], a[2]),
+            42 => self.sys_connect(mem, a[0], a[1], a[2]),
+            43 => self.sys_accept4(mem, a[0], a[1], a[2], 0),
+            44 => self.sys_sendto(mem, a),
+            45 => self.sys_recvfrom(mem, a),
+            46 => self.sys_sendmsg(mem, a[0], a[1], a[2]),
+            47 => self.sys_recvmsg(mem, a[0], a[1], a[2]),
+            48 => self.sys_shutdown(a[0], a[1]),
+            49 => self.sys_bind(mem, a[0], a[1], a[2]),
+            50 => self.sys_listen(a[0], a[1]),
+            51 => self.sys_getsockname(mem, a[0], a[1], a[2], false),
+            52 => self.sys_getsockname(mem, a[0], a[1], a[2], true),
+            54 => self.sys_setsockopt(mem, a[0], a[1], a[2], a[3], a[4]),
+            55 => self.sys_getsockopt(mem, a[0], a[1], a[2], a[3], a[4]),
+            213 => {
+                if (a[0] as i32) <= 0 {
+                    Err(EINVAL.into())
+                } else {
+                    self.sys_epoll_create1(0)
+                }
+            }
+            232 => self.sys_epoll_wait(mem, a[0], a[1], a[2], Kernel::ms_timeout(a[3])),
+            233 => self.sys_epoll_ctl(mem, a[0], a[1], a[2], a[3]),
+            270 => self.sys_pselect6(mem, a),
+            281 => self.sys_epoll_wait(mem, a[0], a[1], a[2], Kernel::ms_timeout(a[3])),
+            284 => self.sys_eventfd2(a[0], 0),
+            288 => self.sys_accept4(mem, a[0], a[1], a[2], a[3]),
+            290 => self.sys_eventfd2(a[0], a[1]),
+            291 => self.sys_epoll_create1(a[0]),
+            293 => self.sys_pipe2(mem, a[0], a[1]),
+            441 => self.sys_epoll_pwait2(mem, a),
             8 => self.sys_lseek(a[0], a[1], a[2]),
             9 => self.sys_mmap(mem, a),
             10 => self.sys_mprotect(mem, a[0], a[1], a[2]),
@@ -891,17 +929,17 @@ impl Kernel {
     /// other decisions do not move. Works after load, on a clone (a forked child) and after
     /// [`Kernel::restore`]; the set is part of the saved state.
     pub fn set_decision_overrides(&mut self, overrides: BTreeMap<u64, u64>) {
-        self.faults.overrides = overrides;
+        self.faults.log.overrides = overrides;
     }
 
     /// The decision overrides in force.
     pub fn decision_overrides(&self) -> &BTreeMap<u64, u64> {
-        &self.faults.overrides
+        &self.faults.log.overrides
     }
 
     /// Number of decisions taken so far: the index the next decision gets.
     pub fn decision_count(&self) -> u64 {
-        self.faults.decisions.len() as u64
+        self.faults.log.decisions.len() as u64
     }
 
     /// Replaces the fault configuration from now on (e.g. on a forked child). The counters keep
@@ -918,7 +956,7 @@ impl Kernel {
 
     /// The decision log so far: every decision (faults, SDK `Random`/`Choice`), in order.
     pub fn decisions(&self) -> &[DecisionRecord] {
-        &self.faults.decisions
+        &self.faults.log.decisions
     }
 
     /// Pages committed against the capacity, and the capacity (both in pages).
@@ -957,7 +995,7 @@ impl Kernel {
             coverage: self.coverage.map(|c| c.summary(mem)),
             durable_writes: self.faults.durable_writes,
             faults: self.faults(),
-            decisions: self.faults.decisions.clone(),
+            decisions: self.faults.log.decisions.clone(),
         };
         self.oracle.fill_report(&mut report);
         report
@@ -1001,15 +1039,6 @@ impl Kernel {
 pub(crate) const AT_FDCWD: u64 = -100i64 as u64;
 /// `AT_SYMLINK_NOFOLLOW`.
 pub(crate) const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
-
-/// A poll timeout.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum PollTimeout {
-    /// `poll`'s milliseconds (negative: forever).
-    Millis(i32),
-    /// `ppoll`'s timespec in ns (`None`: forever).
-    Nanos(Option<u64>),
-}
 
 fn bad(msg: &str) -> LoadError {
     LoadError::Malformed(msg.to_string())

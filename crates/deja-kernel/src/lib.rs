@@ -102,6 +102,7 @@ pub mod fs;
 mod kernel;
 pub mod layout;
 pub mod mem;
+pub mod net;
 mod oracle;
 mod persist;
 mod rng;
@@ -110,6 +111,7 @@ mod stack;
 mod sys_fs;
 mod sys_io;
 mod sys_mem;
+mod sys_net;
 mod sys_proc;
 pub mod syscalls;
 pub mod threads;
@@ -121,7 +123,7 @@ mod tests;
 
 pub use coverage::{bucket, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
 pub use disk::{Disk, DiskEntry, DiskError};
-pub use faults::{DecisionRecord, FaultConfig, FaultKind, FaultRecord};
+pub use faults::{DecisionLog, DecisionRecord, FaultConfig, FaultKind, FaultRecord};
 pub use fs::FsConfig;
 pub use kernel::{Kernel, MAX_IO, PAGE_TABLE_MARGIN_PERCENT};
 pub use mem::{FakeMemory, MemError, Memory, Prot, PAGE_SIZE};
@@ -265,6 +267,11 @@ pub enum SyscallOutcome {
     /// [`Kernel::finish`] (with [`Kernel::exit_status`], a `SIGKILL`), and restart the program
     /// on the image.
     Crash,
+    /// The calling thread blocked and no thread of this networked node can run until time
+    /// passes or packets arrive: put [`threads::BLOCKED_RETURN`] in RAX as for a blocked
+    /// `Return`, switch threads as the contract says, and hand control to the cluster driver,
+    /// which calls [`Kernel::resume`].
+    Idle,
 }
 
 /// A CPU exception raised by ring-3 code, as the shell decoded it.

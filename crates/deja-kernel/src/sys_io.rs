@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::errno::*;
 use crate::fd::*;
 use crate::fs::{Kind, Walked, ROOT};
-use crate::kernel::{Kernel, PollTimeout, Stop, SysResult, MAX_IO};
+use crate::kernel::{Kernel, SysResult, MAX_IO};
 use crate::layout::USER_END;
 use crate::vm::Access;
 use crate::{Memory, Stream};
@@ -28,18 +28,6 @@ const AT_EACCESS: u64 = 0x200;
 /// `AT_STATX_SYNC_TYPE`.
 const AT_STATX_SYNC_TYPE: u64 = 0x6000;
 
-/// `POLLIN`.
-const POLLIN: u16 = 0x1;
-/// `POLLOUT`.
-const POLLOUT: u16 = 0x4;
-/// `POLLHUP`.
-const POLLHUP: u16 = 0x10;
-/// `POLLNVAL`.
-const POLLNVAL: u16 = 0x20;
-/// `POLLRDNORM`.
-const POLLRDNORM: u16 = 0x40;
-/// `POLLWRNORM`.
-const POLLWRNORM: u16 = 0x100;
 
 /// Linux's `access_ok`: the range lies in the user half.
 pub(crate) fn access_ok(addr: u64, len: u64) -> Result<(), i32> {
@@ -131,6 +119,15 @@ impl Kernel {
             FileKind::Random(m) => {
                 let p = if *m == 8 { "/dev/random" } else { "/dev/urandom" };
                 self.fs.stat(self.fs.lookup_abs(p).unwrap_or(ROOT))
+            }
+            FileKind::Socket(o) | FileKind::Pipe { obj: o, .. } | FileKind::EventFd(o) | FileKind::Epoll(o) => {
+                let mode = match f.kind {
+                    FileKind::Socket(_) => 0o140000 | 0o777,
+                    FileKind::Pipe { .. } => S_IFIFO | 0o600,
+                    _ => 0o600,
+                };
+                let t = FILE_TIME_S * 1_000_000_000;
+                Stat { dev: 0x8, ino: 1000 + *o, mode, nlink: 1, size: 0, rdev: 0, times: [t; 3] }
             }
         })
     }
@@ -323,8 +320,11 @@ impl Kernel {
 
     /// Releases what a dropped description held.
     pub(crate) fn dropped(&mut self, f: Option<OpenFile>) {
-        if let Some(OpenFile { kind: FileKind::Inode { id, .. } | FileKind::Dir { id, .. }, .. }) = f {
+        let Some(f) = f else { return };
+        if let FileKind::Inode { id, .. } | FileKind::Dir { id, .. } = f.kind {
             self.fs.closed(id);
+        } else if let Some((obj, end)) = object_of(&f.kind) {
+            self.net.release(obj, end);
         }
     }
 
@@ -374,6 +374,9 @@ impl Kernel {
                 return Ok(count);
             }
             FileKind::Stdout | FileKind::Stderr => return Err(EBADF),
+            FileKind::Socket(_) | FileKind::Pipe { .. } | FileKind::EventFd(_) | FileKind::Epoll(_) => {
+                return Err(ESPIPE)
+            }
         };
         let off = pos.unwrap_or(f.offset);
         let avail = (data.len() as u64).saturating_sub(off);
@@ -407,12 +410,16 @@ impl Kernel {
     }
 
     pub(crate) fn sys_read(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64, count: u64) -> SysResult {
+        if self.is_object(fd as i32) {
+            access_ok(buf, count)?;
+            return self.obj_recv(mem, fd as i32, &[(buf, count)], 0).map(|r| r.0);
+        }
         Ok(self.do_read(mem, fd, buf, count, None)?)
     }
 
     pub(crate) fn sys_pread(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64, count: u64, off: u64) -> SysResult {
         let f = self.fds.get(fd as i32)?;
-        if matches!(f.kind, FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr) {
+        if matches!(f.kind, FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr) || object_of(&f.kind).is_some() {
             return Err(ESPIPE.into());
         }
         if (off as i64) < 0 {
@@ -431,12 +438,15 @@ impl Kernel {
         self.vm.check(buf, count, Access::Read)?;
         let mut data = vec![0u8; count as usize];
         self.vm.copy_in(mem, buf, &mut data)?;
+        if self.is_object(fd as i32) {
+            return self.obj_send(fd as i32, &data, 0, None);
+        }
         Ok(self.do_write(fd, &data, None)?)
     }
 
     pub(crate) fn sys_pwrite(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64, count: u64, off: u64) -> SysResult {
         let f = self.fds.get(fd as i32)?;
-        if matches!(f.kind, FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr) {
+        if matches!(f.kind, FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr) || object_of(&f.kind).is_some() {
             return Err(ESPIPE.into());
         }
         if (off as i64) < 0 {
@@ -454,7 +464,7 @@ impl Kernel {
     }
 
     /// Reads and validates an iovec array.
-    fn iovecs(&self, mem: &mut dyn Memory, iov: u64, cnt: u64) -> Result<Vec<(u64, u64)>, i32> {
+    pub(crate) fn iovecs(&self, mem: &mut dyn Memory, iov: u64, cnt: u64) -> Result<Vec<(u64, u64)>, i32> {
         let cnt = cnt as i32;
         if !(0..=1024).contains(&cnt) {
             return Err(EINVAL);
@@ -481,6 +491,9 @@ impl Kernel {
             return Err(EBADF.into());
         }
         let iovs = self.iovecs(mem, iov, cnt)?;
+        if self.is_object(fd as i32) {
+            return self.obj_recv(mem, fd as i32, &iovs, 0).map(|r| r.0);
+        }
         let mut done = 0u64;
         for (base, len) in iovs {
             if len == 0 {
@@ -525,6 +538,9 @@ impl Kernel {
                 break;
             }
         }
+        if self.is_object(fd as i32) {
+            return self.obj_send(fd as i32, &data, 0, None);
+        }
         Ok(self.do_write(fd, &data, None)?)
     }
 
@@ -532,6 +548,9 @@ impl Kernel {
         let f = self.fds.get_mut(fd as i32)?;
         let size = match &f.kind {
             FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => return Err(ESPIPE.into()),
+            FileKind::Socket(_) | FileKind::Pipe { .. } | FileKind::EventFd(_) | FileKind::Epoll(_) => {
+                return Err(ESPIPE.into())
+            }
             FileKind::DevNull | FileKind::Random(_) => return Ok(0),
             FileKind::Regular { data, .. } => data.len() as i64,
             FileKind::Inode { id, .. } => self.fs.size(*id) as i64,
@@ -660,7 +679,12 @@ impl Kernel {
                     FileKind::Regular { data, .. } => (data.len() as u64).saturating_sub(f.offset),
                     FileKind::Inode { id, .. } => self.fs.size(*id).saturating_sub(f.offset),
                     FileKind::Stdout | FileKind::Stderr => 0,
-                    _ => return Err(ENOTTY.into()),
+                    k => match object_of(k).and_then(|(o, _)| self.net.objects.get(&o)).map(|o| &o.kind) {
+                        Some(crate::net::ObjKind::Stream(st)) => st.rx.len() as u64,
+                        Some(crate::net::ObjKind::Dgram(d)) => d.queue.front().map_or(0, |m| m.1.len() as u64),
+                        Some(crate::net::ObjKind::Pipe { buf, .. }) => buf.len() as u64,
+                        _ => return Err(ENOTTY.into()),
+                    },
                 };
                 let n = n.min(i32::MAX as u64) as u32;
                 self.vm.copy_out(mem, arg, &n.to_le_bytes())?;
@@ -670,62 +694,8 @@ impl Kernel {
         }
     }
 
-    fn revents(&self, fd: i32, events: u16) -> u16 {
-        if fd < 0 {
-            return 0;
-        }
-        let Ok(f) = self.fds.get(fd) else { return POLLNVAL };
-        let rd = POLLIN | POLLRDNORM;
-        let wr = POLLOUT | POLLWRNORM;
-        match &f.kind {
-            FileKind::Stdin(d) => {
-                if f.offset < d.len() as u64 {
-                    events & rd
-                } else {
-                    (events & rd) | POLLHUP
-                }
-            }
-            FileKind::Stdout | FileKind::Stderr => events & wr,
-            _ => events & (rd | wr),
-        }
-    }
-
-    fn do_poll(&mut self, mem: &mut dyn Memory, fds: u64, nfds: u64, timeout: PollTimeout) -> SysResult {
-        if nfds > self.nofile() {
-            return Err(EINVAL.into());
-        }
-        let mut raw = vec![0u8; nfds as usize * 8];
-        self.vm.copy_in(mem, fds, &mut raw)?;
-        let mut ready = 0;
-        for c in raw.chunks_exact_mut(8) {
-            let fd = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            let events = u16::from_le_bytes([c[4], c[5]]);
-            let rev = self.revents(fd, events);
-            c[6..8].copy_from_slice(&rev.to_le_bytes());
-            if rev != 0 {
-                ready += 1;
-            }
-        }
-        self.vm.copy_out(mem, fds, &raw)?;
-        if ready > 0 {
-            return Ok(ready);
-        }
-        let wait = match timeout {
-            PollTimeout::Millis(ms) if ms >= 0 => Some(ms as u64 * 1_000_000),
-            PollTimeout::Millis(_) => None,
-            PollTimeout::Nanos(ns) => ns,
-        };
-        match wait {
-            Some(ns) => {
-                self.clock.advance(ns);
-                Ok(0)
-            }
-            None => Err(Stop::Exit(self.deadlock("poll with no timeout on fds that never become ready"))),
-        }
-    }
-
-    pub(crate) fn sys_poll(&mut self, mem: &mut dyn Memory, fds: u64, nfds: u64, t: PollTimeout) -> SysResult {
-        self.do_poll(mem, fds, nfds, t)
+    pub(crate) fn sys_poll(&mut self, mem: &mut dyn Memory, fds: u64, nfds: u64, ms: u64) -> SysResult {
+        self.do_poll(mem, fds, nfds, Kernel::ms_timeout(ms))
     }
 
     pub(crate) fn sys_ppoll(
@@ -741,7 +711,7 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let timeout = if tsp == 0 { None } else { Some(self.read_timespec(mem, tsp)?) };
-        let r = self.do_poll(mem, fds, nfds, PollTimeout::Nanos(timeout))?;
+        let r = self.do_poll(mem, fds, nfds, timeout)?;
         if r == 0 && tsp != 0 {
             self.vm.copy_out(mem, tsp, &[0u8; 16])?;
         }

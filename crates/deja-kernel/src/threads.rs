@@ -110,6 +110,10 @@ pub(crate) enum ThreadState {
     Futex { uaddr: u64, bitset: u32, seq: u64, deadline: Option<u64> },
     /// Sleeping until `deadline`.
     Sleep { deadline: u64 },
+    /// Blocked in I/O syscall `nr` with `args` (a socket, pipe, eventfd, `poll` or `epoll`
+    /// wait): the call is served again whenever an I/O object changed, and once more with
+    /// `timed_out` when `deadline` passes (see [`crate::net`]).
+    Io { nr: u64, args: [u64; 6], deadline: Option<u64> },
 }
 
 impl ThreadState {
@@ -118,6 +122,7 @@ impl ThreadState {
             ThreadState::Runnable => None,
             ThreadState::Futex { deadline, .. } => deadline,
             ThreadState::Sleep { deadline } => Some(deadline),
+            ThreadState::Io { deadline, .. } => deadline,
         }
     }
 }
@@ -150,6 +155,15 @@ pub(crate) struct Threads {
     pub spawned: Vec<SpawnedThread>,
     /// Return values for woken threads, not yet taken by the shell.
     pub wakeups: Vec<(u64, u64)>,
+    /// No thread can run until something outside the node happens (a networked node only).
+    pub idle: bool,
+    /// The syscall being served (number and arguments), for a call that blocks in I/O.
+    #[serde(skip)]
+    pub call: (u64, [u64; 6]),
+    /// The I/O call being served again for a blocked thread: its tid and whether its deadline
+    /// passed.
+    #[serde(skip)]
+    pub retrying: Option<(u64, bool)>,
 }
 
 impl Default for Threads {
@@ -169,6 +183,9 @@ impl Default for Threads {
             next_seq: 0,
             spawned: Vec::new(),
             wakeups: Vec::new(),
+            idle: false,
+            call: (0, [0; 6]),
+            retrying: None,
         }
     }
 }
@@ -217,7 +234,7 @@ impl Threads {
     }
 
     /// Makes `tid` runnable with `ret` for its blocked call.
-    fn wake(&mut self, tid: u64, ret: u64) {
+    pub fn wake(&mut self, tid: u64, ret: u64) {
         if let Some(t) = self.threads.get_mut(&tid) {
             t.state = ThreadState::Runnable;
             self.wakeups.push((tid, ret));
@@ -270,6 +287,9 @@ impl Threads {
             .threads
             .iter()
             .filter_map(|(&tid, t)| {
+                if matches!(t.state, ThreadState::Io { .. }) {
+                    return None;
+                }
                 let d = t.state.deadline()?;
                 (d <= now).then_some((d, tid, matches!(t.state, ThreadState::Futex { .. })))
             })
@@ -299,6 +319,9 @@ impl Threads {
             .map(|(tid, t)| match t.state {
                 ThreadState::Futex { uaddr, .. } => format!("tid {tid} in futex wait on {uaddr:#x}"),
                 ThreadState::Sleep { deadline } => format!("tid {tid} sleeping until {deadline} ns"),
+                ThreadState::Io { nr, .. } => {
+                    format!("tid {tid} waiting for I/O in {}", crate::syscalls::display_name(nr))
+                }
                 ThreadState::Runnable => format!("tid {tid} runnable"),
             })
             .collect();
@@ -495,34 +518,12 @@ impl Kernel {
 
     /// Runs the scheduler after a syscall whose handler answered `res` (see the [module
     /// documentation](crate::threads#scheduling)); the answer for the calling thread.
-    pub(crate) fn schedule(&mut self, res: SysResult) -> SysResult {
+    pub(crate) fn schedule(&mut self, mem: &mut dyn Memory, res: SysResult) -> SysResult {
         let caller = self.threads.current;
-        let now = self.clock.now_ns();
-        self.threads.expire(now);
-        let mut runnable = self.threads.runnable();
-        if runnable.is_empty() {
-            if let Some(d) = self.threads.earliest_deadline() {
-                self.clock.advance_to(d);
-                self.threads.expire(self.clock.now_ns());
-                runnable = self.threads.runnable();
-            }
-        }
-        let next = match runnable.len() {
-            0 => {
-                let what = match self.threads.threads.get(&caller) {
-                    Some(Thread { state: ThreadState::Futex { uaddr, .. }, .. }) if self.threads.threads.len() == 1 => {
-                        format!("futex wait on {uaddr:#x} with no other thread to wake it")
-                    }
-                    _ => format!("every thread is blocked: {}", self.threads.describe_blocked()),
-                };
-                return Err(Stop::Exit(self.deadlock(&what)));
-            }
-            1 => runnable[0],
-            n => {
-                let point = format!("schedule after syscall {}", self.tracer.syscalls().saturating_add(1));
-                let i = self.faults.decide(point, n as u64);
-                runnable.get(i as usize).copied().unwrap_or(runnable[0])
-            }
+        let next = match self.pick_next(mem) {
+            Ok(Some(t)) => t,
+            Ok(None) => return Err(Stop::Block),
+            Err(e) => return Err(e),
         };
         self.switch_to(next);
         match res {
@@ -537,8 +538,178 @@ impl Kernel {
         }
     }
 
+    /// Delivers loopback packets, serves blocked I/O calls again, wakes expired waits and picks
+    /// the thread to run: `Ok(None)` when a networked node has nothing to run (it is idle),
+    /// `Err(Exit)` on a deadlock.
+    fn pick_next(&mut self, mem: &mut dyn Memory) -> Result<Option<u64>, Stop> {
+        let mut runnable;
+        loop {
+            self.net.flush_local();
+            self.retry_io(mem);
+            self.threads.expire(self.clock.now_ns());
+            runnable = self.threads.runnable();
+            if !runnable.is_empty() {
+                break;
+            }
+            if self.net.address.is_some() {
+                self.threads.idle = true;
+                return Ok(None);
+            }
+            match self.threads.earliest_deadline() {
+                Some(d) => self.clock.advance_to(d),
+                None => {
+                    let caller = self.threads.current;
+                    let what = match self.threads.threads.get(&caller) {
+                        Some(Thread { state: ThreadState::Futex { uaddr, .. }, .. })
+                            if self.threads.threads.len() == 1 =>
+                        {
+                            format!("futex wait on {uaddr:#x} with no other thread to wake it")
+                        }
+                        _ => format!("every thread is blocked: {}", self.threads.describe_blocked()),
+                    };
+                    return Err(Stop::Exit(self.deadlock(&what)));
+                }
+            }
+        }
+        self.threads.idle = false;
+        Ok(Some(match runnable.len() {
+            1 => runnable[0],
+            n => {
+                let point = format!("schedule after syscall {}", self.tracer.syscalls().saturating_add(1));
+                let i = self.faults.decide(point, n as u64);
+                runnable.get(i as usize).copied().unwrap_or(runnable[0])
+            }
+        }))
+    }
+
+    /// Blocks the calling thread in an I/O call until an I/O object changes or `timeout` ns
+    /// pass; served again for a blocked thread, answers `on_timeout` once its deadline passed.
+    pub(crate) fn block_io(&mut self, timeout: Option<u64>, on_timeout: SysResult) -> SysResult {
+        match self.threads.retrying {
+            Some((_, true)) => on_timeout,
+            Some((_, false)) => Err(Stop::Block),
+            None => {
+                let deadline = timeout.map(|t| self.clock.now_ns().saturating_add(t));
+                let (nr, args) = self.threads.call;
+                if let Some(t) = self.threads.threads.get_mut(&self.threads.current) {
+                    t.state = ThreadState::Io { nr, args, deadline };
+                }
+                Err(Stop::Block)
+            }
+        }
+    }
+
+    /// True while a blocked thread's I/O call is being served again.
+    pub(crate) fn retrying(&self) -> bool {
+        self.threads.retrying.is_some()
+    }
+
+    /// Serves again the calls of threads blocked in I/O: all of them when an object changed,
+    /// those whose deadline passed otherwise. A call that completes wakes its thread with its
+    /// result (recorded in the trace); one that would block again stays blocked.
+    fn retry_io(&mut self, mem: &mut dyn Memory) {
+        for _ in 0..64 {
+            let now = self.clock.now_ns();
+            let dirty = std::mem::take(&mut self.net.dirty);
+            let due: Vec<(u64, u64, [u64; 6], bool)> = self
+                .threads
+                .threads
+                .iter()
+                .filter_map(|(&tid, t)| match t.state {
+                    ThreadState::Io { nr, args, deadline } => {
+                        let expired = deadline.is_some_and(|d| d <= now);
+                        (dirty || expired).then_some((tid, nr, args, expired))
+                    }
+                    _ => None,
+                })
+                .collect();
+            if due.is_empty() {
+                return;
+            }
+            for (tid, nr, args, expired) in due {
+                self.threads.retrying = Some((tid, expired));
+                self.threads.call = (nr, args);
+                let mut hashed = crate::trace::DataHasher::new(mem);
+                let res = self.dispatch(&mut hashed, nr, args);
+                let data = hashed.finish();
+                self.threads.retrying = None;
+                self.net.flush_local();
+                let ret = match res {
+                    Ok(v) => v,
+                    Err(Stop::Err(e)) => (-i64::from(e)) as u64,
+                    Err(Stop::Block) => continue,
+                    Err(_) => (-i64::from(EINVAL)) as u64,
+                };
+                self.tracer.completion(tid, nr, ret, now, data);
+                self.threads.wake(tid, ret);
+            }
+            if !self.net.dirty {
+                return;
+            }
+        }
+    }
+
+    /// A networked node's next step after being [idle](Kernel::is_idle) or stopped: moves the
+    /// clock to `now_ns` (never back), delivers `packets` from the network, serves blocked
+    /// calls again and picks the thread to run. Returns whether a thread can run; the shell
+    /// then applies [`Kernel::take_wakeup_returns`] (which may name the thread it holds) before
+    /// running again.
+    pub fn resume(&mut self, mem: &mut dyn Memory, now_ns: u64, packets: Vec<crate::net::Packet>) -> bool {
+        self.clock.advance_to(now_ns);
+        for p in packets {
+            self.net.receive(p);
+        }
+        if self.exit.is_some() {
+            return false;
+        }
+        match self.pick_next(mem) {
+            Ok(Some(t)) => {
+                self.switch_to(t);
+                true
+            }
+            Ok(None) => false,
+            Err(Stop::Exit(st)) => {
+                self.exit = Some(st);
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Asks [`Kernel::yield_due`] to say true once virtual time reaches `t` (`None`: never).
+    pub fn set_yield_at(&mut self, t: Option<u64>) {
+        self.net.yield_at = t;
+    }
+
+    /// True once virtual time reached the [`Kernel::set_yield_at`] point: the shell stops after
+    /// the syscall it just served, so the cluster driver can run other nodes.
+    pub fn yield_due(&self) -> bool {
+        self.net.yield_at.is_some_and(|t| self.clock.now_ns() >= t)
+    }
+
+    /// Jumps this node's clocks forward by `ns` (a clock fault).
+    pub fn jump_clock(&mut self, ns: u64) {
+        self.clock.jump(ns);
+    }
+
+    /// Skews this node's wall clock by `ns` (a clock fault).
+    pub fn skew_clock(&mut self, ns: i64) {
+        self.clock.set_skew(ns);
+    }
+
+    /// True when no thread of a networked node can run until [`Kernel::resume`] brings time or
+    /// packets.
+    pub fn is_idle(&self) -> bool {
+        self.threads.idle
+    }
+
+    /// The earliest deadline of a blocked thread (a timeout, a sleep), in virtual ns.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.threads.earliest_deadline()
+    }
+
     /// Makes `tid` the current thread, swapping the per-thread registers.
-    fn switch_to(&mut self, tid: u64) {
+    pub(crate) fn switch_to(&mut self, tid: u64) {
         let cur = self.threads.current;
         if tid == cur {
             return;

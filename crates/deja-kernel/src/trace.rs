@@ -16,7 +16,9 @@
 //! rip u64, addr u64, error_code u64, outcome u8, value u64, vtime u64` where `outcome` is
 //! 1 = emulated (value = TSC), 2 = fatal (value = signal). Encoding of a reseed entry (tag 3,
 //! see [`Kernel::reseed`]): `tag u8, seed u64, syscalls u64, vtime u64` where `syscalls` is
-//! the number of syscalls recorded before it.
+//! the number of syscalls recorded before it. Encoding of an I/O completion (tag 4, a blocked
+//! socket/pipe/poll call served later): `tag u8, tid u64, nr u64, ret u64, syscalls u64, vtime
+//! u64, has_data u8, data [u8; 32]`.
 //!
 //! The saved state of a [`Tracer`] is the chain value, the entry hashes, the recorded entries
 //! (when recording) and the counters.
@@ -33,6 +35,8 @@ const TAG_SYSCALL: u8 = 1;
 const TAG_EXCEPTION: u8 = 2;
 /// Tag of a reseed pseudo-entry.
 const TAG_RESEED: u8 = 3;
+/// Tag of an I/O completion pseudo-entry.
+const TAG_COMPLETION: u8 = 4;
 
 /// How an exception was resolved, for the digest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +133,19 @@ impl Tracer {
         enc.extend_from_slice(&seed.to_le_bytes());
         enc.extend_from_slice(&self.syscalls.to_le_bytes());
         enc.extend_from_slice(&vtime.to_le_bytes());
+        self.chain_in(&enc);
+    }
+
+    /// Records that a blocked I/O call of thread `tid` completed with `ret`, outside any
+    /// syscall of the program (see [`crate::net`]).
+    pub fn completion(&mut self, tid: u64, nr: u64, ret: u64, vtime: u64, data: Option<[u8; 32]>) {
+        let mut enc = Vec::with_capacity(75);
+        enc.push(TAG_COMPLETION);
+        for v in [tid, nr, ret, self.syscalls, vtime] {
+            enc.extend_from_slice(&v.to_le_bytes());
+        }
+        enc.push(u8::from(data.is_some()));
+        enc.extend_from_slice(&data.unwrap_or([0; 32]));
         self.chain_in(&enc);
     }
 

@@ -100,8 +100,8 @@ pub fn run_snapshotting(
             snapshot = Some(Snapshot::capture(&mut vm, &kernel, meta)?);
             vm.run(&mut kernel, sink)?
         }
-        Stop::Crashed => {
-            return Err(RunError::Vm(VmError::Unexpected { what: "crash during a snapshot run".into(), rip: 0 }))
+        Stop::Crashed | Stop::Idle | Stop::Yield => {
+            return Err(RunError::Vm(VmError::Unexpected { what: "unexpected stop during a snapshot run".into(), rip: 0 }))
         }
     };
     let report = kernel.finish(&vm.space, status);
@@ -273,7 +273,7 @@ pub(crate) fn continue_lives(
                 kernel = k;
                 owned = Some(next);
             }
-            Stop::AtSyscall => {
+            Stop::AtSyscall | Stop::Idle | Stop::Yield => {
                 return Err(RunError::Vm(VmError::Unexpected { what: "stopped without a stop point".into(), rip: 0 }))
             }
         }

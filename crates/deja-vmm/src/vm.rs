@@ -677,6 +677,19 @@ impl Vm {
         }
     }
 
+    /// Puts a syscall's return value in RAX, resumes after the `syscall` instruction and applies
+    /// the core's thread changes.
+    fn finish_syscall(&mut self, kernel: &mut Kernel, value: u64) -> Result<(), VmError> {
+        let r = &mut self.vcpu.sync_regs_mut().regs;
+        r.rax = value;
+        r.rip = r.rcx;
+        r.rflags = (r.r11 & !RFLAGS_RF) | RFLAGS_FIXED;
+        self.mark_dirty(SyncReg::Register);
+        self.switch_threads(kernel)?;
+        self.apply_bases(kernel.fs_base(), kernel.gs_base());
+        Ok(())
+    }
+
     /// Runs the program under `kernel` until it ends. Output goes to `sink` as it is written.
     pub fn run(&mut self, kernel: &mut Kernel, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<ExitStatus, VmError> {
         match self.run_until(kernel, sink, None)? {
@@ -684,9 +697,10 @@ impl Vm {
             Stop::Crashed => {
                 Err(VmError::Unexpected { what: "a crash was injected where none was planned".into(), rip: self.rip() })
             }
-            Stop::AtSyscall => {
-                Err(VmError::Unexpected { what: "stopped without a stop point".into(), rip: self.rip() })
-            }
+            Stop::AtSyscall | Stop::Idle | Stop::Yield => Err(VmError::Unexpected {
+                what: "a lone program stopped as if it were a cluster node".into(),
+                rip: self.rip(),
+            }),
         }
     }
 
@@ -703,6 +717,10 @@ impl Vm {
         stop_at: Option<u64>,
     ) -> Result<Stop, VmError> {
         let mut last_fault = (0u64, 0u64, 0u32);
+        // A cluster driver may have resumed the core (woken threads, switched threads) since
+        // the last stop.
+        self.switch_threads(kernel)?;
+        self.apply_bases(kernel.fs_base(), kernel.gs_base());
         loop {
             self.pt_sync()?;
             let exit = self.kvm_run()?;
@@ -741,13 +759,14 @@ impl Vm {
                 }
                 match outcome {
                     SyscallOutcome::Return(value) => {
-                        let r = &mut self.vcpu.sync_regs_mut().regs;
-                        r.rax = value;
-                        r.rip = r.rcx;
-                        r.rflags = (r.r11 & !RFLAGS_RF) | RFLAGS_FIXED;
-                        self.mark_dirty(SyncReg::Register);
-                        self.switch_threads(kernel)?;
-                        self.apply_bases(kernel.fs_base(), kernel.gs_base());
+                        self.finish_syscall(kernel, value)?;
+                        if kernel.yield_due() {
+                            return Ok(Stop::Yield);
+                        }
+                    }
+                    SyscallOutcome::Idle => {
+                        self.finish_syscall(kernel, deja_kernel::threads::BLOCKED_RETURN)?;
+                        return Ok(Stop::Idle);
                     }
                     SyscallOutcome::Exit(status) => return Ok(Stop::Exited(status)),
                     SyscallOutcome::Crash => return Ok(Stop::Crashed),
@@ -931,6 +950,10 @@ pub enum Stop {
     Crashed,
     /// The program trapped for the requested syscall, which was not served.
     AtSyscall,
+    /// No thread of this networked node can run (see [`Kernel::resume`]).
+    Idle,
+    /// Virtual time reached the core's yield point ([`Kernel::set_yield_at`]) after a syscall.
+    Yield,
 }
 
 #[derive(Debug)]

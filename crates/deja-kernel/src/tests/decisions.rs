@@ -255,10 +255,10 @@ fn restore_checks_the_decision_log() {
     Kernel::restore(&good.save()).unwrap();
     type Corruption = Box<dyn Fn(&mut Kernel)>;
     let bad: Vec<Corruption> = vec![
-        Box::new(|k| k.faults.decisions[3].index = 4),
-        Box::new(|k| k.faults.decisions[1].choice = 3),
+        Box::new(|k| k.faults.log.decisions[3].index = 4),
+        Box::new(|k| k.faults.log.decisions[1].choice = 3),
         Box::new(|k| {
-            k.faults.decisions.remove(0);
+            k.faults.log.decisions.remove(0);
         }),
         Box::new(|k| k.faults.sdk_randoms = 7),
         Box::new(|k| k.faults.sdk_choices = u64::MAX),
@@ -270,6 +270,6 @@ fn restore_checks_the_decision_log() {
     }
     // A full-range decision may hold any value.
     let mut k = good.clone();
-    k.faults.decisions[0].choice = u64::MAX;
+    k.faults.log.decisions[0].choice = u64::MAX;
     Kernel::restore(&k.save()).unwrap();
 }

@@ -354,14 +354,14 @@ fn random_and_choice_are_seeded_decisions() {
     }
     assert!(hist.iter().all(|h| (850..=1150).contains(h)), "{hist:?}");
     let n = (1u64 << 63) + 1;
-    let before = k.faults.stream.consumed();
+    let before = k.faults.log.stream.consumed();
     let mut high = 0;
     for _ in 0..400 {
         let c = deja(&mut k, &mut m, Request::Choice, &[n]) as u64;
         assert!(c < n);
         high += u32::from(c >= 1 << 62);
     }
-    let used = k.faults.stream.consumed() - before;
+    let used = k.faults.log.stream.consumed() - before;
     assert!(used % 8 == 0 && used > 400 * 8 * 3 / 2, "rejection sampling draws again ({used} bytes)");
     assert!((200..=400).contains(&high), "{high}");
     for n in [2, 3, 7, 1000, u64::MAX] {

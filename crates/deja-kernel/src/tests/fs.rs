@@ -570,6 +570,7 @@ fn workload(faults: FaultConfig, seed: u64, disk: Option<Disk>) -> (H, bool) {
             SyscallOutcome::Crash => return (h, true),
             SyscallOutcome::Exit(st) => panic!("exit {st:?}"),
             SyscallOutcome::Return(_) => {}
+            SyscallOutcome::Idle => panic!("a lone node went idle"),
         }
     }
     (h, false)

@@ -1,0 +1,225 @@
+//! `deja run cluster.toml`: a cluster run, or `--audit K` cluster runs compared by digest.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use deja_cluster::{ClusterConfig, ClusterReport, ConfigError, Outcome, RunOptions};
+use deja_kernel::{ExitStatus, Stream};
+
+use crate::exit;
+use crate::run::{Failure, RunArgs};
+
+/// A waited node failed (exited non-zero or died).
+pub const NODE_FAILED: i32 = 1;
+/// The virtual-time budget ran out before the waited nodes exited.
+pub const TIME_LIMIT: i32 = 3;
+/// No node could run any more while waited nodes had not exited.
+pub const STUCK: i32 = 4;
+
+/// Loads a cluster file, with `--seed` applied.
+pub fn load(path: &Path, seed: Option<u64>) -> Result<ClusterConfig, Failure> {
+    let mut cfg = ClusterConfig::load(path).map_err(|e| {
+        let code = match &e {
+            ConfigError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+            _ => 2,
+        };
+        Failure::new(code, e.to_string())
+    })?;
+    if let Some(s) = seed {
+        cfg.seed = s;
+    }
+    Ok(cfg)
+}
+
+/// Prints each node's output line by line, prefixed with its name.
+#[derive(Default)]
+pub struct Prefixer {
+    partial: BTreeMap<(String, bool), Vec<u8>>,
+}
+
+impl Prefixer {
+    /// Takes `bytes` written by `node` to `stream`; prints the complete lines.
+    pub fn write(&mut self, node: &str, stream: Stream, bytes: &[u8]) {
+        let err = stream == Stream::Stderr;
+        let buf = self.partial.entry((node.to_string(), err)).or_default();
+        buf.extend_from_slice(bytes);
+        while let Some(pos) = buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=pos).collect();
+            let text = String::from_utf8_lossy(&line);
+            if err {
+                eprint!("[{node}] {text}");
+            } else {
+                print!("[{node}] {text}");
+            }
+        }
+    }
+
+    /// Prints what is left without a newline.
+    pub fn flush(&mut self) {
+        for ((node, err), buf) in std::mem::take(&mut self.partial) {
+            if !buf.is_empty() {
+                let text = String::from_utf8_lossy(&buf);
+                if err {
+                    eprintln!("[{node}] {text}");
+                } else {
+                    println!("[{node}] {text}");
+                }
+            }
+        }
+        let _ = std::io::stdout().flush();
+    }
+}
+
+/// Runs a cluster once; node output goes to `sink`.
+pub fn run_cluster(
+    cfg: ClusterConfig,
+    sink: &mut dyn FnMut(&str, Stream, &[u8]),
+    overrides: BTreeMap<u64, u64>,
+) -> Result<ClusterReport, Failure> {
+    deja_cluster::run(cfg, RunOptions { sink, overrides, record_trace: false })
+        .map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))
+}
+
+fn describe(e: Option<&ExitStatus>) -> String {
+    match e {
+        Some(ExitStatus::Exited { code }) => format!("exit {code}"),
+        Some(ExitStatus::Signaled { name, fault, .. }) => match fault {
+            Some(f) => format!("{name} ({})", f.description),
+            None => name.clone(),
+        },
+        None => "never ran".into(),
+    }
+}
+
+/// The exit code `deja run` gives a cluster report, and a one-line verdict.
+pub fn verdict(r: &ClusterReport) -> (i32, String) {
+    if r.assertion_failed() {
+        let failing: Vec<String> = r
+            .nodes
+            .iter()
+            .flat_map(|n| {
+                n.lives.iter().flat_map(move |l| {
+                    l.assertions
+                        .iter()
+                        .filter(|a| a.status == deja_kernel::AssertionStatus::Failed)
+                        .map(move |a| format!("{}: {:?}", n.name, a.message))
+                })
+            })
+            .collect();
+        return (exit::ASSERTION_FAILED, format!("assertion failed: {}", failing.join("; ")));
+    }
+    match &r.outcome {
+        Outcome::TimeLimit => {
+            return (TIME_LIMIT, "the virtual-time budget ran out before every waited node exited".into())
+        }
+        Outcome::Stuck(why) => return (STUCK, format!("stuck: {why}")),
+        Outcome::Completed => {}
+    }
+    match r.first_failure() {
+        Some((node, e)) => (NODE_FAILED, format!("node {node} failed: {}", describe(Some(e)))),
+        None => (0, "every waited node exited 0".into()),
+    }
+}
+
+/// Prints the summary of a cluster run to stderr.
+pub fn summary(r: &ClusterReport) {
+    eprintln!(
+        "deja: cluster of {} nodes, seed {}, {:.3} s virtual in {:.3} s wall; outcome: {}",
+        r.nodes.len(),
+        r.seed,
+        r.virtual_time_ns as f64 / 1e9,
+        r.wall_ns as f64 / 1e9,
+        match &r.outcome {
+            Outcome::Completed => "completed".to_string(),
+            Outcome::TimeLimit => "time limit".to_string(),
+            Outcome::Stuck(w) => format!("stuck ({w})"),
+        }
+    );
+    for n in &r.nodes {
+        eprintln!(
+            "deja:   {:<10} {:<15} {} ({} {}, {} syscalls)",
+            n.name,
+            n.address,
+            describe(n.exit()),
+            n.lives.len(),
+            if n.lives.len() == 1 { "life" } else { "lives" },
+            n.syscalls()
+        );
+    }
+    for f in &r.faults {
+        eprintln!("deja:   fault at {:>10.3} ms: {} {}", f.time_ns as f64 / 1e6, f.kind, f.detail);
+    }
+    let s = &r.network;
+    eprintln!(
+        "deja: network: {} packets sent, {} deliveries, {} lost, {} duplicated, {} reordered, {} cut datagrams, {} held",
+        s.sent, s.delivered, s.lost, s.duplicated, s.reordered, s.cut_datagrams, s.held
+    );
+    eprintln!("deja: {} cluster decisions; digest {}", r.decisions.len(), r.digest);
+}
+
+/// `deja run cluster.toml`.
+pub fn run(args: &RunArgs, path: &Path) -> Result<i32, Failure> {
+    let unsupported = [
+        (args.snapshot_at.is_some(), "--snapshot-at"),
+        (args.crash_after_durable_write.is_some(), "--crash-after-durable-write"),
+        (args.crash_sweep, "--crash-sweep"),
+        (!args.files.is_empty(), "--file"),
+        (args.stdin.is_some(), "--stdin"),
+        (!args.env.is_empty(), "--env"),
+        (!args.copy_in.is_empty(), "--copy-in"),
+        (args.fs_export.is_some(), "--fs-export"),
+        (args.trace_out.is_some(), "--trace-out"),
+        (!args.args.is_empty(), "program arguments"),
+    ];
+    if let Some((_, flag)) = unsupported.iter().find(|(on, _)| *on) {
+        return Err(Failure::new(2, format!("{flag} does not apply to a cluster file; put node settings in the file")));
+    }
+    let cfg = load(path, args.seed)?;
+    if !args.no_probe {
+        deja_vmm::probe().map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?;
+    }
+    let runs = args.audit.unwrap_or(1).max(1);
+    let mut prefix = Prefixer::default();
+    let quiet = args.json;
+    let first = {
+        let mut sink = |node: &str, s: Stream, b: &[u8]| {
+            if !quiet {
+                prefix.write(node, s, b);
+            }
+        };
+        run_cluster(cfg.clone(), &mut sink, BTreeMap::new())?
+    };
+    prefix.flush();
+    let mut code_override = None;
+    if runs > 1 {
+        let mut digests = vec![first.digest.clone()];
+        for _ in 1..runs {
+            let r = run_cluster(cfg.clone(), &mut |_: &str, _: Stream, _: &[u8]| {}, BTreeMap::new())?;
+            digests.push(r.digest);
+        }
+        if digests.iter().all(|d| *d == digests[0]) {
+            eprintln!("deja: audit: {runs} runs, identical digest {}", digests[0]);
+        } else {
+            eprintln!("deja: audit: {runs} runs DIVERGED: {}", digests.join(", "));
+            code_override = Some(exit::AUDIT_DIVERGED);
+        }
+    }
+    if let Some(out) = &args.report_out {
+        let json = serde_json::to_vec_pretty(&first).map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?;
+        std::fs::write(out, json).map_err(|e| Failure::new(exit::DEJA_FAILED, format!("cannot write {}: {e}", out.display())))?;
+    }
+    if args.json {
+        let json = serde_json::to_string_pretty(&first).map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?;
+        println!("{json}");
+    } else {
+        summary(&first);
+    }
+    let (code, why) = verdict(&first);
+    eprintln!("deja: {why}");
+    if code != 0 {
+        let exe = std::env::args().next().unwrap_or_else(|| "deja".into());
+        eprintln!("deja: reproduce with: {exe} run --seed {} {}", first.seed, path.display());
+    }
+    Ok(code_override.unwrap_or(code))
+}

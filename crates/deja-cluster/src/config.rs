@@ -1,0 +1,465 @@
+//! The cluster file: nodes, network, seed, time budget and faults, in TOML.
+//!
+//! ```toml
+//! seed = 7
+//! time_limit_ms = 20000        # virtual time budget
+//! memory_mib = 512             # guest RAM per node
+//!
+//! [network]
+//! latency_ms = [1, 5]          # one-way latency, uniform in the range (the spread is jitter)
+//! udp_loss = 0.01              # probability a datagram is lost
+//! udp_duplicate = 0.01         # probability a datagram is delivered twice
+//! udp_reorder = 0.05           # probability a datagram is held back behind later ones
+//! connect_timeout_ms = 3000    # a SYN nobody answers times out after this
+//! tcp_timeout_ms = 10000       # a partition longer than this resets the TCP connections it cuts
+//!
+//! [faults.random]              # faults drawn from the seed (each range is [min, max] ms)
+//! partition_every_ms = [1000, 4000]
+//! partition_for_ms = [500, 3000]
+//! one_way = 0.25               # share of partitions that cut one direction only
+//! kill_every_ms = [3000, 8000]
+//! down_for_ms = [200, 2000]
+//! pause_every_ms = [3000, 8000]
+//! pause_for_ms = [100, 1000]
+//! clock_every_ms = [2000, 6000]
+//! clock_jump_ms = [100, 2000]
+//! targets = ["a", "b"]         # nodes that may be killed, paused or have their clock moved
+//!
+//! [[faults.schedule]]          # scripted faults
+//! at_ms = 1000
+//! action = "partition"         # partition, partition-one-way, heal, kill, restart, pause,
+//! groups = [["a"], ["b", "c"]] # resume, clock-jump, clock-skew
+//!
+//! [[node]]
+//! name = "a"
+//! address = "10.0.0.1"
+//! binary = "../target/guests/echo-server"   # relative to this file
+//! args = ["--listen", "10.0.0.1:7000"]
+//! env = { RUST_LOG = "info" }
+//! files = { "/etc/app.toml" = "app.toml" }   # guest path = host path (relative to this file)
+//! wait = true                  # the run ends when every waiting node has exited
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Why a cluster file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not valid TOML for a cluster.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// Valid TOML that describes an impossible cluster.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A cluster as written in the file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    /// The seed (overridden by `--seed`).
+    #[serde(default)]
+    pub seed: u64,
+    /// Virtual-time budget in ms.
+    #[serde(default = "default_time_limit")]
+    pub time_limit_ms: u64,
+    /// Guest RAM per node in MiB.
+    #[serde(default = "default_memory")]
+    pub memory_mib: u64,
+    /// The network.
+    #[serde(default)]
+    pub network: NetworkConfig,
+    /// Faults.
+    #[serde(default)]
+    pub faults: FaultsConfig,
+    /// The nodes.
+    #[serde(default, rename = "node")]
+    pub nodes: Vec<NodeFile>,
+}
+
+fn default_time_limit() -> u64 {
+    60_000
+}
+
+fn default_memory() -> u64 {
+    512
+}
+
+/// Network parameters.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkConfig {
+    /// One-way latency range in ms.
+    #[serde(default = "default_latency")]
+    pub latency_ms: [f64; 2],
+    /// Probability a datagram is lost.
+    #[serde(default)]
+    pub udp_loss: f64,
+    /// Probability a datagram is duplicated.
+    #[serde(default)]
+    pub udp_duplicate: f64,
+    /// Probability a datagram is held back (reordered).
+    #[serde(default)]
+    pub udp_reorder: f64,
+    /// When an unanswered SYN times out.
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_ms: u64,
+    /// How long a partition may cut a TCP connection before both ends are reset.
+    #[serde(default = "default_tcp_timeout")]
+    pub tcp_timeout_ms: u64,
+}
+
+fn default_latency() -> [f64; 2] {
+    [1.0, 2.0]
+}
+
+fn default_connect_timeout() -> u64 {
+    3_000
+}
+
+fn default_tcp_timeout() -> u64 {
+    10_000
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        NetworkConfig {
+            latency_ms: default_latency(),
+            udp_loss: 0.0,
+            udp_duplicate: 0.0,
+            udp_reorder: 0.0,
+            connect_timeout_ms: default_connect_timeout(),
+            tcp_timeout_ms: default_tcp_timeout(),
+        }
+    }
+}
+
+/// Fault settings.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultsConfig {
+    /// Faults drawn from the seed.
+    #[serde(default)]
+    pub random: Option<RandomFaults>,
+    /// Scripted faults.
+    #[serde(default)]
+    pub schedule: Vec<ScheduledFault>,
+}
+
+/// Faults drawn from the seed. Each kind is on when its `*_every_ms` range is given.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RandomFaults {
+    /// Gap between partitions.
+    pub partition_every_ms: Option<[u64; 2]>,
+    /// How long a partition lasts.
+    #[serde(default = "default_fault_for")]
+    pub partition_for_ms: [u64; 2],
+    /// Share of partitions that cut one direction only.
+    #[serde(default)]
+    pub one_way: f64,
+    /// Gap between node kills.
+    pub kill_every_ms: Option<[u64; 2]>,
+    /// How long a killed node stays down.
+    #[serde(default = "default_fault_for")]
+    pub down_for_ms: [u64; 2],
+    /// Gap between pauses.
+    pub pause_every_ms: Option<[u64; 2]>,
+    /// How long a pause lasts.
+    #[serde(default = "default_fault_for")]
+    pub pause_for_ms: [u64; 2],
+    /// Gap between clock faults.
+    pub clock_every_ms: Option<[u64; 2]>,
+    /// Size of a clock jump.
+    #[serde(default = "default_fault_for")]
+    pub clock_jump_ms: [u64; 2],
+    /// Nodes that may be killed, paused or have their clock moved (default: all).
+    #[serde(default)]
+    pub targets: Vec<String>,
+}
+
+fn default_fault_for() -> [u64; 2] {
+    [500, 2000]
+}
+
+/// One scripted fault.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduledFault {
+    /// When, in virtual ms.
+    pub at_ms: u64,
+    /// What.
+    pub action: Action,
+    /// `partition`: the sides (nodes not named form one more side).
+    #[serde(default)]
+    pub groups: Vec<Vec<String>>,
+    /// `partition-one-way`: traffic from these nodes...
+    #[serde(default)]
+    pub from: Vec<String>,
+    /// ...to these nodes is cut.
+    #[serde(default)]
+    pub to: Vec<String>,
+    /// `kill`, `restart`, `pause`, `resume`, `clock-jump`, `clock-skew`: the node.
+    #[serde(default)]
+    pub node: Option<String>,
+    /// `clock-jump`, `clock-skew`: by how much (ms; a skew may be negative).
+    #[serde(default)]
+    pub ms: i64,
+}
+
+/// A scripted fault's action.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    /// Cut the network between groups (both directions).
+    Partition,
+    /// Cut traffic from `from` to `to` only.
+    PartitionOneWay,
+    /// Remove every cut.
+    Heal,
+    /// Kill a node (its durable files survive).
+    Kill,
+    /// Start a killed node again.
+    Restart,
+    /// Stop scheduling a node.
+    Pause,
+    /// Schedule it again.
+    Resume,
+    /// Jump a node's clocks forward.
+    ClockJump,
+    /// Skew a node's wall clock.
+    ClockSkew,
+}
+
+/// A node as written in the file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeFile {
+    /// Name (unique).
+    pub name: String,
+    /// IPv4 address (unique, not loopback).
+    pub address: String,
+    /// The static executable, relative to the cluster file.
+    pub binary: PathBuf,
+    /// Arguments (after argv\[0\]).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Files to copy in: guest path → host path (relative to the cluster file).
+    #[serde(default)]
+    pub files: BTreeMap<String, PathBuf>,
+    /// The run waits for this node to exit.
+    #[serde(default = "yes")]
+    pub wait: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A node ready to run.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Name.
+    pub name: String,
+    /// Address.
+    pub address: [u8; 4],
+    /// The executable's bytes.
+    pub image: Vec<u8>,
+    /// Its file name (argv\[0\] is `/bin/<name>`).
+    pub program: String,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Environment (`KEY=VALUE`).
+    pub env: Vec<String>,
+    /// Files copied in.
+    pub files: BTreeMap<String, Vec<u8>>,
+    /// The run waits for it.
+    pub wait: bool,
+}
+
+/// A cluster ready to run: the file with every binary and file read.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// Seed.
+    pub seed: u64,
+    /// Virtual-time budget in ns.
+    pub time_limit_ns: u64,
+    /// Guest RAM per node in bytes.
+    pub memory: u64,
+    /// Network.
+    pub network: NetworkConfig,
+    /// Faults drawn from the seed.
+    pub random_faults: Option<RandomFaults>,
+    /// Scripted faults, by time.
+    pub schedule: Vec<ScheduledFault>,
+    /// Nodes.
+    pub nodes: Vec<NodeConfig>,
+    /// BLAKE3 of each binary, by node name.
+    pub binary_hashes: BTreeMap<String, String>,
+}
+
+/// Parses an IPv4 address.
+pub fn parse_ip(s: &str) -> Option<[u8; 4]> {
+    let ip: std::net::Ipv4Addr = s.parse().ok()?;
+    Some(ip.octets())
+}
+
+impl ClusterConfig {
+    /// Reads and checks a cluster file, and the binaries and files it names.
+    pub fn load(path: &Path) -> Result<ClusterConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        let file: ClusterFile =
+            toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::from_file(file, base).map_err(|message| ConfigError::Invalid { path: path.into(), message })
+    }
+
+    /// Checks a parsed file; paths are relative to `base`.
+    pub fn from_file(file: ClusterFile, base: &Path) -> Result<ClusterConfig, String> {
+        if file.nodes.is_empty() {
+            return Err("no [[node]]: a cluster needs at least one node".into());
+        }
+        if file.nodes.len() > 64 {
+            return Err(format!("{} nodes; at most 64", file.nodes.len()));
+        }
+        if !(16..=4096).contains(&file.memory_mib) {
+            return Err(format!("memory_mib = {}: between 16 and 4096", file.memory_mib));
+        }
+        let net = &file.network;
+        let [lo, hi] = net.latency_ms;
+        if !(lo.is_finite() && hi.is_finite() && lo >= 0.0 && lo <= hi && hi <= 60_000.0) {
+            return Err(format!("network.latency_ms = [{lo}, {hi}]: need 0 <= min <= max <= 60000"));
+        }
+        for (name, p) in [("udp_loss", net.udp_loss), ("udp_duplicate", net.udp_duplicate), ("udp_reorder", net.udp_reorder)] {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("network.{name} = {p}: a probability between 0 and 1"));
+            }
+        }
+        let mut nodes = Vec::new();
+        let mut hashes = BTreeMap::new();
+        let mut names = std::collections::BTreeSet::new();
+        let mut addrs = std::collections::BTreeSet::new();
+        for n in &file.nodes {
+            if n.name.is_empty() || !n.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                return Err(format!("node name {:?}: use letters, digits, - and _", n.name));
+            }
+            if !names.insert(n.name.clone()) {
+                return Err(format!("node name {:?} appears twice", n.name));
+            }
+            let ip = parse_ip(&n.address).ok_or_else(|| format!("node {}: address {:?} is not IPv4", n.name, n.address))?;
+            if ip[0] == 127 || ip == [0; 4] || ip[0] >= 224 {
+                return Err(format!("node {}: address {} is loopback, unspecified or multicast", n.name, n.address));
+            }
+            if !addrs.insert(ip) {
+                return Err(format!("node {}: address {} is taken", n.name, n.address));
+            }
+            let bin = base.join(&n.binary);
+            let image = std::fs::read(&bin).map_err(|e| format!("node {}: cannot read {}: {e}", n.name, bin.display()))?;
+            hashes.insert(n.name.clone(), blake3::hash(&image).to_hex().to_string());
+            let mut files = BTreeMap::new();
+            for (guest, host) in &n.files {
+                if !guest.starts_with('/') {
+                    return Err(format!("node {}: file {guest:?} must be an absolute guest path", n.name));
+                }
+                let p = base.join(host);
+                let data = std::fs::read(&p).map_err(|e| format!("node {}: cannot read {}: {e}", n.name, p.display()))?;
+                files.insert(guest.clone(), data);
+            }
+            let program = n.binary.file_name().and_then(|s| s.to_str()).unwrap_or("program").to_string();
+            nodes.push(NodeConfig {
+                name: n.name.clone(),
+                address: ip,
+                image,
+                program,
+                args: n.args.clone(),
+                env: n.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+                files,
+                wait: n.wait,
+            });
+        }
+        let known = |s: &String| names.contains(s);
+        for f in &file.faults.schedule {
+            let named: Vec<&String> =
+                f.groups.iter().flatten().chain(&f.from).chain(&f.to).chain(f.node.iter()).collect();
+            if let Some(bad) = named.iter().find(|s| !known(s)) {
+                return Err(format!("fault at {} ms names an unknown node {bad:?}", f.at_ms));
+            }
+            let needs_node = matches!(
+                f.action,
+                Action::Kill | Action::Restart | Action::Pause | Action::Resume | Action::ClockJump | Action::ClockSkew
+            );
+            if needs_node && f.node.is_none() {
+                return Err(format!("fault at {} ms ({:?}) needs `node`", f.at_ms, f.action));
+            }
+            if f.action == Action::Partition && f.groups.is_empty() {
+                return Err(format!("partition at {} ms needs `groups`", f.at_ms));
+            }
+            if f.action == Action::PartitionOneWay && (f.from.is_empty() || f.to.is_empty()) {
+                return Err(format!("one-way partition at {} ms needs `from` and `to`", f.at_ms));
+            }
+            if f.action == Action::ClockJump && f.ms < 0 {
+                return Err(format!("clock-jump at {} ms: clocks only jump forward (ms >= 0)", f.at_ms));
+            }
+        }
+        if let Some(r) = &file.faults.random {
+            if let Some(bad) = r.targets.iter().find(|s| !known(s)) {
+                return Err(format!("faults.random.targets names an unknown node {bad:?}"));
+            }
+            for (name, range) in [
+                ("partition_every_ms", r.partition_every_ms),
+                ("kill_every_ms", r.kill_every_ms),
+                ("pause_every_ms", r.pause_every_ms),
+                ("clock_every_ms", r.clock_every_ms),
+                ("partition_for_ms", Some(r.partition_for_ms)),
+                ("down_for_ms", Some(r.down_for_ms)),
+                ("pause_for_ms", Some(r.pause_for_ms)),
+                ("clock_jump_ms", Some(r.clock_jump_ms)),
+            ] {
+                if let Some([a, b]) = range {
+                    if a > b || (name.ends_with("every_ms") && a == 0) {
+                        return Err(format!("faults.random.{name} = [{a}, {b}]: need 0 < min <= max"));
+                    }
+                }
+            }
+            if !(0.0..=1.0).contains(&r.one_way) {
+                return Err(format!("faults.random.one_way = {}: a probability", r.one_way));
+            }
+        }
+        let mut schedule = file.faults.schedule.clone();
+        schedule.sort_by_key(|f| f.at_ms);
+        Ok(ClusterConfig {
+            seed: file.seed,
+            time_limit_ns: file.time_limit_ms.saturating_mul(1_000_000),
+            memory: file.memory_mib << 20,
+            network: file.network.clone(),
+            random_faults: file.faults.random.clone(),
+            schedule,
+            nodes,
+            binary_hashes: hashes,
+        })
+    }
+}

@@ -1,0 +1,159 @@
+//! deja clusters: several programs, each in its own VM with its own file system, on one
+//! simulated network, driven by one deterministic scheduler, with network, process and clock
+//! faults.
+//!
+//! A cluster is described by a TOML file ([`config`]); [`run`] boots every node, runs them on
+//! one virtual time line ([`sim`], which also documents the fault model) and returns a
+//! [`ClusterReport`]. The run is a pure function of the file, the binaries, the seed and the
+//! decision overrides: the [`ClusterReport::digest`] of two runs with the same inputs is equal.
+//! No host socket is ever opened for a guest: the addresses exist only in the simulation.
+
+pub mod config;
+pub mod network;
+pub mod sim;
+
+use std::collections::BTreeMap;
+
+use deja_kernel::{DecisionRecord, ExitStatus, RunReport};
+use serde::Serialize;
+
+pub use config::{ClusterConfig, ConfigError};
+pub use network::NetStats;
+pub use sim::{run, RunOptions};
+
+/// Why a cluster could not run (a guest that crashes is not an error).
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// A node could not be started or its VM failed.
+    #[error("node {node}: {message}")]
+    Node {
+        /// The node.
+        node: String,
+        /// What failed.
+        message: String,
+    },
+}
+
+impl ClusterError {
+    pub(crate) fn node(name: &str, e: impl std::fmt::Display) -> Self {
+        ClusterError::Node { node: name.to_string(), message: e.to_string() }
+    }
+}
+
+/// One entry of the cluster's fault ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FaultEvent {
+    /// Virtual time, ns.
+    pub time_ns: u64,
+    /// `partition`, `partition-one-way`, `heal`, `kill`, `restart`, `pause`, `resume`,
+    /// `clock-jump`, `clock-skew`, `udp-loss`, `udp-duplicate`, `udp-reorder`, `tcp-reset`,
+    /// `connect-timeout`.
+    pub kind: String,
+    /// Which nodes or packets.
+    pub detail: String,
+}
+
+impl FaultEvent {
+    pub(crate) fn new(time_ns: u64, kind: &str, detail: String) -> Self {
+        FaultEvent { time_ns, kind: kind.to_string(), detail }
+    }
+}
+
+/// How a cluster run ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
+pub enum Outcome {
+    /// Every node marked `wait` exited.
+    Completed,
+    /// The virtual-time budget ran out first.
+    TimeLimit,
+    /// No node could ever run again, with nodes still to wait for.
+    Stuck(String),
+}
+
+/// One node's part of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeReport {
+    /// Name.
+    pub name: String,
+    /// Address.
+    pub address: String,
+    /// The run waited for it.
+    pub waited: bool,
+    /// `exited`, `down` or `running` (stopped by the end of the run).
+    pub ended: String,
+    /// Each life (restarts after kills start new ones), in order.
+    pub lives: Vec<RunReport>,
+    /// Everything it wrote to stdout, over all lives.
+    pub stdout: String,
+    /// And to stderr.
+    pub stderr: String,
+    /// VM exits.
+    pub vm_exits: u64,
+    /// Host wall time inside `KVM_RUN` (guest code plus exit round trips), ns.
+    pub host_run_ns: u64,
+    /// The shortest average `KVM_RUN` time of one stint (an estimate of one exit's round trip).
+    pub min_exit_ns: u64,
+}
+
+impl NodeReport {
+    /// The exit status of its last life.
+    pub fn exit(&self) -> Option<&ExitStatus> {
+        self.lives.last().map(|l| &l.exit)
+    }
+
+    /// Syscalls over all lives.
+    pub fn syscalls(&self) -> u64 {
+        self.lives.iter().map(|l| l.syscalls).sum()
+    }
+
+    /// True if an SDK assertion failed in any life.
+    pub fn assertion_failed(&self) -> bool {
+        self.lives.iter().any(|l| l.assertion_failed())
+    }
+}
+
+/// The result of a cluster run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterReport {
+    /// How it ended.
+    pub outcome: Outcome,
+    /// The seed.
+    pub seed: u64,
+    /// Virtual time at the end, ns.
+    pub virtual_time_ns: u64,
+    /// Host wall time, ns (display only).
+    pub wall_ns: u64,
+    /// BLAKE3 over every life's digest, the cluster decisions and the fault ledger.
+    pub digest: String,
+    /// The nodes, in file order.
+    pub nodes: Vec<NodeReport>,
+    /// The fault ledger.
+    pub faults: Vec<FaultEvent>,
+    /// The cluster's decisions (network, scheduling, random faults), in order.
+    pub decisions: Vec<DecisionRecord>,
+    /// Network counters.
+    pub network: NetStats,
+    /// BLAKE3 of each node's binary.
+    pub binary_hashes: BTreeMap<String, String>,
+}
+
+impl ClusterReport {
+    /// True if an SDK assertion failed on any node.
+    pub fn assertion_failed(&self) -> bool {
+        self.nodes.iter().any(|n| n.assertion_failed())
+    }
+
+    /// Syscalls over every node.
+    pub fn syscalls(&self) -> u64 {
+        self.nodes.iter().map(|n| n.syscalls()).sum()
+    }
+
+    /// The first waited node whose last life did not exit with 0, and how it ended.
+    pub fn first_failure(&self) -> Option<(&str, &ExitStatus)> {
+        self.nodes
+            .iter()
+            .filter(|n| n.waited)
+            .find_map(|n| n.exit().filter(|e| !matches!(e, ExitStatus::Exited { code: 0 })).map(|e| (n.name.as_str(), e)))
+    }
+}

@@ -1,0 +1,809 @@
+//! The cluster simulator: one VM per node, one virtual clock, one scheduler, and the fault
+//! model.
+//!
+//! # Time and scheduling
+//!
+//! Every node has its own virtual clock (its kernel's), all on one time line that starts at 0
+//! when the cluster boots. A node is *running* (it has a runnable thread), *idle* (every thread
+//! waits for I/O, a timeout or a packet), *paused*, *down* (killed) or *exited*. The simulator
+//! repeatedly takes the earliest thing that can happen:
+//! - an event in its queue (a packet delivery, a fault, the end of a fault), earliest first and
+//!   in insertion order at equal times; events win ties with nodes;
+//! - otherwise the running node with the smallest clock, or an idle node whose earliest timeout
+//!   is due. When several nodes are at the same time, the decision `run node at T` picks one.
+//!
+//! The chosen node runs until its clock passes the next other thing's time (it then stops after
+//! its current syscall), it goes idle, or it ends. Every syscall costs 1 µs of virtual time, so
+//! two busy nodes alternate syscall by syscall. A node's packets leave at the node's clock
+//! when it made the send syscall; deliveries reach an idle node at their time, and a running
+//! node as soon as it stops. The run ends when every node marked `wait` has exited
+//! ([`Outcome::Completed`]), when the virtual-time budget is spent ([`Outcome::TimeLimit`]),
+//! or when no node can ever run again ([`Outcome::Stuck`]).
+//!
+//! # The fault model
+//!
+//! Every fault is a recorded decision (or a scripted event) and gets a ledger entry
+//! ([`FaultEvent`]) with its virtual time.
+//!
+//! **Network** ([`crate::network`]):
+//! - *Latency and jitter*: every packet draws a one-way latency, uniform in `latency_ms`
+//!   (decision `network latency`). TCP packets of one connection direction are delivered in
+//!   order (a packet never overtakes an earlier one); datagrams are not.
+//! - *Loss, duplication, reordering* (UDP only; TCP is reliable): with probabilities
+//!   `udp_loss`, `udp_duplicate`, `udp_reorder` (decisions `udp loss`, `udp duplicate`, `udp
+//!   reorder`). A reordered datagram is held back by three more latencies plus 1 ms.
+//! - *Partitions*: symmetric (`partition`: groups that cannot reach each other) or one-way
+//!   (`partition-one-way`: `from` cannot reach `to`, the reverse still works). Datagrams across
+//!   a cut are dropped. TCP packets across a cut are held and delivered in order at the heal,
+//!   unless the cut lasts longer than `tcp_timeout_ms`: then every connection it cuts is reset
+//!   on both sides (`ECONNRESET`) and its held packets are dropped. A SYN nobody answers
+//!   within `connect_timeout_ms` (a cut, an address no node has, a node that is down) makes a
+//!   blocking `connect` fail with `ETIMEDOUT`.
+//! - *Heal* removes every cut.
+//!
+//! **Process**:
+//! - *Kill*: the node's VM is discarded at once, like a power cut. Its file system survives
+//!   as its crash image: what was durable (see the kernel's durability model). Its peers'
+//!   TCP connections are reset by an RST that travels the network (so a cut delays it). Packets
+//!   to a down node are lost.
+//! - *Restart*: a new VM boots the same program with the surviving disk, a new seed for the
+//!   new life, and the current virtual time.
+//! - *Pause*/*resume*: a paused node is not scheduled; its kernel still receives packets (its
+//!   buffers fill), and its clock catches up at the resume, so its timeouts fire then.
+//!
+//! **Clock**:
+//! - *Jump*: every clock the node's program reads (monotonic, realtime, TSC) jumps forward by
+//!   the given amount; timeouts already running are not shortened, but anything the program
+//!   computes from clock readings (leases, deadlines) sees the jump.
+//! - *Skew*: the node's wall clock (`CLOCK_REALTIME`) is offset by the given amount (either
+//!   sign); monotonic clocks are unaffected.
+//!
+//! Random faults (`[faults.random]`) are drawn from the seed: the gap to the next fault of a
+//! kind and its parameters are decisions (`partition gap`, `partition sides`, `partition one
+//! way`, `partition length`, `kill gap`, `kill target`, …). Only one random partition is active
+//! at a time; a random partition isolates one node (or cuts one direction from it) and heals
+//! after its length.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use deja_kernel::net::{Packet, Payload, SockAddr};
+use deja_kernel::{DecisionLog, ExitStatus, Kernel, ProgramSpec, RunReport, Stream};
+use deja_vmm::{Stop, Vm};
+
+use crate::config::{Action, ClusterConfig, NodeConfig, RandomFaults, ScheduledFault};
+use crate::network::{Delivery, Network};
+use crate::{ClusterError, ClusterReport, FaultEvent, NodeReport, Outcome};
+
+/// BLAKE3 key-derivation context of the cluster's decision stream.
+const CLUSTER_CONTEXT: &str = "deja 2026 cluster decision stream v1";
+
+/// The seed of node `i` in a cluster seeded with `seed`.
+pub fn node_seed(seed: u64, i: usize) -> u64 {
+    let mut h = blake3::Hasher::new();
+    h.update(b"deja node seed");
+    h.update(&seed.to_le_bytes());
+    h.update(&(i as u64).to_le_bytes());
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&h.finalize().as_bytes()[..8]);
+    u64::from_le_bytes(w)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Running,
+    Idle,
+    Down,
+    Exited,
+}
+
+struct Live {
+    vm: Vm,
+    kernel: Kernel,
+}
+
+struct Node {
+    cfg: NodeConfig,
+    live: Option<Live>,
+    state: State,
+    paused: bool,
+    lives: Vec<RunReport>,
+    disk: Option<deja_kernel::Disk>,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    exits: u64,
+    host_run_ns: u64,
+    min_exit_ns: u64,
+    seed: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Event {
+    Deliver(Box<Delivery>),
+    SynCheck { node: usize, src: SockAddr, dst: SockAddr },
+    Scripted(Box<ScheduledFault>),
+    RandomTick(RandomKind),
+    Heal { epoch: u64 },
+    Restart(usize),
+    Resume(usize),
+    TcpTimeout { epoch: u64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RandomKind {
+    Partition,
+    Kill,
+    Pause,
+    Clock,
+}
+
+/// Options of one cluster run.
+pub struct RunOptions<'a> {
+    /// Where the nodes' output goes as it is written (node name, stream, bytes).
+    pub sink: &'a mut dyn FnMut(&str, Stream, &[u8]),
+    /// Steering of the cluster's decisions, by index.
+    pub overrides: BTreeMap<u64, u64>,
+    /// Record full syscall traces.
+    pub record_trace: bool,
+}
+
+struct Sim<'a> {
+    cfg: ClusterConfig,
+    nodes: Vec<Node>,
+    net: Network,
+    log: DecisionLog,
+    ledger: Vec<FaultEvent>,
+    events: BTreeMap<(u64, u64), Event>,
+    next_seq: u64,
+    now: u64,
+    random_partition_active: bool,
+    opts: RunOptions<'a>,
+}
+
+/// Runs a cluster to its end.
+pub fn run(cfg: ClusterConfig, opts: RunOptions<'_>) -> Result<ClusterReport, ClusterError> {
+    let wall = Instant::now();
+    let addrs: Vec<[u8; 4]> = cfg.nodes.iter().map(|n| n.address).collect();
+    let mut log = DecisionLog::new(CLUSTER_CONTEXT, cfg.seed);
+    log.set_overrides(opts.overrides.clone());
+    let nodes = cfg
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Node {
+            cfg: n.clone(),
+            live: None,
+            state: State::Down,
+            paused: false,
+            lives: Vec::new(),
+            disk: None,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            exits: 0,
+            host_run_ns: 0,
+            min_exit_ns: u64::MAX,
+            seed: node_seed(cfg.seed, i),
+        })
+        .collect();
+    let mut sim = Sim {
+        net: Network::new(cfg.network.clone(), &addrs),
+        cfg,
+        nodes,
+        log,
+        ledger: Vec::new(),
+        events: BTreeMap::new(),
+        next_seq: 0,
+        now: 0,
+        random_partition_active: false,
+        opts,
+    };
+    for i in 0..sim.nodes.len() {
+        sim.boot(i)?;
+    }
+    for f in sim.cfg.schedule.clone() {
+        sim.push(f.at_ms.saturating_mul(1_000_000), Event::Scripted(Box::new(f)));
+    }
+    if let Some(r) = sim.cfg.random_faults.clone() {
+        for (kind, every) in [
+            (RandomKind::Partition, r.partition_every_ms),
+            (RandomKind::Kill, r.kill_every_ms),
+            (RandomKind::Pause, r.pause_every_ms),
+            (RandomKind::Clock, r.clock_every_ms),
+        ] {
+            if let Some(range) = every {
+                let gap = sim.draw_ms(&format!("{} gap", kind_name(kind)), range);
+                sim.push(gap, Event::RandomTick(kind));
+            }
+        }
+    }
+    let outcome = sim.main_loop()?;
+    Ok(sim.report(outcome, wall.elapsed().as_nanos() as u64))
+}
+
+fn kind_name(k: RandomKind) -> &'static str {
+    match k {
+        RandomKind::Partition => "partition",
+        RandomKind::Kill => "kill",
+        RandomKind::Pause => "pause",
+        RandomKind::Clock => "clock",
+    }
+}
+
+impl Sim<'_> {
+    fn push(&mut self, at: u64, e: Event) {
+        self.events.insert((at, self.next_seq), e);
+        self.next_seq += 1;
+    }
+
+    /// A duration drawn uniformly from `[a, b]` ms, in ns (at 1 ms granularity).
+    fn draw_ms(&mut self, point: &str, [a, b]: [u64; 2]) -> u64 {
+        let k = if b > a { self.log.decide(point.to_string(), (b - a).min(100_000) + 1) } else { 0 };
+        (a + k).saturating_mul(1_000_000)
+    }
+
+    /// Starts a node's next life at the current time.
+    fn boot(&mut self, i: usize) -> Result<(), ClusterError> {
+        let memory = self.cfg.memory;
+        let n = &mut self.nodes[i];
+        let life = n.lives.len() as u64;
+        let seed = if life == 0 { n.seed } else { deja_vmm::restart_seed(n.seed, life) };
+        let mut spec = ProgramSpec::for_program(n.cfg.image.clone(), &n.cfg.program, n.cfg.args.clone(), seed);
+        spec.env = n.cfg.env.clone();
+        spec.files = n.cfg.files.clone();
+        spec.disk = n.disk.take();
+        spec.record_trace = self.opts.record_trace;
+        let mut vm = Vm::new(memory).map_err(|e| ClusterError::node(&n.cfg.name, e))?;
+        let (mut kernel, entry) =
+            Kernel::load(spec, &mut vm.space).map_err(|e| ClusterError::node(&n.cfg.name, e))?;
+        vm.space.take_stale();
+        vm.enter_user(entry.rip, entry.rsp, 0).map_err(|e| ClusterError::node(&n.cfg.name, e))?;
+        kernel.attach_network(n.cfg.address);
+        kernel.resume(&mut vm.space, self.now, Vec::new());
+        n.live = Some(Live { vm, kernel });
+        n.state = State::Running;
+        Ok(())
+    }
+
+    /// When node `i` can next do something (`None`: not before an event).
+    fn ready_at(&self, i: usize) -> Option<u64> {
+        let n = &self.nodes[i];
+        if n.paused {
+            return None;
+        }
+        let live = n.live.as_ref()?;
+        match n.state {
+            State::Running => Some(live.kernel.virtual_time_ns()),
+            State::Idle => live.kernel.next_deadline().map(|d| d.max(live.kernel.virtual_time_ns())),
+            State::Down | State::Exited => None,
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.nodes.iter().filter(|n| n.cfg.wait).all(|n| n.state == State::Exited)
+    }
+
+    fn main_loop(&mut self) -> Result<Outcome, ClusterError> {
+        loop {
+            if self.done() {
+                return Ok(Outcome::Completed);
+            }
+            let ev_t = self.events.keys().next().map(|k| k.0);
+            let ready: Vec<(u64, usize)> =
+                (0..self.nodes.len()).filter_map(|i| self.ready_at(i).map(|t| (t, i))).collect();
+            let node_t = ready.iter().map(|r| r.0).min();
+            let t = match (ev_t, node_t) {
+                (Some(e), Some(n)) => e.min(n),
+                (Some(e), None) => e,
+                (None, Some(n)) => n,
+                (None, None) => {
+                    let what: Vec<String> = self
+                        .nodes
+                        .iter()
+                        .filter(|n| n.cfg.wait && n.state != State::Exited)
+                        .map(|n| format!("{} ({})", n.cfg.name, state_name(n)))
+                        .collect();
+                    return Ok(Outcome::Stuck(format!(
+                        "no node can run and nothing is in flight; waiting for: {}",
+                        what.join(", ")
+                    )));
+                }
+            };
+            if t > self.cfg.time_limit_ns {
+                self.now = self.cfg.time_limit_ns;
+                return Ok(Outcome::TimeLimit);
+            }
+            self.now = self.now.max(t);
+            if ev_t.is_some_and(|e| node_t.is_none_or(|n| e <= n)) {
+                if let Some((_, e)) = self.events.pop_first() {
+                    self.handle(e)?;
+                }
+                continue;
+            }
+            let tied: Vec<usize> = ready.iter().filter(|r| Some(r.0) == node_t).map(|r| r.1).collect();
+            let pick = if tied.len() > 1 {
+                let k = self.log.decide(format!("run node at {t}"), tied.len() as u64);
+                tied[k as usize]
+            } else {
+                tied[0]
+            };
+            let others = (0..self.nodes.len())
+                .filter(|&j| j != pick)
+                .filter_map(|j| self.ready_at(j))
+                .chain(ev_t)
+                .min()
+                .unwrap_or(self.cfg.time_limit_ns)
+                .min(self.cfg.time_limit_ns);
+            self.step(pick, others)?;
+        }
+    }
+
+    /// Runs node `i` until its clock passes `until`, it goes idle or it ends.
+    fn step(&mut self, i: usize, until: u64) -> Result<(), ClusterError> {
+        let now = self.now;
+        let n = &mut self.nodes[i];
+        let name = n.cfg.name.clone();
+        let Some(live) = n.live.as_mut() else { return Ok(()) };
+        if n.state == State::Idle {
+            if !live.kernel.resume(&mut live.vm.space, now, Vec::new()) {
+                if live.kernel.exit_status().is_some() {
+                    return self.ended(i);
+                }
+                return Ok(());
+            }
+            n.state = State::Running;
+        }
+        live.kernel.set_yield_at(Some(until.max(live.kernel.virtual_time_ns() + 1)));
+        let (stdout, stderr) = (&mut n.stdout, &mut n.stderr);
+        let sink = &mut *self.opts.sink;
+        let mut out = |s: Stream, b: &[u8]| {
+            match s {
+                Stream::Stdout => stdout.extend_from_slice(b),
+                Stream::Stderr => stderr.extend_from_slice(b),
+            }
+            sink(&name, s, b);
+        };
+        let before = (live.vm.stats.exits, live.vm.stats.host_run_ns);
+        let stop = live.vm.run_until(&mut live.kernel, &mut out, None).map_err(|e| ClusterError::node(&name, e))?;
+        let runs = live.vm.stats.exits - before.0;
+        let ns = live.vm.stats.host_run_ns - before.1;
+        n.exits += runs;
+        n.host_run_ns += ns;
+        if runs > 0 {
+            n.min_exit_ns = n.min_exit_ns.min(ns / runs);
+        }
+        let sent_at = live.kernel.virtual_time_ns();
+        let packets = live.kernel.take_packets();
+        match stop {
+            Stop::Yield => {}
+            Stop::Idle => n.state = State::Idle,
+            Stop::Exited(_) | Stop::Crashed => {}
+            Stop::AtSyscall => {}
+        }
+        for p in packets {
+            self.send(sent_at, i, p);
+        }
+        if matches!(stop, Stop::Exited(_) | Stop::Crashed) {
+            return self.ended(i);
+        }
+        Ok(())
+    }
+
+    /// Routes a packet node `from` sent at `at`.
+    fn send(&mut self, at: u64, from: usize, p: Packet) {
+        if p.payload == Payload::Syn {
+            let t = at + self.net.connect_timeout_ns();
+            self.push(t, Event::SynCheck { node: from, src: p.src, dst: p.dst });
+        }
+        for d in self.net.route(&mut self.log, &mut self.ledger, at, from, p) {
+            self.push(d.at, Event::Deliver(Box::new(d)));
+        }
+    }
+
+    /// Node `i`'s program ended on its own.
+    fn ended(&mut self, i: usize) -> Result<(), ClusterError> {
+        let n = &mut self.nodes[i];
+        let Some(mut live) = n.live.take() else { return Ok(()) };
+        let status = live.kernel.exit_status().cloned().unwrap_or(ExitStatus::Exited { code: 0 });
+        let report = live.kernel.finish(&live.vm.space, status);
+        n.lives.push(report);
+        n.state = State::Exited;
+        // Its host is still up: what it had open is closed, which resets its peers.
+        let conns = live.kernel.connections();
+        drop(live);
+        self.reset_peers(i, conns);
+        Ok(())
+    }
+
+    /// Sends an RST to the peer of each connection of node `i` on other nodes.
+    fn reset_peers(&mut self, i: usize, conns: Vec<(SockAddr, SockAddr)>) {
+        for (local, remote) in conns {
+            if self.net.node_of(remote.ip).is_some_and(|j| j != i) {
+                self.send(self.now, i, Packet { src: local, dst: remote, payload: Payload::Rst });
+            }
+        }
+    }
+
+    fn deliver(&mut self, d: Delivery) -> Result<(), ClusterError> {
+        let now = self.now;
+        let n = &mut self.nodes[d.node];
+        match (n.state, n.live.as_mut()) {
+            (State::Running | State::Idle, Some(live)) => {
+                let runnable = live.kernel.resume(&mut live.vm.space, now, vec![d.packet]);
+                let packets = live.kernel.take_packets();
+                let at = live.kernel.virtual_time_ns();
+                if n.state == State::Idle && runnable {
+                    n.state = State::Running;
+                }
+                for p in packets {
+                    self.send(at, d.node, p);
+                }
+            }
+            (State::Exited, _) if d.packet.payload.is_stream() && d.packet.payload != Payload::Rst => {
+                // The program is gone but its host answers.
+                let p = Packet { src: d.packet.dst, dst: d.packet.src, payload: Payload::Rst };
+                self.send(now, d.node, p);
+            }
+            _ => {} // down: lost
+        }
+        Ok(())
+    }
+
+    fn index_of(&self, name: &str) -> usize {
+        self.nodes.iter().position(|n| n.cfg.name == name).unwrap_or(0)
+    }
+
+    fn note(&mut self, kind: &str, detail: String) {
+        self.ledger.push(FaultEvent::new(self.now, kind, detail));
+    }
+
+    fn handle(&mut self, e: Event) -> Result<(), ClusterError> {
+        match e {
+            Event::Deliver(d) => self.deliver(*d)?,
+            Event::SynCheck { node, src, dst } => {
+                if self.net.syn_expired(src, dst) {
+                    self.note("connect-timeout", format!("{src} -> {dst}"));
+                    let d = Delivery {
+                        at: self.now,
+                        node,
+                        packet: Packet { src: dst, dst: src, payload: Payload::ConnectTimeout },
+                    };
+                    self.deliver(d)?;
+                }
+            }
+            Event::Scripted(f) => self.scripted(&f)?,
+            Event::RandomTick(kind) => self.random_tick(kind)?,
+            Event::Heal { epoch } => {
+                if self.net.epoch == epoch {
+                    self.heal();
+                }
+                self.random_partition_active = false;
+            }
+            Event::Restart(i) => self.restart(i)?,
+            Event::Resume(i) => self.resume(i)?,
+            Event::TcpTimeout { epoch } => {
+                if self.net.epoch == epoch && self.net.partitioned() {
+                    self.partition_resets()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn names(&self, idx: &[usize]) -> String {
+        let v: Vec<&str> = idx.iter().map(|&i| self.nodes[i].cfg.name.as_str()).collect();
+        v.join(",")
+    }
+
+    fn partition(&mut self, groups: Vec<Vec<usize>>) {
+        let mut groups = groups;
+        let named: Vec<usize> = groups.iter().flatten().copied().collect();
+        let rest: Vec<usize> = (0..self.nodes.len()).filter(|i| !named.contains(i)).collect();
+        if !rest.is_empty() {
+            groups.push(rest);
+        }
+        let desc: Vec<String> = groups.iter().map(|g| format!("[{}]", self.names(g))).collect();
+        self.note("partition", desc.join(" | "));
+        self.net.partition(&groups);
+        let t = self.now + self.net.tcp_timeout_ns();
+        self.push(t, Event::TcpTimeout { epoch: self.net.epoch });
+    }
+
+    fn one_way(&mut self, from: Vec<usize>, to: Vec<usize>) {
+        self.note("partition-one-way", format!("[{}] -> [{}] cut", self.names(&from), self.names(&to)));
+        self.net.cut_one_way(&from, &to);
+        let t = self.now + self.net.tcp_timeout_ns();
+        self.push(t, Event::TcpTimeout { epoch: self.net.epoch });
+    }
+
+    fn heal(&mut self) {
+        if !self.net.partitioned() {
+            return;
+        }
+        self.note("heal", String::new());
+        for d in self.net.heal(&mut self.log, &mut self.ledger, self.now) {
+            self.push(d.at, Event::Deliver(Box::new(d)));
+        }
+    }
+
+    /// The partition outlasted the TCP timeout: reset every connection it cuts.
+    fn partition_resets(&mut self) -> Result<(), ClusterError> {
+        let cuts = self.net.cuts();
+        let mut resets = Vec::new();
+        for (a, b) in &cuts {
+            self.net.drop_held(*a, *b);
+            for (x, y) in [(*a, *b), (*b, *a)] {
+                if let Some(live) = self.nodes[x].live.as_ref() {
+                    for (local, remote) in live.kernel.connections() {
+                        if self.net.node_of(remote.ip) == Some(y) {
+                            resets.push((x, Packet { src: remote, dst: local, payload: Payload::Rst }));
+                        }
+                    }
+                }
+            }
+        }
+        resets.sort_by_key(|(x, p)| (*x, p.src, p.dst));
+        resets.dedup();
+        if !resets.is_empty() {
+            self.note("tcp-reset", format!("{} connection ends reset by a partition longer than the TCP timeout", resets.len()));
+        }
+        for (x, p) in resets {
+            self.deliver(Delivery { at: self.now, node: x, packet: p })?;
+        }
+        Ok(())
+    }
+
+    fn kill(&mut self, i: usize) {
+        let n = &mut self.nodes[i];
+        let Some(mut live) = n.live.take() else { return };
+        if n.state == State::Exited {
+            n.live = Some(live);
+            return;
+        }
+        n.disk = Some(live.kernel.crash_image());
+        let conns = live.kernel.connections();
+        let status = ExitStatus::Signaled {
+            signal: 9,
+            name: "SIGKILL".into(),
+            fault: Some(deja_kernel::FaultInfo {
+                description: "node killed by deja (fault injection)".into(),
+                vector: 0,
+                rip: 0,
+                addr: None,
+            }),
+        };
+        let report = live.kernel.finish(&live.vm.space, status);
+        n.lives.push(report);
+        n.state = State::Down;
+        n.paused = false;
+        let name = n.cfg.name.clone();
+        drop(live);
+        self.note("kill", name);
+        self.reset_peers(i, conns);
+    }
+
+    fn restart(&mut self, i: usize) -> Result<(), ClusterError> {
+        if self.nodes[i].state != State::Down {
+            return Ok(());
+        }
+        self.note("restart", self.nodes[i].cfg.name.clone());
+        self.boot(i)
+    }
+
+    fn pause(&mut self, i: usize) {
+        let n = &mut self.nodes[i];
+        if n.live.is_some() && !n.paused {
+            n.paused = true;
+            let name = n.cfg.name.clone();
+            self.note("pause", name);
+        }
+    }
+
+    fn resume(&mut self, i: usize) -> Result<(), ClusterError> {
+        let now = self.now;
+        let n = &mut self.nodes[i];
+        if !n.paused {
+            return Ok(());
+        }
+        n.paused = false;
+        if let Some(live) = n.live.as_mut() {
+            let runnable = live.kernel.resume(&mut live.vm.space, now, Vec::new());
+            if n.state == State::Idle && runnable {
+                n.state = State::Running;
+            }
+        }
+        let name = n.cfg.name.clone();
+        self.note("resume", name);
+        Ok(())
+    }
+
+    fn clock_jump(&mut self, i: usize, ns: u64) {
+        if let Some(live) = self.nodes[i].live.as_mut() {
+            live.kernel.jump_clock(ns);
+        }
+        self.note("clock-jump", format!("{} +{} ms", self.nodes[i].cfg.name, ns / 1_000_000));
+    }
+
+    fn scripted(&mut self, f: &ScheduledFault) -> Result<(), ClusterError> {
+        let idx = |s: &Vec<String>, sim: &Self| -> Vec<usize> { s.iter().map(|n| sim.index_of(n)).collect() };
+        let node = f.node.as_deref().map(|n| self.index_of(n));
+        match f.action {
+            Action::Partition => {
+                let groups = f.groups.iter().map(|g| idx(g, self)).collect();
+                self.partition(groups);
+            }
+            Action::PartitionOneWay => {
+                let (from, to) = (idx(&f.from, self), idx(&f.to, self));
+                self.one_way(from, to);
+            }
+            Action::Heal => self.heal(),
+            Action::Kill => self.kill(node.unwrap_or(0)),
+            Action::Restart => self.restart(node.unwrap_or(0))?,
+            Action::Pause => self.pause(node.unwrap_or(0)),
+            Action::Resume => self.resume(node.unwrap_or(0))?,
+            Action::ClockJump => self.clock_jump(node.unwrap_or(0), f.ms.max(0) as u64 * 1_000_000),
+            Action::ClockSkew => {
+                let i = node.unwrap_or(0);
+                if let Some(live) = self.nodes[i].live.as_mut() {
+                    live.kernel.skew_clock(f.ms.saturating_mul(1_000_000));
+                }
+                self.note("clock-skew", format!("{} {} ms", self.nodes[i].cfg.name, f.ms));
+            }
+        }
+        Ok(())
+    }
+
+    /// The nodes random faults may hit.
+    fn targets(&self, r: &RandomFaults) -> Vec<usize> {
+        if r.targets.is_empty() {
+            (0..self.nodes.len()).collect()
+        } else {
+            r.targets.iter().map(|n| self.index_of(n)).collect()
+        }
+    }
+
+    fn random_tick(&mut self, kind: RandomKind) -> Result<(), ClusterError> {
+        let Some(r) = self.cfg.random_faults.clone() else { return Ok(()) };
+        let name = kind_name(kind);
+        let (every, _) = match kind {
+            RandomKind::Partition => (r.partition_every_ms, r.partition_for_ms),
+            RandomKind::Kill => (r.kill_every_ms, r.down_for_ms),
+            RandomKind::Pause => (r.pause_every_ms, r.pause_for_ms),
+            RandomKind::Clock => (r.clock_every_ms, r.clock_jump_ms),
+        };
+        let n = self.nodes.len();
+        match kind {
+            RandomKind::Partition if !self.random_partition_active && n > 1 => {
+                let side = self.log.decide("partition sides".into(), n as u64) as usize;
+                let one_way = Network::strike(&mut self.log, r.one_way, "partition one way");
+                let others: Vec<usize> = (0..n).filter(|&j| j != side).collect();
+                if one_way {
+                    let outbound = self.log.decide("partition direction".into(), 2) == 0;
+                    if outbound {
+                        self.one_way(vec![side], others);
+                    } else {
+                        self.one_way(others, vec![side]);
+                    }
+                } else {
+                    self.partition(vec![vec![side], others]);
+                }
+                self.random_partition_active = true;
+                let len = self.draw_ms("partition length", r.partition_for_ms);
+                let epoch = self.net.epoch;
+                self.push(self.now + len, Event::Heal { epoch });
+            }
+            RandomKind::Kill => {
+                let t = self.targets(&r);
+                let k = self.log.decide("kill target".into(), t.len() as u64) as usize;
+                let i = t[k];
+                if self.nodes[i].state != State::Down && self.nodes[i].state != State::Exited {
+                    self.kill(i);
+                    let len = self.draw_ms("down length", r.down_for_ms);
+                    self.push(self.now + len, Event::Restart(i));
+                }
+            }
+            RandomKind::Pause => {
+                let t = self.targets(&r);
+                let k = self.log.decide("pause target".into(), t.len() as u64) as usize;
+                let i = t[k];
+                if !self.nodes[i].paused && self.nodes[i].live.is_some() {
+                    self.pause(i);
+                    let len = self.draw_ms("pause length", r.pause_for_ms);
+                    self.push(self.now + len, Event::Resume(i));
+                }
+            }
+            RandomKind::Clock => {
+                let t = self.targets(&r);
+                let k = self.log.decide("clock target".into(), t.len() as u64) as usize;
+                let jump = self.draw_ms("clock jump", r.clock_jump_ms);
+                self.clock_jump(t[k], jump);
+            }
+            RandomKind::Partition => {}
+        }
+        if let Some(range) = every {
+            let gap = self.draw_ms(&format!("{name} gap"), range);
+            self.push(self.now + gap, Event::RandomTick(kind));
+        }
+        Ok(())
+    }
+
+    fn report(mut self, outcome: Outcome, wall_ns: u64) -> ClusterReport {
+        let end = self.now;
+        for n in &mut self.nodes {
+            if let Some(mut live) = n.live.take() {
+                let status = ExitStatus::Signaled {
+                    signal: 9,
+                    name: "SIGKILL".into(),
+                    fault: Some(deja_kernel::FaultInfo {
+                        description: "still running when the cluster run ended".into(),
+                        vector: 0,
+                        rip: 0,
+                        addr: None,
+                    }),
+                };
+                n.lives.push(live.kernel.finish(&live.vm.space, status));
+            }
+        }
+        let mut h = blake3::Hasher::new();
+        h.update(b"deja cluster digest v1");
+        for n in &self.nodes {
+            h.update(n.cfg.name.as_bytes());
+            for l in &n.lives {
+                h.update(l.digest.as_bytes());
+            }
+        }
+        for d in self.log.records() {
+            h.update(&d.index.to_le_bytes());
+            h.update(&d.choice.to_le_bytes());
+        }
+        for f in &self.ledger {
+            h.update(&f.time_ns.to_le_bytes());
+            h.update(f.kind.as_bytes());
+            h.update(f.detail.as_bytes());
+        }
+        let nodes = self
+            .nodes
+            .into_iter()
+            .map(|n| NodeReport {
+                name: n.cfg.name,
+                address: std::net::Ipv4Addr::from(n.cfg.address).to_string(),
+                waited: n.cfg.wait,
+                ended: match n.state {
+                    State::Exited => "exited",
+                    State::Down => "down",
+                    _ => "running",
+                }
+                .to_string(),
+                lives: n.lives,
+                stdout: String::from_utf8_lossy(&n.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&n.stderr).into_owned(),
+                vm_exits: n.exits,
+                host_run_ns: n.host_run_ns,
+                min_exit_ns: if n.min_exit_ns == u64::MAX { 0 } else { n.min_exit_ns },
+            })
+            .collect();
+        ClusterReport {
+            outcome,
+            seed: self.cfg.seed,
+            virtual_time_ns: end,
+            wall_ns,
+            digest: h.finalize().to_hex().to_string(),
+            nodes,
+            faults: self.ledger,
+            decisions: self.log.records().to_vec(),
+            network: self.net.stats.clone(),
+            binary_hashes: self.cfg.binary_hashes.clone(),
+        }
+    }
+}
+
+fn state_name(n: &Node) -> &'static str {
+    if n.paused {
+        return "paused";
+    }
+    match n.state {
+        State::Running => "running",
+        State::Idle => "blocked",
+        State::Down => "down",
+        State::Exited => "exited",
+    }
+}

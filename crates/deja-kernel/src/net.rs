@@ -1,0 +1,607 @@
+//! In-kernel I/O objects of one node: AF_INET sockets, pipes, eventfds and epoll instances,
+//! and the packets a node exchanges with the simulated network.
+//!
+//! # Model
+//!
+//! A node owns its sockets. What crosses between sockets is a [`Packet`]: TCP is modelled at
+//! the connection level (`Syn`, `SynAck`, `Data`, `Fin`, `Rst`: no sequence numbers, windows or
+//! retransmissions: the network delivers a connection's packets in order, exactly once, or
+//! resets it), UDP as whole datagrams. A packet for the node itself (`127.0.0.0/8`, the node's
+//! own address, `0.0.0.0`) is delivered at once, inside the same syscall; any other packet goes
+//! to the node's outbox, which the cluster driver drains ([`crate::Kernel::take_packets`]) and
+//! routes through its network model, later handing the receiver its packets with
+//! [`crate::Kernel::resume`]. A kernel without a network ([`crate::Kernel::attach_network`]
+//! never called) answers `ENETUNREACH` for any other address.
+//!
+//! Buffers are unbounded up to [`MAX_BUFFERED`] bytes per connection direction (a write beyond
+//! it is `EAGAIN`, or blocks). There is no urgent data, no `SO_LINGER` reset, no IPv6 and no
+//! UNIX sockets (`EAFNOSUPPORT`).
+//!
+//! # Readiness
+//!
+//! Every object carries a generation number bumped whenever its readiness may have grown
+//! (data or a connection arrived, a connect finished, a peer closed, an error). Level-triggered
+//! `poll`/`select`/`epoll` look at the readiness itself; an edge-triggered (`EPOLLET`) epoll
+//! registration reports an object again only when its generation moved since the last report,
+//! which is what mio and tokio expect.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+/// Most bytes buffered in one direction of a connection, or in a pipe.
+pub const MAX_BUFFERED: usize = 4 << 20;
+/// Most datagrams queued on one UDP socket; more are dropped, like a full receive buffer.
+pub const MAX_DATAGRAMS: usize = 1024;
+/// Largest UDP payload.
+pub const MAX_DATAGRAM: usize = 65_507;
+/// First ephemeral port.
+pub const EPHEMERAL_FIRST: u16 = 49_152;
+
+/// An IPv4 socket address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SockAddr {
+    /// Address, network order bytes.
+    pub ip: [u8; 4],
+    /// Port.
+    pub port: u16,
+}
+
+impl SockAddr {
+    /// `ip:port`.
+    pub fn new(ip: [u8; 4], port: u16) -> Self {
+        SockAddr { ip, port }
+    }
+
+    /// True for `127.0.0.0/8`.
+    pub fn is_loopback(&self) -> bool {
+        self.ip[0] == 127
+    }
+
+    /// True for `0.0.0.0`.
+    pub fn is_unspecified(&self) -> bool {
+        self.ip == [0; 4]
+    }
+}
+
+impl std::fmt::Display for SockAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [a, b, c, d] = self.ip;
+        write!(f, "{a}.{b}.{c}.{d}:{}", self.port)
+    }
+}
+
+/// What a packet carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Payload {
+    /// Open a connection.
+    Syn,
+    /// The listener accepted it.
+    SynAck,
+    /// Stream bytes.
+    Data(Vec<u8>),
+    /// The sender will send no more.
+    Fin,
+    /// The connection is gone (refused, reset, peer dead, partition outlasted the timeout).
+    Rst,
+    /// The network gave up delivering a `Syn`: the connect times out.
+    ConnectTimeout,
+    /// A UDP datagram.
+    Datagram(Vec<u8>),
+}
+
+impl Payload {
+    /// True for the packets of a TCP connection.
+    pub fn is_stream(&self) -> bool {
+        !matches!(self, Payload::Datagram(_))
+    }
+
+    /// A short name for ledgers and traces.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Payload::Syn => "syn",
+            Payload::SynAck => "syn-ack",
+            Payload::Data(_) => "data",
+            Payload::Fin => "fin",
+            Payload::Rst => "rst",
+            Payload::ConnectTimeout => "connect-timeout",
+            Payload::Datagram(_) => "datagram",
+        }
+    }
+}
+
+/// One packet between two sockets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Packet {
+    /// Sender.
+    pub src: SockAddr,
+    /// Receiver.
+    pub dst: SockAddr,
+    /// Contents.
+    pub payload: Payload,
+}
+
+/// Where a stream socket is in its life.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum StreamState {
+    /// Created, maybe bound.
+    Fresh,
+    /// `listen`ed: accepted connections wait in `queue`.
+    Listening { backlog: u32, queue: VecDeque<u64> },
+    /// `Syn` sent.
+    Connecting,
+    /// Established (possibly half closed, reset or failed: see the flags).
+    Connected,
+    /// A connect failed with this errno (reported once by the blocked `connect` or `SO_ERROR`).
+    Failed(i32),
+}
+
+/// A TCP socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StreamSock {
+    pub local: Option<SockAddr>,
+    pub remote: Option<SockAddr>,
+    pub state: StreamState,
+    pub rx: VecDeque<u8>,
+    /// The peer sent `Fin`.
+    pub peer_fin: bool,
+    /// `shutdown(SHUT_WR)`: we sent `Fin`.
+    pub shut_wr: bool,
+    /// `shutdown(SHUT_RD)`.
+    pub shut_rd: bool,
+    /// The connection was reset; reads report `ECONNRESET` once, then end of file.
+    pub reset: bool,
+    /// Pending `SO_ERROR`.
+    pub error: i32,
+}
+
+/// A UDP socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DgramSock {
+    pub local: Option<SockAddr>,
+    pub remote: Option<SockAddr>,
+    pub queue: VecDeque<(SockAddr, Vec<u8>)>,
+}
+
+/// One epoll registration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Interest {
+    pub events: u32,
+    pub data: u64,
+    /// The open file description registered (a reused fd number is another registration).
+    pub desc: u64,
+    /// Generation of the object at the last edge-triggered report.
+    pub reported: Option<u64>,
+    /// `EPOLLONESHOT` fired: disabled until `EPOLL_CTL_MOD`.
+    pub disabled: bool,
+}
+
+/// What an object is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum ObjKind {
+    Stream(StreamSock),
+    Dgram(DgramSock),
+    Pipe { buf: VecDeque<u8>, readers: u32, writers: u32 },
+    EventFd { value: u64, semaphore: bool },
+    Epoll { interests: BTreeMap<i32, Interest> },
+}
+
+/// An object and its options.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Obj {
+    pub kind: ObjKind,
+    pub gen: u64,
+    /// Integer socket options by (level, name), as last set.
+    pub options: BTreeMap<(i32, i32), i32>,
+    /// `SO_RCVTIMEO` and `SO_SNDTIMEO` in ns (0: none).
+    pub rcvtimeo: u64,
+    pub sndtimeo: u64,
+}
+
+impl Obj {
+    pub fn new(kind: ObjKind) -> Self {
+        Obj { kind, gen: 1, options: BTreeMap::new(), rcvtimeo: 0, sndtimeo: 0 }
+    }
+}
+
+/// The I/O objects of one node and its attachment to the network.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Net {
+    /// The node's address (`None`: no network, loopback only).
+    pub(crate) address: Option<[u8; 4]>,
+    pub(crate) objects: BTreeMap<u64, Obj>,
+    pub(crate) next_obj: u64,
+    pub(crate) next_port: u16,
+    /// Listening stream sockets by bound address.
+    pub(crate) listeners: BTreeMap<SockAddr, u64>,
+    /// Connected or connecting stream sockets by (local, remote).
+    pub(crate) streams: BTreeMap<(SockAddr, SockAddr), u64>,
+    /// Bound stream sockets that are not listening yet (for `EADDRINUSE`).
+    pub(crate) bound_streams: BTreeMap<SockAddr, u64>,
+    /// Bound UDP sockets.
+    pub(crate) dgrams: BTreeMap<SockAddr, u64>,
+    /// Packets for the network.
+    pub(crate) outbox: Vec<Packet>,
+    /// Packets for this node not yet delivered (loopback, within one syscall).
+    pub(crate) local: VecDeque<Packet>,
+    /// Some object's readiness may have grown since blocked calls were last retried.
+    pub(crate) dirty: bool,
+    /// Counters: packets sent, received, bytes sent.
+    pub(crate) sent: u64,
+    pub(crate) received: u64,
+    /// Virtual time at which the shell should stop after a syscall (see
+    /// [`crate::Kernel::yield_due`]).
+    pub(crate) yield_at: Option<u64>,
+}
+
+impl Net {
+    /// Adds an object; its id.
+    pub(crate) fn add(&mut self, kind: ObjKind) -> u64 {
+        let id = self.next_obj;
+        self.next_obj += 1;
+        self.objects.insert(id, Obj::new(kind));
+        id
+    }
+
+    /// Bumps an object's generation (its readiness may have grown).
+    pub(crate) fn touch(&mut self, id: u64) {
+        if let Some(o) = self.objects.get_mut(&id) {
+            o.gen += 1;
+        }
+        self.dirty = true;
+    }
+
+    /// True if `a` names this node (loopback, unspecified or its own address).
+    pub(crate) fn is_local(&self, ip: [u8; 4]) -> bool {
+        ip[0] == 127 || ip == [0; 4] || Some(ip) == self.address
+    }
+
+    /// The address this node sends from towards `dst`.
+    pub(crate) fn source_ip(&self, dst: [u8; 4]) -> [u8; 4] {
+        if dst[0] == 127 || dst == [0; 4] {
+            [127, 0, 0, 1]
+        } else {
+            self.address.unwrap_or([127, 0, 0, 1])
+        }
+    }
+
+    /// A free ephemeral port for `ip` (for stream or datagram use).
+    pub(crate) fn ephemeral(&mut self, stream: bool) -> Option<u16> {
+        if self.next_port < EPHEMERAL_FIRST {
+            self.next_port = EPHEMERAL_FIRST;
+        }
+        for _ in 0..(u16::MAX - EPHEMERAL_FIRST) {
+            let p = self.next_port;
+            self.next_port = if p == u16::MAX { EPHEMERAL_FIRST } else { p + 1 };
+            if !self.port_in_use(p, stream) {
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// True if some socket of the kind holds `port`.
+    pub(crate) fn port_in_use(&self, port: u16, stream: bool) -> bool {
+        if stream {
+            self.listeners.keys().chain(self.bound_streams.keys()).any(|a| a.port == port)
+                || self.streams.keys().any(|(l, _)| l.port == port)
+        } else {
+            self.dgrams.keys().any(|a| a.port == port)
+        }
+    }
+
+    /// Sends a packet: to this node's own queue or to the network.
+    pub(crate) fn send(&mut self, p: Packet) {
+        self.sent += 1;
+        if self.is_local(p.dst.ip) {
+            self.local.push_back(p);
+        } else if self.address.is_some() {
+            self.outbox.push(p);
+        }
+    }
+
+    /// The listener for `dst`, exact address first, then the wildcard.
+    fn listener(&self, dst: SockAddr) -> Option<u64> {
+        self.listeners
+            .get(&dst)
+            .or_else(|| self.listeners.get(&SockAddr::new([0; 4], dst.port)))
+            .copied()
+    }
+
+    /// The UDP socket for `dst`.
+    fn dgram_for(&self, dst: SockAddr) -> Option<u64> {
+        self.dgrams.get(&dst).or_else(|| self.dgrams.get(&SockAddr::new([0; 4], dst.port))).copied()
+    }
+
+    fn stream_mut(&mut self, id: u64) -> Option<&mut StreamSock> {
+        match self.objects.get_mut(&id).map(|o| &mut o.kind) {
+            Some(ObjKind::Stream(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Delivers one packet to this node.
+    pub(crate) fn receive(&mut self, p: Packet) {
+        self.received += 1;
+        let key = (p.dst, p.src);
+        match p.payload {
+            Payload::Syn => {
+                let Some(lid) = self.listener(p.dst) else {
+                    self.send(Packet { src: p.dst, dst: p.src, payload: Payload::Rst });
+                    return;
+                };
+                if self.streams.contains_key(&key) {
+                    return; // a duplicate
+                }
+                let full = match self.objects.get(&lid).map(|o| &o.kind) {
+                    Some(ObjKind::Stream(StreamSock { state: StreamState::Listening { backlog, queue }, .. })) => {
+                        queue.len() as u32 > *backlog
+                    }
+                    _ => true,
+                };
+                if full {
+                    self.send(Packet { src: p.dst, dst: p.src, payload: Payload::Rst });
+                    return;
+                }
+                let conn = self.add(ObjKind::Stream(StreamSock {
+                    local: Some(p.dst),
+                    remote: Some(p.src),
+                    state: StreamState::Connected,
+                    rx: VecDeque::new(),
+                    peer_fin: false,
+                    shut_wr: false,
+                    shut_rd: false,
+                    reset: false,
+                    error: 0,
+                }));
+                self.streams.insert(key, conn);
+                if let Some(StreamSock { state: StreamState::Listening { queue, .. }, .. }) = self.stream_mut(lid) {
+                    queue.push_back(conn);
+                }
+                self.touch(lid);
+                self.send(Packet { src: p.dst, dst: p.src, payload: Payload::SynAck });
+            }
+            Payload::SynAck => match self.streams.get(&key).copied() {
+                Some(id) => {
+                    if let Some(s) = self.stream_mut(id) {
+                        if s.state == StreamState::Connecting {
+                            s.state = StreamState::Connected;
+                        }
+                    }
+                    self.touch(id);
+                }
+                None => self.send(Packet { src: p.dst, dst: p.src, payload: Payload::Rst }),
+            },
+            Payload::Data(bytes) => match self.streams.get(&key).copied() {
+                Some(id) => {
+                    if let Some(s) = self.stream_mut(id) {
+                        if !s.reset && !s.shut_rd && s.rx.len() + bytes.len() <= MAX_BUFFERED {
+                            s.rx.extend(bytes);
+                        }
+                    }
+                    self.touch(id);
+                }
+                None => self.send(Packet { src: p.dst, dst: p.src, payload: Payload::Rst }),
+            },
+            Payload::Fin => {
+                if let Some(id) = self.streams.get(&key).copied() {
+                    if let Some(s) = self.stream_mut(id) {
+                        s.peer_fin = true;
+                    }
+                    self.touch(id);
+                }
+            }
+            Payload::Rst | Payload::ConnectTimeout => {
+                let Some(id) = self.streams.remove(&key) else { return };
+                let timeout = p.payload == Payload::ConnectTimeout;
+                if let Some(s) = self.stream_mut(id) {
+                    match s.state {
+                        StreamState::Connecting => {
+                            let e = if timeout { crate::errno::ETIMEDOUT } else { crate::errno::ECONNREFUSED };
+                            s.state = StreamState::Failed(e);
+                            s.error = e;
+                        }
+                        StreamState::Connected if !timeout => {
+                            s.reset = true;
+                            s.error = crate::errno::ECONNRESET;
+                        }
+                        _ => {}
+                    }
+                }
+                self.touch(id);
+            }
+            Payload::Datagram(bytes) => {
+                let Some(id) = self.dgram_for(p.dst) else { return };
+                if let Some(ObjKind::Dgram(d)) = self.objects.get_mut(&id).map(|o| &mut o.kind) {
+                    if d.remote.is_some_and(|r| r != p.src) || d.queue.len() >= MAX_DATAGRAMS {
+                        return;
+                    }
+                    d.queue.push_back((p.src, bytes));
+                }
+                self.touch(id);
+            }
+        }
+    }
+
+    /// Delivers the node's own packets until none is left.
+    pub(crate) fn flush_local(&mut self) {
+        while let Some(p) = self.local.pop_front() {
+            self.receive(p);
+        }
+    }
+
+    /// Releases an object whose last description was closed (pipes: one end of it).
+    pub(crate) fn release(&mut self, id: u64, pipe_write_end: Option<bool>) {
+        if let Some(write) = pipe_write_end {
+            if let Some(Obj { kind: ObjKind::Pipe { readers, writers, .. }, .. }) = self.objects.get_mut(&id) {
+                if write {
+                    *writers = writers.saturating_sub(1);
+                } else {
+                    *readers = readers.saturating_sub(1);
+                }
+                let gone = *readers == 0 && *writers == 0;
+                self.touch(id);
+                if gone {
+                    self.objects.remove(&id);
+                }
+            }
+            return;
+        }
+        let Some(obj) = self.objects.remove(&id) else { return };
+        match obj.kind {
+            ObjKind::Stream(s) => {
+                if let Some(l) = s.local {
+                    if self.listeners.get(&l) == Some(&id) {
+                        self.listeners.remove(&l);
+                    }
+                    if self.bound_streams.get(&l) == Some(&id) {
+                        self.bound_streams.remove(&l);
+                    }
+                }
+                if let StreamState::Listening { queue, .. } = &s.state {
+                    for c in queue.clone() {
+                        self.release(c, None);
+                    }
+                }
+                if let (Some(l), Some(r)) = (s.local, s.remote) {
+                    if self.streams.get(&(l, r)) == Some(&id) {
+                        self.streams.remove(&(l, r));
+                        let payload = match s.state {
+                            StreamState::Connected if !s.reset && !s.shut_wr => Some(Payload::Fin),
+                            StreamState::Connecting => Some(Payload::Rst),
+                            _ => None,
+                        };
+                        if let Some(payload) = payload {
+                            self.send(Packet { src: l, dst: r, payload });
+                        }
+                    }
+                }
+            }
+            ObjKind::Dgram(d) => {
+                if let Some(l) = d.local {
+                    if self.dgrams.get(&l) == Some(&id) {
+                        self.dgrams.remove(&l);
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.dirty = true;
+    }
+
+    /// Readiness of object `id` as `EPOLL*` bits (`EPOLLIN` 1, `EPOLLOUT` 4, `EPOLLERR` 8,
+    /// `EPOLLHUP` 0x10, `EPOLLRDHUP` 0x2000); `epoll` instances of this node are ready
+    /// when any of their registrations is (level-triggered view).
+    pub(crate) fn readiness(&self, id: u64, fds: &crate::fd::FdTable) -> u32 {
+        let Some(o) = self.objects.get(&id) else { return EPOLLERR | EPOLLHUP };
+        match &o.kind {
+            ObjKind::Stream(s) => match &s.state {
+                StreamState::Fresh => EPOLLOUT | EPOLLHUP,
+                StreamState::Listening { queue, .. } => {
+                    if queue.is_empty() {
+                        0
+                    } else {
+                        EPOLLIN
+                    }
+                }
+                StreamState::Connecting => 0,
+                StreamState::Failed(_) => EPOLLOUT | EPOLLERR | EPOLLHUP,
+                StreamState::Connected => {
+                    let mut r = 0;
+                    if !s.rx.is_empty() || s.peer_fin || s.reset || s.shut_rd {
+                        r |= EPOLLIN;
+                    }
+                    if s.peer_fin {
+                        r |= EPOLLRDHUP;
+                    }
+                    if s.reset {
+                        r |= EPOLLERR | EPOLLHUP | EPOLLRDHUP;
+                    } else if s.peer_fin && s.shut_wr {
+                        r |= EPOLLHUP;
+                    }
+                    if !s.shut_wr || s.reset {
+                        r |= EPOLLOUT;
+                    }
+                    r
+                }
+            },
+            ObjKind::Dgram(d) => EPOLLOUT | if d.queue.is_empty() { 0 } else { EPOLLIN },
+            ObjKind::Pipe { buf, readers, writers } => {
+                let mut r = 0;
+                if !buf.is_empty() || *writers == 0 {
+                    r |= EPOLLIN;
+                }
+                if *writers == 0 {
+                    r |= EPOLLHUP;
+                }
+                if buf.len() < MAX_BUFFERED {
+                    r |= EPOLLOUT;
+                }
+                if *readers == 0 {
+                    r |= EPOLLERR;
+                }
+                r
+            }
+            ObjKind::EventFd { value, .. } => {
+                let mut r = 0;
+                if *value > 0 {
+                    r |= EPOLLIN;
+                }
+                if *value < u64::MAX - 1 {
+                    r |= EPOLLOUT;
+                }
+                r
+            }
+            ObjKind::Epoll { interests } => {
+                let any = interests.iter().any(|(&fd, i)| {
+                    if i.disabled {
+                        return false;
+                    }
+                    match fds.entry(fd).ok().filter(|e| e.desc == i.desc).and_then(|_| fds.get(fd).ok()) {
+                        Some(f) => match crate::fd::object_of(&f.kind) {
+                            Some((obj, _)) if obj != id => self.readiness(obj, fds) & (i.events | EPOLLERR | EPOLLHUP) != 0,
+                            Some(_) => false,
+                            None => i.events & (EPOLLIN | EPOLLOUT) != 0,
+                        },
+                        None => false,
+                    }
+                });
+                if any {
+                    EPOLLIN
+                } else {
+                    0
+                }
+            }
+        }
+    }
+
+    /// The generation of object `id` (0 if gone).
+    pub(crate) fn gen(&self, id: u64) -> u64 {
+        self.objects.get(&id).map_or(0, |o| o.gen)
+    }
+}
+
+/// `EPOLLIN`.
+pub const EPOLLIN: u32 = 0x1;
+/// `EPOLLPRI`.
+pub const EPOLLPRI: u32 = 0x2;
+/// `EPOLLOUT`.
+pub const EPOLLOUT: u32 = 0x4;
+/// `EPOLLERR`.
+pub const EPOLLERR: u32 = 0x8;
+/// `EPOLLHUP`.
+pub const EPOLLHUP: u32 = 0x10;
+/// `EPOLLRDNORM`.
+pub const EPOLLRDNORM: u32 = 0x40;
+/// `EPOLLWRNORM`.
+pub const EPOLLWRNORM: u32 = 0x100;
+/// `EPOLLRDHUP`.
+pub const EPOLLRDHUP: u32 = 0x2000;
+/// `EPOLLEXCLUSIVE`.
+pub const EPOLLEXCLUSIVE: u32 = 1 << 28;
+/// `EPOLLWAKEUP`.
+pub const EPOLLWAKEUP: u32 = 1 << 29;
+/// `EPOLLONESHOT`.
+pub const EPOLLONESHOT: u32 = 1 << 30;
+/// `EPOLLET`.
+pub const EPOLLET: u32 = 1 << 31;
