@@ -24,6 +24,7 @@
 //! clock_every_ms = [2000, 6000]
 //! clock_jump_ms = [100, 2000]
 //! targets = ["a", "b"]         # nodes that may be killed, paused or have their clock moved
+//! until_ms = 5000              # no random fault starts after this
 //!
 //! [[faults.schedule]]          # scripted faults
 //! at_ms = 1000
@@ -197,6 +198,9 @@ pub struct RandomFaults {
     /// Nodes that may be killed, paused or have their clock moved (default: all).
     #[serde(default)]
     pub targets: Vec<String>,
+    /// No random fault starts after this time (ms); those under way still end.
+    #[serde(default)]
+    pub until_ms: Option<u64>,
 }
 
 fn default_fault_for() -> [u64; 2] {

@@ -155,6 +155,16 @@ impl Network {
             return Vec::new();
         };
         if self.is_cut(from, to) {
+            if p.payload == Payload::Rst {
+                // The sender gave up on a connection whose SYN never got through: nothing
+                // reached the peer, so nothing is retransmitted at the heal.
+                let q = self.held.entry((from, to)).or_default();
+                let before = q.len();
+                q.retain(|h| !(h.payload == Payload::Syn && h.src == p.src && h.dst == p.dst));
+                if q.len() < before {
+                    return Vec::new();
+                }
+            }
             if p.payload.is_stream() {
                 self.stats.held += 1;
                 self.held.entry((from, to)).or_default().push(p);

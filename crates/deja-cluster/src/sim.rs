@@ -61,8 +61,9 @@
 //! Random faults (`[faults.random]`) are drawn from the seed: the gap to the next fault of a
 //! kind and its parameters are decisions (`partition gap`, `partition sides`, `partition one
 //! way`, `partition length`, `kill gap`, `kill target`, …). Only one random partition is active
-//! at a time; a random partition isolates one node (or cuts one direction from it) and heals
-//! after its length.
+//! at a time: it splits the nodes into two non-empty sides (any split), cuts both directions
+//! or, with probability `one_way`, only the traffic from one side to the other, and heals after
+//! its length.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -663,6 +664,9 @@ impl Sim<'_> {
 
     fn random_tick(&mut self, kind: RandomKind) -> Result<(), ClusterError> {
         let Some(r) = self.cfg.random_faults.clone() else { return Ok(()) };
+        if r.until_ms.is_some_and(|u| self.now > u.saturating_mul(1_000_000)) {
+            return Ok(());
+        }
         let name = kind_name(kind);
         let (every, _) = match kind {
             RandomKind::Partition => (r.partition_every_ms, r.partition_for_ms),
@@ -673,18 +677,14 @@ impl Sim<'_> {
         let n = self.nodes.len();
         match kind {
             RandomKind::Partition if !self.random_partition_active && n > 1 => {
-                let side = self.log.decide("partition sides".into(), n as u64) as usize;
-                let one_way = Network::strike(&mut self.log, r.one_way, "partition one way");
-                let others: Vec<usize> = (0..n).filter(|&j| j != side).collect();
-                if one_way {
-                    let outbound = self.log.decide("partition direction".into(), 2) == 0;
-                    if outbound {
-                        self.one_way(vec![side], others);
-                    } else {
-                        self.one_way(others, vec![side]);
-                    }
+                // A random split into two non-empty sides (bit i of the mask: node i's side).
+                let n = n.min(20);
+                let mask = self.log.decide("partition sides".into(), (1u64 << n) - 2) + 1;
+                let (a, b): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| mask >> i & 1 == 1);
+                if Network::strike(&mut self.log, r.one_way, "partition one way") {
+                    self.one_way(a, b);
                 } else {
-                    self.partition(vec![vec![side], others]);
+                    self.partition(vec![a, b]);
                 }
                 self.random_partition_active = true;
                 let len = self.draw_ms("partition length", r.partition_for_ms);

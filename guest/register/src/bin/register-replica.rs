@@ -152,8 +152,11 @@ impl Replica {
         self.next_heartbeat = now + HEARTBEAT;
     }
 
-    /// Adopts `term` (if higher) and becomes a follower.
+    /// Adopts `term` (if higher) and becomes a follower. A follower's election timer keeps
+    /// running: only a heartbeat or a granted vote resets it, or a replica with a stale log and
+    /// the shortest timeout could keep everyone else from ever starting an election.
     fn become_follower(&mut self, term: u64, now: Instant) {
+        let was_follower = self.role == Role::Follower;
         if term > self.term {
             self.term = term;
             self.voted_for = None;
@@ -170,7 +173,9 @@ impl Replica {
             self.leader = None;
         }
         self.role = Role::Follower;
-        self.election_deadline = now + self.election_timeout;
+        if !was_follower {
+            self.election_deadline = now + self.election_timeout;
+        }
     }
 
     fn start_election(&mut self, now: Instant) {
