@@ -30,7 +30,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 25] = [
+const GUESTS: [&str; 26] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -56,6 +56,7 @@ const GUESTS: [&str; 25] = [
     "tokio-echo-client",
     "register-replica",
     "register-client",
+    "loopback",
 ];
 
 /// Flags every guest is built with: a static executable.

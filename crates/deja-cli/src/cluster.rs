@@ -181,13 +181,8 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<i32, Failure> {
     }
     let runs = args.audit.unwrap_or(1).max(1);
     let mut prefix = Prefixer::default();
-    let quiet = args.json;
     let first = {
-        let mut sink = |node: &str, s: Stream, b: &[u8]| {
-            if !quiet {
-                prefix.write(node, s, b);
-            }
-        };
+        let mut sink = |node: &str, s: Stream, b: &[u8]| prefix.write(node, s, b);
         run_cluster(cfg.clone(), &mut sink, BTreeMap::new())?
     };
     prefix.flush();
@@ -207,12 +202,10 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<i32, Failure> {
     }
     if let Some(out) = &args.report_out {
         let json = serde_json::to_vec_pretty(&first).map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?;
-        std::fs::write(out, json).map_err(|e| Failure::new(exit::DEJA_FAILED, format!("cannot write {}: {e}", out.display())))?;
+        std::fs::write(out, json)
+            .map_err(|e| Failure::new(exit::DEJA_FAILED, format!("cannot write {}: {e}", out.display())))?;
     }
-    if args.json {
-        let json = serde_json::to_string_pretty(&first).map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?;
-        println!("{json}");
-    } else {
+    if !args.json {
         summary(&first);
     }
     let (code, why) = verdict(&first);
@@ -220,6 +213,11 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<i32, Failure> {
     if code != 0 {
         let exe = std::env::args().next().unwrap_or_else(|| "deja".into());
         eprintln!("deja: reproduce with: {exe} run --seed {} {}", first.seed, path.display());
+    }
+    if args.json {
+        // The last line of stderr, like a single run's summary.
+        let json = serde_json::to_string(&first).map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?;
+        eprintln!("{json}");
     }
     Ok(code_override.unwrap_or(code))
 }

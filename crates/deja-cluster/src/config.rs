@@ -358,7 +358,9 @@ impl ClusterConfig {
         if !(lo.is_finite() && hi.is_finite() && lo >= 0.0 && lo <= hi && hi <= 60_000.0) {
             return Err(format!("network.latency_ms = [{lo}, {hi}]: need 0 <= min <= max <= 60000"));
         }
-        for (name, p) in [("udp_loss", net.udp_loss), ("udp_duplicate", net.udp_duplicate), ("udp_reorder", net.udp_reorder)] {
+        for (name, p) in
+            [("udp_loss", net.udp_loss), ("udp_duplicate", net.udp_duplicate), ("udp_reorder", net.udp_reorder)]
+        {
             if !(0.0..=1.0).contains(&p) {
                 return Err(format!("network.{name} = {p}: a probability between 0 and 1"));
             }
@@ -374,7 +376,8 @@ impl ClusterConfig {
             if !names.insert(n.name.clone()) {
                 return Err(format!("node name {:?} appears twice", n.name));
             }
-            let ip = parse_ip(&n.address).ok_or_else(|| format!("node {}: address {:?} is not IPv4", n.name, n.address))?;
+            let ip =
+                parse_ip(&n.address).ok_or_else(|| format!("node {}: address {:?} is not IPv4", n.name, n.address))?;
             if ip[0] == 127 || ip == [0; 4] || ip[0] >= 224 {
                 return Err(format!("node {}: address {} is loopback, unspecified or multicast", n.name, n.address));
             }
@@ -382,7 +385,8 @@ impl ClusterConfig {
                 return Err(format!("node {}: address {} is taken", n.name, n.address));
             }
             let bin = base.join(&n.binary);
-            let image = std::fs::read(&bin).map_err(|e| format!("node {}: cannot read {}: {e}", n.name, bin.display()))?;
+            let image =
+                std::fs::read(&bin).map_err(|e| format!("node {}: cannot read {}: {e}", n.name, bin.display()))?;
             hashes.insert(n.name.clone(), blake3::hash(&image).to_hex().to_string());
             let mut files = BTreeMap::new();
             for (guest, host) in &n.files {
@@ -390,7 +394,8 @@ impl ClusterConfig {
                     return Err(format!("node {}: file {guest:?} must be an absolute guest path", n.name));
                 }
                 let p = base.join(host);
-                let data = std::fs::read(&p).map_err(|e| format!("node {}: cannot read {}: {e}", n.name, p.display()))?;
+                let data =
+                    std::fs::read(&p).map_err(|e| format!("node {}: cannot read {}: {e}", n.name, p.display()))?;
                 files.insert(guest.clone(), data);
             }
             let program = n.binary.file_name().and_then(|s| s.to_str()).unwrap_or("program").to_string();

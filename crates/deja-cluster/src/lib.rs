@@ -151,9 +151,8 @@ impl ClusterReport {
 
     /// The first waited node whose last life did not exit with 0, and how it ended.
     pub fn first_failure(&self) -> Option<(&str, &ExitStatus)> {
-        self.nodes
-            .iter()
-            .filter(|n| n.waited)
-            .find_map(|n| n.exit().filter(|e| !matches!(e, ExitStatus::Exited { code: 0 })).map(|e| (n.name.as_str(), e)))
+        self.nodes.iter().filter(|n| n.waited).find_map(|n| {
+            n.exit().filter(|e| !matches!(e, ExitStatus::Exited { code: 0 })).map(|e| (n.name.as_str(), e))
+        })
     }
 }

@@ -176,7 +176,14 @@ impl Network {
         self.deliveries(log, ledger, now, to, p)
     }
 
-    fn deliveries(&mut self, log: &mut DecisionLog, ledger: &mut Vec<FaultEvent>, now: u64, to: usize, p: Packet) -> Vec<Delivery> {
+    fn deliveries(
+        &mut self,
+        log: &mut DecisionLog,
+        ledger: &mut Vec<FaultEvent>,
+        now: u64,
+        to: usize,
+        p: Packet,
+    ) -> Vec<Delivery> {
         let lat = self.latency(log);
         if p.payload.is_stream() {
             let key = (p.src, p.dst);

@@ -254,8 +254,7 @@ impl Sim<'_> {
         spec.disk = n.disk.take();
         spec.record_trace = self.opts.record_trace;
         let mut vm = Vm::new(memory).map_err(|e| ClusterError::node(&n.cfg.name, e))?;
-        let (mut kernel, entry) =
-            Kernel::load(spec, &mut vm.space).map_err(|e| ClusterError::node(&n.cfg.name, e))?;
+        let (mut kernel, entry) = Kernel::load(spec, &mut vm.space).map_err(|e| ClusterError::node(&n.cfg.name, e))?;
         vm.space.take_stale();
         vm.enter_user(entry.rip, entry.rsp, 0).map_err(|e| ClusterError::node(&n.cfg.name, e))?;
         kernel.attach_network(n.cfg.address);
@@ -545,7 +544,10 @@ impl Sim<'_> {
         resets.sort_by_key(|(x, p)| (*x, p.src, p.dst));
         resets.dedup();
         if !resets.is_empty() {
-            self.note("tcp-reset", format!("{} connection ends reset by a partition longer than the TCP timeout", resets.len()));
+            self.note(
+                "tcp-reset",
+                format!("{} connection ends reset by a partition longer than the TCP timeout", resets.len()),
+            );
         }
         for (x, p) in resets {
             self.deliver(Delivery { at: self.now, node: x, packet: p })?;

@@ -450,7 +450,8 @@ impl Kernel {
         let mut hashed = DataHasher::new(mem);
         let res = self.dispatch(&mut hashed, nr, args);
         let data = hashed.finish();
-        let res = if matches!(res, Err(Stop::Exit(_))) || self.faults.crash_due { res } else { self.schedule(mem, res) };
+        let res =
+            if matches!(res, Err(Stop::Exit(_))) || self.faults.crash_due { res } else { self.schedule(mem, res) };
         let (outcome, ret) = match res {
             Ok(v) => (SyscallOutcome::Return(v), Some(v)),
             Err(Stop::Err(e)) => {

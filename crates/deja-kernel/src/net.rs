@@ -302,10 +302,7 @@ impl Net {
 
     /// The listener for `dst`, exact address first, then the wildcard.
     fn listener(&self, dst: SockAddr) -> Option<u64> {
-        self.listeners
-            .get(&dst)
-            .or_else(|| self.listeners.get(&SockAddr::new([0; 4], dst.port)))
-            .copied()
+        self.listeners.get(&dst).or_else(|| self.listeners.get(&SockAddr::new([0; 4], dst.port))).copied()
     }
 
     /// The UDP socket for `dst`.
@@ -559,7 +556,9 @@ impl Net {
                     }
                     match fds.entry(fd).ok().filter(|e| e.desc == i.desc).and_then(|_| fds.get(fd).ok()) {
                         Some(f) => match crate::fd::object_of(&f.kind) {
-                            Some((obj, _)) if obj != id => self.readiness(obj, fds) & (i.events | EPOLLERR | EPOLLHUP) != 0,
+                            Some((obj, _)) if obj != id => {
+                                self.readiness(obj, fds) & (i.events | EPOLLERR | EPOLLHUP) != 0
+                            }
                             Some(_) => false,
                             None => i.events & (EPOLLIN | EPOLLOUT) != 0,
                         },

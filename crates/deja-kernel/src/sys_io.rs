@@ -28,7 +28,6 @@ const AT_EACCESS: u64 = 0x200;
 /// `AT_STATX_SYNC_TYPE`.
 const AT_STATX_SYNC_TYPE: u64 = 0x6000;
 
-
 /// Linux's `access_ok`: the range lies in the user half.
 pub(crate) fn access_ok(addr: u64, len: u64) -> Result<(), i32> {
     match addr.checked_add(len) {

@@ -263,7 +263,12 @@ impl Kernel {
         };
         let limit = self.nofile();
         let nb = if flags & SOCK_NONBLOCK != 0 { O_NONBLOCK } else { 0 };
-        let newfd = match self.fds.install(OpenFile::new(FileKind::Socket(conn), O_RDWR | nb), 0, limit, flags & SOCK_CLOEXEC != 0) {
+        let newfd = match self.fds.install(
+            OpenFile::new(FileKind::Socket(conn), O_RDWR | nb),
+            0,
+            limit,
+            flags & SOCK_CLOEXEC != 0,
+        ) {
             Ok(f) => f,
             Err(e) => {
                 // Put it back: the connection stays queued.
@@ -417,7 +422,14 @@ impl Kernel {
         Ok(0)
     }
 
-    pub(crate) fn sys_getsockname(&mut self, mem: &mut dyn Memory, fd: u64, addr: u64, lenp: u64, peer: bool) -> SysResult {
+    pub(crate) fn sys_getsockname(
+        &mut self,
+        mem: &mut dyn Memory,
+        fd: u64,
+        addr: u64,
+        lenp: u64,
+        peer: bool,
+    ) -> SysResult {
         let (id, _) = self.socket(fd)?;
         let (local, remote, connected) = match &self.net.objects[&id].kind {
             ObjKind::Stream(s) => (s.local, s.remote, s.state == StreamState::Connected),
@@ -437,7 +449,15 @@ impl Kernel {
         Ok(0)
     }
 
-    pub(crate) fn sys_setsockopt(&mut self, mem: &mut dyn Memory, fd: u64, level: u64, name: u64, val: u64, len: u64) -> SysResult {
+    pub(crate) fn sys_setsockopt(
+        &mut self,
+        mem: &mut dyn Memory,
+        fd: u64,
+        level: u64,
+        name: u64,
+        val: u64,
+        len: u64,
+    ) -> SysResult {
         let (id, _) = self.socket(fd)?;
         let (level, name) = (level as i32, name as i32);
         if (len as i32) < 0 {
@@ -476,7 +496,15 @@ impl Kernel {
         Ok(0)
     }
 
-    pub(crate) fn sys_getsockopt(&mut self, mem: &mut dyn Memory, fd: u64, level: u64, name: u64, val: u64, lenp: u64) -> SysResult {
+    pub(crate) fn sys_getsockopt(
+        &mut self,
+        mem: &mut dyn Memory,
+        fd: u64,
+        level: u64,
+        name: u64,
+        val: u64,
+        lenp: u64,
+    ) -> SysResult {
         let (id, _) = self.socket(fd)?;
         let (level, name) = (level as i32, name as i32);
         let len = self.vm.read_u32(mem, lenp)? as i32;
@@ -520,9 +548,10 @@ impl Kernel {
                         17
                     }
                 }
-                (SOL_SOCKET, SO_ACCEPTCONN) => {
-                    i32::from(matches!(o.kind, ObjKind::Stream(StreamSock { state: StreamState::Listening { .. }, .. })))
-                }
+                (SOL_SOCKET, SO_ACCEPTCONN) => i32::from(matches!(
+                    o.kind,
+                    ObjKind::Stream(StreamSock { state: StreamState::Listening { .. }, .. })
+                )),
                 (SOL_SOCKET, SO_SNDBUF | SO_RCVBUF) => {
                     o.options.get(&(level, name)).map_or(212_992, |v| v.saturating_mul(2).max(4608))
                 }
@@ -563,7 +592,9 @@ impl Kernel {
                     return Err(ENOTCONN.into());
                 }
                 if flags & MSG_WAITALL != 0 && (s.rx.len() as u64) < want && !s.peer_fin && !s.reset && !nonblock {
-                    return self.block_io((timeout > 0).then_some(timeout), Err(EAGAIN.into())).map(|v| (v, None, false));
+                    return self
+                        .block_io((timeout > 0).then_some(timeout), Err(EAGAIN.into()))
+                        .map(|v| (v, None, false));
                 }
                 if s.rx.is_empty() {
                     if s.reset {
@@ -579,10 +610,13 @@ impl Kernel {
                     if nonblock {
                         return Err(EAGAIN.into());
                     }
-                    return self.block_io((timeout > 0).then_some(timeout), Err(EAGAIN.into())).map(|v| (v, None, false));
+                    return self
+                        .block_io((timeout > 0).then_some(timeout), Err(EAGAIN.into()))
+                        .map(|v| (v, None, false));
                 }
                 let n = (want as usize).min(s.rx.len());
-                let data: Vec<u8> = if peek { s.rx.iter().take(n).copied().collect() } else { s.rx.drain(..n).collect() };
+                let data: Vec<u8> =
+                    if peek { s.rx.iter().take(n).copied().collect() } else { s.rx.drain(..n).collect() };
                 (data, None, false)
             }
             ObjKind::Dgram(d) => {
@@ -590,10 +624,16 @@ impl Kernel {
                     if nonblock {
                         return Err(EAGAIN.into());
                     }
-                    return self.block_io((timeout > 0).then_some(timeout), Err(EAGAIN.into())).map(|v| (v, None, false));
+                    return self
+                        .block_io((timeout > 0).then_some(timeout), Err(EAGAIN.into()))
+                        .map(|v| (v, None, false));
                 };
                 let src = *src;
-                let msg = if peek { d.queue.front().map(|m| m.1.clone()).unwrap_or_default() } else { d.queue.pop_front().map(|m| m.1).unwrap_or_default() };
+                let msg = if peek {
+                    d.queue.front().map(|m| m.1.clone()).unwrap_or_default()
+                } else {
+                    d.queue.pop_front().map(|m| m.1).unwrap_or_default()
+                };
                 let trunc = msg.len() as u64 > want;
                 let mut msg = msg;
                 let full = msg.len();
@@ -689,7 +729,11 @@ impl Kernel {
                 None => self.autobind_dgram(id)?,
             };
             let src_ip = if local.is_unspecified() { src_ip } else { local.ip };
-            self.net.send(Packet { src: SockAddr::new(src_ip, local.port), dst, payload: Payload::Datagram(data.to_vec()) });
+            self.net.send(Packet {
+                src: SockAddr::new(src_ip, local.port),
+                dst,
+                payload: Payload::Datagram(data.to_vec()),
+            });
             return Ok(data.len() as u64);
         }
         let obj = self.net.objects.get_mut(&id).ok_or(EBADF)?;
@@ -836,7 +880,12 @@ impl Kernel {
                 return Err(e.into());
             }
         };
-        let w = match self.fds.install(OpenFile::new(FileKind::Pipe { obj: id, write: true }, O_WRONLY | nb), 0, limit, cloexec) {
+        let w = match self.fds.install(
+            OpenFile::new(FileKind::Pipe { obj: id, write: true }, O_WRONLY | nb),
+            0,
+            limit,
+            cloexec,
+        ) {
             Ok(w) => w,
             Err(e) => {
                 let f = self.fds.close(r).ok().flatten();
@@ -887,7 +936,10 @@ impl Kernel {
         } else {
             let mut b = [0u8; 12];
             self.vm.copy_in(mem, ev, &mut b)?;
-            (u32::from_le_bytes(b[..4].try_into().unwrap_or_default()), u64::from_le_bytes(b[4..].try_into().unwrap_or_default()))
+            (
+                u32::from_le_bytes(b[..4].try_into().unwrap_or_default()),
+                u64::from_le_bytes(b[4..].try_into().unwrap_or_default()),
+            )
         };
         let Some(Obj { kind: ObjKind::Epoll { interests }, .. }) = self.net.objects.get_mut(&ep) else {
             return Err(EINVAL.into());
@@ -946,7 +998,14 @@ impl Kernel {
         })
     }
 
-    pub(crate) fn sys_epoll_wait(&mut self, mem: &mut dyn Memory, epfd: u64, events: u64, max: u64, timeout: Option<u64>) -> SysResult {
+    pub(crate) fn sys_epoll_wait(
+        &mut self,
+        mem: &mut dyn Memory,
+        epfd: u64,
+        events: u64,
+        max: u64,
+        timeout: Option<u64>,
+    ) -> SysResult {
         let ep = match self.fds.get(epfd as i32)?.kind {
             FileKind::Epoll(o) => o,
             _ => return Err(EINVAL.into()),
@@ -1061,7 +1120,13 @@ impl Kernel {
     }
 
     /// `select`/`pselect6` over `nfds` descriptors.
-    pub(crate) fn do_select(&mut self, mem: &mut dyn Memory, nfds: u64, sets: [u64; 3], timeout: Option<u64>) -> SysResult {
+    pub(crate) fn do_select(
+        &mut self,
+        mem: &mut dyn Memory,
+        nfds: u64,
+        sets: [u64; 3],
+        timeout: Option<u64>,
+    ) -> SysResult {
         let nfds = nfds as i32;
         if nfds < 0 || nfds as u64 > self.nofile().max(1024) {
             return Err(EINVAL.into());

@@ -101,7 +101,10 @@ pub fn run_snapshotting(
             vm.run(&mut kernel, sink)?
         }
         Stop::Crashed | Stop::Idle | Stop::Yield => {
-            return Err(RunError::Vm(VmError::Unexpected { what: "unexpected stop during a snapshot run".into(), rip: 0 }))
+            return Err(RunError::Vm(VmError::Unexpected {
+                what: "unexpected stop during a snapshot run".into(),
+                rip: 0,
+            }))
         }
     };
     let report = kernel.finish(&vm.space, status);

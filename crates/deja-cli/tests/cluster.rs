@@ -1,0 +1,298 @@
+//! Clusters: several programs in their own VMs on the simulated network, with partitions,
+//! kills and restarts; determinism across runs and seeds; the split-brain reference workload.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::*;
+
+fn example(name: &str) -> String {
+    guests();
+    root().join("examples/clusters").join(name).to_string_lossy().into_owned()
+}
+
+/// Runs `deja run --json <args>`: (output, report), the report being stderr's last line.
+fn cluster_json(args: &[&str]) -> (std::process::Output, serde_json::Value) {
+    run_json(args)
+}
+
+fn node<'a>(r: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    r["nodes"].as_array().unwrap().iter().find(|n| n["name"] == name).unwrap_or_else(|| panic!("no node {name}"))
+}
+
+fn last_exit(n: &serde_json::Value) -> serde_json::Value {
+    n["lives"].as_array().unwrap().last().unwrap()["exit"].clone()
+}
+
+/// A cluster file in a temporary directory, naming guests by absolute path.
+fn temp_cluster(name: &str, text: &str) -> PathBuf {
+    let dir = root().join("target/test-clusters");
+    std::fs::create_dir_all(&dir).unwrap();
+    let g = guests();
+    let p = dir.join(format!("{name}.toml"));
+    std::fs::write(&p, text.replace("GUESTS", &g.to_string_lossy())).unwrap();
+    p
+}
+
+#[test]
+fn echo_server_and_client_on_two_nodes() {
+    let (out, r) = cluster_json(&[&example("echo.toml")]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    for k in 1..=3 {
+        assert!(text.contains(&format!("[client] echoed: hello {k}")), "{text}");
+    }
+    assert!(text.contains("[server] accepted 10.0.0.2:"), "{text}");
+    assert_eq!(r["outcome"]["kind"], "completed");
+    assert_eq!(last_exit(node(&r, "client")), serde_json::json!({"kind": "exited", "code": 0}));
+    assert_eq!(last_exit(node(&r, "server")), serde_json::json!({"kind": "exited", "code": 0}));
+    assert!(r["network"]["delivered"].as_u64().unwrap() >= 8, "{}", r["network"]);
+}
+
+#[test]
+fn tokio_echo_on_current_and_multi_thread_runtimes() {
+    for flavor in ["current", "multi"] {
+        let p = temp_cluster(
+            &format!("tokio-{flavor}"),
+            &format!(
+                r#"
+seed = 3
+time_limit_ms = 10000
+[[node]]
+name = "server"
+address = "10.0.0.1"
+binary = "GUESTS/tokio-echo-server"
+args = ["--listen", "10.0.0.1:7000", "--connections", "2", "--flavor", "{flavor}"]
+[[node]]
+name = "c1"
+address = "10.0.0.2"
+binary = "GUESTS/tokio-echo-client"
+args = ["--connect", "10.0.0.1:7000", "--messages", "3", "--retry-for-ms", "2000", "--flavor", "{flavor}"]
+[[node]]
+name = "c2"
+address = "10.0.0.3"
+binary = "GUESTS/tokio-echo-client"
+args = ["--connect", "10.0.0.1:7000", "--messages", "2", "--retry-for-ms", "2000", "--flavor", "{flavor}"]
+"#
+            ),
+        );
+        let (out, r) = cluster_json(&[&p.to_string_lossy()]);
+        let text = stdout(&out);
+        assert_eq!(out.status.code(), Some(0), "{flavor}: {text}{}", stderr(&out));
+        assert!(text.contains("[c1] echoed: hello 3") && text.contains("[c2] echoed: hello 2"), "{text}");
+        let server = &node(&r, "server")["lives"][0];
+        assert!(server["syscall_counts"]["epoll_wait"].as_u64().unwrap_or(0) > 0, "{flavor}: mio waits in epoll");
+        assert!(server["unsupported"].as_object().unwrap().is_empty(), "{flavor}: {}", server["unsupported"]);
+        if flavor == "multi" {
+            assert!(server["syscall_counts"]["clone3"].as_u64().unwrap_or(0) >= 2, "worker threads");
+        }
+    }
+}
+
+#[test]
+fn a_partition_times_out_connects_and_the_heal_lets_one_through() {
+    let (out, r) = cluster_json(&[&example("partition.toml")]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(text.contains("[client] connect attempt 1 failed: TimedOut"), "{text}");
+    assert!(text.contains("[client] connected to 10.0.0.1:7000"), "{text}");
+    let kinds: Vec<&str> = r["faults"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["partition", "heal"]);
+    // The connection is made after the heal at 2.5 s.
+    assert!(r["virtual_time_ns"].as_u64().unwrap() > 2_500_000_000, "{}", r["virtual_time_ns"]);
+
+    // Without the heal, every attempt times out and the client gives up.
+    let never = std::fs::read_to_string(example("partition.toml"))
+        .unwrap()
+        .replace("at_ms = 2500", "at_ms = 60000")
+        .replace("args = [\"--listen\", \"10.0.0.1:7000\"]", "args = [\"--listen\", \"10.0.0.1:7000\"]\nwait = false");
+    let p = temp_cluster("partition-never-heals", &never.replace("../../target/guests", "GUESTS"));
+    let (out, r) = cluster_json(&[&p.to_string_lossy()]);
+    assert_eq!(out.status.code(), Some(1), "a waited node failed: {}", stderr(&out));
+    assert_eq!(last_exit(node(&r, "client")), serde_json::json!({"kind": "exited", "code": 3}), "timed out");
+    assert!(!stdout(&out).contains("connected to"));
+}
+
+#[test]
+fn a_one_way_partition_cuts_one_direction() {
+    let p = temp_cluster(
+        "one-way",
+        r#"
+seed = 2
+time_limit_ms = 5000
+[[faults.schedule]]
+at_ms = 0
+action = "partition-one-way"
+from = ["pong"]
+to = ["ping"]
+[[node]]
+name = "pong"
+address = "10.0.0.1"
+binary = "GUESTS/udp-pong"
+args = ["--bind", "10.0.0.1:9000"]
+wait = false
+[[node]]
+name = "ping"
+address = "10.0.0.2"
+binary = "GUESTS/udp-ping"
+args = ["--bind", "10.0.0.2:9000", "--peer", "10.0.0.1:9000", "--count", "3", "--timeout-ms", "100"]
+"#,
+    );
+    let (out, _) = cluster_json(&[&p.to_string_lossy()]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(text.contains("[pong] pong 1 to 10.0.0.2:9000"), "pings get through: {text}");
+    assert!(text.contains("[ping] sent 3 received 0"), "pongs do not: {text}");
+}
+
+#[test]
+fn a_killed_node_restarts_with_its_durable_files() {
+    let (out, r) = cluster_json(&[&example("restart.toml")]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    let kv = node(&r, "kv");
+    let lives = kv["lives"].as_array().unwrap();
+    assert_eq!(lives.len(), 2, "killed once, restarted once");
+    assert_eq!(lives[0]["exit"]["signal"], 9);
+    let details: serde_json::Value =
+        serde_json::from_str(lives[1]["setup_complete"]["details"].as_str().unwrap()).unwrap();
+    let (recovered, acked) = (details["recovered_keys"].as_u64().unwrap(), details["acked"].as_u64().unwrap());
+    assert!(
+        recovered > 0 && acked > 0,
+        "the second life found the first one's durable puts: {}",
+        lives[1]["setup_complete"]
+    );
+    let kinds: Vec<&str> = r["faults"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["kill", "restart"]);
+}
+
+#[test]
+fn a_peer_that_dies_resets_the_connection() {
+    let p = temp_cluster(
+        "peer-dies",
+        r#"
+seed = 4
+time_limit_ms = 5000
+[[faults.schedule]]
+at_ms = 100
+action = "kill"
+node = "server"
+[[node]]
+name = "server"
+address = "10.0.0.1"
+binary = "GUESTS/echo-server"
+args = ["--listen", "10.0.0.1:7000"]
+wait = false
+[[node]]
+name = "client"
+address = "10.0.0.2"
+binary = "GUESTS/echo-client"
+args = ["--connect", "10.0.0.1:7000", "--messages", "1000"]
+"#,
+    );
+    let (out, r) = cluster_json(&[&p.to_string_lossy()]);
+    assert_eq!(last_exit(node(&r, "client")), serde_json::json!({"kind": "exited", "code": 5}), "{}", stdout(&out));
+    assert_eq!(node(&r, "server")["ended"], "down");
+}
+
+#[test]
+fn cluster_runs_are_deterministic_and_seeds_change_the_interleaving() {
+    let out = deja(&["run", "--no-probe", "--audit", "5", &example("register-buggy.toml")]);
+    let err = stderr(&out);
+    assert!(err.contains("audit: 5 runs, identical digest"), "{err}");
+    let digests: std::collections::BTreeSet<String> = (1..=4)
+        .map(|s| {
+            let (_, r) = cluster_json(&["--seed", &s.to_string(), &example("echo.toml")]);
+            r["digest"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(digests.len(), 4, "four seeds, four interleavings");
+}
+
+#[test]
+fn split_brain_shows_in_the_buggy_register_and_never_in_the_fixed_one() {
+    let mut hits = Vec::new();
+    for seed in 1..=20 {
+        let s = seed.to_string();
+        let buggy = deja(&["run", "--no-probe", "--seed", &s, &example("register-buggy.toml")]);
+        let fixed = deja(&["run", "--no-probe", "--seed", &s, &example("register-fixed.toml")]);
+        assert_eq!(fixed.status.code(), Some(0), "fixed, seed {seed}: {}", stderr(&fixed));
+        match buggy.status.code() {
+            Some(123) => {
+                assert!(stderr(&buggy).contains("acknowledged writes survive"), "{}", stderr(&buggy));
+                assert!(stdout(&buggy).contains("lost: ["), "{}", stdout(&buggy));
+                hits.push(seed);
+            }
+            Some(0) => {}
+            c => panic!("buggy, seed {seed}: exit {c:?}: {}", stderr(&buggy)),
+        }
+    }
+    assert!(!hits.is_empty(), "some partition schedule out of 20 seeds splits the brain");
+    assert!(hits.len() < 20, "not every schedule does: {hits:?}");
+}
+
+#[test]
+fn sockets_pipes_and_errors_inside_one_program() {
+    let (out, v) = run_json(&[&guest("loopback").to_string_lossy()]);
+    let text = stdout(&out);
+    assert_eq!(v["exit_code"], 0, "{text}");
+    assert!(text.contains("loopback: 0 failures"), "{text}");
+    let audit = deja(&["run", "--no-probe", "--audit", "3", &guest("loopback").to_string_lossy()]);
+    assert!(stderr(&audit).contains("audit: identical"), "{}", stderr(&audit));
+}
+
+#[test]
+fn bad_cluster_files_get_clear_errors() {
+    let cases = [
+        ("unknown-field", "colour = 1\n[[node]]\nname = \"a\"\naddress = \"10.0.0.1\"\nbinary = \"GUESTS/hello\"\n", 2, "unknown field"),
+        ("no-nodes", "seed = 1\n", 2, "at least one node"),
+        (
+            "same-address",
+            "[[node]]\nname = \"a\"\naddress = \"10.0.0.1\"\nbinary = \"GUESTS/hello\"\n[[node]]\nname = \"b\"\naddress = \"10.0.0.1\"\nbinary = \"GUESTS/hello\"\n",
+            2,
+            "is taken",
+        ),
+        ("loopback", "[[node]]\nname = \"a\"\naddress = \"127.0.0.1\"\nbinary = \"GUESTS/hello\"\n", 2, "loopback"),
+        ("missing-binary", "[[node]]\nname = \"a\"\naddress = \"10.0.0.1\"\nbinary = \"GUESTS/nope\"\n", 2, "cannot read"),
+        (
+            "unknown-node",
+            "[[faults.schedule]]\nat_ms = 1\naction = \"kill\"\nnode = \"zz\"\n[[node]]\nname = \"a\"\naddress = \"10.0.0.1\"\nbinary = \"GUESTS/hello\"\n",
+            2,
+            "unknown node",
+        ),
+    ];
+    for (name, text, code, msg) in cases {
+        let p = temp_cluster(name, text);
+        let out = deja(&["run", "--no-probe", &p.to_string_lossy()]);
+        assert_eq!(out.status.code(), Some(code), "{name}: {}", stderr(&out));
+        assert!(stderr(&out).contains(msg), "{name}: {}", stderr(&out));
+    }
+    let out = deja(&["run", "--no-probe", "/nonexistent/cluster.toml"]);
+    assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
+    let out = deja(&["run", "--no-probe", "--stdin", "/dev/null", &example("echo.toml")]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("does not apply to a cluster file"), "{}", stderr(&out));
+}
+
+#[test]
+fn the_monitor_opens_no_host_sockets() {
+    // The simulation's crates never name a host socket type: the addresses in a cluster file
+    // exist only inside deja.
+    for krate in ["deja-kernel", "deja-vmm", "deja-cluster"] {
+        let dir = root().join("crates").join(krate).join("src");
+        let mut stack = vec![dir];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    let text = std::fs::read_to_string(&p).unwrap();
+                    for forbidden in ["TcpStream", "TcpListener", "UdpSocket", "libc::socket", "socket2"] {
+                        assert!(!text.contains(forbidden), "{} names {forbidden}", p.display());
+                    }
+                }
+            }
+        }
+    }
+}
