@@ -259,7 +259,10 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
         }));
     }
 
-    // 8. The whole CLI on hello, as a user runs it (including the hazard probe).
+    // 8. The reference cluster: three register replicas and a client under random partitions.
+    let cluster = cluster_figures(&dir, repeat)?;
+
+    // 9. The whole CLI on hello, as a user runs it (including the hazard probe).
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut hello_times = Vec::new();
     let mut hello_native = Vec::new();
@@ -297,8 +300,57 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
             "sweep_ms": sweep_time.as_secs_f64() * 1e3,
         },
         "fork_reset": { "guest_memory_mib": 256, "rows": fork_rows },
+        "cluster": cluster,
         "deja_run_hello": { "wall_ms": median(hello_times).as_secs_f64() * 1e3, "native_ms": median(hello_native).as_secs_f64() * 1e3 },
         "repeat": repeat,
+    }))
+}
+
+/// The reference cluster's figures (the run with the median wall time of `repeat`).
+fn cluster_figures(guests: &Path, repeat: u32) -> Result<serde_json::Value, String> {
+    let file = guests
+        .parent()
+        .and_then(Path::parent)
+        .map(|root| root.join("examples/clusters/register-fixed.toml"))
+        .filter(|p| p.exists())
+        .ok_or_else(|| format!("examples/clusters/register-fixed.toml not found next to {}", guests.display()))?;
+    let mut runs = Vec::new();
+    for _ in 0..repeat {
+        let cfg = deja_cluster::ClusterConfig::load(&file).map_err(|e| e.to_string())?;
+        let r = deja_cluster::run(
+            cfg,
+            deja_cluster::RunOptions {
+                sink: &mut |_: &str, _: deja_kernel::Stream, _: &[u8]| {},
+                overrides: Default::default(),
+                record_trace: false,
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        if r.outcome != deja_cluster::Outcome::Completed {
+            return Err(format!("the reference cluster did not complete: {:?}", r.outcome));
+        }
+        runs.push(r);
+    }
+    runs.sort_by_key(|r| r.wall_ns);
+    let r = &runs[runs.len() / 2];
+    let wall = r.wall_ns as f64;
+    let host_run: f64 = r.nodes.iter().map(|n| n.host_run_ns as f64).sum();
+    let exits: u64 = r.nodes.iter().map(|n| n.vm_exits).sum();
+    // The fastest stint of any node, per exit: an upper bound of one exit's round trip.
+    let per_exit = r.nodes.iter().map(|n| n.min_exit_ns).filter(|&n| n > 0).min().unwrap_or(0) as f64;
+    let exit_ns = (exits as f64 * per_exit).min(host_run);
+    Ok(serde_json::json!({
+        "file": "examples/clusters/register-fixed.toml",
+        "virtual_s": r.virtual_time_ns as f64 / 1e9,
+        "wall_s": wall / 1e9,
+        "simulated_s_per_wall_s": r.virtual_time_ns as f64 / wall,
+        "syscalls": r.syscalls(),
+        "syscalls_per_s": r.syscalls() as f64 / (wall / 1e9),
+        "vm_exits": exits,
+        "us_per_exit_estimate": per_exit / 1e3,
+        "guest_share": (host_run - exit_ns) / wall,
+        "exit_share": exit_ns / wall,
+        "monitor_share": (wall - host_run).max(0.0) / wall,
     }))
 }
 
@@ -371,6 +423,24 @@ pub fn main(args: BenchArgs) -> i32 {
                     "  check      `deja check` credit-buggy vs credit-atomic: {:.0} ms ({})",
                     j["wall_ms"].as_f64().unwrap_or(0.0),
                     j["verdict"].as_str().unwrap_or("")
+                );
+                let c = &v["cluster"];
+                println!(
+                    "  cluster    {}: {:.1} simulated s per wall s, {:.0} syscalls/s ({:.2} s virtual in {:.3} s wall, {} syscalls)",
+                    c["file"].as_str().unwrap_or(""),
+                    c["simulated_s_per_wall_s"].as_f64().unwrap_or(0.0),
+                    c["syscalls_per_s"].as_f64().unwrap_or(0.0),
+                    c["virtual_s"].as_f64().unwrap_or(0.0),
+                    c["wall_s"].as_f64().unwrap_or(0.0),
+                    c["syscalls"]
+                );
+                println!(
+                    "             time: {:.0}% guest code, {:.0}% VM exits (estimated: {} exits x {:.1} us), {:.0}% monitor and scheduler",
+                    100.0 * c["guest_share"].as_f64().unwrap_or(0.0),
+                    100.0 * c["exit_share"].as_f64().unwrap_or(0.0),
+                    c["vm_exits"],
+                    c["us_per_exit_estimate"].as_f64().unwrap_or(0.0),
+                    100.0 * c["monitor_share"].as_f64().unwrap_or(0.0)
                 );
                 let h = &v["deja_run_hello"];
                 println!(
