@@ -115,14 +115,42 @@ pub fn main(args: ExploreArgs) -> i32 {
         eprintln!("deja: error: give a budget: --runs N or --budget 10m");
         return 2;
     }
-    let target = match target(&args) {
-        Ok(t) => t,
-        Err((code, m)) => {
-            eprintln!("deja: error: {m}");
-            return code;
-        }
-    };
     let strategy = if args.strategy == "random" { Strategy::Random } else { Strategy::Coverage };
+    let cluster = args.program.extension().is_some_and(|e| e == "toml");
+    if cluster && (!args.files.is_empty() || !args.env.is_empty() || !args.args.is_empty()) {
+        eprintln!("deja: error: --file, --env and program arguments do not apply to a cluster file");
+        return 2;
+    }
+    let cluster_target = if cluster {
+        if !args.program.exists() {
+            eprintln!("deja: error: cannot read cluster file {}", args.program.display());
+            return exit::NOT_FOUND;
+        }
+        match deja_explore::ClusterTarget::load(&args.program) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!("deja: error: {e}");
+                return 2;
+            }
+        }
+    } else {
+        None
+    };
+    let target = match &cluster_target {
+        Some(_) => None,
+        None => match target(&args) {
+            Ok(t) => Some(t),
+            Err((code, m)) => {
+                eprintln!("deja: error: {m}");
+                return code;
+            }
+        },
+    };
+    let run_campaign = |cfg: &CampaignConfig, show: &mut dyn FnMut(&deja_explore::Progress)| match (&cluster_target, &target) {
+        (Some(c), _) => deja_explore::explore_cluster(c, cfg, show),
+        (None, Some(t)) => deja_explore::explore(t, cfg, show),
+        (None, None) => Err(deja_explore::ExploreError::Invalid("nothing to explore".into())),
+    };
     let bar =
         if args.quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(args.runs.unwrap_or(0)) };
     bar.set_style(
@@ -133,7 +161,7 @@ pub fn main(args: ExploreArgs) -> i32 {
         bar.set_position(p.round);
         bar.set_message(format!("edges {} + {} semantic | corpus {} | bugs {}", p.edges, p.semantic, p.corpus, p.bugs));
     };
-    let result = deja_explore::explore(&target, &config(&args, strategy, args.out.clone()), &mut show);
+    let result = run_campaign(&config(&args, strategy, args.out.clone()), &mut show);
     bar.finish_and_clear();
     let mut campaign = match result {
         Ok(c) => c,
@@ -149,7 +177,7 @@ pub fn main(args: ExploreArgs) -> i32 {
         let mut base_args = config(&args, Strategy::Random, args.out.join("baseline"));
         base_args.runs = Some(campaign.rounds);
         base_args.budget = None;
-        match deja_explore::explore(&target, &base_args, &mut |_| {}) {
+        match run_campaign(&base_args, &mut |_| {}) {
             Ok(b) => campaign.baseline = Some(Box::new(b)),
             Err(e) => eprintln!("deja: the random baseline failed: {e}"),
         }
@@ -159,16 +187,28 @@ pub fn main(args: ExploreArgs) -> i32 {
         return exit::DEJA_FAILED;
     }
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(
-        err,
-        "deja: explored {} rounds ({} strategy): {} of {} edges, corpus {}, {} bug(s)",
-        campaign.rounds,
-        campaign.strategy,
-        campaign.edges_hit,
-        campaign.edges_total,
-        campaign.corpus_size,
-        campaign.bugs.len()
-    );
+    if cluster {
+        let _ = writeln!(
+            err,
+            "deja: explored {} cluster rounds ({} strategy): {} behaviours seen, corpus {}, {} bug(s)",
+            campaign.rounds,
+            campaign.strategy,
+            campaign.edges_hit,
+            campaign.corpus_size,
+            campaign.bugs.len()
+        );
+    } else {
+        let _ = writeln!(
+            err,
+            "deja: explored {} rounds ({} strategy): {} of {} edges, corpus {}, {} bug(s)",
+            campaign.rounds,
+            campaign.strategy,
+            campaign.edges_hit,
+            campaign.edges_total,
+            campaign.corpus_size,
+            campaign.bugs.len()
+        );
+    }
     for b in &campaign.bugs {
         let _ = writeln!(err, "deja:   bug {} (round {}): {}", b.id, b.first_round, b.signature);
         let _ = writeln!(err, "deja:     reproduce: {}", b.reproduce);
@@ -198,7 +238,7 @@ pub struct ReplayArgs {
     /// Print the last syscalls of the failing run.
     #[arg(long)]
     pub trace: bool,
-    /// The program, if it is no longer where the bug file says.
+    /// The program (or the cluster file), if it is no longer where the bug file says.
     #[arg(long, value_name = "PATH")]
     pub program: Option<PathBuf>,
     /// Declared input files again, as `deja explore` was given them.
@@ -219,6 +259,9 @@ fn load_bug(bug: &Path, program: Option<&Path>, files: &[String]) -> Result<(Bug
 /// `deja replay`: exit 1 when the failure reproduced (same signature and digest), 0 when it did
 /// not, 2 when the evidence is incomplete (missing or different program, damaged bug file).
 pub fn replay(args: ReplayArgs) -> i32 {
+    if is_cluster_bug(&args.bug) {
+        return replay_cluster(&args);
+    }
     let (bug, mut t) = match load_bug(&args.bug, args.program.as_deref(), &args.files) {
         Ok(x) => x,
         Err((_, m)) => {
@@ -298,6 +341,9 @@ pub struct MinimizeArgs {
 /// `deja minimize`: 0 when a verified minimized bug file was written, 2 when the bug did not
 /// reproduce or could not be loaded.
 pub fn minimize(args: MinimizeArgs) -> i32 {
+    if is_cluster_bug(&args.bug) {
+        return minimize_cluster(&args);
+    }
     let (bug, t) = match load_bug(&args.bug, args.program.as_deref(), &args.files) {
         Ok(x) => x,
         Err((_, m)) => {
@@ -320,6 +366,109 @@ pub fn minimize(args: MinimizeArgs) -> i32 {
                 bug.input.size(),
                 if m.bug.removed.is_empty() { "nothing".to_string() } else { m.bug.removed.join(", ") }
             );
+            eprintln!("deja: verified by replay; written to {} (reproduce: {})", out.display(), m.bug.reproduce);
+            0
+        }
+        Err(e) => {
+            eprintln!("deja: cannot minimize: {e}");
+            2
+        }
+    }
+}
+
+/// True if `path` holds a cluster bug file (its `schema` says so).
+fn is_cluster_bug(path: &Path) -> bool {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .is_some_and(|v| v["schema"] == deja_explore::cluster::CLUSTER_BUG_SCHEMA)
+}
+
+fn load_cluster_bug(args_bug: &Path, cluster: Option<&Path>) -> Result<(deja_explore::ClusterBug, deja_explore::ClusterTarget), String> {
+    let bug = deja_explore::ClusterBug::read(args_bug).map_err(|e| e.to_string())?;
+    let target = bug.target(cluster).map_err(|e| e.to_string())?;
+    Ok((bug, target))
+}
+
+/// `deja replay` of a cluster bug: 1 reproduced, 0 not, 2 evidence incomplete.
+fn replay_cluster(args: &ReplayArgs) -> i32 {
+    let (bug, target) = match load_cluster_bug(&args.bug, args.program.as_deref()) {
+        Ok(x) => x,
+        Err(m) => {
+            eprintln!("deja: cannot replay: {m}");
+            return 2;
+        }
+    };
+    let mut prefix = crate::cluster::Prefixer::default();
+    let out = match deja_explore::cluster::run_cluster_input(&target, &bug.input, &mut |n, s, b| prefix.write(n, s, b)) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("deja: replay failed to run: {e}");
+            return 2;
+        }
+    };
+    prefix.flush();
+    if args.trace {
+        eprintln!("deja: the faults leading up to it:");
+        for f in &out.report.faults {
+            eprintln!("deja:   {:>10.3} ms  {} {}", f.time_ns as f64 / 1e6, f.kind, f.detail);
+        }
+        for n in &out.report.nodes {
+            let lines: Vec<&str> = n.stdout.lines().collect();
+            eprintln!("deja: {}: last {} of {} output lines:", n.name, lines.len().min(8), lines.len());
+            for l in lines.iter().skip(lines.len().saturating_sub(8)) {
+                eprintln!("deja:   {l}");
+            }
+        }
+    }
+    let same = out.report.digest == bug.digest;
+    match &out.failure {
+        Some(sig) if *sig == bug.signature && same => {
+            eprintln!("deja: reproduced bug {}: {sig} (digest {})", bug.id, out.report.digest);
+            1
+        }
+        Some(sig) if *sig == bug.signature => {
+            eprintln!("deja: the failure reproduced but the run differs (digest {} instead of {})", out.report.digest, bug.digest);
+            1
+        }
+        Some(sig) => {
+            eprintln!("deja: not reproduced: the cluster failed differently: {sig}");
+            0
+        }
+        None => {
+            eprintln!("deja: not reproduced: the cluster held (digest {})", out.report.digest);
+            0
+        }
+    }
+}
+
+/// `deja minimize` of a cluster bug: 0 written and verified, 2 not minimized.
+fn minimize_cluster(args: &MinimizeArgs) -> i32 {
+    let (bug, target) = match load_cluster_bug(&args.bug, args.program.as_deref()) {
+        Ok(x) => x,
+        Err(m) => {
+            eprintln!("deja: cannot minimize: {m}");
+            return 2;
+        }
+    };
+    let out = args.out.clone().unwrap_or_else(|| args.bug.with_extension("min.json"));
+    match deja_explore::minimize_cluster(&bug, &target, &out.display().to_string()) {
+        Ok(m) => {
+            if let Err(e) = m.bug.write(&out) {
+                eprintln!("deja: error: {e}");
+                return exit::DEJA_FAILED;
+            }
+            let kept = m.bug.input.schedule.as_deref().unwrap_or_default();
+            eprintln!(
+                "deja: minimized cluster bug {} in {} runs: {} fault(s) kept, {} removed",
+                bug.id,
+                m.tests,
+                kept.len(),
+                m.bug.removed.len()
+            );
+            for f in kept {
+                eprintln!("deja:   kept: {}", deja_explore::cluster::describe_fault(f));
+            }
             eprintln!("deja: verified by replay; written to {} (reproduce: {})", out.display(), m.bug.reproduce);
             0
         }

@@ -44,7 +44,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Why a cluster file was refused.
 #[derive(Debug, thiserror::Error)]
@@ -208,7 +208,7 @@ fn default_fault_for() -> [u64; 2] {
 }
 
 /// One scripted fault.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduledFault {
     /// When, in virtual ms.
@@ -216,16 +216,16 @@ pub struct ScheduledFault {
     /// What.
     pub action: Action,
     /// `partition`: the sides (nodes not named form one more side).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<Vec<String>>,
     /// `partition-one-way`: traffic from these nodes...
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub from: Vec<String>,
     /// ...to these nodes is cut.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub to: Vec<String>,
     /// `kill`, `restart`, `pause`, `resume`, `clock-jump`, `clock-skew`: the node.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
     /// `clock-jump`, `clock-skew`: by how much (ms; a skew may be negative).
     #[serde(default)]
@@ -233,7 +233,7 @@ pub struct ScheduledFault {
 }
 
 /// A scripted fault's action.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Action {
     /// Cut the network between groups (both directions).

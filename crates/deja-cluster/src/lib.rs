@@ -41,7 +41,7 @@ impl ClusterError {
 }
 
 /// One entry of the cluster's fault ledger.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct FaultEvent {
     /// Virtual time, ns.
     pub time_ns: u64,
@@ -51,11 +51,15 @@ pub struct FaultEvent {
     pub kind: String,
     /// Which nodes or packets.
     pub detail: String,
+    /// The same fault as a scripted one (partitions, heals, kills, restarts, pauses, resumes,
+    /// clock faults), at its time in ms: what a minimized schedule is made of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scripted: Option<config::ScheduledFault>,
 }
 
 impl FaultEvent {
     pub(crate) fn new(time_ns: u64, kind: &str, detail: String) -> Self {
-        FaultEvent { time_ns, kind: kind.to_string(), detail }
+        FaultEvent { time_ns, kind: kind.to_string(), detail, scripted: None }
     }
 }
 

@@ -456,6 +456,22 @@ impl Sim<'_> {
         self.ledger.push(FaultEvent::new(self.now, kind, detail));
     }
 
+    /// Records a fault that a schedule can state: `action` on `node`, or with `groups`, or
+    /// `from`/`to`, or by `ms`.
+    fn note_scripted(&mut self, kind: &str, detail: String, f: ScheduledFault) {
+        let mut e = FaultEvent::new(self.now, kind, detail);
+        e.scripted = Some(ScheduledFault { at_ms: self.now / 1_000_000, ..f });
+        self.ledger.push(e);
+    }
+
+    fn scripted_fault(&self, action: Action) -> ScheduledFault {
+        ScheduledFault { at_ms: 0, action, groups: Vec::new(), from: Vec::new(), to: Vec::new(), node: None, ms: 0 }
+    }
+
+    fn name_list(&self, idx: &[usize]) -> Vec<String> {
+        idx.iter().map(|&i| self.nodes[i].cfg.name.clone()).collect()
+    }
+
     fn handle(&mut self, e: Event) -> Result<(), ClusterError> {
         match e {
             Event::Deliver(d) => self.deliver(*d)?,
@@ -502,14 +518,23 @@ impl Sim<'_> {
             groups.push(rest);
         }
         let desc: Vec<String> = groups.iter().map(|g| format!("[{}]", self.names(g))).collect();
-        self.note("partition", desc.join(" | "));
+        let f = ScheduledFault {
+            groups: groups.iter().map(|g| self.name_list(g)).collect(),
+            ..self.scripted_fault(Action::Partition)
+        };
+        self.note_scripted("partition", desc.join(" | "), f);
         self.net.partition(&groups);
         let t = self.now + self.net.tcp_timeout_ns();
         self.push(t, Event::TcpTimeout { epoch: self.net.epoch });
     }
 
     fn one_way(&mut self, from: Vec<usize>, to: Vec<usize>) {
-        self.note("partition-one-way", format!("[{}] -> [{}] cut", self.names(&from), self.names(&to)));
+        let f = ScheduledFault {
+            from: self.name_list(&from),
+            to: self.name_list(&to),
+            ..self.scripted_fault(Action::PartitionOneWay)
+        };
+        self.note_scripted("partition-one-way", format!("[{}] -> [{}] cut", self.names(&from), self.names(&to)), f);
         self.net.cut_one_way(&from, &to);
         let t = self.now + self.net.tcp_timeout_ns();
         self.push(t, Event::TcpTimeout { epoch: self.net.epoch });
@@ -519,7 +544,7 @@ impl Sim<'_> {
         if !self.net.partitioned() {
             return;
         }
-        self.note("heal", String::new());
+        self.note_scripted("heal", String::new(), self.scripted_fault(Action::Heal));
         for d in self.net.heal(&mut self.log, &mut self.ledger, self.now) {
             self.push(d.at, Event::Deliver(Box::new(d)));
         }
@@ -580,7 +605,8 @@ impl Sim<'_> {
         n.paused = false;
         let name = n.cfg.name.clone();
         drop(live);
-        self.note("kill", name);
+        let f = ScheduledFault { node: Some(name.clone()), ..self.scripted_fault(Action::Kill) };
+        self.note_scripted("kill", name, f);
         self.reset_peers(i, conns);
     }
 
@@ -588,7 +614,9 @@ impl Sim<'_> {
         if self.nodes[i].state != State::Down {
             return Ok(());
         }
-        self.note("restart", self.nodes[i].cfg.name.clone());
+        let name = self.nodes[i].cfg.name.clone();
+        let f = ScheduledFault { node: Some(name.clone()), ..self.scripted_fault(Action::Restart) };
+        self.note_scripted("restart", name, f);
         self.boot(i)
     }
 
@@ -597,7 +625,8 @@ impl Sim<'_> {
         if n.live.is_some() && !n.paused {
             n.paused = true;
             let name = n.cfg.name.clone();
-            self.note("pause", name);
+            let f = ScheduledFault { node: Some(name.clone()), ..self.scripted_fault(Action::Pause) };
+            self.note_scripted("pause", name, f);
         }
     }
 
@@ -615,7 +644,8 @@ impl Sim<'_> {
             }
         }
         let name = n.cfg.name.clone();
-        self.note("resume", name);
+        let f = ScheduledFault { node: Some(name.clone()), ..self.scripted_fault(Action::Resume) };
+        self.note_scripted("resume", name, f);
         Ok(())
     }
 
@@ -623,7 +653,9 @@ impl Sim<'_> {
         if let Some(live) = self.nodes[i].live.as_mut() {
             live.kernel.jump_clock(ns);
         }
-        self.note("clock-jump", format!("{} +{} ms", self.nodes[i].cfg.name, ns / 1_000_000));
+        let name = self.nodes[i].cfg.name.clone();
+        let f = ScheduledFault { node: Some(name.clone()), ms: (ns / 1_000_000) as i64, ..self.scripted_fault(Action::ClockJump) };
+        self.note_scripted("clock-jump", format!("{name} +{} ms", ns / 1_000_000), f);
     }
 
     fn scripted(&mut self, f: &ScheduledFault) -> Result<(), ClusterError> {
@@ -649,7 +681,9 @@ impl Sim<'_> {
                 if let Some(live) = self.nodes[i].live.as_mut() {
                     live.kernel.skew_clock(f.ms.saturating_mul(1_000_000));
                 }
-                self.note("clock-skew", format!("{} {} ms", self.nodes[i].cfg.name, f.ms));
+                let name = self.nodes[i].cfg.name.clone();
+                let sf = ScheduledFault { node: Some(name.clone()), ms: f.ms, ..self.scripted_fault(Action::ClockSkew) };
+                self.note_scripted("clock-skew", format!("{name} {} ms", f.ms), sf);
             }
         }
         Ok(())

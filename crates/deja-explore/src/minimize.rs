@@ -81,29 +81,16 @@ pub struct Minimized {
     pub tests: u64,
 }
 
-/// Minimizes `bug` with ddmin; every candidate is replayed from scratch and kept only if it
-/// fails with the same signature. The result is replayed once more to verify it.
-pub fn minimize(bug: &BugFile, target: &Target, new_file: &str) -> Result<Minimized, ExploreError> {
-    let mut tests = 0u64;
-    let mut fails = |els: &[Element]| -> Result<bool, ExploreError> {
-        tests += 1;
-        let out = run_fresh(target, bug.fork_at_syscall, &build(els), &mut |_, _| {})?;
-        Ok(out.failure.as_deref() == Some(bug.signature.as_str()))
-    };
-    let all = elements(&bug.input);
-    if !fails(&all)? {
-        return Err(ExploreError::Invalid(format!(
-            "bug {} does not reproduce with its own input; nothing to minimize",
-            bug.id
-        )));
-    }
-    let mut current = all.clone();
+/// Delta debugging (ddmin): a 1-minimal subset of `all` for which `fails` still holds
+/// (`fails(all)` must hold). Tries complements of ever smaller chunks.
+pub(crate) fn ddmin<T: Clone, E>(all: &[T], fails: &mut dyn FnMut(&[T]) -> Result<bool, E>) -> Result<Vec<T>, E> {
+    let mut current = all.to_vec();
     let mut n = 2usize;
     while current.len() >= 2 {
         let chunk = current.len().div_ceil(n);
         let mut reduced = false;
         for start in (0..current.len()).step_by(chunk) {
-            let complement: Vec<Element> = current
+            let complement: Vec<T> = current
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| *i < start || *i >= start + chunk)
@@ -126,6 +113,26 @@ pub fn minimize(bug: &BugFile, target: &Target, new_file: &str) -> Result<Minimi
     if current.len() == 1 && fails(&[])? {
         current.clear();
     }
+    Ok(current)
+}
+
+/// Minimizes `bug` with ddmin; every candidate is replayed from scratch and kept only if it
+/// fails with the same signature. The result is replayed once more to verify it.
+pub fn minimize(bug: &BugFile, target: &Target, new_file: &str) -> Result<Minimized, ExploreError> {
+    let mut tests = 0u64;
+    let mut fails = |els: &[Element]| -> Result<bool, ExploreError> {
+        tests += 1;
+        let out = run_fresh(target, bug.fork_at_syscall, &build(els), &mut |_, _| {})?;
+        Ok(out.failure.as_deref() == Some(bug.signature.as_str()))
+    };
+    let all = elements(&bug.input);
+    if !fails(&all)? {
+        return Err(ExploreError::Invalid(format!(
+            "bug {} does not reproduce with its own input; nothing to minimize",
+            bug.id
+        )));
+    }
+    let current = ddmin(&all, &mut fails)?;
     let input = build(&current);
     let out = run_fresh(target, bug.fork_at_syscall, &input, &mut |_, _| {})?;
     tests += 1;
