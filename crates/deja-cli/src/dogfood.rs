@@ -108,7 +108,8 @@ pub fn table(dir: &std::path::Path) -> Result<String, String> {
         }
     }
     // The cluster workload: every round boots the four nodes (no forks).
-    let examples = dir.parent().and_then(std::path::Path::parent).map(|r| r.join("examples/clusters")).unwrap_or_default();
+    let examples =
+        dir.parent().and_then(std::path::Path::parent).map(|r| r.join("examples/clusters")).unwrap_or_default();
     let buggy = deja_explore::ClusterTarget::load(&examples.join("register-buggy.toml")).map_err(|e| e.to_string())?;
     let split = "register (3 replicas + client), split brain";
     for strategy in [Strategy::Coverage, Strategy::Random] {
@@ -144,7 +145,8 @@ pub fn table(dir: &std::path::Path) -> Result<String, String> {
         let (mut hits, mut other) = (Vec::new(), 0);
         for seed in 1..=100u64 {
             let input = deja_explore::ClusterInput { seed, ..Default::default() };
-            let out = deja_explore::cluster::run_cluster_input(t, &input, &mut |_, _, _| {}).map_err(|e| e.to_string())?;
+            let out =
+                deja_explore::cluster::run_cluster_input(t, &input, &mut |_, _, _| {}).map_err(|e| e.to_string())?;
             match out.failure.as_deref() {
                 Some(f) if f.contains("acknowledged writes survive") => hits.push(seed),
                 Some(_) => other += 1,

@@ -48,6 +48,9 @@ pub struct ExploreArgs {
     /// No progress display.
     #[arg(long)]
     pub quiet: bool,
+    /// End the campaign at the first confirmed bug.
+    #[arg(long)]
+    pub stop_at_first_bug: bool,
     /// The static program to explore.
     pub program: PathBuf,
     /// Arguments for the program (after `--`).
@@ -104,7 +107,7 @@ fn config(args: &ExploreArgs, strategy: Strategy, out: PathBuf) -> CampaignConfi
             "random" => Mode::Random,
             _ => Mode::Both,
         },
-        stop_at_first_bug: false,
+        stop_at_first_bug: args.stop_at_first_bug,
     }
 }
 
@@ -146,11 +149,12 @@ pub fn main(args: ExploreArgs) -> i32 {
             }
         },
     };
-    let run_campaign = |cfg: &CampaignConfig, show: &mut dyn FnMut(&deja_explore::Progress)| match (&cluster_target, &target) {
-        (Some(c), _) => deja_explore::explore_cluster(c, cfg, show),
-        (None, Some(t)) => deja_explore::explore(t, cfg, show),
-        (None, None) => Err(deja_explore::ExploreError::Invalid("nothing to explore".into())),
-    };
+    let run_campaign =
+        |cfg: &CampaignConfig, show: &mut dyn FnMut(&deja_explore::Progress)| match (&cluster_target, &target) {
+            (Some(c), _) => deja_explore::explore_cluster(c, cfg, show),
+            (None, Some(t)) => deja_explore::explore(t, cfg, show),
+            (None, None) => Err(deja_explore::ExploreError::Invalid("nothing to explore".into())),
+        };
     let bar =
         if args.quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(args.runs.unwrap_or(0)) };
     bar.set_style(
@@ -384,7 +388,10 @@ fn is_cluster_bug(path: &Path) -> bool {
         .is_some_and(|v| v["schema"] == deja_explore::cluster::CLUSTER_BUG_SCHEMA)
 }
 
-fn load_cluster_bug(args_bug: &Path, cluster: Option<&Path>) -> Result<(deja_explore::ClusterBug, deja_explore::ClusterTarget), String> {
+fn load_cluster_bug(
+    args_bug: &Path,
+    cluster: Option<&Path>,
+) -> Result<(deja_explore::ClusterBug, deja_explore::ClusterTarget), String> {
     let bug = deja_explore::ClusterBug::read(args_bug).map_err(|e| e.to_string())?;
     let target = bug.target(cluster).map_err(|e| e.to_string())?;
     Ok((bug, target))
@@ -400,7 +407,8 @@ fn replay_cluster(args: &ReplayArgs) -> i32 {
         }
     };
     let mut prefix = crate::cluster::Prefixer::default();
-    let out = match deja_explore::cluster::run_cluster_input(&target, &bug.input, &mut |n, s, b| prefix.write(n, s, b)) {
+    let out = match deja_explore::cluster::run_cluster_input(&target, &bug.input, &mut |n, s, b| prefix.write(n, s, b))
+    {
         Ok(o) => o,
         Err(e) => {
             eprintln!("deja: replay failed to run: {e}");
@@ -428,7 +436,10 @@ fn replay_cluster(args: &ReplayArgs) -> i32 {
             1
         }
         Some(sig) if *sig == bug.signature => {
-            eprintln!("deja: the failure reproduced but the run differs (digest {} instead of {})", out.report.digest, bug.digest);
+            eprintln!(
+                "deja: the failure reproduced but the run differs (digest {} instead of {})",
+                out.report.digest, bug.digest
+            );
             1
         }
         Some(sig) => {

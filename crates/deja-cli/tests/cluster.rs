@@ -296,3 +296,154 @@ fn the_monitor_opens_no_host_sockets() {
         }
     }
 }
+
+fn out_dir(name: &str) -> PathBuf {
+    let d = root().join("target/test-cluster-explore").join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn explore_cluster(out: &std::path::Path, file: &str, flags: &[&str]) -> std::process::Output {
+    let mut args = vec!["explore", "--quiet", "--out", out.to_str().unwrap()];
+    args.extend_from_slice(flags);
+    args.push(file);
+    deja(&args)
+}
+
+fn bug_file(out: &std::path::Path) -> PathBuf {
+    std::fs::read_dir(out)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            n.starts_with("bug-") && !n.ends_with(".min.json")
+        })
+        .expect("a bug file")
+}
+
+#[test]
+fn explore_finds_replays_and_minimizes_split_brain() {
+    let out = out_dir("split-brain");
+    let o = explore_cluster(
+        &out,
+        &example("register-buggy.toml"),
+        &["--runs", "60", "--stop-at-first-bug", "--mode", "faults", "--seed", "1"],
+    );
+    assert_eq!(o.status.code(), Some(1), "a bug was found: {}", stderr(&o));
+    assert!(stderr(&o).contains("assertion failed on client: acknowledged writes survive"), "{}", stderr(&o));
+    let bug = bug_file(&out);
+    let b: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&bug).unwrap()).unwrap();
+    assert_eq!(b["schema"], "deja.cluster-bug/1");
+    assert!(b["binaries"]["r1"].as_str().unwrap().len() == 64 && b["digest"].as_str().unwrap().len() == 64);
+    assert!(b["faults"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["kind"] == "partition" || f["kind"] == "partition-one-way"));
+    for report in ["report.txt", "report.json", "report.html"] {
+        assert!(out.join(report).exists(), "{report}");
+    }
+
+    let r = deja(&["replay", "--trace", bug.to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(1), "reproduced: {}", stderr(&r));
+    assert!(stderr(&r).contains(&format!("digest {}", b["digest"].as_str().unwrap())), "{}", stderr(&r));
+    assert!(stderr(&r).contains("the faults leading up to it"), "{}", stderr(&r));
+
+    let m = deja(&["minimize", bug.to_str().unwrap()]);
+    assert_eq!(m.status.code(), Some(0), "{}", stderr(&m));
+    let min = bug.with_extension("min.json");
+    let mb: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&min).unwrap()).unwrap();
+    let kept = mb["input"]["schedule"].as_array().unwrap().len();
+    let all = b["faults"].as_array().unwrap().iter().filter(|f| f["scripted"].is_object()).count();
+    assert!(kept >= 1 && kept <= all, "kept {kept} of {all} faults");
+    assert_eq!(mb["signature"], b["signature"]);
+    let again = deja(&["replay", min.to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(1), "the minimized schedule still fails: {}", stderr(&again));
+
+    // Replay refuses a cluster whose binaries changed.
+    let text = std::fs::read_to_string(&bug).unwrap().replace(b["binaries"]["r1"].as_str().unwrap(), &"0".repeat(64));
+    let tampered = out.join("tampered.json");
+    std::fs::write(&tampered, text).unwrap();
+    let t = deja(&["replay", tampered.to_str().unwrap()]);
+    assert_eq!(t.status.code(), Some(2), "{}", stderr(&t));
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn exploring_the_fixed_register_finds_nothing() {
+    let out = out_dir("fixed");
+    let o =
+        explore_cluster(&out, &example("register-fixed.toml"), &["--runs", "25", "--mode", "faults", "--seed", "1"]);
+    assert_eq!(o.status.code(), Some(0), "no bug in the fixed variant: {}", stderr(&o));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let r = &r["campaign"];
+    assert_eq!(r["rounds"], 25);
+    assert!(r["corpus_size"].as_u64().unwrap() >= 1);
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn a_killed_cluster_campaign_resumes_without_losing_anything() {
+    let whole = out_dir("kill-whole");
+    let killed = out_dir("kill-killed");
+    let file = example("register-buggy.toml");
+    let flags = ["--runs", "45", "--mode", "both", "--seed", "2"];
+    let w = explore_cluster(&whole, &file, &flags);
+    assert!(matches!(w.status.code(), Some(0 | 1)), "{}", stderr(&w));
+    let mut child = std::process::Command::new(deja_bin())
+        .args(["explore", "--quiet", "--out", killed.to_str().unwrap()])
+        .args(flags)
+        .arg(&file)
+        .spawn()
+        .unwrap();
+    // SIGKILL once a checkpoint exists past round 10.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let round = std::fs::read_to_string(killed.join("checkpoint.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["round"].as_u64())
+            .unwrap_or(0);
+        if round >= 10 || std::time::Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "killed before it finished: {status:?}");
+    let mut resume = flags.to_vec();
+    resume.push("--resume");
+    let k = explore_cluster(&killed, &file, &resume);
+    assert_eq!(k.status.code(), w.status.code(), "{}", stderr(&k));
+    let read = |d: &std::path::Path| -> serde_json::Value {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join("report.json")).unwrap()).unwrap();
+        v["campaign"].clone()
+    };
+    let (a, b) = (read(&whole), read(&killed));
+    assert_eq!(a["rounds"], 45);
+    assert!(a["timeline"].as_array().is_some_and(|t| t.len() == 45), "{a}");
+    assert_eq!(a["rounds"], b["rounds"]);
+    assert_eq!(a["corpus_size"], b["corpus_size"], "no corpus entry lost");
+    assert_eq!(a["timeline"], b["timeline"]);
+    let bugs = |r: &serde_json::Value| -> Vec<(String, u64, String)> {
+        r["bugs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                (
+                    b["id"].as_str().unwrap().into(),
+                    b["first_round"].as_u64().unwrap(),
+                    b["signature"].as_str().unwrap().into(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(bugs(&a), bugs(&b), "no bug lost");
+    std::fs::remove_dir_all(&whole).ok();
+    std::fs::remove_dir_all(&killed).ok();
+}

@@ -654,7 +654,11 @@ impl Sim<'_> {
             live.kernel.jump_clock(ns);
         }
         let name = self.nodes[i].cfg.name.clone();
-        let f = ScheduledFault { node: Some(name.clone()), ms: (ns / 1_000_000) as i64, ..self.scripted_fault(Action::ClockJump) };
+        let f = ScheduledFault {
+            node: Some(name.clone()),
+            ms: (ns / 1_000_000) as i64,
+            ..self.scripted_fault(Action::ClockJump)
+        };
         self.note_scripted("clock-jump", format!("{name} +{} ms", ns / 1_000_000), f);
     }
 
@@ -682,7 +686,8 @@ impl Sim<'_> {
                     live.kernel.skew_clock(f.ms.saturating_mul(1_000_000));
                 }
                 let name = self.nodes[i].cfg.name.clone();
-                let sf = ScheduledFault { node: Some(name.clone()), ms: f.ms, ..self.scripted_fault(Action::ClockSkew) };
+                let sf =
+                    ScheduledFault { node: Some(name.clone()), ms: f.ms, ..self.scripted_fault(Action::ClockSkew) };
                 self.note_scripted("clock-skew", format!("{name} {} ms", f.ms), sf);
             }
         }

@@ -47,8 +47,13 @@ impl ClusterTarget {
     /// Loads a cluster file.
     pub fn load(path: &Path) -> Result<ClusterTarget, ExploreError> {
         let cfg = ClusterConfig::load(path).map_err(|e| ExploreError::Invalid(e.to_string()))?;
-        let text = std::fs::read(path).map_err(|e| ExploreError::File { path: path.display().to_string(), message: e.to_string() })?;
-        Ok(ClusterTarget { cfg, path: path.display().to_string(), file_blake3: blake3::hash(&text).to_hex().to_string() })
+        let text = std::fs::read(path)
+            .map_err(|e| ExploreError::File { path: path.display().to_string(), message: e.to_string() })?;
+        Ok(ClusterTarget {
+            cfg,
+            path: path.display().to_string(),
+            file_blake3: blake3::hash(&text).to_hex().to_string(),
+        })
     }
 }
 
@@ -277,6 +282,9 @@ struct Entry {
     input: ClusterInput,
     new_features: u64,
     picks: u64,
+    /// The behaviours its run showed.
+    #[serde(default)]
+    features: Vec<u64>,
     /// (point, options) of each decision of its run.
     decisions: Vec<(String, u64)>,
     found_round: u64,
@@ -292,6 +300,9 @@ struct State {
     round: u64,
     rng: ChaCha20Rng,
     features: BTreeSet<u64>,
+    /// In how many rounds each behaviour showed.
+    #[serde(default)]
+    hits: BTreeMap<u64, u64>,
     corpus: Vec<Entry>,
     bugs: Vec<report::BugSummary>,
     signatures: BTreeSet<String>,
@@ -322,22 +333,36 @@ fn eligible(point: &str, mode: Mode) -> bool {
     }
 }
 
+/// Decisions that choose *which* fault (its sides, direction or target) rather than when.
+fn is_structural(p: &str) -> bool {
+    p.ends_with("sides") || p.ends_with("one way") || p.ends_with("direction") || p.ends_with("target")
+}
+
+/// Overrides one decision of the parent's run (two, one time in four). Half of the picks go to
+/// the decisions that choose which fault happens, when there are any: a different partition
+/// keeps the parent's timing, a different gap shifts every later fault.
 fn mutate(rng: &mut ChaCha20Rng, parent: &Entry, mode: Mode) -> ClusterInput {
     let mut input = parent.input.clone();
-    let candidates: Vec<(usize, u64)> = parent
+    let candidates: Vec<(usize, u64, bool)> = parent
         .decisions
         .iter()
         .enumerate()
         .filter(|(_, (p, o))| *o > 1 && eligible(p, mode))
-        .map(|(i, (_, o))| (i, *o))
+        .map(|(i, (p, o))| (i, *o, is_structural(p)))
         .collect();
     if candidates.is_empty() {
         input.seed = rng.next_u64();
         input.overrides.clear();
         return input;
     }
-    for _ in 0..1 + rng.next_u64() % 3 {
-        let (i, options) = candidates[(rng.next_u64() % candidates.len() as u64) as usize];
+    let structural: Vec<&(usize, u64, bool)> = candidates.iter().filter(|c| c.2).collect();
+    let n = if rng.next_u64() % 4 == 0 { 2 } else { 1 };
+    for _ in 0..n {
+        let &(i, options, _) = if !structural.is_empty() && rng.next_u64() % 2 == 0 {
+            structural[(rng.next_u64() % structural.len() as u64) as usize]
+        } else {
+            &candidates[(rng.next_u64() % candidates.len() as u64) as usize]
+        };
         input.overrides.insert(i as u64, rng.next_u64() % options);
     }
     input
@@ -349,6 +374,7 @@ fn learn(state: &mut State, out: &ClusterOutcome) -> u64 {
         if state.features.insert(*f) {
             new += 1;
         }
+        *state.hits.entry(*f).or_default() += 1;
     }
     for n in &out.report.nodes {
         for l in &n.lives {
@@ -380,8 +406,17 @@ fn learn(state: &mut State, out: &ClusterOutcome) -> u64 {
     new
 }
 
+/// Picks a corpus entry: its energy is the rarity of the behaviours its run showed (a behaviour
+/// seen in `h` rounds counts `1000 / h`), lowered by how often it was picked already.
 fn pick(state: &mut State) -> usize {
-    let weights: Vec<u64> = state.corpus.iter().map(|e| 1 + 8 * e.new_features / (1 + e.picks)).collect();
+    let weights: Vec<u64> = state
+        .corpus
+        .iter()
+        .map(|e| {
+            let rarity: u64 = e.features.iter().map(|f| 1000 / state.hits.get(f).copied().unwrap_or(1).max(1)).sum();
+            1 + (rarity + 100 * e.new_features) / (1 + e.picks)
+        })
+        .collect();
     let total: u64 = weights.iter().sum();
     let mut x = state.rng.next_u64() % total.max(1);
     for (i, w) in weights.iter().enumerate() {
@@ -410,8 +445,9 @@ pub fn explore_cluster(
             )));
         }
         let text = std::fs::read_to_string(&checkpoint).map_err(|e| io_err(&checkpoint, e))?;
-        let s: State = serde_json::from_str(&text)
-            .map_err(|e| ExploreError::Invalid(format!("{}: damaged or foreign checkpoint: {e}", checkpoint.display())))?;
+        let s: State = serde_json::from_str(&text).map_err(|e| {
+            ExploreError::Invalid(format!("{}: damaged or foreign checkpoint: {e}", checkpoint.display()))
+        })?;
         if s.cluster_blake3 != target.file_blake3 || s.strategy != cfg.strategy || s.mode != cfg.mode {
             return Err(ExploreError::Invalid(format!(
                 "{} belongs to another cluster file, strategy or mode; it cannot be resumed with these",
@@ -429,6 +465,7 @@ pub fn explore_cluster(
             round: 0,
             rng: ChaCha20Rng::seed_from_u64(cfg.seed),
             features: BTreeSet::new(),
+            hits: BTreeMap::new(),
             corpus: Vec::new(),
             bugs: Vec::new(),
             signatures: BTreeSet::new(),
@@ -450,6 +487,10 @@ pub fn explore_cluster(
         let input = match cfg.strategy {
             Strategy::Random => ClusterInput { seed: state.rng.next_u64(), ..Default::default() },
             Strategy::Coverage if state.corpus.is_empty() => ClusterInput { seed: cfg.seed, ..Default::default() },
+            // Every third round explores a fresh seed; the others mutate the corpus.
+            Strategy::Coverage if state.rng.next_u64() % 3 == 0 => {
+                ClusterInput { seed: state.rng.next_u64(), ..Default::default() }
+            }
             Strategy::Coverage => {
                 let i = pick(&mut state);
                 state.corpus[i].picks += 1;
@@ -465,6 +506,7 @@ pub fn explore_cluster(
                 input: input.clone(),
                 new_features: new,
                 picks: 0,
+                features: out.features.iter().copied().collect(),
                 decisions: out.report.decisions.iter().map(|d| (d.point.clone(), d.options)).collect(),
                 found_round: round,
             };
@@ -563,7 +605,11 @@ fn describe(f: &ScheduledFault) -> String {
 /// Minimizes a cluster bug: its failing run's faults become a schedule (the file's random
 /// faults and the overrides are dropped), which ddmin cuts down to a smallest subset that still
 /// fails with the same signature. The result is replayed once more to verify it.
-pub fn minimize_cluster(bug: &ClusterBug, target: &ClusterTarget, new_file: &str) -> Result<MinimizedCluster, ExploreError> {
+pub fn minimize_cluster(
+    bug: &ClusterBug,
+    target: &ClusterTarget,
+    new_file: &str,
+) -> Result<MinimizedCluster, ExploreError> {
     let all: Vec<ScheduledFault> = match &bug.input.schedule {
         Some(s) => s.clone(),
         None => bug.faults.iter().filter_map(|f| f.scripted.clone()).collect(),
@@ -609,7 +655,10 @@ mod tests {
     #[test]
     fn numbers_are_masked() {
         assert_eq!(template("became leader term 12"), "became leader term #");
-        assert_eq!(template("discarded [12, 13, 14] adopting log of 10.0.0.2:7000 term 5"), "discarded [#] adopting log of # term #");
+        assert_eq!(
+            template("discarded [12, 13, 14] adopting log of 10.0.0.2:7000 term 5"),
+            "discarded [#] adopting log of # term #"
+        );
         assert_eq!(template("no numbers"), "no numbers");
         assert_eq!(template("acked 5 term 2"), "acked # term #");
     }

@@ -25,8 +25,8 @@ pub mod cluster;
 pub mod input;
 pub mod minimize;
 
-pub use cluster::{explore_cluster, minimize_cluster, ClusterBug, ClusterInput, ClusterTarget};
 pub use campaign::{explore, write_reports, Campaign, CampaignConfig, Mode, Progress, Strategy};
+pub use cluster::{explore_cluster, minimize_cluster, ClusterBug, ClusterInput, ClusterTarget};
 pub use input::{BugFile, Input, Outcome, Target};
 pub use minimize::minimize;
 
