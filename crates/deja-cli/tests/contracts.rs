@@ -126,3 +126,22 @@ fn assertion_reports_and_coverage_match_their_schemas() {
     check(&assertion, &v["assertions"][0], "$", &mut errors);
     assert_eq!(errors.len(), 1, "{errors:?}");
 }
+
+#[test]
+fn cluster_reports_match_their_schema() {
+    let s = schema("cluster-report.schema.json");
+    guests();
+    let mut errors = Vec::new();
+    for file in ["echo.toml", "restart.toml", "register-buggy.toml"] {
+        let path = root().join("examples/clusters").join(file);
+        let (_, r) = run_json(&["--seed", "4", &path.to_string_lossy()]);
+        check(&s, &r, file, &mut errors);
+    }
+    assert!(errors.is_empty(), "{errors:#?}");
+    let (_, mut r) = run_json(&[&root().join("examples/clusters/echo.toml").to_string_lossy()]);
+    r["outcome"]["kind"] = Value::String("finished".into());
+    r.as_object_mut().unwrap().remove("digest");
+    let mut errors = Vec::new();
+    check(&s, &r, "$", &mut errors);
+    assert_eq!(errors.len(), 2, "{errors:#?}");
+}

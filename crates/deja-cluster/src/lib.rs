@@ -120,6 +120,8 @@ impl NodeReport {
 /// The result of a cluster run.
 #[derive(Debug, Clone, Serialize)]
 pub struct ClusterReport {
+    /// `deja.cluster-report/1` (see `contracts/cluster-report.schema.json`).
+    pub schema: String,
     /// How it ended.
     pub outcome: Outcome,
     /// The seed.

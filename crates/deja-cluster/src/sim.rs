@@ -823,6 +823,7 @@ impl Sim<'_> {
             })
             .collect();
         ClusterReport {
+            schema: "deja.cluster-report/1".into(),
             outcome,
             seed: self.cfg.seed,
             virtual_time_ns: end,
