@@ -158,6 +158,33 @@ fn demo() -> Result<(), String> {
     }
     step("minimize the failing input with delta debugging", &["minimize", &bug])?;
     println!("\nthe report: {out}/report.html");
+
+    let clusters = root.join("examples/clusters");
+    let cluster = |name: &str| clusters.join(name).to_string_lossy().into_owned();
+    step(
+        "a cluster: an echo server and a client in two VMs on the simulated network",
+        &["run", "--no-probe", &cluster("echo.toml")],
+    )?;
+    let cout = root.join("target/demo-cluster-explore");
+    let _ = std::fs::remove_dir_all(&cout);
+    let cout = cout.to_string_lossy().into_owned();
+    let register = cluster("register-buggy.toml");
+    println!("\n$ deja explore --runs 60 --stop-at-first-bug --mode faults --out {cout} {register}");
+    println!("# explore partitions of a 3-replica register whose leaders may both accept writes (split brain)");
+    let s = Command::new(&deja)
+        .args(["explore", "--runs", "60", "--stop-at-first-bug", "--mode", "faults", "--out", &cout, &register])
+        .status()
+        .map_err(|e| e.to_string())?;
+    if s.code() != Some(1) {
+        return Err(format!("deja explore should have found the split brain (exit 1), got {s}"));
+    }
+    let bug = std::fs::read_dir(&cout)
+        .map_err(|e| e.to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("bug-")))
+        .ok_or("no cluster bug file written")?;
+    let bug = bug.to_string_lossy().into_owned();
+    step("cut the failure's faults down to the few that cause it", &["minimize", &bug])?;
     Ok(())
 }
 

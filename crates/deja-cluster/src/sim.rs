@@ -368,8 +368,8 @@ impl Sim<'_> {
         let ns = live.vm.stats.host_run_ns - before.1;
         n.exits += runs;
         n.host_run_ns += ns;
-        if runs > 0 {
-            n.min_exit_ns = n.min_exit_ns.min(ns / runs);
+        if let Some(per_exit) = ns.checked_div(runs) {
+            n.min_exit_ns = n.min_exit_ns.min(per_exit);
         }
         let sent_at = live.kernel.virtual_time_ns();
         let packets = live.kernel.take_packets();

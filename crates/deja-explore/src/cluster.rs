@@ -356,9 +356,9 @@ fn mutate(rng: &mut ChaCha20Rng, parent: &Entry, mode: Mode) -> ClusterInput {
         return input;
     }
     let structural: Vec<&(usize, u64, bool)> = candidates.iter().filter(|c| c.2).collect();
-    let n = if rng.next_u64() % 4 == 0 { 2 } else { 1 };
+    let n = if rng.next_u64().is_multiple_of(4) { 2 } else { 1 };
     for _ in 0..n {
-        let &(i, options, _) = if !structural.is_empty() && rng.next_u64() % 2 == 0 {
+        let &(i, options, _) = if !structural.is_empty() && rng.next_u64().is_multiple_of(2) {
             structural[(rng.next_u64() % structural.len() as u64) as usize]
         } else {
             &candidates[(rng.next_u64() % candidates.len() as u64) as usize]
@@ -488,7 +488,7 @@ pub fn explore_cluster(
             Strategy::Random => ClusterInput { seed: state.rng.next_u64(), ..Default::default() },
             Strategy::Coverage if state.corpus.is_empty() => ClusterInput { seed: cfg.seed, ..Default::default() },
             // Every third round explores a fresh seed; the others mutate the corpus.
-            Strategy::Coverage if state.rng.next_u64() % 3 == 0 => {
+            Strategy::Coverage if state.rng.next_u64().is_multiple_of(3) => {
                 ClusterInput { seed: state.rng.next_u64(), ..Default::default() }
             }
             Strategy::Coverage => {

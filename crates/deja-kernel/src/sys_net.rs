@@ -56,6 +56,9 @@ fn duration_ns(b: &[u8; 16], nanos: bool) -> Result<u64, i32> {
     Ok((sec as u64).saturating_mul(1_000_000_000).saturating_add(sub_ns))
 }
 
+/// A `struct msghdr`'s name address, name length and iovecs.
+type MsgHdr = (u64, u64, Vec<(u64, u64)>);
+
 /// `setsockopt` answers `EDOM` for a bad timeval; this core answers `EINVAL`.
 const EDOM_OR_INVAL: i32 = EINVAL;
 
@@ -823,7 +826,7 @@ impl Kernel {
     }
 
     /// Reads a `struct msghdr`: name, namelen, iovecs.
-    fn msghdr(&self, mem: &mut dyn Memory, msg: u64) -> Result<(u64, u64, Vec<(u64, u64)>), i32> {
+    fn msghdr(&self, mem: &mut dyn Memory, msg: u64) -> Result<MsgHdr, i32> {
         let mut b = [0u8; 56];
         self.vm.copy_in(mem, msg, &mut b)?;
         let w = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
