@@ -447,3 +447,95 @@ fn a_killed_cluster_campaign_resumes_without_losing_anything() {
     std::fs::remove_dir_all(&whole).ok();
     std::fs::remove_dir_all(&killed).ok();
 }
+
+#[test]
+fn a_paused_node_misses_its_deadlines_and_catches_up() {
+    let p = temp_cluster(
+        "pause",
+        r#"
+seed = 5
+time_limit_ms = 10000
+[[faults.schedule]]
+at_ms = 50
+action = "pause"
+node = "pong"
+[[faults.schedule]]
+at_ms = 600
+action = "resume"
+node = "pong"
+[[node]]
+name = "pong"
+address = "10.0.0.1"
+binary = "GUESTS/udp-pong"
+args = ["--bind", "10.0.0.1:9000"]
+wait = false
+[[node]]
+name = "ping"
+address = "10.0.0.2"
+binary = "GUESTS/udp-ping"
+args = ["--bind", "10.0.0.2:9000", "--peer", "10.0.0.1:9000", "--count", "20", "--timeout-ms", "100", "--interval-ms", "20"]
+"#,
+    );
+    let (out, r) = cluster_json(&[&p.to_string_lossy()]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    let line = text.lines().find(|l| l.starts_with("[ping] sent 20 received")).expect("summary line");
+    let received: u32 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(received > 0 && received < 20, "pings during the pause time out, the others get through: {line}");
+    assert!(text.contains("[ping] lost"), "{text}");
+    let kinds: Vec<&str> = r["faults"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["pause", "resume"]);
+}
+
+#[test]
+fn clock_faults_move_what_one_node_reads() {
+    let p = temp_cluster(
+        "clock",
+        r#"
+seed = 6
+time_limit_ms = 5000
+[[faults.schedule]]
+at_ms = 0
+action = "clock-skew"
+node = "skewed"
+ms = -5000
+[[faults.schedule]]
+at_ms = 100
+action = "clock-jump"
+node = "jumped"
+ms = 3000
+[[node]]
+name = "skewed"
+address = "10.0.0.1"
+binary = "GUESTS/timerand"
+[[node]]
+name = "jumped"
+address = "10.0.0.2"
+binary = "GUESTS/timerand"
+[[node]]
+name = "plain"
+address = "10.0.0.3"
+binary = "GUESTS/timerand"
+"#,
+    );
+    let (out, r) = cluster_json(&[&p.to_string_lossy()]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    let wall = |node: &str| -> u64 {
+        let l = text.lines().find(|l| l.starts_with(&format!("[{node}] wall clock: "))).expect("wall clock line");
+        l.split_whitespace().nth(3).unwrap().split('.').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(wall("plain"), 1_700_000_000);
+    assert_eq!(wall("skewed"), 1_700_000_000 - 5, "the wall clock is 5 s behind");
+    // timerand sleeps 250 ms and reads the monotonic clock: the jump lands in the middle.
+    let elapsed = |node: &str| -> String {
+        text.lines()
+            .find(|l| l.starts_with(&format!("[{node}] slept; monotonic elapsed: ")))
+            .expect("elapsed")
+            .to_string()
+    };
+    assert!(elapsed("plain").ends_with("250.01ms") || elapsed("plain").contains("250."), "{}", elapsed("plain"));
+    assert!(elapsed("jumped").contains("3.25"), "the jump shows in the elapsed time: {}", elapsed("jumped"));
+    let kinds: Vec<&str> = r["faults"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["clock-skew", "clock-jump"]);
+}

@@ -84,6 +84,10 @@ impl Kernel {
         }
     }
 
+    fn obj(&self, id: u64) -> Result<&Obj, i32> {
+        self.net.objects.get(&id).ok_or(EBADF)
+    }
+
     fn obj_mut(&mut self, id: u64) -> Result<&mut Obj, i32> {
         self.net.objects.get_mut(&id).ok_or(EBADF)
     }
@@ -162,7 +166,7 @@ impl Kernel {
             return Err(EMFILE.into());
         }
         let id = self.net.add(kind);
-        let file = match &self.net.objects[&id].kind {
+        let file = match &self.obj(id)?.kind {
             ObjKind::EventFd { .. } => FileKind::EventFd(id),
             ObjKind::Epoll { .. } => FileKind::Epoll(id),
             _ => FileKind::Socket(id),
@@ -172,6 +176,9 @@ impl Kernel {
 
     pub(crate) fn sys_bind(&mut self, mem: &mut dyn Memory, fd: u64, addr: u64, len: u64) -> SysResult {
         let (id, _) = self.socket(fd)?;
+        if len < u64::from(SOCKADDR_IN) {
+            return Err(EINVAL.into());
+        }
         let (family, mut sa) = self.read_sockaddr(mem, addr, len)?;
         if family == AF_UNSPEC {
             return Err(EAFNOSUPPORT.into());
@@ -179,8 +186,8 @@ impl Kernel {
         if !self.net.is_local(sa.ip) {
             return Err(EADDRNOTAVAIL.into());
         }
-        let stream = matches!(self.net.objects[&id].kind, ObjKind::Stream(_));
-        let bound = match &self.net.objects[&id].kind {
+        let stream = matches!(self.obj(id)?.kind, ObjKind::Stream(_));
+        let bound = match &self.obj(id)?.kind {
             ObjKind::Stream(s) => s.local.is_some() || s.state != StreamState::Fresh,
             ObjKind::Dgram(d) => d.local.is_some(),
             _ => true,
@@ -219,7 +226,7 @@ impl Kernel {
     pub(crate) fn sys_listen(&mut self, fd: u64, backlog: u64) -> SysResult {
         let (id, _) = self.socket(fd)?;
         let backlog = (backlog as i32).clamp(1, 4096) as u32;
-        let local = match &self.net.objects[&id].kind {
+        let local = match &self.obj(id)?.kind {
             ObjKind::Stream(s) => match s.state {
                 StreamState::Fresh => s.local,
                 StreamState::Listening { .. } => {
@@ -252,7 +259,7 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let (id, fl) = self.socket(fd)?;
-        let timeout = self.net.objects[&id].rcvtimeo;
+        let timeout = self.obj(id)?.rcvtimeo;
         let conn = match &mut self.obj_mut(id)?.kind {
             ObjKind::Stream(StreamSock { state: StreamState::Listening { queue, .. }, .. }) => queue.pop_front(),
             ObjKind::Stream(_) => return Err(EINVAL.into()),
@@ -283,7 +290,7 @@ impl Kernel {
                 return Err(e.into());
             }
         };
-        let peer = match &self.net.objects[&conn].kind {
+        let peer = match &self.obj(conn)?.kind {
             ObjKind::Stream(s) => s.remote.unwrap_or(SockAddr::new([0; 4], 0)),
             _ => SockAddr::new([0; 4], 0),
         };
@@ -365,7 +372,7 @@ impl Kernel {
         self.net.streams.insert((local, dst), id);
         self.net.send(Packet { src: local, dst, payload: Payload::Syn });
         self.net.flush_local();
-        match &self.net.objects[&id].kind {
+        match &self.obj(id)?.kind {
             ObjKind::Stream(StreamSock { state: StreamState::Connected, .. }) => Ok(0),
             ObjKind::Stream(StreamSock { state: StreamState::Failed(e), .. }) => {
                 let e = *e;
@@ -434,7 +441,7 @@ impl Kernel {
         peer: bool,
     ) -> SysResult {
         let (id, _) = self.socket(fd)?;
-        let (local, remote, connected) = match &self.net.objects[&id].kind {
+        let (local, remote, connected) = match &self.obj(id)?.kind {
             ObjKind::Stream(s) => (s.local, s.remote, s.state == StreamState::Connected),
             ObjKind::Dgram(d) => (d.local, d.remote, d.remote.is_some()),
             _ => return Err(ENOTSOCK.into()),
@@ -515,18 +522,18 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let bytes: Vec<u8> = if level == SOL_SOCKET && (name == SO_RCVTIMEO || name == SO_SNDTIMEO) {
-            let o = &self.net.objects[&id];
+            let o = &self.obj(id)?;
             let ns = if name == SO_RCVTIMEO { o.rcvtimeo } else { o.sndtimeo };
             let mut b = (ns / 1_000_000_000).to_le_bytes().to_vec();
             b.extend_from_slice(&((ns % 1_000_000_000) / 1000).to_le_bytes());
             b
         } else if level == SOL_SOCKET && name == SO_LINGER {
-            let on = self.net.objects[&id].options.get(&(level, name)).copied().unwrap_or(0);
+            let on = self.obj(id)?.options.get(&(level, name)).copied().unwrap_or(0);
             let mut b = on.to_le_bytes().to_vec();
             b.extend_from_slice(&0i32.to_le_bytes());
             b
         } else {
-            let o = &self.net.objects[&id];
+            let o = &self.obj(id)?;
             let stream = matches!(o.kind, ObjKind::Stream(_));
             let v: i32 = match (level, name) {
                 (SOL_SOCKET, SO_ERROR) => {

@@ -14,6 +14,7 @@ use crate::*;
 mod decisions;
 mod deja_syscall;
 mod fs;
+mod net;
 mod threads;
 
 /// One segment of a test image.
