@@ -76,6 +76,17 @@ fn describe_json(path: &std::path::Path, bytes: &[u8]) -> Result<Option<serde_js
             "signature": v["signature"], "program": v["program"], "seed": v["seed"], "input": v["input"],
             "decisions": v["decisions"].as_array().map(|d| d.len()), "digest": v["digest"], "reproduce": v["reproduce"],
         }),
+        "deja.cluster-bug/1" => {
+            let b = deja_explore::ClusterBug::read(path).map_err(|e| refuse(e.to_string()))?;
+            let schedule: Option<Vec<String>> =
+                b.input.schedule.as_ref().map(|s| s.iter().map(deja_explore::cluster::describe_fault).collect());
+            serde_json::json!({
+                "signature": b.signature, "cluster": b.cluster, "seed": b.input.seed,
+                "overrides": b.input.overrides.len(), "schedule": schedule, "faults": b.faults.len(),
+                "decisions": b.decisions, "digest": b.digest, "reproduce": b.reproduce,
+            })
+        }
+        "deja.cluster-report/1" => serde_json::json!({ "outcome": v["outcome"], "digest": v["digest"], "nodes": v["nodes"].as_array().map(|n| n.len()) }),
         "deja.capsule/1" => {
             let c = deja_judge::Capsule::read(path).map_err(|e| refuse(e.to_string()))?;
             serde_json::json!({ "id": c.id, "signature": c.signature, "trigger": c.trigger, "base_blake3": c.base_blake3, "timeline": c.timeline })

@@ -359,6 +359,9 @@ fn explore_finds_replays_and_minimizes_split_brain() {
     assert_eq!(mb["signature"], b["signature"]);
     let again = deja(&["replay", min.to_str().unwrap()]);
     assert_eq!(again.status.code(), Some(1), "the minimized schedule still fails: {}", stderr(&again));
+    let shown = deja(&["inspect", min.to_str().unwrap()]);
+    assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
+    assert!(stdout(&shown).contains("deja.cluster-bug/1") && stdout(&shown).contains("schedule"), "{}", stdout(&shown));
 
     // Replay refuses a cluster whose binaries changed.
     let text = std::fs::read_to_string(&bug).unwrap().replace(b["binaries"]["r1"].as_str().unwrap(), &"0".repeat(64));
