@@ -259,8 +259,33 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
         }));
     }
 
-    // 8. The reference cluster: three register replicas and a client under random partitions.
+    // 8. The reference cluster: three register replicas and a client under random partitions;
+    // and exploring it (no forks: every round boots the four VMs).
     let cluster = cluster_figures(&dir, repeat)?;
+    if let Some(file) = dir.parent().and_then(Path::parent).map(|r| r.join("examples/clusters/register-fixed.toml")) {
+        let target = deja_explore::ClusterTarget::load(&file).map_err(|e| e.to_string())?;
+        let out = std::env::temp_dir().join(format!("deja-bench-cluster-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let rounds = 20u64;
+        let cfg = deja_explore::CampaignConfig {
+            runs: Some(rounds),
+            budget: None,
+            seed: 1,
+            out: out.clone(),
+            resume: false,
+            strategy: deja_explore::Strategy::Coverage,
+            mode: deja_explore::Mode::Faults,
+            stop_at_first_bug: false,
+        };
+        let start = Instant::now();
+        deja_explore::explore_cluster(&target, &cfg, &mut |_| {}).map_err(|e| e.to_string())?;
+        let total = start.elapsed().as_secs_f64();
+        let _ = std::fs::remove_dir_all(&out);
+        throughput.push(serde_json::json!({
+            "workload": "register (cluster)", "rounds": rounds, "rounds_per_s": rounds as f64 / total,
+            "forks_per_s": 0.0, "fork_share": 0.0,
+        }));
+    }
 
     // 9. The whole CLI on hello, as a user runs it (including the hazard probe).
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -410,6 +435,14 @@ pub fn main(args: BenchArgs) -> i32 {
                     c["sweep_ms"].as_f64().unwrap_or(0.0)
                 );
                 for t in v["explore_throughput"].as_array().into_iter().flatten() {
+                    if t["forks_per_s"].as_f64() == Some(0.0) {
+                        println!(
+                            "  explore    {:<14} {:>6.1} rounds/s (no forks: every round boots the whole cluster)",
+                            t["workload"].as_str().unwrap_or(""),
+                            t["rounds_per_s"].as_f64().unwrap_or(0.0)
+                        );
+                        continue;
+                    }
                     println!(
                         "  explore    {:<14} {:>6.1} rounds/s, {:>8.0} forks/s, {:>4.1}% of a round spent resetting the fork",
                         t["workload"].as_str().unwrap_or(""),

@@ -86,7 +86,9 @@ fn describe_json(path: &std::path::Path, bytes: &[u8]) -> Result<Option<serde_js
                 "decisions": b.decisions, "digest": b.digest, "reproduce": b.reproduce,
             })
         }
-        "deja.cluster-report/1" => serde_json::json!({ "outcome": v["outcome"], "digest": v["digest"], "nodes": v["nodes"].as_array().map(|n| n.len()) }),
+        "deja.cluster-report/1" => {
+            serde_json::json!({ "outcome": v["outcome"], "digest": v["digest"], "nodes": v["nodes"].as_array().map(|n| n.len()) })
+        }
         "deja.capsule/1" => {
             let c = deja_judge::Capsule::read(path).map_err(|e| refuse(e.to_string()))?;
             serde_json::json!({ "id": c.id, "signature": c.signature, "trigger": c.trigger, "base_blake3": c.base_blake3, "timeline": c.timeline })
