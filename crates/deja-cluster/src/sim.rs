@@ -13,7 +13,8 @@
 //!   is due. When several nodes are at the same time, the decision `run node at T` picks one.
 //!
 //! The chosen node runs until its clock passes the next other thing's time (it then stops after
-//! its current syscall), it goes idle, or it ends. Every syscall costs 1 µs of virtual time, so
+//! its current syscall), it sends packets (they are routed at once, and their deliveries are new
+//! things to wait for), it goes idle, or it ends. Every syscall costs 1 µs of virtual time, so
 //! two busy nodes alternate syscall by syscall. A node's packets leave at the node's clock
 //! when it made the send syscall; deliveries reach an idle node at their time, and a running
 //! node as soon as it stops. The run ends when every node marked `wait` has exited

@@ -681,10 +681,13 @@ impl Kernel {
         self.net.yield_at = t;
     }
 
-    /// True once virtual time reached the [`Kernel::set_yield_at`] point: the shell stops after
-    /// the syscall it just served, so the cluster driver can run other nodes.
+    /// True once virtual time reached the [`Kernel::set_yield_at`] point, or when a networked
+    /// node has packets for the network: the shell stops after the syscall it just served, so
+    /// the cluster driver can route them (their deliveries may come before the old yield point)
+    /// and run other nodes.
     pub fn yield_due(&self) -> bool {
         self.net.yield_at.is_some_and(|t| self.clock.now_ns() >= t)
+            || (self.net.address.is_some() && !self.net.outbox.is_empty())
     }
 
     /// Jumps this node's clocks forward by `ns` (a clock fault).
