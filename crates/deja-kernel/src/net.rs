@@ -13,8 +13,11 @@
 //! [`crate::Kernel::resume`]. A kernel without a network ([`crate::Kernel::attach_network`]
 //! never called) answers `ENETUNREACH` for any other address.
 //!
-//! Buffers are unbounded up to [`MAX_BUFFERED`] bytes per connection direction (a write beyond
-//! it is `EAGAIN`, or blocks). There is no urgent data, no `SO_LINGER` reset, no IPv6 and no
+//! Flow control: a sender may have at most [`WINDOW`] bytes that its peer's program has not read
+//! yet; a write beyond it is partial, `EAGAIN`, or blocks. The receiver returns credit with an
+//! `Ack` each time its program has read [`ACK_EVERY`] bytes (or emptied its buffer after reading
+//! some), so a fast writer never loses data to a slow reader. A pipe holds at most
+//! [`MAX_BUFFERED`] bytes. There is no urgent data, no `SO_LINGER` reset, no IPv6 and no
 //! UNIX sockets (`EAFNOSUPPORT`).
 //!
 //! # Readiness
@@ -29,8 +32,12 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-/// Most bytes buffered in one direction of a connection, or in a pipe.
+/// Most bytes buffered in a pipe.
 pub const MAX_BUFFERED: usize = 4 << 20;
+/// Most bytes a connection's sender may have that the receiving program has not read.
+pub const WINDOW: u64 = 4 << 20;
+/// The receiver returns credit after its program read this many bytes.
+pub const ACK_EVERY: u64 = 1 << 20;
 /// Most datagrams queued on one UDP socket; more are dropped, like a full receive buffer.
 pub const MAX_DATAGRAMS: usize = 1024;
 /// Largest UDP payload.
@@ -80,6 +87,8 @@ pub enum Payload {
     SynAck,
     /// Stream bytes.
     Data(Vec<u8>),
+    /// The receiving program read this many more bytes: credit for the sender.
+    Ack(u64),
     /// The sender will send no more.
     Fin,
     /// The connection is gone (refused, reset, peer dead, partition outlasted the timeout).
@@ -102,6 +111,7 @@ impl Payload {
             Payload::Syn => "syn",
             Payload::SynAck => "syn-ack",
             Payload::Data(_) => "data",
+            Payload::Ack(_) => "ack",
             Payload::Fin => "fin",
             Payload::Rst => "rst",
             Payload::ConnectTimeout => "connect-timeout",
@@ -153,6 +163,29 @@ pub(crate) struct StreamSock {
     pub reset: bool,
     /// Pending `SO_ERROR`.
     pub error: i32,
+    /// Bytes sent that the peer's program has not read (as far as its acks say).
+    pub inflight: u64,
+    /// Bytes the program read that were not acknowledged to the peer yet.
+    pub consumed: u64,
+}
+
+impl StreamSock {
+    /// A stream socket in `state`.
+    pub fn new(local: Option<SockAddr>, remote: Option<SockAddr>, state: StreamState) -> Self {
+        StreamSock {
+            local,
+            remote,
+            state,
+            rx: VecDeque::new(),
+            peer_fin: false,
+            shut_wr: false,
+            shut_rd: false,
+            reset: false,
+            error: 0,
+            inflight: 0,
+            consumed: 0,
+        }
+    }
 }
 
 /// A UDP socket.
@@ -340,17 +373,7 @@ impl Net {
                     self.send(Packet { src: p.dst, dst: p.src, payload: Payload::Rst });
                     return;
                 }
-                let conn = self.add(ObjKind::Stream(StreamSock {
-                    local: Some(p.dst),
-                    remote: Some(p.src),
-                    state: StreamState::Connected,
-                    rx: VecDeque::new(),
-                    peer_fin: false,
-                    shut_wr: false,
-                    shut_rd: false,
-                    reset: false,
-                    error: 0,
-                }));
+                let conn = self.add(ObjKind::Stream(StreamSock::new(Some(p.dst), Some(p.src), StreamState::Connected)));
                 self.streams.insert(key, conn);
                 if let Some(StreamSock { state: StreamState::Listening { queue, .. }, .. }) = self.stream_mut(lid) {
                     queue.push_back(conn);
@@ -372,7 +395,8 @@ impl Net {
             Payload::Data(bytes) => match self.streams.get(&key).copied() {
                 Some(id) => {
                     if let Some(s) = self.stream_mut(id) {
-                        if !s.reset && !s.shut_rd && s.rx.len() + bytes.len() <= MAX_BUFFERED {
+                        // The sender's window bounds what can arrive unread.
+                        if !s.reset && !s.shut_rd {
                             s.rx.extend(bytes);
                         }
                     }
@@ -380,6 +404,14 @@ impl Net {
                 }
                 None => self.send(Packet { src: p.dst, dst: p.src, payload: Payload::Rst }),
             },
+            Payload::Ack(n) => {
+                if let Some(id) = self.streams.get(&key).copied() {
+                    if let Some(s) = self.stream_mut(id) {
+                        s.inflight = s.inflight.saturating_sub(n);
+                    }
+                    self.touch(id);
+                }
+            }
             Payload::Fin => {
                 if let Some(id) = self.streams.get(&key).copied() {
                     if let Some(s) = self.stream_mut(id) {
@@ -516,7 +548,7 @@ impl Net {
                     } else if s.peer_fin && s.shut_wr {
                         r |= EPOLLHUP;
                     }
-                    if !s.shut_wr || s.reset {
+                    if (!s.shut_wr && s.inflight < WINDOW) || s.reset {
                         r |= EPOLLOUT;
                     }
                     r

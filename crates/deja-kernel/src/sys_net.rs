@@ -141,17 +141,7 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let kind = match (ty & 0xf, proto) {
-            (SOCK_STREAM, 0 | 6) => ObjKind::Stream(StreamSock {
-                local: None,
-                remote: None,
-                state: StreamState::Fresh,
-                rx: VecDeque::new(),
-                peer_fin: false,
-                shut_wr: false,
-                shut_rd: false,
-                reset: false,
-                error: 0,
-            }),
+            (SOCK_STREAM, 0 | 6) => ObjKind::Stream(StreamSock::new(None, None, StreamState::Fresh)),
             (SOCK_DGRAM, 0 | 17) => ObjKind::Dgram(DgramSock { local: None, remote: None, queue: VecDeque::new() }),
             (SOCK_STREAM | SOCK_DGRAM, _) => return Err(EPROTONOSUPPORT.into()),
             _ => return Err(EINVAL.into()),
@@ -627,6 +617,15 @@ impl Kernel {
                 let n = (want as usize).min(s.rx.len());
                 let data: Vec<u8> =
                     if peek { s.rx.iter().take(n).copied().collect() } else { s.rx.drain(..n).collect() };
+                if !peek {
+                    s.consumed += n as u64;
+                    if s.consumed >= ACK_EVERY || (s.rx.is_empty() && s.consumed > 0) {
+                        if let (Some(src), Some(dst)) = (s.local, s.remote) {
+                            let credit = std::mem::take(&mut s.consumed);
+                            self.net.send(Packet { src, dst, payload: Payload::Ack(credit) });
+                        }
+                    }
+                }
                 (data, None, false)
             }
             ObjKind::Dgram(d) => {
@@ -765,10 +764,20 @@ impl Kernel {
                     return Err(EPIPE.into());
                 }
                 let (Some(src), Some(dst)) = (s.local, s.remote) else { return Err(ENOTCONN.into()) };
-                if !data.is_empty() {
-                    self.net.send(Packet { src, dst, payload: Payload::Data(data.to_vec()) });
+                if data.is_empty() {
+                    return Ok(0);
                 }
-                Ok(data.len() as u64)
+                let room = WINDOW.saturating_sub(s.inflight);
+                if room == 0 {
+                    if nonblock {
+                        return Err(EAGAIN.into());
+                    }
+                    return self.block_io((timeout > 0).then_some(timeout), Err(EAGAIN.into()));
+                }
+                let n = (data.len() as u64).min(room);
+                s.inflight += n;
+                self.net.send(Packet { src, dst, payload: Payload::Data(data[..n as usize].to_vec()) });
+                Ok(n)
             }
             ObjKind::Dgram(_) => Err(EINVAL.into()),
             ObjKind::Pipe { buf, readers, .. } => {

@@ -375,7 +375,7 @@ fn hostile_socket_arguments_get_errors() {
         ) {
             // Keep waits from blocking forever on a lone kernel: a zero timeout where one exists.
             args[3] = 0;
-            args[2] = args[2] % 4;
+            args[2] %= 4;
         }
         match k.syscall(&mut m, nr(name), args) {
             SyscallOutcome::Return(_) => {}
@@ -390,4 +390,57 @@ fn hostile_socket_arguments_get_errors() {
         }
     }
     assert!(deadlocks < 4000, "the garbage reached more than deadlocks");
+}
+
+#[test]
+fn a_fast_writer_is_held_back_by_the_window_and_loses_nothing() {
+    let (mut k, _, mut m) = boot();
+    let big = 6 << 20;
+    let buf = scratch(&mut k, &mut m, big + 8192);
+    poke(&k, &mut m, buf + 128, &16u32.to_le_bytes());
+    let (_, c, s) = tcp_pair(&mut k, &mut m, buf, 7100);
+    let flags = sc(&mut k, &mut m, "fcntl", &[c, 3, 0]) as u64;
+    assert_eq!(sc(&mut k, &mut m, "fcntl", &[c, 4, flags | 0o4000]), 0);
+    let data = buf + 4096;
+    let pattern: Vec<u8> = (0..big).map(|i| (i % 251) as u8).collect();
+    poke(&k, &mut m, data, &pattern);
+    let window = crate::net::WINDOW as i64;
+    assert_eq!(sc(&mut k, &mut m, "write", &[c, data, big]), window, "a partial write up to the window");
+    assert_eq!(sc(&mut k, &mut m, "write", &[c, data + window as u64, big - window as u64]), EAGAIN);
+    // poll says the socket is not writable.
+    let mut pfd = (c as i32).to_le_bytes().to_vec();
+    pfd.extend_from_slice(&4u16.to_le_bytes());
+    pfd.extend_from_slice(&0u16.to_le_bytes());
+    poke(&k, &mut m, buf + 1024, &pfd);
+    assert_eq!(sc(&mut k, &mut m, "poll", &[buf + 1024, 1, 0]), 0);
+    // The reader reads 1 MiB: credit comes back and the writer can go on.
+    let mut received = Vec::new();
+    let chunk = crate::net::ACK_EVERY;
+    let out = scratch(&mut k, &mut m, chunk);
+    assert_eq!(sc(&mut k, &mut m, "read", &[s, out, chunk]), chunk as i64);
+    received.extend(peek(&k, &mut m, out, chunk as usize));
+    assert_eq!(sc(&mut k, &mut m, "poll", &[buf + 1024, 1, 0]), 1);
+    let mut sent = window as u64;
+    while sent < big {
+        let n = sc(&mut k, &mut m, "write", &[c, data + sent, big - sent]);
+        if n == EAGAIN {
+            let r = sc(&mut k, &mut m, "read", &[s, out, chunk]);
+            assert!(r > 0);
+            received.extend(peek(&k, &mut m, out, r as usize));
+            continue;
+        }
+        assert!(n > 0, "{n}");
+        sent += n as u64;
+    }
+    assert_eq!(sc(&mut k, &mut m, "close", &[c]), 0);
+    loop {
+        let r = sc(&mut k, &mut m, "read", &[s, out, chunk]);
+        assert!(r >= 0, "{r}");
+        if r == 0 {
+            break;
+        }
+        received.extend(peek(&k, &mut m, out, r as usize));
+    }
+    assert_eq!(received.len(), pattern.len());
+    assert!(received == pattern, "every byte arrived, in order");
 }
