@@ -404,6 +404,11 @@ impl Kernel {
         std::mem::take(&mut self.threads.wakeups)
     }
 
+    /// The live threads' tids, sorted.
+    pub fn thread_ids(&self) -> Vec<u64> {
+        self.threads.threads.keys().copied().collect()
+    }
+
     /// The FS base of thread `tid` (0 for a tid that does not exist).
     pub fn thread_fs_base(&self, tid: u64) -> u64 {
         if tid == self.threads.current {

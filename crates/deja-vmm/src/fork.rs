@@ -40,6 +40,8 @@ pub struct Fork {
     parent_vcpu: VcpuState,
     parent_kernel: Kernel,
     parent_bases: (u64, u64),
+    /// The parent's thread in the vCPU and its other threads' saved contexts.
+    parent_threads: (u64, Vec<(u64, crate::vm::ThreadContext)>),
     /// The syscall index the parent stopped at.
     pub at_syscall: u64,
     /// What the last reset did.
@@ -67,12 +69,7 @@ impl Fork {
                 rip: 0,
             }));
         }
-        if vm.other_threads() > 0 {
-            return Err(RunError::Vm(VmError::Unexpected {
-                what: "forking a program that already runs several threads is not supported yet".into(),
-                rip: 0,
-            }));
-        }
+        let parent_threads = vm.thread_contexts(&kernel);
         let parent_vcpu = vm.vcpu_state()?;
         let parent_frames = vm.space.frame_state();
         let mut parent_ram = vec![0u8; parent_frames.bump as usize];
@@ -89,6 +86,7 @@ impl Fork {
             parent_vcpu,
             parent_kernel: kernel,
             parent_bases,
+            parent_threads,
             at_syscall,
             last_reset: ResetStats::default(),
         })
@@ -130,7 +128,7 @@ impl Fork {
             self.vm.take_guest_dirty()?;
         }
         self.vm.space.take_host_dirty();
-        self.vm.reset_threads();
+        self.vm.set_thread_contexts(self.parent_threads.0, &self.parent_threads.1);
         self.vm.set_child_state(&self.parent_vcpu, self.parent_bases.0, self.parent_bases.1)?;
         self.last_reset = ResetStats {
             dirty_frames: frames.len() as u64,

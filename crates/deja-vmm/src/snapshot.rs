@@ -24,7 +24,7 @@ use crate::paging::FrameState;
 use crate::vm::{Vm, VmError};
 
 /// Schema version of the snapshot payload inside its envelope.
-pub const SNAPSHOT_SCHEMA: u32 = 4;
+pub const SNAPSHOT_SCHEMA: u32 = 5;
 
 /// MSRs a snapshot carries: the syscall MSRs, the FS/GS bases, the TSC and SYSENTER state.
 pub const SNAPSHOT_MSRS: [u32; 11] = [
@@ -120,6 +120,10 @@ pub struct Snapshot {
     pub fs_base: u64,
     /// GS base the monitor last loaded (also in SREGS).
     pub gs_base: u64,
+    /// The thread the vCPU runs (its registers are `vcpu`).
+    pub current_tid: u64,
+    /// Every other live thread's saved registers, by tid.
+    pub threads: Vec<(u64, crate::vm::ThreadContext)>,
 }
 
 /// Errors restoring a snapshot.
@@ -159,18 +163,24 @@ mod bytes {
 impl Snapshot {
     /// Captures `vm` and `kernel` (the VM must be stopped by [`Vm::run_until`]).
     pub fn capture(vm: &mut Vm, kernel: &Kernel, meta: SnapshotMeta) -> Result<Snapshot, VmError> {
-        if vm.other_threads() > 0 {
-            return Err(VmError::Unexpected {
-                what: "snapshots of a program with several threads are not supported yet".into(),
-                rip: 0,
-            });
-        }
+        let (current_tid, threads) = vm.thread_contexts(kernel);
         let vcpu = vm.vcpu_state()?;
         let frames = vm.space.frame_state();
         let mut ram = vec![0u8; frames.bump as usize];
         vm.space.read_phys(0, &mut ram);
         let (fs_base, gs_base) = vm.bases();
-        Ok(Snapshot { meta, memory_size: vm.space.size(), vcpu, frames, ram, kernel: kernel.save(), fs_base, gs_base })
+        Ok(Snapshot {
+            meta,
+            memory_size: vm.space.size(),
+            vcpu,
+            frames,
+            ram,
+            kernel: kernel.save(),
+            fs_base,
+            gs_base,
+            current_tid,
+            threads,
+        })
     }
 
     /// Encodes the snapshot as a deja artifact.
@@ -214,11 +224,26 @@ impl Snapshot {
     /// Builds a fresh VM holding this snapshot, and the syscall core to continue with.
     pub fn restore(&self) -> Result<(Vm, Kernel), SnapshotError> {
         let kernel = Kernel::restore(&self.kernel)?;
+        // The shell's threads must be the core's: the one in the vCPU and a context for each other.
+        let mut shell: Vec<u64> = self.threads.iter().map(|t| t.0).chain([self.current_tid]).collect();
+        shell.sort_unstable();
+        if kernel.current_tid() != self.current_tid
+            || shell != kernel.thread_ids()
+            || shell.windows(2).any(|w| w[0] == w[1])
+        {
+            return Err(SnapshotError::Invalid(format!(
+                "the saved threads {shell:?} (running {}) are not the core's {:?} (running {})",
+                self.current_tid,
+                kernel.thread_ids(),
+                kernel.current_tid()
+            )));
+        }
         let mut vm = Vm::new(self.memory_size)?;
         vm.space.write_phys(0, &self.ram);
         vm.space.set_frame_state(&self.frames);
         vm.space.take_host_dirty();
         vm.set_vcpu_state(&self.vcpu, self.fs_base, self.gs_base)?;
+        vm.set_thread_contexts(self.current_tid, &self.threads);
         Ok((vm, kernel))
     }
 }

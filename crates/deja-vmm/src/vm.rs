@@ -655,15 +655,24 @@ impl Vm {
         Ok(())
     }
 
-    /// Threads other than the running one (for snapshots and forks, which support one thread).
+    /// Threads other than the running one.
     pub fn other_threads(&self) -> usize {
         self.threads.len()
     }
 
-    /// Forgets every thread but the first (a fork reset back to a single-threaded parent).
-    pub(crate) fn reset_threads(&mut self) {
-        self.threads.clear();
-        self.current_tid = 1;
+    /// The thread in the vCPU and the saved contexts of the other threads the core still has
+    /// (for snapshots and forks; threads that exited leave contexts behind that are dropped here).
+    pub fn thread_contexts(&self, kernel: &Kernel) -> (u64, Vec<(u64, ThreadContext)>) {
+        let live = kernel.thread_ids();
+        let others = self.threads.iter().filter(|(t, _)| live.contains(t)).map(|(t, c)| (*t, c.clone())).collect();
+        (self.current_tid, others)
+    }
+
+    /// Installs the thread in the vCPU and the other threads' contexts (a restore or a fork
+    /// reset; the vCPU's own registers are set separately).
+    pub(crate) fn set_thread_contexts(&mut self, current: u64, others: &[(u64, ThreadContext)]) {
+        self.current_tid = current;
+        self.threads = others.iter().map(|(t, c)| (*t, c.clone())).collect();
     }
 
     fn apply_bases(&mut self, fs_base: u64, gs_base: u64) {
@@ -927,12 +936,27 @@ impl Vm {
     }
 }
 
-/// A thread that is not running: what the vCPU needs to resume it.
-struct ThreadContext {
+/// A thread that is not running: what the vCPU needs to resume it (saved in snapshots and
+/// kept by forks).
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct ThreadContext {
     regs: kvm_regs,
     xsave: kvm_xsave,
     fs_base: u64,
     gs_base: u64,
+}
+
+impl Clone for ThreadContext {
+    fn clone(&self) -> Self {
+        // `kvm_xsave` ends in a zero-length flexible array and so is not `Clone`; its state is
+        // all in `region`.
+        ThreadContext {
+            regs: self.regs,
+            xsave: kvm_xsave { region: self.xsave.region, ..Default::default() },
+            fs_base: self.fs_base,
+            gs_base: self.gs_base,
+        }
+    }
 }
 
 impl std::fmt::Debug for ThreadContext {
