@@ -11,7 +11,10 @@ pub fn render_text(c: &Campaign) -> String {
     let bugs = c.bugs.len() as u64;
     let verdict = if bugs == 0 { "no bug found".to_string() } else { format!("{} found", plural(bugs, "bug", "bugs")) };
     let _ = writeln!(out, "deja explore: {}: {verdict}", c.program);
-    let coverage = if c.edges_total == 0 {
+    let coverage = if c.edges_total == 0 && c.edges_hit > 0 {
+        // A cluster campaign: behaviours (output lines, assertion outcomes, fault kinds), no edges.
+        format!("{} behaviours seen (no edge instrumentation)", thousands(c.edges_hit))
+    } else if c.edges_total == 0 {
         "no coverage instrumentation".to_string()
     } else {
         format!(
