@@ -106,7 +106,13 @@ fn guests() -> Result<(), String> {
         &["hello"],
         &out.join("nopie"),
     )?;
-    build_flavour("coverage", &format!("{STATIC} {}", COVERAGE), &["bank"], &["bank"], &out.join("cov"))?;
+    build_flavour(
+        "coverage",
+        &format!("{STATIC} {}", COVERAGE),
+        &["bank", "register"],
+        &["bank", "register-replica", "register-client"],
+        &out.join("cov"),
+    )?;
     Ok(())
 }
 

@@ -542,3 +542,22 @@ binary = "GUESTS/timerand"
     let kinds: Vec<&str> = r["faults"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["clock-skew", "clock-jump"]);
 }
+
+#[test]
+fn exploring_nodes_built_with_coverage_reads_their_edges() {
+    let text = std::fs::read_to_string(example("register-buggy.toml")).unwrap();
+    let cov = temp_cluster("register-cov", &text.replace("../../target/guests/register", "GUESTS/cov/register"));
+    let plain = temp_cluster("register-plain", &text.replace("../../target/guests/register", "GUESTS/register"));
+    let behaviours = |file: &std::path::Path, name: &str| -> u64 {
+        let out = out_dir(name);
+        let o = explore_cluster(&out, &file.to_string_lossy(), &["--runs", "3", "--mode", "faults", "--seed", "1"]);
+        assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+        std::fs::remove_dir_all(&out).ok();
+        r["campaign"]["edges_hit"].as_u64().unwrap()
+    };
+    let (with_edges, without) = (behaviours(&cov, "cov"), behaviours(&plain, "plain"));
+    assert!(without > 10, "behaviours of the plain build: {without}");
+    assert!(with_edges > without + 100, "edges of the instrumented nodes count as coverage: {with_edges} vs {without}");
+}

@@ -7,8 +7,9 @@
 //!
 //! Coverage of a cluster round is behavioural: each node's distinct output lines with their
 //! numbers masked (`became leader term #`, `discarded [#] adopting log of #.#.#.#:# term #`),
-//! each SDK assertion's outcome per node, and the kinds of fault that happened. A round that
-//! shows a feature never seen before joins the corpus.
+//! each SDK assertion's outcome per node, and the kinds of fault that happened; plus, for nodes
+//! built with `deja build --coverage`, each SanitizerCoverage edge and its AFL bucket. A round
+//! that shows a feature never seen before joins the corpus.
 //!
 //! The coverage strategy picks a corpus entry (new features weigh more, frequent picks less)
 //! and overrides one to three of its decisions: in `faults` mode the fault decisions, in
@@ -174,6 +175,12 @@ pub fn run_cluster_input(
             for a in &l.assertions {
                 let status = format!("{:?}", a.status);
                 features.insert(feature(&["assertion", &n.name, &a.message, &status]));
+            }
+            // Edge coverage of a node built with `deja build --coverage`: edge and AFL bucket.
+            for (i, b) in l.coverage.iter().flat_map(|c| c.map.iter().enumerate()) {
+                if *b != 0 {
+                    features.insert(feature(&["edge", &n.name, &i.to_string(), &b.to_string()]));
+                }
             }
         }
     }
