@@ -51,7 +51,7 @@ pub struct ExploreArgs {
     /// End the campaign at the first confirmed bug.
     #[arg(long)]
     pub stop_at_first_bug: bool,
-    /// The static program to explore.
+    /// The static program to explore, or a cluster file (`*.toml`).
     pub program: PathBuf,
     /// Arguments for the program (after `--`).
     #[arg(last = true)]

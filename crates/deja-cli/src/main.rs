@@ -35,13 +35,14 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a static program in a fresh deterministic VM.
+    /// Run a static program in a fresh deterministic VM, or a cluster of them (a `.toml` file).
     Run(Box<run::RunArgs>),
     /// Check /dev/kvm and measure this host's determinism hazards.
     Doctor(doctor::DoctorArgs),
     /// Measure deja against native execution and print the figures.
     Bench(bench::BenchArgs),
-    /// Explore a program: coverage-guided runs over forked snapshots, faults and random choices.
+    /// Explore a program or a cluster: coverage-guided runs over forked snapshots, faults and
+    /// random choices.
     Explore(Box<explore::ExploreArgs>),
     /// Replay a bug file exactly: exit 1 if the failure reproduced, 0 if not, 2 if incomplete.
     Replay(explore::ReplayArgs),

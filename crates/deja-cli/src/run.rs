@@ -85,7 +85,7 @@ pub struct RunArgs {
     /// Continue a run from a snapshot instead of starting a program.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["program", "snapshot_at", "files", "stdin", "env", "seed", "memory"])]
     pub from_snapshot: Option<PathBuf>,
-    /// The static x86-64 program to run.
+    /// The static x86-64 program to run, or a cluster file (`*.toml`, see docs/CLUSTERS.md).
     #[arg(required_unless_present = "from_snapshot")]
     pub program: Option<PathBuf>,
     /// Arguments for the program (after `--`).
