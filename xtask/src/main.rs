@@ -142,21 +142,26 @@ fn demo() -> Result<(), String> {
         "clock and randomness come from the seed: --audit runs it 3 times and compares digests",
         &["run", "--seed", "7", "--no-probe", "--audit", "3", &timerand],
     )?;
-    println!("\n$ deja explore --runs 60 --mode faults --out {out} {kv} -- --variant buggy 6");
-    println!("# explore a key-value store that acknowledges writes before they are durable");
-    let s = Command::new(&deja)
-        .args(["explore", "--runs", "60", "--mode", "faults", "--out", &out, &kv, "--", "--variant", "buggy", "6"])
-        .status()
-        .map_err(|e| e.to_string())?;
-    if s.code() != Some(1) {
-        return Err(format!("deja explore should have found the bug (exit 1), got {s}"));
-    }
-    let bug = std::fs::read_dir(&out)
-        .map_err(|e| e.to_string())?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("bug-")))
-        .ok_or("no bug file written")?;
-    let bug = bug.to_string_lossy().into_owned();
+    // Runs `deja explore <args>`, which must find a bug (exit 1), and returns its bug file.
+    let explore_to_bug = |title: &str, args: &[&str], out: &str| -> Result<String, String> {
+        println!("\n$ deja explore {}", args.join(" "));
+        println!("# {title}");
+        let s = Command::new(&deja).arg("explore").args(args).status().map_err(|e| e.to_string())?;
+        if s.code() != Some(1) {
+            return Err(format!("deja explore should have found a bug (exit 1), got {s}"));
+        }
+        let bug = std::fs::read_dir(out)
+            .map_err(|e| e.to_string())?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("bug-")))
+            .ok_or(format!("no bug file written in {out}"))?;
+        Ok(bug.to_string_lossy().into_owned())
+    };
+    let bug = explore_to_bug(
+        "explore a key-value store that acknowledges writes before they are durable",
+        &["--runs", "60", "--mode", "faults", "--out", &out, &kv, "--", "--variant", "buggy", "6"],
+        &out,
+    )?;
     println!("\n$ deja replay {bug}\n# replays the failure exactly (exit 1: reproduced)");
     let s = Command::new(&deja).args(["replay", &bug]).status().map_err(|e| e.to_string())?;
     if s.code() != Some(1) {
@@ -175,21 +180,11 @@ fn demo() -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&cout);
     let cout = cout.to_string_lossy().into_owned();
     let register = cluster("register-buggy.toml");
-    println!("\n$ deja explore --runs 60 --stop-at-first-bug --mode faults --out {cout} {register}");
-    println!("# explore partitions of a 3-replica register whose leaders may both accept writes (split brain)");
-    let s = Command::new(&deja)
-        .args(["explore", "--runs", "60", "--stop-at-first-bug", "--mode", "faults", "--out", &cout, &register])
-        .status()
-        .map_err(|e| e.to_string())?;
-    if s.code() != Some(1) {
-        return Err(format!("deja explore should have found the split brain (exit 1), got {s}"));
-    }
-    let bug = std::fs::read_dir(&cout)
-        .map_err(|e| e.to_string())?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("bug-")))
-        .ok_or("no cluster bug file written")?;
-    let bug = bug.to_string_lossy().into_owned();
+    let bug = explore_to_bug(
+        "explore partitions of a 3-replica register whose leaders may both accept writes (split brain)",
+        &["--runs", "60", "--stop-at-first-bug", "--mode", "faults", "--out", &cout, &register],
+        &cout,
+    )?;
     step("cut the failure's faults down to the few that cause it", &["minimize", &bug])?;
     Ok(())
 }

@@ -302,25 +302,27 @@ pub fn replay(args: ReplayArgs) -> i32 {
             }
         }
     }
-    let same_digest = out.digest == bug.digest;
-    match &out.failure {
-        Some(sig) if *sig == bug.signature && same_digest => {
-            eprintln!("deja: reproduced bug {}: {sig} (digest {})", bug.id, out.digest);
+    replay_verdict(&bug.id, &bug.signature, &bug.digest, out.failure.as_deref(), &out.digest, "run")
+}
+
+/// Compares a replay with its bug and prints the verdict: 1 when the failure reproduced, 0 when
+/// it did not (`what` names the thing that ran: `run`, `cluster`).
+fn replay_verdict(id: &str, signature: &str, digest: &str, failure: Option<&str>, got: &str, what: &str) -> i32 {
+    match failure {
+        Some(sig) if sig == signature && got == digest => {
+            eprintln!("deja: reproduced bug {id}: {sig} (digest {got})");
             1
         }
-        Some(sig) if *sig == bug.signature => {
-            eprintln!(
-                "deja: the failure reproduced but the run differs (digest {} instead of {})",
-                out.digest, bug.digest
-            );
+        Some(sig) if sig == signature => {
+            eprintln!("deja: the failure reproduced but the {what} differs (digest {got} instead of {digest})");
             1
         }
         Some(sig) => {
-            eprintln!("deja: not reproduced: the run failed differently: {sig}");
+            eprintln!("deja: not reproduced: the {what} failed differently: {sig}");
             0
         }
         None => {
-            eprintln!("deja: not reproduced: the run held (digest {})", out.digest);
+            eprintln!("deja: not reproduced: the {what} held (digest {got})");
             0
         }
     }
@@ -429,28 +431,7 @@ fn replay_cluster(args: &ReplayArgs) -> i32 {
             }
         }
     }
-    let same = out.report.digest == bug.digest;
-    match &out.failure {
-        Some(sig) if *sig == bug.signature && same => {
-            eprintln!("deja: reproduced bug {}: {sig} (digest {})", bug.id, out.report.digest);
-            1
-        }
-        Some(sig) if *sig == bug.signature => {
-            eprintln!(
-                "deja: the failure reproduced but the run differs (digest {} instead of {})",
-                out.report.digest, bug.digest
-            );
-            1
-        }
-        Some(sig) => {
-            eprintln!("deja: not reproduced: the cluster failed differently: {sig}");
-            0
-        }
-        None => {
-            eprintln!("deja: not reproduced: the cluster held (digest {})", out.report.digest);
-            0
-        }
-    }
+    replay_verdict(&bug.id, &bug.signature, &bug.digest, out.failure.as_deref(), &out.report.digest, "cluster")
 }
 
 /// `deja minimize` of a cluster bug: 0 written and verified, 2 not minimized.

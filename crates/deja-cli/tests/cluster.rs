@@ -12,11 +12,6 @@ fn example(name: &str) -> String {
     root().join("examples/clusters").join(name).to_string_lossy().into_owned()
 }
 
-/// Runs `deja run --json <args>`: (output, report), the report being stderr's last line.
-fn cluster_json(args: &[&str]) -> (std::process::Output, serde_json::Value) {
-    run_json(args)
-}
-
 fn node<'a>(r: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     r["nodes"].as_array().unwrap().iter().find(|n| n["name"] == name).unwrap_or_else(|| panic!("no node {name}"))
 }
@@ -37,7 +32,7 @@ fn temp_cluster(name: &str, text: &str) -> PathBuf {
 
 #[test]
 fn echo_server_and_client_on_two_nodes() {
-    let (out, r) = cluster_json(&[&example("echo.toml")]);
+    let (out, r) = run_json(&[&example("echo.toml")]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
     for k in 1..=3 {
@@ -77,7 +72,7 @@ args = ["--connect", "10.0.0.1:7000", "--messages", "2", "--retry-for-ms", "2000
 "#
             ),
         );
-        let (out, r) = cluster_json(&[&p.to_string_lossy()]);
+        let (out, r) = run_json(&[&p.to_string_lossy()]);
         let text = stdout(&out);
         assert_eq!(out.status.code(), Some(0), "{flavor}: {text}{}", stderr(&out));
         assert!(text.contains("[c1] echoed: hello 3") && text.contains("[c2] echoed: hello 2"), "{text}");
@@ -92,7 +87,7 @@ args = ["--connect", "10.0.0.1:7000", "--messages", "2", "--retry-for-ms", "2000
 
 #[test]
 fn a_partition_times_out_connects_and_the_heal_lets_one_through() {
-    let (out, r) = cluster_json(&[&example("partition.toml")]);
+    let (out, r) = run_json(&[&example("partition.toml")]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
     assert!(text.contains("[client] connect attempt 1 failed: TimedOut"), "{text}");
@@ -108,7 +103,7 @@ fn a_partition_times_out_connects_and_the_heal_lets_one_through() {
         .replace("at_ms = 2500", "at_ms = 60000")
         .replace("args = [\"--listen\", \"10.0.0.1:7000\"]", "args = [\"--listen\", \"10.0.0.1:7000\"]\nwait = false");
     let p = temp_cluster("partition-never-heals", &never.replace("../../target/guests", "GUESTS"));
-    let (out, r) = cluster_json(&[&p.to_string_lossy()]);
+    let (out, r) = run_json(&[&p.to_string_lossy()]);
     assert_eq!(out.status.code(), Some(1), "a waited node failed: {}", stderr(&out));
     assert_eq!(last_exit(node(&r, "client")), serde_json::json!({"kind": "exited", "code": 3}), "timed out");
     assert!(!stdout(&out).contains("connected to"));
@@ -139,7 +134,7 @@ binary = "GUESTS/udp-ping"
 args = ["--bind", "10.0.0.2:9000", "--peer", "10.0.0.1:9000", "--count", "3", "--timeout-ms", "100"]
 "#,
     );
-    let (out, _) = cluster_json(&[&p.to_string_lossy()]);
+    let (out, _) = run_json(&[&p.to_string_lossy()]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
     assert!(text.contains("[pong] pong 1 to 10.0.0.2:9000"), "pings get through: {text}");
@@ -148,7 +143,7 @@ args = ["--bind", "10.0.0.2:9000", "--peer", "10.0.0.1:9000", "--count", "3", "-
 
 #[test]
 fn a_killed_node_restarts_with_its_durable_files() {
-    let (out, r) = cluster_json(&[&example("restart.toml")]);
+    let (out, r) = run_json(&[&example("restart.toml")]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     let kv = node(&r, "kv");
     let lives = kv["lives"].as_array().unwrap();
@@ -190,7 +185,7 @@ binary = "GUESTS/echo-client"
 args = ["--connect", "10.0.0.1:7000", "--messages", "1000"]
 "#,
     );
-    let (out, r) = cluster_json(&[&p.to_string_lossy()]);
+    let (out, r) = run_json(&[&p.to_string_lossy()]);
     assert_eq!(last_exit(node(&r, "client")), serde_json::json!({"kind": "exited", "code": 5}), "{}", stdout(&out));
     assert_eq!(node(&r, "server")["ended"], "down");
 }
@@ -202,7 +197,7 @@ fn cluster_runs_are_deterministic_and_seeds_change_the_interleaving() {
     assert!(err.contains("audit: 5 runs, identical digest"), "{err}");
     let digests: std::collections::BTreeSet<String> = (1..=4)
         .map(|s| {
-            let (_, r) = cluster_json(&["--seed", &s.to_string(), &example("echo.toml")]);
+            let (_, r) = run_json(&["--seed", &s.to_string(), &example("echo.toml")]);
             r["digest"].as_str().unwrap().to_string()
         })
         .collect();
@@ -276,25 +271,55 @@ fn bad_cluster_files_get_clear_errors() {
 
 #[test]
 fn the_monitor_opens_no_host_sockets() {
-    // The simulation's crates never name a host socket type: the addresses in a cluster file
-    // exist only inside deja.
-    for krate in ["deja-kernel", "deja-vmm", "deja-cluster"] {
-        let dir = root().join("crates").join(krate).join("src");
-        let mut stack = vec![dir];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).unwrap() {
-                let p = e.unwrap().path();
-                if p.is_dir() {
-                    stack.push(p);
-                } else if p.extension().is_some_and(|x| x == "rs") {
-                    let text = std::fs::read_to_string(&p).unwrap();
-                    for forbidden in ["TcpStream", "TcpListener", "UdpSocket", "libc::socket", "socket2"] {
-                        assert!(!text.contains(forbidden), "{} names {forbidden}", p.display());
-                    }
-                }
-            }
+    // While a cluster with a listening server and a client runs, deja's open files are KVM fds,
+    // pipes and files: never a socket. A CPU-bound node keeps the run going long enough to look.
+    let p = temp_cluster(
+        "no-host-sockets",
+        r#"
+seed = 1
+time_limit_ms = 60000
+[[node]]
+name = "server"
+address = "10.0.0.1"
+binary = "GUESTS/echo-server"
+args = ["--listen", "10.0.0.1:7000", "--connections", "2"]
+wait = false
+[[node]]
+name = "client"
+address = "10.0.0.2"
+binary = "GUESTS/echo-client"
+args = ["--connect", "10.0.0.1:7000"]
+[[node]]
+name = "busy"
+address = "10.0.0.3"
+binary = "GUESTS/cpuburn"
+args = ["200"]
+"#,
+    );
+    let mut child = std::process::Command::new(deja_bin())
+        .args(["run", "--no-probe", &p.to_string_lossy()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let fd_dir = PathBuf::from(format!("/proc/{}/fd", child.id()));
+    let (mut looks_with_vms, mut sockets) = (0, Vec::new());
+    while child.try_wait().unwrap().is_none() {
+        let targets: Vec<String> = std::fs::read_dir(&fd_dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .map(|t| t.to_string_lossy().into_owned())
+            .collect();
+        if targets.iter().filter(|t| t.contains("kvm-vm")).count() >= 3 {
+            looks_with_vms += 1;
         }
+        sockets.extend(targets.into_iter().filter(|t| t.starts_with("socket:")));
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
+    assert!(child.wait().unwrap().success());
+    assert!(looks_with_vms > 0, "the fds were read while the three VMs existed");
+    assert!(sockets.is_empty(), "deja opened host sockets: {sockets:?}");
 }
 
 fn out_dir(name: &str) -> PathBuf {
@@ -479,7 +504,7 @@ binary = "GUESTS/udp-ping"
 args = ["--bind", "10.0.0.2:9000", "--peer", "10.0.0.1:9000", "--count", "20", "--timeout-ms", "100", "--interval-ms", "20"]
 "#,
     );
-    let (out, r) = cluster_json(&[&p.to_string_lossy()]);
+    let (out, r) = run_json(&[&p.to_string_lossy()]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
     let line = text.lines().find(|l| l.starts_with("[ping] sent 20 received")).expect("summary line");
@@ -521,7 +546,7 @@ address = "10.0.0.3"
 binary = "GUESTS/timerand"
 "#,
     );
-    let (out, r) = cluster_json(&[&p.to_string_lossy()]);
+    let (out, r) = run_json(&[&p.to_string_lossy()]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
     let wall = |node: &str| -> u64 {

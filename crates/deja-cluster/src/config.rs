@@ -324,6 +324,8 @@ pub struct ClusterConfig {
     pub nodes: Vec<NodeConfig>,
     /// BLAKE3 of each binary, by node name.
     pub binary_hashes: BTreeMap<String, String>,
+    /// BLAKE3 of the cluster file's text (empty when built by [`ClusterConfig::from_file`]).
+    pub file_blake3: String,
 }
 
 /// Parses an IPv4 address.
@@ -339,7 +341,10 @@ impl ClusterConfig {
         let file: ClusterFile =
             toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
         let base = path.parent().unwrap_or(Path::new("."));
-        Self::from_file(file, base).map_err(|message| ConfigError::Invalid { path: path.into(), message })
+        let mut cfg =
+            Self::from_file(file, base).map_err(|message| ConfigError::Invalid { path: path.into(), message })?;
+        cfg.file_blake3 = blake3::hash(text.as_bytes()).to_hex().to_string();
+        Ok(cfg)
     }
 
     /// Checks a parsed file; paths are relative to `base`.
@@ -469,6 +474,7 @@ impl ClusterConfig {
             schedule,
             nodes,
             binary_hashes: hashes,
+            file_blake3: String::new(),
         })
     }
 }

@@ -289,9 +289,4 @@ impl Network {
     pub fn tcp_timeout_ns(&self) -> u64 {
         self.cfg.tcp_timeout_ms.saturating_mul(1_000_000)
     }
-
-    /// A latency draw for a packet the simulator makes itself (a reset from a dead peer).
-    pub fn draw_latency(&self, log: &mut DecisionLog) -> u64 {
-        self.latency(log)
-    }
 }

@@ -590,16 +590,7 @@ impl Sim<'_> {
         }
         n.disk = Some(live.kernel.crash_image());
         let conns = live.kernel.connections();
-        let status = ExitStatus::Signaled {
-            signal: 9,
-            name: "SIGKILL".into(),
-            fault: Some(deja_kernel::FaultInfo {
-                description: "node killed by deja (fault injection)".into(),
-                vector: 0,
-                rip: 0,
-                addr: None,
-            }),
-        };
+        let status = sigkill("node killed by deja (fault injection)");
         let report = live.kernel.finish(&live.vm.space, status);
         n.lives.push(report);
         n.state = State::Down;
@@ -695,13 +686,14 @@ impl Sim<'_> {
         Ok(())
     }
 
-    /// The nodes random faults may hit.
-    fn targets(&self, r: &RandomFaults) -> Vec<usize> {
-        if r.targets.is_empty() {
+    /// A node random faults may hit, chosen by the decision `point`.
+    fn random_target(&mut self, r: &RandomFaults, point: &str) -> usize {
+        let t: Vec<usize> = if r.targets.is_empty() {
             (0..self.nodes.len()).collect()
         } else {
             r.targets.iter().map(|n| self.index_of(n)).collect()
-        }
+        };
+        t[self.log.decide(point.into(), t.len() as u64) as usize]
     }
 
     fn random_tick(&mut self, kind: RandomKind) -> Result<(), ClusterError> {
@@ -734,9 +726,7 @@ impl Sim<'_> {
                 self.push(self.now + len, Event::Heal { epoch });
             }
             RandomKind::Kill => {
-                let t = self.targets(&r);
-                let k = self.log.decide("kill target".into(), t.len() as u64) as usize;
-                let i = t[k];
+                let i = self.random_target(&r, "kill target");
                 if self.nodes[i].state != State::Down && self.nodes[i].state != State::Exited {
                     self.kill(i);
                     let len = self.draw_ms("down length", r.down_for_ms);
@@ -744,9 +734,7 @@ impl Sim<'_> {
                 }
             }
             RandomKind::Pause => {
-                let t = self.targets(&r);
-                let k = self.log.decide("pause target".into(), t.len() as u64) as usize;
-                let i = t[k];
+                let i = self.random_target(&r, "pause target");
                 if !self.nodes[i].paused && self.nodes[i].live.is_some() {
                     self.pause(i);
                     let len = self.draw_ms("pause length", r.pause_for_ms);
@@ -754,10 +742,9 @@ impl Sim<'_> {
                 }
             }
             RandomKind::Clock => {
-                let t = self.targets(&r);
-                let k = self.log.decide("clock target".into(), t.len() as u64) as usize;
+                let i = self.random_target(&r, "clock target");
                 let jump = self.draw_ms("clock jump", r.clock_jump_ms);
-                self.clock_jump(t[k], jump);
+                self.clock_jump(i, jump);
             }
             RandomKind::Partition => {}
         }
@@ -772,16 +759,7 @@ impl Sim<'_> {
         let end = self.now;
         for n in &mut self.nodes {
             if let Some(mut live) = n.live.take() {
-                let status = ExitStatus::Signaled {
-                    signal: 9,
-                    name: "SIGKILL".into(),
-                    fault: Some(deja_kernel::FaultInfo {
-                        description: "still running when the cluster run ended".into(),
-                        vector: 0,
-                        rip: 0,
-                        addr: None,
-                    }),
-                };
+                let status = sigkill("still running when the cluster run ended");
                 n.lives.push(live.kernel.finish(&live.vm.space, status));
             }
         }
@@ -836,6 +814,15 @@ impl Sim<'_> {
             network: self.net.stats.clone(),
             binary_hashes: self.cfg.binary_hashes.clone(),
         }
+    }
+}
+
+/// How a node that deja stopped ends: SIGKILL, with why.
+fn sigkill(why: &str) -> ExitStatus {
+    ExitStatus::Signaled {
+        signal: 9,
+        name: "SIGKILL".into(),
+        fault: Some(deja_kernel::FaultInfo { description: why.into(), vector: 0, rip: 0, addr: None }),
     }
 }
 

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use deja_explore_report as report;
+use deja_kernel::AssertionReport;
 use deja_vmm::Fork;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -117,11 +118,11 @@ struct State {
 /// The result of a campaign (what the reports show).
 pub type Campaign = report::Campaign;
 
-fn io_err(path: &Path, e: impl std::fmt::Display) -> ExploreError {
+pub(crate) fn io_err(path: &Path, e: impl std::fmt::Display) -> ExploreError {
     ExploreError::File { path: path.display().to_string(), message: e.to_string() }
 }
 
-fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<(), ExploreError> {
+pub(crate) fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<(), ExploreError> {
     let bytes = serde_json::to_vec_pretty(v).expect("plain data serializes");
     deja_format::write_atomic(path, &bytes).map_err(|e| io_err(path, e))
 }
@@ -148,37 +149,42 @@ fn learn(state: &mut State, out: &Outcome) -> u64 {
         }
     }
     for life in &out.lives {
-        for a in &life.run.report.assertions {
-            let key = format!("{}:{}:{}", a.file, a.line, a.message);
-            let line = state.assertions.entry(key).or_insert_with(|| report::AssertionLine {
-                message: a.message.clone(),
-                kind: a.kind.clone(),
-                hits: 0,
-                failures: 0,
-                status: String::new(),
-            });
-            line.hits += a.hits;
-            line.failures += a.failures;
-            let passes_seen = line.status == "satisfied" || a.passes > 0;
-            line.status = match a.kind.as_str() {
-                "always" | "always_or_unreachable" if line.failures > 0 => "failed",
-                "unreachable" if line.hits > 0 => "failed",
-                "sometimes" if passes_seen => "satisfied",
-                "sometimes" if line.hits > 0 => "unsatisfied",
-                "reachable" if line.hits > 0 => "reached",
-                _ if line.hits == 0 => "unreached",
-                _ => "passed",
-            }
-            .to_string();
-        }
+        fold_assertions(&mut state.assertions, &life.run.report.assertions);
     }
     new
 }
 
-fn pick(state: &mut State) -> usize {
-    let weights: Vec<u64> = state.corpus.iter().map(|e| 1 + 8 * e.new_edges / (1 + e.picks)).collect();
+/// Folds one run's assertion reports into a campaign's assertion lines.
+pub(crate) fn fold_assertions(lines: &mut BTreeMap<String, report::AssertionLine>, reports: &[AssertionReport]) {
+    for a in reports {
+        let key = format!("{}:{}:{}", a.file, a.line, a.message);
+        let line = lines.entry(key).or_insert_with(|| report::AssertionLine {
+            message: a.message.clone(),
+            kind: a.kind.clone(),
+            hits: 0,
+            failures: 0,
+            status: String::new(),
+        });
+        line.hits += a.hits;
+        line.failures += a.failures;
+        let passes_seen = line.status == "satisfied" || a.passes > 0;
+        line.status = match a.kind.as_str() {
+            "always" | "always_or_unreachable" if line.failures > 0 => "failed",
+            "unreachable" if line.hits > 0 => "failed",
+            "sometimes" if passes_seen => "satisfied",
+            "sometimes" if line.hits > 0 => "unsatisfied",
+            "reachable" if line.hits > 0 => "reached",
+            _ if line.hits == 0 => "unreached",
+            _ => "passed",
+        }
+        .to_string();
+    }
+}
+
+/// Draws an index with probability proportional to its weight.
+pub(crate) fn pick_weighted(rng: &mut ChaCha20Rng, weights: &[u64]) -> usize {
     let total: u64 = weights.iter().sum();
-    let mut x = state.rng.next_u64() % total.max(1);
+    let mut x = rng.next_u64() % total.max(1);
     for (i, w) in weights.iter().enumerate() {
         if x < *w {
             return i;
@@ -186,6 +192,11 @@ fn pick(state: &mut State) -> usize {
         x -= w;
     }
     0
+}
+
+fn pick(state: &mut State) -> usize {
+    let weights: Vec<u64> = state.corpus.iter().map(|e| 1 + 8 * e.new_edges / (1 + e.picks)).collect();
+    pick_weighted(&mut state.rng, &weights)
 }
 
 fn mutate(state: &mut State, parent: &Entry, mode: Mode) -> Input {

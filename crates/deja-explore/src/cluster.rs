@@ -30,7 +30,7 @@ use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::campaign::{CampaignConfig, Mode, Progress, Strategy};
+use crate::campaign::{fold_assertions, io_err, pick_weighted, write_json, CampaignConfig, Mode, Progress, Strategy};
 use crate::ExploreError;
 
 /// The cluster under exploration.
@@ -48,13 +48,7 @@ impl ClusterTarget {
     /// Loads a cluster file.
     pub fn load(path: &Path) -> Result<ClusterTarget, ExploreError> {
         let cfg = ClusterConfig::load(path).map_err(|e| ExploreError::Invalid(e.to_string()))?;
-        let text = std::fs::read(path)
-            .map_err(|e| ExploreError::File { path: path.display().to_string(), message: e.to_string() })?;
-        Ok(ClusterTarget {
-            cfg,
-            path: path.display().to_string(),
-            file_blake3: blake3::hash(&text).to_hex().to_string(),
-        })
+        Ok(ClusterTarget { file_blake3: cfg.file_blake3.clone(), cfg, path: path.display().to_string() })
     }
 }
 
@@ -319,15 +313,6 @@ struct State {
     wall_seconds: f64,
 }
 
-fn io_err(path: &Path, e: impl std::fmt::Display) -> ExploreError {
-    ExploreError::File { path: path.display().to_string(), message: e.to_string() }
-}
-
-fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<(), ExploreError> {
-    let bytes = serde_json::to_vec_pretty(v).expect("plain data serializes");
-    deja_format::write_atomic(path, &bytes).map_err(|e| io_err(path, e))
-}
-
 fn is_fault_point(p: &str) -> bool {
     ["partition", "kill", "down", "pause", "clock", "udp"].iter().any(|k| p.starts_with(k))
 }
@@ -385,29 +370,7 @@ fn learn(state: &mut State, out: &ClusterOutcome) -> u64 {
     }
     for n in &out.report.nodes {
         for l in &n.lives {
-            for a in &l.assertions {
-                let key = format!("{}:{}:{}", a.file, a.line, a.message);
-                let line = state.assertions.entry(key).or_insert_with(|| report::AssertionLine {
-                    message: a.message.clone(),
-                    kind: a.kind.clone(),
-                    hits: 0,
-                    failures: 0,
-                    status: String::new(),
-                });
-                line.hits += a.hits;
-                line.failures += a.failures;
-                let passes_seen = line.status == "satisfied" || a.passes > 0;
-                line.status = match a.kind.as_str() {
-                    "always" | "always_or_unreachable" if line.failures > 0 => "failed",
-                    "unreachable" if line.hits > 0 => "failed",
-                    "sometimes" if passes_seen => "satisfied",
-                    "sometimes" if line.hits > 0 => "unsatisfied",
-                    "reachable" if line.hits > 0 => "reached",
-                    _ if line.hits == 0 => "unreached",
-                    _ => "passed",
-                }
-                .to_string();
-            }
+            fold_assertions(&mut state.assertions, &l.assertions);
         }
     }
     new
@@ -424,15 +387,7 @@ fn pick(state: &mut State) -> usize {
             1 + (rarity + 100 * e.new_features) / (1 + e.picks)
         })
         .collect();
-    let total: u64 = weights.iter().sum();
-    let mut x = state.rng.next_u64() % total.max(1);
-    for (i, w) in weights.iter().enumerate() {
-        if x < *w {
-            return i;
-        }
-        x -= w;
-    }
-    0
+    pick_weighted(&mut state.rng, &weights)
 }
 
 /// Runs (or continues) a cluster campaign and writes its files under `cfg.out`.
@@ -593,7 +548,8 @@ pub struct MinimizedCluster {
     pub tests: u64,
 }
 
-fn describe(f: &ScheduledFault) -> String {
+/// Describes a scheduled fault for people.
+pub fn describe_fault(f: &ScheduledFault) -> String {
     let what = serde_json::to_value(f.action).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
     let mut s = format!("{what} at {} ms", f.at_ms);
     if !f.groups.is_empty() {
@@ -646,13 +602,8 @@ pub fn minimize_cluster(
     }
     let mut min = ClusterBug::new(target, &input, &out, bug.found_at_round, new_file);
     min.minimized_from = Some(bug.reproduce.trim_start_matches("deja replay ").to_string());
-    min.removed = all.iter().filter(|f| !kept.contains(f)).map(describe).collect();
+    min.removed = all.iter().filter(|f| !kept.contains(f)).map(describe_fault).collect();
     Ok(MinimizedCluster { bug: min, tests })
-}
-
-/// Describes a scheduled fault for people.
-pub fn describe_fault(f: &ScheduledFault) -> String {
-    describe(f)
 }
 
 #[cfg(test)]

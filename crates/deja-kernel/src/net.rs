@@ -60,11 +60,6 @@ impl SockAddr {
         SockAddr { ip, port }
     }
 
-    /// True for `127.0.0.0/8`.
-    pub fn is_loopback(&self) -> bool {
-        self.ip[0] == 127
-    }
-
     /// True for `0.0.0.0`.
     pub fn is_unspecified(&self) -> bool {
         self.ip == [0; 4]
@@ -103,20 +98,6 @@ impl Payload {
     /// True for the packets of a TCP connection.
     pub fn is_stream(&self) -> bool {
         !matches!(self, Payload::Datagram(_))
-    }
-
-    /// A short name for ledgers and traces.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Payload::Syn => "syn",
-            Payload::SynAck => "syn-ack",
-            Payload::Data(_) => "data",
-            Payload::Ack(_) => "ack",
-            Payload::Fin => "fin",
-            Payload::Rst => "rst",
-            Payload::ConnectTimeout => "connect-timeout",
-            Payload::Datagram(_) => "datagram",
-        }
     }
 }
 
@@ -259,9 +240,6 @@ pub struct Net {
     pub(crate) local: VecDeque<Packet>,
     /// Some object's readiness may have grown since blocked calls were last retried.
     pub(crate) dirty: bool,
-    /// Counters: packets sent, received, bytes sent.
-    pub(crate) sent: u64,
-    pub(crate) received: u64,
     /// Virtual time at which the shell should stop after a syscall (see
     /// [`crate::Kernel::yield_due`]).
     pub(crate) yield_at: Option<u64>,
@@ -325,7 +303,6 @@ impl Net {
 
     /// Sends a packet: to this node's own queue or to the network.
     pub(crate) fn send(&mut self, p: Packet) {
-        self.sent += 1;
         if self.is_local(p.dst.ip) {
             self.local.push_back(p);
         } else if self.address.is_some() {
@@ -352,7 +329,6 @@ impl Net {
 
     /// Delivers one packet to this node.
     pub(crate) fn receive(&mut self, p: Packet) {
-        self.received += 1;
         let key = (p.dst, p.src);
         match p.payload {
             Payload::Syn => {

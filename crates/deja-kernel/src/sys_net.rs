@@ -15,9 +15,7 @@ use crate::vm::Access;
 use crate::Memory;
 
 const AF_UNSPEC: u16 = 0;
-const AF_UNIX: u64 = 1;
 const AF_INET: u64 = 2;
-const AF_INET6: u64 = 10;
 const SOCK_STREAM: u64 = 1;
 const SOCK_DGRAM: u64 = 2;
 const SOCK_NONBLOCK: u64 = 0o4000;
@@ -50,7 +48,7 @@ fn duration_ns(b: &[u8; 16], nanos: bool) -> Result<u64, i32> {
     let sub = i64::from_le_bytes(b[8..].try_into().unwrap_or_default());
     let limit = if nanos { 1_000_000_000 } else { 1_000_000 };
     if sec < 0 || !(0..limit).contains(&sub) {
-        return Err(if nanos { EINVAL } else { EDOM_OR_INVAL });
+        return Err(EINVAL);
     }
     let sub_ns = if nanos { sub as u64 } else { sub as u64 * 1000 };
     Ok((sec as u64).saturating_mul(1_000_000_000).saturating_add(sub_ns))
@@ -58,9 +56,6 @@ fn duration_ns(b: &[u8; 16], nanos: bool) -> Result<u64, i32> {
 
 /// A `struct msghdr`'s name address, name length and iovecs.
 type MsgHdr = (u64, u64, Vec<(u64, u64)>);
-
-/// `setsockopt` answers `EDOM` for a bad timeval; this core answers `EINVAL`.
-const EDOM_OR_INVAL: i32 = EINVAL;
 
 impl Kernel {
     /// The object behind `fd`, its pipe end and the description's flags.
@@ -132,10 +127,9 @@ impl Kernel {
     }
 
     pub(crate) fn sys_socket(&mut self, domain: u64, ty: u64, proto: u64) -> SysResult {
-        match domain {
-            AF_INET => {}
-            AF_UNIX | AF_INET6 => return Err(EAFNOSUPPORT.into()),
-            _ => return Err(EAFNOSUPPORT.into()),
+        // AF_UNIX, AF_INET6 and every other family.
+        if domain != AF_INET {
+            return Err(EAFNOSUPPORT.into());
         }
         if ty & !(0xf | SOCK_NONBLOCK | SOCK_CLOEXEC) != 0 {
             return Err(EINVAL.into());
@@ -1221,11 +1215,6 @@ impl Kernel {
     /// The (local, remote) addresses of the node's open TCP connections.
     pub fn connections(&self) -> Vec<(SockAddr, SockAddr)> {
         self.net.streams.keys().copied().collect()
-    }
-
-    /// Packets sent and received by the node.
-    pub fn packet_counts(&self) -> (u64, u64) {
-        (self.net.sent, self.net.received)
     }
 }
 
