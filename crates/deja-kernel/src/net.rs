@@ -267,6 +267,11 @@ impl Net {
         ip[0] == 127 || ip == [0; 4] || Some(ip) == self.address
     }
 
+    /// True if a packet to `ip` can leave: the node itself, or anywhere once it has a network.
+    pub(crate) fn reachable(&self, ip: [u8; 4]) -> bool {
+        self.is_local(ip) || self.address.is_some()
+    }
+
     /// The address this node sends from towards `dst`.
     pub(crate) fn source_ip(&self, dst: [u8; 4]) -> [u8; 4] {
         if dst[0] == 127 || dst == [0; 4] {

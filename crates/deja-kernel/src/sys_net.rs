@@ -306,7 +306,7 @@ impl Kernel {
                     }
                     return Ok(0);
                 }
-                if !self.net.is_local(dst.ip) && self.net.address.is_none() {
+                if !self.net.reachable(dst.ip) {
                     return Err(ENETUNREACH.into());
                 }
                 if local.is_none() {
@@ -334,7 +334,7 @@ impl Kernel {
         if family == AF_UNSPEC {
             return Ok(0);
         }
-        if !self.net.is_local(dst.ip) && self.net.address.is_none() {
+        if !self.net.reachable(dst.ip) {
             return Err(ENETUNREACH.into());
         }
         let src_ip = self.net.source_ip(dst.ip);
@@ -707,9 +707,6 @@ impl Kernel {
         }
         let nonblock = fl & O_NONBLOCK != 0 || flags & MSG_DONTWAIT != 0;
         let timeout = self.net.objects.get(&id).map_or(0, |o| o.sndtimeo);
-        let networked = self.net.address.is_some();
-        let src_for = |dst: [u8; 4]| self.net.source_ip(dst);
-        let is_local = |ip: [u8; 4]| self.net.is_local(ip);
         let dgram_info = match &self.net.objects.get(&id).ok_or(EBADF)?.kind {
             ObjKind::Dgram(d) => Some((d.local, d.remote)),
             _ => None,
@@ -723,15 +720,14 @@ impl Kernel {
                 return Err(EMSGSIZE.into());
             }
             let dst = if dst.is_unspecified() { SockAddr::new([127, 0, 0, 1], dst.port) } else { dst };
-            if !is_local(dst.ip) && !networked {
+            if !self.net.reachable(dst.ip) {
                 return Err(ENETUNREACH.into());
             }
-            let src_ip = src_for(dst.ip);
             let local = match local {
                 Some(l) => l,
                 None => self.autobind_dgram(id)?,
             };
-            let src_ip = if local.is_unspecified() { src_ip } else { local.ip };
+            let src_ip = if local.is_unspecified() { self.net.source_ip(dst.ip) } else { local.ip };
             self.net.send(Packet {
                 src: SockAddr::new(src_ip, local.port),
                 dst,
