@@ -32,6 +32,12 @@ fn every_assertion_kind_gets_its_status() {
         ("money is neither created nor destroyed", "always", "passed"),
         ("more rejections than transfers (never happens)", "reachable", "unreached"),
         ("all transfers processed", "reachable", "reached"),
+        // Fraud protection is off without --fraud: its sites are listed, never evaluated.
+        ("an account makes two large transfers in a row", "sometimes", "unreached"),
+        ("an account is one large transfer short of a freeze", "sometimes", "unreached"),
+        ("fraud protection freezes an account", "reachable", "unreached"),
+        ("money sent to a frozen account is held", "reachable", "unreached"),
+        ("held money is released when an account thaws", "sometimes", "unreached"),
     ];
     assert_eq!(v["assertions"].as_array().unwrap().len(), expect.len(), "the whole catalog, reached or not");
     for (message, kind, status) in expect {

@@ -87,9 +87,37 @@ struct Entry {
     new_edges: u64,
     picks: u64,
     durable_writes: u64,
-    /// Options of each decision of its run, by index.
+    /// Options of each decision of its run's first life, by index.
     options: Vec<u64>,
+    /// The choice each decision of its run's first life took, by index.
+    #[serde(default)]
+    choices: Vec<u64>,
+    /// Where its new behaviour first showed (see [`Novelty::focus`]).
+    #[serde(default)]
+    focus: Option<u64>,
+    /// The semantic edges its run showed.
+    #[serde(default)]
+    features: Vec<u64>,
     found_round: u64,
+}
+
+impl Entry {
+    fn new(input: Input, out: &Outcome, novelty: Novelty, round: u64) -> Entry {
+        // Only the first life takes the input's overrides: a life after an injected crash is a
+        // new core with a log of its own.
+        let steerable = &out.lives[0].run.report.decisions;
+        Entry {
+            input,
+            new_edges: novelty.new,
+            picks: 0,
+            durable_writes: out.durable_writes,
+            options: steerable.iter().map(|d| d.options).collect(),
+            choices: steerable.iter().map(|d| d.choice).collect(),
+            focus: novelty.focus,
+            features: out.semantic.keys().copied().collect(),
+            found_round: round,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -106,6 +134,9 @@ struct State {
     reference_durable_writes: u64,
     virgin: Vec<u8>,
     semantic: BTreeSet<u64>,
+    /// Runs that showed each semantic edge.
+    #[serde(default)]
+    hits: BTreeMap<u64, u64>,
     corpus: Vec<Entry>,
     bugs: Vec<report::BugSummary>,
     signatures: BTreeSet<String>,
@@ -131,8 +162,17 @@ fn edges_hit(virgin: &[u8]) -> u64 {
     virgin.iter().filter(|b| **b != 0).count() as u64
 }
 
-/// Folds an outcome into the coverage seen so far; returns how many new bits it brought.
-fn learn(state: &mut State, out: &Outcome) -> u64 {
+/// What a run brought that the campaign had not seen.
+struct Novelty {
+    /// New coverage bits and semantic edges.
+    new: u64,
+    /// The latest decision index at which a new semantic edge first showed, if known: the
+    /// run's course up to there is what made it new.
+    focus: Option<u64>,
+}
+
+/// Folds an outcome into the coverage seen so far.
+fn learn(state: &mut State, out: &Outcome) -> Novelty {
     if state.virgin.len() < out.coverage.len() {
         state.virgin.resize(out.coverage.len(), 0);
     }
@@ -143,15 +183,18 @@ fn learn(state: &mut State, out: &Outcome) -> u64 {
             *seen |= b;
         }
     }
-    for e in &out.semantic {
+    let mut focus = None;
+    for (e, at) in &out.semantic {
+        *state.hits.entry(*e).or_default() += 1;
         if state.semantic.insert(*e) {
             new += 1;
+            focus = focus.max(*at);
         }
     }
     for life in &out.lives {
         fold_assertions(&mut state.assertions, &life.run.report.assertions);
     }
-    new
+    Novelty { new, focus }
 }
 
 /// Folds one run's assertion reports into a campaign's assertion lines.
@@ -194,10 +237,21 @@ pub(crate) fn pick_weighted(rng: &mut ChaCha20Rng, weights: &[u64]) -> usize {
     0
 }
 
+/// A corpus entry's energy: the rarity of the behaviours its run showed (one seen in `h` runs
+/// counts `1000 / h`) plus what it brought that was new, lowered by how often it was picked.
+pub(crate) fn energy(features: &[u64], hits: &BTreeMap<u64, u64>, new: u64, picks: u64) -> u64 {
+    let rarity: u64 = features.iter().map(|f| 1000 / hits.get(f).copied().unwrap_or(1).max(1)).sum();
+    1 + (rarity + 100 * new) / (1 + picks)
+}
+
 fn pick(state: &mut State) -> usize {
-    let weights: Vec<u64> = state.corpus.iter().map(|e| 1 + 8 * e.new_edges / (1 + e.picks)).collect();
+    let weights: Vec<u64> =
+        state.corpus.iter().map(|e| energy(&e.features, &state.hits, e.new_edges, e.picks)).collect();
     pick_weighted(&mut state.rng, &weights)
 }
+
+/// How many decisions before a corpus entry's focus count as leading to it.
+const FOCUS_WINDOW: u64 = 8;
 
 fn mutate(state: &mut State, parent: &Entry, mode: Mode) -> Input {
     let mut input = parent.input.clone();
@@ -206,13 +260,37 @@ fn mutate(state: &mut State, parent: &Entry, mode: Mode) -> Input {
     let count = parent.options.len() as u64;
     let mut changed = false;
     if mode.random() && count > first {
-        for _ in 0..1 + rng.next_u64() % 3 {
-            let i = first + rng.next_u64() % (count - first);
-            let options = parent.options[i as usize];
-            let choice = if options == 0 { rng.next_u64() } else { rng.next_u64() % options.max(1) };
-            input.overrides.insert(i, choice);
-            changed = true;
+        // Where the parent's new behaviour first showed, if known: the decisions just before it
+        // led there, the ones after it follow from there.
+        let focus = parent.focus.filter(|f| (first..=count).contains(f));
+        let within = |rng: &mut ChaCha20Rng, lo: u64, hi: u64| lo + rng.next_u64() % (hi - lo).max(1);
+        let roll = rng.next_u64() % 8;
+        if parent.choices.len() as u64 == count && roll < 4 {
+            // Keep the parent's course up to a cut and draw everything after it afresh. Half the
+            // cuts fall right at the focus, so the state the parent reached is kept and what
+            // follows it is explored; a quarter after it; a quarter anywhere.
+            let cut = match (roll, focus) {
+                (0 | 1, Some(f)) => f,
+                (2, Some(f)) => within(rng, f, count + 1),
+                _ => within(rng, first, count + 1),
+            };
+            input.overrides = (first..cut).map(|i| (i, parent.choices[i as usize])).collect();
+            input.reseed = Some(rng.next_u64());
+        } else {
+            // Change one to three decisions, half the time among the few before the focus.
+            for _ in 0..1 + rng.next_u64() % 3 {
+                let i = match focus {
+                    Some(f) if f > first && rng.next_u64().is_multiple_of(2) => {
+                        within(rng, f.saturating_sub(FOCUS_WINDOW).max(first), f)
+                    }
+                    _ => within(rng, first, count),
+                };
+                let options = parent.options[i as usize];
+                let choice = if options == 0 { rng.next_u64() } else { rng.next_u64() % options.max(1) };
+                input.overrides.insert(i, choice);
+            }
         }
+        changed = true;
     }
     if mode.faults() {
         let f = &mut input.faults;
@@ -292,6 +370,7 @@ pub fn explore(
             reference_durable_writes: reference.durable_writes,
             virgin: Vec::new(),
             semantic: BTreeSet::new(),
+            hits: BTreeMap::new(),
             corpus: Vec::new(),
             bugs: Vec::new(),
             signatures: BTreeSet::new(),
@@ -315,15 +394,8 @@ pub fn explore(
     if state.corpus.is_empty() {
         if let Some(f) = fork.as_mut() {
             let out = run_on_fork(f, &Input::default())?;
-            let new_edges = learn(&mut state, &out);
-            let entry = Entry {
-                input: Input::default(),
-                new_edges: new_edges.max(1),
-                picks: 0,
-                durable_writes: out.durable_writes,
-                options: out.decisions.iter().map(|d| d.options).collect(),
-                found_round: 0,
-            };
+            let novelty = learn(&mut state, &out);
+            let entry = Entry::new(Input::default(), &out, Novelty { new: novelty.new.max(1), focus: None }, 0);
             write_json(&cfg.out.join("corpus").join("entry-000000.json"), &entry)?;
             state.corpus.push(entry);
         }
@@ -356,17 +428,10 @@ pub fn explore(
                 (input, out, 0, seed)
             }
         };
-        let new_edges = learn(&mut state, &out);
+        let novelty = learn(&mut state, &out);
         let (corpus_before, bugs_before) = (state.corpus.len(), state.bugs.len());
-        if new_edges > 0 && fork.is_some() {
-            let entry = Entry {
-                input: input.clone(),
-                new_edges,
-                picks: 0,
-                durable_writes: out.durable_writes,
-                options: out.decisions.iter().map(|d| d.options).collect(),
-                found_round: round,
-            };
+        if novelty.new > 0 && fork.is_some() {
+            let entry = Entry::new(input.clone(), &out, novelty, round);
             write_json(&cfg.out.join("corpus").join(format!("entry-{:06}.json", state.corpus.len())), &entry)?;
             state.corpus.push(entry);
         }

@@ -30,7 +30,9 @@ use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::campaign::{fold_assertions, io_err, pick_weighted, write_json, CampaignConfig, Mode, Progress, Strategy};
+use crate::campaign::{
+    energy, fold_assertions, io_err, pick_weighted, write_json, CampaignConfig, Mode, Progress, Strategy,
+};
 use crate::ExploreError;
 
 /// The cluster under exploration.
@@ -376,17 +378,10 @@ fn learn(state: &mut State, out: &ClusterOutcome) -> u64 {
     new
 }
 
-/// Picks a corpus entry: its energy is the rarity of the behaviours its run showed (a behaviour
-/// seen in `h` rounds counts `1000 / h`), lowered by how often it was picked already.
+/// Picks a corpus entry by its [`energy`].
 fn pick(state: &mut State) -> usize {
-    let weights: Vec<u64> = state
-        .corpus
-        .iter()
-        .map(|e| {
-            let rarity: u64 = e.features.iter().map(|f| 1000 / state.hits.get(f).copied().unwrap_or(1).max(1)).sum();
-            1 + (rarity + 100 * e.new_features) / (1 + e.picks)
-        })
-        .collect();
+    let weights: Vec<u64> =
+        state.corpus.iter().map(|e| energy(&e.features, &state.hits, e.new_features, e.picks)).collect();
     pick_weighted(&mut state.rng, &weights)
 }
 

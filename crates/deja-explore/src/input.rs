@@ -27,6 +27,10 @@ pub struct Input {
     pub overrides: BTreeMap<u64, u64>,
     /// Faults for the child (from the steering point on).
     pub faults: FaultConfig,
+    /// Draws every decision that is not overridden from this seed's stream instead of the
+    /// run's own (from the steering point on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reseed: Option<u64>,
 }
 
 impl Input {
@@ -34,6 +38,9 @@ impl Input {
     pub fn prepare(&self, kernel: &mut Kernel) {
         kernel.set_fault_config(self.faults.clone());
         kernel.set_decision_overrides(self.overrides.clone());
+        if let Some(seed) = self.reseed {
+            kernel.reseed_decisions(seed);
+        }
     }
 
     /// How many elements minimization can remove: each override, and each fault switched on.
@@ -46,6 +53,7 @@ impl Input {
             + usize::from(f.eio_on_write_ppm > 0)
             + usize::from(f.eio_on_fsync_ppm > 0)
             + usize::from(f.enospc_on_write_ppm > 0)
+            + usize::from(self.reseed.is_some())
     }
 }
 
@@ -75,8 +83,9 @@ pub struct Outcome {
     pub failure: Option<String>,
     /// The bucketed SanitizerCoverage map of the final life (empty without instrumentation).
     pub coverage: Vec<u8>,
-    /// Semantic edges: the SDK assertions' outcomes and the shape of the run.
-    pub semantic: Vec<u64>,
+    /// Semantic edges (the SDK assertions' outcomes and the shape of the run), each with the
+    /// decision index where the run first showed it, when the core recorded one.
+    pub semantic: BTreeMap<u64, Option<u64>>,
     /// The full decision log, over every life.
     pub decisions: Vec<LoggedDecision>,
     /// Durable writes of the first life (the range of crash points worth trying).
@@ -102,21 +111,23 @@ fn failure(lives: &[Incarnation]) -> Option<String> {
     }
 }
 
-fn semantic_edges(report: &RunReport) -> Vec<u64> {
-    let mut out = Vec::new();
+/// Adds a life's semantic edges; the decision indices are kept for the first life only, whose
+/// decision log is the one an input steers.
+fn semantic_edges(report: &RunReport, first_life: bool, out: &mut BTreeMap<u64, Option<u64>>) {
     for a in &report.assertions {
         let id = u64::from_str_radix(&a.id, 16).unwrap_or(0);
-        if a.hits > 0 {
-            out.push(id ^ 1);
-        }
-        if a.passes > 0 {
-            out.push(id ^ 2);
-        }
-        if a.failures > 0 {
-            out.push(id ^ 4);
+        let at =
+            |c: &Option<deja_kernel::AssertionContext>| c.as_ref().filter(|_| first_life).map(|c| c.decision_index);
+        for (seen, edge, first) in [
+            (a.hits > 0, id ^ 1, None),
+            (a.passes > 0, id ^ 2, at(&a.first_satisfied)),
+            (a.failures > 0, id ^ 4, at(&a.first_failure)),
+        ] {
+            if seen {
+                out.entry(edge).or_insert(first);
+            }
         }
     }
-    out
 }
 
 /// Turns the lives of a run into an outcome.
@@ -124,10 +135,11 @@ pub fn outcome(lives: Vec<Incarnation>) -> Outcome {
     let digest = deja_vmm::lives_digest(&lives);
     let last = &lives.last().expect("a run has a life").run.report;
     let coverage = last.coverage.as_ref().map(|c| c.map.clone()).unwrap_or_default();
-    let mut semantic: Vec<u64> = lives.iter().flat_map(|l| semantic_edges(&l.run.report)).collect();
-    semantic.push(0x5eed_0000 + lives.len() as u64);
-    semantic.sort_unstable();
-    semantic.dedup();
+    let mut semantic = BTreeMap::new();
+    for (i, l) in lives.iter().enumerate() {
+        semantic_edges(&l.run.report, i == 0, &mut semantic);
+    }
+    semantic.insert(0x5eed_0000 + lives.len() as u64, None);
     let decisions = lives
         .iter()
         .flat_map(|l| l.run.report.decisions.iter())

@@ -14,6 +14,7 @@ enum Element {
     EioWrite(u32),
     EioFsync(u32),
     Enospc(u32),
+    Reseed(u64),
 }
 
 impl Element {
@@ -26,6 +27,7 @@ impl Element {
             Element::EioWrite(p) => format!("EIO on write ({p} ppm)"),
             Element::EioFsync(p) => format!("EIO on fsync ({p} ppm)"),
             Element::Enospc(p) => format!("ENOSPC on write ({p} ppm)"),
+            Element::Reseed(s) => format!("decisions drawn from seed {s}"),
         }
     }
 }
@@ -51,6 +53,9 @@ fn elements(input: &Input) -> Vec<Element> {
     if f.enospc_on_write_ppm > 0 {
         v.push(Element::Enospc(f.enospc_on_write_ppm));
     }
+    if let Some(s) = input.reseed {
+        v.push(Element::Reseed(s));
+    }
     v
 }
 
@@ -67,6 +72,7 @@ fn build(elements: &[Element]) -> Input {
             Element::EioWrite(p) => input.faults.eio_on_write_ppm = *p,
             Element::EioFsync(p) => input.faults.eio_on_fsync_ppm = *p,
             Element::Enospc(p) => input.faults.enospc_on_write_ppm = *p,
+            Element::Reseed(s) => input.reseed = Some(*s),
         }
     }
     input

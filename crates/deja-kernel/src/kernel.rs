@@ -440,6 +440,14 @@ impl Kernel {
         self.tracer.reseed(seed, self.clock.now_ns());
     }
 
+    /// From now on decisions (SDK random values and choices, fault rolls) come from the
+    /// stream of `seed`; random bytes and the trace are untouched. With overrides pinning the
+    /// decisions before some index, a child keeps its parent's course up to there and
+    /// draws everything after afresh.
+    pub fn reseed_decisions(&mut self, seed: u64) {
+        self.faults.log.stream.reseed_with_context(crate::faults::FAULT_CONTEXT, seed);
+    }
+
     /// Serves one syscall: `nr` from RAX, `args` from RDI, RSI, RDX, R10, R8, R9.
     pub fn syscall(&mut self, mem: &mut dyn Memory, nr: u64, args: [u64; 6]) -> SyscallOutcome {
         self.clock.advance(SYSCALL_COST_NS);

@@ -433,6 +433,9 @@ pub struct AssertionContext {
     pub syscall_index: u64,
     /// Virtual time of the syscall, in ns since boot.
     pub virtual_time_ns: u64,
+    /// Decisions taken before it: where in the decision log the run stood.
+    #[serde(default)]
+    pub decision_index: u64,
     /// The node (always 0: one program per run).
     pub node: u32,
     /// The thread (always 1: the guest is single-threaded).

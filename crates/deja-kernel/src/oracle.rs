@@ -302,13 +302,15 @@ impl Kernel {
         }
         let details = self.guest_text(mem, ptr, len, MAX_DETAILS)?;
         let (syscall_index, virtual_time_ns) = self.deja_now();
+        let decision_index = self.faults.log.len();
         let Some(site) = self.oracle.sites.get_mut(&id) else { return Err(EINVAL.into()) };
         let held = match site.kind() {
             AssertKind::Always | AssertKind::AlwaysOrUnreachable | AssertKind::Sometimes => cond == 1,
             AssertKind::Reachable => true,
             AssertKind::Unreachable => false,
         };
-        let ctx = || AssertionContext { syscall_index, virtual_time_ns, node: NODE, thread: THREAD, details };
+        let ctx =
+            || AssertionContext { syscall_index, virtual_time_ns, decision_index, node: NODE, thread: THREAD, details };
         site.hits = site.hits.saturating_add(1);
         if held {
             site.passes = site.passes.saturating_add(1);
@@ -331,8 +333,14 @@ mod tests {
     use super::*;
 
     fn site(kind: AssertKind, hits: u64, passes: u64, failures: u64) -> Site {
-        let ctx =
-            |i| AssertionContext { syscall_index: i, virtual_time_ns: 1000, node: 0, thread: 1, details: "{}".into() };
+        let ctx = |i| AssertionContext {
+            syscall_index: i,
+            virtual_time_ns: 1000,
+            decision_index: 0,
+            node: 0,
+            thread: 1,
+            details: "{}".into(),
+        };
         let satisfiable = matches!(kind, AssertKind::Sometimes | AssertKind::Reachable);
         Site {
             kind: kind as u32,

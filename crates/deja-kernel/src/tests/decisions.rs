@@ -273,3 +273,24 @@ fn restore_checks_the_decision_log() {
     k.faults.log.decisions[0].choice = u64::MAX;
     Kernel::restore(&k.save()).unwrap();
 }
+
+#[test]
+fn a_decision_reseed_keeps_the_pinned_prefix_and_redraws_the_rest() {
+    let parent = run_with(1, BTreeMap::new());
+    let cut = 6u64;
+    let pinned: BTreeMap<u64, u64> = parent.log.iter().take(cut as usize).map(|d| (d.index, d.choice)).collect();
+    let child = |seed: u64| {
+        let mut g = Guest::boot(1);
+        g.k.set_decision_overrides(pinned.clone());
+        g.k.reseed_decisions(seed);
+        g.run(0..STEPS);
+        g.finish()
+    };
+    let (a, b) = (child(99), child(99));
+    assert_eq!(a, b, "a reseeded child is deterministic");
+    let choices = |s: &Seen| s.log.iter().map(|d| d.choice).collect::<Vec<_>>();
+    assert_eq!(choices(&a)[..cut as usize], choices(&parent)[..cut as usize], "the prefix is the parent's");
+    assert_ne!(choices(&a)[cut as usize..], choices(&parent)[cut as usize..], "what follows is drawn afresh");
+    assert_eq!(a.random, parent.random, "random bytes are not decisions: they stay the run's own");
+    assert_ne!(choices(&child(100))[cut as usize..], choices(&a)[cut as usize..], "another seed, another course");
+}
