@@ -137,6 +137,9 @@ struct State {
     /// Runs that showed each semantic edge.
     #[serde(default)]
     hits: BTreeMap<u64, u64>,
+    /// The earliest decision index at which each progress edge has shown.
+    #[serde(default)]
+    earliest: BTreeMap<u64, u64>,
     corpus: Vec<Entry>,
     bugs: Vec<report::BugSummary>,
     signatures: BTreeSet<String>,
@@ -186,7 +189,18 @@ fn learn(state: &mut State, out: &Outcome) -> Novelty {
     let mut focus = None;
     for (e, at) in &out.semantic {
         *state.hits.entry(*e).or_default() += 1;
-        if state.semantic.insert(*e) {
+        let known = !state.semantic.insert(*e);
+        // A known progress edge reached earlier than ever before counts as new too: the same
+        // state with more of the run still ahead of it.
+        let sooner = match (*at, state.earliest.get(e)) {
+            (Some(i), Some(&best)) => i < best,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if sooner {
+            state.earliest.insert(*e, at.unwrap_or_default());
+        }
+        if !known || sooner {
             new += 1;
             focus = focus.max(*at);
         }
@@ -371,6 +385,7 @@ pub fn explore(
             virgin: Vec::new(),
             semantic: BTreeSet::new(),
             hits: BTreeMap::new(),
+            earliest: BTreeMap::new(),
             corpus: Vec::new(),
             bugs: Vec::new(),
             signatures: BTreeSet::new(),

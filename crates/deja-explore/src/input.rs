@@ -111,18 +111,18 @@ fn failure(lives: &[Incarnation]) -> Option<String> {
     }
 }
 
-/// Adds a life's semantic edges; the decision indices are kept for the first life only, whose
-/// decision log is the one an input steers.
+/// Adds a life's semantic edges. A `sometimes` holding or a `reachable` reached for the first
+/// time is progress, so its edge keeps the decision index where it first did (for the first
+/// life only, whose decision log is the one an input steers); a mere evaluation or a failure
+/// marks no place.
 fn semantic_edges(report: &RunReport, first_life: bool, out: &mut BTreeMap<u64, Option<u64>>) {
     for a in &report.assertions {
         let id = u64::from_str_radix(&a.id, 16).unwrap_or(0);
         let at =
             |c: &Option<deja_kernel::AssertionContext>| c.as_ref().filter(|_| first_life).map(|c| c.decision_index);
-        for (seen, edge, first) in [
-            (a.hits > 0, id ^ 1, None),
-            (a.passes > 0, id ^ 2, at(&a.first_satisfied)),
-            (a.failures > 0, id ^ 4, at(&a.first_failure)),
-        ] {
+        for (seen, edge, first) in
+            [(a.hits > 0, id ^ 1, None), (a.passes > 0, id ^ 2, at(&a.first_satisfied)), (a.failures > 0, id ^ 4, None)]
+        {
             if seen {
                 out.entry(edge).or_insert(first);
             }
