@@ -127,7 +127,8 @@ struct State {
     strategy: Strategy,
     mode: Mode,
     seed: u64,
-    round: u64,
+    #[serde(flatten)]
+    books: Books,
     rng: ChaCha20Rng,
     fork_at: u64,
     base_decisions: u64,
@@ -141,16 +142,132 @@ struct State {
     #[serde(default)]
     earliest: BTreeMap<u64, u64>,
     corpus: Vec<Entry>,
-    bugs: Vec<report::BugSummary>,
-    signatures: BTreeSet<String>,
-    unconfirmed: BTreeSet<String>,
-    timeline: Vec<report::RoundPoint>,
-    assertions: BTreeMap<String, report::AssertionLine>,
-    wall_seconds: f64,
 }
 
 /// The result of a campaign (what the reports show).
 pub type Campaign = report::Campaign;
+
+/// The bookkeeping both explorers share: rounds, bugs, the timeline and the assertion lines.
+/// It is part of each explorer's checkpoint.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct Books {
+    pub(crate) round: u64,
+    pub(crate) bugs: Vec<report::BugSummary>,
+    pub(crate) signatures: BTreeSet<String>,
+    pub(crate) unconfirmed: BTreeSet<String>,
+    pub(crate) timeline: Vec<report::RoundPoint>,
+    pub(crate) assertions: BTreeMap<String, report::AssertionLine>,
+    pub(crate) wall_seconds: f64,
+}
+
+impl Books {
+    /// Starts the next round, or returns `None` when the campaign is over: its rounds are
+    /// done, its time is up, or it stops at the first bug and has one.
+    pub(crate) fn next_round(&mut self, cfg: &CampaignConfig, started: Instant) -> Option<u64> {
+        let done_runs = cfg.runs.is_some_and(|n| self.round >= n);
+        let done_time = cfg.budget.is_some_and(|b| started.elapsed() >= b);
+        let done_bug = cfg.stop_at_first_bug && !self.bugs.is_empty();
+        if done_runs || done_time || done_bug || (cfg.runs.is_none() && cfg.budget.is_none()) {
+            return None;
+        }
+        self.round += 1;
+        Some(self.round)
+    }
+
+    /// The signature of a failure not met before, which needs confirming.
+    pub(crate) fn unseen(&self, failure: Option<&String>) -> Option<String> {
+        failure.filter(|s| !self.signatures.contains(*s) && !self.unconfirmed.contains(*s)).cloned()
+    }
+
+    /// Settles a new failure: when a replay `reproduced` it, `write` writes its bug file at the
+    /// path given and returns the reproduce command and the number of decisions; otherwise it
+    /// is set aside as unconfirmed.
+    pub(crate) fn settle(
+        &mut self,
+        sig: String,
+        reproduced: bool,
+        out: &Path,
+        write: impl FnOnce(&Path) -> Result<(String, u64), ExploreError>,
+    ) -> Result<(), ExploreError> {
+        if !reproduced {
+            self.unconfirmed.insert(sig);
+            return Ok(());
+        }
+        let id = bug_id(&sig);
+        let file = format!("bug-{id}.json");
+        let (reproduce, decisions) = write(&out.join(&file))?;
+        self.signatures.insert(sig.clone());
+        self.bugs.push(report::BugSummary {
+            id,
+            signature: sig,
+            first_round: self.round,
+            file,
+            reproduce,
+            decisions,
+            minimized: None,
+        });
+        Ok(())
+    }
+
+    /// Ends a round: a point on the timeline and a progress report.
+    pub(crate) fn end_round(&mut self, p: Progress, progress: &mut dyn FnMut(&Progress)) {
+        self.timeline.push(report::RoundPoint {
+            round: p.round,
+            edges_hit: p.edges + p.semantic,
+            corpus_size: p.corpus,
+            bugs: p.bugs,
+        });
+        progress(&p);
+    }
+
+    /// The campaign as the reports show it.
+    pub(crate) fn campaign(&self, cfg: &CampaignConfig, program: &Program, seed: u64, coverage: Coverage) -> Campaign {
+        report::Campaign {
+            program: program.path.clone(),
+            program_blake3: program.blake3.clone(),
+            strategy: match cfg.strategy {
+                Strategy::Coverage => "coverage".into(),
+                Strategy::Random => "random".into(),
+            },
+            mode: serde_json::to_value(cfg.mode).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+            seed,
+            rounds: self.round,
+            wall_seconds: self.wall_seconds,
+            corpus_size: coverage.corpus,
+            edges_total: coverage.edges_total,
+            edges_hit: coverage.edges_hit,
+            timeline: self.timeline.clone(),
+            bugs: self.bugs.clone(),
+            assertions: self.assertions.values().cloned().collect(),
+            baseline: None,
+        }
+    }
+}
+
+/// What a campaign explored: a path and a BLAKE3 (of the program image or the cluster file).
+pub(crate) struct Program {
+    pub(crate) path: String,
+    pub(crate) blake3: String,
+}
+
+/// A campaign's corpus and coverage at its end.
+pub(crate) struct Coverage {
+    pub(crate) corpus: u64,
+    pub(crate) edges_total: u64,
+    pub(crate) edges_hit: u64,
+}
+
+/// A bug's short id: the first 12 hex digits of its signature's BLAKE3.
+pub(crate) fn bug_id(signature: &str) -> String {
+    blake3::hash(signature.as_bytes()).to_hex()[..12].to_string()
+}
+
+/// A checkpoint is due every 25 rounds and whenever the corpus or the bugs grew, so a killed
+/// explorer loses neither: the rounds after the last checkpoint are replayed identically on
+/// `--resume`.
+pub(crate) fn checkpoint_due(round: u64, grew: bool) -> bool {
+    round.is_multiple_of(25) || grew
+}
 
 pub(crate) fn io_err(path: &Path, e: impl std::fmt::Display) -> ExploreError {
     ExploreError::File { path: path.display().to_string(), message: e.to_string() }
@@ -206,7 +323,7 @@ fn learn(state: &mut State, out: &Outcome) -> Novelty {
         }
     }
     for life in &out.lives {
-        fold_assertions(&mut state.assertions, &life.run.report.assertions);
+        fold_assertions(&mut state.books.assertions, &life.run.report.assertions);
     }
     Novelty { new, focus }
 }
@@ -377,7 +494,7 @@ pub fn explore(
             strategy: cfg.strategy,
             mode: cfg.mode,
             seed: cfg.seed,
-            round: 0,
+            books: Books::default(),
             rng: ChaCha20Rng::seed_from_u64(cfg.seed),
             fork_at,
             base_decisions: 0,
@@ -387,12 +504,6 @@ pub fn explore(
             hits: BTreeMap::new(),
             earliest: BTreeMap::new(),
             corpus: Vec::new(),
-            bugs: Vec::new(),
-            signatures: BTreeSet::new(),
-            unconfirmed: BTreeSet::new(),
-            timeline: Vec::new(),
-            assertions: BTreeMap::new(),
-            wall_seconds: 0.0,
         };
         learn(&mut s, &reference);
         s
@@ -416,15 +527,7 @@ pub fn explore(
         }
     }
 
-    loop {
-        let done_runs = cfg.runs.is_some_and(|n| state.round >= n);
-        let done_time = cfg.budget.is_some_and(|b| started.elapsed() >= b);
-        let done_bug = cfg.stop_at_first_bug && !state.bugs.is_empty();
-        if done_runs || done_time || done_bug || (cfg.runs.is_none() && cfg.budget.is_none()) {
-            break;
-        }
-        state.round += 1;
-        let round = state.round;
+    while let Some(round) = state.books.next_round(cfg, started) {
         let (input, out, fork_at, spec_seed) = match fork.as_mut() {
             Some(f) => {
                 let i = pick(&mut state);
@@ -444,80 +547,45 @@ pub fn explore(
             }
         };
         let novelty = learn(&mut state, &out);
-        let (corpus_before, bugs_before) = (state.corpus.len(), state.bugs.len());
+        let (corpus_before, bugs_before) = (state.corpus.len(), state.books.bugs.len());
         if novelty.new > 0 && fork.is_some() {
             let entry = Entry::new(input.clone(), &out, novelty, round);
             write_json(&cfg.out.join("corpus").join(format!("entry-{:06}.json", state.corpus.len())), &entry)?;
             state.corpus.push(entry);
         }
-        if let Some(sig) = out.failure.clone() {
-            if !state.signatures.contains(&sig) && !state.unconfirmed.contains(&sig) {
-                let mut t = target.clone();
-                t.spec.seed = spec_seed;
-                let again = run_fresh(&t, fork_at, &input, &mut |_, _| {})?;
-                if again.digest == out.digest && again.failure.as_ref() == Some(&sig) {
-                    state.signatures.insert(sig.clone());
-                    let id = blake3::hash(sig.as_bytes()).to_hex()[..12].to_string();
-                    let name = format!("bug-{id}.json");
-                    let path = cfg.out.join(&name);
-                    let bug = BugFile::new(&t, fork_at, &input, &out, round, &path.display().to_string());
-                    bug.write(&path)?;
-                    state.bugs.push(report::BugSummary {
-                        id,
-                        signature: sig,
-                        first_round: round,
-                        file: name,
-                        reproduce: bug.reproduce.clone(),
-                        decisions: out.decisions.len() as u64,
-                        minimized: None,
-                    });
-                } else {
-                    state.unconfirmed.insert(sig);
-                }
-            }
+        if let Some(sig) = state.books.unseen(out.failure.as_ref()) {
+            let mut t = target.clone();
+            t.spec.seed = spec_seed;
+            let again = run_fresh(&t, fork_at, &input, &mut |_, _| {})?;
+            let reproduced = again.digest == out.digest && again.failure.as_ref() == Some(&sig);
+            state.books.settle(sig, reproduced, &cfg.out, |path| {
+                let bug = BugFile::new(&t, fork_at, &input, &out, round, &path.display().to_string());
+                bug.write(path)?;
+                Ok((bug.reproduce, out.decisions.len() as u64))
+            })?;
         }
-        state.timeline.push(report::RoundPoint {
-            round,
-            edges_hit: edges_hit(&state.virgin) + state.semantic.len() as u64,
-            corpus_size: state.corpus.len() as u64,
-            bugs: state.bugs.len() as u64,
-        });
-        progress(&Progress {
+        let p = Progress {
             round,
             edges: edges_hit(&state.virgin),
             semantic: state.semantic.len() as u64,
             corpus: state.corpus.len() as u64,
-            bugs: state.bugs.len() as u64,
-        });
-        // A new corpus entry or bug is checkpointed at once, so a killed explorer loses neither:
-        // the rounds after the last checkpoint are replayed identically on --resume.
-        if round % 25 == 0 || state.corpus.len() != corpus_before || state.bugs.len() != bugs_before {
+            bugs: state.books.bugs.len() as u64,
+        };
+        state.books.end_round(p, progress);
+        if checkpoint_due(round, state.corpus.len() != corpus_before || state.books.bugs.len() != bugs_before) {
             write_json(&checkpoint, &state)?;
         }
     }
-    state.wall_seconds += started.elapsed().as_secs_f64();
+    state.books.wall_seconds += started.elapsed().as_secs_f64();
     write_json(&checkpoint, &state)?;
 
-    let edges_total = state.virgin.len() as u64;
-    let campaign = report::Campaign {
-        program: target.path.clone(),
-        program_blake3,
-        strategy: match cfg.strategy {
-            Strategy::Coverage => "coverage".into(),
-            Strategy::Random => "random".into(),
-        },
-        mode: serde_json::to_value(cfg.mode).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
-        seed: state.seed,
-        rounds: state.round,
-        wall_seconds: state.wall_seconds,
-        corpus_size: state.corpus.len() as u64,
-        edges_total,
+    let coverage = Coverage {
+        corpus: state.corpus.len() as u64,
+        edges_total: state.virgin.len() as u64,
         edges_hit: edges_hit(&state.virgin),
-        timeline: state.timeline.clone(),
-        bugs: state.bugs.clone(),
-        assertions: state.assertions.values().cloned().collect(),
-        baseline: None,
     };
+    let campaign =
+        state.books.campaign(cfg, &Program { path: target.path.clone(), blake3: program_blake3 }, state.seed, coverage);
     Ok(campaign)
 }
 

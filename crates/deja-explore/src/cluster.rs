@@ -31,7 +31,8 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::campaign::{
-    energy, fold_assertions, io_err, pick_weighted, write_json, CampaignConfig, Mode, Progress, Strategy,
+    bug_id, checkpoint_due, energy, fold_assertions, io_err, pick_weighted, write_json, Books, CampaignConfig,
+    Coverage, Mode, Program, Progress, Strategy,
 };
 use crate::ExploreError;
 
@@ -230,7 +231,7 @@ impl ClusterBug {
         let signature = out.failure.clone().unwrap_or_default();
         ClusterBug {
             schema: CLUSTER_BUG_SCHEMA.into(),
-            id: blake3::hash(signature.as_bytes()).to_hex()[..12].to_string(),
+            id: bug_id(&signature),
             signature,
             cluster: target.path.clone(),
             cluster_blake3: target.file_blake3.clone(),
@@ -300,19 +301,14 @@ struct State {
     strategy: Strategy,
     mode: Mode,
     seed: u64,
-    round: u64,
+    #[serde(flatten)]
+    books: Books,
     rng: ChaCha20Rng,
     features: BTreeSet<u64>,
     /// In how many rounds each behaviour showed.
     #[serde(default)]
     hits: BTreeMap<u64, u64>,
     corpus: Vec<Entry>,
-    bugs: Vec<report::BugSummary>,
-    signatures: BTreeSet<String>,
-    unconfirmed: BTreeSet<String>,
-    timeline: Vec<report::RoundPoint>,
-    assertions: BTreeMap<String, report::AssertionLine>,
-    wall_seconds: f64,
 }
 
 fn is_fault_point(p: &str) -> bool {
@@ -372,7 +368,7 @@ fn learn(state: &mut State, out: &ClusterOutcome) -> u64 {
     }
     for n in &out.report.nodes {
         for l in &n.lives {
-            fold_assertions(&mut state.assertions, &l.assertions);
+            fold_assertions(&mut state.books.assertions, &l.assertions);
         }
     }
     new
@@ -419,28 +415,14 @@ pub fn explore_cluster(
             strategy: cfg.strategy,
             mode: cfg.mode,
             seed: cfg.seed,
-            round: 0,
+            books: Books::default(),
             rng: ChaCha20Rng::seed_from_u64(cfg.seed),
             features: BTreeSet::new(),
             hits: BTreeMap::new(),
             corpus: Vec::new(),
-            bugs: Vec::new(),
-            signatures: BTreeSet::new(),
-            unconfirmed: BTreeSet::new(),
-            timeline: Vec::new(),
-            assertions: BTreeMap::new(),
-            wall_seconds: 0.0,
         }
     };
-    loop {
-        let done_runs = cfg.runs.is_some_and(|n| state.round >= n);
-        let done_time = cfg.budget.is_some_and(|b| started.elapsed() >= b);
-        let done_bug = cfg.stop_at_first_bug && !state.bugs.is_empty();
-        if done_runs || done_time || done_bug || (cfg.runs.is_none() && cfg.budget.is_none()) {
-            break;
-        }
-        state.round += 1;
-        let round = state.round;
+    while let Some(round) = state.books.next_round(cfg, started) {
         let input = match cfg.strategy {
             Strategy::Random => ClusterInput { seed: state.rng.next_u64(), ..Default::default() },
             Strategy::Coverage if state.corpus.is_empty() => ClusterInput { seed: cfg.seed, ..Default::default() },
@@ -457,7 +439,7 @@ pub fn explore_cluster(
         };
         let out = run_cluster_input(target, &input, &mut |_, _, _| {})?;
         let new = learn(&mut state, &out);
-        let (corpus_before, bugs_before) = (state.corpus.len(), state.bugs.len());
+        let (corpus_before, bugs_before) = (state.corpus.len(), state.books.bugs.len());
         if new > 0 && cfg.strategy == Strategy::Coverage {
             let entry = Entry {
                 input: input.clone(),
@@ -470,68 +452,33 @@ pub fn explore_cluster(
             write_json(&cfg.out.join("corpus").join(format!("entry-{:06}.json", state.corpus.len())), &entry)?;
             state.corpus.push(entry);
         }
-        if let Some(sig) = out.failure.clone() {
-            if !state.signatures.contains(&sig) && !state.unconfirmed.contains(&sig) {
-                let again = run_cluster_input(target, &input, &mut |_, _, _| {})?;
-                if again.report.digest == out.report.digest && again.failure.as_ref() == Some(&sig) {
-                    state.signatures.insert(sig.clone());
-                    let id = blake3::hash(sig.as_bytes()).to_hex()[..12].to_string();
-                    let name = format!("bug-{id}.json");
-                    let path = cfg.out.join(&name);
-                    let bug = ClusterBug::new(target, &input, &out, round, &path.display().to_string());
-                    bug.write(&path)?;
-                    state.bugs.push(report::BugSummary {
-                        id,
-                        signature: sig,
-                        first_round: round,
-                        file: name,
-                        reproduce: bug.reproduce.clone(),
-                        decisions: bug.decisions,
-                        minimized: None,
-                    });
-                } else {
-                    state.unconfirmed.insert(sig);
-                }
-            }
+        if let Some(sig) = state.books.unseen(out.failure.as_ref()) {
+            let again = run_cluster_input(target, &input, &mut |_, _, _| {})?;
+            let reproduced = again.report.digest == out.report.digest && again.failure.as_ref() == Some(&sig);
+            state.books.settle(sig, reproduced, &cfg.out, |path| {
+                let bug = ClusterBug::new(target, &input, &out, round, &path.display().to_string());
+                bug.write(path)?;
+                Ok((bug.reproduce, bug.decisions))
+            })?;
         }
-        state.timeline.push(report::RoundPoint {
-            round,
-            edges_hit: state.features.len() as u64,
-            corpus_size: state.corpus.len() as u64,
-            bugs: state.bugs.len() as u64,
-        });
-        progress(&Progress {
+        let p = Progress {
             round,
             edges: 0,
             semantic: state.features.len() as u64,
             corpus: state.corpus.len() as u64,
-            bugs: state.bugs.len() as u64,
-        });
-        if round % 25 == 0 || state.corpus.len() != corpus_before || state.bugs.len() != bugs_before {
+            bugs: state.books.bugs.len() as u64,
+        };
+        state.books.end_round(p, progress);
+        if checkpoint_due(round, state.corpus.len() != corpus_before || state.books.bugs.len() != bugs_before) {
             write_json(&checkpoint, &state)?;
         }
     }
-    state.wall_seconds += started.elapsed().as_secs_f64();
+    state.books.wall_seconds += started.elapsed().as_secs_f64();
     write_json(&checkpoint, &state)?;
-    Ok(report::Campaign {
-        program: target.path.clone(),
-        program_blake3: target.file_blake3.clone(),
-        strategy: match cfg.strategy {
-            Strategy::Coverage => "coverage".into(),
-            Strategy::Random => "random".into(),
-        },
-        mode: serde_json::to_value(cfg.mode).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
-        seed: state.seed,
-        rounds: state.round,
-        wall_seconds: state.wall_seconds,
-        corpus_size: state.corpus.len() as u64,
-        edges_total: 0,
-        edges_hit: state.features.len() as u64,
-        timeline: state.timeline.clone(),
-        bugs: state.bugs.clone(),
-        assertions: state.assertions.values().cloned().collect(),
-        baseline: None,
-    })
+    let coverage =
+        Coverage { corpus: state.corpus.len() as u64, edges_total: 0, edges_hit: state.features.len() as u64 };
+    let program = Program { path: target.path.clone(), blake3: target.file_blake3.clone() };
+    Ok(state.books.campaign(cfg, &program, state.seed, coverage))
 }
 
 /// A minimized cluster bug.

@@ -230,7 +230,7 @@ impl BugFile {
     /// Builds the bug file of a failed outcome.
     pub fn new(target: &Target, fork_at: u64, input: &Input, out: &Outcome, round: u64, file: &str) -> BugFile {
         let signature = out.failure.clone().unwrap_or_default();
-        let id = blake3::hash(signature.as_bytes()).to_hex()[..12].to_string();
+        let id = crate::campaign::bug_id(&signature);
         BugFile {
             schema: "deja.bug/1".into(),
             id,
