@@ -1,8 +1,9 @@
-//! Shared bits of the echo programs: a tiny `--flag value` parser and the exit codes.
+//! Shared bits of the networked example programs: a tiny `--flag value` parser and the exit codes.
 //!
 //! The binaries live in `src/bin/`: `echo-server`, `echo-client` (TCP, std::net) and
 //! `udp-ping`, `udp-pong` (UDP, std::net). The `echo-tokio` package reuses this module for its
-//! tokio versions of the TCP pair, so both speak the same command line.
+//! tokio versions of the TCP pair, so both speak the same command line; the `register` package
+//! reuses the parser.
 use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
@@ -49,25 +50,45 @@ impl Args {
         Args { usage, values }
     }
 
+    /// The raw value of `--name`, if given.
+    pub fn raw(&self, name: &str) -> Option<&str> {
+        self.values.get(name).map(String::as_str)
+    }
+
     /// The value of `--name` parsed as `T`, or `default` if absent; exits 2 if it does not parse.
     pub fn get<T: FromStr>(&self, name: &str, default: T) -> T {
         match self.values.get(name) {
             None => default,
-            Some(v) => v.parse().unwrap_or_else(|_| usage_error(self.usage, &format!("bad value for --{name}: {v:?}"))),
+            Some(v) => v.parse().unwrap_or_else(|_| self.error(&format!("bad value for --{name}: {v:?}"))),
         }
     }
 
     /// The value of `--name` parsed as `T`; exits 2 if absent or malformed.
     pub fn required<T: FromStr>(&self, name: &str) -> T {
         match self.values.get(name) {
-            None => usage_error(self.usage, &format!("--{name} is required")),
-            Some(v) => v.parse().unwrap_or_else(|_| usage_error(self.usage, &format!("bad value for --{name}: {v:?}"))),
+            None => self.error(&format!("--{name} is required")),
+            Some(v) => v.parse().unwrap_or_else(|_| self.error(&format!("bad value for --{name}: {v:?}"))),
         }
     }
 
     /// The socket address given with `--name`; exits 2 if absent or malformed.
     pub fn addr(&self, name: &str) -> SocketAddr {
         self.required(name)
+    }
+
+    /// A comma-separated list of socket addresses given with `--name`; exits 2 if absent or
+    /// malformed.
+    pub fn addrs(&self, name: &str) -> Vec<SocketAddr> {
+        let text: String = self.required(name);
+        text.split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().unwrap_or_else(|_| self.error(&format!("bad address in --{name}: {s:?}"))))
+            .collect()
+    }
+
+    /// Prints `problem` and the usage to stderr and exits 2.
+    pub fn error(&self, problem: &str) -> ! {
+        usage_error(self.usage, problem)
     }
 }
 

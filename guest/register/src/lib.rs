@@ -23,13 +23,8 @@
 //! | `redirect ADDR` | replica → client | ask `ADDR` (the leader as far as this replica knows) or `none` |
 //!
 //! A log on the wire is `V:T,V:T,...` (value and the term it was written in) or `-`.
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::process;
-use std::str::FromStr;
 
-/// Exit code for a bad command line.
-pub const EXIT_USAGE: i32 = 2;
+pub use echo::Args;
 
 /// One log entry: a value and the term of the leader that appended it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,75 +62,4 @@ pub fn values_csv(log: &[Entry]) -> String {
         return "-".to_string();
     }
     log.iter().map(|e| e.value.to_string()).collect::<Vec<_>>().join(",")
-}
-
-/// `--name value` pairs from the command line. Flags not listed in `known` are usage errors.
-pub struct Args {
-    usage: &'static str,
-    values: BTreeMap<String, String>,
-}
-
-impl Args {
-    /// Parses `std::env::args()`; on a malformed or unknown flag prints `usage` and exits 2.
-    pub fn parse(usage: &'static str, known: &[&str]) -> Args {
-        let mut values = BTreeMap::new();
-        let mut it = std::env::args().skip(1);
-        while let Some(flag) = it.next() {
-            if flag == "-h" || flag == "--help" {
-                println!("usage: {usage}");
-                process::exit(0);
-            }
-            let Some(name) = flag.strip_prefix("--").filter(|n| known.contains(n)) else {
-                usage_error(usage, &format!("unknown argument {flag:?}"));
-            };
-            let Some(value) = it.next() else {
-                usage_error(usage, &format!("--{name} needs a value"));
-            };
-            values.insert(name.to_string(), value);
-        }
-        Args { usage, values }
-    }
-
-    /// The raw value of `--name`, if given.
-    pub fn raw(&self, name: &str) -> Option<&str> {
-        self.values.get(name).map(String::as_str)
-    }
-
-    /// The value of `--name` parsed as `T`, or `default` if absent; exits 2 if it does not parse.
-    pub fn get<T: FromStr>(&self, name: &str, default: T) -> T {
-        match self.values.get(name) {
-            None => default,
-            Some(v) => v.parse().unwrap_or_else(|_| self.error(&format!("bad value for --{name}: {v:?}"))),
-        }
-    }
-
-    /// The value of `--name` parsed as `T`; exits 2 if absent or malformed.
-    pub fn required<T: FromStr>(&self, name: &str) -> T {
-        match self.values.get(name) {
-            None => self.error(&format!("--{name} is required")),
-            Some(v) => v.parse().unwrap_or_else(|_| self.error(&format!("bad value for --{name}: {v:?}"))),
-        }
-    }
-
-    /// A comma-separated list of socket addresses given with `--name`; exits 2 if absent or
-    /// malformed.
-    pub fn addrs(&self, name: &str) -> Vec<SocketAddr> {
-        let text: String = self.required(name);
-        text.split(',')
-            .filter(|s| !s.is_empty())
-            .map(|s| s.parse().unwrap_or_else(|_| self.error(&format!("bad address in --{name}: {s:?}"))))
-            .collect()
-    }
-
-    /// Prints `problem` and the usage to stderr and exits 2.
-    pub fn error(&self, problem: &str) -> ! {
-        usage_error(self.usage, problem)
-    }
-}
-
-/// Prints the problem and the usage to stderr and exits 2.
-pub fn usage_error(usage: &str, problem: &str) -> ! {
-    eprintln!("error: {problem}");
-    eprintln!("usage: {usage}");
-    process::exit(EXIT_USAGE)
 }
