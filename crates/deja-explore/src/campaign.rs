@@ -158,6 +158,9 @@ pub(crate) struct Books {
     pub(crate) timeline: Vec<report::RoundPoint>,
     pub(crate) assertions: BTreeMap<String, report::AssertionLine>,
     pub(crate) wall_seconds: f64,
+    /// Bugs when the current round started.
+    #[serde(skip)]
+    bugs_at_start: usize,
 }
 
 impl Books {
@@ -171,6 +174,7 @@ impl Books {
             return None;
         }
         self.round += 1;
+        self.bugs_at_start = self.bugs.len();
         Some(self.round)
     }
 
@@ -209,8 +213,11 @@ impl Books {
         Ok(())
     }
 
-    /// Ends a round: a point on the timeline and a progress report.
-    pub(crate) fn end_round(&mut self, p: Progress, progress: &mut dyn FnMut(&Progress)) {
+    /// Ends a round: a point on the timeline and a progress report. Returns whether a
+    /// checkpoint is due: every 25 rounds, and whenever the corpus grew (`kept`) or a bug was
+    /// found, so a killed explorer loses neither (the rounds after the last checkpoint are
+    /// replayed identically on `--resume`).
+    pub(crate) fn end_round(&mut self, p: Progress, kept: bool, progress: &mut dyn FnMut(&Progress)) -> bool {
         self.timeline.push(report::RoundPoint {
             round: p.round,
             edges_hit: p.edges + p.semantic,
@@ -218,6 +225,7 @@ impl Books {
             bugs: p.bugs,
         });
         progress(&p);
+        p.round.is_multiple_of(25) || kept || self.bugs.len() != self.bugs_at_start
     }
 
     /// The campaign as the reports show it.
@@ -262,11 +270,11 @@ pub(crate) fn bug_id(signature: &str) -> String {
     blake3::hash(signature.as_bytes()).to_hex()[..12].to_string()
 }
 
-/// A checkpoint is due every 25 rounds and whenever the corpus or the bugs grew, so a killed
-/// explorer loses neither: the rounds after the last checkpoint are replayed identically on
-/// `--resume`.
-pub(crate) fn checkpoint_due(round: u64, grew: bool) -> bool {
-    round.is_multiple_of(25) || grew
+/// Adds `entry` to a campaign's corpus and writes it as `corpus/entry-NNNNNN.json`.
+pub(crate) fn keep<T: Serialize>(out: &Path, corpus: &mut Vec<T>, entry: T) -> Result<(), ExploreError> {
+    write_json(&out.join("corpus").join(format!("entry-{:06}.json", corpus.len())), &entry)?;
+    corpus.push(entry);
+    Ok(())
 }
 
 pub(crate) fn io_err(path: &Path, e: impl std::fmt::Display) -> ExploreError {
@@ -522,8 +530,7 @@ pub fn explore(
             let out = run_on_fork(f, &Input::default())?;
             let novelty = learn(&mut state, &out);
             let entry = Entry::new(Input::default(), &out, Novelty { new: novelty.new.max(1), focus: None }, 0);
-            write_json(&cfg.out.join("corpus").join("entry-000000.json"), &entry)?;
-            state.corpus.push(entry);
+            keep(&cfg.out, &mut state.corpus, entry)?;
         }
     }
 
@@ -547,11 +554,9 @@ pub fn explore(
             }
         };
         let novelty = learn(&mut state, &out);
-        let (corpus_before, bugs_before) = (state.corpus.len(), state.books.bugs.len());
-        if novelty.new > 0 && fork.is_some() {
-            let entry = Entry::new(input.clone(), &out, novelty, round);
-            write_json(&cfg.out.join("corpus").join(format!("entry-{:06}.json", state.corpus.len())), &entry)?;
-            state.corpus.push(entry);
+        let kept = novelty.new > 0 && fork.is_some();
+        if kept {
+            keep(&cfg.out, &mut state.corpus, Entry::new(input.clone(), &out, novelty, round))?;
         }
         if let Some(sig) = state.books.unseen(out.failure.as_ref()) {
             let mut t = target.clone();
@@ -571,8 +576,7 @@ pub fn explore(
             corpus: state.corpus.len() as u64,
             bugs: state.books.bugs.len() as u64,
         };
-        state.books.end_round(p, progress);
-        if checkpoint_due(round, state.corpus.len() != corpus_before || state.books.bugs.len() != bugs_before) {
+        if state.books.end_round(p, kept, progress) {
             write_json(&checkpoint, &state)?;
         }
     }

@@ -31,8 +31,8 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::campaign::{
-    bug_id, checkpoint_due, energy, fold_assertions, io_err, pick_weighted, write_json, Books, CampaignConfig,
-    Coverage, Mode, Program, Progress, Strategy,
+    bug_id, energy, fold_assertions, io_err, keep, pick_weighted, write_json, Books, CampaignConfig, Coverage, Mode,
+    Program, Progress, Strategy,
 };
 use crate::ExploreError;
 
@@ -439,8 +439,8 @@ pub fn explore_cluster(
         };
         let out = run_cluster_input(target, &input, &mut |_, _, _| {})?;
         let new = learn(&mut state, &out);
-        let (corpus_before, bugs_before) = (state.corpus.len(), state.books.bugs.len());
-        if new > 0 && cfg.strategy == Strategy::Coverage {
+        let kept = new > 0 && cfg.strategy == Strategy::Coverage;
+        if kept {
             let entry = Entry {
                 input: input.clone(),
                 new_features: new,
@@ -449,8 +449,7 @@ pub fn explore_cluster(
                 decisions: out.report.decisions.iter().map(|d| (d.point.clone(), d.options)).collect(),
                 found_round: round,
             };
-            write_json(&cfg.out.join("corpus").join(format!("entry-{:06}.json", state.corpus.len())), &entry)?;
-            state.corpus.push(entry);
+            keep(&cfg.out, &mut state.corpus, entry)?;
         }
         if let Some(sig) = state.books.unseen(out.failure.as_ref()) {
             let again = run_cluster_input(target, &input, &mut |_, _, _| {})?;
@@ -468,8 +467,7 @@ pub fn explore_cluster(
             corpus: state.corpus.len() as u64,
             bugs: state.books.bugs.len() as u64,
         };
-        state.books.end_round(p, progress);
-        if checkpoint_due(round, state.corpus.len() != corpus_before || state.books.bugs.len() != bugs_before) {
+        if state.books.end_round(p, kept, progress) {
             write_json(&checkpoint, &state)?;
         }
     }
