@@ -436,7 +436,7 @@ impl Kernel {
     /// The fault decision stream switches to `seed`'s too.
     pub fn reseed(&mut self, seed: u64) {
         self.rng.reseed(seed);
-        self.faults.log.stream.reseed_with_context(crate::faults::FAULT_CONTEXT, seed);
+        self.reseed_decisions(seed);
         self.tracer.reseed(seed, self.clock.now_ns());
     }
 
