@@ -30,7 +30,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 26] = [
+const GUESTS: [&str; 27] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -57,6 +57,7 @@ const GUESTS: [&str; 26] = [
     "register-replica",
     "register-client",
     "loopback",
+    "hostinfo",
 ];
 
 /// Flags every guest is built with: a static executable.

@@ -40,6 +40,42 @@ fn default_guest_dir() -> PathBuf {
     exe.parent().and_then(Path::parent).map(|t| t.join("guests")).unwrap_or_default()
 }
 
+/// What CPUID faulting costs: `deja run hostinfo` (a program that asks CPUID for 25 leaves on
+/// top of glibc's and std's own start-up queries) with faulting against KVM's table, each in
+/// fresh processes, side by side.
+fn cpuid_cost(exe: &Path, hostinfo: &Path, repeat: usize) -> Result<serde_json::Value, String> {
+    let offered = deja_vmm::identity::host().map_err(|e| e.to_string())?.faulting_offered;
+    if !offered {
+        return Ok(serde_json::json!({ "faulting_offered": false }));
+    }
+    let run = |policy: &str| -> Result<(Duration, u64), String> {
+        let start = Instant::now();
+        let out = Command::new(exe)
+            .env(deja_vmm::identity::ENV, policy)
+            .args(["run", "--json", "--no-probe"])
+            .arg(hostinfo)
+            .output()
+            .map_err(|e| e.to_string())?;
+        let took = start.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        let v: serde_json::Value = serde_json::from_str(err.lines().last().unwrap_or_default())
+            .map_err(|e| format!("deja run hostinfo printed no summary ({e}): {err}"))?;
+        Ok((took, v["vm"]["cpuid_exits"].as_u64().unwrap_or(0)))
+    };
+    let (mut with, mut without, mut exits) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..repeat.max(3) {
+        let (t, n) = run("faulting")?;
+        with.push(t);
+        exits = n;
+        without.push(run("table")?.0);
+    }
+    let (f, t) = (median(with).as_secs_f64() * 1e3, median(without).as_secs_f64() * 1e3);
+    Ok(serde_json::json!({
+        "faulting_offered": true, "cpuid_exits": exits, "faulting_ms": f, "table_ms": t,
+        "us_per_cpuid": if exits > 0 { (f - t) * 1e3 / exits as f64 } else { 0.0 },
+    }))
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -300,7 +336,9 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
         }
         hello_native.push(time_native(&hello, &[])?);
     }
+    let cpuid = cpuid_cost(&exe, &dir.join("hostinfo"), repeat as usize)?;
     Ok(serde_json::json!({
+        "cpuid": cpuid,
         "schema": "deja.bench/1",
         "cpu_bound": {
             "program": "cpuburn", "million_steps": args.steps,
@@ -475,6 +513,18 @@ pub fn main(args: BenchArgs) -> i32 {
                     c["us_per_exit_estimate"].as_f64().unwrap_or(0.0),
                     100.0 * c["monitor_share"].as_f64().unwrap_or(0.0)
                 );
+                let c = &v["cpuid"];
+                if c["faulting_offered"] == true {
+                    println!(
+                        "  cpuid      `deja run hostinfo` ({} cpuid traps): {:.1} ms with CPUID faulting, {:.1} ms with KVM's table, {:.1} us per trapped cpuid",
+                        c["cpuid_exits"],
+                        c["faulting_ms"].as_f64().unwrap_or(0.0),
+                        c["table_ms"].as_f64().unwrap_or(0.0),
+                        c["us_per_cpuid"].as_f64().unwrap_or(0.0)
+                    );
+                } else {
+                    println!("  cpuid      this host offers no CPUID faulting: CPUID comes from KVM's table");
+                }
                 let h = &v["deja_run_hello"];
                 println!(
                     "  startup    `deja run hello`: {:.1} ms wall (native hello {:.1} ms)",

@@ -71,13 +71,14 @@ impl Prefixer {
     }
 }
 
-/// Runs a cluster once; node output goes to `sink`.
-pub fn run_cluster(
+/// Runs a cluster once; node output goes to `sink`; `record_trace` keeps every node's trace.
+fn run_cluster(
     cfg: ClusterConfig,
     sink: &mut dyn FnMut(&str, Stream, &[u8]),
     overrides: BTreeMap<u64, u64>,
+    record_trace: bool,
 ) -> Result<ClusterReport, Failure> {
-    deja_cluster::run(cfg, RunOptions { sink, overrides, record_trace: false })
+    deja_cluster::run(cfg, RunOptions { sink, overrides, record_trace })
         .map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))
 }
 
@@ -176,29 +177,44 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<i32, Failure> {
         return Err(Failure::new(2, format!("{flag} does not apply to a cluster file; put node settings in the file")));
     }
     let cfg = load(path, args.seed)?;
-    if !args.no_probe {
-        deja_vmm::probe().map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?;
-    }
+    let host = deja_vmm::identity::host().map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?;
     let runs = args.audit.unwrap_or(1).max(1);
+    let auditing = runs > 1 || args.audit_record.is_some();
     let mut prefix = Prefixer::default();
+    let mut output = Vec::new();
     let first = {
-        let mut sink = |node: &str, s: Stream, b: &[u8]| prefix.write(node, s, b);
-        run_cluster(cfg.clone(), &mut sink, BTreeMap::new())?
+        let live = args.audit_record.is_none();
+        let mut sink = |node: &str, s: Stream, b: &[u8]| {
+            if live {
+                prefix.write(node, s, b);
+            }
+            output.extend_from_slice(node.as_bytes());
+            output.push(if s == Stream::Stdout { b'1' } else { b'2' });
+            output.extend_from_slice(&(b.len() as u64).to_le_bytes());
+            output.extend_from_slice(b);
+        };
+        run_cluster(cfg.clone(), &mut sink, BTreeMap::new(), auditing)?
     };
     prefix.flush();
+    let record = crate::audit::cluster_record(&first, &output);
+    if let Some(out) = &args.audit_record {
+        let mut record = record;
+        record.core = args.on_core;
+        crate::audit::write_record(&record, out)?;
+        return Ok(0);
+    }
     let mut code_override = None;
+    let mut audit = None;
     if runs > 1 {
-        let mut digests = vec![first.digest.clone()];
-        for _ in 1..runs {
-            let r = run_cluster(cfg.clone(), &mut |_: &str, _: Stream, _: &[u8]| {}, BTreeMap::new())?;
-            digests.push(r.digest);
-        }
-        if digests.iter().all(|d| *d == digests[0]) {
-            eprintln!("deja: audit: {runs} runs, identical digest {}", digests[0]);
-        } else {
-            eprintln!("deja: audit: {runs} runs DIVERGED: {}", digests.join(", "));
+        let argv = vec!["run".to_string(), "--seed".to_string(), cfg.seed.to_string(), path.display().to_string()];
+        let verdict = crate::audit::audit(&record, &argv, runs)?;
+        if verdict.result != "identical" {
             code_override = Some(exit::AUDIT_DIVERGED);
         }
+        if !args.json {
+            crate::audit::print(&verdict);
+        }
+        audit = Some(verdict);
     }
     if let Some(out) = &args.report_out {
         let json = serde_json::to_vec_pretty(&first).map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?;
@@ -214,9 +230,14 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<i32, Failure> {
         let exe = std::env::args().next().unwrap_or_else(|| "deja".into());
         eprintln!("deja: reproduce with: {exe} run --seed {} {}", first.seed, path.display());
     }
+    if !args.no_probe && !args.json {
+        eprintln!("deja: host CPU fingerprint {} ({})", host.fingerprint.id, host.remedy);
+    }
     if args.json {
         // The last line of stderr, like a single run's summary.
-        let json = serde_json::to_string(&first).map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?;
+        let mut json = serde_json::to_value(&first).map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?;
+        json["host"] = crate::run::host_json(host);
+        json["audit"] = serde_json::to_value(&audit).expect("plain data serializes");
         eprintln!("{json}");
     }
     Ok(code_override.unwrap_or(code))

@@ -1,4 +1,4 @@
-//! `deja doctor`: can this host run deja, and which determinism settings does it honour?
+//! `deja doctor`: can this host run deja, and what can a guest learn about it?
 
 use std::io::Write;
 
@@ -15,16 +15,23 @@ pub fn main(args: DoctorArgs) -> i32 {
     let check = deja_vmm::check_host();
     let usable = check.usable();
     if args.json {
-        let hazards = check.probe.as_ref().ok().map(|p| p.hazards());
+        let profile = check.profile.as_ref().ok();
+        let variation = check.raw_variation();
         let v = serde_json::json!({
-            "schema": "deja.doctor/1",
+            "schema": "deja.doctor/2",
             "usable": usable,
             "kvm_api_version": check.kvm.as_ref().ok(),
             "kvm_error": check.kvm.as_ref().err(),
             "capabilities": check.caps,
-            "probe": check.probe.as_ref().ok(),
-            "probe_error": check.probe.as_ref().err(),
-            "hazards": hazards,
+            "cpu_identity": profile,
+            "cpu_identity_error": check.profile.as_ref().err(),
+            "cpuid_varies_with_host_core": variation.as_ref().map(|(a, b, leaves)| serde_json::json!({
+                "cores": [a, b], "leaves": leaves,
+            })),
+            "core_number_varies_with_host_core": check.core_number_varies(),
+            "raw_per_core": check.raw_per_core.as_ref().ok(),
+            "raw_per_core_error": check.raw_per_core.as_ref().err(),
+            "hazards": profile.map(|p| p.hazards()),
         });
         println!("{v:#}");
         return if usable { 0 } else { 1 };
@@ -47,30 +54,79 @@ pub fn main(args: DoctorArgs) -> i32 {
         };
         let _ = writeln!(o, "{mark} {} ({})", c.name, c.used_for);
     }
-    match &check.probe {
+    let _ = writeln!(o, "\nCPU identity: what a guest can learn about this host's CPU");
+    match &check.raw_per_core {
+        Ok(per_core) => {
+            let cores: Vec<String> = per_core.iter().map(|(c, _)| c.to_string()).collect();
+            match check.raw_variation() {
+                Some((a, b, leaves)) => {
+                    let _ = writeln!(
+                        o,
+                        "hazard  CPUID varies with the host core: with KVM's table alone, cores {a} and {b} answer {} differently",
+                        leaves.join(", ")
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        o,
+                        "ok      CPUID does not vary with the host core here (KVM's table alone, probed on cores {})",
+                        cores.join(", ")
+                    );
+                }
+            }
+            if check.core_number_varies() {
+                let seen: Vec<String> = per_core
+                    .iter()
+                    .map(|(c, p)| format!("{} on core {c}", p.rdpid.or(p.rdtscp_aux.map(u64::from)).unwrap_or(0)))
+                    .collect();
+                let _ = writeln!(o, "hazard  RDTSCP/RDPID return the host core's number natively: {}", seen.join(", "));
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(o, "FAIL    the per-core probe did not run: {e}");
+        }
+    }
+    match &check.profile {
         Ok(p) => {
-            let _ = writeln!(o, "ok      a ring-3 probe ran and its syscall trapped to the monitor");
+            let _ = writeln!(
+                o,
+                "ok      remedy in force: {} (policy {:?}; set {}=auto|faulting|table|pinned to choose)",
+                p.remedy,
+                p.policy,
+                deja_vmm::identity::ENV
+            );
+            if !p.faulting_offered {
+                let _ = writeln!(o, "missing CPUID faulting (MSR_PLATFORM_INFO bit 31): CPUID comes from KVM's table");
+            }
+            if p.probe.cpuid_diffs.is_empty() {
+                let _ = writeln!(
+                    o,
+                    "ok      the guest sees exactly deja's fixed CPUID table ({} leaves checked)",
+                    deja_vmm::probe::LEAVES.len()
+                );
+            }
+            let _ = writeln!(
+                o,
+                "ok      host CPU fingerprint {} (every artifact records it; a replay elsewhere compares)",
+                p.fingerprint.id
+            );
             let _ = writeln!(
                 o,
                 "{}  RDTSC in ring 3 {}",
-                if p.rdtsc_trapped { "ok    " } else { "hazard" },
-                if p.rdtsc_trapped {
+                if p.probe.rdtsc_trapped { "ok    " } else { "hazard" },
+                if p.probe.rdtsc_trapped {
                     "traps and is served from the virtual clock"
                 } else {
-                    "runs natively (CR4.TSD is not honoured)"
+                    "runs natively (CR4.TSD is not honoured): a program that reads the TSC directly sees host time"
                 }
             );
-            let hazards = p.hazards();
-            if hazards.is_empty() {
-                let _ = writeln!(o, "ok      the guest sees exactly deja's fixed CPUID table");
-            }
-            for h in hazards.iter().filter(|h| !h.starts_with("RDTSC")) {
+            for h in p.hazards().iter().filter(|h| !h.starts_with("RDTSC in ring 3")) {
                 let _ = writeln!(o, "hazard  {h}");
             }
-            if !hazards.is_empty() {
+            if !p.hazards().is_empty() {
                 let _ = writeln!(
                     o,
-                    "        runs stay reproducible as long as programs take time and randomness from syscalls;\n        `deja run --audit K` checks a program"
+                    "        runs stay reproducible as long as programs take time and randomness from syscalls;\n        `deja run --audit K` runs a program in K processes on different cores and compares"
                 );
             }
         }

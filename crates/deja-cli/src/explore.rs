@@ -302,7 +302,32 @@ pub fn replay(args: ReplayArgs) -> i32 {
             }
         }
     }
+    host_note("bug file", bug.host.as_ref());
+    if out.digest != bug.digest {
+        // Is this host at least consistent with itself? Replay again on another core.
+        let seen: Vec<u32> = out.lives.iter().flat_map(|l| l.run.stats.host_cores.iter().copied()).collect();
+        match deja_vmm::identity::on_another_core(&seen, || deja_explore::replay(&bug, &t, &mut |_, _| {})) {
+            Ok((core, Ok(again))) => match deja_explore::input::difference(&out, &again) {
+                Some(d) => eprintln!(
+                    "deja: this host does not reproduce its own run: a second replay on host core {core} differs in {d}"
+                ),
+                None => eprintln!(
+                    "deja: a second replay on host core {core} gave this host's digest again: the difference is \
+                     with the host or the deja that recorded the bug"
+                ),
+            },
+            Ok((_, Err(e))) => eprintln!("deja: a second replay could not run: {e}"),
+            Err(e) => eprintln!("deja: a second replay could not run: {e}"),
+        }
+    }
     replay_verdict(&bug.id, &bug.signature, &bug.digest, out.failure.as_deref(), &out.digest, "run")
+}
+
+/// Says how the host an artifact was recorded on differs from this one, if it does.
+pub fn host_note(what: &str, recorded: Option<&deja_vmm::Fingerprint>) {
+    if let Some(note) = deja_vmm::identity::compare_recorded(recorded) {
+        eprintln!("deja: note: the {what} was {note}");
+    }
 }
 
 /// Compares a replay with its bug and prints the verdict: 1 when the failure reproduced, 0 when
@@ -431,6 +456,7 @@ fn replay_cluster(args: &ReplayArgs) -> i32 {
             }
         }
     }
+    host_note("bug file", bug.host.as_ref());
     replay_verdict(&bug.id, &bug.signature, &bug.digest, out.failure.as_deref(), &out.report.digest, "cluster")
 }
 

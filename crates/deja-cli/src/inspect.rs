@@ -59,10 +59,24 @@ fn describe(args: &InspectArgs) -> Result<serde_json::Value, (i32, String)> {
                 "syscall_nr": snap.vcpu.regs.rax,
                 "fs_base": snap.fs_base,
                 "msrs": snap.vcpu.msrs.len(),
+                "host": host(snap.meta.host.clone()),
             });
         }
     }
     Ok(v)
+}
+
+/// The host CPU fingerprint an artifact records, and how it compares with this host's.
+fn host(recorded: Option<deja_vmm::Fingerprint>) -> serde_json::Value {
+    let Some(f) = recorded else { return "not recorded (written by an older deja)".into() };
+    match deja_vmm::identity::compare_recorded(Some(&f)) {
+        None => format!("{} (the same as this host's)", f.id).into(),
+        Some(note) => format!("{}: {note}", f.id).into(),
+    }
+}
+
+fn recorded(v: &serde_json::Value) -> Option<deja_vmm::Fingerprint> {
+    serde_json::from_value(v.clone()).ok()
 }
 
 /// The JSON artifacts (bug files, capsules, certificates, reports): their schema and what they
@@ -75,6 +89,7 @@ fn describe_json(path: &std::path::Path, bytes: &[u8]) -> Result<Option<serde_js
         "deja.bug/1" => serde_json::json!({
             "signature": v["signature"], "program": v["program"], "seed": v["seed"], "input": v["input"],
             "decisions": v["decisions"].as_array().map(|d| d.len()), "digest": v["digest"], "reproduce": v["reproduce"],
+            "host": host(recorded(&v["host"])),
         }),
         "deja.cluster-bug/1" => {
             let b = deja_explore::ClusterBug::read(path).map_err(|e| refuse(e.to_string()))?;
@@ -83,7 +98,7 @@ fn describe_json(path: &std::path::Path, bytes: &[u8]) -> Result<Option<serde_js
             serde_json::json!({
                 "signature": b.signature, "cluster": b.cluster, "seed": b.input.seed,
                 "overrides": b.input.overrides.len(), "schedule": schedule, "faults": b.faults.len(),
-                "decisions": b.decisions, "digest": b.digest, "reproduce": b.reproduce,
+                "decisions": b.decisions, "digest": b.digest, "reproduce": b.reproduce, "host": host(b.host),
             })
         }
         "deja.cluster-report/1" => {
@@ -91,14 +106,16 @@ fn describe_json(path: &std::path::Path, bytes: &[u8]) -> Result<Option<serde_js
         }
         "deja.capsule/1" => {
             let c = deja_judge::Capsule::read(path).map_err(|e| refuse(e.to_string()))?;
-            serde_json::json!({ "id": c.id, "signature": c.signature, "trigger": c.trigger, "base_blake3": c.base_blake3, "timeline": c.timeline })
+            serde_json::json!({ "id": c.id, "signature": c.signature, "trigger": c.trigger, "base_blake3": c.base_blake3, "timeline": c.timeline, "host": host(c.host) })
         }
         "deja.certificate/1" => {
             let c = deja_judge::Certificate::read(path).map_err(|e| refuse(e.to_string()))?;
             c.verify().map_err(|e| refuse(e.to_string()))?;
-            serde_json::json!({ "verdict": c.verdict, "exit_code": c.exit_code, "checks": c.checks.len(), "capsule_id": c.capsule_id, "certificate_hash": c.certificate_hash })
+            serde_json::json!({ "verdict": c.verdict, "exit_code": c.exit_code, "checks": c.checks.len(), "capsule_id": c.capsule_id, "certificate_hash": c.certificate_hash, "host": host(c.host) })
         }
-        "deja.run-report/1" | "deja.crash-sweep/1" => serde_json::json!({ "digest": v["digest"] }),
+        "deja.run-report/1" | "deja.crash-sweep/1" => {
+            serde_json::json!({ "digest": v["digest"], "host": host(recorded(&v["host"]["fingerprint"])) })
+        }
         _ if v["schema"] == "deja.explore-report/1" => {
             serde_json::json!({ "rounds": v["campaign"]["rounds"], "bugs": v["campaign"]["bugs"].as_array().map(|b| b.len()) })
         }
@@ -167,6 +184,7 @@ pub fn main(args: InspectArgs) -> i32 {
                         s["msrs"]
                     );
                     println!("  syscall core      {} bytes of state", s["kernel_state_bytes"]);
+                    println!("  host              {}", s["host"].as_str().unwrap_or(""));
                     println!("  written by        deja {}", s["deja_version"].as_str().unwrap_or(""));
                 }
             }

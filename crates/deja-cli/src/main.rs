@@ -12,6 +12,7 @@
 //! | 126 | the program or artifact could not be loaded (not ELF, dynamic, 32-bit; a corrupt snapshot) |
 //! | 127 | the program or a declared file was not found |
 
+mod audit;
 mod bench;
 mod build;
 mod check;
@@ -75,6 +76,8 @@ pub mod exit {
 }
 
 fn main() {
+    // Before any vCPU thread is pinned: the cores an audit spreads its processes over.
+    deja_vmm::identity::remember_initial_cores();
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Run(args) => run::main(*args),

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use deja_kernel::{ExitStatus, ProgramSpec, RunReport, Stream};
-use deja_vmm::{HostProbe, RunError, Snapshot};
+use deja_vmm::{Incarnation, RunError, Snapshot};
 
 use crate::exit;
 
@@ -16,10 +16,16 @@ pub struct RunArgs {
     /// `seed`).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Run K times and compare the trace digests; prints `identical` or the first diverging
-    /// syscall.
+    /// Run here and in K-1 fresh deja processes pinned in turn to each host core this process may
+    /// use, and compare full digests; prints `identical` or the first diverging component.
     #[arg(long, value_name = "K")]
     pub audit: Option<u32>,
+    /// Pin this process to host core N before anything runs (used by `--audit`'s processes).
+    #[arg(long, value_name = "N", hide = true)]
+    pub on_core: Option<u32>,
+    /// Write this run's audit record to FILE (used by `--audit`'s processes).
+    #[arg(long, value_name = "FILE", hide = true)]
+    pub audit_record: Option<PathBuf>,
     /// Print the summary on stderr as one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -42,7 +48,8 @@ pub struct RunArgs {
     /// Guest RAM in MiB.
     #[arg(long, default_value_t = 1024, value_name = "MiB")]
     pub memory: u64,
-    /// Do not run the host hazard probe (the summary then says the hazards were not measured).
+    /// Do not list the host's determinism hazards in the summary. (They are measured anyway, once
+    /// per process: the CPU identity remedy and the host fingerprint depend on them.)
     #[arg(long)]
     pub no_probe: bool,
     /// Capture a snapshot when the program traps for syscall N (0-based, before it is served),
@@ -205,6 +212,33 @@ fn run_error(e: RunError) -> Failure {
     }
 }
 
+/// One run: every life (a snapshot continuation or a snapshotting run has one), the program's
+/// output (stream-tagged, in order), and the digest over the lives.
+pub struct RunResult {
+    /// Every life, in order.
+    pub lives: Vec<Incarnation>,
+    /// What the program wrote: per chunk a stream tag (`1`/`2`), a length and the bytes.
+    pub output: Vec<u8>,
+}
+
+impl RunResult {
+    /// The last life's run, carrying the digest over every life.
+    pub fn summary(&self) -> deja_vmm::Run {
+        let mut last = self.lives.last().expect("one life at least").run.clone();
+        last.report.digest = deja_vmm::lives_digest(&self.lives);
+        last
+    }
+
+    /// This run as an audit compares it.
+    pub fn audit_record(&self) -> deja_vmm::divergence::RunRecord {
+        deja_vmm::divergence::RunRecord::program(deja_vmm::lives_digest(&self.lives), &self.lives, &self.output)
+    }
+}
+
+fn one_life(run: deja_vmm::Run, seed: u64) -> Vec<Incarnation> {
+    vec![Incarnation { run, crashed: false, seed, crash_disk_digest: None }]
+}
+
 /// Runs once; program output is passed through when `live`, else captured. With `snapshot`
 /// (index, file) the run also writes a snapshot at that syscall.
 pub fn run_once(
@@ -213,7 +247,7 @@ pub fn run_once(
     live: bool,
     snapshot: Option<(u64, &Path)>,
     export: Option<&mut Option<deja_kernel::Disk>>,
-) -> Result<(deja_vmm::Run, Vec<u8>), Failure> {
+) -> Result<RunResult, Failure> {
     let mut captured = Vec::new();
     let mut stdout = std::io::stdout().lock();
     let mut sink = |stream: Stream, bytes: &[u8]| {
@@ -230,11 +264,10 @@ pub fn run_once(
         captured.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
         captured.extend_from_slice(bytes);
     };
-    let run = match (source, snapshot) {
+    let lives = match (source, snapshot) {
         (Source::Program(spec), None) => {
             let lives = deja_vmm::run_with_restarts((**spec).clone(), memory_mib << 20, &mut sink, export)
                 .map_err(run_error)?;
-            let digest = deja_vmm::lives_digest(&lives);
             for (i, life) in lives.iter().enumerate().filter(|(_, l)| l.crashed) {
                 if live {
                     eprintln!(
@@ -245,9 +278,7 @@ pub fn run_once(
                     );
                 }
             }
-            let mut last = lives.last().expect("one life at least").run.clone();
-            last.report.digest = digest;
-            last
+            lives
         }
         (Source::Program(spec), Some((at, path))) => {
             let (run, snap) =
@@ -264,11 +295,14 @@ pub fn run_once(
             deja_format::write_atomic(path, &snap.to_artifact())
                 .map_err(|e| Failure::new(exit::DEJA_FAILED, format!("cannot write the snapshot: {e}")))?;
             eprintln!("deja: snapshot at syscall {at} written to {}", path.display());
-            run
+            one_life(run, spec.seed)
         }
-        (Source::Snapshot(snap), _) => deja_vmm::resume(snap, &mut sink).map_err(run_error)?,
+        (Source::Snapshot(snap), _) => {
+            let seed = snap.meta.seed;
+            one_life(deja_vmm::resume(snap, &mut sink).map_err(run_error)?, seed)
+        }
     };
-    Ok((run, captured))
+    Ok(RunResult { lives, output: captured })
 }
 
 fn describe_exit(status: &ExitStatus) -> String {
@@ -291,7 +325,7 @@ fn describe_exit(status: &ExitStatus) -> String {
 pub fn summary_json(
     report: &RunReport,
     run: &deja_vmm::Run,
-    probe: &Option<HostProbe>,
+    host: &deja_vmm::HostProfile,
     audit: Option<&serde_json::Value>,
     replay: &str,
 ) -> serde_json::Value {
@@ -307,7 +341,8 @@ pub fn summary_json(
         "memory_digest": report.memory_digest,
         "digest": report.digest,
         "vm": run.stats,
-        "host_hazards": probe.as_ref().map(|p| p.hazards()),
+        "host_hazards": host.hazards(),
+        "host": host_json(host),
         "audit": audit,
         "assertion_failed": report.assertion_failed(),
         "assertions": report.assertions,
@@ -319,6 +354,16 @@ pub fn summary_json(
         "faults": report.faults,
         "decisions": report.decisions.len(),
         "replay": replay,
+    })
+}
+
+/// The `host` object of a report: the fingerprint, the remedy in force and the hazards left.
+pub fn host_json(host: &deja_vmm::HostProfile) -> serde_json::Value {
+    serde_json::json!({
+        "fingerprint": host.fingerprint,
+        "remedy": host.remedy.to_string(),
+        "policy": host.policy,
+        "hazards": host.hazards(),
     })
 }
 
@@ -362,7 +407,7 @@ fn print_assertions(e: &mut impl Write, report: &RunReport, replay: &str) {
     }
 }
 
-fn print_text_summary(report: &RunReport, run: &deja_vmm::Run, probe: &Option<HostProbe>, replay: &str) {
+fn print_text_summary(report: &RunReport, run: &deja_vmm::Run, host: Option<&deja_vmm::HostProfile>, replay: &str) {
     let mut e = std::io::stderr().lock();
     let _ = writeln!(e, "deja: {}", describe_exit(&report.exit));
     print_assertions(&mut e, report, replay);
@@ -388,11 +433,12 @@ fn print_text_summary(report: &RunReport, run: &deja_vmm::Run, probe: &Option<Ho
         run.stats.pt_syncs,
         run.stats.host_run_ns as f64 / 1e6
     );
-    match probe {
+    match host {
         None => {
-            let _ = writeln!(e, "deja: host determinism hazards: not measured (--no-probe)");
+            let _ = writeln!(e, "deja: host determinism hazards: not listed (--no-probe)");
         }
         Some(p) => {
+            let _ = writeln!(e, "deja: host CPU fingerprint {} ({})", p.fingerprint.id, p.remedy);
             let hazards = p.hazards();
             if hazards.is_empty() {
                 let _ = writeln!(e, "deja: host determinism hazards: none");
@@ -422,7 +468,14 @@ pub fn replay_command(args: &RunArgs) -> String {
 /// [`replay_command`] with extra flags for `run` (for example a kill point).
 pub fn replay_command_with(args: &RunArgs, extra: &[String]) -> String {
     let exe = std::env::args().next().unwrap_or_else(|| "deja".into());
-    let mut parts = vec![exe, "run".to_string()];
+    let parts: Vec<String> = std::iter::once(exe).chain(replay_argv(args, extra)).collect();
+    parts.iter().map(|p| shell_quote(p)).collect::<Vec<_>>().join(" ")
+}
+
+/// The arguments of `deja` (after the executable) that reproduce this run, with `extra` flags
+/// for `run`.
+pub fn replay_argv(args: &RunArgs, extra: &[String]) -> Vec<String> {
+    let mut parts = vec!["run".to_string()];
     if let Some(snap) = &args.from_snapshot {
         parts.extend(["--from-snapshot".to_string(), snap.display().to_string()]);
     } else {
@@ -468,7 +521,7 @@ pub fn replay_command_with(args: &RunArgs, extra: &[String]) -> String {
             parts.extend(args.args.iter().cloned());
         }
     }
-    parts.iter().map(|p| shell_quote(p)).collect::<Vec<_>>().join(" ")
+    parts
 }
 
 fn write_trace(path: &Path, report: &RunReport) -> std::io::Result<()> {
@@ -482,6 +535,12 @@ fn write_trace(path: &Path, report: &RunReport) -> std::io::Result<()> {
 
 /// `deja run`.
 pub fn main(args: RunArgs) -> i32 {
+    if let Some(core) = args.on_core {
+        if let Err(e) = deja_vmm::identity::pin_current_thread(core) {
+            eprintln!("deja: error: cannot run on host core {core}: {e}");
+            return exit::DEJA_FAILED;
+        }
+    }
     match run_main(&args) {
         Ok(code) => code,
         Err(f) => {
@@ -510,12 +569,23 @@ fn run_main(args: &RunArgs) -> Result<i32, Failure> {
         (None, Some(program)) => Source::Program(Box::new(build_spec(args, program)?)),
         (None, None) => return Err(Failure::new(2, "name a program or --from-snapshot FILE")),
     };
-    let snapshot = args.snapshot_at.zip(args.snapshot_out.as_deref());
-    let probe = if args.no_probe {
-        None
-    } else {
-        Some(deja_vmm::probe().map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?)
+    let auditing = args.audit.is_some_and(|k| k > 1) || args.audit_record.is_some();
+    let source = match source {
+        Source::Program(mut spec) if auditing => {
+            // An audited run keeps its trace, page hashes and file-system digest, so that a
+            // divergence can be named.
+            spec.record_trace = true;
+            Source::Program(spec)
+        }
+        other => other,
     };
+    let snapshot = args.snapshot_at.zip(args.snapshot_out.as_deref());
+    let host = deja_vmm::identity::host().map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?;
+    if let Source::Snapshot(snap) = &source {
+        if let Some(note) = deja_vmm::identity::compare_recorded(snap.meta.host.as_ref()) {
+            eprintln!("deja: note: the snapshot was {note}");
+        }
+    }
     let runs = args.audit.unwrap_or(1).max(1);
     if args.crash_sweep {
         let Source::Program(spec) = source else {
@@ -525,7 +595,15 @@ fn run_main(args: &RunArgs) -> Result<i32, Failure> {
     }
     let mut final_disk = None;
     let export = args.fs_export.as_ref().map(|_| &mut final_disk);
-    let (first, first_out) = run_once(&source, args.memory, true, snapshot, export)?;
+    let live = args.audit_record.is_none();
+    let result = run_once(&source, args.memory, live, snapshot, export)?;
+    if let Some(path) = &args.audit_record {
+        let mut record = result.audit_record();
+        record.core = args.on_core;
+        crate::audit::write_record(&record, path)?;
+        return Ok(0);
+    }
+    let first = result.summary();
     if let (Some(dir), Some(disk)) = (&args.fs_export, &final_disk) {
         crate::crash::export_disk(disk, dir).map_err(|e| {
             Failure::new(exit::DEJA_FAILED, format!("cannot export the file system to {}: {e}", dir.display()))
@@ -535,32 +613,12 @@ fn run_main(args: &RunArgs) -> Result<i32, Failure> {
     let mut audit = None;
     let mut diverged = false;
     if args.audit.is_some() {
-        let mut verdict = serde_json::json!({"runs": runs, "result": "identical", "digest": first.report.digest});
-        for i in 1..runs {
-            let (other, out) = run_once(&source, args.memory, false, None, None)?;
-            if other.report.digest != first.report.digest || out != first_out {
-                let a = &first.report.entry_hashes;
-                let b = &other.report.entry_hashes;
-                let index = a.iter().zip(b.iter()).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
-                verdict = serde_json::json!({
-                    "runs": runs, "result": "diverged", "run": i, "first_diverging_syscall": index,
-                    "digests": [first.report.digest, other.report.digest],
-                });
-                diverged = true;
-                break;
-            }
-        }
+        let verdict = crate::audit::audit(&result.audit_record(), &replay_argv(args, &[]), runs)?;
+        diverged = verdict.result != "identical";
         if !args.json {
-            if diverged {
-                eprintln!(
-                    "deja: audit: diverged: run {} differs from run 0 first at syscall {}",
-                    verdict["run"], verdict["first_diverging_syscall"]
-                );
-            } else {
-                eprintln!("deja: audit: identical ({runs} runs, digest {})", first.report.digest);
-            }
+            crate::audit::print(&verdict);
         }
-        audit = Some(verdict);
+        audit = Some(serde_json::to_value(&verdict).expect("plain data serializes"));
     }
     if let Some(path) = &args.trace_out {
         write_trace(path, &first.report).map_err(|e| {
@@ -568,7 +626,7 @@ fn run_main(args: &RunArgs) -> Result<i32, Failure> {
         })?;
     }
     let replay = replay_command(args);
-    let json = summary_json(&first.report, &first, &probe, audit.as_ref(), &replay);
+    let json = summary_json(&first.report, &first, host, audit.as_ref(), &replay);
     if let Some(path) = &args.report_out {
         std::fs::write(path, serde_json::to_vec_pretty(&json).unwrap_or_default()).map_err(|e| {
             Failure::new(exit::DEJA_FAILED, format!("cannot write the report to {}: {e}", path.display()))
@@ -577,7 +635,7 @@ fn run_main(args: &RunArgs) -> Result<i32, Failure> {
     if args.json {
         eprintln!("{json}");
     } else {
-        print_text_summary(&first.report, &first, &probe, &replay);
+        print_text_summary(&first.report, &first, (!args.no_probe).then_some(host), &replay);
     }
     if diverged {
         return Ok(exit::AUDIT_DIVERGED);

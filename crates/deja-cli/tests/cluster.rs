@@ -194,7 +194,7 @@ args = ["--connect", "10.0.0.1:7000", "--messages", "1000"]
 fn cluster_runs_are_deterministic_and_seeds_change_the_interleaving() {
     let out = deja(&["run", "--no-probe", "--audit", "5", &example("register-buggy.toml")]);
     let err = stderr(&out);
-    assert!(err.contains("audit: 5 runs, identical digest"), "{err}");
+    assert!(err.contains("deja: audit: identical over 5 runs (this process and 4 fresh processes"), "{err}");
     let digests: std::collections::BTreeSet<String> = (1..=4)
         .map(|s| {
             let (_, r) = run_json(&["--seed", &s.to_string(), &example("echo.toml")]);

@@ -49,7 +49,7 @@ fn audit_five_runs_are_identical() {
     let out = deja(&["run", "--no-probe", "--audit", "5", "--seed", "3", &t]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    assert!(err.contains("deja: audit: identical (5 runs"), "{err}");
+    assert!(err.contains("deja: audit: identical over 5 runs (this process and 4 fresh processes"), "{err}");
 }
 
 #[test]
@@ -230,7 +230,16 @@ fn doctor_reports_kvm_and_hazards() {
     let out = deja(&["doctor", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["usable"], true);
-    assert!(v["probe"]["rdtsc_trapped"].is_boolean());
+    assert!(v["cpu_identity"]["probe"]["rdtsc_trapped"].is_boolean());
+    assert!(text.contains("CPU identity: what a guest can learn about this host's CPU"), "{text}");
+    assert!(text.contains("remedy in force: "), "{text}");
+    assert!(text.contains("host CPU fingerprint "), "{text}");
+    // Either the host's own CPUID varies with the core, or doctor says it does not.
+    assert!(
+        text.contains("hazard  CPUID varies with the host core")
+            || text.contains("ok      CPUID does not vary with the host core"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -239,7 +248,7 @@ fn audit_catches_a_program_that_reads_host_time() {
     // from the virtual clock; where it does not, the program sees host time and the audit must
     // say so.
     let doctor: serde_json::Value = serde_json::from_slice(&deja(&["doctor", "--json"]).stdout).unwrap();
-    let trapped = doctor["probe"]["rdtsc_trapped"].as_bool().unwrap();
+    let trapped = doctor["cpu_identity"]["probe"]["rdtsc_trapped"].as_bool().unwrap();
     let p = s(&guest("privileged"));
     let (out, v) = run_json(&["--audit", "3", &p, "--", "rdtsc-value"]);
     if trapped {
@@ -257,6 +266,7 @@ fn audit_catches_a_program_that_reads_host_time() {
         std::fs::remove_file(&trace).ok();
         assert_eq!(lines[index as usize]["name"], "write", "{:?}", lines[index as usize]);
         let text = deja(&["run", "--no-probe", "--audit", "2", &p, "--", "rdtsc-value"]);
-        assert!(stderr(&text).contains("deja: audit: diverged"), "{}", stderr(&text));
+        assert!(stderr(&text).contains("deja: audit: DIVERGED: fresh process 1"), "{}", stderr(&text));
+        assert!(stderr(&text).contains("the syscall trace, first at syscall"), "{}", stderr(&text));
     }
 }

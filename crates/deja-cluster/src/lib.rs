@@ -98,6 +98,9 @@ pub struct NodeReport {
     pub host_run_ns: u64,
     /// The shortest average `KVM_RUN` time of one stint (an estimate of one exit's round trip).
     pub min_exit_ns: u64,
+    /// The host cores its vCPU thread was seen on (display only).
+    #[serde(default)]
+    pub host_cores: Vec<u32>,
 }
 
 impl NodeReport {

@@ -116,6 +116,7 @@ struct Node {
     exits: u64,
     host_run_ns: u64,
     min_exit_ns: u64,
+    host_cores: Vec<u32>,
     seed: u64,
 }
 
@@ -184,6 +185,7 @@ pub fn run(cfg: ClusterConfig, opts: RunOptions<'_>) -> Result<ClusterReport, Cl
             exits: 0,
             host_run_ns: 0,
             min_exit_ns: u64::MAX,
+            host_cores: Vec::new(),
             seed: node_seed(cfg.seed, i),
         })
         .collect();
@@ -369,6 +371,11 @@ impl Sim<'_> {
         let ns = live.vm.stats.host_run_ns - before.1;
         n.exits += runs;
         n.host_run_ns += ns;
+        for c in &live.vm.stats.host_cores {
+            if let Err(at) = n.host_cores.binary_search(c) {
+                n.host_cores.insert(at, *c);
+            }
+        }
         if let Some(per_exit) = ns.checked_div(runs) {
             n.min_exit_ns = n.min_exit_ns.min(per_exit);
         }
@@ -799,6 +806,7 @@ impl Sim<'_> {
                 vm_exits: n.exits,
                 host_run_ns: n.host_run_ns,
                 min_exit_ns: if n.min_exit_ns == u64::MAX { 0 } else { n.min_exit_ns },
+                host_cores: n.host_cores,
             })
             .collect();
         ClusterReport {

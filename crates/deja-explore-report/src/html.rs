@@ -102,6 +102,7 @@ pub fn render_html(c: &Campaign) -> String {
     chart(&mut h, c);
     h.push_str("</section>\n");
     bugs_table(&mut h, c);
+    unconfirmed_table(&mut h, c);
     assertions_table(&mut h, c);
     let _ = write!(h, "<footer>deja explore report · schema {}</footer>\n</main>\n</body>\n</html>\n", crate::SCHEMA);
     h
@@ -480,6 +481,30 @@ fn bugs_table(h: &mut String, c: &Campaign) {
             escape(&decisions),
             escape(&b.reproduce),
             escape(&b.file)
+        );
+    }
+    h.push_str("</table>\n</section>\n");
+}
+
+fn unconfirmed_table(h: &mut String, c: &Campaign) {
+    if c.unconfirmed.is_empty() {
+        return;
+    }
+    let _ = write!(
+        h,
+        "<section>\n<h2>Unconfirmed failures <span class=\"count\">({})</span></h2>\n\
+         <p class=\"empty\">A replay on another host core did not give the same run: not bugs, but a sign that \
+         something the run depends on is not deterministic.</p>\n<table>\n<tr><th>signature</th>\
+         <th class=\"num\">round</th><th>how the replay differed</th></tr>\n",
+        c.unconfirmed.len()
+    );
+    for u in &c.unconfirmed {
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"sig\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            escape(&u.signature),
+            thousands(u.round),
+            escape(&u.why)
         );
     }
     h.push_str("</table>\n</section>\n");

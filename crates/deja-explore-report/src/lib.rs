@@ -48,6 +48,24 @@ pub struct Campaign {
     pub assertions: Vec<AssertionLine>,
     /// A random-strategy run on the same budget, for comparison, if any.
     pub baseline: Option<Box<Campaign>>,
+    /// The host CPU fingerprint the campaign ran under, with its remedy (see `deja doctor`).
+    #[serde(default)]
+    pub host: Option<String>,
+    /// Failures that a confirming replay on another host core did not reproduce: not bugs, but
+    /// evidence that something in the run is not deterministic.
+    #[serde(default)]
+    pub unconfirmed: Vec<Unconfirmed>,
+}
+
+/// A failure whose confirming replay did not give the same run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Unconfirmed {
+    /// The failure's signature.
+    pub signature: String,
+    /// The round that saw it.
+    pub round: u64,
+    /// How the replay differed (the first diverging component).
+    pub why: String,
 }
 
 /// The campaign's progress after one round.

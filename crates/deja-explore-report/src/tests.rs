@@ -46,6 +46,8 @@ pub(crate) fn sample() -> Campaign {
         bugs: vec![],
         assertions: vec![],
         baseline: None,
+        host: None,
+        unconfirmed: Vec::new(),
     };
     Campaign {
         program: "guests/bank".into(),
@@ -72,6 +74,8 @@ pub(crate) fn sample() -> Campaign {
             assertion("more rejections than transfers", "reachable", 0, 0, "unreached"),
         ],
         baseline: Some(Box::new(baseline)),
+        host: None,
+        unconfirmed: Vec::new(),
     }
 }
 
@@ -91,6 +95,8 @@ fn empty() -> Campaign {
         bugs: vec![],
         assertions: vec![],
         baseline: None,
+        host: None,
+        unconfirmed: Vec::new(),
     }
 }
 

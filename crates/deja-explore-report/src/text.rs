@@ -33,6 +33,7 @@ pub fn render_text(c: &Campaign) -> String {
         ("time", duration(c.wall_seconds)),
         ("corpus", plural(c.corpus_size, "input", "inputs")),
         ("coverage", coverage),
+        ("host", c.host.clone().unwrap_or_else(|| "-".into())),
     ];
     for (key, value) in header {
         let _ = writeln!(out, "  {key:<10}{value}");
@@ -62,6 +63,18 @@ pub fn render_text(c: &Campaign) -> String {
             })
             .collect();
         table(&mut out, &["ID", "SIGNATURE", "FIRST ROUND", "DECISIONS", "FILE", "REPRODUCE"], &rows, &[2, 3]);
+    }
+
+    if !c.unconfirmed.is_empty() {
+        out.push('\n');
+        let _ = writeln!(
+            out,
+            "unconfirmed failures ({}): a replay on another host core did not give the same run",
+            c.unconfirmed.len()
+        );
+        let rows: Vec<Vec<String>> =
+            c.unconfirmed.iter().map(|u| vec![thousands(u.round), u.signature.clone(), u.why.clone()]).collect();
+        table(&mut out, &["ROUND", "SIGNATURE", "HOW THE REPLAY DIFFERED"], &rows, &[0]);
     }
 
     out.push('\n');

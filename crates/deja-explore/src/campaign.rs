@@ -155,15 +155,42 @@ pub(crate) struct Books {
     pub(crate) bugs: Vec<report::BugSummary>,
     pub(crate) signatures: BTreeSet<String>,
     pub(crate) unconfirmed: BTreeSet<String>,
+    /// Why each unconfirmed failure was not confirmed, and in which round.
+    #[serde(default)]
+    pub(crate) unconfirmed_why: BTreeMap<String, (u64, String)>,
     pub(crate) timeline: Vec<report::RoundPoint>,
     pub(crate) assertions: BTreeMap<String, report::AssertionLine>,
     pub(crate) wall_seconds: f64,
+    /// The CPU fingerprint of the host the campaign runs on.
+    #[serde(default)]
+    pub(crate) host: Option<deja_vmm::Fingerprint>,
     /// Bugs when the current round started.
     #[serde(skip)]
     bugs_at_start: usize,
 }
 
 impl Books {
+    /// Records this host's fingerprint in a new campaign, or checks that a resumed one was
+    /// started on a host with the same fingerprint: its corpus and decisions are only worth
+    /// continuing where runs come out the same.
+    pub(crate) fn adopt_host(&mut self, checkpoint: &Path) -> Result<(), ExploreError> {
+        let here = deja_vmm::identity::host().map_err(deja_vmm::RunError::from)?.fingerprint.clone();
+        match &self.host {
+            Some(recorded) if *recorded != here => Err(ExploreError::Invalid(format!(
+                "{} was started on a host with CPU fingerprint {}, and this host is {} ({}); resume it there, \
+                 or start a new campaign here",
+                checkpoint.display(),
+                recorded.id,
+                here.id,
+                here.differences(recorded).join("; ")
+            ))),
+            _ => {
+                self.host = Some(here);
+                Ok(())
+            }
+        }
+    }
+
     /// Starts the next round, or returns `None` when the campaign is over: its rounds are
     /// done, its time is up, or it stops at the first bug and has one.
     pub(crate) fn next_round(&mut self, cfg: &CampaignConfig, started: Instant) -> Option<u64> {
@@ -183,17 +210,18 @@ impl Books {
         failure.filter(|s| !self.signatures.contains(*s) && !self.unconfirmed.contains(*s)).cloned()
     }
 
-    /// Settles a new failure: when a replay `reproduced` it, `write` writes its bug file at the
-    /// path given and returns the reproduce command and the number of decisions; otherwise it
-    /// is set aside as unconfirmed.
+    /// Settles a new failure: when the confirming replay found no `difference`, `write` writes
+    /// its bug file at the path given and returns the reproduce command and the number of
+    /// decisions; otherwise it is set aside as unconfirmed, with the difference.
     pub(crate) fn settle(
         &mut self,
         sig: String,
-        reproduced: bool,
+        difference: Option<String>,
         out: &Path,
         write: impl FnOnce(&Path) -> Result<(String, u64), ExploreError>,
     ) -> Result<(), ExploreError> {
-        if !reproduced {
+        if let Some(why) = difference {
+            self.unconfirmed_why.insert(sig.clone(), (self.round, why));
             self.unconfirmed.insert(sig);
             return Ok(());
         }
@@ -248,6 +276,15 @@ impl Books {
             bugs: self.bugs.clone(),
             assertions: self.assertions.values().cloned().collect(),
             baseline: None,
+            host: self.host.as_ref().map(|h| format!("{} ({})", h.id, h.remedy)),
+            unconfirmed: self
+                .unconfirmed
+                .iter()
+                .map(|sig| {
+                    let (round, why) = self.unconfirmed_why.get(sig).cloned().unwrap_or_default();
+                    report::Unconfirmed { signature: sig.clone(), round, why }
+                })
+                .collect(),
         }
     }
 }
@@ -516,6 +553,7 @@ pub fn explore(
         learn(&mut s, &reference);
         s
     };
+    state.books.adopt_host(&checkpoint)?;
 
     let mut fork = match cfg.strategy {
         Strategy::Coverage => {
@@ -561,9 +599,8 @@ pub fn explore(
         if let Some(sig) = state.books.unseen(out.failure.as_ref()) {
             let mut t = target.clone();
             t.spec.seed = spec_seed;
-            let again = run_fresh(&t, fork_at, &input, &mut |_, _| {})?;
-            let reproduced = again.digest == out.digest && again.failure.as_ref() == Some(&sig);
-            state.books.settle(sig, reproduced, &cfg.out, |path| {
+            let difference = crate::input::confirm(&t, fork_at, &input, &out)?;
+            state.books.settle(sig, difference, &cfg.out, |path| {
                 let bug = BugFile::new(&t, fork_at, &input, &out, round, &path.display().to_string());
                 bug.write(path)?;
                 Ok((bug.reproduce, out.decisions.len() as u64))

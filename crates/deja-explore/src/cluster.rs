@@ -221,6 +221,9 @@ pub struct ClusterBug {
     /// For a minimized bug: the faults minimization removed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removed: Vec<String>,
+    /// The CPU fingerprint of the host that found it (absent in bug files of older deja).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<deja_vmm::Fingerprint>,
 }
 
 /// The schema of cluster bug files.
@@ -244,6 +247,7 @@ impl ClusterBug {
             reproduce: format!("deja replay {file}"),
             minimized_from: None,
             removed: Vec::new(),
+            host: deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone()),
         }
     }
 
@@ -422,6 +426,7 @@ pub fn explore_cluster(
             corpus: Vec::new(),
         }
     };
+    state.books.adopt_host(&checkpoint)?;
     while let Some(round) = state.books.next_round(cfg, started) {
         let input = match cfg.strategy {
             Strategy::Random => ClusterInput { seed: state.rng.next_u64(), ..Default::default() },
@@ -452,9 +457,22 @@ pub fn explore_cluster(
             keep(&cfg.out, &mut state.corpus, entry)?;
         }
         if let Some(sig) = state.books.unseen(out.failure.as_ref()) {
-            let again = run_cluster_input(target, &input, &mut |_, _, _| {})?;
-            let reproduced = again.report.digest == out.report.digest && again.failure.as_ref() == Some(&sig);
-            state.books.settle(sig, reproduced, &cfg.out, |path| {
+            let seen: Vec<u32> = out.report.nodes.iter().flat_map(|n| n.host_cores.iter().copied()).collect();
+            let (core, again) =
+                deja_vmm::identity::on_another_core(&seen, || run_cluster_input(target, &input, &mut |_, _, _| {}))
+                    .map_err(deja_vmm::RunError::from)?;
+            let again = again?;
+            let difference = if again.report.digest != out.report.digest {
+                Some(format!(
+                    "the replay on host core {core} gave digest {} instead of {}",
+                    again.report.digest, out.report.digest
+                ))
+            } else if again.failure != out.failure {
+                Some(format!("the replay on host core {core} failed differently: {:?}", again.failure))
+            } else {
+                None
+            };
+            state.books.settle(sig, difference, &cfg.out, |path| {
                 let bug = ClusterBug::new(target, &input, &out, round, &path.display().to_string());
                 bug.write(path)?;
                 Ok((bug.reproduce, bug.decisions))

@@ -182,6 +182,40 @@ pub fn run_fresh(
     Ok(outcome(lives))
 }
 
+/// Confirms a failing outcome `out` of `input`: replays it from scratch on another host core
+/// than the one `out` ran on (when the machine has one). Returns `None` when the replay gave
+/// the same run, or the first component that differed.
+pub fn confirm(target: &Target, fork_at: u64, input: &Input, out: &Outcome) -> Result<Option<String>, ExploreError> {
+    let seen: Vec<u32> = out.lives.iter().flat_map(|l| l.run.stats.host_cores.iter().copied()).collect();
+    let (core, again) =
+        deja_vmm::identity::on_another_core(&seen, || run_fresh(target, fork_at, input, &mut |_, _| {}))
+            .map_err(deja_vmm::RunError::from)?;
+    let again = again?;
+    Ok(difference(out, &again).map(|d| format!("the replay on host core {core} differs in {d}")))
+}
+
+/// The first component in which run `b` differs from run `a` (by their lives), if any.
+pub fn difference(a: &Outcome, b: &Outcome) -> Option<String> {
+    use deja_vmm::divergence::{first_difference, LifeRecord, RunRecord};
+    if a.digest == b.digest && a.failure == b.failure {
+        return None;
+    }
+    // Exit counts are not compared: a fork child and a fresh run fault in different pages.
+    let record = |o: &Outcome| {
+        let lives = o
+            .lives
+            .iter()
+            .enumerate()
+            .map(|(i, l)| LifeRecord::new(format!("life {i}"), &l.run.report, None))
+            .collect();
+        RunRecord::new(o.digest.clone(), lives, &[], String::new(), Vec::new())
+    };
+    Some(first_difference(&record(a), &record(b)).unwrap_or_else(|| match (&a.failure, &b.failure) {
+        (x, y) if x != y => format!("its failure: {x:?} against {y:?}"),
+        _ => format!("its digest: {} against {}", a.digest, b.digest),
+    }))
+}
+
 /// A failure, frozen: everything needed to reproduce it exactly.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BugFile {
@@ -224,6 +258,9 @@ pub struct BugFile {
     /// For a minimized bug: the input elements minimization removed.
     #[serde(default)]
     pub removed: Vec<String>,
+    /// The CPU fingerprint of the host that found it (absent in bug files of older deja).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<deja_vmm::Fingerprint>,
 }
 
 impl BugFile {
@@ -250,6 +287,7 @@ impl BugFile {
             reproduce: format!("deja replay {file}"),
             minimized_from: None,
             removed: Vec::new(),
+            host: deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone()),
         }
     }
 

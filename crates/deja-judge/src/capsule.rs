@@ -49,6 +49,9 @@ pub struct Capsule {
     pub signature: String,
     /// What happened, for a person.
     pub timeline: String,
+    /// The CPU fingerprint of the host it was frozen on (absent in capsules of older deja).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<deja_vmm::Fingerprint>,
 }
 
 impl Capsule {

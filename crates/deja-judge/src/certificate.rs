@@ -48,6 +48,10 @@ pub struct Certificate {
     pub base_blake3: String,
     /// BLAKE3 of the candidate program.
     pub candidate_blake3: String,
+    /// The CPU fingerprint of the host the checks ran on (absent in certificates of older deja);
+    /// part of the chain's header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<deja_vmm::Fingerprint>,
     /// Every check, in order.
     pub checks: Vec<CheckRecord>,
     /// The verdict.
@@ -64,6 +68,10 @@ fn header_hash(c: &Certificate) -> String {
     let mut h = blake3::Hasher::new();
     for part in [&c.schema, &c.deja_version, &c.capsule_id, &c.base_blake3, &c.candidate_blake3] {
         h.update(part.as_bytes());
+        h.update(&[0]);
+    }
+    if let Some(host) = &c.host {
+        h.update(serde_json::to_string(host).expect("plain data serializes").as_bytes());
         h.update(&[0]);
     }
     h.finalize().to_hex().to_string()
@@ -95,6 +103,7 @@ impl Certificate {
             capsule_id: capsule_id.into(),
             base_blake3: base.into(),
             candidate_blake3: candidate.into(),
+            host: None,
             checks: Vec::new(),
             verdict: String::new(),
             exit_code: 2,
@@ -185,6 +194,16 @@ mod tests {
             Box::new(|c| c.verdict = "STILL_REPRODUCES".into()),
             Box::new(|c| c.exit_code = 1),
             Box::new(|c| c.candidate_blake3 = "other".into()),
+            Box::new(|c| {
+                c.host = Some(deja_vmm::Fingerprint {
+                    id: "0".repeat(16),
+                    remedy: deja_vmm::Remedy { cpuid: deja_vmm::identity::CpuidSource::Faulting, pinned_core: None },
+                    cpuid_blake3: String::new(),
+                    xcr0: 7,
+                    rdtsc_trapped: true,
+                    core_number_visible: false,
+                })
+            }),
             Box::new(|c| {
                 c.checks.remove(0);
             }),

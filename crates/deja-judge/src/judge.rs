@@ -398,26 +398,46 @@ pub fn check(input: &CheckInput) -> Judgement {
             ));
             return Verdict::EvidenceIncomplete;
         };
+        // Each world is a fresh VM on its own host core, in turn over the cores this process may
+        // use, so a run that depends on where it ran cannot pass as deterministic.
+        let cores = deja_vmm::identity::initial_cores();
         let mut worlds = Vec::new();
-        for _ in 0..input.worlds.max(1) {
-            match run(&cand, input.memory_mib, &crash_at(&c.faults, k), &c.overrides) {
-                Ok(o) => worlds.push(o),
+        for w in 0..input.worlds.max(1) as usize {
+            let core = cores.get(w % cores.len().max(1)).copied().unwrap_or(0);
+            let world = deja_vmm::identity::on_core(core, || {
+                run(&cand, input.memory_mib, &crash_at(&c.faults, k), &c.overrides)
+            })
+            .map_err(|e| e.to_string())
+            .and_then(|r| r);
+            match world {
+                Ok(o) => worlds.push((core, o)),
                 Err(e) => {
                     steps.push((names[5], CheckStatus::Incomplete, e, vec![]));
                     return Verdict::EvidenceIncomplete;
                 }
             }
         }
-        let digests: Vec<String> = worlds.iter().map(|o| o.digest.clone()).collect();
-        if digests.iter().any(|d| *d != digests[0]) {
+        let digests: Vec<String> = worlds.iter().map(|(_, o)| o.digest.clone()).collect();
+        let (core0, first) = &worlds[0];
+        if let Some((w, (core, why))) = worlds
+            .iter()
+            .enumerate()
+            .skip(1)
+            .find_map(|(w, (core, o))| deja_explore::input::difference(first, o).map(|why| (w, (core, why))))
+        {
             steps.push((
                 names[5],
                 CheckStatus::Incomplete,
-                "the worlds disagree: the candidate is not deterministic here".into(),
+                format!(
+                    "the worlds disagree: world {} (host core {core}) differs from world 1 (host core {core0}) in {why}; \
+                     the candidate is not deterministic here",
+                    w + 1
+                ),
                 digests,
             ));
             return Verdict::EvidenceIncomplete;
         }
+        let worlds: Vec<Outcome> = worlds.into_iter().map(|(_, o)| o).collect();
         let replay = &worlds[0];
         timeline_text = timeline(replay);
         match &replay.failure {
@@ -488,6 +508,7 @@ pub fn check(input: &CheckInput) -> Judgement {
     })();
 
     let mut cert = Certificate::new(capsule.as_ref().map(|c| c.id.as_str()).unwrap_or(""), &base_hash, &cand_hash);
+    cert.host = deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone());
     for name in names {
         match steps.iter().find(|s| s.0 == name) {
             Some((_, status, detail, digests)) => cert.push(name, *status, detail.clone(), digests.clone()),
@@ -548,6 +569,7 @@ pub fn capsule_from(
             overrides: overrides.clone(),
             signature,
             timeline: timeline(out),
+            host: deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone()),
         }
         .seal(),
     )

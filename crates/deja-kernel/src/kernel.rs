@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::{Clock, RDTSC_COST_NS, SYSCALL_COST_NS};
 use crate::coverage::{CoverageRegion, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
+use crate::cpuid::Emulated;
 use crate::elf::{self, ET_DYN, PF_R, PF_W, PF_X};
 use crate::errno::*;
 use crate::faults::{FaultKind, FaultRecord, FaultState};
@@ -675,30 +676,44 @@ impl Kernel {
     /// A page fault inside a mapping that allows the access populates an aligned window of
     /// [`FAULT_AROUND_PAGES`] pages (clipped to the mapping) and answers
     /// [`ExceptionOutcome::Retry`]; `rdtsc`/`rdtscp` under `#GP` are emulated from the
-    /// virtual clock; everything else ends the program with the signal Linux would send.
+    /// virtual clock and `cpuid` under `#GP` from the fixed table ([`crate::cpuid`]);
+    /// everything else ends the program with the signal Linux would send.
     pub fn exception(&mut self, mem: &mut dyn Memory, exc: Exception) -> ExceptionOutcome {
         match exc {
             Exception::PageFault { addr, error_code, rip } => self.page_fault(mem, addr, error_code, rip),
-            Exception::GeneralProtection { rip, error_code } => {
-                let mut b = [0u8; 3];
-                let n = if self.vm.copy_in(mem, rip, &mut b).is_ok() {
-                    3
-                } else if self.vm.copy_in(mem, rip, &mut b[..2]).is_ok() {
-                    2
-                } else {
-                    0
-                };
-                let rdtscp = n == 3 && b == [0x0f, 0x01, 0xf9];
-                if (n >= 2 && b[..2] == [0x0f, 0x31]) || rdtscp {
-                    self.clock.advance(RDTSC_COST_NS);
-                    let tsc = self.clock.tsc();
-                    self.tracer.exception(13, rip, 0, error_code, ExceptionRecord::Emulated(tsc), self.clock.now_ns());
-                    return ExceptionOutcome::Emulated {
-                        eax: tsc as u32,
-                        edx: (tsc >> 32) as u32,
-                        ecx: rdtscp.then_some(0),
-                        len: if rdtscp { 3 } else { 2 },
-                    };
+            Exception::GeneralProtection { rip, error_code, eax, ecx } => {
+                let mut code = [0u8; 15];
+                let n = (0..code.len())
+                    .take_while(|&i| self.vm.copy_in(mem, rip + i as u64, &mut code[i..=i]).is_ok())
+                    .count();
+                match crate::cpuid::decode(&code[..n]) {
+                    Some((insn @ Emulated::Cpuid, len)) => {
+                        // Answered from the fixed table, untraced and free: a host whose KVM
+                        // answers CPUID itself gives the same run.
+                        let [a, b, c, d] = crate::cpuid::answer(eax, ecx);
+                        return ExceptionOutcome::Emulated { insn, eax: a, ebx: Some(b), ecx: Some(c), edx: d, len };
+                    }
+                    Some((insn, len)) => {
+                        self.clock.advance(RDTSC_COST_NS);
+                        let tsc = self.clock.tsc();
+                        self.tracer.exception(
+                            13,
+                            rip,
+                            0,
+                            error_code,
+                            ExceptionRecord::Emulated(tsc),
+                            self.clock.now_ns(),
+                        );
+                        return ExceptionOutcome::Emulated {
+                            insn,
+                            eax: tsc as u32,
+                            ebx: None,
+                            ecx: (insn == Emulated::Rdtscp).then_some(0),
+                            edx: (tsc >> 32) as u32,
+                            len,
+                        };
+                    }
+                    None => {}
                 }
                 self.fatal(
                     11,
@@ -996,6 +1011,8 @@ impl Kernel {
             digest: h.finalize().to_hex().to_string(),
             entry_hashes: self.tracer.entry_hashes().to_vec(),
             trace: self.tracer.entries().to_vec(),
+            pages: if self.tracer.recording() { crate::trace::page_hashes(mem) } else { Vec::new() },
+            fs_digest: self.tracer.recording().then(|| self.disk().digest()),
             assertions: Vec::new(),
             setup_complete: None,
             events: Vec::new(),

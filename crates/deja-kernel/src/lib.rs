@@ -56,7 +56,9 @@
 //!   single page when frames are short) and answers [`ExceptionOutcome::Retry`]. The same fault
 //!   at the same RIP repeating four times in a row is fatal (the shell did not map the page).
 //! - `#GP` on `rdtsc` (`0f 31`) or `rdtscp` (`0f 01 f9`) is emulated from the virtual clock
-//!   (3 ticks per virtual ns); any other `#GP` is `SIGSEGV`.
+//!   (3 ticks per virtual ns), `#GP` on `cpuid` (`0f a2`, trapping under CPUID faulting) is
+//!   answered from [`cpuid::answer`] without a trace entry or virtual time; any other `#GP` is
+//!   `SIGSEGV`.
 //! - After `arch_prctl` (syscall 158) re-read [`Kernel::fs_base`] / [`Kernel::gs_base`] (the
 //!   current thread's).
 //! - Threads: after every syscall read [`Kernel::current_tid`], [`Kernel::take_spawned`] and
@@ -93,6 +95,7 @@
 
 pub mod clock;
 mod coverage;
+pub mod cpuid;
 mod disk;
 mod elf;
 mod errno;
@@ -286,12 +289,17 @@ pub enum Exception {
         /// Faulting instruction.
         rip: u64,
     },
-    /// #GP (privileged instruction, non-canonical address, RDTSC with CR4.TSD ...).
+    /// #GP (privileged instruction, non-canonical address, RDTSC with CR4.TSD, CPUID under
+    /// CPUID faulting ...).
     GeneralProtection {
         /// Faulting instruction.
         rip: u64,
         /// Hardware error code.
         error_code: u64,
+        /// EAX and ECX at the fault: the leaf and subleaf of a trapped `cpuid`.
+        eax: u32,
+        /// See `eax`.
+        ecx: u32,
     },
     /// Any other vector.
     Other {
@@ -307,15 +315,20 @@ pub enum Exception {
 pub enum ExceptionOutcome {
     /// The kernel fixed it (for example mapped a page on demand): retry the instruction.
     Retry,
-    /// The kernel emulated the instruction: set RAX/RDX (low 32 bits each, upper cleared),
-    /// advance RIP by `len` and resume. Used for RDTSC/RDTSCP under CR4.TSD.
+    /// The kernel emulated the instruction: set RAX and RDX, and RBX and RCX where given (each
+    /// to its 32-bit value, upper half cleared, as a 32-bit register write does), advance RIP by
+    /// `len` and resume. Used for RDTSC/RDTSCP under CR4.TSD and CPUID under CPUID faulting.
     Emulated {
+        /// Which instruction it was.
+        insn: cpuid::Emulated,
         /// New EAX.
         eax: u32,
+        /// New EBX if the instruction sets it (CPUID), else `None`.
+        ebx: Option<u32>,
+        /// New ECX if the instruction sets it (RDTSCP, CPUID), else `None`.
+        ecx: Option<u32>,
         /// New EDX.
         edx: u32,
-        /// New ECX if the instruction sets it (RDTSCP), else `None`.
-        ecx: Option<u32>,
         /// Instruction length.
         len: u64,
     },
@@ -378,6 +391,15 @@ pub struct RunReport {
     /// The full trace, when [`ProgramSpec::record_trace`] was set.
     #[serde(skip)]
     pub trace: Vec<TraceEntry>,
+    /// When [`ProgramSpec::record_trace`] was set: every present user page at the end, as
+    /// (address, first 8 bytes of the BLAKE3 of its contents), in address order; used to name
+    /// the first diverging page of two runs.
+    #[serde(skip)]
+    pub pages: Vec<(u64, u64)>,
+    /// When [`ProgramSpec::record_trace`] was set: the digest of the file system as the program
+    /// left it ([`Disk::digest`]).
+    #[serde(skip)]
+    pub fs_digest: Option<String>,
     /// Every catalogued assertion site, sorted by (file, line, id).
     pub assertions: Vec<AssertionReport>,
     /// The program's first `SetupComplete`, if it sent one.

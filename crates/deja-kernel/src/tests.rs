@@ -25,8 +25,8 @@ struct Seg {
     memsz: u64,
 }
 
-/// Code at the start of the text segment: rdtsc; hlt; rdtscp.
-const CODE: [u8; 6] = [0x0f, 0x31, 0xf4, 0x0f, 0x01, 0xf9];
+/// Code at the start of the text segment: rdtsc; hlt; rdtscp; rex.w cpuid.
+const CODE: [u8; 9] = [0x0f, 0x31, 0xf4, 0x0f, 0x01, 0xf9, 0x48, 0x0f, 0xa2];
 
 /// Builds an ELF64 image. The first `PT_LOAD` maps the headers (offset 0) at `base`.
 fn build_elf(e_type: u16, machine: u16, base: u64, segs: &[Seg], interp: Option<&str>) -> Vec<u8> {
@@ -824,22 +824,48 @@ fn repeated_fault_is_not_an_endless_loop() {
 fn rdtsc_is_emulated_from_the_virtual_clock() {
     let (mut k, _, mut m) = boot();
     sc(&mut k, &mut m, "getpid", &[]);
-    let o = k.exception(&mut m, Exception::GeneralProtection { rip: 0x40_1000, error_code: 0 });
+    let o = k.exception(&mut m, Exception::GeneralProtection { rip: 0x40_1000, error_code: 0, eax: 0, ecx: 0 });
     let t = k.virtual_time_ns() * 3;
-    assert_eq!(o, ExceptionOutcome::Emulated { eax: t as u32, edx: (t >> 32) as u32, ecx: None, len: 2 });
-    let o2 = k.exception(&mut m, Exception::GeneralProtection { rip: 0x40_1003, error_code: 0 });
+    assert_eq!(
+        o,
+        ExceptionOutcome::Emulated {
+            insn: crate::cpuid::Emulated::Rdtsc,
+            eax: t as u32,
+            ebx: None,
+            ecx: None,
+            edx: (t >> 32) as u32,
+            len: 2
+        }
+    );
+    let o2 = k.exception(&mut m, Exception::GeneralProtection { rip: 0x40_1003, error_code: 0, eax: 0, ecx: 0 });
     match o2 {
         ExceptionOutcome::Emulated { eax, ecx: Some(0), len: 3, .. } => assert!(u64::from(eax) > t),
         o => panic!("{o:?}"),
     }
-    match k.exception(&mut m, Exception::GeneralProtection { rip: 0x40_1002, error_code: 0 }) {
+    // CPUID is answered from the fixed table, with no trace entry and no virtual time.
+    let before = k.save();
+    let o3 = k.exception(&mut m, Exception::GeneralProtection { rip: 0x40_1006, error_code: 0, eax: 1, ecx: 0 });
+    let [a, b, c, d] = crate::cpuid::answer(1, 0);
+    assert_eq!(
+        o3,
+        ExceptionOutcome::Emulated {
+            insn: crate::cpuid::Emulated::Cpuid,
+            eax: a,
+            ebx: Some(b),
+            ecx: Some(c),
+            edx: d,
+            len: 3
+        }
+    );
+    assert_eq!(k.save(), before, "an emulated cpuid changes no state of the core");
+    match k.exception(&mut m, Exception::GeneralProtection { rip: 0x40_1002, error_code: 0, eax: 0, ecx: 0 }) {
         ExceptionOutcome::Fatal(ExitStatus::Signaled { signal: 11, fault: Some(f), .. }) => {
             assert_eq!(f.vector, 13);
             assert!(f.description.starts_with("general protection fault"));
         }
         o => panic!("{o:?}"),
     }
-    match k.exception(&mut m, Exception::GeneralProtection { rip: 0xdead_0000, error_code: 0 }) {
+    match k.exception(&mut m, Exception::GeneralProtection { rip: 0xdead_0000, error_code: 0, eax: 0, ecx: 0 }) {
         ExceptionOutcome::Fatal(ExitStatus::Signaled { signal: 11, .. }) => {}
         o => panic!("{o:?}"),
     }
@@ -1102,7 +1128,7 @@ fn scripted_run(seed: u64) -> RunReport {
     sc(&mut k, &mut m, "read", &[0, buf + 100, 64]);
     sc(&mut k, &mut m, "clock_gettime", &[1, buf + 200]);
     k.exception(&mut m, Exception::PageFault { addr: buf + 0x8000, error_code: 6, rip: 0x40_1000 });
-    k.exception(&mut m, Exception::GeneralProtection { rip: 0x40_1000, error_code: 0 });
+    k.exception(&mut m, Exception::GeneralProtection { rip: 0x40_1000, error_code: 0, eax: 0, ecx: 0 });
     sc(&mut k, &mut m, "write", &[1, buf, 64]);
     k.finish(&m, ExitStatus::Exited { code: 0 })
 }
@@ -1195,7 +1221,7 @@ fn random_syscalls_never_panic() {
             if rng.next_u32() % 20 == 0 {
                 let exc = match rng.next_u32() % 3 {
                     0 => Exception::PageFault { addr: args[0], error_code: args[1] & 0x1f, rip: args[2] },
-                    1 => Exception::GeneralProtection { rip: args[0], error_code: 0 },
+                    1 => Exception::GeneralProtection { rip: args[0], error_code: 0, eax: 0, ecx: 0 },
                     _ => Exception::Other { vector: args[0] as u8, rip: args[1] },
                 };
                 let _ = k.exception(&mut mem, exc);
@@ -1254,7 +1280,7 @@ fn snapshot_step(i: usize, k: &mut Kernel, m: &mut FakeMemory) {
             assert_eq!(r, ExceptionOutcome::Retry);
         }
         11 => {
-            let r = k.exception(m, Exception::GeneralProtection { rip: 0x40_1000, error_code: 0 });
+            let r = k.exception(m, Exception::GeneralProtection { rip: 0x40_1000, error_code: 0, eax: 0, ecx: 0 });
             assert!(matches!(r, ExceptionOutcome::Emulated { len: 2, .. }));
         }
         12 => assert_eq!(sc(k, m, "write", &[1, b + 0x100, 18]), 18),

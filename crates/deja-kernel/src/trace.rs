@@ -179,10 +179,28 @@ impl Tracer {
         &self.entry_hashes
     }
 
+    /// Whether the full trace is being kept.
+    pub fn recording(&self) -> bool {
+        self.record
+    }
+
     /// The recorded entries (empty unless recording).
     pub fn entries(&self) -> &[TraceEntry] {
         &self.trace
     }
+}
+
+/// Every present page as (address, first 8 bytes of the BLAKE3 of its contents), in address
+/// order.
+pub fn page_hashes(mem: &dyn crate::Memory) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    mem.for_each_page(&mut |addr, data| {
+        let h = blake3::hash(data);
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&h.as_bytes()[..8]);
+        out.push((addr, u64::from_le_bytes(w)));
+    });
+    out
 }
 
 /// BLAKE3 over every present page: `address u64 LE || 4096 bytes`, in address order.

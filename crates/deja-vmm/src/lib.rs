@@ -2,12 +2,14 @@
 //!
 //! It builds one VM with one vCPU whose kernel is the deja monitor: guest RAM with page tables
 //! ([`paging`]), a GDT/IDT/TSS and a few bytes of trap stubs at a fixed layout ([`layout`]), a
-//! fixed CPUID table ([`cpuid`]), and a vCPU loop that hands every syscall and exception of the
-//! ring-3 program to the pure syscall core ([`deja_kernel::Kernel`]). [`probe`] measures which
-//! determinism settings this host honours.
+//! fixed CPUID table ([`cpuid`], kept by the pure core), and a vCPU loop that hands every syscall
+//! and exception of the ring-3 program to the pure syscall core ([`deja_kernel::Kernel`]).
+//! [`identity`] decides how the guest's view of the host CPU is fixed (CPUID faulting, KVM's
+//! table, pinning) and [`probe`] measures what a guest can still observe.
 
-pub mod cpuid;
+pub mod divergence;
 pub mod fork;
+pub mod identity;
 pub mod layout;
 pub mod paging;
 pub mod probe;
@@ -16,7 +18,9 @@ pub mod vm;
 
 use deja_kernel::{Kernel, LoadError, ProgramSpec, RunReport, Stream};
 
+pub use deja_kernel::cpuid;
 pub use fork::{Fork, ResetStats};
+pub use identity::{Fingerprint, HostProfile, Remedy};
 pub use probe::{check_host, probe, HostCheck, HostProbe};
 pub use snapshot::{Snapshot, SnapshotError, SnapshotMeta};
 pub use vm::{RegisterPath, Stop, Vm, VmError, VmStats};
@@ -87,6 +91,7 @@ pub fn run_snapshotting(
         seed: spec.seed,
         syscall_index: at,
         virtual_time_ns: 0,
+        host: Some(identity::host()?.fingerprint.clone()),
     };
     let mut vm = Vm::new(memory)?;
     let (mut kernel, entry) = Kernel::load(spec, &mut vm.space)?;

@@ -1,137 +1,320 @@
-//! Measures the determinism hazards of this host.
+//! Measures what a guest can observe about this host.
 //!
-//! A tiny ring-3 probe runs in a VM configured exactly like a program's: it executes CPUID for
-//! the leaves deja fixes, XGETBV and RDTSC, stores what it saw, and makes one syscall. The
-//! monitor compares the answers with the fixed table and notes whether RDTSC trapped (CR4.TSD
-//! honoured) or ran natively.
+//! A tiny ring-3 probe runs in a VM configured like a program's: it executes `cpuid` for the
+//! leaves below, `xgetbv`, `rdtsc`, `rdtscp`, `rdpid` and `rdrand`, stores what it saw, and makes
+//! one syscall. Each instruction that traps is handled as a program's would be (`cpuid` under
+//! CPUID faulting is answered from deja's table), or skipped and noted. The monitor compares the
+//! answers with the fixed table. [`crate::identity`] runs it once per process to choose the
+//! remedy and compute the fingerprint; `deja doctor` runs it on every core, with and without
+//! faulting.
 
-use crate::cpuid;
-use crate::vm::{Vm, VmError};
+use deja_kernel::cpuid;
+use serde::{Deserialize, Serialize};
 
-/// The probe's code (ring 3, RBP = data page):
-///
-/// ```text
-/// for leaf in [0, 1, 7, 0x80000001, 0x40000000]: cpuid(leaf, 0); store eax,ebx,ecx,edx
-/// xgetbv(0); store eax,edx
-/// rdtsc;     store eax,edx
-/// mov $60,%eax ; syscall ; hlt
-/// ```
-const PROBE_CODE: &[u8] = &[
-    0x31, 0xc0, 0x0f, 0xa2, 0x89, 0x45, 0x00, 0x89, 0x5d, 0x04, 0x89, 0x4d, 0x08, 0x89, 0x55, 0x0c, //
-    0xb8, 0x01, 0x00, 0x00, 0x00, 0x31, 0xc9, 0x0f, 0xa2, 0x89, 0x45, 0x10, 0x89, 0x5d, 0x14, 0x89, 0x4d, 0x18, 0x89,
-    0x55, 0x1c, //
-    0xb8, 0x07, 0x00, 0x00, 0x00, 0x31, 0xc9, 0x0f, 0xa2, 0x89, 0x45, 0x20, 0x89, 0x5d, 0x24, 0x89, 0x4d, 0x28, 0x89,
-    0x55, 0x2c, //
-    0xb8, 0x01, 0x00, 0x00, 0x80, 0x31, 0xc9, 0x0f, 0xa2, 0x89, 0x45, 0x30, 0x89, 0x5d, 0x34, 0x89, 0x4d, 0x38, 0x89,
-    0x55, 0x3c, //
-    0xb8, 0x00, 0x00, 0x00, 0x40, 0x31, 0xc9, 0x0f, 0xa2, 0x89, 0x45, 0x40, 0x89, 0x5d, 0x44, 0x89, 0x4d, 0x48, 0x89,
-    0x55, 0x4c, //
-    0x31, 0xc9, 0x0f, 0x01, 0xd0, 0x89, 0x45, 0x50, 0x89, 0x55, 0x54, //
-    0x0f, 0x31, 0x89, 0x45, 0x58, 0x89, 0x55, 0x5c, //
-    0xb8, 0x3c, 0x00, 0x00, 0x00, 0x0f, 0x05, 0xf4,
+use crate::identity::{on_core, schedulable_cores, CpuidSource};
+use crate::vm::{CpuSetup, Vm, VmError};
+
+/// The CPUID leaves and subleaves the probe asks: the identity leaves (1, 0xb, 0x1f), the
+/// feature leaves, the cache and XSAVE leaves, and the hypervisor range.
+pub const LEAVES: [(u32, u32); 18] = [
+    (0, 0),
+    (1, 0),
+    (4, 0),
+    (4, 1),
+    (6, 0),
+    (7, 0),
+    (7, 1),
+    (0xb, 0),
+    (0xb, 1),
+    (0xd, 0),
+    (0xd, 1),
+    (0x1f, 0),
+    (0x4000_0000, 0),
+    (0x4000_0001, 0),
+    (0x8000_0000, 0),
+    (0x8000_0001, 0),
+    (0x8000_0007, 0),
+    (0x8000_0008, 0),
 ];
-const RDTSC_OFFSET: u64 = 0x6f;
+
 const CODE_VA: u64 = 0x40_0000;
 const DATA_VA: u64 = 0x60_0000;
+/// Offsets in the data page of the results after the CPUID block.
+const XGETBV_AT: u32 = 0x400;
+const RDTSC_AT: u32 = 0x410;
+const RDTSCP_AT: u32 = 0x420;
+const RDPID_AT: u32 = 0x430;
+const RDRAND_AT: u32 = 0x440;
+
+/// Which probe instruction an offset in the code holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probed {
+    Cpuid,
+    Xgetbv,
+    Rdtsc,
+    Rdtscp,
+    Rdpid,
+    Rdrand,
+}
+
+/// The probe's code, and where each probed instruction sits (offset, length, what).
+struct ProbeCode {
+    bytes: Vec<u8>,
+    marks: Vec<(u64, u64, Probed)>,
+}
+
+impl ProbeCode {
+    fn mov_imm(&mut self, opcode: u8, v: u32) {
+        self.bytes.push(opcode);
+        self.bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    /// `mov [rbp+disp32], r32` (or r64 with `wide`), register number `reg`.
+    fn store(&mut self, reg: u8, disp: u32, wide: bool) {
+        if wide {
+            self.bytes.push(0x48);
+        }
+        self.bytes.extend_from_slice(&[0x89, 0x80 | (reg << 3) | 5]);
+        self.bytes.extend_from_slice(&disp.to_le_bytes());
+    }
+    fn insn(&mut self, what: Probed, code: &[u8]) {
+        self.marks.push((self.bytes.len() as u64, code.len() as u64, what));
+        self.bytes.extend_from_slice(code);
+    }
+
+    fn build() -> ProbeCode {
+        const EAX: u8 = 0;
+        const ECX: u8 = 1;
+        const EDX: u8 = 2;
+        const EBX: u8 = 3;
+        let mut c = ProbeCode { bytes: Vec::new(), marks: Vec::new() };
+        for (i, (leaf, sub)) in LEAVES.iter().enumerate() {
+            let at = 16 * i as u32;
+            c.mov_imm(0xb8, *leaf);
+            c.mov_imm(0xb9, *sub);
+            c.insn(Probed::Cpuid, &[0x0f, 0xa2]);
+            for (k, reg) in [EAX, EBX, ECX, EDX].into_iter().enumerate() {
+                c.store(reg, at + 4 * k as u32, false);
+            }
+        }
+        c.mov_imm(0xb9, 0);
+        c.insn(Probed::Xgetbv, &[0x0f, 0x01, 0xd0]);
+        c.store(EAX, XGETBV_AT, false);
+        c.store(EDX, XGETBV_AT + 4, false);
+        c.insn(Probed::Rdtsc, &[0x0f, 0x31]);
+        c.store(EAX, RDTSC_AT, false);
+        c.store(EDX, RDTSC_AT + 4, false);
+        c.insn(Probed::Rdtscp, &[0x0f, 0x01, 0xf9]);
+        c.store(ECX, RDTSCP_AT, false);
+        c.insn(Probed::Rdpid, &[0xf3, 0x0f, 0xc7, 0xf8]);
+        c.store(EAX, RDPID_AT, true);
+        c.insn(Probed::Rdrand, &[0x48, 0x0f, 0xc7, 0xf0]);
+        // setc byte [rbp+RDRAND_AT]
+        c.bytes.extend_from_slice(&[0x0f, 0x92, 0x85]);
+        c.bytes.extend_from_slice(&RDRAND_AT.to_le_bytes());
+        // exit(0): mov eax, 60; syscall; hlt
+        c.mov_imm(0xb8, 60);
+        c.bytes.extend_from_slice(&[0x0f, 0x05, 0xf4]);
+        c
+    }
+}
 
 /// One CPUID register the guest saw differently from the table.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CpuidDiff {
     /// Leaf (EAX input).
     pub leaf: u32,
+    /// Subleaf (ECX input).
+    pub subleaf: u32,
     /// Register name.
-    pub register: &'static str,
+    pub register: String,
     /// What the fixed table says.
     pub expected: u32,
     /// What the guest saw.
     pub seen: u32,
 }
 
+/// One CPUID answer as the guest saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuidAnswer {
+    /// Leaf (EAX input).
+    pub leaf: u32,
+    /// Subleaf (ECX input).
+    pub subleaf: u32,
+    /// EAX, EBX, ECX, EDX.
+    pub regs: [u32; 4],
+}
+
 /// What the probe measured.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostProbe {
-    /// RDTSC in ring 3 raised #GP under CR4.TSD, so deja serves it from the virtual clock.
+    /// Ring-3 `cpuid` raised #GP (CPUID faulting in force) and deja answered it.
+    pub cpuid_trapped: bool,
+    /// Ring-3 `rdtsc` raised #GP under CR4.TSD, so deja serves it from the virtual clock.
     pub rdtsc_trapped: bool,
-    /// XCR0 as the guest's XGETBV returned it.
+    /// XCR0 as the guest's `xgetbv` returned it.
     pub guest_xcr0: u64,
+    /// Every answer of [`LEAVES`], as the guest saw it.
+    pub cpuid: Vec<CpuidAnswer>,
     /// CPUID registers that differ from the fixed table.
     pub cpuid_diffs: Vec<CpuidDiff>,
     /// Hypervisor leaf 0x4000_0000 answered with a non-zero signature.
     pub hypervisor_leaf_visible: bool,
+    /// `rdtscp` ran natively and returned this `TSC_AUX` (Linux keeps the core number there);
+    /// `None` when it trapped or was undefined.
+    pub rdtscp_aux: Option<u32>,
+    /// `rdpid` ran natively and returned this; `None` when it trapped or was undefined.
+    pub rdpid: Option<u64>,
+    /// `rdrand` ran natively (whatever CPUID says).
+    pub rdrand_runs: bool,
+    /// The host core the probe ran on, when it stayed on one.
+    pub core: Option<u32>,
 }
 
 impl HostProbe {
-    /// The hazards in plain words; empty when the host honours every determinism setting.
+    /// The hazards in plain words; empty when the guest can observe nothing of this host.
     pub fn hazards(&self) -> Vec<String> {
         let mut out = Vec::new();
         if !self.rdtsc_trapped {
-            out.push("RDTSC is not trappable here: a program that reads the TSC directly sees host time".to_string());
+            out.push("RDTSC in ring 3 runs natively (CR4.TSD is not honoured): a program that reads the TSC directly sees host time".to_string());
+        }
+        if self.rdtscp_aux.is_some() || self.rdpid.is_some() {
+            out.push(
+                "RDTSCP and RDPID run natively and return the host core's number (TSC_AUX): a program that uses them \
+                 sees which core it ran on (DEJA_CPU_IDENTITY=pinned fixes the core)"
+                    .to_string(),
+            );
+        }
+        if self.rdrand_runs {
+            out.push(
+                "RDRAND and RDSEED execute natively if a program uses them without asking CPUID: their values are \
+                 host randomness"
+                    .to_string(),
+            );
         }
         let bits = |leaf: u32, reg: &str, mask: u32| {
             self.cpuid_diffs
                 .iter()
                 .any(|d| d.leaf == leaf && d.register == reg && (d.seen & mask) != (d.expected & mask))
         };
-        if bits(1, "ecx", 1 << 30) {
-            out.push(
-                "CPUID still shows RDRAND (feature bits are not filterable here); RDRAND runs natively".to_string(),
-            );
+        if bits(1, "ecx", 1 << 30) || bits(7, "ebx", 1 << 18) {
+            out.push("CPUID shows RDRAND or RDSEED although deja's table hides them".to_string());
         }
-        if bits(7, "ebx", 1 << 18) {
-            out.push("CPUID still shows RDSEED; RDSEED runs natively".to_string());
+        if bits(1, "ebx", 0xff00_0000) || bits(0xb, "edx", u32::MAX) || bits(0x1f, "edx", u32::MAX) {
+            out.push("CPUID shows an APIC ID that is not deja's (leaf 1 EBX, 0xb or 0x1f EDX)".to_string());
         }
-        let other: Vec<String> = self.cpuid_diffs.iter().map(|d| format!("{:#x}.{}", d.leaf, d.register)).collect();
+        let other: Vec<String> =
+            self.cpuid_diffs.iter().map(|d| format!("{:#x}.{}.{}", d.leaf, d.subleaf, d.register)).collect();
         if !other.is_empty() {
             out.push(format!("CPUID answers differ from deja's fixed table in {}", other.join(", ")));
         }
         if self.guest_xcr0 != cpuid::XCR0 {
-            out.push(format!("XGETBV returns the host XCR0 {:#x}, not {:#x}", self.guest_xcr0, cpuid::XCR0));
+            out.push(format!(
+                "XGETBV returns the host XCR0 {:#x}, not {:#x} (recorded in the host fingerprint)",
+                self.guest_xcr0,
+                cpuid::XCR0
+            ));
         }
         if self.hypervisor_leaf_visible {
             out.push("the hypervisor CPUID leaf 0x40000000 is visible".to_string());
         }
         out
     }
+
+    /// The probe's CPUID answer for `(leaf, subleaf)`.
+    pub fn answer(&self, leaf: u32, subleaf: u32) -> Option<[u32; 4]> {
+        self.cpuid.iter().find(|a| a.leaf == leaf && a.subleaf == subleaf).map(|a| a.regs)
+    }
 }
 
-/// Runs the probe in a fresh small VM.
+/// Runs the probe under the remedy in force for this process.
 pub fn probe() -> Result<HostProbe, VmError> {
-    let mut vm = Vm::new(16 << 20)?;
-    vm.load_raw(CODE_VA, PROBE_CODE, DATA_VA)?;
+    Ok(crate::identity::host()?.probe.clone())
+}
+
+/// Runs the probe in a fresh small VM whose CPUID comes from `source`, on whatever core the
+/// calling thread is on.
+pub fn probe_with(source: CpuidSource) -> Result<HostProbe, VmError> {
+    let setup = CpuSetup { faulting: source == CpuidSource::Faulting, pin: None };
+    let mut vm = Vm::with_setup(16 << 20, setup)?;
+    let code = ProbeCode::build();
+    vm.load_raw(CODE_VA, &code.bytes, DATA_VA)?;
     vm.enter_user(CODE_VA, DATA_VA + 0x800, DATA_VA)?;
-    let exceptions = vm.run_probe()?;
-    let mut data = [0u8; 0x60];
+    let core_before = crate::identity::current_core();
+    let skip = |rip: u64| {
+        code.marks.iter().find(|(off, _, _)| CODE_VA + off == rip).map(|(_, len, what)| (*len, *what == Probed::Cpuid))
+    };
+    let exceptions = vm.run_probe(&skip)?;
+    let core_after = crate::identity::current_core();
+    let mut data = [0u8; 0x800];
     vm.read_user(DATA_VA, &mut data);
-    let word = |i: usize| u32::from_le_bytes([data[4 * i], data[4 * i + 1], data[4 * i + 2], data[4 * i + 3]]);
+    let word = |at: u32| {
+        let i = at as usize;
+        u32::from_le_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]])
+    };
+    let faulted = |what: Probed| {
+        code.marks.iter().any(|(off, _, w)| *w == what && exceptions.iter().any(|(_, rip)| *rip == CODE_VA + off))
+    };
+    let faulted_with = |what: Probed, vector: u8| {
+        code.marks
+            .iter()
+            .any(|(off, _, w)| *w == what && exceptions.iter().any(|(v, rip)| *v == vector && *rip == CODE_VA + off))
+    };
+    let mut answers = Vec::new();
     let mut diffs = Vec::new();
-    for (slot, leaf) in [0u32, 1, 7, 0x8000_0001].iter().enumerate() {
-        let expected = cpuid::lookup(*leaf, 0).unwrap_or(cpuid::Leaf {
-            function: *leaf,
-            index: 0,
-            indexed: false,
-            eax: 0,
-            ebx: 0,
-            ecx: 0,
-            edx: 0,
-        });
-        for (r, (name, exp)) in
-            [("eax", expected.eax), ("ebx", expected.ebx), ("ecx", expected.ecx), ("edx", expected.edx)]
-                .into_iter()
-                .enumerate()
-        {
-            let seen = word(slot * 4 + r);
-            if seen != exp {
-                diffs.push(CpuidDiff { leaf: *leaf, register: name, expected: exp, seen });
+    for (i, (leaf, sub)) in LEAVES.iter().enumerate() {
+        let regs = [0, 1, 2, 3].map(|k| word(16 * i as u32 + 4 * k));
+        let expected = cpuid::answer(*leaf, *sub);
+        for (k, name) in ["eax", "ebx", "ecx", "edx"].iter().enumerate() {
+            if regs[k] != expected[k] {
+                diffs.push(CpuidDiff {
+                    leaf: *leaf,
+                    subleaf: *sub,
+                    register: name.to_string(),
+                    expected: expected[k],
+                    seen: regs[k],
+                });
             }
         }
+        answers.push(CpuidAnswer { leaf: *leaf, subleaf: *sub, regs });
     }
-    let rdtsc_trapped = exceptions.iter().any(|(v, rip)| *v == 13 && *rip == CODE_VA + RDTSC_OFFSET);
+    let hv = answers.iter().find(|a| a.leaf == 0x4000_0000).map(|a| a.regs).unwrap_or_default();
     Ok(HostProbe {
-        rdtsc_trapped,
-        guest_xcr0: word(20) as u64 | ((word(21) as u64) << 32),
+        cpuid_trapped: faulted_with(Probed::Cpuid, 13),
+        rdtsc_trapped: faulted_with(Probed::Rdtsc, 13),
+        guest_xcr0: word(XGETBV_AT) as u64 | ((word(XGETBV_AT + 4) as u64) << 32),
+        cpuid: answers,
         cpuid_diffs: diffs,
-        hypervisor_leaf_visible: word(17) != 0 || word(18) != 0 || word(19) != 0,
+        hypervisor_leaf_visible: hv[1] != 0 || hv[2] != 0 || hv[3] != 0,
+        rdtscp_aux: (!faulted(Probed::Rdtscp)).then(|| word(RDTSCP_AT)),
+        rdpid: (!faulted(Probed::Rdpid)).then(|| word(RDPID_AT) as u64 | ((word(RDPID_AT + 4) as u64) << 32)),
+        rdrand_runs: !faulted(Probed::Rdrand),
+        core: core_before.filter(|c| Some(*c) == core_after),
     })
+}
+
+/// Runs the probe on a scratch thread pinned to host core `core`.
+pub fn probe_on_core(core: u32, source: CpuidSource) -> Result<HostProbe, VmError> {
+    on_core(core, || probe_with(source))?
+}
+
+/// Runs the probe on every core this process may use (at most 64) with CPUID from `source`, and
+/// returns the first two cores whose CPUID answers differ, if any.
+pub fn cpuid_variation(source: CpuidSource) -> Result<Option<(u32, u32)>, VmError> {
+    let per_core = probe_every_core(source)?;
+    let Some((first_core, first)) = per_core.first() else { return Ok(None) };
+    Ok(per_core.iter().find(|(_, p)| p.cpuid != first.cpuid).map(|(c, _)| (*first_core, *c)))
+}
+
+/// The probe on every core this process may use (at most 64), in core order.
+pub fn probe_every_core(source: CpuidSource) -> Result<Vec<(u32, HostProbe)>, VmError> {
+    schedulable_cores().into_iter().take(64).map(|c| Ok((c, probe_on_core(c, source)?))).collect()
+}
+
+/// Whether this host offers CPUID faulting to its guests: `MSR_PLATFORM_INFO` bit 31 reads as
+/// set and `MSR_MISC_FEATURES_ENABLES` bit 0 sticks.
+pub fn faulting_offered() -> Result<bool, VmError> {
+    let mut vm = Vm::with_setup(16 << 20, CpuSetup { faulting: false, pin: None })?;
+    vm.try_enable_cpuid_faulting()
 }
 
 /// One KVM capability deja uses.
@@ -154,18 +337,46 @@ pub struct HostCheck {
     pub kvm: Result<i32, String>,
     /// Capabilities.
     pub caps: Vec<CapCheck>,
-    /// The hazard probe (or why it failed).
-    pub probe: Result<HostProbe, String>,
+    /// The process's CPU identity: remedy, probe under it, fingerprint (or why it failed).
+    pub profile: Result<crate::identity::HostProfile, String>,
+    /// The probe on every core with KVM's CPUID table alone (no faulting): what the host itself
+    /// shows a guest, core by core.
+    pub raw_per_core: Result<Vec<(u32, HostProbe)>, String>,
 }
 
 impl HostCheck {
     /// True if deja can run programs on this host.
     pub fn usable(&self) -> bool {
-        self.kvm.is_ok() && self.caps.iter().all(|c| c.present || !c.required) && self.probe.is_ok()
+        self.kvm.is_ok() && self.caps.iter().all(|c| c.present || !c.required) && self.profile.is_ok()
+    }
+
+    /// Whether the host's own CPUID answers (KVM's table, no faulting) vary with the core:
+    /// the first two cores that differ and the leaves where they do.
+    pub fn raw_variation(&self) -> Option<(u32, u32, Vec<String>)> {
+        let per_core = self.raw_per_core.as_ref().ok()?;
+        let (c0, p0) = per_core.first()?;
+        per_core.iter().find_map(|(c, p)| {
+            let leaves: Vec<String> = p0
+                .cpuid
+                .iter()
+                .zip(&p.cpuid)
+                .filter(|(a, b)| a.regs != b.regs)
+                .map(|(a, _)| format!("{:#x}.{}", a.leaf, a.subleaf))
+                .collect();
+            (!leaves.is_empty()).then_some((*c0, *c, leaves))
+        })
+    }
+
+    /// Whether `rdtscp`/`rdpid` return different values on different cores.
+    pub fn core_number_varies(&self) -> bool {
+        let Ok(per_core) = self.raw_per_core.as_ref() else { return false };
+        let ids: std::collections::BTreeSet<_> = per_core.iter().map(|(_, p)| (p.rdpid, p.rdtscp_aux)).collect();
+        ids.len() > 1
     }
 }
 
-/// Opens `/dev/kvm`, lists the capabilities deja needs and runs the probe.
+/// Opens `/dev/kvm`, lists the capabilities deja needs, measures the process's CPU identity and
+/// runs the raw probe on every core.
 pub fn check_host() -> HostCheck {
     use kvm_ioctls::{Cap, Kvm};
     let kvm = match Kvm::new() {
@@ -174,7 +385,8 @@ pub fn check_host() -> HostCheck {
             return HostCheck {
                 kvm: Err(format!("cannot open /dev/kvm: {e}")),
                 caps: Vec::new(),
-                probe: Err("not run: no KVM".into()),
+                profile: Err("not run: no KVM".into()),
+                raw_per_core: Err("not run: no KVM".into()),
             }
         }
     };
@@ -190,5 +402,30 @@ pub fn check_host() -> HostCheck {
     .into_iter()
     .map(|(cap, name, required, used_for)| CapCheck { name, present: kvm.check_extension(cap), required, used_for })
     .collect();
-    HostCheck { kvm: Ok(kvm.get_api_version()), caps, probe: probe().map_err(|e| e.to_string()) }
+    HostCheck {
+        kvm: Ok(kvm.get_api_version()),
+        caps,
+        profile: crate::identity::host().cloned().map_err(|e| e.to_string()),
+        raw_per_core: probe_every_core(CpuidSource::KvmTable).map_err(|e| e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_code_marks_every_probed_instruction() {
+        let c = ProbeCode::build();
+        let cpuids = c.marks.iter().filter(|m| m.2 == Probed::Cpuid).count();
+        assert_eq!(cpuids, LEAVES.len());
+        for (off, len, what) in &c.marks {
+            let at = &c.bytes[*off as usize..(*off + *len) as usize];
+            if *what == Probed::Cpuid {
+                assert_eq!(cpuid::decode(at), Some((cpuid::Emulated::Cpuid, 2)));
+            }
+        }
+        assert_eq!(&c.bytes[c.bytes.len() - 3..], &[0x0f, 0x05, 0xf4], "ends in exit");
+        assert!(c.bytes.len() < 4096, "one page");
+    }
 }

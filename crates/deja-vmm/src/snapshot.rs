@@ -24,7 +24,7 @@ use crate::paging::FrameState;
 use crate::vm::{Vm, VmError};
 
 /// Schema version of the snapshot payload inside its envelope.
-pub const SNAPSHOT_SCHEMA: u32 = 5;
+pub const SNAPSHOT_SCHEMA: u32 = 6;
 
 /// MSRs a snapshot carries: the syscall MSRs, the FS/GS bases, the TSC and SYSENTER state.
 pub const SNAPSHOT_MSRS: [u32; 11] = [
@@ -97,6 +97,8 @@ pub struct SnapshotMeta {
     pub syscall_index: u64,
     /// Virtual time at the snapshot.
     pub virtual_time_ns: u64,
+    /// The CPU fingerprint of the host it was taken on.
+    pub host: Option<crate::identity::Fingerprint>,
 }
 
 /// A whole VM at a syscall boundary.

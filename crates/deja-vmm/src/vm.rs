@@ -24,9 +24,10 @@ use kvm_bindings::{
 use kvm_ioctls::{Cap, Kvm, SyncReg, VcpuExit, VcpuFd, VmFd};
 use vm_memory::{GuestAddress, GuestMemoryBackend};
 
-use crate::cpuid;
+use crate::identity::CpuidSource;
 use crate::layout::*;
 use crate::paging::{AddressSpace, RamError, PTE_A, PTE_D, PTE_P, PTE_PS, PTE_U, PTE_W};
+use deja_kernel::cpuid;
 
 /// Errors of the KVM shell. Guest misbehaviour is never one of these: it ends the guest.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +50,10 @@ pub enum VmError {
     /// Guest RAM could not be set up.
     #[error(transparent)]
     Ram(#[from] RamError),
+    /// The host cannot give the CPU identity asked for (`DEJA_CPU_IDENTITY`), or measuring it
+    /// failed.
+    #[error("CPU identity: {0}")]
+    Config(String),
     /// The VM stopped in a way the monitor does not understand (a monitor bug or a host quirk).
     #[error("the VM stopped unexpectedly: {what} (rip {rip:#x}); please report this with `deja doctor --json`")]
     Unexpected {
@@ -76,8 +81,25 @@ pub struct VmStats {
     pub pt_syncs: u64,
     /// Switches between guest threads.
     pub thread_switches: u64,
+    /// Ring-3 `cpuid` instructions that trapped (CPUID faulting) and were answered by deja.
+    pub cpuid_exits: u64,
+    /// Exits that interrupted the guest for the host's sake (a signal): not a guest event, and
+    /// not part of any digest.
+    pub interrupted_exits: u64,
     /// Wall time spent inside `KVM_RUN`, in nanoseconds (host time; display only).
     pub host_run_ns: u64,
+    /// The host cores the vCPU thread was seen on after its exits, in order (display only).
+    pub host_cores: Vec<u32>,
+}
+
+impl VmStats {
+    fn saw_core(&mut self, core: Option<u32>) {
+        if let Some(c) = core {
+            if let Err(i) = self.host_cores.binary_search(&c) {
+                self.host_cores.insert(i, c);
+            }
+        }
+    }
 }
 
 const RFLAGS_FIXED: u64 = 0x2;
@@ -90,6 +112,12 @@ const MSR_CSTAR: u32 = 0xc000_0083;
 const MSR_SFMASK: u32 = 0xc000_0084;
 const MSR_KERNEL_GS_BASE: u32 = 0xc000_0102;
 const MSR_TSC: u32 = 0x10;
+const MSR_PLATFORM_INFO: u32 = 0xce;
+const MSR_MISC_FEATURES_ENABLES: u32 = 0x140;
+/// `MSR_PLATFORM_INFO` bit 31: CPUID faulting is supported.
+const PLATFORM_INFO_CPUID_FAULTING: u64 = 1 << 31;
+/// `MSR_MISC_FEATURES_ENABLES` bit 0: ring-3 CPUID raises #GP.
+const MISC_FEATURES_CPUID_FAULT: u64 = 1;
 
 const CR0_PE: u64 = 1;
 const CR0_MP: u64 = 1 << 1;
@@ -188,6 +216,15 @@ pub enum RegisterPath {
     Ioctls,
 }
 
+/// How a VM's CPU identity is set up (see [`crate::identity`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuSetup {
+    /// Enable CPUID faulting, so that ring-3 `cpuid` traps and deja answers it.
+    pub faulting: bool,
+    /// Pin the thread that runs the vCPU to this host core.
+    pub pin: Option<u32>,
+}
+
 /// One deja VM: KVM handles, guest RAM with its page tables, and the vCPU.
 #[derive(Debug)]
 pub struct Vm {
@@ -206,12 +243,20 @@ pub struct Vm {
     path: RegisterPath,
     dirty_regs: bool,
     dirty_sregs: bool,
+    setup: CpuSetup,
 }
 
 impl Vm {
     /// Creates a VM with `memory` bytes of RAM, the monitor's structures and a vCPU ready for
-    /// ring 3 (but no program yet).
+    /// ring 3 (but no program yet), with the CPU identity remedy of this process
+    /// ([`crate::identity::remedy`]).
     pub fn new(memory: u64) -> Result<Vm, VmError> {
+        let remedy = crate::identity::remedy()?;
+        Vm::with_setup(memory, CpuSetup { faulting: remedy.cpuid == CpuidSource::Faulting, pin: remedy.pinned_core })
+    }
+
+    /// [`Vm::new`] with an explicit CPU identity setup (for the probe).
+    pub fn with_setup(memory: u64, setup: CpuSetup) -> Result<Vm, VmError> {
         let kvm = Kvm::new().map_err(VmError::NoKvm)?;
         for (cap, name) in
             [(Cap::SyncRegs, "KVM_CAP_SYNC_REGS"), (Cap::Xcrs, "KVM_CAP_XCRS"), (Cap::ExtCpuid, "KVM_CAP_EXT_CPUID")]
@@ -254,13 +299,45 @@ impl Vm {
             path: RegisterPath::SyncRegs,
             dirty_regs: false,
             dirty_sregs: false,
+            setup,
         };
         vmx.setup_cpu()?;
+        if setup.faulting && !vmx.try_enable_cpuid_faulting()? {
+            return Err(VmError::Config("this host stopped offering CPUID faulting to a new VM".into()));
+        }
         Ok(vmx)
     }
 
+    /// Turns on CPUID faulting if the host offers it: returns whether ring-3 `cpuid` now traps.
+    pub(crate) fn try_enable_cpuid_faulting(&mut self) -> Result<bool, VmError> {
+        let msr = |index, data| kvm_msr_entry { index, data, ..Default::default() };
+        let list = |entries: &[kvm_msr_entry]| {
+            Msrs::from_entries(entries).map_err(|_| VmError::Unexpected { what: "MSR list too large".into(), rip: 0 })
+        };
+        let mut info = list(&[msr(MSR_PLATFORM_INFO, 0)])?;
+        if !matches!(self.vcpu.get_msrs(&mut info), Ok(1))
+            || info.as_slice()[0].data & PLATFORM_INFO_CPUID_FAULTING == 0
+        {
+            return Ok(false);
+        }
+        if !matches!(self.vcpu.set_msrs(&list(&[msr(MSR_MISC_FEATURES_ENABLES, MISC_FEATURES_CPUID_FAULT)])?), Ok(1)) {
+            return Ok(false);
+        }
+        let mut back = list(&[msr(MSR_MISC_FEATURES_ENABLES, 0)])?;
+        Ok(matches!(self.vcpu.get_msrs(&mut back), Ok(1)) && back.as_slice()[0].data & MISC_FEATURES_CPUID_FAULT != 0)
+    }
+
+    /// Pins the calling thread to the setup's core, if it names one.
+    fn pin_thread(&self) -> Result<(), VmError> {
+        match self.setup.pin {
+            Some(core) => crate::identity::pin_current_thread(core)
+                .map_err(|e| VmError::Config(format!("cannot pin the vCPU thread to host core {core}: {e}"))),
+            None => Ok(()),
+        }
+    }
+
     fn setup_cpu(&mut self) -> Result<(), VmError> {
-        let entries: Vec<kvm_cpuid_entry2> = cpuid::table()
+        let entries: Vec<kvm_cpuid_entry2> = deja_kernel::cpuid::table()
             .iter()
             .map(|l| kvm_cpuid_entry2 {
                 function: l.function,
@@ -403,6 +480,10 @@ impl Vm {
         };
         self.stats.host_run_ns += start.elapsed().as_nanos() as u64;
         self.stats.exits += 1;
+        if matches!(exit, Exit::Interrupted) {
+            self.stats.interrupted_exits += 1;
+        }
+        self.stats.saw_core(crate::identity::current_core());
         self.pull_registers()?;
         Ok(exit)
     }
@@ -726,6 +807,7 @@ impl Vm {
         stop_at: Option<u64>,
     ) -> Result<Stop, VmError> {
         let mut last_fault = (0u64, 0u64, 0u32);
+        self.pin_thread()?;
         // A cluster driver may have resumed the core (woken threads, switched threads) since
         // the last stop.
         self.switch_threads(kernel)?;
@@ -790,14 +872,19 @@ impl Vm {
                 let cr2 = self.vcpu.sync_regs().sregs.cr2;
                 let exc = match vector {
                     14 => Exception::PageFault { addr: cr2, error_code: frame.error_code, rip: frame.rip },
-                    13 => Exception::GeneralProtection { rip: frame.rip, error_code: frame.error_code },
+                    13 => Exception::GeneralProtection {
+                        rip: frame.rip,
+                        error_code: frame.error_code,
+                        eax: regs.rax as u32,
+                        ecx: regs.rcx as u32,
+                    },
                     v => Exception::Other { vector: v, rip: frame.rip },
                 };
                 let outcome = kernel.exception(&mut self.space, exc);
                 for (stream, bytes) in kernel.take_output() {
                     sink(stream, &bytes);
                 }
-                let (mut rip, mut rax, mut rdx, mut rcx) = (frame.rip, regs.rax, regs.rdx, regs.rcx);
+                let (mut rip, mut rax, mut rbx, mut rcx, mut rdx) = (frame.rip, regs.rax, regs.rbx, regs.rcx, regs.rdx);
                 match outcome {
                     ExceptionOutcome::Retry => {
                         let key = (frame.rip, cr2, 0);
@@ -813,10 +900,16 @@ impl Vm {
                             });
                         }
                     }
-                    ExceptionOutcome::Emulated { eax, edx, ecx, len } => {
+                    ExceptionOutcome::Emulated { insn, eax, ebx, ecx, edx, len } => {
+                        if insn == cpuid::Emulated::Cpuid {
+                            self.stats.cpuid_exits += 1;
+                        }
                         rip += len;
                         rax = eax as u64;
                         rdx = edx as u64;
+                        if let Some(b) = ebx {
+                            rbx = b as u64;
+                        }
                         if let Some(c) = ecx {
                             rcx = c as u64;
                         }
@@ -828,8 +921,9 @@ impl Vm {
                 sync.regs.rsp = frame.rsp;
                 sync.regs.rflags = (frame.rflags & !RFLAGS_RF) | RFLAGS_FIXED;
                 sync.regs.rax = rax;
-                sync.regs.rdx = rdx;
+                sync.regs.rbx = rbx;
                 sync.regs.rcx = rcx;
+                sync.regs.rdx = rdx;
                 set_user_segments(&mut sync.sregs);
                 sync.sregs.fs.base = self.fs_base;
                 sync.sregs.gs.base = self.gs_base;
@@ -838,8 +932,10 @@ impl Vm {
             } else {
                 // The program's own `out` to a port: Linux refuses port I/O without ioperm, so
                 // this would be a #GP. A ring-3 `out` to any other port already faults.
-                let status =
-                    kernel.exception(&mut self.space, Exception::GeneralProtection { rip: regs.rip, error_code: 0 });
+                let status = kernel.exception(
+                    &mut self.space,
+                    Exception::GeneralProtection { rip: regs.rip, error_code: 0, eax: 0, ecx: 0 },
+                );
                 match status {
                     ExceptionOutcome::Fatal(status) => return Ok(Stop::Exited(status)),
                     _ => {
@@ -898,12 +994,14 @@ impl Vm {
         Ok(())
     }
 
-    /// Runs raw probe code until its first syscall, emulating nothing: returns which exceptions
-    /// it raised (vector, rip) on the way. Each exception skips the faulting 2-byte instruction
-    /// and sets EAX = EDX = 0xdeadbeef.
-    pub fn run_probe(&mut self) -> Result<Vec<(u8, u64)>, VmError> {
+    /// Runs raw probe code until its first syscall and returns which exceptions it raised
+    /// (vector, rip) on the way. `probed(rip)` gives the length of the probed instruction at
+    /// `rip` and whether it is a `cpuid`: a trapped `cpuid` is answered from deja's table, as a
+    /// program's is; any other trapped instruction is skipped with EAX = EDX = 0xdeadbeef.
+    pub fn run_probe(&mut self, probed: &dyn Fn(u64) -> Option<(u64, bool)>) -> Result<Vec<(u8, u64)>, VmError> {
+        self.pin_thread()?;
         let mut seen = Vec::new();
-        for _ in 0..64 {
+        for _ in 0..256 {
             let port = match self.kvm_run()? {
                 Exit::Out(p) => p,
                 Exit::Interrupted => continue,
@@ -922,12 +1020,23 @@ impl Vm {
             let vector = (port - EXCEPTION_PORT_BASE) as u8;
             let frame = self.read_frame(regs.rsp, vector)?;
             seen.push((vector, frame.rip));
+            let Some((len, is_cpuid)) = probed(frame.rip) else {
+                return Err(VmError::Unexpected {
+                    what: format!("probe raised exception {vector} outside a probed instruction"),
+                    rip: frame.rip,
+                });
+            };
             let sync = self.vcpu.sync_regs_mut();
-            sync.regs.rip = frame.rip + 2;
+            if is_cpuid && vector == 13 {
+                let [a, b, c, d] = cpuid::answer(regs.rax as u32, regs.rcx as u32);
+                (sync.regs.rax, sync.regs.rbx, sync.regs.rcx, sync.regs.rdx) = (a as u64, b as u64, c as u64, d as u64);
+            } else {
+                sync.regs.rax = 0xdead_beef;
+                sync.regs.rdx = 0xdead_beef;
+            }
+            sync.regs.rip = frame.rip + len;
             sync.regs.rsp = frame.rsp;
             sync.regs.rflags = (frame.rflags & !RFLAGS_RF) | RFLAGS_FIXED;
-            sync.regs.rax = 0xdead_beef;
-            sync.regs.rdx = 0xdead_beef;
             set_user_segments(&mut sync.sregs);
             self.mark_dirty(SyncReg::Register);
             self.mark_dirty(SyncReg::SystemRegister);

@@ -1,11 +1,21 @@
-//! The fixed CPUID table every deja guest is given.
+//! The fixed CPU every deja guest sees: one CPUID table, and the rule for leaves it does not list.
 //!
 //! The table does not start from the host's answers: it is the same on every host, so a program
-//! that tunes itself by CPUID (glibc picks `memcpy` variants and cache thresholds this way) takes
-//! the same paths everywhere. It describes a 64-bit Intel-compatible CPU at the x86-64-v3 level
-//! (SSE4.2, AVX, AVX2, BMI1/2, FMA, MOVBE) without RDRAND, RDSEED, RDTSCP, hypervisor leaves,
-//! TSC-deadline, invariant TSC or x2APIC. Some hosts rewrite feature bits regardless; `deja
-//! doctor` measures what the guest really sees.
+//! that tunes itself by CPUID (glibc picks `memcpy` variants and cache thresholds this way, Rust's
+//! `is_x86_feature_detected!` and crates such as `blake3` and `memchr` pick code paths) takes the
+//! same paths everywhere. It describes one 64-bit Intel-compatible core at the x86-64-v3 level
+//! (SSE4.2, AVX, AVX2, BMI1/2, FMA, MOVBE) with APIC ID 0, without RDRAND, RDSEED, RDTSCP, RDPID,
+//! AVX-512, hypervisor leaves, TSC-deadline, invariant TSC or x2APIC.
+//!
+//! The shell gives this table to KVM (`KVM_SET_CPUID2`) and, where the host offers CPUID
+//! faulting, makes every ring-3 `cpuid` trap so that [`crate::Kernel::exception`] answers it from
+//! [`answer`] itself: then no host can rewrite a bit or leak which core the vCPU runs on. An
+//! emulated `cpuid` is neither traced nor charged virtual time, so a run is the same whether the
+//! host's KVM or the core answered.
+//!
+//! A leaf the table does not list answers all zeros, and so does an unlisted subleaf, except for
+//! the topology leaf `0xb`, whose subleaves past the last level report an invalid level with the
+//! subleaf number in ECX\[7:0\], as hardware does.
 
 /// One CPUID answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +151,47 @@ pub fn lookup(function: u32, index: u32) -> Option<Leaf> {
     table().into_iter().find(|l| l.function == function && (!l.indexed || l.index == index))
 }
 
+/// What `cpuid` with EAX = `function` and ECX = `index` returns to a deja guest: EAX, EBX, ECX,
+/// EDX. Listed leaves come from [`table`]; everything else is zero (see the module docs).
+pub fn answer(function: u32, index: u32) -> [u32; 4] {
+    match lookup(function, index) {
+        Some(l) => [l.eax, l.ebx, l.ecx, l.edx],
+        None if function == 0xb => [0, 0, index & 0xff, 0],
+        None => [0; 4],
+    }
+}
+
+/// The instructions deja emulates when ring-3 code traps on them (see
+/// [`crate::Kernel::exception`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Emulated {
+    /// `cpuid` (`0f a2`), trapping under CPUID faulting.
+    Cpuid,
+    /// `rdtsc` (`0f 31`), trapping under CR4.TSD.
+    Rdtsc,
+    /// `rdtscp` (`0f 01 f9`), trapping under CR4.TSD.
+    Rdtscp,
+}
+
+/// Decodes the instruction at the start of `code` (up to 15 bytes, as many as could be read) if
+/// it is one deja emulates: returns it and its length, legacy and REX prefixes included.
+pub fn decode(code: &[u8]) -> Option<(Emulated, u64)> {
+    let prefixes = code
+        .iter()
+        .take(14)
+        .take_while(|b| matches!(b, 0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65 | 0x66 | 0x67 | 0xf2 | 0xf3 | 0x40..=0x4f))
+        .count();
+    let rest = &code[prefixes..];
+    let (insn, len) = match rest {
+        [0x0f, 0xa2, ..] => (Emulated::Cpuid, 2),
+        [0x0f, 0x31, ..] => (Emulated::Rdtsc, 2),
+        [0x0f, 0x01, 0xf9, ..] => (Emulated::Rdtscp, 3),
+        _ => return None,
+    };
+    Some((insn, (prefixes + len) as u64))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +217,32 @@ mod tests {
         assert_eq!(&v, b"GenuineIntel");
         let l = lookup(0x8000_0002, 0).unwrap();
         assert_eq!(&l.eax.to_le_bytes(), b"deja");
+    }
+
+    #[test]
+    fn unlisted_leaves_are_zero_and_identity_is_fixed() {
+        assert_eq!(answer(0x4000_0000, 0), [0; 4], "no hypervisor leaf");
+        assert_eq!(answer(0x1f, 0), [0; 4], "leaves past the maximum basic leaf");
+        assert_eq!(answer(0x8000_0009, 0), [0; 4], "leaves past the maximum extended leaf");
+        assert_eq!(answer(4, 9), [0; 4], "a cache subleaf past the last cache");
+        assert_eq!(answer(0xb, 7), [0, 0, 7, 0], "topology past the last level");
+        assert_eq!(answer(1, 0)[1] >> 24, 0, "initial APIC ID");
+        assert_eq!(answer(1, 5), answer(1, 0), "leaf 1 ignores ECX");
+        for level in 0..4 {
+            assert_eq!(answer(0xb, level)[3], 0, "x2APIC ID");
+        }
+    }
+
+    #[test]
+    fn decode_knows_the_emulated_instructions_and_their_prefixes() {
+        assert_eq!(decode(&[0x0f, 0xa2]), Some((Emulated::Cpuid, 2)));
+        assert_eq!(decode(&[0x48, 0x0f, 0xa2, 0x90]), Some((Emulated::Cpuid, 3)));
+        assert_eq!(decode(&[0x0f, 0x31]), Some((Emulated::Rdtsc, 2)));
+        assert_eq!(decode(&[0x0f, 0x01, 0xf9]), Some((Emulated::Rdtscp, 3)));
+        assert_eq!(decode(&[0x0f, 0x01]), None, "a truncated rdtscp");
+        assert_eq!(decode(&[0x0f, 0x01, 0xd0]), None, "xgetbv is not emulated");
+        assert_eq!(decode(&[]), None);
+        assert_eq!(decode(&[0x66; 15]), None, "only prefixes");
     }
 
     #[test]

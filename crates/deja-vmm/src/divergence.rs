@@ -1,0 +1,302 @@
+//! Naming the first difference between two runs that should have been the same.
+//!
+//! A [`RunRecord`] keeps, for every life of a run, what a comparison needs: how it ended, the
+//! trace digest and per-syscall hashes (with the syscalls themselves when the trace was
+//! recorded), the memory digest and per-page hashes, the file-system digest, the VM exit counts,
+//! and the output. [`first_difference`] walks two records in a fixed order and names the first
+//! component that differs: `--audit`, the explorer's bug confirmation, the worlds of `deja check`
+//! and `deja replay` all report a divergence this way.
+
+use deja_kernel::{ExitStatus, RunReport, TraceEntry};
+use serde::{Deserialize, Serialize};
+
+use crate::identity::Fingerprint;
+use crate::Incarnation;
+
+/// `deja.run-record/1`: a run as two runs are compared.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// `deja.run-record/1`.
+    pub schema: String,
+    /// The core the run's process or thread was pinned to (`None`: not pinned).
+    pub core: Option<u32>,
+    /// The host cores its vCPU threads were seen on.
+    pub host_cores: Vec<u32>,
+    /// The host CPU fingerprint it measured.
+    pub fingerprint: Option<Fingerprint>,
+    /// The run's digest.
+    pub digest: String,
+    /// BLAKE3 of everything the program wrote, stream-tagged, in order.
+    pub output_blake3: String,
+    /// BLAKE3 of the cluster's decisions and fault ledger (empty for a program).
+    pub decisions_blake3: String,
+    /// Each life in order: a program's lives, or every life of every node of a cluster.
+    pub lives: Vec<LifeRecord>,
+}
+
+/// One life of an audited run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LifeRecord {
+    /// `life 0`, or `node r1 life 0`.
+    pub name: String,
+    /// How it ended.
+    pub exit: ExitStatus,
+    /// Trace digest.
+    pub trace_digest: String,
+    /// Memory digest.
+    pub memory_digest: String,
+    /// File-system digest at the end.
+    pub fs_digest: Option<String>,
+    /// Per-syscall hashes.
+    pub entry_hashes: Vec<u64>,
+    /// The syscalls (for naming the first diverging one).
+    pub trace: Vec<TraceEntry>,
+    /// Present pages: (address, hash).
+    pub pages: Vec<(u64, u64)>,
+    /// VM exits by kind, interruptions excluded: syscalls, exceptions, emulated cpuid,
+    /// page-table syncs, thread switches (zero where not counted).
+    pub exits: [u64; 5],
+}
+
+impl LifeRecord {
+    /// The record of one life.
+    pub fn new(name: String, report: &RunReport, stats: Option<&crate::VmStats>) -> LifeRecord {
+        LifeRecord {
+            name,
+            exit: report.exit.clone(),
+            trace_digest: report.trace_digest.clone(),
+            memory_digest: report.memory_digest.clone(),
+            fs_digest: report.fs_digest.clone(),
+            entry_hashes: report.entry_hashes.clone(),
+            trace: report.trace.clone(),
+            pages: report.pages.clone(),
+            exits: stats
+                .map(|s| [s.syscall_exits, s.exception_exits, s.cpuid_exits, s.pt_syncs, s.thread_switches])
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// BLAKE3 (hex) of `bytes`.
+pub fn hash(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
+impl RunRecord {
+    /// The record of a program run made of `lives`, whose output was `output`.
+    pub fn program(digest: String, lives: &[Incarnation], output: &[u8]) -> RunRecord {
+        let records = lives
+            .iter()
+            .enumerate()
+            .map(|(i, l)| LifeRecord::new(format!("life {i}"), &l.run.report, Some(&l.run.stats)))
+            .collect();
+        let cores = lives.iter().flat_map(|l| l.run.stats.host_cores.iter().copied()).collect();
+        RunRecord::new(digest, records, output, String::new(), cores)
+    }
+
+    /// A record from its parts; `host_cores` in any order.
+    pub fn new(
+        digest: String,
+        lives: Vec<LifeRecord>,
+        output: &[u8],
+        decisions_blake3: String,
+        mut host_cores: Vec<u32>,
+    ) -> RunRecord {
+        host_cores.sort_unstable();
+        host_cores.dedup();
+        RunRecord {
+            schema: "deja.run-record/1".into(),
+            core: None,
+            host_cores,
+            fingerprint: crate::identity::host().ok().map(|h| h.fingerprint.clone()),
+            digest,
+            output_blake3: hash(output),
+            decisions_blake3,
+            lives,
+        }
+    }
+}
+
+/// The first component in which `b` differs from `a`, in words; `None` if they agree.
+pub fn first_difference(a: &RunRecord, b: &RunRecord) -> Option<String> {
+    let names = |r: &RunRecord| r.lives.iter().map(|l| l.name.clone()).collect::<Vec<_>>();
+    if names(a) != names(b) {
+        return Some(format!("lives: {} against {}", names(a).join(", "), names(b).join(", ")));
+    }
+    for (x, y) in a.lives.iter().zip(&b.lives) {
+        let at = &x.name;
+        if x.exit != y.exit {
+            return Some(format!("{at}: how it ended: {:?} against {:?}", x.exit, y.exit));
+        }
+        if x.trace_digest != y.trace_digest {
+            return Some(format!("{at}: the syscall trace, {}", trace_difference(x, y)));
+        }
+        if x.memory_digest != y.memory_digest {
+            return Some(format!("{at}: memory, {}", page_difference(&x.pages, &y.pages)));
+        }
+        if x.fs_digest != y.fs_digest {
+            return Some(format!("{at}: the file system it left"));
+        }
+    }
+    if a.decisions_blake3 != b.decisions_blake3 {
+        return Some("the cluster's decisions or fault ledger".into());
+    }
+    for (x, y) in a.lives.iter().zip(&b.lives) {
+        if x.exits != y.exits {
+            return Some(format!(
+                "{}: VM exit counts (syscalls, exceptions, cpuid, page-table syncs, thread switches) {:?} against {:?}",
+                x.name, x.exits, y.exits
+            ));
+        }
+    }
+    if a.output_blake3 != b.output_blake3 {
+        return Some("the program's output".into());
+    }
+    if a.digest != b.digest {
+        return Some(format!("the digest ({} against {}) though every component agrees", a.digest, b.digest));
+    }
+    None
+}
+
+fn describe_entry(life: &LifeRecord, i: usize) -> String {
+    match life.trace.get(i) {
+        Some(e) => format!(
+            "{}({:#x}, {:#x}, {:#x}) = {} at {} ns{}",
+            e.name,
+            e.args[0],
+            e.args[1],
+            e.args[2],
+            e.ret.map(|r| format!("{r:#x}")).unwrap_or_else(|| "-".into()),
+            e.vtime_ns,
+            e.data.as_ref().map(|d| format!(", data {d}")).unwrap_or_default()
+        ),
+        None if i < life.entry_hashes.len() => format!("entry {:016x} (syscalls not recorded)", life.entry_hashes[i]),
+        None => "nothing (the run had ended)".into(),
+    }
+}
+
+fn trace_difference(x: &LifeRecord, y: &LifeRecord) -> String {
+    let diverging = x.entry_hashes.iter().zip(&y.entry_hashes).position(|(p, q)| p != q);
+    let i = match diverging {
+        Some(i) => i,
+        None if x.entry_hashes.len() != y.entry_hashes.len() => x.entry_hashes.len().min(y.entry_hashes.len()),
+        None => return "every syscall agrees; an exception, a completion or a reseed between them differs".into(),
+    };
+    format!("first at syscall {i}: {} against {}", describe_entry(x, i), describe_entry(y, i))
+}
+
+/// The index of the first syscall where two lives differ, if their traces differ there.
+pub fn first_diverging_syscall(x: &LifeRecord, y: &LifeRecord) -> Option<u64> {
+    if x.trace_digest == y.trace_digest {
+        return None;
+    }
+    let i = x.entry_hashes.iter().zip(&y.entry_hashes).position(|(p, q)| p != q);
+    i.or((x.entry_hashes.len() != y.entry_hashes.len()).then(|| x.entry_hashes.len().min(y.entry_hashes.len())))
+        .map(|i| i as u64)
+}
+
+fn page_difference(x: &[(u64, u64)], y: &[(u64, u64)]) -> String {
+    if x.is_empty() && y.is_empty() {
+        return "the memory digest (pages were not recorded)".into();
+    }
+    let (mut i, mut j) = (0, 0);
+    while i < x.len() || j < y.len() {
+        match (x.get(i), y.get(j)) {
+            (Some(p), Some(q)) if p.0 == q.0 => {
+                if p.1 != q.1 {
+                    return format!("first at the page at {:#x}", p.0);
+                }
+                i += 1;
+                j += 1;
+            }
+            (Some(p), Some(q)) if p.0 < q.0 => return format!("the page at {:#x} is present in one run only", p.0),
+            (Some(_), Some(q)) => return format!("the page at {:#x} is present in one run only", q.0),
+            (Some(p), None) => return format!("the page at {:#x} is present in one run only", p.0),
+            (None, Some(q)) => return format!("the page at {:#x} is present in one run only", q.0),
+            (None, None) => break,
+        }
+    }
+    "every page agrees by its hash".into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn life(name: &str, hashes: &[u64], memory: &str, pages: &[(u64, u64)]) -> LifeRecord {
+        LifeRecord {
+            name: name.into(),
+            exit: ExitStatus::Exited { code: 0 },
+            trace_digest: format!("{hashes:?}"),
+            memory_digest: memory.into(),
+            fs_digest: Some("fs".into()),
+            entry_hashes: hashes.to_vec(),
+            trace: Vec::new(),
+            pages: pages.to_vec(),
+            exits: [3, 1, 0, 0, 0],
+        }
+    }
+
+    fn record(lives: Vec<LifeRecord>) -> RunRecord {
+        RunRecord {
+            schema: "deja.run-record/1".into(),
+            core: None,
+            host_cores: vec![0],
+            fingerprint: None,
+            digest: "d".into(),
+            output_blake3: "o".into(),
+            decisions_blake3: String::new(),
+            lives,
+        }
+    }
+
+    #[test]
+    fn identical_records_have_no_difference() {
+        let a = record(vec![life("life 0", &[1, 2, 3], "m", &[(0x1000, 7)])]);
+        assert_eq!(first_difference(&a, &a.clone()), None);
+    }
+
+    #[test]
+    fn each_component_is_named_in_order() {
+        let a = record(vec![life("life 0", &[1, 2, 3], "m", &[(0x1000, 7), (0x2000, 8)])]);
+        let mut b = a.clone();
+        b.lives[0].entry_hashes[1] = 9;
+        b.lives[0].trace_digest = "other".into();
+        b.lives[0].memory_digest = "other".into();
+        let d = first_difference(&a, &b).unwrap();
+        assert!(d.starts_with("life 0: the syscall trace, first at syscall 1"), "{d}");
+        assert_eq!(first_diverging_syscall(&a.lives[0], &b.lives[0]), Some(1));
+
+        let mut c = a.clone();
+        c.lives[0].memory_digest = "other".into();
+        c.lives[0].pages[1].1 = 0;
+        assert_eq!(first_difference(&a, &c).unwrap(), "life 0: memory, first at the page at 0x2000");
+        c.lives[0].pages.push((0x3000, 1));
+        c.lives[0].pages[1].1 = 8;
+        assert_eq!(first_difference(&a, &c).unwrap(), "life 0: memory, the page at 0x3000 is present in one run only");
+
+        let mut f = a.clone();
+        f.lives[0].fs_digest = None;
+        assert_eq!(first_difference(&a, &f).unwrap(), "life 0: the file system it left");
+
+        let mut e = a.clone();
+        e.lives[0].exits[2] = 5;
+        assert!(first_difference(&a, &e).unwrap().contains("VM exit counts"));
+
+        let mut o = a.clone();
+        o.output_blake3 = "x".into();
+        assert_eq!(first_difference(&a, &o).unwrap(), "the program's output");
+
+        let mut l = a.clone();
+        l.lives.push(life("life 1", &[], "m", &[]));
+        assert!(first_difference(&a, &l).unwrap().starts_with("lives: life 0 against life 0, life 1"));
+    }
+
+    #[test]
+    fn a_shorter_trace_diverges_where_it_ends() {
+        let a = record(vec![life("life 0", &[1, 2, 3], "m", &[])]);
+        let b = record(vec![life("life 0", &[1, 2], "m", &[])]);
+        let d = first_difference(&a, &b).unwrap();
+        assert!(d.contains("first at syscall 2") && d.contains("nothing (the run had ended)"), "{d}");
+    }
+}

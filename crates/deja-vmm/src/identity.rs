@@ -1,0 +1,467 @@
+//! What a guest can learn about the host's CPU, and what deja does about it.
+//!
+//! A guest's ring-3 code runs natively, so every instruction that reads CPU state the monitor
+//! does not set is a way for a run to depend on the host: on some hosts CPUID answers (the APIC
+//! IDs of leaves 1, 0xb and 0x1f among them) come from whichever physical core the vCPU thread
+//! happens to run on, and glibc keeps them in memory. This module picks, once per process, the
+//! *remedy* in force:
+//!
+//! * **CPUID faulting** (`MSR_PLATFORM_INFO` bit 31, enabled with `MSR_MISC_FEATURES_ENABLES`
+//!   bit 0): every ring-3 `cpuid` raises #GP and the core answers it from deja's fixed table
+//!   ([`deja_kernel::cpuid`]). Exact on every host that offers it, whatever its KVM does to
+//!   `KVM_SET_CPUID2` entries. Chosen whenever the host offers it.
+//! * **KVM's CPUID table** (`KVM_SET_CPUID2`): exact only where the host's KVM honours the
+//!   entries. Used where faulting is missing; the probe then runs on every core the process may
+//!   use, and when the answers differ between cores every vCPU thread is **pinned** to one core,
+//!   chosen the same way every time: the lowest-numbered core the process may be scheduled on,
+//!   whatever its current affinity mask.
+//!
+//! `DEJA_CPU_IDENTITY` overrides the choice: `auto` (the default), `faulting`, `table`, or
+//! `pinned` (the best CPUID source, plus pinning: the only remedy for `rdtscp`/`rdpid`, which
+//! read the host core's `TSC_AUX` natively on hosts that cannot trap them).
+//!
+//! What the guest can still observe under the remedy in force is measured by the probe
+//! ([`crate::probe`]) and summarized as a [`Fingerprint`], which every artifact records, so that
+//! replaying on a host with another fingerprint says so instead of silently diverging.
+
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+use crate::probe::HostProbe;
+use crate::vm::VmError;
+
+/// The environment variable that overrides the remedy.
+pub const ENV: &str = "DEJA_CPU_IDENTITY";
+
+/// What `DEJA_CPU_IDENTITY` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// CPUID faulting where offered; otherwise KVM's table, pinned when answers vary by core.
+    Auto,
+    /// CPUID faulting, or refuse to run.
+    Faulting,
+    /// KVM's CPUID table only, never pinned (for measuring hosts).
+    Table,
+    /// The best CPUID source, and every vCPU thread pinned to one fixed core.
+    Pinned,
+}
+
+impl Policy {
+    /// Reads the policy from the environment.
+    pub fn from_env() -> Result<Policy, VmError> {
+        match std::env::var(ENV).as_deref() {
+            Err(_) | Ok("") | Ok("auto") => Ok(Policy::Auto),
+            Ok("faulting") => Ok(Policy::Faulting),
+            Ok("table") => Ok(Policy::Table),
+            Ok("pinned") => Ok(Policy::Pinned),
+            Ok(other) => Err(VmError::Config(format!(
+                "{ENV}={other:?} is not a CPU identity policy; use auto, faulting, table or pinned"
+            ))),
+        }
+    }
+}
+
+/// Where the guest's CPUID answers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuidSource {
+    /// Ring-3 `cpuid` traps (CPUID faulting) and deja answers from its table.
+    Faulting,
+    /// KVM answers from the entries deja installed, as far as the host honours them.
+    KvmTable,
+}
+
+/// The remedy in force for this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Remedy {
+    /// Where CPUID answers come from.
+    pub cpuid: CpuidSource,
+    /// The host core every vCPU thread is pinned to, if any.
+    pub pinned_core: Option<u32>,
+}
+
+impl std::fmt::Display for Remedy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.cpuid {
+            CpuidSource::Faulting => {
+                write!(f, "CPUID faulting: every ring-3 cpuid traps and deja answers from its table")?
+            }
+            CpuidSource::KvmTable => write!(f, "KVM's CPUID table (KVM_SET_CPUID2), as far as the host honours it")?,
+        }
+        if let Some(c) = self.pinned_core {
+            write!(f, "; every vCPU thread pinned to host core {c}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What a guest can observe about its host under the remedy in force: two hosts (or two
+/// processes) with the same fingerprint give the same runs. Recorded in every artifact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    /// The first 16 hex digits of the BLAKE3 of the other fields.
+    pub id: String,
+    /// The remedy in force.
+    pub remedy: Remedy,
+    /// BLAKE3 (hex) of the CPUID answers the guest sees, over the probe's leaves.
+    pub cpuid_blake3: String,
+    /// XCR0 as the guest's `xgetbv` reads it.
+    pub xcr0: u64,
+    /// Ring-3 `rdtsc` traps and is served from the virtual clock.
+    pub rdtsc_trapped: bool,
+    /// `rdtscp`/`rdpid` run natively and return the host core's number (`TSC_AUX`); which
+    /// number depends on the core, fixed only when the remedy pins the vCPU threads.
+    pub core_number_visible: bool,
+}
+
+impl Fingerprint {
+    /// The fingerprint of what `probe` saw under `remedy`.
+    pub fn new(remedy: Remedy, probe: &HostProbe) -> Fingerprint {
+        let mut h = blake3::Hasher::new();
+        for a in &probe.cpuid {
+            h.update(&a.leaf.to_le_bytes());
+            h.update(&a.subleaf.to_le_bytes());
+            for r in a.regs {
+                h.update(&r.to_le_bytes());
+            }
+        }
+        let cpuid_blake3 = h.finalize().to_hex().to_string();
+        let mut f = Fingerprint {
+            id: String::new(),
+            remedy,
+            cpuid_blake3,
+            xcr0: probe.guest_xcr0,
+            rdtsc_trapped: probe.rdtsc_trapped,
+            core_number_visible: probe.rdpid.is_some() || probe.rdtscp_aux.is_some(),
+        };
+        let body = serde_json::to_vec(&f).expect("plain data serializes");
+        f.id = blake3::hash(&body).to_hex()[..16].to_string();
+        f
+    }
+
+    /// The ways `other` (recorded elsewhere) differs from this host, in words; empty when the
+    /// two are the same.
+    pub fn differences(&self, other: &Fingerprint) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.remedy != other.remedy {
+            out.push(format!("CPU identity remedy: recorded {}, here {}", other.remedy, self.remedy));
+        }
+        if self.cpuid_blake3 != other.cpuid_blake3 {
+            out.push("the CPUID answers the guest sees differ".into());
+        }
+        if self.xcr0 != other.xcr0 {
+            out.push(format!("XCR0: recorded {:#x}, here {:#x}", other.xcr0, self.xcr0));
+        }
+        if self.rdtsc_trapped != other.rdtsc_trapped {
+            out.push(format!("rdtsc: recorded {}, here {}", trapped(other.rdtsc_trapped), trapped(self.rdtsc_trapped)));
+        }
+        if self.core_number_visible != other.core_number_visible {
+            out.push(format!(
+                "rdtscp/rdpid: recorded {}, here {}",
+                visible(other.core_number_visible),
+                visible(self.core_number_visible)
+            ));
+        }
+        if out.is_empty() && self.id != other.id {
+            out.push(format!("fingerprint id: recorded {}, here {}", other.id, self.id));
+        }
+        out
+    }
+}
+
+fn trapped(t: bool) -> &'static str {
+    if t {
+        "trapped"
+    } else {
+        "native"
+    }
+}
+
+fn visible(v: bool) -> &'static str {
+    if v {
+        "return the host core's number"
+    } else {
+        "trap or are undefined"
+    }
+}
+
+/// What a recorded fingerprint means for a replay on this host: `None` when they agree, else a
+/// sentence naming the differences (an artifact with no fingerprint predates them).
+pub fn compare_recorded(recorded: Option<&Fingerprint>) -> Option<String> {
+    let here = match host() {
+        Ok(h) => &h.fingerprint,
+        Err(e) => return Some(format!("this host's CPU fingerprint could not be measured: {e}")),
+    };
+    match recorded {
+        None => Some(format!(
+            "the artifact records no host CPU fingerprint (written by an older deja); this host is {}",
+            here.id
+        )),
+        Some(r) if r == here => None,
+        Some(r) => Some(format!(
+            "recorded on a host with CPU fingerprint {}, this host is {}: {}",
+            r.id,
+            here.id,
+            here.differences(r).join("; ")
+        )),
+    }
+}
+
+/// This process's CPU identity: the policy, the remedy in force, what the probe saw under it
+/// and the resulting fingerprint. Measured once per process.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostProfile {
+    /// What `DEJA_CPU_IDENTITY` asked for.
+    pub policy: Policy,
+    /// Whether this host offers CPUID faulting.
+    pub faulting_offered: bool,
+    /// The remedy in force.
+    pub remedy: Remedy,
+    /// Under the table without faulting: the CPUID answers differed between these two host
+    /// cores (which is why the vCPU threads are pinned).
+    pub cpuid_varied_between: Option<(u32, u32)>,
+    /// What the guest sees under the remedy.
+    pub probe: HostProbe,
+    /// The fingerprint every artifact records.
+    pub fingerprint: Fingerprint,
+}
+
+impl HostProfile {
+    /// The determinism hazards that remain under the remedy in force, in plain words.
+    pub fn hazards(&self) -> Vec<String> {
+        let mut out = self.probe.hazards();
+        if let Some((a, b)) = self.cpuid_varied_between {
+            out.insert(
+                0,
+                format!(
+                    "CPUID varies with the host core (cores {a} and {b} answer differently); remedy: {}",
+                    self.remedy
+                ),
+            );
+        }
+        out
+    }
+}
+
+static HOST: OnceLock<Result<HostProfile, String>> = OnceLock::new();
+
+/// The process's host profile, measured on first use (a few probe VMs, a few milliseconds).
+pub fn host() -> Result<&'static HostProfile, VmError> {
+    HOST.get_or_init(|| measure().map_err(|e| e.to_string())).as_ref().map_err(|e| VmError::Config(e.clone()))
+}
+
+/// The remedy every VM of this process is set up with.
+pub fn remedy() -> Result<Remedy, VmError> {
+    host().map(|h| h.remedy)
+}
+
+fn measure() -> Result<HostProfile, VmError> {
+    let policy = Policy::from_env()?;
+    let faulting_offered = crate::probe::faulting_offered()?;
+    let cpuid = match policy {
+        Policy::Faulting if !faulting_offered => {
+            return Err(VmError::Config(format!(
+                "{ENV}=faulting, but this host does not offer CPUID faulting (MSR_PLATFORM_INFO bit 31); \
+                 unset {ENV} to let deja choose"
+            )))
+        }
+        Policy::Table => CpuidSource::KvmTable,
+        _ if faulting_offered => CpuidSource::Faulting,
+        _ => CpuidSource::KvmTable,
+    };
+    let fixed_core = || {
+        lowest_schedulable_core().ok_or_else(|| VmError::Config("no host core accepts this process's threads".into()))
+    };
+    let mut varied = None;
+    let pinned_core = match (policy, cpuid) {
+        (Policy::Pinned, _) => Some(fixed_core()?),
+        (Policy::Auto, CpuidSource::KvmTable) => {
+            varied = crate::probe::cpuid_variation(CpuidSource::KvmTable)?;
+            match varied {
+                Some(_) => Some(fixed_core()?),
+                None => None,
+            }
+        }
+        _ => None,
+    };
+    let remedy = Remedy { cpuid, pinned_core };
+    let probe = match pinned_core {
+        Some(c) => crate::probe::probe_on_core(c, cpuid)?,
+        None => crate::probe::probe_with(cpuid)?,
+    };
+    let fingerprint = Fingerprint::new(remedy, &probe);
+    Ok(HostProfile { policy, faulting_offered, remedy, cpuid_varied_between: varied, probe, fingerprint })
+}
+
+/// The host core the calling thread runs on now.
+pub fn current_core() -> Option<u32> {
+    // SAFETY: sched_getcpu takes no arguments and only returns a number (or -1).
+    let c = unsafe { libc::sched_getcpu() };
+    u32::try_from(c).ok()
+}
+
+fn cpu_set(cores: &[u32]) -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is a plain bit array; all zeros is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cores {
+        // SAFETY: callers keep `c` below CPU_SETSIZE, so the bit is inside `set`.
+        unsafe { libc::CPU_SET(c as usize, &mut set) };
+    }
+    set
+}
+
+/// Restricts the calling thread to host core `core`.
+pub fn pin_current_thread(core: u32) -> std::io::Result<()> {
+    set_current_affinity(&[core])
+}
+
+/// Sets the calling thread's affinity to `cores`.
+pub fn set_current_affinity(cores: &[u32]) -> std::io::Result<()> {
+    if cores.iter().any(|&c| c as usize >= libc::CPU_SETSIZE as usize) {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let set = cpu_set(cores);
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is the calling thread.
+    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+static INITIAL_CORES: OnceLock<Vec<u32>> = OnceLock::new();
+
+/// The cores the process's main thread could run on before deja pinned anything: call
+/// [`remember_initial_cores`] first thing in `main`; otherwise the calling thread's mask at the
+/// first call.
+pub fn initial_cores() -> Vec<u32> {
+    INITIAL_CORES.get_or_init(allowed_cores).clone()
+}
+
+/// Records the calling thread's affinity mask as the process's initial one (see
+/// [`initial_cores`]).
+pub fn remember_initial_cores() {
+    let _ = INITIAL_CORES.set(allowed_cores());
+}
+
+/// The host cores the calling thread may run on now (its affinity mask), in order.
+pub fn allowed_cores() -> Vec<u32> {
+    // SAFETY: cpu_set_t is a plain bit array; all zeros is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a writable cpu_set_t of the size passed; pid 0 is the calling thread.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return Vec::new();
+    }
+    (0..libc::CPU_SETSIZE as u32)
+        .filter(|&c| {
+            // SAFETY: CPU_ISSET reads one bit of a valid set; c is below CPU_SETSIZE.
+            unsafe { libc::CPU_ISSET(c as usize, &set) }
+        })
+        .collect()
+}
+
+/// The host cores a thread of this process may be pinned to, whatever its affinity mask now
+/// (a `taskset` narrows the mask, not the cores the process may use). Measured on a scratch
+/// thread, so the caller's own affinity is untouched.
+pub fn schedulable_cores() -> Vec<u32> {
+    // SAFETY: sysconf only reads a system setting.
+    let configured = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.clamp(1, 1024) as u32;
+    std::thread::scope(|s| {
+        s.spawn(|| (0..configured).filter(|&c| pin_current_thread(c).is_ok()).collect::<Vec<u32>>())
+            .join()
+            .unwrap_or_default()
+    })
+}
+
+/// The core the `pinned` remedy uses: the lowest-numbered schedulable core.
+pub fn lowest_schedulable_core() -> Option<u32> {
+    schedulable_cores().first().copied()
+}
+
+/// Runs `f` on a scratch thread pinned to a core this process may use that is not in `seen` (the
+/// cores a run to compare with ran on), or to the first such core when every one was seen; returns
+/// the core and what `f` returned. A confirmation run this way happens on another core than the
+/// run it confirms whenever the machine has one.
+pub fn on_another_core<T: Send>(seen: &[u32], f: impl FnOnce() -> T + Send) -> Result<(u32, T), VmError> {
+    let cores = initial_cores();
+    let core = cores.iter().copied().find(|c| !seen.contains(c)).or(cores.first().copied()).unwrap_or(0);
+    Ok((core, on_core(core, f)?))
+}
+
+/// Runs `f` on a scratch thread pinned to host core `core`, and returns what it returned.
+pub fn on_core<T: Send>(core: u32, f: impl FnOnce() -> T + Send) -> Result<T, VmError> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            pin_current_thread(core).map_err(|e| VmError::Config(format!("cannot run on host core {core}: {e}")))?;
+            Ok(f())
+        })
+        .join()
+        .map_err(|_| VmError::Config(format!("the thread on host core {core} panicked")))?
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::CpuidAnswer;
+
+    fn probe(xcr0: u64, rdpid: Option<u64>) -> HostProbe {
+        HostProbe {
+            cpuid_trapped: true,
+            rdtsc_trapped: false,
+            guest_xcr0: xcr0,
+            cpuid: vec![CpuidAnswer { leaf: 1, subleaf: 0, regs: deja_kernel::cpuid::answer(1, 0) }],
+            cpuid_diffs: Vec::new(),
+            hypervisor_leaf_visible: false,
+            rdtscp_aux: rdpid.map(|c| c as u32),
+            rdpid,
+            rdrand_runs: true,
+            core: None,
+        }
+    }
+
+    const FAULTING: Remedy = Remedy { cpuid: CpuidSource::Faulting, pinned_core: None };
+
+    #[test]
+    fn fingerprints_are_stable_and_name_what_differs() {
+        let a = Fingerprint::new(FAULTING, &probe(0x7, None));
+        assert_eq!(a, Fingerprint::new(FAULTING, &probe(0x7, None)));
+        assert_eq!(a.id.len(), 16);
+        assert!(a.differences(&a).is_empty());
+        let b = Fingerprint::new(FAULTING, &probe(0x602e7, Some(1)));
+        assert_ne!(a.id, b.id);
+        let d = a.differences(&b).join("; ");
+        assert!(d.contains("XCR0: recorded 0x602e7, here 0x7"), "{d}");
+        assert!(d.contains("rdtscp/rdpid: recorded return the host core's number, here trap"), "{d}");
+        let pinned = Remedy { pinned_core: Some(0), ..FAULTING };
+        let c = Fingerprint::new(pinned, &probe(0x7, None));
+        assert!(a.differences(&c)[0].contains("pinned to host core 0"));
+    }
+
+    #[test]
+    fn fingerprints_survive_json() {
+        let a = Fingerprint::new(FAULTING, &probe(0x7, Some(3)));
+        assert_eq!(
+            a,
+            Fingerprint::new(FAULTING, &probe(0x7, Some(1))),
+            "the core number itself is not a property of the host"
+        );
+        let back: Fingerprint = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
+        assert_eq!(a, back);
+    }
+
+    #[test]
+    fn affinity_round_trips_on_a_scratch_thread() {
+        let before = allowed_cores();
+        assert!(!before.is_empty());
+        let core = before[0];
+        let seen = on_core(core, || (allowed_cores(), current_core())).unwrap();
+        assert_eq!(seen, (vec![core], Some(core)));
+        assert_eq!(allowed_cores(), before, "the caller's mask is untouched");
+        assert!(schedulable_cores().contains(&core));
+    }
+}
