@@ -85,6 +85,15 @@ fn memory_hungry_program_runs_and_gets_enomem_past_the_vm() {
 }
 
 #[test]
+fn a_fault_that_repeats_across_syscalls_is_a_program_retrying() {
+    // The same store faults on the same fresh page in each of 40 rounds of mmap, touch, munmap:
+    // every fault is served, and none is mistaken for a mapping the monitor failed to install.
+    let out = deja(&["run", "--no-probe", &s(&guest("memhog")), "--", "remap", "40"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("memhog: remapped 40 times"), "{}", stdout(&out));
+}
+
+#[test]
 fn wild_pointers_get_efault() {
     let (out, v) = run_json(&[&s(&guest("badptr"))]);
     assert!(stdout(&out).contains("all EFAULT: true"), "{}", stdout(&out));

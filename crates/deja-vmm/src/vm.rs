@@ -825,6 +825,9 @@ impl Vm {
             let regs = self.vcpu.sync_regs().regs;
             if port == SYSCALL_PORT && (regs.rip == STUB_VA || regs.rip == STUB_VA + 2) {
                 self.stats.syscall_exits += 1;
+                // A fault that repeats across syscalls is a program retrying, not a mapping the
+                // shell failed to install.
+                last_fault = (0, 0, 0);
                 if stop_at == Some(kernel.syscall_count()) {
                     let mut insn = [0u8; 2];
                     let at = regs.rcx.wrapping_sub(2);
