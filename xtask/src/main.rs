@@ -30,7 +30,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 27] = [
+const GUESTS: [&str; 31] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -58,6 +58,10 @@ const GUESTS: [&str; 27] = [
     "register-client",
     "loopback",
     "hostinfo",
+    "pagestore-buggy",
+    "pagestore-fixed",
+    "ackstore-buggy",
+    "ackstore-fixed",
 ];
 
 /// Flags every guest is built with: a static executable.

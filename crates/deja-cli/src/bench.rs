@@ -40,6 +40,72 @@ fn default_guest_dir() -> PathBuf {
     exe.parent().and_then(Path::parent).map(|t| t.join("guests")).unwrap_or_default()
 }
 
+/// The crash sweep with crash states against the sweep right after each durable write, on the
+/// storage reference workloads, in fresh processes side by side; and exploration with the
+/// whole fault menu.
+fn storage_figures(exe: &Path, dir: &Path) -> Result<serde_json::Value, String> {
+    let sweep = |program: &str, args: &[&str], old: bool| -> Result<serde_json::Value, String> {
+        let mut cmd = Command::new(exe);
+        cmd.args(["run", "--json", "--no-probe", "--crash-sweep"]);
+        if old {
+            cmd.arg("--after-writes-only");
+        }
+        cmd.arg(dir.join(program)).arg("--").args(args);
+        let start = Instant::now();
+        let out = cmd.output().map_err(|e| e.to_string())?;
+        let wall = start.elapsed().as_secs_f64();
+        let err = String::from_utf8_lossy(&out.stderr);
+        let v: serde_json::Value = serde_json::from_str(err.lines().last().unwrap_or_default())
+            .map_err(|e| format!("the sweep of {program} printed no report ({e}): {err}"))?;
+        let points = v["crash_points"].as_f64().unwrap_or(0.0).max(1.0);
+        Ok(serde_json::json!({
+            "wall_s": wall, "verdict": v["verdict"], "crash_points": v["crash_points"],
+            "states_tried": v["states_tried"], "distinct_states": v["distinct_states"], "restarts": v["restarts"],
+            "states_per_s": v["states_tried"].as_f64().unwrap_or(0.0) / wall,
+            "distinct_per_point": v["distinct_states"].as_f64().unwrap_or(0.0) / points,
+        }))
+    };
+    let mut rows = Vec::new();
+    for (program, args) in [
+        ("kv", vec!["--variant", "fixed", "8"]),
+        ("pagestore-fixed", vec!["6"]),
+        ("pagestore-buggy", vec!["6"]),
+        ("ackstore-fixed", vec!["6"]),
+    ] {
+        let states = sweep(program, &args, false)?;
+        let old = sweep(program, &args, true)?;
+        let image = std::fs::read(dir.join(program)).map_err(|e| format!("{program}: {e}"))?;
+        let mut target = deja_explore::Target {
+            spec: ProgramSpec::for_program(image, program, args.iter().map(|a| a.to_string()), 0),
+            memory: deja_vmm::DEFAULT_MEMORY,
+            path: program.to_string(),
+        };
+        target.spec.seed = 0;
+        let out = std::env::temp_dir().join(format!("deja-bench-storage-{}-{program}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let rounds = 100u64;
+        let cfg = deja_explore::CampaignConfig {
+            runs: Some(rounds),
+            budget: None,
+            seed: 1,
+            out: out.clone(),
+            resume: false,
+            strategy: deja_explore::Strategy::Coverage,
+            mode: deja_explore::Mode::Faults,
+            stop_at_first_bug: false,
+        };
+        let start = Instant::now();
+        deja_explore::explore(&target, &cfg, &mut |_| {}).map_err(|e| e.to_string())?;
+        let explore_s = start.elapsed().as_secs_f64();
+        let _ = std::fs::remove_dir_all(&out);
+        rows.push(serde_json::json!({
+            "workload": program, "states": states, "after_writes_only": old,
+            "explore_rounds_per_s_full_menu": rounds as f64 / explore_s,
+        }));
+    }
+    Ok(serde_json::json!({ "rows": rows }))
+}
+
 /// What CPUID faulting costs: `deja run hostinfo` (a program that asks CPUID for 25 leaves on
 /// top of glibc's and std's own start-up queries) with faulting against KVM's table, each in
 /// fresh processes, side by side.
@@ -249,6 +315,7 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
         seed: 0,
         memory_mib: 1024,
         max_kill_points: 500,
+        states_per_point: 8,
         worlds: 3,
     };
     let start = Instant::now();
@@ -337,8 +404,10 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
         hello_native.push(time_native(&hello, &[])?);
     }
     let cpuid = cpuid_cost(&exe, &dir.join("hostinfo"), repeat as usize)?;
+    let storage = storage_figures(&exe, &dir)?;
     Ok(serde_json::json!({
         "cpuid": cpuid,
+        "storage": storage,
         "schema": "deja.bench/1",
         "cpu_bound": {
             "program": "cpuburn", "million_steps": args.steps,
@@ -513,6 +582,31 @@ pub fn main(args: BenchArgs) -> i32 {
                     c["us_per_exit_estimate"].as_f64().unwrap_or(0.0),
                     100.0 * c["monitor_share"].as_f64().unwrap_or(0.0)
                 );
+                for r in v["storage"]["rows"].as_array().into_iter().flatten() {
+                    let line = |w: &serde_json::Value| {
+                        format!(
+                            "{} points, {} states tried ({:.0}/s), {:.2} distinct per point, {} restarts, {:.2} s, {}",
+                            w["crash_points"],
+                            w["states_tried"],
+                            w["states_per_s"].as_f64().unwrap_or(0.0),
+                            w["distinct_per_point"].as_f64().unwrap_or(0.0),
+                            w["restarts"],
+                            w["wall_s"].as_f64().unwrap_or(0.0),
+                            w["verdict"].as_str().unwrap_or("")
+                        )
+                    };
+                    println!(
+                        "  storage    {:<16} crash states: {}",
+                        r["workload"].as_str().unwrap_or(""),
+                        line(&r["states"])
+                    );
+                    println!("             {:<16} after writes only: {}", "", line(&r["after_writes_only"]));
+                    println!(
+                        "             {:<16} explore, whole fault menu: {:.1} rounds/s",
+                        "",
+                        r["explore_rounds_per_s_full_menu"].as_f64().unwrap_or(0.0)
+                    );
+                }
                 let c = &v["cpuid"];
                 if c["faulting_offered"] == true {
                     println!(

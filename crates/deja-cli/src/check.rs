@@ -13,7 +13,8 @@ pub struct CheckArgs {
     /// The patched program to judge.
     #[arg(long, value_name = "PROGRAM")]
     pub candidate: PathBuf,
-    /// A frozen failure to judge against (default: hunt one on the base with a crash sweep).
+    /// A frozen failure to judge against (default: hunt one on the base: every crash point with
+    /// its crash states, then an error on each file operation).
     #[arg(long, value_name = "FILE")]
     pub capsule: Option<PathBuf>,
     /// A bug file from `deja explore` on the base: it is replayed and frozen as the capsule.
@@ -46,6 +47,9 @@ pub struct CheckArgs {
     /// Fresh worlds the candidate's replay must agree in.
     #[arg(long, default_value_t = 3)]
     pub worlds: u32,
+    /// Crash states the hunt and the sweep try at each crash point, at most.
+    #[arg(long, default_value_t = 8)]
+    pub states_per_point: usize,
     /// The workload: arguments for both programs (after `--`).
     #[arg(last = true)]
     pub args: Vec<String>,
@@ -96,6 +100,7 @@ pub fn main(args: CheckArgs) -> i32 {
         memory_mib: capsule.as_ref().map(|c| c.memory_mib).unwrap_or(args.memory),
         max_kill_points: args.max_kill_points,
         worlds: args.worlds,
+        states_per_point: args.states_per_point,
     };
     let j = deja_judge::check(&input);
     if let Err(e) = std::fs::create_dir_all(&args.out) {
@@ -160,9 +165,10 @@ fn capsule_from_bug(path: &std::path::Path, base: &std::path::Path) -> Result<Ca
         memory_mib: bug.memory_mib,
         max_kill_points: 0,
         worlds: 0,
+        states_per_point: 0,
     };
     deja_judge::judge::capsule_from(&out, &base_hash, &input, &bug.input.faults, &bug.input.overrides)
-        .ok_or_else(|| "its failure did not follow an injected crash; only crash-induced failures can be judged".into())
+        .ok_or_else(|| "it did not fail as its input says (a crash it names was never reached)".into())
 }
 
 /// Arguments of `deja verify-certificate`.

@@ -69,8 +69,10 @@ fn median(mut v: Vec<u64>) -> u64 {
 
 /// The table, as committed.
 pub fn table(dir: &std::path::Path, seeds: u64) -> Result<String, String> {
-    let workloads: [(&str, &str, Vec<&str>, Mode, u64); 3] = [
+    let workloads: [(&str, &str, Vec<&str>, Mode, u64); 5] = [
         ("kv, lost acknowledged write", "kv", vec!["--variant", "buggy", "6"], Mode::Faults, BUDGET),
+        ("pagestore, header durable before the extension", "pagestore-buggy", vec!["6"], Mode::Faults, DEEP_BUDGET),
+        ("ackstore, swallowed I/O error", "ackstore-buggy", vec!["6"], Mode::Faults, BUDGET),
         ("bank, rare double credit", "bank", vec!["--rare-bug", "5"], Mode::Random, BUDGET),
         ("bank, double release after a freeze", "bank", vec!["--fraud", "buggy", "20"], Mode::Random, DEEP_BUDGET),
     ];

@@ -63,17 +63,44 @@ pub struct RunArgs {
     /// directory fsync, syncfs), then restart the program on what was durable.
     #[arg(long, value_name = "K")]
     pub crash_after_durable_write: Option<u64>,
-    /// Crash after every durable write in turn, restart, and report whether each restart held.
-    /// Exits 0 if all held, 1 if any failed, 2 if the evidence is incomplete.
-    #[arg(long, conflicts_with_all = ["crash_after_durable_write", "audit", "snapshot_at"])]
+    /// Crash when the program makes its K-th durable write, before it takes effect (what it would
+    /// have made durable is still pending), then restart on what survived.
+    #[arg(long, value_name = "K", conflicts_with = "crash_after_durable_write")]
+    pub crash_before_durable_write: Option<u64>,
+    /// Crash when the program exits, then restart it on what survived.
+    #[arg(long)]
+    pub crash_at_exit: bool,
+    /// Exactly which pending operations the crash keeps: `none`, `all`, or positions
+    /// (0-based, in program order) such as `0,2,3`, optionally with one write torn: `0,2+5:3`
+    /// (operation 5 cut after 3 sectors). Without it, decisions choose as --torn-writes and
+    /// --reordered-writes allow.
+    #[arg(long, value_name = "STATE")]
+    pub crash_state: Option<String>,
+    /// Crash before and after every durable write and at exit, try the distinct crash states
+    /// at each point (see docs/DURABILITY.md), restart each, and report whether every restart
+    /// held. Exits 0 if all held, 1 if any failed, 2 if the evidence is incomplete.
+    #[arg(long, conflicts_with_all = ["crash_after_durable_write", "crash_before_durable_write", "crash_at_exit", "audit", "snapshot_at"])]
     pub crash_sweep: bool,
-    /// At a crash, let a prefix of the first unsynced write of each file reach the disk, in
-    /// 512-byte sectors (a decision per file).
+    /// The sweep's crash states per crash point, at most (distinct images only).
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub states_per_point: usize,
+    /// Sweep only the points right after each durable write, with no state but the durable
+    /// layer (the sweep deja had before crash states; for comparison).
+    #[arg(long, requires = "crash_sweep")]
+    pub after_writes_only: bool,
+    /// At a crash, let a prefix of the pending operations reach the disk, the next one a write
+    /// cut at a 512-byte sector boundary (decisions).
     #[arg(long)]
     pub torn_writes: bool,
-    /// At a crash, let any subset of each file's unsynced writes reach the disk (a decision).
+    /// At a crash, let any subset of the pending operations (data, sizes, directory entries)
+    /// reach the disk (a decision each): the weakest POSIX model.
     #[arg(long)]
     pub reordered_writes: bool,
+    /// Fail a chosen operation: `OP:PATH[:NTH[:ERRNO[:START-END]]]`, e.g. `write:/data/wal:4:eio`
+    /// (the 4th write to /data/wal fails with EIO; NTH 0 means every one). OP is write, fsync,
+    /// truncate, fallocate, create, rename or read; ERRNO is eio (default) or enospc.
+    #[arg(long = "fail", value_name = "RULE")]
+    pub fail: Vec<String>,
     /// Fail writes with EIO with this probability, in parts per million (a decision each).
     #[arg(long, value_name = "PPM", default_value_t = 0)]
     pub eio_write_ppm: u32,
@@ -161,13 +188,26 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
     }
     let mut argv = vec![exe_path.clone()];
     argv.extend(args.args.iter().cloned());
+    let errors = args
+        .fail
+        .iter()
+        .map(|r| deja_kernel::ErrorRule::parse(r).map_err(|e| Failure::new(2, format!("--fail {e}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let crash_state = match &args.crash_state {
+        None => None,
+        Some(text) => Some(parse_crash_state(text).map_err(|e| Failure::new(2, format!("--crash-state {text}: {e}")))?),
+    };
     let faults = deja_kernel::FaultConfig {
         crash_after_durable_write: args.crash_after_durable_write,
+        crash_before_durable_write: args.crash_before_durable_write,
+        crash_at_exit: args.crash_at_exit,
+        crash_state,
         torn_writes: args.torn_writes,
         reordered_writes: args.reordered_writes,
         eio_on_write_ppm: args.eio_write_ppm,
         eio_on_fsync_ppm: args.eio_fsync_ppm,
         enospc_on_write_ppm: args.enospc_write_ppm,
+        errors,
     };
     let mut disk = None;
     for decl in &args.copy_in {
@@ -194,6 +234,54 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
         seed: args.seed.unwrap_or(0),
         record_trace: args.trace_out.is_some(),
     })
+}
+
+/// Parses `none`, `all`, or `P,P,...[+T:K]` (see `--crash-state`). `all` becomes every
+/// position up to 4095; positions past the end of the pending list are ignored.
+pub fn parse_crash_state(text: &str) -> Result<deja_kernel::CrashState, String> {
+    let (kept, torn) = match text.split_once('+') {
+        Some((k, t)) => (k, Some(t)),
+        None => (text, None),
+    };
+    let kept: Vec<u32> = match kept {
+        "none" | "" => Vec::new(),
+        "all" => (0..4096).collect(),
+        list => {
+            let mut v = list
+                .split(',')
+                .map(|p| p.trim().parse::<u32>().map_err(|_| format!("{p:?} is not a position")))
+                .collect::<Result<Vec<_>, _>>()?;
+            v.sort_unstable();
+            v.dedup();
+            v
+        }
+    };
+    let torn = match torn {
+        None => None,
+        Some(t) => {
+            let (p, k) = t.split_once(':').ok_or("a torn write is POSITION:SECTORS")?;
+            let p: u32 = p.parse().map_err(|_| format!("{p:?} is not a position"))?;
+            let k: u64 = k.parse().map_err(|_| format!("{k:?} is not a number of sectors"))?;
+            if k == 0 || kept.contains(&p) {
+                return Err("a torn write keeps at least one sector and is not also kept whole".into());
+            }
+            Some((p, k))
+        }
+    };
+    Ok(deja_kernel::CrashState { kept, torn })
+}
+
+/// `--crash-state` for a state (the inverse of [`parse_crash_state`]).
+pub fn crash_state_arg(s: &deja_kernel::CrashState) -> String {
+    let mut out = if s.kept.is_empty() {
+        "none".to_string()
+    } else {
+        s.kept.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",")
+    };
+    if let Some((p, k)) = s.torn {
+        out.push_str(&format!("+{p}:{k}"));
+    }
+    out
 }
 
 /// Where a run starts.
@@ -270,9 +358,17 @@ pub fn run_once(
                 .map_err(run_error)?;
             for (i, life) in lives.iter().enumerate().filter(|(_, l)| l.crashed) {
                 if live {
+                    let point = life
+                        .run
+                        .report
+                        .faults
+                        .iter()
+                        .rev()
+                        .find(|f| f.kind == deja_kernel::FaultKind::Crash)
+                        .map(|f| f.point.clone())
+                        .unwrap_or_else(|| format!("after durable write {}", life.run.report.durable_writes));
                     eprintln!(
-                        "deja: life {i} crashed after durable write {} (disk {}); restarting with seed {}",
-                        life.run.report.durable_writes,
+                        "deja: life {i} crashed {point} (disk {}); restarting with seed {}",
                         life.crash_disk_digest.as_deref().unwrap_or(""),
                         lives[i + 1].seed
                     );
@@ -497,6 +593,18 @@ pub fn replay_argv(args: &RunArgs, extra: &[String]) -> Vec<String> {
         }
         if let Some(k) = args.crash_after_durable_write {
             parts.push(format!("--crash-after-durable-write={k}"));
+        }
+        if let Some(k) = args.crash_before_durable_write {
+            parts.push(format!("--crash-before-durable-write={k}"));
+        }
+        if args.crash_at_exit {
+            parts.push("--crash-at-exit".to_string());
+        }
+        if let Some(s) = &args.crash_state {
+            parts.push(format!("--crash-state={s}"));
+        }
+        for f in &args.fail {
+            parts.push(format!("--fail={f}"));
         }
         for (on, flag) in [(args.torn_writes, "--torn-writes"), (args.reordered_writes, "--reordered-writes")] {
             if on {

@@ -53,7 +53,12 @@ fn exploring_crash_points_finds_the_lost_write_and_the_files_say_so() {
     assert_eq!(bugs.len(), 1, "deduplicated by signature: {bugs:?}");
     let bug: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&bugs[0]).unwrap()).unwrap();
     assert!(bug["signature"].as_str().unwrap().contains("every acknowledged put survives a crash"));
-    assert!(bug["input"]["faults"]["crash_after_durable_write"].is_u64());
+    let crashes = |f: &serde_json::Value| {
+        f["crash_after_durable_write"].is_u64()
+            || f["crash_before_durable_write"].is_u64()
+            || f["crash_at_exit"] == true
+    };
+    assert!(crashes(&bug["input"]["faults"]), "{}", bug["input"]);
     assert_eq!(bug["program_blake3"].as_str().unwrap().len(), 64);
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("<svg") && html.contains("1 bug"), "the page shows the bug");
@@ -84,7 +89,7 @@ fn exploring_crash_points_finds_the_lost_write_and_the_files_say_so() {
     let min_path = bugs[0].with_extension("min.json");
     let min: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&min_path).unwrap()).unwrap();
     assert_eq!(min["signature"], bug["signature"]);
-    assert!(min["input"]["faults"]["crash_after_durable_write"].is_u64(), "the crash is what the bug needs");
+    assert!(crashes(&min["input"]["faults"]), "the crash is what the bug needs: {}", min["input"]);
     assert!(min["input"]["overrides"].as_object().unwrap().is_empty());
     let r = deja(&["replay", min_path.to_str().unwrap()]);
     assert_eq!(r.status.code(), Some(1));

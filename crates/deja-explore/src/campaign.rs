@@ -99,6 +99,12 @@ struct Entry {
     #[serde(default)]
     features: Vec<u64>,
     found_round: u64,
+    /// Its run's file operations (where errors can be placed).
+    #[serde(default)]
+    io_ops: Vec<deja_kernel::IoCount>,
+    /// Operations pending when its run crashed.
+    #[serde(default)]
+    pending_at_crash: Option<u64>,
 }
 
 impl Entry {
@@ -116,6 +122,8 @@ impl Entry {
             focus: novelty.focus,
             features: out.semantic.keys().copied().collect(),
             found_round: round,
+            io_ops: out.io_ops.clone(),
+            pending_at_crash: out.pending_at_crash,
         }
     }
 }
@@ -133,6 +141,9 @@ struct State {
     fork_at: u64,
     base_decisions: u64,
     reference_durable_writes: u64,
+    /// The reference run's file operations (the baseline's menu).
+    #[serde(default)]
+    reference_io_ops: Vec<deja_kernel::IoCount>,
     virgin: Vec<u8>,
     semantic: BTreeSet<u64>,
     /// Runs that showed each semantic edge.
@@ -469,19 +480,16 @@ fn mutate(state: &mut State, parent: &Entry, mode: Mode) -> Input {
         changed = true;
     }
     if mode.faults() {
-        let f = &mut input.faults;
-        let writes = parent.durable_writes.max(state.reference_durable_writes);
-        if writes > 0 && (rng.next_u64().is_multiple_of(2) || !changed) {
-            f.crash_after_durable_write = Some(1 + rng.next_u64() % writes);
-        }
-        if rng.next_u64().is_multiple_of(4) {
-            f.torn_writes = !f.torn_writes;
-        }
-        if rng.next_u64().is_multiple_of(4) {
-            f.reordered_writes = !f.reordered_writes;
-        }
-        if rng.next_u64().is_multiple_of(8) {
-            f.eio_on_fsync_ppm = if f.eio_on_fsync_ppm == 0 { 200_000 } else { 0 };
+        let io_ops = if parent.io_ops.is_empty() { &state.reference_io_ops } else { &parent.io_ops };
+        let menu = crate::menu::Menu {
+            durable_writes: parent.durable_writes.max(state.reference_durable_writes),
+            io_ops,
+            pending_at_crash: parent.pending_at_crash,
+        };
+        // One or two changes from the fault menu (always one when nothing else changed).
+        let n = if changed { crate::menu::below(rng, 2) } else { 1 + crate::menu::below(rng, 2) };
+        for _ in 0..n {
+            crate::menu::mutate(rng, &mut input.faults, &menu);
         }
     }
     input
@@ -489,13 +497,13 @@ fn mutate(state: &mut State, parent: &Entry, mode: Mode) -> Input {
 
 fn random_input(state: &mut State, mode: Mode) -> Input {
     let mut input = Input::default();
-    if mode.faults() && state.reference_durable_writes > 0 {
-        let f = &mut input.faults;
-        if state.rng.next_u64().is_multiple_of(2) {
-            f.crash_after_durable_write = Some(1 + state.rng.next_u64() % state.reference_durable_writes);
-        }
-        f.torn_writes = state.rng.next_u64().is_multiple_of(4);
-        f.reordered_writes = state.rng.next_u64().is_multiple_of(4);
+    if mode.faults() {
+        let menu = crate::menu::Menu {
+            durable_writes: state.reference_durable_writes,
+            io_ops: &state.reference_io_ops,
+            pending_at_crash: None,
+        };
+        input.faults = crate::menu::random(&mut state.rng, &menu);
     }
     input
 }
@@ -544,6 +552,7 @@ pub fn explore(
             fork_at,
             base_decisions: 0,
             reference_durable_writes: reference.durable_writes,
+            reference_io_ops: reference.io_ops.clone(),
             virgin: Vec::new(),
             semantic: BTreeSet::new(),
             hits: BTreeMap::new(),

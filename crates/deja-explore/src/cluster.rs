@@ -79,49 +79,7 @@ pub struct ClusterOutcome {
     pub features: BTreeSet<u64>,
 }
 
-/// Masks every number, and every run of numbers joined by `,`, `.`, `:` or spaces, in an
-/// output line: `#`.
-fn template(line: &str) -> String {
-    let c: Vec<char> = line.chars().collect();
-    let mut out = String::with_capacity(line.len());
-    let mut i = 0;
-    while i < c.len() {
-        if !c[i].is_ascii_digit() {
-            out.push(c[i]);
-            i += 1;
-            continue;
-        }
-        let mut j = i;
-        loop {
-            while j < c.len() && c[j].is_ascii_digit() {
-                j += 1;
-            }
-            let mut k = j;
-            while k < c.len() && matches!(c[k], ',' | '.' | ':' | ' ') {
-                k += 1;
-            }
-            if k > j && k < c.len() && c[k].is_ascii_digit() {
-                j = k;
-            } else {
-                break;
-            }
-        }
-        out.push('#');
-        i = j;
-    }
-    out
-}
-
-fn feature(parts: &[&str]) -> u64 {
-    let mut h = blake3::Hasher::new();
-    for p in parts {
-        h.update(p.as_bytes());
-        h.update(&[0]);
-    }
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&h.finalize().as_bytes()[..8]);
-    u64::from_le_bytes(w)
-}
+use crate::features::{feature, template};
 
 /// The failure signature of a report, if it failed.
 pub fn cluster_failure(r: &ClusterReport) -> Option<String> {

@@ -48,6 +48,10 @@ impl Input {
         let f = &self.faults;
         self.overrides.len()
             + usize::from(f.crash_after_durable_write.is_some())
+            + usize::from(f.crash_before_durable_write.is_some())
+            + usize::from(f.crash_at_exit)
+            + usize::from(f.crash_state.is_some())
+            + f.errors.len()
             + usize::from(f.torn_writes)
             + usize::from(f.reordered_writes)
             + usize::from(f.eio_on_write_ppm > 0)
@@ -90,6 +94,11 @@ pub struct Outcome {
     pub decisions: Vec<LoggedDecision>,
     /// Durable writes of the first life (the range of crash points worth trying).
     pub durable_writes: u64,
+    /// The first life's file operations by kind and path (where errors can be placed).
+    pub io_ops: Vec<deja_kernel::IoCount>,
+    /// When the first life crashed: how many operations were pending (the crash states worth
+    /// trying).
+    pub pending_at_crash: Option<u64>,
 }
 
 /// The signature of a failed run, or `None` when it held: the first failed assertion of any life,
@@ -130,8 +139,8 @@ fn semantic_edges(report: &RunReport, first_life: bool, out: &mut BTreeMap<u64, 
     }
 }
 
-/// Turns the lives of a run into an outcome.
-pub fn outcome(lives: Vec<Incarnation>) -> Outcome {
+/// Turns the lives of a run that printed `stdout` into an outcome.
+pub fn outcome(lives: Vec<Incarnation>, stdout: &[u8]) -> Outcome {
     let digest = deja_vmm::lives_digest(&lives);
     let last = &lives.last().expect("a run has a life").run.report;
     let coverage = last.coverage.as_ref().map(|c| c.map.clone()).unwrap_or_default();
@@ -140,6 +149,7 @@ pub fn outcome(lives: Vec<Incarnation>) -> Outcome {
         semantic_edges(&l.run.report, i == 0, &mut semantic);
     }
     semantic.insert(0x5eed_0000 + lives.len() as u64, None);
+    crate::features::program_features(&lives, stdout, &mut semantic);
     let decisions = lives
         .iter()
         .flat_map(|l| l.run.report.decisions.iter())
@@ -158,14 +168,24 @@ pub fn outcome(lives: Vec<Incarnation>) -> Outcome {
         semantic,
         decisions,
         durable_writes: lives[0].run.report.durable_writes,
+        io_ops: lives[0].run.report.io_ops.clone(),
+        pending_at_crash: lives[0].run.report.crash_state.as_ref().map(|c| c.pending.len() as u64),
         lives,
     }
 }
 
 /// Runs `input` as a child of `fork`.
 pub fn run_on_fork(fork: &mut Fork, input: &Input) -> Result<Outcome, ExploreError> {
-    let lives = fork.run_child_with(&mut |k| input.prepare(k), &mut |_, _| {})?;
-    Ok(outcome(lives))
+    let mut stdout = Vec::new();
+    let lives = fork.run_child_with(&mut |k| input.prepare(k), &mut |s, b| keep_stdout(&mut stdout, s, b))?;
+    Ok(outcome(lives, &stdout))
+}
+
+/// Keeps what a run prints on stdout (for its behavioural features), up to 64 KiB.
+fn keep_stdout(out: &mut Vec<u8>, stream: Stream, bytes: &[u8]) {
+    if stream == Stream::Stdout && out.len() < 64 << 10 {
+        out.extend_from_slice(&bytes[..bytes.len().min((64 << 10) - out.len())]);
+    }
 }
 
 /// Runs `input` from scratch: the program runs untouched to `fork_at`, takes the input there,
@@ -178,8 +198,13 @@ pub fn run_fresh(
 ) -> Result<Outcome, ExploreError> {
     let mut prepare = |k: &mut Kernel| input.prepare(k);
     let steering = Steering { at_syscall: fork_at, prepare: &mut prepare };
-    let lives = deja_vmm::run_steered(target.spec.clone(), target.memory, Some(steering), sink, None)?;
-    Ok(outcome(lives))
+    let mut stdout = Vec::new();
+    let mut both = |s: Stream, b: &[u8]| {
+        keep_stdout(&mut stdout, s, b);
+        sink(s, b)
+    };
+    let lives = deja_vmm::run_steered(target.spec.clone(), target.memory, Some(steering), &mut both, None)?;
+    Ok(outcome(lives, &stdout))
 }
 
 /// Confirms a failing outcome `out` of `input`: replays it from scratch on another host core

@@ -22,7 +22,9 @@
 
 pub mod campaign;
 pub mod cluster;
+pub mod features;
 pub mod input;
+pub mod menu;
 pub mod minimize;
 
 pub use campaign::{explore, write_reports, Campaign, CampaignConfig, Mode, Progress, Strategy};

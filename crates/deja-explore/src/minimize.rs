@@ -9,6 +9,15 @@ use crate::ExploreError;
 enum Element {
     Override(u64, u64),
     Crash(u64),
+    CrashBefore(u64),
+    CrashAtExit,
+    /// The crash state is named exactly (without it, decisions choose).
+    State,
+    /// The named crash state keeps pending operation `p`.
+    StateKeeps(u32),
+    /// The named crash state cuts pending write `p` after `k` sectors.
+    StateTears(u32, u64),
+    Error(deja_kernel::ErrorRule),
     Torn,
     Reordered,
     EioWrite(u32),
@@ -22,6 +31,12 @@ impl Element {
         match self {
             Element::Override(i, c) => format!("decision {i} = {c}"),
             Element::Crash(k) => format!("crash after durable write {k}"),
+            Element::CrashBefore(k) => format!("crash before durable write {k}"),
+            Element::CrashAtExit => "crash at exit".into(),
+            Element::State => "a named crash state".into(),
+            Element::StateKeeps(p) => format!("the crash keeps pending operation {}", p + 1),
+            Element::StateTears(p, k) => format!("the crash cuts pending operation {} after {k} sectors", p + 1),
+            Element::Error(r) => r.describe(),
             Element::Torn => "torn writes".into(),
             Element::Reordered => "reordered writes".into(),
             Element::EioWrite(p) => format!("EIO on write ({p} ppm)"),
@@ -38,6 +53,18 @@ fn elements(input: &Input) -> Vec<Element> {
     if let Some(k) = f.crash_after_durable_write {
         v.push(Element::Crash(k));
     }
+    if let Some(k) = f.crash_before_durable_write {
+        v.push(Element::CrashBefore(k));
+    }
+    if f.crash_at_exit {
+        v.push(Element::CrashAtExit);
+    }
+    if let Some(s) = &f.crash_state {
+        v.push(Element::State);
+        v.extend(s.kept.iter().map(|p| Element::StateKeeps(*p)));
+        v.extend(s.torn.map(|(p, k)| Element::StateTears(p, k)));
+    }
+    v.extend(f.errors.iter().cloned().map(Element::Error));
     if f.torn_writes {
         v.push(Element::Torn);
     }
@@ -61,12 +88,20 @@ fn elements(input: &Input) -> Vec<Element> {
 
 fn build(elements: &[Element]) -> Input {
     let mut input = Input::default();
+    // Positions of a named crash state count only when the state itself is kept.
+    let mut state = deja_kernel::CrashState::none();
     for e in elements {
         match e {
             Element::Override(i, c) => {
                 input.overrides.insert(*i, *c);
             }
             Element::Crash(k) => input.faults.crash_after_durable_write = Some(*k),
+            Element::CrashBefore(k) => input.faults.crash_before_durable_write = Some(*k),
+            Element::CrashAtExit => input.faults.crash_at_exit = true,
+            Element::State => input.faults.crash_state = Some(deja_kernel::CrashState::none()),
+            Element::StateKeeps(p) => state.kept.push(*p),
+            Element::StateTears(p, k) => state.torn = Some((*p, *k)),
+            Element::Error(r) => input.faults.errors.push(r.clone()),
             Element::Torn => input.faults.torn_writes = true,
             Element::Reordered => input.faults.reordered_writes = true,
             Element::EioWrite(p) => input.faults.eio_on_write_ppm = *p,
@@ -74,6 +109,10 @@ fn build(elements: &[Element]) -> Input {
             Element::Enospc(p) => input.faults.enospc_on_write_ppm = *p,
             Element::Reseed(s) => input.reseed = Some(*s),
         }
+    }
+    if input.faults.crash_state.is_some() {
+        state.kept.sort_unstable();
+        input.faults.crash_state = Some(state);
     }
     input
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use deja_kernel::FaultConfig;
 use serde::{Deserialize, Serialize};
 
+use crate::search::{CrashKind, KeptOps};
 use crate::JudgeError;
 
 /// Where, by meaning, the failure's crash happens.
@@ -49,6 +50,14 @@ pub struct Capsule {
     pub signature: String,
     /// What happened, for a person.
     pub timeline: String,
+    /// How the crash comes: after (the default, and all that capsules of older deja knew),
+    /// before a durable write, at exit, or none (a placed error alone).
+    #[serde(default, skip_serializing_if = "CrashKind::is_after")]
+    pub crash: CrashKind,
+    /// The pending operations the crash keeps, by meaning (`None`: the run's decisions choose,
+    /// as `faults` allows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<KeptOps>,
     /// The CPU fingerprint of the host it was frozen on (absent in capsules of older deja).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<deja_vmm::Fingerprint>,

@@ -7,6 +7,7 @@ use deja_kernel::{FaultConfig, ProgramSpec};
 
 use crate::capsule::{Capsule, Trigger};
 use crate::certificate::{Certificate, CheckStatus};
+use crate::search::{run_plan, search, CrashKind, Plan};
 
 /// The verdict of a check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +79,8 @@ pub struct CheckInput {
     pub max_kill_points: u64,
     /// Independent worlds the candidate's replay runs in.
     pub worlds: u32,
+    /// Crash states a hunt and a sweep try at each crash point, at most.
+    pub states_per_point: usize,
 }
 
 /// The result of a check.
@@ -146,15 +149,16 @@ pub fn timeline(out: &Outcome) -> String {
 }
 
 /// The trigger of a failing run that crashed: the event the crash follows, by meaning, and the
-/// crash point by position.
-pub fn trigger_of(out: &Outcome) -> Option<(Trigger, u64)> {
+/// crash point by position (the durable write it concerns: the one it followed, or, for a crash
+/// before a durable write, the one it came before).
+pub fn trigger_of(out: &Outcome, crash: CrashKind) -> Option<(Trigger, u64)> {
     let first = out.lives.first()?;
     if !first.crashed {
         return None;
     }
-    let k = first.run.report.durable_writes;
+    let k = first.run.report.durable_writes + u64::from(crash == CrashKind::Before);
     let events = &first.run.report.events;
-    let before: Vec<_> = events.iter().filter(|e| e.durable_writes < k).collect();
+    let before: Vec<_> = events.iter().filter(|e| e.durable_writes < k.max(1)).collect();
     let anchor = before.iter().rev().find(|e| e.name == "request").or(before.last()).copied();
     let trigger = match anchor {
         Some(e) => {
@@ -181,10 +185,6 @@ fn map_trigger(trigger: &Trigger, control: &Outcome) -> Option<u64> {
     Some(k.min(total))
 }
 
-fn crash_at(faults: &FaultConfig, k: u64) -> FaultConfig {
-    FaultConfig { crash_after_durable_write: Some(k), ..faults.clone() }
-}
-
 /// Runs the whole check.
 pub fn check(input: &CheckInput) -> Judgement {
     let mut steps: Vec<(&str, CheckStatus, String, Vec<String>)> = Vec::new();
@@ -195,7 +195,7 @@ pub fn check(input: &CheckInput) -> Judgement {
         "the capsule holds on the corrected program",
         "the candidate runs",
         "replay the capsule on the candidate",
-        "crash after every durable write of the candidate",
+        "sweep the candidate: crash points with their states, and I/O errors",
     ];
     let base_hash = input.base.image.as_ref().map(|i| blake3::hash(i).to_hex().to_string()).unwrap_or_default();
     let cand_hash = input.candidate.image.as_ref().map(|i| blake3::hash(i).to_hex().to_string()).unwrap_or_default();
@@ -230,39 +230,41 @@ pub fn check(input: &CheckInput) -> Judgement {
             }
             Some(c) => steps.push((names[0], CheckStatus::Passed, format!("capsule {} given", c.id), vec![])),
             None => {
-                let total = control.durable_writes.min(input.max_kill_points);
-                let mut found = None;
-                for k in 1..=total {
-                    if let Ok(o) = run(&base, input.memory_mib, &crash_at(&FaultConfig::default(), k), &BTreeMap::new())
-                    {
-                        if o.failure.is_some() && o.lives.len() > 1 {
-                            found = Some(o);
-                            break;
-                        }
+                let found = match search(
+                    &base,
+                    input.memory_mib,
+                    &control,
+                    input.max_kill_points,
+                    input.states_per_point,
+                    true,
+                ) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        steps.push((names[0], CheckStatus::Incomplete, format!("the hunt did not run: {e}"), vec![]));
+                        return Verdict::EvidenceIncomplete;
                     }
-                }
-                let Some(o) = found else {
+                };
+                let Some((plan, o)) = found.failure else {
                     steps.push((
                         names[0],
                         CheckStatus::Incomplete,
-                        format!("no failure found on the base in a sweep of {total} kill points"),
+                        format!(
+                            "no failure found on the base in {} runs: {} crash points with their crash states, and an \
+                             error on each file operation",
+                            found.runs, found.points
+                        ),
                         vec![control.digest.clone()],
                     ));
                     return Verdict::EvidenceIncomplete;
                 };
-                let Some(c) = capsule_from(&o, &base_hash, input, &FaultConfig::default(), &BTreeMap::new()) else {
-                    steps.push((
-                        names[0],
-                        CheckStatus::Incomplete,
-                        "the failure has no crash to anchor".into(),
-                        vec![],
-                    ));
+                let Some(c) = capsule_from(&o, &base_hash, input, &plan.faults_with_crash(), &BTreeMap::new()) else {
+                    steps.push((names[0], CheckStatus::Incomplete, "the failure cannot be frozen".into(), vec![]));
                     return Verdict::EvidenceIncomplete;
                 };
                 steps.push((
                     names[0],
                     CheckStatus::Passed,
-                    format!("found by a crash sweep: {}", c.signature),
+                    format!("found by the hunt ({}): {}", plan.describe(), c.signature),
                     vec![o.digest.clone()],
                 ));
                 capsule = Some(c);
@@ -270,7 +272,7 @@ pub fn check(input: &CheckInput) -> Judgement {
         }
         let c = capsule.clone().expect("set above");
         // 2. Reproduce on the base, by meaning.
-        let Some(k) = map_trigger(&c.trigger, &control) else {
+        let Some(plan) = plan_of(&c, &control) else {
             steps.push((
                 names[1],
                 CheckStatus::Incomplete,
@@ -279,7 +281,7 @@ pub fn check(input: &CheckInput) -> Judgement {
             ));
             return Verdict::EvidenceIncomplete;
         };
-        match run(&base, input.memory_mib, &crash_at(&c.faults, k), &c.overrides) {
+        match run_plan(&base, input.memory_mib, &plan, &c.overrides) {
             Ok(o) if o.failure.as_deref() == Some(c.signature.as_str()) => steps.push((
                 names[1],
                 CheckStatus::Passed,
@@ -325,8 +327,8 @@ pub fn check(input: &CheckInput) -> Judgement {
             let s = spec(image, &corr.path, input);
             let ok = run(&s, input.memory_mib, &FaultConfig::default(), &BTreeMap::new())
                 .ok()
-                .and_then(|ctl| map_trigger(&c.trigger, &ctl))
-                .and_then(|k| run(&s, input.memory_mib, &crash_at(&c.faults, k), &c.overrides).ok());
+                .and_then(|ctl| plan_of(&c, &ctl))
+                .and_then(|p| run_plan(&s, input.memory_mib, &p, &c.overrides).ok());
             match ok {
                 Some(o) if o.failure.is_none() => {
                     steps.push((names[3], CheckStatus::Passed, timeline(&o), vec![o.digest.clone()]))
@@ -389,7 +391,7 @@ pub fn check(input: &CheckInput) -> Judgement {
             vec![cand_control.digest.clone()],
         ));
         // 5. Replay by meaning, in several fresh worlds that must agree.
-        let Some(k) = map_trigger(&c.trigger, &cand_control) else {
+        let Some(plan) = plan_of(&c, &cand_control) else {
             steps.push((
                 names[5],
                 CheckStatus::Incomplete,
@@ -404,11 +406,9 @@ pub fn check(input: &CheckInput) -> Judgement {
         let mut worlds = Vec::new();
         for w in 0..input.worlds.max(1) as usize {
             let core = cores.get(w % cores.len().max(1)).copied().unwrap_or(0);
-            let world = deja_vmm::identity::on_core(core, || {
-                run(&cand, input.memory_mib, &crash_at(&c.faults, k), &c.overrides)
-            })
-            .map_err(|e| e.to_string())
-            .and_then(|r| r);
+            let world = deja_vmm::identity::on_core(core, || run_plan(&cand, input.memory_mib, &plan, &c.overrides))
+                .map_err(|e| e.to_string())
+                .and_then(|r| r);
             match world {
                 Ok(o) => worlds.push((core, o)),
                 Err(e) => {
@@ -445,7 +445,7 @@ pub fn check(input: &CheckInput) -> Judgement {
                 steps.push((
                     names[5],
                     CheckStatus::Failed,
-                    format!("the failure reproduces after durable write {k}: {timeline_text}"),
+                    format!("the failure reproduces ({}): {timeline_text}", plan.describe()),
                     digests,
                 ));
                 return Verdict::StillReproduces;
@@ -454,7 +454,7 @@ pub fn check(input: &CheckInput) -> Judgement {
                 steps.push((
                     names[5],
                     CheckStatus::Failed,
-                    format!("another failure after durable write {k}: {f}"),
+                    format!("another failure ({}): {f}", plan.describe()),
                     digests,
                 ));
                 return Verdict::NewFailure;
@@ -462,48 +462,66 @@ pub fn check(input: &CheckInput) -> Judgement {
             None => steps.push((
                 names[5],
                 CheckStatus::Passed,
-                format!("held in {} worlds, crash after durable write {k}: {timeline_text}", worlds.len()),
+                format!("held in {} worlds ({}): {timeline_text}", worlds.len(), plan.describe()),
                 digests,
             )),
         }
-        // 6. Sweep every durable write of the candidate.
+        // 6. Sweep the candidate: every crash point with its crash states, and an error on each
+        // of its file operations.
         let total = cand_control.durable_writes;
-        if total == 0 || total > input.max_kill_points {
+        if total > input.max_kill_points {
             steps.push((
                 names[6],
                 CheckStatus::Incomplete,
-                format!("{total} durable writes: outside the sweep's range 1..={}", input.max_kill_points),
+                format!("{total} durable writes: more than the sweep's {} crash points", input.max_kill_points),
                 vec![],
             ));
             return Verdict::EvidenceIncomplete;
         }
-        let mut digests = Vec::new();
-        for k in 1..=total {
-            let o = match run(&cand, input.memory_mib, &crash_at(&c.faults, k), &c.overrides) {
-                Ok(o) => o,
-                Err(e) => {
-                    steps.push((names[6], CheckStatus::Incomplete, format!("kill point {k}: {e}"), digests));
-                    return Verdict::EvidenceIncomplete;
-                }
-            };
-            if o.lives.len() < 2 {
-                steps.push((names[6], CheckStatus::Incomplete, format!("kill point {k} was never reached"), digests));
+        let swept = match search(
+            &cand,
+            input.memory_mib,
+            &cand_control,
+            input.max_kill_points,
+            input.states_per_point,
+            false,
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                steps.push((names[6], CheckStatus::Incomplete, format!("the sweep did not run: {e}"), vec![]));
                 return Verdict::EvidenceIncomplete;
             }
-            digests.push(o.digest.clone());
-            if let Some(f) = &o.failure {
-                timeline_text = timeline(&o);
-                let same = *f == c.signature;
-                steps.push((
-                    names[6],
-                    CheckStatus::Failed,
-                    format!("crash after durable write {k} of {total}: {timeline_text}"),
-                    digests,
-                ));
-                return if same { Verdict::StillReproduces } else { Verdict::NewFailure };
-            }
+        };
+        if let Some((plan, o)) = &swept.failure {
+            timeline_text = timeline(o);
+            let f = o.failure.clone().unwrap_or_default();
+            steps.push((
+                names[6],
+                CheckStatus::Failed,
+                format!("{}: {timeline_text}", plan.describe()),
+                swept.digests.clone(),
+            ));
+            return if f == c.signature { Verdict::StillReproduces } else { Verdict::NewFailure };
         }
-        steps.push((names[6], CheckStatus::Passed, format!("all {total} kill points held"), digests));
+        if !swept.unreached.is_empty() {
+            steps.push((
+                names[6],
+                CheckStatus::Incomplete,
+                format!("crash points never reached: {}", swept.unreached.join(", ")),
+                swept.digests,
+            ));
+            return Verdict::EvidenceIncomplete;
+        }
+        steps.push((
+            names[6],
+            CheckStatus::Passed,
+            format!(
+                "all {} runs held: {} crash points over {total} durable writes with their crash states, and an error on \
+                 each file operation",
+                swept.runs, swept.points
+            ),
+            swept.digests,
+        ));
         Verdict::FixedForThisCapsule
     })();
 
@@ -542,8 +560,21 @@ pub fn check(input: &CheckInput) -> Judgement {
     Judgement { verdict, capsule, certificate: cert }
 }
 
-/// Freezes the failing run `out` of the base as a capsule (for a failure found by `deja explore`
-/// and replayed from its bug file). `None` when the run did not fail after an injected crash.
+/// The plan a capsule names, on a program whose fault-free run was `control`: its crash point
+/// mapped by meaning (`None` when the trigger does not occur there).
+pub fn plan_of(c: &Capsule, control: &Outcome) -> Option<Plan> {
+    let k = match c.crash {
+        CrashKind::After | CrashKind::Before => map_trigger(&c.trigger, control)?,
+        CrashKind::Exit | CrashKind::None => 0,
+    };
+    Some(Plan { crash: c.crash, k, kept: c.kept.clone(), faults: c.faults.clone() })
+}
+
+/// Freezes the failing run `out` of the base, made under `faults` and `overrides`, as a capsule
+/// (for a failure found by the hunt, or by `deja explore` and replayed from its bug file). The
+/// crash point is frozen by meaning (the event it follows), and so are the pending operations
+/// the crash kept; placed errors are by meaning already. `None` when the run did not fail, or
+/// named a crash it never reached.
 pub fn capsule_from(
     out: &Outcome,
     base_blake3: &str,
@@ -552,7 +583,29 @@ pub fn capsule_from(
     overrides: &BTreeMap<u64, u64>,
 ) -> Option<Capsule> {
     let signature = out.failure.clone()?;
-    let (trigger, k) = trigger_of(out)?;
+    let crash = if faults.crash_before_durable_write.is_some() {
+        CrashKind::Before
+    } else if faults.crash_at_exit {
+        CrashKind::Exit
+    } else if faults.crash_after_durable_write.is_some() {
+        CrashKind::After
+    } else {
+        CrashKind::None
+    };
+    let (trigger, k) = match crash {
+        CrashKind::None => (Trigger { event: String::new(), details: String::new(), durable_writes_after: 0 }, 0),
+        CrashKind::Exit => {
+            out.lives.first().filter(|l| l.crashed)?;
+            (Trigger { event: String::new(), details: String::new(), durable_writes_after: 0 }, 0)
+        }
+        _ => trigger_of(out, crash)?,
+    };
+    let kept = match crash {
+        CrashKind::None => None,
+        _ => out.lives[0].run.report.crash_state.as_ref().map(|c| crate::search::KeptOps::of(&c.state, &c.pending)),
+    };
+    let mut frozen = faults.for_restart();
+    frozen.errors = faults.errors.clone();
     Some(
         Capsule {
             schema: "deja.capsule/1".into(),
@@ -565,10 +618,12 @@ pub fn capsule_from(
             memory_mib: input.memory_mib,
             base_crash_after_durable_write: k,
             trigger,
-            faults: FaultConfig { crash_after_durable_write: None, ..faults.clone() },
+            faults: frozen,
             overrides: overrides.clone(),
             signature,
             timeline: timeline(out),
+            crash,
+            kept,
             host: deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone()),
         }
         .seal(),

@@ -20,6 +20,7 @@
 pub mod capsule;
 pub mod certificate;
 pub mod judge;
+pub mod search;
 
 pub use capsule::{Capsule, Trigger};
 pub use certificate::{Certificate, CheckRecord, CheckStatus};

@@ -7,14 +7,26 @@
 //! program's random stream) and overridable by position: see [the crate
 //! documentation](crate#decisions). No fault decision is taken when no fault is configured.
 //!
-//! The fault decisions:
-//! - `eio_on_write_ppm` / `enospc_on_write_ppm`: one decision (1 000 000 options, a choice below
-//!   the given parts per million strikes) per write-like call to a regular file, EIO first;
+//! # The I/O error model
+//!
+//! An operation on a file can fail in two ways, both recorded in the ledger by meaning
+//! (`eio on write #4 to /data/wal`: the 4th write to that path):
+//! - **placed errors** ([`ErrorRule`]): the `nth` `write`, `fsync`, `truncate`, `fallocate`,
+//!   `create`, `rename` or `read` (of a byte range) on a path fails with EIO or ENOSPC. They
+//!   take no decision: the rule is the fault, so it replays by meaning and minimizes as one
+//!   element.
+//! - **rates**: `eio_on_write_ppm` / `enospc_on_write_ppm`: one decision (1 000 000 options, a
+//!   choice below the given parts per million strikes) per write to a regular file, EIO first;
 //!   `eio_on_fsync_ppm`: one per `fsync`, `fdatasync`, `sync_file_range` (with WRITE) and
-//!   `syncfs`. `sync` never fails. A selected fault makes the call fail with `-EIO`/`-ENOSPC`
-//!   before it changes anything (a failed fsync makes nothing durable and is not a durable
-//!   write; the pending writes stay pending, so a retry can succeed).
-//! - crash images: see [`crate::fs`].
+//!   `syncfs`. `sync` never fails.
+//!
+//! A failed call changes nothing before it fails, with one exception that is Linux's: a failed
+//! sync **drops** the pending operations it would have made durable (the dirty pages are
+//! marked clean although they never reached the disk), so a retried fsync returns 0 while the
+//! data is gone from the durable layer ("fsyncgate", Rebello et al., ATC '20). The program still
+//! reads what it wrote until a crash.
+//!
+//! Crash points, crash states and crash images: see [`crate::fs`].
 
 use std::collections::BTreeMap;
 
@@ -25,15 +37,30 @@ use crate::rng::RandomStream;
 /// BLAKE3 key-derivation context of the fault stream.
 pub(crate) const FAULT_CONTEXT: &str = "deja 2025 fault decision stream v1";
 
-/// Which faults to inject. `Default` injects none.
+/// Which faults to inject. `Default` injects none. Every field but the first has a serde
+/// default, so inputs written before a field existed still read. (No field is skipped when
+/// serialized: the core's saved state is postcard, which needs every field.)
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultConfig {
     /// End the run with [`SyscallOutcome::Crash`](crate::SyscallOutcome::Crash) right after
     /// the k-th durable write (counted from 1) took effect.
     pub crash_after_durable_write: Option<u64>,
-    /// Crash images may keep a sector prefix of each file's first pending write.
+    /// Crash when the program makes its k-th durable write, before it takes effect: what the
+    /// write would have made durable is still pending.
+    #[serde(default)]
+    pub crash_before_durable_write: Option<u64>,
+    /// Crash when the program exits (`exit_group` with a status), instead of exiting.
+    #[serde(default)]
+    pub crash_at_exit: bool,
+    /// Exactly which pending operations the crash image keeps; without it, decisions pick
+    /// them as `torn_writes` and `reordered_writes` allow.
+    #[serde(default)]
+    pub crash_state: Option<CrashState>,
+    /// Crash images may keep a prefix of the pending operations, the next one a write cut at
+    /// a sector boundary; with `reordered_writes`, any one kept write may be cut.
     pub torn_writes: bool,
-    /// Crash images may keep any subset of each file's pending writes.
+    /// Crash images may keep any subset of the pending operations (data, sizes and directory
+    /// entries): the weakest POSIX model.
     pub reordered_writes: bool,
     /// Probability (parts per million) that a write to a regular file fails with EIO.
     pub eio_on_write_ppm: u32,
@@ -41,23 +68,247 @@ pub struct FaultConfig {
     pub eio_on_fsync_ppm: u32,
     /// Probability (parts per million) that a write to a regular file fails with ENOSPC.
     pub enospc_on_write_ppm: u32,
+    /// Errors placed on chosen operations ("EIO on the 4th write to /data/wal").
+    #[serde(default)]
+    pub errors: Vec<ErrorRule>,
+}
+
+impl FaultConfig {
+    /// True when the configuration names a crash point.
+    pub fn crashes(&self) -> bool {
+        self.crash_after_durable_write.is_some() || self.crash_before_durable_write.is_some() || self.crash_at_exit
+    }
+
+    /// The configuration of the life after a crash: the crash point, the crash state and the
+    /// placed errors belonged to the life that crashed; the modes and rates go on.
+    pub fn for_restart(&self) -> FaultConfig {
+        FaultConfig {
+            crash_after_durable_write: None,
+            crash_before_durable_write: None,
+            crash_at_exit: false,
+            crash_state: None,
+            errors: Vec::new(),
+            ..self.clone()
+        }
+    }
+}
+
+/// Exactly what a crash image keeps: the positions, among the operations pending at the crash
+/// in program order (0-based), of those that reached the disk whole, and at most one write
+/// that reached it in part: its position and how many of its 512-byte sectors made it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CrashState {
+    /// Positions kept whole, ascending.
+    pub kept: Vec<u32>,
+    /// A write kept in part: (position, sectors).
+    #[serde(default)]
+    pub torn: Option<(u32, u64)>,
+}
+
+impl CrashState {
+    /// Nothing pending reaches the disk.
+    pub fn none() -> CrashState {
+        CrashState::default()
+    }
+
+    /// Everything pending reaches the disk.
+    pub fn all(n: usize) -> CrashState {
+        CrashState { kept: (0..n as u32).collect(), torn: None }
+    }
+
+    /// In words: `kept 3 of 7 pending operations`, `… and op 4 torn after 2 sectors`.
+    pub fn describe(&self, pending: usize) -> String {
+        let mut s = format!("kept {} of {pending} pending operations", self.kept.len());
+        if let Some((at, k)) = self.torn {
+            s.push_str(&format!(", operation {} torn after {k} sectors", at + 1));
+        }
+        s
+    }
+}
+
+/// What a crash kept: the state, and the operations that were pending, in words (by meaning:
+/// what lets a crash state be replayed against another binary).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrashAt {
+    /// The crash state the image took.
+    pub state: CrashState,
+    /// The operations pending at the crash, in program order, in words.
+    pub pending: Vec<String>,
+}
+
+/// An operation an [`ErrorRule`] can fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IoOp {
+    /// `write`, `pwrite64`, `writev`, `pwritev` to a regular file.
+    Write,
+    /// `fsync`, `fdatasync`, `sync_file_range` with WRITE (of the file or directory), `syncfs`
+    /// (path `/`).
+    Fsync,
+    /// `truncate`, `ftruncate`, `O_TRUNC` of a non-empty file.
+    Truncate,
+    /// A growing `fallocate`.
+    Fallocate,
+    /// Creating a file (`open` with `O_CREAT` of a new name) or a directory (`mkdir`).
+    Create,
+    /// `rename`/`renameat2` (the rule's path is the source or the target).
+    Rename,
+    /// `read`, `pread64`, `readv`, `preadv` of a regular file.
+    Read,
+}
+
+impl IoOp {
+    /// Its name in decision points and the ledger.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoOp::Write => "write",
+            IoOp::Fsync => "fsync",
+            IoOp::Truncate => "truncate",
+            IoOp::Fallocate => "fallocate",
+            IoOp::Create => "create",
+            IoOp::Rename => "rename",
+            IoOp::Read => "read",
+        }
+    }
+
+    /// Every kind, in order.
+    pub const ALL: [IoOp; 7] =
+        [IoOp::Write, IoOp::Fsync, IoOp::Truncate, IoOp::Fallocate, IoOp::Create, IoOp::Rename, IoOp::Read];
+}
+
+/// The error an [`ErrorRule`] injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IoErrno {
+    /// `EIO`.
+    Eio,
+    /// `ENOSPC`.
+    Enospc,
+}
+
+impl IoErrno {
+    /// The errno value.
+    pub fn value(self) -> i32 {
+        match self {
+            IoErrno::Eio => crate::errno::EIO,
+            IoErrno::Enospc => crate::errno::ENOSPC,
+        }
+    }
+
+    /// `eio` or `enospc`.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoErrno::Eio => "eio",
+            IoErrno::Enospc => "enospc",
+        }
+    }
+}
+
+/// An error placed on a chosen operation: the `nth` (from 1; 0: every one) `op` on `path` fails
+/// with `errno` before it changes anything. A failed sync drops the pending operations it would
+/// have made durable. For reads, `range` limits the rule to reads that overlap `[start, end)`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ErrorRule {
+    /// Which operation.
+    pub op: IoOp,
+    /// The guest path it concerns.
+    pub path: String,
+    /// Which occurrence of `op` on `path`, from 1; 0 means every one.
+    pub nth: u64,
+    /// The error.
+    pub errno: IoErrno,
+    /// For reads: the byte range the read must overlap.
+    #[serde(default)]
+    pub range: Option<(u64, u64)>,
+}
+
+impl ErrorRule {
+    /// In words: `EIO on write #4 to /data/wal`.
+    pub fn describe(&self) -> String {
+        let which = if self.nth == 0 { "every".to_string() } else { format!("#{}", self.nth) };
+        let range = self.range.map(|(a, b)| format!(" (bytes {a}..{b})")).unwrap_or_default();
+        let prep = if self.op == IoOp::Write { "to" } else { "of" };
+        format!("{} on {} {which} {prep} {}{range}", self.errno.name().to_uppercase(), self.op.name(), self.path)
+    }
+
+    /// Parses `OP:PATH[:NTH[:ERRNO[:START-END]]]`, e.g. `write:/data/wal:4:eio`.
+    pub fn parse(text: &str) -> Result<ErrorRule, String> {
+        let parts: Vec<&str> = text.split(':').collect();
+        let op = match parts.first().copied() {
+            Some("write") => IoOp::Write,
+            Some("fsync") => IoOp::Fsync,
+            Some("truncate") => IoOp::Truncate,
+            Some("fallocate") => IoOp::Fallocate,
+            Some("create") => IoOp::Create,
+            Some("rename") => IoOp::Rename,
+            Some("read") => IoOp::Read,
+            _ => {
+                return Err(format!(
+                    "{text:?}: the operation must be write, fsync, truncate, fallocate, create, rename or read"
+                ))
+            }
+        };
+        let path = parts
+            .get(1)
+            .filter(|p| p.starts_with('/'))
+            .ok_or_else(|| format!("{text:?}: give an absolute guest path"))?;
+        let nth = match parts.get(2) {
+            None => 1,
+            Some(n) => n.parse().map_err(|_| format!("{text:?}: {n:?} is not a count"))?,
+        };
+        let errno = match parts.get(3).copied() {
+            None | Some("eio") => IoErrno::Eio,
+            Some("enospc") => IoErrno::Enospc,
+            Some(e) => return Err(format!("{text:?}: the error must be eio or enospc, not {e:?}")),
+        };
+        let range = match parts.get(4) {
+            None => None,
+            Some(r) => {
+                let (a, b) = r.split_once('-').ok_or_else(|| format!("{text:?}: a range is START-END"))?;
+                let (a, b): (u64, u64) = (
+                    a.parse().map_err(|_| format!("{text:?}: bad range"))?,
+                    b.parse().map_err(|_| format!("{text:?}: bad range"))?,
+                );
+                if a >= b {
+                    return Err(format!("{text:?}: an empty range"));
+                }
+                Some((a, b))
+            }
+        };
+        if parts.len() > 5 {
+            return Err(format!("{text:?}: expected OP:PATH[:NTH[:ERRNO[:START-END]]]"));
+        }
+        Ok(ErrorRule { op, path: path.to_string(), nth, errno, range })
+    }
+}
+
+/// How often the first life performed one kind of operation on one path (what an explorer
+/// can place an error on).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IoCount {
+    /// The operation.
+    pub op: IoOp,
+    /// The path.
+    pub path: String,
+    /// How many times.
+    pub count: u64,
 }
 
 /// What kind of fault a [`FaultRecord`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FaultKind {
-    /// The node crashed after a durable write.
+    /// The node crashed (before or after a durable write, or at exit).
     Crash,
     /// A crash lost unsynced data or directory changes of a path.
     LostUnsynced,
-    /// A crash kept a sector prefix of a file's first pending write.
+    /// A crash kept a sector prefix of a pending write.
     TornWrite,
-    /// A crash kept a subset of a file's pending writes.
+    /// A crash kept a subset of the pending operations.
     ReorderedWrites,
-    /// A write or fsync failed with EIO.
+    /// An operation failed with EIO.
     Eio,
-    /// A write failed with ENOSPC.
+    /// An operation failed with ENOSPC.
     Enospc,
 }
 
@@ -201,7 +452,27 @@ pub(crate) struct FaultState {
     pub sdk_choices: u64,
     /// The configured crash point was reached in the current syscall.
     pub crash_due: bool,
+    /// Where the crash happens, in words: `before durable write 4`, `at exit`.
+    #[serde(default)]
+    pub crash_point: String,
+    /// Operations performed, by `op path` (for error rules and the explorer's menu).
+    #[serde(default)]
+    pub op_counts: BTreeMap<(IoOp, String), u64>,
+    /// A fault was injected in this life, or it is a life after a crash: syscall outcomes are
+    /// being recorded for the explorer.
+    #[serde(default)]
+    pub faulted: bool,
+    /// (syscall number, errno or 0) of the syscalls since `faulted`, at most
+    /// [`MAX_AFTER_FAULT`].
+    #[serde(default)]
+    pub after_fault: Vec<(u64, u64)>,
+    /// The crash state the last crash image took.
+    #[serde(default)]
+    pub last_crash_state: Option<CrashAt>,
 }
+
+/// Syscall outcomes recorded after the first fault, at most.
+pub const MAX_AFTER_FAULT: usize = 256;
 
 impl FaultState {
     pub fn new(config: FaultConfig, seed: u64) -> Self {
@@ -216,6 +487,11 @@ impl FaultState {
             sdk_randoms: 0,
             sdk_choices: 0,
             crash_due: false,
+            crash_point: String::new(),
+            op_counts: BTreeMap::new(),
+            faulted: false,
+            after_fault: Vec::new(),
+            last_crash_state: None,
         }
     }
 

@@ -1,23 +1,42 @@
 //! The node's file system: an in-memory inode tree with a volatile and a durable layer.
 //!
-//! # Durability model
+//! # The crash model: posix-weak
 //!
 //! deja models a POSIX file system without journaling, the weakest model ALICE considers:
 //! **each file's data and each directory's entries become durable independently, and only
-//! through explicit syncs.**
+//! through explicit syncs; a crash keeps any subset of what is still pending.**
 //!
-//! - A file's data and size are volatile until an `fsync`, `fdatasync`, `sync_file_range` with
-//!   `SYNC_FILE_RANGE_WRITE`, `syncfs` or `sync` covers it, or until a write made through an
-//!   `O_SYNC`/`O_DSYNC` descriptor. These flush the file's whole data: deja widens
-//!   `sync_file_range` to the whole file and an `O_SYNC` write also flushes earlier unsynced
-//!   writes of the file (both keep at least what Linux keeps). `fsync` of a file does **not**
-//!   make its directory entry durable.
-//! - A directory entry change (create, unlink, rename, link, symlink, mkdir, rmdir) is durable
-//!   only after `fsync` of that directory, which makes the directory's whole entry set durable
-//!   as it is at that moment (a rename between two directories needs both), or `syncfs`/`sync`.
-//!   A new file or directory reached through a durable entry has its own durable content: empty
-//!   until it is synced itself.
-//! - `syncfs` and `sync` make everything durable.
+//! - **Pending operations.** Every change is an operation pending until a sync covers it, in
+//!   one program order for the whole node: a file's writes and size changes (`write`,
+//!   `ftruncate`, a growing `fallocate`, `O_TRUNC`, an append past the end), until an `fsync`,
+//!   `fdatasync`, `sync_file_range` with `SYNC_FILE_RANGE_WRITE`, `syncfs`, `sync` or an
+//!   `O_SYNC`/`O_DSYNC` write covers the file (each flushes the file's whole data: at least what
+//!   Linux keeps); a directory's entry changes (`creat`/`O_CREAT`, `link`, `symlink`, `mkdir`,
+//!   `unlink`, `rmdir`, `rename`), until an `fsync` of that directory, `syncfs` or `sync`. What one
+//!   call does to one directory is one operation: a rename within a directory replaces its
+//!   target and removes its source atomically; a rename between two directories is an
+//!   operation in each, and a crash may keep either, both or neither. `fsync` of a file does
+//!   **not** make its name durable. A sync applies its target's pending operations to the
+//!   durable layer in order.
+//! - **Crash points.** Before any durable write (the sync or `O_SYNC` write not yet taken
+//!   effect), right after one, at program exit, or at a kill (clusters).
+//! - **Crash states.** The disk a crash leaves is the durable layer plus any subset of the
+//!   pending operations, applied in program order, at most one write among them reaching the
+//!   disk only in part (a prefix of its 512-byte sectors). The only dependencies are the
+//!   structural ones the file system keeps: data is reached through the entries the state
+//!   keeps (a file whose name is not durable is gone, a name whose file's data is not durable
+//!   names an empty file), and an inode a pending entry could bring back is kept until that
+//!   entry is settled.
+//! - **Which states.** [`FaultConfig::crash_state`](crate::FaultConfig) names one exactly;
+//!   otherwise decisions choose: none of the pending operations (no mode), a prefix and the next
+//!   write torn (`torn_writes`), any subset (`reordered_writes`), any subset with one kept write
+//!   torn (both). [`crate::Kernel::crash_states`] enumerates the distinct states of a crash
+//!   point for a sweep.
+//! - **Failed syncs.** A sync that fails (an injected EIO) drops its target's pending
+//!   operations without making them durable, as Linux drops the dirty pages after an fsync
+//!   error: a retry returns 0 with the data gone from the durable layer, though the program still
+//!   reads it ("fsyncgate"; bytes a later write re-dirties in the same page are not restored,
+//!   the case of a page evicted in between). See [`crate::faults`] for the I/O error model.
 //! - Modes, timestamps and link identity are outside the model: a crash image carries the
 //!   current mode, and a file with several durable links appears as separate copies.
 //!
@@ -27,35 +46,20 @@
 //! write to a regular file, counts once, even when it had nothing to flush (it is a point where
 //! the program believes its data is safe). A call that fails (bad fd, injected EIO) is not one.
 //!
-//! The kernel keeps, per file, its durable contents and the ordered list of pending (unsynced)
-//! writes and size changes since its last sync (durable + pending, applied in order, is always
-//! the volatile contents), and per directory its durable entry set.
-//!
 //! # Crash images
 //!
-//! [`Kernel::crash_image`](crate::Kernel::crash_image) walks the durable layer from `/`
-//! following each directory's durable entries. A file's contents are, by default, its durable
-//! contents: every pending write and every pending directory change is lost. Under the fault
-//! modes, decisions (see [`FaultConfig`](crate::FaultConfig)) pick more, per file with pending
-//! operations, in path order, once per file:
-//! - `reordered_writes`: for each pending operation in order, one decision (2 options: 1 keeps
-//!   it) picks the subset that reached the disk; the kept ones are applied in program order.
-//! - `torn_writes`: one decision (`sectors + 1` options) picks how many 512-byte sectors (file
-//!   offset aligned) of the first pending operation reached the disk — of the first one kept
-//!   when `reordered_writes` is on too; without reordering, the later operations are lost
-//!   (prefix semantics). A size change counts as one sector.
-//!
-//! The ledger gets one `reordered_writes` record per decided file (selected: some operation
-//! kept) and one `torn_write` record (selected: the operation was cut, `0 < k < sectors`),
-//! `applied` when the file's image differs from its durable contents; and one `lost_unsynced`
-//! record per path whose image differs from the volatile view (contents, kind or presence).
+//! [`Kernel::crash_image`](crate::Kernel::crash_image) applies the chosen state to the durable
+//! layer and walks it from `/` following each directory's resulting entries. The ledger gets one
+//! `reordered_writes` record (what the state kept) and a `torn_write` record when a write was cut
+//! (both only when a state was named or a mode chose), and one `lost_unsynced` record per path
+//! whose image differs from the volatile view (contents, kind or presence).
 //!
 //! # Limits
 //!
 //! Names are at most 255 bytes (`ENAMETOOLONG`), paths shorter than 4096, 40 symlinks per
 //! lookup (`ELOOP`). Files are stored densely: the volatile size of all files together is
 //! bounded by [`FsConfig::capacity_bytes`] (`ENOSPC`, also for a `truncate` that would grow
-//! past it, where Linux would make a sparse file). A file with more than [`MAX_PENDING`]
+//! past it, where Linux would make a sparse file). A file or directory with more than [`MAX_PENDING`]
 //! pending operations (or [`MAX_PENDING_BYTES`] pending bytes) has the oldest merged into one
 //! operation that is kept or lost as a whole (never torn): images stay within the model, only
 //! fewer of them are reachable.
@@ -179,37 +183,52 @@ pub struct FileData {
     /// Durable contents.
     #[serde(with = "crate::persist::vec_bytes")]
     pub durable: Vec<u8>,
-    /// Pending operations since the last sync, in order.
-    pub pending: Vec<Pending>,
+    /// Pending operations since the last sync, in order, each with its place in the node's
+    /// program order (see [`Fs::pending_ops`]).
+    pub pending: Vec<(u64, Pending)>,
+    /// A failed sync dropped pending operations (Linux's behaviour after an fsync error): the
+    /// volatile contents hold bytes that will never become durable unless written again.
+    pub dropped: bool,
 }
 
 impl FileData {
     fn new(data: Vec<u8>) -> Self {
-        FileData { durable: data.clone(), data, pending: Vec::new() }
+        FileData { durable: data.clone(), data, pending: Vec::new(), dropped: false }
     }
 
-    fn push(&mut self, op: Pending) {
-        let mut bytes: usize = self.pending.iter().map(Pending::bytes).sum::<usize>() + op.bytes();
+    fn push(&mut self, seq: u64, op: Pending) {
+        let mut bytes: usize = self.pending.iter().map(|p| p.1.bytes()).sum::<usize>() + op.bytes();
         while self.pending.len() >= 2 && (self.pending.len() >= MAX_PENDING || bytes > MAX_PENDING_BYTES) {
-            // Merge the two oldest into one whole-contents operation.
+            // Merge the two oldest into one whole-contents operation, at the older one's place.
             let mut c = self.durable.clone();
-            self.pending[0].apply(&mut c);
-            self.pending[1].apply(&mut c);
-            bytes = bytes + c.len() - self.pending[0].bytes() - self.pending[1].bytes();
-            self.pending.splice(0..2, [Pending::Replace(c)]);
+            self.pending[0].1.apply(&mut c);
+            self.pending[1].1.apply(&mut c);
+            bytes = bytes + c.len() - self.pending[0].1.bytes() - self.pending[1].1.bytes();
+            let at = self.pending[0].0;
+            self.pending.splice(0..2, [(at, Pending::Replace(c))]);
             if self.pending.len() == 1 {
                 break;
             }
         }
-        self.pending.push(op);
+        self.pending.push((seq, op));
     }
 
     fn flush(&mut self) {
-        for op in std::mem::take(&mut self.pending) {
+        for (_, op) in std::mem::take(&mut self.pending) {
             op.apply(&mut self.durable);
         }
-        debug_assert_eq!(self.durable, self.data);
+        debug_assert!(self.dropped || self.durable == self.data);
     }
+}
+
+/// A pending change to a directory's entries. A change made by one call is one operation (a
+/// rename within a directory replaces its target and removes its source atomically).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DirOp {
+    /// `name` now names inode `id` (create, link, mkdir, symlink, a rename's target).
+    Set(String, u64),
+    /// `name` no longer exists (unlink, rmdir, a rename's source).
+    Remove(String),
 }
 
 /// A directory.
@@ -221,6 +240,52 @@ pub struct DirData {
     pub durable: BTreeMap<String, u64>,
     /// The parent directory's id (itself for `/`).
     pub parent: u64,
+    /// Pending entry changes since the last sync, in order, each with its place in the node's
+    /// program order; one element per call.
+    pub pending: Vec<(u64, Vec<DirOp>)>,
+    /// A failed sync dropped pending changes: the volatile entries hold changes that will never
+    /// become durable.
+    pub dropped: bool,
+}
+
+/// Applies one pending directory operation to an entry map.
+fn apply_dir_ops(entries: &mut BTreeMap<String, u64>, ops: &[DirOp]) {
+    for op in ops {
+        match op {
+            DirOp::Set(name, id) => {
+                entries.insert(name.clone(), *id);
+            }
+            DirOp::Remove(name) => {
+                entries.remove(name);
+            }
+        }
+    }
+}
+
+/// One operation still pending at a crash, in the node's program order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingOp {
+    /// Its place in program order.
+    pub seq: u64,
+    /// The file or directory it changes.
+    pub target: u64,
+    /// Its index in the target's pending list.
+    pub slot: usize,
+    /// For a write: how many 512-byte sectors it spans (the ways it can be torn).
+    pub sectors: Option<u64>,
+    /// What it is, for people: `write of 4096 bytes at 0 to /data/wal`.
+    pub what: String,
+}
+
+/// Which pending operations a crash image keeps: `kept[i]` for the i-th of
+/// [`Fs::pending_ops`], and at most one write that reached the disk only in part: its
+/// position and how many of its sectors (`1..sectors`) made it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selection {
+    /// Kept whole, by position.
+    pub kept: Vec<bool>,
+    /// The torn write: position and sectors kept.
+    pub torn: Option<(usize, u64)>,
 }
 
 /// What an inode is.
@@ -259,6 +324,8 @@ pub struct Inode {
     pub nlink: u64,
     /// Durable directory entries naming it.
     pub durable_links: u64,
+    /// Pending directory changes (not yet durable) that would name it: a crash may keep one.
+    pub pending_links: u64,
     /// Open file descriptions referring to it.
     pub open: u64,
     /// Part of the disk (false for declared inputs, the executable, `/proc`, `/dev`).
@@ -307,6 +374,8 @@ pub type CrashRecord = (FaultKind, String, bool, bool);
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fs {
     inodes: BTreeMap<u64, Inode>,
+    /// The next place in program order of a pending operation.
+    seq: u64,
     next_id: u64,
     next_ino: u64,
     used: u64,
@@ -334,15 +403,17 @@ impl Fs {
             ino: 2,
             mode: 0o755,
             times: [t; 3],
-            kind: Kind::Dir(DirData { entries: BTreeMap::new(), durable: BTreeMap::new(), parent: ROOT }),
+            kind: Kind::Dir(DirData::default_for(ROOT)),
             nlink: 1,
             durable_links: 1,
+            pending_links: 0,
             open: 0,
             persist: true,
             readonly: false,
         };
         let mut fs = Fs {
             inodes: BTreeMap::from([(ROOT, root)]),
+            seq: 0,
             next_id: 1,
             next_ino: FIRST_INO,
             used: 0,
@@ -508,7 +579,18 @@ impl Fs {
         self.next_id += 1;
         self.inodes.insert(
             id,
-            Inode { ino, mode, times: [now; 3], kind, nlink: 0, durable_links: 0, open: 0, persist, readonly },
+            Inode {
+                ino,
+                mode,
+                times: [now; 3],
+                kind,
+                nlink: 0,
+                durable_links: 0,
+                pending_links: 0,
+                open: 0,
+                persist,
+                readonly,
+            },
         );
         id
     }
@@ -519,6 +601,8 @@ impl Fs {
         ensure(root.is_some_and(|r| r.is_dir()), || "the root directory is missing".into())?;
         let mut nlink: BTreeMap<u64, u64> = BTreeMap::new();
         let mut dlink: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut plink: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut seqs = BTreeSet::new();
         let mut used = 0u64;
         for (&id, i) in &self.inodes {
             ensure(id < self.next_id, || format!("inode {id} is not below the next id {}", self.next_id))?;
@@ -540,11 +624,37 @@ impl Fs {
                     for c in d.durable.values() {
                         *dlink.entry(*c).or_default() += 1;
                     }
+                    let mut replay = d.durable.clone();
+                    for (seq, ops) in &d.pending {
+                        ensure(seq < &self.seq && seqs.insert(*seq), || {
+                            format!("directory {id}: pending change {seq} out of place")
+                        })?;
+                        for op in ops {
+                            if let DirOp::Set(name, c) = op {
+                                ensure(valid_name(name), || format!("directory {id} has an invalid pending name"))?;
+                                ensure(self.inodes.contains_key(c) && *c != ROOT, || {
+                                    format!("a pending change of directory {id} names a missing inode {c}")
+                                })?;
+                                *plink.entry(*c).or_default() += 1;
+                            }
+                        }
+                        apply_dir_ops(&mut replay, ops);
+                    }
+                    ensure(d.dropped || replay == d.entries, || {
+                        format!("directory {id}: durable entries and pending changes disagree")
+                    })?;
+                    ensure(d.pending.len() <= MAX_PENDING, || format!("directory {id} has too many pending changes"))?;
                 }
                 Kind::File(f) => {
-                    let ok = simulate(&f.durable, &f.pending, f.data.len()).is_some_and(|c| c == f.data);
+                    let ops: Vec<Pending> = f.pending.iter().map(|p| p.1.clone()).collect();
+                    let ok = f.dropped || simulate(&f.durable, &ops, f.data.len()).is_some_and(|c| c == f.data);
                     ensure(ok, || format!("file {id}: durable contents and pending writes disagree"))?;
                     ensure(f.pending.len() <= MAX_PENDING, || format!("file {id} has too many pending writes"))?;
+                    for (seq, _) in &f.pending {
+                        ensure(seq < &self.seq && seqs.insert(*seq), || {
+                            format!("file {id}: pending write {seq} out of place")
+                        })?;
+                    }
                 }
                 Kind::Symlink(t) => ensure(!t.is_empty(), || format!("symlink {id} is empty"))?,
                 _ => {}
@@ -556,8 +666,11 @@ impl Fs {
             }
             let n = nlink.get(&id).copied().unwrap_or(0);
             let d = dlink.get(&id).copied().unwrap_or(0);
-            ensure(i.nlink == n && i.durable_links == d, || format!("inode {id} link counts are wrong"))?;
-            ensure(n + d + i.open > 0, || format!("inode {id} is unreferenced"))?;
+            let p = plink.get(&id).copied().unwrap_or(0);
+            ensure(i.nlink == n && i.durable_links == d && i.pending_links == p, || {
+                format!("inode {id} link counts are wrong")
+            })?;
+            ensure(n + d + p + i.open > 0, || format!("inode {id} is unreferenced"))?;
         }
         ensure(used == self.used, || format!("space used is {} but files hold {used}", self.used))?;
         Ok(())
@@ -792,13 +905,33 @@ impl Fs {
     fn collect(&mut self, id: u64) {
         let mut work = vec![id];
         while let Some(id) = work.pop() {
-            let free = id != ROOT && self.inodes.get(&id).is_some_and(|i| i.nlink + i.durable_links + i.open == 0);
+            let free = id != ROOT
+                && self.inodes.get(&id).is_some_and(|i| i.nlink + i.durable_links + i.pending_links + i.open == 0);
             if !free {
+                // Unlinked and closed, but a crash may still bring it back (its durable entry, or a
+                // pending one): it no longer takes space, and its volatile contents, which no one
+                // can read any more, are let go. (`dropped` then says that they no longer mirror
+                // the durable contents and the pending writes.)
+                if let Some(Inode { nlink: 0, open: 0, kind: Kind::File(f), .. }) = self.inodes.get_mut(&id) {
+                    if !f.data.is_empty() {
+                        self.used -= f.data.len() as u64;
+                        f.data = Vec::new();
+                        f.dropped = true;
+                    }
+                }
                 continue;
             }
             if let Some(i) = self.inodes.remove(&id) {
                 self.used -= file_len(&i);
                 if let Kind::Dir(d) = i.kind {
+                    for op in d.pending.iter().flat_map(|p| &p.1) {
+                        if let DirOp::Set(_, c) = op {
+                            if let Some(n) = self.inodes.get_mut(c) {
+                                n.pending_links -= 1;
+                            }
+                            work.push(*c);
+                        }
+                    }
                     for c in d.durable.values() {
                         if let Some(n) = self.inodes.get_mut(c) {
                             n.durable_links -= 1;
@@ -839,6 +972,39 @@ impl Fs {
         Ok(())
     }
 
+    /// Records a pending change of `dir`'s entries, at the next place in program order.
+    fn push_dir_op(&mut self, dir: u64, op: DirOp) {
+        if let DirOp::Set(_, id) = &op {
+            if let Some(i) = self.inodes.get_mut(id) {
+                i.pending_links += 1;
+            }
+        }
+        let seq = self.seq;
+        self.seq += 1;
+        let Some(d) = self.dir_mut(dir) else { return };
+        if d.pending.len() >= MAX_PENDING && d.pending.len() >= 2 {
+            // Merge the two oldest changes into one, kept or lost as a whole.
+            let (_, second) = d.pending.remove(1);
+            d.pending[0].1.extend(second);
+        }
+        d.pending.push((seq, vec![op]));
+    }
+
+    /// Makes the changes `dir` recorded since it had `mark` pending ones into one operation:
+    /// what one call did to one directory happens entirely or not at all.
+    fn fuse_dir_ops(&mut self, dir: u64, mark: usize) {
+        if let Some(d) = self.dir_mut(dir) {
+            if d.pending.len() > mark + 1 {
+                let tail: Vec<DirOp> = d.pending.drain(mark + 1..).flat_map(|p| p.1).collect();
+                d.pending[mark].1.extend(tail);
+            }
+        }
+    }
+
+    fn pending_len(&self, dir: u64) -> usize {
+        self.dir(dir).map_or(0, |d| d.pending.len())
+    }
+
     fn add_entry(&mut self, dir: u64, name: &str, id: u64, now: u64) {
         if let Some(d) = self.dir_mut(dir) {
             d.entries.insert(name.to_string(), id);
@@ -849,6 +1015,7 @@ impl Fs {
                 d.parent = dir;
             }
         }
+        self.push_dir_op(dir, DirOp::Set(name.to_string(), id));
         self.touch(dir, now, true);
     }
 
@@ -858,6 +1025,7 @@ impl Fs {
         if let Some(i) = self.inodes.get_mut(&id) {
             i.nlink -= 1;
         }
+        self.push_dir_op(dir, DirOp::Remove(name.to_string()));
         self.touch(dir, now, true);
         self.touch(id, now, false);
         Some(id)
@@ -963,7 +1131,7 @@ impl Fs {
 
     /// `renameat2` with `RENAME_NOREPLACE` (1) and `RENAME_EXCHANGE` (2).
     pub fn rename(&mut self, from: &Walked, to: &Walked, flags: u32, now: u64) -> Result<(), i32> {
-        let (Some(fname), Some(tname)) = (&from.name, &to.name) else { return Err(EBUSY) };
+        let (Some(_), Some(tname)) = (&from.name, &to.name) else { return Err(EBUSY) };
         let src = from.id.ok_or(ENOENT)?;
         if tname.len() > NAME_MAX {
             return Err(ENAMETOOLONG);
@@ -987,6 +1155,27 @@ impl Fs {
         if to.id == Some(src) {
             return Ok(());
         }
+        let marks = (self.pending_len(from.parent), self.pending_len(to.parent));
+        let r = self.rename_entries(src, src_dir, from, to, exchange, now);
+        // One call, one operation per directory: a rename within a directory is atomic; across
+        // two directories each side is pending in its own.
+        self.fuse_dir_ops(from.parent, marks.0);
+        if from.parent != to.parent {
+            self.fuse_dir_ops(to.parent, marks.1);
+        }
+        r
+    }
+
+    fn rename_entries(
+        &mut self,
+        src: u64,
+        src_dir: bool,
+        from: &Walked,
+        to: &Walked,
+        exchange: bool,
+        now: u64,
+    ) -> Result<(), i32> {
+        let (Some(fname), Some(tname)) = (&from.name, &to.name) else { return Err(EBUSY) };
         // A directory may not move below itself (nor be replaced by an ancestor when exchanging).
         if src_dir && self.is_ancestor(src, to.parent) {
             return Err(EINVAL);
@@ -1001,9 +1190,11 @@ impl Fs {
                 if let Some(d) = self.dir_mut(fp) {
                     d.entries.insert(fname.clone(), dst);
                 }
+                self.push_dir_op(fp, DirOp::Set(fname.clone(), dst));
                 if let Some(d) = self.dir_mut(tp) {
                     d.entries.insert(tname.clone(), src);
                 }
+                self.push_dir_op(tp, DirOp::Set(tname.clone(), src));
                 for (id, p) in [(dst, fp), (src, tp)] {
                     if let Some(Inode { kind: Kind::Dir(d), .. }) = self.inodes.get_mut(&id) {
                         d.parent = p;
@@ -1069,7 +1260,7 @@ impl Fs {
     /// Writes `data` at `off`; returns how many bytes were written (a partial write when the
     /// disk fills up; `ENOSPC` when nothing fits).
     pub fn write(&mut self, id: u64, off: u64, data: &[u8], now: u64) -> Result<u64, i32> {
-        let (used, capacity) = (self.used, self.capacity);
+        let (used, capacity, seq) = (self.used, self.capacity, self.seq);
         let f = self.file_mut(id)?;
         if data.is_empty() {
             return Ok(0);
@@ -1088,7 +1279,8 @@ impl Fs {
         let op = Pending::Write { off, data: data.to_vec() };
         op.apply(&mut f.data);
         let grown = f.data.len() as u64 - size;
-        f.push(op);
+        f.push(seq, op);
+        self.seq += 1;
         self.used += grown;
         self.touch(id, now, true);
         Ok(n)
@@ -1096,7 +1288,7 @@ impl Fs {
 
     /// Sets the size (`truncate`, `O_TRUNC`, growing `fallocate`).
     pub fn set_size(&mut self, id: u64, len: u64, now: u64) -> Result<(), i32> {
-        let (used, capacity) = (self.used, self.capacity);
+        let (used, capacity, seq) = (self.used, self.capacity, self.seq);
         let f = self.file_mut(id)?;
         let size = f.data.len() as u64;
         if len > size && len - size > capacity.saturating_sub(used) {
@@ -1105,7 +1297,8 @@ impl Fs {
         if len != size {
             let op = Pending::SetSize(len);
             op.apply(&mut f.data);
-            f.push(op);
+            f.push(seq, op);
+            self.seq += 1;
             self.used = used - size + len;
         }
         self.touch(id, now, true);
@@ -1140,15 +1333,53 @@ impl Fs {
         }
     }
 
-    /// Makes the data (file) or the entries (directory) of `id` durable.
+    /// Makes the data (file) or the entries (directory) of `id` durable: its pending
+    /// operations reach the disk, in order.
     pub fn flush(&mut self, id: u64) {
+        self.settle(id, true);
+    }
+
+    /// A sync of `id` failed: its pending operations are dropped without reaching the disk,
+    /// as Linux drops the dirty pages after an fsync error, and a later sync succeeds with the
+    /// data gone (Rebello et al., "Can applications recover from fsync failures?", ATC '20).
+    pub fn drop_pending(&mut self, id: u64) {
+        self.settle(id, false);
+    }
+
+    /// Ends the pending operations of `id`: applied to the durable layer (`apply`) or dropped.
+    fn settle(&mut self, id: u64, apply: bool) {
         let Some(i) = self.inodes.get_mut(&id) else { return };
         match &mut i.kind {
-            Kind::File(f) => f.flush(),
+            Kind::File(f) => {
+                if apply {
+                    f.flush();
+                } else if !f.pending.is_empty() {
+                    f.pending.clear();
+                    f.dropped = true;
+                }
+            }
             Kind::Dir(d) => {
-                let old = std::mem::replace(&mut d.durable, d.entries.clone());
-                let new: Vec<u64> = d.durable.values().copied().collect();
-                for c in &new {
+                let ops: Vec<DirOp> = std::mem::take(&mut d.pending).into_iter().flat_map(|p| p.1).collect();
+                if ops.is_empty() {
+                    return;
+                }
+                let old = d.durable.clone();
+                if apply {
+                    apply_dir_ops(&mut d.durable, &ops);
+                } else {
+                    d.dropped = true;
+                }
+                let new = d.durable.clone();
+                let mut touched = Vec::new();
+                for op in &ops {
+                    if let DirOp::Set(_, c) = op {
+                        if let Some(n) = self.inodes.get_mut(c) {
+                            n.pending_links -= 1;
+                        }
+                        touched.push(*c);
+                    }
+                }
+                for c in new.values() {
                     if let Some(n) = self.inodes.get_mut(c) {
                         n.durable_links += 1;
                     }
@@ -1157,9 +1388,10 @@ impl Fs {
                     if let Some(n) = self.inodes.get_mut(c) {
                         n.durable_links -= 1;
                     }
+                    touched.push(*c);
                 }
-                for c in old.values() {
-                    self.collect(*c);
+                for c in touched {
+                    self.collect(c);
                 }
             }
             _ => {}
@@ -1174,85 +1406,143 @@ impl Fs {
         }
     }
 
+    /// A `syncfs` failed: every pending operation is dropped.
+    pub fn drop_all(&mut self) {
+        let ids: Vec<u64> = self.inodes.keys().copied().collect();
+        for id in ids {
+            self.drop_pending(id);
+        }
+    }
+
     /// True if `id` has unsynced data or entries.
     pub fn dirty(&self, id: u64) -> bool {
         match self.inodes.get(&id).map(|i| &i.kind) {
             Some(Kind::File(f)) => !f.pending.is_empty(),
-            Some(Kind::Dir(d)) => d.entries != d.durable,
+            Some(Kind::Dir(d)) => !d.pending.is_empty(),
             _ => false,
         }
     }
 
     /// The volatile view as a [`Disk`].
     pub fn volatile_disk(&self) -> Disk {
-        self.export(false, &mut |_, _, f| f.data.clone())
+        self.export(&Layer::Volatile)
     }
 
-    /// The crash image: the durable layer, each file with pending operations decided by
-    /// `decide` when `torn`/`reorder` (see the module documentation). Returns the image and the
-    /// ledger entries it produced.
-    pub fn crash_image(&self, torn: bool, reorder: bool, decide: &mut Decide<'_>) -> (Disk, Vec<CrashRecord>) {
-        let mut records = Vec::new();
-        let mut content = |_: u64, path: &str, f: &FileData| -> Vec<u8> {
-            let mut c = f.durable.clone();
-            if f.pending.is_empty() || !(torn || reorder) {
-                return c;
-            }
-            let n = f.pending.len();
-            let mut kept: Vec<&Pending> = Vec::new();
-            if reorder {
-                for (i, op) in f.pending.iter().enumerate() {
-                    if decide(format!("reorder {path} op {}/{n}", i + 1), 2) == 1 {
-                        kept.push(op);
+    /// The durable layer alone as a [`Disk`]: what a crash that keeps nothing pending leaves.
+    pub fn durable_disk(&self) -> Disk {
+        self.export(&Layer::Durable(Overlay::default()))
+    }
+
+    /// A path for every persistent inode the volatile tree reaches (its first in path order),
+    /// for naming pending operations.
+    fn paths(&self) -> BTreeMap<u64, String> {
+        let mut out = BTreeMap::from([(ROOT, "/".to_string())]);
+        let mut stack = vec![(ROOT, "/".to_string())];
+        while let Some((id, path)) = stack.pop() {
+            let Some(d) = self.dir(id) else { continue };
+            for (name, c) in d.entries.iter().chain(&d.durable) {
+                let p = if path == "/" { format!("/{name}") } else { format!("{path}/{name}") };
+                if !out.contains_key(c) {
+                    out.insert(*c, p.clone());
+                    if self.dir(*c).is_some() {
+                        stack.push((*c, p));
                     }
                 }
-            } else {
-                kept.push(&f.pending[0]);
             }
-            let mut torn_rec = None;
-            let first = match kept.first() {
-                Some(op) if torn => {
-                    let s = op.sectors();
-                    let k = decide(format!("torn {path}"), s + 1);
-                    torn_rec = Some(0 < k && k < s);
-                    op.torn(k)
-                }
-                Some(op) => Some((*op).clone()),
-                None => None,
-            };
-            if let Some(op) = first {
-                op.apply(&mut c);
-            }
-            for op in kept.iter().skip(1) {
-                op.apply(&mut c);
-            }
-            let applied = c != f.durable;
-            if reorder {
-                records.push((FaultKind::ReorderedWrites, path.to_string(), !kept.is_empty(), applied));
-            }
-            if let Some(sel) = torn_rec {
-                records.push((FaultKind::TornWrite, path.to_string(), sel, applied));
-            }
-            c
-        };
-        let image = self.export(true, &mut content);
-        (image, records)
+        }
+        out
     }
 
-    /// Walks one layer from `/` into a [`Disk`]; `content` gives each file's bytes (once per
-    /// file: later links get a copy).
-    fn export(&self, durable: bool, content: &mut dyn FnMut(u64, &str, &FileData) -> Vec<u8>) -> Disk {
+    /// Every operation still pending, in program order: what a crash now may keep or lose.
+    pub fn pending_ops(&self) -> Vec<PendingOp> {
+        let paths = self.paths();
+        let name = |id: u64| paths.get(&id).cloned().unwrap_or_else(|| format!("(unlinked inode {id})"));
+        let mut out = Vec::new();
+        for (&id, i) in &self.inodes {
+            if !i.persist {
+                continue;
+            }
+            match &i.kind {
+                Kind::File(f) => {
+                    for (slot, (seq, op)) in f.pending.iter().enumerate() {
+                        let what = match op {
+                            Pending::Write { off, data } => {
+                                format!("write of {} bytes at {off} to {}", data.len(), name(id))
+                            }
+                            Pending::SetSize(n) => format!("size of {} set to {n}", name(id)),
+                            Pending::Replace(d) => format!("merged writes to {} ({} bytes)", name(id), d.len()),
+                        };
+                        let sectors = matches!(op, Pending::Write { .. }).then(|| op.sectors());
+                        out.push(PendingOp { seq: *seq, target: id, slot, sectors, what });
+                    }
+                }
+                Kind::Dir(d) => {
+                    for (slot, (seq, ops)) in d.pending.iter().enumerate() {
+                        let parts: Vec<String> = ops
+                            .iter()
+                            .map(|op| match op {
+                                DirOp::Set(n, _) => format!("entry {n} set"),
+                                DirOp::Remove(n) => format!("entry {n} removed"),
+                            })
+                            .collect();
+                        let what = format!("{} in {}", parts.join(" and "), name(id));
+                        out.push(PendingOp { seq: *seq, target: id, slot, sectors: None, what });
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.sort_by_key(|o| o.seq);
+        out
+    }
+
+    /// The disk a crash leaves when exactly the operations `sel` names reach it (see
+    /// [`Selection`]), applied in program order on the durable layer.
+    pub fn image_of(&self, ops: &[PendingOp], sel: &Selection) -> Disk {
+        let mut overlay = Overlay::default();
+        for (i, op) in ops.iter().enumerate() {
+            let torn = sel.torn.filter(|(at, _)| *at == i).map(|(_, k)| k);
+            if !sel.kept.get(i).copied().unwrap_or(false) && torn.is_none() {
+                continue;
+            }
+            match self.inodes.get(&op.target).map(|n| &n.kind) {
+                Some(Kind::File(f)) => {
+                    let Some((_, p)) = f.pending.get(op.slot) else { continue };
+                    let c = overlay.files.entry(op.target).or_insert_with(|| f.durable.clone());
+                    let part = match torn {
+                        Some(k) => p.torn(k),
+                        None => Some(p.clone()),
+                    };
+                    if let Some(p) = part {
+                        p.apply(c);
+                    }
+                }
+                Some(Kind::Dir(d)) => {
+                    let Some((_, change)) = d.pending.get(op.slot) else { continue };
+                    let e = overlay.dirs.entry(op.target).or_insert_with(|| d.durable.clone());
+                    apply_dir_ops(e, change);
+                }
+                _ => {}
+            }
+        }
+        self.export(&Layer::Durable(overlay))
+    }
+
+    /// Walks one layer from `/` into a [`Disk`] (a file with several links is copied to each).
+    fn export(&self, layer: &Layer) -> Disk {
         let mut disk = Disk::default();
         if let Some(r) = self.inodes.get(&ROOT) {
             disk.entries.insert("/".into(), DiskEntry::Dir { mode: r.mode });
         }
         let mut seen_dirs = BTreeSet::from([ROOT]);
-        let mut files: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
         // Depth-first in path order.
         let mut stack = vec![(ROOT, "/".to_string())];
         while let Some((id, path)) = stack.pop() {
             let Some(d) = self.dir(id) else { continue };
-            let entries = if durable { &d.durable } else { &d.entries };
+            let entries = match layer {
+                Layer::Volatile => &d.entries,
+                Layer::Durable(o) => o.dirs.get(&id).unwrap_or(&d.durable),
+            };
             let mut subdirs = Vec::new();
             for (name, c) in entries {
                 let Some(node) = self.inodes.get(c).filter(|n| n.persist) else { continue };
@@ -1263,13 +1553,9 @@ impl Fs {
                         subdirs.push((*c, p));
                     }
                     Kind::File(f) => {
-                        let data = match files.get(c) {
-                            Some(d) => d.clone(),
-                            None => {
-                                let d = content(*c, &p, f);
-                                files.insert(*c, d.clone());
-                                d
-                            }
+                        let data = match layer {
+                            Layer::Volatile => f.data.clone(),
+                            Layer::Durable(o) => o.files.get(c).unwrap_or(&f.durable).clone(),
                         };
                         disk.entries.insert(p, DiskEntry::File { mode: node.mode, data });
                     }
@@ -1285,9 +1571,24 @@ impl Fs {
     }
 }
 
+/// Which layer an export walks.
+enum Layer {
+    /// What the program sees now.
+    Volatile,
+    /// The durable layer, with these files and directories replaced (a crash image).
+    Durable(Overlay),
+}
+
+/// The files and directories of a crash image that differ from the durable layer.
+#[derive(Default)]
+struct Overlay {
+    files: BTreeMap<u64, Vec<u8>>,
+    dirs: BTreeMap<u64, BTreeMap<String, u64>>,
+}
+
 impl DirData {
     fn default_for(parent: u64) -> Self {
-        DirData { entries: BTreeMap::new(), durable: BTreeMap::new(), parent }
+        DirData { entries: BTreeMap::new(), durable: BTreeMap::new(), parent, pending: Vec::new(), dropped: false }
     }
 }
 

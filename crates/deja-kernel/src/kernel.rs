@@ -19,6 +19,7 @@ use crate::coverage::{CoverageRegion, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
 use crate::cpuid::Emulated;
 use crate::elf::{self, ET_DYN, PF_R, PF_W, PF_X};
 use crate::errno::*;
+use crate::faults::CrashState;
 use crate::faults::{FaultKind, FaultRecord, FaultState};
 use crate::fd::FdTable;
 use crate::fs::Fs;
@@ -457,8 +458,24 @@ impl Kernel {
         *self.counts.entry(name.clone()).or_default() += 1;
         self.threads.call = (nr, args);
         let mut hashed = DataHasher::new(mem);
-        let res = self.dispatch(&mut hashed, nr, args);
+        let mut res = self.dispatch(&mut hashed, nr, args);
         let data = hashed.finish();
+        // A crash at exit: the program exits believing its data is safe; the node dies there.
+        if self.faults.config.crash_at_exit && !self.faults.crash_due {
+            if let Err(Stop::Exit(ExitStatus::Exited { code })) = &res {
+                self.faults.crash_point = format!("at exit (status {code})");
+                self.faults.crash_due = true;
+                res = Ok(0);
+            }
+        }
+        if self.faults.faulted && self.faults.after_fault.len() < crate::faults::MAX_AFTER_FAULT {
+            let errno = match &res {
+                Err(Stop::Err(e)) => *e as u64,
+                Err(Stop::Unsupported) => ENOSYS as u64,
+                _ => 0,
+            };
+            self.faults.after_fault.push((nr, errno));
+        }
         let res =
             if matches!(res, Err(Stop::Exit(_))) || self.faults.crash_due { res } else { self.schedule(mem, res) };
         let (outcome, ret) = match res {
@@ -481,10 +498,10 @@ impl Kernel {
         };
         let (outcome, ret) = if self.faults.crash_due && !matches!(outcome, SyscallOutcome::Exit(_)) {
             self.faults.crash_due = false;
-            let k = self.faults.durable_writes;
+            let at = self.crash_point_words();
             self.faults.ledger.push(FaultRecord {
                 kind: FaultKind::Crash,
-                point: format!("durable write {k}"),
+                point: at.clone(),
                 syscall_index: self.tracer.syscalls(),
                 path: None,
                 selected: true,
@@ -494,12 +511,7 @@ impl Kernel {
             self.exit = Some(ExitStatus::Signaled {
                 signal: signal::SIGKILL,
                 name: signal::name(signal::SIGKILL),
-                fault: Some(FaultInfo {
-                    description: format!("crash injected after durable write {k}"),
-                    vector: 0,
-                    rip: 0,
-                    addr: None,
-                }),
+                fault: Some(FaultInfo { description: format!("crash injected {at}"), vector: 0, rip: 0, addr: None }),
             });
             (SyscallOutcome::Crash, None)
         } else {
@@ -896,25 +908,46 @@ impl Kernel {
         self.faults.durable_writes
     }
 
-    /// The durable state after a crash now: what survives under the durability model and the
-    /// configured fault modes (see [`crate::fs`]). Each call takes fresh decisions (recorded in
-    /// [`RunReport::decisions`]) and adds its records to the ledger: `torn_write` and
-    /// `reordered_writes` per file decided, `lost_unsynced` per path whose image differs from
-    /// the volatile view.
+    /// The durable state after a crash now: the durable layer plus the pending operations the
+    /// crash keeps (see [`crate::fs`]): exactly those of the configured
+    /// [`CrashState`](crate::CrashState), or those decisions pick as `torn_writes` and
+    /// `reordered_writes` allow. Each call takes fresh decisions (recorded in
+    /// [`RunReport::decisions`]) and adds its records to the ledger: one `reordered_writes`
+    /// record (what was kept), a `torn_write` record when a write was cut, and `lost_unsynced`
+    /// per path whose image differs from the volatile view.
     pub fn crash_image(&mut self) -> Disk {
-        let (torn, reorder) = (self.faults.config.torn_writes, self.faults.config.reordered_writes);
-        let faults = &mut self.faults;
-        let (image, records) = self.fs.crash_image(torn, reorder, &mut |point, n| faults.decide(point, n));
+        let ops = self.fs.pending_ops();
+        let sel = match self.faults.config.crash_state.clone() {
+            Some(state) => selection_of(&state, &ops),
+            None => self.decide_selection(&ops),
+        };
+        let image = self.fs.image_of(&ops, &sel);
+        let state = state_of(&sel);
         let at = self.tracer.syscalls();
-        let point = format!("crash image after durable write {}", self.faults.durable_writes);
-        for (kind, path, selected, applied) in records {
+        let point = format!("crash image {}", self.crash_point_words());
+        let changed = image != self.fs.durable_disk();
+        let chosen = self.faults.config.crash_state.is_some()
+            || self.faults.config.torn_writes
+            || self.faults.config.reordered_writes;
+        if chosen && !ops.is_empty() {
             self.faults.ledger.push(FaultRecord {
-                kind,
-                point: format!("{point}: {path}"),
+                kind: FaultKind::ReorderedWrites,
+                point: format!("{point}: {}", state.describe(ops.len())),
                 syscall_index: at,
-                path: Some(path),
-                selected,
-                applied,
+                path: None,
+                selected: !state.kept.is_empty() || state.torn.is_some(),
+                applied: changed,
+                observed: false,
+            });
+        }
+        if let Some((i, k)) = sel.torn {
+            self.faults.ledger.push(FaultRecord {
+                kind: FaultKind::TornWrite,
+                point: format!("{point}: {} cut after {k} sectors", ops[i].what),
+                syscall_index: at,
+                path: None,
+                selected: true,
+                applied: changed,
                 observed: false,
             });
         }
@@ -929,7 +962,126 @@ impl Kernel {
                 observed: false,
             });
         }
+        self.faults.last_crash_state =
+            Some(crate::faults::CrashAt { state, pending: ops.iter().map(|o| o.what.clone()).collect() });
         image
+    }
+
+    /// Where the configured crash happened, in words: `after durable write 3`, `before durable
+    /// write 4`, `at exit (status 0)`.
+    pub fn crash_point_words(&self) -> String {
+        if self.faults.crash_point.is_empty() {
+            format!("after durable write {}", self.faults.durable_writes)
+        } else {
+            self.faults.crash_point.clone()
+        }
+    }
+
+    /// Decides which pending operations a crash keeps, as the fault modes allow:
+    /// - neither mode: none;
+    /// - `torn_writes` alone: a prefix in program order (one decision), and the operation after
+    ///   it, when it is a write of several sectors, may be cut (one decision);
+    /// - `reordered_writes`: each operation kept or lost (one decision each), and with
+    ///   `torn_writes` one of the kept writes of several sectors may be cut (two decisions).
+    fn decide_selection(&mut self, ops: &[crate::fs::PendingOp]) -> crate::fs::Selection {
+        let (torn, reorder) = (self.faults.config.torn_writes, self.faults.config.reordered_writes);
+        let n = ops.len();
+        let mut sel = crate::fs::Selection { kept: vec![false; n], torn: None };
+        if n == 0 || !(torn || reorder) {
+            return sel;
+        }
+        if reorder {
+            for (i, op) in ops.iter().enumerate() {
+                sel.kept[i] = self.faults.decide(format!("crash state: keep {}", op.what), 2) == 1;
+            }
+            if torn {
+                let cuttable: Vec<usize> =
+                    (0..n).filter(|i| sel.kept[*i] && ops[*i].sectors.is_some_and(|s| s > 1)).collect();
+                if !cuttable.is_empty() {
+                    let c = self.faults.decide("crash state: cut one kept write".into(), cuttable.len() as u64 + 1);
+                    if c > 0 {
+                        let i = cuttable[c as usize - 1];
+                        let s = ops[i].sectors.unwrap_or(1);
+                        let k = 1 + self.faults.decide(format!("crash state: sectors of {} kept", ops[i].what), s - 1);
+                        sel.kept[i] = false;
+                        sel.torn = Some((i, k));
+                    }
+                }
+            }
+            return sel;
+        }
+        let p = self.faults.decide(format!("crash state: prefix of the {n} pending operations"), n as u64 + 1) as usize;
+        for k in sel.kept.iter_mut().take(p) {
+            *k = true;
+        }
+        if let Some(s) = ops.get(p).and_then(|o| o.sectors).filter(|s| *s > 1) {
+            let k = self.faults.decide(format!("crash state: sectors of {} that reached the disk", ops[p].what), s);
+            if k > 0 {
+                sel.torn = Some((p, k));
+            }
+        }
+        sel
+    }
+
+    /// The BLAKE3 of the disk a crash now with exactly `state` leaves (no decision, no record).
+    pub fn fs_image_digest(&self, state: &CrashState) -> String {
+        let ops = self.fs.pending_ops();
+        self.fs.image_of(&ops, &selection_of(state, &ops)).digest()
+    }
+
+    /// The operations pending now, in program order (what a crash now may keep).
+    pub fn pending_operations(&self) -> Vec<String> {
+        self.fs.pending_ops().into_iter().map(|o| o.what).collect()
+    }
+
+    /// The distinct crash states of a crash now, in the order a sweep tries them, at most
+    /// `budget`: everything persisted, nothing persisted, each pending operation dropped
+    /// alone, each prefix, the torn variants of the last write, then random subsets (drawn
+    /// from `seed`). States whose disk image another state already gives are skipped, so every
+    /// state returned costs one restart that no other one could stand for.
+    pub fn crash_states(&self, budget: usize, seed: u64) -> CrashStates {
+        let ops = self.fs.pending_ops();
+        let n = ops.len();
+        let mut candidates: Vec<CrashState> = vec![CrashState::all(n), CrashState::none()];
+        for i in 0..n as u32 {
+            candidates.push(CrashState { kept: (0..n as u32).filter(|j| *j != i).collect(), torn: None });
+        }
+        for p in 1..n as u32 {
+            candidates.push(CrashState { kept: (0..p).collect(), torn: None });
+        }
+        if let Some(last) = (0..n).rev().find(|i| ops[*i].sectors.is_some_and(|s| s > 1)) {
+            let s = ops[last].sectors.unwrap_or(1);
+            let steps = (s - 1).min(8);
+            for j in 1..=steps {
+                let k = (j * (s - 1)).div_ceil(steps).max(1);
+                candidates.push(CrashState { kept: (0..last as u32).collect(), torn: Some((last as u32, k)) });
+            }
+        }
+        let mut rng = crate::rng::RandomStream::with_context("deja 2026 crash-state sweep", seed);
+        let mut word = || {
+            let mut b = [0u8; 8];
+            rng.fill(&mut b);
+            u64::from_le_bytes(b)
+        };
+        let random_tries = if n > 0 { budget.saturating_mul(4) } else { 0 };
+        for _ in 0..random_tries {
+            let kept: Vec<u32> = (0..n as u32).filter(|_| word() & 1 == 1).collect();
+            candidates.push(CrashState { kept, torn: None });
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        let mut states = Vec::new();
+        let mut tried = 0u64;
+        for c in candidates {
+            if states.len() >= budget {
+                break;
+            }
+            tried += 1;
+            let digest = self.fs.image_of(&ops, &selection_of(&c, &ops)).digest();
+            if seen.insert(digest.clone()) {
+                states.push((c, digest));
+            }
+        }
+        CrashStates { pending: ops.into_iter().map(|o| o.what).collect(), tried, states }
     }
 
     /// The volatile (current) file system as a [`Disk`] (for `--fs-export`).
@@ -941,6 +1093,8 @@ impl Kernel {
     /// run: their `observed` flips when this program opens, stats, lists or removes the path
     /// they name. They lead [`RunReport::faults`].
     pub fn note_previous_faults(&mut self, records: Vec<FaultRecord>) {
+        // A life after a crash: what it does from its start is the fault's aftermath.
+        self.faults.faulted |= !records.is_empty();
         self.faults.previous = records;
     }
 
@@ -1022,6 +1176,15 @@ impl Kernel {
             durable_writes: self.faults.durable_writes,
             faults: self.faults(),
             decisions: self.faults.log.decisions.clone(),
+            io_ops: self
+                .faults
+                .op_counts
+                .iter()
+                .map(|((op, path), count)| crate::IoCount { op: *op, path: path.clone(), count: *count })
+                .collect(),
+            crash_state: self.faults.last_crash_state.clone(),
+            after_fault: self.faults.after_fault.clone(),
+            files: self.fs.volatile_disk().entries.into_keys().take(256).collect(),
         };
         self.oracle.fill_report(&mut report);
         report
@@ -1068,4 +1231,39 @@ pub(crate) const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
 
 fn bad(msg: &str) -> LoadError {
     LoadError::Malformed(msg.to_string())
+}
+
+/// A [`CrashState`] as the file system's [`Selection`](crate::fs::Selection) over `ops`
+/// (positions past the end are ignored; a torn position must name a write).
+fn selection_of(state: &CrashState, ops: &[crate::fs::PendingOp]) -> crate::fs::Selection {
+    let mut kept = vec![false; ops.len()];
+    for &i in &state.kept {
+        if let Some(k) = kept.get_mut(i as usize) {
+            *k = true;
+        }
+    }
+    let torn = state.torn.and_then(|(i, k)| {
+        let s = ops.get(i as usize)?.sectors?;
+        (k > 0 && k < s && !kept[i as usize]).then_some((i as usize, k))
+    });
+    crate::fs::Selection { kept, torn }
+}
+
+/// The [`CrashState`] a selection is.
+fn state_of(sel: &crate::fs::Selection) -> CrashState {
+    CrashState {
+        kept: sel.kept.iter().enumerate().filter(|(_, k)| **k).map(|(i, _)| i as u32).collect(),
+        torn: sel.torn.map(|(i, k)| (i as u32, k)),
+    }
+}
+
+/// The crash states a sweep tries at one crash point (see [`Kernel::crash_states`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrashStates {
+    /// The operations pending at the crash, in program order, in words.
+    pub pending: Vec<String>,
+    /// Candidate states whose images were computed.
+    pub tried: u64,
+    /// The distinct states, each with the BLAKE3 of its disk image.
+    pub states: Vec<(CrashState, String)>,
 }

@@ -126,8 +126,12 @@ mod tests;
 
 pub use coverage::{bucket, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
 pub use disk::{Disk, DiskEntry, DiskError};
-pub use faults::{DecisionLog, DecisionRecord, FaultConfig, FaultKind, FaultRecord};
+pub use faults::{
+    CrashAt, CrashState, DecisionLog, DecisionRecord, ErrorRule, FaultConfig, FaultKind, FaultRecord, IoCount, IoErrno,
+    IoOp,
+};
 pub use fs::FsConfig;
+pub use kernel::CrashStates;
 pub use kernel::{Kernel, MAX_IO, PAGE_TABLE_MARGIN_PERCENT};
 pub use mem::{FakeMemory, MemError, Memory, Prot, PAGE_SIZE};
 pub use oracle::MAX_EVENTS;
@@ -421,6 +425,19 @@ pub struct RunReport {
     /// The decision log: every decision taken (faults, SDK `Random`/`Choice`), in order; entry
     /// `i` has index `i` (see [the crate documentation](crate#decisions)).
     pub decisions: Vec<DecisionRecord>,
+    /// The file operations of this life by kind and path: where errors can be placed.
+    #[serde(default)]
+    pub io_ops: Vec<IoCount>,
+    /// When this life crashed: the crash state its image took, and what was pending.
+    #[serde(default)]
+    pub crash_state: Option<CrashAt>,
+    /// (syscall number, errno or 0) of the syscalls after the first injected fault of this
+    /// life, or from the start of a life after a crash (at most 256).
+    #[serde(default)]
+    pub after_fault: Vec<(u64, u64)>,
+    /// The paths of the file system as the life left it (at most 256), directories included.
+    #[serde(default)]
+    pub files: Vec<String>,
 }
 
 impl RunReport {

@@ -8,7 +8,7 @@
 //! locks are kept per inode and start (at most [`MAX_LOCKS`]: then `ENOLCK`).
 
 use crate::errno::*;
-use crate::faults::{FaultKind, FaultRecord};
+use crate::faults::{FaultKind, FaultRecord, IoErrno, IoOp};
 use crate::fd::*;
 use crate::fs::Kind;
 use crate::kernel::{Kernel, SysResult};
@@ -27,33 +27,92 @@ const UTIME_NOW: u64 = (1 << 30) - 1;
 const UTIME_OMIT: u64 = (1 << 30) - 2;
 
 impl Kernel {
-    /// Counts a durable write; arms the crash when it is the configured one.
+    /// Counts a durable write that took effect; arms the crash when it is the configured one.
     fn durable_point(&mut self) {
         self.faults.durable_writes += 1;
         if self.faults.config.crash_after_durable_write == Some(self.faults.durable_writes) {
             self.faults.crash_due = true;
+            self.faults.crash_point = format!("after durable write {}", self.faults.durable_writes);
         }
     }
 
-    /// Decides an injected errno at `point`; records it in the ledger when it strikes.
-    fn inject(&mut self, ppm: u32, kind: FaultKind, point: String) -> Result<(), i32> {
-        let what = match kind {
-            FaultKind::Enospc => "enospc",
-            _ => "eio",
-        };
-        if !self.faults.strike(ppm, format!("{what} on {point}")) {
-            return Ok(());
+    /// Called when a durable write is about to take effect: true (and the crash armed) when
+    /// the configuration crashes right before it. The write then never happens.
+    fn crash_before_durable(&mut self) -> bool {
+        let next = self.faults.durable_writes + 1;
+        if self.faults.config.crash_before_durable_write != Some(next) {
+            return false;
         }
+        self.faults.crash_due = true;
+        self.faults.crash_point = format!("before durable write {next}");
+        true
+    }
+
+    /// Counts one `op` on `path` and decides whether it fails: a placed error
+    /// ([`crate::faults::ErrorRule`]) for this occurrence, else the configured rates (`rates`:
+    /// EIO then ENOSPC, in parts per million). `range` is the byte range of a read. Records a
+    /// strike in the ledger and returns its errno.
+    pub(crate) fn io_point(
+        &mut self,
+        op: IoOp,
+        path: &str,
+        range: Option<(u64, u64)>,
+        rates: (u32, u32),
+    ) -> Result<(), i32> {
+        self.io_point_as(op, path, None, range, rates)
+    }
+
+    /// [`Kernel::io_point`] for an operation with a second path a rule may name (a rename's
+    /// target); it is counted under `path`.
+    pub(crate) fn io_point_as(
+        &mut self,
+        op: IoOp,
+        path: &str,
+        alias: Option<&str>,
+        range: Option<(u64, u64)>,
+        rates: (u32, u32),
+    ) -> Result<(), i32> {
+        let n = {
+            let c = self.faults.op_counts.entry((op, path.to_string())).or_default();
+            *c += 1;
+            *c
+        };
+        let point = format!("{} #{n} {} {path}", op.name(), if op == IoOp::Write { "to" } else { "of" });
+        let placed = self.faults.config.errors.iter().find(|r| {
+            r.op == op
+                && (r.nth == 0 || r.nth == n)
+                && (r.path == path || alias == Some(r.path.as_str()))
+                && match (r.range, range) {
+                    (Some((a, b)), Some((x, y))) => x < b && a < y,
+                    (Some(_), None) => false,
+                    (None, _) => true,
+                }
+        });
+        let errno = match placed {
+            Some(rule) => Some(rule.errno),
+            None => {
+                let (eio, enospc) = rates;
+                if self.faults.strike(eio, format!("eio on {point}")) {
+                    Some(IoErrno::Eio)
+                } else if self.faults.strike(enospc, format!("enospc on {point}")) {
+                    Some(IoErrno::Enospc)
+                } else {
+                    None
+                }
+            }
+        };
+        let Some(errno) = errno else { return Ok(()) };
         self.faults.ledger.push(FaultRecord {
-            kind,
-            point,
+            kind: if errno == IoErrno::Enospc { FaultKind::Enospc } else { FaultKind::Eio },
+            point: format!("{} on {point}", errno.name()),
             syscall_index: self.tracer.syscalls(),
-            path: None,
+            path: Some(path.to_string()),
             selected: true,
             applied: true,
             observed: true,
         });
-        Err(if kind == FaultKind::Enospc { ENOSPC } else { EIO })
+        self.faults.faulted = true;
+        Err(errno.value())
     }
 
     /// A write to a regular file: fault decisions, the write, `O_SYNC`.
@@ -75,16 +134,15 @@ impl Kernel {
             return Ok(0);
         }
         self.faults.file_writes += 1;
-        let point = format!("write #{} to {path}", self.faults.file_writes);
-        self.inject(self.faults.config.eio_on_write_ppm, FaultKind::Eio, point.clone())?;
-        self.inject(self.faults.config.enospc_on_write_ppm, FaultKind::Enospc, point)?;
+        let rates = (self.faults.config.eio_on_write_ppm, self.faults.config.enospc_on_write_ppm);
+        self.io_point(IoOp::Write, path, None, rates)?;
         let off = if flags & O_APPEND != 0 { self.fs.size(id) } else { off };
         let now = self.clock.realtime_ns();
         let n = self.fs.write(id, off, data, now)?;
         if advance {
             self.fds.get_mut(fd as i32)?.offset = off + n;
         }
-        if flags & O_DSYNC != 0 {
+        if flags & O_DSYNC != 0 && !self.crash_before_durable() {
             self.fs.flush(id);
             self.durable_point();
         }
@@ -105,11 +163,19 @@ impl Kernel {
         }
     }
 
-    fn sync_one(&mut self, fd: u64, what: &str) -> SysResult {
+    fn sync_one(&mut self, fd: u64) -> SysResult {
         let (id, path) = self.sync_target(fd)?;
         self.faults.syncs += 1;
-        let point = format!("{what} #{} of {path}", self.faults.syncs);
-        self.inject(self.faults.config.eio_on_fsync_ppm, FaultKind::Eio, point)?;
+        if let Err(e) = self.io_point(IoOp::Fsync, &path, None, (self.faults.config.eio_on_fsync_ppm, 0)) {
+            // Linux drops the dirty pages of a failed sync: a retry succeeds, the data is gone.
+            if let Some(id) = id {
+                self.fs.drop_pending(id);
+            }
+            return Err(e.into());
+        }
+        if self.crash_before_durable() {
+            return Ok(0);
+        }
         if let Some(id) = id {
             self.fs.flush(id);
         }
@@ -118,7 +184,8 @@ impl Kernel {
     }
 
     pub(crate) fn sys_fsync(&mut self, fd: u64, data_only: bool) -> SysResult {
-        self.sync_one(fd, if data_only { "fdatasync" } else { "fsync" })
+        let _ = data_only;
+        self.sync_one(fd)
     }
 
     pub(crate) fn sys_sync_file_range(&mut self, fd: u64, off: u64, n: u64, flags: u64) -> SysResult {
@@ -139,14 +206,19 @@ impl Kernel {
         if flags & 2 == 0 {
             return Ok(0);
         }
-        self.sync_one(fd, "sync_file_range")
+        self.sync_one(fd)
     }
 
     pub(crate) fn sys_syncfs(&mut self, fd: u64) -> SysResult {
         self.fds.get(fd as i32)?;
         self.faults.syncs += 1;
-        let point = format!("syncfs #{}", self.faults.syncs);
-        self.inject(self.faults.config.eio_on_fsync_ppm, FaultKind::Eio, point)?;
+        if let Err(e) = self.io_point(IoOp::Fsync, "/", None, (self.faults.config.eio_on_fsync_ppm, 0)) {
+            self.fs.drop_all();
+            return Err(e.into());
+        }
+        if self.crash_before_durable() {
+            return Ok(0);
+        }
         self.fs.flush_all();
         self.durable_point();
         Ok(0)
@@ -154,12 +226,15 @@ impl Kernel {
 
     pub(crate) fn sys_sync(&mut self) -> SysResult {
         self.faults.syncs += 1;
+        if self.crash_before_durable() {
+            return Ok(0);
+        }
         self.fs.flush_all();
         self.durable_point();
         Ok(0)
     }
 
-    fn truncate_id(&mut self, id: u64, len: u64) -> SysResult {
+    pub(crate) fn truncate_id(&mut self, id: u64, path: &str, len: u64) -> SysResult {
         if (len as i64) < 0 {
             return Err(EINVAL.into());
         }
@@ -170,6 +245,7 @@ impl Kernel {
             Kind::File(_) => {}
             _ => return Err(EINVAL.into()),
         }
+        self.io_point(IoOp::Truncate, path, None, (0, 0))?;
         let now = self.clock.realtime_ns();
         self.fs.set_size(id, len, now)?;
         Ok(0)
@@ -180,7 +256,11 @@ impl Kernel {
             return Err(ENOENT.into());
         };
         let id = self.target_id(&w)?;
-        self.truncate_id(id, len)
+        let p = match &w.name {
+            Some(n) => self.fs.path_in(w.parent, n),
+            None => self.fs.dir_path(id).unwrap_or_default(),
+        };
+        self.truncate_id(id, &p, len)
     }
 
     pub(crate) fn sys_ftruncate(&mut self, fd: u64, len: u64) -> SysResult {
@@ -188,8 +268,11 @@ impl Kernel {
         if (len as i64) < 0 {
             return Err(EINVAL.into());
         }
-        match f.kind {
-            FileKind::Inode { id, .. } if f.writable() => self.truncate_id(id, len),
+        match &f.kind {
+            FileKind::Inode { id, path } if f.writable() => {
+                let (id, path) = (*id, path.clone());
+                self.truncate_id(id, &path, len)
+            }
             _ => Err(EINVAL.into()),
         }
     }
@@ -205,8 +288,8 @@ impl Kernel {
         if !f.writable() {
             return Err(EBADF.into());
         }
-        let id = match f.kind {
-            FileKind::Inode { id, .. } => id,
+        let (id, path) = match &f.kind {
+            FileKind::Inode { id, path } => (*id, path.clone()),
             FileKind::Dir { .. } => return Err(EISDIR.into()),
             FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => return Err(ESPIPE.into()),
             _ => return Err(ENODEV.into()),
@@ -219,6 +302,7 @@ impl Kernel {
         if end <= size {
             return Ok(0);
         }
+        self.io_point(IoOp::Fallocate, &path, None, (0, 0))?;
         if mode & 1 != 0 {
             self.fs.reserve(end - size)?;
             return Ok(0);
@@ -238,6 +322,12 @@ impl Kernel {
 
     pub(crate) fn sys_mkdirat(&mut self, mem: &mut dyn Memory, dirfd: u64, path: u64, mode: u64) -> SysResult {
         let w = self.walk_nofollow(mem, dirfd, path)?;
+        if w.id.is_none() {
+            if let Some(name) = &w.name {
+                let p = self.fs.path_in(w.parent, name);
+                self.io_point(IoOp::Create, &p, None, (0, 0))?;
+            }
+        }
         let now = self.clock.realtime_ns();
         let perm = (mode as u32) & 0o7777 & !self.umask;
         self.fs.mkdir(&w, perm, now)?;
@@ -268,6 +358,10 @@ impl Kernel {
         }
         let from = self.walk_nofollow(mem, olddir, old)?;
         let to = self.walk_nofollow(mem, newdir, new)?;
+        if let (Some(f), Some(t)) = (&from.name, &to.name) {
+            let (fp, tp) = (self.fs.path_in(from.parent, f), self.fs.path_in(to.parent, t));
+            self.io_point_as(IoOp::Rename, &fp, Some(&tp), None, (0, 0))?;
+        }
         let now = self.clock.realtime_ns();
         self.fs.rename(&from, &to, flags as u32, now)?;
         Ok(0)

@@ -260,6 +260,8 @@ impl Kernel {
                     return Err(EISDIR.into());
                 }
                 let Some(name) = &w.name else { return Err(ENOENT.into()) };
+                let p = self.fs.path_in(w.parent, name);
+                self.io_point(crate::faults::IoOp::Create, &p, None, (0, 0))?;
                 let perm = (mode as u32) & 0o7777 & !self.umask;
                 self.fs.create_file(w.parent, name, perm, now)?
             }
@@ -284,7 +286,16 @@ impl Kernel {
                     Kind::ProcMaps if writing => return Err(EACCES.into()),
                     _ => {}
                 }
-                if flags & O_TRUNC != 0 && matches!(node.kind, Kind::File(_)) && flags & O_PATH == 0 {
+                if flags & O_TRUNC != 0
+                    && matches!(node.kind, Kind::File(_))
+                    && flags & O_PATH == 0
+                    && self.fs.size(id) > 0
+                {
+                    let p = match &w.name {
+                        Some(n) => self.fs.path_in(w.parent, n),
+                        None => self.fs.dir_path(id).unwrap_or_default(),
+                    };
+                    self.io_point(crate::faults::IoOp::Truncate, &p, None, (0, 0))?;
                     self.fs.set_size(id, 0, now)?;
                 }
                 id
@@ -350,9 +361,13 @@ impl Kernel {
                 d.clone()
             }
             FileKind::Regular { data, .. } => data.clone(),
-            FileKind::Inode { id, .. } => {
-                let Some(c) = self.fs.contents(*id) else { return Err(EINVAL) };
-                let off = pos.unwrap_or(f.offset);
+            FileKind::Inode { id, path } => {
+                let (id, path, off) = (*id, path.clone(), pos.unwrap_or(f.offset));
+                if self.fs.contents(id).is_none() {
+                    return Err(EINVAL);
+                }
+                self.io_point(crate::faults::IoOp::Read, &path, Some((off, off.saturating_add(count.max(1)))), (0, 0))?;
+                let Some(c) = self.fs.contents(id) else { return Err(EINVAL) };
                 let avail = (c.len() as u64).saturating_sub(off);
                 let n = count.min(avail);
                 if n > 0 {

@@ -208,6 +208,57 @@ pub fn run_steered(
     continue_lives(spec, memory, &mut vm, kernel, first_stop, sink, final_disk)
 }
 
+/// A program stopped at its configured crash point (see [`run_to_crash`]): the syscall core as
+/// the crash found it, before any crash image was taken, so that each crash state can be tried.
+pub struct Crashed {
+    spec: ProgramSpec,
+    memory: u64,
+    vm: Vm,
+    kernel: Kernel,
+}
+
+impl Crashed {
+    /// The core at the crash: its pending operations, [`Kernel::crash_states`].
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+
+    /// Crashes with exactly `state` and runs the restarted program to its end: the lives, the
+    /// crashed one first.
+    pub fn restart(
+        &mut self,
+        state: &deja_kernel::CrashState,
+        sink: &mut dyn FnMut(Stream, &[u8]),
+    ) -> Result<Vec<Incarnation>, RunError> {
+        let mut kernel = self.kernel.clone();
+        let mut faults = self.spec.faults.clone();
+        faults.crash_state = Some(state.clone());
+        kernel.set_fault_config(faults);
+        continue_lives(self.spec.clone(), self.memory, &mut self.vm, kernel, Some(Stop::Crashed), sink, None)
+    }
+}
+
+/// How [`run_to_crash`] ended.
+pub enum ToCrash {
+    /// The program reached its crash point.
+    Crashed(Box<Crashed>),
+    /// It ended first: this was the whole run.
+    Ended(Vec<Incarnation>),
+}
+
+/// Runs `spec`, whose fault configuration names a crash point, until it crashes there, and
+/// keeps it there (see [`Crashed`]).
+pub fn run_to_crash(spec: ProgramSpec, memory: u64, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<ToCrash, RunError> {
+    let mut vm = Vm::new(memory)?;
+    let (mut kernel, entry) = Kernel::load(spec.clone(), &mut vm.space)?;
+    vm.space.take_stale();
+    vm.enter_user(entry.rip, entry.rsp, 0)?;
+    match vm.run_until(&mut kernel, sink, None)? {
+        Stop::Crashed => Ok(ToCrash::Crashed(Box::new(Crashed { spec, memory, vm, kernel }))),
+        stop => Ok(ToCrash::Ended(continue_lives(spec, memory, &mut vm, kernel, Some(stop), sink, None)?)),
+    }
+}
+
 /// Runs a loaded program (in `vm`, with `kernel`) to its end, restarting it after every
 /// injected crash. `first_stop` is how the current life already stopped, if it did.
 pub(crate) fn continue_lives(
@@ -251,12 +302,12 @@ pub(crate) fn continue_lives(
             Stop::Crashed => {
                 let disk = kernel.crash_image();
                 let digest = disk.digest();
-                let point = kernel.durable_writes();
+                let point = kernel.crash_point_words();
                 let status = deja_kernel::ExitStatus::Signaled {
                     signal: 9,
                     name: "SIGKILL".into(),
                     fault: Some(deja_kernel::FaultInfo {
-                        description: format!("node crashed by deja right after durable write {point}"),
+                        description: format!("node crashed by deja {point}"),
                         vector: 0,
                         rip: 0,
                         addr: None,
@@ -272,7 +323,7 @@ pub(crate) fn continue_lives(
                 });
                 spec.disk = Some(disk);
                 spec.seed = restart_seed(seed, lives.len() as u64);
-                spec.faults.crash_after_durable_write = None;
+                spec.faults = spec.faults.for_restart();
                 let mut next = Vm::new(memory)?;
                 let (mut k, entry) = Kernel::load(spec.clone(), &mut next.space)?;
                 k.note_previous_faults(previous_faults);

@@ -27,8 +27,15 @@ const DIR: &str = "/data";
 /// by a crash and does not count.
 fn read_lines(path: &str) -> Vec<(String, String)> {
     let mut text = String::new();
-    if let Ok(mut f) = File::open(path) {
-        let _ = f.read_to_string(&mut text);
+    match File::open(path) {
+        // A read error is the disk failing: stop, rather than take the file for empty.
+        Ok(mut f) => {
+            if let Err(e) = f.read_to_string(&mut text) {
+                stop(&format!("reading {path}"), e);
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => stop(&format!("opening {path}"), e),
     }
     let complete = match text.rfind('\n') {
         Some(end) => &text[..end],

@@ -1,0 +1,187 @@
+//! Storage faults as real storage fails, end to end on the reference workloads: a store that
+//! needs a crash before a barrier (pagestore) and one that swallows an I/O error (ackstore).
+//! `deja explore` finds each planted bug within a stated budget, replays it, minimizes it to
+//! its faults, and `deja check` judges the fixed variant against it; each fixed variant holds
+//! for the same budget.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::Value;
+
+fn s(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("deja-storage-{name}-{}", std::process::id()));
+    std::fs::remove_dir_all(&d).ok();
+    d
+}
+
+fn bug_file(d: &Path, suffix: &str) -> PathBuf {
+    std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            n.starts_with("bug-") && n.ends_with(suffix) && (suffix == ".min.json" || !n.ends_with(".min.json"))
+        })
+        .unwrap_or_else(|| panic!("no bug file in {}", d.display()))
+}
+
+/// Explores `program` in faults mode, finds a bug within `budget` rounds, replays and minimizes
+/// it, and judges `fixed` against it. Returns the minimized input's faults.
+fn find_replay_minimize_judge(program: &str, fixed: &str, seed: u64, budget: u64) -> Value {
+    let out_dir = dir(&format!("{program}-{seed}"));
+    let o = deja(&[
+        "explore",
+        "--runs",
+        &budget.to_string(),
+        "--stop-at-first-bug",
+        "--mode",
+        "faults",
+        "--seed",
+        &seed.to_string(),
+        "--out",
+        &s(&out_dir),
+        &s(&guest(program)),
+        "--",
+        "6",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{program}: a bug within {budget} rounds: {}", stderr(&o));
+    let bug = bug_file(&out_dir, ".json");
+    let r = deja(&["replay", &s(&bug)]);
+    assert_eq!(r.status.code(), Some(1), "{}", stderr(&r));
+    assert!(stderr(&r).contains("reproduced bug"), "{}", stderr(&r));
+    let m = deja(&["minimize", &s(&bug)]);
+    assert_eq!(m.status.code(), Some(0), "{}", stderr(&m));
+    let min = bug_file(&out_dir, ".min.json");
+    let r = deja(&["replay", &s(&min)]);
+    assert_eq!(r.status.code(), Some(1), "the minimized bug reproduces: {}", stderr(&r));
+    let v: Value = serde_json::from_slice(&std::fs::read(&min).unwrap()).unwrap();
+    let check_dir = dir(&format!("{program}-check"));
+    for (candidate, code, verdict) in [(fixed, 0, "FIXED_FOR_THIS_CAPSULE"), (program, 1, "STILL_REPRODUCES")] {
+        let c = deja(&[
+            "check",
+            "--bug",
+            &s(&min),
+            "--base",
+            &s(&guest(program)),
+            "--candidate",
+            &s(&guest(candidate)),
+            "--out",
+            &s(&check_dir),
+            "--",
+            "6",
+        ]);
+        assert_eq!(c.status.code(), Some(code), "{candidate}: {}", stderr(&c));
+        assert!(stderr(&c).contains(verdict), "{}", stderr(&c));
+        std::fs::remove_dir_all(&check_dir).ok();
+    }
+    std::fs::remove_dir_all(&out_dir).ok();
+    v["input"]["faults"].clone()
+}
+
+#[test]
+fn a_crash_before_the_barrier_is_found_minimized_and_judged() {
+    let faults = find_replay_minimize_judge("pagestore-buggy", "pagestore-fixed", 5, 60);
+    // The one fault: a crash before a durable write, under the weakest crash model (or a named
+    // state); nothing else is left.
+    assert!(faults["crash_before_durable_write"].is_u64(), "{faults}");
+    assert!(faults["reordered_writes"] == true || faults["crash_state"].is_object(), "{faults}");
+    assert_eq!(faults["errors"], serde_json::json!([]), "{faults}");
+    assert_eq!(faults["eio_on_write_ppm"], 0);
+}
+
+#[test]
+fn an_io_error_is_found_minimized_and_judged() {
+    let faults = find_replay_minimize_judge("ackstore-buggy", "ackstore-fixed", 4, 60);
+    let errors = faults["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "one placed error: {faults}");
+    assert_eq!(errors[0]["path"], "/data/log");
+    assert_eq!(errors[0]["errno"], "eio");
+}
+
+#[test]
+fn the_fixed_stores_hold_for_the_same_budget() {
+    for program in ["pagestore-fixed", "ackstore-fixed"] {
+        let d = dir(program);
+        let o = deja(&[
+            "explore",
+            "--runs",
+            "300",
+            "--mode",
+            "faults",
+            "--seed",
+            "1",
+            "--out",
+            &s(&d),
+            &s(&guest(program)),
+            "--",
+            "6",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{program}: no bug in 300 rounds: {}", stderr(&o));
+        let report: Value = serde_json::from_slice(&std::fs::read(d.join("report.json")).unwrap()).unwrap();
+        assert_eq!(report["campaign"]["rounds"], 300);
+        assert_eq!(report["campaign"]["bugs"], serde_json::json!([]));
+        std::fs::remove_dir_all(&d).ok();
+    }
+}
+
+#[test]
+fn uninstrumented_programs_get_behaviour_feedback() {
+    // Without SanitizerCoverage the explorer still learns: syscall outcomes after a fault, the
+    // files left, how the run ended, the output lines.
+    let d = dir("features");
+    let o = deja(&[
+        "explore",
+        "--runs",
+        "40",
+        "--mode",
+        "faults",
+        "--seed",
+        "2",
+        "--out",
+        &s(&d),
+        &s(&guest("ackstore-fixed")),
+        "--",
+        "6",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let report: Value = serde_json::from_slice(&std::fs::read(d.join("report.json")).unwrap()).unwrap();
+    let c = &report["campaign"];
+    assert_eq!(c["edges_total"], 0, "no instrumentation");
+    assert!(c["corpus_size"].as_u64().unwrap() > 2, "behaviours grew the corpus: {c}");
+    std::fs::remove_dir_all(&d).ok();
+}
+
+#[test]
+fn check_hunts_the_same_menu_without_a_capsule() {
+    for (program, fixed) in [("pagestore-buggy", "pagestore-fixed"), ("ackstore-buggy", "ackstore-fixed")] {
+        let d = dir(&format!("hunt-{program}"));
+        let c = deja(&[
+            "check",
+            "--base",
+            &s(&guest(program)),
+            "--candidate",
+            &s(&guest(fixed)),
+            "--out",
+            &s(&d),
+            "--",
+            "6",
+        ]);
+        assert_eq!(c.status.code(), Some(0), "{program}: {}", stderr(&c));
+        let capsule: Value = serde_json::from_slice(&std::fs::read(d.join("capsule.json")).unwrap()).unwrap();
+        if program.starts_with("pagestore") {
+            assert_eq!(capsule["crash"], "before", "{capsule}");
+            assert!(capsule["kept"]["ops"].as_array().is_some(), "the kept operations by meaning: {capsule}");
+        } else {
+            assert_eq!(capsule["crash"], "none", "an error alone: {capsule}");
+            assert_eq!(capsule["faults"]["errors"][0]["op"], "write", "{capsule}");
+        }
+        std::fs::remove_dir_all(&d).ok();
+    }
+}

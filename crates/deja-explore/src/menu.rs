@@ -1,0 +1,288 @@
+//! The storage fault menu: every fault the explorer's mutations, its random baseline and
+//! `deja check`'s hunt choose from, so that the three see the same faults.
+//!
+//! - **Crash points:** before or after the k-th durable write, or at exit.
+//! - **Crash states:** which operations pending at the crash reach the disk: decided by the
+//!   run's decisions under `torn_writes`/`reordered_writes`, or named exactly (nothing, all,
+//!   all but one, a prefix, a random subset, one write torn).
+//! - **Placed errors:** EIO or ENOSPC on the n-th write, fsync, truncate, fallocate, create,
+//!   rename or read of a path the parent run touched (its [`IoCount`]s).
+//! - **Rates:** EIO on writes and fsyncs, ENOSPC on writes, in parts per million.
+
+use deja_kernel::{CrashState, ErrorRule, FaultConfig, IoCount, IoErrno, IoOp};
+use rand_chacha::rand_core::Rng;
+use rand_chacha::ChaCha20Rng;
+
+/// What a parent run offers to fault: its durable writes, its file operations, and how many
+/// operations were pending when it crashed.
+#[derive(Debug, Clone, Copy)]
+pub struct Menu<'a> {
+    /// Durable writes of the run (crash points 1..=this).
+    pub durable_writes: u64,
+    /// Its file operations by kind and path.
+    pub io_ops: &'a [IoCount],
+    /// Operations pending at its crash, if it crashed.
+    pub pending_at_crash: Option<u64>,
+}
+
+/// Placed errors an input carries at most.
+const MAX_ERRORS: usize = 3;
+
+/// A uniform draw below `n` (`n > 0`), without modulo bias (Lemire's multiply-and-reject).
+pub fn below(rng: &mut ChaCha20Rng, n: u64) -> u64 {
+    if n <= 1 {
+        return 0;
+    }
+    loop {
+        let m = u128::from(rng.next_u64()) * u128::from(n);
+        if (m as u64) >= n.wrapping_neg() % n {
+            return (m >> 64) as u64;
+        }
+    }
+}
+
+/// True with probability 1 / `n`.
+fn one_in(rng: &mut ChaCha20Rng, n: u64) -> bool {
+    below(rng, n) == 0
+}
+
+fn clear_crash(f: &mut FaultConfig) {
+    f.crash_after_durable_write = None;
+    f.crash_before_durable_write = None;
+    f.crash_at_exit = false;
+    f.crash_state = None;
+}
+
+/// Sets a crash point drawn from the menu: before or after a durable write, or at exit.
+fn crash_point(rng: &mut ChaCha20Rng, f: &mut FaultConfig, menu: &Menu) {
+    clear_crash(f);
+    let k = menu.durable_writes;
+    match below(rng, if k > 0 { 5 } else { 1 }) {
+        0 => f.crash_at_exit = true,
+        1 | 2 => f.crash_before_durable_write = Some(1 + below(rng, k)),
+        _ => f.crash_after_durable_write = Some(1 + below(rng, k)),
+    }
+}
+
+/// A crash state over `n` pending operations.
+fn crash_state(rng: &mut ChaCha20Rng, n: u64) -> CrashState {
+    let all: Vec<u32> = (0..n as u32).collect();
+    let mut s = match below(rng, 5) {
+        0 => CrashState::none(),
+        1 => CrashState::all(n as usize),
+        2 => {
+            let drop = below(rng, n) as u32;
+            CrashState { kept: all.into_iter().filter(|i| *i != drop).collect(), torn: None }
+        }
+        3 => CrashState { kept: (0..below(rng, n + 1) as u32).collect(), torn: None },
+        _ => CrashState { kept: all.into_iter().filter(|_| one_in(rng, 2)).collect(), torn: None },
+    };
+    if one_in(rng, 3) {
+        // A torn write where the state stops keeping operations (ignored unless it is a write).
+        let at = s.kept.last().map_or(0, |l| l + 1);
+        if u64::from(at) < n {
+            s.torn = Some((at, 1 + below(rng, 7)));
+        }
+    }
+    s
+}
+
+/// A placed error on one of the run's operations.
+fn placed_error(rng: &mut ChaCha20Rng, ops: &[IoCount]) -> Option<ErrorRule> {
+    if ops.is_empty() {
+        return None;
+    }
+    let c = &ops[below(rng, ops.len() as u64) as usize];
+    let errno = match c.op {
+        IoOp::Write | IoOp::Fallocate | IoOp::Create | IoOp::Truncate if one_in(rng, 3) => IoErrno::Enospc,
+        _ => IoErrno::Eio,
+    };
+    Some(ErrorRule { op: c.op, path: c.path.clone(), nth: 1 + below(rng, c.count.max(1)), errno, range: None })
+}
+
+/// Pending operations a crash state is drawn over when the parent's count is unknown:
+/// positions past the real count are ignored, so a random subset of these is a random subset of
+/// whatever is pending.
+const ASSUMED_PENDING: u64 = 8;
+
+/// Changes one thing of `f`, drawn from the menu (a quarter of the time it starts over from
+/// no fault, so that faults do not only pile up).
+pub fn mutate(rng: &mut ChaCha20Rng, f: &mut FaultConfig, menu: &Menu) {
+    if one_in(rng, 4) {
+        *f = FaultConfig::default();
+    }
+    let pending = menu.pending_at_crash.filter(|n| *n > 0).unwrap_or(ASSUMED_PENDING);
+    match below(rng, 10) {
+        0..=2 => {
+            crash_point(rng, f, menu);
+            // The crash state: named exactly half the time, else left to the run's decisions
+            // under the weakest model. (A campaign's seed is fixed, so decisions alone would
+            // keep drawing the same subset at the same point.)
+            if one_in(rng, 2) {
+                f.crash_state = Some(crash_state(rng, pending));
+            } else {
+                f.reordered_writes = true;
+            }
+            if one_in(rng, 2) {
+                f.errors.clear();
+            }
+        }
+        3 => {
+            if !f.crashes() {
+                crash_point(rng, f, menu);
+            }
+            f.crash_state = Some(crash_state(rng, pending));
+        }
+        4 => f.torn_writes = !f.torn_writes,
+        5 => f.reordered_writes = !f.reordered_writes,
+        6 | 7 => match placed_error(rng, menu.io_ops) {
+            Some(rule) => {
+                if let Some(i) = f.errors.iter().position(|r| (r.op, &r.path, r.nth) == (rule.op, &rule.path, rule.nth))
+                {
+                    f.errors.remove(i);
+                } else if f.errors.len() >= MAX_ERRORS {
+                    let i = below(rng, f.errors.len() as u64) as usize;
+                    f.errors[i] = rule;
+                } else {
+                    f.errors.push(rule);
+                }
+            }
+            None => crash_point(rng, f, menu),
+        },
+        8 => {
+            if !f.errors.is_empty() && one_in(rng, 2) {
+                f.errors.clear();
+            } else {
+                clear_crash(f);
+            }
+        }
+        _ => match below(rng, 3) {
+            0 => f.eio_on_write_ppm = if f.eio_on_write_ppm == 0 { 20_000 } else { 0 },
+            1 => f.enospc_on_write_ppm = if f.enospc_on_write_ppm == 0 { 20_000 } else { 0 },
+            _ => f.eio_on_fsync_ppm = if f.eio_on_fsync_ppm == 0 { 200_000 } else { 0 },
+        },
+    }
+}
+
+/// A fault configuration drawn from scratch (the random baseline): a crash point half the
+/// time (with a crash state named half of those times), the crash-state modes, and a placed
+/// error half the time.
+pub fn random(rng: &mut ChaCha20Rng, menu: &Menu) -> FaultConfig {
+    let mut f = FaultConfig::default();
+    if one_in(rng, 2) {
+        crash_point(rng, &mut f, menu);
+        if one_in(rng, 2) {
+            f.crash_state = Some(crash_state(rng, ASSUMED_PENDING));
+        }
+    }
+    f.torn_writes = one_in(rng, 4);
+    f.reordered_writes = one_in(rng, 2);
+    if one_in(rng, 2) {
+        if let Some(rule) = placed_error(rng, menu.io_ops) {
+            f.errors.push(rule);
+        }
+    }
+    f
+}
+
+/// The single faults a hunt tries, in order, at most `budget`: the crash points (before and
+/// after each durable write, at exit) with the weakest crash model, then EIO (and ENOSPC where
+/// it applies) on each operation of the run, first occurrence first.
+pub fn hunt(menu: &Menu, budget: usize) -> Vec<FaultConfig> {
+    let mut out = Vec::new();
+    let weak = FaultConfig { reordered_writes: true, torn_writes: true, ..Default::default() };
+    for k in 1..=menu.durable_writes {
+        out.push(FaultConfig { crash_after_durable_write: Some(k), ..Default::default() });
+        out.push(FaultConfig { crash_before_durable_write: Some(k), ..weak.clone() });
+    }
+    out.push(FaultConfig { crash_at_exit: true, ..weak });
+    let most = menu.io_ops.iter().map(|c| c.count).max().unwrap_or(0);
+    for nth in 1..=most {
+        for c in menu.io_ops.iter().filter(|c| c.count >= nth) {
+            for errno in [IoErrno::Eio, IoErrno::Enospc] {
+                if errno == IoErrno::Enospc && !matches!(c.op, IoOp::Write | IoOp::Fallocate | IoOp::Create) {
+                    continue;
+                }
+                let rule = ErrorRule { op: c.op, path: c.path.clone(), nth, errno, range: None };
+                out.push(FaultConfig { errors: vec![rule], ..Default::default() });
+            }
+        }
+    }
+    out.truncate(budget);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand_chacha::rand_core::SeedableRng;
+
+    fn ops() -> Vec<IoCount> {
+        vec![
+            IoCount { op: IoOp::Write, path: "/data/wal".into(), count: 4 },
+            IoCount { op: IoOp::Fsync, path: "/data/wal".into(), count: 2 },
+        ]
+    }
+
+    #[test]
+    fn below_is_uniform_enough_and_in_range() {
+        let mut rng = ChaCha20Rng::seed_from_u64(1);
+        let mut seen = [0u32; 3];
+        for _ in 0..3000 {
+            seen[below(&mut rng, 3) as usize] += 1;
+        }
+        assert!(seen.iter().all(|n| (900..1100).contains(n)), "{seen:?}");
+        assert_eq!(below(&mut rng, 1), 0);
+        assert_eq!(below(&mut rng, 0), 0);
+    }
+
+    #[test]
+    fn mutations_reach_every_kind_of_fault() {
+        let ops = ops();
+        let menu = Menu { durable_writes: 5, io_ops: &ops, pending_at_crash: Some(3) };
+        let mut rng = ChaCha20Rng::seed_from_u64(7);
+        let (mut before, mut after, mut exit, mut state, mut eio, mut enospc, mut fsync) =
+            (false, false, false, false, false, false, false);
+        let mut f = FaultConfig::default();
+        for _ in 0..2000 {
+            mutate(&mut rng, &mut f, &menu);
+            before |= f.crash_before_durable_write.is_some_and(|k| (1..=5).contains(&k));
+            after |= f.crash_after_durable_write.is_some_and(|k| (1..=5).contains(&k));
+            exit |= f.crash_at_exit;
+            state |= f.crash_state.is_some();
+            for r in &f.errors {
+                assert!(r.nth >= 1 && r.nth <= 4 && r.path == "/data/wal");
+                eio |= r.errno == IoErrno::Eio && r.op == IoOp::Write;
+                enospc |= r.errno == IoErrno::Enospc;
+                fsync |= r.op == IoOp::Fsync;
+            }
+            assert!(f.errors.len() <= MAX_ERRORS);
+        }
+        assert!(before && after && exit && state && eio && enospc && fsync);
+    }
+
+    #[test]
+    fn the_baseline_draws_from_the_same_menu() {
+        let ops = ops();
+        let menu = Menu { durable_writes: 2, io_ops: &ops, pending_at_crash: None };
+        let mut rng = ChaCha20Rng::seed_from_u64(3);
+        let drawn: Vec<FaultConfig> = (0..400).map(|_| random(&mut rng, &menu)).collect();
+        assert!(drawn.iter().any(|f| f.crash_before_durable_write.is_some()));
+        assert!(drawn.iter().any(|f| f.crash_at_exit));
+        assert!(drawn.iter().any(|f| f.errors.iter().any(|r| r.op == IoOp::Fsync)));
+    }
+
+    #[test]
+    fn the_hunt_tries_each_single_fault_once() {
+        let ops = ops();
+        let menu = Menu { durable_writes: 2, io_ops: &ops, pending_at_crash: None };
+        let all = hunt(&menu, 1000);
+        // 2 × (after, before) + exit + writes 4 × (EIO, ENOSPC) + fsyncs 2 × EIO.
+        assert_eq!(all.len(), 5 + 8 + 2);
+        let mut unique = all.clone();
+        unique.sort_by_key(|f| format!("{f:?}"));
+        unique.dedup();
+        assert_eq!(unique.len(), all.len());
+        assert_eq!(hunt(&menu, 3).len(), 3);
+    }
+}

@@ -1,0 +1,277 @@
+//! Fault plans by meaning, and the search that hunts for a failure on the base and sweeps the
+//! candidate: every crash point (before and after each durable write, at exit) with the distinct
+//! crash states at each, then an error placed on each file operation of the run (the storage
+//! fault menu of [`deja_explore::menu`]).
+//!
+//! A plan names its crash by meaning: the kind of crash point and the durable write it concerns,
+//! and the pending operations the crash keeps by what they are ("write of 256 bytes at 0 to
+//! /data/pages"), so that it can be replayed against another binary, whose pending list at the
+//! same point may hold other operations.
+
+use deja_explore::Outcome;
+use deja_kernel::{CrashState, FaultConfig, ProgramSpec};
+use deja_vmm::ToCrash;
+use serde::{Deserialize, Serialize};
+
+/// Where a plan's crash happens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CrashKind {
+    /// Right after the k-th durable write took effect.
+    #[default]
+    After,
+    /// When the program makes its k-th durable write, before it takes effect.
+    Before,
+    /// When the program exits.
+    Exit,
+    /// No crash: the failure comes from a placed error alone.
+    None,
+}
+
+impl CrashKind {
+    /// True for the default, [`CrashKind::After`] (what capsules before crash kinds meant).
+    pub fn is_after(&self) -> bool {
+        *self == CrashKind::After
+    }
+
+    fn words(self, k: u64) -> String {
+        match self {
+            CrashKind::After => format!("crash after durable write {k}"),
+            CrashKind::Before => format!("crash before durable write {k}"),
+            CrashKind::Exit => "crash at exit".into(),
+            CrashKind::None => "no crash".into(),
+        }
+    }
+}
+
+/// The pending operations a crash keeps, by what they are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptOps {
+    /// Kept whole, in program order.
+    pub ops: Vec<String>,
+    /// A write kept in part, and how many of its sectors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torn: Option<(String, u64)>,
+}
+
+impl KeptOps {
+    /// The state `state` is, over the pending operations `pending` (in words).
+    pub fn of(state: &CrashState, pending: &[String]) -> KeptOps {
+        let name = |p: u32| pending.get(p as usize).cloned().unwrap_or_default();
+        KeptOps { ops: state.kept.iter().map(|p| name(*p)).collect(), torn: state.torn.map(|(p, k)| (name(p), k)) }
+    }
+
+    /// The state over `pending` that keeps the operations named here (each name matches the
+    /// first pending operation of that name not matched yet); names pending has not are lost.
+    pub fn state_over(&self, pending: &[String]) -> CrashState {
+        let mut used = vec![false; pending.len()];
+        let mut find = |name: &str| {
+            let at = (0..pending.len()).find(|i| !used[*i] && pending[*i] == name)?;
+            used[at] = true;
+            Some(at as u32)
+        };
+        let mut kept: Vec<u32> = self.ops.iter().filter_map(|n| find(n)).collect();
+        kept.sort_unstable();
+        let torn = self.torn.as_ref().and_then(|(n, k)| find(n).map(|p| (p, *k)));
+        CrashState { kept, torn }
+    }
+
+    /// In words.
+    pub fn describe(&self) -> String {
+        let mut s = if self.ops.is_empty() {
+            "nothing pending kept".to_string()
+        } else {
+            format!("kept: {}", self.ops.join("; "))
+        };
+        if let Some((n, k)) = &self.torn {
+            s.push_str(&format!("; {n} cut after {k} sectors"));
+        }
+        s
+    }
+}
+
+/// A fault plan: a crash (by meaning), what it keeps, and the other faults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The crash point's kind.
+    pub crash: CrashKind,
+    /// The durable write it concerns (for `After` and `Before`).
+    pub k: u64,
+    /// What the crash keeps; `None`: the run's decisions choose, as `faults` allows.
+    pub kept: Option<KeptOps>,
+    /// Everything else: placed errors, rates, crash-state modes.
+    pub faults: FaultConfig,
+}
+
+impl Plan {
+    /// In words: `crash before durable write 4, kept: …; EIO on write #3 to /data/log`.
+    pub fn describe(&self) -> String {
+        let mut parts = vec![];
+        if self.crash != CrashKind::None {
+            parts.push(self.crash.words(self.k));
+        }
+        if let Some(k) = &self.kept {
+            parts.push(k.describe());
+        }
+        parts.extend(self.faults.errors.iter().map(|r| r.describe()));
+        parts.join(", ")
+    }
+
+    /// The plan's faults with its crash point set (what a capsule freezes).
+    pub fn faults_with_crash(&self) -> FaultConfig {
+        self.config()
+    }
+
+    /// The fault configuration of the plan's crash point (without a named state).
+    fn config(&self) -> FaultConfig {
+        let mut f = self.faults.for_restart();
+        f.errors = self.faults.errors.clone();
+        match self.crash {
+            CrashKind::After => f.crash_after_durable_write = Some(self.k),
+            CrashKind::Before => f.crash_before_durable_write = Some(self.k),
+            CrashKind::Exit => f.crash_at_exit = true,
+            CrashKind::None => {}
+        }
+        f
+    }
+}
+
+fn outcome_of(lives: Vec<deja_vmm::Incarnation>) -> Outcome {
+    deja_explore::input::outcome(lives, &[])
+}
+
+/// Runs `spec` under `plan` from its first syscall, with decision `overrides`.
+pub fn run_plan(
+    spec: &ProgramSpec,
+    memory_mib: u64,
+    plan: &Plan,
+    overrides: &std::collections::BTreeMap<u64, u64>,
+) -> Result<Outcome, String> {
+    let mut s = spec.clone();
+    s.faults = plan.config();
+    let Some(kept) = plan.kept.as_ref().filter(|_| plan.crash != CrashKind::None) else {
+        let target = deja_explore::Target { spec: s, memory: memory_mib << 20, path: String::new() };
+        let input =
+            deja_explore::Input { overrides: overrides.clone(), faults: target.spec.faults.clone(), reseed: None };
+        return deja_explore::input::run_fresh(&target, 0, &input, &mut |_, _| {}).map_err(|e| e.to_string());
+    };
+    if !overrides.is_empty() {
+        return Err("a plan with a named crash state takes no decision overrides".into());
+    }
+    match deja_vmm::run_to_crash(s, memory_mib << 20, &mut |_, _| {}).map_err(|e| e.to_string())? {
+        ToCrash::Ended(lives) => Ok(outcome_of(lives)),
+        ToCrash::Crashed(mut c) => {
+            let state = kept.state_over(&c.kernel().pending_operations());
+            Ok(outcome_of(c.restart(&state, &mut |_, _| {}).map_err(|e| e.to_string())?))
+        }
+    }
+}
+
+/// What a search saw.
+#[derive(Debug, Clone, Default)]
+pub struct Searched {
+    /// The digest of every run it made, in order.
+    pub digests: Vec<String>,
+    /// Crash points visited.
+    pub points: u64,
+    /// Crash points the program never reached.
+    pub unreached: Vec<String>,
+    /// Runs made.
+    pub runs: u64,
+    /// The first failure: its plan and run.
+    pub failure: Option<(Plan, Outcome)>,
+}
+
+/// Searches for a failure: for k in 1..=`durable_writes` (at most `max_points`), a crash after
+/// durable write k (the durable layer) and before it (its distinct crash states, at most
+/// `states` each), then at exit (its states), then an error on each file operation of `control`
+/// (EIO, and ENOSPC where a disk can run out). Stops at the first run that fails after a crash
+/// (or, for placed errors, at all) when `stop_at_first` — the hunt — else runs everything (the
+/// sweep) and keeps the first failure.
+pub fn search(
+    spec: &ProgramSpec,
+    memory_mib: u64,
+    control: &Outcome,
+    max_points: u64,
+    states: usize,
+    stop_at_first: bool,
+) -> Result<Searched, String> {
+    let mut out = Searched::default();
+    let d = control.durable_writes.min(max_points);
+    let mut points: Vec<(CrashKind, u64)> = Vec::new();
+    for k in 1..=d {
+        points.push((CrashKind::After, k));
+        points.push((CrashKind::Before, k));
+    }
+    points.push((CrashKind::Exit, 0));
+    for (kind, k) in points {
+        out.points += 1;
+        let plan = Plan { crash: kind, k, kept: None, faults: FaultConfig::default() };
+        let mut s = spec.clone();
+        s.faults = plan.config();
+        let mut crashed =
+            match deja_vmm::run_to_crash(s, memory_mib << 20, &mut |_, _| {}).map_err(|e| e.to_string())? {
+                ToCrash::Crashed(c) => c,
+                ToCrash::Ended(_) => {
+                    out.unreached.push(kind.words(k));
+                    continue;
+                }
+            };
+        let pending = crashed.kernel().pending_operations();
+        // After a durable write the sweep keeps to the durable layer: the states with pending
+        // operations of that point are those of the crash before the next one.
+        let budget = if kind == CrashKind::After { 1 } else { states.max(1) };
+        let found = if kind == CrashKind::After {
+            vec![(CrashState::none(), String::new())]
+        } else {
+            crashed.kernel().crash_states(budget, spec.seed ^ k).states
+        };
+        for (state, _) in found {
+            let lives = crashed.restart(&state, &mut |_, _| {}).map_err(|e| e.to_string())?;
+            out.runs += 1;
+            let o = outcome_of(lives);
+            out.digests.push(o.digest.clone());
+            if o.failure.is_some() && o.lives.len() > 1 && out.failure.is_none() {
+                let kept = KeptOps::of(&state, &pending);
+                out.failure = Some((Plan { crash: kind, k, kept: Some(kept), faults: FaultConfig::default() }, o));
+                if stop_at_first {
+                    return Ok(out);
+                }
+            }
+        }
+    }
+    let menu = deja_explore::menu::Menu { durable_writes: 0, io_ops: &control.io_ops, pending_at_crash: None };
+    for faults in deja_explore::menu::hunt(&menu, usize::MAX) {
+        let plan = Plan { crash: CrashKind::None, k: 0, kept: None, faults };
+        let o = run_plan(spec, memory_mib, &plan, &Default::default())?;
+        out.runs += 1;
+        out.digests.push(o.digest.clone());
+        if o.failure.is_some() && out.failure.is_none() {
+            out.failure = Some((plan, o));
+            if stop_at_first {
+                return Ok(out);
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_operations_map_by_meaning() {
+        let base = ["size of /d/p set to 512", "write of 256 bytes at 256 to /d/p", "write of 256 bytes at 0 to /d/p"];
+        let base: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+        let state = CrashState { kept: vec![2], torn: Some((1, 1)) };
+        let k = KeptOps::of(&state, &base);
+        assert_eq!(k.ops, vec!["write of 256 bytes at 0 to /d/p".to_string()]);
+        assert_eq!(k.state_over(&base), state);
+        // A candidate that synced the first two already: only the header write is pending.
+        let candidate = vec!["write of 256 bytes at 0 to /d/p".to_string()];
+        assert_eq!(k.state_over(&candidate), CrashState { kept: vec![0], torn: None });
+        assert_eq!(k.state_over(&[]), CrashState::none());
+        assert!(k.describe().contains("cut after 1 sectors"));
+    }
+}

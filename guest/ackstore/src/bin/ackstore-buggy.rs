@@ -1,0 +1,4 @@
+//! The buggy variant of [`ackstore`].
+fn main() {
+    ackstore::run(false);
+}

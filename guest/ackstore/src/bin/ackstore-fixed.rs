@@ -1,0 +1,4 @@
+//! The fixed variant of [`ackstore`].
+fn main() {
+    ackstore::run(true);
+}

@@ -1,0 +1,4 @@
+//! The buggy variant of [`pagestore`].
+fn main() {
+    pagestore::run(false);
+}

@@ -1,0 +1,4 @@
+//! The fixed variant of [`pagestore`].
+fn main() {
+    pagestore::run(true);
+}
