@@ -154,6 +154,11 @@ fn spec(path: &Path, args: &[&str]) -> Result<ProgramSpec, String> {
     Ok(ProgramSpec::for_program(image, &name, args.iter().map(|s| s.to_string()), 1))
 }
 
+/// One life of `spec` in a fresh session.
+fn run_once(spec: ProgramSpec, memory: u64) -> Result<deja_vmm::Run, String> {
+    deja_vmm::Session::boot(spec, memory).and_then(|mut s| s.run(&mut |_, _| {})).map_err(|e| e.to_string())
+}
+
 fn time_deja(path: &Path, args: &[&str]) -> Result<(Duration, deja_vmm::Run), String> {
     time_deja_with(path, args, RegisterPath::SyncRegs)
 }
@@ -161,7 +166,10 @@ fn time_deja(path: &Path, args: &[&str]) -> Result<(Duration, deja_vmm::Run), St
 fn time_deja_with(path: &Path, args: &[&str], regs: RegisterPath) -> Result<(Duration, deja_vmm::Run), String> {
     let spec = spec(path, args)?;
     let start = Instant::now();
-    let run = deja_vmm::run_with(spec, deja_vmm::DEFAULT_MEMORY, regs, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    let opts = deja_vmm::BootOptions { register_path: regs, ..Default::default() };
+    let run = deja_vmm::Session::boot_with(spec, deja_vmm::DEFAULT_MEMORY, opts)
+        .and_then(|mut s| s.run(&mut |_, _| {}))
+        .map_err(|e| e.to_string())?;
     let elapsed = start.elapsed();
     if run.report.exit.code() != 0 {
         return Err(format!("{} failed under deja: {:?}", path.display(), run.report.exit));
@@ -244,7 +252,7 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     let dirty = dir.join("dirty");
     let mut traced = spec(&dirty, &["10"])?;
     traced.record_trace = true;
-    let probe_run = deja_vmm::run(traced, 256 << 20, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    let probe_run = run_once(traced, 256 << 20)?;
     let marks: Vec<u64> = probe_run.report.trace.iter().filter(|e| e.name == "sched_yield").map(|e| e.index).collect();
     let [fork_at, child_end] = marks[..] else {
         return Err(format!("the dirty guest made {} marks instead of 2", marks.len()));
@@ -276,7 +284,9 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     let kv = dir.join("kv");
     let kv_args = ["--variant", "fixed", "8"];
     let quiet = |spec: ProgramSpec| -> Result<Vec<deja_vmm::Incarnation>, String> {
-        deja_vmm::run_with_restarts(spec, deja_vmm::DEFAULT_MEMORY, &mut |_, _| {}, None).map_err(|e| e.to_string())
+        deja_vmm::Session::boot(spec, deja_vmm::DEFAULT_MEMORY)
+            .and_then(|mut s| s.lives(&mut |_, _| {}, None))
+            .map_err(|e| e.to_string())
     };
     let start = Instant::now();
     let plain = quiet(spec(&kv, &kv_args)?)?;
@@ -331,7 +341,7 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     for (name, args) in [("kv", vec!["--variant", "fixed", "6"]), ("bank", vec!["20"]), ("credit-atomic", vec![])] {
         let mut traced = spec(&dir.join(name), &args)?;
         traced.record_trace = true;
-        let probe = deja_vmm::run(traced, deja_vmm::DEFAULT_MEMORY, &mut |_, _| {}).map_err(|e| e.to_string())?;
+        let probe = run_once(traced, deja_vmm::DEFAULT_MEMORY)?;
         let fork_at = probe.report.setup_complete.as_ref().map(|s| s.syscall_index + 1).unwrap_or(0);
         let mut fork =
             deja_vmm::Fork::new(spec(&dir.join(name), &args)?, deja_vmm::DEFAULT_MEMORY, fork_at, &mut |_, _| {})
@@ -454,6 +464,7 @@ fn cluster_figures(guests: &Path, repeat: u32) -> Result<serde_json::Value, Stri
             deja_cluster::RunOptions {
                 sink: &mut |_: &str, _: deja_kernel::Stream, _: &[u8]| {},
                 overrides: Default::default(),
+                reseed: None,
                 record_trace: false,
             },
         )

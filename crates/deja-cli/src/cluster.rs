@@ -78,7 +78,7 @@ fn run_cluster(
     overrides: BTreeMap<u64, u64>,
     record_trace: bool,
 ) -> Result<ClusterReport, Failure> {
-    deja_cluster::run(cfg, RunOptions { sink, overrides, record_trace })
+    deja_cluster::run(cfg, RunOptions { sink, overrides, reseed: None, record_trace })
         .map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))
 }
 

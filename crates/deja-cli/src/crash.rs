@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use deja_kernel::{CrashState, ProgramSpec};
-use deja_vmm::{lives_digest, Incarnation, ToCrash};
+use deja_vmm::{lives_digest, Incarnation, Session};
 
 use crate::run::{crash_state_arg, replay_command_with, RunArgs};
 
@@ -75,17 +75,18 @@ pub const MODEL: &str = "posix-weak: each file's data and each directory's entri
 
 fn run_quiet(spec: ProgramSpec, memory: u64) -> Result<(Vec<Incarnation>, Vec<u8>), String> {
     let mut stderr = Vec::new();
-    let lives = deja_vmm::run_with_restarts(
-        spec,
-        memory << 20,
-        &mut |stream, bytes| {
-            if stream == deja_kernel::Stream::Stderr {
-                stderr.extend_from_slice(bytes);
-            }
-        },
-        None,
-    )
-    .map_err(|e| e.to_string())?;
+    let lives = Session::boot(spec, memory << 20)
+        .and_then(|mut s| {
+            s.lives(
+                &mut |stream, bytes| {
+                    if stream == deja_kernel::Stream::Stderr {
+                        stderr.extend_from_slice(bytes);
+                    }
+                },
+                None,
+            )
+        })
+        .map_err(|e| e.to_string())?;
     Ok((lives, stderr))
 }
 
@@ -229,11 +230,15 @@ fn sweep_point(
         digest: String::new(),
         replay: replay_command_with(args, std::slice::from_ref(&point.flag)),
     };
-    let mut crashed = match deja_vmm::run_to_crash(s, args.memory << 20, &mut |_, _| {}) {
+    let mut crashed = match Session::boot(s, args.memory << 20) {
         Err(e) => return report.rows.push(incomplete(e.to_string())),
-        Ok(ToCrash::Ended(_)) => return report.rows.push(incomplete("the run ended before this point".into())),
-        Ok(ToCrash::Crashed(c)) => c,
+        Ok(session) => session,
     };
+    match crashed.run_to_crash(&mut |_, _| {}) {
+        Err(e) => return report.rows.push(incomplete(e.to_string())),
+        Ok(false) => return report.rows.push(incomplete("the run ended before this point".into())),
+        Ok(true) => {}
+    }
     let budget = if args.after_writes_only { 1 } else { args.states_per_point.max(1) };
     let states = if args.after_writes_only {
         let image = crashed.kernel().fs_image_digest(&CrashState::none());
@@ -271,7 +276,7 @@ fn sweep_point(
         restarted.insert(image.clone(), format!("{}, {state_words}", point.words));
         report.restarts += 1;
         let mut stderr = Vec::new();
-        let run = crashed.restart(state, &mut |stream, bytes| {
+        let run = crashed.restart_crashed(state, &mut |stream, bytes| {
             if stream == deja_kernel::Stream::Stderr {
                 stderr.extend_from_slice(bytes);
             }

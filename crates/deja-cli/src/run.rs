@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use deja_kernel::{ExitStatus, ProgramSpec, RunReport, Stream};
-use deja_vmm::{Incarnation, RunError, Snapshot};
+use deja_vmm::{Incarnation, RunError, Session, Snapshot, SnapshotMeta};
 
 use crate::exit;
 
@@ -354,7 +354,8 @@ pub fn run_once(
     };
     let lives = match (source, snapshot) {
         (Source::Program(spec), None) => {
-            let lives = deja_vmm::run_with_restarts((**spec).clone(), memory_mib << 20, &mut sink, export)
+            let lives = Session::boot((**spec).clone(), memory_mib << 20)
+                .and_then(|mut s| s.lives(&mut sink, export))
                 .map_err(run_error)?;
             for (i, life) in lives.iter().enumerate().filter(|(_, l)| l.crashed) {
                 if live {
@@ -377,8 +378,13 @@ pub fn run_once(
             lives
         }
         (Source::Program(spec), Some((at, path))) => {
-            let (run, snap) =
-                deja_vmm::run_snapshotting((**spec).clone(), memory_mib << 20, at, &mut sink).map_err(run_error)?;
+            let meta = SnapshotMeta::of(spec, at).map_err(run_error)?;
+            let mut session = Session::boot((**spec).clone(), memory_mib << 20).map_err(run_error)?;
+            let snap = match session.run_to_syscall(at, &mut sink).map_err(run_error)? {
+                true => Some(session.snapshot(meta).map_err(run_error)?),
+                false => None,
+            };
+            let run = session.run(&mut sink).map_err(run_error)?;
             let Some(snap) = snap else {
                 return Err(Failure::new(
                     exit::DEJA_FAILED,
@@ -395,7 +401,8 @@ pub fn run_once(
         }
         (Source::Snapshot(snap), _) => {
             let seed = snap.meta.seed;
-            one_life(deja_vmm::resume(snap, &mut sink).map_err(run_error)?, seed)
+            let run = Session::restore(snap).and_then(|mut s| s.run(&mut sink)).map_err(run_error)?;
+            one_life(run, seed)
         }
     };
     Ok(RunResult { lives, output: captured })

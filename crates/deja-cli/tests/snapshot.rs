@@ -158,7 +158,7 @@ fn spec(name: &str, args: &[&str], seed: u64) -> ProgramSpec {
 fn a_hundred_children_of_one_parent_agree_and_another_decision_diverges() {
     let mut traced = spec("timerand", &[], 4);
     traced.record_trace = true;
-    let whole = deja_vmm::run(traced.clone(), 256 << 20, &mut |_, _| {}).unwrap();
+    let whole = deja_vmm::Session::boot(traced.clone(), 256 << 20).unwrap().run(&mut |_, _| {}).unwrap();
     let at = whole.report.trace.iter().position(|e| e.name == "getrandom").unwrap() as u64;
     let mut fork = deja_vmm::Fork::new(spec("timerand", &[], 4), 256 << 20, at, &mut |_, _| {}).unwrap();
     let mut digests = std::collections::BTreeSet::new();
@@ -185,7 +185,7 @@ fn a_hundred_children_of_one_parent_agree_and_another_decision_diverges() {
 fn fork_reset_restores_the_parents_memory_bit_for_bit() {
     let mut traced = spec("dirty", &["3000"], 1);
     traced.record_trace = true;
-    let whole = deja_vmm::run(traced, 256 << 20, &mut |_, _| {}).unwrap();
+    let whole = deja_vmm::Session::boot(traced, 256 << 20).unwrap().run(&mut |_, _| {}).unwrap();
     let marks: Vec<u64> = whole.report.trace.iter().filter(|e| e.name == "sched_yield").map(|e| e.index).collect();
     let mut fork = deja_vmm::Fork::new(spec("dirty", &["3000"], 1), 256 << 20, marks[0], &mut |_, _| {}).unwrap();
     let parent = fork.parent_ram_digest();

@@ -71,7 +71,7 @@ use std::time::Instant;
 
 use deja_kernel::net::{Packet, Payload, SockAddr};
 use deja_kernel::{DecisionLog, ExitStatus, Kernel, ProgramSpec, RunReport, Stream};
-use deja_vmm::{Stop, Vm};
+use deja_vmm::{BootOptions, Stop, Vm};
 
 use crate::config::{Action, ClusterConfig, NodeConfig, RandomFaults, ScheduledFault};
 use crate::network::{Delivery, Network};
@@ -146,6 +146,9 @@ pub struct RunOptions<'a> {
     pub sink: &'a mut dyn FnMut(&str, Stream, &[u8]),
     /// Steering of the cluster's decisions, by index.
     pub overrides: BTreeMap<u64, u64>,
+    /// Draws every cluster decision that is not overridden from this seed's stream instead of
+    /// the cluster seed's (the nodes' own seeds stay the cluster seed's).
+    pub reseed: Option<u64>,
     /// Record full syscall traces.
     pub record_trace: bool,
 }
@@ -169,6 +172,9 @@ pub fn run(cfg: ClusterConfig, opts: RunOptions<'_>) -> Result<ClusterReport, Cl
     let addrs: Vec<[u8; 4]> = cfg.nodes.iter().map(|n| n.address).collect();
     let mut log = DecisionLog::new(CLUSTER_CONTEXT, cfg.seed);
     log.set_overrides(opts.overrides.clone());
+    if let Some(s) = opts.reseed {
+        log.reseed(CLUSTER_CONTEXT, s);
+    }
     let nodes = cfg
         .nodes
         .iter()
@@ -256,10 +262,8 @@ impl Sim<'_> {
         spec.files = n.cfg.files.clone();
         spec.disk = n.disk.take();
         spec.record_trace = self.opts.record_trace;
-        let mut vm = Vm::new(memory).map_err(|e| ClusterError::node(&n.cfg.name, e))?;
-        let (mut kernel, entry) = Kernel::load(spec, &mut vm.space).map_err(|e| ClusterError::node(&n.cfg.name, e))?;
-        vm.space.take_stale();
-        vm.enter_user(entry.rip, entry.rsp, 0).map_err(|e| ClusterError::node(&n.cfg.name, e))?;
+        let (mut vm, mut kernel) =
+            deja_vmm::boot(&spec, memory, BootOptions::default()).map_err(|e| ClusterError::node(&n.cfg.name, e))?;
         kernel.attach_network(n.cfg.address);
         kernel.resume(&mut vm.space, self.now, Vec::new());
         n.live = Some(Live { vm, kernel });
@@ -316,6 +320,7 @@ impl Sim<'_> {
                 return Ok(Outcome::TimeLimit);
             }
             self.now = self.now.max(t);
+            self.log.set_time(self.now);
             if ev_t.is_some_and(|e| node_t.is_none_or(|n| e <= n)) {
                 if let Some((_, e)) = self.events.pop_first() {
                     self.handle(e)?;
@@ -402,6 +407,7 @@ impl Sim<'_> {
             let t = at + self.net.connect_timeout_ns();
             self.push(t, Event::SynCheck { node: from, src: p.src, dst: p.dst });
         }
+        self.log.set_time(at);
         for d in self.net.route(&mut self.log, &mut self.ledger, at, from, p) {
             self.push(d.at, Event::Deliver(Box::new(d)));
         }

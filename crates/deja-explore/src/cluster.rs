@@ -119,8 +119,11 @@ pub fn run_cluster_input(
         cfg.schedule = s.clone();
         cfg.random_faults = None;
     }
-    let report = deja_cluster::run(cfg, RunOptions { sink, overrides: input.overrides.clone(), record_trace: false })
-        .map_err(|e| ExploreError::Invalid(e.to_string()))?;
+    let report = deja_cluster::run(
+        cfg,
+        RunOptions { sink, overrides: input.overrides.clone(), reseed: None, record_trace: false },
+    )
+    .map_err(|e| ExploreError::Invalid(e.to_string()))?;
     let mut features = BTreeSet::new();
     for n in &report.nodes {
         for line in n.stdout.lines() {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use deja_kernel::{FaultConfig, Kernel, ProgramSpec, RunReport, Stream};
-use deja_vmm::{Fork, Incarnation, Steering};
+use deja_vmm::{Fork, Incarnation, Session};
 use serde::{Deserialize, Serialize};
 
 use crate::ExploreError;
@@ -196,14 +196,16 @@ pub fn run_fresh(
     input: &Input,
     sink: &mut dyn FnMut(Stream, &[u8]),
 ) -> Result<Outcome, ExploreError> {
-    let mut prepare = |k: &mut Kernel| input.prepare(k);
-    let steering = Steering { at_syscall: fork_at, prepare: &mut prepare };
     let mut stdout = Vec::new();
     let mut both = |s: Stream, b: &[u8]| {
         keep_stdout(&mut stdout, s, b);
         sink(s, b)
     };
-    let lives = deja_vmm::run_steered(target.spec.clone(), target.memory, Some(steering), &mut both, None)?;
+    let mut session = Session::boot(target.spec.clone(), target.memory)?;
+    if session.run_to_syscall(fork_at, &mut both)? {
+        input.prepare(session.kernel_mut());
+    }
+    let lives = session.lives(&mut both, None)?;
     Ok(outcome(lives, &stdout))
 }
 

@@ -10,7 +10,7 @@
 
 use deja_explore::Outcome;
 use deja_kernel::{CrashState, FaultConfig, ProgramSpec};
-use deja_vmm::ToCrash;
+use deja_vmm::Session;
 use serde::{Deserialize, Serialize};
 
 /// Where a plan's crash happens.
@@ -158,13 +158,14 @@ pub fn run_plan(
     if !overrides.is_empty() {
         return Err("a plan with a named crash state takes no decision overrides".into());
     }
-    match deja_vmm::run_to_crash(s, memory_mib << 20, &mut |_, _| {}).map_err(|e| e.to_string())? {
-        ToCrash::Ended(lives) => Ok(outcome_of(lives)),
-        ToCrash::Crashed(mut c) => {
-            let state = kept.state_over(&c.kernel().pending_operations());
-            Ok(outcome_of(c.restart(&state, &mut |_, _| {}).map_err(|e| e.to_string())?))
-        }
-    }
+    let mut c = Session::boot(s, memory_mib << 20).map_err(|e| e.to_string())?;
+    let lives = if c.run_to_crash(&mut |_, _| {}).map_err(|e| e.to_string())? {
+        let state = kept.state_over(&c.kernel().pending_operations());
+        c.restart_crashed(&state, &mut |_, _| {})
+    } else {
+        c.lives(&mut |_, _| {}, None)
+    };
+    Ok(outcome_of(lives.map_err(|e| e.to_string())?))
 }
 
 /// What a search saw.
@@ -209,14 +210,11 @@ pub fn search(
         let plan = Plan { crash: kind, k, kept: None, faults: FaultConfig::default() };
         let mut s = spec.clone();
         s.faults = plan.config();
-        let mut crashed =
-            match deja_vmm::run_to_crash(s, memory_mib << 20, &mut |_, _| {}).map_err(|e| e.to_string())? {
-                ToCrash::Crashed(c) => c,
-                ToCrash::Ended(_) => {
-                    out.unreached.push(kind.words(k));
-                    continue;
-                }
-            };
+        let mut crashed = Session::boot(s, memory_mib << 20).map_err(|e| e.to_string())?;
+        if !crashed.run_to_crash(&mut |_, _| {}).map_err(|e| e.to_string())? {
+            out.unreached.push(kind.words(k));
+            continue;
+        }
         let pending = crashed.kernel().pending_operations();
         // After a durable write the sweep keeps to the durable layer: the states with pending
         // operations of that point are those of the crash before the next one.
@@ -227,7 +225,7 @@ pub fn search(
             crashed.kernel().crash_states(budget, spec.seed ^ k).states
         };
         for (state, _) in found {
-            let lives = crashed.restart(&state, &mut |_, _| {}).map_err(|e| e.to_string())?;
+            let lives = crashed.restart_crashed(&state, &mut |_, _| {}).map_err(|e| e.to_string())?;
             out.runs += 1;
             let o = outcome_of(lives);
             out.digests.push(o.digest.clone());

@@ -347,6 +347,9 @@ pub struct DecisionRecord {
     pub choice: u64,
     /// The choice came from an override, not from the decision stream.
     pub overridden: bool,
+    /// Virtual time (ns) when it was taken.
+    #[serde(default)]
+    pub time_ns: u64,
 }
 
 /// A decision stream with its overrides and log: how every decision of a node kernel (in
@@ -357,6 +360,9 @@ pub struct DecisionLog {
     /// Choices by decision index (see [`DecisionLog::decide`]).
     pub(crate) overrides: BTreeMap<u64, u64>,
     pub(crate) decisions: Vec<DecisionRecord>,
+    /// The virtual time decisions are taken at now (see [`DecisionLog::set_time`]).
+    #[serde(default)]
+    pub(crate) time_ns: u64,
 }
 
 impl DecisionLog {
@@ -366,7 +372,19 @@ impl DecisionLog {
             stream: RandomStream::with_context(context, seed),
             overrides: BTreeMap::new(),
             decisions: Vec::new(),
+            time_ns: 0,
         }
+    }
+
+    /// Sets the virtual time the next decisions are recorded at.
+    pub fn set_time(&mut self, ns: u64) {
+        self.time_ns = ns;
+    }
+
+    /// Draws every decision from now on that is not overridden from `seed`'s stream (a
+    /// steered child keeps its parent's course through overrides, and draws the rest afresh).
+    pub fn reseed(&mut self, context: &str, seed: u64) {
+        self.stream.reseed_with_context(context, seed);
     }
 
     /// Takes decision number [`len()`](DecisionLog::len) among `options` choices (`0`: any
@@ -380,7 +398,7 @@ impl DecisionLog {
             Some(&c) => (c % options, true),
             None => (natural, false),
         };
-        self.decisions.push(DecisionRecord { index, point, options, choice, overridden });
+        self.decisions.push(DecisionRecord { index, point, options, choice, overridden, time_ns: self.time_ns });
         choice
     }
 

@@ -453,6 +453,7 @@ impl Kernel {
     /// Serves one syscall: `nr` from RAX, `args` from RDI, RSI, RDX, R10, R8, R9.
     pub fn syscall(&mut self, mem: &mut dyn Memory, nr: u64, args: [u64; 6]) -> SyscallOutcome {
         self.clock.advance(SYSCALL_COST_NS);
+        self.faults.log.set_time(self.clock.now_ns());
         self.last_fault = None;
         let name = crate::syscalls::display_name(nr);
         *self.counts.entry(name.clone()).or_default() += 1;

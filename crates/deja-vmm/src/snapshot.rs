@@ -101,6 +101,23 @@ pub struct SnapshotMeta {
     pub host: Option<crate::identity::Fingerprint>,
 }
 
+impl SnapshotMeta {
+    /// The facts of a snapshot of `spec` taken before syscall `at` (its virtual time is set
+    /// when it is taken).
+    pub fn of(spec: &deja_kernel::ProgramSpec, at: u64) -> Result<SnapshotMeta, crate::RunError> {
+        Ok(SnapshotMeta {
+            deja_version: env!("CARGO_PKG_VERSION").to_string(),
+            program_blake3: blake3::hash(&spec.image).to_hex().to_string(),
+            exe_path: spec.exe_path.clone(),
+            argv: spec.argv.clone(),
+            seed: spec.seed,
+            syscall_index: at,
+            virtual_time_ns: 0,
+            host: Some(crate::identity::host()?.fingerprint.clone()),
+        })
+    }
+}
+
 /// A whole VM at a syscall boundary.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Snapshot {

@@ -1,0 +1,268 @@
+//! One program in one VM: the single way deja boots a program ([`boot`]) and the one session
+//! type every run goes through ([`Session`]).
+//!
+//! A session is a loaded program and the VM it runs in. It can run to a syscall and stop
+//! there (to snapshot it, fork it, or steer it: [`Session::run_to_syscall`]), run to its
+//! configured crash point and stay there ([`Session::run_to_crash`]), and run on to the end
+//! of its life ([`Session::run`]) or of its last life, restarting it from its durable disk
+//! after every injected crash ([`Session::lives`]). A fork ([`crate::Fork`]) is a session with
+//! a parent state it resets to; a cluster node is a session the cluster driver steps.
+
+use deja_kernel::{Disk, ExitStatus, FaultInfo, Kernel, ProgramSpec, Stream};
+
+use crate::snapshot::{Snapshot, SnapshotMeta};
+use crate::vm::{RegisterPath, Stop, Vm, VmError};
+use crate::{restart_seed, Incarnation, Run, RunError};
+
+/// How a VM is built.
+#[derive(Debug, Clone, Copy)]
+pub struct BootOptions {
+    /// How registers cross the VM exit (for measuring the candidates).
+    pub register_path: RegisterPath,
+    /// Keep KVM's dirty-page log (for forks, which reset only what a child wrote).
+    pub dirty_log: bool,
+}
+
+impl Default for BootOptions {
+    fn default() -> Self {
+        BootOptions { register_path: RegisterPath::SyncRegs, dirty_log: false }
+    }
+}
+
+/// Boots `spec` in a fresh VM of `memory` bytes: builds the VM, loads the image into its RAM
+/// and puts the vCPU at the entry point, in ring 3. Nothing has run yet.
+pub fn boot(spec: &ProgramSpec, memory: u64, opts: BootOptions) -> Result<(Vm, Kernel), RunError> {
+    let mut vm = Vm::new(memory)?;
+    vm.set_register_path(opts.register_path);
+    if opts.dirty_log {
+        vm.enable_dirty_log()?;
+    }
+    let (kernel, entry) = Kernel::load(spec.clone(), &mut vm.space)?;
+    // Loading may have narrowed fresh pages; nothing ran yet, so nothing is cached.
+    vm.space.take_stale();
+    vm.enter_user(entry.rip, entry.rsp, 0)?;
+    Ok((vm, kernel))
+}
+
+/// A loaded program and its VM.
+#[derive(Debug)]
+pub struct Session {
+    /// What was booted (absent for a session restored from a snapshot, which cannot restart).
+    spec: Option<ProgramSpec>,
+    memory: u64,
+    /// The seed of the current life's random stream (as booted).
+    seed: u64,
+    vm: Vm,
+    kernel: Kernel,
+    /// How the current life already stopped, when a run to a syscall or a crash ended early.
+    stopped: Option<Stop>,
+}
+
+impl Session {
+    /// Boots `spec` (see [`boot`]).
+    pub fn boot(spec: ProgramSpec, memory: u64) -> Result<Session, RunError> {
+        Session::boot_with(spec, memory, BootOptions::default())
+    }
+
+    /// Boots `spec` with explicit VM options.
+    pub fn boot_with(spec: ProgramSpec, memory: u64, opts: BootOptions) -> Result<Session, RunError> {
+        let (vm, kernel) = boot(&spec, memory, opts)?;
+        Ok(Session { seed: spec.seed, spec: Some(spec), memory, vm, kernel, stopped: None })
+    }
+
+    /// A fresh VM holding `snapshot`, ready to go on. A restored program cannot be restarted
+    /// after an injected crash: the snapshot holds its state, not its spec.
+    pub fn restore(snapshot: &Snapshot) -> Result<Session, RunError> {
+        let (vm, kernel) = snapshot.restore()?;
+        Ok(Session { spec: None, memory: snapshot.memory_size, seed: snapshot.meta.seed, vm, kernel, stopped: None })
+    }
+
+    /// The syscall core.
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+
+    /// The syscall core, to adjust (decision overrides, faults) at a stop.
+    pub fn kernel_mut(&mut self) -> &mut Kernel {
+        &mut self.kernel
+    }
+
+    /// The VM.
+    pub fn vm(&self) -> &Vm {
+        &self.vm
+    }
+
+    pub(crate) fn parts(&mut self) -> (&mut Vm, &mut Kernel) {
+        (&mut self.vm, &mut self.kernel)
+    }
+
+    /// Replaces the core (a fork child starts from a copy of its parent's).
+    pub(crate) fn set_kernel(&mut self, kernel: Kernel) {
+        self.kernel = kernel;
+        self.stopped = None;
+    }
+
+    /// Runs until the program traps for syscall `n` (0-based, before it is served): `true`.
+    /// If it stopped first (it ended, or crashed), `false`; the stop is kept, and [`run`] or
+    /// [`lives`] go on from it.
+    ///
+    /// [`run`]: Session::run
+    /// [`lives`]: Session::lives
+    pub fn run_to_syscall(&mut self, n: u64, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<bool, RunError> {
+        if self.stopped.is_some() {
+            return Ok(false);
+        }
+        match self.vm.run_until(&mut self.kernel, sink, Some(n))? {
+            Stop::AtSyscall => Ok(true),
+            other => {
+                self.stopped = Some(other);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Runs until the core injects the crash its fault configuration names, and stays there
+    /// (`true`), so that each crash state can be tried ([`Session::restart_crashed`]); `false`
+    /// when the program ended first.
+    pub fn run_to_crash(&mut self, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<bool, RunError> {
+        if self.stopped.is_none() {
+            self.stopped = Some(self.vm.run_until(&mut self.kernel, sink, None)?);
+        }
+        Ok(self.stopped == Some(Stop::Crashed))
+    }
+
+    /// Captures the program as it stands at a stop.
+    pub fn snapshot(&mut self, meta: SnapshotMeta) -> Result<Snapshot, RunError> {
+        let meta = SnapshotMeta { virtual_time_ns: self.kernel.virtual_time_ns(), ..meta };
+        Ok(Snapshot::capture(&mut self.vm, &self.kernel, meta)?)
+    }
+
+    /// Runs the current life to its end. An injected crash is an error here: a run that plans
+    /// one goes through [`Session::lives`].
+    pub fn run(&mut self, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<Run, RunError> {
+        let status = match self.stopped.take() {
+            Some(Stop::Exited(status)) => status,
+            Some(_) => {
+                return Err(RunError::Vm(VmError::Unexpected {
+                    what: "a crash was injected where none was planned".into(),
+                    rip: 0,
+                }))
+            }
+            None => self.vm.run(&mut self.kernel, sink)?,
+        };
+        let report = self.kernel.finish(&self.vm.space, status);
+        Ok(Run { report, stats: self.vm.stats.clone() })
+    }
+
+    /// Runs to the end of the last life: after every injected crash, the VM and all volatile
+    /// state are thrown away and the program restarts from its binary on the durable disk, with
+    /// the same argv and environment and a new seed stream (the first life keeps this session's
+    /// VM). Returns every life in order; the last one ended on its own. `final_disk` receives
+    /// the last life's file system as the program left it.
+    pub fn lives(
+        &mut self,
+        sink: &mut dyn FnMut(Stream, &[u8]),
+        final_disk: Option<&mut Option<Disk>>,
+    ) -> Result<Vec<Incarnation>, RunError> {
+        let kernel = self.kernel.clone();
+        let stop = self.stopped.take();
+        self.continue_lives(kernel, stop, sink, final_disk)
+    }
+
+    /// For a session stopped at its crash point ([`Session::run_to_crash`]): crashes with
+    /// exactly `state` and runs the restarted program to its end. The lives, the crashed one
+    /// first. The session stays at the crash point, for the next state.
+    pub fn restart_crashed(
+        &mut self,
+        state: &deja_kernel::CrashState,
+        sink: &mut dyn FnMut(Stream, &[u8]),
+    ) -> Result<Vec<Incarnation>, RunError> {
+        if self.stopped != Some(Stop::Crashed) {
+            return Err(RunError::Vm(VmError::Config("the program is not stopped at its crash point".into())));
+        }
+        let mut kernel = self.kernel.clone();
+        let mut faults = self.spec.as_ref().map(|s| s.faults.clone()).unwrap_or_default();
+        faults.crash_state = Some(state.clone());
+        kernel.set_fault_config(faults);
+        self.continue_lives(kernel, Some(Stop::Crashed), sink, None)
+    }
+
+    /// Runs `kernel` in this session's VM to the end of its last life (see [`Session::lives`]).
+    fn continue_lives(
+        &mut self,
+        kernel: Kernel,
+        first_stop: Option<Stop>,
+        sink: &mut dyn FnMut(Stream, &[u8]),
+        final_disk: Option<&mut Option<Disk>>,
+    ) -> Result<Vec<Incarnation>, RunError> {
+        let mut lives = Vec::new();
+        let mut spec = self.spec.clone();
+        let mut kernel = kernel;
+        let mut stop = first_stop;
+        let mut owned: Option<Vm> = None;
+        let mut seed = self.seed;
+        loop {
+            let vm: &mut Vm = owned.as_mut().unwrap_or(&mut self.vm);
+            let this_stop = match stop.take() {
+                Some(s) => s,
+                None => vm.run_until(&mut kernel, sink, None)?,
+            };
+            match this_stop {
+                Stop::Exited(status) => {
+                    if let Some(out) = final_disk {
+                        *out = Some(kernel.disk());
+                    }
+                    let report = kernel.finish(&vm.space, status);
+                    lives.push(Incarnation {
+                        run: Run { report, stats: vm.stats.clone() },
+                        crashed: false,
+                        seed,
+                        crash_disk_digest: None,
+                    });
+                    return Ok(lives);
+                }
+                Stop::Crashed => {
+                    let Some(next_spec) = spec.as_mut() else {
+                        return Err(RunError::Vm(VmError::Config(
+                            "a program restored from a snapshot crashed and cannot be restarted".into(),
+                        )));
+                    };
+                    let disk = kernel.crash_image();
+                    let digest = disk.digest();
+                    let status = ExitStatus::Signaled {
+                        signal: 9,
+                        name: "SIGKILL".into(),
+                        fault: Some(FaultInfo {
+                            description: format!("node crashed by deja {}", kernel.crash_point_words()),
+                            vector: 0,
+                            rip: 0,
+                            addr: None,
+                        }),
+                    };
+                    let report = kernel.finish(&vm.space, status);
+                    let previous_faults = report.faults.clone();
+                    lives.push(Incarnation {
+                        run: Run { report, stats: vm.stats.clone() },
+                        crashed: true,
+                        seed,
+                        crash_disk_digest: Some(digest),
+                    });
+                    next_spec.disk = Some(disk);
+                    seed = restart_seed(seed, lives.len() as u64);
+                    next_spec.seed = seed;
+                    next_spec.faults = next_spec.faults.for_restart();
+                    let (next, mut k) = boot(next_spec, self.memory, BootOptions::default())?;
+                    k.note_previous_faults(previous_faults);
+                    kernel = k;
+                    owned = Some(next);
+                }
+                Stop::AtSyscall | Stop::Idle | Stop::Yield => {
+                    return Err(RunError::Vm(VmError::Unexpected {
+                        what: "stopped without a stop point".into(),
+                        rip: 0,
+                    }))
+                }
+            }
+        }
+    }
+}
