@@ -30,7 +30,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 31] = [
+const GUESTS: [&str; 33] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -62,6 +62,8 @@ const GUESTS: [&str; 31] = [
     "pagestore-fixed",
     "ackstore-buggy",
     "ackstore-fixed",
+    "spin",
+    "attack",
 ];
 
 /// Flags every guest is built with: a static executable.

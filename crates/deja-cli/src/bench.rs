@@ -84,16 +84,7 @@ fn storage_figures(exe: &Path, dir: &Path) -> Result<serde_json::Value, String> 
         let out = std::env::temp_dir().join(format!("deja-bench-storage-{}-{program}", std::process::id()));
         let _ = std::fs::remove_dir_all(&out);
         let rounds = 100u64;
-        let cfg = deja_explore::CampaignConfig {
-            runs: Some(rounds),
-            budget: None,
-            seed: 1,
-            out: out.clone(),
-            resume: false,
-            strategy: deja_explore::Strategy::Coverage,
-            mode: deja_explore::Mode::Faults,
-            stop_at_first_bug: false,
-        };
+        let cfg = campaign(rounds, &out, deja_explore::Mode::Faults, 1);
         let start = Instant::now();
         deja_explore::explore(&target, &cfg, &mut |_| {}).map_err(|e| e.to_string())?;
         let explore_s = start.elapsed().as_secs_f64();
@@ -373,32 +364,12 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     }
 
     // 8. The reference cluster: three register replicas and a client under random partitions;
-    // and exploring it (no forks: every round boots the four VMs).
+    // the same steered rounds booted and forked; campaigns on one worker and on every core.
     let cluster = cluster_figures(&dir, repeat)?;
-    if let Some(file) = dir.parent().and_then(Path::parent).map(|r| r.join("examples/clusters/register-fixed.toml")) {
-        let target = deja_explore::ClusterTarget::load(&file).map_err(|e| e.to_string())?;
-        let out = std::env::temp_dir().join(format!("deja-bench-cluster-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&out);
-        let rounds = 20u64;
-        let cfg = deja_explore::CampaignConfig {
-            runs: Some(rounds),
-            budget: None,
-            seed: 1,
-            out: out.clone(),
-            resume: false,
-            strategy: deja_explore::Strategy::Coverage,
-            mode: deja_explore::Mode::Faults,
-            stop_at_first_bug: false,
-        };
-        let start = Instant::now();
-        deja_explore::explore_cluster(&target, &cfg, &mut |_| {}).map_err(|e| e.to_string())?;
-        let total = start.elapsed().as_secs_f64();
-        let _ = std::fs::remove_dir_all(&out);
-        throughput.push(serde_json::json!({
-            "workload": "register (cluster)", "rounds": rounds, "rounds_per_s": rounds as f64 / total,
-            "forks_per_s": 0.0, "fork_share": 0.0,
-        }));
-    }
+    let root = dir.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
+    let register = root.join("examples/clusters/register-fixed.toml");
+    let forked_cluster = forked_cluster_figures(&register)?;
+    let scale = scale_figures(&dir, &register)?;
 
     // 9. The whole CLI on hello, as a user runs it (including the hazard probe).
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -443,9 +414,123 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
         },
         "fork_reset": { "guest_memory_mib": 256, "rows": fork_rows },
         "cluster": cluster,
+        "forked_cluster": forked_cluster,
+        "scale": scale,
         "deja_run_hello": { "wall_ms": median(hello_times).as_secs_f64() * 1e3, "native_ms": median(hello_native).as_secs_f64() * 1e3 },
         "repeat": repeat,
     }))
+}
+
+/// The register cluster's rounds booted from scratch against the same rounds forked from the
+/// point where every node called `setup_complete`: each pair must give the same digest.
+fn forked_cluster_figures(file: &Path) -> Result<serde_json::Value, String> {
+    use deja_cluster::{Fork, RunOptions, SteerAt, Steering};
+    let cfg = deja_cluster::ClusterConfig::load(file).map_err(|e| e.to_string())?;
+    let rounds = 12u64;
+    let steering = |k: u64| Steering { at: SteerAt::Setup, reseed: Some(1000 + k), ..Steering::default() };
+    let start = Instant::now();
+    let mut booted = Vec::new();
+    for k in 0..rounds {
+        let r = deja_cluster::run(
+            cfg.clone(),
+            RunOptions { sink: &mut |_, _, _| {}, steering: steering(k), record_trace: false },
+        )
+        .map_err(|e| e.to_string())?;
+        booted.push(r.digest);
+    }
+    let booted_s = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let mut fork = Fork::new(cfg.clone(), SteerAt::Setup, &mut |_, _, _| {})
+        .map_err(|e| e.to_string())?
+        .ok_or("the register cluster never had every node call setup_complete")?;
+    let fork_s = start.elapsed().as_secs_f64();
+    let (mut reset_ns, mut frames, mut resets) = (0u64, 0u64, 0u64);
+    let start = Instant::now();
+    for k in 0..rounds {
+        let r = fork.run_child(&steering(k), &mut |_, _, _| {}).map_err(|e| e.to_string())?;
+        if r.digest != booted[k as usize] {
+            return Err(format!(
+                "forked round {k} gave digest {} where the booted one gave {}",
+                r.digest, booted[k as usize]
+            ));
+        }
+        for s in fork.last_reset.nodes.iter().flatten() {
+            reset_ns += s.reset_ns;
+            frames += s.dirty_frames;
+            resets += 1;
+        }
+    }
+    let forked_s = start.elapsed().as_secs_f64();
+    Ok(serde_json::json!({
+        "file": file.display().to_string(), "rounds": rounds, "nodes": cfg.nodes.len(),
+        "fork_point_virtual_ms": fork.virtual_time_ns as f64 / 1e6,
+        "booted_rounds_per_s": rounds as f64 / booted_s, "forked_rounds_per_s": rounds as f64 / forked_s,
+        "speedup": booted_s / forked_s, "fork_setup_s": fork_s,
+        "us_per_node_reset": reset_ns as f64 / 1e3 / resets.max(1) as f64,
+        "frames_per_node_reset": frames as f64 / resets.max(1) as f64,
+        "digests_equal": true,
+    }))
+}
+
+/// A coverage-guided campaign of `rounds` rounds from seed 1, written under `out`.
+fn campaign(rounds: u64, out: &Path, mode: deja_explore::Mode, jobs: u64) -> deja_explore::CampaignConfig {
+    deja_explore::CampaignConfig {
+        runs: Some(rounds),
+        budget: None,
+        seed: 1,
+        out: out.to_path_buf(),
+        resume: false,
+        strategy: deja_explore::Strategy::Coverage,
+        mode,
+        stop_at_first_bug: false,
+        jobs,
+        shard: None,
+    }
+}
+
+/// Campaign rounds per second on one worker and on every core, side by side, per reference
+/// workload.
+fn scale_figures(dir: &Path, register: &Path) -> Result<serde_json::Value, String> {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as u64;
+    let workloads: [(&str, Vec<&str>, deja_explore::Mode, u64); 3] = [
+        ("kv", vec!["--variant", "fixed", "6"], deja_explore::Mode::Faults, 480),
+        ("bank", vec!["--fraud", "fixed", "20"], deja_explore::Mode::Random, 400),
+        ("register (cluster)", vec![], deja_explore::Mode::Faults, 48),
+    ];
+    let mut rows = Vec::new();
+    for (name, args, mode, rounds) in workloads {
+        let mut rate = Vec::new();
+        for jobs in [1, cores] {
+            let out = std::env::temp_dir().join(format!("deja-bench-scale-{}-{jobs}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&out);
+            let cfg = campaign(rounds, &out, mode, jobs);
+            let start = Instant::now();
+            let c = if name.starts_with("register") {
+                let target = deja_explore::ClusterTarget::load(register).map_err(|e| e.to_string())?;
+                deja_explore::explore_cluster(&target, &cfg, &mut |_| {})
+            } else {
+                let path = dir.join(name);
+                let target = deja_explore::Target {
+                    spec: spec(&path, &args)?,
+                    memory: deja_vmm::DEFAULT_MEMORY,
+                    path: path.display().to_string(),
+                };
+                deja_explore::explore(&target, &cfg, &mut |_| {})
+            }
+            .map_err(|e| e.to_string())?;
+            let secs = start.elapsed().as_secs_f64();
+            let _ = std::fs::remove_dir_all(&out);
+            if c.rounds != rounds {
+                return Err(format!("the {name} campaign on {jobs} workers ran {} rounds of {rounds}", c.rounds));
+            }
+            rate.push(rounds as f64 / secs);
+        }
+        rows.push(serde_json::json!({
+            "workload": name, "rounds": rounds, "one_worker_rounds_per_s": rate[0],
+            "workers": cores, "all_workers_rounds_per_s": rate[1], "speedup": rate[1] / rate[0],
+        }));
+    }
+    Ok(serde_json::json!({ "cores": cores, "rows": rows }))
 }
 
 /// The reference cluster's figures (the run with the median wall time of `repeat`).
@@ -463,8 +548,7 @@ fn cluster_figures(guests: &Path, repeat: u32) -> Result<serde_json::Value, Stri
             cfg,
             deja_cluster::RunOptions {
                 sink: &mut |_: &str, _: deja_kernel::Stream, _: &[u8]| {},
-                overrides: Default::default(),
-                reseed: None,
+                steering: Default::default(),
                 record_trace: false,
             },
         )
@@ -553,20 +637,36 @@ pub fn main(args: BenchArgs) -> i32 {
                     c["sweep_ms"].as_f64().unwrap_or(0.0)
                 );
                 for t in v["explore_throughput"].as_array().into_iter().flatten() {
-                    if t["forks_per_s"].as_f64() == Some(0.0) {
-                        println!(
-                            "  explore    {:<14} {:>6.1} rounds/s (no forks: every round boots the whole cluster)",
-                            t["workload"].as_str().unwrap_or(""),
-                            t["rounds_per_s"].as_f64().unwrap_or(0.0)
-                        );
-                        continue;
-                    }
                     println!(
                         "  explore    {:<14} {:>6.1} rounds/s, {:>8.0} forks/s, {:>4.1}% of a round spent resetting the fork",
                         t["workload"].as_str().unwrap_or(""),
                         t["rounds_per_s"].as_f64().unwrap_or(0.0),
                         t["forks_per_s"].as_f64().unwrap_or(0.0),
                         100.0 * t["fork_share"].as_f64().unwrap_or(0.0)
+                    );
+                }
+                let f = &v["forked_cluster"];
+                println!(
+                    "  cluster    {} rounds of {} ({} nodes) steered the same way: booted {:.1} rounds/s, forked at setup ({:.0} ms virtual) {:.1} rounds/s: {:.1}x, same digests; a node's reset {:.0} us ({:.0} frames)",
+                    f["rounds"],
+                    f["file"].as_str().unwrap_or("").rsplit('/').next().unwrap_or(""),
+                    f["nodes"],
+                    f["booted_rounds_per_s"].as_f64().unwrap_or(0.0),
+                    f["fork_point_virtual_ms"].as_f64().unwrap_or(0.0),
+                    f["forked_rounds_per_s"].as_f64().unwrap_or(0.0),
+                    f["speedup"].as_f64().unwrap_or(0.0),
+                    f["us_per_node_reset"].as_f64().unwrap_or(0.0),
+                    f["frames_per_node_reset"].as_f64().unwrap_or(0.0)
+                );
+                for r in v["scale"]["rows"].as_array().into_iter().flatten() {
+                    println!(
+                        "  workers    {:<18} {} rounds: 1 worker {:>6.1} rounds/s, {} workers {:>6.1} rounds/s: {:.2}x",
+                        r["workload"].as_str().unwrap_or(""),
+                        r["rounds"],
+                        r["one_worker_rounds_per_s"].as_f64().unwrap_or(0.0),
+                        r["workers"],
+                        r["all_workers_rounds_per_s"].as_f64().unwrap_or(0.0),
+                        r["speedup"].as_f64().unwrap_or(0.0)
                     );
                 }
                 let j = &v["check"];

@@ -75,11 +75,16 @@ impl Prefixer {
 fn run_cluster(
     cfg: ClusterConfig,
     sink: &mut dyn FnMut(&str, Stream, &[u8]),
-    overrides: BTreeMap<u64, u64>,
     record_trace: bool,
 ) -> Result<ClusterReport, Failure> {
-    deja_cluster::run(cfg, RunOptions { sink, overrides, reseed: None, record_trace })
-        .map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))
+    deja_cluster::run(cfg, RunOptions { sink, steering: Default::default(), record_trace }).map_err(|e| {
+        let code = if matches!(e, deja_cluster::ClusterError::NoProgress { .. }) {
+            exit::NO_PROGRESS
+        } else {
+            exit::DEJA_FAILED
+        };
+        Failure::new(code, e.to_string())
+    })
 }
 
 fn describe(e: Option<&ExitStatus>) -> String {
@@ -193,7 +198,7 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<i32, Failure> {
             output.extend_from_slice(&(b.len() as u64).to_le_bytes());
             output.extend_from_slice(b);
         };
-        run_cluster(cfg.clone(), &mut sink, BTreeMap::new(), auditing)?
+        run_cluster(cfg.clone(), &mut sink, auditing)?
     };
     prefix.flush();
     let record = crate::audit::cluster_record(&first, &output);

@@ -51,6 +51,15 @@ pub struct ExploreArgs {
     /// End the campaign at the first confirmed bug.
     #[arg(long)]
     pub stop_at_first_bug: bool,
+    /// Workers running rounds in parallel, one VM (or one cluster) each, over one corpus
+    /// (default: the machine's available parallelism). The campaign is a function of
+    /// (program, seed, jobs, rounds).
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<u64>,
+    /// Run shard I (0-based) of N: an independent slice of the campaign with its own seeds;
+    /// `deja merge` puts the shards together.
+    #[arg(long, value_name = "I/N", value_parser = parse_shard)]
+    pub shard: Option<(u64, u64)>,
     /// The static program to explore, or a cluster file (`*.toml`).
     pub program: PathBuf,
     /// Arguments for the program (after `--`).
@@ -68,6 +77,21 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         _ => return Err(format!("{s}: unknown unit {unit:?} (use s, m or h)")),
     };
     Ok(Duration::from_secs(secs))
+}
+
+fn parse_shard(s: &str) -> Result<(u64, u64), String> {
+    let bad = || format!("{s}: expected I/N with 0 <= I < N, e.g. 0/4");
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (i, n): (u64, u64) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    if n == 0 || i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+/// The default number of workers: every core this process may use.
+fn default_jobs() -> u64 {
+    std::thread::available_parallelism().map(|n| n.get() as u64).unwrap_or(1)
 }
 
 fn read_files(decls: &[String]) -> Result<BTreeMap<String, Vec<u8>>, (i32, String)> {
@@ -108,6 +132,8 @@ fn config(args: &ExploreArgs, strategy: Strategy, out: PathBuf) -> CampaignConfi
             _ => Mode::Both,
         },
         stop_at_first_bug: args.stop_at_first_bug,
+        jobs: args.jobs.unwrap_or_else(default_jobs).max(1),
+        shard: args.shard,
     }
 }
 
@@ -116,6 +142,10 @@ fn config(args: &ExploreArgs, strategy: Strategy, out: PathBuf) -> CampaignConfi
 pub fn main(args: ExploreArgs) -> i32 {
     if args.runs.is_none() && args.budget.is_none() {
         eprintln!("deja: error: give a budget: --runs N or --budget 10m");
+        return 2;
+    }
+    if args.jobs == Some(0) {
+        eprintln!("deja: error: --jobs takes at least 1");
         return 2;
     }
     let strategy = if args.strategy == "random" { Strategy::Random } else { Strategy::Coverage };
@@ -158,24 +188,37 @@ pub fn main(args: ExploreArgs) -> i32 {
     let bar =
         if args.quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(args.runs.unwrap_or(0)) };
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} round {pos}{len_fmt} {per_sec} | {msg}")
+        indicatif::ProgressStyle::with_template("{spinner} round {pos}{len_fmt} | {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
     );
     let mut show = |p: &deja_explore::Progress| {
         bar.set_position(p.round);
-        bar.set_message(format!("edges {} + {} semantic | corpus {} | bugs {}", p.edges, p.semantic, p.corpus, p.bugs));
+        let workers: Vec<String> = p.worker_rates.iter().map(|r| format!("{r:.1}")).collect();
+        bar.set_message(format!(
+            "{:.1} rounds/s ({} per worker) | edges {} + {} semantic | corpus {} | bugs {}",
+            p.rate(),
+            workers.join(" + "),
+            p.edges,
+            p.semantic,
+            p.corpus,
+            p.bugs
+        ));
     };
-    let result = run_campaign(&config(&args, strategy, args.out.clone()), &mut show);
+    let cfg = config(&args, strategy, args.out.clone());
+    if let Ok(deja_vmm::Remedy { pinned_core: Some(core), .. }) = deja_vmm::identity::remedy() {
+        if cfg.jobs > 1 {
+            eprintln!(
+                "deja: note: this host gives no control of the CPU identity, so every VM runs pinned to host core \
+                 {core}: the {} workers share it",
+                cfg.jobs
+            );
+        }
+    }
+    let result = run_campaign(&cfg, &mut show);
     bar.finish_and_clear();
     let mut campaign = match result {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("deja: error: {e}");
-            return match e {
-                deja_explore::ExploreError::Invalid(_) => 2,
-                _ => exit::DEJA_FAILED,
-            };
-        }
+        Err(e) => return failed(&e),
     };
     if args.baseline && strategy == Strategy::Coverage {
         let mut base_args = config(&args, Strategy::Random, args.out.join("baseline"));
@@ -213,6 +256,14 @@ pub fn main(args: ExploreArgs) -> i32 {
             campaign.bugs.len()
         );
     }
+    if campaign.no_progress_rounds > 0 {
+        let _ = writeln!(
+            err,
+            "deja:   {} round(s) made no progress and were stopped by the watchdog (not bugs), first: {}",
+            campaign.no_progress_rounds,
+            campaign.no_progress.first().map_or(String::new(), |n| format!("round {}: {}", n.round, n.why))
+        );
+    }
     for b in &campaign.bugs {
         let _ = writeln!(err, "deja:   bug {} (round {}): {}", b.id, b.first_round, b.signature);
         let _ = writeln!(err, "deja:     reproduce: {}", b.reproduce);
@@ -230,6 +281,55 @@ pub fn main(args: ExploreArgs) -> i32 {
     if campaign.rounds == 0 {
         2
     } else if campaign.bugs.is_empty() {
+        0
+    } else {
+        1
+    }
+}
+
+/// Arguments of `deja merge`.
+#[derive(Debug, clap::Args)]
+pub struct MergeArgs {
+    /// Directory of the merged campaign (new).
+    #[arg(long, default_value = "deja-merged")]
+    pub out: PathBuf,
+    /// The campaign directories to merge (the shards' --out).
+    #[arg(required = true)]
+    pub dirs: Vec<PathBuf>,
+}
+
+/// Prints a campaign error; 2 when what was asked cannot be done, 125 when deja failed.
+fn failed(e: &deja_explore::ExploreError) -> i32 {
+    eprintln!("deja: error: {e}");
+    match e {
+        deja_explore::ExploreError::Invalid(_) => 2,
+        e if e.no_progress().is_some() => exit::NO_PROGRESS,
+        _ => exit::DEJA_FAILED,
+    }
+}
+
+/// `deja merge`: exit 0 when the merged campaign has no bug, 1 when it has bugs, 2 when the
+/// directories do not merge, 125 when a file could not be read or written.
+pub fn merge(args: MergeArgs) -> i32 {
+    let c = match deja_explore::merge(&args.dirs, &args.out) {
+        Ok(c) => c,
+        Err(e) => return failed(&e),
+    };
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(
+        err,
+        "deja: merged {} campaigns: {} rounds, corpus {}, {} bug(s)",
+        c.shards.len(),
+        c.rounds,
+        c.corpus_size,
+        c.bugs.len()
+    );
+    for b in &c.bugs {
+        let _ = writeln!(err, "deja:   bug {}: {}", b.id, b.signature);
+        let _ = writeln!(err, "deja:     reproduce: {}", b.reproduce);
+    }
+    let _ = writeln!(err, "deja: reports in {}/report.{{txt,json,html}}", args.out.display());
+    if c.bugs.is_empty() {
         0
     } else {
         1

@@ -45,6 +45,8 @@ enum Command {
     /// Explore a program or a cluster: coverage-guided runs over forked snapshots, faults and
     /// random choices.
     Explore(Box<explore::ExploreArgs>),
+    /// Merge campaign directories (the shards of one campaign) into one: corpus, bugs, report.
+    Merge(explore::MergeArgs),
     /// Replay a bug file exactly: exit 1 if the failure reproduced, 0 if not, 2 if incomplete.
     Replay(explore::ReplayArgs),
     /// Minimize a bug file's input with delta debugging and verify the result by replay.
@@ -63,6 +65,8 @@ enum Command {
 
 /// deja's own exit codes.
 pub mod exit {
+    /// The program ran past the watchdog's limit without a syscall or an exception.
+    pub const NO_PROGRESS: i32 = 122;
     /// An SDK assertion failed.
     pub const ASSERTION_FAILED: i32 = 123;
     /// `--audit` found diverging runs.
@@ -89,6 +93,7 @@ fn main() {
         Command::Check(args) => check::main(*args),
         Command::VerifyCertificate(args) => check::verify(args),
         Command::Explore(args) => explore::main(*args),
+        Command::Merge(args) => explore::merge(args),
         Command::Replay(args) => explore::replay(args),
         Command::Minimize(args) => explore::minimize(args),
     };

@@ -296,6 +296,7 @@ fn run_error(e: RunError) -> Failure {
     match e {
         RunError::Load(e) => Failure::new(exit::NOT_LOADABLE, format!("cannot load the program: {e}")),
         RunError::Snapshot(e) => Failure::new(exit::NOT_LOADABLE, format!("cannot restore the snapshot: {e}")),
+        RunError::Vm(e @ deja_vmm::VmError::NoProgress { .. }) => Failure::new(exit::NO_PROGRESS, e.to_string()),
         RunError::Vm(e) => Failure::new(exit::DEJA_FAILED, e.to_string()),
     }
 }

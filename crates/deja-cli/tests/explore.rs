@@ -180,12 +180,13 @@ fn a_resumed_campaign_continues_where_it_stopped() {
     let whole = out_dir("resume-whole");
     let split = out_dir("resume-split");
     let args = ["--rare-bug", "5"];
-    explore(&whole, &["--runs", "60", "--seed", "1", "--mode", "random"], &bank, &args);
-    explore(&split, &["--runs", "5", "--seed", "1", "--mode", "random"], &bank, &args);
-    let again = explore(&split, &["--runs", "60", "--seed", "1", "--mode", "random"], &bank, &args);
+    // One worker: every round learns from all before it (tests/scale.rs resumes on two).
+    explore(&whole, &["--runs", "60", "--jobs", "1", "--seed", "1", "--mode", "random"], &bank, &args);
+    explore(&split, &["--runs", "5", "--jobs", "1", "--seed", "1", "--mode", "random"], &bank, &args);
+    let again = explore(&split, &["--runs", "60", "--jobs", "1", "--seed", "1", "--mode", "random"], &bank, &args);
     assert_eq!(again.status.code(), Some(2), "an existing campaign is not overwritten: {}", stderr(&again));
     assert!(report(&split)["bugs"].as_array().unwrap().is_empty(), "the bug comes after the split");
-    explore(&split, &["--runs", "60", "--seed", "1", "--mode", "random", "--resume"], &bank, &args);
+    explore(&split, &["--runs", "60", "--jobs", "1", "--seed", "1", "--mode", "random", "--resume"], &bank, &args);
     let (w, s) = (report(&whole), report(&split));
     assert_eq!(s["rounds"], 60);
     assert_eq!(w["bugs"].as_array().unwrap().len(), 1, "{w}");

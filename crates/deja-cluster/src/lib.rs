@@ -19,7 +19,7 @@ use serde::Serialize;
 
 pub use config::{ClusterConfig, ConfigError};
 pub use network::NetStats;
-pub use sim::{run, RunOptions};
+pub use sim::{node_seed, run, ClusterReset, Fork, RunOptions, SteerAt, Steering};
 
 /// Why a cluster could not run (a guest that crashes is not an error).
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +31,19 @@ pub enum ClusterError {
         node: String,
         /// What failed.
         message: String,
+    },
+    /// A fork was given steering it cannot take.
+    #[error("{0}")]
+    Steering(String),
+    /// A node ran past the watchdog's limit without a syscall or an exception.
+    #[error("node {node}: {message}")]
+    NoProgress {
+        /// The node.
+        node: String,
+        /// What the watchdog saw, for people (host time and where: not deterministic).
+        message: String,
+        /// Syscalls the node's current life had made (deterministic).
+        syscalls: u64,
     },
 }
 

@@ -67,11 +67,13 @@
 //! its length.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use deja_kernel::net::{Packet, Payload, SockAddr};
 use deja_kernel::{DecisionLog, ExitStatus, Kernel, ProgramSpec, RunReport, Stream};
-use deja_vmm::{BootOptions, Stop, Vm};
+use deja_vmm::{BootOptions, Parent, ResetStats, Stop, Vm};
+use serde::{Deserialize, Serialize};
 
 use crate::config::{Action, ClusterConfig, NodeConfig, RandomFaults, ScheduledFault};
 use crate::network::{Delivery, Network};
@@ -102,10 +104,12 @@ enum State {
 struct Live {
     vm: Vm,
     kernel: Kernel,
+    /// The VM is a fork's: it goes back to the fork when the life ends.
+    forked: bool,
 }
 
 struct Node {
-    cfg: NodeConfig,
+    cfg: Arc<NodeConfig>,
     live: Option<Live>,
     state: State,
     paused: bool,
@@ -118,6 +122,27 @@ struct Node {
     min_exit_ns: u64,
     host_cores: Vec<u32>,
     seed: u64,
+}
+
+impl Node {
+    /// Everything but the running VM.
+    fn clone_cold(&self) -> Node {
+        Node {
+            cfg: self.cfg.clone(),
+            live: None,
+            state: self.state,
+            paused: self.paused,
+            lives: self.lives.clone(),
+            disk: self.disk.clone(),
+            stdout: self.stdout.clone(),
+            stderr: self.stderr.clone(),
+            exits: self.exits,
+            host_run_ns: self.host_run_ns,
+            min_exit_ns: self.min_exit_ns,
+            host_cores: self.host_cores.clone(),
+            seed: self.seed,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -140,21 +165,49 @@ enum RandomKind {
     Clock,
 }
 
+/// Where a cluster run takes its steering.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SteerAt {
+    /// When the nodes have booted, before anything ran.
+    #[default]
+    Boot,
+    /// At the first moment every node has called `setup_complete` (in its current life): the
+    /// scheduler's next step after the last one did.
+    Setup,
+}
+
+/// How a cluster run is steered away from its seed's course.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Steering {
+    /// Cluster decision index → choice.
+    #[serde(default)]
+    pub overrides: BTreeMap<u64, u64>,
+    /// From the steering point on, every cluster decision that is not overridden is drawn from
+    /// this seed's stream instead of the cluster seed's, and node `i`'s decisions from
+    /// [`node_seed`]`(reseed, i)`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reseed: Option<u64>,
+    /// Where the steering is applied.
+    #[serde(default)]
+    pub at: SteerAt,
+}
+
 /// Options of one cluster run.
 pub struct RunOptions<'a> {
     /// Where the nodes' output goes as it is written (node name, stream, bytes).
     pub sink: &'a mut dyn FnMut(&str, Stream, &[u8]),
-    /// Steering of the cluster's decisions, by index.
-    pub overrides: BTreeMap<u64, u64>,
-    /// Draws every cluster decision that is not overridden from this seed's stream instead of
-    /// the cluster seed's (the nodes' own seeds stay the cluster seed's).
-    pub reseed: Option<u64>,
+    /// How the run is steered.
+    pub steering: Steering,
     /// Record full syscall traces.
     pub record_trace: bool,
 }
 
-struct Sim<'a> {
-    cfg: ClusterConfig,
+/// Where the nodes' output goes (node name, stream, bytes).
+type Sink<'a> = &'a mut dyn FnMut(&str, Stream, &[u8]);
+
+struct Sim {
+    cfg: Arc<ClusterConfig>,
     nodes: Vec<Node>,
     net: Network,
     log: DecisionLog,
@@ -163,71 +216,162 @@ struct Sim<'a> {
     next_seq: u64,
     now: u64,
     random_partition_active: bool,
-    opts: RunOptions<'a>,
+    /// The scripted faults and the first random-fault gaps are in the queue.
+    armed: bool,
+    record_trace: bool,
+    /// Boot nodes with KVM's dirty log, to fork them.
+    dirty_log: bool,
+    /// Each node's fork VM, back from a life that ended.
+    spare: Vec<Option<Vm>>,
 }
 
 /// Runs a cluster to its end.
 pub fn run(cfg: ClusterConfig, opts: RunOptions<'_>) -> Result<ClusterReport, ClusterError> {
     let wall = Instant::now();
-    let addrs: Vec<[u8; 4]> = cfg.nodes.iter().map(|n| n.address).collect();
-    let mut log = DecisionLog::new(CLUSTER_CONTEXT, cfg.seed);
-    log.set_overrides(opts.overrides.clone());
-    if let Some(s) = opts.reseed {
-        log.reseed(CLUSTER_CONTEXT, s);
-    }
-    let nodes = cfg
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| Node {
-            cfg: n.clone(),
-            live: None,
-            state: State::Down,
-            paused: false,
-            lives: Vec::new(),
-            disk: None,
-            stdout: Vec::new(),
-            stderr: Vec::new(),
-            exits: 0,
-            host_run_ns: 0,
-            min_exit_ns: u64::MAX,
-            host_cores: Vec::new(),
-            seed: node_seed(cfg.seed, i),
-        })
-        .collect();
-    let mut sim = Sim {
-        net: Network::new(cfg.network.clone(), &addrs),
-        cfg,
-        nodes,
-        log,
-        ledger: Vec::new(),
-        events: BTreeMap::new(),
-        next_seq: 0,
-        now: 0,
-        random_partition_active: false,
-        opts,
-    };
-    for i in 0..sim.nodes.len() {
-        sim.boot(i)?;
-    }
-    for f in sim.cfg.schedule.clone() {
-        sim.push(f.at_ms.saturating_mul(1_000_000), Event::Scripted(Box::new(f)));
-    }
-    if let Some(r) = sim.cfg.random_faults.clone() {
-        for (kind, every) in [
-            (RandomKind::Partition, r.partition_every_ms),
-            (RandomKind::Kill, r.kill_every_ms),
-            (RandomKind::Pause, r.pause_every_ms),
-            (RandomKind::Clock, r.clock_every_ms),
-        ] {
-            if let Some(range) = every {
-                let gap = sim.draw_ms(&format!("{} gap", kind_name(kind)), range);
-                sim.push(gap, Event::RandomTick(kind));
+    let steering = opts.steering;
+    let mut sim = Sim::boot(cfg, opts.record_trace, false)?;
+    let outcome = match steering.at {
+        SteerAt::Boot => {
+            sim.steer(&steering);
+            sim.main_loop(opts.sink, false)?
+        }
+        SteerAt::Setup => {
+            sim.arm();
+            match sim.main_loop(opts.sink, true)? {
+                Some(outcome) => Some(outcome),
+                None => {
+                    sim.steer(&steering);
+                    sim.main_loop(opts.sink, false)?
+                }
             }
         }
+    };
+    Ok(sim.report(outcome.unwrap_or(Outcome::TimeLimit), wall.elapsed().as_nanos() as u64))
+}
+
+/// What one reset of a forked cluster did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ClusterReset {
+    /// Each node's reset (nodes without a VM at the fork point have none).
+    pub nodes: Vec<Option<ResetStats>>,
+}
+
+/// A whole cluster kept at a point — every node's VM and core, the network in flight, the
+/// event queue, the scheduler, the decision log and the virtual clock — and children run from
+/// it. Each child starts by resetting each node's VM to the fork through its dirty pages.
+pub struct Fork {
+    frozen: Sim,
+    parents: Vec<Option<Parent>>,
+    vms: Vec<Option<Vm>>,
+    /// Where the fork is.
+    pub at: SteerAt,
+    /// Cluster decisions taken before it.
+    pub base_decisions: u64,
+    /// Its virtual time, ns.
+    pub virtual_time_ns: u64,
+    /// What the last reset did.
+    pub last_reset: ClusterReset,
+}
+
+impl Fork {
+    /// Boots `cfg` and keeps it at `at`; `None` when the run ended before every node had
+    /// called `setup_complete` (a fork at [`SteerAt::Boot`] always exists).
+    pub fn new(cfg: ClusterConfig, at: SteerAt, sink: Sink<'_>) -> Result<Option<Fork>, ClusterError> {
+        let mut sim = Sim::boot(cfg, false, true)?;
+        match at {
+            SteerAt::Setup => {
+                sim.arm();
+                if sim.main_loop(sink, true)?.is_some() {
+                    return Ok(None);
+                }
+            }
+            // A VM is kept at a clean ring-3 stop, as a single program's fork is: each node runs
+            // to its first syscall, before it is served. That touches nothing another node or
+            // the network can see, so the cluster has not moved.
+            SteerAt::Boot => {
+                for n in &mut sim.nodes {
+                    let name = n.cfg.name.clone();
+                    let Some(live) = n.live.as_mut() else { continue };
+                    let mut out = |s: Stream, b: &[u8]| sink(&name, s, b);
+                    match live.vm.run_until(&mut live.kernel, &mut out, Some(0)) {
+                        Ok(Stop::AtSyscall) => {}
+                        Ok(other) => {
+                            return Err(ClusterError::node(&name, format!("ended before its first syscall: {other:?}")))
+                        }
+                        Err(e) => return Err(ClusterError::node(&name, e)),
+                    }
+                }
+            }
+        }
+        let mut parents = Vec::new();
+        let mut vms = Vec::new();
+        for n in &mut sim.nodes {
+            match n.live.take() {
+                Some(mut live) => {
+                    let name = n.cfg.name.clone();
+                    parents.push(Some(
+                        Parent::capture(&mut live.vm, &live.kernel).map_err(|e| ClusterError::node(&name, e))?,
+                    ));
+                    vms.push(Some(live.vm));
+                }
+                None => {
+                    parents.push(None);
+                    vms.push(None);
+                }
+            }
+        }
+        let frozen = sim.clone_cold();
+        Ok(Some(Fork {
+            base_decisions: frozen.log.records().len() as u64,
+            virtual_time_ns: frozen.now,
+            frozen,
+            parents,
+            vms,
+            at,
+            last_reset: ClusterReset::default(),
+        }))
     }
-    let outcome = sim.main_loop()?;
-    Ok(sim.report(outcome, wall.elapsed().as_nanos() as u64))
+
+    /// Resets every node to the fork, applies `steering` (its `at` must be the fork's) and runs
+    /// the cluster to its end: the same run as [`run`] with the same steering.
+    pub fn run_child(&mut self, steering: &Steering, sink: Sink<'_>) -> Result<ClusterReport, ClusterError> {
+        if steering.at != self.at {
+            return Err(ClusterError::Steering(format!(
+                "a fork at {:?} cannot take steering meant for {:?}",
+                self.at, steering.at
+            )));
+        }
+        let wall = Instant::now();
+        let mut sim = self.frozen.clone_cold();
+        let mut stats = Vec::new();
+        for (i, parent) in self.parents.iter().enumerate() {
+            let Some(parent) = parent else {
+                stats.push(None);
+                continue;
+            };
+            let name = &sim.nodes[i].cfg.name;
+            let mut vm = self.vms[i].take().ok_or_else(|| ClusterError::node(name, "the fork lost its VM"))?;
+            stats.push(Some(parent.reset(&mut vm).map_err(|e| ClusterError::node(name, e))?));
+            vm.stats.host_cores.clear();
+            sim.nodes[i].live = Some(Live { vm, kernel: parent.kernel().clone(), forked: true });
+        }
+        self.last_reset = ClusterReset { nodes: stats };
+        sim.steer(steering);
+        let result = sim.main_loop(sink, false);
+        let report = result.map(|o| sim.report(o.unwrap_or(Outcome::TimeLimit), wall.elapsed().as_nanos() as u64));
+        // Every fork VM comes back, whatever happened to its node.
+        for (i, spare) in sim.spare.iter_mut().enumerate() {
+            if let Some(vm) = spare.take() {
+                self.vms[i] = Some(vm);
+            }
+        }
+        for (i, n) in sim.nodes.iter_mut().enumerate() {
+            if let Some(live) = n.live.take().filter(|l| l.forked) {
+                self.vms[i] = Some(live.vm);
+            }
+        }
+        report
+    }
 }
 
 fn kind_name(k: RandomKind) -> &'static str {
@@ -239,7 +383,119 @@ fn kind_name(k: RandomKind) -> &'static str {
     }
 }
 
-impl Sim<'_> {
+impl Sim {
+    /// Boots every node of `cfg`; nothing has run yet.
+    fn boot(cfg: ClusterConfig, record_trace: bool, dirty_log: bool) -> Result<Sim, ClusterError> {
+        let addrs: Vec<[u8; 4]> = cfg.nodes.iter().map(|n| n.address).collect();
+        let log = DecisionLog::new(CLUSTER_CONTEXT, cfg.seed);
+        let nodes = cfg
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Node {
+                cfg: Arc::new(n.clone()),
+                live: None,
+                state: State::Down,
+                paused: false,
+                lives: Vec::new(),
+                disk: None,
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+                exits: 0,
+                host_run_ns: 0,
+                min_exit_ns: u64::MAX,
+                host_cores: Vec::new(),
+                seed: node_seed(cfg.seed, i),
+            })
+            .collect();
+        let mut sim = Sim {
+            net: Network::new(cfg.network.clone(), &addrs),
+            spare: (0..cfg.nodes.len()).map(|_| None).collect(),
+            cfg: Arc::new(cfg),
+            nodes,
+            log,
+            ledger: Vec::new(),
+            events: BTreeMap::new(),
+            next_seq: 0,
+            now: 0,
+            random_partition_active: false,
+            armed: false,
+            record_trace,
+            dirty_log,
+        };
+        for i in 0..sim.nodes.len() {
+            sim.boot_node(i)?;
+        }
+        Ok(sim)
+    }
+
+    /// Everything but the VMs (each node's core stays with its VM).
+    fn clone_cold(&self) -> Sim {
+        Sim {
+            cfg: self.cfg.clone(),
+            nodes: self.nodes.iter().map(Node::clone_cold).collect(),
+            net: self.net.clone(),
+            log: self.log.clone(),
+            ledger: self.ledger.clone(),
+            events: self.events.clone(),
+            next_seq: self.next_seq,
+            now: self.now,
+            random_partition_active: self.random_partition_active,
+            armed: self.armed,
+            record_trace: self.record_trace,
+            dirty_log: false,
+            spare: (0..self.nodes.len()).map(|_| None).collect(),
+        }
+    }
+
+    /// Queues the scripted faults and draws the first gap of each kind of random fault.
+    fn arm(&mut self) {
+        if std::mem::replace(&mut self.armed, true) {
+            return;
+        }
+        for f in self.cfg.schedule.clone() {
+            self.push(f.at_ms.saturating_mul(1_000_000), Event::Scripted(Box::new(f)));
+        }
+        if let Some(r) = self.cfg.random_faults.clone() {
+            for (kind, every) in [
+                (RandomKind::Partition, r.partition_every_ms),
+                (RandomKind::Kill, r.kill_every_ms),
+                (RandomKind::Pause, r.pause_every_ms),
+                (RandomKind::Clock, r.clock_every_ms),
+            ] {
+                if let Some(range) = every {
+                    let gap = self.draw_ms(&format!("{} gap", kind_name(kind)), range);
+                    self.push(gap, Event::RandomTick(kind));
+                }
+            }
+        }
+    }
+
+    /// Applies `steering` here.
+    fn steer(&mut self, steering: &Steering) {
+        self.log.set_overrides(steering.overrides.clone());
+        if let Some(seed) = steering.reseed {
+            self.log.reseed(CLUSTER_CONTEXT, seed);
+            for (i, n) in self.nodes.iter_mut().enumerate() {
+                if let Some(live) = n.live.as_mut() {
+                    live.kernel.reseed_decisions(node_seed(seed, i));
+                }
+            }
+        }
+    }
+
+    /// Every node is up and has called `setup_complete` in its current life.
+    fn all_set_up(&self) -> bool {
+        self.nodes.iter().all(|n| n.live.as_ref().is_some_and(|l| l.kernel.setup_completed()))
+    }
+
+    /// A life of node `i` ended: its VM goes back to the fork if it was the fork's.
+    fn retire(&mut self, i: usize, live: Live) {
+        if live.forked {
+            self.spare[i] = Some(live.vm);
+        }
+    }
+
     fn push(&mut self, at: u64, e: Event) {
         self.events.insert((at, self.next_seq), e);
         self.next_seq += 1;
@@ -252,7 +508,7 @@ impl Sim<'_> {
     }
 
     /// Starts a node's next life at the current time.
-    fn boot(&mut self, i: usize) -> Result<(), ClusterError> {
+    fn boot_node(&mut self, i: usize) -> Result<(), ClusterError> {
         let memory = self.cfg.memory;
         let n = &mut self.nodes[i];
         let life = n.lives.len() as u64;
@@ -261,12 +517,15 @@ impl Sim<'_> {
         spec.env = n.cfg.env.clone();
         spec.files = n.cfg.files.clone();
         spec.disk = n.disk.take();
-        spec.record_trace = self.opts.record_trace;
+        spec.record_trace = self.record_trace;
+        // A cluster on its way to a fork point keeps dirty logs; a child's restarts boot plain
+        // VMs of their own.
+        let opts = BootOptions { dirty_log: self.dirty_log, ..BootOptions::default() };
         let (mut vm, mut kernel) =
-            deja_vmm::boot(&spec, memory, BootOptions::default()).map_err(|e| ClusterError::node(&n.cfg.name, e))?;
+            deja_vmm::boot(&spec, memory, opts).map_err(|e| ClusterError::node(&n.cfg.name, e))?;
         kernel.attach_network(n.cfg.address);
         kernel.resume(&mut vm.space, self.now, Vec::new());
-        n.live = Some(Live { vm, kernel });
+        n.live = Some(Live { vm, kernel, forked: self.dirty_log });
         n.state = State::Running;
         Ok(())
     }
@@ -289,10 +548,16 @@ impl Sim<'_> {
         self.nodes.iter().filter(|n| n.cfg.wait).all(|n| n.state == State::Exited)
     }
 
-    fn main_loop(&mut self) -> Result<Outcome, ClusterError> {
+    /// Runs the cluster to its end (`Some`), or, with `stop_at_setup`, until every node has
+    /// called `setup_complete` (`None`).
+    fn main_loop(&mut self, sink: Sink<'_>, stop_at_setup: bool) -> Result<Option<Outcome>, ClusterError> {
+        self.arm();
         loop {
+            if stop_at_setup && self.all_set_up() {
+                return Ok(None);
+            }
             if self.done() {
-                return Ok(Outcome::Completed);
+                return Ok(Some(Outcome::Completed));
             }
             let ev_t = self.events.keys().next().map(|k| k.0);
             let ready: Vec<(u64, usize)> =
@@ -309,15 +574,15 @@ impl Sim<'_> {
                         .filter(|n| n.cfg.wait && n.state != State::Exited)
                         .map(|n| format!("{} ({})", n.cfg.name, state_name(n)))
                         .collect();
-                    return Ok(Outcome::Stuck(format!(
+                    return Ok(Some(Outcome::Stuck(format!(
                         "no node can run and nothing is in flight; waiting for: {}",
                         what.join(", ")
-                    )));
+                    ))));
                 }
             };
             if t > self.cfg.time_limit_ns {
                 self.now = self.cfg.time_limit_ns;
-                return Ok(Outcome::TimeLimit);
+                return Ok(Some(Outcome::TimeLimit));
             }
             self.now = self.now.max(t);
             self.log.set_time(self.now);
@@ -341,12 +606,12 @@ impl Sim<'_> {
                 .min()
                 .unwrap_or(self.cfg.time_limit_ns)
                 .min(self.cfg.time_limit_ns);
-            self.step(pick, others)?;
+            self.step(pick, others, &mut *sink)?;
         }
     }
 
     /// Runs node `i` until its clock passes `until`, it goes idle or it ends.
-    fn step(&mut self, i: usize, until: u64) -> Result<(), ClusterError> {
+    fn step(&mut self, i: usize, until: u64, sink: Sink<'_>) -> Result<(), ClusterError> {
         let now = self.now;
         let n = &mut self.nodes[i];
         let name = n.cfg.name.clone();
@@ -362,7 +627,6 @@ impl Sim<'_> {
         }
         live.kernel.set_yield_at(Some(until.max(live.kernel.virtual_time_ns() + 1)));
         let (stdout, stderr) = (&mut n.stdout, &mut n.stderr);
-        let sink = &mut *self.opts.sink;
         let mut out = |s: Stream, b: &[u8]| {
             match s {
                 Stream::Stdout => stdout.extend_from_slice(b),
@@ -371,7 +635,12 @@ impl Sim<'_> {
             sink(&name, s, b);
         };
         let before = (live.vm.stats.exits, live.vm.stats.host_run_ns);
-        let stop = live.vm.run_until(&mut live.kernel, &mut out, None).map_err(|e| ClusterError::node(&name, e))?;
+        let stop = live.vm.run_until(&mut live.kernel, &mut out, None).map_err(|e| match e {
+            deja_vmm::VmError::NoProgress { syscalls, .. } => {
+                ClusterError::NoProgress { node: name.clone(), message: e.to_string(), syscalls }
+            }
+            e => ClusterError::node(&name, e),
+        })?;
         let runs = live.vm.stats.exits - before.0;
         let ns = live.vm.stats.host_run_ns - before.1;
         n.exits += runs;
@@ -423,7 +692,7 @@ impl Sim<'_> {
         n.state = State::Exited;
         // Its host is still up: what it had open is closed, which resets its peers.
         let conns = live.kernel.connections();
-        drop(live);
+        self.retire(i, live);
         self.reset_peers(i, conns);
         Ok(())
     }
@@ -609,7 +878,7 @@ impl Sim<'_> {
         n.state = State::Down;
         n.paused = false;
         let name = n.cfg.name.clone();
-        drop(live);
+        self.retire(i, live);
         let f = ScheduledFault { node: Some(name.clone()), ..self.scripted_fault(Action::Kill) };
         self.note_scripted("kill", name, f);
         self.reset_peers(i, conns);
@@ -622,7 +891,7 @@ impl Sim<'_> {
         let name = self.nodes[i].cfg.name.clone();
         let f = ScheduledFault { node: Some(name.clone()), ..self.scripted_fault(Action::Restart) };
         self.note_scripted("restart", name, f);
-        self.boot(i)
+        self.boot_node(i)
     }
 
     fn pause(&mut self, i: usize) {
@@ -768,12 +1037,14 @@ impl Sim<'_> {
         Ok(())
     }
 
-    fn report(mut self, outcome: Outcome, wall_ns: u64) -> ClusterReport {
+    /// The report of the run; the nodes still running are stopped (their fork VMs go back).
+    fn report(&mut self, outcome: Outcome, wall_ns: u64) -> ClusterReport {
         let end = self.now;
-        for n in &mut self.nodes {
-            if let Some(mut live) = n.live.take() {
+        for i in 0..self.nodes.len() {
+            if let Some(mut live) = self.nodes[i].live.take() {
                 let status = sigkill("still running when the cluster run ended");
-                n.lives.push(live.kernel.finish(&live.vm.space, status));
+                self.nodes[i].lives.push(live.kernel.finish(&live.vm.space, status));
+                self.retire(i, live);
             }
         }
         let mut h = blake3::Hasher::new();
@@ -793,11 +1064,10 @@ impl Sim<'_> {
             h.update(f.kind.as_bytes());
             h.update(f.detail.as_bytes());
         }
-        let nodes = self
-            .nodes
+        let nodes = std::mem::take(&mut self.nodes)
             .into_iter()
             .map(|n| NodeReport {
-                name: n.cfg.name,
+                name: n.cfg.name.clone(),
                 address: std::net::Ipv4Addr::from(n.cfg.address).to_string(),
                 waited: n.cfg.wait,
                 ended: match n.state {
@@ -823,7 +1093,7 @@ impl Sim<'_> {
             wall_ns,
             digest: h.finalize().to_hex().to_string(),
             nodes,
-            faults: self.ledger,
+            faults: std::mem::take(&mut self.ledger),
             decisions: self.log.records().to_vec(),
             network: self.net.stats.clone(),
             binary_hashes: self.cfg.binary_hashes.clone(),

@@ -101,8 +101,10 @@ pub fn render_html(c: &Campaign) -> String {
     legend(&mut h, c);
     chart(&mut h, c);
     h.push_str("</section>\n");
+    shards_table(&mut h, c);
     bugs_table(&mut h, c);
     unconfirmed_table(&mut h, c);
+    no_progress_table(&mut h, c);
     assertions_table(&mut h, c);
     let _ = write!(h, "<footer>deja explore report · schema {}</footer>\n</main>\n</body>\n</html>\n", crate::SCHEMA);
     h
@@ -486,6 +488,34 @@ fn bugs_table(h: &mut String, c: &Campaign) {
     h.push_str("</table>\n</section>\n");
 }
 
+fn shards_table(h: &mut String, c: &Campaign) {
+    if c.shards.is_empty() {
+        return;
+    }
+    let _ = write!(
+        h,
+        "<section>\n<h2>Merged from <span class=\"count\">({})</span></h2>\n<table>\n<tr><th>directory</th>\
+         <th>shard</th><th class=\"num\">rounds</th><th class=\"num\">corpus</th><th class=\"num\">edges</th>\
+         <th class=\"num\">bugs</th><th class=\"num\">time</th></tr>\n",
+        c.shards.len()
+    );
+    for s in &c.shards {
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"sig\">{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            escape(&s.dir),
+            escape(&s.shard),
+            thousands(s.rounds),
+            thousands(s.corpus_size),
+            thousands(s.edges_hit),
+            thousands(s.bugs),
+            escape(&crate::duration(s.wall_seconds))
+        );
+    }
+    h.push_str("</table>\n</section>\n");
+}
+
 fn unconfirmed_table(h: &mut String, c: &Campaign) {
     if c.unconfirmed.is_empty() {
         return;
@@ -506,6 +536,24 @@ fn unconfirmed_table(h: &mut String, c: &Campaign) {
             thousands(u.round),
             escape(&u.why)
         );
+    }
+    h.push_str("</table>\n</section>\n");
+}
+
+fn no_progress_table(h: &mut String, c: &Campaign) {
+    if c.no_progress_rounds == 0 {
+        return;
+    }
+    let _ = write!(
+        h,
+        "<section>\n<h2>Rounds without progress <span class=\"count\">({})</span></h2>\n\
+         <p class=\"empty\">The watchdog stopped them after <code>DEJA_NO_PROGRESS_S</code> of guest code without a \
+         syscall: not bugs. The first of them:</p>\n<table>\n<tr><th class=\"num\">round</th>\
+         <th>what the watchdog saw</th></tr>\n",
+        thousands(c.no_progress_rounds)
+    );
+    for n in &c.no_progress {
+        let _ = writeln!(h, "<tr><td class=\"num\">{}</td><td>{}</td></tr>", thousands(n.round), escape(&n.why));
     }
     h.push_str("</table>\n</section>\n");
 }

@@ -55,6 +55,54 @@ pub struct Campaign {
     /// evidence that something in the run is not deterministic.
     #[serde(default)]
     pub unconfirmed: Vec<Unconfirmed>,
+    /// Workers that ran rounds in parallel (0 for a merged campaign).
+    #[serde(default = "one")]
+    pub jobs: u64,
+    /// For one shard of a campaign: `i/n` (0-based `i`).
+    #[serde(default)]
+    pub shard: Option<String>,
+    /// For a merged campaign: each shard it was merged from.
+    #[serde(default)]
+    pub shards: Vec<ShardLine>,
+    /// Rounds the no-progress watchdog stopped (not bugs: deja cannot tell a long computation
+    /// from a loop that never ends).
+    #[serde(default)]
+    pub no_progress_rounds: u64,
+    /// The first of them.
+    #[serde(default)]
+    pub no_progress: Vec<NoProgress>,
+}
+
+/// A round the no-progress watchdog stopped.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NoProgress {
+    /// The round.
+    pub round: u64,
+    /// What the watchdog saw (the syscall it stalled after, where).
+    pub why: String,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// One shard of a merged campaign.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ShardLine {
+    /// Its directory.
+    pub dir: String,
+    /// `i/n`, or `-` for a campaign that was not a shard.
+    pub shard: String,
+    /// Rounds it ran.
+    pub rounds: u64,
+    /// Its corpus.
+    pub corpus_size: u64,
+    /// Edges (or behaviours) it hit.
+    pub edges_hit: u64,
+    /// Bugs it found (before deduplication).
+    pub bugs: u64,
+    /// Its wall time, seconds (display only).
+    pub wall_seconds: f64,
 }
 
 /// A failure whose confirming replay did not give the same run.
@@ -69,7 +117,7 @@ pub struct Unconfirmed {
 }
 
 /// The campaign's progress after one round.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RoundPoint {
     /// The round number.
     pub round: u64,

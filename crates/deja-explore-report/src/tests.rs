@@ -48,6 +48,11 @@ pub(crate) fn sample() -> Campaign {
         baseline: None,
         host: None,
         unconfirmed: Vec::new(),
+        jobs: 1,
+        shard: None,
+        shards: Vec::new(),
+        no_progress_rounds: 0,
+        no_progress: Vec::new(),
     };
     Campaign {
         program: "guests/bank".into(),
@@ -76,6 +81,11 @@ pub(crate) fn sample() -> Campaign {
         baseline: Some(Box::new(baseline)),
         host: None,
         unconfirmed: Vec::new(),
+        jobs: 1,
+        shard: None,
+        shards: Vec::new(),
+        no_progress_rounds: 0,
+        no_progress: Vec::new(),
     }
 }
 
@@ -97,6 +107,11 @@ fn empty() -> Campaign {
         baseline: None,
         host: None,
         unconfirmed: Vec::new(),
+        jobs: 1,
+        shard: None,
+        shards: Vec::new(),
+        no_progress_rounds: 0,
+        no_progress: Vec::new(),
     }
 }
 

@@ -34,9 +34,31 @@ pub fn render_text(c: &Campaign) -> String {
         ("corpus", plural(c.corpus_size, "input", "inputs")),
         ("coverage", coverage),
         ("host", c.host.clone().unwrap_or_else(|| "-".into())),
+        ("workers", if c.jobs == 0 { "merged".into() } else { c.jobs.to_string() }),
     ];
-    for (key, value) in header {
+    let shard = c.shard.as_ref().map(|s| ("shard", s.clone()));
+    for (key, value) in header.into_iter().chain(shard) {
         let _ = writeln!(out, "  {key:<10}{value}");
+    }
+    if !c.shards.is_empty() {
+        out.push('\n');
+        let _ = writeln!(out, "merged from {}:", plural(c.shards.len() as u64, "campaign", "campaigns"));
+        let rows: Vec<Vec<String>> = c
+            .shards
+            .iter()
+            .map(|s| {
+                vec![
+                    s.dir.clone(),
+                    s.shard.clone(),
+                    thousands(s.rounds),
+                    thousands(s.corpus_size),
+                    thousands(s.edges_hit),
+                    thousands(s.bugs),
+                    duration(s.wall_seconds),
+                ]
+            })
+            .collect();
+        table(&mut out, &["DIR", "SHARD", "ROUNDS", "CORPUS", "EDGES", "BUGS", "TIME"], &rows, &[2, 3, 4, 5]);
     }
 
     out.push('\n');
@@ -75,6 +97,17 @@ pub fn render_text(c: &Campaign) -> String {
         let rows: Vec<Vec<String>> =
             c.unconfirmed.iter().map(|u| vec![thousands(u.round), u.signature.clone(), u.why.clone()]).collect();
         table(&mut out, &["ROUND", "SIGNATURE", "HOW THE REPLAY DIFFERED"], &rows, &[0]);
+    }
+
+    if c.no_progress_rounds > 0 {
+        out.push('\n');
+        let _ = writeln!(
+            out,
+            "rounds without progress ({}): the watchdog stopped them (not bugs; DEJA_NO_PROGRESS_S sets its limit)",
+            thousands(c.no_progress_rounds)
+        );
+        let rows: Vec<Vec<String>> = c.no_progress.iter().map(|n| vec![thousands(n.round), n.why.clone()]).collect();
+        table(&mut out, &["ROUND", "WHAT THE WATCHDOG SAW"], &rows, &[0]);
     }
 
     out.push('\n');

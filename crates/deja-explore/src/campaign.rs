@@ -1,47 +1,103 @@
-//! The campaign loop: bootstrap, pick, mutate, fork, run, learn; checkpoints and reports.
+//! The campaign loop, one for programs and clusters.
+//!
+//! What a campaign explores is a [`Subject`]: a program ([`crate::program`]) or a cluster
+//! ([`crate::cluster`]). A subject knows how to boot a worker (a fork of the program or of the
+//! whole cluster, or nothing when every round boots afresh), run an input on it, replay a
+//! failure from scratch on another host core, change its plan of faults and write a bug file.
+//! Everything else is here, once: picking by energy, the decision mutations (tail cuts at the
+//! focus, point mutations before it), learning, confirmation, bugs, checkpoints and reports.
+//!
+//! A campaign goes through explicit states ([`Phase`]): it *bootstraps* (one untouched run, the
+//! reference), *seeds* the corpus (the origin input, run the way rounds run), then repeats
+//! *plan* (an epoch of inputs from the campaign as it stands), *run* (every worker takes inputs
+//! of the epoch until none is left) and *learn* (the outcomes in round order: coverage, corpus,
+//! confirmation, bugs, the timeline), until it is *done*.
+//!
+//! # Determinism with several workers
+//!
+//! `jobs` workers, one VM (or one cluster) each on its own thread, share one corpus. An epoch's
+//! inputs are all planned before any of them runs, from the campaign as it stood when the epoch
+//! began (its random stream, corpus and energies), and the outcomes are learned in round order
+//! when all are back. Which worker ran a round and when it finished change nothing, so a
+//! campaign is a pure function of (subject, seed, jobs, rounds). Epochs start at fixed round
+//! numbers (multiples of the epoch size); the inputs of an epoch cut short by `--runs` stay in
+//! the checkpoint, so `--runs 100` then `--resume --runs 200` is the same campaign as
+//! `--runs 200`. With one worker an epoch is one round: every round learns from all before it.
+//!
+//! # Shards
+//!
+//! A campaign can be one shard `i` of `n` ([`CampaignConfig::shard`]): its own random stream,
+//! and every seed it draws (for fresh runs and for the decisions after a tail cut) is `i`
+//! modulo `n`, so shards never run the same seed. [`crate::merge`] puts shards together.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use deja_explore_report as report;
 use deja_kernel::AssertionReport;
-use deja_vmm::Fork;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::input::{run_fresh, run_on_fork, BugFile, Input, Outcome, Target};
 use crate::ExploreError;
+
+/// The schema of campaign checkpoints.
+pub const CHECKPOINT_SCHEMA: &str = "deja.campaign-checkpoint/1";
 
 /// How rounds choose their runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
-    /// Coverage-guided: mutate corpus entries, fork from the setup snapshot.
+    /// Coverage-guided: mutate corpus entries, fork from the setup point.
     Coverage,
     /// The baseline: independent seeds, no coverage feedback, no forking.
     Random,
+}
+
+impl Strategy {
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Coverage => "coverage",
+            Strategy::Random => "random",
+        }
+    }
 }
 
 /// What mutations may change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
-    /// Fault placement only: crash points, torn/reordered writes, EIO.
+    /// Faults only: the fault plan (programs) and the fault decisions (clusters).
     Faults,
-    /// Random-choice branching only: SDK random values and choices.
+    /// Random-choice branching only: SDK random values and choices, latencies, schedules.
     Random,
     /// Both.
     Both,
 }
 
 impl Mode {
-    fn faults(self) -> bool {
+    /// Faults may change.
+    pub fn faults(self) -> bool {
         matches!(self, Mode::Faults | Mode::Both)
     }
-    fn random(self) -> bool {
+
+    /// Random decisions may change.
+    pub fn random(self) -> bool {
         matches!(self, Mode::Random | Mode::Both)
+    }
+
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Faults => "faults",
+            Mode::Random => "random",
+            Mode::Both => "both",
+        }
     }
 }
 
@@ -50,7 +106,7 @@ impl Mode {
 pub struct CampaignConfig {
     /// Stop after this many rounds in total (counting resumed ones).
     pub runs: Option<u64>,
-    /// Stop after this much wall time in this invocation.
+    /// Stop after this much wall time in this invocation (between epochs).
     pub budget: Option<Duration>,
     /// Seed of the explorer's own choices.
     pub seed: u64,
@@ -64,102 +120,311 @@ pub struct CampaignConfig {
     pub mode: Mode,
     /// Stop at the first confirmed bug (for measuring time to the first bug).
     pub stop_at_first_bug: bool,
+    /// Workers running rounds in parallel, one VM (or one cluster) each.
+    pub jobs: u64,
+    /// This campaign is shard `i` of `n` (0-based `i`).
+    pub shard: Option<(u64, u64)>,
+}
+
+impl CampaignConfig {
+    /// Rounds planned together: one with one worker, eight per worker otherwise.
+    pub fn epoch(&self) -> u64 {
+        match self.jobs.max(1) {
+            1 => 1,
+            j => 8 * j,
+        }
+    }
 }
 
 /// Shown after every round.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Progress {
     /// Rounds done.
     pub round: u64,
     /// Edges hit (SanitizerCoverage) so far.
     pub edges: u64,
-    /// Semantic edges (assertion outcomes) so far.
+    /// Semantic edges and behaviours so far.
     pub semantic: u64,
     /// Corpus size.
     pub corpus: u64,
     /// Distinct bugs.
     pub bugs: u64,
+    /// Rounds per second of each worker in this invocation (host time; for display only).
+    pub worker_rates: Vec<f64>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Entry {
-    input: Input,
-    new_edges: u64,
-    picks: u64,
-    durable_writes: u64,
-    /// Options of each decision of its run's first life, by index.
-    options: Vec<u64>,
-    /// The choice each decision of its run's first life took, by index.
-    #[serde(default)]
-    choices: Vec<u64>,
-    /// Where its new behaviour first showed (see [`Novelty::focus`]).
-    #[serde(default)]
-    focus: Option<u64>,
-    /// The semantic edges its run showed.
-    #[serde(default)]
-    features: Vec<u64>,
-    found_round: u64,
-    /// Its run's file operations (where errors can be placed).
-    #[serde(default)]
-    io_ops: Vec<deja_kernel::IoCount>,
-    /// Operations pending when its run crashed.
-    #[serde(default)]
-    pending_at_crash: Option<u64>,
-}
-
-impl Entry {
-    fn new(input: Input, out: &Outcome, novelty: Novelty, round: u64) -> Entry {
-        // Only the first life takes the input's overrides: a life after an injected crash is a
-        // new core with a log of its own.
-        let steerable = &out.lives[0].run.report.decisions;
-        Entry {
-            input,
-            new_edges: novelty.new,
-            picks: 0,
-            durable_writes: out.durable_writes,
-            options: steerable.iter().map(|d| d.options).collect(),
-            choices: steerable.iter().map(|d| d.choice).collect(),
-            focus: novelty.focus,
-            features: out.semantic.keys().copied().collect(),
-            found_round: round,
-            io_ops: out.io_ops.clone(),
-            pending_at_crash: out.pending_at_crash,
-        }
+impl Progress {
+    /// Rounds per second over every worker.
+    pub fn rate(&self) -> f64 {
+        self.worker_rates.iter().sum()
     }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct State {
-    schema: String,
-    program_blake3: String,
-    strategy: Strategy,
-    mode: Mode,
-    seed: u64,
-    #[serde(flatten)]
-    books: Books,
-    rng: ChaCha20Rng,
-    fork_at: u64,
-    base_decisions: u64,
-    reference_durable_writes: u64,
-    /// The reference run's file operations (the baseline's menu).
-    #[serde(default)]
-    reference_io_ops: Vec<deja_kernel::IoCount>,
-    virgin: Vec<u8>,
-    semantic: BTreeSet<u64>,
-    /// Runs that showed each semantic edge.
-    #[serde(default)]
-    hits: BTreeMap<u64, u64>,
-    /// The earliest decision index at which each progress edge has shown.
-    #[serde(default)]
-    earliest: BTreeMap<u64, u64>,
-    corpus: Vec<Entry>,
 }
 
 /// The result of a campaign (what the reports show).
 pub type Campaign = report::Campaign;
 
-/// The bookkeeping both explorers share: rounds, bugs, the timeline and the assertion lines.
-/// It is part of each explorer's checkpoint.
+/// One decision of a run, as mutations see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(u64, u64, u8)", into = "(u64, u64, u8)")]
+pub struct Decision {
+    /// Options (0: any `u64`).
+    pub options: u64,
+    /// The choice it took.
+    pub choice: u64,
+    /// Random-mode mutations may change it.
+    pub random: bool,
+    /// Fault-mode mutations may change it.
+    pub fault: bool,
+    /// It chooses *which* fault happens (sides, direction, target), not when.
+    pub structural: bool,
+}
+
+impl From<(u64, u64, u8)> for Decision {
+    fn from((options, choice, flags): (u64, u64, u8)) -> Decision {
+        Decision { options, choice, random: flags & 1 != 0, fault: flags & 2 != 0, structural: flags & 4 != 0 }
+    }
+}
+
+impl From<Decision> for (u64, u64, u8) {
+    fn from(d: Decision) -> (u64, u64, u8) {
+        (d.options, d.choice, u8::from(d.random) | u8::from(d.fault) << 1 | u8::from(d.structural) << 2)
+    }
+}
+
+/// What a run showed, as the campaign loop sees it.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    /// The failure's signature, if the run failed.
+    pub failure: Option<String>,
+    /// The bucketed SanitizerCoverage map (empty without instrumentation).
+    pub coverage: Vec<u8>,
+    /// Semantic edges and behaviours, each with the decision index where the run first showed
+    /// it, when that is progress.
+    pub semantic: BTreeMap<u64, Option<u64>>,
+    /// The steerable decisions, in order.
+    pub decisions: Vec<Decision>,
+    /// Durable writes of the first life (programs).
+    pub durable_writes: u64,
+    /// The file operations of the first life (programs).
+    pub io_ops: Vec<deja_kernel::IoCount>,
+    /// Operations pending at the first life's crash (programs).
+    pub pending_at_crash: Option<u64>,
+    /// Every assertion report of every life (of every node).
+    pub assertions: Vec<AssertionReport>,
+}
+
+/// What a campaign explored: a path and a BLAKE3 (of the program image or the cluster file).
+#[derive(Debug, Clone)]
+pub struct Program {
+    /// As shown to people.
+    pub path: String,
+    /// BLAKE3 (hex).
+    pub blake3: String,
+}
+
+/// Where the seeds a campaign draws come from: all of `u64`, or one shard's residue class.
+#[derive(Debug, Clone, Copy)]
+pub struct Seeds {
+    shard: Option<(u64, u64)>,
+}
+
+impl Seeds {
+    /// The seed space of a campaign that is `shard` (or the whole one).
+    pub fn new(shard: Option<(u64, u64)>) -> Seeds {
+        Seeds { shard }
+    }
+
+    /// A seed from `rng`, in this campaign's class: `i` modulo `n` for shard `i` of `n`.
+    pub fn draw(self, rng: &mut ChaCha20Rng) -> u64 {
+        let raw = rng.next_u64();
+        match self.shard {
+            Some((i, n)) if n > 1 => raw % (u64::MAX / n) * n + i,
+            _ => raw,
+        }
+    }
+}
+
+/// What a campaign explores: a program or a cluster.
+pub trait Subject: Sync {
+    /// How a round is steered.
+    type Input: Clone + Default + PartialEq + std::fmt::Debug + Serialize + DeserializeOwned + Send + Sync;
+    /// What a round showed.
+    type Outcome: Send;
+    /// What a worker keeps between rounds (a fork); made and used on the worker's thread.
+    type Worker;
+    /// What the bootstrap learned (where rounds fork, what the reference run did).
+    type Reference: Clone + Default + std::fmt::Debug + Serialize + DeserializeOwned + Send + Sync;
+
+    /// `program` or `cluster` (in checkpoints).
+    const KIND: &'static str;
+
+    /// Its path and BLAKE3.
+    fn identity(&self) -> Program;
+
+    /// The bootstrap: what rounds need to know before they start, and the outcomes of the runs
+    /// it made (learned before the first round).
+    fn bootstrap(&self, cfg: &CampaignConfig) -> Result<(Self::Reference, Vec<Self::Outcome>), ExploreError>;
+
+    /// Decisions taken before the fork point: mutations start after them.
+    fn base_decisions(reference: &Self::Reference) -> u64;
+
+    /// The input of corpus entry 0 (the untouched run).
+    fn origin(&self, cfg: &CampaignConfig, reference: &Self::Reference) -> Self::Input;
+
+    /// A worker for rounds of `strategy`.
+    fn worker(&self, reference: &Self::Reference, strategy: Strategy) -> Result<Self::Worker, ExploreError>;
+
+    /// Runs one round.
+    fn run(
+        &self,
+        worker: &mut Self::Worker,
+        reference: &Self::Reference,
+        input: &Self::Input,
+    ) -> Result<Self::Outcome, ExploreError>;
+
+    /// Replays a failing round from scratch on another host core than the one it ran on:
+    /// `None` when it gave the same run, else the first component that differed.
+    fn confirm(
+        &self,
+        reference: &Self::Reference,
+        input: &Self::Input,
+        out: &Self::Outcome,
+    ) -> Result<Option<String>, ExploreError>;
+
+    /// What the round showed.
+    fn facts(&self, out: &Self::Outcome) -> Facts;
+
+    /// The input's decision overrides and reseed, for the decision mutations.
+    fn steering(input: &mut Self::Input) -> (&mut BTreeMap<u64, u64>, &mut Option<u64>);
+
+    /// Changes the input's plan after the decision mutations (the fault plan of a program; a
+    /// new course for a cluster whose decisions could not change); `changed` says whether the
+    /// decision mutations changed anything.
+    #[allow(clippy::too_many_arguments)]
+    fn mutate_plan(
+        &self,
+        rng: &mut ChaCha20Rng,
+        seeds: Seeds,
+        input: &mut Self::Input,
+        parent: &Entry<Self::Input>,
+        reference: &Self::Reference,
+        mode: Mode,
+        changed: bool,
+    );
+
+    /// An independent round's input: a new seed, faults drawn from scratch.
+    fn fresh(
+        &self,
+        rng: &mut ChaCha20Rng,
+        seed: u64,
+        reference: &Self::Reference,
+        strategy: Strategy,
+        mode: Mode,
+    ) -> Self::Input;
+
+    /// In the coverage strategy, about one round in this many runs a fresh input instead of a
+    /// mutation (0: never).
+    fn fresh_every(&self) -> u64 {
+        0
+    }
+
+    /// Writes the bug file of a confirmed failure at `path`; returns its reproduce command and
+    /// the number of decisions of the failing run.
+    fn write_bug(
+        &self,
+        reference: &Self::Reference,
+        input: &Self::Input,
+        out: &Self::Outcome,
+        round: u64,
+        path: &Path,
+    ) -> Result<(String, u64), ExploreError>;
+}
+
+/// One corpus entry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Entry<I> {
+    /// Its input.
+    pub input: I,
+    /// What it brought that was new when it joined.
+    pub new: u64,
+    /// How often it was picked as a parent.
+    pub picks: u64,
+    /// The steerable decisions of its run.
+    pub decisions: Vec<Decision>,
+    /// Where its new behaviour first showed (a decision index), when known.
+    #[serde(default)]
+    pub focus: Option<u64>,
+    /// The semantic edges and behaviours its run showed.
+    #[serde(default)]
+    pub features: Vec<u64>,
+    /// The round that found it.
+    pub found_round: u64,
+    /// Durable writes of its run (programs).
+    #[serde(default)]
+    pub durable_writes: u64,
+    /// Its run's file operations (programs: where errors can be placed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub io_ops: Vec<deja_kernel::IoCount>,
+    /// Operations pending when its run crashed (programs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_at_crash: Option<u64>,
+}
+
+impl<I> Entry<I> {
+    fn new(input: I, facts: &Facts, novelty: &Novelty, round: u64) -> Entry<I> {
+        Entry {
+            input,
+            new: novelty.new,
+            picks: 0,
+            decisions: facts.decisions.clone(),
+            focus: novelty.focus,
+            features: facts.semantic.keys().copied().collect(),
+            found_round: round,
+            durable_writes: facts.durable_writes,
+            io_ops: facts.io_ops.clone(),
+            pending_at_crash: facts.pending_at_crash,
+        }
+    }
+}
+
+/// A campaign as its checkpoint keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(bound(serialize = "I: Serialize, R: Serialize", deserialize = "I: DeserializeOwned, R: DeserializeOwned"))]
+pub(crate) struct State<I, R> {
+    pub(crate) schema: String,
+    /// `program` or `cluster`.
+    pub(crate) kind: String,
+    /// Its path, as shown to people.
+    #[serde(default)]
+    pub(crate) subject: String,
+    pub(crate) subject_blake3: String,
+    pub(crate) strategy: Strategy,
+    pub(crate) mode: Mode,
+    pub(crate) seed: u64,
+    /// Workers it runs with (0: any, for a merged campaign).
+    pub(crate) jobs: u64,
+    #[serde(default)]
+    pub(crate) shard: Option<(u64, u64)>,
+    #[serde(flatten)]
+    pub(crate) books: Books,
+    pub(crate) rng: ChaCha20Rng,
+    pub(crate) reference: R,
+    pub(crate) virgin: Vec<u8>,
+    pub(crate) semantic: BTreeSet<u64>,
+    /// Runs that showed each semantic edge.
+    pub(crate) hits: BTreeMap<u64, u64>,
+    /// The earliest decision index at which each progress edge has shown.
+    pub(crate) earliest: BTreeMap<u64, u64>,
+    pub(crate) corpus: Vec<Entry<I>>,
+    /// Inputs of the current epoch not run yet.
+    #[serde(default)]
+    pub(crate) pending: Vec<I>,
+    /// For a merged campaign: the directories it was merged from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) merged_from: Vec<String>,
+}
+
+/// The bookkeeping of a campaign: rounds, bugs, the timeline and the assertion lines.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct Books {
     pub(crate) round: u64,
@@ -175,16 +440,19 @@ pub(crate) struct Books {
     /// The CPU fingerprint of the host the campaign runs on.
     #[serde(default)]
     pub(crate) host: Option<deja_vmm::Fingerprint>,
-    /// Bugs when the current round started.
-    #[serde(skip)]
-    bugs_at_start: usize,
+    /// Rounds the no-progress watchdog stopped.
+    #[serde(default)]
+    pub(crate) no_progress_rounds: u64,
+    /// The first of them: round and what the watchdog saw.
+    #[serde(default)]
+    pub(crate) no_progress: Vec<(u64, String)>,
 }
 
 impl Books {
     /// Records this host's fingerprint in a new campaign, or checks that a resumed one was
     /// started on a host with the same fingerprint: its corpus and decisions are only worth
     /// continuing where runs come out the same.
-    pub(crate) fn adopt_host(&mut self, checkpoint: &Path) -> Result<(), ExploreError> {
+    fn adopt_host(&mut self, checkpoint: &Path) -> Result<(), ExploreError> {
         let here = deja_vmm::identity::host().map_err(deja_vmm::RunError::from)?.fingerprint.clone();
         match &self.host {
             Some(recorded) if *recorded != here => Err(ExploreError::Invalid(format!(
@@ -202,29 +470,36 @@ impl Books {
         }
     }
 
-    /// Starts the next round, or returns `None` when the campaign is over: its rounds are
-    /// done, its time is up, or it stops at the first bug and has one.
-    pub(crate) fn next_round(&mut self, cfg: &CampaignConfig, started: Instant) -> Option<u64> {
-        let done_runs = cfg.runs.is_some_and(|n| self.round >= n);
-        let done_time = cfg.budget.is_some_and(|b| started.elapsed() >= b);
-        let done_bug = cfg.stop_at_first_bug && !self.bugs.is_empty();
-        if done_runs || done_time || done_bug || (cfg.runs.is_none() && cfg.budget.is_none()) {
-            return None;
-        }
+    /// Counts a round the watchdog stopped: not a bug, nothing learned from it. Returns whether
+    /// a checkpoint is due.
+    fn no_progress(&mut self, why: String, rates: &[f64], progress: &mut dyn FnMut(&Progress)) -> bool {
         self.round += 1;
-        self.bugs_at_start = self.bugs.len();
-        Some(self.round)
+        self.no_progress_rounds += 1;
+        if self.no_progress.len() < 10 {
+            self.no_progress.push((self.round, why));
+        }
+        let last = self.timeline.last().cloned().unwrap_or_default();
+        self.timeline.push(report::RoundPoint { round: self.round, ..last });
+        progress(&Progress {
+            round: self.round,
+            edges: 0,
+            semantic: last.edges_hit,
+            corpus: last.corpus_size,
+            bugs: self.bugs.len() as u64,
+            worker_rates: rates.to_vec(),
+        });
+        true
     }
 
     /// The signature of a failure not met before, which needs confirming.
-    pub(crate) fn unseen(&self, failure: Option<&String>) -> Option<String> {
+    fn unseen(&self, failure: Option<&String>) -> Option<String> {
         failure.filter(|s| !self.signatures.contains(*s) && !self.unconfirmed.contains(*s)).cloned()
     }
 
     /// Settles a new failure: when the confirming replay found no `difference`, `write` writes
     /// its bug file at the path given and returns the reproduce command and the number of
     /// decisions; otherwise it is set aside as unconfirmed, with the difference.
-    pub(crate) fn settle(
+    fn settle(
         &mut self,
         sig: String,
         difference: Option<String>,
@@ -252,37 +527,19 @@ impl Books {
         Ok(())
     }
 
-    /// Ends a round: a point on the timeline and a progress report. Returns whether a
-    /// checkpoint is due: every 25 rounds, and whenever the corpus grew (`kept`) or a bug was
-    /// found, so a killed explorer loses neither (the rounds after the last checkpoint are
-    /// replayed identically on `--resume`).
-    pub(crate) fn end_round(&mut self, p: Progress, kept: bool, progress: &mut dyn FnMut(&Progress)) -> bool {
-        self.timeline.push(report::RoundPoint {
-            round: p.round,
-            edges_hit: p.edges + p.semantic,
-            corpus_size: p.corpus,
-            bugs: p.bugs,
-        });
-        progress(&p);
-        p.round.is_multiple_of(25) || kept || self.bugs.len() != self.bugs_at_start
-    }
-
     /// The campaign as the reports show it.
-    pub(crate) fn campaign(&self, cfg: &CampaignConfig, program: &Program, seed: u64, coverage: Coverage) -> Campaign {
+    pub(crate) fn campaign<I, R>(&self, state: &State<I, R>, program: &Program) -> Campaign {
         report::Campaign {
             program: program.path.clone(),
             program_blake3: program.blake3.clone(),
-            strategy: match cfg.strategy {
-                Strategy::Coverage => "coverage".into(),
-                Strategy::Random => "random".into(),
-            },
-            mode: serde_json::to_value(cfg.mode).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
-            seed,
+            strategy: state.strategy.name().into(),
+            mode: state.mode.name().into(),
+            seed: state.seed,
             rounds: self.round,
             wall_seconds: self.wall_seconds,
-            corpus_size: coverage.corpus,
-            edges_total: coverage.edges_total,
-            edges_hit: coverage.edges_hit,
+            corpus_size: state.corpus.len() as u64,
+            edges_total: if state.kind == "cluster" { 0 } else { state.virgin.len() as u64 },
+            edges_hit: if state.kind == "cluster" { state.semantic.len() as u64 } else { edges_hit(&state.virgin) },
             timeline: self.timeline.clone(),
             bugs: self.bugs.clone(),
             assertions: self.assertions.values().cloned().collect(),
@@ -296,33 +553,22 @@ impl Books {
                     report::Unconfirmed { signature: sig.clone(), round, why }
                 })
                 .collect(),
+            jobs: state.jobs,
+            shard: state.shard.map(|(i, n)| format!("{i}/{n}")),
+            shards: Vec::new(),
+            no_progress_rounds: self.no_progress_rounds,
+            no_progress: self
+                .no_progress
+                .iter()
+                .map(|(round, why)| report::NoProgress { round: *round, why: why.clone() })
+                .collect(),
         }
     }
 }
 
-/// What a campaign explored: a path and a BLAKE3 (of the program image or the cluster file).
-pub(crate) struct Program {
-    pub(crate) path: String,
-    pub(crate) blake3: String,
-}
-
-/// A campaign's corpus and coverage at its end.
-pub(crate) struct Coverage {
-    pub(crate) corpus: u64,
-    pub(crate) edges_total: u64,
-    pub(crate) edges_hit: u64,
-}
-
 /// A bug's short id: the first 12 hex digits of its signature's BLAKE3.
-pub(crate) fn bug_id(signature: &str) -> String {
+pub fn bug_id(signature: &str) -> String {
     blake3::hash(signature.as_bytes()).to_hex()[..12].to_string()
-}
-
-/// Adds `entry` to a campaign's corpus and writes it as `corpus/entry-NNNNNN.json`.
-pub(crate) fn keep<T: Serialize>(out: &Path, corpus: &mut Vec<T>, entry: T) -> Result<(), ExploreError> {
-    write_json(&out.join("corpus").join(format!("entry-{:06}.json", corpus.len())), &entry)?;
-    corpus.push(entry);
-    Ok(())
 }
 
 pub(crate) fn io_err(path: &Path, e: impl std::fmt::Display) -> ExploreError {
@@ -334,12 +580,19 @@ pub(crate) fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<(), Explore
     deja_format::write_atomic(path, &bytes).map_err(|e| io_err(path, e))
 }
 
-fn edges_hit(virgin: &[u8]) -> u64 {
+pub(crate) fn edges_hit(virgin: &[u8]) -> u64 {
     virgin.iter().filter(|b| **b != 0).count() as u64
 }
 
+/// Adds `entry` to a corpus and writes it as `corpus/entry-NNNNNN.json`.
+pub(crate) fn keep<T: Serialize>(out: &Path, corpus: &mut Vec<T>, entry: T) -> Result<(), ExploreError> {
+    write_json(&out.join("corpus").join(format!("entry-{:06}.json", corpus.len())), &entry)?;
+    corpus.push(entry);
+    Ok(())
+}
+
 /// What a run brought that the campaign had not seen.
-struct Novelty {
+pub(crate) struct Novelty {
     /// New coverage bits and semantic edges.
     new: u64,
     /// The latest decision index at which a new semantic edge first showed, if known: the
@@ -347,20 +600,20 @@ struct Novelty {
     focus: Option<u64>,
 }
 
-/// Folds an outcome into the coverage seen so far.
-fn learn(state: &mut State, out: &Outcome) -> Novelty {
-    if state.virgin.len() < out.coverage.len() {
-        state.virgin.resize(out.coverage.len(), 0);
+/// Folds what a run showed into the coverage seen so far.
+fn learn<I, R>(state: &mut State<I, R>, facts: &Facts) -> Novelty {
+    if state.virgin.len() < facts.coverage.len() {
+        state.virgin.resize(facts.coverage.len(), 0);
     }
     let mut new = 0;
-    for (seen, b) in state.virgin.iter_mut().zip(&out.coverage) {
+    for (seen, b) in state.virgin.iter_mut().zip(&facts.coverage) {
         if b & !*seen != 0 {
             new += 1;
             *seen |= b;
         }
     }
     let mut focus = None;
-    for (e, at) in &out.semantic {
+    for (e, at) in &facts.semantic {
         *state.hits.entry(*e).or_default() += 1;
         let known = !state.semantic.insert(*e);
         // A known progress edge reached earlier than ever before counts as new too: the same
@@ -378,9 +631,7 @@ fn learn(state: &mut State, out: &Outcome) -> Novelty {
             focus = focus.max(*at);
         }
     }
-    for life in &out.lives {
-        fold_assertions(&mut state.books.assertions, &life.run.report.assertions);
-    }
+    fold_assertions(&mut state.books.assertions, &facts.assertions);
     Novelty { new, focus }
 }
 
@@ -398,16 +649,20 @@ pub(crate) fn fold_assertions(lines: &mut BTreeMap<String, report::AssertionLine
         line.hits += a.hits;
         line.failures += a.failures;
         let passes_seen = line.status == "satisfied" || a.passes > 0;
-        line.status = match a.kind.as_str() {
-            "always" | "always_or_unreachable" if line.failures > 0 => "failed",
-            "unreachable" if line.hits > 0 => "failed",
-            "sometimes" if passes_seen => "satisfied",
-            "sometimes" if line.hits > 0 => "unsatisfied",
-            "reachable" if line.hits > 0 => "reached",
-            _ if line.hits == 0 => "unreached",
-            _ => "passed",
-        }
-        .to_string();
+        line.status = assertion_status(&line.kind, line.hits, line.failures, passes_seen).to_string();
+    }
+}
+
+/// The campaign-wide verdict of an assertion line.
+pub(crate) fn assertion_status(kind: &str, hits: u64, failures: u64, passes_seen: bool) -> &'static str {
+    match kind {
+        "always" | "always_or_unreachable" if failures > 0 => "failed",
+        "unreachable" if hits > 0 => "failed",
+        "sometimes" if passes_seen => "satisfied",
+        "sometimes" if hits > 0 => "unsatisfied",
+        "reachable" if hits > 0 => "reached",
+        _ if hits == 0 => "unreached",
+        _ => "passed",
     }
 }
 
@@ -431,212 +686,443 @@ pub(crate) fn energy(features: &[u64], hits: &BTreeMap<u64, u64>, new: u64, pick
     1 + (rarity + 100 * new) / (1 + picks)
 }
 
-fn pick(state: &mut State) -> usize {
-    let weights: Vec<u64> =
-        state.corpus.iter().map(|e| energy(&e.features, &state.hits, e.new_edges, e.picks)).collect();
-    pick_weighted(&mut state.rng, &weights)
-}
-
 /// How many decisions before a corpus entry's focus count as leading to it.
 const FOCUS_WINDOW: u64 = 8;
 
-fn mutate(state: &mut State, parent: &Entry, mode: Mode) -> Input {
-    let mut input = parent.input.clone();
-    let rng = &mut state.rng;
-    let first = state.base_decisions;
-    let count = parent.options.len() as u64;
-    let mut changed = false;
-    if mode.random() && count > first {
-        // Where the parent's new behaviour first showed, if known: the decisions just before it
-        // led there, the ones after it follow from there.
-        let focus = parent.focus.filter(|f| (first..=count).contains(f));
-        let within = |rng: &mut ChaCha20Rng, lo: u64, hi: u64| lo + rng.next_u64() % (hi - lo).max(1);
-        let roll = rng.next_u64() % 8;
-        if parent.choices.len() as u64 == count && roll < 4 {
-            // Keep the parent's course up to a cut and draw everything after it afresh. Half the
-            // cuts fall right at the focus, so the state the parent reached is kept and what
-            // follows it is explored; a quarter after it; a quarter anywhere.
-            let cut = match (roll, focus) {
-                (0 | 1, Some(f)) => f,
-                (2, Some(f)) => within(rng, f, count + 1),
-                _ => within(rng, first, count + 1),
-            };
-            input.overrides = (first..cut).map(|i| (i, parent.choices[i as usize])).collect();
-            input.reseed = Some(rng.next_u64());
-        } else {
-            // Change one to three decisions, half the time among the few before the focus.
-            for _ in 0..1 + rng.next_u64() % 3 {
-                let i = match focus {
-                    Some(f) if f > first && rng.next_u64().is_multiple_of(2) => {
-                        within(rng, f.saturating_sub(FOCUS_WINDOW).max(first), f)
-                    }
-                    _ => within(rng, first, count),
-                };
-                let options = parent.options[i as usize];
-                let choice = if options == 0 { rng.next_u64() } else { rng.next_u64() % options.max(1) };
-                input.overrides.insert(i, choice);
+/// The decision mutations, the same for every subject: a tail cut (keep the parent's course up
+/// to a cut, draw everything after it afresh) or one to three point mutations. Returns whether
+/// anything changed.
+///
+/// Half of the tail cuts fall right at the parent's focus, so the state the parent reached is
+/// kept and what follows it is explored; a quarter after it; a quarter anywhere. A tail cut
+/// redraws every later decision, so it is only made when the mode may change all of them.
+/// Point mutations pick, half of the time, among the few decisions before the focus; otherwise,
+/// half of the time, a decision that chooses which fault happens (a different partition keeps
+/// the parent's timing, a different gap shifts every later fault).
+pub(crate) fn mutate_decisions<I>(
+    rng: &mut ChaCha20Rng,
+    seeds: Seeds,
+    steering: (&mut BTreeMap<u64, u64>, &mut Option<u64>),
+    parent: &Entry<I>,
+    first: u64,
+    mode: Mode,
+) -> bool {
+    let (overrides, reseed) = steering;
+    let count = parent.decisions.len() as u64;
+    let eligible = |d: &Decision| (mode.random() && d.random) || (mode.faults() && d.fault);
+    let candidates: Vec<u64> = (first..count)
+        .filter(|&i| parent.decisions[i as usize].options != 1 && eligible(&parent.decisions[i as usize]))
+        .collect();
+    if candidates.is_empty() {
+        return false;
+    }
+    let focus = parent.focus.filter(|f| (first..=count).contains(f));
+    let within = |rng: &mut ChaCha20Rng, lo: u64, hi: u64| lo + rng.next_u64() % (hi - lo).max(1);
+    let one_of = |rng: &mut ChaCha20Rng, v: &[u64]| v[(rng.next_u64() % v.len() as u64) as usize];
+    let all_eligible = parent.decisions[first as usize..].iter().all(|d| d.options == 1 || eligible(d));
+    let roll = rng.next_u64() % 8;
+    if all_eligible && roll < 4 {
+        let cut = match (roll, focus) {
+            (0 | 1, Some(f)) => f,
+            (2, Some(f)) => within(rng, f, count + 1),
+            _ => within(rng, first, count + 1),
+        };
+        *overrides = (first..cut).map(|i| (i, parent.decisions[i as usize].choice)).collect();
+        *reseed = Some(seeds.draw(rng));
+        return true;
+    }
+    let structural: Vec<u64> =
+        candidates.iter().copied().filter(|&i| parent.decisions[i as usize].structural).collect();
+    for _ in 0..1 + rng.next_u64() % 3 {
+        let near: Vec<u64> = match focus {
+            Some(f) if f > first && rng.next_u64().is_multiple_of(2) => {
+                candidates.iter().copied().filter(|&i| i + FOCUS_WINDOW >= f && i < f).collect()
             }
-        }
-        changed = true;
-    }
-    if mode.faults() {
-        let io_ops = if parent.io_ops.is_empty() { &state.reference_io_ops } else { &parent.io_ops };
-        let menu = crate::menu::Menu {
-            durable_writes: parent.durable_writes.max(state.reference_durable_writes),
-            io_ops,
-            pending_at_crash: parent.pending_at_crash,
+            _ => Vec::new(),
         };
-        // One or two changes from the fault menu (always one when nothing else changed).
-        let n = if changed { crate::menu::below(rng, 2) } else { 1 + crate::menu::below(rng, 2) };
-        for _ in 0..n {
-            crate::menu::mutate(rng, &mut input.faults, &menu);
-        }
+        let i = if !near.is_empty() {
+            one_of(rng, &near)
+        } else if !structural.is_empty() && rng.next_u64().is_multiple_of(2) {
+            one_of(rng, &structural)
+        } else {
+            one_of(rng, &candidates)
+        };
+        let options = parent.decisions[i as usize].options;
+        let choice = if options == 0 { rng.next_u64() } else { rng.next_u64() % options };
+        overrides.insert(i, choice);
     }
-    input
+    true
 }
 
-fn random_input(state: &mut State, mode: Mode) -> Input {
-    let mut input = Input::default();
-    if mode.faults() {
-        let menu = crate::menu::Menu {
-            durable_writes: state.reference_durable_writes,
-            io_ops: &state.reference_io_ops,
-            pending_at_crash: None,
-        };
-        input.faults = crate::menu::random(&mut state.rng, &menu);
-    }
-    input
+/// The states a campaign goes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The untouched reference run.
+    Bootstrap,
+    /// Corpus entry 0: the origin input, run the way rounds run.
+    Seed,
+    /// An epoch of inputs is planned.
+    Plan,
+    /// The workers run it.
+    Run,
+    /// Its outcomes are learned in round order.
+    Learn,
+    /// The campaign is over: its rounds are done, its time is up, or it stopped at a bug.
+    Done,
 }
 
-/// Runs a campaign (or continues one) and writes its files under `cfg.out`.
-pub fn explore(
-    target: &Target,
+/// A batch of inputs the workers share: each takes the next one not taken.
+struct Batch<I> {
+    inputs: Vec<I>,
+    next: AtomicUsize,
+}
+
+/// What a worker sends back: (worker, slot, outcome).
+type Returned<O> = (usize, usize, Result<O, ExploreError>);
+
+/// Runs a campaign over `subject` (or continues one) and writes its files under `cfg.out`.
+pub fn explore<S: Subject>(
+    subject: &S,
     cfg: &CampaignConfig,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Campaign, ExploreError> {
     let started = Instant::now();
     std::fs::create_dir_all(cfg.out.join("corpus")).map_err(|e| io_err(&cfg.out, e))?;
     let checkpoint = cfg.out.join("checkpoint.json");
-    let program_blake3 = blake3::hash(&target.spec.image).to_hex().to_string();
-
-    let mut state = if checkpoint.exists() {
-        if !cfg.resume {
-            return Err(ExploreError::Invalid(format!(
-                "{} already holds a campaign; add --resume to continue it or choose another --out",
-                cfg.out.display()
-            )));
-        }
-        let text = std::fs::read_to_string(&checkpoint).map_err(|e| io_err(&checkpoint, e))?;
-        let s: State = serde_json::from_str(&text)
-            .map_err(|e| ExploreError::Invalid(format!("{}: damaged checkpoint: {e}", checkpoint.display())))?;
-        if s.program_blake3 != program_blake3 || s.strategy != cfg.strategy || s.mode != cfg.mode {
-            return Err(ExploreError::Invalid(format!(
-                "{} belongs to another program, strategy or mode; it cannot be resumed with these",
-                checkpoint.display()
-            )));
-        }
-        s
+    let identity = subject.identity();
+    let jobs = cfg.jobs.max(1);
+    let (mut state, mut phase) = if checkpoint.exists() {
+        (resume::<S>(cfg, &checkpoint, &identity)?, Phase::Plan)
     } else {
-        // Bootstrap: one untouched run finds the setup point and the number of durable writes.
-        let reference = run_fresh(target, u64::MAX, &Input::default(), &mut |_, _| {})?;
-        let report0 = &reference.lives[0].run.report;
-        let fork_at = report0.setup_complete.as_ref().map(|s| s.syscall_index + 1).unwrap_or(0);
-        let mut s = State {
-            schema: "deja.explore-checkpoint/1".into(),
-            program_blake3: program_blake3.clone(),
-            strategy: cfg.strategy,
-            mode: cfg.mode,
-            seed: cfg.seed,
-            books: Books::default(),
-            rng: ChaCha20Rng::seed_from_u64(cfg.seed),
-            fork_at,
-            base_decisions: 0,
-            reference_durable_writes: reference.durable_writes,
-            reference_io_ops: reference.io_ops.clone(),
-            virgin: Vec::new(),
-            semantic: BTreeSet::new(),
-            hits: BTreeMap::new(),
-            earliest: BTreeMap::new(),
-            corpus: Vec::new(),
-        };
-        learn(&mut s, &reference);
-        s
+        (new_state::<S>(cfg, &identity), Phase::Bootstrap)
     };
     state.books.adopt_host(&checkpoint)?;
+    if phase == Phase::Bootstrap {
+        let (reference, runs) = subject.bootstrap(cfg)?;
+        state.reference = reference;
+        for out in &runs {
+            learn(&mut state, &subject.facts(out));
+        }
+        phase = Phase::Seed;
+    }
+    let reference = Arc::new(state.reference.clone());
+    let seeds = Seeds::new(cfg.shard);
 
-    let mut fork = match cfg.strategy {
+    std::thread::scope(|scope| -> Result<Campaign, ExploreError> {
+        let (returned_tx, returned) = mpsc::channel::<Returned<S::Outcome>>();
+        let mut pool = Pool { workers: Vec::new(), returned, done_by: vec![0; jobs as usize] };
+        for w in 0..jobs as usize {
+            let (tx, rx) = mpsc::channel::<Arc<Batch<S::Input>>>();
+            pool.workers.push(tx);
+            let returned_tx = returned_tx.clone();
+            let reference = Arc::clone(&reference);
+            let strategy = cfg.strategy;
+            scope.spawn(move || worker_loop(subject, &reference, strategy, w, &rx, &returned_tx));
+        }
+        drop(returned_tx);
+
+        let mut epoch: Vec<S::Input> = Vec::new();
+        let mut outcomes: Vec<Result<S::Outcome, String>> = Vec::new();
+        loop {
+            match phase {
+                Phase::Bootstrap => unreachable!("the bootstrap ran before the workers started"),
+                Phase::Seed => {
+                    if cfg.strategy == Strategy::Coverage && state.corpus.is_empty() {
+                        let origin = subject.origin(cfg, &state.reference);
+                        let out =
+                            pool.run(vec![origin.clone()])?.pop().expect("one outcome for one input").map_err(
+                                |why| ExploreError::NoProgress(format!("the campaign's first round: {why}")),
+                            )?;
+                        let facts = subject.facts(&out);
+                        let novelty = learn(&mut state, &facts);
+                        let novelty = Novelty { new: novelty.new.max(1), focus: None };
+                        keep(&cfg.out, &mut state.corpus, Entry::new(origin, &facts, &novelty, 0))?;
+                    }
+                    write_json(&checkpoint, &state)?;
+                    phase = Phase::Plan;
+                }
+                Phase::Plan => {
+                    let done_runs = cfg.runs.is_some_and(|n| state.books.round >= n);
+                    let done_time = cfg.budget.is_some_and(|b| started.elapsed() >= b);
+                    let done_bug = cfg.stop_at_first_bug && !state.books.bugs.is_empty();
+                    if done_runs || done_time || done_bug || (cfg.runs.is_none() && cfg.budget.is_none()) {
+                        phase = Phase::Done;
+                        continue;
+                    }
+                    if state.pending.is_empty() {
+                        state.pending = plan_epoch(subject, cfg, seeds, &mut state);
+                    }
+                    let take = cfg.runs.map_or(u64::MAX, |n| n - state.books.round).min(state.pending.len() as u64);
+                    epoch = state.pending.drain(..take as usize).collect();
+                    phase = Phase::Run;
+                }
+                Phase::Run => {
+                    outcomes = pool.run(epoch.clone())?;
+                    phase = Phase::Learn;
+                }
+                Phase::Learn => {
+                    let elapsed = started.elapsed().as_secs_f64().max(1e-9);
+                    let rates: Vec<f64> = pool.done_by.iter().map(|n| *n as f64 / elapsed).collect();
+                    let mut due = false;
+                    let mut rounds = std::mem::take(&mut epoch).into_iter().zip(std::mem::take(&mut outcomes));
+                    while let Some((input, out)) = rounds.next() {
+                        if cfg.stop_at_first_bug && !state.books.bugs.is_empty() {
+                            // The rest of the epoch stays planned, for a resumed campaign.
+                            let unrun: Vec<S::Input> = std::iter::once(input).chain(rounds.map(|(i, _)| i)).collect();
+                            state.pending.splice(0..0, unrun);
+                            break;
+                        }
+                        due |= match out {
+                            Ok(out) => learn_round(subject, cfg, &mut state, input, &out, &rates, progress)?,
+                            Err(why) => state.books.no_progress(why, &rates, progress),
+                        };
+                    }
+                    if due {
+                        write_json(&checkpoint, &state)?;
+                    }
+                    phase = Phase::Plan;
+                }
+                Phase::Done => break,
+            }
+        }
+        state.books.wall_seconds += started.elapsed().as_secs_f64();
+        write_json(&checkpoint, &state)?;
+        Ok(state.books.campaign(&state, &identity))
+    })
+}
+
+/// The workers of a campaign and what they sent back.
+struct Pool<I, O> {
+    workers: Vec<mpsc::Sender<Arc<Batch<I>>>>,
+    returned: mpsc::Receiver<Returned<O>>,
+    /// Rounds each worker ran in this invocation.
+    done_by: Vec<u64>,
+}
+
+impl<I, O> Pool<I, O> {
+    /// Runs `inputs` on the workers; the outcomes in the inputs' order (`Err`: the round made
+    /// no progress, and why).
+    fn run(&mut self, inputs: Vec<I>) -> Result<Vec<Result<O, String>>, ExploreError> {
+        let n = inputs.len();
+        let batch = Arc::new(Batch { inputs, next: AtomicUsize::new(0) });
+        let stopped = || ExploreError::Invalid("a worker thread stopped".into());
+        for w in &self.workers {
+            w.send(Arc::clone(&batch)).map_err(|_| stopped())?;
+        }
+        let mut outs: Vec<Option<Result<O, String>>> = (0..n).map(|_| None).collect();
+        for _ in 0..n {
+            let (w, slot, out) = self.returned.recv().map_err(|_| stopped())?;
+            self.done_by[w] += 1;
+            outs[slot] = Some(match out {
+                Ok(o) => Ok(o),
+                Err(e) => Err(e.no_progress().ok_or(e)?),
+            });
+        }
+        Ok(outs.into_iter().flatten().collect())
+    }
+}
+
+/// A new campaign's state, before its bootstrap.
+fn new_state<S: Subject>(cfg: &CampaignConfig, identity: &Program) -> State<S::Input, S::Reference> {
+    State {
+        schema: CHECKPOINT_SCHEMA.into(),
+        kind: S::KIND.into(),
+        subject: identity.path.clone(),
+        subject_blake3: identity.blake3.clone(),
+        strategy: cfg.strategy,
+        mode: cfg.mode,
+        seed: cfg.seed,
+        jobs: cfg.jobs.max(1),
+        shard: cfg.shard,
+        books: Books::default(),
+        rng: ChaCha20Rng::seed_from_u64(stream_seed(cfg.seed, cfg.shard)),
+        reference: S::Reference::default(),
+        virgin: Vec::new(),
+        semantic: BTreeSet::new(),
+        hits: BTreeMap::new(),
+        earliest: BTreeMap::new(),
+        corpus: Vec::new(),
+        pending: Vec::new(),
+        merged_from: Vec::new(),
+    }
+}
+
+/// The seed of a campaign's own random stream: its seed, or for a shard one of its own.
+fn stream_seed(seed: u64, shard: Option<(u64, u64)>) -> u64 {
+    let Some((i, n)) = shard else { return seed };
+    let mut h = blake3::Hasher::new();
+    h.update(b"deja shard stream");
+    for x in [seed, i, n] {
+        h.update(&x.to_le_bytes());
+    }
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&h.finalize().as_bytes()[..8]);
+    u64::from_le_bytes(w)
+}
+
+/// Loads the checkpoint of a campaign to continue, refusing one this invocation cannot.
+fn resume<S: Subject>(
+    cfg: &CampaignConfig,
+    checkpoint: &Path,
+    identity: &Program,
+) -> Result<State<S::Input, S::Reference>, ExploreError> {
+    if !cfg.resume {
+        return Err(ExploreError::Invalid(format!(
+            "{} already holds a campaign; add --resume to continue it or choose another --out",
+            cfg.out.display()
+        )));
+    }
+    let text = std::fs::read_to_string(checkpoint).map_err(|e| io_err(checkpoint, e))?;
+    let head: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| ExploreError::Invalid(format!("{}: damaged checkpoint: {e}", checkpoint.display())))?;
+    let schema = head.get("schema").and_then(|s| s.as_str()).unwrap_or("");
+    if schema != CHECKPOINT_SCHEMA {
+        return Err(ExploreError::Invalid(format!(
+            "{} is a checkpoint of schema {schema:?}, written by an earlier deja; this one cannot continue its \
+             corpus. Its bug files still replay (deja replay {}/bug-<id>.json). Start a new campaign with another \
+             --out, or move this directory away",
+            checkpoint.display(),
+            cfg.out.display()
+        )));
+    }
+    let s: State<S::Input, S::Reference> = serde_json::from_value(head)
+        .map_err(|e| ExploreError::Invalid(format!("{}: damaged checkpoint: {e}", checkpoint.display())))?;
+    let refuse = |what: String| {
+        Err(ExploreError::Invalid(format!("{} {what}; it cannot be resumed with these settings", checkpoint.display())))
+    };
+    if s.kind != S::KIND || s.subject_blake3 != identity.blake3 {
+        return refuse(format!("belongs to another {}", s.kind));
+    }
+    if s.strategy != cfg.strategy || s.mode != cfg.mode {
+        return refuse(format!("was started with --strategy {} --mode {}", s.strategy.name(), s.mode.name()));
+    }
+    if s.jobs != 0 && s.jobs != cfg.jobs.max(1) {
+        return refuse(format!(
+            "was started with --jobs {} (a campaign's rounds depend on its number of workers: resume it with --jobs {})",
+            s.jobs, s.jobs
+        ));
+    }
+    if s.shard != cfg.shard && s.merged_from.is_empty() {
+        let show = |x: Option<(u64, u64)>| x.map_or("no --shard".to_string(), |(i, n)| format!("--shard {i}/{n}"));
+        return refuse(format!("was started with {}", show(s.shard)));
+    }
+    let mut s = s;
+    s.jobs = cfg.jobs.max(1);
+    s.shard = cfg.shard;
+    Ok(s)
+}
+
+/// The inputs of the next epoch, planned from the campaign as it stands.
+fn plan_epoch<S: Subject>(
+    subject: &S,
+    cfg: &CampaignConfig,
+    seeds: Seeds,
+    state: &mut State<S::Input, S::Reference>,
+) -> Vec<S::Input> {
+    // Epochs start at multiples of their size, so a resumed campaign plans the same ones.
+    let size = cfg.epoch();
+    let left = size - state.books.round % size;
+    (0..left).map(|_| plan_round(subject, cfg, seeds, state)).collect()
+}
+
+/// One round's input: a fresh one, or a mutation of a corpus entry picked by energy.
+fn plan_round<S: Subject>(
+    subject: &S,
+    cfg: &CampaignConfig,
+    seeds: Seeds,
+    state: &mut State<S::Input, S::Reference>,
+) -> S::Input {
+    let fresh_every = subject.fresh_every();
+    let fresh = match cfg.strategy {
+        Strategy::Random => true,
         Strategy::Coverage => {
-            let f = Fork::new(target.spec.clone(), target.memory, state.fork_at, &mut |_, _| {})?;
-            state.base_decisions = f.parent_kernel().decision_count();
-            Some(f)
+            state.corpus.is_empty() || (fresh_every > 0 && state.rng.next_u64().is_multiple_of(fresh_every))
         }
-        Strategy::Random => None,
     };
-    if state.corpus.is_empty() {
-        if let Some(f) = fork.as_mut() {
-            let out = run_on_fork(f, &Input::default())?;
-            let novelty = learn(&mut state, &out);
-            let entry = Entry::new(Input::default(), &out, Novelty { new: novelty.new.max(1), focus: None }, 0);
-            keep(&cfg.out, &mut state.corpus, entry)?;
-        }
+    if fresh {
+        let seed = seeds.draw(&mut state.rng);
+        return subject.fresh(&mut state.rng, seed, &state.reference, cfg.strategy, cfg.mode);
     }
+    let weights: Vec<u64> = state.corpus.iter().map(|e| energy(&e.features, &state.hits, e.new, e.picks)).collect();
+    let i = pick_weighted(&mut state.rng, &weights);
+    state.corpus[i].picks += 1;
+    let parent = &state.corpus[i];
+    let mut input = parent.input.clone();
+    let first = S::base_decisions(&state.reference);
+    let changed = mutate_decisions(&mut state.rng, seeds, S::steering(&mut input), parent, first, cfg.mode);
+    subject.mutate_plan(&mut state.rng, seeds, &mut input, parent, &state.reference, cfg.mode, changed);
+    input
+}
 
-    while let Some(round) = state.books.next_round(cfg, started) {
-        let (input, out, fork_at, spec_seed) = match fork.as_mut() {
-            Some(f) => {
-                let i = pick(&mut state);
-                state.corpus[i].picks += 1;
-                let parent = state.corpus[i].clone();
-                let input = mutate(&mut state, &parent, cfg.mode);
-                let out = run_on_fork(f, &input)?;
-                (input, out, state.fork_at, target.spec.seed)
-            }
-            None => {
-                let seed = state.rng.next_u64();
-                let input = random_input(&mut state, cfg.mode);
-                let mut t = target.clone();
-                t.spec.seed = seed;
-                let out = run_fresh(&t, 0, &input, &mut |_, _| {})?;
-                (input, out, 0, seed)
-            }
-        };
-        let novelty = learn(&mut state, &out);
-        let kept = novelty.new > 0 && fork.is_some();
-        if kept {
-            keep(&cfg.out, &mut state.corpus, Entry::new(input.clone(), &out, novelty, round))?;
-        }
-        if let Some(sig) = state.books.unseen(out.failure.as_ref()) {
-            let mut t = target.clone();
-            t.spec.seed = spec_seed;
-            let difference = crate::input::confirm(&t, fork_at, &input, &out)?;
-            state.books.settle(sig, difference, &cfg.out, |path| {
-                let bug = BugFile::new(&t, fork_at, &input, &out, round, &path.display().to_string());
-                bug.write(path)?;
-                Ok((bug.reproduce, out.decisions.len() as u64))
-            })?;
-        }
-        let p = Progress {
-            round,
-            edges: edges_hit(&state.virgin),
-            semantic: state.semantic.len() as u64,
-            corpus: state.corpus.len() as u64,
-            bugs: state.books.bugs.len() as u64,
-        };
-        if state.books.end_round(p, kept, progress) {
-            write_json(&checkpoint, &state)?;
-        }
+/// Learns one round: coverage, corpus, confirmation of a new failure, the timeline. Returns
+/// whether a checkpoint is due: every 25 rounds, and whenever the corpus grew or a bug was
+/// found, so a killed explorer loses neither.
+fn learn_round<S: Subject>(
+    subject: &S,
+    cfg: &CampaignConfig,
+    state: &mut State<S::Input, S::Reference>,
+    input: S::Input,
+    out: &S::Outcome,
+    rates: &[f64],
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<bool, ExploreError> {
+    state.books.round += 1;
+    let round = state.books.round;
+    let bugs_before = state.books.bugs.len();
+    let facts = subject.facts(out);
+    let novelty = learn(state, &facts);
+    let kept = novelty.new > 0 && cfg.strategy == Strategy::Coverage;
+    if let Some(sig) = state.books.unseen(facts.failure.as_ref()) {
+        let difference = subject.confirm(&state.reference, &input, out)?;
+        let reference = &state.reference;
+        state.books.settle(sig, difference, &cfg.out, |path| subject.write_bug(reference, &input, out, round, path))?;
     }
-    state.books.wall_seconds += started.elapsed().as_secs_f64();
-    write_json(&checkpoint, &state)?;
-
-    let coverage = Coverage {
+    if kept {
+        keep(&cfg.out, &mut state.corpus, Entry::new(input, &facts, &novelty, round))?;
+    }
+    let p = Progress {
+        round,
+        edges: edges_hit(&state.virgin),
+        semantic: state.semantic.len() as u64,
         corpus: state.corpus.len() as u64,
-        edges_total: state.virgin.len() as u64,
-        edges_hit: edges_hit(&state.virgin),
+        bugs: state.books.bugs.len() as u64,
+        worker_rates: rates.to_vec(),
     };
-    let campaign =
-        state.books.campaign(cfg, &Program { path: target.path.clone(), blake3: program_blake3 }, state.seed, coverage);
-    Ok(campaign)
+    state.books.timeline.push(report::RoundPoint {
+        round,
+        edges_hit: p.edges + p.semantic,
+        corpus_size: p.corpus,
+        bugs: p.bugs,
+    });
+    progress(&p);
+    Ok(round.is_multiple_of(25) || kept || state.books.bugs.len() != bugs_before)
+}
+
+/// A worker: boots its subject's worker on its own thread at the first batch, then runs inputs
+/// of each batch until none is left.
+fn worker_loop<S: Subject>(
+    subject: &S,
+    reference: &S::Reference,
+    strategy: Strategy,
+    me: usize,
+    batches: &mpsc::Receiver<Arc<Batch<S::Input>>>,
+    returned: &mpsc::Sender<Returned<S::Outcome>>,
+) {
+    let mut worker: Option<Result<S::Worker, String>> = None;
+    while let Ok(batch) = batches.recv() {
+        loop {
+            let slot = batch.next.fetch_add(1, Ordering::Relaxed);
+            let Some(input) = batch.inputs.get(slot) else { break };
+            let w = worker.get_or_insert_with(|| subject.worker(reference, strategy).map_err(|e| e.to_string()));
+            let out = match w {
+                Ok(w) => subject.run(w, reference, input),
+                Err(e) => Err(ExploreError::Invalid(format!("worker {me} could not start: {e}"))),
+            };
+            if returned.send((me, slot, out)).is_err() {
+                return;
+            }
+        }
+    }
 }
 
 /// Writes `report.txt`, `report.json` and `report.html` for a campaign.

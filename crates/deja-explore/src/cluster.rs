@@ -1,39 +1,36 @@
-//! Exploring clusters.
+//! Exploring clusters: the [`Subject`] of a cluster file.
 //!
-//! A cluster is not forked: every round boots the whole cluster and runs it to its end, steered
-//! by a [`ClusterInput`]: the cluster seed, overrides of the cluster's decisions (network
-//! latencies, node order at equal times, UDP faults, the random faults' times, sides, lengths
-//! and targets), and optionally a scripted fault schedule that replaces the file's faults.
+//! In the coverage strategy each worker keeps a whole forked cluster ([`deja_cluster::Fork`]):
+//! booted with the campaign's seed and kept at the first moment every node has called
+//! `setup_complete` (or, when some node never does, right after the nodes booted). Every round
+//! resets each node's VM to the fork through its dirty pages and runs on from there, steered by
+//! a [`ClusterInput`]: overrides of the cluster's decisions (network latencies, node order at
+//! equal times, UDP faults, the random faults' times, sides, lengths and targets) and a reseed
+//! of every decision after the fork point, the cluster's and each node's. The random strategy
+//! boots the cluster with a new seed every round.
 //!
 //! Coverage of a cluster round is behavioural: each node's distinct output lines with their
 //! numbers masked (`became leader term #`, `discarded [#] adopting log of #.#.#.#:# term #`),
-//! each SDK assertion's outcome per node, and the kinds of fault that happened; plus, for nodes
-//! built with `deja build --coverage`, each SanitizerCoverage edge and its AFL bucket. A round
-//! that shows a feature never seen before joins the corpus.
+//! each SDK assertion's outcome per node (with the decision index where it first held: the
+//! round's focus), and the kinds of fault that happened; plus, for nodes built with `deja build
+//! --coverage`, each SanitizerCoverage edge and its AFL bucket.
 //!
-//! The coverage strategy picks a corpus entry (new features weigh more, frequent picks less)
-//! and overrides one to three of its decisions: in `faults` mode the fault decisions, in
-//! `random` mode the latency and ordering decisions, in `both` any. The random strategy runs
-//! independent seeds without overrides. A failure (a failed SDK assertion on any node, a waited
-//! node that failed, a cluster that got stuck) is confirmed by a second run with the same digest
-//! and written as `bug-<id>.json` ([`ClusterBug`]). [`minimize_cluster`] turns the failing run's
-//! faults into a schedule and cuts it down with ddmin.
+//! A failure (a failed SDK assertion on any node, a waited node that failed, a cluster that got
+//! stuck) is confirmed by booting the cluster from scratch with the same input on another host
+//! core, which must give the same digest, and written as `bug-<id>.json` ([`ClusterBug`]), which
+//! records where the run was forked. [`minimize_cluster`] turns the failing run's faults into a
+//! schedule and cuts it down with ddmin.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use deja_cluster::config::ScheduledFault;
-use deja_cluster::{ClusterConfig, ClusterReport, FaultEvent, Outcome, RunOptions};
+use deja_cluster::{ClusterConfig, ClusterReport, FaultEvent, Fork, Outcome, RunOptions, SteerAt, Steering};
 use deja_explore_report as report;
-use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::campaign::{
-    bug_id, energy, fold_assertions, io_err, keep, pick_weighted, write_json, Books, CampaignConfig, Coverage, Mode,
-    Program, Progress, Strategy,
-};
+use crate::campaign::{bug_id, CampaignConfig, Decision, Entry, Facts, Mode, Program, Seeds, Strategy, Subject};
 use crate::ExploreError;
 
 /// The cluster under exploration.
@@ -63,9 +60,23 @@ pub struct ClusterInput {
     /// Cluster decision index → choice.
     #[serde(default)]
     pub overrides: BTreeMap<u64, u64>,
+    /// From the steering point on, decisions that are not overridden come from this seed's
+    /// streams (see [`deja_cluster::Steering`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reseed: Option<u64>,
+    /// Where the overrides and the reseed take effect (bug files of older deja: at boot).
+    #[serde(default)]
+    pub steer_at: SteerAt,
     /// When set, these faults replace the file's scripted and random faults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Vec<ScheduledFault>>,
+}
+
+impl ClusterInput {
+    /// Its steering.
+    pub fn steering(&self) -> Steering {
+        Steering { overrides: self.overrides.clone(), reseed: self.reseed, at: self.steer_at }
+    }
 }
 
 /// What one cluster round showed.
@@ -75,8 +86,9 @@ pub struct ClusterOutcome {
     pub report: ClusterReport,
     /// The failure signature, if the round failed.
     pub failure: Option<String>,
-    /// Behavioural features (see the module documentation).
-    pub features: BTreeSet<u64>,
+    /// Behavioural features (see the module documentation), each with the decision index where
+    /// the run first showed it, when that is progress.
+    pub features: BTreeMap<u64, Option<u64>>,
 }
 
 use crate::features::{feature, template};
@@ -107,7 +119,8 @@ pub fn cluster_failure(r: &ClusterReport) -> Option<String> {
     })
 }
 
-/// Runs one round.
+/// Runs one round from scratch: the cluster boots with the input's seed and takes its steering
+/// at its steering point.
 pub fn run_cluster_input(
     target: &ClusterTarget,
     input: &ClusterInput,
@@ -119,34 +132,52 @@ pub fn run_cluster_input(
         cfg.schedule = s.clone();
         cfg.random_faults = None;
     }
-    let report = deja_cluster::run(
-        cfg,
-        RunOptions { sink, overrides: input.overrides.clone(), reseed: None, record_trace: false },
-    )
-    .map_err(|e| ExploreError::Invalid(e.to_string()))?;
-    let mut features = BTreeSet::new();
+    let report = deja_cluster::run(cfg, RunOptions { sink, steering: input.steering(), record_trace: false })
+        .map_err(|e| ExploreError::Invalid(e.to_string()))?;
+    Ok(outcome(report))
+}
+
+/// What a cluster run showed.
+pub fn outcome(report: ClusterReport) -> ClusterOutcome {
+    // The decision index at virtual time `t`: how many cluster decisions came before it.
+    let index_at = |t: u64| report.decisions.iter().filter(|d| d.time_ns <= t).count() as u64;
+    let mut features = BTreeMap::new();
     for n in &report.nodes {
         for line in n.stdout.lines() {
-            features.insert(feature(&["line", &n.name, &template(line)]));
+            features.insert(feature(&["line", &n.name, &template(line)]), None);
         }
         for l in &n.lives {
             for a in &l.assertions {
                 let status = format!("{:?}", a.status);
-                features.insert(feature(&["assertion", &n.name, &a.message, &status]));
+                let at = a.first_satisfied.as_ref().map(|c| index_at(c.virtual_time_ns));
+                let f = feature(&["assertion", &n.name, &a.message, &status]);
+                let e = features.entry(f).or_insert(at);
+                *e = (*e).min(at).or(at);
             }
             // Edge coverage of a node built with `deja build --coverage`: edge and AFL bucket.
             for (i, b) in l.coverage.iter().flat_map(|c| c.map.iter().enumerate()) {
                 if *b != 0 {
-                    features.insert(feature(&["edge", &n.name, &i.to_string(), &b.to_string()]));
+                    features.insert(feature(&["edge", &n.name, &i.to_string(), &b.to_string()]), None);
                 }
             }
         }
     }
     for f in &report.faults {
-        features.insert(feature(&["fault", &f.kind]));
+        features.insert(feature(&["fault", &f.kind]), None);
     }
     let failure = cluster_failure(&report);
-    Ok(ClusterOutcome { report, failure, features })
+    ClusterOutcome { report, failure, features }
+}
+
+/// Where a cluster bug's run was forked (see [`deja_cluster::Fork`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkRecord {
+    /// The point.
+    pub at: SteerAt,
+    /// Its virtual time, ns.
+    pub virtual_time_ns: u64,
+    /// Cluster decisions taken before it.
+    pub base_decisions: u64,
 }
 
 /// A cluster failure, frozen.
@@ -185,6 +216,10 @@ pub struct ClusterBug {
     /// The CPU fingerprint of the host that found it (absent in bug files of older deja).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<deja_vmm::Fingerprint>,
+    /// Where the failing run was forked, when it was: its replay boots the cluster and takes
+    /// the input at that point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkRecord>,
 }
 
 /// The schema of cluster bug files.
@@ -209,6 +244,7 @@ impl ClusterBug {
             minimized_from: None,
             removed: Vec::new(),
             host: deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone()),
+            forked_from: None,
         }
     }
 
@@ -246,46 +282,8 @@ impl ClusterBug {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Entry {
-    input: ClusterInput,
-    new_features: u64,
-    picks: u64,
-    /// The behaviours its run showed.
-    #[serde(default)]
-    features: Vec<u64>,
-    /// (point, options) of each decision of its run.
-    decisions: Vec<(String, u64)>,
-    found_round: u64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct State {
-    schema: String,
-    cluster_blake3: String,
-    strategy: Strategy,
-    mode: Mode,
-    seed: u64,
-    #[serde(flatten)]
-    books: Books,
-    rng: ChaCha20Rng,
-    features: BTreeSet<u64>,
-    /// In how many rounds each behaviour showed.
-    #[serde(default)]
-    hits: BTreeMap<u64, u64>,
-    corpus: Vec<Entry>,
-}
-
 fn is_fault_point(p: &str) -> bool {
     ["partition", "kill", "down", "pause", "clock", "udp"].iter().any(|k| p.starts_with(k))
-}
-
-fn eligible(point: &str, mode: Mode) -> bool {
-    match mode {
-        Mode::Faults => is_fault_point(point),
-        Mode::Random => !is_fault_point(point),
-        Mode::Both => true,
-    }
 }
 
 /// Decisions that choose *which* fault (its sides, direction or target) rather than when.
@@ -293,169 +291,229 @@ fn is_structural(p: &str) -> bool {
     p.ends_with("sides") || p.ends_with("one way") || p.ends_with("direction") || p.ends_with("target")
 }
 
-/// Overrides one decision of the parent's run (two, one time in four). Half of the picks go to
-/// the decisions that choose which fault happens, when there are any: a different partition
-/// keeps the parent's timing, a different gap shifts every later fault.
-fn mutate(rng: &mut ChaCha20Rng, parent: &Entry, mode: Mode) -> ClusterInput {
-    let mut input = parent.input.clone();
-    let candidates: Vec<(usize, u64, bool)> = parent
-        .decisions
-        .iter()
-        .enumerate()
-        .filter(|(_, (p, o))| *o > 1 && eligible(p, mode))
-        .map(|(i, (p, o))| (i, *o, is_structural(p)))
-        .collect();
-    if candidates.is_empty() {
-        input.seed = rng.next_u64();
-        input.overrides.clear();
-        return input;
+/// A cluster under exploration.
+pub struct ClusterSubject<'a> {
+    target: &'a ClusterTarget,
+}
+
+impl<'a> ClusterSubject<'a> {
+    /// The subject of `target`.
+    pub fn new(target: &'a ClusterTarget) -> ClusterSubject<'a> {
+        ClusterSubject { target }
     }
-    let structural: Vec<&(usize, u64, bool)> = candidates.iter().filter(|c| c.2).collect();
-    let n = if rng.next_u64().is_multiple_of(4) { 2 } else { 1 };
-    for _ in 0..n {
-        let &(i, options, _) = if !structural.is_empty() && rng.next_u64().is_multiple_of(2) {
-            structural[(rng.next_u64() % structural.len() as u64) as usize]
+
+    fn config(&self, seed: u64) -> ClusterConfig {
+        let mut cfg = self.target.cfg.clone();
+        cfg.seed = seed;
+        cfg
+    }
+}
+
+/// What a cluster campaign learned from its bootstrap.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterReference {
+    /// The cluster seed of forked rounds.
+    pub seed: u64,
+    /// Where rounds fork (and take their steering).
+    pub steer_at: SteerAt,
+    /// Cluster decisions taken before it.
+    pub base_decisions: u64,
+    /// Its virtual time, ns.
+    pub virtual_time_ns: u64,
+}
+
+impl Subject for ClusterSubject<'_> {
+    type Input = ClusterInput;
+    type Outcome = ClusterOutcome;
+    type Worker = Option<Fork>;
+    type Reference = ClusterReference;
+    const KIND: &'static str = "cluster";
+
+    fn identity(&self) -> Program {
+        Program { path: self.target.path.clone(), blake3: self.target.file_blake3.clone() }
+    }
+
+    fn bootstrap(&self, cfg: &CampaignConfig) -> Result<(ClusterReference, Vec<ClusterOutcome>), ExploreError> {
+        let mut r = ClusterReference { seed: cfg.seed, ..ClusterReference::default() };
+        if cfg.strategy == Strategy::Coverage {
+            let fork = Fork::new(self.config(cfg.seed), SteerAt::Setup, &mut |_, _, _| {}).map_err(cluster_err)?;
+            if let Some(f) = fork {
+                r.steer_at = SteerAt::Setup;
+                r.base_decisions = f.base_decisions;
+                r.virtual_time_ns = f.virtual_time_ns;
+            }
+        }
+        Ok((r, Vec::new()))
+    }
+
+    fn base_decisions(r: &ClusterReference) -> u64 {
+        r.base_decisions
+    }
+
+    fn origin(&self, _cfg: &CampaignConfig, r: &ClusterReference) -> ClusterInput {
+        ClusterInput { seed: r.seed, steer_at: r.steer_at, ..ClusterInput::default() }
+    }
+
+    fn worker(&self, r: &ClusterReference, strategy: Strategy) -> Result<Option<Fork>, ExploreError> {
+        if strategy == Strategy::Random {
+            return Ok(None);
+        }
+        let fork = Fork::new(self.config(r.seed), r.steer_at, &mut |_, _, _| {}).map_err(cluster_err)?;
+        match fork {
+            Some(f) if f.base_decisions == r.base_decisions && f.virtual_time_ns == r.virtual_time_ns => Ok(Some(f)),
+            _ => Err(ExploreError::Invalid(
+                "the cluster did not reach its fork point the way the bootstrap did: it does not run the same way twice"
+                    .into(),
+            )),
+        }
+    }
+
+    fn run(
+        &self,
+        worker: &mut Option<Fork>,
+        r: &ClusterReference,
+        input: &ClusterInput,
+    ) -> Result<ClusterOutcome, ExploreError> {
+        match worker {
+            Some(fork) if input.seed == r.seed && input.schedule.is_none() => {
+                let report = fork.run_child(&input.steering(), &mut |_, _, _| {}).map_err(cluster_err)?;
+                Ok(outcome(report))
+            }
+            _ => run_cluster_input(self.target, input, &mut |_, _, _| {}),
+        }
+    }
+
+    fn confirm(
+        &self,
+        _r: &ClusterReference,
+        input: &ClusterInput,
+        out: &ClusterOutcome,
+    ) -> Result<Option<String>, ExploreError> {
+        let seen: Vec<u32> = out.report.nodes.iter().flat_map(|n| n.host_cores.iter().copied()).collect();
+        let (core, again) =
+            deja_vmm::identity::on_another_core(&seen, || run_cluster_input(self.target, input, &mut |_, _, _| {}))
+                .map_err(deja_vmm::RunError::from)?;
+        let again = again?;
+        Ok(if again.report.digest != out.report.digest {
+            Some(format!(
+                "the replay from scratch on host core {core} gave digest {} instead of {}",
+                again.report.digest, out.report.digest
+            ))
+        } else if again.failure != out.failure {
+            Some(format!("the replay from scratch on host core {core} failed differently: {:?}", again.failure))
         } else {
-            &candidates[(rng.next_u64() % candidates.len() as u64) as usize]
-        };
-        input.overrides.insert(i as u64, rng.next_u64() % options);
+            None
+        })
     }
-    input
+
+    fn facts(&self, out: &ClusterOutcome) -> Facts {
+        let decisions = out
+            .report
+            .decisions
+            .iter()
+            .map(|d| {
+                let fault = is_fault_point(&d.point);
+                Decision {
+                    options: d.options,
+                    choice: d.choice,
+                    random: !fault,
+                    fault,
+                    structural: is_structural(&d.point),
+                }
+            })
+            .collect();
+        Facts {
+            failure: out.failure.clone(),
+            semantic: out.features.clone(),
+            decisions,
+            assertions: out
+                .report
+                .nodes
+                .iter()
+                .flat_map(|n| n.lives.iter().flat_map(|l| l.assertions.iter().cloned()))
+                .collect(),
+            ..Facts::default()
+        }
+    }
+
+    fn steering(input: &mut ClusterInput) -> (&mut BTreeMap<u64, u64>, &mut Option<u64>) {
+        (&mut input.overrides, &mut input.reseed)
+    }
+
+    fn mutate_plan(
+        &self,
+        rng: &mut ChaCha20Rng,
+        seeds: Seeds,
+        input: &mut ClusterInput,
+        _parent: &Entry<ClusterInput>,
+        _r: &ClusterReference,
+        _mode: Mode,
+        changed: bool,
+    ) {
+        // Nothing the mode may change was there to change: a new course from the fork point.
+        if !changed {
+            input.overrides.clear();
+            input.reseed = Some(seeds.draw(rng));
+        }
+    }
+
+    fn fresh(
+        &self,
+        _rng: &mut ChaCha20Rng,
+        seed: u64,
+        r: &ClusterReference,
+        strategy: Strategy,
+        _mode: Mode,
+    ) -> ClusterInput {
+        match strategy {
+            Strategy::Random => ClusterInput { seed, ..ClusterInput::default() },
+            Strategy::Coverage => {
+                ClusterInput { seed: r.seed, reseed: Some(seed), steer_at: r.steer_at, ..ClusterInput::default() }
+            }
+        }
+    }
+
+    fn fresh_every(&self) -> u64 {
+        3
+    }
+
+    fn write_bug(
+        &self,
+        r: &ClusterReference,
+        input: &ClusterInput,
+        out: &ClusterOutcome,
+        round: u64,
+        path: &Path,
+    ) -> Result<(String, u64), ExploreError> {
+        let mut bug = ClusterBug::new(self.target, input, out, round, &path.display().to_string());
+        if input.seed == r.seed && input.steer_at == SteerAt::Setup {
+            bug.forked_from = Some(ForkRecord {
+                at: r.steer_at,
+                virtual_time_ns: r.virtual_time_ns,
+                base_decisions: r.base_decisions,
+            });
+        }
+        bug.write(path)?;
+        Ok((bug.reproduce, bug.decisions))
+    }
 }
 
-fn learn(state: &mut State, out: &ClusterOutcome) -> u64 {
-    let mut new = 0;
-    for f in &out.features {
-        if state.features.insert(*f) {
-            new += 1;
+fn cluster_err(e: deja_cluster::ClusterError) -> ExploreError {
+    match e {
+        deja_cluster::ClusterError::NoProgress { node, syscalls, .. } => {
+            ExploreError::NoProgress(crate::no_progress_after(Some(&node), syscalls))
         }
-        *state.hits.entry(*f).or_default() += 1;
+        e => ExploreError::Invalid(e.to_string()),
     }
-    for n in &out.report.nodes {
-        for l in &n.lives {
-            fold_assertions(&mut state.books.assertions, &l.assertions);
-        }
-    }
-    new
-}
-
-/// Picks a corpus entry by its [`energy`].
-fn pick(state: &mut State) -> usize {
-    let weights: Vec<u64> =
-        state.corpus.iter().map(|e| energy(&e.features, &state.hits, e.new_features, e.picks)).collect();
-    pick_weighted(&mut state.rng, &weights)
 }
 
 /// Runs (or continues) a cluster campaign and writes its files under `cfg.out`.
 pub fn explore_cluster(
     target: &ClusterTarget,
     cfg: &CampaignConfig,
-    progress: &mut dyn FnMut(&Progress),
+    progress: &mut dyn FnMut(&crate::Progress),
 ) -> Result<report::Campaign, ExploreError> {
-    let started = Instant::now();
-    std::fs::create_dir_all(cfg.out.join("corpus")).map_err(|e| io_err(&cfg.out, e))?;
-    let checkpoint = cfg.out.join("checkpoint.json");
-    let mut state = if checkpoint.exists() {
-        if !cfg.resume {
-            return Err(ExploreError::Invalid(format!(
-                "{} already holds a campaign; add --resume to continue it or choose another --out",
-                cfg.out.display()
-            )));
-        }
-        let text = std::fs::read_to_string(&checkpoint).map_err(|e| io_err(&checkpoint, e))?;
-        let s: State = serde_json::from_str(&text).map_err(|e| {
-            ExploreError::Invalid(format!("{}: damaged or foreign checkpoint: {e}", checkpoint.display()))
-        })?;
-        if s.cluster_blake3 != target.file_blake3 || s.strategy != cfg.strategy || s.mode != cfg.mode {
-            return Err(ExploreError::Invalid(format!(
-                "{} belongs to another cluster file, strategy or mode; it cannot be resumed with these",
-                checkpoint.display()
-            )));
-        }
-        s
-    } else {
-        State {
-            schema: "deja.cluster-checkpoint/1".into(),
-            cluster_blake3: target.file_blake3.clone(),
-            strategy: cfg.strategy,
-            mode: cfg.mode,
-            seed: cfg.seed,
-            books: Books::default(),
-            rng: ChaCha20Rng::seed_from_u64(cfg.seed),
-            features: BTreeSet::new(),
-            hits: BTreeMap::new(),
-            corpus: Vec::new(),
-        }
-    };
-    state.books.adopt_host(&checkpoint)?;
-    while let Some(round) = state.books.next_round(cfg, started) {
-        let input = match cfg.strategy {
-            Strategy::Random => ClusterInput { seed: state.rng.next_u64(), ..Default::default() },
-            Strategy::Coverage if state.corpus.is_empty() => ClusterInput { seed: cfg.seed, ..Default::default() },
-            // Every third round explores a fresh seed; the others mutate the corpus.
-            Strategy::Coverage if state.rng.next_u64().is_multiple_of(3) => {
-                ClusterInput { seed: state.rng.next_u64(), ..Default::default() }
-            }
-            Strategy::Coverage => {
-                let i = pick(&mut state);
-                state.corpus[i].picks += 1;
-                let parent = state.corpus[i].clone();
-                mutate(&mut state.rng, &parent, cfg.mode)
-            }
-        };
-        let out = run_cluster_input(target, &input, &mut |_, _, _| {})?;
-        let new = learn(&mut state, &out);
-        let kept = new > 0 && cfg.strategy == Strategy::Coverage;
-        if kept {
-            let entry = Entry {
-                input: input.clone(),
-                new_features: new,
-                picks: 0,
-                features: out.features.iter().copied().collect(),
-                decisions: out.report.decisions.iter().map(|d| (d.point.clone(), d.options)).collect(),
-                found_round: round,
-            };
-            keep(&cfg.out, &mut state.corpus, entry)?;
-        }
-        if let Some(sig) = state.books.unseen(out.failure.as_ref()) {
-            let seen: Vec<u32> = out.report.nodes.iter().flat_map(|n| n.host_cores.iter().copied()).collect();
-            let (core, again) =
-                deja_vmm::identity::on_another_core(&seen, || run_cluster_input(target, &input, &mut |_, _, _| {}))
-                    .map_err(deja_vmm::RunError::from)?;
-            let again = again?;
-            let difference = if again.report.digest != out.report.digest {
-                Some(format!(
-                    "the replay on host core {core} gave digest {} instead of {}",
-                    again.report.digest, out.report.digest
-                ))
-            } else if again.failure != out.failure {
-                Some(format!("the replay on host core {core} failed differently: {:?}", again.failure))
-            } else {
-                None
-            };
-            state.books.settle(sig, difference, &cfg.out, |path| {
-                let bug = ClusterBug::new(target, &input, &out, round, &path.display().to_string());
-                bug.write(path)?;
-                Ok((bug.reproduce, bug.decisions))
-            })?;
-        }
-        let p = Progress {
-            round,
-            edges: 0,
-            semantic: state.features.len() as u64,
-            corpus: state.corpus.len() as u64,
-            bugs: state.books.bugs.len() as u64,
-        };
-        if state.books.end_round(p, kept, progress) {
-            write_json(&checkpoint, &state)?;
-        }
-    }
-    state.books.wall_seconds += started.elapsed().as_secs_f64();
-    write_json(&checkpoint, &state)?;
-    let coverage =
-        Coverage { corpus: state.corpus.len() as u64, edges_total: 0, edges_hit: state.features.len() as u64 };
-    let program = Program { path: target.path.clone(), blake3: target.file_blake3.clone() };
-    Ok(state.books.campaign(cfg, &program, state.seed, coverage))
+    crate::campaign::explore(&ClusterSubject::new(target), cfg, progress)
 }
 
 /// A minimized cluster bug.
@@ -497,10 +555,12 @@ pub fn minimize_cluster(
         None => bug.faults.iter().filter_map(|f| f.scripted.clone()).collect(),
     };
     let mut tests = 0u64;
-    let seed = bug.input.seed;
+    // The overrides go (their decisions move once the faults are fixed); the seed and the reseed
+    // at the steering point stay.
+    let base = ClusterInput { overrides: BTreeMap::new(), schedule: None, ..bug.input.clone() };
     let mut fails = |faults: &[ScheduledFault]| -> Result<bool, ExploreError> {
         tests += 1;
-        let input = ClusterInput { seed, overrides: BTreeMap::new(), schedule: Some(faults.to_vec()) };
+        let input = ClusterInput { schedule: Some(faults.to_vec()), ..base.clone() };
         let out = run_cluster_input(target, &input, &mut |_, _, _| {})?;
         Ok(out.failure.as_deref() == Some(bug.signature.as_str()))
     };
@@ -513,13 +573,14 @@ pub fn minimize_cluster(
         )));
     }
     let kept = crate::minimize::ddmin(&all, &mut fails)?;
-    let input = ClusterInput { seed, overrides: BTreeMap::new(), schedule: Some(kept.clone()) };
+    let input = ClusterInput { schedule: Some(kept.clone()), ..base.clone() };
     let out = run_cluster_input(target, &input, &mut |_, _, _| {})?;
     tests += 1;
     if out.failure.as_deref() != Some(bug.signature.as_str()) {
         return Err(ExploreError::Invalid("the minimized schedule did not fail again on replay".into()));
     }
     let mut min = ClusterBug::new(target, &input, &out, bug.found_at_round, new_file);
+    min.forked_from = bug.forked_from.clone();
     min.minimized_from = Some(bug.reproduce.trim_start_matches("deja replay ").to_string());
     min.removed = all.iter().filter(|f| !kept.contains(f)).map(describe_fault).collect();
     Ok(MinimizedCluster { bug: min, tests })

@@ -31,6 +31,10 @@ pub struct Input {
     /// run's own (from the steering point on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reseed: Option<u64>,
+    /// Runs the program with this seed instead of the target's (the random strategy's
+    /// independent runs; a fork child always has its parent's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
 }
 
 impl Input {
@@ -201,7 +205,9 @@ pub fn run_fresh(
         keep_stdout(&mut stdout, s, b);
         sink(s, b)
     };
-    let mut session = Session::boot(target.spec.clone(), target.memory)?;
+    let mut spec = target.spec.clone();
+    spec.seed = input.seed.unwrap_or(spec.seed);
+    let mut session = Session::boot(spec, target.memory)?;
     if session.run_to_syscall(fork_at, &mut both)? {
         input.prepare(session.kernel_mut());
     }
@@ -304,7 +310,7 @@ impl BugFile {
             argv: target.spec.argv.clone(),
             env: target.spec.env.clone(),
             files: target.spec.files.iter().map(|(k, v)| (k.clone(), blake3::hash(v).to_hex().to_string())).collect(),
-            seed: target.spec.seed,
+            seed: input.seed.unwrap_or(target.spec.seed),
             memory_mib: target.memory >> 20,
             fork_at_syscall: fork_at,
             input: input.clone(),

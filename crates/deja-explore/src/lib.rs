@@ -25,12 +25,16 @@ pub mod cluster;
 pub mod features;
 pub mod input;
 pub mod menu;
+pub mod merge;
 pub mod minimize;
+pub mod program;
 
-pub use campaign::{explore, write_reports, Campaign, CampaignConfig, Mode, Progress, Strategy};
-pub use cluster::{explore_cluster, minimize_cluster, ClusterBug, ClusterInput, ClusterTarget};
+pub use campaign::{write_reports, Campaign, CampaignConfig, Mode, Progress, Strategy, Subject};
+pub use cluster::{explore_cluster, minimize_cluster, ClusterBug, ClusterInput, ClusterSubject, ClusterTarget};
 pub use input::{BugFile, Input, Outcome, Target};
+pub use merge::merge;
 pub use minimize::minimize;
+pub use program::{explore, ProgramSubject};
 
 /// Errors of the explorer.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +53,30 @@ pub enum ExploreError {
     /// A bug file or checkpoint does not describe this program or is damaged.
     #[error("{0}")]
     Invalid(String),
+    /// A run went past the no-progress watchdog's limit (`deja_vmm::watchdog`).
+    #[error("{0}")]
+    NoProgress(String),
+}
+
+/// What a campaign records of a round the watchdog stopped: only what replays the same (the
+/// syscall it stalled after), not the host time or the instruction it happened to be at.
+pub(crate) fn no_progress_after(node: Option<&str>, syscalls: u64) -> String {
+    let on = node.map_or(String::new(), |n| format!(" on node {n}"));
+    format!("NO_PROGRESS{on}: no syscall or exception within the watchdog's limit after syscall {syscalls}")
+}
+
+impl ExploreError {
+    /// What the watchdog saw, when the run made no progress: such a round is counted, never a
+    /// bug and never a failure of the campaign.
+    pub fn no_progress(&self) -> Option<String> {
+        match self {
+            ExploreError::NoProgress(why) => Some(why.clone()),
+            ExploreError::Run(deja_vmm::RunError::Vm(deja_vmm::VmError::NoProgress { syscalls, .. })) => {
+                Some(no_progress_after(None, *syscalls))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Replays a bug file from scratch: the same program, seed, steering point and input.

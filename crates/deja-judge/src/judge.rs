@@ -109,7 +109,7 @@ fn run(
     overrides: &BTreeMap<u64, u64>,
 ) -> Result<Outcome, String> {
     let target = deja_explore::Target { spec: spec.clone(), memory: memory_mib << 20, path: String::new() };
-    let input = deja_explore::Input { overrides: overrides.clone(), faults: faults.clone(), reseed: None };
+    let input = deja_explore::Input { overrides: overrides.clone(), faults: faults.clone(), ..Default::default() };
     deja_explore::input::run_fresh(&target, 0, &input, &mut |_, _| {}).map_err(|e| e.to_string())
 }
 

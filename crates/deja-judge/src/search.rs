@@ -151,8 +151,11 @@ pub fn run_plan(
     s.faults = plan.config();
     let Some(kept) = plan.kept.as_ref().filter(|_| plan.crash != CrashKind::None) else {
         let target = deja_explore::Target { spec: s, memory: memory_mib << 20, path: String::new() };
-        let input =
-            deja_explore::Input { overrides: overrides.clone(), faults: target.spec.faults.clone(), reseed: None };
+        let input = deja_explore::Input {
+            overrides: overrides.clone(),
+            faults: target.spec.faults.clone(),
+            ..Default::default()
+        };
         return deja_explore::input::run_fresh(&target, 0, &input, &mut |_, _| {}).map_err(|e| e.to_string());
     };
     if !overrides.is_empty() {

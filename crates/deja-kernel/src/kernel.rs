@@ -1121,6 +1121,11 @@ impl Kernel {
         self.faults.log.decisions.len() as u64
     }
 
+    /// The program has called `setup_complete` (in this life).
+    pub fn setup_completed(&self) -> bool {
+        self.oracle.setup_complete.is_some()
+    }
+
     /// Replaces the fault configuration from now on (e.g. on a forked child). The counters keep
     /// counting from program start: `crash_after_durable_write: Some(k)` fires after the k-th
     /// durable write of the whole run, so a `k` already reached never fires.

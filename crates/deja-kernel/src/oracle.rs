@@ -77,7 +77,7 @@ impl Site {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Oracle {
     sites: BTreeMap<u64, Site>,
-    setup_complete: Option<LifecycleRecord>,
+    pub(crate) setup_complete: Option<LifecycleRecord>,
     events: Vec<EventRecord>,
     events_dropped: u64,
     protocol_errors: u64,

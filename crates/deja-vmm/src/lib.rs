@@ -16,6 +16,7 @@ pub mod probe;
 pub mod session;
 pub mod snapshot;
 pub mod vm;
+pub mod watchdog;
 
 use deja_kernel::{LoadError, RunReport};
 

@@ -54,6 +54,21 @@ pub enum VmError {
     /// failed.
     #[error("CPU identity: {0}")]
     Config(String),
+    /// The guest ran guest code for longer than the watchdog allows without a syscall or an
+    /// exception ([`crate::watchdog`]): not a bug found, and not deja failing.
+    #[error(
+        "NO_PROGRESS: the program ran {ms} ms of host time without a syscall or an exception, after syscall \
+         {syscalls} (rip {rip:#x}); deja cannot tell a long computation from a loop that never ends: if it is the \
+         former, raise DEJA_NO_PROGRESS_S (seconds; 0 turns the watchdog off)"
+    )]
+    NoProgress {
+        /// Host time since the last guest event, ms.
+        ms: u64,
+        /// Syscalls served before it.
+        syscalls: u64,
+        /// Where the guest was when deja gave up.
+        rip: u64,
+    },
     /// The VM stopped in a way the monitor does not understand (a monitor bug or a host quirk).
     #[error("the VM stopped unexpectedly: {what} (rip {rip:#x}); please report this with `deja doctor --json`")]
     Unexpected {
@@ -527,7 +542,12 @@ impl Vm {
             }
             self.mark_dirty(SyncReg::Register);
             self.mark_dirty(SyncReg::SystemRegister);
-            match self.kvm_run()? {
+            // The watchdog's tick may interrupt the routine; it continues where it was.
+            let mut exit = self.kvm_run()?;
+            while matches!(exit, Exit::Interrupted) {
+                exit = self.kvm_run()?;
+            }
+            match exit {
                 Exit::Out(PTSYNC_PORT) => {}
                 Exit::Out(port) if (EXCEPTION_PORT_BASE..EXCEPTION_PORT_BASE + 32).contains(&port) => {
                     return Err(VmError::Unexpected {
@@ -808,6 +828,9 @@ impl Vm {
     ) -> Result<Stop, VmError> {
         let mut last_fault = (0u64, 0u64, 0u32);
         self.pin_thread()?;
+        let _watchdog = crate::watchdog::Armed::arm().map_err(|what| VmError::Unexpected { what, rip: 0 })?;
+        let limit = crate::watchdog::limit();
+        let mut progress = Instant::now();
         // A cluster driver may have resumed the core (woken threads, switched threads) since
         // the last stop.
         self.switch_threads(kernel)?;
@@ -819,9 +842,20 @@ impl Vm {
                 Exit::Out(port) => port,
                 // The program's own `in` from the one open port: a #GP on Linux.
                 Exit::In(_) => u16::MAX,
-                Exit::Interrupted => continue,
+                Exit::Interrupted => {
+                    let spent = progress.elapsed();
+                    if limit.is_some_and(|l| spent >= l) {
+                        return Err(VmError::NoProgress {
+                            ms: spent.as_millis() as u64,
+                            syscalls: kernel.syscall_count(),
+                            rip: self.rip(),
+                        });
+                    }
+                    continue;
+                }
                 Exit::Other(what) => return Err(VmError::Unexpected { what, rip: self.rip() }),
             };
+            progress = Instant::now();
             let regs = self.vcpu.sync_regs().regs;
             if port == SYSCALL_PORT && (regs.rip == STUB_VA || regs.rip == STUB_VA + 2) {
                 self.stats.syscall_exits += 1;

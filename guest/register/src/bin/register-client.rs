@@ -238,6 +238,7 @@ fn main() {
         process::exit(EXIT_SOCKET);
     });
     println!("client bound {}", socket.local_addr().unwrap_or(bind));
+    lifecycle::setup_complete(&json!({ "writes": writes }));
     let mut client =
         Client { socket, target: replicas[0], replicas, acked: BTreeMap::new(), writes, buf: vec![0u8; 65536] };
 

@@ -48,7 +48,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::process;
 use std::time::{Duration, Instant};
 
-use deja_sdk::assert_reachable;
+use deja_sdk::{assert_reachable, lifecycle};
 use deja_sdk::serde_json::json;
 use register::{decode_log, encode_log, values_csv, Args, Entry};
 
@@ -422,6 +422,8 @@ fn main() {
         eprintln!("bind {me}: {e}");
         process::exit(EXIT_SOCKET);
     });
+    // Listening: a cluster explorer may fork every round from the point where each node is here.
+    lifecycle::setup_complete(&json!({ "id": id, "listen": me.to_string() }));
     let start = Instant::now();
     let election_timeout = Duration::from_millis(300 + 100 * id.min(1_000_000));
     let mut r = Replica {

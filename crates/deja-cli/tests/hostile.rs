@@ -1,0 +1,212 @@
+//! Hostile guests (`guest/hostile/`): programs that attack one thing each. Every outcome is a
+//! clear status, the monitor neither panics nor hangs, and the outcome is the same in separate
+//! processes on different host cores.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::*;
+use serde_json::Value;
+
+/// `deja <args>` in its own process pinned to `core`, with the watchdog's limit at `limit_s`.
+fn deja_on(core: usize, limit_s: &str, args: &[&str]) -> Output {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    Command::new("taskset")
+        .arg("-c")
+        .arg((core % cores).to_string())
+        .arg(deja_bin())
+        .args(args)
+        .env("DEJA_NO_PROGRESS_S", limit_s)
+        .output()
+        .expect("taskset (util-linux) runs deja")
+}
+
+/// The syscall count in a NO_PROGRESS message.
+fn stalled_after(err: &str) -> u64 {
+    let at = err.find("after syscall ").unwrap_or_else(|| panic!("no syscall count in: {err}"));
+    err[at + 14..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
+}
+
+#[test]
+fn a_loop_without_syscalls_ends_as_no_progress_after_the_same_syscall_on_every_core() {
+    let spin = guest("spin").to_string_lossy().into_owned();
+    let mut after = Vec::new();
+    for core in [0, 1] {
+        let start = std::time::Instant::now();
+        let o = deja_on(core, "1", &["run", &spin]);
+        let took = start.elapsed();
+        assert_eq!(o.status.code(), Some(122), "NO_PROGRESS has its own exit code: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains("NO_PROGRESS") && err.contains("DEJA_NO_PROGRESS_S"), "{err}");
+        assert_eq!(stdout(&o), "spin always\n", "what it did before the loop is kept");
+        // The limit bounds it from below: it is never cut short (the upper side is the host's
+        // business and is not asserted).
+        assert!(took >= std::time::Duration::from_secs(1), "stopped after {took:?}");
+        after.push(stalled_after(&err));
+    }
+    assert_eq!(after[0], after[1], "the run stalls after the same syscall on every core");
+}
+
+#[test]
+fn the_limit_is_the_users_and_zero_turns_the_watchdog_off() {
+    let burn = guest("cpuburn").to_string_lossy().into_owned();
+    // About 0.6 s of computing without a syscall on this host.
+    let cut = deja_on(0, "0.25", &["run", &burn, "--", "200"]);
+    assert_eq!(cut.status.code(), Some(122), "{}", stderr(&cut));
+    let off = deja_on(1, "0", &["run", &burn, "--", "200"]);
+    assert_eq!(off.status.code(), Some(0), "{}", stderr(&off));
+    let default = deja_on(0, "", &["run", &burn, "--", "200"]);
+    assert_eq!(default.status.code(), Some(0), "the default limit (30 s) lets it finish: {}", stderr(&default));
+}
+
+fn report(dir: &Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("report.json")).unwrap();
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    let c = v["campaign"].as_object_mut().unwrap();
+    c.insert("wall_seconds".into(), Value::from(0.0));
+    v["campaign"].clone()
+}
+
+#[test]
+fn explore_counts_rounds_without_progress_and_calls_none_of_them_a_bug() {
+    let spin = guest("spin").to_string_lossy().into_owned();
+    let dirs: Vec<std::path::PathBuf> = (0..2)
+        .map(|i| {
+            let d = std::env::temp_dir().join(format!("deja-hostile-{}-explore-{i}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            d
+        })
+        .collect();
+    for (core, d) in dirs.iter().enumerate() {
+        let o = deja_on(
+            core,
+            "0.5",
+            &[
+                "explore",
+                "--quiet",
+                "--runs",
+                "12",
+                "--jobs",
+                "2",
+                "--mode",
+                "random",
+                "--out",
+                &d.to_string_lossy(),
+                &spin,
+                "--",
+                "sometimes",
+            ],
+        );
+        assert_eq!(o.status.code(), Some(0), "no bug: {}", stderr(&o));
+        assert!(stderr(&o).contains("made no progress and were stopped by the watchdog (not bugs)"), "{}", stderr(&o));
+    }
+    let (a, b) = (report(&dirs[0]), report(&dirs[1]));
+    assert_eq!(a["rounds"], 12);
+    assert!(a["bugs"].as_array().unwrap().is_empty());
+    let stalled = a["no_progress_rounds"].as_u64().unwrap();
+    assert!((1..12).contains(&stalled), "some rounds spin, some finish: {stalled}");
+    assert!(a["no_progress"][0]["why"].as_str().unwrap().contains("after syscall"), "{a}");
+    assert_eq!(a, b, "the same campaign in two processes on two cores");
+    let text = std::fs::read_to_string(dirs[0].join("report.txt")).unwrap();
+    assert!(text.contains("rounds without progress"), "{text}");
+    for d in &dirs {
+        std::fs::remove_dir_all(d).ok();
+    }
+    // A program that never progresses leaves nothing to explore, and says so.
+    let d = std::env::temp_dir().join(format!("deja-hostile-{}-never", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    let o =
+        deja_on(0, "0.5", &["explore", "--quiet", "--runs", "5", "--out", &d.to_string_lossy(), &spin, "--", "always"]);
+    assert_eq!(o.status.code(), Some(122), "{}", stderr(&o));
+    std::fs::remove_dir_all(&d).ok();
+}
+
+#[test]
+fn a_cluster_node_that_spins_ends_the_run_as_no_progress() {
+    let dir = root().join("target/test-clusters");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("spin.toml");
+    let text = format!(
+        "seed = 1\ntime_limit_ms = 5000\n\n[[node]]\nname = \"spinner\"\naddress = \"10.0.0.1\"\nbinary = \"{}\"\nargs = [\"always\"]\n",
+        guest("spin").display()
+    );
+    std::fs::write(&file, text).unwrap();
+    let o = deja_on(1, "0.5", &["run", "--no-probe", &file.to_string_lossy()]);
+    assert_eq!(o.status.code(), Some(122), "{}", stderr(&o));
+    assert!(stderr(&o).contains("node spinner") && stderr(&o).contains("NO_PROGRESS"), "{}", stderr(&o));
+}
+
+/// `deja run --json attack NAME` on `core`: the exit code, stdout and the run's JSON summary.
+fn attack(core: usize, name: &str, extra: &[&str]) -> (Option<i32>, String, Value) {
+    let a = guest("attack").to_string_lossy().into_owned();
+    let mut args = vec!["run", "--no-probe", "--json"];
+    args.extend_from_slice(extra);
+    args.extend([a.as_str(), "--", name]);
+    let o = deja_on(core, "10", &args);
+    let err = stderr(&o);
+    assert!(!err.contains("panicked"), "{name}: the monitor panicked:\n{err}");
+    let summary: Value = err
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("{name}: no run summary; deja said:\n{err}"));
+    (o.status.code(), stdout(&o), summary)
+}
+
+#[test]
+fn hostile_guests_end_with_a_clear_status_the_same_way_on_every_core() {
+    // (attack, exit code, a line it must print)
+    let cases: [(&str, i32, &str); 21] = [
+        ("syscalls-wild", 0, "survived syscalls-wild"),
+        ("syscalls-straddle", 0, "survived syscalls-straddle"),
+        ("int80", 132, ""),
+        ("sysenter", 132, ""),
+        ("iretq", 139, ""),
+        ("lgdt", 139, ""),
+        ("mov-cr3", 139, ""),
+        ("wrmsr", 139, ""),
+        ("invlpg", 139, ""),
+        ("out-80", 139, ""),
+        ("stub-write", 139, ""),
+        ("stub-jump", 139, ""),
+        ("direct-map-read", 139, ""),
+        ("direct-map-jump", 139, ""),
+        ("smc", 0, "smc: 1 then 2"),
+        ("fd-exhaust", 0, "then Some(Some(24))"),
+        ("thread-bomb", 0, "then Some(11)"),
+        ("memory-bomb", 0, "survived memory-bomb"),
+        ("stack-bomb", 139, ""),
+        ("fs-fill", 0, "then Some(28)"),
+        ("escape", 0, "/etc/passwd: Err(Some(2))"),
+    ];
+    for (name, code, line) in cases {
+        let (c0, out0, s0) = attack(0, name, &[]);
+        assert_eq!(c0, Some(code), "{name}: {out0}\n{s0}");
+        assert!(out0.contains(line), "{name} printed:\n{out0}");
+        let (c1, out1, s1) = attack(1, name, &[]);
+        assert_eq!((c1, &out1), (c0, &out0), "{name}: the same outcome on another core");
+        assert_eq!(s0["digest"], s1["digest"], "{name}: the same digest on another core");
+    }
+}
+
+#[test]
+fn nothing_outside_the_declared_tree_is_reachable() {
+    let (code, out, _) = attack(0, "escape", &[]);
+    assert_eq!(code, Some(0), "{out}");
+    for p in [
+        "/etc/passwd",
+        "/proc/self/environ",
+        "/proc/1/root/etc/passwd",
+        "/../../etc/passwd",
+        "/data/../../etc/shadow",
+        "/root",
+    ] {
+        assert!(out.contains(&format!("{p}: Err(Some(2))")), "{p} must not exist in the guest:\n{out}");
+    }
+    // A symlink may be made, and points at nothing the guest has; a hard link to a file that
+    // does not exist fails.
+    assert!(out.contains("through it: Err(Some(2))"), "{out}");
+    assert!(out.contains("hard link: Err(Some(2))"), "{out}");
+}

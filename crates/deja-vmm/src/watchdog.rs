@@ -1,0 +1,146 @@
+//! The no-progress watchdog.
+//!
+//! A guest that loops without a syscall or an exception never leaves `KVM_RUN`, and nothing in
+//! the guest's model of time moves (virtual time advances at syscalls). deja cannot tell such a
+//! loop from a long computation, so it bounds the *host* time a vCPU may spend in guest code
+//! between two events: `DEJA_NO_PROGRESS_S` seconds (default 30; `0` turns the watchdog off).
+//! Past that, the run ends as [`crate::VmError::NoProgress`] — its own status and exit code,
+//! never a bug found and never silent.
+//!
+//! The limit decides only *when deja gives up*, never what the guest observes: the guest sees
+//! no interrupt, no clock, nothing. Everything up to the stall (the syscalls made, their
+//! results, the trace digest so far) is the deterministic run, so the same input stalls after
+//! the same syscall on every replay, and the report names it.
+//!
+//! How: while a vCPU thread runs guest code, a POSIX timer of that thread (`SIGEV_THREAD_ID`)
+//! sends it a real-time signal every [`TICK`]; the handler does nothing, `KVM_RUN` returns
+//! `EINTR`, and the exit loop checks the time since the last guest event. The handler is
+//! installed with `SA_RESTART`, so the monitor's own host syscalls on that thread are restarted
+//! (`KVM_RUN` returns `EINTR`, which is never restarted). The timer is armed only inside the
+//! exit loop.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::Once;
+use std::time::Duration;
+
+/// How often an armed timer interrupts guest code.
+pub const TICK: Duration = Duration::from_millis(250);
+
+/// The default limit, ms.
+const DEFAULT_MS: u64 = 30_000;
+
+/// The limit in ms (`u64::MAX`: not read yet; 0: off).
+static LIMIT_MS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Host time a vCPU may spend in guest code without a syscall or an exception; `None` when the
+/// watchdog is off. Read once from `DEJA_NO_PROGRESS_S`.
+pub fn limit() -> Option<Duration> {
+    let mut ms = LIMIT_MS.load(Ordering::Relaxed);
+    if ms == u64::MAX {
+        ms = std::env::var("DEJA_NO_PROGRESS_S")
+            .ok()
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map_or(DEFAULT_MS, |s| (s * 1000.0) as u64);
+        LIMIT_MS.store(ms, Ordering::Relaxed);
+    }
+    (ms > 0).then(|| Duration::from_millis(ms))
+}
+
+fn signal() -> libc::c_int {
+    libc::SIGRTMIN() + 3
+}
+
+extern "C" fn on_tick(_: libc::c_int) {}
+
+fn install() -> Result<(), String> {
+    static ONCE: Once = Once::new();
+    static FAILED: AtomicI32 = AtomicI32::new(0);
+    ONCE.call_once(|| {
+        // SAFETY: a zeroed `sigaction` is a valid POD value; the handler is an `extern "C"`
+        // function that touches nothing, and the call's arguments are valid for its duration.
+        let rc = unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = on_tick as *const () as usize;
+            act.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut act.sa_mask);
+            libc::sigaction(signal(), &act, std::ptr::null_mut())
+        };
+        if rc != 0 {
+            FAILED.store(std::io::Error::last_os_error().raw_os_error().unwrap_or(-1), Ordering::Relaxed);
+        }
+    });
+    match FAILED.load(Ordering::Relaxed) {
+        0 => Ok(()),
+        e => Err(format!("cannot install the watchdog's signal handler (errno {e})")),
+    }
+}
+
+/// A thread's timer, created on first use and deleted when the thread ends.
+struct ThreadTimer(Cell<Option<libc::timer_t>>);
+
+impl Drop for ThreadTimer {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            // SAFETY: the timer was created by this thread's `timer_create` and is deleted once.
+            unsafe { libc::timer_delete(t) };
+        }
+    }
+}
+
+thread_local! {
+    static TIMER: ThreadTimer = const { ThreadTimer(Cell::new(None)) };
+}
+
+fn thread_timer() -> Result<libc::timer_t, String> {
+    if let Some(t) = TIMER.with(|t| t.0.get()) {
+        return Ok(t);
+    }
+    install()?;
+    // SAFETY: `sev` is a valid POD value filled below; `timer` is written by the call.
+    let timer = unsafe {
+        let mut sev: libc::sigevent = std::mem::zeroed();
+        sev.sigev_notify = libc::SIGEV_THREAD_ID;
+        sev.sigev_signo = signal();
+        sev.sigev_notify_thread_id = libc::gettid();
+        let mut timer: libc::timer_t = std::ptr::null_mut();
+        if libc::timer_create(libc::CLOCK_MONOTONIC, &mut sev, &mut timer) != 0 {
+            return Err(format!("cannot create the watchdog's timer: {}", std::io::Error::last_os_error()));
+        }
+        timer
+    };
+    TIMER.with(|t| t.0.set(Some(timer)));
+    Ok(timer)
+}
+
+fn set(timer: libc::timer_t, period: Duration) {
+    let ts =
+        libc::timespec { tv_sec: period.as_secs() as libc::time_t, tv_nsec: period.subsec_nanos() as libc::c_long };
+    let spec = libc::itimerspec { it_interval: ts, it_value: ts };
+    // SAFETY: `timer` is this thread's live timer and `spec` is valid for the call.
+    unsafe { libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) };
+}
+
+/// The timer armed for the current thread while the guest runs; disarmed on drop.
+pub(crate) struct Armed(Option<libc::timer_t>);
+
+impl Armed {
+    /// Arms this thread's timer when the watchdog is on.
+    pub(crate) fn arm() -> Result<Armed, String> {
+        if limit().is_none() {
+            return Ok(Armed(None));
+        }
+        let timer = thread_timer()?;
+        set(timer, TICK);
+        Ok(Armed(Some(timer)))
+    }
+}
+
+impl Drop for Armed {
+    fn drop(&mut self) {
+        if let Some(t) = self.0 {
+            set(t, Duration::ZERO);
+        }
+    }
+}

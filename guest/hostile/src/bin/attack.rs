@@ -1,0 +1,202 @@
+//! `attack NAME`: one hostile act against the monitor, chosen by name. Each prints `attack
+//! NAME` first; an act the program survives prints `survived NAME` and exits 0, one that kills
+//! it ends the way Linux would end it (a signal), and nothing may make the monitor fail.
+//!
+//! - `syscalls-wild`, `syscalls-straddle`: every syscall number from 0 to 547 (and deja's own)
+//!   with arguments that are kernel-half pointers, or a pointer to the last byte of a mapped
+//!   page followed by an unmapped one, with huge lengths. The few numbers that end or replace
+//!   the program are skipped.
+//! - `int80`, `sysenter`, `iretq`, `lgdt`, `mov-cr3`, `wrmsr`, `invlpg`, `out-80`: instructions
+//!   a ring-3 program may not use, or not this way.
+//! - `stub-write`, `stub-jump`, `direct-map-read`, `direct-map-jump`: the monitor's pages.
+//! - `smc`: code written, run, rewritten and run again.
+//! - `fd-exhaust`, `thread-bomb`, `memory-bomb`, `stack-bomb`, `fs-fill`: exhaustion.
+//! - `escape`: host paths that were not declared, `..` walks and links out of the tree.
+
+use std::arch::asm;
+use std::hint::black_box;
+
+const KERNEL_HALF: u64 = 0xffff_8880_0000_0000;
+const STUB_VA: u64 = 0xffff_ffff_ff60_0000;
+
+/// Syscalls that end, replace or suspend the program for good whatever their arguments, or that
+/// send it a signal (a pid and a signal number cut from a wild pointer can be 0 and 8: `kill(0,
+/// SIGFPE)` is the program killing itself, as on Linux).
+const SKIP: [u64; 17] = [15, 34, 56, 57, 58, 59, 60, 62, 129, 130, 200, 231, 234, 297, 322, 435, 0xde1a];
+
+unsafe fn syscall6(n: u64, a: [u64; 6]) -> i64 {
+    let r: i64;
+    // SAFETY: the caller accepts whatever the syscall does with these arguments.
+    unsafe {
+        asm!("syscall", inlateout("rax") n as i64 => r, in("rdi") a[0], in("rsi") a[1], in("rdx") a[2],
+             in("r10") a[3], in("r8") a[4], in("r9") a[5], lateout("rcx") _, lateout("r11") _, options(nostack));
+    }
+    r
+}
+
+/// Every syscall number with `args`; returns how many came back (rather than ending the run).
+fn sweep(args: [u64; 6]) -> u64 {
+    let mut served = 0;
+    for n in (0..548u64).chain([0xde1a]) {
+        if SKIP.contains(&n) && n != 0xde1a {
+            continue;
+        }
+        // SAFETY: hostile on purpose; the numbers that would end the program are skipped.
+        let r = unsafe { syscall6(n, args) };
+        black_box(r);
+        served += 1;
+    }
+    served
+}
+
+fn page_end() -> u64 {
+    // Two pages, the second unmapped again: the first's last byte straddles into nothing.
+    // SAFETY: plain anonymous mappings owned by this program.
+    unsafe {
+        let p = libc_mmap(8192);
+        syscall6(11, [p + 4096, 4096, 0, 0, 0, 0]);
+        p + 4095
+    }
+}
+
+unsafe fn libc_mmap(len: u64) -> u64 {
+    // SAFETY: an anonymous private read-write mapping.
+    unsafe { syscall6(9, [0, len, 3, 0x22, u64::MAX, 0]) as u64 }
+}
+
+fn smc() {
+    // SAFETY: an RWX anonymous mapping this program owns; the code written is `mov eax, imm; ret`.
+    unsafe {
+        let p = syscall6(9, [0, 4096, 7, 0x22, u64::MAX, 0]) as u64;
+        let code = p as *mut u8;
+        let write = |v: u32| {
+            let bytes = [0xb8, v as u8, (v >> 8) as u8, (v >> 16) as u8, (v >> 24) as u8, 0xc3];
+            for (i, b) in bytes.iter().enumerate() {
+                std::ptr::write_volatile(code.add(i), *b);
+            }
+        };
+        let f: extern "C" fn() -> u32 = std::mem::transmute(p);
+        write(1);
+        let a = f();
+        write(2);
+        let b = f();
+        println!("smc: {a} then {b}");
+    }
+}
+
+fn main() {
+    let what = std::env::args().nth(1).unwrap_or_default();
+    println!("attack {what}");
+    // SAFETY: every arm is hostile on purpose; the ones that fault end the program.
+    unsafe {
+        match what.as_str() {
+            "syscalls-wild" => {
+                let n = sweep([KERNEL_HALF, KERNEL_HALF + 8, u64::MAX, KERNEL_HALF, u64::MAX >> 1, KERNEL_HALF]);
+                println!("served {n}");
+            }
+            "syscalls-straddle" => {
+                let p = page_end();
+                let n = sweep([p, p, 1 << 40, p, p, 1 << 20]);
+                println!("served {n}");
+            }
+            "int80" => asm!("int 0x80", inout("rax") 39u64 => _),
+            "sysenter" => asm!("sysenter"),
+            "iretq" => asm!("push 0", "push 0", "push 0", "push 0x8", "push 0", "iretq"),
+            "lgdt" => {
+                let d = [0u8; 10];
+                asm!("lgdt [{}]", in(reg) d.as_ptr());
+            }
+            "mov-cr3" => asm!("mov cr3, {}", in(reg) 0x10000u64),
+            "wrmsr" => asm!("wrmsr", in("ecx") 0xc000_0082u32, in("eax") 0u32, in("edx") 0u32),
+            "invlpg" => asm!("invlpg [{}]", in(reg) 0x1000u64),
+            "out-80" => asm!("out 0x80, al", in("al") 0u8),
+            "stub-write" => std::ptr::write_volatile(STUB_VA as *mut u8, 0xcc),
+            "stub-jump" => {
+                let f: extern "C" fn() = std::mem::transmute(STUB_VA + 1);
+                f();
+            }
+            "direct-map-read" => {
+                black_box(std::ptr::read_volatile((KERNEL_HALF + 0x6000) as *const u64));
+            }
+            "direct-map-jump" => {
+                let f: extern "C" fn() = std::mem::transmute(KERNEL_HALF + 0x7000);
+                f();
+            }
+            "smc" => smc(),
+            "fd-exhaust" => {
+                let mut n = 0;
+                while std::fs::File::open("/proc/self/maps").map(std::mem::forget).is_ok() && n < 100_000 {
+                    n += 1;
+                }
+                let e = std::fs::File::open("/proc/self/maps").err();
+                println!("opened {n}, then {:?}", e.map(|e| e.raw_os_error()));
+            }
+            "thread-bomb" => {
+                let mut n = 0;
+                let mut handles = Vec::new();
+                loop {
+                    match std::thread::Builder::new().stack_size(64 << 10).spawn(|| std::thread::park()) {
+                        Ok(h) if n < 100_000 => {
+                            handles.push(h);
+                            n += 1;
+                        }
+                        Ok(_) => break,
+                        Err(e) => {
+                            println!("spawned {n}, then {:?}", e.raw_os_error());
+                            break;
+                        }
+                    }
+                }
+                std::process::exit(0);
+            }
+            "memory-bomb" => {
+                let mut blocks: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    let mut v = Vec::new();
+                    if v.try_reserve_exact(64 << 20).is_err() {
+                        break;
+                    }
+                    v.resize(64 << 20, 1u8);
+                    blocks.push(v);
+                }
+                println!("allocated {} MiB", blocks.len() * 64);
+            }
+            "stack-bomb" => {
+                fn down(n: u64) -> u64 {
+                    let pad = black_box([n; 64]);
+                    if n == u64::MAX { 0 } else { down(n + 1) + pad[3] }
+                }
+                println!("{}", down(0));
+            }
+            "fs-fill" => {
+                use std::io::Write;
+                let mut f = std::fs::File::create("/data/fill").expect("create");
+                let chunk = vec![7u8; 1 << 20];
+                let mut mib = 0;
+                let err = loop {
+                    match f.write_all(&chunk) {
+                        Ok(()) => mib += 1,
+                        Err(e) => break e,
+                    }
+                };
+                println!("wrote {mib} MiB, then {:?}", err.raw_os_error());
+            }
+            "escape" => {
+                for p in ["/etc/passwd", "/proc/self/environ", "/proc/1/root/etc/passwd", "/../../etc/passwd", "/data/../../etc/shadow", "/root"] {
+                    println!("{p}: {:?}", std::fs::read(p).map(|b| b.len()).map_err(|e| e.raw_os_error()));
+                }
+                std::fs::create_dir_all("/data").ok();
+                let sym = std::os::unix::fs::symlink("/etc/passwd", "/data/link");
+                println!("symlink: {:?}", sym.map_err(|e| e.raw_os_error()));
+                println!("through it: {:?}", std::fs::read("/data/link").map(|b| b.len()).map_err(|e| e.raw_os_error()));
+                let hard = std::fs::hard_link("/etc/passwd", "/data/hard");
+                println!("hard link: {:?}", hard.map_err(|e| e.raw_os_error()));
+            }
+            other => {
+                eprintln!("unknown attack {other}");
+                std::process::exit(2);
+            }
+        }
+    }
+    println!("survived {what}");
+}
