@@ -12,6 +12,10 @@
 //! - `smc`: code written, run, rewritten and run again.
 //! - `fd-exhaust`, `thread-bomb`, `memory-bomb`, `stack-bomb`, `fs-fill`: exhaustion.
 //! - `escape`: host paths that were not declared, `..` walks and links out of the tree.
+//! - `mmap-storm`: 20,000 mmap, mprotect, munmap and mremap calls over one region.
+//! - `socket-storm`: 400 sockets, an epoll set over all of them, connections between them.
+//! - `deadlock`: two threads take two locks in opposite orders.
+//! - `block-socket`: a read from a socket nothing will ever write to.
 
 use std::arch::asm;
 use std::hint::black_box;
@@ -191,6 +195,92 @@ fn main() {
                 println!("through it: {:?}", std::fs::read("/data/link").map(|b| b.len()).map_err(|e| e.raw_os_error()));
                 let hard = std::fs::hard_link("/etc/passwd", "/data/hard");
                 println!("hard link: {:?}", hard.map_err(|e| e.raw_os_error()));
+            }
+            "mmap-storm" => {
+                let mut x = 0x2545_f491_4f6c_dd1du64;
+                let mut next = || {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x
+                };
+                let base = 0x6000_0000_0000u64;
+                let (mut ok, mut err) = (0u64, 0u64);
+                for _ in 0..20_000 {
+                    let page = base + (next() % 4096) * 4096;
+                    let len = (1 + next() % 64) * 4096;
+                    let r = match next() % 4 {
+                        // mmap(page, len, rw, private|anonymous|fixed_noreplace)
+                        0 => syscall6(9, [page, len, 3, 0x22 | 0x100000, u64::MAX, 0]),
+                        1 => syscall6(10, [page, len, next() % 8, 0, 0, 0]),
+                        2 => syscall6(11, [page, len, 0, 0, 0, 0]),
+                        // mremap(page, len, new_len, MAYMOVE)
+                        _ => syscall6(25, [page, len, (1 + next() % 64) * 4096, 1, 0, 0]),
+                    };
+                    if r < 0 { err += 1 } else { ok += 1 }
+                }
+                println!("mmap storm: {ok} ok, {err} refused");
+            }
+            "socket-storm" => {
+                use std::net::{TcpListener, TcpStream, UdpSocket};
+                let mut listeners = Vec::new();
+                let mut udp = Vec::new();
+                for i in 0..200u16 {
+                    if let Ok(l) = TcpListener::bind(("127.0.0.1", 20000 + i)) {
+                        listeners.push(l);
+                    }
+                    if let Ok(u) = UdpSocket::bind(("127.0.0.1", 30000 + i)) {
+                        udp.push(u);
+                    }
+                }
+                let ep = syscall6(291, [0, 0, 0, 0, 0, 0]);
+                let mut added = 0;
+                for fd in 3..450u64 {
+                    let mut ev = [0u8; 12];
+                    ev[..4].copy_from_slice(&1u32.to_le_bytes());
+                    if syscall6(233, [ep as u64, 1, fd, ev.as_ptr() as u64, 0, 0]) == 0 {
+                        added += 1;
+                    }
+                }
+                let mut streams = Vec::new();
+                for i in 0..100u16 {
+                    if let Ok(s) = TcpStream::connect(("127.0.0.1", 20000 + i)) {
+                        streams.push(s);
+                    }
+                }
+                let mut ready = 0;
+                let mut events = [0u8; 12 * 64];
+                for _ in 0..50 {
+                    ready += syscall6(232, [ep as u64, events.as_mut_ptr() as u64, 64, 0, 0, 0]).max(0);
+                }
+                println!(
+                    "socket storm: {} listeners, {} udp, {added} in epoll, {} connected, {ready} ready",
+                    listeners.len(),
+                    udp.len(),
+                    streams.len()
+                );
+            }
+            "deadlock" => {
+                use std::sync::{Arc, Barrier, Mutex};
+                let a = Arc::new(Mutex::new(0));
+                let b = Arc::new(Mutex::new(0));
+                let barrier = Arc::new(Barrier::new(2));
+                let (a2, b2, bar2) = (a.clone(), b.clone(), barrier.clone());
+                let t = std::thread::spawn(move || {
+                    let _x = b2.lock().unwrap();
+                    bar2.wait();
+                    let _y = a2.lock().unwrap();
+                });
+                let _x = a.lock().unwrap();
+                barrier.wait();
+                let _y = b.lock().unwrap();
+                t.join().unwrap();
+            }
+            "block-socket" => {
+                let s = std::net::UdpSocket::bind("127.0.0.1:40000").expect("bind");
+                let mut buf = [0u8; 16];
+                let r = s.recv(&mut buf);
+                println!("recv returned {r:?}");
             }
             other => {
                 eprintln!("unknown attack {other}");
