@@ -27,8 +27,9 @@ pub struct SweepRow {
     pub image: String,
     /// Files and directories whose unsynced state the crash threw away.
     pub lost: Vec<String>,
-    /// `held`, `failed`, `incomplete` (the run never reached this point), or `same_image` (an
-    /// image an earlier row already restarted from: not run again).
+    /// `held`, `failed`, `incomplete` (the run never reached this point), or, for an image an
+    /// earlier row already restarted from (not run again), `same_image` when that restart held
+    /// and `same_image_failed` when it did not: a point is only as good as its images.
     pub result: &'static str,
     /// The restart's exit code (128 + signal for a fatal signal).
     pub restart_exit_code: Option<i32>,
@@ -164,7 +165,7 @@ pub fn sweep(args: &RunArgs, spec: ProgramSpec) -> i32 {
                 k: 0,
             });
         }
-        let mut restarted: BTreeMap<String, String> = BTreeMap::new();
+        let mut restarted: BTreeMap<String, (String, &'static str)> = BTreeMap::new();
         for point in &points {
             report.crash_points += 1;
             sweep_point(args, &spec, point, &mut report, &mut restarted);
@@ -211,7 +212,7 @@ fn sweep_point(
     spec: &ProgramSpec,
     point: &Point,
     report: &mut SweepReport,
-    restarted: &mut BTreeMap<String, String>,
+    restarted: &mut BTreeMap<String, (String, &'static str)>,
 ) {
     let mut s = spec.clone();
     s.faults = s.faults.for_restart();
@@ -257,23 +258,26 @@ fn sweep_point(
         let state_words = state.describe(states.pending.len());
         let replay =
             replay_command_with(args, &[point.flag.clone(), format!("--crash-state={}", crash_state_arg(state))]);
-        if let Some(first) = restarted.get(image) {
+        if let Some((first, result)) = restarted.get(image) {
+            let failed = *result != "held";
             report.rows.push(SweepRow {
                 crash_point: point.words.clone(),
                 point: format!("syscall {syscall}"),
                 state: state_words,
                 image: image.clone(),
                 lost: vec![],
-                result: "same_image",
+                result: if failed { "same_image_failed" } else { "same_image" },
                 restart_exit_code: None,
                 failed_assertions: vec![],
-                restart_stderr: vec![format!("the same image as {first}")],
+                restart_stderr: vec![format!(
+                    "the same image as {first}{}",
+                    if failed { ", whose restart failed" } else { "" }
+                )],
                 digest: String::new(),
                 replay,
             });
             continue;
         }
-        restarted.insert(image.clone(), format!("{}, {state_words}", point.words));
         report.restarts += 1;
         let mut stderr = Vec::new();
         let run = crashed.restart_crashed(state, &mut |stream, bytes| {
@@ -301,19 +305,21 @@ fn sweep_point(
         let text = String::from_utf8_lossy(&stderr);
         let restart_stderr: Vec<String> =
             text.lines().filter(|l| !l.starts_with("{\"deja\"") && !l.is_empty()).take(5).map(String::from).collect();
+        let result = if lives.len() < 2 {
+            "incomplete"
+        } else if held {
+            "held"
+        } else {
+            "failed"
+        };
+        restarted.insert(image.clone(), (format!("{}, {state_words}", point.words), result));
         report.rows.push(SweepRow {
             crash_point: point.words.clone(),
             point: format!("{name}, syscall {syscall}"),
             state: state_words,
             image: image.clone(),
             lost,
-            result: if lives.len() < 2 {
-                "incomplete"
-            } else if held {
-                "held"
-            } else {
-                "failed"
-            },
+            result,
             restart_exit_code: Some(exit_code(last)),
             failed_assertions,
             restart_stderr,
@@ -343,7 +349,8 @@ fn print(args: &RunArgs, report: &SweepReport) {
         }
     }
     for (point, rows) in by_point {
-        let bad: Vec<&&SweepRow> = rows.iter().filter(|r| r.result == "failed" || r.result == "incomplete").collect();
+        let bad: Vec<&&SweepRow> =
+            rows.iter().filter(|r| matches!(r.result, "failed" | "incomplete" | "same_image_failed")).collect();
         let at = rows.iter().map(|r| r.point.as_str()).find(|p| !p.is_empty()).unwrap_or("");
         if bad.is_empty() {
             let _ = writeln!(e, "deja:   {point:<24} ({at}): {} states, held", rows.len());
@@ -351,6 +358,12 @@ fn print(args: &RunArgs, report: &SweepReport) {
         }
         let _ = writeln!(e, "deja:   {point:<24} ({at}): {} states, {} FAILED", rows.len(), bad.len());
         for r in bad {
+            if r.result == "same_image_failed" {
+                let why = r.restart_stderr.first().map(String::as_str).unwrap_or("");
+                let _ = writeln!(e, "deja:       {} — FAILED: {why}", r.state);
+                let _ = writeln!(e, "deja:         replay: {}", r.replay);
+                continue;
+            }
             let _ = writeln!(
                 e,
                 "deja:       {} — {}: lost unsynced {}; restart exited {}{}",

@@ -49,6 +49,21 @@ fn the_buggy_store_loses_an_acknowledged_put_and_the_sweep_says_where() {
     assert_eq!(again.status.code(), Some(123), "{}", stderr(&again));
     assert!(stderr(&again).contains("LOST acknowledged put"), "{}", stderr(&again));
     assert!(stderr(&again).contains("crashed"), "{}", stderr(&again));
+    // A row whose image an earlier row restarted says how that restart ended, and its own
+    // replay command fails the same way: a point is only as good as its images.
+    let mut shared_failures = 0;
+    for r in rows.iter().filter(|r| r["result"].as_str().unwrap().starts_with("same_image")) {
+        let first =
+            rows.iter().find(|f| f["image"] == r["image"] && (f["result"] == "held" || f["result"] == "failed"));
+        let first = first.unwrap_or_else(|| panic!("no restart of the image of {r}"));
+        assert_eq!(r["result"] == "same_image_failed", first["result"] == "failed", "{r}\n{first}");
+        if r["result"] == "same_image_failed" && shared_failures == 0 {
+            let again = replay_row(r);
+            assert_eq!(again.status.code(), Some(123), "{}", stderr(&again));
+        }
+        shared_failures += usize::from(r["result"] == "same_image_failed");
+    }
+    assert!(shared_failures > 0, "after write K and before write K+1 give the same failing images");
     // The text report names the crash point, the state and the replay.
     let text = deja(&["run", "--no-probe", "--crash-sweep", &kv(), "--", "--variant", "buggy", "8"]);
     assert!(stderr(&text).contains("FAILED"), "{}", stderr(&text));
