@@ -203,7 +203,7 @@ pub fn verify(args: VerifyArgs) -> i32 {
             0
         }
         Err(e) => {
-            eprintln!("deja: refused: {e}");
+            eprintln!("deja: refused: {}: {e}", args.file.display());
             1
         }
     }

@@ -302,7 +302,7 @@ pub struct MergeArgs {
 fn failed(e: &deja_explore::ExploreError) -> i32 {
     eprintln!("deja: error: {e}");
     match e {
-        deja_explore::ExploreError::Invalid(_) => 2,
+        deja_explore::ExploreError::Invalid(_) | deja_explore::ExploreError::Artifact(_) => 2,
         e if e.no_progress().is_some() => exit::NO_PROGRESS,
         _ => exit::DEJA_FAILED,
     }
@@ -361,16 +361,17 @@ fn load_bug(bug: &Path, program: Option<&Path>, files: &[String]) -> Result<(Bug
 }
 
 /// `deja replay`: exit 1 when the failure reproduced (same signature and digest), 0 when it did
-/// not, 2 when the evidence is incomplete (missing or different program, damaged bug file).
+/// not, 2 when the evidence is incomplete (missing or different program), 126 when the bug file
+/// fails its checks.
 pub fn replay(args: ReplayArgs) -> i32 {
     if is_cluster_bug(&args.bug) {
         return replay_cluster(&args);
     }
     let (bug, mut t) = match load_bug(&args.bug, args.program.as_deref(), &args.files) {
         Ok(x) => x,
-        Err((_, m)) => {
+        Err((code, m)) => {
             eprintln!("deja: cannot replay: {m}");
-            return 2;
+            return code;
         }
     };
     t.spec.record_trace = args.trace;
@@ -470,16 +471,16 @@ pub struct MinimizeArgs {
 }
 
 /// `deja minimize`: 0 when a verified minimized bug file was written, 2 when the bug did not
-/// reproduce or could not be loaded.
+/// reproduce or its program could not be loaded, 126 when the bug file fails its checks.
 pub fn minimize(args: MinimizeArgs) -> i32 {
     if is_cluster_bug(&args.bug) {
         return minimize_cluster(&args);
     }
     let (bug, t) = match load_bug(&args.bug, args.program.as_deref(), &args.files) {
         Ok(x) => x,
-        Err((_, m)) => {
+        Err((code, m)) => {
             eprintln!("deja: cannot minimize: {m}");
-            return 2;
+            return code;
         }
     };
     let out = args.out.clone().unwrap_or_else(|| args.bug.with_extension("min.json"));
@@ -507,30 +508,34 @@ pub fn minimize(args: MinimizeArgs) -> i32 {
     }
 }
 
-/// True if `path` holds a cluster bug file (its `schema` says so).
+/// True if `path` holds a cluster bug file: its `schema` says so, or, when it is too damaged to
+/// parse, it names that schema (so the cluster reader says what is wrong with it).
 fn is_cluster_bug(path: &Path) -> bool {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .is_some_and(|v| v["schema"] == deja_explore::cluster::CLUSTER_BUG_SCHEMA)
+    let family = format!("\"{}/", deja_explore::cluster::CLUSTER_BUG_SCHEMA.family);
+    let Ok(text) = std::fs::read_to_string(path) else { return false };
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(v) => v["schema"].as_str().is_some_and(|s| format!("\"{s}").starts_with(&family)),
+        Err(_) => text.contains(&family),
+    }
 }
 
 fn load_cluster_bug(
     args_bug: &Path,
     cluster: Option<&Path>,
-) -> Result<(deja_explore::ClusterBug, deja_explore::ClusterTarget), String> {
-    let bug = deja_explore::ClusterBug::read(args_bug).map_err(|e| e.to_string())?;
-    let target = bug.target(cluster).map_err(|e| e.to_string())?;
+) -> Result<(deja_explore::ClusterBug, deja_explore::ClusterTarget), (i32, String)> {
+    let bug = deja_explore::ClusterBug::read(args_bug).map_err(|e| (exit::NOT_LOADABLE, e.to_string()))?;
+    let target = bug.target(cluster).map_err(|e| (2, e.to_string()))?;
     Ok((bug, target))
 }
 
-/// `deja replay` of a cluster bug: 1 reproduced, 0 not, 2 evidence incomplete.
+/// `deja replay` of a cluster bug: 1 reproduced, 0 not, 2 evidence incomplete, 126 a bug file
+/// that fails its checks.
 fn replay_cluster(args: &ReplayArgs) -> i32 {
     let (bug, target) = match load_cluster_bug(&args.bug, args.program.as_deref()) {
         Ok(x) => x,
-        Err(m) => {
+        Err((code, m)) => {
             eprintln!("deja: cannot replay: {m}");
-            return 2;
+            return code;
         }
     };
     let mut prefix = crate::cluster::Prefixer::default();
@@ -560,13 +565,14 @@ fn replay_cluster(args: &ReplayArgs) -> i32 {
     replay_verdict(&bug.id, &bug.signature, &bug.digest, out.failure.as_deref(), &out.report.digest, "cluster")
 }
 
-/// `deja minimize` of a cluster bug: 0 written and verified, 2 not minimized.
+/// `deja minimize` of a cluster bug: 0 written and verified, 2 not minimized, 126 a bug file that
+/// fails its checks.
 fn minimize_cluster(args: &MinimizeArgs) -> i32 {
     let (bug, target) = match load_cluster_bug(&args.bug, args.program.as_deref()) {
         Ok(x) => x,
-        Err(m) => {
+        Err((code, m)) => {
             eprintln!("deja: cannot minimize: {m}");
-            return 2;
+            return code;
         }
     };
     let out = args.out.clone().unwrap_or_else(|| args.bug.with_extension("min.json"));

@@ -82,16 +82,33 @@ fn recorded(v: &serde_json::Value) -> Option<deja_vmm::Fingerprint> {
 /// The JSON artifacts (bug files, capsules, certificates, reports): their schema and what they
 /// say, after the checks each one carries (a capsule's content address, a certificate's chain).
 fn describe_json(path: &std::path::Path, bytes: &[u8]) -> Result<Option<serde_json::Value>, (i32, String)> {
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(bytes) else { return Ok(None) };
+    let shown = path.display().to_string();
+    let v = match serde_json::from_slice::<serde_json::Value>(bytes) {
+        Ok(v) => v,
+        Err(e) if bytes.trim_ascii_start().starts_with(b"{") => {
+            return Err((exit::NOT_LOADABLE, format!("{shown}: the json check failed: not whole JSON ({e})")))
+        }
+        Err(_) => return Ok(None),
+    };
     let schema = v["schema"].as_str().unwrap_or_default().to_string();
-    let refuse = |e: String| (exit::NOT_LOADABLE, format!("{}: {e}", path.display()));
-    let summary = match schema.as_str() {
-        "deja.bug/1" => serde_json::json!({
-            "signature": v["signature"], "program": v["program"], "seed": v["seed"], "input": v["input"],
-            "decisions": v["decisions"].as_array().map(|d| d.len()), "digest": v["digest"], "reproduce": v["reproduce"],
-            "host": host(recorded(&v["host"])),
-        }),
-        "deja.cluster-bug/1" => {
+    let refuse = |e: String| (exit::NOT_LOADABLE, if e.starts_with(&shown) { e } else { format!("{shown}: {e}") });
+    let family = schema.split('/').next().unwrap_or_default();
+    let summary = match family {
+        "deja.bug" => {
+            let b = deja_explore::BugFile::read(path).map_err(|e| refuse(e.to_string()))?;
+            serde_json::json!({
+                "signature": b.signature, "program": b.program, "seed": b.seed, "input": b.input,
+                "decisions": b.decisions.len(), "digest": b.digest, "reproduce": b.reproduce, "host": host(b.host),
+            })
+        }
+        "deja.campaign-checkpoint" => {
+            let (c, _) = deja_explore::campaign::CHECKPOINT_SCHEMA.open(path).map_err(|e| refuse(e.to_string()))?;
+            serde_json::json!({
+                "kind": c["kind"], "subject": c["subject"], "seed": c["seed"], "jobs": c["jobs"],
+                "rounds": c["books"]["round"], "corpus": c["corpus"].as_array().map(|e| e.len()),
+            })
+        }
+        "deja.cluster-bug" => {
             let b = deja_explore::ClusterBug::read(path).map_err(|e| refuse(e.to_string()))?;
             let schedule: Option<Vec<String>> =
                 b.input.schedule.as_ref().map(|s| s.iter().map(deja_explore::cluster::describe_fault).collect());
@@ -104,11 +121,11 @@ fn describe_json(path: &std::path::Path, bytes: &[u8]) -> Result<Option<serde_js
         "deja.cluster-report/1" => {
             serde_json::json!({ "outcome": v["outcome"], "digest": v["digest"], "nodes": v["nodes"].as_array().map(|n| n.len()) })
         }
-        "deja.capsule/1" => {
+        "deja.capsule" => {
             let c = deja_judge::Capsule::read(path).map_err(|e| refuse(e.to_string()))?;
             serde_json::json!({ "id": c.id, "signature": c.signature, "trigger": c.trigger, "base_blake3": c.base_blake3, "timeline": c.timeline, "host": host(c.host) })
         }
-        "deja.certificate/1" => {
+        "deja.certificate" => {
             let c = deja_judge::Certificate::read(path).map_err(|e| refuse(e.to_string()))?;
             c.verify().map_err(|e| refuse(e.to_string()))?;
             serde_json::json!({ "verdict": c.verdict, "exit_code": c.exit_code, "checks": c.checks.len(), "capsule_id": c.capsule_id, "certificate_hash": c.certificate_hash, "host": host(c.host) })
@@ -193,6 +210,54 @@ pub fn main(args: InspectArgs) -> i32 {
         Err((code, message)) => {
             eprintln!("deja: error: {message}");
             code
+        }
+    }
+}
+
+/// Arguments of `deja reseal`.
+#[derive(Debug, clap::Args)]
+pub struct ResealArgs {
+    /// The bug file, cluster bug file or campaign checkpoint that was edited on purpose.
+    pub file: PathBuf,
+}
+
+/// `deja reseal`: seals a JSON artifact again after an edit that was meant. 0 when resealed, 126
+/// when the file is not one deja seals or fails its json, schema or fields check, 127 when missing.
+pub fn reseal(args: ResealArgs) -> i32 {
+    let path = args.file.as_path();
+    let text = match std::fs::read(path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("deja: error: cannot read {}: {e}", path.display());
+            return if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { exit::NOT_LOADABLE };
+        }
+    };
+    let schema = serde_json::from_slice::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v["schema"].as_str().map(String::from))
+        .unwrap_or_default();
+    let family = schema.split('/').next().unwrap_or_default();
+    let done = match family {
+        "deja.bug" => deja_explore::input::BUG_SCHEMA.reseal::<deja_explore::BugFile>(path),
+        "deja.cluster-bug" => deja_explore::cluster::CLUSTER_BUG_SCHEMA.reseal::<deja_explore::ClusterBug>(path),
+        "deja.campaign-checkpoint" => deja_explore::campaign::CHECKPOINT_SCHEMA.reseal::<serde_json::Value>(path),
+        _ => {
+            eprintln!(
+                "deja: error: {}: not a file deja seals (bug files, cluster bug files and campaign checkpoints are; \
+                 capsules and certificates are content-addressed and cannot be resealed)",
+                path.display()
+            );
+            return exit::NOT_LOADABLE;
+        }
+    };
+    match done {
+        Ok(()) => {
+            eprintln!("deja: resealed {}", path.display());
+            0
+        }
+        Err(e) => {
+            eprintln!("deja: error: {e}");
+            exit::NOT_LOADABLE
         }
     }
 }

@@ -61,6 +61,8 @@ enum Command {
     Build(build::BuildArgs),
     /// Print what a deja artifact (a snapshot) holds, after verifying it.
     Inspect(inspect::InspectArgs),
+    /// Seal a bug file, cluster bug file or campaign checkpoint again after an edit you meant.
+    Reseal(inspect::ResealArgs),
 }
 
 /// deja's own exit codes.
@@ -88,6 +90,7 @@ fn main() {
         Command::Doctor(args) => doctor::main(args),
         Command::Bench(args) => bench::main(args),
         Command::Inspect(args) => inspect::main(args),
+        Command::Reseal(args) => inspect::reseal(args),
         Command::Build(args) => build::main(args),
         Command::Dogfood(args) => dogfood::main(args),
         Command::Check(args) => check::main(*args),

@@ -358,7 +358,7 @@ fn explore_finds_replays_and_minimizes_split_brain() {
     assert!(stderr(&o).contains("assertion failed on client: acknowledged writes survive"), "{}", stderr(&o));
     let bug = bug_file(&out);
     let b: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&bug).unwrap()).unwrap();
-    assert_eq!(b["schema"], "deja.cluster-bug/1");
+    assert_eq!(b["schema"], "deja.cluster-bug/2");
     assert!(b["binaries"]["r1"].as_str().unwrap().len() == 64 && b["digest"].as_str().unwrap().len() == 64);
     assert!(b["faults"]
         .as_array()
@@ -386,14 +386,21 @@ fn explore_finds_replays_and_minimizes_split_brain() {
     assert_eq!(again.status.code(), Some(1), "the minimized schedule still fails: {}", stderr(&again));
     let shown = deja(&["inspect", min.to_str().unwrap()]);
     assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
-    assert!(stdout(&shown).contains("deja.cluster-bug/1") && stdout(&shown).contains("schedule"), "{}", stdout(&shown));
+    assert!(stdout(&shown).contains("deja.cluster-bug/2") && stdout(&shown).contains("schedule"), "{}", stdout(&shown));
 
     // Replay refuses a cluster whose binaries changed.
     let text = std::fs::read_to_string(&bug).unwrap().replace(b["binaries"]["r1"].as_str().unwrap(), &"0".repeat(64));
     let tampered = out.join("tampered.json");
     std::fs::write(&tampered, text).unwrap();
     let t = deja(&["replay", tampered.to_str().unwrap()]);
+    assert_eq!(t.status.code(), Some(126), "{}", stderr(&t));
+    assert!(stderr(&t).contains("the seal check failed"), "an edit breaks the seal: {}", stderr(&t));
+    // Resealed (an edit meant), it is the binaries' check that refuses it.
+    let r = deja(&["reseal", tampered.to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    let t = deja(&["replay", tampered.to_str().unwrap()]);
     assert_eq!(t.status.code(), Some(2), "{}", stderr(&t));
+    assert!(stderr(&t).contains("are not the ones of this bug"), "{}", stderr(&t));
     std::fs::remove_dir_all(&out).ok();
 }
 

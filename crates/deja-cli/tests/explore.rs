@@ -78,6 +78,11 @@ fn exploring_crash_points_finds_the_lost_write_and_the_files_say_so() {
     let fixed_path = out.join("fixed.json");
     std::fs::write(&fixed_path, serde_json::to_string(&fixed_bug).unwrap()).unwrap();
     let r = deja(&["replay", fixed_path.to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(126), "an edited bug file fails its seal check: {}", stderr(&r));
+    assert!(stderr(&r).contains("fixed.json: the seal check failed"), "{}", stderr(&r));
+    let r = deja(&["reseal", fixed_path.to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    let r = deja(&["replay", fixed_path.to_str().unwrap()]);
     assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
     // Another binary than the bug's is incomplete evidence.
     let r = deja(&["replay", "--program", &guest("hello").to_string_lossy(), bugs[0].to_str().unwrap()]);

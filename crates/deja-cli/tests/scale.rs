@@ -215,7 +215,7 @@ fn a_checkpoint_of_an_earlier_schema_is_refused_with_how_to_go_on() {
     let o = explore_in(&cwd, None, &["--runs", "20", "--resume"], &kv, &["--variant", "buggy", "6"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let err = stderr(&o);
-    assert!(err.contains("written by an earlier deja") && err.contains("Its bug files still replay"), "{err}");
+    assert!(err.contains("the schema check failed") && err.contains("its bug files still replay"), "{err}");
     assert_eq!(
         std::fs::read_to_string(cwd.join("campaign/checkpoint.json")).unwrap(),
         r#"{"schema":"deja.explore-checkpoint/3","round":12}"#,

@@ -37,6 +37,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use deja_explore_report as report;
+use deja_format::json::Schema;
 use deja_kernel::AssertionReport;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -45,8 +46,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::ExploreError;
 
-/// The schema of campaign checkpoints.
-pub const CHECKPOINT_SCHEMA: &str = "deja.campaign-checkpoint/1";
+/// The schema of campaign checkpoints: version 2 added the seal (`deja_format::json`); version
+/// 1 checkpoints, unsealed, still resume and merge.
+pub const CHECKPOINT_SCHEMA: Schema =
+    Schema { family: "deja.campaign-checkpoint", what: "campaign checkpoint", current: 2, oldest: 1, sealed_since: 2 };
 
 /// How rounds choose their runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -838,7 +841,7 @@ pub fn explore<S: Subject>(
                         let novelty = Novelty { new: novelty.new.max(1), focus: None };
                         keep(&cfg.out, &mut state.corpus, Entry::new(origin, &facts, &novelty, 0))?;
                     }
-                    write_json(&checkpoint, &state)?;
+                    CHECKPOINT_SCHEMA.write(&checkpoint, &state)?;
                     phase = Phase::Plan;
                 }
                 Phase::Plan => {
@@ -878,7 +881,7 @@ pub fn explore<S: Subject>(
                         };
                     }
                     if due {
-                        write_json(&checkpoint, &state)?;
+                        CHECKPOINT_SCHEMA.write(&checkpoint, &state)?;
                     }
                     phase = Phase::Plan;
                 }
@@ -886,7 +889,7 @@ pub fn explore<S: Subject>(
             }
         }
         state.books.wall_seconds += started.elapsed().as_secs_f64();
-        write_json(&checkpoint, &state)?;
+        CHECKPOINT_SCHEMA.write(&checkpoint, &state)?;
         Ok(state.books.campaign(&state, &identity))
     })
 }
@@ -925,7 +928,7 @@ impl<I, O> Pool<I, O> {
 /// A new campaign's state, before its bootstrap.
 fn new_state<S: Subject>(cfg: &CampaignConfig, identity: &Program) -> State<S::Input, S::Reference> {
     State {
-        schema: CHECKPOINT_SCHEMA.into(),
+        schema: CHECKPOINT_SCHEMA.id(),
         kind: S::KIND.into(),
         subject: identity.path.clone(),
         subject_blake3: identity.blake3.clone(),
@@ -972,21 +975,14 @@ fn resume<S: Subject>(
             cfg.out.display()
         )));
     }
-    let text = std::fs::read_to_string(checkpoint).map_err(|e| io_err(checkpoint, e))?;
-    let head: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| ExploreError::Invalid(format!("{}: damaged checkpoint: {e}", checkpoint.display())))?;
-    let schema = head.get("schema").and_then(|s| s.as_str()).unwrap_or("");
-    if schema != CHECKPOINT_SCHEMA {
-        return Err(ExploreError::Invalid(format!(
-            "{} is a checkpoint of schema {schema:?}, written by an earlier deja; this one cannot continue its \
-             corpus. Its bug files still replay (deja replay {}/bug-<id>.json). Start a new campaign with another \
-             --out, or move this directory away",
-            checkpoint.display(),
+    let s: State<S::Input, S::Reference> = CHECKPOINT_SCHEMA.read(checkpoint).map_err(|e| match e.check() {
+        "schema" => ExploreError::Invalid(format!(
+            "{e}. This deja cannot continue its corpus; its bug files still replay (deja replay {}/bug-<id>.json). \
+             Start a new campaign with another --out, or move this directory away",
             cfg.out.display()
-        )));
-    }
-    let s: State<S::Input, S::Reference> = serde_json::from_value(head)
-        .map_err(|e| ExploreError::Invalid(format!("{}: damaged checkpoint: {e}", checkpoint.display())))?;
+        )),
+        _ => e.into(),
+    })?;
     let refuse = |what: String| {
         Err(ExploreError::Invalid(format!("{} {what}; it cannot be resumed with these settings", checkpoint.display())))
     };

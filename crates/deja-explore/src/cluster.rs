@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use deja_cluster::config::ScheduledFault;
 use deja_cluster::{ClusterConfig, ClusterReport, FaultEvent, Fork, Outcome, RunOptions, SteerAt, Steering};
 use deja_explore_report as report;
+use deja_format::json::Schema;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -183,7 +184,7 @@ pub struct ForkRecord {
 /// A cluster failure, frozen.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClusterBug {
-    /// `deja.cluster-bug/1`.
+    /// `deja.cluster-bug/2` ([`CLUSTER_BUG_SCHEMA`]; `/1` files, unsealed, still read).
     pub schema: String,
     /// First 12 hex digits of the signature's BLAKE3.
     pub id: String,
@@ -222,14 +223,15 @@ pub struct ClusterBug {
     pub forked_from: Option<ForkRecord>,
 }
 
-/// The schema of cluster bug files.
-pub const CLUSTER_BUG_SCHEMA: &str = "deja.cluster-bug/1";
+/// The schema of cluster bug files: version 2 added the seal (`deja_format::json`).
+pub const CLUSTER_BUG_SCHEMA: Schema =
+    Schema { family: "deja.cluster-bug", what: "cluster bug file", current: 2, oldest: 1, sealed_since: 2 };
 
 impl ClusterBug {
     fn new(target: &ClusterTarget, input: &ClusterInput, out: &ClusterOutcome, round: u64, file: &str) -> Self {
         let signature = out.failure.clone().unwrap_or_default();
         ClusterBug {
-            schema: CLUSTER_BUG_SCHEMA.into(),
+            schema: CLUSTER_BUG_SCHEMA.id(),
             id: bug_id(&signature),
             signature,
             cluster: target.path.clone(),
@@ -250,21 +252,18 @@ impl ClusterBug {
 
     /// Reads a cluster bug file.
     pub fn read(path: &Path) -> Result<ClusterBug, ExploreError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ExploreError::File { path: path.display().to_string(), message: e.to_string() })?;
-        let bug: ClusterBug = serde_json::from_str(&text)
-            .map_err(|e| ExploreError::Invalid(format!("{}: not a deja cluster bug file: {e}", path.display())))?;
-        if bug.schema != CLUSTER_BUG_SCHEMA {
-            return Err(ExploreError::Invalid(format!("{}: unknown schema {:?}", path.display(), bug.schema)));
-        }
-        Ok(bug)
+        Ok(CLUSTER_BUG_SCHEMA.read(path)?)
     }
 
-    /// Writes it atomically.
+    /// Checks the bytes of a cluster bug file read from `path` (named in errors).
+    pub fn parse(path: &str, bytes: &[u8]) -> Result<ClusterBug, ExploreError> {
+        let (doc, _) = CLUSTER_BUG_SCHEMA.check(path, bytes)?;
+        Ok(CLUSTER_BUG_SCHEMA.typed(path, doc)?)
+    }
+
+    /// Writes it atomically, sealed.
     pub fn write(&self, path: &Path) -> Result<(), ExploreError> {
-        let text = serde_json::to_vec_pretty(self).expect("plain data serializes");
-        deja_format::write_atomic(path, &text)
-            .map_err(|e| ExploreError::File { path: path.display().to_string(), message: e.to_string() })
+        Ok(CLUSTER_BUG_SCHEMA.write(path, self)?)
     }
 
     /// Loads the cluster this bug needs (from `path`, or where the bug says) and refuses one

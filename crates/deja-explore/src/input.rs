@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use deja_format::json::Schema;
 use deja_kernel::{FaultConfig, Kernel, ProgramSpec, RunReport, Stream};
 use deja_vmm::{Fork, Incarnation, Session};
 use serde::{Deserialize, Serialize};
@@ -249,10 +250,13 @@ pub fn difference(a: &Outcome, b: &Outcome) -> Option<String> {
     }))
 }
 
+/// The schema of bug files: version 2 added the seal (`deja_format::json`).
+pub const BUG_SCHEMA: Schema = Schema { family: "deja.bug", what: "bug file", current: 2, oldest: 1, sealed_since: 2 };
+
 /// A failure, frozen: everything needed to reproduce it exactly.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BugFile {
-    /// `deja.bug/1`.
+    /// `deja.bug/2` ([`BUG_SCHEMA`]; `deja.bug/1` files, unsealed, still read).
     pub schema: String,
     /// Short id: the first 12 hex digits of the signature's BLAKE3.
     pub id: String,
@@ -302,7 +306,7 @@ impl BugFile {
         let signature = out.failure.clone().unwrap_or_default();
         let id = crate::campaign::bug_id(&signature);
         BugFile {
-            schema: "deja.bug/1".into(),
+            schema: BUG_SCHEMA.id(),
             id,
             signature,
             program: target.path.clone(),
@@ -326,21 +330,18 @@ impl BugFile {
 
     /// Reads and checks a bug file.
     pub fn read(path: &std::path::Path) -> Result<BugFile, ExploreError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ExploreError::File { path: path.display().to_string(), message: e.to_string() })?;
-        let bug: BugFile = serde_json::from_str(&text)
-            .map_err(|e| ExploreError::Invalid(format!("{}: not a deja bug file: {e}", path.display())))?;
-        if bug.schema != "deja.bug/1" {
-            return Err(ExploreError::Invalid(format!("{}: unknown schema {:?}", path.display(), bug.schema)));
-        }
-        Ok(bug)
+        Ok(BUG_SCHEMA.read(path)?)
     }
 
-    /// Writes the bug file atomically.
+    /// Checks the bytes of a bug file read from `path` (named in errors).
+    pub fn parse(path: &str, bytes: &[u8]) -> Result<BugFile, ExploreError> {
+        let (doc, _) = BUG_SCHEMA.check(path, bytes)?;
+        Ok(BUG_SCHEMA.typed(path, doc)?)
+    }
+
+    /// Writes the bug file atomically, sealed.
     pub fn write(&self, path: &std::path::Path) -> Result<(), ExploreError> {
-        let text = serde_json::to_vec_pretty(self).expect("plain data serializes");
-        deja_format::write_atomic(path, &text)
-            .map_err(|e| ExploreError::File { path: path.display().to_string(), message: e.to_string() })
+        Ok(BUG_SCHEMA.write(path, self)?)
     }
 
     /// The target this bug file describes, with the program image and declared files given

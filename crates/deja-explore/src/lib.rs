@@ -50,9 +50,12 @@ pub enum ExploreError {
         /// What went wrong.
         message: String,
     },
-    /// A bug file or checkpoint does not describe this program or is damaged.
+    /// A bug file or checkpoint does not describe this program.
     #[error("{0}")]
     Invalid(String),
+    /// A bug file or checkpoint failed one of its checks (json, schema, seal, fields).
+    #[error(transparent)]
+    Artifact(#[from] deja_format::json::ArtifactError),
     /// A run went past the no-progress watchdog's limit (`deja_vmm::watchdog`).
     #[error("{0}")]
     NoProgress(String),

@@ -24,25 +24,17 @@ use rand_chacha::ChaCha20Rng;
 use serde_json::Value;
 
 use crate::campaign::{
-    assertion_status, edges_hit, io_err, keep, write_json, Books, Campaign, Entry, Program, State, CHECKPOINT_SCHEMA,
+    assertion_status, edges_hit, io_err, keep, Books, Campaign, Entry, Program, State, CHECKPOINT_SCHEMA,
 };
+use crate::cluster::CLUSTER_BUG_SCHEMA;
+use crate::input::BUG_SCHEMA;
 use crate::ExploreError;
 
 type AnyState = State<Value, Value>;
 
 fn read_state(dir: &Path) -> Result<AnyState, ExploreError> {
     let path = dir.join("checkpoint.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| io_err(&path, e))?;
-    let v: Value = serde_json::from_str(&text)
-        .map_err(|e| ExploreError::Invalid(format!("{}: damaged checkpoint: {e}", path.display())))?;
-    let schema = v.get("schema").and_then(|s| s.as_str()).unwrap_or("");
-    if schema != CHECKPOINT_SCHEMA {
-        return Err(ExploreError::Invalid(format!(
-            "{}: checkpoint schema {schema:?} (written by an earlier deja) does not merge; its bug files still replay",
-            path.display()
-        )));
-    }
-    serde_json::from_value(v).map_err(|e| ExploreError::Invalid(format!("{}: damaged checkpoint: {e}", path.display())))
+    Ok(CHECKPOINT_SCHEMA.read(&path)?)
 }
 
 /// Merges the campaigns in `dirs` into `out` and writes its checkpoint, corpus, bug files and
@@ -96,7 +88,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Campaign, ExploreError> {
     let hosts: Vec<&deja_vmm::Fingerprint> = states.iter().filter_map(|s| s.books.host.as_ref()).collect();
     let one_host = hosts.windows(2).all(|w| w[0] == w[1]);
     let mut merged = AnyState {
-        schema: CHECKPOINT_SCHEMA.into(),
+        schema: CHECKPOINT_SCHEMA.id(),
         kind: first.kind.clone(),
         subject: first.subject.clone(),
         subject_blake3: first.subject_blake3.clone(),
@@ -179,7 +171,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Campaign, ExploreError> {
     let confirmed = merged.books.signatures.clone();
     merged.books.unconfirmed.retain(|s| !confirmed.contains(s));
     merged.books.unconfirmed_why.retain(|s, _| !confirmed.contains(s));
-    write_json(&out.join("checkpoint.json"), &merged)?;
+    CHECKPOINT_SCHEMA.write(&out.join("checkpoint.json"), &merged)?;
 
     let program = Program { path: merged.subject.clone(), blake3: merged.subject_blake3.clone() };
     let mut campaign = merged.books.campaign(&merged, &program);
@@ -195,13 +187,15 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Campaign, ExploreError> {
 
 /// Copies a bug file, pointing its reproduce command at the copy.
 fn copy_bug(from: &Path, to: &Path, reproduce: &str) -> Result<(), ExploreError> {
-    let text = std::fs::read_to_string(from).map_err(|e| io_err(from, e))?;
-    let mut bug: Value = serde_json::from_str(&text)
-        .map_err(|e| ExploreError::Invalid(format!("{}: not a bug file: {e}", from.display())))?;
+    let schema = match BUG_SCHEMA.open(from) {
+        Err(deja_format::json::ArtifactError::Family { .. }) => CLUSTER_BUG_SCHEMA,
+        _ => BUG_SCHEMA,
+    };
+    let (mut bug, _) = schema.open(from)?;
     if let Some(obj) = bug.as_object_mut() {
         obj.insert("reproduce".into(), Value::String(reproduce.to_string()));
     }
-    write_json(to, &bug)
+    Ok(schema.write(to, &bug)?)
 }
 
 /// The merged campaign's own random stream: from every merged campaign's seed and shard.

@@ -26,6 +26,8 @@
 //! version this build does not know, a header or payload that fails its checksum (a flipped
 //! bit), a file shorter or longer than its header says, and sizes above [`MAX_PAYLOAD`].
 
+pub mod json;
+
 use std::io::Write;
 use std::path::Path;
 
@@ -94,7 +96,7 @@ pub enum FormatError {
         found: &'static str,
     },
     /// A payload schema version the caller does not read.
-    #[error("{kind} schema version {found} is not supported (this deja reads version {supported}); use the deja that wrote it")]
+    #[error("{kind} schema version {found} is not supported (this deja reads version {supported}); read it with a deja that reads version {found}")]
     SchemaVersion {
         /// The artifact kind.
         kind: &'static str,

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use deja_format::json::Schema;
 use deja_kernel::FaultConfig;
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +19,10 @@ pub struct Trigger {
     /// The crash comes right after this many durable writes counted from the event.
     pub durable_writes_after: u64,
 }
+
+/// The schema of capsules. A capsule is its own seal: its id is the BLAKE3 of its content.
+pub const CAPSULE_SCHEMA: Schema =
+    Schema { family: "deja.capsule", what: "capsule", current: 1, oldest: 1, sealed_since: u32::MAX };
 
 /// A frozen failure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,17 +84,19 @@ impl Capsule {
 
     /// Reads a capsule and refuses one whose content does not match its id.
     pub fn read(path: &std::path::Path) -> Result<Capsule, JudgeError> {
-        let text = std::fs::read_to_string(path)
+        let bytes = std::fs::read(path)
             .map_err(|e| JudgeError::File { path: path.display().to_string(), message: e.to_string() })?;
-        let c: Capsule = serde_json::from_str(&text)
-            .map_err(|e| JudgeError::Tampered(format!("{}: not a deja capsule: {e}", path.display())))?;
-        if c.schema != "deja.capsule/1" {
-            return Err(JudgeError::Tampered(format!("{}: unknown capsule schema {:?}", path.display(), c.schema)));
-        }
+        Capsule::parse(&path.display().to_string(), &bytes)
+    }
+
+    /// Checks the bytes of a capsule read from `path` (named in errors): json, schema, fields,
+    /// and its content against its id.
+    pub fn parse(path: &str, bytes: &[u8]) -> Result<Capsule, JudgeError> {
+        let (doc, _) = CAPSULE_SCHEMA.check(path, bytes)?;
+        let c: Capsule = CAPSULE_SCHEMA.typed(path, doc)?;
         if c.body_hash() != c.id {
             return Err(JudgeError::Tampered(format!(
-                "{}: the capsule was altered (its content no longer matches its id {})",
-                path.display(),
+                "{path}: the id check failed: the capsule was altered (its content no longer matches its id {})",
                 c.id
             )));
         }

@@ -1,5 +1,6 @@
 //! Certificates: every check of a `deja check`, its inputs and outputs, chained by BLAKE3.
 
+use deja_format::json::Schema;
 use serde::{Deserialize, Serialize};
 
 use crate::JudgeError;
@@ -34,6 +35,11 @@ pub struct CheckRecord {
     /// BLAKE3 of `prev` and this record's other fields.
     pub hash: String,
 }
+
+/// The schema of certificates. A certificate is its own seal: a BLAKE3 chain over its header,
+/// every check and the verdict ([`Certificate::verify`]).
+pub const CERTIFICATE_SCHEMA: Schema =
+    Schema { family: "deja.certificate", what: "certificate", current: 1, oldest: 1, sealed_since: u32::MAX };
 
 /// The certificate of a check.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,7 +104,7 @@ impl Certificate {
     /// An empty certificate.
     pub fn new(capsule_id: &str, base: &str, candidate: &str) -> Certificate {
         Certificate {
-            schema: "deja.certificate/1".into(),
+            schema: CERTIFICATE_SCHEMA.id(),
             deja_version: env!("CARGO_PKG_VERSION").into(),
             capsule_id: capsule_id.into(),
             base_blake3: base.into(),
@@ -130,14 +136,12 @@ impl Certificate {
 
     /// Re-checks the whole chain; refuses any edit.
     pub fn verify(&self) -> Result<(), JudgeError> {
-        if self.schema != "deja.certificate/1" {
-            return Err(JudgeError::Tampered(format!("unknown certificate schema {:?}", self.schema)));
-        }
+        CERTIFICATE_SCHEMA.version("the certificate", &self.schema)?;
         let mut prev = header_hash(self);
         for (i, r) in self.checks.iter().enumerate() {
             if r.prev != prev || record_hash(r) != r.hash {
                 return Err(JudgeError::Tampered(format!(
-                    "check {} ({:?}) was altered: the hash chain breaks there",
+                    "the chain check failed: check {} ({:?}) was altered: the hash chain breaks there",
                     i + 1,
                     r.name
                 )));
@@ -145,22 +149,33 @@ impl Certificate {
             prev = r.hash.clone();
         }
         if final_hash(self) != self.certificate_hash {
-            return Err(JudgeError::Tampered("the verdict, exit code or timeline was altered".into()));
+            return Err(JudgeError::Tampered(
+                "the chain check failed: the verdict, exit code or timeline was altered".into(),
+            ));
         }
         let executed = self.checks.iter().filter(|r| r.status == CheckStatus::Passed).count();
         let all_passed = self.checks.iter().all(|r| r.status == CheckStatus::Passed);
         if self.verdict == "FIXED_FOR_THIS_CAPSULE" && (executed == 0 || !all_passed || self.exit_code != 0) {
-            return Err(JudgeError::Tampered("a pass without every check executed and passed is not a pass".into()));
+            return Err(JudgeError::Tampered(
+                "the verdict check failed: a pass without every check executed and passed is not a pass".into(),
+            ));
         }
         Ok(())
     }
 
-    /// Reads a certificate.
+    /// Reads a certificate: its json, schema and fields checks ([`Certificate::verify`] checks
+    /// its chain).
     pub fn read(path: &std::path::Path) -> Result<Certificate, JudgeError> {
-        let text = std::fs::read_to_string(path)
+        let bytes = std::fs::read(path)
             .map_err(|e| JudgeError::File { path: path.display().to_string(), message: e.to_string() })?;
-        serde_json::from_str(&text)
-            .map_err(|e| JudgeError::Tampered(format!("{}: not a deja certificate: {e}", path.display())))
+        Certificate::parse(&path.display().to_string(), &bytes)
+    }
+
+    /// Checks the bytes of a certificate read from `path` (named in errors): json, schema and
+    /// fields.
+    pub fn parse(path: &str, bytes: &[u8]) -> Result<Certificate, JudgeError> {
+        let (doc, _) = CERTIFICATE_SCHEMA.check(path, bytes)?;
+        Ok(CERTIFICATE_SCHEMA.typed(path, doc)?)
     }
 
     /// Writes it atomically.

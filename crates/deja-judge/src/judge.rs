@@ -608,7 +608,7 @@ pub fn capsule_from(
     frozen.errors = faults.errors.clone();
     Some(
         Capsule {
-            schema: "deja.capsule/1".into(),
+            schema: crate::capsule::CAPSULE_SCHEMA.id(),
             id: String::new(),
             deja_version: env!("CARGO_PKG_VERSION").into(),
             base_blake3: base_blake3.into(),

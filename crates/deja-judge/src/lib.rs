@@ -41,4 +41,7 @@ pub enum JudgeError {
     /// A capsule or certificate is damaged or was altered.
     #[error("{0}")]
     Tampered(String),
+    /// A capsule or certificate failed its json, schema or fields check.
+    #[error(transparent)]
+    Artifact(#[from] deja_format::json::ArtifactError),
 }

@@ -1,0 +1,387 @@
+//! The JSON artifacts deja reads back: bug files, cluster bug files and campaign checkpoints.
+//!
+//! They stay plain, pretty-printed JSON, so a person can read them and `jq` can query them, but
+//! each carries a `"schema"` field (`deja.bug/2`: a family and a version) and a `"seal"`: the
+//! BLAKE3 of the document's canonical form without the seal (keys sorted, no whitespace, as
+//! `serde_json` writes a [`serde_json::Value`]). Opening one runs four checks, in order, and
+//! names the file and the check that failed:
+//!
+//! 1. **json**: the bytes are one JSON object (a truncated file fails here);
+//! 2. **schema**: it is of the family the caller reads, at a version this deja reads; a newer
+//!    file is refused with the version it needs, an older one with how to get on;
+//! 3. **seal**: the seal is there (every version from [`Schema::sealed_since`] has one) and
+//!    matches the content, so a flipped byte anywhere in the content is refused;
+//! 4. **fields**: the content has the fields of its type.
+//!
+//! Layout changes that only whitespace makes (reindenting, reordering keys) keep the seal: the
+//! seal covers the content, not its formatting. The seal is a checksum against damage and
+//! careless edits, not a signature: whoever can write the file can reseal it.
+
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+/// The field that holds a document's seal.
+pub const SEAL_FIELD: &str = "seal";
+
+/// A family of JSON artifacts and the versions this build reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schema {
+    /// The family, e.g. `deja.bug`.
+    pub family: &'static str,
+    /// What a person calls it, e.g. `bug file`.
+    pub what: &'static str,
+    /// The version this build writes.
+    pub current: u32,
+    /// The oldest version this build still reads.
+    pub oldest: u32,
+    /// The first version that carries a seal; older files are read without one.
+    pub sealed_since: u32,
+}
+
+/// Why a JSON artifact was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ArtifactError {
+    /// The file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bytes are not one JSON object.
+    #[error("{path}: the json check failed: this is not a whole {what} ({detail}); it was truncated or damaged")]
+    Json {
+        /// The file.
+        path: String,
+        /// What was expected.
+        what: &'static str,
+        /// The parser's complaint.
+        detail: String,
+    },
+    /// Another family of artifact, or none.
+    #[error("{path}: the schema check failed: this is not a {what} (its schema is {found}, a {what} has {family}/N)")]
+    Family {
+        /// The file.
+        path: String,
+        /// What was expected.
+        what: &'static str,
+        /// The expected family.
+        family: &'static str,
+        /// The schema the file has (`none` without one).
+        found: String,
+    },
+    /// A version this build does not read yet.
+    #[error(
+        "{path}: the schema check failed: this {what} is {found}, written by a newer deja; this deja reads \
+         {family}/{oldest} to {family}/{current}. Read it with a deja that reads {found} or later"
+    )]
+    Newer {
+        /// The file.
+        path: String,
+        /// What was expected.
+        what: &'static str,
+        /// The family.
+        family: &'static str,
+        /// The schema in the file.
+        found: String,
+        /// The oldest version read.
+        oldest: u32,
+        /// The newest version read.
+        current: u32,
+    },
+    /// A version this build no longer reads.
+    #[error(
+        "{path}: the schema check failed: this {what} is {found}, which this deja no longer reads (it reads \
+         {family}/{oldest} to {family}/{current}); read it with the deja that wrote it"
+    )]
+    Older {
+        /// The file.
+        path: String,
+        /// What was expected.
+        what: &'static str,
+        /// The family.
+        family: &'static str,
+        /// The schema in the file.
+        found: String,
+        /// The oldest version read.
+        oldest: u32,
+        /// The newest version read.
+        current: u32,
+    },
+    /// A sealed version without its seal, or a seal that does not match the content.
+    #[error("{path}: the seal check failed: {detail}")]
+    Seal {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// The content lacks the fields of its type, or holds values of the wrong type.
+    #[error("{path}: the fields check failed: this {what} does not have the content its schema promises ({detail})")]
+    Fields {
+        /// The file.
+        path: String,
+        /// What was expected.
+        what: &'static str,
+        /// The complaint.
+        detail: String,
+    },
+}
+
+impl ArtifactError {
+    /// The check that failed: `io`, `json`, `schema`, `seal` or `fields`.
+    pub fn check(&self) -> &'static str {
+        match self {
+            ArtifactError::Io { .. } => "io",
+            ArtifactError::Json { .. } => "json",
+            ArtifactError::Family { .. } | ArtifactError::Newer { .. } | ArtifactError::Older { .. } => "schema",
+            ArtifactError::Seal { .. } => "seal",
+            ArtifactError::Fields { .. } => "fields",
+        }
+    }
+}
+
+/// The seal of a document: BLAKE3 (hex) of its canonical form without the seal field.
+pub fn seal_of(doc: &Value) -> String {
+    let mut body = doc.clone();
+    if let Value::Object(map) = &mut body {
+        map.remove(SEAL_FIELD);
+    }
+    let canonical = serde_json::to_vec(&body).expect("a JSON value serializes");
+    blake3::hash(&canonical).to_hex().to_string()
+}
+
+impl Schema {
+    /// The schema string this build writes, e.g. `deja.bug/2`.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.family, self.current)
+    }
+
+    /// The bytes of `value` as this build writes it: its `schema` field set to [`Schema::id`]
+    /// and its seal added, pretty-printed.
+    pub fn to_bytes<T: Serialize>(&self, value: &T) -> Vec<u8> {
+        let mut doc = serde_json::to_value(value).expect("plain data serializes");
+        if let Value::Object(map) = &mut doc {
+            map.insert("schema".into(), Value::String(self.id()));
+            map.remove(SEAL_FIELD);
+        }
+        let seal = seal_of(&doc);
+        if let Value::Object(map) = &mut doc {
+            map.insert(SEAL_FIELD.into(), Value::String(seal));
+        }
+        serde_json::to_vec_pretty(&doc).expect("a JSON value serializes")
+    }
+
+    /// Writes `value` to `path` atomically (see [`crate::write_atomic`]).
+    pub fn write<T: Serialize>(&self, path: &Path, value: &T) -> Result<(), ArtifactError> {
+        crate::write_atomic(path, &self.to_bytes(value)).map_err(|e| match e {
+            crate::FormatError::Io { source, .. } => ArtifactError::Io { path: path.display().to_string(), source },
+            other => ArtifactError::Io { path: path.display().to_string(), source: std::io::Error::other(other) },
+        })
+    }
+
+    /// Reads `path` and runs the json, schema and seal checks; returns the document (without
+    /// its seal) and its version.
+    pub fn open(&self, path: &Path) -> Result<(Value, u32), ArtifactError> {
+        let bytes =
+            std::fs::read(path).map_err(|source| ArtifactError::Io { path: path.display().to_string(), source })?;
+        self.check(&path.display().to_string(), &bytes)
+    }
+
+    /// Reads `path`, runs every check and returns the typed content.
+    pub fn read<T: DeserializeOwned>(&self, path: &Path) -> Result<T, ArtifactError> {
+        let (doc, _) = self.open(path)?;
+        self.typed(&path.display().to_string(), doc)
+    }
+
+    /// Seals `path` again after an edit that was meant (`deja reseal`): runs the json, schema
+    /// and fields checks, but not the seal's, and rewrites the file as this build writes a `T`.
+    pub fn reseal<T: DeserializeOwned + Serialize>(&self, path: &Path) -> Result<(), ArtifactError> {
+        let shown = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|source| ArtifactError::Io { path: shown.clone(), source })?;
+        let mut doc: Value = serde_json::from_slice(&bytes).map_err(|e| ArtifactError::Json {
+            path: shown.clone(),
+            what: self.what,
+            detail: e.to_string(),
+        })?;
+        let found = doc.get("schema").and_then(Value::as_str).unwrap_or("none").to_string();
+        self.version(&shown, &found)?;
+        if let Value::Object(map) = &mut doc {
+            map.remove(SEAL_FIELD);
+        }
+        let typed: T = self.typed(&shown, doc)?;
+        self.write(path, &typed)
+    }
+
+    /// The fields check: `doc` (from [`Schema::open`]) as a `T`.
+    pub fn typed<T: DeserializeOwned>(&self, path: &str, doc: Value) -> Result<T, ArtifactError> {
+        serde_json::from_value(doc).map_err(|e| ArtifactError::Fields {
+            path: path.to_string(),
+            what: self.what,
+            detail: e.to_string(),
+        })
+    }
+
+    /// The schema check: the version of a document whose `schema` field is `found` (`none`
+    /// when it has none), if this build reads it.
+    pub fn version(&self, path: &str, found: &str) -> Result<u32, ArtifactError> {
+        let version = found
+            .strip_prefix(self.family)
+            .and_then(|rest| rest.strip_prefix('/'))
+            .and_then(|v| v.parse::<u32>().ok().filter(|_| !v.starts_with('0') && !v.starts_with('+')));
+        let (path, what, family, found) = (path.to_string(), self.what, self.family, found.to_string());
+        let Some(version) = version else {
+            return Err(ArtifactError::Family { path, what, family, found });
+        };
+        let (oldest, current) = (self.oldest, self.current);
+        if version > current {
+            return Err(ArtifactError::Newer { path, what, family, found, oldest, current });
+        }
+        if version < oldest {
+            return Err(ArtifactError::Older { path, what, family, found, oldest, current });
+        }
+        Ok(version)
+    }
+
+    /// The json, schema and seal checks of `bytes`, read from `path`.
+    pub fn check(&self, path: &str, bytes: &[u8]) -> Result<(Value, u32), ArtifactError> {
+        let path_s = || path.to_string();
+        let mut doc: Value = serde_json::from_slice(bytes).map_err(|e| ArtifactError::Json {
+            path: path_s(),
+            what: self.what,
+            detail: e.to_string(),
+        })?;
+        let Value::Object(map) = &mut doc else {
+            return Err(ArtifactError::Json { path: path_s(), what: self.what, detail: "not a JSON object".into() });
+        };
+        let found = map.get("schema").and_then(Value::as_str).unwrap_or("none").to_string();
+        let version = self.version(path, &found)?;
+        match map.get(SEAL_FIELD) {
+            Some(Value::String(seal)) => {
+                let seal = seal.clone();
+                let content = seal_of(&doc);
+                if content != seal {
+                    return Err(ArtifactError::Seal {
+                        path: path_s(),
+                        detail: format!(
+                            "the content no longer matches the seal deja wrote ({}… against {}…): this {} was \
+                             altered or damaged after it was written",
+                            &content[..12],
+                            seal.get(..12).unwrap_or(&seal),
+                            self.what
+                        ),
+                    });
+                }
+            }
+            Some(_) => {
+                return Err(ArtifactError::Seal { path: path_s(), detail: "the seal is not a string".into() });
+            }
+            None if version >= self.sealed_since => {
+                return Err(ArtifactError::Seal {
+                    path: path_s(),
+                    detail: format!("a {found} {} carries a seal and this one has none", self.what),
+                });
+            }
+            None => {}
+        }
+        if let Value::Object(map) = &mut doc {
+            map.remove(SEAL_FIELD);
+        }
+        Ok((doc, version))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    const THING: Schema = Schema { family: "deja.thing", what: "thing file", current: 3, oldest: 1, sealed_since: 2 };
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Thing {
+        schema: String,
+        name: String,
+        n: u64,
+        #[serde(default)]
+        tags: Vec<String>,
+    }
+
+    fn thing() -> Thing {
+        Thing { schema: String::new(), name: "a \"quoted\" name".into(), n: 12_345, tags: vec!["x".into()] }
+    }
+
+    fn check(bytes: &[u8]) -> Result<Thing, ArtifactError> {
+        let (doc, _) = THING.check("t.json", bytes)?;
+        THING.typed("t.json", doc)
+    }
+
+    #[test]
+    fn round_trip_sets_the_schema_and_the_seal() {
+        let bytes = THING.to_bytes(&thing());
+        let back = check(&bytes).unwrap();
+        assert_eq!(back, Thing { schema: "deja.thing/3".into(), ..thing() });
+        let doc: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(doc[SEAL_FIELD].as_str().unwrap().len(), 64);
+    }
+
+    #[test]
+    fn formatting_is_not_content() {
+        let bytes = THING.to_bytes(&thing());
+        let doc: Value = serde_json::from_slice(&bytes).unwrap();
+        let compact = serde_json::to_vec(&doc).unwrap();
+        assert_eq!(check(&compact).unwrap(), check(&bytes).unwrap());
+    }
+
+    #[test]
+    fn every_flipped_bit_is_refused_or_changes_nothing() {
+        let good = THING.to_bytes(&thing());
+        let original = check(&good).unwrap();
+        for at in 0..good.len() {
+            for bit in 0..8 {
+                let mut bad = good.clone();
+                bad[at] ^= 1 << bit;
+                match check(&bad) {
+                    Err(e) => assert!(e.to_string().starts_with("t.json: the "), "{e}"),
+                    Ok(t) => assert_eq!(t, original, "flip of bit {bit} at byte {at} changed the content"),
+                }
+            }
+        }
+        for len in 0..good.len() {
+            let e = check(&good[..len]).unwrap_err();
+            assert!(matches!(e.check(), "json" | "seal"), "truncated at {len}: {e}");
+        }
+    }
+
+    #[test]
+    fn versions_are_named() {
+        let doc = |schema: &str, sealed: bool| {
+            let mut v = serde_json::to_value(Thing { schema: schema.into(), ..thing() }).unwrap();
+            if sealed {
+                let s = seal_of(&v);
+                v[SEAL_FIELD] = Value::String(s);
+            }
+            serde_json::to_vec(&v).unwrap()
+        };
+        let e = check(&doc("deja.thing/4", true)).unwrap_err();
+        assert!(e.to_string().contains("is deja.thing/4, written by a newer deja"), "{e}");
+        assert!(e.to_string().contains("reads deja.thing/1 to deja.thing/3"), "{e}");
+        let e = check(&doc("deja.other/1", true)).unwrap_err();
+        assert!(e.to_string().contains("this is not a thing file (its schema is deja.other/1"), "{e}");
+        let e = check(&doc("deja.thing/02", true)).unwrap_err();
+        assert_eq!(e.check(), "schema", "{e}");
+        // Version 1 predates seals and still reads; version 2 needs one.
+        assert_eq!(check(&doc("deja.thing/1", false)).unwrap().n, 12_345);
+        let e = check(&doc("deja.thing/2", false)).unwrap_err();
+        assert!(e.to_string().contains("a deja.thing/2 thing file carries a seal and this one has none"), "{e}");
+        assert_eq!(check(&doc("deja.thing/2", true)).unwrap().n, 12_345);
+        let old = Schema { oldest: 2, ..THING };
+        let e = old.check("t.json", &doc("deja.thing/1", false)).unwrap_err();
+        assert!(e.to_string().contains("which this deja no longer reads"), "{e}");
+    }
+}
