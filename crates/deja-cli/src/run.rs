@@ -162,8 +162,8 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
             Some((h, g)) => (h.to_string(), g.to_string()),
             None => (decl.clone(), guest_path(decl)),
         };
-        if !guest.starts_with('/') {
-            return Err(Failure::new(2, format!("--file {decl}: the guest path must be absolute")));
+        if let Some(problem) = deja_kernel::fs::guest_path_problem(&guest) {
+            return Err(Failure::new(2, format!("--file {decl}: {problem}")));
         }
         let data = std::fs::read(&host).map_err(|e| {
             let code = if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { 2 };

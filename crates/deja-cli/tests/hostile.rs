@@ -157,11 +157,11 @@ fn attack(core: usize, name: &str, extra: &[&str]) -> (Option<i32>, String, Valu
 
 /// Every attack with its documented outcome (docs/HOSTILE.md): the exit code and a line the
 /// run must print (on stdout, or in deja's summary on stderr).
-const ATTACKS: [(&str, i32, &str); 25] = [
+const ATTACKS: [(&str, i32, &str); 42] = [
     ("syscalls-wild", 0, "survived syscalls-wild"),
     ("syscalls-straddle", 0, "survived syscalls-straddle"),
-    ("int80", 132, "invalid opcode"),
-    ("sysenter", 132, "invalid opcode"),
+    ("int80", 139, "int 0x80 (software interrupts are not served"),
+    ("sysenter", 132, "invalid opcode: sysenter"),
     ("iretq", 139, "SIGSEGV"),
     ("lgdt", 139, "SIGSEGV"),
     ("mov-cr3", 139, "SIGSEGV"),
@@ -183,6 +183,23 @@ const ATTACKS: [(&str, i32, &str); 25] = [
     ("socket-storm", 0, "400 in epoll, 100 connected"),
     ("deadlock", 137, "deadlock: every thread is blocked"),
     ("block-socket", 137, "deadlock: every thread is blocked: tid 1 waiting for I/O in recvfrom"),
+    ("hlt", 139, "SIGSEGV"),
+    ("cli", 139, "SIGSEGV"),
+    ("ud2", 132, "invalid opcode"),
+    ("int3", 133, "breakpoint (int3)"),
+    ("int-pf", 139, "int 0xe (software interrupts are not served"),
+    ("int-gp", 139, "int 0xd (software interrupts are not served"),
+    ("sgdt", 0, "sgdt: limit 0x47 base 0xffff888000001000"),
+    ("sidt", 0, "sidt: limit 0xfff base 0xffff888000002000"),
+    ("out-deja-port", 139, "SIGSEGV"),
+    ("in-deja-port", 139, "SIGSEGV"),
+    ("out-ptsync", 139, "SIGSEGV"),
+    ("out-exception-port", 139, "SIGSEGV"),
+    ("monitor-remap", 0, "mprotect the stub: errno 12"),
+    ("brk-storm", 0, "mmap 128 TiB: errno 12"),
+    ("fork-bomb", 0, "forked 0, then -38"),
+    ("exec-host", 0, "execve /bin/sh: errno 38"),
+    ("sigreturn-forge", 0, "rt_sigreturn returned -38"),
 ];
 
 #[test]
@@ -234,4 +251,24 @@ fn nothing_outside_the_declared_tree_is_reachable() {
     // does not exist fails.
     assert!(out.contains("through it: Err(Some(2))"), "{out}");
     assert!(out.contains("hard link: Err(Some(2))"), "{out}");
+    // A declaration whose guest path climbs, or is not normal, is refused before anything runs.
+    let hello = guest("hello").to_string_lossy().into_owned();
+    let host = root().join("README.md").to_string_lossy().into_owned();
+    for bad in ["/data/../../etc/passwd", "/../x", "/data/./x", "//x", "/data/", "relative"] {
+        let o = deja_on(0, "10", &["run", "--no-probe", "--file", &format!("{host}:{bad}"), &hello]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
+        assert!(stderr(&o).contains("the guest path must"), "{bad}: {}", stderr(&o));
+        assert!(o.stdout.is_empty(), "{bad}: nothing ran");
+    }
+    let dir = root().join("target/test-clusters");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("climb.toml");
+    let text = format!(
+        "[[node]]\nname = \"n\"\naddress = \"10.0.0.1\"\nbinary = \"{}\"\nfiles = {{ \"/data/../../etc/x\" = \"{host}\" }}\n",
+        guest("hello").display()
+    );
+    std::fs::write(&file, text).unwrap();
+    let o = deja(&["run", &file.to_string_lossy()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("the guest path must be normal"), "{}", stderr(&o));
 }

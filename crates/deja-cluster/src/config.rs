@@ -395,8 +395,8 @@ impl ClusterConfig {
             hashes.insert(n.name.clone(), blake3::hash(&image).to_hex().to_string());
             let mut files = BTreeMap::new();
             for (guest, host) in &n.files {
-                if !guest.starts_with('/') {
-                    return Err(format!("node {}: file {guest:?} must be an absolute guest path", n.name));
+                if let Some(problem) = deja_kernel::fs::guest_path_problem(guest) {
+                    return Err(format!("node {}: file {guest:?}: {problem}", n.name));
                 }
                 let p = base.join(host);
                 let data =

@@ -1668,6 +1668,25 @@ pub fn diff_paths(a: &Disk, b: &Disk) -> Vec<String> {
     out
 }
 
+/// What is wrong with `p` as the guest path of a declared file, if anything: it must be
+/// absolute and normal (no empty, `.` or `..` component, no NUL), so that the file is where its
+/// declaration says and no declaration reads as a way out of the tree.
+pub fn guest_path_problem(p: &str) -> Option<&'static str> {
+    if !p.starts_with('/') {
+        return Some("the guest path must be absolute");
+    }
+    if p.contains('\0') {
+        return Some("the guest path holds a NUL byte");
+    }
+    if p == "/" || p.ends_with('/') {
+        return Some("the guest path must name a file, not a directory");
+    }
+    if p[1..].split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+        return Some("the guest path must be normal: no empty, `.` or `..` component");
+    }
+    None
+}
+
 /// `parent_of` re-exported for the kernel.
 pub fn parent_path(p: &str) -> &str {
     parent_of(p)

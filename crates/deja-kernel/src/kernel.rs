@@ -303,6 +303,11 @@ impl Kernel {
                 )));
             }
         }
+        if let Some((path, problem)) =
+            spec.files.keys().find_map(|p| crate::fs::guest_path_problem(p).map(|why| (p.clone(), why)))
+        {
+            return Err(LoadError::GuestPath { path, problem });
+        }
         let fs = Fs::new(spec.fs, spec.disk.as_ref(), &spec.files, &spec.exe_path, &spec.image);
         let faults = FaultState::new(spec.faults.clone(), spec.seed);
         let exe_name = spec.exe_path.rsplit('/').next().unwrap_or("");
@@ -728,6 +733,9 @@ impl Kernel {
                     }
                     None => {}
                 }
+                if let Some(how) = entry_attempt(&code[..n]) {
+                    return self.entry_attempt(how, rip);
+                }
                 self.fatal(
                     11,
                     "general protection fault (privileged instruction or bad address)".into(),
@@ -736,6 +744,10 @@ impl Kernel {
                     None,
                     error_code,
                 )
+            }
+            Exception::Other { vector: 6, rip } if self.entry_at(mem, rip).is_some() => {
+                let how = self.entry_at(mem, rip).unwrap_or(EntryAttempt::Sysenter);
+                self.entry_attempt(how, rip)
             }
             Exception::Other { vector, rip } => {
                 let (sig, what) = match vector {
@@ -760,6 +772,30 @@ impl Kernel {
                 };
                 self.fatal(sig, what, vector, rip, None, 0)
             }
+        }
+    }
+
+    /// The other way into a kernel at `rip`, if that is what is there.
+    fn entry_at(&self, mem: &mut dyn Memory, rip: u64) -> Option<EntryAttempt> {
+        let mut code = [0u8; 2];
+        self.vm.copy_in(mem, rip, &mut code).ok()?;
+        entry_attempt(&code)
+    }
+
+    /// `int N` to a gate ring 3 may not use (every one but `int3` and `into`), or `sysenter`.
+    /// Hardware raises #GP for the first and, on Intel, for the second; AMD and some hosts'
+    /// instruction emulators raise #UD. Each ends one way whatever the host, traced as one
+    /// exception: `int N` as the #GP with the gate's error code and SIGSEGV (Linux without
+    /// 32-bit emulation), `sysenter` as #UD and SIGILL (Linux on AMD64).
+    fn entry_attempt(&mut self, how: EntryAttempt, rip: u64) -> ExceptionOutcome {
+        let serves = "deja serves the 64-bit syscall instruction";
+        match how {
+            EntryAttempt::Int(n) => {
+                let what =
+                    format!("general protection fault: int {n:#x} (software interrupts are not served; {serves})");
+                self.fatal(11, what, 13, rip, None, u64::from(n) << 3 | 2)
+            }
+            EntryAttempt::Sysenter => self.fatal(4, format!("invalid opcode: sysenter ({serves})"), 6, rip, None, 0),
         }
     }
 
@@ -1272,4 +1308,21 @@ pub struct CrashStates {
     pub tried: u64,
     /// The distinct states, each with the BLAKE3 of its disk image.
     pub states: Vec<(CrashState, String)>,
+}
+
+/// A way into a kernel other than `syscall`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EntryAttempt {
+    /// `int N`.
+    Int(u8),
+    /// `sysenter`.
+    Sysenter,
+}
+
+fn entry_attempt(code: &[u8]) -> Option<EntryAttempt> {
+    match code {
+        [0xcd, n, ..] => Some(EntryAttempt::Int(*n)),
+        [0x0f, 0x34, ..] => Some(EntryAttempt::Sysenter),
+        _ => None,
+    }
 }

@@ -215,6 +215,14 @@ pub enum LoadError {
     /// The starting disk is not a valid tree, or does not fit the capacity.
     #[error("{0}; fix or regenerate the disk image")]
     Disk(String),
+    /// A declared file's guest path is not absolute and normal.
+    #[error("declared file {path:?}: {problem}")]
+    GuestPath {
+        /// The guest path.
+        path: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
 }
 
 /// How a program ended.

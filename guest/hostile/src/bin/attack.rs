@@ -16,6 +16,19 @@
 //! - `socket-storm`: 400 sockets, an epoll set over all of them, connections between them.
 //! - `deadlock`: two threads take two locks in opposite orders.
 //! - `block-socket`: a read from a socket nothing will ever write to.
+//! - `hlt`, `cli`, `ud2`, `int3`, `int-pf`, `int-gp`: more instructions a ring-3 program may not
+//!   use, or that raise an exception: `int 14` and `int 13` try to enter the page-fault and
+//!   protection-fault gates by hand, without the error code the CPU pushes.
+//! - `sgdt`, `sidt`: descriptor-table reads, whose answers must not depend on the host.
+//! - `out-deja-port`, `in-deja-port`, `out-ptsync`, `out-exception-port`: the monitor's own
+//!   ports (the syscall port, the page-table sync port, an exception gate's port) from the
+//!   program's code instead of deja's.
+//! - `monitor-remap`: mmap over, mprotect, munmap and mremap onto the syscall stub page and the
+//!   kernel half, then a plain syscall.
+//! - `brk-storm`: the program break moved to the kernel half, to the top of memory, below its
+//!   start and back, and a mapping the size of the address space.
+//! - `fork-bomb`: fork in a loop; `exec-host`: execve of host programs.
+//! - `sigreturn-forge`: rt_sigreturn with a forged frame that asks for ring 0 and I/O privilege.
 
 use std::arch::asm;
 use std::hint::black_box;
@@ -281,6 +294,94 @@ fn main() {
                 let mut buf = [0u8; 16];
                 let r = s.recv(&mut buf);
                 println!("recv returned {r:?}");
+            }
+            "hlt" => asm!("hlt"),
+            "cli" => asm!("cli"),
+            "ud2" => asm!("ud2"),
+            "int3" => asm!("int3"),
+            "int-pf" => asm!("int 14"),
+            "int-gp" => asm!("int 13"),
+            "sgdt" | "sidt" => {
+                let mut d = [0u8; 10];
+                if what == "sgdt" {
+                    asm!("sgdt [{}]", in(reg) d.as_mut_ptr());
+                } else {
+                    asm!("sidt [{}]", in(reg) d.as_mut_ptr());
+                }
+                let base = u64::from_le_bytes(d[2..10].try_into().unwrap_or_default());
+                println!("{what}: limit {:#x} base {base:#x}", u16::from_le_bytes([d[0], d[1]]));
+            }
+            "out-deja-port" => asm!("out dx, eax", in("dx") 0xdeu16, in("eax") 39u32),
+            "in-deja-port" => {
+                let v: u32;
+                asm!("in eax, dx", in("dx") 0xdeu16, out("eax") v);
+                println!("read {v:#x}");
+            }
+            "out-ptsync" => asm!("out dx, al", in("dx") 0xddu16, in("al") 0u8),
+            "out-exception-port" => asm!("out dx, al", in("dx") 0xaeu16, in("al") 0u8),
+            "monitor-remap" => {
+                let tries: [(&str, u64, [u64; 6]); 8] = [
+                    ("mmap fixed over the stub", 9, [STUB_VA, 4096, 7, 0x32, u64::MAX, 0]),
+                    ("mmap fixed in the kernel half", 9, [KERNEL_HALF, 4096, 7, 0x32, u64::MAX, 0]),
+                    ("mmap hint in the kernel half", 9, [KERNEL_HALF, 4096, 3, 0x22, u64::MAX, 0]),
+                    ("mprotect the stub", 10, [STUB_VA, 4096, 7, 0, 0, 0]),
+                    ("munmap the stub", 11, [STUB_VA, 4096, 0, 0, 0, 0]),
+                    ("munmap the kernel half", 11, [KERNEL_HALF, 1 << 40, 0, 0, 0, 0]),
+                    ("mremap onto the stub", 25, [libc_mmap(4096), 4096, 4096, 3, STUB_VA, 0]),
+                    ("madvise the stub away", 28, [STUB_VA, 4096, 4, 0, 0, 0]),
+                ];
+                for (what, n, args) in tries {
+                    let r = syscall6(n, args);
+                    println!("{what}: {}", if r < 0 { format!("errno {}", -r) } else { format!("{r:#x}") });
+                }
+                println!("getpid after: {}", syscall6(39, [0; 6]));
+            }
+            "brk-storm" => {
+                let start = syscall6(12, [0; 6]);
+                for (what, to) in
+                    [("kernel half", KERNEL_HALF), ("top", u64::MAX), ("below the start", 4096), ("start", start as u64)]
+                {
+                    let r = syscall6(12, [to, 0, 0, 0, 0, 0]);
+                    println!("brk to {what}: {}", if r == start { "unchanged".to_string() } else { format!("{r:#x}") });
+                }
+                let huge = syscall6(9, [0, 1 << 47, 3, 0x22, u64::MAX, 0]);
+                println!("mmap 128 TiB: errno {}", -huge);
+                let v = vec![7u8; 1 << 20];
+                println!("a MiB after: {}", v.iter().map(|&b| u64::from(b)).sum::<u64>());
+            }
+            "fork-bomb" => {
+                let mut made = 0u32;
+                let err = loop {
+                    let r = syscall6(57, [0; 6]);
+                    match r {
+                        0 => {
+                            syscall6(60, [0; 6]);
+                        }
+                        r if r > 0 && made < 10_000 => made += 1,
+                        r => break r,
+                    }
+                };
+                println!("forked {made}, then {err}");
+            }
+            "exec-host" => {
+                for p in [c"/bin/sh", c"/usr/bin/env", c"/proc/self/exe"] {
+                    let argv = [p.as_ptr() as u64, 0u64];
+                    let r = syscall6(59, [p.as_ptr() as u64, argv.as_ptr() as u64, 0, 0, 0, 0]);
+                    println!("execve {}: errno {}", p.to_string_lossy(), -r);
+                }
+            }
+            "sigreturn-forge" => {
+                // A signal frame on the stack: uc_mcontext with cs = 0x08 (ring 0), eflags with
+                // IOPL 3, and rip at the program's own code.
+                let mut frame = [0u64; 64];
+                frame[5 + 16] = main as *const () as usize as u64; // rip
+                frame[5 + 17] = 0x3202; // eflags: IF, IOPL 3
+                frame[5 + 18] = 0x08; // cs, gs, fs, ss packed
+                frame[5 + 15] = frame.as_ptr() as u64 + 4096; // rsp
+                let r: i64;
+                asm!("mov r12, rsp", "mov rsp, {f}", "mov eax, 15", "syscall", "mov rsp, r12",
+                     f = in(reg) frame.as_ptr(), out("r12") _, lateout("rax") r, lateout("rcx") _, lateout("r11") _);
+                println!("rt_sigreturn returned {r}");
             }
             other => {
                 eprintln!("unknown attack {other}");
