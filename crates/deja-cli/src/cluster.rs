@@ -115,6 +115,11 @@ pub fn verdict(r: &ClusterReport) -> (i32, String) {
             .collect();
         return (exit::ASSERTION_FAILED, format!("assertion failed: {}", failing.join("; ")));
     }
+    match deja_explore::cluster::history_verdict(r) {
+        Some(Ok(deja_history::Verdict::NotLinearizable(v))) => return (NODE_FAILED, v.signature()),
+        Some(Err(e)) => return (NODE_FAILED, format!("the clients' history cannot be read: {e}")),
+        _ => {}
+    }
     match &r.outcome {
         Outcome::TimeLimit => {
             return (TIME_LIMIT, "the virtual-time budget ran out before every waited node exited".into())
@@ -162,6 +167,26 @@ pub fn summary(r: &ClusterReport) {
         s.sent, s.delivered, s.lost, s.duplicated, s.reordered, s.cut_datagrams, s.held
     );
     eprintln!("deja: {} cluster decisions; digest {}", r.decisions.len(), r.digest);
+    history_summary(r);
+}
+
+/// The clients' history, checked, when they recorded one.
+pub fn history_summary(r: &ClusterReport) {
+    match deja_explore::cluster::history_verdict(r) {
+        None => {}
+        Some(Ok(deja_history::Verdict::Linearizable { ops })) => {
+            eprintln!("deja: history: linearizable ({ops} operations)");
+        }
+        Some(Ok(deja_history::Verdict::NotLinearizable(v))) => {
+            for line in v.timeline().lines() {
+                eprintln!("deja: history: {line}");
+            }
+        }
+        Some(Ok(deja_history::Verdict::Unknown { reason })) => {
+            eprintln!("deja: history: NOT CHECKED, the evidence is incomplete: {reason}");
+        }
+        Some(Err(e)) => eprintln!("deja: history: cannot be read: {e}"),
+    }
 }
 
 /// `deja run cluster.toml`.

@@ -561,6 +561,7 @@ fn replay_cluster(args: &ReplayArgs) -> i32 {
             }
         }
     }
+    crate::cluster::history_summary(&out.report);
     host_note("bug file", bug.host.as_ref());
     replay_verdict(&bug.id, &bug.signature, &bug.digest, out.failure.as_deref(), &out.report.digest, "cluster")
 }

@@ -593,3 +593,45 @@ fn exploring_nodes_built_with_coverage_reads_their_edges() {
     assert!(without > 10, "behaviours of the plain build: {without}");
     assert!(with_edges > without + 100, "edges of the instrumented nodes count as coverage: {with_edges} vs {without}");
 }
+
+#[test]
+fn the_history_checker_finds_the_split_brain_without_the_clients_assertion() {
+    // One run that splits the brain: the client asserts nothing, and deja's linearizability
+    // checker names the read and the acknowledged adds it lacks.
+    let buggy = example("register-buggy-history.toml");
+    let o = deja(&["run", "--seed", "4", &buggy]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(!err.contains("assertion failed"), "the client asserts nothing: {err}");
+    assert!(err.contains("deja: history not linearizable under the set model: a read cannot be placed"), "{err}");
+    assert!(err.contains("the read lacks adds acknowledged before it began: 18, 19, 20, 21, 22"), "{err}");
+    assert!(err.contains("← cannot be placed"), "the window on a timeline: {err}");
+    assert!(stdout(&o).contains("[client] acknowledged 30 of 30 writes; lost: [18, 19, 20, 21, 22]"), "{}", stdout(&o));
+    // A seed that does not split it: the history is linearizable.
+    let o = deja(&["run", "--seed", "1", &buggy]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("deja: history: linearizable (31 operations)"), "{}", stderr(&o));
+
+    // The explorer finds it as a bug of its own, and the replay shows the window again.
+    let out = out_dir("history");
+    let o = explore_cluster(&out, &buggy, &["--runs", "40", "--mode", "faults", "--seed", "1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let bug = bug_file(&out);
+    let b: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&bug).unwrap()).unwrap();
+    assert_eq!(b["signature"], "history not linearizable under the set model: a read cannot be placed");
+    assert!(b["history"].as_str().unwrap().contains("the read lacks"), "{}", b["history"]);
+    let r = deja(&["replay", &bug.to_string_lossy()]);
+    assert_eq!(r.status.code(), Some(1), "{}", stderr(&r));
+    assert!(stderr(&r).contains("deja: history:   the read lacks"), "{}", stderr(&r));
+    std::fs::remove_dir_all(&out).ok();
+
+    // The fixed replicas under the same faults: no history fails.
+    let out = out_dir("history-fixed");
+    let o = explore_cluster(
+        &out,
+        &example("register-fixed-history.toml"),
+        &["--runs", "60", "--mode", "faults", "--seed", "1"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    std::fs::remove_dir_all(&out).ok();
+}

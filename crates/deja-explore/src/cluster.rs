@@ -90,12 +90,51 @@ pub struct ClusterOutcome {
     /// Behavioural features (see the module documentation), each with the decision index where
     /// the run first showed it, when that is progress.
     pub features: BTreeMap<u64, Option<u64>>,
+    /// The clients' history, checked, when they recorded one.
+    pub history: Option<Result<deja_history::Verdict, deja_history::HistoryError>>,
 }
 
 use crate::features::{feature, template};
 
+/// The history the cluster's clients recorded (`deja_sdk::history`), checked: `None` when they
+/// recorded none. Records are matched per node and life (a restarted node numbers its
+/// operations afresh).
+pub fn history_verdict(r: &ClusterReport) -> Option<Result<deja_history::Verdict, deja_history::HistoryError>> {
+    let mut records: Vec<(String, &str, u64)> = Vec::new();
+    for n in &r.nodes {
+        for (life, l) in n.lives.iter().enumerate() {
+            let node = if life == 0 { n.name.clone() } else { format!("{} life {}", n.name, life + 1) };
+            for e in l.events.iter().filter(|e| e.name == deja_protocol::HISTORY_EVENT) {
+                records.push((node.clone(), e.details.as_str(), e.virtual_time_ns));
+            }
+        }
+    }
+    let recs = records.iter().map(|(node, details, t)| deja_history::Record { node, details, virtual_time_ns: *t });
+    match deja_history::from_events(recs) {
+        Ok(None) => None,
+        Ok(Some(h)) => Some(Ok(deja_history::check(&h, deja_history::DEFAULT_BUDGET))),
+        Err(e) => Some(Err(e)),
+    }
+}
+
+/// The failure signature of a history verdict, if the history failed.
+fn history_failure(v: &Option<Result<deja_history::Verdict, deja_history::HistoryError>>) -> Option<String> {
+    match v {
+        Some(Ok(deja_history::Verdict::NotLinearizable(violation))) => Some(violation.signature()),
+        Some(Err(e)) => Some(format!("the clients' history cannot be read: {e}")),
+        _ => None,
+    }
+}
+
 /// The failure signature of a report, if it failed.
 pub fn cluster_failure(r: &ClusterReport) -> Option<String> {
+    failure_with(r, &history_verdict(r))
+}
+
+fn failure_with(
+    r: &ClusterReport,
+    history: &Option<Result<deja_history::Verdict, deja_history::HistoryError>>,
+) -> Option<String> {
     let mut failed: Vec<String> = Vec::new();
     for n in &r.nodes {
         for l in &n.lives {
@@ -110,6 +149,9 @@ pub fn cluster_failure(r: &ClusterReport) -> Option<String> {
     failed.dedup();
     if !failed.is_empty() {
         return Some(failed.join("; "));
+    }
+    if let Some(f) = history_failure(history) {
+        return Some(f);
     }
     if let Outcome::Stuck(_) = r.outcome {
         return Some("the cluster got stuck".into());
@@ -166,8 +208,9 @@ pub fn outcome(report: ClusterReport) -> ClusterOutcome {
     for f in &report.faults {
         features.insert(feature(&["fault", &f.kind]), None);
     }
-    let failure = cluster_failure(&report);
-    ClusterOutcome { report, failure, features }
+    let history = history_verdict(&report);
+    let failure = failure_with(&report, &history);
+    ClusterOutcome { report, failure, features, history }
 }
 
 /// Where a cluster bug's run was forked (see [`deja_cluster::Fork`]).
@@ -221,6 +264,9 @@ pub struct ClusterBug {
     /// the input at that point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ForkRecord>,
+    /// For a history that no order explains: its shortest failing window on a timeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<String>,
 }
 
 /// The schema of cluster bug files: version 2 added the seal (`deja_format::json`).
@@ -247,6 +293,10 @@ impl ClusterBug {
             removed: Vec::new(),
             host: deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone()),
             forked_from: None,
+            history: match &out.history {
+                Some(Ok(deja_history::Verdict::NotLinearizable(v))) => Some(v.timeline()),
+                _ => None,
+            },
         }
     }
 

@@ -36,6 +36,8 @@ pub const MAX_DETAILS: usize = 4096;
 pub const MAX_SITES: usize = 65536;
 /// Longest message or file name in a catalog record, in bytes.
 pub const MAX_TEXT: usize = 1024;
+/// The name of the events that carry a client's history records (`deja_sdk::history`).
+pub const HISTORY_EVENT: &str = "deja.history";
 
 /// Request codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -263,6 +263,73 @@ pub mod lifecycle {
     }
 }
 
+pub mod history {
+    //! A client's operations, for deja's linearizability checker.
+    //!
+    //! ```no_run
+    //! use deja_sdk::history;
+    //! use deja_sdk::serde_json::json;
+    //! let op = history::invoke("set", "add", json!(7));
+    //! // ... send the request; on the answer:
+    //! op.ok(json!(null));
+    //! let read = history::invoke("set", "read", json!(null));
+    //! read.ok(json!([7]));
+    //! ```
+    //!
+    //! Each record is an event deja keeps with its virtual time. At the end of a run deja checks
+    //! the history against the model the operations name: `register` (`write V`, `read`, `cas
+    //! [OLD, NEW]`), `kv` (the same with a key, [`invoke_key`]) or `set` (`add V`, `read` of the
+    //! whole set). A history no order explains is a failure of the run, found and reported like
+    //! a failed assertion. An operation that ends neither `ok` nor `fail` (a request that timed
+    //! out) may have taken effect at any time after its invocation, or never.
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+
+    /// An operation in flight.
+    #[derive(Debug)]
+    #[must_use = "end the operation with ok, fail or info"]
+    pub struct Op {
+        id: u64,
+    }
+
+    fn record(details: serde_json::Value) {
+        lifecycle::send_event(deja_protocol::HISTORY_EVENT, &details);
+    }
+
+    /// Invokes `f` with `value` under `model` (`register`, `set`; `kv` needs [`invoke_key`]).
+    pub fn invoke(model: &str, f: &str, value: serde_json::Value) -> Op {
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        record(serde_json::json!({ "id": id, "type": "invoke", "model": model, "f": f, "value": value }));
+        Op { id }
+    }
+
+    /// Invokes `f` on `key` with `value` under the `kv` model.
+    pub fn invoke_key(key: &str, f: &str, value: serde_json::Value) -> Op {
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        record(serde_json::json!({ "id": id, "type": "invoke", "model": "kv", "key": key, "f": f, "value": value }));
+        Op { id }
+    }
+
+    impl Op {
+        /// It returned `value` (`null` for a write).
+        pub fn ok(self, value: serde_json::Value) {
+            record(serde_json::json!({ "id": self.id, "type": "ok", "value": value }));
+        }
+
+        /// It certainly did not take effect.
+        pub fn fail(self) {
+            record(serde_json::json!({ "id": self.id, "type": "fail" }));
+        }
+
+        /// Its outcome is unknown (the same as never ending it).
+        pub fn info(self) {
+            record(serde_json::json!({ "id": self.id, "type": "info" }));
+        }
+    }
+}
+
 pub mod random {
     //! Random values that are decisions under deja: recorded, replayed, and steerable by the
     //! explorer. Outside deja they come from the kernel's `getrandom`.

@@ -17,6 +17,11 @@
 //! 4. Checks that every acknowledged value is in the final log, the invariant
 //!    `acknowledged writes survive`, and prints `acknowledged K of N writes; lost: [..]`.
 //!
+//! With `--check history` the client asserts nothing and exits 0 whatever it read. It records
+//! its operations instead (`deja_sdk::history`, the `set` model: each write is an `add`, the
+//! final read a `read` of the whole register) and leaves the judgement to deja's
+//! linearizability checker.
+//!
 //! The client's UDP socket is bound to `--bind` (default `0.0.0.0:0`, any address, an
 //! ephemeral port).
 //!
@@ -30,11 +35,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use deja_sdk::serde_json::json;
-use deja_sdk::{assert_always, assert_sometimes, lifecycle};
+use deja_sdk::{assert_always, assert_sometimes, history, lifecycle};
 use register::Args;
 
 const USAGE: &str = "register-client --replicas IP:PORT,IP:PORT,IP:PORT --writes N [--interval-ms M] \
-                     [--settle-ms S] [--write-budget-ms W] [--read-budget-ms R] [--bind IP:PORT]";
+                     [--settle-ms S] [--write-budget-ms W] [--read-budget-ms R] [--bind IP:PORT] \
+                     [--check assert|history]";
 const EXIT_LOST: i32 = 1;
 const EXIT_NO_LEADER: i32 = 3;
 const EXIT_SOCKET: i32 = 6;
@@ -53,6 +59,8 @@ struct Client {
     acked: BTreeMap<u64, u64>,
     writes: u64,
     buf: Vec<u8>,
+    /// With `--check history`: the writes in flight, by value, as history operations.
+    history: Option<BTreeMap<u64, history::Op>>,
 }
 
 enum Reply {
@@ -138,6 +146,14 @@ impl Client {
         if (1..=self.writes).contains(&value) && !self.acked.contains_key(&value) {
             println!("late ack {value} term {term}");
             self.acked.insert(value, term);
+            self.acknowledged(value);
+        }
+    }
+
+    /// Ends the history operation of write `value`, now acknowledged.
+    fn acknowledged(&mut self, value: u64) {
+        if let Some(op) = self.history.as_mut().and_then(|h| h.remove(&value)) {
+            op.ok(json!(null));
         }
     }
 
@@ -154,6 +170,9 @@ impl Client {
 
     /// Writes `value`; true once acknowledged.
     fn write(&mut self, value: u64, budget: Duration) -> bool {
+        if let Some(h) = self.history.as_mut() {
+            h.insert(value, history::invoke("set", "add", json!(value)));
+        }
         let give_up = Instant::now() + budget;
         while Instant::now() < give_up {
             self.send(&format!("write {value}"));
@@ -163,6 +182,7 @@ impl Client {
                     Some(Reply::Ack { value: v, term }) if v == value => {
                         println!("write {value} acked by {} term {term}", self.target);
                         self.acked.insert(value, term);
+                        self.acknowledged(value);
                         return true;
                     }
                     Some(Reply::Ack { value: v, term }) => self.late_ack(v, term),
@@ -220,7 +240,7 @@ impl Client {
 fn main() {
     let args = Args::parse(
         USAGE,
-        &["replicas", "writes", "interval-ms", "settle-ms", "write-budget-ms", "read-budget-ms", "bind"],
+        &["replicas", "writes", "interval-ms", "settle-ms", "write-budget-ms", "read-budget-ms", "bind", "check"],
     );
     let replicas = args.addrs("replicas");
     if replicas.is_empty() {
@@ -232,6 +252,10 @@ fn main() {
     let write_budget = Duration::from_millis(args.get("write-budget-ms", 1000));
     let read_budget = Duration::from_millis(args.get("read-budget-ms", 10000));
     let bind: SocketAddr = args.get("bind", SocketAddr::from(([0, 0, 0, 0], 0)));
+    let check: String = args.get("check", "assert".to_string());
+    if check != "assert" && check != "history" {
+        args.error("--check is assert or history");
+    }
 
     let socket = UdpSocket::bind(bind).unwrap_or_else(|e| {
         eprintln!("bind {bind}: {e}");
@@ -239,8 +263,9 @@ fn main() {
     });
     println!("client bound {}", socket.local_addr().unwrap_or(bind));
     lifecycle::setup_complete(&json!({ "writes": writes }));
+    let history = (check == "history").then(BTreeMap::new);
     let mut client =
-        Client { socket, target: replicas[0], replicas, acked: BTreeMap::new(), writes, buf: vec![0u8; 65536] };
+        Client { socket, target: replicas[0], replicas, acked: BTreeMap::new(), writes, buf: vec![0u8; 65536], history };
 
     for value in 1..=writes {
         let ok = client.write(value, write_budget);
@@ -256,16 +281,27 @@ fn main() {
     println!("settling for {} ms", settle.as_millis());
     client.drain(Instant::now() + settle);
 
+    let read_op = client.history.is_some().then(|| history::invoke("set", "read", json!(null)));
     let Some((log, term)) = client.read(read_budget) else {
         println!("no leader answered the read");
+        if let Some(op) = read_op {
+            op.fail();
+        }
         process::exit(EXIT_NO_LEADER);
     };
+    if let Some(op) = read_op {
+        op.ok(json!(log));
+    }
     println!("final log {} term {term}", if log.is_empty() { "-".to_string() } else { join(&log) });
 
     let present: BTreeSet<u64> = log.iter().copied().collect();
     let lost: Vec<u64> = client.acked.keys().copied().filter(|v| !present.contains(v)).collect();
     let acked: Vec<u64> = client.acked.keys().copied().collect();
     println!("acknowledged {} of {writes} writes; lost: {lost:?}", acked.len());
+    if client.history.is_some() {
+        // deja judges the history; the client itself asserts nothing.
+        process::exit(0);
+    }
     assert_always!(
         lost.is_empty(),
         "acknowledged writes survive",
