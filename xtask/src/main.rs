@@ -30,7 +30,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 33] = [
+const GUESTS: [&str; 34] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -55,6 +55,7 @@ const GUESTS: [&str; 33] = [
     "tokio-echo-server",
     "tokio-echo-client",
     "register-replica",
+    "register-replica-patched",
     "register-client",
     "loopback",
     "hostinfo",

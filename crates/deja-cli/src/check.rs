@@ -7,10 +7,11 @@ use deja_judge::{Capsule, Certificate, CheckInput, CheckStatus};
 /// Arguments of `deja check`.
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
-    /// The program with the bug.
+    /// The program with the bug (for a cluster bug file: not needed, the bug names its cluster).
     #[arg(long, value_name = "PROGRAM")]
-    pub base: PathBuf,
-    /// The patched program to judge.
+    pub base: Option<PathBuf>,
+    /// The patched program to judge; for a cluster bug file, the nodes' patched binaries as
+    /// `NODE=PATH,NODE=PATH`, or a cluster file that names them.
     #[arg(long, value_name = "PROGRAM")]
     pub candidate: PathBuf,
     /// A frozen failure to judge against (default: hunt one on the base: every crash point with
@@ -23,7 +24,7 @@ pub struct CheckArgs {
     /// A known-good program the capsule must pass on (validates the capsule itself).
     #[arg(long, value_name = "PROGRAM")]
     pub corrected: Option<PathBuf>,
-    /// A cluster description (clusters are not supported by this deja yet).
+    /// For a cluster bug file: the base cluster file, where the bug's own is not at hand.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Directory for capsule.json and certificate.json.
@@ -65,10 +66,17 @@ fn program(path: &std::path::Path) -> deja_judge::judge::Program {
 /// `deja check`: exit 0 FIXED_FOR_THIS_CAPSULE, 1 STILL_REPRODUCES / NEW_FAILURE,
 /// 2 EVIDENCE_INCOMPLETE / NOT_FAULT_INDUCED (and for a bad command line or capsule).
 pub fn main(args: CheckArgs) -> i32 {
+    if let Some(bug) = args.bug.as_deref().filter(|b| crate::explore::is_cluster_bug(b)) {
+        return check_cluster(&args, bug);
+    }
     if args.config.is_some() {
-        eprintln!("deja: error: cluster configurations are not supported by this deja yet; judge one program");
+        eprintln!("deja: error: --config is the base cluster of a cluster bug file; give that file with --bug");
         return 2;
     }
+    let Some(base) = args.base.as_deref() else {
+        eprintln!("deja: error: --base PROGRAM is needed (only a cluster bug file names its own base)");
+        return 2;
+    };
     let capsule = match &args.capsule {
         Some(p) => match Capsule::read(p) {
             Ok(c) => Some(c),
@@ -80,7 +88,7 @@ pub fn main(args: CheckArgs) -> i32 {
         None => None,
     };
     let capsule = match (&args.bug, capsule) {
-        (Some(path), _) => match capsule_from_bug(path, &args.base) {
+        (Some(path), _) => match capsule_from_bug(path, base) {
             Ok(c) => Some(c),
             Err(e) => {
                 eprintln!("deja: error: the bug file cannot be used: {e}");
@@ -90,7 +98,7 @@ pub fn main(args: CheckArgs) -> i32 {
         (None, c) => c,
     };
     let input = CheckInput {
-        base: program(&args.base),
+        base: program(base),
         candidate: program(&args.candidate),
         corrected: args.corrected.as_deref().map(program),
         capsule: capsule.clone(),
@@ -128,7 +136,13 @@ pub fn main(args: CheckArgs) -> i32 {
         eprintln!("deja: capsule {}: {}", c.id, c.signature);
         eprintln!("deja:   on the base: {}", c.timeline);
     }
-    for r in &j.certificate.checks {
+    print_checks(&j.certificate, &cert_path);
+    j.verdict.exit_code()
+}
+
+/// Every check of a certificate, its timeline and where it was written.
+fn print_checks(cert: &deja_judge::Certificate, path: &std::path::Path) {
+    for r in &cert.checks {
         let mark = match r.status {
             CheckStatus::Passed => "passed    ",
             CheckStatus::Failed => "FAILED    ",
@@ -137,10 +151,50 @@ pub fn main(args: CheckArgs) -> i32 {
         };
         eprintln!("deja:   {mark} {}: {}", r.name, r.detail);
     }
-    if !j.certificate.timeline.is_empty() {
-        eprintln!("deja: on the candidate: {}", j.certificate.timeline);
+    if !cert.timeline.is_empty() {
+        eprintln!("deja: on the candidate: {}", cert.timeline);
     }
-    eprintln!("deja: certificate {} ({})", cert_path.display(), j.certificate.certificate_hash);
+    eprintln!("deja: certificate {} ({})", path.display(), cert.certificate_hash);
+}
+
+/// `deja check --bug CLUSTER-BUG --candidate NODE=PATH,...`: the cluster bug judged by meaning
+/// (see `deja_judge::cluster`); the same verdicts and exit codes as for one program.
+fn check_cluster(args: &CheckArgs, bug_path: &std::path::Path) -> i32 {
+    let bug = match deja_explore::ClusterBug::read(bug_path) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("deja: error: the bug file cannot be used: {e}");
+            return 2;
+        }
+    };
+    let base = match bug.target(args.config.as_deref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("deja: error: the base cluster: {e}");
+            return 2;
+        }
+    };
+    let candidate = deja_judge::cluster::candidate_nodes(&args.candidate.to_string_lossy(), &base);
+    let j = deja_judge::cluster::check_cluster(&deja_judge::cluster::ClusterCheck {
+        bug: bug.clone(),
+        base,
+        candidate,
+        worlds: args.worlds,
+    });
+    let written = std::fs::create_dir_all(&args.out)
+        .map_err(|e| format!("{}: {e}", args.out.display()))
+        .and_then(|_| bug.write(&args.out.join("cluster-bug.json")).map_err(|e| e.to_string()))
+        .and_then(|_| j.certificate.write(&args.out.join("certificate.json")).map_err(|e| e.to_string()));
+    if let Err(e) = written {
+        eprintln!("deja: error: {e}");
+        return crate::exit::DEJA_FAILED;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&j.certificate).unwrap_or_default());
+    }
+    eprintln!("deja: verdict {} (exit {})", j.verdict.name(), j.verdict.exit_code());
+    eprintln!("deja: cluster bug {}: {}", bug.id, bug.signature);
+    print_checks(&j.certificate, &args.out.join("certificate.json"));
     j.verdict.exit_code()
 }
 

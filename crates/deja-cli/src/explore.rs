@@ -510,7 +510,7 @@ pub fn minimize(args: MinimizeArgs) -> i32 {
 
 /// True if `path` holds a cluster bug file: its `schema` says so, or, when it is too damaged to
 /// parse, it names that schema (so the cluster reader says what is wrong with it).
-fn is_cluster_bug(path: &Path) -> bool {
+pub(crate) fn is_cluster_bug(path: &Path) -> bool {
     let family = format!("\"{}/", deja_explore::cluster::CLUSTER_BUG_SCHEMA.family);
     let Ok(text) = std::fs::read_to_string(path) else { return false };
     match serde_json::from_str::<serde_json::Value>(&text) {

@@ -635,3 +635,72 @@ fn the_history_checker_finds_the_split_brain_without_the_clients_assertion() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     std::fs::remove_dir_all(&out).ok();
 }
+
+#[test]
+fn deja_check_judges_a_cluster_bug_by_meaning() {
+    let g = guests();
+    let nodes = |bin: &str| {
+        let p = g.join(bin).to_string_lossy().into_owned();
+        format!("r1={p},r2={p},r3={p}")
+    };
+    let check = |bug: &std::path::Path, candidate: &str, name: &str| {
+        let out = out_dir(name);
+        let o = deja(&[
+            "check",
+            "--bug",
+            &bug.to_string_lossy(),
+            "--candidate",
+            candidate,
+            "--out",
+            &out.to_string_lossy(),
+        ]);
+        (o, out)
+    };
+    for (file, seed) in [("register-buggy.toml", "1"), ("register-buggy-history.toml", "1")] {
+        let campaign = out_dir(&format!("judge-{file}"));
+        let o = explore_cluster(&campaign, &example(file), &["--runs", "40", "--mode", "faults", "--seed", seed]);
+        assert_eq!(o.status.code(), Some(1), "{file}: {}", stderr(&o));
+        let bug = bug_file(&campaign);
+
+        // The patched replicas hold: every check ran and passed, and the certificate verifies.
+        let (o, out) = check(&bug, &nodes("register-replica-patched"), "judge-patched");
+        assert_eq!(o.status.code(), Some(0), "{file}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains("verdict FIXED_FOR_THIS_CAPSULE"), "{err}");
+        assert!(err.contains("passed     the faults by meaning fail the base"), "{err}");
+        assert!(err.contains("passed     sweep the candidate"), "{err}");
+        let cert: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("certificate.json")).unwrap()).unwrap();
+        let checks = cert["checks"].as_array().unwrap();
+        assert_eq!(checks.len(), 6);
+        assert!(checks.iter().all(|c| c["status"] == "passed"), "{cert}");
+        let v = deja(&["verify-certificate", &out.join("certificate.json").to_string_lossy()]);
+        assert_eq!(v.status.code(), Some(0), "{}", stderr(&v));
+
+        // The buggy replicas as the candidate: the failure is still there.
+        let (o, _) = check(&bug, &nodes("register-replica"), "judge-buggy");
+        assert_eq!(o.status.code(), Some(1), "{file}: {}", stderr(&o));
+        assert!(stderr(&o).contains("verdict STILL_REPRODUCES"), "{}", stderr(&o));
+
+        // A candidate that is not there is missing evidence, never a pass.
+        let (o, _) = check(&bug, "r1=/nonexistent/register-replica", "judge-missing");
+        assert_eq!(o.status.code(), Some(2), "{file}: {}", stderr(&o));
+        assert!(stderr(&o).contains("verdict EVIDENCE_INCOMPLETE"), "{}", stderr(&o));
+        assert!(stderr(&o).contains("INCOMPLETE the candidate runs: no candidate"), "{}", stderr(&o));
+        std::fs::remove_dir_all(&campaign).ok();
+    }
+    // A candidate cluster file: the fixed deployment (the same binary with --variant fixed).
+    let campaign = out_dir("judge-deploy");
+    let o = explore_cluster(
+        &campaign,
+        &example("register-buggy.toml"),
+        &["--runs", "40", "--mode", "faults", "--seed", "1"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let (o, _) = check(&bug_file(&campaign), &example("register-fixed.toml"), "judge-deploy-check");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (o, _) = check(&bug_file(&campaign), "r9=/bin/true", "judge-unknown-node");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("which the cluster does not have"), "{}", stderr(&o));
+    std::fs::remove_dir_all(&campaign).ok();
+}

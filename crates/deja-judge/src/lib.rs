@@ -19,6 +19,7 @@
 
 pub mod capsule;
 pub mod certificate;
+pub mod cluster;
 pub mod judge;
 pub mod search;
 

@@ -402,6 +402,12 @@ fn values(log: &[Entry]) -> Vec<u64> {
 }
 
 fn main() {
+    run(false);
+}
+
+/// The replica. `patched`: the fix is built in (`register-replica-patched`): whatever
+/// `--variant` says, it runs the fixed variant.
+pub(crate) fn run(patched: bool) {
     let args = Args::parse(USAGE, &["id", "listen", "peers", "variant", "run-for-ms", "drop-peers-between-ms"]);
     let id: u64 = args.required("id");
     let me: SocketAddr = args.required("listen");
@@ -410,7 +416,7 @@ fn main() {
         Some("fixed") => false,
         Some("buggy") => true,
         _ => args.error("--variant must be fixed or buggy"),
-    };
+    } && !patched;
     let run_for: Option<u64> = args.raw("run-for-ms").map(|_| args.required("run-for-ms"));
     let drop_window = args.raw("drop-peers-between-ms").map(|w| {
         let parsed = w.split_once(',').and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)));
