@@ -28,9 +28,11 @@ use crate::campaign::{
 };
 use crate::ExploreError;
 
-type AnyState = State<Value, Value>;
+/// A checkpoint of any subject, its inputs and reference as plain JSON.
+pub(crate) type AnyState = State<Value, Value>;
 
-fn read_state(dir: &Path) -> Result<AnyState, ExploreError> {
+/// Reads the checkpoint of the campaign in `dir`.
+pub(crate) fn read_state(dir: &Path) -> Result<AnyState, ExploreError> {
     let path = dir.join("checkpoint.json");
     let text = std::fs::read_to_string(&path).map_err(|e| io_err(&path, e))?;
     let v: Value = serde_json::from_str(&text)
@@ -157,6 +159,9 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Campaign, ExploreError> {
             l.hits += line.hits;
             l.failures += line.failures;
             l.status = assertion_status(&l.kind, l.hits, l.failures, satisfied).to_string();
+        }
+        for (kind, rounds) in &b.faults {
+            *m.faults.entry(kind.clone()).or_default() += rounds;
         }
         if merged.virgin.len() < s.virgin.len() {
             merged.virgin.resize(s.virgin.len(), 0);
