@@ -60,6 +60,14 @@ pub struct ExploreArgs {
     /// `deja merge` puts the shards together.
     #[arg(long, value_name = "I/N", value_parser = parse_shard)]
     pub shard: Option<(u64, u64)>,
+    /// Show the campaign live in a browser at ADDR (PORT, HOST:PORT; default 127.0.0.1 and a
+    /// free port), printed at start. The campaign is the same with or without it.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0",
+          value_parser = crate::serve::parse_addr)]
+    pub serve: Option<std::net::SocketAddr>,
+    /// With --serve: start the campaign once the page (its event stream) is open.
+    #[arg(long, requires = "serve")]
+    pub serve_wait: bool,
     /// The static program to explore, or a cluster file (`*.toml`).
     pub program: PathBuf,
     /// Arguments for the program (after `--`).
@@ -191,7 +199,21 @@ pub fn main(args: ExploreArgs) -> i32 {
         indicatif::ProgressStyle::with_template("{spinner} round {pos}{len_fmt} | {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
     );
+    let cfg = config(&args, strategy, args.out.clone());
+    let (live, mut feed) = match args.serve {
+        Some(addr) => match serve_live(addr, &args, &cfg) {
+            Ok((l, f)) => (Some(l), Some(f)),
+            Err(e) => {
+                eprintln!("deja: error: {e}");
+                return 2;
+            }
+        },
+        None => (None, None),
+    };
     let mut show = |p: &deja_explore::Progress| {
+        if let Some(f) = feed.as_mut() {
+            f.observe(p);
+        }
         bar.set_position(p.round);
         let workers: Vec<String> = p.worker_rates.iter().map(|r| format!("{r:.1}")).collect();
         bar.set_message(format!(
@@ -204,7 +226,6 @@ pub fn main(args: ExploreArgs) -> i32 {
             p.bugs
         ));
     };
-    let cfg = config(&args, strategy, args.out.clone());
     if let Ok(deja_vmm::Remedy { pinned_core: Some(core), .. }) = deja_vmm::identity::remedy() {
         if cfg.jobs > 1 {
             eprintln!(
@@ -232,6 +253,9 @@ pub fn main(args: ExploreArgs) -> i32 {
     if let Err(e) = deja_explore::write_reports(&campaign, &args.out) {
         eprintln!("deja: error: {e}");
         return exit::DEJA_FAILED;
+    }
+    if let Some(l) = live {
+        l.finish(&campaign);
     }
     let mut err = std::io::stderr().lock();
     if cluster {
@@ -285,6 +309,93 @@ pub fn main(args: ExploreArgs) -> i32 {
     } else {
         1
     }
+}
+
+/// Starts the live view of the campaign `cfg` describes and prints its address; with
+/// `--serve-wait`, returns once a page is open.
+fn serve_live(
+    addr: std::net::SocketAddr,
+    args: &ExploreArgs,
+    cfg: &CampaignConfig,
+) -> Result<(crate::serve::Live, crate::serve::Feed), String> {
+    let header = deja_explore::Campaign {
+        program: args.program.display().to_string(),
+        program_blake3: String::new(),
+        strategy: cfg.strategy.name().into(),
+        mode: cfg.mode.name().into(),
+        seed: cfg.seed,
+        rounds: 0,
+        wall_seconds: 0.0,
+        corpus_size: 0,
+        edges_total: 0,
+        edges_hit: 0,
+        timeline: Vec::new(),
+        wall_timeline: Vec::new(),
+        faults: BTreeMap::new(),
+        bugs: Vec::new(),
+        assertions: Vec::new(),
+        baseline: None,
+        host: None,
+        unconfirmed: Vec::new(),
+        jobs: cfg.jobs,
+        shard: cfg.shard.map(|(i, n)| format!("{i}/{n}")),
+        shards: Vec::new(),
+        no_progress_rounds: 0,
+        no_progress: Vec::new(),
+    };
+    let (live, feed) = crate::serve::Live::start(addr, &cfg.out, &header)?;
+    announce(&live.server().url, addr);
+    if args.serve_wait {
+        eprintln!("deja: waiting for the page to open before the campaign starts");
+        live.server().wait_for_viewer();
+    }
+    Ok((live, feed))
+}
+
+/// Prints where the live view is, and a warning when it is not on loopback.
+fn announce(url: &str, addr: std::net::SocketAddr) {
+    eprintln!("deja: live view at {url}");
+    if !addr.ip().is_loopback() {
+        eprintln!(
+            "deja: note: {} is not a loopback address: anyone who can reach it can see the campaign and read its files",
+            addr.ip()
+        );
+    }
+}
+
+/// Arguments of `deja serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Where to listen: PORT or HOST:PORT (default 127.0.0.1 and a free port).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0", value_parser = crate::serve::parse_addr)]
+    pub addr: std::net::SocketAddr,
+    /// The campaign's directory (`deja explore --out`).
+    pub dir: PathBuf,
+}
+
+/// `deja serve`: serves the campaign saved in a directory until killed; 2 when it holds none.
+pub fn serve(args: ServeArgs) -> i32 {
+    let (campaign, finished) = match deja_explore::saved(&args.dir) {
+        Ok(c) => c,
+        Err(e) => return failed(&e),
+    };
+    let book = crate::serve::Book::saved(&campaign, finished);
+    let server = match crate::serve::Server::start(args.addr, &args.dir, book) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("deja: error: {e}");
+            return 2;
+        }
+    };
+    eprintln!(
+        "deja: {} campaign in {}: {} rounds, {} bug(s)",
+        if finished { "the finished" } else { "the checkpointed" },
+        args.dir.display(),
+        campaign.rounds,
+        campaign.bugs.len()
+    );
+    announce(&server.url, args.addr);
+    server.forever()
 }
 
 /// Arguments of `deja merge`.

@@ -23,6 +23,7 @@ mod dogfood;
 mod explore;
 mod inspect;
 mod run;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -47,6 +48,9 @@ enum Command {
     Explore(Box<explore::ExploreArgs>),
     /// Merge campaign directories (the shards of one campaign) into one: corpus, bugs, report.
     Merge(explore::MergeArgs),
+    /// Show a finished or checkpointed campaign (an `explore --out` directory) in a browser,
+    /// read-only, until killed.
+    Serve(explore::ServeArgs),
     /// Replay a bug file exactly: exit 1 if the failure reproduced, 0 if not, 2 if incomplete.
     Replay(explore::ReplayArgs),
     /// Minimize a bug file's input with delta debugging and verify the result by replay.
@@ -97,6 +101,7 @@ fn main() {
         Command::VerifyCertificate(args) => check::verify(args),
         Command::Explore(args) => explore::main(*args),
         Command::Merge(args) => explore::merge(args),
+        Command::Serve(args) => explore::serve(args),
         Command::Replay(args) => explore::replay(args),
         Command::Minimize(args) => explore::minimize(args),
     };

@@ -61,7 +61,11 @@ fn exploring_crash_points_finds_the_lost_write_and_the_files_say_so() {
     assert!(crashes(&bug["input"]["faults"]), "{}", bug["input"]);
     assert_eq!(bug["program_blake3"].as_str().unwrap().len(), 64);
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
-    assert!(html.contains("<svg") && html.contains("1 bug"), "the page shows the bug");
+    assert!(html.contains("<title>1 bug found"), "the page says so");
+    assert!(
+        html.contains("<script id=\"deja-data\"") && html.contains(bug["id"].as_str().unwrap()),
+        "and embeds the campaign its views draw (tests/serve.rs draws it in Chromium)"
+    );
     assert_eq!(report(&out)["rounds"], 40);
 
     // Replay reproduces it exactly.

@@ -61,11 +61,21 @@ fn the_limit_is_the_users_and_zero_turns_the_watchdog_off() {
     assert_eq!(default.status.code(), Some(0), "the default limit (30 s) lets it finish: {}", stderr(&default));
 }
 
+/// The campaign report with its host-timed figures (every `wall_seconds`) set to zero.
 fn report(dir: &Path) -> Value {
+    fn zero(v: &mut Value) {
+        match v {
+            Value::Object(m) => m.iter_mut().for_each(|(k, x)| match k.as_str() {
+                "wall_seconds" => *x = Value::from(0.0),
+                _ => zero(x),
+            }),
+            Value::Array(a) => a.iter_mut().for_each(zero),
+            _ => {}
+        }
+    }
     let text = std::fs::read_to_string(dir.join("report.json")).unwrap();
     let mut v: Value = serde_json::from_str(&text).unwrap();
-    let c = v["campaign"].as_object_mut().unwrap();
-    c.insert("wall_seconds".into(), Value::from(0.0));
+    zero(&mut v["campaign"]);
     v["campaign"].clone()
 }
 

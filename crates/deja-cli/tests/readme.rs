@@ -40,6 +40,7 @@ fn every_readme_command_runs() {
     // The README's exploration writes a campaign here; a campaign is never overwritten.
     let _ = std::fs::remove_dir_all(root().join("target/readme-explore"));
     let _ = std::fs::remove_dir_all(root().join("target/readme-cluster-explore"));
+    let _ = std::fs::remove_dir_all(root().join("target/readme-live"));
     for cmd in cmds.iter().filter(|c| !c.starts_with("cargo test")) {
         // `deja bench` defaults to a long measurement; the README's figures come from it. Here
         // it runs with the same flags plus small sizes so the suite stays quick.

@@ -3,7 +3,11 @@
 //! - [`render_text`]: a plain report for a terminal;
 //! - [`render_json`]: the [`Campaign`] model wrapped as `{"schema": "deja.explore-report/1", "campaign": {...}}`,
 //!   read back with [`parse_json`];
-//! - [`render_html`]: one self-contained HTML page (inline CSS and SVG, no JavaScript, no external resources).
+//! - [`render_html`]: one self-contained HTML page: the campaign embedded as JSON, drawn by the views of
+//!   `view.js` and `view.css` (inline, no external resources).
+//!
+//! [`live_page`] is the page of `deja explore --serve` and `deja serve`: the same views, fed by a server-sent
+//! event stream instead of embedded data. Both pages include the one copy of the views.
 //!
 //! The crate is pure: it only turns a [`Campaign`] into strings. Every renderer copes with an empty timeline, a
 //! program without coverage instrumentation (`edges_total == 0`) and a campaign without bugs.
@@ -11,7 +15,9 @@
 mod html;
 mod text;
 
-pub use html::render_html;
+use std::collections::BTreeMap;
+
+pub use html::{live_page, render_html, thin_timeline};
 pub use text::render_text;
 
 /// The `schema` tag at the top level of [`render_json`]'s output.
@@ -42,6 +48,14 @@ pub struct Campaign {
     pub edges_hit: u64,
     /// Progress, one point per round (or sampled), in round order.
     pub timeline: Vec<RoundPoint>,
+    /// The host time at some of those rounds (at most [`WallTimeline::MAX_POINTS`], one every
+    /// `2^k` rounds); for display only.
+    #[serde(default)]
+    pub wall_timeline: Vec<WallPoint>,
+    /// The fault mix: for each kind of fault (`crash`, `eio`, `torn_write`, `partition`, `kill`,
+    /// `clock-jump`, ...), the rounds in which it happened.
+    #[serde(default)]
+    pub faults: BTreeMap<String, u64>,
     /// The distinct bugs found.
     pub bugs: Vec<BugSummary>,
     /// Campaign-wide assertion verdicts.
@@ -121,12 +135,60 @@ pub struct Unconfirmed {
 pub struct RoundPoint {
     /// The round number.
     pub round: u64,
-    /// Distinct edges hit so far.
+    /// Distinct edges hit so far: SanitizerCoverage edges and semantic edges and behaviours.
     pub edges_hit: u64,
+    /// The semantic edges and behaviours among them (0 in reports of an earlier deja).
+    #[serde(default)]
+    pub semantic: u64,
     /// Corpus size so far.
     pub corpus_size: u64,
     /// Distinct bugs found so far.
     pub bugs: u64,
+}
+
+/// The host time when a round was learned.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WallPoint {
+    /// The round.
+    pub round: u64,
+    /// Host seconds since the campaign started (over every invocation of a resumed one; display only).
+    pub wall_seconds: f64,
+}
+
+/// A bounded series of [`WallPoint`]s: one point every `every` rounds, and when there are more than
+/// [`WallTimeline::MAX_POINTS`], every other point is dropped and `every` doubles. Which rounds hold a point
+/// depends only on the number of rounds, so two runs of one campaign sample the same rounds.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WallTimeline {
+    /// Rounds between two points (a power of two).
+    pub every: u64,
+    /// The points, in round order.
+    pub points: Vec<WallPoint>,
+}
+
+impl Default for WallTimeline {
+    fn default() -> WallTimeline {
+        WallTimeline { every: 1, points: Vec::new() }
+    }
+}
+
+impl WallTimeline {
+    /// The most points kept.
+    pub const MAX_POINTS: usize = 512;
+
+    /// Notes that `round` was learned `wall_seconds` into the campaign.
+    pub fn record(&mut self, round: u64, wall_seconds: f64) {
+        let every = self.every.max(1);
+        if !round.is_multiple_of(every) {
+            return;
+        }
+        self.points.push(WallPoint { round, wall_seconds });
+        if self.points.len() > Self::MAX_POINTS {
+            let wider = every.saturating_mul(2);
+            self.points.retain(|p| p.round.is_multiple_of(wider));
+            self.every = wider;
+        }
+    }
 }
 
 /// One distinct bug.
@@ -266,24 +328,6 @@ fn comparison_line(c: &Campaign) -> Option<String> {
         )
     };
     Some(format!("{}: {}; {} baseline: {}", strategy_label(&c.strategy), side(c), b.strategy, side(b)))
-}
-
-/// How an assertion status should be colored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Tone {
-    Good,
-    Bad,
-    Warn,
-    Muted,
-}
-
-fn status_tone(status: &str) -> Tone {
-    match status.to_ascii_lowercase().as_str() {
-        "passed" | "satisfied" | "reached" | "ok" | "pass" => Tone::Good,
-        "failed" | "fail" | "violated" => Tone::Bad,
-        "unsatisfied" => Tone::Warn,
-        _ => Tone::Muted,
-    }
 }
 
 #[cfg(test)]

@@ -1,3 +1,5 @@
+use std::collections::BTreeMap;
+
 use super::*;
 
 fn timeline(rounds: u64, edges: impl Fn(u64) -> u64, corpus: impl Fn(u64) -> u64, bugs: &[u64]) -> Vec<RoundPoint> {
@@ -6,6 +8,7 @@ fn timeline(rounds: u64, edges: impl Fn(u64) -> u64, corpus: impl Fn(u64) -> u64
         .map(|r| RoundPoint {
             round: r,
             edges_hit: edges(r),
+            semantic: edges(r) / 10,
             corpus_size: corpus(r),
             bugs: bugs.iter().filter(|b| **b <= r).count() as u64,
         })
@@ -43,6 +46,8 @@ pub(crate) fn sample() -> Campaign {
         edges_total: 1874,
         edges_hit: 903,
         timeline: timeline(500, curve(905.0, 60.0), |_| 1, &[]),
+        wall_timeline: Vec::new(),
+        faults: BTreeMap::from([("crash".to_string(), 212)]),
         bugs: vec![],
         assertions: vec![],
         baseline: None,
@@ -66,6 +71,8 @@ pub(crate) fn sample() -> Campaign {
         edges_total: 1874,
         edges_hit: 1412,
         timeline: timeline(500, curve(1420.0, 140.0), |r| 1 + r * 136 / 500, &[87, 341]),
+        wall_timeline: (1..=500).step_by(50).map(|r| WallPoint { round: r, wall_seconds: r as f64 / 6.0 }).collect(),
+        faults: BTreeMap::from([("crash".to_string(), 201), ("eio".to_string(), 77), ("torn_write".to_string(), 9)]),
         bugs: vec![
             bug("a3f9c2", "assertion failed: balance never negative (src/main.rs:88)", 87, 1240, Some(37)),
             bug("7be041", "panic: index out of bounds: the len is 3 but the index is 3", 341, 2210, None),
@@ -102,6 +109,8 @@ fn empty() -> Campaign {
         edges_total: 0,
         edges_hit: 0,
         timeline: vec![],
+        wall_timeline: Vec::new(),
+        faults: BTreeMap::new(),
         bugs: vec![],
         assertions: vec![],
         baseline: None,
@@ -149,57 +158,134 @@ fn text_of_an_empty_campaign() {
     assert!(!t.contains("NaN") && !t.contains("inf"), "{t}");
 }
 
+/// The JSON a page embeds.
+fn data_of(page: &str) -> &str {
+    let start = page.find("<script id=\"deja-data\" type=\"application/json\">").expect("embedded data");
+    let rest = &page[start..];
+    &rest[rest.find('>').unwrap() + 1..rest.find("</script>").unwrap()]
+}
+
+/// The campaign a page embeds, read back.
+fn embedded(page: &str) -> Campaign {
+    parse_json(data_of(page)).expect("the embedded data is the report's JSON")
+}
+
 #[test]
-fn html_is_self_contained_escaped_and_complete() {
-    let h = render_html(&sample());
+fn html_is_self_contained_and_embeds_the_campaign() {
+    let c = sample();
+    let h = render_html(&c);
     assert!(h.starts_with("<!DOCTYPE html>"));
-    assert!(!h.to_ascii_lowercase().contains("<script"), "no JavaScript");
-    assert!(!h.contains("http://") || h.matches("http://").count() == 1, "only the SVG namespace");
-    assert!(!h.contains("https://") && !h.contains("<link") && !h.contains("<img"), "no external resources");
-    assert_eq!(h.matches("<svg").count(), 1);
-    assert!(h.contains("refused &lt;b&gt;before&lt;/b&gt; it runs"));
-    assert!(!h.contains("<b>before</b>"));
-    for needle in [
-        "2 bugs found",
-        "verdict bad",
-        "a3f9c2",
-        "7be041",
-        "<code>deja replay explore-out/bug-7be041.json</code>",
-        "1,412",
-        "1,874",
-        "badge bad\">failed",
-        "badge good\">passed",
-        "badge warn\">unsatisfied",
-        "badge muted\">unreached",
-        "stroke-dasharray=\"7 5\"",
-        "random baseline",
-    ] {
-        assert!(h.contains(needle), "missing {needle:?}");
+    let lower = h.to_ascii_lowercase();
+    assert!(!lower.contains("<link") && !lower.contains("<img") && !lower.contains(" src="), "no external resources");
+    assert!(!h.contains("https://"), "no external resources");
+    assert!(!h.replace("http://www.w3.org/2000/svg", "").contains("http://"), "only the SVG namespace");
+    assert!(!h.contains("fetch(") && !h.contains("XMLHttpRequest"), "the report fetches nothing");
+    assert_eq!(lower.matches("<script").count(), 2, "the data and the views");
+    assert_eq!(embedded(&h), c, "the whole campaign, its timelines short enough");
+    assert!(h.contains("<title>2 bugs found · guests/bank · deja explore</title>"));
+    assert!(h.contains("<noscript><h1>guests/bank</h1><p class=\"verdict\">2 bugs found</p>"));
+    let data = data_of(&h);
+    assert!(!data.contains("NaN") && !data.contains("Infinity"));
+}
+
+#[test]
+fn data_cannot_end_its_script_element() {
+    let mut c = sample();
+    c.bugs[0].signature = "assertion \"</script><script>alert(1)</script>\" failed & <!-- more".into();
+    c.program = "</title><b>bank</b>".into();
+    let h = render_html(&c);
+    assert_eq!(h.to_ascii_lowercase().matches("</script").count(), 2, "only the two elements' own ends");
+    assert!(!h.contains("<b>bank</b>") && h.contains("&lt;/title&gt;&lt;b&gt;bank&lt;/b&gt;"));
+    assert!(!h.contains("<!-- more"));
+    assert_eq!(embedded(&h), c, "the text survives the escaping");
+}
+
+#[test]
+fn the_live_page_has_the_same_views_and_no_data() {
+    let (live, report) = (live_page(), render_html(&sample()));
+    assert!(!live.contains("<script id=\"deja-data\""), "it reads its campaign from the event stream");
+    assert!(live.contains("data-files=\"files/\"") && report.contains("data-files=\"\""));
+    let views = |page: &str| {
+        let at = page.rfind("<script>").unwrap();
+        page[at..].to_string()
+    };
+    assert_eq!(views(&live), views(&report), "one copy of the views in both pages");
+    assert!(views(&live).contains("new EventSource(\"events\")"));
+    assert!(live.contains(include_str!("view.css")) && report.contains(include_str!("view.css")));
+    assert!(!include_str!("view.js").to_ascii_lowercase().contains("</script"));
+    assert!(!include_str!("view.css").to_ascii_lowercase().contains("</style"));
+}
+
+#[test]
+fn a_long_timeline_is_thinned_keeping_the_last_point_and_every_bug() {
+    let mut c = empty();
+    c.timeline = (1..=100_000u64)
+        .map(|r| RoundPoint {
+            round: r,
+            edges_hit: r / 7,
+            semantic: 0,
+            corpus_size: r / 100,
+            bugs: u64::from(r >= 77_777),
+        })
+        .collect();
+    let e = embedded(&render_html(&c));
+    assert!(e.timeline.len() <= 2_100, "{}", e.timeline.len());
+    assert_eq!(e.timeline.last(), c.timeline.last());
+    assert!(e.timeline.iter().any(|p| p.round == 77_777), "the round a bug was found in is kept");
+    assert!(e.timeline.windows(2).all(|w| w[0].round < w[1].round));
+}
+
+#[test]
+fn a_wall_timeline_stays_bounded_and_samples_the_same_rounds_in_any_run() {
+    let series = |secs: f64| {
+        let mut w = WallTimeline::default();
+        for r in 1..=10_000u64 {
+            w.record(r, r as f64 * secs);
+        }
+        w
+    };
+    let (a, b) = (series(0.01), series(0.5));
+    assert!(a.points.len() <= WallTimeline::MAX_POINTS && a.points.len() > WallTimeline::MAX_POINTS / 2);
+    assert_eq!(a.every, 32);
+    assert!(a.points.iter().all(|p| p.round % 32 == 0));
+    let rounds = |w: &WallTimeline| w.points.iter().map(|p| p.round).collect::<Vec<_>>();
+    assert_eq!(rounds(&a), rounds(&b), "only the times differ");
+}
+
+#[test]
+fn a_report_of_an_earlier_deja_still_reads() {
+    let mut v: serde_json::Value = serde_json::from_str(&render_json(&sample())).unwrap();
+    let c = v["campaign"].as_object_mut().unwrap();
+    c.remove("wall_timeline");
+    c.remove("faults");
+    for p in c["timeline"].as_array_mut().unwrap() {
+        p.as_object_mut().unwrap().remove("semantic");
     }
-    assert!(!h.contains("NaN") && !h.contains("inf\""));
+    let old = parse_json(&v.to_string()).unwrap();
+    assert!(old.faults.is_empty() && old.wall_timeline.is_empty());
+    assert!(old.timeline.iter().all(|p| p.semantic == 0));
+    assert!(render_html(&old).contains("deja-data"));
+}
+
+#[test]
+fn text_shows_the_fault_mix() {
+    let t = render_text(&sample());
+    assert!(t.contains("faults (the rounds in which each kind happened):"), "{t}");
+    assert!(t.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["crash", "201", "40.2%"]), "{t}");
+    assert!(render_text(&empty()).contains("faults: none happened"));
 }
 
 #[test]
 fn empty_campaign_renders_without_nan_or_inf() {
     let mut c = empty();
     c.wall_seconds = f64::NAN;
-    for out in [render_html(&c), render_text(&c)] {
+    let h = render_html(&c);
+    for out in [data_of(&h), &render_text(&c)] {
         assert!(!out.contains("NaN"), "{out}");
         assert!(!out.contains("inf"), "{out}");
     }
-    let h = render_html(&c);
-    assert!(h.contains("no bug found") && h.contains("verdict good"));
-    assert!(h.contains("no timeline recorded"));
-    assert_eq!(h.matches("<svg").count(), 1);
-
-    // One point, no coverage, a bug at round 0 and an enormous round count: still finite coordinates.
-    c.timeline = vec![RoundPoint { round: 0, edges_hit: 0, corpus_size: 0, bugs: 1 }];
-    c.bugs = vec![bug("x", "boom", 0, 1, None)];
-    c.rounds = u64::MAX;
-    let h = render_html(&c);
-    assert!(!h.contains("NaN") && !h.contains("inf"));
-    assert!(h.contains("no coverage instrumentation"));
-    assert!(h.contains("1 bug found"));
+    assert!(h.contains("no bug found"));
+    assert!(h.contains("\"wall_seconds\":null"), "JSON has no NaN: the views show it as -");
 }
 
 #[test]
@@ -229,10 +315,6 @@ fn helpers() {
     assert_eq!(duration(5.24), "5.2 s");
     assert_eq!(duration(3725.0), "1h 02m");
     assert_eq!(percent(1, 0), None);
-    assert_eq!(html::nice_axis(0, 5), (1, 1));
-    assert_eq!(html::nice_axis(1412, 5), (1500, 500));
-    assert_eq!(html::nice_axis(500, 8), (500, 100));
-    assert_eq!(html::nice_axis(u64::MAX, 8).0, u64::MAX);
 }
 
 /// Writes the sample page for a visual check:

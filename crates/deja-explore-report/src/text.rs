@@ -111,6 +111,20 @@ pub fn render_text(c: &Campaign) -> String {
     }
 
     out.push('\n');
+    if c.faults.is_empty() {
+        out.push_str("faults: none happened\n");
+    } else {
+        let _ = writeln!(out, "faults (the rounds in which each kind happened):");
+        let mut kinds: Vec<(&String, &u64)> = c.faults.iter().collect();
+        kinds.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let rows: Vec<Vec<String>> = kinds
+            .into_iter()
+            .map(|(kind, n)| vec![kind.clone(), thousands(*n), percent(*n, c.rounds).unwrap_or_else(|| "-".into())])
+            .collect();
+        table(&mut out, &["KIND", "ROUNDS", "SHARE"], &rows, &[1, 2]);
+    }
+
+    out.push('\n');
     if c.assertions.is_empty() {
         out.push_str("assertions: none\n");
     } else {

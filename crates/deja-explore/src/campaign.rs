@@ -139,13 +139,16 @@ impl CampaignConfig {
     }
 }
 
-/// Shown after every round.
+/// Shown after every round: the campaign's figures, and borrowed views of its books. A callback
+/// only observes: nothing it does can change the campaign.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Progress {
+pub struct Progress<'a> {
     /// Rounds done.
     pub round: u64,
     /// Edges hit (SanitizerCoverage) so far.
     pub edges: u64,
+    /// Edges the program is instrumented with (0 without instrumentation, and for clusters).
+    pub edges_total: u64,
     /// Semantic edges and behaviours so far.
     pub semantic: u64,
     /// Corpus size.
@@ -153,10 +156,20 @@ pub struct Progress {
     /// Distinct bugs.
     pub bugs: u64,
     /// Rounds per second of each worker in this invocation (host time; for display only).
-    pub worker_rates: Vec<f64>,
+    pub worker_rates: &'a [f64],
+    /// Host seconds since the campaign started, over every invocation (for display only).
+    pub wall_seconds: f64,
+    /// The timeline so far, one point per round (a resumed campaign's from its first round).
+    pub timeline: &'a [report::RoundPoint],
+    /// Every confirmed bug so far, in the order found.
+    pub found: &'a [report::BugSummary],
+    /// The fault mix so far: the rounds in which each kind of fault happened.
+    pub faults: &'a BTreeMap<String, u64>,
+    /// The assertion lines so far.
+    pub assertions: &'a BTreeMap<String, report::AssertionLine>,
 }
 
-impl Progress {
+impl Progress<'_> {
     /// Rounds per second over every worker.
     pub fn rate(&self) -> f64 {
         self.worker_rates.iter().sum()
@@ -214,6 +227,9 @@ pub struct Facts {
     pub pending_at_crash: Option<u64>,
     /// Every assertion report of every life (of every node).
     pub assertions: Vec<AssertionReport>,
+    /// The kinds of fault that happened in the run (`crash`, `eio`, `partition`, ...), each once
+    /// or more.
+    pub faults: Vec<String>,
 }
 
 /// What a campaign explored: a path and a BLAKE3 (of the program image or the cluster file).
@@ -449,6 +465,12 @@ pub(crate) struct Books {
     /// The first of them: round and what the watchdog saw.
     #[serde(default)]
     pub(crate) no_progress: Vec<(u64, String)>,
+    /// The rounds in which each kind of fault happened.
+    #[serde(default)]
+    pub(crate) faults: BTreeMap<String, u64>,
+    /// The host time at some rounds (display only).
+    #[serde(default)]
+    pub(crate) wall_timeline: report::WallTimeline,
 }
 
 impl Books {
@@ -473,9 +495,9 @@ impl Books {
         }
     }
 
-    /// Counts a round the watchdog stopped: not a bug, nothing learned from it. Returns whether
-    /// a checkpoint is due.
-    fn no_progress(&mut self, why: String, rates: &[f64], progress: &mut dyn FnMut(&Progress)) -> bool {
+    /// Counts a round the watchdog stopped, learned `wall` host seconds into the campaign: not a
+    /// bug, nothing learned from it. Returns whether a checkpoint is due.
+    fn no_progress(&mut self, why: String, wall: f64) -> bool {
         self.round += 1;
         self.no_progress_rounds += 1;
         if self.no_progress.len() < 10 {
@@ -483,14 +505,7 @@ impl Books {
         }
         let last = self.timeline.last().cloned().unwrap_or_default();
         self.timeline.push(report::RoundPoint { round: self.round, ..last });
-        progress(&Progress {
-            round: self.round,
-            edges: 0,
-            semantic: last.edges_hit,
-            corpus: last.corpus_size,
-            bugs: self.bugs.len() as u64,
-            worker_rates: rates.to_vec(),
-        });
+        self.wall_timeline.record(self.round, wall);
         true
     }
 
@@ -544,6 +559,8 @@ impl Books {
             edges_total: if state.kind == "cluster" { 0 } else { state.virgin.len() as u64 },
             edges_hit: if state.kind == "cluster" { state.semantic.len() as u64 } else { edges_hit(&state.virgin) },
             timeline: self.timeline.clone(),
+            wall_timeline: self.wall_timeline.points.clone(),
+            faults: self.faults.clone(),
             bugs: self.bugs.clone(),
             assertions: self.assertions.values().cloned().collect(),
             baseline: None,
@@ -866,6 +883,7 @@ pub fn explore<S: Subject>(
                 Phase::Learn => {
                     let elapsed = started.elapsed().as_secs_f64().max(1e-9);
                     let rates: Vec<f64> = pool.done_by.iter().map(|n| *n as f64 / elapsed).collect();
+                    let earlier = state.books.wall_seconds;
                     let mut due = false;
                     let mut rounds = std::mem::take(&mut epoch).into_iter().zip(std::mem::take(&mut outcomes));
                     while let Some((input, out)) = rounds.next() {
@@ -875,10 +893,12 @@ pub fn explore<S: Subject>(
                             state.pending.splice(0..0, unrun);
                             break;
                         }
+                        let wall = earlier + started.elapsed().as_secs_f64();
                         due |= match out {
-                            Ok(out) => learn_round(subject, cfg, &mut state, input, &out, &rates, progress)?,
-                            Err(why) => state.books.no_progress(why, &rates, progress),
+                            Ok(out) => learn_round(subject, cfg, &mut state, input, &out, wall)?,
+                            Err(why) => state.books.no_progress(why, wall),
                         };
+                        progress(&figures::<S>(&state, &rates, wall));
                     }
                     if due {
                         CHECKPOINT_SCHEMA.write(&checkpoint, &state)?;
@@ -1050,17 +1070,17 @@ fn plan_round<S: Subject>(
     input
 }
 
-/// Learns one round: coverage, corpus, confirmation of a new failure, the timeline. Returns
-/// whether a checkpoint is due: every 25 rounds, and whenever the corpus grew or a bug was
-/// found, so a killed explorer loses neither.
+/// Learns one round, learned `wall` host seconds into the campaign: coverage, corpus,
+/// confirmation of a new failure, the fault mix, the timeline. Returns whether a checkpoint is
+/// due: every 25 rounds, and whenever the corpus grew or a bug was found, so a killed explorer
+/// loses neither.
 fn learn_round<S: Subject>(
     subject: &S,
     cfg: &CampaignConfig,
     state: &mut State<S::Input, S::Reference>,
     input: S::Input,
     out: &S::Outcome,
-    rates: &[f64],
-    progress: &mut dyn FnMut(&Progress),
+    wall: f64,
 ) -> Result<bool, ExploreError> {
     state.books.round += 1;
     let round = state.books.round;
@@ -1076,22 +1096,38 @@ fn learn_round<S: Subject>(
     if kept {
         keep(&cfg.out, &mut state.corpus, Entry::new(input, &facts, &novelty, round))?;
     }
-    let p = Progress {
+    for kind in facts.faults.iter().collect::<BTreeSet<_>>() {
+        *state.books.faults.entry(kind.clone()).or_default() += 1;
+    }
+    let semantic = state.semantic.len() as u64;
+    state.books.timeline.push(report::RoundPoint {
         round,
+        edges_hit: edges_hit(&state.virgin) + semantic,
+        semantic,
+        corpus_size: state.corpus.len() as u64,
+        bugs: state.books.bugs.len() as u64,
+    });
+    state.books.wall_timeline.record(round, wall);
+    Ok(round.is_multiple_of(25) || kept || state.books.bugs.len() != bugs_before)
+}
+
+/// What the progress callback is shown after a round.
+fn figures<'a, S: Subject>(state: &'a State<S::Input, S::Reference>, rates: &'a [f64], wall: f64) -> Progress<'a> {
+    let cluster = S::KIND == "cluster";
+    Progress {
+        round: state.books.round,
         edges: edges_hit(&state.virgin),
+        edges_total: if cluster { 0 } else { state.virgin.len() as u64 },
         semantic: state.semantic.len() as u64,
         corpus: state.corpus.len() as u64,
         bugs: state.books.bugs.len() as u64,
-        worker_rates: rates.to_vec(),
-    };
-    state.books.timeline.push(report::RoundPoint {
-        round,
-        edges_hit: p.edges + p.semantic,
-        corpus_size: p.corpus,
-        bugs: p.bugs,
-    });
-    progress(&p);
-    Ok(round.is_multiple_of(25) || kept || state.books.bugs.len() != bugs_before)
+        worker_rates: rates,
+        wall_seconds: wall,
+        timeline: &state.books.timeline,
+        found: &state.books.bugs,
+        faults: &state.books.faults,
+        assertions: &state.books.assertions,
+    }
 }
 
 /// A worker: boots its subject's worker on its own thread at the first batch, then runs inputs
@@ -1117,6 +1153,32 @@ fn worker_loop<S: Subject>(
             if returned.send((me, slot, out)).is_err() {
                 return;
             }
+        }
+    }
+}
+
+/// The campaign saved in `dir`: its report when it finished (a `report.json` of as many rounds as
+/// its checkpoint), else what its checkpoint holds; `true` when it finished.
+pub fn saved(dir: &Path) -> Result<(Campaign, bool), ExploreError> {
+    let path = dir.join("report.json");
+    let report = match std::fs::read_to_string(&path) {
+        Ok(text) => Some(
+            report::parse_json(&text)
+                .map_err(|e| ExploreError::Invalid(format!("{}: not a campaign report: {e}", path.display())))?,
+        ),
+        Err(_) => None,
+    };
+    if !dir.join("checkpoint.json").exists() {
+        return report.map(|c| (c, true)).ok_or_else(|| {
+            ExploreError::Invalid(format!("{} holds no campaign (no report.json, no checkpoint.json)", dir.display()))
+        });
+    }
+    let state = crate::merge::read_state(dir)?;
+    match report {
+        Some(c) if c.rounds == state.books.round => Ok((c, true)),
+        _ => {
+            let program = Program { path: state.subject.clone(), blake3: state.subject_blake3.clone() };
+            Ok((state.books.campaign(&state, &program), false))
         }
     }
 }

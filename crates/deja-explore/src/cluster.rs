@@ -481,6 +481,7 @@ impl Subject for ClusterSubject<'_> {
                 .iter()
                 .flat_map(|n| n.lives.iter().flat_map(|l| l.assertions.iter().cloned()))
                 .collect(),
+            faults: out.report.faults.iter().map(|f| f.kind.clone()).collect(),
             ..Facts::default()
         }
     }

@@ -29,7 +29,7 @@ pub mod merge;
 pub mod minimize;
 pub mod program;
 
-pub use campaign::{write_reports, Campaign, CampaignConfig, Mode, Progress, Strategy, Subject};
+pub use campaign::{saved, write_reports, Campaign, CampaignConfig, Mode, Progress, Strategy, Subject};
 pub use cluster::{explore_cluster, minimize_cluster, ClusterBug, ClusterInput, ClusterSubject, ClusterTarget};
 pub use input::{BugFile, Input, Outcome, Target};
 pub use merge::merge;

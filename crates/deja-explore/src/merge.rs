@@ -30,9 +30,11 @@ use crate::cluster::CLUSTER_BUG_SCHEMA;
 use crate::input::BUG_SCHEMA;
 use crate::ExploreError;
 
-type AnyState = State<Value, Value>;
+/// A checkpoint of any subject, its inputs and reference as plain JSON.
+pub(crate) type AnyState = State<Value, Value>;
 
-fn read_state(dir: &Path) -> Result<AnyState, ExploreError> {
+/// Reads the checkpoint of the campaign in `dir`.
+pub(crate) fn read_state(dir: &Path) -> Result<AnyState, ExploreError> {
     let path = dir.join("checkpoint.json");
     Ok(CHECKPOINT_SCHEMA.read(&path)?)
 }
@@ -149,6 +151,9 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Campaign, ExploreError> {
             l.hits += line.hits;
             l.failures += line.failures;
             l.status = assertion_status(&l.kind, l.hits, l.failures, satisfied).to_string();
+        }
+        for (kind, rounds) in &b.faults {
+            *m.faults.entry(kind.clone()).or_default() += rounds;
         }
         if merged.virgin.len() < s.virgin.len() {
             merged.virgin.resize(s.virgin.len(), 0);

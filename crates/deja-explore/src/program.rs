@@ -127,6 +127,11 @@ impl Subject for ProgramSubject<'_> {
             io_ops: out.io_ops.clone(),
             pending_at_crash: out.pending_at_crash,
             assertions: out.lives.iter().flat_map(|l| l.run.report.assertions.iter().cloned()).collect(),
+            // The last life's ledger holds every earlier life's records too.
+            faults: out
+                .lives
+                .last()
+                .map_or(Vec::new(), |l| l.run.report.faults.iter().map(|f| f.kind.name().to_string()).collect()),
         }
     }
 

@@ -77,42 +77,18 @@ pub enum ArtifactError {
     },
     /// A version this build does not read yet.
     #[error(
-        "{path}: the schema check failed: this {what} is {found}, written by a newer deja; this deja reads \
-         {family}/{oldest} to {family}/{current}. Read it with a deja that reads {found} or later"
+        "{}: the schema check failed: this {} is {}, written by a newer deja; this deja reads {}. Read it with a \
+         deja that reads {} or later",
+        .0.path, .0.what, .0.found, .0.range(), .0.found
     )]
-    Newer {
-        /// The file.
-        path: String,
-        /// What was expected.
-        what: &'static str,
-        /// The family.
-        family: &'static str,
-        /// The schema in the file.
-        found: String,
-        /// The oldest version read.
-        oldest: u32,
-        /// The newest version read.
-        current: u32,
-    },
+    Newer(Versions),
     /// A version this build no longer reads.
     #[error(
-        "{path}: the schema check failed: this {what} is {found}, which this deja no longer reads (it reads \
-         {family}/{oldest} to {family}/{current}); read it with the deja that wrote it"
+        "{}: the schema check failed: this {} is {}, which this deja no longer reads (it reads {}); read it \
+         with the deja that wrote it",
+        .0.path, .0.what, .0.found, .0.range()
     )]
-    Older {
-        /// The file.
-        path: String,
-        /// What was expected.
-        what: &'static str,
-        /// The family.
-        family: &'static str,
-        /// The schema in the file.
-        found: String,
-        /// The oldest version read.
-        oldest: u32,
-        /// The newest version read.
-        current: u32,
-    },
+    Older(Versions),
     /// A sealed version without its seal, or a seal that does not match the content.
     #[error("{path}: the seal check failed: {detail}")]
     Seal {
@@ -133,13 +109,37 @@ pub enum ArtifactError {
     },
 }
 
+/// A file's schema version against the ones this build reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versions {
+    /// The file.
+    pub path: String,
+    /// What was expected.
+    pub what: &'static str,
+    /// The family.
+    pub family: &'static str,
+    /// The schema in the file.
+    pub found: String,
+    /// The oldest version read.
+    pub oldest: u32,
+    /// The newest version read.
+    pub current: u32,
+}
+
+impl Versions {
+    /// `deja.bug/1 to deja.bug/2`.
+    pub fn range(&self) -> String {
+        format!("{0}/{1} to {0}/{2}", self.family, self.oldest, self.current)
+    }
+}
+
 impl ArtifactError {
     /// The check that failed: `io`, `json`, `schema`, `seal` or `fields`.
     pub fn check(&self) -> &'static str {
         match self {
             ArtifactError::Io { .. } => "io",
             ArtifactError::Json { .. } => "json",
-            ArtifactError::Family { .. } | ArtifactError::Newer { .. } | ArtifactError::Older { .. } => "schema",
+            ArtifactError::Family { .. } | ArtifactError::Newer(_) | ArtifactError::Older(_) => "schema",
             ArtifactError::Seal { .. } => "seal",
             ArtifactError::Fields { .. } => "fields",
         }
@@ -170,6 +170,10 @@ impl Schema {
             map.insert("schema".into(), Value::String(self.id()));
             map.remove(SEAL_FIELD);
         }
+        // The seal is of the document as a reader will parse it back (serde_json's
+        // `float_roundtrip` makes that the same document, floats included).
+        let text = serde_json::to_vec(&doc).expect("a JSON value serializes");
+        let mut doc: Value = serde_json::from_slice(&text).expect("deja's own JSON parses");
         let seal = seal_of(&doc);
         if let Value::Object(map) = &mut doc {
             map.insert(SEAL_FIELD.into(), Value::String(seal));
@@ -238,12 +242,12 @@ impl Schema {
         let Some(version) = version else {
             return Err(ArtifactError::Family { path, what, family, found });
         };
-        let (oldest, current) = (self.oldest, self.current);
-        if version > current {
-            return Err(ArtifactError::Newer { path, what, family, found, oldest, current });
+        let versions = || Versions { path, what, family, found, oldest: self.oldest, current: self.current };
+        if version > self.current {
+            return Err(ArtifactError::Newer(versions()));
         }
-        if version < oldest {
-            return Err(ArtifactError::Older { path, what, family, found, oldest, current });
+        if version < self.oldest {
+            return Err(ArtifactError::Older(versions()));
         }
         Ok(version)
     }
@@ -328,6 +332,24 @@ mod tests {
         assert_eq!(back, Thing { schema: "deja.thing/3".into(), ..thing() });
         let doc: Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(doc[SEAL_FIELD].as_str().unwrap().len(), 64);
+    }
+
+    #[test]
+    fn floats_keep_their_seal() {
+        #[derive(Serialize)]
+        struct Rates {
+            schema: String,
+            rates: Vec<f64>,
+        }
+        let mut x = 0.1f64;
+        let rates: Vec<f64> = (0..2000)
+            .map(|i| {
+                x = (x * 3.7 + 0.123_456_789) % 1000.0 + f64::from(i) * 1e-7;
+                x
+            })
+            .collect();
+        let bytes = THING.to_bytes(&Rates { schema: String::new(), rates });
+        THING.check("t.json", &bytes).expect("every float reads back as written");
     }
 
     #[test]

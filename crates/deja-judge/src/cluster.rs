@@ -135,6 +135,15 @@ fn shifted(schedule: &[ScheduledFault], delta_ms: i64, which: Option<usize>) -> 
         .collect()
 }
 
+/// The verdict of a candidate that failed with `failure`: the bug's own signature or another.
+fn failing(failure: &str, signature: &str) -> Verdict {
+    if failure == signature {
+        Verdict::StillReproduces
+    } else {
+        Verdict::NewFailure
+    }
+}
+
 /// Every scheduled fault shows in the run's ledger (at its time, as the same fault).
 fn reached(out: &ClusterOutcome, schedule: &[ScheduledFault]) -> Result<(), String> {
     for f in schedule {
@@ -275,7 +284,7 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
                     format!("the candidate fails without faults: {f}"),
                     vec![o.report.digest],
                 ));
-                return if f == sig { Verdict::StillReproduces } else { Verdict::NewFailure };
+                return failing(&f, sig);
             }
             Err(e) => {
                 steps.push((names[3], CheckStatus::Incomplete, format!("the candidate cannot run: {e}"), vec![]));
@@ -308,7 +317,7 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
                 Ok(o) => {
                     digests.push(o.report.digest.clone());
                     if let Some(f) = o.failure {
-                        let v = if f == sig { Verdict::StillReproduces } else { Verdict::NewFailure };
+                        let v = failing(&f, sig);
                         timeline = format!("world {k}: {f}");
                         steps.push((
                             names[4],
@@ -364,7 +373,7 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
                 Ok(o) => {
                     digests.push(o.report.digest.clone());
                     if let Some(f) = o.failure {
-                        let v = if f == sig { Verdict::StillReproduces } else { Verdict::NewFailure };
+                        let v = failing(&f, sig);
                         timeline = format!("{name}: {f}");
                         steps.push((
                             names[5],

@@ -312,6 +312,21 @@ pub enum FaultKind {
     Enospc,
 }
 
+impl FaultKind {
+    /// Its name, as serialized (`crash`, `lost_unsynced`, `torn_write`, `reordered_writes`, `eio`,
+    /// `enospc`).
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Crash => "crash",
+            FaultKind::LostUnsynced => "lost_unsynced",
+            FaultKind::TornWrite => "torn_write",
+            FaultKind::ReorderedWrites => "reordered_writes",
+            FaultKind::Eio => "eio",
+            FaultKind::Enospc => "enospc",
+        }
+    }
+}
+
 /// One entry of the fault ledger.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultRecord {

@@ -1646,3 +1646,17 @@ fn hostile_fs_syscalls_never_panic() {
         assert!(r.syscalls >= 20_000);
     }
 }
+
+#[test]
+fn a_fault_kind_is_named_as_it_is_serialized() {
+    for kind in [
+        FaultKind::Crash,
+        FaultKind::LostUnsynced,
+        FaultKind::TornWrite,
+        FaultKind::ReorderedWrites,
+        FaultKind::Eio,
+        FaultKind::Enospc,
+    ] {
+        assert_eq!(serde_json::to_value(kind).unwrap(), kind.name(), "{kind:?}");
+    }
+}
