@@ -79,6 +79,8 @@ impl Peer {
         }
     }
 
+    /// The RPC's outcome as openraft wants it (its error type is openraft's, large as it is).
+    #[allow(clippy::result_large_err)]
     fn unwrap<T, E>(&self, r: io::Result<Result<T, E>>) -> Result<T, RPCError<NodeId, BasicNode, E>>
     where
         E: std::error::Error,

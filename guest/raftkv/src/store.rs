@@ -243,12 +243,15 @@ pub struct Data {
     pub membership: StoredMembership<NodeId, openraft::BasicNode>,
 }
 
+/// The last snapshot built or installed: its metadata and the serialized [`Data`].
+type StoredSnapshot = (SnapshotMeta<NodeId, openraft::BasicNode>, Vec<u8>);
+
 /// The state machine: shared with the node's request handlers, which read the map.
 #[derive(Clone, Default)]
 pub struct StateMachine {
     /// The state (held briefly, never across an await).
     pub data: Arc<Mutex<Data>>,
-    snapshot: Arc<Mutex<Option<(SnapshotMeta<NodeId, openraft::BasicNode>, Vec<u8>)>>>,
+    snapshot: Arc<Mutex<Option<StoredSnapshot>>>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
