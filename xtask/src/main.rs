@@ -30,7 +30,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 34] = [
+const GUESTS: [&str; 36] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -57,6 +57,8 @@ const GUESTS: [&str; 34] = [
     "register-replica",
     "register-replica-patched",
     "register-client",
+    "raftkv-node",
+    "raftkv-client",
     "loopback",
     "hostinfo",
     "pagestore-buggy",

@@ -48,14 +48,18 @@ fn every_readme_command_runs() {
         let out = Command::new("bash").arg("-c").arg(&cmd).current_dir(root()).output().expect("bash");
         // `deja explore` exits 1 when it found a bug and `deja replay` when the bug reproduced:
         // the README's examples are about exactly that.
-        // The buggy register's seed 4 and ackstore with a placed error are the README's examples of
-        // a failed assertion (123); the buggy pagestore's sweep finds its failures (1).
+        // The buggy register's seed 4, the buggy raftkv's seed 1 and ackstore with a placed error
+        // are the README's examples of a failed assertion (123); the buggy pagestore's sweep finds
+        // its failures (1).
         let expected = if cmd.contains("deja explore") || cmd.contains("deja replay") {
             1
         } else if cmd.contains("register-buggy-history") {
             // The history checker's verdict on the same split brain: not linearizable.
             1
-        } else if cmd.contains("register-buggy") || (cmd.contains("ackstore-buggy") && cmd.contains("--fail")) {
+        } else if cmd.contains("register-buggy")
+            || cmd.contains("raftkv-buggy")
+            || (cmd.contains("ackstore-buggy") && cmd.contains("--fail"))
+        {
             123
         } else if cmd.contains("pagestore-buggy") && cmd.contains("--crash-sweep") {
             1
