@@ -335,17 +335,6 @@ fn explore_cluster(out: &std::path::Path, file: &str, flags: &[&str]) -> std::pr
     deja(&args)
 }
 
-fn bug_file(out: &std::path::Path) -> PathBuf {
-    std::fs::read_dir(out)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| {
-            let n = p.file_name().unwrap().to_string_lossy().into_owned();
-            n.starts_with("bug-") && !n.ends_with(".min.json")
-        })
-        .expect("a bug file")
-}
-
 #[test]
 fn explore_finds_replays_and_minimizes_split_brain() {
     let out = out_dir("split-brain");

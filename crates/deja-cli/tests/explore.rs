@@ -27,19 +27,6 @@ fn report(out: &Path) -> serde_json::Value {
     v["campaign"].clone()
 }
 
-fn bug_files(out: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(out)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let n = p.file_name().unwrap().to_string_lossy().into_owned();
-            n.starts_with("bug-") && n.ends_with(".json") && !n.ends_with(".min.json")
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn exploring_crash_points_finds_the_lost_write_and_the_files_say_so() {
     let kv = guest("kv").to_string_lossy().into_owned();

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use common::*;
 
@@ -18,17 +18,6 @@ fn out_dir(name: &str) -> PathBuf {
     let d = root().join("target/test-raftkv").join(name);
     let _ = std::fs::remove_dir_all(&d);
     d
-}
-
-fn bug_file(out: &Path) -> PathBuf {
-    std::fs::read_dir(out)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| {
-            let n = p.file_name().unwrap().to_string_lossy().into_owned();
-            n.starts_with("bug-") && !n.ends_with(".min.json")
-        })
-        .expect("a bug file")
 }
 
 #[test]

@@ -159,17 +159,6 @@ fn json(path: &Path) -> Value {
 }
 
 /// A report or checkpoint with every host-timed figure (each `wall_seconds`) set to zero.
-/// A report as written, or a checkpoint whose seal holds without its seal: the seal covers the
-/// host times too, so it differs exactly as they do.
-fn unsealed(bytes: &[u8]) -> Value {
-    let mut v: Value = serde_json::from_slice(bytes).unwrap();
-    if v.get("seal").is_some() {
-        deja_explore::campaign::CHECKPOINT_SCHEMA.check("checkpoint.json", bytes).expect("the seal holds");
-        v.as_object_mut().unwrap().remove("seal");
-    }
-    v
-}
-
 fn without_wall_time(mut v: Value) -> Value {
     fn zero(v: &mut Value) {
         match v {

@@ -22,11 +22,7 @@ fn s(p: &Path) -> String {
 }
 
 fn only_bug(out: &Path) -> PathBuf {
-    let bugs: Vec<PathBuf> = std::fs::read_dir(out)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("bug-"))
-        .collect();
+    let bugs = bug_files(out);
     assert_eq!(bugs.len(), 1, "{bugs:?}");
     bugs[0].clone()
 }

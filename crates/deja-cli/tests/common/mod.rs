@@ -68,3 +68,33 @@ pub fn stdout(o: &Output) -> String {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// The bug files of a campaign directory, sorted, without minimized ones (`bug-<id>.json`).
+pub fn bug_files(out: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            n.starts_with("bug-") && n.ends_with(".json") && !n.ends_with(".min.json")
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The first bug file of a campaign directory.
+pub fn bug_file(out: &Path) -> PathBuf {
+    bug_files(out).into_iter().next().expect("a bug file")
+}
+
+/// A report as written, or a checkpoint without its seal once the seal holds: the seal covers
+/// the host times too, so it differs exactly as they do, and the content it seals is compared.
+pub fn unsealed(bytes: &[u8]) -> serde_json::Value {
+    let mut v: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+    if v.get("seal").is_some() {
+        deja_explore::campaign::CHECKPOINT_SCHEMA.check("checkpoint.json", bytes).expect("the checkpoint's seal holds");
+        v.as_object_mut().unwrap().remove("seal");
+    }
+    v
+}
