@@ -370,6 +370,8 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     let register = root.join("examples/clusters/register-fixed.toml");
     let forked_cluster = forked_cluster_figures(&register)?;
     let scale = scale_figures(&dir, &register)?;
+    let cluster_check = cluster_check_figures(&dir, &root.join("examples/clusters/register-buggy.toml"))?;
+    let history = history_figures()?;
 
     // 9. The whole CLI on hello, as a user runs it (including the hazard probe).
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -416,9 +418,116 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
         "cluster": cluster,
         "forked_cluster": forked_cluster,
         "scale": scale,
+        "cluster_check": cluster_check,
+        "history": history,
         "deja_run_hello": { "wall_ms": median(hello_times).as_secs_f64() * 1e3, "native_ms": median(hello_native).as_secs_f64() * 1e3 },
         "repeat": repeat,
     }))
+}
+
+/// `deja check` on the register cluster: a split brain found by exploring `register-buggy`,
+/// judged against the patched replicas (they must be `FIXED_FOR_THIS_CAPSULE`).
+fn cluster_check_figures(dir: &Path, buggy: &Path) -> Result<serde_json::Value, String> {
+    let out = std::env::temp_dir().join(format!("deja-bench-cluster-check-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let base = deja_explore::ClusterTarget::load(buggy).map_err(|e| e.to_string())?;
+    let cfg =
+        deja_explore::CampaignConfig { stop_at_first_bug: true, ..campaign(40, &out, deja_explore::Mode::Faults, 1) };
+    let start = Instant::now();
+    let c = deja_explore::explore_cluster(&base, &cfg, &mut |_| {}).map_err(|e| e.to_string())?;
+    let explore_s = start.elapsed().as_secs_f64();
+    let found = c.bugs.first().ok_or("exploring register-buggy for 40 rounds found no split brain")?;
+    let bug = deja_explore::ClusterBug::read(&out.join(&found.file)).map_err(|e| e.to_string())?;
+    let patched = dir.join("register-replica-patched").display().to_string();
+    let spec = format!("r1={patched},r2={patched},r3={patched}");
+    let check = deja_judge::cluster::ClusterCheck {
+        candidate: deja_judge::cluster::candidate_nodes(&spec, &base),
+        bug,
+        base,
+        worlds: 3,
+    };
+    let start = Instant::now();
+    let judged = deja_judge::cluster::check_cluster(&check);
+    let check_s = start.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(&out);
+    if judged.verdict != deja_judge::Verdict::FixedForThisCapsule {
+        return Err(format!("deja check of the patched replicas gave {}", judged.verdict.name()));
+    }
+    Ok(serde_json::json!({
+        "file": buggy.display().to_string(), "found_in_rounds": found.first_round, "explore_s": explore_s,
+        "candidate": "register-replica-patched", "worlds": 3, "verdict": judged.verdict.name(),
+        "checks": judged.certificate.checks.len(), "wall_s": check_s,
+    }))
+}
+
+/// A linearizable history of `n` operations on the kv model: 8 keys, writes and reads, each
+/// operation's interval spread around its place in one sequential order so that about
+/// `overlap` operations are in flight at once.
+fn kv_history(n: usize, overlap: u64) -> deja_history::History {
+    use deja_history::{End, History, Model, Op};
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        // splitmix64: a fixed, seedless sequence (the figures must not depend on the host).
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let step = 1_000_000u64;
+    let mut state = std::collections::BTreeMap::new();
+    let ops = (0..n as u64)
+        .map(|i| {
+            let key = format!("k{}", next() % 8);
+            let at = (i + overlap) * step;
+            let (before, after) = (next() % (overlap * step), next() % (overlap * step));
+            let (f, value, ret) = if next() % 2 == 0 {
+                state.insert(key.clone(), i);
+                ("write", serde_json::json!(i), serde_json::Value::Null)
+            } else {
+                (
+                    "read",
+                    serde_json::Value::Null,
+                    state.get(&key).map_or(serde_json::Value::Null, |v| serde_json::json!(v)),
+                )
+            };
+            Op {
+                process: format!("c{}", i % 8),
+                f: f.into(),
+                key: Some(key),
+                value,
+                invoke_ns: at - before,
+                end: End::Ok { at_ns: at + after, value: ret },
+            }
+        })
+        .collect::<Vec<_>>();
+    let mut ops = ops;
+    ops.sort_by_key(|o| o.invoke_ns);
+    History { model: Model::Kv, ops }
+}
+
+/// The history checker's time on linearizable kv histories of 100, 1,000 and 10,000
+/// operations (the median of three checks each).
+fn history_figures() -> Result<serde_json::Value, String> {
+    let mut rows = Vec::new();
+    for n in [100usize, 1_000, 10_000] {
+        let h = kv_history(n, 4);
+        let mut times = Vec::new();
+        for _ in 0..3 {
+            let start = Instant::now();
+            let v = deja_history::check(&h, deja_history::DEFAULT_BUDGET);
+            times.push(start.elapsed());
+            if !matches!(v, deja_history::Verdict::Linearizable { .. }) {
+                return Err(format!("the generated history of {n} operations was judged {v:?}"));
+            }
+        }
+        let t = median(times);
+        rows.push(serde_json::json!({
+            "operations": n, "model": "kv", "keys": 8, "in_flight": 4,
+            "ms": t.as_secs_f64() * 1e3, "us_per_operation": t.as_secs_f64() * 1e6 / n as f64,
+        }));
+    }
+    Ok(serde_json::json!({ "rows": rows }))
 }
 
 /// The register cluster's rounds booted from scratch against the same rounds forked from the
@@ -675,6 +784,26 @@ pub fn main(args: BenchArgs) -> i32 {
                     j["wall_ms"].as_f64().unwrap_or(0.0),
                     j["verdict"].as_str().unwrap_or("")
                 );
+                let j = &v["cluster_check"];
+                println!(
+                    "  check      `deja check` of a split brain in register-buggy (found in round {}, {:.1} s) against the patched replicas: {:.1} s for {} checks in {} worlds ({})",
+                    j["found_in_rounds"],
+                    j["explore_s"].as_f64().unwrap_or(0.0),
+                    j["wall_s"].as_f64().unwrap_or(0.0),
+                    j["checks"],
+                    j["worlds"],
+                    j["verdict"].as_str().unwrap_or("")
+                );
+                for r in v["history"]["rows"].as_array().into_iter().flatten() {
+                    println!(
+                        "  history    linearizability of {:>6} kv operations ({} keys, {} in flight): {:>8.2} ms ({:.1} us per operation)",
+                        r["operations"],
+                        r["keys"],
+                        r["in_flight"],
+                        r["ms"].as_f64().unwrap_or(0.0),
+                        r["us_per_operation"].as_f64().unwrap_or(0.0)
+                    );
+                }
                 let c = &v["cluster"];
                 println!(
                     "  cluster    {}: {:.1} simulated s per wall s, {:.0} syscalls/s ({:.2} s virtual in {:.3} s wall, {} syscalls)",

@@ -625,6 +625,7 @@ mod tests {
             reproduce: format!("deja replay out/bug-b{r}.json"),
             decisions: 3,
             minimized: None,
+            window: None,
         };
         Campaign {
             rounds,

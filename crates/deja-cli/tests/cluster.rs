@@ -612,6 +612,14 @@ fn the_history_checker_finds_the_split_brain_without_the_clients_assertion() {
     let r = deja(&["replay", &bug.to_string_lossy()]);
     assert_eq!(r.status.code(), Some(1), "{}", stderr(&r));
     assert!(stderr(&r).contains("deja: history:   the read lacks"), "{}", stderr(&r));
+    // Both reports show the window on its timeline under the bug.
+    let text = std::fs::read_to_string(out.join("report.txt")).unwrap();
+    let id = b["id"].as_str().unwrap();
+    let heading = format!("bug {id}: the shortest window of the history that no order explains:");
+    assert!(text.contains(&heading), "{text}");
+    assert!(text.contains("← cannot be placed") && text.contains("  the read lacks"), "{text}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("the read lacks adds acknowledged before it began"), "the window is in report.html");
     std::fs::remove_dir_all(&out).ok();
 
     // The fixed replicas under the same faults: no history fails.

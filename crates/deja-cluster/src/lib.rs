@@ -19,7 +19,7 @@ use serde::Serialize;
 
 pub use config::{ClusterConfig, ConfigError};
 pub use network::NetStats;
-pub use sim::{node_seed, run, ClusterReset, Fork, RunOptions, SteerAt, Steering};
+pub use sim::{node_seed, run, ClusterReset, Fates, Fork, RunOptions, SteerAt, Steering};
 
 /// Why a cluster could not run (a guest that crashes is not an error).
 #[derive(Debug, thiserror::Error)]

@@ -81,6 +81,8 @@ use crate::{ClusterError, ClusterReport, FaultEvent, NodeReport, Outcome};
 
 /// BLAKE3 key-derivation context of the cluster's decision stream.
 const CLUSTER_CONTEXT: &str = "deja 2026 cluster decision stream v1";
+/// BLAKE3 key-derivation context of the cluster's decisions keyed by meaning ([`Fates::Meaning`]).
+const MEANING_CONTEXT: &str = "deja 2026 cluster decisions by meaning v1";
 
 /// The seed of node `i` in a cluster seeded with `seed`.
 pub fn node_seed(seed: u64, i: usize) -> u64 {
@@ -177,6 +179,27 @@ pub enum SteerAt {
     Setup,
 }
 
+/// Where the natural choices of a cluster's message fates and scheduling ties come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fates {
+    /// The cluster's decision stream, in the order the decisions are taken.
+    #[default]
+    Stream,
+    /// From the steering point on, each is a function of the seed and its meaning: a message's
+    /// connection and place in that connection's order (see [`crate::network`]), a tie's virtual
+    /// time and nodes. A candidate that sends one more message keeps the fates of every other
+    /// connection. `deja check` replays cluster failures this way.
+    Meaning,
+}
+
+impl Fates {
+    /// True for [`Fates::Stream`] (the default, left out of files).
+    pub fn is_stream(&self) -> bool {
+        *self == Fates::Stream
+    }
+}
+
 /// How a cluster run is steered away from its seed's course.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Steering {
@@ -191,6 +214,9 @@ pub struct Steering {
     /// Where the steering is applied.
     #[serde(default)]
     pub at: SteerAt,
+    /// Where message fates and ties come from after it.
+    #[serde(default, skip_serializing_if = "Fates::is_stream")]
+    pub fates: Fates,
 }
 
 /// Options of one cluster run.
@@ -482,6 +508,9 @@ impl Sim {
                 }
             }
         }
+        if steering.fates == Fates::Meaning {
+            self.log.key_by_meaning(MEANING_CONTEXT, steering.reseed.unwrap_or(self.cfg.seed));
+        }
     }
 
     /// Every node is up and has called `setup_complete` in its current life.
@@ -594,7 +623,8 @@ impl Sim {
             }
             let tied: Vec<usize> = ready.iter().filter(|r| Some(r.0) == node_t).map(|r| r.1).collect();
             let pick = if tied.len() > 1 {
-                let k = self.log.decide(format!("run node at {t}"), tied.len() as u64);
+                let meaning: Vec<u8> = tied.iter().flat_map(|&i| (i as u32).to_le_bytes()).collect();
+                let k = self.log.decide_keyed(format!("run node at {t}"), tied.len() as u64, &meaning);
                 tied[k as usize]
             } else {
                 tied[0]

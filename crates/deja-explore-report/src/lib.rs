@@ -208,6 +208,10 @@ pub struct BugSummary {
     pub decisions: u64,
     /// How many decisions remain after minimization, if it was minimized.
     pub minimized: Option<u64>,
+    /// For a history that no order explains: its shortest failing window, as a timeline (one
+    /// line per operation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
 }
 
 /// The campaign-wide verdict on one assertion site.

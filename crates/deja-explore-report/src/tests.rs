@@ -24,6 +24,7 @@ fn bug(id: &str, signature: &str, first_round: u64, decisions: u64, minimized: O
         reproduce: format!("deja replay explore-out/bug-{id}.json"),
         decisions,
         minimized,
+        window: None,
     }
 }
 
@@ -329,4 +330,22 @@ fn write_sample() {
     std::fs::write(path.replace(".html", "-empty.html"), render_html(&e)).unwrap();
     println!("{}", render_text(&sample()));
     println!("wrote {path}");
+}
+
+#[test]
+fn a_history_bug_shows_its_window_in_text_and_html() {
+    let mut c = sample();
+    let window = "  0.0 ms  c1 add 18 → ok\n  4.0 ms  c1 read → [1] ← cannot be placed\n  the read lacks adds acknowledged before it began: 18";
+    c.bugs[1].window = Some(window.into());
+    let t = render_text(&c);
+    let at = t.find(&format!("bug {}: the shortest window of the history that no order explains:", c.bugs[1].id));
+    let at = at.unwrap_or_else(|| panic!("no window heading: {t}"));
+    assert!(t[at..].contains("    4.0 ms  c1 read → [1] ← cannot be placed"), "indented under it: {t}");
+    assert_eq!(t.matches("the shortest window").count(), 1, "only the history bug has one");
+    assert!(render_html(&c).contains("the read lacks adds acknowledged before it began: 18"));
+    let back: Campaign = serde_json::from_str(&render_json(&c))
+        .map(|r: serde_json::Value| serde_json::from_value(r["campaign"].clone()).unwrap())
+        .unwrap();
+    assert_eq!(back.bugs[1].window.as_deref(), Some(window));
+    assert!(!render_json(&sample()).contains("\"window\""), "a bug without one writes no field");
 }

@@ -85,6 +85,14 @@ pub fn render_text(c: &Campaign) -> String {
             })
             .collect();
         table(&mut out, &["ID", "SIGNATURE", "FIRST ROUND", "DECISIONS", "FILE", "REPRODUCE"], &rows, &[2, 3]);
+        for b in &c.bugs {
+            if let Some(window) = &b.window {
+                let _ = writeln!(out, "\nbug {}: the shortest window of the history that no order explains:", b.id);
+                for line in window.lines() {
+                    let _ = writeln!(out, "  {line}");
+                }
+            }
+        }
     }
 
     if !c.unconfirmed.is_empty() {

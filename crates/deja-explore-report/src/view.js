@@ -369,7 +369,10 @@
     return table("bugs", "Bugs", m.bugs.length, [["id"], ["signature"], ["first round", 1], ["decisions", 1], ["reproduce"]],
       m.bugs.map((b) => h("tr", { "data-bug-id": b.id },
         h("td", { class: "id" }, h("a", { href: base + basename(b.file) }, b.id)),
-        h("td", { class: "sig" }, b.signature),
+        h("td", { class: "sig" }, b.signature,
+          b.window ? h("details", { class: "window", open: "" },
+            h("summary", {}, "the shortest window of the history that no order explains"),
+            h("pre", {}, b.window)) : null),
         h("td", { class: "num" }, num(b.first_round)),
         h("td", { class: "num" }, b.minimized !== null && b.minimized !== undefined ? `${num(b.decisions)} → ${num(b.minimized)}` : num(b.decisions)),
         h("td", {}, h("code", {}, b.reproduce), h("div", { class: "file" }, h("a", { href: base + basename(b.file) }, b.file))))));

@@ -347,8 +347,7 @@ pub trait Subject: Sync {
         0
     }
 
-    /// Writes the bug file of a confirmed failure at `path`; returns its reproduce command and
-    /// the number of decisions of the failing run.
+    /// Writes the bug file of a confirmed failure at `path`; returns what the reports show of it.
     fn write_bug(
         &self,
         reference: &Self::Reference,
@@ -356,7 +355,18 @@ pub trait Subject: Sync {
         out: &Self::Outcome,
         round: u64,
         path: &Path,
-    ) -> Result<(String, u64), ExploreError>;
+    ) -> Result<WrittenBug, ExploreError>;
+}
+
+/// What the reports show of a bug file just written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenBug {
+    /// The command that replays it.
+    pub reproduce: String,
+    /// How many decisions the failing run took.
+    pub decisions: u64,
+    /// A history's shortest failing window on a timeline, when the failure is one.
+    pub window: Option<String>,
 }
 
 /// One corpus entry.
@@ -522,7 +532,7 @@ impl Books {
         sig: String,
         difference: Option<String>,
         out: &Path,
-        write: impl FnOnce(&Path) -> Result<(String, u64), ExploreError>,
+        write: impl FnOnce(&Path) -> Result<WrittenBug, ExploreError>,
     ) -> Result<(), ExploreError> {
         if let Some(why) = difference {
             self.unconfirmed_why.insert(sig.clone(), (self.round, why));
@@ -531,7 +541,7 @@ impl Books {
         }
         let id = bug_id(&sig);
         let file = format!("bug-{id}.json");
-        let (reproduce, decisions) = write(&out.join(&file))?;
+        let WrittenBug { reproduce, decisions, window } = write(&out.join(&file))?;
         self.signatures.insert(sig.clone());
         self.bugs.push(report::BugSummary {
             id,
@@ -541,6 +551,7 @@ impl Books {
             reproduce,
             decisions,
             minimized: None,
+            window,
         });
         Ok(())
     }

@@ -25,13 +25,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use deja_cluster::config::ScheduledFault;
-use deja_cluster::{ClusterConfig, ClusterReport, FaultEvent, Fork, Outcome, RunOptions, SteerAt, Steering};
+use deja_cluster::{ClusterConfig, ClusterReport, Fates, FaultEvent, Fork, Outcome, RunOptions, SteerAt, Steering};
 use deja_explore_report as report;
 use deja_format::json::Schema;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::campaign::{bug_id, CampaignConfig, Decision, Entry, Facts, Mode, Program, Seeds, Strategy, Subject};
+use crate::campaign::{
+    bug_id, CampaignConfig, Decision, Entry, Facts, Mode, Program, Seeds, Strategy, Subject, WrittenBug,
+};
 use crate::ExploreError;
 
 /// The cluster under exploration.
@@ -71,12 +73,15 @@ pub struct ClusterInput {
     /// When set, these faults replace the file's scripted and random faults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Vec<ScheduledFault>>,
+    /// Where message fates and scheduling ties come from after the steering point.
+    #[serde(default, skip_serializing_if = "Fates::is_stream")]
+    pub fates: Fates,
 }
 
 impl ClusterInput {
     /// Its steering.
     pub fn steering(&self) -> Steering {
-        Steering { overrides: self.overrides.clone(), reseed: self.reseed, at: self.steer_at }
+        Steering { overrides: self.overrides.clone(), reseed: self.reseed, at: self.steer_at, fates: self.fates }
     }
 }
 
@@ -288,7 +293,7 @@ impl ClusterBug {
             faults: out.report.faults.clone(),
             digest: out.report.digest.clone(),
             found_at_round: round,
-            reproduce: format!("deja replay {file}"),
+            reproduce: crate::replay_command(file),
             minimized_from: None,
             removed: Vec::new(),
             host: deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone()),
@@ -534,7 +539,7 @@ impl Subject for ClusterSubject<'_> {
         out: &ClusterOutcome,
         round: u64,
         path: &Path,
-    ) -> Result<(String, u64), ExploreError> {
+    ) -> Result<WrittenBug, ExploreError> {
         let mut bug = ClusterBug::new(self.target, input, out, round, &path.display().to_string());
         if input.seed == r.seed && input.steer_at == SteerAt::Setup {
             bug.forked_from = Some(ForkRecord {
@@ -544,7 +549,7 @@ impl Subject for ClusterSubject<'_> {
             });
         }
         bug.write(path)?;
-        Ok((bug.reproduce, bug.decisions))
+        Ok(WrittenBug { reproduce: bug.reproduce, decisions: bug.decisions, window: bug.history })
     }
 }
 
@@ -631,7 +636,7 @@ pub fn minimize_cluster(
     }
     let mut min = ClusterBug::new(target, &input, &out, bug.found_at_round, new_file);
     min.forked_from = bug.forked_from.clone();
-    min.minimized_from = Some(bug.reproduce.trim_start_matches("deja replay ").to_string());
+    min.minimized_from = Some(crate::replayed_file(&bug.reproduce).to_string());
     min.removed = all.iter().filter(|f| !kept.contains(f)).map(describe_fault).collect();
     Ok(MinimizedCluster { bug: min, tests })
 }

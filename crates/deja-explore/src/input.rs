@@ -321,7 +321,7 @@ impl BugFile {
             decisions: out.decisions.clone(),
             digest: out.digest.clone(),
             found_at_round: round,
-            reproduce: format!("deja replay {file}"),
+            reproduce: crate::replay_command(file),
             minimized_from: None,
             removed: Vec::new(),
             host: deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone()),

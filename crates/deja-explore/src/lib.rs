@@ -36,6 +36,18 @@ pub use merge::merge;
 pub use minimize::minimize;
 pub use program::{explore, ProgramSubject};
 
+/// The command that replays the bug file at `file`, as bug files and reports give it.
+pub fn replay_command(file: &str) -> String {
+    format!("{REPLAY} {file}")
+}
+
+/// The bug file a [`replay_command`] replays.
+pub fn replayed_file(command: &str) -> &str {
+    command.strip_prefix(REPLAY).map_or(command, str::trim_start)
+}
+
+const REPLAY: &str = "deja replay";
+
 /// Errors of the explorer.
 #[derive(Debug, thiserror::Error)]
 pub enum ExploreError {
@@ -89,4 +101,15 @@ pub fn replay(
     sink: &mut dyn FnMut(deja_kernel::Stream, &[u8]),
 ) -> Result<Outcome, ExploreError> {
     input::run_fresh(target, bug.fork_at_syscall, &bug.input, sink)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_replay_command_gives_back_its_file() {
+        for file in ["out/bug-1.json", "/tmp/a b/bug.json", "bug"] {
+            assert_eq!(super::replayed_file(&super::replay_command(file)), file);
+        }
+        assert_eq!(super::replay_command("x.json"), "deja replay x.json");
+    }
 }

@@ -130,7 +130,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Campaign, ExploreError> {
                 continue;
             }
             let file = out.join(&bug.file);
-            let reproduce = format!("deja replay {}", file.display());
+            let reproduce = crate::replay_command(&file.display().to_string());
             copy_bug(&dir.join(&bug.file), &file, &reproduce)?;
             m.bugs.push(report::BugSummary { reproduce, ..bug.clone() });
         }

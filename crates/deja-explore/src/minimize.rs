@@ -186,7 +186,7 @@ pub fn minimize(bug: &BugFile, target: &Target, new_file: &str) -> Result<Minimi
     }
     let removed: Vec<String> = all.iter().filter(|e| !current.contains(e)).map(Element::describe).collect();
     let mut min = BugFile::new(target, bug.fork_at_syscall, &input, &out, bug.found_at_round, new_file);
-    min.minimized_from = Some(bug.reproduce.trim_start_matches("deja replay ").to_string());
+    min.minimized_from = Some(crate::replayed_file(&bug.reproduce).to_string());
     min.removed = removed;
     Ok(Minimized { bug: min, tests })
 }

@@ -14,7 +14,7 @@ use deja_vmm::Fork;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::campaign::{CampaignConfig, Decision, Entry, Facts, Mode, Program, Seeds, Strategy, Subject};
+use crate::campaign::{CampaignConfig, Decision, Entry, Facts, Mode, Program, Seeds, Strategy, Subject, WrittenBug};
 use crate::input::{confirm, run_fresh, run_on_fork, BugFile, Input, Outcome, Target};
 use crate::menu::{below, Menu};
 use crate::ExploreError;
@@ -181,10 +181,10 @@ impl Subject for ProgramSubject<'_> {
         out: &Outcome,
         round: u64,
         path: &Path,
-    ) -> Result<(String, u64), ExploreError> {
+    ) -> Result<WrittenBug, ExploreError> {
         let bug = BugFile::new(self.target, r.fork_at, input, out, round, &path.display().to_string());
         bug.write(path)?;
-        Ok((bug.reproduce, out.decisions.len() as u64))
+        Ok(WrittenBug { reproduce: bug.reproduce, decisions: out.decisions.len() as u64, window: None })
     }
 }
 

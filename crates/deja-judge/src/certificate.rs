@@ -3,6 +3,7 @@
 use deja_format::json::Schema;
 use serde::{Deserialize, Serialize};
 
+use crate::judge::Verdict;
 use crate::JudgeError;
 
 /// What happened to one check.
@@ -60,8 +61,8 @@ pub struct Certificate {
     pub host: Option<deja_vmm::Fingerprint>,
     /// Every check, in order.
     pub checks: Vec<CheckRecord>,
-    /// The verdict.
-    pub verdict: String,
+    /// The verdict (before [`Certificate::seal`]: `EVIDENCE_INCOMPLETE`).
+    pub verdict: Verdict,
     /// The exit code that goes with it.
     pub exit_code: i32,
     /// What happened on the candidate, for a person.
@@ -94,7 +95,7 @@ fn final_hash(c: &Certificate) -> String {
     let last = c.checks.last().map(|r| r.hash.clone()).unwrap_or_else(|| header_hash(c));
     let mut h = blake3::Hasher::new();
     h.update(last.as_bytes());
-    h.update(c.verdict.as_bytes());
+    h.update(c.verdict.name().as_bytes());
     h.update(&c.exit_code.to_le_bytes());
     h.update(c.timeline.as_bytes());
     h.finalize().to_hex().to_string()
@@ -111,7 +112,7 @@ impl Certificate {
             candidate_blake3: candidate.into(),
             host: None,
             checks: Vec::new(),
-            verdict: String::new(),
+            verdict: Verdict::EvidenceIncomplete,
             exit_code: 2,
             timeline: String::new(),
             certificate_hash: String::new(),
@@ -126,10 +127,10 @@ impl Certificate {
         self.checks.push(r);
     }
 
-    /// Seals the certificate with its verdict.
-    pub fn seal(&mut self, verdict: &str, exit_code: i32, timeline: String) {
-        self.verdict = verdict.into();
-        self.exit_code = exit_code;
+    /// Seals the certificate with its verdict and the verdict's exit code.
+    pub fn seal(&mut self, verdict: Verdict, timeline: String) {
+        self.verdict = verdict;
+        self.exit_code = verdict.exit_code();
         self.timeline = timeline;
         self.certificate_hash = final_hash(self);
     }
@@ -155,7 +156,7 @@ impl Certificate {
         }
         let executed = self.checks.iter().filter(|r| r.status == CheckStatus::Passed).count();
         let all_passed = self.checks.iter().all(|r| r.status == CheckStatus::Passed);
-        if self.verdict == "FIXED_FOR_THIS_CAPSULE" && (executed == 0 || !all_passed || self.exit_code != 0) {
+        if self.verdict == Verdict::FixedForThisCapsule && (executed == 0 || !all_passed || self.exit_code != 0) {
             return Err(JudgeError::Tampered(
                 "the verdict check failed: a pass without every check executed and passed is not a pass".into(),
             ));
@@ -194,7 +195,7 @@ mod tests {
         let mut c = Certificate::new("cap", "base", "cand");
         c.push("one", CheckStatus::Passed, "ok".into(), vec!["d1".into()]);
         c.push("two", CheckStatus::Passed, "ok".into(), vec![]);
-        c.seal("FIXED_FOR_THIS_CAPSULE", 0, "a → b".into());
+        c.seal(Verdict::FixedForThisCapsule, "a → b".into());
         c
     }
 
@@ -206,7 +207,7 @@ mod tests {
             Box::new(|c| c.checks[0].status = CheckStatus::Failed),
             Box::new(|c| c.checks[1].detail.push('!')),
             Box::new(|c| c.checks[0].digests.clear()),
-            Box::new(|c| c.verdict = "STILL_REPRODUCES".into()),
+            Box::new(|c| c.verdict = Verdict::StillReproduces),
             Box::new(|c| c.exit_code = 1),
             Box::new(|c| c.candidate_blake3 = "other".into()),
             Box::new(|c| {
@@ -231,13 +232,25 @@ mod tests {
     }
 
     #[test]
+    fn verdicts_are_written_by_their_stable_names_and_unknown_ones_are_refused() {
+        use Verdict::*;
+        for v in [FixedForThisCapsule, StillReproduces, NewFailure, EvidenceIncomplete, NotFaultInduced] {
+            assert_eq!(serde_json::to_string(&v).unwrap(), format!("\"{}\"", v.name()));
+            assert_eq!(serde_json::from_str::<Verdict>(&format!("\"{v}\"")).unwrap(), v);
+        }
+        let mut v = serde_json::to_value(sample()).unwrap();
+        v["verdict"] = "FIXED".into();
+        assert!(serde_json::from_value::<Certificate>(v).is_err(), "a verdict deja does not know");
+    }
+
+    #[test]
     fn zero_checks_is_never_a_pass() {
         let mut c = Certificate::new("cap", "base", "cand");
-        c.seal("FIXED_FOR_THIS_CAPSULE", 0, String::new());
+        c.seal(Verdict::FixedForThisCapsule, String::new());
         assert!(c.verify().is_err());
         let mut c = Certificate::new("cap", "base", "cand");
         c.push("sweep", CheckStatus::NotRun, "skipped".into(), vec![]);
-        c.seal("FIXED_FOR_THIS_CAPSULE", 0, String::new());
+        c.seal(Verdict::FixedForThisCapsule, String::new());
         assert!(c.verify().is_err());
     }
 }

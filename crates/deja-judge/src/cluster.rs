@@ -3,7 +3,10 @@
 //! The failure is replayed **by meaning**: its faults as a schedule of partitions, heals, kills,
 //! restarts, pauses and clock faults at the same virtual times, never as positions in the
 //! decision log, so a candidate that sends one more message does not shift them. Message fates
-//! (latency, loss) come from each world's own seed. The steps, each recorded in the
+//! (latency, loss, reordering, duplication) and scheduling ties are keyed by meaning
+//! ([`deja_cluster::Fates::Meaning`]): each is a function of the world's seed, the message's
+//! connection and its place in that connection's order, so one more message on one connection
+//! leaves every other connection's fates as they were. The steps, each recorded in the
 //! certificate:
 //!
 //! 1. **reproduce the bug on the base**: the bug file's own input fails the same way;
@@ -26,6 +29,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use deja_cluster::config::ScheduledFault;
+use deja_cluster::Fates;
 use deja_explore::cluster::{describe_fault, run_cluster_input, ClusterOutcome};
 use deja_explore::{ClusterBug, ClusterInput, ClusterTarget};
 
@@ -116,6 +120,7 @@ fn by_meaning(bug: &ClusterBug, schedule: &[ScheduledFault], k: u32) -> ClusterI
         overrides: BTreeMap::new(),
         reseed: world_seed(bug, k),
         schedule: Some(schedule.to_vec()),
+        fates: Fates::Meaning,
         ..bug.input.clone()
     }
 }
@@ -405,6 +410,6 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
     for name in names.iter().skip(steps.len()) {
         cert.push(name, CheckStatus::NotRun, "an earlier result decided the verdict".into(), vec![]);
     }
-    cert.seal(verdict.name(), verdict.exit_code(), timeline);
+    cert.seal(verdict, timeline);
     ClusterJudgement { verdict, certificate: cert }
 }

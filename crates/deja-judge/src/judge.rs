@@ -9,8 +9,9 @@ use crate::capsule::{Capsule, Trigger};
 use crate::certificate::{Certificate, CheckStatus};
 use crate::search::{run_plan, search, CrashKind, Plan};
 
-/// The verdict of a check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The verdict of a check; in files, its [stable name](Verdict::name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Verdict {
     /// The candidate survives the capsule and a crash at every durable write.
     FixedForThisCapsule,
@@ -22,6 +23,12 @@ pub enum Verdict {
     EvidenceIncomplete,
     /// The base fails without any fault: the failure is not fault-induced.
     NotFaultInduced,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl Verdict {
@@ -556,7 +563,7 @@ pub fn check(input: &CheckInput) -> Judgement {
             cert.push(&r.name, r.status, r.detail, r.digests);
         }
     }
-    cert.seal(verdict.name(), verdict.exit_code(), timeline_text);
+    cert.seal(verdict, timeline_text);
     Judgement { verdict, capsule, certificate: cert }
 }
 

@@ -367,6 +367,25 @@ pub struct DecisionRecord {
     pub time_ns: u64,
 }
 
+/// A choice among `options` (`0`: any `u64`) from the words `next` gives: unbiased (Lemire's
+/// multiply-and-reject).
+fn bounded(options: u64, mut next: impl FnMut() -> u64) -> u64 {
+    let mut x = next();
+    if options == 0 {
+        return x;
+    }
+    let n = u128::from(options);
+    let mut m = u128::from(x) * n;
+    if (m as u64) < options {
+        let reject_below = options.wrapping_neg() % options;
+        while (m as u64) < reject_below {
+            x = next();
+            m = u128::from(x) * n;
+        }
+    }
+    (m >> 64) as u64
+}
+
 /// A decision stream with its overrides and log: how every decision of a node kernel (in
 /// [`FaultState`]) and of a cluster's network and fault schedule is taken.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -378,6 +397,11 @@ pub struct DecisionLog {
     /// The virtual time decisions are taken at now (see [`DecisionLog::set_time`]).
     #[serde(default)]
     pub(crate) time_ns: u64,
+    /// When set, the natural choices of [`DecisionLog::decide_keyed`] are a function of this
+    /// key and the decision's meaning instead of the stream's next bytes (see
+    /// [`DecisionLog::key_by_meaning`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) meaning_key: Option<[u8; 32]>,
 }
 
 impl DecisionLog {
@@ -388,7 +412,22 @@ impl DecisionLog {
             overrides: BTreeMap::new(),
             decisions: Vec::new(),
             time_ns: 0,
+            meaning_key: None,
         }
+    }
+
+    /// From now on, [`decide_keyed`](DecisionLog::decide_keyed) draws each natural choice from
+    /// the BLAKE3 keyed hash (key derived from `context` and `seed`) of the decision's point and
+    /// meaning, so it no longer depends on how many decisions came before it. A run that takes
+    /// one decision more elsewhere keeps every keyed choice it shares with the run that did
+    /// not. Overrides still apply by index.
+    pub fn key_by_meaning(&mut self, context: &str, seed: u64) {
+        self.meaning_key = Some(blake3::derive_key(context, &seed.to_le_bytes()));
+    }
+
+    /// True if keyed decisions are drawn by meaning.
+    pub fn keyed_by_meaning(&self) -> bool {
+        self.meaning_key.is_some()
     }
 
     /// Sets the virtual time the next decisions are recorded at.
@@ -406,7 +445,30 @@ impl DecisionLog {
     /// `u64`), recorded at `point`: the natural choice is always drawn, then replaced by the
     /// override for this index if there is one.
     pub fn decide(&mut self, point: String, options: u64) -> u64 {
-        let natural = self.natural(options);
+        let natural = bounded(options, || self.next_u64());
+        self.take(point, options, natural)
+    }
+
+    /// Like [`decide`](DecisionLog::decide), but once the log is [keyed by
+    /// meaning](DecisionLog::key_by_meaning) the natural choice is a function of `point` and
+    /// `meaning` alone (the stream is not touched). Before that it is `decide`.
+    pub fn decide_keyed(&mut self, point: String, options: u64, meaning: &[u8]) -> u64 {
+        let Some(key) = self.meaning_key else { return self.decide(point, options) };
+        let mut hasher = blake3::Hasher::new_keyed(&key);
+        hasher.update(&(point.len() as u64).to_le_bytes());
+        hasher.update(point.as_bytes());
+        hasher.update(meaning);
+        let mut xof = hasher.finalize_xof();
+        let natural = bounded(options, || {
+            let mut b = [0u8; 8];
+            xof.fill(&mut b);
+            u64::from_le_bytes(b)
+        });
+        self.take(point, options, natural)
+    }
+
+    /// Records decision number [`len()`](DecisionLog::len): `natural`, unless overridden.
+    fn take(&mut self, point: String, options: u64, natural: u64) -> u64 {
         let index = self.decisions.len() as u64;
         let (choice, overridden) = match self.overrides.get(&index) {
             Some(&c) if options == 0 => (c, true),
@@ -415,25 +477,6 @@ impl DecisionLog {
         };
         self.decisions.push(DecisionRecord { index, point, options, choice, overridden, time_ns: self.time_ns });
         choice
-    }
-
-    /// The stream's choice among `options` (`0`: any `u64`): unbiased (Lemire's
-    /// multiply-and-reject).
-    fn natural(&mut self, options: u64) -> u64 {
-        let mut x = self.next_u64();
-        if options == 0 {
-            return x;
-        }
-        let n = u128::from(options);
-        let mut m = u128::from(x) * n;
-        if (m as u64) < options {
-            let reject_below = options.wrapping_neg() % options;
-            while (m as u64) < reject_below {
-                x = self.next_u64();
-                m = u128::from(x) * n;
-            }
-        }
-        (m >> 64) as u64
     }
 
     fn next_u64(&mut self) -> u64 {
