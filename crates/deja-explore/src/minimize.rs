@@ -190,3 +190,82 @@ pub fn minimize(bug: &BugFile, target: &Target, new_file: &str) -> Result<Minimi
     min.removed = removed;
     Ok(Minimized { bug: min, tests })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ddmin;
+    use std::convert::Infallible;
+
+    /// ddmin over `n` elements where the failure needs every element of `needed`.
+    fn run(n: usize, needed: &[usize]) -> (Vec<usize>, u64) {
+        let all: Vec<usize> = (0..n).collect();
+        let mut tests = 0;
+        let mut fails = |s: &[usize]| -> Result<bool, Infallible> {
+            tests += 1;
+            Ok(needed.iter().all(|x| s.contains(x)))
+        };
+        let Ok(kept) = ddmin(&all, &mut fails);
+        (kept, tests)
+    }
+
+    #[test]
+    fn it_keeps_exactly_the_elements_a_conjunction_needs() {
+        // Every needed set of up to three elements among up to 24, at a stride of positions.
+        for n in 1..=24 {
+            for a in 0..n {
+                for needed in [vec![a], vec![a, (a * 7 + 3) % n], vec![a, (a + n / 2) % n, (a * 5 + 1) % n]] {
+                    let mut want = needed.clone();
+                    want.sort();
+                    want.dedup();
+                    let (kept, _) = run(n, &want);
+                    assert_eq!(kept, want, "n {n}, needed {want:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_failure_that_needs_nothing_minimizes_to_nothing() {
+        assert_eq!(run(10, &[]).0, Vec::<usize>::new());
+        assert_eq!(run(1, &[]).0, Vec::<usize>::new());
+        assert_eq!(run(0, &[]).0, Vec::<usize>::new());
+    }
+
+    #[test]
+    fn the_result_is_one_minimal_and_the_tests_stay_few() {
+        // A failure that needs any two of {3, 9, 14} (not a conjunction): the result fails and
+        // removing any one element makes it pass.
+        let fails = |s: &[usize]| [3, 9, 14].iter().filter(|x| s.contains(x)).count() >= 2;
+        let all: Vec<usize> = (0..64).collect();
+        let mut tests = 0u64;
+        let Ok(kept) = ddmin(&all, &mut |s: &[usize]| -> Result<bool, Infallible> {
+            tests += 1;
+            Ok(fails(s))
+        });
+        assert!(fails(&kept));
+        for i in 0..kept.len() {
+            let mut fewer = kept.clone();
+            fewer.remove(i);
+            assert!(!fails(&fewer), "{kept:?} without {} still fails", kept[i]);
+        }
+        assert!(tests < 200, "{tests} tests for 64 elements");
+        let (_, one) = run(1024, &[700]);
+        assert!(one < 80, "one element of 1,024 in {one} tests");
+    }
+
+    #[test]
+    fn an_error_stops_the_search_and_is_returned() {
+        let all: Vec<u8> = (0..16).collect();
+        let mut calls = 0;
+        let r = ddmin(&all, &mut |_s: &[u8]| -> Result<bool, String> {
+            calls += 1;
+            if calls == 3 {
+                Err("the replay failed".into())
+            } else {
+                Ok(false)
+            }
+        });
+        assert_eq!(r, Err("the replay failed".to_string()));
+        assert_eq!(calls, 3);
+    }
+}
