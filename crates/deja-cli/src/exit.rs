@@ -68,8 +68,8 @@ impl Exit {
             "the evidence is incomplete: `deja check`: `EVIDENCE_INCOMPLETE` or `NOT_FAULT_INDUCED` \
                       (or a bug file that does not fail on the base); `deja replay`: a missing or different \
                       program; `deja minimize`: nothing verified to minimize; `--crash-sweep`: the sweep cannot \
-                      tell; `deja explore`: no round ran, or the directory holds another campaign; `deja merge`: \
-                      the directories do not belong together; `deja serve`: the directory holds no campaign; \
+                      tell; `deja explore`: no round ran, or the directory holds another campaign or a checkpoint it \
+                      cannot continue; `deja merge`: the directories do not belong together; `deja serve`: the directory holds no campaign; \
                       `deja verify-certificate`: unreadable; a cluster file: the virtual-time budget ran out",
         ),
         (Exit::Stuck, "a cluster file: no node could run any more"),

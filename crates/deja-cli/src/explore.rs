@@ -409,13 +409,11 @@ pub struct MergeArgs {
 }
 
 /// Prints a campaign error: [`Exit::Incomplete`] when the directories and the campaign do not
-/// belong together, [`Exit::NotLoadable`] when a checkpoint or bug file fails its checks,
-/// [`Exit::DejaFailed`] when deja failed.
+/// belong together or a checkpoint cannot be continued, [`Exit::DejaFailed`] when deja failed.
 fn failed(e: &deja_explore::ExploreError) -> Exit {
     eprintln!("deja: error: {e}");
     match e {
-        deja_explore::ExploreError::Invalid(_) => Exit::Incomplete,
-        deja_explore::ExploreError::Artifact(_) => Exit::NotLoadable,
+        deja_explore::ExploreError::Invalid(_) | deja_explore::ExploreError::Artifact(_) => Exit::Incomplete,
         e if e.no_progress().is_some() => Exit::NoProgress,
         _ => Exit::DejaFailed,
     }
