@@ -14,7 +14,7 @@ use std::process::Command;
 use deja_vmm::divergence::{first_difference, hash, LifeRecord, RunRecord};
 use serde::Serialize;
 
-use crate::exit;
+use crate::exit::Exit;
 use crate::run::Failure;
 
 /// The record of a cluster run.
@@ -34,7 +34,7 @@ pub fn cluster_record(r: &deja_cluster::ClusterReport, output: &[u8]) -> RunReco
 pub fn write_record(record: &RunRecord, path: &Path) -> Result<(), Failure> {
     let bytes = serde_json::to_vec(record).expect("plain data serializes");
     std::fs::write(path, bytes)
-        .map_err(|e| Failure::new(exit::DEJA_FAILED, format!("cannot write the audit record {}: {e}", path.display())))
+        .map_err(|e| Failure::new(Exit::DejaFailed, format!("cannot write the audit record {}: {e}", path.display())))
 }
 
 /// The cores an audit pins its processes to, in turn: every core this process may use (its
@@ -51,29 +51,29 @@ pub fn cores() -> Vec<u32> {
 /// Runs `deja <argv>` in a fresh process pinned to `core`, and reads its audit record.
 pub fn run_child(argv: &[String], core: u32, n: u32) -> Result<RunRecord, Failure> {
     let exe = std::env::current_exe()
-        .map_err(|e| Failure::new(exit::DEJA_FAILED, format!("cannot find the deja executable: {e}")))?;
+        .map_err(|e| Failure::new(Exit::DejaFailed, format!("cannot find the deja executable: {e}")))?;
     let record: PathBuf = std::env::temp_dir().join(format!("deja-audit-{}-{n}.json", std::process::id()));
     // The hidden flags go right after the subcommand, before the program and its arguments.
-    let (sub, rest) = argv.split_first().ok_or_else(|| Failure::new(exit::DEJA_FAILED, "empty audit command"))?;
+    let (sub, rest) = argv.split_first().ok_or_else(|| Failure::new(Exit::DejaFailed, "empty audit command"))?;
     let out = Command::new(&exe)
         .arg(sub)
         .args(["--on-core".to_string(), core.to_string(), "--audit-record".to_string()])
         .arg(&record)
         .args(rest)
         .output()
-        .map_err(|e| Failure::new(exit::DEJA_FAILED, format!("cannot start {}: {e}", exe.display())))?;
+        .map_err(|e| Failure::new(Exit::DejaFailed, format!("cannot start {}: {e}", exe.display())))?;
     let read = std::fs::read(&record);
     let _ = std::fs::remove_file(&record);
     let bytes = read.map_err(|_| {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let tail: Vec<&str> = stderr.lines().rev().take(3).collect::<Vec<_>>().into_iter().rev().collect();
         Failure::new(
-            exit::DEJA_FAILED,
+            Exit::DejaFailed,
             format!("audit run {n} on core {core} wrote no record ({}): {}", out.status, tail.join(" / ")),
         )
     })?;
     let mut rec: RunRecord = serde_json::from_slice(&bytes).map_err(|e| {
-        Failure::new(exit::DEJA_FAILED, format!("audit run {n} on core {core} wrote an unreadable record: {e}"))
+        Failure::new(Exit::DejaFailed, format!("audit run {n} on core {core} wrote an unreadable record: {e}"))
     })?;
     rec.core = Some(core);
     Ok(rec)

@@ -3,6 +3,7 @@
 //! Wall-clock time appears here and nowhere else that shapes a run: these figures describe the
 //! host, not the guest.
 
+use crate::exit::Exit;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -691,7 +692,7 @@ fn cluster_figures(guests: &Path, repeat: u32) -> Result<serde_json::Value, Stri
 }
 
 /// `deja bench`.
-pub fn main(args: BenchArgs) -> i32 {
+pub fn main(args: BenchArgs) -> Exit {
     match figures(&args) {
         Ok(v) => {
             if args.json {
@@ -866,11 +867,11 @@ pub fn main(args: BenchArgs) -> i32 {
                     h["native_ms"].as_f64().unwrap_or(0.0)
                 );
             }
-            0
+            Exit::Clean
         }
         Err(e) => {
             eprintln!("deja: bench failed: {e}");
-            crate::exit::DEJA_FAILED
+            Exit::DejaFailed
         }
     }
 }

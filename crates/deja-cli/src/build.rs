@@ -1,5 +1,6 @@
 //! `deja build`: cargo build of a static program for deja, optionally with coverage.
 
+use crate::exit::Exit;
 use std::process::Command;
 
 /// The target deja programs are built for, named explicitly so that the static flag reaches
@@ -32,8 +33,8 @@ pub struct BuildArgs {
     pub cargo_args: Vec<String>,
 }
 
-/// `deja build`: exits with cargo's code.
-pub fn main(args: BuildArgs) -> i32 {
+/// `deja build`: exits with cargo's code ([`Exit::Program`]; 128+N when cargo died of signal N).
+pub fn main(args: BuildArgs) -> Exit {
     let mut flags = vec!["-C".to_string(), "target-feature=+crt-static".to_string()];
     if args.coverage {
         flags.extend(COVERAGE_FLAGS.iter().map(|s| s.to_string()));
@@ -57,12 +58,15 @@ pub fn main(args: BuildArgs) -> i32 {
                 "deja: built; the executables are in target/{TARGET}/{}/ (or under --target-dir)",
                 if args.debug { "debug" } else { "release" }
             );
-            0
+            Exit::Clean
         }
-        Ok(s) => s.code().unwrap_or(1),
+        Ok(s) => {
+            use std::os::unix::process::ExitStatusExt;
+            Exit::Program(s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)))
+        }
         Err(e) => {
             eprintln!("deja: error: cannot start cargo: {e}");
-            crate::exit::DEJA_FAILED
+            Exit::DejaFailed
         }
     }
 }

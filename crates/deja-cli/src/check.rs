@@ -1,5 +1,6 @@
 //! `deja check` and `deja verify-certificate`.
 
+use crate::exit::Exit;
 use std::path::PathBuf;
 
 use deja_judge::{Capsule, Certificate, CheckInput, CheckStatus};
@@ -63,26 +64,27 @@ fn program(path: &std::path::Path) -> deja_judge::judge::Program {
     }
 }
 
-/// `deja check`: exit 0 FIXED_FOR_THIS_CAPSULE, 1 STILL_REPRODUCES / NEW_FAILURE,
-/// 2 EVIDENCE_INCOMPLETE / NOT_FAULT_INDUCED (and for a bad command line or capsule).
-pub fn main(args: CheckArgs) -> i32 {
+/// `deja check`: [`Exit::Clean`] FIXED_FOR_THIS_CAPSULE, [`Exit::Failure`] STILL_REPRODUCES /
+/// NEW_FAILURE, [`Exit::Incomplete`] EVIDENCE_INCOMPLETE / NOT_FAULT_INDUCED or a bug file that
+/// does not fail on the base, [`Exit::NotLoadable`] a capsule or bug file that fails its checks.
+pub fn main(args: CheckArgs) -> Exit {
     if let Some(bug) = args.bug.as_deref().filter(|b| crate::explore::is_cluster_bug(b)) {
         return check_cluster(&args, bug);
     }
     if args.config.is_some() {
         eprintln!("deja: error: --config is the base cluster of a cluster bug file; give that file with --bug");
-        return 2;
+        return Exit::Usage;
     }
     let Some(base) = args.base.as_deref() else {
         eprintln!("deja: error: --base PROGRAM is needed (only a cluster bug file names its own base)");
-        return 2;
+        return Exit::Usage;
     };
     let capsule = match &args.capsule {
         Some(p) => match Capsule::read(p) {
             Ok(c) => Some(c),
             Err(e) => {
                 eprintln!("deja: error: refusing the capsule: {e}");
-                return 2;
+                return Exit::NotLoadable;
             }
         },
         None => None,
@@ -90,9 +92,9 @@ pub fn main(args: CheckArgs) -> i32 {
     let capsule = match (&args.bug, capsule) {
         (Some(path), _) => match capsule_from_bug(path, base) {
             Ok(c) => Some(c),
-            Err(e) => {
+            Err((code, e)) => {
                 eprintln!("deja: error: the bug file cannot be used: {e}");
-                return 2;
+                return code;
             }
         },
         (None, c) => c,
@@ -113,31 +115,41 @@ pub fn main(args: CheckArgs) -> i32 {
     let j = deja_judge::check(&input);
     if let Err(e) = std::fs::create_dir_all(&args.out) {
         eprintln!("deja: error: {}: {e}", args.out.display());
-        return crate::exit::DEJA_FAILED;
+        return Exit::DejaFailed;
     }
     if let Some(c) = &j.capsule {
         if args.capsule.is_none() {
             if let Err(e) = c.write(&args.out.join("capsule.json")) {
                 eprintln!("deja: error: {e}");
-                return crate::exit::DEJA_FAILED;
+                return Exit::DejaFailed;
             }
         }
     }
     let cert_path = args.out.join("certificate.json");
     if let Err(e) = j.certificate.write(&cert_path) {
         eprintln!("deja: error: {e}");
-        return crate::exit::DEJA_FAILED;
+        return Exit::DejaFailed;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&j.certificate).unwrap_or_default());
     }
-    eprintln!("deja: verdict {} (exit {})", j.verdict.name(), j.verdict.exit_code());
+    let code = verdict_exit(j.verdict);
+    eprintln!("deja: verdict {} (exit {})", j.verdict.name(), code.code());
     if let Some(c) = &j.capsule {
         eprintln!("deja: capsule {}: {}", c.id, c.signature);
         eprintln!("deja:   on the base: {}", c.timeline);
     }
     print_checks(&j.certificate, &cert_path);
-    j.verdict.exit_code()
+    code
+}
+
+/// The exit of a verdict.
+fn verdict_exit(v: deja_judge::Verdict) -> Exit {
+    match v {
+        deja_judge::Verdict::FixedForThisCapsule => Exit::Clean,
+        deja_judge::Verdict::StillReproduces | deja_judge::Verdict::NewFailure => Exit::Failure,
+        deja_judge::Verdict::EvidenceIncomplete | deja_judge::Verdict::NotFaultInduced => Exit::Incomplete,
+    }
 }
 
 /// Every check of a certificate, its timeline and where it was written.
@@ -159,19 +171,19 @@ fn print_checks(cert: &deja_judge::Certificate, path: &std::path::Path) {
 
 /// `deja check --bug CLUSTER-BUG --candidate NODE=PATH,...`: the cluster bug judged by meaning
 /// (see `deja_judge::cluster`); the same verdicts and exit codes as for one program.
-fn check_cluster(args: &CheckArgs, bug_path: &std::path::Path) -> i32 {
+fn check_cluster(args: &CheckArgs, bug_path: &std::path::Path) -> Exit {
     let bug = match deja_explore::ClusterBug::read(bug_path) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("deja: error: the bug file cannot be used: {e}");
-            return 2;
+            return Exit::NotLoadable;
         }
     };
     let base = match bug.target(args.config.as_deref()) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("deja: error: the base cluster: {e}");
-            return 2;
+            return Exit::Incomplete;
         }
     };
     let candidate = deja_judge::cluster::candidate_nodes(&args.candidate.to_string_lossy(), &base);
@@ -187,24 +199,32 @@ fn check_cluster(args: &CheckArgs, bug_path: &std::path::Path) -> i32 {
         .and_then(|_| j.certificate.write(&args.out.join("certificate.json")).map_err(|e| e.to_string()));
     if let Err(e) = written {
         eprintln!("deja: error: {e}");
-        return crate::exit::DEJA_FAILED;
+        return Exit::DejaFailed;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&j.certificate).unwrap_or_default());
     }
-    eprintln!("deja: verdict {} (exit {})", j.verdict.name(), j.verdict.exit_code());
+    let code = verdict_exit(j.verdict);
+    eprintln!("deja: verdict {} (exit {})", j.verdict.name(), code.code());
     eprintln!("deja: cluster bug {}: {}", bug.id, bug.signature);
     print_checks(&j.certificate, &args.out.join("certificate.json"));
-    j.verdict.exit_code()
+    code
 }
 
-/// Replays an explore bug file on the base and freezes the failing run as a capsule.
-fn capsule_from_bug(path: &std::path::Path, base: &std::path::Path) -> Result<Capsule, String> {
-    let bug = deja_explore::BugFile::read(path).map_err(|e| e.to_string())?;
+/// Replays an explore bug file on the base and freezes the failing run as a capsule; the exit
+/// with the error: [`Exit::NotLoadable`] when the bug file fails its checks,
+/// [`Exit::Incomplete`] when it cannot be judged on this base.
+fn capsule_from_bug(path: &std::path::Path, base: &std::path::Path) -> Result<Capsule, (Exit, String)> {
+    let bug = deja_explore::BugFile::read(path).map_err(|e| (Exit::NotLoadable, e.to_string()))?;
+    capsule_of(&bug, base).map_err(|e| (Exit::Incomplete, e))
+}
+
+/// Replays a bug file on the base and freezes the failing run as a capsule.
+fn capsule_of(bug: &deja_explore::BugFile, base: &std::path::Path) -> Result<Capsule, String> {
     let image = std::fs::read(base).map_err(|e| format!("{}: {e}", base.display()))?;
     let base_hash = blake3::hash(&image).to_hex().to_string();
     let target = bug.target(image, Default::default(), &base.display().to_string()).map_err(|e| e.to_string())?;
-    let out = deja_explore::replay(&bug, &target, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    let out = deja_explore::replay(bug, &target, &mut |_, _| {}).map_err(|e| e.to_string())?;
     if out.failure.as_deref() != Some(bug.signature.as_str()) {
         return Err(format!("it does not reproduce on {}", base.display()));
     }
@@ -232,18 +252,18 @@ pub struct VerifyArgs {
     pub file: PathBuf,
 }
 
-/// `deja verify-certificate`: exit 0 when the chain is intact, 1 when it was tampered with,
-/// 2 when the file cannot be read.
-pub fn verify(args: VerifyArgs) -> i32 {
+/// `deja verify-certificate`: [`Exit::Clean`] when the chain is intact, [`Exit::Failure`] when
+/// it was tampered with, [`Exit::Incomplete`] when the file cannot be read.
+pub fn verify(args: VerifyArgs) -> Exit {
     let c = match Certificate::read(&args.file) {
         Ok(c) => c,
         Err(deja_judge::JudgeError::File { message, .. }) => {
             eprintln!("deja: cannot read {}: {message}", args.file.display());
-            return 2;
+            return Exit::Incomplete;
         }
         Err(e) => {
             eprintln!("deja: refused: {e}");
-            return 1;
+            return Exit::Failure;
         }
     };
     match c.verify() {
@@ -254,11 +274,11 @@ pub fn verify(args: VerifyArgs) -> i32 {
                 c.verdict,
                 c.certificate_hash
             );
-            0
+            Exit::Clean
         }
         Err(e) => {
             eprintln!("deja: refused: {}: {e}", args.file.display());
-            1
+            Exit::Failure
         }
     }
 }

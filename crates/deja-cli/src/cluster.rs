@@ -7,22 +7,15 @@ use std::path::Path;
 use deja_cluster::{ClusterConfig, ClusterReport, ConfigError, Outcome, RunOptions};
 use deja_kernel::{ExitStatus, Stream};
 
-use crate::exit;
+use crate::exit::Exit;
 use crate::run::{Failure, RunArgs};
-
-/// A waited node failed (exited non-zero or died).
-pub const NODE_FAILED: i32 = 1;
-/// The virtual-time budget ran out before the waited nodes exited.
-pub const TIME_LIMIT: i32 = 3;
-/// No node could run any more while waited nodes had not exited.
-pub const STUCK: i32 = 4;
 
 /// Loads a cluster file, with `--seed` applied.
 pub fn load(path: &Path, seed: Option<u64>) -> Result<ClusterConfig, Failure> {
     let mut cfg = ClusterConfig::load(path).map_err(|e| {
         let code = match &e {
-            ConfigError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => exit::NOT_FOUND,
-            _ => 2,
+            ConfigError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => Exit::NotFound,
+            _ => Exit::Usage,
         };
         Failure::new(code, e.to_string())
     })?;
@@ -79,9 +72,9 @@ fn run_cluster(
 ) -> Result<ClusterReport, Failure> {
     deja_cluster::run(cfg, RunOptions { sink, steering: Default::default(), record_trace }).map_err(|e| {
         let code = if matches!(e, deja_cluster::ClusterError::NoProgress { .. }) {
-            exit::NO_PROGRESS
+            Exit::NoProgress
         } else {
-            exit::DEJA_FAILED
+            Exit::DejaFailed
         };
         Failure::new(code, e.to_string())
     })
@@ -98,8 +91,10 @@ fn describe(e: Option<&ExitStatus>) -> String {
     }
 }
 
-/// The exit code `deja run` gives a cluster report, and a one-line verdict.
-pub fn verdict(r: &ClusterReport) -> (i32, String) {
+/// The exit `deja run` gives a cluster report, and a one-line verdict: [`Exit::Failure`] a waited
+/// node failed or the history is not linearizable, [`Exit::Incomplete`] the virtual-time budget
+/// ran out, [`Exit::Stuck`] no node could run any more.
+pub fn verdict(r: &ClusterReport) -> (Exit, String) {
     if r.assertion_failed() {
         let failing: Vec<String> = r
             .nodes
@@ -113,23 +108,23 @@ pub fn verdict(r: &ClusterReport) -> (i32, String) {
                 })
             })
             .collect();
-        return (exit::ASSERTION_FAILED, format!("assertion failed: {}", failing.join("; ")));
+        return (Exit::AssertionFailed, format!("assertion failed: {}", failing.join("; ")));
     }
     match deja_explore::cluster::history_verdict(r) {
-        Some(Ok(deja_history::Verdict::NotLinearizable(v))) => return (NODE_FAILED, v.signature()),
-        Some(Err(e)) => return (NODE_FAILED, format!("the clients' history cannot be read: {e}")),
+        Some(Ok(deja_history::Verdict::NotLinearizable(v))) => return (Exit::Failure, v.signature()),
+        Some(Err(e)) => return (Exit::Failure, format!("the clients' history cannot be read: {e}")),
         _ => {}
     }
     match &r.outcome {
         Outcome::TimeLimit => {
-            return (TIME_LIMIT, "the virtual-time budget ran out before every waited node exited".into())
+            return (Exit::Incomplete, "the virtual-time budget ran out before every waited node exited".into())
         }
-        Outcome::Stuck(why) => return (STUCK, format!("stuck: {why}")),
+        Outcome::Stuck(why) => return (Exit::Stuck, format!("stuck: {why}")),
         Outcome::Completed => {}
     }
     match r.first_failure() {
-        Some((node, e)) => (NODE_FAILED, format!("node {node} failed: {}", describe(Some(e)))),
-        None => (0, "every waited node exited 0".into()),
+        Some((node, e)) => (Exit::Failure, format!("node {node} failed: {}", describe(Some(e)))),
+        None => (Exit::Clean, "every waited node exited 0".into()),
     }
 }
 
@@ -190,7 +185,7 @@ pub fn history_summary(r: &ClusterReport) {
 }
 
 /// `deja run cluster.toml`.
-pub fn run(args: &RunArgs, path: &Path) -> Result<i32, Failure> {
+pub fn run(args: &RunArgs, path: &Path) -> Result<Exit, Failure> {
     let unsupported = [
         (args.snapshot_at.is_some(), "--snapshot-at"),
         (args.crash_after_durable_write.is_some(), "--crash-after-durable-write"),
@@ -204,10 +199,13 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<i32, Failure> {
         (!args.args.is_empty(), "program arguments"),
     ];
     if let Some((_, flag)) = unsupported.iter().find(|(on, _)| *on) {
-        return Err(Failure::new(2, format!("{flag} does not apply to a cluster file; put node settings in the file")));
+        return Err(Failure::new(
+            Exit::Usage,
+            format!("{flag} does not apply to a cluster file; put node settings in the file"),
+        ));
     }
     let cfg = load(path, args.seed)?;
-    let host = deja_vmm::identity::host().map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?;
+    let host = deja_vmm::identity::host().map_err(|e| Failure::new(Exit::DejaFailed, e.to_string()))?;
     let runs = args.audit.unwrap_or(1).max(1);
     let auditing = runs > 1 || args.audit_record.is_some();
     let mut prefix = Prefixer::default();
@@ -231,7 +229,7 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<i32, Failure> {
         let mut record = record;
         record.core = args.on_core;
         crate::audit::write_record(&record, out)?;
-        return Ok(0);
+        return Ok(Exit::Clean);
     }
     let mut code_override = None;
     let mut audit = None;
@@ -239,7 +237,7 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<i32, Failure> {
         let argv = vec!["run".to_string(), "--seed".to_string(), cfg.seed.to_string(), path.display().to_string()];
         let verdict = crate::audit::audit(&record, &argv, runs)?;
         if verdict.result != "identical" {
-            code_override = Some(exit::AUDIT_DIVERGED);
+            code_override = Some(Exit::AuditDiverged);
         }
         if !args.json {
             crate::audit::print(&verdict);
@@ -247,16 +245,16 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<i32, Failure> {
         audit = Some(verdict);
     }
     if let Some(out) = &args.report_out {
-        let json = serde_json::to_vec_pretty(&first).map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?;
+        let json = serde_json::to_vec_pretty(&first).map_err(|e| Failure::new(Exit::DejaFailed, e.to_string()))?;
         std::fs::write(out, json)
-            .map_err(|e| Failure::new(exit::DEJA_FAILED, format!("cannot write {}: {e}", out.display())))?;
+            .map_err(|e| Failure::new(Exit::DejaFailed, format!("cannot write {}: {e}", out.display())))?;
     }
     if !args.json {
         summary(&first);
     }
     let (code, why) = verdict(&first);
     eprintln!("deja: {why}");
-    if code != 0 {
+    if code != Exit::Clean {
         let exe = std::env::args().next().unwrap_or_else(|| "deja".into());
         eprintln!("deja: reproduce with: {exe} run --seed {} {}", first.seed, path.display());
     }
@@ -265,7 +263,7 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<i32, Failure> {
     }
     if args.json {
         // The last line of stderr, like a single run's summary.
-        let mut json = serde_json::to_value(&first).map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?;
+        let mut json = serde_json::to_value(&first).map_err(|e| Failure::new(Exit::DejaFailed, e.to_string()))?;
         json["host"] = crate::run::host_json(host);
         json["audit"] = serde_json::to_value(&audit).expect("plain data serializes");
         eprintln!("{json}");

@@ -6,6 +6,7 @@
 //! restarted again: its restart would be the same run. `--after-writes-only` runs the sweep deja
 //! had before crash states: right after each durable write, the durable layer alone.
 
+use crate::exit::Exit;
 use std::collections::BTreeMap;
 use std::io::Write;
 
@@ -107,8 +108,9 @@ fn kind_of(f: &deja_kernel::FaultRecord) -> String {
     serde_json::to_value(f.kind).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
 }
 
-/// Runs the sweep; returns the exit code (0 all held, 1 a restart failed, 2 incomplete).
-pub fn sweep(args: &RunArgs, spec: ProgramSpec) -> i32 {
+/// Runs the sweep: [`Exit::Clean`] all held, [`Exit::Failure`] a restart failed,
+/// [`Exit::Incomplete`] the sweep cannot tell.
+pub fn sweep(args: &RunArgs, spec: ProgramSpec) -> Exit {
     let mut report = SweepReport {
         schema: "deja.crash-sweep/2",
         model: MODEL,
@@ -200,9 +202,9 @@ pub fn sweep(args: &RunArgs, spec: ProgramSpec) -> i32 {
     report.digest = h.finalize().to_hex().to_string();
     print(args, &report);
     match report.verdict {
-        "all_held" => 0,
-        "failures" => 1,
-        _ => 2,
+        "all_held" => Exit::Clean,
+        "failures" => Exit::Failure,
+        _ => Exit::Incomplete,
     }
 }
 

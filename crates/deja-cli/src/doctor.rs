@@ -1,5 +1,6 @@
 //! `deja doctor`: can this host run deja, and what can a guest learn about it?
 
+use crate::exit::Exit;
 use std::io::Write;
 
 /// Arguments of `deja doctor`.
@@ -10,8 +11,9 @@ pub struct DoctorArgs {
     pub json: bool,
 }
 
-/// `deja doctor`: exit 0 if deja can run here (hazards are reported, not fatal), 1 if not.
-pub fn main(args: DoctorArgs) -> i32 {
+/// `deja doctor`: [`Exit::Clean`] if deja can run here (hazards are reported, not fatal),
+/// [`Exit::DejaFailed`] if not.
+pub fn main(args: DoctorArgs) -> Exit {
     let check = deja_vmm::check_host();
     let usable = check.usable();
     if args.json {
@@ -34,7 +36,7 @@ pub fn main(args: DoctorArgs) -> i32 {
             "hazards": profile.map(|p| p.hazards()),
         });
         println!("{v:#}");
-        return if usable { 0 } else { 1 };
+        return if usable { Exit::Clean } else { Exit::DejaFailed };
     }
     let mut o = std::io::stdout().lock();
     match &check.kvm {
@@ -137,8 +139,8 @@ pub fn main(args: DoctorArgs) -> i32 {
     let _ =
         writeln!(o, "{}", if usable { "deja can run programs on this host" } else { "deja cannot run on this host" });
     if usable {
-        0
+        Exit::Clean
     } else {
-        1
+        Exit::DejaFailed
     }
 }

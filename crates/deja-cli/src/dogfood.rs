@@ -2,6 +2,7 @@
 //! the first bug with coverage guidance against the random baseline, on the reference workloads,
 //! over fixed seeds. `--check` regenerates the table and fails when the committed one differs.
 
+use crate::exit::Exit;
 use std::path::PathBuf;
 
 use deja_explore::{CampaignConfig, Mode, Strategy, Target};
@@ -183,7 +184,7 @@ pub fn table(dir: &std::path::Path, seeds: u64) -> Result<String, String> {
 }
 
 /// `deja dogfood`.
-pub fn main(args: DogfoodArgs) -> i32 {
+pub fn main(args: DogfoodArgs) -> Exit {
     let dir = args.guests.clone().unwrap_or_else(|| {
         let exe = std::env::current_exe().unwrap_or_default();
         exe.parent().and_then(std::path::Path::parent).map(|t| t.join("guests")).unwrap_or_default()
@@ -192,30 +193,30 @@ pub fn main(args: DogfoodArgs) -> i32 {
         Ok(md) => md,
         Err(e) => {
             eprintln!("deja: dogfood failed: {e}");
-            return crate::exit::DEJA_FAILED;
+            return Exit::DejaFailed;
         }
     };
     if let Some(path) = &args.check {
         let committed = std::fs::read_to_string(path).unwrap_or_default();
         if committed == md {
             eprintln!("deja: {} matches what the code produces", path.display());
-            return 0;
+            return Exit::Clean;
         }
         eprintln!(
             "deja: {} differs from what the code produces now; regenerate with `cargo xtask dogfood`:\n{md}",
             path.display()
         );
-        return 1;
+        return Exit::Failure;
     }
     match &args.out {
         Some(path) => {
             if let Err(e) = std::fs::write(path, &md) {
                 eprintln!("deja: {}: {e}", path.display());
-                return crate::exit::DEJA_FAILED;
+                return Exit::DejaFailed;
             }
             eprintln!("deja: wrote {}", path.display());
         }
         None => print!("{md}"),
     }
-    0
+    Exit::Clean
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use deja_explore::{BugFile, CampaignConfig, Mode, Strategy, Target};
 
-use crate::exit;
+use crate::exit::Exit;
 
 /// Arguments of `deja explore`.
 #[derive(Debug, clap::Args)]
@@ -102,7 +102,7 @@ fn default_jobs() -> u64 {
     std::thread::available_parallelism().map(|n| n.get() as u64).unwrap_or(1)
 }
 
-fn read_files(decls: &[String]) -> Result<BTreeMap<String, Vec<u8>>, (i32, String)> {
+fn read_files(decls: &[String]) -> Result<BTreeMap<String, Vec<u8>>, (Exit, String)> {
     let mut files = BTreeMap::new();
     for decl in decls {
         let (host, guest) = match decl.split_once(':') {
@@ -110,15 +110,15 @@ fn read_files(decls: &[String]) -> Result<BTreeMap<String, Vec<u8>>, (i32, Strin
             None => (decl.clone(), format!("/{}", decl.trim_start_matches("./").trim_start_matches('/'))),
         };
         let data =
-            std::fs::read(&host).map_err(|e| (exit::NOT_FOUND, format!("cannot read declared file {host}: {e}")))?;
+            std::fs::read(&host).map_err(|e| (Exit::NotFound, format!("cannot read declared file {host}: {e}")))?;
         files.insert(guest, data);
     }
     Ok(files)
 }
 
-fn target(args: &ExploreArgs) -> Result<Target, (i32, String)> {
+fn target(args: &ExploreArgs) -> Result<Target, (Exit, String)> {
     let image = std::fs::read(&args.program)
-        .map_err(|e| (exit::NOT_FOUND, format!("cannot read program {}: {e}", args.program.display())))?;
+        .map_err(|e| (Exit::NotFound, format!("cannot read program {}: {e}", args.program.display())))?;
     let name = args.program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut spec = deja_kernel::ProgramSpec::for_program(image, &name, args.args.iter().cloned(), args.seed);
     spec.env = args.env.clone();
@@ -145,33 +145,33 @@ fn config(args: &ExploreArgs, strategy: Strategy, out: PathBuf) -> CampaignConfi
     }
 }
 
-/// `deja explore`: exit 0 when no bug was found, 1 when bugs were found, 2 when the campaign ran
-/// no round, 125 when deja failed.
-pub fn main(args: ExploreArgs) -> i32 {
+/// `deja explore`: [`Exit::Clean`] when no bug was found, [`Exit::Failure`] when bugs were found,
+/// [`Exit::Incomplete`] when the campaign ran no round, [`Exit::DejaFailed`] when deja failed.
+pub fn main(args: ExploreArgs) -> Exit {
     if args.runs.is_none() && args.budget.is_none() {
         eprintln!("deja: error: give a budget: --runs N or --budget 10m");
-        return 2;
+        return Exit::Usage;
     }
     if args.jobs == Some(0) {
         eprintln!("deja: error: --jobs takes at least 1");
-        return 2;
+        return Exit::Usage;
     }
     let strategy = if args.strategy == "random" { Strategy::Random } else { Strategy::Coverage };
     let cluster = args.program.extension().is_some_and(|e| e == "toml");
     if cluster && (!args.files.is_empty() || !args.env.is_empty() || !args.args.is_empty()) {
         eprintln!("deja: error: --file, --env and program arguments do not apply to a cluster file");
-        return 2;
+        return Exit::Usage;
     }
     let cluster_target = if cluster {
         if !args.program.exists() {
             eprintln!("deja: error: cannot read cluster file {}", args.program.display());
-            return exit::NOT_FOUND;
+            return Exit::NotFound;
         }
         match deja_explore::ClusterTarget::load(&args.program) {
             Ok(t) => Some(t),
             Err(e) => {
                 eprintln!("deja: error: {e}");
-                return 2;
+                return Exit::Usage;
             }
         }
     } else {
@@ -205,7 +205,7 @@ pub fn main(args: ExploreArgs) -> i32 {
             Ok((l, f)) => (Some(l), Some(f)),
             Err(e) => {
                 eprintln!("deja: error: {e}");
-                return 2;
+                return Exit::Usage;
             }
         },
         None => (None, None),
@@ -252,7 +252,7 @@ pub fn main(args: ExploreArgs) -> i32 {
     }
     if let Err(e) = deja_explore::write_reports(&campaign, &args.out) {
         eprintln!("deja: error: {e}");
-        return exit::DEJA_FAILED;
+        return Exit::DejaFailed;
     }
     if let Some(l) = live {
         l.finish(&campaign);
@@ -303,11 +303,9 @@ pub fn main(args: ExploreArgs) -> i32 {
     }
     let _ = writeln!(err, "deja: reports in {}/report.{{txt,json,html}}", args.out.display());
     if campaign.rounds == 0 {
-        2
-    } else if campaign.bugs.is_empty() {
-        0
+        Exit::Incomplete
     } else {
-        1
+        Exit::failure_if(!campaign.bugs.is_empty())
     }
 }
 
@@ -373,8 +371,9 @@ pub struct ServeArgs {
     pub dir: PathBuf,
 }
 
-/// `deja serve`: serves the campaign saved in a directory until killed; 2 when it holds none.
-pub fn serve(args: ServeArgs) -> i32 {
+/// `deja serve`: serves the campaign saved in a directory until killed; [`Exit::Incomplete`] when
+/// it holds none, [`Exit::Usage`] when nothing can listen on the address.
+pub fn serve(args: ServeArgs) -> Exit {
     let (campaign, finished) = match deja_explore::saved(&args.dir) {
         Ok(c) => c,
         Err(e) => return failed(&e),
@@ -384,7 +383,7 @@ pub fn serve(args: ServeArgs) -> i32 {
         Ok(s) => s,
         Err(e) => {
             eprintln!("deja: error: {e}");
-            return 2;
+            return Exit::Usage;
         }
     };
     eprintln!(
@@ -409,19 +408,21 @@ pub struct MergeArgs {
     pub dirs: Vec<PathBuf>,
 }
 
-/// Prints a campaign error; 2 when what was asked cannot be done, 125 when deja failed.
-fn failed(e: &deja_explore::ExploreError) -> i32 {
+/// Prints a campaign error: [`Exit::Incomplete`] when the directories and the campaign do not
+/// belong together or a checkpoint cannot be continued, [`Exit::DejaFailed`] when deja failed.
+fn failed(e: &deja_explore::ExploreError) -> Exit {
     eprintln!("deja: error: {e}");
     match e {
-        deja_explore::ExploreError::Invalid(_) | deja_explore::ExploreError::Artifact(_) => 2,
-        e if e.no_progress().is_some() => exit::NO_PROGRESS,
-        _ => exit::DEJA_FAILED,
+        deja_explore::ExploreError::Invalid(_) | deja_explore::ExploreError::Artifact(_) => Exit::Incomplete,
+        e if e.no_progress().is_some() => Exit::NoProgress,
+        _ => Exit::DejaFailed,
     }
 }
 
-/// `deja merge`: exit 0 when the merged campaign has no bug, 1 when it has bugs, 2 when the
-/// directories do not merge, 125 when a file could not be read or written.
-pub fn merge(args: MergeArgs) -> i32 {
+/// `deja merge`: [`Exit::Clean`] when the merged campaign has no bug, [`Exit::Failure`] when it
+/// has bugs, [`Exit::Incomplete`] when the directories do not merge, [`Exit::DejaFailed`] when a
+/// file could not be read or written.
+pub fn merge(args: MergeArgs) -> Exit {
     let c = match deja_explore::merge(&args.dirs, &args.out) {
         Ok(c) => c,
         Err(e) => return failed(&e),
@@ -440,11 +441,7 @@ pub fn merge(args: MergeArgs) -> i32 {
         let _ = writeln!(err, "deja:     reproduce: {}", b.reproduce);
     }
     let _ = writeln!(err, "deja: reports in {}/report.{{txt,json,html}}", args.out.display());
-    if c.bugs.is_empty() {
-        0
-    } else {
-        1
-    }
+    Exit::failure_if(!c.bugs.is_empty())
 }
 
 /// Arguments of `deja replay`.
@@ -463,18 +460,21 @@ pub struct ReplayArgs {
     pub bug: PathBuf,
 }
 
-fn load_bug(bug: &Path, program: Option<&Path>, files: &[String]) -> Result<(BugFile, Target), (i32, String)> {
-    let b = BugFile::read(bug).map_err(|e| (exit::NOT_LOADABLE, e.to_string()))?;
+fn load_bug(bug: &Path, program: Option<&Path>, files: &[String]) -> Result<(BugFile, Target), (Exit, String)> {
+    let b = BugFile::read(bug).map_err(|e| (Exit::NotLoadable, e.to_string()))?;
     let path = program.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(&b.program));
-    let image = std::fs::read(&path).map_err(|e| (2, format!("cannot read the program {}: {e}", path.display())))?;
-    let t = b.target(image, read_files(files)?, &path.display().to_string()).map_err(|e| (2, e.to_string()))?;
+    let image = std::fs::read(&path)
+        .map_err(|e| (Exit::Incomplete, format!("cannot read the program {}: {e}", path.display())))?;
+    let t = b
+        .target(image, read_files(files)?, &path.display().to_string())
+        .map_err(|e| (Exit::Incomplete, e.to_string()))?;
     Ok((b, t))
 }
 
-/// `deja replay`: exit 1 when the failure reproduced (same signature and digest), 0 when it did
-/// not, 2 when the evidence is incomplete (missing or different program), 126 when the bug file
-/// fails its checks.
-pub fn replay(args: ReplayArgs) -> i32 {
+/// `deja replay`: [`Exit::Failure`] when the failure reproduced (same signature and digest),
+/// [`Exit::Clean`] when it did not, [`Exit::Incomplete`] when the evidence is incomplete (missing
+/// or different program), [`Exit::NotLoadable`] when the bug file fails its checks.
+pub fn replay(args: ReplayArgs) -> Exit {
     if is_cluster_bug(&args.bug) {
         return replay_cluster(&args);
     }
@@ -496,7 +496,7 @@ pub fn replay(args: ReplayArgs) -> i32 {
         Ok(o) => o,
         Err(e) => {
             eprintln!("deja: replay failed to run: {e}");
-            return 2;
+            return Exit::Incomplete;
         }
     };
     if args.trace {
@@ -542,25 +542,25 @@ pub fn host_note(what: &str, recorded: Option<&deja_vmm::Fingerprint>) {
     }
 }
 
-/// Compares a replay with its bug and prints the verdict: 1 when the failure reproduced, 0 when
-/// it did not (`what` names the thing that ran: `run`, `cluster`).
-fn replay_verdict(id: &str, signature: &str, digest: &str, failure: Option<&str>, got: &str, what: &str) -> i32 {
+/// Compares a replay with its bug and prints the verdict: [`Exit::Failure`] when the failure
+/// reproduced, [`Exit::Clean`] when it did not (`what` names the thing that ran: `run`, `cluster`).
+fn replay_verdict(id: &str, signature: &str, digest: &str, failure: Option<&str>, got: &str, what: &str) -> Exit {
     match failure {
         Some(sig) if sig == signature && got == digest => {
             eprintln!("deja: reproduced bug {id}: {sig} (digest {got})");
-            1
+            Exit::Failure
         }
         Some(sig) if sig == signature => {
             eprintln!("deja: the failure reproduced but the {what} differs (digest {got} instead of {digest})");
-            1
+            Exit::Failure
         }
         Some(sig) => {
             eprintln!("deja: not reproduced: the {what} failed differently: {sig}");
-            0
+            Exit::Clean
         }
         None => {
             eprintln!("deja: not reproduced: the {what} held (digest {got})");
-            0
+            Exit::Clean
         }
     }
 }
@@ -581,9 +581,10 @@ pub struct MinimizeArgs {
     pub bug: PathBuf,
 }
 
-/// `deja minimize`: 0 when a verified minimized bug file was written, 2 when the bug did not
-/// reproduce or its program could not be loaded, 126 when the bug file fails its checks.
-pub fn minimize(args: MinimizeArgs) -> i32 {
+/// `deja minimize`: [`Exit::Clean`] when a verified minimized bug file was written,
+/// [`Exit::Incomplete`] when the bug did not reproduce or its program could not be loaded,
+/// [`Exit::NotLoadable`] when the bug file fails its checks.
+pub fn minimize(args: MinimizeArgs) -> Exit {
     if is_cluster_bug(&args.bug) {
         return minimize_cluster(&args);
     }
@@ -599,7 +600,7 @@ pub fn minimize(args: MinimizeArgs) -> i32 {
         Ok(m) => {
             if let Err(e) = m.bug.write(&out) {
                 eprintln!("deja: error: {e}");
-                return exit::DEJA_FAILED;
+                return Exit::DejaFailed;
             }
             eprintln!(
                 "deja: minimized bug {} in {} runs: {} of {} input elements kept; removed: {}",
@@ -610,11 +611,11 @@ pub fn minimize(args: MinimizeArgs) -> i32 {
                 if m.bug.removed.is_empty() { "nothing".to_string() } else { m.bug.removed.join(", ") }
             );
             eprintln!("deja: verified by replay; written to {} (reproduce: {})", out.display(), m.bug.reproduce);
-            0
+            Exit::Clean
         }
         Err(e) => {
             eprintln!("deja: cannot minimize: {e}");
-            2
+            Exit::Incomplete
         }
     }
 }
@@ -633,15 +634,16 @@ pub(crate) fn is_cluster_bug(path: &Path) -> bool {
 fn load_cluster_bug(
     args_bug: &Path,
     cluster: Option<&Path>,
-) -> Result<(deja_explore::ClusterBug, deja_explore::ClusterTarget), (i32, String)> {
-    let bug = deja_explore::ClusterBug::read(args_bug).map_err(|e| (exit::NOT_LOADABLE, e.to_string()))?;
-    let target = bug.target(cluster).map_err(|e| (2, e.to_string()))?;
+) -> Result<(deja_explore::ClusterBug, deja_explore::ClusterTarget), (Exit, String)> {
+    let bug = deja_explore::ClusterBug::read(args_bug).map_err(|e| (Exit::NotLoadable, e.to_string()))?;
+    let target = bug.target(cluster).map_err(|e| (Exit::Incomplete, e.to_string()))?;
     Ok((bug, target))
 }
 
-/// `deja replay` of a cluster bug: 1 reproduced, 0 not, 2 evidence incomplete, 126 a bug file
-/// that fails its checks.
-fn replay_cluster(args: &ReplayArgs) -> i32 {
+/// `deja replay` of a cluster bug: [`Exit::Failure`] reproduced, [`Exit::Clean`] not,
+/// [`Exit::Incomplete`] evidence incomplete, [`Exit::NotLoadable`] a bug file that fails its
+/// checks.
+fn replay_cluster(args: &ReplayArgs) -> Exit {
     let (bug, target) = match load_cluster_bug(&args.bug, args.program.as_deref()) {
         Ok(x) => x,
         Err((code, m)) => {
@@ -655,7 +657,7 @@ fn replay_cluster(args: &ReplayArgs) -> i32 {
         Ok(o) => o,
         Err(e) => {
             eprintln!("deja: replay failed to run: {e}");
-            return 2;
+            return Exit::Incomplete;
         }
     };
     prefix.flush();
@@ -677,9 +679,9 @@ fn replay_cluster(args: &ReplayArgs) -> i32 {
     replay_verdict(&bug.id, &bug.signature, &bug.digest, out.failure.as_deref(), &out.report.digest, "cluster")
 }
 
-/// `deja minimize` of a cluster bug: 0 written and verified, 2 not minimized, 126 a bug file that
-/// fails its checks.
-fn minimize_cluster(args: &MinimizeArgs) -> i32 {
+/// `deja minimize` of a cluster bug: [`Exit::Clean`] written and verified, [`Exit::Incomplete`]
+/// not minimized, [`Exit::NotLoadable`] a bug file that fails its checks.
+fn minimize_cluster(args: &MinimizeArgs) -> Exit {
     let (bug, target) = match load_cluster_bug(&args.bug, args.program.as_deref()) {
         Ok(x) => x,
         Err((code, m)) => {
@@ -692,7 +694,7 @@ fn minimize_cluster(args: &MinimizeArgs) -> i32 {
         Ok(m) => {
             if let Err(e) = m.bug.write(&out) {
                 eprintln!("deja: error: {e}");
-                return exit::DEJA_FAILED;
+                return Exit::DejaFailed;
             }
             let kept = m.bug.input.schedule.as_deref().unwrap_or_default();
             eprintln!(
@@ -706,11 +708,11 @@ fn minimize_cluster(args: &MinimizeArgs) -> i32 {
                 eprintln!("deja:   kept: {}", deja_explore::cluster::describe_fault(f));
             }
             eprintln!("deja: verified by replay; written to {} (reproduce: {})", out.display(), m.bug.reproduce);
-            0
+            Exit::Clean
         }
         Err(e) => {
             eprintln!("deja: cannot minimize: {e}");
-            2
+            Exit::Incomplete
         }
     }
 }

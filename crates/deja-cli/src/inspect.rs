@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use deja_format::Kind;
 use deja_vmm::Snapshot;
 
-use crate::exit;
+use crate::exit::Exit;
 
 /// Arguments of `deja inspect`.
 #[derive(Debug, clap::Args)]
@@ -18,9 +18,9 @@ pub struct InspectArgs {
     pub file: PathBuf,
 }
 
-fn describe(args: &InspectArgs) -> Result<serde_json::Value, (i32, String)> {
+fn describe(args: &InspectArgs) -> Result<serde_json::Value, (Exit, String)> {
     let bytes = std::fs::read(&args.file).map_err(|e| {
-        let code = if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { exit::NOT_LOADABLE };
+        let code = if e.kind() == std::io::ErrorKind::NotFound { Exit::NotFound } else { Exit::NotLoadable };
         (code, format!("cannot read {}: {e}", args.file.display()))
     })?;
     if !bytes.starts_with(&deja_format::MAGIC) {
@@ -28,7 +28,7 @@ fn describe(args: &InspectArgs) -> Result<serde_json::Value, (i32, String)> {
             return Ok(v);
         }
     }
-    let env = deja_format::decode(&bytes).map_err(|e| (exit::NOT_LOADABLE, format!("{}: {e}", args.file.display())))?;
+    let env = deja_format::decode(&bytes).map_err(|e| (Exit::NotLoadable, format!("{}: {e}", args.file.display())))?;
     let mut v = serde_json::json!({
         "file": args.file.display().to_string(),
         "kind": env.kind.name(),
@@ -40,7 +40,7 @@ fn describe(args: &InspectArgs) -> Result<serde_json::Value, (i32, String)> {
     match env.kind {
         Kind::Snapshot => {
             let snap = Snapshot::from_artifact(&bytes)
-                .map_err(|e| (exit::NOT_LOADABLE, format!("{}: {e}", args.file.display())))?;
+                .map_err(|e| (Exit::NotLoadable, format!("{}: {e}", args.file.display())))?;
             v["snapshot"] = serde_json::json!({
                 "program_blake3": snap.meta.program_blake3,
                 "exe_path": snap.meta.exe_path,
@@ -81,17 +81,17 @@ fn recorded(v: &serde_json::Value) -> Option<deja_vmm::Fingerprint> {
 
 /// The JSON artifacts (bug files, capsules, certificates, reports): their schema and what they
 /// say, after the checks each one carries (a capsule's content address, a certificate's chain).
-fn describe_json(path: &std::path::Path, bytes: &[u8]) -> Result<Option<serde_json::Value>, (i32, String)> {
+fn describe_json(path: &std::path::Path, bytes: &[u8]) -> Result<Option<serde_json::Value>, (Exit, String)> {
     let shown = path.display().to_string();
     let v = match serde_json::from_slice::<serde_json::Value>(bytes) {
         Ok(v) => v,
         Err(e) if bytes.trim_ascii_start().starts_with(b"{") => {
-            return Err((exit::NOT_LOADABLE, format!("{shown}: the json check failed: not whole JSON ({e})")))
+            return Err((Exit::NotLoadable, format!("{shown}: the json check failed: not whole JSON ({e})")))
         }
         Err(_) => return Ok(None),
     };
     let schema = v["schema"].as_str().unwrap_or_default().to_string();
-    let refuse = |e: String| (exit::NOT_LOADABLE, if e.starts_with(&shown) { e } else { format!("{shown}: {e}") });
+    let refuse = |e: String| (Exit::NotLoadable, if e.starts_with(&shown) { e } else { format!("{shown}: {e}") });
     let family = schema.split('/').next().unwrap_or_default();
     let summary = match family {
         "deja.bug" => {
@@ -144,7 +144,7 @@ fn describe_json(path: &std::path::Path, bytes: &[u8]) -> Result<Option<serde_js
 }
 
 /// `deja inspect`: 0 when the artifact is valid, 126 when it is refused, 127 when missing.
-pub fn main(args: InspectArgs) -> i32 {
+pub fn main(args: InspectArgs) -> Exit {
     match describe(&args) {
         Ok(v) => {
             if args.json {
@@ -160,7 +160,7 @@ pub fn main(args: InspectArgs) -> i32 {
                     for (k, val) in summary.as_object().into_iter().flatten() {
                         println!("  {k:<17} {}", val.as_str().map(String::from).unwrap_or_else(|| val.to_string()));
                     }
-                    return 0;
+                    return Exit::Clean;
                 }
                 println!("  id                {}", v["id"].as_str().unwrap_or(""));
                 println!(
@@ -205,7 +205,7 @@ pub fn main(args: InspectArgs) -> i32 {
                     println!("  written by        deja {}", s["deja_version"].as_str().unwrap_or(""));
                 }
             }
-            0
+            Exit::Clean
         }
         Err((code, message)) => {
             eprintln!("deja: error: {message}");
@@ -223,13 +223,13 @@ pub struct ResealArgs {
 
 /// `deja reseal`: seals a JSON artifact again after an edit that was meant. 0 when resealed, 126
 /// when the file is not one deja seals or fails its json, schema or fields check, 127 when missing.
-pub fn reseal(args: ResealArgs) -> i32 {
+pub fn reseal(args: ResealArgs) -> Exit {
     let path = args.file.as_path();
     let text = match std::fs::read(path) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("deja: error: cannot read {}: {e}", path.display());
-            return if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { exit::NOT_LOADABLE };
+            return if e.kind() == std::io::ErrorKind::NotFound { Exit::NotFound } else { Exit::NotLoadable };
         }
     };
     let schema = serde_json::from_slice::<serde_json::Value>(&text)
@@ -247,17 +247,17 @@ pub fn reseal(args: ResealArgs) -> i32 {
                  capsules and certificates are content-addressed and cannot be resealed)",
                 path.display()
             );
-            return exit::NOT_LOADABLE;
+            return Exit::NotLoadable;
         }
     };
     match done {
         Ok(()) => {
             eprintln!("deja: resealed {}", path.display());
-            0
+            Exit::Clean
         }
         Err(e) => {
             eprintln!("deja: error: {e}");
-            exit::NOT_LOADABLE
+            Exit::NotLoadable
         }
     }
 }

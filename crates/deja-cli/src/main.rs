@@ -1,16 +1,7 @@
 //! `deja`: run programs deterministically in KVM VMs whose kernel is the deja monitor.
 //!
-//! Exit codes (the same table is in the README):
-//!
-//! | code | meaning |
-//! |---|---|
-//! | 0–255 | the program's own exit code; 128+N when it died of signal N |
-//! | 2 | bad command line |
-//! | 123 | an SDK assertion failed (an `always` that did not hold, an `unreachable` reached) |
-//! | 124 | `--audit` found runs that diverged |
-//! | 125 | deja itself failed (no KVM, a monitor error) |
-//! | 126 | the program or artifact could not be loaded (not ELF, dynamic, 32-bit; a corrupt snapshot) |
-//! | 127 | the program or a declared file was not found |
+//! Every command ends with an [`exit::Exit`]: the one table of exit codes, which the README's
+//! "Exit codes" section shows.
 
 mod audit;
 mod bench;
@@ -20,6 +11,7 @@ mod cluster;
 mod crash;
 mod doctor;
 mod dogfood;
+mod exit;
 mod explore;
 mod inspect;
 mod run;
@@ -51,7 +43,7 @@ enum Command {
     /// Show a finished or checkpointed campaign (an `explore --out` directory) in a browser,
     /// read-only, until killed.
     Serve(explore::ServeArgs),
-    /// Replay a bug file exactly: exit 1 if the failure reproduced, 0 if not, 2 if incomplete.
+    /// Replay a bug file exactly: exit 1 if the failure reproduced, 0 if not, 3 if incomplete.
     Replay(explore::ReplayArgs),
     /// Minimize a bug file's input with delta debugging and verify the result by replay.
     Minimize(explore::MinimizeArgs),
@@ -67,22 +59,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Seal a bug file, cluster bug file or campaign checkpoint again after an edit you meant.
     Reseal(inspect::ResealArgs),
-}
-
-/// deja's own exit codes.
-pub mod exit {
-    /// The program ran past the watchdog's limit without a syscall or an exception.
-    pub const NO_PROGRESS: i32 = 122;
-    /// An SDK assertion failed.
-    pub const ASSERTION_FAILED: i32 = 123;
-    /// `--audit` found diverging runs.
-    pub const AUDIT_DIVERGED: i32 = 124;
-    /// deja failed (KVM missing, monitor error).
-    pub const DEJA_FAILED: i32 = 125;
-    /// The program could not be loaded.
-    pub const NOT_LOADABLE: i32 = 126;
-    /// The program or a declared file does not exist.
-    pub const NOT_FOUND: i32 = 127;
+    /// Print the table of exit codes every command follows (the README's "Exit codes").
+    ExitCodes,
 }
 
 fn main() {
@@ -104,6 +82,10 @@ fn main() {
         Command::Serve(args) => explore::serve(args),
         Command::Replay(args) => explore::replay(args),
         Command::Minimize(args) => explore::minimize(args),
+        Command::ExitCodes => {
+            print!("{}", exit::Exit::markdown());
+            exit::Exit::Clean
+        }
     };
-    std::process::exit(code);
+    std::process::exit(code.code());
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use deja_kernel::{ExitStatus, ProgramSpec, RunReport, Stream};
 use deja_vmm::{Incarnation, RunError, Session, Snapshot, SnapshotMeta};
 
-use crate::exit;
+use crate::exit::Exit;
 
 /// Arguments of `deja run`.
 #[derive(Debug, clap::Args)]
@@ -129,12 +129,12 @@ pub struct RunArgs {
 
 /// A failure before or around a run, with its exit code.
 pub struct Failure {
-    pub code: i32,
+    pub code: Exit,
     pub message: String,
 }
 
 impl Failure {
-    pub fn new(code: i32, message: impl Into<String>) -> Self {
+    pub fn new(code: Exit, message: impl Into<String>) -> Self {
         Failure { code, message: message.into() }
     }
 }
@@ -151,7 +151,7 @@ fn guest_path(host: &str) -> String {
 /// Builds the run's spec from the command line, reading every declared input.
 pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure> {
     let image = std::fs::read(program).map_err(|e| {
-        let code = if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { exit::NOT_LOADABLE };
+        let code = if e.kind() == std::io::ErrorKind::NotFound { Exit::NotFound } else { Exit::NotLoadable };
         Failure::new(code, format!("cannot read program {}: {e}", program.display()))
     })?;
     let name = program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
@@ -163,27 +163,30 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
             None => (decl.clone(), guest_path(decl)),
         };
         if let Some(problem) = deja_kernel::fs::guest_path_problem(&guest) {
-            return Err(Failure::new(2, format!("--file {decl}: {problem}")));
+            return Err(Failure::new(Exit::Usage, format!("--file {decl}: {problem}")));
         }
         let data = std::fs::read(&host).map_err(|e| {
-            let code = if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { 2 };
+            let code = if e.kind() == std::io::ErrorKind::NotFound { Exit::NotFound } else { Exit::Usage };
             Failure::new(code, format!("cannot read declared file {host}: {e}"))
         })?;
         files.insert(guest, data);
     }
     let stdin = match &args.stdin {
         Some(p) => std::fs::read(p).map_err(|e| {
-            let code = if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { 2 };
+            let code = if e.kind() == std::io::ErrorKind::NotFound { Exit::NotFound } else { Exit::Usage };
             Failure::new(code, format!("cannot read --stdin {}: {e}", p.display()))
         })?,
         None => Vec::new(),
     };
     if !(16..=65536).contains(&args.memory) {
-        return Err(Failure::new(2, format!("--memory {}: guest RAM must be between 16 and 65536 MiB", args.memory)));
+        return Err(Failure::new(
+            Exit::Usage,
+            format!("--memory {}: guest RAM must be between 16 and 65536 MiB", args.memory),
+        ));
     }
     for kv in &args.env {
         if !kv.contains('=') {
-            return Err(Failure::new(2, format!("--env {kv}: expected KEY=VALUE")));
+            return Err(Failure::new(Exit::Usage, format!("--env {kv}: expected KEY=VALUE")));
         }
     }
     let mut argv = vec![exe_path.clone()];
@@ -191,11 +194,13 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
     let errors = args
         .fail
         .iter()
-        .map(|r| deja_kernel::ErrorRule::parse(r).map_err(|e| Failure::new(2, format!("--fail {e}"))))
+        .map(|r| deja_kernel::ErrorRule::parse(r).map_err(|e| Failure::new(Exit::Usage, format!("--fail {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
     let crash_state = match &args.crash_state {
         None => None,
-        Some(text) => Some(parse_crash_state(text).map_err(|e| Failure::new(2, format!("--crash-state {text}: {e}")))?),
+        Some(text) => {
+            Some(parse_crash_state(text).map_err(|e| Failure::new(Exit::Usage, format!("--crash-state {text}: {e}")))?)
+        }
     };
     let faults = deja_kernel::FaultConfig {
         crash_after_durable_write: args.crash_after_durable_write,
@@ -212,14 +217,14 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
     let mut disk = None;
     for decl in &args.copy_in {
         let Some((host, guest)) = decl.split_once(':') else {
-            return Err(Failure::new(2, format!("--copy-in {decl}: expected HOST:GUEST")));
+            return Err(Failure::new(Exit::Usage, format!("--copy-in {decl}: expected HOST:GUEST")));
         };
         let data = std::fs::read(host).map_err(|e| {
-            let code = if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { 2 };
+            let code = if e.kind() == std::io::ErrorKind::NotFound { Exit::NotFound } else { Exit::Usage };
             Failure::new(code, format!("cannot read --copy-in file {host}: {e}"))
         })?;
         let d: &mut deja_kernel::Disk = disk.get_or_insert_with(deja_kernel::Disk::default);
-        d.insert_file(guest, data).map_err(|e| Failure::new(2, format!("--copy-in {decl}: {e}")))?;
+        d.insert_file(guest, data).map_err(|e| Failure::new(Exit::Usage, format!("--copy-in {decl}: {e}")))?;
     }
     Ok(ProgramSpec {
         faults,
@@ -294,10 +299,10 @@ pub enum Source {
 
 fn run_error(e: RunError) -> Failure {
     match e {
-        RunError::Load(e) => Failure::new(exit::NOT_LOADABLE, format!("cannot load the program: {e}")),
-        RunError::Snapshot(e) => Failure::new(exit::NOT_LOADABLE, format!("cannot restore the snapshot: {e}")),
-        RunError::Vm(e @ deja_vmm::VmError::NoProgress { .. }) => Failure::new(exit::NO_PROGRESS, e.to_string()),
-        RunError::Vm(e) => Failure::new(exit::DEJA_FAILED, e.to_string()),
+        RunError::Load(e) => Failure::new(Exit::NotLoadable, format!("cannot load the program: {e}")),
+        RunError::Snapshot(e) => Failure::new(Exit::NotLoadable, format!("cannot restore the snapshot: {e}")),
+        RunError::Vm(e @ deja_vmm::VmError::NoProgress { .. }) => Failure::new(Exit::NoProgress, e.to_string()),
+        RunError::Vm(e) => Failure::new(Exit::DejaFailed, e.to_string()),
     }
 }
 
@@ -388,7 +393,7 @@ pub fn run_once(
             let run = session.run(&mut sink).map_err(run_error)?;
             let Some(snap) = snap else {
                 return Err(Failure::new(
-                    exit::DEJA_FAILED,
+                    Exit::DejaFailed,
                     format!(
                         "the program ended after {} syscalls, before syscall {at}: no snapshot was written",
                         run.report.syscalls
@@ -396,7 +401,7 @@ pub fn run_once(
                 ));
             };
             deja_format::write_atomic(path, &snap.to_artifact())
-                .map_err(|e| Failure::new(exit::DEJA_FAILED, format!("cannot write the snapshot: {e}")))?;
+                .map_err(|e| Failure::new(Exit::DejaFailed, format!("cannot write the snapshot: {e}")))?;
             eprintln!("deja: snapshot at syscall {at} written to {}", path.display());
             one_life(run, spec.seed)
         }
@@ -650,11 +655,11 @@ fn write_trace(path: &Path, report: &RunReport) -> std::io::Result<()> {
 }
 
 /// `deja run`.
-pub fn main(args: RunArgs) -> i32 {
+pub fn main(args: RunArgs) -> Exit {
     if let Some(core) = args.on_core {
         if let Err(e) = deja_vmm::identity::pin_current_thread(core) {
             eprintln!("deja: error: cannot run on host core {core}: {e}");
-            return exit::DEJA_FAILED;
+            return Exit::DejaFailed;
         }
     }
     match run_main(&args) {
@@ -666,7 +671,7 @@ pub fn main(args: RunArgs) -> i32 {
     }
 }
 
-fn run_main(args: &RunArgs) -> Result<i32, Failure> {
+fn run_main(args: &RunArgs) -> Result<Exit, Failure> {
     if let (None, Some(p)) = (&args.from_snapshot, &args.program) {
         if p.extension().is_some_and(|e| e == "toml") {
             return crate::cluster::run(args, p);
@@ -675,15 +680,15 @@ fn run_main(args: &RunArgs) -> Result<i32, Failure> {
     let source = match (&args.from_snapshot, &args.program) {
         (Some(path), _) => {
             let bytes = std::fs::read(path).map_err(|e| {
-                let code = if e.kind() == std::io::ErrorKind::NotFound { exit::NOT_FOUND } else { exit::NOT_LOADABLE };
+                let code = if e.kind() == std::io::ErrorKind::NotFound { Exit::NotFound } else { Exit::NotLoadable };
                 Failure::new(code, format!("cannot read snapshot {}: {e}", path.display()))
             })?;
             let snap = Snapshot::from_artifact(&bytes)
-                .map_err(|e| Failure::new(exit::NOT_LOADABLE, format!("cannot restore {}: {e}", path.display())))?;
+                .map_err(|e| Failure::new(Exit::NotLoadable, format!("cannot restore {}: {e}", path.display())))?;
             Source::Snapshot(Box::new(snap))
         }
         (None, Some(program)) => Source::Program(Box::new(build_spec(args, program)?)),
-        (None, None) => return Err(Failure::new(2, "name a program or --from-snapshot FILE")),
+        (None, None) => return Err(Failure::new(Exit::Usage, "name a program or --from-snapshot FILE")),
     };
     let auditing = args.audit.is_some_and(|k| k > 1) || args.audit_record.is_some();
     let source = match source {
@@ -696,7 +701,7 @@ fn run_main(args: &RunArgs) -> Result<i32, Failure> {
         other => other,
     };
     let snapshot = args.snapshot_at.zip(args.snapshot_out.as_deref());
-    let host = deja_vmm::identity::host().map_err(|e| Failure::new(exit::DEJA_FAILED, e.to_string()))?;
+    let host = deja_vmm::identity::host().map_err(|e| Failure::new(Exit::DejaFailed, e.to_string()))?;
     if let Source::Snapshot(snap) = &source {
         if let Some(note) = deja_vmm::identity::compare_recorded(snap.meta.host.as_ref()) {
             eprintln!("deja: note: the snapshot was {note}");
@@ -705,7 +710,7 @@ fn run_main(args: &RunArgs) -> Result<i32, Failure> {
     let runs = args.audit.unwrap_or(1).max(1);
     if args.crash_sweep {
         let Source::Program(spec) = source else {
-            return Err(Failure::new(2, "--crash-sweep needs a program, not a snapshot"));
+            return Err(Failure::new(Exit::Usage, "--crash-sweep needs a program, not a snapshot"));
         };
         return Ok(crate::crash::sweep(args, *spec));
     }
@@ -717,12 +722,12 @@ fn run_main(args: &RunArgs) -> Result<i32, Failure> {
         let mut record = result.audit_record();
         record.core = args.on_core;
         crate::audit::write_record(&record, path)?;
-        return Ok(0);
+        return Ok(Exit::Clean);
     }
     let first = result.summary();
     if let (Some(dir), Some(disk)) = (&args.fs_export, &final_disk) {
         crate::crash::export_disk(disk, dir).map_err(|e| {
-            Failure::new(exit::DEJA_FAILED, format!("cannot export the file system to {}: {e}", dir.display()))
+            Failure::new(Exit::DejaFailed, format!("cannot export the file system to {}: {e}", dir.display()))
         })?;
         eprintln!("deja: file system exported to {}", dir.display());
     }
@@ -738,14 +743,14 @@ fn run_main(args: &RunArgs) -> Result<i32, Failure> {
     }
     if let Some(path) = &args.trace_out {
         write_trace(path, &first.report).map_err(|e| {
-            Failure::new(exit::DEJA_FAILED, format!("cannot write the trace to {}: {e}", path.display()))
+            Failure::new(Exit::DejaFailed, format!("cannot write the trace to {}: {e}", path.display()))
         })?;
     }
     let replay = replay_command(args);
     let json = summary_json(&first.report, &first, host, audit.as_ref(), &replay);
     if let Some(path) = &args.report_out {
         std::fs::write(path, serde_json::to_vec_pretty(&json).unwrap_or_default()).map_err(|e| {
-            Failure::new(exit::DEJA_FAILED, format!("cannot write the report to {}: {e}", path.display()))
+            Failure::new(Exit::DejaFailed, format!("cannot write the report to {}: {e}", path.display()))
         })?;
     }
     if args.json {
@@ -754,10 +759,10 @@ fn run_main(args: &RunArgs) -> Result<i32, Failure> {
         print_text_summary(&first.report, &first, (!args.no_probe).then_some(host), &replay);
     }
     if diverged {
-        return Ok(exit::AUDIT_DIVERGED);
+        return Ok(Exit::AuditDiverged);
     }
     if first.report.assertion_failed() {
-        return Ok(exit::ASSERTION_FAILED);
+        return Ok(Exit::AssertionFailed);
     }
-    Ok(first.report.exit.code())
+    Ok(Exit::Program(first.report.exit.code()))
 }

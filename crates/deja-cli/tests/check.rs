@@ -97,7 +97,7 @@ fn tampered_capsules_and_certificates_are_refused() {
     let bad = dir.join("bad-capsule.json");
     std::fs::write(&bad, serde_json::to_string(&c).unwrap()).unwrap();
     let (o, _) = check(&credit("buggy"), &credit("atomic"), &["--capsule", bad.to_str().unwrap()], &out("tamper2"));
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(126));
     assert!(stderr(&o).contains("altered"), "{}", stderr(&o));
     // A certificate with a changed verdict, or a changed check.
     let cert_text = std::fs::read_to_string(dir.join("certificate.json")).unwrap();
@@ -124,20 +124,20 @@ fn tampered_capsules_and_certificates_are_refused() {
 fn a_candidate_that_cannot_run_is_never_a_pass() {
     let dir = out("broken");
     let (o, cert) = check(&credit("buggy"), "/nonexistent/candidate", &[], &dir);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert_eq!(cert["verdict"], "EVIDENCE_INCOMPLETE");
     let (o, cert) = check(&credit("buggy"), "/bin/true", &[], &out("dynamic"));
-    assert_eq!(o.status.code(), Some(2), "a dynamic binary: {}", stderr(&o));
+    assert_eq!(o.status.code(), Some(3), "a dynamic binary: {}", stderr(&o));
     assert_eq!(cert["verdict"], "EVIDENCE_INCOMPLETE");
     let crashes = guest("privileged").to_string_lossy().into_owned();
     let (o, cert) = check(&credit("buggy"), &crashes, &[], &out("crashes"));
-    assert_eq!(o.status.code(), Some(2), "crashes at start-up: {}", stderr(&o));
+    assert_eq!(o.status.code(), Some(3), "crashes at start-up: {}", stderr(&o));
     assert_eq!(cert["verdict"], "EVIDENCE_INCOMPLETE");
     let checks = cert["checks"].as_array().unwrap();
     assert!(checks.iter().any(|c| c["status"] == "not_run"), "checks that did not run are listed: {checks:?}");
     // A base with no crash-induced failure at all: nothing to judge against.
     let (o, cert) = check(&credit("atomic"), &credit("atomic"), &[], &out("nobug"));
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(3));
     assert_eq!(cert["verdict"], "EVIDENCE_INCOMPLETE");
 }
 
@@ -146,7 +146,7 @@ fn a_base_that_fails_without_faults_is_not_fault_induced() {
     // With every event delivered twice, the buggy base double-credits without any crash.
     let dir = out("nfi");
     let (o, cert) = check(&credit("buggy"), &credit("atomic"), &["--", "--deliver-twice"], &dir);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert_eq!(cert["verdict"], "NOT_FAULT_INDUCED");
 }
 
@@ -179,7 +179,7 @@ fn a_bug_found_by_explore_can_be_judged() {
     assert_eq!(cert["verdict"], "STILL_REPRODUCES");
     // A bug file of another program is refused.
     let (o, _) = check(&credit("atomic"), &credit("atomic"), &["--bug", bug.to_str().unwrap()], &out("from-bug3"));
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(3));
     assert!(stderr(&o).contains("cannot be used"), "{}", stderr(&o));
     std::fs::remove_dir_all(&campaign).ok();
 }

@@ -388,7 +388,7 @@ fn explore_finds_replays_and_minimizes_split_brain() {
     let r = deja(&["reseal", tampered.to_str().unwrap()]);
     assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
     let t = deja(&["replay", tampered.to_str().unwrap()]);
-    assert_eq!(t.status.code(), Some(2), "{}", stderr(&t));
+    assert_eq!(t.status.code(), Some(3), "{}", stderr(&t));
     assert!(stderr(&t).contains("are not the ones of this bug"), "{}", stderr(&t));
     std::fs::remove_dir_all(&out).ok();
 }
@@ -681,7 +681,7 @@ fn deja_check_judges_a_cluster_bug_by_meaning() {
 
         // A candidate that is not there is missing evidence, never a pass.
         let (o, _) = check(&bug, "r1=/nonexistent/register-replica", "judge-missing");
-        assert_eq!(o.status.code(), Some(2), "{file}: {}", stderr(&o));
+        assert_eq!(o.status.code(), Some(3), "{file}: {}", stderr(&o));
         assert!(stderr(&o).contains("verdict EVIDENCE_INCOMPLETE"), "{}", stderr(&o));
         assert!(stderr(&o).contains("INCOMPLETE the candidate runs: no candidate"), "{}", stderr(&o));
         std::fs::remove_dir_all(&campaign).ok();
@@ -697,7 +697,7 @@ fn deja_check_judges_a_cluster_bug_by_meaning() {
     let (o, _) = check(&bug_file(&campaign), &example("register-fixed.toml"), "judge-deploy-check");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let (o, _) = check(&bug_file(&campaign), "r9=/bin/true", "judge-unknown-node");
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(stderr(&o).contains("which the cluster does not have"), "{}", stderr(&o));
     std::fs::remove_dir_all(&campaign).ok();
 }

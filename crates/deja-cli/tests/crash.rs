@@ -160,10 +160,10 @@ fn one_crash_restarts_the_program_on_its_durable_disk() {
 #[test]
 fn a_sweep_without_durable_writes_is_incomplete_evidence() {
     let out = deja(&["run", "--no-probe", "--crash-sweep", &guest("hello").to_string_lossy()]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(stderr(&out).contains("no durable write and left nothing pending"), "{}", stderr(&out));
     let out = deja(&["run", "--no-probe", "--crash-sweep", "--after-writes-only", &guest("hello").to_string_lossy()]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
 }
 
 #[test]

@@ -77,7 +77,7 @@ fn exploring_crash_points_finds_the_lost_write_and_the_files_say_so() {
     assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
     // Another binary than the bug's is incomplete evidence.
     let r = deja(&["replay", "--program", &guest("hello").to_string_lossy(), bugs[0].to_str().unwrap()]);
-    assert_eq!(r.status.code(), Some(2), "{}", stderr(&r));
+    assert_eq!(r.status.code(), Some(3), "{}", stderr(&r));
 
     // Minimization keeps only what the failure needs and verifies it.
     let m = deja(&["minimize", bugs[0].to_str().unwrap()]);
@@ -180,7 +180,7 @@ fn a_resumed_campaign_continues_where_it_stopped() {
     explore(&whole, &["--runs", "60", "--jobs", "1", "--seed", "1", "--mode", "random"], &bank, &args);
     explore(&split, &["--runs", "5", "--jobs", "1", "--seed", "1", "--mode", "random"], &bank, &args);
     let again = explore(&split, &["--runs", "60", "--jobs", "1", "--seed", "1", "--mode", "random"], &bank, &args);
-    assert_eq!(again.status.code(), Some(2), "an existing campaign is not overwritten: {}", stderr(&again));
+    assert_eq!(again.status.code(), Some(3), "an existing campaign is not overwritten: {}", stderr(&again));
     assert!(report(&split)["bugs"].as_array().unwrap().is_empty(), "the bug comes after the split");
     explore(&split, &["--runs", "60", "--jobs", "1", "--seed", "1", "--mode", "random", "--resume"], &bank, &args);
     let (w, s) = (report(&whole), report(&split));

@@ -146,7 +146,7 @@ fn a_campaign_resumed_mid_epoch_is_the_uninterrupted_one() {
     other[3] = "1";
     other.push("--resume");
     let o = explore_in(&split, None, &other, &kv, &args);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(stderr(&o).contains("resume it with --jobs 2"), "{}", stderr(&o));
     std::fs::remove_dir_all(&whole).ok();
     std::fs::remove_dir_all(&split).ok();
@@ -201,7 +201,7 @@ fn shards_explore_disjoint_seeds_and_merge_into_their_union() {
     // One shard twice is not a union.
     let twice = root.join("twice");
     let o = deja(&["merge", "--out", &s(&twice), &s(&dirs[0]), &s(&dirs[0])]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     std::fs::remove_dir_all(&root).ok();
 }
 
@@ -213,7 +213,7 @@ fn a_checkpoint_of_an_earlier_schema_is_refused_with_how_to_go_on() {
     std::fs::write(cwd.join("campaign/checkpoint.json"), r#"{"schema":"deja.explore-checkpoint/3","round":12}"#)
         .unwrap();
     let o = explore_in(&cwd, None, &["--runs", "20", "--resume"], &kv, &["--variant", "buggy", "6"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     let err = stderr(&o);
     assert!(err.contains("the schema check failed") && err.contains("its bug files still replay"), "{err}");
     assert_eq!(

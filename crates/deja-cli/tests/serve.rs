@@ -421,7 +421,7 @@ fn deja_serve_shows_a_saved_campaign_read_only_and_serves_nothing_outside_it() {
     drop(server);
 
     let o = Command::new(deja_bin()).current_dir(&cwd).args(["serve", "campaign/corpus"]).output().unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(stderr(&o).contains("holds no campaign"), "{}", stderr(&o));
     std::fs::remove_dir_all(&cwd).ok();
 }

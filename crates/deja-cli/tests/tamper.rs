@@ -278,10 +278,10 @@ fn the_commands_refuse_damaged_and_newer_artifacts_and_lose_nothing() {
                 "buggy",
                 "6",
             ],
-            2,
+            3,
             &[&s(&cp_path), needle],
         );
-        run(&["merge", "--out", &s(&d.join("merged")), &out], 2, &[&s(&cp_path), needle]);
+        run(&["merge", "--out", &s(&d.join("merged")), &out], 3, &[&s(&cp_path), needle]);
         run(&["inspect", &s(&cp_path)], 126, &[&s(&cp_path), needle]);
         assert_eq!(std::fs::read(&cp_path).unwrap(), bytes, "the refused checkpoint is left as it was");
     }
@@ -300,7 +300,7 @@ fn the_commands_refuse_damaged_and_newer_artifacts_and_lose_nothing() {
         let out = s(&d.join(format!("{name}.out")));
         run(
             &["check", "--base", &base, "--candidate", &cand, "--capsule", &s(&p), "--out", &out],
-            2,
+            126,
             &[&s(&p), needle],
         );
         run(&["inspect", &s(&p)], 126, &[&s(&p), needle]);
