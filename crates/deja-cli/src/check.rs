@@ -282,3 +282,15 @@ pub fn verify(args: VerifyArgs) -> Exit {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use deja_judge::Verdict::*;
+
+    #[test]
+    fn the_process_exits_with_the_code_the_certificate_records() {
+        for v in [FixedForThisCapsule, StillReproduces, NewFailure, EvidenceIncomplete, NotFaultInduced] {
+            assert_eq!(super::verdict_exit(v).code(), v.exit_code(), "{v}");
+        }
+    }
+}

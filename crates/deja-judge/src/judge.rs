@@ -43,13 +43,14 @@ impl Verdict {
         }
     }
 
-    /// The exit code: 0 fixed, 1 still reproduces or new failure, 2 incomplete or not
-    /// fault-induced.
+    /// The exit code `deja check` gives it (and the certificate records): 0 fixed, 1 still
+    /// reproduces or new failure, 3 incomplete evidence or not fault-induced (2 is a bad
+    /// command line).
     pub fn exit_code(self) -> i32 {
         match self {
             Verdict::FixedForThisCapsule => 0,
             Verdict::StillReproduces | Verdict::NewFailure => 1,
-            Verdict::EvidenceIncomplete | Verdict::NotFaultInduced => 2,
+            Verdict::EvidenceIncomplete | Verdict::NotFaultInduced => 3,
         }
     }
 }
