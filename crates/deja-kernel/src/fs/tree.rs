@@ -1,0 +1,690 @@
+//! Path resolution and the changes a program makes to the volatile layer: walking paths
+//! (symlinks, `..`, limits), the directory entry operations (create, link, remove, rename)
+//! that each become a pending operation of their directory, and a file's data and metadata.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::*;
+
+impl Fs {
+    /// The normalized executable path.
+    pub fn exe_path(&self) -> &str {
+        &self.exe_path
+    }
+
+    /// The inode `id`.
+    pub fn get(&self, id: u64) -> Option<&Inode> {
+        self.inodes.get(&id)
+    }
+
+    pub(super) fn dir(&self, id: u64) -> Option<&DirData> {
+        match &self.inodes.get(&id)?.kind {
+            Kind::Dir(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    fn dir_mut(&mut self, id: u64) -> Option<&mut DirData> {
+        match &mut self.inodes.get_mut(&id)?.kind {
+            Kind::Dir(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// Bytes of file contents held (the volatile view).
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+
+    /// Resolves `path` from the directory `start` (for relative paths; `/` for absolute ones).
+    /// Intermediate symlinks are always followed, the last one when `follow` (or the path ends
+    /// with `/`).
+    pub fn walk(&self, start: u64, path: &[u8], follow: bool) -> Result<Walked, i32> {
+        if path.is_empty() {
+            return Err(ENOENT);
+        }
+        if path.len() >= PATH_MAX {
+            return Err(ENAMETOOLONG);
+        }
+        let path = std::str::from_utf8(path).map_err(|_| ENOENT)?;
+        let trailing = path.ends_with('/');
+        let mut comps: VecDeque<String> = VecDeque::new();
+        let mut cur = if path.starts_with('/') { ROOT } else { start };
+        push_front_all(&mut comps, path)?;
+        let mut links = 0u32;
+        while let Some(c) = comps.pop_front() {
+            let d = self.dir(cur).ok_or(ENOTDIR)?;
+            let last = comps.is_empty();
+            if c == "." || c == ".." {
+                let next = if c == "." { cur } else { d.parent };
+                if last {
+                    let parent = self.dir(next).map_or(next, |nd| nd.parent);
+                    return Ok(Walked { parent, name: None, id: Some(next), trailing });
+                }
+                cur = next;
+                continue;
+            }
+            let Some(&child) = d.entries.get(&c) else {
+                if last {
+                    return Ok(Walked { parent: cur, name: Some(c), id: None, trailing });
+                }
+                return Err(ENOENT);
+            };
+            let node = self.inodes.get(&child).ok_or(ENOENT)?;
+            let target = match &node.kind {
+                Kind::Symlink(t) => Some(t.clone()),
+                Kind::ExeLink if self.exe_path != "/proc/self/exe" => Some(self.exe_path.clone()),
+                _ => None,
+            };
+            if let Some(t) = target.filter(|_| !last || follow || trailing) {
+                links += 1;
+                if links > MAX_SYMLINKS {
+                    return Err(ELOOP);
+                }
+                push_front_all(&mut comps, &t)?;
+                if t.starts_with('/') {
+                    cur = ROOT;
+                }
+                continue;
+            }
+            if last {
+                return Ok(Walked { parent: cur, name: Some(c), id: Some(child), trailing });
+            }
+            cur = child;
+        }
+        // No component left: `/`, or a symlink to `/`.
+        let parent = self.dir(cur).ok_or(ENOTDIR)?.parent;
+        Ok(Walked { parent, name: None, id: Some(cur), trailing })
+    }
+
+    /// The id at the absolute path `path` (no symlinks followed at the end).
+    pub fn lookup_abs(&self, path: &str) -> Option<u64> {
+        self.walk(ROOT, path.as_bytes(), false).ok()?.id
+    }
+
+    /// The absolute path of directory `id` through the volatile tree (`None` when it is not
+    /// reachable).
+    pub fn dir_path(&self, mut id: u64) -> Option<String> {
+        let mut names = Vec::new();
+        let mut steps = 0usize;
+        while id != ROOT {
+            let parent = self.dir(id)?.parent;
+            let (name, _) = self.dir(parent)?.entries.iter().find(|(_, c)| **c == id)?;
+            names.push(name.clone());
+            id = parent;
+            steps += 1;
+            if steps > self.inodes.len() {
+                return None;
+            }
+        }
+        names.reverse();
+        Some(format!("/{}", names.join("/")))
+    }
+
+    /// `dir_path(parent)` joined with `name`.
+    pub fn path_in(&self, parent: u64, name: &str) -> String {
+        let base = self.dir_path(parent).unwrap_or_else(|| "?".into());
+        if base == "/" {
+            format!("/{name}")
+        } else {
+            format!("{base}/{name}")
+        }
+    }
+
+    /// The status of inode `id`.
+    pub fn stat(&self, id: u64) -> Stat {
+        let Some(i) = self.inodes.get(&id) else {
+            return Stat { dev: 0x801, ino: 0, mode: 0, nlink: 0, size: 0, rdev: 0, times: [0; 3] };
+        };
+        let (ty, size, rdev) = match &i.kind {
+            Kind::File(f) => (S_IFREG, f.data.len() as u64, 0),
+            Kind::Static(d) => (S_IFREG, d.len() as u64, 0),
+            Kind::ProcMaps => (S_IFREG, 0, 0),
+            Kind::Dir(_) => (S_IFDIR, 4096, 0),
+            Kind::Symlink(t) => (S_IFLNK, t.len() as u64, 0),
+            Kind::ExeLink => (S_IFLNK, 0, 0),
+            Kind::DevNull => (S_IFCHR, 0, (1 << 8) | 3),
+            Kind::Random(m) => (S_IFCHR, 0, (1 << 8) | u64::from(*m)),
+        };
+        let dev = match i.kind {
+            Kind::ProcMaps | Kind::ExeLink => 0x16,
+            Kind::DevNull | Kind::Random(_) => 0x5,
+            _ => 0x801,
+        };
+        let nlink = match &i.kind {
+            Kind::Dir(d) => {
+                let subdirs = d.entries.values().filter(|c| self.inodes.get(c).is_some_and(|n| n.is_dir())).count();
+                if i.nlink == 0 && id != ROOT {
+                    0
+                } else {
+                    2 + subdirs as u64
+                }
+            }
+            _ => i.nlink,
+        };
+        Stat { dev, ino: i.ino, mode: ty | i.mode, nlink, size, rdev, times: i.times }
+    }
+
+    /// The contents of a regular file (volatile).
+    pub fn contents(&self, id: u64) -> Option<&[u8]> {
+        match &self.inodes.get(&id)?.kind {
+            Kind::File(f) => Some(&f.data),
+            Kind::Static(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// The contents as a shareable snapshot (for file mappings).
+    pub fn snapshot(&self, id: u64) -> Option<Arc<[u8]>> {
+        match &self.inodes.get(&id)?.kind {
+            Kind::File(f) => Some(Arc::from(f.data.as_slice())),
+            Kind::Static(d) => Some(d.clone()),
+            _ => None,
+        }
+    }
+
+    /// The static contents at `path`, if equal to `data` (to share them after a restore).
+    pub fn same_static(&self, path: &str, data: &Arc<[u8]>) -> Option<Arc<[u8]>> {
+        let id = self.walk(ROOT, path.as_bytes(), true).ok()?.id?;
+        match &self.inodes.get(&id)?.kind {
+            Kind::Static(d) if d[..] == data[..] => Some(d.clone()),
+            _ => None,
+        }
+    }
+
+    /// Entries of directory `id`: `(name, d_type, ino)` for `.`, `..`, then by name.
+    pub fn list(&self, id: u64) -> Vec<(String, u8, u64)> {
+        let Some(d) = self.dir(id) else { return Vec::new() };
+        let ino = |i: u64| self.inodes.get(&i).map_or(0, |n| n.ino);
+        let mut out = vec![(".".to_string(), 4, ino(id)), ("..".to_string(), 4, ino(d.parent))];
+        for (name, c) in &d.entries {
+            let dt = self.inodes.get(c).map_or(0, |n| n.dtype());
+            out.push((name.clone(), dt, ino(*c)));
+        }
+        out
+    }
+
+    /// Notes one more open description of `id`.
+    pub fn opened(&mut self, id: u64) {
+        if let Some(i) = self.inodes.get_mut(&id) {
+            i.open += 1;
+        }
+    }
+
+    /// Notes one open description of `id` fewer (and frees it when nothing names it).
+    pub fn closed(&mut self, id: u64) {
+        if let Some(i) = self.inodes.get_mut(&id) {
+            i.open = i.open.saturating_sub(1);
+        }
+        self.collect(id);
+    }
+
+    /// Frees `id` if no entry (volatile or durable) and no description refers to it; cascades
+    /// to the durable entries of a freed directory.
+    pub(super) fn collect(&mut self, id: u64) {
+        let mut work = vec![id];
+        while let Some(id) = work.pop() {
+            let free = id != ROOT
+                && self.inodes.get(&id).is_some_and(|i| i.nlink + i.durable_links + i.pending_links + i.open == 0);
+            if !free {
+                // Unlinked and closed, but a crash may still bring it back (its durable entry, or a
+                // pending one): it no longer takes space, and its volatile contents, which no one
+                // can read any more, are let go. (`dropped` then says that they no longer mirror
+                // the durable contents and the pending writes.)
+                if let Some(Inode { nlink: 0, open: 0, kind: Kind::File(f), .. }) = self.inodes.get_mut(&id) {
+                    if !f.data.is_empty() {
+                        self.used -= f.data.len() as u64;
+                        f.data = Vec::new();
+                        f.dropped = true;
+                    }
+                }
+                continue;
+            }
+            if let Some(i) = self.inodes.remove(&id) {
+                self.used -= file_len(&i);
+                if let Kind::Dir(d) = i.kind {
+                    for op in d.pending.iter().flat_map(|p| &p.1) {
+                        if let DirOp::Set(_, c) = op {
+                            if let Some(n) = self.inodes.get_mut(c) {
+                                n.pending_links -= 1;
+                            }
+                            work.push(*c);
+                        }
+                    }
+                    for c in d.durable.values() {
+                        if let Some(n) = self.inodes.get_mut(c) {
+                            n.durable_links -= 1;
+                        }
+                        work.push(*c);
+                    }
+                    for c in d.entries.values() {
+                        if let Some(n) = self.inodes.get_mut(c) {
+                            n.nlink -= 1;
+                        }
+                        work.push(*c);
+                    }
+                }
+            }
+        }
+    }
+
+    fn touch(&mut self, id: u64, now: u64, data: bool) {
+        if let Some(i) = self.inodes.get_mut(&id) {
+            if data {
+                i.times[1] = now;
+            }
+            i.times[2] = now;
+        }
+    }
+
+    fn writable_dir(&self, dir: u64) -> Result<(), i32> {
+        let d = self.inodes.get(&dir).ok_or(ENOENT)?;
+        if !d.is_dir() {
+            return Err(ENOTDIR);
+        }
+        if d.readonly {
+            return Err(EACCES);
+        }
+        if d.nlink == 0 && dir != ROOT {
+            return Err(ENOENT);
+        }
+        Ok(())
+    }
+
+    /// Records a pending change of `dir`'s entries, at the next place in program order.
+    fn push_dir_op(&mut self, dir: u64, op: DirOp) {
+        if let DirOp::Set(_, id) = &op {
+            if let Some(i) = self.inodes.get_mut(id) {
+                i.pending_links += 1;
+            }
+        }
+        let seq = self.seq;
+        self.seq += 1;
+        let Some(d) = self.dir_mut(dir) else { return };
+        if d.pending.len() >= MAX_PENDING && d.pending.len() >= 2 {
+            // Merge the two oldest changes into one, kept or lost as a whole.
+            let (_, second) = d.pending.remove(1);
+            d.pending[0].1.extend(second);
+        }
+        d.pending.push((seq, vec![op]));
+    }
+
+    /// Makes the changes `dir` recorded since it had `mark` pending ones into one operation:
+    /// what one call did to one directory happens entirely or not at all.
+    fn fuse_dir_ops(&mut self, dir: u64, mark: usize) {
+        if let Some(d) = self.dir_mut(dir) {
+            if d.pending.len() > mark + 1 {
+                let tail: Vec<DirOp> = d.pending.drain(mark + 1..).flat_map(|p| p.1).collect();
+                d.pending[mark].1.extend(tail);
+            }
+        }
+    }
+
+    fn pending_len(&self, dir: u64) -> usize {
+        self.dir(dir).map_or(0, |d| d.pending.len())
+    }
+
+    fn add_entry(&mut self, dir: u64, name: &str, id: u64, now: u64) {
+        if let Some(d) = self.dir_mut(dir) {
+            d.entries.insert(name.to_string(), id);
+        }
+        if let Some(i) = self.inodes.get_mut(&id) {
+            i.nlink += 1;
+            if let Kind::Dir(d) = &mut i.kind {
+                d.parent = dir;
+            }
+        }
+        self.push_dir_op(dir, DirOp::Set(name.to_string(), id));
+        self.touch(dir, now, true);
+    }
+
+    /// Removes the entry; returns the id it named (not freed yet: call `collect`).
+    fn remove_entry(&mut self, dir: u64, name: &str, now: u64) -> Option<u64> {
+        let id = self.dir_mut(dir)?.entries.remove(name)?;
+        if let Some(i) = self.inodes.get_mut(&id) {
+            i.nlink -= 1;
+        }
+        self.push_dir_op(dir, DirOp::Remove(name.to_string()));
+        self.touch(dir, now, true);
+        self.touch(id, now, false);
+        Some(id)
+    }
+
+    fn check_name(name: &Option<String>) -> Result<&str, i32> {
+        match name {
+            Some(n) if n.len() > NAME_MAX => Err(ENAMETOOLONG),
+            Some(n) => Ok(n),
+            None => Err(EEXIST),
+        }
+    }
+
+    /// Creates a regular file `name` in `dir`.
+    pub fn create_file(&mut self, dir: u64, name: &str, mode: u32, now: u64) -> Result<u64, i32> {
+        self.writable_dir(dir)?;
+        let ino = self.fresh_ino("", false);
+        let id = self.insert(ino, mode & 0o7777, Kind::File(FileData::new(Vec::new())), true, false, now);
+        self.add_entry(dir, name, id, now);
+        Ok(id)
+    }
+
+    /// `mkdir`.
+    pub fn mkdir(&mut self, w: &Walked, mode: u32, now: u64) -> Result<u64, i32> {
+        if w.id.is_some() {
+            return Err(EEXIST);
+        }
+        let name = Self::check_name(&w.name)?.to_string();
+        self.writable_dir(w.parent)?;
+        let ino = self.fresh_ino("", false);
+        let id = self.insert(ino, mode & 0o7777, Kind::Dir(DirData::default_for(w.parent)), true, false, now);
+        self.add_entry(w.parent, &name, id, now);
+        Ok(id)
+    }
+
+    /// `symlink`.
+    pub fn symlink(&mut self, w: &Walked, target: String, now: u64) -> Result<u64, i32> {
+        if w.id.is_some() {
+            return Err(EEXIST);
+        }
+        let name = Self::check_name(&w.name)?.to_string();
+        self.writable_dir(w.parent)?;
+        let ino = self.fresh_ino("", false);
+        let id = self.insert(ino, 0o777, Kind::Symlink(target), true, false, now);
+        self.add_entry(w.parent, &name, id, now);
+        Ok(id)
+    }
+
+    /// `link`: a new entry `w` for `target`.
+    pub fn link(&mut self, target: u64, w: &Walked, now: u64) -> Result<(), i32> {
+        let t = self.inodes.get(&target).ok_or(ENOENT)?;
+        if t.is_dir() {
+            return Err(EPERM);
+        }
+        if !t.persist {
+            return Err(EXDEV);
+        }
+        if t.nlink == 0 {
+            return Err(ENOENT);
+        }
+        if w.id.is_some() {
+            return Err(EEXIST);
+        }
+        let name = Self::check_name(&w.name)?.to_string();
+        self.writable_dir(w.parent)?;
+        self.add_entry(w.parent, &name, target, now);
+        Ok(())
+    }
+
+    /// `unlink` (not directories) or `rmdir` (only empty directories).
+    pub fn remove(&mut self, w: &Walked, dir: bool, now: u64) -> Result<(), i32> {
+        let Some(name) = &w.name else {
+            return Err(if dir {
+                if w.id == Some(ROOT) {
+                    EBUSY
+                } else {
+                    EINVAL
+                }
+            } else {
+                EISDIR
+            });
+        };
+        let id = w.id.ok_or(ENOENT)?;
+        let node = self.inodes.get(&id).ok_or(ENOENT)?;
+        match (dir, node.is_dir()) {
+            (true, false) => return Err(ENOTDIR),
+            (false, true) => return Err(EISDIR),
+            (false, false) if w.trailing => return Err(ENOTDIR),
+            _ => {}
+        }
+        if node.readonly {
+            return Err(if node.is_dir() { EACCES } else { EROFS });
+        }
+        if dir && self.dir(id).is_some_and(|d| !d.entries.is_empty()) {
+            return Err(ENOTEMPTY);
+        }
+        self.writable_dir(w.parent)?;
+        let name = name.clone();
+        self.remove_entry(w.parent, &name, now);
+        self.collect(id);
+        Ok(())
+    }
+
+    /// `renameat2` with `RENAME_NOREPLACE` (1) and `RENAME_EXCHANGE` (2).
+    pub fn rename(&mut self, from: &Walked, to: &Walked, flags: u32, now: u64) -> Result<(), i32> {
+        let (Some(_), Some(tname)) = (&from.name, &to.name) else { return Err(EBUSY) };
+        let src = from.id.ok_or(ENOENT)?;
+        if tname.len() > NAME_MAX {
+            return Err(ENAMETOOLONG);
+        }
+        let src_dir = self.inodes.get(&src).ok_or(ENOENT)?.is_dir();
+        if !src_dir && (from.trailing || to.trailing) && flags & 2 == 0 {
+            return Err(ENOTDIR);
+        }
+        self.writable_dir(from.parent)?;
+        self.writable_dir(to.parent)?;
+        let exchange = flags & 2 != 0;
+        if flags & 1 != 0 && to.id.is_some() {
+            return Err(EEXIST);
+        }
+        if exchange && to.id.is_none() {
+            return Err(ENOENT);
+        }
+        if self.inodes.get(&src).is_some_and(|i| i.readonly) || to.id.is_some_and(|t| self.readonly(t)) {
+            return Err(EROFS);
+        }
+        if to.id == Some(src) {
+            return Ok(());
+        }
+        let marks = (self.pending_len(from.parent), self.pending_len(to.parent));
+        let r = self.rename_entries(src, src_dir, from, to, exchange, now);
+        // One call, one operation per directory: a rename within a directory is atomic; across
+        // two directories each side is pending in its own.
+        self.fuse_dir_ops(from.parent, marks.0);
+        if from.parent != to.parent {
+            self.fuse_dir_ops(to.parent, marks.1);
+        }
+        r
+    }
+
+    fn rename_entries(
+        &mut self,
+        src: u64,
+        src_dir: bool,
+        from: &Walked,
+        to: &Walked,
+        exchange: bool,
+        now: u64,
+    ) -> Result<(), i32> {
+        let (Some(fname), Some(tname)) = (&from.name, &to.name) else { return Err(EBUSY) };
+        // A directory may not move below itself (nor be replaced by an ancestor when exchanging).
+        if src_dir && self.is_ancestor(src, to.parent) {
+            return Err(EINVAL);
+        }
+        if let Some(dst) = to.id {
+            let dst_dir = self.inodes.get(&dst).is_some_and(|i| i.is_dir());
+            if exchange {
+                if dst_dir && self.is_ancestor(dst, from.parent) {
+                    return Err(EINVAL);
+                }
+                let (fp, tp) = (from.parent, to.parent);
+                if let Some(d) = self.dir_mut(fp) {
+                    d.entries.insert(fname.clone(), dst);
+                }
+                self.push_dir_op(fp, DirOp::Set(fname.clone(), dst));
+                if let Some(d) = self.dir_mut(tp) {
+                    d.entries.insert(tname.clone(), src);
+                }
+                self.push_dir_op(tp, DirOp::Set(tname.clone(), src));
+                for (id, p) in [(dst, fp), (src, tp)] {
+                    if let Some(Inode { kind: Kind::Dir(d), .. }) = self.inodes.get_mut(&id) {
+                        d.parent = p;
+                    }
+                    self.touch(id, now, false);
+                }
+                self.touch(fp, now, true);
+                self.touch(tp, now, true);
+                return Ok(());
+            }
+            match (src_dir, dst_dir) {
+                (true, false) => return Err(ENOTDIR),
+                (false, true) => return Err(EISDIR),
+                (true, true) if self.dir(dst).is_some_and(|d| !d.entries.is_empty()) => return Err(ENOTEMPTY),
+                _ => {}
+            }
+            self.remove_entry(to.parent, tname, now);
+            self.remove_entry(from.parent, fname, now);
+            self.add_entry(to.parent, tname, src, now);
+            self.collect(dst);
+            return Ok(());
+        }
+        self.remove_entry(from.parent, fname, now);
+        self.add_entry(to.parent, tname, src, now);
+        Ok(())
+    }
+
+    fn readonly(&self, id: u64) -> bool {
+        self.inodes.get(&id).is_some_and(|i| i.readonly)
+    }
+
+    /// True if `a` is `b` or above it in the volatile tree.
+    fn is_ancestor(&self, a: u64, mut b: u64) -> bool {
+        for _ in 0..=self.inodes.len() {
+            if a == b {
+                return true;
+            }
+            if b == ROOT {
+                return false;
+            }
+            match self.dir(b) {
+                Some(d) => b = d.parent,
+                None => return false,
+            }
+        }
+        false
+    }
+
+    fn file_mut(&mut self, id: u64) -> Result<&mut FileData, i32> {
+        match &mut self.inodes.get_mut(&id).ok_or(EBADF)?.kind {
+            Kind::File(f) => Ok(f),
+            Kind::Dir(_) => Err(EISDIR),
+            Kind::Static(_) => Err(EROFS),
+            _ => Err(EINVAL),
+        }
+    }
+
+    /// Size of a regular file.
+    pub fn size(&self, id: u64) -> u64 {
+        self.contents(id).map_or(0, |c| c.len() as u64)
+    }
+
+    /// Writes `data` at `off`; returns how many bytes were written (a partial write when the
+    /// disk fills up; `ENOSPC` when nothing fits).
+    pub fn write(&mut self, id: u64, off: u64, data: &[u8], now: u64) -> Result<u64, i32> {
+        let (used, capacity, seq) = (self.used, self.capacity, self.seq);
+        let f = self.file_mut(id)?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let size = f.data.len() as u64;
+        let limit = size.saturating_add(capacity.saturating_sub(used));
+        let end = off.checked_add(data.len() as u64).ok_or(EFBIG)?;
+        let n = if end <= limit {
+            data.len() as u64
+        } else if off >= limit {
+            return Err(if off > i64::MAX as u64 { EFBIG } else { ENOSPC });
+        } else {
+            limit - off
+        };
+        let data = &data[..n as usize];
+        let op = Pending::Write { off, data: data.to_vec() };
+        op.apply(&mut f.data);
+        let grown = f.data.len() as u64 - size;
+        f.push(seq, op);
+        self.seq += 1;
+        self.used += grown;
+        self.touch(id, now, true);
+        Ok(n)
+    }
+
+    /// Sets the size (`truncate`, `O_TRUNC`, growing `fallocate`).
+    pub fn set_size(&mut self, id: u64, len: u64, now: u64) -> Result<(), i32> {
+        let (used, capacity, seq) = (self.used, self.capacity, self.seq);
+        let f = self.file_mut(id)?;
+        let size = f.data.len() as u64;
+        if len > size && len - size > capacity.saturating_sub(used) {
+            return Err(if len > i64::MAX as u64 { EFBIG } else { ENOSPC });
+        }
+        if len != size {
+            let op = Pending::SetSize(len);
+            op.apply(&mut f.data);
+            f.push(seq, op);
+            self.seq += 1;
+            self.used = used - size + len;
+        }
+        self.touch(id, now, true);
+        Ok(())
+    }
+
+    /// Checks that `extra` more bytes fit (`fallocate` with `KEEP_SIZE`).
+    pub fn reserve(&self, extra: u64) -> Result<(), i32> {
+        if extra > self.capacity.saturating_sub(self.used) {
+            return Err(ENOSPC);
+        }
+        Ok(())
+    }
+
+    /// `chmod`.
+    pub fn set_mode(&mut self, id: u64, mode: u32) {
+        if let Some(i) = self.inodes.get_mut(&id) {
+            i.mode = mode & 0o7777;
+        }
+    }
+
+    /// `utimensat`: `None` leaves a time alone.
+    pub fn set_times(&mut self, id: u64, atime: Option<u64>, mtime: Option<u64>, now: u64) {
+        if let Some(i) = self.inodes.get_mut(&id) {
+            if let Some(a) = atime {
+                i.times[0] = a;
+            }
+            if let Some(m) = mtime {
+                i.times[1] = m;
+            }
+            i.times[2] = now;
+        }
+    }
+}
+
+/// Puts the components of `path` in front of `comps`.
+fn push_front_all(comps: &mut VecDeque<String>, path: &str) -> Result<(), i32> {
+    for c in path.split('/').filter(|c| !c.is_empty()).rev() {
+        if c.len() > NAME_MAX {
+            return Err(ENAMETOOLONG);
+        }
+        comps.push_front(c.to_string());
+    }
+    Ok(())
+}
+
+/// What is wrong with `p` as the guest path of a declared file, if anything: it must be
+/// absolute and normal (no empty, `.` or `..` component, no NUL), so that the file is where its
+/// declaration says and no declaration reads as a way out of the tree.
+pub fn guest_path_problem(p: &str) -> Option<&'static str> {
+    if !p.starts_with('/') {
+        return Some("the guest path must be absolute");
+    }
+    if p.contains('\0') {
+        return Some("the guest path holds a NUL byte");
+    }
+    if p == "/" || p.ends_with('/') {
+        return Some("the guest path must name a file, not a directory");
+    }
+    if p[1..].split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+        return Some("the guest path must be normal: no empty, `.` or `..` component");
+    }
+    None
+}
+
+/// `parent_of` re-exported for the kernel.
+pub fn parent_path(p: &str) -> &str {
+    parent_of(p)
+}

@@ -1,0 +1,319 @@
+//! Moving bytes through sockets, pipes and eventfds: the one receive path and the one send
+//! path every read, write and socket call goes through, and `sendto`/`recvfrom`/`sendmsg`/
+//! `recvmsg` around them.
+
+use super::*;
+
+impl Kernel {
+    /// Receives from an object into `iov`: the byte count and, for a datagram, its sender.
+    /// Blocks (or `EAGAIN`) when nothing is there.
+    pub(crate) fn obj_recv(
+        &mut self,
+        mem: &mut dyn Memory,
+        fd: i32,
+        iov: &[(u64, u64)],
+        flags: u32,
+    ) -> Result<(u64, Option<SockAddr>, bool), Stop> {
+        let (id, end, fl) = self.object(fd)?;
+        if end == Some(true) {
+            return Err(EBADF.into());
+        }
+        let want: u64 = iov.iter().map(|&(_, l)| l).sum::<u64>().min(MAX_IO);
+        for &(base, len) in iov {
+            self.vm.check(base, len.min(MAX_IO), Access::Write)?;
+        }
+        let nonblock = fl & O_NONBLOCK != 0 || flags & MSG_DONTWAIT != 0;
+        let peek = flags & MSG_PEEK != 0;
+        let timeout = self.net.objects.get(&id).map_or(0, |o| o.rcvtimeo);
+        let obj = self.net.objects.get_mut(&id).ok_or(EBADF)?;
+        let (data, from, trunc): (Vec<u8>, Option<SockAddr>, bool) = match &mut obj.kind {
+            ObjKind::Stream(s) => {
+                if s.state != StreamState::Connected {
+                    return Err(ENOTCONN.into());
+                }
+                if flags & MSG_WAITALL != 0 && (s.rx.len() as u64) < want && !s.peer_fin && !s.reset && !nonblock {
+                    return self
+                        .block_io((timeout > 0).then_some(timeout), Err(EAGAIN.into()))
+                        .map(|v| (v, None, false));
+                }
+                if s.rx.is_empty() {
+                    if s.reset {
+                        if s.error != 0 {
+                            s.error = 0;
+                            return Err(ECONNRESET.into());
+                        }
+                        return Ok((0, None, false));
+                    }
+                    if s.peer_fin || s.shut_rd || want == 0 {
+                        return Ok((0, None, false));
+                    }
+                    if nonblock {
+                        return Err(EAGAIN.into());
+                    }
+                    return self
+                        .block_io((timeout > 0).then_some(timeout), Err(EAGAIN.into()))
+                        .map(|v| (v, None, false));
+                }
+                let n = (want as usize).min(s.rx.len());
+                let data: Vec<u8> =
+                    if peek { s.rx.iter().take(n).copied().collect() } else { s.rx.drain(..n).collect() };
+                if !peek {
+                    s.consumed += n as u64;
+                    if s.consumed >= ACK_EVERY || (s.rx.is_empty() && s.consumed > 0) {
+                        if let (Some(src), Some(dst)) = (s.local, s.remote) {
+                            let credit = std::mem::take(&mut s.consumed);
+                            self.net.send(Packet { src, dst, payload: Payload::Ack(credit) });
+                        }
+                    }
+                }
+                (data, None, false)
+            }
+            ObjKind::Dgram(d) => {
+                let Some((src, _)) = d.queue.front() else {
+                    if nonblock {
+                        return Err(EAGAIN.into());
+                    }
+                    return self
+                        .block_io((timeout > 0).then_some(timeout), Err(EAGAIN.into()))
+                        .map(|v| (v, None, false));
+                };
+                let src = *src;
+                let msg = if peek {
+                    d.queue.front().map(|m| m.1.clone()).unwrap_or_default()
+                } else {
+                    d.queue.pop_front().map(|m| m.1).unwrap_or_default()
+                };
+                let trunc = msg.len() as u64 > want;
+                let mut msg = msg;
+                let full = msg.len();
+                msg.truncate(want as usize);
+                if trunc && flags & MSG_TRUNC != 0 {
+                    let n = msg.len();
+                    self.scatter(mem, iov, &msg)?;
+                    let _ = n;
+                    return Ok((full as u64, Some(src), true));
+                }
+                (msg, Some(src), trunc)
+            }
+            ObjKind::Pipe { buf, writers, .. } => {
+                if buf.is_empty() {
+                    if *writers == 0 || want == 0 {
+                        return Ok((0, None, false));
+                    }
+                    if nonblock {
+                        return Err(EAGAIN.into());
+                    }
+                    return self.block_io(None, Err(EAGAIN.into())).map(|v| (v, None, false));
+                }
+                let n = (want as usize).min(buf.len());
+                (buf.drain(..n).collect(), None, false)
+            }
+            ObjKind::EventFd { value, semaphore } => {
+                if want < 8 {
+                    return Err(EINVAL.into());
+                }
+                if *value == 0 {
+                    if nonblock {
+                        return Err(EAGAIN.into());
+                    }
+                    return self.block_io(None, Err(EAGAIN.into())).map(|v| (v, None, false));
+                }
+                let v = if *semaphore { 1 } else { *value };
+                *value -= v;
+                (v.to_le_bytes().to_vec(), None, false)
+            }
+            ObjKind::Epoll { .. } => return Err(EINVAL.into()),
+        };
+        self.scatter(mem, iov, &data)?;
+        if !peek {
+            self.net.touch(id); // room for a blocked writer
+        }
+        Ok((data.len() as u64, from, trunc))
+    }
+
+    /// Copies `data` into the buffers of `iov` in order.
+    fn scatter(&mut self, mem: &mut dyn Memory, iov: &[(u64, u64)], data: &[u8]) -> Result<(), i32> {
+        let mut off = 0usize;
+        for &(base, len) in iov {
+            if off >= data.len() {
+                break;
+            }
+            let n = (len as usize).min(data.len() - off);
+            self.vm.copy_out(mem, base, &data[off..off + n])?;
+            off += n;
+        }
+        Ok(())
+    }
+
+    /// Sends `data` on an object (to `to` for an unconnected datagram socket).
+    pub(crate) fn obj_send(&mut self, fd: i32, data: &[u8], flags: u32, to: Option<SockAddr>) -> SysResult {
+        let (id, end, fl) = self.object(fd)?;
+        if end == Some(false) {
+            return Err(EBADF.into());
+        }
+        let nonblock = fl & O_NONBLOCK != 0 || flags & MSG_DONTWAIT != 0;
+        let timeout = self.net.objects.get(&id).map_or(0, |o| o.sndtimeo);
+        let dgram_info = match &self.net.objects.get(&id).ok_or(EBADF)?.kind {
+            ObjKind::Dgram(d) => Some((d.local, d.remote)),
+            _ => None,
+        };
+        if let Some((local, remote)) = dgram_info {
+            let dst = match to.or(remote) {
+                Some(d) => d,
+                None => return Err(EDESTADDRREQ.into()),
+            };
+            if data.len() > MAX_DATAGRAM {
+                return Err(EMSGSIZE.into());
+            }
+            let dst = if dst.is_unspecified() { SockAddr::new([127, 0, 0, 1], dst.port) } else { dst };
+            if !self.net.reachable(dst.ip) {
+                return Err(ENETUNREACH.into());
+            }
+            let local = match local {
+                Some(l) => l,
+                None => self.autobind_dgram(id)?,
+            };
+            let src_ip = if local.is_unspecified() { self.net.source_ip(dst.ip) } else { local.ip };
+            self.net.send(Packet {
+                src: SockAddr::new(src_ip, local.port),
+                dst,
+                payload: Payload::Datagram(data.to_vec()),
+            });
+            return Ok(data.len() as u64);
+        }
+        let obj = self.net.objects.get_mut(&id).ok_or(EBADF)?;
+        match &mut obj.kind {
+            ObjKind::Stream(s) => {
+                match s.state {
+                    StreamState::Connected => {}
+                    StreamState::Connecting if !nonblock => {
+                        return self.block_io((timeout > 0).then_some(timeout), Err(EAGAIN.into()))
+                    }
+                    StreamState::Connecting => return Err(EAGAIN.into()),
+                    StreamState::Failed(e) => {
+                        s.error = 0;
+                        return Err(e.into());
+                    }
+                    _ => return Err(ENOTCONN.into()),
+                }
+                if s.reset || s.shut_wr {
+                    return Err(EPIPE.into());
+                }
+                let (Some(src), Some(dst)) = (s.local, s.remote) else { return Err(ENOTCONN.into()) };
+                if data.is_empty() {
+                    return Ok(0);
+                }
+                let room = WINDOW.saturating_sub(s.inflight);
+                if room == 0 {
+                    if nonblock {
+                        return Err(EAGAIN.into());
+                    }
+                    return self.block_io((timeout > 0).then_some(timeout), Err(EAGAIN.into()));
+                }
+                let n = (data.len() as u64).min(room);
+                s.inflight += n;
+                self.net.send(Packet { src, dst, payload: Payload::Data(data[..n as usize].to_vec()) });
+                Ok(n)
+            }
+            ObjKind::Dgram(_) => Err(EINVAL.into()),
+            ObjKind::Pipe { buf, readers, .. } => {
+                if *readers == 0 {
+                    return Err(EPIPE.into());
+                }
+                let room = MAX_BUFFERED.saturating_sub(buf.len());
+                if room == 0 {
+                    if nonblock {
+                        return Err(EAGAIN.into());
+                    }
+                    return self.block_io(None, Err(EAGAIN.into()));
+                }
+                let n = room.min(data.len());
+                buf.extend(&data[..n]);
+                self.net.touch(id);
+                Ok(n as u64)
+            }
+            ObjKind::EventFd { value, .. } => {
+                if data.len() < 8 {
+                    return Err(EINVAL.into());
+                }
+                let add = u64::from_le_bytes(data[..8].try_into().unwrap_or_default());
+                if add == u64::MAX {
+                    return Err(EINVAL.into());
+                }
+                if add > u64::MAX - 1 - *value {
+                    if nonblock {
+                        return Err(EAGAIN.into());
+                    }
+                    return self.block_io(None, Err(EAGAIN.into()));
+                }
+                *value += add;
+                self.net.touch(id);
+                Ok(8)
+            }
+            ObjKind::Epoll { .. } => Err(EINVAL.into()),
+        }
+    }
+
+    pub(crate) fn sys_sendto(&mut self, mem: &mut dyn Memory, a: [u64; 6]) -> SysResult {
+        let [fd, buf, len, flags, addr, alen] = a;
+        self.socket(fd)?;
+        access_ok_len(buf, len)?;
+        let len = len.min(MAX_IO);
+        self.vm.check(buf, len, Access::Read)?;
+        let mut data = vec![0u8; len as usize];
+        self.vm.copy_in(mem, buf, &mut data)?;
+        let to = if addr != 0 { Some(self.read_sockaddr(mem, addr, alen)?.1) } else { None };
+        self.obj_send(fd as i32, &data, flags as u32, to)
+    }
+
+    pub(crate) fn sys_recvfrom(&mut self, mem: &mut dyn Memory, a: [u64; 6]) -> SysResult {
+        let [fd, buf, len, flags, addr, lenp] = a;
+        self.socket(fd)?;
+        access_ok_len(buf, len)?;
+        let (n, from, _) = self.obj_recv(mem, fd as i32, &[(buf, len)], flags as u32)?;
+        if let Some(src) = from {
+            self.write_sockaddr(mem, addr, lenp, src)?;
+        }
+        Ok(n)
+    }
+
+    /// Reads a `struct msghdr`: name, namelen, iovecs.
+    fn msghdr(&self, mem: &mut dyn Memory, msg: u64) -> Result<MsgHdr, i32> {
+        let mut b = [0u8; 56];
+        self.vm.copy_in(mem, msg, &mut b)?;
+        let w = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
+        let namelen = u64::from(u32::from_le_bytes(b[8..12].try_into().unwrap_or_default()));
+        let iov = self.iovecs(mem, w(16), w(24))?;
+        Ok((w(0), namelen, iov))
+    }
+
+    pub(crate) fn sys_sendmsg(&mut self, mem: &mut dyn Memory, fd: u64, msg: u64, flags: u64) -> SysResult {
+        self.socket(fd)?;
+        let (name, namelen, iov) = self.msghdr(mem, msg)?;
+        let mut data = Vec::new();
+        for (base, len) in iov {
+            let n = len.min(MAX_IO - data.len() as u64);
+            self.vm.check(base, n, Access::Read)?;
+            let start = data.len();
+            data.resize(start + n as usize, 0);
+            self.vm.copy_in(mem, base, &mut data[start..])?;
+        }
+        let to = if name != 0 { Some(self.read_sockaddr(mem, name, namelen)?.1) } else { None };
+        self.obj_send(fd as i32, &data, flags as u32, to)
+    }
+
+    pub(crate) fn sys_recvmsg(&mut self, mem: &mut dyn Memory, fd: u64, msg: u64, flags: u64) -> SysResult {
+        self.socket(fd)?;
+        let (name, _, iov) = self.msghdr(mem, msg)?;
+        let (n, from, trunc) = self.obj_recv(mem, fd as i32, &iov, flags as u32)?;
+        if let (Some(src), true) = (from, name != 0) {
+            self.write_sockaddr(mem, name, msg + 8, src)?;
+        } else {
+            self.vm.copy_out(mem, msg + 8, &0u32.to_le_bytes())?;
+        }
+        self.vm.copy_out(mem, msg + 40, &0u64.to_le_bytes())?;
+        let mf: i32 = if trunc { MSG_TRUNC as i32 } else { 0 };
+        self.vm.copy_out(mem, msg + 48, &mf.to_le_bytes())?;
+        Ok(n)
+    }
+}
