@@ -399,8 +399,10 @@ pub struct DecisionLog {
     pub(crate) time_ns: u64,
     /// When set, the natural choices of [`DecisionLog::decide_keyed`] are a function of this
     /// key and the decision's meaning instead of the stream's next bytes (see
-    /// [`DecisionLog::key_by_meaning`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// [`DecisionLog::key_by_meaning`]). Not persisted, so a node kernel's snapshot format is
+    /// unchanged: only a cluster's own log is ever keyed, and a cluster's state lives in memory
+    /// (its forks are clones), never in a file.
+    #[serde(skip)]
     pub(crate) meaning_key: Option<[u8; 32]>,
 }
 
