@@ -477,7 +477,7 @@ fn kv_history(n: usize, overlap: u64) -> deja_history::History {
     };
     let step = 1_000_000u64;
     let mut state = std::collections::BTreeMap::new();
-    let ops = (0..n as u64)
+    let mut ops = (0..n as u64)
         .map(|i| {
             let key = format!("k{}", next() % 8);
             let at = (i + overlap) * step;
@@ -502,7 +502,6 @@ fn kv_history(n: usize, overlap: u64) -> deja_history::History {
             }
         })
         .collect::<Vec<_>>();
-    let mut ops = ops;
     ops.sort_by_key(|o| o.invoke_ns);
     History { model: Model::Kv, ops }
 }

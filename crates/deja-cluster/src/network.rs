@@ -27,6 +27,11 @@ const LATENCY_STEPS: u64 = 1000;
 /// Parts per million.
 const PPM: u64 = 1_000_000;
 
+/// Probability `p` in parts per million.
+fn ppm(p: f64) -> u64 {
+    (p * PPM as f64).round() as u64
+}
+
 /// A packet to hand to `node` at `at` (virtual ns).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
@@ -223,18 +228,15 @@ impl Network {
         lo + (hi - lo) * k / steps
     }
 
-    /// Decides whether a fault of probability `p` strikes.
+    /// Decides whether a fault of probability `p` strikes, drawn from the log's stream (a
+    /// random fault of the schedule: it has no message to be keyed by).
     pub(crate) fn strike(log: &mut DecisionLog, p: f64, point: &str) -> bool {
-        Self::strike_keyed(log, p, point, &[])
+        p > 0.0 && log.decide(point.into(), PPM) < ppm(p)
     }
 
-    /// Decides whether a fault of probability `p` strikes, keyed by `meaning`.
+    /// Decides whether a fault of probability `p` strikes a message, keyed by its `meaning`.
     fn strike_keyed(log: &mut DecisionLog, p: f64, point: &str, meaning: &[u8]) -> bool {
-        if p <= 0.0 {
-            return false;
-        }
-        let ppm = (p * PPM as f64).round() as u64;
-        log.decide_keyed(point.into(), PPM, meaning) < ppm
+        p > 0.0 && log.decide_keyed(point.into(), PPM, meaning) < ppm(p)
     }
 
     /// Routes a packet `from` node sent at `now`: the deliveries it makes now (the rest may be
