@@ -1,0 +1,272 @@
+//! `deja bench`'s figures for clusters and histories: the reference cluster, booted against
+//! forked rounds, campaigns on one worker against every core, cluster `deja check`, and the
+//! history checker.
+
+use std::path::Path;
+use std::time::Instant;
+
+use super::{median, spec};
+
+/// `deja check` on the register cluster: a split brain found by exploring `register-buggy`,
+/// judged against the patched replicas (they must be `FIXED_FOR_THIS_CAPSULE`).
+pub(super) fn cluster_check_figures(dir: &Path, buggy: &Path) -> Result<serde_json::Value, String> {
+    let out = std::env::temp_dir().join(format!("deja-bench-cluster-check-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let base = deja_explore::ClusterTarget::load(buggy).map_err(|e| e.to_string())?;
+    let cfg =
+        deja_explore::CampaignConfig { stop_at_first_bug: true, ..campaign(40, &out, deja_explore::Mode::Faults, 1) };
+    let start = Instant::now();
+    let c = deja_explore::explore_cluster(&base, &cfg, &mut |_| {}).map_err(|e| e.to_string())?;
+    let explore_s = start.elapsed().as_secs_f64();
+    let found = c.bugs.first().ok_or("exploring register-buggy for 40 rounds found no split brain")?;
+    let bug = deja_explore::ClusterBug::read(&out.join(&found.file)).map_err(|e| e.to_string())?;
+    let patched = dir.join("register-replica-patched").display().to_string();
+    let spec = format!("r1={patched},r2={patched},r3={patched}");
+    let check = deja_judge::cluster::ClusterCheck {
+        candidate: deja_judge::cluster::candidate_nodes(&spec, &base),
+        bug,
+        base,
+        worlds: 3,
+    };
+    let start = Instant::now();
+    let judged = deja_judge::cluster::check_cluster(&check);
+    let check_s = start.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(&out);
+    if judged.verdict != deja_judge::Verdict::FixedForThisCapsule {
+        return Err(format!("deja check of the patched replicas gave {}", judged.verdict.name()));
+    }
+    Ok(serde_json::json!({
+        "file": buggy.display().to_string(), "found_in_rounds": found.first_round, "explore_s": explore_s,
+        "candidate": "register-replica-patched", "worlds": 3, "verdict": judged.verdict.name(),
+        "checks": judged.certificate.checks.len(), "wall_s": check_s,
+    }))
+}
+
+/// A linearizable history of `n` operations on the kv model: 8 keys, writes and reads, each
+/// operation's interval spread around its place in one sequential order so that about
+/// `overlap` operations are in flight at once.
+fn kv_history(n: usize, overlap: u64) -> deja_history::History {
+    use deja_history::{End, History, Model, Op};
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        // splitmix64: a fixed, seedless sequence (the figures must not depend on the host).
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let step = 1_000_000u64;
+    let mut state = std::collections::BTreeMap::new();
+    let mut ops = (0..n as u64)
+        .map(|i| {
+            let key = format!("k{}", next() % 8);
+            let at = (i + overlap) * step;
+            let (before, after) = (next() % (overlap * step), next() % (overlap * step));
+            let (f, value, ret) = if next() % 2 == 0 {
+                state.insert(key.clone(), i);
+                ("write", serde_json::json!(i), serde_json::Value::Null)
+            } else {
+                (
+                    "read",
+                    serde_json::Value::Null,
+                    state.get(&key).map_or(serde_json::Value::Null, |v| serde_json::json!(v)),
+                )
+            };
+            Op {
+                process: format!("c{}", i % 8),
+                f: f.into(),
+                key: Some(key),
+                value,
+                invoke_ns: at - before,
+                end: End::Ok { at_ns: at + after, value: ret },
+            }
+        })
+        .collect::<Vec<_>>();
+    ops.sort_by_key(|o| o.invoke_ns);
+    History { model: Model::Kv, ops }
+}
+
+/// The history checker's time on linearizable kv histories of 100, 1,000 and 10,000
+/// operations (the median of three checks each).
+pub(super) fn history_figures() -> Result<serde_json::Value, String> {
+    let mut rows = Vec::new();
+    for n in [100usize, 1_000, 10_000] {
+        let h = kv_history(n, 4);
+        let mut times = Vec::new();
+        for _ in 0..3 {
+            let start = Instant::now();
+            let v = deja_history::check(&h, deja_history::DEFAULT_BUDGET);
+            times.push(start.elapsed());
+            if !matches!(v, deja_history::Verdict::Linearizable { .. }) {
+                return Err(format!("the generated history of {n} operations was judged {v:?}"));
+            }
+        }
+        let t = median(times);
+        rows.push(serde_json::json!({
+            "operations": n, "model": "kv", "keys": 8, "in_flight": 4,
+            "ms": t.as_secs_f64() * 1e3, "us_per_operation": t.as_secs_f64() * 1e6 / n as f64,
+        }));
+    }
+    Ok(serde_json::json!({ "rows": rows }))
+}
+
+/// The register cluster's rounds booted from scratch against the same rounds forked from the
+/// point where every node called `setup_complete`: each pair must give the same digest.
+pub(super) fn forked_cluster_figures(file: &Path) -> Result<serde_json::Value, String> {
+    use deja_cluster::{Fork, RunOptions, SteerAt, Steering};
+    let cfg = deja_cluster::ClusterConfig::load(file).map_err(|e| e.to_string())?;
+    let rounds = 12u64;
+    let steering = |k: u64| Steering { at: SteerAt::Setup, reseed: Some(1000 + k), ..Steering::default() };
+    let start = Instant::now();
+    let mut booted = Vec::new();
+    for k in 0..rounds {
+        let r = deja_cluster::run(
+            cfg.clone(),
+            RunOptions { sink: &mut |_, _, _| {}, steering: steering(k), record_trace: false },
+        )
+        .map_err(|e| e.to_string())?;
+        booted.push(r.digest);
+    }
+    let booted_s = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let mut fork = Fork::new(cfg.clone(), SteerAt::Setup, &mut |_, _, _| {})
+        .map_err(|e| e.to_string())?
+        .ok_or("the register cluster never had every node call setup_complete")?;
+    let fork_s = start.elapsed().as_secs_f64();
+    let (mut reset_ns, mut frames, mut resets) = (0u64, 0u64, 0u64);
+    let start = Instant::now();
+    for k in 0..rounds {
+        let r = fork.run_child(&steering(k), &mut |_, _, _| {}).map_err(|e| e.to_string())?;
+        if r.digest != booted[k as usize] {
+            return Err(format!(
+                "forked round {k} gave digest {} where the booted one gave {}",
+                r.digest, booted[k as usize]
+            ));
+        }
+        for s in fork.last_reset.nodes.iter().flatten() {
+            reset_ns += s.reset_ns;
+            frames += s.dirty_frames;
+            resets += 1;
+        }
+    }
+    let forked_s = start.elapsed().as_secs_f64();
+    Ok(serde_json::json!({
+        "file": file.display().to_string(), "rounds": rounds, "nodes": cfg.nodes.len(),
+        "fork_point_virtual_ms": fork.virtual_time_ns as f64 / 1e6,
+        "booted_rounds_per_s": rounds as f64 / booted_s, "forked_rounds_per_s": rounds as f64 / forked_s,
+        "speedup": booted_s / forked_s, "fork_setup_s": fork_s,
+        "us_per_node_reset": reset_ns as f64 / 1e3 / resets.max(1) as f64,
+        "frames_per_node_reset": frames as f64 / resets.max(1) as f64,
+        "digests_compared": rounds,
+    }))
+}
+
+/// A coverage-guided campaign of `rounds` rounds from seed 1, written under `out`.
+pub(super) fn campaign(rounds: u64, out: &Path, mode: deja_explore::Mode, jobs: u64) -> deja_explore::CampaignConfig {
+    deja_explore::CampaignConfig {
+        runs: Some(rounds),
+        budget: None,
+        seed: 1,
+        out: out.to_path_buf(),
+        resume: false,
+        strategy: deja_explore::Strategy::Coverage,
+        mode,
+        stop_at_first_bug: false,
+        jobs,
+        shard: None,
+    }
+}
+
+/// Campaign rounds per second on one worker and on every core, side by side, per reference
+/// workload.
+pub(super) fn scale_figures(dir: &Path, register: &Path) -> Result<serde_json::Value, String> {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as u64;
+    let workloads: [(&str, Vec<&str>, deja_explore::Mode, u64); 3] = [
+        ("kv", vec!["--variant", "fixed", "6"], deja_explore::Mode::Faults, 480),
+        ("bank", vec!["--fraud", "fixed", "20"], deja_explore::Mode::Random, 400),
+        ("register (cluster)", vec![], deja_explore::Mode::Faults, 48),
+    ];
+    let mut rows = Vec::new();
+    for (name, args, mode, rounds) in workloads {
+        let mut rate = Vec::new();
+        for jobs in [1, cores] {
+            let out = std::env::temp_dir().join(format!("deja-bench-scale-{}-{jobs}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&out);
+            let cfg = campaign(rounds, &out, mode, jobs);
+            let start = Instant::now();
+            let c = if name.starts_with("register") {
+                let target = deja_explore::ClusterTarget::load(register).map_err(|e| e.to_string())?;
+                deja_explore::explore_cluster(&target, &cfg, &mut |_| {})
+            } else {
+                let path = dir.join(name);
+                let target = deja_explore::Target {
+                    spec: spec(&path, &args)?,
+                    memory: deja_vmm::DEFAULT_MEMORY,
+                    path: path.display().to_string(),
+                };
+                deja_explore::explore(&target, &cfg, &mut |_| {})
+            }
+            .map_err(|e| e.to_string())?;
+            let secs = start.elapsed().as_secs_f64();
+            let _ = std::fs::remove_dir_all(&out);
+            if c.rounds != rounds {
+                return Err(format!("the {name} campaign on {jobs} workers ran {} rounds of {rounds}", c.rounds));
+            }
+            rate.push(rounds as f64 / secs);
+        }
+        rows.push(serde_json::json!({
+            "workload": name, "rounds": rounds, "one_worker_rounds_per_s": rate[0],
+            "workers": cores, "all_workers_rounds_per_s": rate[1], "speedup": rate[1] / rate[0],
+        }));
+    }
+    Ok(serde_json::json!({ "cores": cores, "rows": rows }))
+}
+
+/// The reference cluster's figures (the run with the median wall time of `repeat`).
+pub(super) fn cluster_figures(guests: &Path, repeat: u32) -> Result<serde_json::Value, String> {
+    let file = guests
+        .parent()
+        .and_then(Path::parent)
+        .map(|root| root.join("examples/clusters/register-fixed.toml"))
+        .filter(|p| p.exists())
+        .ok_or_else(|| format!("examples/clusters/register-fixed.toml not found next to {}", guests.display()))?;
+    let mut runs = Vec::new();
+    for _ in 0..repeat {
+        let cfg = deja_cluster::ClusterConfig::load(&file).map_err(|e| e.to_string())?;
+        let r = deja_cluster::run(
+            cfg,
+            deja_cluster::RunOptions {
+                sink: &mut |_: &str, _: deja_kernel::Stream, _: &[u8]| {},
+                steering: Default::default(),
+                record_trace: false,
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        if r.outcome != deja_cluster::Outcome::Completed {
+            return Err(format!("the reference cluster did not complete: {:?}", r.outcome));
+        }
+        runs.push(r);
+    }
+    runs.sort_by_key(|r| r.wall_ns);
+    let r = &runs[runs.len() / 2];
+    let wall = r.wall_ns as f64;
+    let host_run: f64 = r.nodes.iter().map(|n| n.host_run_ns as f64).sum();
+    let exits: u64 = r.nodes.iter().map(|n| n.vm_exits).sum();
+    // The fastest stint of any node, per exit: an upper bound of one exit's round trip.
+    let per_exit = r.nodes.iter().map(|n| n.min_exit_ns).filter(|&n| n > 0).min().unwrap_or(0) as f64;
+    let exit_ns = (exits as f64 * per_exit).min(host_run);
+    Ok(serde_json::json!({
+        "file": "examples/clusters/register-fixed.toml",
+        "virtual_s": r.virtual_time_ns as f64 / 1e9,
+        "wall_s": wall / 1e9,
+        "simulated_s_per_wall_s": r.virtual_time_ns as f64 / wall,
+        "syscalls": r.syscalls(),
+        "syscalls_per_s": r.syscalls() as f64 / (wall / 1e9),
+        "vm_exits": exits,
+        "us_per_exit_estimate": per_exit / 1e3,
+        "guest_share": (host_run - exit_ns) / wall,
+        "exit_share": exit_ns / wall,
+        "monitor_share": (wall - host_run).max(0.0) / wall,
+    }))
+}
