@@ -16,13 +16,18 @@
 //! # Determinism with several workers
 //!
 //! `jobs` workers, one VM (or one cluster) each on its own thread, share one corpus. An epoch's
-//! inputs are all planned before any of them runs, from the campaign as it stood when the epoch
-//! began (its random stream, corpus and energies), and the outcomes are learned in round order
-//! when all are back. Which worker ran a round and when it finished change nothing, so a
-//! campaign is a pure function of (subject, seed, jobs, rounds). Epochs start at fixed round
-//! numbers (multiples of the epoch size); the inputs of an epoch cut short by `--runs` stay in
-//! the checkpoint, so `--runs 100` then `--resume --runs 200` is the same campaign as
-//! `--runs 200`. With one worker an epoch is one round: every round learns from all before it.
+//! inputs are all planned before any of them runs, and the outcomes are learned in round order
+//! when all are back. With several workers, epochs are pipelined: epoch `k + 2` is planned
+//! from the campaign as it stood when epoch `k` had been learned (its random stream, corpus and
+//! energies), and is handed to the workers while epoch `k + 1` runs, so a worker that finishes
+//! early takes the next epoch's rounds instead of waiting for the last round of its epoch and
+//! for the main thread's learning. Which worker ran a round and when it finished change
+//! nothing, so a campaign is a pure function of (subject, seed, jobs, rounds). Epochs start at
+//! fixed round numbers (multiples of the epoch size), and planning depends only on the rounds
+//! learned; the inputs planned and not learned stay in the checkpoint, so `--runs 100` then
+//! `--resume --runs 200` is the same campaign as `--runs 200`. With one worker an epoch is one
+//! round, planned when the one before it has been learned: every round learns from all before
+//! it.
 //!
 //! # Shards
 //!
@@ -804,12 +809,21 @@ pub enum Phase {
 
 /// A batch of inputs the workers share: each takes the next one not taken.
 struct Batch<I> {
+    /// Its number in this invocation.
+    id: u64,
     inputs: Vec<I>,
     next: AtomicUsize,
 }
 
-/// What a worker sends back: (worker, slot, outcome).
-type Returned<O> = (usize, usize, Result<O, ExploreError>);
+impl<I> Batch<I> {
+    /// No worker takes another input of it (one running finishes).
+    fn cancel(&self) {
+        self.next.store(usize::MAX / 2, Ordering::Relaxed);
+    }
+}
+
+/// What a worker sends back: (worker, batch, slot, outcome).
+type Returned<O> = (usize, u64, usize, Result<O, ExploreError>);
 
 /// Runs a campaign over `subject` (or continues one) and writes its files under `cfg.out`.
 pub fn explore<S: Subject>(
@@ -841,7 +855,13 @@ pub fn explore<S: Subject>(
 
     std::thread::scope(|scope| -> Result<Campaign, ExploreError> {
         let (returned_tx, returned) = mpsc::channel::<Returned<S::Outcome>>();
-        let mut pool = Pool { workers: Vec::new(), returned, done_by: vec![0; jobs as usize] };
+        let mut pool = Pool {
+            workers: Vec::new(),
+            returned,
+            done_by: vec![0; jobs as usize],
+            next_id: 0,
+            in_flight: std::collections::VecDeque::new(),
+        };
         for w in 0..jobs as usize {
             let (tx, rx) = mpsc::channel::<Arc<Batch<S::Input>>>();
             pool.workers.push(tx);
@@ -852,6 +872,9 @@ pub fn explore<S: Subject>(
         }
         drop(returned_tx);
 
+        // With several workers the epoch after the one running is already submitted, so no
+        // worker waits while the main thread learns.
+        let ahead = u64::from(jobs > 1);
         let mut epoch: Vec<S::Input> = Vec::new();
         let mut outcomes: Vec<Result<S::Outcome, String>> = Vec::new();
         loop {
@@ -880,15 +903,14 @@ pub fn explore<S: Subject>(
                         phase = Phase::Done;
                         continue;
                     }
-                    if state.pending.is_empty() {
-                        state.pending = plan_epoch(subject, cfg, seeds, &mut state);
-                    }
-                    let take = cfg.runs.map_or(u64::MAX, |n| n - state.books.round).min(state.pending.len() as u64);
-                    epoch = state.pending.drain(..take as usize).collect();
+                    plan_ahead(subject, cfg, seeds, &mut state, ahead);
+                    pool.submit_pending(&state.pending, state.books.round, cfg, ahead)?;
                     phase = Phase::Run;
                 }
                 Phase::Run => {
-                    outcomes = pool.run(epoch.clone())?;
+                    let len;
+                    (len, outcomes) = pool.collect_first()?;
+                    epoch = state.pending.drain(..len).collect();
                     phase = Phase::Learn;
                 }
                 Phase::Learn => {
@@ -902,6 +924,7 @@ pub fn explore<S: Subject>(
                             // The rest of the epoch stays planned, for a resumed campaign.
                             let unrun: Vec<S::Input> = std::iter::once(input).chain(rounds.map(|(i, _)| i)).collect();
                             state.pending.splice(0..0, unrun);
+                            pool.cancel_all();
                             break;
                         }
                         let wall = earlier + started.elapsed().as_secs_f64();
@@ -916,7 +939,10 @@ pub fn explore<S: Subject>(
                     }
                     phase = Phase::Plan;
                 }
-                Phase::Done => break,
+                Phase::Done => {
+                    pool.cancel_all();
+                    break;
+                }
             }
         }
         state.books.wall_seconds += started.elapsed().as_secs_f64();
@@ -931,29 +957,93 @@ struct Pool<I, O> {
     returned: mpsc::Receiver<Returned<O>>,
     /// Rounds each worker ran in this invocation.
     done_by: Vec<u64>,
+    next_id: u64,
+    /// The batches submitted and not collected, oldest first, with the outcomes back so far.
+    in_flight: std::collections::VecDeque<InFlight<I, O>>,
 }
 
+/// A batch handed to the workers and its outcomes so far (`Err`: no progress, and why).
+type InFlight<I, O> = (Arc<Batch<I>>, Vec<Option<Result<O, String>>>);
+
 impl<I, O> Pool<I, O> {
-    /// Runs `inputs` on the workers; the outcomes in the inputs' order (`Err`: the round made
-    /// no progress, and why).
-    fn run(&mut self, inputs: Vec<I>) -> Result<Vec<Result<O, String>>, ExploreError> {
+    /// Hands `inputs` to the workers, after the batches already submitted.
+    fn submit(&mut self, inputs: Vec<I>) -> Result<(), ExploreError> {
         let n = inputs.len();
-        let batch = Arc::new(Batch { inputs, next: AtomicUsize::new(0) });
-        let stopped = || ExploreError::Invalid("a worker thread stopped".into());
+        let batch = Arc::new(Batch { id: self.next_id, inputs, next: AtomicUsize::new(0) });
+        self.next_id += 1;
         for w in &self.workers {
             w.send(Arc::clone(&batch)).map_err(|_| stopped())?;
         }
-        let mut outs: Vec<Option<Result<O, String>>> = (0..n).map(|_| None).collect();
-        for _ in 0..n {
-            let (w, slot, out) = self.returned.recv().map_err(|_| stopped())?;
+        self.in_flight.push_back((batch, (0..n).map(|_| None).collect()));
+        Ok(())
+    }
+
+    /// Waits for the oldest batch: its length and its outcomes in the inputs' order (`Err`: the
+    /// round made no progress, and why). Outcomes of later batches that come back meanwhile are
+    /// kept for them.
+    fn collect_first(&mut self) -> Result<(usize, Vec<Result<O, String>>), ExploreError> {
+        let first = self.in_flight.front().map(|(b, _)| b.id).ok_or_else(stopped)?;
+        while self.in_flight.front().is_some_and(|(_, outs)| outs.iter().any(Option::is_none)) {
+            let (w, id, slot, out) = self.returned.recv().map_err(|_| stopped())?;
+            // A cancelled batch's round that was running when it was cancelled.
+            let Some((_, outs)) = self.in_flight.iter_mut().find(|(b, _)| b.id == id) else { continue };
             self.done_by[w] += 1;
             outs[slot] = Some(match out {
                 Ok(o) => Ok(o),
                 Err(e) => Err(e.no_progress().ok_or(e)?),
             });
         }
-        Ok(outs.into_iter().flatten().collect())
+        let (batch, outs) = self.in_flight.pop_front().filter(|(b, _)| b.id == first).ok_or_else(stopped)?;
+        Ok((batch.inputs.len(), outs.into_iter().flatten().collect()))
     }
+
+    /// Runs `inputs` alone and waits for their outcomes.
+    fn run(&mut self, inputs: Vec<I>) -> Result<Vec<Result<O, String>>, ExploreError> {
+        debug_assert!(self.in_flight.is_empty());
+        self.submit(inputs)?;
+        Ok(self.collect_first()?.1)
+    }
+
+    /// Drops every batch not collected; workers finish only the rounds they are running.
+    fn cancel_all(&mut self) {
+        for (b, _) in self.in_flight.drain(..) {
+            b.cancel();
+        }
+    }
+}
+
+impl<I: Clone, O> Pool<I, O> {
+    /// Submits the planned inputs not submitted yet, an epoch at a time (they are the front of
+    /// `pending`, whose first `round` rounds are learned), until `1 + ahead` epochs are in
+    /// flight or `--runs` would be passed.
+    fn submit_pending(
+        &mut self,
+        pending: &[I],
+        round: u64,
+        cfg: &CampaignConfig,
+        ahead: u64,
+    ) -> Result<(), ExploreError> {
+        let size = cfg.epoch();
+        let mut submitted: usize = self.in_flight.iter().map(|(b, _)| b.inputs.len()).sum();
+        while self.in_flight.len() as u64 <= ahead {
+            let at = round + submitted as u64;
+            let allowed = cfg.runs.map_or(u64::MAX, |n| n.saturating_sub(at));
+            let take = (size - at % size).min(allowed).min((pending.len() - submitted) as u64) as usize;
+            if take == 0 {
+                break;
+            }
+            self.submit(pending[submitted..submitted + take].to_vec())?;
+            submitted += take;
+        }
+        if self.in_flight.is_empty() {
+            return Err(stopped());
+        }
+        Ok(())
+    }
+}
+
+fn stopped() -> ExploreError {
+    ExploreError::Invalid("a worker thread stopped".into())
 }
 
 /// A new campaign's state, before its bootstrap.
@@ -1039,17 +1129,27 @@ fn resume<S: Subject>(
     Ok(s)
 }
 
-/// The inputs of the next epoch, planned from the campaign as it stands.
-fn plan_epoch<S: Subject>(
+/// Plans the epochs not planned yet, up to the one `ahead` after the epoch being learned.
+///
+/// Epochs start at multiples of their size, and the epoch `ahead` after the one being learned
+/// is planned when that one's first round is about to be learned: so a campaign is the same
+/// whether or not it was stopped and resumed between any two rounds.
+fn plan_ahead<S: Subject>(
     subject: &S,
     cfg: &CampaignConfig,
     seeds: Seeds,
     state: &mut State<S::Input, S::Reference>,
-) -> Vec<S::Input> {
-    // Epochs start at multiples of their size, so a resumed campaign plans the same ones.
+    ahead: u64,
+) {
     let size = cfg.epoch();
-    let left = size - state.books.round % size;
-    (0..left).map(|_| plan_round(subject, cfg, seeds, state)).collect()
+    let through = (state.books.round / size + 1 + ahead) * size;
+    while state.books.round + (state.pending.len() as u64) < through {
+        let at = state.books.round + state.pending.len() as u64;
+        for _ in 0..size - at % size {
+            let input = plan_round(subject, cfg, seeds, state);
+            state.pending.push(input);
+        }
+    }
 }
 
 /// One round's input: a fresh one, or a mutation of a corpus entry picked by energy.
@@ -1161,7 +1261,7 @@ fn worker_loop<S: Subject>(
                 Ok(w) => subject.run(w, reference, input),
                 Err(e) => Err(ExploreError::Invalid(format!("worker {me} could not start: {e}"))),
             };
-            if returned.send((me, slot, out)).is_err() {
+            if returned.send((me, batch.id, slot, out)).is_err() {
                 return;
             }
         }
