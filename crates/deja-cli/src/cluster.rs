@@ -94,7 +94,7 @@ fn describe(e: Option<&ExitStatus>) -> String {
 /// The exit `deja run` gives a cluster report, and a one-line verdict: [`Exit::Failure`] a waited
 /// node failed or the history is not linearizable, [`Exit::Incomplete`] the virtual-time budget
 /// ran out, [`Exit::Stuck`] no node could run any more.
-pub fn verdict(r: &ClusterReport) -> (Exit, String) {
+pub fn verdict(r: &ClusterReport, history: &HistoryCheck) -> (Exit, String) {
     if r.assertion_failed() {
         let failing: Vec<String> = r
             .nodes
@@ -110,7 +110,7 @@ pub fn verdict(r: &ClusterReport) -> (Exit, String) {
             .collect();
         return (Exit::AssertionFailed, format!("assertion failed: {}", failing.join("; ")));
     }
-    match deja_explore::cluster::history_verdict(r) {
+    match history {
         Some(Ok(deja_history::Verdict::NotLinearizable(v))) => return (Exit::Failure, v.signature()),
         Some(Err(e)) => return (Exit::Failure, format!("the clients' history cannot be read: {e}")),
         _ => {}
@@ -128,8 +128,11 @@ pub fn verdict(r: &ClusterReport) -> (Exit, String) {
     }
 }
 
-/// Prints the summary of a cluster run to stderr.
-pub fn summary(r: &ClusterReport) {
+/// The clients' history of a cluster run, checked (`None`: they recorded none).
+pub type HistoryCheck = Option<Result<deja_history::Verdict, deja_history::HistoryError>>;
+
+/// Prints the summary of a cluster run, whose history checked as `history`, to stderr.
+pub fn summary(r: &ClusterReport, history: &HistoryCheck) {
     eprintln!(
         "deja: cluster of {} nodes, seed {}, {:.3} s virtual in {:.3} s wall; outcome: {}",
         r.nodes.len(),
@@ -162,12 +165,12 @@ pub fn summary(r: &ClusterReport) {
         s.sent, s.delivered, s.lost, s.duplicated, s.reordered, s.cut_datagrams, s.held
     );
     eprintln!("deja: {} cluster decisions; digest {}", r.decisions.len(), r.digest);
-    history_summary(r);
+    history_summary(history);
 }
 
 /// The clients' history, checked, when they recorded one.
-pub fn history_summary(r: &ClusterReport) {
-    match deja_explore::cluster::history_verdict(r) {
+pub fn history_summary(history: &HistoryCheck) {
+    match history {
         None => {}
         Some(Ok(deja_history::Verdict::Linearizable { ops })) => {
             eprintln!("deja: history: linearizable ({ops} operations)");
@@ -249,10 +252,11 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<Exit, Failure> {
         std::fs::write(out, json)
             .map_err(|e| Failure::new(Exit::DejaFailed, format!("cannot write {}: {e}", out.display())))?;
     }
+    let history = deja_explore::cluster::history_verdict(&first);
     if !args.json {
-        summary(&first);
+        summary(&first, &history);
     }
-    let (code, why) = verdict(&first);
+    let (code, why) = verdict(&first, &history);
     eprintln!("deja: {why}");
     if code != Exit::Clean {
         let exe = std::env::args().next().unwrap_or_else(|| "deja".into());

@@ -674,7 +674,7 @@ fn replay_cluster(args: &ReplayArgs) -> Exit {
             }
         }
     }
-    crate::cluster::history_summary(&out.report);
+    crate::cluster::history_summary(&out.history);
     host_note("bug file", bug.host.as_ref());
     replay_verdict(&bug.id, &bug.signature, &bug.digest, out.failure.as_deref(), &out.report.digest, "cluster")
 }
