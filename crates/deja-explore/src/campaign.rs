@@ -1306,3 +1306,6 @@ pub fn write_reports(c: &Campaign, out: &Path) -> Result<(), ExploreError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

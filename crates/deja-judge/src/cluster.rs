@@ -413,3 +413,6 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
     cert.seal(verdict, timeline);
     ClusterJudgement { verdict, certificate: cert }
 }
+
+#[cfg(test)]
+mod tests;

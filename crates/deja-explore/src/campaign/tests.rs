@@ -1,0 +1,180 @@
+//! The campaign loop's pure parts, without `/dev/kvm`: picking by weight, energies, the
+//! decision mutations and the seed spaces of shards.
+
+use super::*;
+
+fn rng(seed: u64) -> ChaCha20Rng {
+    ChaCha20Rng::seed_from_u64(seed)
+}
+
+/// A decision of `options` that chose `choice`, changeable by the modes its flags say.
+fn d(options: u64, choice: u64, random: bool, fault: bool, structural: bool) -> Decision {
+    Decision { options, choice, random, fault, structural }
+}
+
+/// A corpus entry of `decisions`, focused at `focus`.
+fn entry(decisions: Vec<Decision>, focus: Option<u64>) -> Entry<()> {
+    Entry {
+        input: (),
+        new: 1,
+        picks: 0,
+        decisions,
+        focus,
+        features: Vec::new(),
+        found_round: 0,
+        durable_writes: 0,
+        io_ops: Vec::new(),
+        pending_at_crash: None,
+    }
+}
+
+/// Twenty decisions: even ones random, odd ones faults, every fifth structural, two fixed.
+fn mixed() -> Vec<Decision> {
+    (0..20u64)
+        .map(|i| match i {
+            3 | 12 => d(1, 0, i % 2 == 0, i % 2 == 1, false),
+            _ => d(2 + i, i % (2 + i), i % 2 == 0, i % 2 == 1, i % 5 == 0),
+        })
+        .collect()
+}
+
+#[test]
+fn weighted_picks_follow_the_weights_and_never_take_a_weightless_entry() {
+    let weights = [1u64, 3, 0, 6];
+    let mut r = rng(1);
+    let mut seen = [0u64; 4];
+    for _ in 0..20_000 {
+        seen[pick_weighted(&mut r, &weights)] += 1;
+    }
+    assert_eq!(seen[2], 0, "an entry of weight 0 was picked");
+    for (i, w) in weights.iter().enumerate().filter(|(_, w)| **w > 0) {
+        let expected = 20_000.0 * *w as f64 / 10.0;
+        let got = seen[i] as f64;
+        assert!((got - expected).abs() < expected * 0.1, "entry {i}: {got} picks, about {expected} expected");
+    }
+    assert_eq!(pick_weighted(&mut r, &[5]), 0);
+}
+
+#[test]
+fn energy_favours_rare_behaviour_and_what_was_new_and_decays_with_picks() {
+    let hits: BTreeMap<u64, u64> = [(1, 1), (2, 1000)].into_iter().collect();
+    let rare = energy(&[1], &hits, 0, 0);
+    let common = energy(&[2], &hits, 0, 0);
+    assert!(rare > common, "a behaviour seen once ({rare}) outweighs one seen 1,000 times ({common})");
+    assert!(energy(&[2], &hits, 3, 0) > common, "what an entry brought counts");
+    assert!(energy(&[1], &hits, 0, 4) < rare, "picks lower the energy");
+    assert!(energy(&[], &hits, 0, 1_000) >= 1, "every entry keeps a chance");
+}
+
+#[test]
+fn decision_mutations_touch_only_what_the_mode_allows_after_the_fork_point() {
+    let parent = entry(mixed(), Some(11));
+    let first = 2;
+    for mode in [Mode::Faults, Mode::Random, Mode::Both] {
+        for seed in 0..500 {
+            let (mut overrides, mut reseed) = (BTreeMap::new(), None);
+            let changed =
+                mutate_decisions(&mut rng(seed), Seeds::new(None), (&mut overrides, &mut reseed), &parent, first, mode);
+            assert!(changed, "{mode:?} seed {seed}: there was something to change");
+            if reseed.is_some() {
+                // A tail cut: the parent's choices up to the cut, nothing after it.
+                let cut = overrides.keys().next_back().map_or(first, |k| k + 1);
+                assert!(overrides.keys().copied().eq(first..cut), "{mode:?} seed {seed}: {overrides:?}");
+                for (i, c) in &overrides {
+                    assert_eq!(*c, parent.decisions[*i as usize].choice);
+                }
+                continue;
+            }
+            assert!((1..=3).contains(&overrides.len()), "{mode:?} seed {seed}: {} point mutations", overrides.len());
+            for (&i, &c) in &overrides {
+                let dec = parent.decisions[i as usize];
+                assert!(i >= first, "{mode:?} seed {seed}: decision {i} is before the fork point");
+                assert_ne!(dec.options, 1, "{mode:?} seed {seed}: decision {i} has one option");
+                assert!(c < dec.options, "{mode:?} seed {seed}: choice {c} of {}", dec.options);
+                assert!((mode.faults() && dec.fault) || (mode.random() && dec.random), "{mode:?}: {i} {dec:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn tail_cuts_need_every_later_decision_changeable_and_fall_at_the_focus_most() {
+    // Only fault decisions after the fork point: in faults mode every later one may change.
+    let faults: Vec<Decision> = (0..30).map(|i| d(4, i % 4, false, true, false)).collect();
+    let parent = entry(faults, Some(20));
+    let mut at_focus = 0;
+    let mut cuts = 0;
+    for seed in 0..2_000 {
+        let (mut overrides, mut reseed) = (BTreeMap::new(), None);
+        mutate_decisions(&mut rng(seed), Seeds::new(None), (&mut overrides, &mut reseed), &parent, 0, Mode::Faults);
+        if reseed.is_some() {
+            cuts += 1;
+            at_focus += u64::from(overrides.len() == 20);
+        }
+    }
+    // Half of the mutations are tail cuts, and half of those are at the focus.
+    assert!((800..1200).contains(&cuts), "{cuts} tail cuts of 2,000");
+    assert!(at_focus * 10 > cuts * 4, "{at_focus} of {cuts} tail cuts at the focus");
+
+    // A random decision after the fork point that faults mode may not change: no tail cut.
+    let mut mixed_tail: Vec<Decision> = (0..30).map(|i| d(4, i % 4, false, true, false)).collect();
+    mixed_tail[25] = d(4, 1, true, false, false);
+    let parent = entry(mixed_tail, Some(20));
+    for seed in 0..500 {
+        let (mut overrides, mut reseed) = (BTreeMap::new(), None);
+        mutate_decisions(&mut rng(seed), Seeds::new(None), (&mut overrides, &mut reseed), &parent, 0, Mode::Faults);
+        assert!(reseed.is_none(), "seed {seed}: a tail cut would redraw decision 25, which faults mode keeps");
+        assert!(!overrides.contains_key(&25));
+    }
+}
+
+#[test]
+fn nothing_to_change_is_said_and_changes_nothing() {
+    // Every decision is fixed or belongs to the other mode.
+    let parent = entry(vec![d(1, 0, true, true, false), d(3, 1, true, false, false)], Some(1));
+    let (mut overrides, mut reseed) = (BTreeMap::new(), None);
+    let changed =
+        mutate_decisions(&mut rng(7), Seeds::new(None), (&mut overrides, &mut reseed), &parent, 0, Mode::Faults);
+    assert!(!changed);
+    assert!(overrides.is_empty() && reseed.is_none());
+    // Everything before the fork point is out of reach too.
+    let changed =
+        mutate_decisions(&mut rng(7), Seeds::new(None), (&mut overrides, &mut reseed), &parent, 2, Mode::Random);
+    assert!(!changed);
+}
+
+#[test]
+fn a_shard_draws_only_seeds_of_its_residue_class() {
+    for (i, n) in [(0u64, 2u64), (1, 2), (2, 5), (6, 7)] {
+        let mut r = rng(i * 31 + n);
+        let seeds = Seeds::new(Some((i, n)));
+        for _ in 0..1_000 {
+            assert_eq!(seeds.draw(&mut r) % n, i, "shard {i}/{n}");
+        }
+    }
+    // One shard of one is the whole space, and the same stream gives the same seeds.
+    let (mut a, mut b) = (rng(9), rng(9));
+    for _ in 0..100 {
+        assert_eq!(Seeds::new(Some((0, 1))).draw(&mut a), Seeds::new(None).draw(&mut b));
+    }
+    assert_ne!(stream_seed(5, Some((0, 2))), stream_seed(5, Some((1, 2))), "shards have streams of their own");
+    assert_eq!(stream_seed(5, None), 5);
+}
+
+#[test]
+fn a_decision_keeps_its_flags_through_its_compact_form() {
+    for flags in 0u8..8 {
+        let dec = Decision::from((7, 3, flags));
+        assert_eq!(<(u64, u64, u8)>::from(dec), (7, 3, flags));
+    }
+    let json = serde_json::to_string(&d(5, 2, true, false, true)).unwrap();
+    assert_eq!(json, "[5,2,5]");
+    assert_eq!(serde_json::from_str::<Decision>(&json).unwrap(), d(5, 2, true, false, true));
+}
+
+#[test]
+fn bug_ids_are_a_stable_function_of_the_signature() {
+    assert_eq!(bug_id("assertion failed: x"), bug_id("assertion failed: x"));
+    assert_ne!(bug_id("assertion failed: x"), bug_id("assertion failed: y"));
+    assert_eq!(bug_id("assertion failed: x").len(), 12);
+}
