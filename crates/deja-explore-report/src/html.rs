@@ -1,6 +1,11 @@
 //! The HTML pages: `report.html` and the live page. Both are one shell around the same views
 //! (`view.js`, `view.css`, included once each); the report embeds its campaign as JSON, the live
 //! page reads server-sent events.
+//!
+//! Everything a reader sees is drawn by the views from the campaign's JSON; this file writes
+//! only the shell around them (a title, the data, the two included files), so a template
+//! engine would have nothing to template. The report grows in `view.js`, whose pieces the
+//! report page and the live page share.
 
 use std::fmt::Write as _;
 
