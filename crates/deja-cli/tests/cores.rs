@@ -258,43 +258,6 @@ fn audit_runs_fresh_processes_on_every_core() {
     }
 }
 
-/// Reads every file under `dir` (relative path → bytes).
-fn tree(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
-    let mut out = std::collections::BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.insert(p.strip_prefix(dir).unwrap().display().to_string(), std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    out
-}
-
-/// A JSON file with its wall-clock fields (host time, display only: the campaign's
-/// `wall_seconds` and those of its `wall_timeline` points) removed.
-fn without_wall_time(bytes: &[u8]) -> Value {
-    fn strip(v: &mut Value) -> usize {
-        match v {
-            Value::Object(m) => {
-                let removed = usize::from(m.remove("wall_seconds").is_some_and(|w| w.is_number()));
-                removed + m.values_mut().map(strip).sum::<usize>()
-            }
-            Value::Array(a) => a.iter_mut().map(strip).sum(),
-            _ => 0,
-        }
-    }
-    let mut v = unsealed(bytes);
-    let obj = if v.get("campaign").is_some() { &mut v["campaign"] } else { &mut v };
-    assert!(obj.get("wall_seconds").is_some_and(|w| w.is_number()), "the wall time is where the schema says");
-    strip(obj);
-    v
-}
-
 #[test]
 fn the_same_explore_command_on_two_cores_finds_the_same_bugs_and_writes_the_same_report() {
     let kv = s(&guest("kv"));

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::{Command, Output};
 
 use common::*;
@@ -61,24 +60,6 @@ fn the_limit_is_the_users_and_zero_turns_the_watchdog_off() {
     assert_eq!(default.status.code(), Some(0), "the default limit (30 s) lets it finish: {}", stderr(&default));
 }
 
-/// The campaign report with its host-timed figures (every `wall_seconds`) set to zero.
-fn report(dir: &Path) -> Value {
-    fn zero(v: &mut Value) {
-        match v {
-            Value::Object(m) => m.iter_mut().for_each(|(k, x)| match k.as_str() {
-                "wall_seconds" => *x = Value::from(0.0),
-                _ => zero(x),
-            }),
-            Value::Array(a) => a.iter_mut().for_each(zero),
-            _ => {}
-        }
-    }
-    let text = std::fs::read_to_string(dir.join("report.json")).unwrap();
-    let mut v: Value = serde_json::from_str(&text).unwrap();
-    zero(&mut v["campaign"]);
-    v["campaign"].clone()
-}
-
 #[test]
 fn explore_counts_rounds_without_progress_and_calls_none_of_them_a_bug() {
     let spin = guest("spin").to_string_lossy().into_owned();
@@ -112,7 +93,7 @@ fn explore_counts_rounds_without_progress_and_calls_none_of_them_a_bug() {
         assert_eq!(o.status.code(), Some(0), "no bug: {}", stderr(&o));
         assert!(stderr(&o).contains("made no progress and were stopped by the watchdog (not bugs)"), "{}", stderr(&o));
     }
-    let (a, b) = (report(&dirs[0]), report(&dirs[1]));
+    let (a, b) = (campaign_report(&dirs[0]), campaign_report(&dirs[1]));
     assert_eq!(a["rounds"], 12);
     assert!(a["bugs"].as_array().unwrap().is_empty());
     let stalled = a["no_progress_rounds"].as_u64().unwrap();

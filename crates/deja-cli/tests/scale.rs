@@ -43,29 +43,6 @@ fn json(path: &Path) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The campaign report with its wall-clock figures (the only host-timed fields) set to zero.
-fn report(campaign: &Path) -> Value {
-    let mut v = json(&campaign.join("report.json"))["campaign"].clone();
-    zero_wall(&mut v);
-    v
-}
-
-fn zero_wall(v: &mut Value) {
-    match v {
-        Value::Object(m) => {
-            for (k, x) in m.iter_mut() {
-                if k == "wall_seconds" {
-                    *x = Value::from(0.0);
-                } else {
-                    zero_wall(x);
-                }
-            }
-        }
-        Value::Array(a) => a.iter_mut().for_each(zero_wall),
-        _ => {}
-    }
-}
-
 /// Every file of the corpus, by name.
 fn corpus(campaign: &Path) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = std::fs::read_dir(campaign.join("corpus"))
@@ -107,7 +84,7 @@ fn two_workers_give_the_same_campaign_in_separate_processes_whatever_the_thread_
         assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(o));
     }
     assert_eq!(oa.status.code(), ob.status.code());
-    let (ra, rb) = (report(&a.join("campaign")), report(&b.join("campaign")));
+    let (ra, rb) = (campaign_report(&a.join("campaign")), campaign_report(&b.join("campaign")));
     assert_eq!(ra["jobs"], 2);
     assert_eq!(ra["rounds"], 240);
     assert!(ra["corpus_size"].as_u64().unwrap() > 1, "the corpus grew: {ra}");
@@ -137,7 +114,7 @@ fn a_campaign_resumed_mid_epoch_is_the_uninterrupted_one() {
     resumed.push("--resume");
     let o = explore_in(&split, None, &resumed, &kv, &args);
     assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
-    let (w, r) = (report(&whole.join("campaign")), report(&split.join("campaign")));
+    let (w, r) = (campaign_report(&whole.join("campaign")), campaign_report(&split.join("campaign")));
     assert_eq!(w["rounds"], 90);
     assert_eq!(w, r, "stopping and resuming changes nothing");
     assert_eq!(corpus(&whole.join("campaign")), corpus(&split.join("campaign")));
@@ -164,7 +141,7 @@ fn shards_explore_disjoint_seeds_and_merge_into_their_union() {
         let flags = ["--runs", "60", "--jobs", "1", "--seed", "4", "--mode", "both", "--shard", shard];
         let o = explore_in(&cwd, None, &flags, &kv, &args);
         assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
-        let r = report(&cwd.join("campaign"));
+        let r = campaign_report(&cwd.join("campaign"));
         assert_eq!(r["shard"], shard);
         reports.push(r);
     }
@@ -173,7 +150,7 @@ fn shards_explore_disjoint_seeds_and_merge_into_their_union() {
     let dirs = [root.join("0-2/campaign"), root.join("1-2/campaign")];
     let o = deja(&["merge", "--out", &s(&merged), &s(&dirs[0]), &s(&dirs[1])]);
     assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
-    let m = report(&merged);
+    let m = campaign_report(&merged);
     assert_eq!(m["rounds"], 120, "{m}");
     let mut union: Vec<String> = reports.iter().flat_map(signatures).collect();
     union.sort();
@@ -197,7 +174,7 @@ fn shards_explore_disjoint_seeds_and_merge_into_their_union() {
     cmd.extend(["--mode", "both", "--resume", &kv, "--", "--variant", "buggy", "6"]);
     let o = deja(&cmd);
     assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
-    assert_eq!(report(&merged)["rounds"], 140);
+    assert_eq!(campaign_report(&merged)["rounds"], 140);
     // One shard twice is not a union.
     let twice = root.join("twice");
     let o = deja(&["merge", "--out", &s(&twice), &s(&dirs[0]), &s(&dirs[0])]);
@@ -253,14 +230,14 @@ fn a_sharded_cluster_campaign_finds_the_split_brain_and_its_merged_bug_replays_a
             &file,
         ]);
         assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
-        let r = report(&out);
+        let r = campaign_report(&out);
         assert_eq!(r["rounds"], 30);
         dirs.push(s(&out));
     }
     let merged = root.join("merged");
     let o = deja(&["merge", "--out", &s(&merged), &dirs[0], &dirs[1]]);
     assert_eq!(o.status.code(), Some(1), "the union holds the split brain: {}", stderr(&o));
-    let m = report(&merged);
+    let m = campaign_report(&merged);
     assert!(signatures(&m).iter().any(|sig| sig.contains("acknowledged writes survive")), "{:?}", signatures(&m));
     let id = bug_ids(&m)[0].clone();
     let bug = merged.join(format!("bug-{id}.json"));

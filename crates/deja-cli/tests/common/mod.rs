@@ -98,3 +98,56 @@ pub fn unsealed(bytes: &[u8]) -> serde_json::Value {
     }
     v
 }
+
+/// `v` with every host-timed figure (each `wall_seconds`: the campaign's and its wall
+/// timeline's) set to zero, and how many there were. Nothing else in a report or checkpoint
+/// depends on the host's timing.
+pub fn zero_wall_time(v: &mut serde_json::Value) -> usize {
+    match v {
+        serde_json::Value::Object(m) => m
+            .iter_mut()
+            .map(|(k, x)| match k.as_str() {
+                "wall_seconds" if x.is_number() => {
+                    *x = serde_json::Value::from(0.0);
+                    1
+                }
+                _ => zero_wall_time(x),
+            })
+            .sum(),
+        serde_json::Value::Array(a) => a.iter_mut().map(zero_wall_time).sum(),
+        _ => 0,
+    }
+}
+
+/// A report or checkpoint (as written, its seal checked and removed) with its host-timed
+/// figures set to zero; at least the campaign's own must be there.
+pub fn without_wall_time(bytes: &[u8]) -> serde_json::Value {
+    let mut v = unsealed(bytes);
+    let obj = if v.get("campaign").is_some() { &mut v["campaign"] } else { &mut v };
+    assert!(obj.get("wall_seconds").is_some_and(|w| w.is_number()), "the wall time is where the schema says");
+    zero_wall_time(obj);
+    v
+}
+
+/// The campaign of `dir/report.json`, host-timed figures set to zero.
+pub fn campaign_report(dir: &Path) -> serde_json::Value {
+    let bytes = std::fs::read(dir.join("report.json")).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    without_wall_time(&bytes)["campaign"].clone()
+}
+
+/// Every file under `dir`, by its path relative to `dir`.
+pub fn tree(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.insert(p.strip_prefix(dir).unwrap().display().to_string(), std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
