@@ -86,7 +86,7 @@ impl ExploreError {
     pub fn no_progress(&self) -> Option<String> {
         match self {
             ExploreError::NoProgress(why) => Some(why.clone()),
-            ExploreError::Run(deja_vmm::RunError::Vm(deja_vmm::VmError::NoProgress { syscalls, .. })) => {
+            ExploreError::Run(deja_vmm::RunError::Vm { source: deja_vmm::VmError::NoProgress { syscalls, .. } }) => {
                 Some(no_progress_after(None, *syscalls))
             }
             _ => None,
