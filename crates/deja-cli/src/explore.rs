@@ -191,7 +191,7 @@ pub fn main(args: ExploreArgs) -> Exit {
         |cfg: &CampaignConfig, show: &mut dyn FnMut(&deja_explore::Progress)| match (&cluster_target, &target) {
             (Some(c), _) => deja_explore::explore_cluster(c, cfg, show),
             (None, Some(t)) => deja_explore::explore(t, cfg, show),
-            (None, None) => Err(deja_explore::ExploreError::Invalid("nothing to explore".into())),
+            (None, None) => Err(deja_explore::ExploreError::NothingToExplore),
         };
     let bar =
         if args.quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(args.runs.unwrap_or(0)) };
@@ -413,7 +413,7 @@ pub struct MergeArgs {
 fn failed(e: &deja_explore::ExploreError) -> Exit {
     eprintln!("deja: error: {e}");
     match e {
-        deja_explore::ExploreError::Invalid(_) | deja_explore::ExploreError::Artifact(_) => Exit::Incomplete,
+        e if e.is_refusal() => Exit::Incomplete,
         e if e.no_progress().is_some() => Exit::NoProgress,
         _ => Exit::DejaFailed,
     }
