@@ -60,7 +60,7 @@ pub struct CheckArgs {
 fn program(path: &std::path::Path) -> deja_judge::judge::Program {
     deja_judge::judge::Program {
         path: path.display().to_string(),
-        image: std::fs::read(path).map_err(|e| e.to_string()),
+        image: std::fs::read(path).map_err(std::sync::Arc::new),
     }
 }
 
@@ -257,8 +257,8 @@ pub struct VerifyArgs {
 pub fn verify(args: VerifyArgs) -> Exit {
     let c = match Certificate::read(&args.file) {
         Ok(c) => c,
-        Err(deja_judge::JudgeError::File { message, .. }) => {
-            eprintln!("deja: cannot read {}: {message}", args.file.display());
+        Err(deja_judge::JudgeError::Read { source, .. }) => {
+            eprintln!("deja: cannot read {}: {source}", args.file.display());
             return Exit::Incomplete;
         }
         Err(e) => {
