@@ -996,7 +996,7 @@ fn resume<S: Subject>(
 ) -> Result<State<S::Input, S::Reference>, ExploreError> {
     ensure!(cfg.resume, crate::CampaignExistsSnafu { out: &cfg.out });
     let s: State<S::Input, S::Reference> = CHECKPOINT_SCHEMA.read(checkpoint).map_err(|e| match e.check() {
-        "schema" => ExploreError::CheckpointVersion { out: cfg.out.clone(), source: e },
+        "schema" => ExploreError::CheckpointVersion { out: cfg.out.clone(), source: Box::new(e) },
         _ => e.into(),
     })?;
     let refuse = |mismatch| Err(ExploreError::NotResumable { checkpoint: checkpoint.to_path_buf(), mismatch });

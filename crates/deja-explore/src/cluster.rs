@@ -550,7 +550,7 @@ fn cluster_err(e: deja_cluster::ClusterError) -> ExploreError {
         deja_cluster::ClusterError::NoProgress { node, syscalls, .. } => {
             ExploreError::NoProgress { why: crate::no_progress_after(Some(&node), syscalls) }
         }
-        source => ExploreError::Cluster { source },
+        source => ExploreError::Cluster { source: Box::new(source) },
     }
 }
 

@@ -66,13 +66,15 @@ pub enum ExploreError {
     #[snafu(transparent)]
     ClusterFile {
         /// Why.
-        source: deja_cluster::ConfigError,
+        #[snafu(source(from(deja_cluster::ConfigError, Box::new)))]
+        source: Box<deja_cluster::ConfigError>,
     },
     /// A cluster could not be run.
     #[snafu(transparent)]
     Cluster {
         /// Why.
-        source: deja_cluster::ClusterError,
+        #[snafu(source(from(deja_cluster::ClusterError, Box::new)))]
+        source: Box<deja_cluster::ClusterError>,
     },
     /// A file of the campaign could not be written.
     #[snafu(display("{}: {source}", path.display()))]
@@ -214,7 +216,7 @@ pub enum ExploreError {
         /// The campaign directory.
         out: PathBuf,
         /// The schema check's error.
-        source: deja_format::json::ArtifactError,
+        source: Box<deja_format::json::ArtifactError>,
     },
     /// A checkpoint that these settings cannot continue.
     #[snafu(display("{} {mismatch}; it cannot be resumed with these settings", checkpoint.display()))]
