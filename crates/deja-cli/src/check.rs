@@ -1,6 +1,7 @@
 //! `deja check` and `deja verify-certificate`.
 
 use crate::exit::Exit;
+use crate::run::Failure;
 use std::path::PathBuf;
 
 use deja_judge::{Capsule, Certificate, CheckInput, CheckStatus};
@@ -60,7 +61,7 @@ pub struct CheckArgs {
 fn program(path: &std::path::Path) -> deja_judge::judge::Program {
     deja_judge::judge::Program {
         path: path.display().to_string(),
-        image: std::fs::read(path).map_err(|e| e.to_string()),
+        image: std::fs::read(path).map_err(std::sync::Arc::new),
     }
 }
 
@@ -92,7 +93,7 @@ pub fn main(args: CheckArgs) -> Exit {
     let capsule = match (&args.bug, capsule) {
         (Some(path), _) => match capsule_from_bug(path, base) {
             Ok(c) => Some(c),
-            Err((code, e)) => {
+            Err(Failure { code, message: e }) => {
                 eprintln!("deja: error: the bug file cannot be used: {e}");
                 return code;
             }
@@ -214,9 +215,9 @@ fn check_cluster(args: &CheckArgs, bug_path: &std::path::Path) -> Exit {
 /// Replays an explore bug file on the base and freezes the failing run as a capsule; the exit
 /// with the error: [`Exit::NotLoadable`] when the bug file fails its checks,
 /// [`Exit::Incomplete`] when it cannot be judged on this base.
-fn capsule_from_bug(path: &std::path::Path, base: &std::path::Path) -> Result<Capsule, (Exit, String)> {
-    let bug = deja_explore::BugFile::read(path).map_err(|e| (Exit::NotLoadable, e.to_string()))?;
-    capsule_of(&bug, base).map_err(|e| (Exit::Incomplete, e))
+fn capsule_from_bug(path: &std::path::Path, base: &std::path::Path) -> Result<Capsule, Failure> {
+    let bug = deja_explore::BugFile::read(path).map_err(|e| Failure::new(Exit::NotLoadable, e.to_string()))?;
+    capsule_of(&bug, base).map_err(|e| Failure::new(Exit::Incomplete, e))
 }
 
 /// Replays a bug file on the base and freezes the failing run as a capsule.
@@ -257,8 +258,8 @@ pub struct VerifyArgs {
 pub fn verify(args: VerifyArgs) -> Exit {
     let c = match Certificate::read(&args.file) {
         Ok(c) => c,
-        Err(deja_judge::JudgeError::File { message, .. }) => {
-            eprintln!("deja: cannot read {}: {message}", args.file.display());
+        Err(deja_judge::JudgeError::Read { source, .. }) => {
+            eprintln!("deja: cannot read {}: {source}", args.file.display());
             return Exit::Incomplete;
         }
         Err(e) => {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use deja_explore::{BugFile, CampaignConfig, Mode, Strategy, Target};
 
 use crate::exit::Exit;
+use crate::run::Failure;
 
 /// Arguments of `deja explore`.
 #[derive(Debug, clap::Args)]
@@ -102,23 +103,23 @@ fn default_jobs() -> u64 {
     std::thread::available_parallelism().map(|n| n.get() as u64).unwrap_or(1)
 }
 
-fn read_files(decls: &[String]) -> Result<BTreeMap<String, Vec<u8>>, (Exit, String)> {
+fn read_files(decls: &[String]) -> Result<BTreeMap<String, Vec<u8>>, Failure> {
     let mut files = BTreeMap::new();
     for decl in decls {
         let (host, guest) = match decl.split_once(':') {
             Some((h, g)) => (h.to_string(), g.to_string()),
             None => (decl.clone(), format!("/{}", decl.trim_start_matches("./").trim_start_matches('/'))),
         };
-        let data =
-            std::fs::read(&host).map_err(|e| (Exit::NotFound, format!("cannot read declared file {host}: {e}")))?;
+        let data = std::fs::read(&host)
+            .map_err(|e| Failure::new(Exit::NotFound, format!("cannot read declared file {host}: {e}")))?;
         files.insert(guest, data);
     }
     Ok(files)
 }
 
-fn target(args: &ExploreArgs) -> Result<Target, (Exit, String)> {
+fn target(args: &ExploreArgs) -> Result<Target, Failure> {
     let image = std::fs::read(&args.program)
-        .map_err(|e| (Exit::NotFound, format!("cannot read program {}: {e}", args.program.display())))?;
+        .map_err(|e| Failure::new(Exit::NotFound, format!("cannot read program {}: {e}", args.program.display())))?;
     let name = args.program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut spec = deja_kernel::ProgramSpec::for_program(image, &name, args.args.iter().cloned(), args.seed);
     spec.env = args.env.clone();
@@ -181,7 +182,7 @@ pub fn main(args: ExploreArgs) -> Exit {
         Some(_) => None,
         None => match target(&args) {
             Ok(t) => Some(t),
-            Err((code, m)) => {
+            Err(Failure { code, message: m }) => {
                 eprintln!("deja: error: {m}");
                 return code;
             }
@@ -191,7 +192,7 @@ pub fn main(args: ExploreArgs) -> Exit {
         |cfg: &CampaignConfig, show: &mut dyn FnMut(&deja_explore::Progress)| match (&cluster_target, &target) {
             (Some(c), _) => deja_explore::explore_cluster(c, cfg, show),
             (None, Some(t)) => deja_explore::explore(t, cfg, show),
-            (None, None) => Err(deja_explore::ExploreError::Invalid("nothing to explore".into())),
+            (None, None) => Err(deja_explore::ExploreError::NothingToExplore),
         };
     let bar =
         if args.quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(args.runs.unwrap_or(0)) };
@@ -413,7 +414,7 @@ pub struct MergeArgs {
 fn failed(e: &deja_explore::ExploreError) -> Exit {
     eprintln!("deja: error: {e}");
     match e {
-        deja_explore::ExploreError::Invalid(_) | deja_explore::ExploreError::Artifact(_) => Exit::Incomplete,
+        e if e.is_refusal() => Exit::Incomplete,
         e if e.no_progress().is_some() => Exit::NoProgress,
         _ => Exit::DejaFailed,
     }
@@ -460,14 +461,14 @@ pub struct ReplayArgs {
     pub bug: PathBuf,
 }
 
-fn load_bug(bug: &Path, program: Option<&Path>, files: &[String]) -> Result<(BugFile, Target), (Exit, String)> {
-    let b = BugFile::read(bug).map_err(|e| (Exit::NotLoadable, e.to_string()))?;
+fn load_bug(bug: &Path, program: Option<&Path>, files: &[String]) -> Result<(BugFile, Target), Failure> {
+    let b = BugFile::read(bug).map_err(|e| Failure::new(Exit::NotLoadable, e.to_string()))?;
     let path = program.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(&b.program));
     let image = std::fs::read(&path)
-        .map_err(|e| (Exit::Incomplete, format!("cannot read the program {}: {e}", path.display())))?;
+        .map_err(|e| Failure::new(Exit::Incomplete, format!("cannot read the program {}: {e}", path.display())))?;
     let t = b
         .target(image, read_files(files)?, &path.display().to_string())
-        .map_err(|e| (Exit::Incomplete, e.to_string()))?;
+        .map_err(|e| Failure::new(Exit::Incomplete, e.to_string()))?;
     Ok((b, t))
 }
 
@@ -480,7 +481,7 @@ pub fn replay(args: ReplayArgs) -> Exit {
     }
     let (bug, mut t) = match load_bug(&args.bug, args.program.as_deref(), &args.files) {
         Ok(x) => x,
-        Err((code, m)) => {
+        Err(Failure { code, message: m }) => {
             eprintln!("deja: cannot replay: {m}");
             return code;
         }
@@ -590,7 +591,7 @@ pub fn minimize(args: MinimizeArgs) -> Exit {
     }
     let (bug, t) = match load_bug(&args.bug, args.program.as_deref(), &args.files) {
         Ok(x) => x,
-        Err((code, m)) => {
+        Err(Failure { code, message: m }) => {
             eprintln!("deja: cannot minimize: {m}");
             return code;
         }
@@ -634,9 +635,9 @@ pub(crate) fn is_cluster_bug(path: &Path) -> bool {
 fn load_cluster_bug(
     args_bug: &Path,
     cluster: Option<&Path>,
-) -> Result<(deja_explore::ClusterBug, deja_explore::ClusterTarget), (Exit, String)> {
-    let bug = deja_explore::ClusterBug::read(args_bug).map_err(|e| (Exit::NotLoadable, e.to_string()))?;
-    let target = bug.target(cluster).map_err(|e| (Exit::Incomplete, e.to_string()))?;
+) -> Result<(deja_explore::ClusterBug, deja_explore::ClusterTarget), Failure> {
+    let bug = deja_explore::ClusterBug::read(args_bug).map_err(|e| Failure::new(Exit::NotLoadable, e.to_string()))?;
+    let target = bug.target(cluster).map_err(|e| Failure::new(Exit::Incomplete, e.to_string()))?;
     Ok((bug, target))
 }
 
@@ -646,7 +647,7 @@ fn load_cluster_bug(
 fn replay_cluster(args: &ReplayArgs) -> Exit {
     let (bug, target) = match load_cluster_bug(&args.bug, args.program.as_deref()) {
         Ok(x) => x,
-        Err((code, m)) => {
+        Err(Failure { code, message: m }) => {
             eprintln!("deja: cannot replay: {m}");
             return code;
         }
@@ -684,7 +685,7 @@ fn replay_cluster(args: &ReplayArgs) -> Exit {
 fn minimize_cluster(args: &MinimizeArgs) -> Exit {
     let (bug, target) = match load_cluster_bug(&args.bug, args.program.as_deref()) {
         Ok(x) => x,
-        Err((code, m)) => {
+        Err(Failure { code, message: m }) => {
             eprintln!("deja: cannot minimize: {m}");
             return code;
         }

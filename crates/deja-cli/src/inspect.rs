@@ -7,6 +7,7 @@ use deja_format::Kind;
 use deja_vmm::Snapshot;
 
 use crate::exit::Exit;
+use crate::run::Failure;
 
 /// Arguments of `deja inspect`.
 #[derive(Debug, clap::Args)]
@@ -18,17 +19,18 @@ pub struct InspectArgs {
     pub file: PathBuf,
 }
 
-fn describe(args: &InspectArgs) -> Result<serde_json::Value, (Exit, String)> {
+fn describe(args: &InspectArgs) -> Result<serde_json::Value, Failure> {
     let bytes = std::fs::read(&args.file).map_err(|e| {
         let code = if e.kind() == std::io::ErrorKind::NotFound { Exit::NotFound } else { Exit::NotLoadable };
-        (code, format!("cannot read {}: {e}", args.file.display()))
+        Failure::new(code, format!("cannot read {}: {e}", args.file.display()))
     })?;
     if !bytes.starts_with(&deja_format::MAGIC) {
         if let Some(v) = describe_json(&args.file, &bytes)? {
             return Ok(v);
         }
     }
-    let env = deja_format::decode(&bytes).map_err(|e| (Exit::NotLoadable, format!("{}: {e}", args.file.display())))?;
+    let env = deja_format::decode(&bytes)
+        .map_err(|e| Failure::new(Exit::NotLoadable, format!("{}: {e}", args.file.display())))?;
     let mut v = serde_json::json!({
         "file": args.file.display().to_string(),
         "kind": env.kind.name(),
@@ -40,7 +42,7 @@ fn describe(args: &InspectArgs) -> Result<serde_json::Value, (Exit, String)> {
     match env.kind {
         Kind::Snapshot => {
             let snap = Snapshot::from_artifact(&bytes)
-                .map_err(|e| (Exit::NotLoadable, format!("{}: {e}", args.file.display())))?;
+                .map_err(|e| Failure::new(Exit::NotLoadable, format!("{}: {e}", args.file.display())))?;
             v["snapshot"] = serde_json::json!({
                 "program_blake3": snap.meta.program_blake3,
                 "exe_path": snap.meta.exe_path,
@@ -81,17 +83,21 @@ fn recorded(v: &serde_json::Value) -> Option<deja_vmm::Fingerprint> {
 
 /// The JSON artifacts (bug files, capsules, certificates, reports): their schema and what they
 /// say, after the checks each one carries (a capsule's content address, a certificate's chain).
-fn describe_json(path: &std::path::Path, bytes: &[u8]) -> Result<Option<serde_json::Value>, (Exit, String)> {
+fn describe_json(path: &std::path::Path, bytes: &[u8]) -> Result<Option<serde_json::Value>, Failure> {
     let shown = path.display().to_string();
     let v = match serde_json::from_slice::<serde_json::Value>(bytes) {
         Ok(v) => v,
         Err(e) if bytes.trim_ascii_start().starts_with(b"{") => {
-            return Err((Exit::NotLoadable, format!("{shown}: the json check failed: not whole JSON ({e})")))
+            return Err(Failure::new(
+                Exit::NotLoadable,
+                format!("{shown}: the json check failed: not whole JSON ({e})"),
+            ))
         }
         Err(_) => return Ok(None),
     };
     let schema = v["schema"].as_str().unwrap_or_default().to_string();
-    let refuse = |e: String| (Exit::NotLoadable, if e.starts_with(&shown) { e } else { format!("{shown}: {e}") });
+    let refuse =
+        |e: String| Failure::new(Exit::NotLoadable, if e.starts_with(&shown) { e } else { format!("{shown}: {e}") });
     let family = schema.split('/').next().unwrap_or_default();
     let summary = match family {
         "deja.bug" => {
@@ -207,7 +213,7 @@ pub fn main(args: InspectArgs) -> Exit {
             }
             Exit::Clean
         }
-        Err((code, message)) => {
+        Err(Failure { code, message }) => {
             eprintln!("deja: error: {message}");
             code
         }

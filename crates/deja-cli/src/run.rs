@@ -299,10 +299,14 @@ pub enum Source {
 
 fn run_error(e: RunError) -> Failure {
     match e {
-        RunError::Load(e) => Failure::new(Exit::NotLoadable, format!("cannot load the program: {e}")),
-        RunError::Snapshot(e) => Failure::new(Exit::NotLoadable, format!("cannot restore the snapshot: {e}")),
-        RunError::Vm(e @ deja_vmm::VmError::NoProgress { .. }) => Failure::new(Exit::NoProgress, e.to_string()),
-        RunError::Vm(e) => Failure::new(Exit::DejaFailed, e.to_string()),
+        RunError::Load { source: e } => Failure::new(Exit::NotLoadable, format!("cannot load the program: {e}")),
+        RunError::Snapshot { source: e } => {
+            Failure::new(Exit::NotLoadable, format!("cannot restore the snapshot: {e}"))
+        }
+        RunError::Vm { source: e @ deja_vmm::VmError::NoProgress { .. } } => {
+            Failure::new(Exit::NoProgress, e.to_string())
+        }
+        RunError::Vm { source: e } => Failure::new(Exit::DejaFailed, e.to_string()),
     }
 }
 

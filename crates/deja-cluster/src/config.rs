@@ -45,12 +45,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use snafu::{ensure, OptionExt, ResultExt, Snafu};
 
 /// Why a cluster file was refused.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Snafu)]
+#[snafu(visibility(pub(crate)))]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[snafu(display("cannot read {}: {source}", path.display()))]
     Read {
         /// The file.
         path: PathBuf,
@@ -58,20 +60,170 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// Not valid TOML for a cluster.
-    #[error("{path}: {message}")]
+    #[snafu(display("{}: {source}", path.display()))]
     Parse {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        message: String,
+        source: toml::de::Error,
     },
     /// Valid TOML that describes an impossible cluster.
-    #[error("{path}: {message}")]
+    #[snafu(display("{}: {source}", path.display()))]
     Invalid {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        message: String,
+        source: InvalidCluster,
+    },
+}
+
+/// What makes a parsed cluster file impossible to run ([`ClusterConfig::from_file`]); each
+/// names the field or node it concerns.
+#[derive(Debug, Snafu)]
+#[snafu(visibility(pub(crate)))]
+pub enum InvalidCluster {
+    /// The file has no `[[node]]`.
+    #[snafu(display("no [[node]]: a cluster needs at least one node"))]
+    NoNodes,
+    /// More nodes than a cluster holds.
+    #[snafu(display("{count} nodes; at most 64"))]
+    TooManyNodes {
+        /// How many the file has.
+        count: usize,
+    },
+    /// `memory_mib` out of range.
+    #[snafu(display("memory_mib = {mib}: between 16 and 4096"))]
+    Memory {
+        /// The value in the file.
+        mib: u64,
+    },
+    /// `network.latency_ms` is not a range within a minute.
+    #[snafu(display("network.latency_ms = [{min}, {max}]: need 0 <= min <= max <= 60000"))]
+    Latency {
+        /// Its first bound.
+        min: f64,
+        /// Its second bound.
+        max: f64,
+    },
+    /// A `network` probability outside [0, 1].
+    #[snafu(display("network.{field} = {value}: a probability between 0 and 1"))]
+    NetworkProbability {
+        /// The field (`udp_loss`, `udp_duplicate`, `udp_reorder`).
+        field: &'static str,
+        /// Its value.
+        value: f64,
+    },
+    /// A node name with characters other than letters, digits, `-` and `_`, or empty.
+    #[snafu(display("node name {name:?}: use letters, digits, - and _"))]
+    NodeName {
+        /// The name.
+        name: String,
+    },
+    /// Two nodes of one name.
+    #[snafu(display("node name {name:?} appears twice"))]
+    DuplicateName {
+        /// The name.
+        name: String,
+    },
+    /// A node address that is not IPv4.
+    #[snafu(display("node {node}: address {address:?} is not IPv4"))]
+    NotIpv4 {
+        /// The node.
+        node: String,
+        /// Its address as written.
+        address: String,
+    },
+    /// A loopback, unspecified or multicast node address.
+    #[snafu(display("node {node}: address {address} is loopback, unspecified or multicast"))]
+    ReservedAddress {
+        /// The node.
+        node: String,
+        /// Its address.
+        address: String,
+    },
+    /// Two nodes at one address.
+    #[snafu(display("node {node}: address {address} is taken"))]
+    AddressTaken {
+        /// The node that comes second.
+        node: String,
+        /// The address.
+        address: String,
+    },
+    /// A node's binary or one of its files cannot be read.
+    #[snafu(display("node {node}: cannot read {}: {source}", path.display()))]
+    ReadNodeFile {
+        /// The node.
+        node: String,
+        /// The host file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A guest path deja cannot declare.
+    #[snafu(display("node {node}: file {guest:?}: {problem}"))]
+    GuestPath {
+        /// The node.
+        node: String,
+        /// The guest path.
+        guest: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// A scheduled fault names a node the file does not have.
+    #[snafu(display("fault at {at_ms} ms names an unknown node {name:?}"))]
+    UnknownFaultNode {
+        /// When the fault strikes.
+        at_ms: u64,
+        /// The unknown name.
+        name: String,
+    },
+    /// A scheduled fault that acts on one node without `node`.
+    #[snafu(display("fault at {at_ms} ms ({action:?}) needs `node`"))]
+    FaultNeedsNode {
+        /// When the fault strikes.
+        at_ms: u64,
+        /// What it does.
+        action: Action,
+    },
+    /// A partition without `groups`.
+    #[snafu(display("partition at {at_ms} ms needs `groups`"))]
+    PartitionNeedsGroups {
+        /// When the fault strikes.
+        at_ms: u64,
+    },
+    /// A one-way partition without `from` or `to`.
+    #[snafu(display("one-way partition at {at_ms} ms needs `from` and `to`"))]
+    OneWayNeedsEnds {
+        /// When the fault strikes.
+        at_ms: u64,
+    },
+    /// A clock jump backwards.
+    #[snafu(display("clock-jump at {at_ms} ms: clocks only jump forward (ms >= 0)"))]
+    ClockJumpBackwards {
+        /// When the fault strikes.
+        at_ms: u64,
+    },
+    /// `faults.random.targets` names a node the file does not have.
+    #[snafu(display("faults.random.targets names an unknown node {name:?}"))]
+    UnknownRandomTarget {
+        /// The unknown name.
+        name: String,
+    },
+    /// A `faults.random` range that is empty, reversed or (for a period) starts at 0.
+    #[snafu(display("faults.random.{field} = [{min}, {max}]: need 0 < min <= max"))]
+    RandomRange {
+        /// The field.
+        field: &'static str,
+        /// Its first bound.
+        min: u64,
+        /// Its second bound.
+        max: u64,
+    },
+    /// `faults.random.one_way` outside [0, 1].
+    #[snafu(display("faults.random.one_way = {value}: a probability"))]
+    OneWayProbability {
+        /// Its value.
+        value: f64,
     },
 }
 
@@ -337,70 +489,56 @@ pub fn parse_ip(s: &str) -> Option<[u8; 4]> {
 impl ClusterConfig {
     /// Reads and checks a cluster file, and the binaries and files it names.
     pub fn load(path: &Path) -> Result<ClusterConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
-        let file: ClusterFile =
-            toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+        let text = std::fs::read_to_string(path).context(ReadSnafu { path })?;
+        let file: ClusterFile = toml::from_str(&text).context(ParseSnafu { path })?;
         let base = path.parent().unwrap_or(Path::new("."));
-        let mut cfg =
-            Self::from_file(file, base).map_err(|message| ConfigError::Invalid { path: path.into(), message })?;
+        let mut cfg = Self::from_file(file, base).context(InvalidSnafu { path })?;
         cfg.file_blake3 = blake3::hash(text.as_bytes()).to_hex().to_string();
         Ok(cfg)
     }
 
     /// Checks a parsed file; paths are relative to `base`.
-    pub fn from_file(file: ClusterFile, base: &Path) -> Result<ClusterConfig, String> {
-        if file.nodes.is_empty() {
-            return Err("no [[node]]: a cluster needs at least one node".into());
-        }
-        if file.nodes.len() > 64 {
-            return Err(format!("{} nodes; at most 64", file.nodes.len()));
-        }
-        if !(16..=4096).contains(&file.memory_mib) {
-            return Err(format!("memory_mib = {}: between 16 and 4096", file.memory_mib));
-        }
+    pub fn from_file(file: ClusterFile, base: &Path) -> Result<ClusterConfig, InvalidCluster> {
+        ensure!(!file.nodes.is_empty(), NoNodesSnafu);
+        ensure!(file.nodes.len() <= 64, TooManyNodesSnafu { count: file.nodes.len() });
+        ensure!((16..=4096).contains(&file.memory_mib), MemorySnafu { mib: file.memory_mib });
         let net = &file.network;
         let [lo, hi] = net.latency_ms;
-        if !(lo.is_finite() && hi.is_finite() && lo >= 0.0 && lo <= hi && hi <= 60_000.0) {
-            return Err(format!("network.latency_ms = [{lo}, {hi}]: need 0 <= min <= max <= 60000"));
-        }
+        ensure!(
+            lo.is_finite() && hi.is_finite() && lo >= 0.0 && lo <= hi && hi <= 60_000.0,
+            LatencySnafu { min: lo, max: hi }
+        );
         for (name, p) in
             [("udp_loss", net.udp_loss), ("udp_duplicate", net.udp_duplicate), ("udp_reorder", net.udp_reorder)]
         {
-            if !(0.0..=1.0).contains(&p) {
-                return Err(format!("network.{name} = {p}: a probability between 0 and 1"));
-            }
+            ensure!((0.0..=1.0).contains(&p), NetworkProbabilitySnafu { field: name, value: p });
         }
         let mut nodes = Vec::new();
         let mut hashes = BTreeMap::new();
         let mut names = std::collections::BTreeSet::new();
         let mut addrs = std::collections::BTreeSet::new();
         for n in &file.nodes {
-            if n.name.is_empty() || !n.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-                return Err(format!("node name {:?}: use letters, digits, - and _", n.name));
-            }
-            if !names.insert(n.name.clone()) {
-                return Err(format!("node name {:?} appears twice", n.name));
-            }
-            let ip =
-                parse_ip(&n.address).ok_or_else(|| format!("node {}: address {:?} is not IPv4", n.name, n.address))?;
-            if ip[0] == 127 || ip == [0; 4] || ip[0] >= 224 {
-                return Err(format!("node {}: address {} is loopback, unspecified or multicast", n.name, n.address));
-            }
-            if !addrs.insert(ip) {
-                return Err(format!("node {}: address {} is taken", n.name, n.address));
-            }
+            ensure!(
+                !n.name.is_empty() && n.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+                NodeNameSnafu { name: &n.name }
+            );
+            ensure!(names.insert(n.name.clone()), DuplicateNameSnafu { name: &n.name });
+            let ip = parse_ip(&n.address).context(NotIpv4Snafu { node: &n.name, address: &n.address })?;
+            ensure!(
+                !(ip[0] == 127 || ip == [0; 4] || ip[0] >= 224),
+                ReservedAddressSnafu { node: &n.name, address: &n.address }
+            );
+            ensure!(addrs.insert(ip), AddressTakenSnafu { node: &n.name, address: &n.address });
             let bin = base.join(&n.binary);
-            let image =
-                std::fs::read(&bin).map_err(|e| format!("node {}: cannot read {}: {e}", n.name, bin.display()))?;
+            let image = std::fs::read(&bin).context(ReadNodeFileSnafu { node: &n.name, path: &bin })?;
             hashes.insert(n.name.clone(), blake3::hash(&image).to_hex().to_string());
             let mut files = BTreeMap::new();
             for (guest, host) in &n.files {
                 if let Some(problem) = deja_kernel::fs::guest_path_problem(guest) {
-                    return Err(format!("node {}: file {guest:?}: {problem}", n.name));
+                    return GuestPathSnafu { node: &n.name, guest, problem }.fail();
                 }
                 let p = base.join(host);
-                let data =
-                    std::fs::read(&p).map_err(|e| format!("node {}: cannot read {}: {e}", n.name, p.display()))?;
+                let data = std::fs::read(&p).context(ReadNodeFileSnafu { node: &n.name, path: &p })?;
                 files.insert(guest.clone(), data);
             }
             let program = n.binary.file_name().and_then(|s| s.to_str()).unwrap_or("program").to_string();
@@ -420,28 +558,26 @@ impl ClusterConfig {
             let named: Vec<&String> =
                 f.groups.iter().flatten().chain(&f.from).chain(&f.to).chain(f.node.iter()).collect();
             if let Some(bad) = named.iter().find(|s| !known(s)) {
-                return Err(format!("fault at {} ms names an unknown node {bad:?}", f.at_ms));
+                return UnknownFaultNodeSnafu { at_ms: f.at_ms, name: *bad }.fail();
             }
             let needs_node = matches!(
                 f.action,
                 Action::Kill | Action::Restart | Action::Pause | Action::Resume | Action::ClockJump | Action::ClockSkew
             );
-            if needs_node && f.node.is_none() {
-                return Err(format!("fault at {} ms ({:?}) needs `node`", f.at_ms, f.action));
-            }
-            if f.action == Action::Partition && f.groups.is_empty() {
-                return Err(format!("partition at {} ms needs `groups`", f.at_ms));
-            }
-            if f.action == Action::PartitionOneWay && (f.from.is_empty() || f.to.is_empty()) {
-                return Err(format!("one-way partition at {} ms needs `from` and `to`", f.at_ms));
-            }
-            if f.action == Action::ClockJump && f.ms < 0 {
-                return Err(format!("clock-jump at {} ms: clocks only jump forward (ms >= 0)", f.at_ms));
-            }
+            ensure!(!needs_node || f.node.is_some(), FaultNeedsNodeSnafu { at_ms: f.at_ms, action: f.action });
+            ensure!(
+                !(f.action == Action::Partition && f.groups.is_empty()),
+                PartitionNeedsGroupsSnafu { at_ms: f.at_ms }
+            );
+            ensure!(
+                !(f.action == Action::PartitionOneWay && (f.from.is_empty() || f.to.is_empty())),
+                OneWayNeedsEndsSnafu { at_ms: f.at_ms }
+            );
+            ensure!(!(f.action == Action::ClockJump && f.ms < 0), ClockJumpBackwardsSnafu { at_ms: f.at_ms });
         }
         if let Some(r) = &file.faults.random {
             if let Some(bad) = r.targets.iter().find(|s| !known(s)) {
-                return Err(format!("faults.random.targets names an unknown node {bad:?}"));
+                return UnknownRandomTargetSnafu { name: bad }.fail();
             }
             for (name, range) in [
                 ("partition_every_ms", r.partition_every_ms),
@@ -454,14 +590,13 @@ impl ClusterConfig {
                 ("clock_jump_ms", Some(r.clock_jump_ms)),
             ] {
                 if let Some([a, b]) = range {
-                    if a > b || (name.ends_with("every_ms") && a == 0) {
-                        return Err(format!("faults.random.{name} = [{a}, {b}]: need 0 < min <= max"));
-                    }
+                    ensure!(
+                        a <= b && !(name.ends_with("every_ms") && a == 0),
+                        RandomRangeSnafu { field: name, min: a, max: b }
+                    );
                 }
             }
-            if !(0.0..=1.0).contains(&r.one_way) {
-                return Err(format!("faults.random.one_way = {}: a probability", r.one_way));
-            }
+            ensure!((0.0..=1.0).contains(&r.one_way), OneWayProbabilitySnafu { value: r.one_way });
         }
         let mut schedule = file.faults.schedule.clone();
         schedule.sort_by_key(|f| f.at_ms);

@@ -16,41 +16,65 @@ use std::collections::BTreeMap;
 
 use deja_kernel::{DecisionRecord, ExitStatus, RunReport};
 use serde::Serialize;
+use snafu::Snafu;
 
-pub use config::{ClusterConfig, ConfigError};
+pub use config::{ClusterConfig, ConfigError, InvalidCluster};
 pub use network::NetStats;
 pub use sim::{node_seed, run, ClusterReset, Fates, Fork, RunOptions, SteerAt, Steering};
 
-/// Why a cluster could not run (a guest that crashes is not an error).
-#[derive(Debug, thiserror::Error)]
+/// Why a cluster could not run (a guest that crashes is not an error). Each names the node it
+/// concerns, where there is one, and keeps the error that stopped it.
+#[derive(Debug, Snafu)]
+#[snafu(visibility(pub(crate)))]
 pub enum ClusterError {
-    /// A node could not be started or its VM failed.
-    #[error("node {node}: {message}")]
-    Node {
+    /// A node's VM could not be booted.
+    #[snafu(display("node {node}: {source}"))]
+    Boot {
         /// The node.
         node: String,
-        /// What failed.
-        message: String,
+        /// Why it did not boot.
+        source: deja_vmm::RunError,
     },
-    /// A fork was given steering it cannot take.
-    #[error("{0}")]
-    Steering(String),
+    /// A node's VM failed: running it, capturing it for a fork or resetting it to one.
+    #[snafu(display("node {node}: {source}"))]
+    Vm {
+        /// The node.
+        node: String,
+        /// The shell's error.
+        source: deja_vmm::VmError,
+    },
+    /// A node stopped before its first syscall on the way to a boot fork.
+    #[snafu(display("node {node}: ended before its first syscall: {stop:?}"))]
+    EndedBeforeFirstSyscall {
+        /// The node.
+        node: String,
+        /// How it stopped.
+        stop: deja_vmm::Stop,
+    },
+    /// A fork had no VM left for a node it should hold.
+    #[snafu(display("node {node}: the fork lost its VM"))]
+    ForkLostVm {
+        /// The node.
+        node: String,
+    },
+    /// A fork was given steering meant for another fork point.
+    #[snafu(display("a fork at {fork:?} cannot take steering meant for {steering:?}"))]
+    Steering {
+        /// Where the fork is.
+        fork: SteerAt,
+        /// Where the steering is meant to apply.
+        steering: SteerAt,
+    },
     /// A node ran past the watchdog's limit without a syscall or an exception.
-    #[error("node {node}: {message}")]
+    #[snafu(display("node {node}: {source}"))]
     NoProgress {
         /// The node.
         node: String,
         /// What the watchdog saw, for people (host time and where: not deterministic).
-        message: String,
+        source: deja_vmm::VmError,
         /// Syscalls the node's current life had made (deterministic).
         syscalls: u64,
     },
-}
-
-impl ClusterError {
-    pub(crate) fn node(name: &str, e: impl std::fmt::Display) -> Self {
-        ClusterError::Node { node: name.to_string(), message: e.to_string() }
-    }
 }
 
 /// One entry of the cluster's fault ledger.

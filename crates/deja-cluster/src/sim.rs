@@ -77,7 +77,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{Action, ClusterConfig, NodeConfig, RandomFaults, ScheduledFault};
 use crate::network::{Delivery, Network};
-use crate::{ClusterError, ClusterReport, FaultEvent, NodeReport, Outcome};
+use crate::{
+    BootSnafu, ClusterError, ClusterReport, EndedBeforeFirstSyscallSnafu, FaultEvent, ForkLostVmSnafu, NodeReport,
+    Outcome, SteeringSnafu, VmSnafu,
+};
+use snafu::{OptionExt, ResultExt};
 
 /// BLAKE3 key-derivation context of the cluster's decision stream.
 const CLUSTER_CONTEXT: &str = "deja 2026 cluster decision stream v1";
@@ -321,10 +325,8 @@ impl Fork {
                     let mut out = |s: Stream, b: &[u8]| sink(&name, s, b);
                     match live.vm.run_until(&mut live.kernel, &mut out, Some(0)) {
                         Ok(Stop::AtSyscall) => {}
-                        Ok(other) => {
-                            return Err(ClusterError::node(&name, format!("ended before its first syscall: {other:?}")))
-                        }
-                        Err(e) => return Err(ClusterError::node(&name, e)),
+                        Ok(stop) => return EndedBeforeFirstSyscallSnafu { node: name, stop }.fail(),
+                        Err(source) => return Err(ClusterError::Vm { node: name, source }),
                     }
                 }
             }
@@ -335,9 +337,7 @@ impl Fork {
             match n.live.take() {
                 Some(mut live) => {
                     let name = n.cfg.name.clone();
-                    parents.push(Some(
-                        Parent::capture(&mut live.vm, &live.kernel).map_err(|e| ClusterError::node(&name, e))?,
-                    ));
+                    parents.push(Some(Parent::capture(&mut live.vm, &live.kernel).context(VmSnafu { node: &name })?));
                     vms.push(Some(live.vm));
                 }
                 None => {
@@ -362,10 +362,7 @@ impl Fork {
     /// the cluster to its end: the same run as [`run`] with the same steering.
     pub fn run_child(&mut self, steering: &Steering, sink: Sink<'_>) -> Result<ClusterReport, ClusterError> {
         if steering.at != self.at {
-            return Err(ClusterError::Steering(format!(
-                "a fork at {:?} cannot take steering meant for {:?}",
-                self.at, steering.at
-            )));
+            return SteeringSnafu { fork: self.at, steering: steering.at }.fail();
         }
         let wall = Instant::now();
         let mut sim = self.frozen.clone_cold();
@@ -376,8 +373,8 @@ impl Fork {
                 continue;
             };
             let name = &sim.nodes[i].cfg.name;
-            let mut vm = self.vms[i].take().ok_or_else(|| ClusterError::node(name, "the fork lost its VM"))?;
-            stats.push(Some(parent.reset(&mut vm).map_err(|e| ClusterError::node(name, e))?));
+            let mut vm = self.vms[i].take().context(ForkLostVmSnafu { node: name })?;
+            stats.push(Some(parent.reset(&mut vm).context(VmSnafu { node: name })?));
             vm.stats.host_cores.clear();
             sim.nodes[i].live = Some(Live { vm, kernel: parent.kernel().clone(), forked: true });
         }
@@ -550,8 +547,7 @@ impl Sim {
         // A cluster on its way to a fork point keeps dirty logs; a child's restarts boot plain
         // VMs of their own.
         let opts = BootOptions { dirty_log: self.dirty_log, ..BootOptions::default() };
-        let (mut vm, mut kernel) =
-            deja_vmm::boot(&spec, memory, opts).map_err(|e| ClusterError::node(&n.cfg.name, e))?;
+        let (mut vm, mut kernel) = deja_vmm::boot(&spec, memory, opts).context(BootSnafu { node: &n.cfg.name })?;
         kernel.attach_network(n.cfg.address);
         kernel.resume(&mut vm.space, self.now, Vec::new());
         n.live = Some(Live { vm, kernel, forked: self.dirty_log });
@@ -665,11 +661,11 @@ impl Sim {
             sink(&name, s, b);
         };
         let before = (live.vm.stats.exits, live.vm.stats.host_run_ns);
-        let stop = live.vm.run_until(&mut live.kernel, &mut out, None).map_err(|e| match e {
+        let stop = live.vm.run_until(&mut live.kernel, &mut out, None).map_err(|source| match source {
             deja_vmm::VmError::NoProgress { syscalls, .. } => {
-                ClusterError::NoProgress { node: name.clone(), message: e.to_string(), syscalls }
+                ClusterError::NoProgress { node: name.clone(), source, syscalls }
             }
-            e => ClusterError::node(&name, e),
+            source => ClusterError::Vm { node: name.clone(), source },
         })?;
         let runs = live.vm.stats.exits - before.0;
         let ns = live.vm.stats.host_run_ns - before.1;

@@ -49,7 +49,8 @@ use rand_chacha::ChaCha20Rng;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::ExploreError;
+use crate::{ExploreError, Mismatch};
+use snafu::{ensure, OptionExt, ResultExt};
 
 /// The schema of campaign checkpoints: version 2 added the seal (`deja_format::json`); version
 /// 1 checkpoints, unsealed, still resume and merge.
@@ -495,14 +496,12 @@ impl Books {
     fn adopt_host(&mut self, checkpoint: &Path) -> Result<(), ExploreError> {
         let here = deja_vmm::identity::host().map_err(deja_vmm::RunError::from)?.fingerprint.clone();
         match &self.host {
-            Some(recorded) if *recorded != here => Err(ExploreError::Invalid(format!(
-                "{} was started on a host with CPU fingerprint {}, and this host is {} ({}); resume it there, \
-                 or start a new campaign here",
-                checkpoint.display(),
-                recorded.id,
-                here.id,
-                here.differences(recorded).join("; ")
-            ))),
+            Some(recorded) if *recorded != here => Err(ExploreError::OtherHost {
+                checkpoint: checkpoint.to_path_buf(),
+                recorded: recorded.id.clone(),
+                here: here.id.clone(),
+                differences: here.differences(recorded).join("; "),
+            }),
             _ => {
                 self.host = Some(here);
                 Ok(())
@@ -607,13 +606,9 @@ pub fn bug_id(signature: &str) -> String {
     blake3::hash(signature.as_bytes()).to_hex()[..12].to_string()
 }
 
-pub(crate) fn io_err(path: &Path, e: impl std::fmt::Display) -> ExploreError {
-    ExploreError::File { path: path.display().to_string(), message: e.to_string() }
-}
-
 pub(crate) fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<(), ExploreError> {
     let bytes = serde_json::to_vec_pretty(v).expect("plain data serializes");
-    deja_format::write_atomic(path, &bytes).map_err(|e| io_err(path, e))
+    deja_format::write_atomic(path, &bytes).context(crate::WriteSnafu { path })
 }
 
 pub(crate) fn edges_hit(virgin: &[u8]) -> u64 {
@@ -832,7 +827,7 @@ pub fn explore<S: Subject>(
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Campaign, ExploreError> {
     let started = Instant::now();
-    std::fs::create_dir_all(cfg.out.join("corpus")).map_err(|e| io_err(&cfg.out, e))?;
+    std::fs::create_dir_all(cfg.out.join("corpus")).context(crate::CreateDirSnafu { path: &cfg.out })?;
     let checkpoint = cfg.out.join("checkpoint.json");
     let identity = subject.identity();
     let jobs = cfg.jobs.max(1);
@@ -883,10 +878,9 @@ pub fn explore<S: Subject>(
                 Phase::Seed => {
                     if cfg.strategy == Strategy::Coverage && state.corpus.is_empty() {
                         let origin = subject.origin(cfg, &state.reference);
-                        let out =
-                            pool.run(vec![origin.clone()])?.pop().expect("one outcome for one input").map_err(
-                                |why| ExploreError::NoProgress(format!("the campaign's first round: {why}")),
-                            )?;
+                        let out = pool.run(vec![origin.clone()])?.pop().expect("one outcome for one input").map_err(
+                            |why| ExploreError::NoProgress { why: format!("the campaign's first round: {why}") },
+                        )?;
                         let facts = subject.facts(&out);
                         let novelty = learn(&mut state, &facts);
                         let novelty = Novelty { new: novelty.new.max(1), focus: None };
@@ -1043,7 +1037,7 @@ impl<I: Clone, O> Pool<I, O> {
 }
 
 fn stopped() -> ExploreError {
-    ExploreError::Invalid("a worker thread stopped".into())
+    ExploreError::WorkerStopped
 }
 
 /// A new campaign's state, before its bootstrap.
@@ -1090,38 +1084,23 @@ fn resume<S: Subject>(
     checkpoint: &Path,
     identity: &Program,
 ) -> Result<State<S::Input, S::Reference>, ExploreError> {
-    if !cfg.resume {
-        return Err(ExploreError::Invalid(format!(
-            "{} already holds a campaign; add --resume to continue it or choose another --out",
-            cfg.out.display()
-        )));
-    }
+    ensure!(cfg.resume, crate::CampaignExistsSnafu { out: &cfg.out });
     let s: State<S::Input, S::Reference> = CHECKPOINT_SCHEMA.read(checkpoint).map_err(|e| match e.check() {
-        "schema" => ExploreError::Invalid(format!(
-            "{e}. This deja cannot continue its corpus; its bug files still replay (deja replay {}/bug-<id>.json). \
-             Start a new campaign with another --out, or move this directory away",
-            cfg.out.display()
-        )),
+        "schema" => ExploreError::CheckpointVersion { out: cfg.out.clone(), source: Box::new(e) },
         _ => e.into(),
     })?;
-    let refuse = |what: String| {
-        Err(ExploreError::Invalid(format!("{} {what}; it cannot be resumed with these settings", checkpoint.display())))
-    };
+    let refuse = |mismatch| Err(ExploreError::NotResumable { checkpoint: checkpoint.to_path_buf(), mismatch });
     if s.kind != S::KIND || s.subject_blake3 != identity.blake3 {
-        return refuse(format!("belongs to another {}", s.kind));
+        return refuse(Mismatch::Subject { kind: s.kind.to_string() });
     }
     if s.strategy != cfg.strategy || s.mode != cfg.mode {
-        return refuse(format!("was started with --strategy {} --mode {}", s.strategy.name(), s.mode.name()));
+        return refuse(Mismatch::Strategy { strategy: s.strategy.name(), mode: s.mode.name() });
     }
     if s.jobs != 0 && s.jobs != cfg.jobs.max(1) {
-        return refuse(format!(
-            "was started with --jobs {} (a campaign's rounds depend on its number of workers: resume it with --jobs {})",
-            s.jobs, s.jobs
-        ));
+        return refuse(Mismatch::Jobs { jobs: s.jobs });
     }
     if s.shard != cfg.shard && s.merged_from.is_empty() {
-        let show = |x: Option<(u64, u64)>| x.map_or("no --shard".to_string(), |(i, n)| format!("--shard {i}/{n}"));
-        return refuse(format!("was started with {}", show(s.shard)));
+        return refuse(Mismatch::Shard { shard: s.shard });
     }
     let mut s = s;
     s.jobs = cfg.jobs.max(1);
@@ -1259,7 +1238,7 @@ fn worker_loop<S: Subject>(
             let w = worker.get_or_insert_with(|| subject.worker(reference, strategy).map_err(|e| e.to_string()));
             let out = match w {
                 Ok(w) => subject.run(w, reference, input),
-                Err(e) => Err(ExploreError::Invalid(format!("worker {me} could not start: {e}"))),
+                Err(e) => Err(ExploreError::WorkerStart { worker: me, why: e.clone() }),
             };
             if returned.send((me, batch.id, slot, out)).is_err() {
                 return;
@@ -1273,16 +1252,11 @@ fn worker_loop<S: Subject>(
 pub fn saved(dir: &Path) -> Result<(Campaign, bool), ExploreError> {
     let path = dir.join("report.json");
     let report = match std::fs::read_to_string(&path) {
-        Ok(text) => Some(
-            report::parse_json(&text)
-                .map_err(|e| ExploreError::Invalid(format!("{}: not a campaign report: {e}", path.display())))?,
-        ),
+        Ok(text) => Some(report::parse_json(&text).context(crate::NotAReportSnafu { path: &path })?),
         Err(_) => None,
     };
     if !dir.join("checkpoint.json").exists() {
-        return report.map(|c| (c, true)).ok_or_else(|| {
-            ExploreError::Invalid(format!("{} holds no campaign (no report.json, no checkpoint.json)", dir.display()))
-        });
+        return report.map(|c| (c, true)).context(crate::NoCampaignSnafu { dir });
     }
     let state = crate::merge::read_state(dir)?;
     match report {
@@ -1302,7 +1276,7 @@ pub fn write_reports(c: &Campaign, out: &Path) -> Result<(), ExploreError> {
         ("report.html", report::render_html(c)),
     ] {
         let path = out.join(name);
-        deja_format::write_atomic(&path, text.as_bytes()).map_err(|e| io_err(&path, e))?;
+        deja_format::write_atomic(&path, text.as_bytes()).context(crate::WriteSnafu { path: &path })?;
     }
     Ok(())
 }

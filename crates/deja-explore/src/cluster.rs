@@ -35,6 +35,7 @@ use crate::campaign::{
     bug_id, CampaignConfig, Decision, Entry, Facts, Mode, Program, Seeds, Strategy, Subject, WrittenBug,
 };
 use crate::ExploreError;
+use snafu::ensure;
 
 /// The cluster under exploration.
 #[derive(Debug, Clone)]
@@ -50,7 +51,7 @@ pub struct ClusterTarget {
 impl ClusterTarget {
     /// Loads a cluster file.
     pub fn load(path: &Path) -> Result<ClusterTarget, ExploreError> {
-        let cfg = ClusterConfig::load(path).map_err(|e| ExploreError::Invalid(e.to_string()))?;
+        let cfg = ClusterConfig::load(path)?;
         Ok(ClusterTarget { file_blake3: cfg.file_blake3.clone(), cfg, path: path.display().to_string() })
     }
 }
@@ -180,8 +181,7 @@ pub fn run_cluster_input(
         cfg.schedule = s.clone();
         cfg.random_faults = None;
     }
-    let report = deja_cluster::run(cfg, RunOptions { sink, steering: input.steering(), record_trace: false })
-        .map_err(|e| ExploreError::Invalid(e.to_string()))?;
+    let report = deja_cluster::run(cfg, RunOptions { sink, steering: input.steering(), record_trace: false })?;
     Ok(outcome(report))
 }
 
@@ -326,12 +326,7 @@ impl ClusterBug {
     pub fn target(&self, path: Option<&Path>) -> Result<ClusterTarget, ExploreError> {
         let p = path.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(&self.cluster));
         let t = ClusterTarget::load(&p)?;
-        if t.cfg.binary_hashes != self.binaries {
-            return Err(ExploreError::Invalid(format!(
-                "the binaries of {} are not the ones of this bug (rebuilt or changed since)",
-                p.display()
-            )));
-        }
+        ensure!(t.cfg.binary_hashes == self.binaries, crate::NotTheBinariesSnafu { path: p });
         Ok(t)
     }
 }
@@ -415,10 +410,7 @@ impl Subject for ClusterSubject<'_> {
         let fork = Fork::new(self.config(r.seed), r.steer_at, &mut |_, _, _| {}).map_err(cluster_err)?;
         match fork {
             Some(f) if f.base_decisions == r.base_decisions && f.virtual_time_ns == r.virtual_time_ns => Ok(Some(f)),
-            _ => Err(ExploreError::Invalid(
-                "the cluster did not reach its fork point the way the bootstrap did: it does not run the same way twice"
-                    .into(),
-            )),
+            _ => Err(ExploreError::ClusterNotDeterministic),
         }
     }
 
@@ -556,9 +548,9 @@ impl Subject for ClusterSubject<'_> {
 fn cluster_err(e: deja_cluster::ClusterError) -> ExploreError {
     match e {
         deja_cluster::ClusterError::NoProgress { node, syscalls, .. } => {
-            ExploreError::NoProgress(crate::no_progress_after(Some(&node), syscalls))
+            ExploreError::NoProgress { why: crate::no_progress_after(Some(&node), syscalls) }
         }
-        e => ExploreError::Invalid(e.to_string()),
+        source => ExploreError::Cluster { source: Box::new(source) },
     }
 }
 
@@ -619,21 +611,15 @@ pub fn minimize_cluster(
         let out = run_cluster_input(target, &input, &mut |_, _, _| {})?;
         Ok(out.failure.as_deref() == Some(bug.signature.as_str()))
     };
-    if !fails(&all)? {
-        return Err(ExploreError::Invalid(format!(
-            "bug {}: its {} faults as a fixed schedule do not fail the same way (the failure also depends on \
-             the random faults' decisions); not minimized",
-            bug.id,
-            all.len()
-        )));
-    }
+    ensure!(fails(&all)?, crate::ScheduleDoesNotReproduceSnafu { bug: &bug.id, faults: all.len() });
     let kept = crate::minimize::ddmin(&all, &mut fails)?;
     let input = ClusterInput { schedule: Some(kept.clone()), ..base.clone() };
     let out = run_cluster_input(target, &input, &mut |_, _, _| {})?;
     tests += 1;
-    if out.failure.as_deref() != Some(bug.signature.as_str()) {
-        return Err(ExploreError::Invalid("the minimized schedule did not fail again on replay".into()));
-    }
+    ensure!(
+        out.failure.as_deref() == Some(bug.signature.as_str()),
+        crate::MinimizedDoesNotFailSnafu { what: "schedule" }
+    );
     let mut min = ClusterBug::new(target, &input, &out, bug.found_at_round, new_file);
     min.forked_from = bug.forked_from.clone();
     min.minimized_from = Some(crate::replayed_file(&bug.reproduce).to_string());

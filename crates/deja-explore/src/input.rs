@@ -9,6 +9,7 @@ use deja_vmm::{Fork, Incarnation, Session};
 use serde::{Deserialize, Serialize};
 
 use crate::ExploreError;
+use snafu::ensure;
 
 /// The program under exploration.
 #[derive(Debug, Clone)]
@@ -348,17 +349,13 @@ impl BugFile {
     /// again; refuses images or files whose hashes differ.
     pub fn target(&self, image: Vec<u8>, files: BTreeMap<String, Vec<u8>>, path: &str) -> Result<Target, ExploreError> {
         let hash = blake3::hash(&image).to_hex().to_string();
-        if hash != self.program_blake3 {
-            return Err(ExploreError::Invalid(format!(
-                "{path} is not the program of this bug (BLAKE3 {hash}, the bug needs {})",
-                self.program_blake3
-            )));
-        }
+        ensure!(
+            hash == self.program_blake3,
+            crate::NotTheProgramSnafu { path, found: hash, expected: &self.program_blake3 }
+        );
         for (guest, want) in &self.files {
             let got = files.get(guest).map(|d| blake3::hash(d).to_hex().to_string());
-            if got.as_deref() != Some(want.as_str()) {
-                return Err(ExploreError::Invalid(format!("the declared file {guest} is missing or differs")));
-            }
+            ensure!(got.as_deref() == Some(want.as_str()), crate::DeclaredFileSnafu { guest });
         }
         let spec = ProgramSpec {
             image,

@@ -23,12 +23,11 @@ use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde_json::Value;
 
-use crate::campaign::{
-    assertion_status, edges_hit, io_err, keep, Books, Campaign, Entry, Program, State, CHECKPOINT_SCHEMA,
-};
+use crate::campaign::{assertion_status, edges_hit, keep, Books, Campaign, Entry, Program, State, CHECKPOINT_SCHEMA};
 use crate::cluster::CLUSTER_BUG_SCHEMA;
 use crate::input::BUG_SCHEMA;
 use crate::ExploreError;
+use snafu::{ensure, ResultExt};
 
 /// A checkpoint of any subject, its inputs and reference as plain JSON.
 pub(crate) type AnyState = State<Value, Value>;
@@ -42,25 +41,12 @@ pub(crate) fn read_state(dir: &Path) -> Result<AnyState, ExploreError> {
 /// Merges the campaigns in `dirs` into `out` and writes its checkpoint, corpus, bug files and
 /// reports; returns the merged campaign.
 pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Campaign, ExploreError> {
-    if dirs.is_empty() {
-        return Err(ExploreError::Invalid("give the campaign directories to merge".into()));
-    }
-    if out.join("checkpoint.json").exists() {
-        return Err(ExploreError::Invalid(format!(
-            "{} already holds a campaign; merge into a new directory",
-            out.display()
-        )));
-    }
+    ensure!(!dirs.is_empty(), crate::NothingToMergeSnafu);
+    ensure!(!out.join("checkpoint.json").exists(), crate::MergeIntoSnafu { out });
     let states: Vec<AnyState> = dirs.iter().map(|d| read_state(d)).collect::<Result<_, _>>()?;
     let first = &states[0];
     for (d, s) in dirs.iter().zip(&states).skip(1) {
-        let differs = |what: &str| {
-            Err(ExploreError::Invalid(format!(
-                "{} explored with another {what} than {}; only runs of one campaign merge",
-                d.display(),
-                dirs[0].display()
-            )))
-        };
+        let differs = |what: &str| crate::MergeDiffersSnafu { dir: d, first: &dirs[0], what }.fail();
         if s.kind != first.kind || s.subject_blake3 != first.subject_blake3 {
             return differs(&format!("{} (BLAKE3 {})", s.kind, s.subject_blake3));
         }
@@ -74,18 +60,17 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Campaign, ExploreError> {
     for (a, sa) in states.iter().enumerate() {
         for (b, sb) in states.iter().enumerate().skip(a + 1) {
             if sa.merged_from.is_empty() && sb.merged_from.is_empty() && (sa.seed, sa.shard) == (sb.seed, sb.shard) {
-                return Err(ExploreError::Invalid(format!(
-                    "{} and {} are the same shard of the same campaign (seed {}{}): merging them would count its \
-                     rounds twice",
-                    dirs[a].display(),
-                    dirs[b].display(),
-                    sa.seed,
-                    sa.shard.map(|(i, n)| format!(", shard {i}/{n}")).unwrap_or_default()
-                )));
+                return crate::SameShardSnafu {
+                    a: &dirs[a],
+                    b: &dirs[b],
+                    seed: sa.seed,
+                    shard: sa.shard.map(|(i, n)| format!(", shard {i}/{n}")).unwrap_or_default(),
+                }
+                .fail();
             }
         }
     }
-    std::fs::create_dir_all(out.join("corpus")).map_err(|e| io_err(out, e))?;
+    std::fs::create_dir_all(out.join("corpus")).context(crate::CreateDirSnafu { path: out })?;
 
     let hosts: Vec<&deja_vmm::Fingerprint> = states.iter().filter_map(|s| s.books.host.as_ref()).collect();
     let one_host = hosts.windows(2).all(|w| w[0] == w[1]);

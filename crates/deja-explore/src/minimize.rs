@@ -3,6 +3,7 @@
 
 use crate::input::{run_fresh, BugFile, Input, Target};
 use crate::ExploreError;
+use snafu::ensure;
 
 /// One removable element of an input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,19 +172,12 @@ pub fn minimize(bug: &BugFile, target: &Target, new_file: &str) -> Result<Minimi
         Ok(out.failure.as_deref() == Some(bug.signature.as_str()))
     };
     let all = elements(&bug.input);
-    if !fails(&all)? {
-        return Err(ExploreError::Invalid(format!(
-            "bug {} does not reproduce with its own input; nothing to minimize",
-            bug.id
-        )));
-    }
+    ensure!(fails(&all)?, crate::DoesNotReproduceSnafu { bug: &bug.id });
     let current = ddmin(&all, &mut fails)?;
     let input = build(&current);
     let out = run_fresh(target, bug.fork_at_syscall, &input, &mut |_, _| {})?;
     tests += 1;
-    if out.failure.as_deref() != Some(bug.signature.as_str()) {
-        return Err(ExploreError::Invalid("the minimized input did not fail again on replay".into()));
-    }
+    ensure!(out.failure.as_deref() == Some(bug.signature.as_str()), crate::MinimizedDoesNotFailSnafu { what: "input" });
     let removed: Vec<String> = all.iter().filter(|e| !current.contains(e)).map(Element::describe).collect();
     let mut min = BugFile::new(target, bug.fork_at_syscall, &input, &out, bug.found_at_round, new_file);
     min.minimized_from = Some(crate::replayed_file(&bug.reproduce).to_string());

@@ -18,6 +18,7 @@ use crate::campaign::{CampaignConfig, Decision, Entry, Facts, Mode, Program, See
 use crate::input::{confirm, run_fresh, run_on_fork, BugFile, Input, Outcome, Target};
 use crate::menu::{below, Menu};
 use crate::ExploreError;
+use snafu::ensure;
 
 /// A program under exploration.
 pub struct ProgramSubject<'a> {
@@ -87,13 +88,10 @@ impl Subject for ProgramSubject<'_> {
         }
         let fork = Fork::new(self.target.spec.clone(), self.target.memory, r.fork_at, &mut |_, _| {})?;
         let base = fork.parent_kernel().decision_count();
-        if base != r.base_decisions {
-            return Err(ExploreError::Invalid(format!(
-                "the fork at syscall {} took {base} decisions, the bootstrap's {}: the program does not run the same \
-                 way twice",
-                r.fork_at, r.base_decisions
-            )));
-        }
+        ensure!(
+            base == r.base_decisions,
+            crate::ProgramNotDeterministicSnafu { fork_at: r.fork_at, found: base, expected: r.base_decisions }
+        );
         Ok(Some(fork))
     }
 

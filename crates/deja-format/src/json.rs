@@ -22,6 +22,7 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
+use snafu::{ensure, ResultExt, Snafu};
 
 /// The field that holds a document's seal.
 pub const SEAL_FIELD: &str = "seal";
@@ -42,29 +43,51 @@ pub struct Schema {
 }
 
 /// Why a JSON artifact was refused.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Snafu)]
+#[snafu(visibility(pub(crate)))]
 pub enum ArtifactError {
-    /// The file could not be read or written.
-    #[error("{path}: {source}")]
-    Io {
+    /// The file could not be read.
+    #[snafu(display("{path}: {source}"))]
+    Read {
         /// The file.
         path: String,
         /// The error.
-        #[source]
         source: std::io::Error,
     },
-    /// The bytes are not one JSON object.
-    #[error("{path}: the json check failed: this is not a whole {what} ({detail}); it was truncated or damaged")]
+    /// The file could not be written.
+    #[snafu(display("{path}: {source}"))]
+    Write {
+        /// The file.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The bytes do not parse as JSON.
+    #[snafu(display(
+        "{path}: the json check failed: this is not a whole {what} ({source}); it was truncated or damaged"
+    ))]
     Json {
         /// The file.
         path: String,
         /// What was expected.
         what: &'static str,
         /// The parser's complaint.
-        detail: String,
+        source: serde_json::Error,
+    },
+    /// The bytes are JSON, but not an object.
+    #[snafu(display(
+        "{path}: the json check failed: this is not a whole {what} (not a JSON object); it was truncated or damaged"
+    ))]
+    NotObject {
+        /// The file.
+        path: String,
+        /// What was expected.
+        what: &'static str,
     },
     /// Another family of artifact, or none.
-    #[error("{path}: the schema check failed: this is not a {what} (its schema is {found}, a {what} has {family}/N)")]
+    #[snafu(display(
+        "{path}: the schema check failed: this is not a {what} (its schema is {found}, a {what} has {family}/N)"
+    ))]
     Family {
         /// The file.
         path: String,
@@ -76,36 +99,68 @@ pub enum ArtifactError {
         found: String,
     },
     /// A version this build does not read yet.
-    #[error(
+    #[snafu(display(
         "{}: the schema check failed: this {} is {}, written by a newer deja; this deja reads {}. Read it with a \
          deja that reads {} or later",
-        .0.path, .0.what, .0.found, .0.range(), .0.found
-    )]
-    Newer(Versions),
+        versions.path, versions.what, versions.found, versions.range(), versions.found
+    ))]
+    Newer {
+        /// The file's version and the ones this build reads.
+        versions: Versions,
+    },
     /// A version this build no longer reads.
-    #[error(
+    #[snafu(display(
         "{}: the schema check failed: this {} is {}, which this deja no longer reads (it reads {}); read it \
          with the deja that wrote it",
-        .0.path, .0.what, .0.found, .0.range()
-    )]
-    Older(Versions),
-    /// A sealed version without its seal, or a seal that does not match the content.
-    #[error("{path}: the seal check failed: {detail}")]
-    Seal {
+        versions.path, versions.what, versions.found, versions.range()
+    ))]
+    Older {
+        /// The file's version and the ones this build reads.
+        versions: Versions,
+    },
+    /// The content does not match its seal.
+    #[snafu(display(
+        "{path}: the seal check failed: the content no longer matches the seal deja wrote ({}… against {}…): \
+         this {what} was altered or damaged after it was written",
+        &content[..12], seal.get(..12).unwrap_or(seal)
+    ))]
+    SealMismatch {
         /// The file.
         path: String,
-        /// What is wrong with it.
-        detail: String,
+        /// What was expected.
+        what: &'static str,
+        /// The seal of the content as read.
+        content: String,
+        /// The seal the file carries.
+        seal: String,
+    },
+    /// The seal field holds something other than a string.
+    #[snafu(display("{path}: the seal check failed: the seal is not a string"))]
+    SealNotString {
+        /// The file.
+        path: String,
+    },
+    /// A sealed version without its seal.
+    #[snafu(display("{path}: the seal check failed: a {found} {what} carries a seal and this one has none"))]
+    SealMissing {
+        /// The file.
+        path: String,
+        /// What was expected.
+        what: &'static str,
+        /// The schema the file has.
+        found: String,
     },
     /// The content lacks the fields of its type, or holds values of the wrong type.
-    #[error("{path}: the fields check failed: this {what} does not have the content its schema promises ({detail})")]
+    #[snafu(display(
+        "{path}: the fields check failed: this {what} does not have the content its schema promises ({source})"
+    ))]
     Fields {
         /// The file.
         path: String,
         /// What was expected.
         what: &'static str,
         /// The complaint.
-        detail: String,
+        source: serde_json::Error,
     },
 }
 
@@ -137,10 +192,12 @@ impl ArtifactError {
     /// The check that failed: `io`, `json`, `schema`, `seal` or `fields`.
     pub fn check(&self) -> &'static str {
         match self {
-            ArtifactError::Io { .. } => "io",
-            ArtifactError::Json { .. } => "json",
-            ArtifactError::Family { .. } | ArtifactError::Newer(_) | ArtifactError::Older(_) => "schema",
-            ArtifactError::Seal { .. } => "seal",
+            ArtifactError::Read { .. } | ArtifactError::Write { .. } => "io",
+            ArtifactError::Json { .. } | ArtifactError::NotObject { .. } => "json",
+            ArtifactError::Family { .. } | ArtifactError::Newer { .. } | ArtifactError::Older { .. } => "schema",
+            ArtifactError::SealMismatch { .. }
+            | ArtifactError::SealNotString { .. }
+            | ArtifactError::SealMissing { .. } => "seal",
             ArtifactError::Fields { .. } => "fields",
         }
     }
@@ -183,17 +240,18 @@ impl Schema {
 
     /// Writes `value` to `path` atomically (see [`crate::write_atomic`]).
     pub fn write<T: Serialize>(&self, path: &Path, value: &T) -> Result<(), ArtifactError> {
-        crate::write_atomic(path, &self.to_bytes(value)).map_err(|e| match e {
-            crate::FormatError::Io { source, .. } => ArtifactError::Io { path: path.display().to_string(), source },
-            other => ArtifactError::Io { path: path.display().to_string(), source: std::io::Error::other(other) },
-        })
+        crate::write_atomic(path, &self.to_bytes(value))
+            .map_err(|e| match e {
+                crate::FormatError::Write { source, .. } => source,
+                other => std::io::Error::other(other),
+            })
+            .context(WriteSnafu { path: path.display().to_string() })
     }
 
     /// Reads `path` and runs the json, schema and seal checks; returns the document (without
     /// its seal) and its version.
     pub fn open(&self, path: &Path) -> Result<(Value, u32), ArtifactError> {
-        let bytes =
-            std::fs::read(path).map_err(|source| ArtifactError::Io { path: path.display().to_string(), source })?;
+        let bytes = std::fs::read(path).context(ReadSnafu { path: path.display().to_string() })?;
         self.check(&path.display().to_string(), &bytes)
     }
 
@@ -207,12 +265,8 @@ impl Schema {
     /// and fields checks, but not the seal's, and rewrites the file as this build writes a `T`.
     pub fn reseal<T: DeserializeOwned + Serialize>(&self, path: &Path) -> Result<(), ArtifactError> {
         let shown = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| ArtifactError::Io { path: shown.clone(), source })?;
-        let mut doc: Value = serde_json::from_slice(&bytes).map_err(|e| ArtifactError::Json {
-            path: shown.clone(),
-            what: self.what,
-            detail: e.to_string(),
-        })?;
+        let bytes = std::fs::read(path).context(ReadSnafu { path: &shown })?;
+        let mut doc: Value = serde_json::from_slice(&bytes).context(JsonSnafu { path: &shown, what: self.what })?;
         let found = doc.get("schema").and_then(Value::as_str).unwrap_or("none").to_string();
         self.version(&shown, &found)?;
         if let Value::Object(map) = &mut doc {
@@ -224,11 +278,7 @@ impl Schema {
 
     /// The fields check: `doc` (from [`Schema::open`]) as a `T`.
     pub fn typed<T: DeserializeOwned>(&self, path: &str, doc: Value) -> Result<T, ArtifactError> {
-        serde_json::from_value(doc).map_err(|e| ArtifactError::Fields {
-            path: path.to_string(),
-            what: self.what,
-            detail: e.to_string(),
-        })
+        serde_json::from_value(doc).context(FieldsSnafu { path, what: self.what })
     }
 
     /// The schema check: the version of a document whose `schema` field is `found` (`none`
@@ -240,28 +290,19 @@ impl Schema {
             .and_then(|v| v.parse::<u32>().ok().filter(|_| !v.starts_with('0') && !v.starts_with('+')));
         let (path, what, family, found) = (path.to_string(), self.what, self.family, found.to_string());
         let Some(version) = version else {
-            return Err(ArtifactError::Family { path, what, family, found });
+            return FamilySnafu { path, what, family, found }.fail();
         };
         let versions = || Versions { path, what, family, found, oldest: self.oldest, current: self.current };
-        if version > self.current {
-            return Err(ArtifactError::Newer(versions()));
-        }
-        if version < self.oldest {
-            return Err(ArtifactError::Older(versions()));
-        }
+        ensure!(version <= self.current, NewerSnafu { versions: versions() });
+        ensure!(version >= self.oldest, OlderSnafu { versions: versions() });
         Ok(version)
     }
 
     /// The json, schema and seal checks of `bytes`, read from `path`.
     pub fn check(&self, path: &str, bytes: &[u8]) -> Result<(Value, u32), ArtifactError> {
-        let path_s = || path.to_string();
-        let mut doc: Value = serde_json::from_slice(bytes).map_err(|e| ArtifactError::Json {
-            path: path_s(),
-            what: self.what,
-            detail: e.to_string(),
-        })?;
+        let mut doc: Value = serde_json::from_slice(bytes).context(JsonSnafu { path, what: self.what })?;
         let Value::Object(map) = &mut doc else {
-            return Err(ArtifactError::Json { path: path_s(), what: self.what, detail: "not a JSON object".into() });
+            return NotObjectSnafu { path, what: self.what }.fail();
         };
         let found = map.get("schema").and_then(Value::as_str).unwrap_or("none").to_string();
         let version = self.version(path, &found)?;
@@ -269,29 +310,10 @@ impl Schema {
             Some(Value::String(seal)) => {
                 let seal = seal.clone();
                 let content = seal_of(&doc);
-                if content != seal {
-                    return Err(ArtifactError::Seal {
-                        path: path_s(),
-                        detail: format!(
-                            "the content no longer matches the seal deja wrote ({}… against {}…): this {} was \
-                             altered or damaged after it was written",
-                            &content[..12],
-                            seal.get(..12).unwrap_or(&seal),
-                            self.what
-                        ),
-                    });
-                }
+                ensure!(content == seal, SealMismatchSnafu { path, what: self.what, content, seal });
             }
-            Some(_) => {
-                return Err(ArtifactError::Seal { path: path_s(), detail: "the seal is not a string".into() });
-            }
-            None if version >= self.sealed_since => {
-                return Err(ArtifactError::Seal {
-                    path: path_s(),
-                    detail: format!("a {found} {} carries a seal and this one has none", self.what),
-                });
-            }
-            None => {}
+            Some(_) => return SealNotStringSnafu { path }.fail(),
+            None => ensure!(version < self.sealed_since, SealMissingSnafu { path, what: self.what, found }),
         }
         if let Value::Object(map) = &mut doc {
             map.remove(SEAL_FIELD);

@@ -28,6 +28,7 @@
 
 pub mod json;
 
+use snafu::{ensure, OptionExt, ResultExt, Snafu};
 use std::io::Write;
 use std::path::Path;
 
@@ -73,22 +74,28 @@ impl Kind {
 }
 
 /// Why an artifact was refused. Messages say what is wrong and what to do.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Snafu)]
+#[snafu(visibility(pub(crate)))]
 pub enum FormatError {
     /// The file does not start with the deja magic.
-    #[error("not a deja artifact (bad magic); expected a file written by deja")]
+    #[snafu(display("not a deja artifact (bad magic); expected a file written by deja"))]
     NotDeja,
     /// An envelope version this build does not read.
-    #[error("envelope version {found} is not supported (this deja reads version {ENVELOPE_VERSION}); use the deja that wrote it")]
+    #[snafu(display(
+        "envelope version {found} is not supported (this deja reads version {ENVELOPE_VERSION}); use the deja that wrote it"
+    ))]
     EnvelopeVersion {
         /// The version in the file.
         found: u16,
     },
     /// An artifact kind this build does not know.
-    #[error("unknown artifact kind {0}; it was written by a newer deja")]
-    UnknownKind(u16),
+    #[snafu(display("unknown artifact kind {code}; it was written by a newer deja"))]
+    UnknownKind {
+        /// The kind code in the header.
+        code: u16,
+    },
     /// Another kind than the caller needs.
-    #[error("this is a {found}, not a {expected}")]
+    #[snafu(display("this is a {found}, not a {expected}"))]
     WrongKind {
         /// What the caller needs.
         expected: &'static str,
@@ -96,7 +103,9 @@ pub enum FormatError {
         found: &'static str,
     },
     /// A payload schema version the caller does not read.
-    #[error("{kind} schema version {found} is not supported (this deja reads version {supported}); read it with a deja that reads version {found}")]
+    #[snafu(display(
+        "{kind} schema version {found} is not supported (this deja reads version {supported}); read it with a deja that reads version {found}"
+    ))]
     SchemaVersion {
         /// The artifact kind.
         kind: &'static str,
@@ -106,10 +115,10 @@ pub enum FormatError {
         supported: u32,
     },
     /// The header fails its checksum.
-    #[error("the header is damaged (checksum mismatch); the file was corrupted after deja wrote it")]
+    #[snafu(display("the header is damaged (checksum mismatch); the file was corrupted after deja wrote it"))]
     HeaderCorrupt,
     /// The file is shorter than its header says.
-    #[error("truncated: the header announces {expected} bytes of payload, the file holds {found}")]
+    #[snafu(display("truncated: the header announces {expected} bytes of payload, the file holds {found}"))]
     Truncated {
         /// Announced stored length.
         expected: u64,
@@ -117,24 +126,51 @@ pub enum FormatError {
         found: u64,
     },
     /// The file is longer than its header says.
-    #[error("{0} unexpected bytes after the payload; the file was altered after deja wrote it")]
-    TrailingBytes(u64),
+    #[snafu(display("{extra} unexpected bytes after the payload; the file was altered after deja wrote it"))]
+    TrailingBytes {
+        /// Bytes past the announced payload.
+        extra: u64,
+    },
     /// Sizes above the cap.
-    #[error("payload of {0} bytes exceeds the {MAX_PAYLOAD}-byte cap")]
-    TooLarge(u64),
-    /// The payload does not decompress to its announced size.
-    #[error("the payload does not decompress: {0}")]
-    Decompress(String),
+    #[snafu(display("payload of {size} bytes exceeds the {MAX_PAYLOAD}-byte cap"))]
+    TooLarge {
+        /// The larger of the announced sizes.
+        size: u64,
+    },
+    /// The compressed payload does not decompress.
+    #[snafu(display("the payload does not decompress: {source}"))]
+    Decompress {
+        /// zstd's error.
+        source: std::io::Error,
+    },
+    /// The payload decompresses to another size than the header announces.
+    #[snafu(display("the payload does not decompress: {found} bytes instead of {expected}"))]
+    DecompressedLength {
+        /// Announced uncompressed length.
+        expected: u64,
+        /// Length it decompressed to.
+        found: u64,
+    },
+    /// An uncompressed payload whose two announced lengths differ.
+    #[snafu(display("the payload does not decompress: uncompressed payload with two different lengths"))]
+    UncompressedLengths,
     /// The payload fails its checksum.
-    #[error("the payload is damaged (BLAKE3 mismatch); the file was corrupted after deja wrote it")]
+    #[snafu(display("the payload is damaged (BLAKE3 mismatch); the file was corrupted after deja wrote it"))]
     PayloadCorrupt,
-    /// Reading or writing the file failed.
-    #[error("{path}: {source}")]
-    Io {
+    /// Reading the file failed.
+    #[snafu(display("{path}: {source}"))]
+    Read {
         /// The file.
         path: String,
         /// The error.
-        #[source]
+        source: std::io::Error,
+    },
+    /// Writing the file failed.
+    #[snafu(display("{path}: {source}"))]
+    Write {
+        /// The file.
+        path: String,
+        /// The error.
         source: std::io::Error,
     },
 }
@@ -158,12 +194,8 @@ impl Envelope {
 
     /// Checks kind and schema version; returns the payload.
     pub fn expect(self, kind: Kind, schema: u32) -> Result<Vec<u8>, FormatError> {
-        if self.kind != kind {
-            return Err(FormatError::WrongKind { expected: kind.name(), found: self.kind.name() });
-        }
-        if self.schema != schema {
-            return Err(FormatError::SchemaVersion { kind: kind.name(), found: self.schema, supported: schema });
-        }
+        ensure!(self.kind == kind, WrongKindSnafu { expected: kind.name(), found: self.kind.name() });
+        ensure!(self.schema == schema, SchemaVersionSnafu { kind: kind.name(), found: self.schema, supported: schema });
         Ok(self.payload)
     }
 }
@@ -207,71 +239,50 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 /// Decodes and verifies an artifact.
 pub fn decode(bytes: &[u8]) -> Result<Envelope, FormatError> {
-    if bytes.len() < MAGIC.len() || bytes[..MAGIC.len()] != MAGIC {
-        return Err(FormatError::NotDeja);
-    }
-    if bytes.len() < HEADER_LEN {
-        return Err(FormatError::Truncated { expected: HEADER_LEN as u64, found: bytes.len() as u64 });
-    }
-    if blake3::hash(&bytes[..100]).as_bytes() != &bytes[100..132] {
-        return Err(FormatError::HeaderCorrupt);
-    }
+    ensure!(bytes.len() >= MAGIC.len() && bytes[..MAGIC.len()] == MAGIC, NotDejaSnafu);
+    ensure!(bytes.len() >= HEADER_LEN, TruncatedSnafu { expected: HEADER_LEN as u64, found: bytes.len() as u64 });
+    ensure!(blake3::hash(&bytes[..100]).as_bytes() == &bytes[100..132], HeaderCorruptSnafu);
     let version = u16_at(bytes, 8);
-    if version != ENVELOPE_VERSION {
-        return Err(FormatError::EnvelopeVersion { found: version });
-    }
-    let kind = Kind::from_code(u16_at(bytes, 10)).ok_or(FormatError::UnknownKind(u16_at(bytes, 10)))?;
+    ensure!(version == ENVELOPE_VERSION, EnvelopeVersionSnafu { found: version });
+    let code = u16_at(bytes, 10);
+    let kind = Kind::from_code(code).context(UnknownKindSnafu { code })?;
     let schema = u32_at(bytes, 12);
     let flags = u32_at(bytes, 16);
     let raw_len = u64_at(bytes, 20);
     let stored_len = u64_at(bytes, 28);
-    if raw_len > MAX_PAYLOAD || stored_len > MAX_PAYLOAD {
-        return Err(FormatError::TooLarge(raw_len.max(stored_len)));
-    }
+    ensure!(raw_len <= MAX_PAYLOAD && stored_len <= MAX_PAYLOAD, TooLargeSnafu { size: raw_len.max(stored_len) });
     let present = (bytes.len() - HEADER_LEN) as u64;
-    if present < stored_len {
-        return Err(FormatError::Truncated { expected: stored_len, found: present });
-    }
-    if present > stored_len {
-        return Err(FormatError::TrailingBytes(present - stored_len));
-    }
+    ensure!(present >= stored_len, TruncatedSnafu { expected: stored_len, found: present });
+    ensure!(present <= stored_len, TrailingBytesSnafu { extra: present - stored_len });
     let stored = &bytes[HEADER_LEN..];
-    if blake3::hash(stored).as_bytes() != &bytes[68..100] {
-        return Err(FormatError::PayloadCorrupt);
-    }
+    ensure!(blake3::hash(stored).as_bytes() == &bytes[68..100], PayloadCorruptSnafu);
     let payload = if flags & FLAG_ZSTD != 0 {
-        let p = zstd::bulk::decompress(stored, raw_len as usize).map_err(|e| FormatError::Decompress(e.to_string()))?;
-        if p.len() as u64 != raw_len {
-            return Err(FormatError::Decompress(format!("{} bytes instead of {raw_len}", p.len())));
-        }
+        let p = zstd::bulk::decompress(stored, raw_len as usize).context(DecompressSnafu)?;
+        ensure!(p.len() as u64 == raw_len, DecompressedLengthSnafu { expected: raw_len, found: p.len() as u64 });
         p
     } else {
-        if stored_len != raw_len {
-            return Err(FormatError::Decompress("uncompressed payload with two different lengths".into()));
-        }
+        ensure!(stored_len == raw_len, UncompressedLengthsSnafu);
         stored.to_vec()
     };
-    if blake3::hash(&payload).as_bytes() != &bytes[36..68] {
-        return Err(FormatError::PayloadCorrupt);
-    }
+    ensure!(blake3::hash(&payload).as_bytes() == &bytes[36..68], PayloadCorruptSnafu);
     Ok(Envelope { kind, schema, payload })
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsynced, then
 /// renamed over the target, so a reader never sees half an artifact.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FormatError> {
-    let io = |source| FormatError::Io { path: path.display().to_string(), source };
+    let io = || WriteSnafu { path: path.display().to_string() };
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let mut f = std::fs::File::create(&tmp).map_err(io)?;
-    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
+    let mut f = std::fs::File::create(&tmp).context(io())?;
+    f.write_all(bytes).and_then(|_| f.sync_all()).context(io())?;
+    std::fs::rename(&tmp, path).context(io())
 }
 
 /// Reads and verifies the artifact at `path`.
 pub fn read_file(path: &Path) -> Result<Envelope, FormatError> {
-    let bytes = std::fs::read(path).map_err(|source| FormatError::Io { path: path.display().to_string(), source })?;
+    let bytes = std::fs::read(path).context(ReadSnafu { path: path.display().to_string() })?;
     decode(&bytes)
 }
 
@@ -331,7 +342,7 @@ mod tests {
         assert!(err.to_string().starts_with("truncated"), "{err}");
         let mut long = good.clone();
         long.push(0);
-        assert!(matches!(decode(&long), Err(FormatError::TrailingBytes(1))));
+        assert!(matches!(decode(&long), Err(FormatError::TrailingBytes { extra: 1 })));
     }
 
     #[test]
@@ -348,7 +359,7 @@ mod tests {
         kind[10] = 99;
         let h = blake3::hash(&kind[..100]);
         kind[100..132].copy_from_slice(h.as_bytes());
-        assert!(matches!(decode(&kind), Err(FormatError::UnknownKind(99))));
+        assert!(matches!(decode(&kind), Err(FormatError::UnknownKind { code: 99 })));
     }
 
     #[test]
@@ -357,7 +368,7 @@ mod tests {
         big[20..28].copy_from_slice(&(MAX_PAYLOAD + 1).to_le_bytes());
         let h = blake3::hash(&big[..100]);
         big[100..132].copy_from_slice(h.as_bytes());
-        assert!(matches!(decode(&big), Err(FormatError::TooLarge(_))));
+        assert!(matches!(decode(&big), Err(FormatError::TooLarge { .. })));
     }
 
     #[test]

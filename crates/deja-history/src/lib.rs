@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use snafu::{ensure, OptionExt, Snafu};
 
 /// A sequential specification.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,20 +122,65 @@ pub struct History {
     pub ops: Vec<Op>,
 }
 
-/// Why a history could not be read from a run's events.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why a history could not be read from a run's events. `index` is the record's position
+/// among the history events.
+#[derive(Debug, Clone, PartialEq, Eq, Snafu)]
 pub enum HistoryError {
-    /// A record is not what the SDK writes.
-    #[error("history record {index}: {why}")]
-    Record {
+    /// A record's details are not JSON (the parser's message is kept as text so the error
+    /// stays comparable).
+    #[snafu(display("history record {index}: not JSON: {message}"))]
+    NotJson {
         /// Its position among the history events.
         index: usize,
-        /// What is wrong.
-        why: String,
+        /// The parser's complaint.
+        message: String,
+    },
+    /// A record without an operation id.
+    #[snafu(display("history record {index}: no operation id"))]
+    NoId {
+        /// Its position among the history events.
+        index: usize,
+    },
+    /// An invocation without a model deja knows.
+    #[snafu(display("history record {index}: no known model"))]
+    UnknownModel {
+        /// Its position among the history events.
+        index: usize,
+    },
+    /// An invocation without an operation name.
+    #[snafu(display("history record {index}: no operation name"))]
+    NoOperationName {
+        /// Its position among the history events.
+        index: usize,
+    },
+    /// An operation invoked while the same process's operation of that id is open.
+    #[snafu(display("history record {index}: invoked twice"))]
+    InvokedTwice {
+        /// Its position among the history events.
+        index: usize,
+    },
+    /// A completion for an operation that is not open.
+    #[snafu(display("history record {index}: {kind} for an operation that is not open"))]
+    NotOpen {
+        /// Its position among the history events.
+        index: usize,
+        /// `ok`, `fail` or `info`.
+        kind: String,
+    },
+    /// A record of no known type.
+    #[snafu(display("history record {index}: no known type (invoke, ok, fail, info)"))]
+    UnknownType {
+        /// Its position among the history events.
+        index: usize,
     },
     /// Clients named two models.
-    #[error("the history mixes the {0} and {1} models; one run checks one model")]
-    Models(&'static str, &'static str),
+    #[snafu(display("the history mixes the {first} and {second} models; one run checks one model"))]
+    Models {
+        /// The model named first.
+        first: &'static str,
+        /// The other one.
+        second: &'static str,
+    },
 }
 
 /// One history record as the SDK sends it, with where and when deja saw it.
@@ -154,22 +200,20 @@ pub fn from_events<'a>(records: impl IntoIterator<Item = Record<'a>>) -> Result<
     let mut ops: Vec<Op> = Vec::new();
     let mut open: BTreeMap<(String, u64), usize> = BTreeMap::new();
     for (index, r) in records.into_iter().enumerate() {
-        let bad = |why: &str| HistoryError::Record { index, why: why.to_string() };
-        let v: Value = serde_json::from_str(r.details).map_err(|e| bad(&format!("not JSON: {e}")))?;
-        let id = v["id"].as_u64().ok_or_else(|| bad("no operation id"))?;
+        let v: Value =
+            serde_json::from_str(r.details).map_err(|e| NotJsonSnafu { index, message: e.to_string() }.build())?;
+        let id = v["id"].as_u64().context(NoIdSnafu { index })?;
         let process = (r.node.to_string(), id);
         match v["type"].as_str() {
             Some("invoke") => {
-                let m = v["model"].as_str().and_then(Model::parse).ok_or_else(|| bad("no known model"))?;
+                let m = v["model"].as_str().and_then(Model::parse).context(UnknownModelSnafu { index })?;
                 match model {
-                    Some(prev) if prev != m => return Err(HistoryError::Models(prev.name(), m.name())),
+                    Some(prev) if prev != m => return ModelsSnafu { first: prev.name(), second: m.name() }.fail(),
                     _ => model = Some(m),
                 }
-                let f = v["f"].as_str().ok_or_else(|| bad("no operation name"))?.to_string();
+                let f = v["f"].as_str().context(NoOperationNameSnafu { index })?.to_string();
                 let key = v.get("key").and_then(|k| k.as_str()).map(String::from);
-                if open.contains_key(&process) {
-                    return Err(bad("invoked twice"));
-                }
+                ensure!(!open.contains_key(&process), InvokedTwiceSnafu { index });
                 open.insert(process.clone(), ops.len());
                 ops.push(Op {
                     process: format!("{}#{}", r.node, id),
@@ -182,7 +226,7 @@ pub fn from_events<'a>(records: impl IntoIterator<Item = Record<'a>>) -> Result<
             }
             Some(kind @ ("ok" | "fail" | "info")) => {
                 let Some(i) = open.remove(&process) else {
-                    return Err(bad(&format!("{kind} for an operation that is not open")));
+                    return NotOpenSnafu { index, kind }.fail();
                 };
                 ops[i].end = match kind {
                     "ok" => End::Ok { at_ns: r.virtual_time_ns, value: v["value"].clone() },
@@ -190,7 +234,7 @@ pub fn from_events<'a>(records: impl IntoIterator<Item = Record<'a>>) -> Result<
                     _ => End::Info,
                 };
             }
-            _ => return Err(bad("no known type (invoke, ok, fail, info)")),
+            _ => return UnknownTypeSnafu { index }.fail(),
         }
     }
     Ok(model.map(|model| History { model, ops }))

@@ -7,7 +7,8 @@ use deja_kernel::FaultConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::search::{CrashKind, KeptOps};
-use crate::JudgeError;
+use crate::{CapsuleAlteredSnafu, JudgeError, ReadSnafu, WriteSnafu};
+use snafu::{ensure, ResultExt};
 
 /// Where, by meaning, the failure's crash happens.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,8 +85,7 @@ impl Capsule {
 
     /// Reads a capsule and refuses one whose content does not match its id.
     pub fn read(path: &std::path::Path) -> Result<Capsule, JudgeError> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| JudgeError::File { path: path.display().to_string(), message: e.to_string() })?;
+        let bytes = std::fs::read(path).context(ReadSnafu { path: path.display().to_string() })?;
         Capsule::parse(&path.display().to_string(), &bytes)
     }
 
@@ -94,19 +94,13 @@ impl Capsule {
     pub fn parse(path: &str, bytes: &[u8]) -> Result<Capsule, JudgeError> {
         let (doc, _) = CAPSULE_SCHEMA.check(path, bytes)?;
         let c: Capsule = CAPSULE_SCHEMA.typed(path, doc)?;
-        if c.body_hash() != c.id {
-            return Err(JudgeError::Tampered(format!(
-                "{path}: the id check failed: the capsule was altered (its content no longer matches its id {})",
-                c.id
-            )));
-        }
+        ensure!(c.body_hash() == c.id, CapsuleAlteredSnafu { path, id: &c.id });
         Ok(c)
     }
 
     /// Writes the capsule atomically.
     pub fn write(&self, path: &std::path::Path) -> Result<(), JudgeError> {
         let bytes = serde_json::to_vec_pretty(self).expect("plain data serializes");
-        deja_format::write_atomic(path, &bytes)
-            .map_err(|e| JudgeError::File { path: path.display().to_string(), message: e.to_string() })
+        deja_format::write_atomic(path, &bytes).context(WriteSnafu { path: path.display().to_string() })
     }
 }

@@ -4,7 +4,8 @@ use deja_format::json::Schema;
 use serde::{Deserialize, Serialize};
 
 use crate::judge::Verdict;
-use crate::JudgeError;
+use crate::{ChainBrokenSnafu, JudgeError, ReadSnafu, SummaryAlteredSnafu, UnearnedPassSnafu, WriteSnafu};
+use snafu::{ensure, ResultExt};
 
 /// What happened to one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,35 +141,23 @@ impl Certificate {
         CERTIFICATE_SCHEMA.version("the certificate", &self.schema)?;
         let mut prev = header_hash(self);
         for (i, r) in self.checks.iter().enumerate() {
-            if r.prev != prev || record_hash(r) != r.hash {
-                return Err(JudgeError::Tampered(format!(
-                    "the chain check failed: check {} ({:?}) was altered: the hash chain breaks there",
-                    i + 1,
-                    r.name
-                )));
-            }
+            ensure!(r.prev == prev && record_hash(r) == r.hash, ChainBrokenSnafu { number: i + 1, name: &r.name });
             prev = r.hash.clone();
         }
-        if final_hash(self) != self.certificate_hash {
-            return Err(JudgeError::Tampered(
-                "the chain check failed: the verdict, exit code or timeline was altered".into(),
-            ));
-        }
+        ensure!(final_hash(self) == self.certificate_hash, SummaryAlteredSnafu);
         let executed = self.checks.iter().filter(|r| r.status == CheckStatus::Passed).count();
         let all_passed = self.checks.iter().all(|r| r.status == CheckStatus::Passed);
-        if self.verdict == Verdict::FixedForThisCapsule && (executed == 0 || !all_passed || self.exit_code != 0) {
-            return Err(JudgeError::Tampered(
-                "the verdict check failed: a pass without every check executed and passed is not a pass".into(),
-            ));
-        }
+        ensure!(
+            !(self.verdict == Verdict::FixedForThisCapsule && (executed == 0 || !all_passed || self.exit_code != 0)),
+            UnearnedPassSnafu
+        );
         Ok(())
     }
 
     /// Reads a certificate: its json, schema and fields checks ([`Certificate::verify`] checks
     /// its chain).
     pub fn read(path: &std::path::Path) -> Result<Certificate, JudgeError> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| JudgeError::File { path: path.display().to_string(), message: e.to_string() })?;
+        let bytes = std::fs::read(path).context(ReadSnafu { path: path.display().to_string() })?;
         Certificate::parse(&path.display().to_string(), &bytes)
     }
 
@@ -182,8 +171,7 @@ impl Certificate {
     /// Writes it atomically.
     pub fn write(&self, path: &std::path::Path) -> Result<(), JudgeError> {
         let bytes = serde_json::to_vec_pretty(self).expect("plain data serializes");
-        deja_format::write_atomic(path, &bytes)
-            .map_err(|e| JudgeError::File { path: path.display().to_string(), message: e.to_string() })
+        deja_format::write_atomic(path, &bytes).context(WriteSnafu { path: path.display().to_string() })
     }
 }
 

@@ -8,6 +8,7 @@ use deja_kernel::{FaultConfig, ProgramSpec};
 use crate::capsule::{Capsule, Trigger};
 use crate::certificate::{Certificate, CheckStatus};
 use crate::search::{run_plan, search, CrashKind, Plan};
+use crate::RunFailure;
 
 /// The verdict of a check; in files, its [stable name](Verdict::name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -61,7 +62,7 @@ pub struct Program {
     /// Host path.
     pub path: String,
     /// The image, or why it could not be read.
-    pub image: Result<Vec<u8>, String>,
+    pub image: Result<Vec<u8>, std::sync::Arc<std::io::Error>>,
 }
 
 /// Everything a check needs.
@@ -115,10 +116,10 @@ fn run(
     memory_mib: u64,
     faults: &FaultConfig,
     overrides: &BTreeMap<u64, u64>,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, RunFailure> {
     let target = deja_explore::Target { spec: spec.clone(), memory: memory_mib << 20, path: String::new() };
     let input = deja_explore::Input { overrides: overrides.clone(), faults: faults.clone(), ..Default::default() };
-    deja_explore::input::run_fresh(&target, 0, &input, &mut |_, _| {}).map_err(|e| e.to_string())
+    Ok(deja_explore::input::run_fresh(&target, 0, &input, &mut |_, _| {})?)
 }
 
 fn describe_event(name: &str, details: &str) -> String {
@@ -306,7 +307,7 @@ pub fn check(input: &CheckInput) -> Judgement {
                 return Verdict::EvidenceIncomplete;
             }
             Err(e) => {
-                steps.push((names[1], CheckStatus::Incomplete, e, vec![]));
+                steps.push((names[1], CheckStatus::Incomplete, e.to_string(), vec![]));
                 return Verdict::EvidenceIncomplete;
             }
         }
@@ -415,12 +416,12 @@ pub fn check(input: &CheckInput) -> Judgement {
         for w in 0..input.worlds.max(1) as usize {
             let core = cores.get(w % cores.len().max(1)).copied().unwrap_or(0);
             let world = deja_vmm::identity::on_core(core, || run_plan(&cand, input.memory_mib, &plan, &c.overrides))
-                .map_err(|e| e.to_string())
+                .map_err(RunFailure::from)
                 .and_then(|r| r);
             match world {
                 Ok(o) => worlds.push((core, o)),
                 Err(e) => {
-                    steps.push((names[5], CheckStatus::Incomplete, e, vec![]));
+                    steps.push((names[5], CheckStatus::Incomplete, e.to_string(), vec![]));
                     return Verdict::EvidenceIncomplete;
                 }
             }

@@ -17,6 +17,8 @@
 //! by BLAKE3, so a verdict cannot be edited without the chain breaking. Missing evidence is never
 //! a pass: a verdict of FIXED needs every check executed and passed.
 
+use snafu::Snafu;
+
 pub mod capsule;
 pub mod certificate;
 pub mod cluster;
@@ -29,20 +31,79 @@ pub use judge::{check, CheckInput, Judgement, Program, Verdict};
 
 /// Errors that stop a check before it can reach a verdict of its own (the CLI maps them to
 /// `EVIDENCE_INCOMPLETE` where a verdict is due).
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Snafu)]
+#[snafu(visibility(pub(crate)))]
 pub enum JudgeError {
-    /// A file could not be read or written.
-    #[error("{path}: {message}")]
-    File {
+    /// A capsule or certificate could not be read.
+    #[snafu(display("{path}: {source}"))]
+    Read {
         /// The file.
         path: String,
-        /// What failed.
-        message: String,
+        /// Why.
+        source: std::io::Error,
     },
-    /// A capsule or certificate is damaged or was altered.
-    #[error("{0}")]
-    Tampered(String),
+    /// A capsule or certificate could not be written.
+    #[snafu(display("{path}: {source}"))]
+    Write {
+        /// The file.
+        path: String,
+        /// Why.
+        source: deja_format::FormatError,
+    },
+    /// A capsule's content no longer matches its id.
+    #[snafu(display(
+        "{path}: the id check failed: the capsule was altered (its content no longer matches its id {id})"
+    ))]
+    CapsuleAltered {
+        /// The capsule.
+        path: String,
+        /// The id it carries.
+        id: String,
+    },
+    /// A check record of a certificate does not chain to the one before it.
+    #[snafu(display("the chain check failed: check {number} ({name:?}) was altered: the hash chain breaks there"))]
+    ChainBroken {
+        /// The check's place in the certificate, from 1.
+        number: usize,
+        /// Its name.
+        name: String,
+    },
+    /// The certificate's final hash does not cover its verdict, exit code and timeline.
+    #[snafu(display("the chain check failed: the verdict, exit code or timeline was altered"))]
+    SummaryAltered,
+    /// A pass that does not have every check executed and passed.
+    #[snafu(display("the verdict check failed: a pass without every check executed and passed is not a pass"))]
+    UnearnedPass,
     /// A capsule or certificate failed its json, schema or fields check.
-    #[error(transparent)]
-    Artifact(#[from] deja_format::json::ArtifactError),
+    #[snafu(transparent)]
+    Artifact {
+        /// Why.
+        source: deja_format::json::ArtifactError,
+    },
+}
+
+/// Why one run of a check could not be made: the step it belongs to is then incomplete.
+#[derive(Debug, Snafu)]
+pub enum RunFailure {
+    /// The VM could not boot or run the program.
+    #[snafu(transparent)]
+    Run {
+        /// Why.
+        source: deja_vmm::RunError,
+    },
+    /// The explorer could not run the input.
+    #[snafu(transparent)]
+    Explore {
+        /// Why.
+        source: deja_explore::ExploreError,
+    },
+    /// The run could not be placed on its host core.
+    #[snafu(transparent)]
+    Core {
+        /// Why.
+        source: deja_vmm::VmError,
+    },
+    /// A plan with a named crash state was given decision overrides.
+    #[snafu(display("a plan with a named crash state takes no decision overrides"))]
+    OverridesWithCrashState,
 }

@@ -12,6 +12,9 @@ use deja_explore::Outcome;
 use deja_kernel::{CrashState, FaultConfig, ProgramSpec};
 use deja_vmm::Session;
 use serde::{Deserialize, Serialize};
+use snafu::ensure;
+
+use crate::{OverridesWithCrashStateSnafu, RunFailure};
 
 /// Where a plan's crash happens.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,7 +149,7 @@ pub fn run_plan(
     memory_mib: u64,
     plan: &Plan,
     overrides: &std::collections::BTreeMap<u64, u64>,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, RunFailure> {
     let mut s = spec.clone();
     s.faults = plan.config();
     let Some(kept) = plan.kept.as_ref().filter(|_| plan.crash != CrashKind::None) else {
@@ -156,19 +159,17 @@ pub fn run_plan(
             faults: target.spec.faults.clone(),
             ..Default::default()
         };
-        return deja_explore::input::run_fresh(&target, 0, &input, &mut |_, _| {}).map_err(|e| e.to_string());
+        return Ok(deja_explore::input::run_fresh(&target, 0, &input, &mut |_, _| {})?);
     };
-    if !overrides.is_empty() {
-        return Err("a plan with a named crash state takes no decision overrides".into());
-    }
-    let mut c = Session::boot(s, memory_mib << 20).map_err(|e| e.to_string())?;
-    let lives = if c.run_to_crash(&mut |_, _| {}).map_err(|e| e.to_string())? {
+    ensure!(overrides.is_empty(), OverridesWithCrashStateSnafu);
+    let mut c = Session::boot(s, memory_mib << 20)?;
+    let lives = if c.run_to_crash(&mut |_, _| {})? {
         let state = kept.state_over(&c.kernel().pending_operations());
         c.restart_crashed(&state, &mut |_, _| {})
     } else {
         c.lives(&mut |_, _| {}, None)
     };
-    Ok(outcome_of(lives.map_err(|e| e.to_string())?))
+    Ok(outcome_of(lives?))
 }
 
 /// What a search saw.
@@ -199,7 +200,7 @@ pub fn search(
     max_points: u64,
     states: usize,
     stop_at_first: bool,
-) -> Result<Searched, String> {
+) -> Result<Searched, RunFailure> {
     let mut out = Searched::default();
     let d = control.durable_writes.min(max_points);
     let mut points: Vec<(CrashKind, u64)> = Vec::new();
@@ -213,8 +214,8 @@ pub fn search(
         let plan = Plan { crash: kind, k, kept: None, faults: FaultConfig::default() };
         let mut s = spec.clone();
         s.faults = plan.config();
-        let mut crashed = Session::boot(s, memory_mib << 20).map_err(|e| e.to_string())?;
-        if !crashed.run_to_crash(&mut |_, _| {}).map_err(|e| e.to_string())? {
+        let mut crashed = Session::boot(s, memory_mib << 20)?;
+        if !crashed.run_to_crash(&mut |_, _| {})? {
             out.unreached.push(kind.words(k));
             continue;
         }
@@ -228,7 +229,7 @@ pub fn search(
             crashed.kernel().crash_states(budget, spec.seed ^ k).states
         };
         for (state, _) in found {
-            let lives = crashed.restart_crashed(&state, &mut |_, _| {}).map_err(|e| e.to_string())?;
+            let lives = crashed.restart_crashed(&state, &mut |_, _| {})?;
             out.runs += 1;
             let o = outcome_of(lives);
             out.digests.push(o.digest.clone());

@@ -143,10 +143,12 @@ impl Fork {
     ) -> Result<Fork, RunError> {
         let mut session = Session::boot_with(spec, memory, BootOptions { dirty_log: true, ..BootOptions::default() })?;
         if !session.run_to_syscall(at_syscall, sink)? {
-            return Err(RunError::Vm(VmError::Unexpected {
-                what: format!("the program stopped before syscall {at_syscall}"),
-                rip: 0,
-            }));
+            return Err(RunError::Vm {
+                source: VmError::Unexpected {
+                    what: format!("the program stopped before syscall {at_syscall}"),
+                    rip: 0,
+                },
+            });
         }
         let (vm, kernel) = session.parts();
         let parent = Parent::capture(vm, kernel)?;

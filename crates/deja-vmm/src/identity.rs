@@ -56,9 +56,9 @@ impl Policy {
             Ok("faulting") => Ok(Policy::Faulting),
             Ok("table") => Ok(Policy::Table),
             Ok("pinned") => Ok(Policy::Pinned),
-            Ok(other) => Err(VmError::Config(format!(
-                "{ENV}={other:?} is not a CPU identity policy; use auto, faulting, table or pinned"
-            ))),
+            Ok(other) => Err(VmError::Config {
+                message: format!("{ENV}={other:?} is not a CPU identity policy; use auto, faulting, table or pinned"),
+            }),
         }
     }
 }
@@ -249,7 +249,9 @@ static HOST: OnceLock<Result<HostProfile, String>> = OnceLock::new();
 
 /// The process's host profile, measured on first use (a few probe VMs, a few milliseconds).
 pub fn host() -> Result<&'static HostProfile, VmError> {
-    HOST.get_or_init(|| measure().map_err(|e| e.to_string())).as_ref().map_err(|e| VmError::Config(e.clone()))
+    HOST.get_or_init(|| measure().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| VmError::Config { message: e.clone() })
 }
 
 /// The remedy every VM of this process is set up with.
@@ -262,17 +264,20 @@ fn measure() -> Result<HostProfile, VmError> {
     let faulting_offered = crate::probe::faulting_offered()?;
     let cpuid = match policy {
         Policy::Faulting if !faulting_offered => {
-            return Err(VmError::Config(format!(
-                "{ENV}=faulting, but this host does not offer CPUID faulting (MSR_PLATFORM_INFO bit 31); \
+            return Err(VmError::Config {
+                message: format!(
+                    "{ENV}=faulting, but this host does not offer CPUID faulting (MSR_PLATFORM_INFO bit 31); \
                  unset {ENV} to let deja choose"
-            )))
+                ),
+            })
         }
         Policy::Table => CpuidSource::KvmTable,
         _ if faulting_offered => CpuidSource::Faulting,
         _ => CpuidSource::KvmTable,
     };
     let fixed_core = || {
-        lowest_schedulable_core().ok_or_else(|| VmError::Config("no host core accepts this process's threads".into()))
+        lowest_schedulable_core()
+            .ok_or_else(|| VmError::Config { message: "no host core accepts this process's threads".into() })
     };
     let mut varied = None;
     let pinned_core = match (policy, cpuid) {
@@ -396,11 +401,12 @@ pub fn on_another_core<T: Send>(seen: &[u32], f: impl FnOnce() -> T + Send) -> R
 pub fn on_core<T: Send>(core: u32, f: impl FnOnce() -> T + Send) -> Result<T, VmError> {
     std::thread::scope(|s| {
         s.spawn(|| {
-            pin_current_thread(core).map_err(|e| VmError::Config(format!("cannot run on host core {core}: {e}")))?;
+            pin_current_thread(core)
+                .map_err(|e| VmError::Config { message: format!("cannot run on host core {core}: {e}") })?;
             Ok(f())
         })
         .join()
-        .map_err(|_| VmError::Config(format!("the thread on host core {core} panicked")))?
+        .map_err(|_| VmError::Config { message: format!("the thread on host core {core} panicked") })?
     })
 }
 

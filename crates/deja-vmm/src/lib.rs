@@ -41,17 +41,26 @@ pub struct Run {
 }
 
 /// Why a run could not happen. A guest that crashes is not an error: it has an exit status.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, snafu::Snafu)]
 pub enum RunError {
     /// The program image was refused.
-    #[error(transparent)]
-    Load(#[from] LoadError),
+    #[snafu(transparent)]
+    Load {
+        /// The loader's error.
+        source: LoadError,
+    },
     /// KVM or the monitor failed.
-    #[error(transparent)]
-    Vm(#[from] VmError),
+    #[snafu(transparent)]
+    Vm {
+        /// The shell's error.
+        source: VmError,
+    },
     /// A snapshot was refused.
-    #[error(transparent)]
-    Snapshot(#[from] SnapshotError),
+    #[snafu(transparent)]
+    Snapshot {
+        /// Why the snapshot was refused.
+        source: SnapshotError,
+    },
 }
 
 /// One life of a node: from a start (or restart) to its exit or crash.

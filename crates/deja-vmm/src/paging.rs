@@ -33,14 +33,20 @@ pub const PTE_NX: u64 = 1 << 63;
 pub const PTE_ADDR: u64 = 0x000f_ffff_ffff_f000;
 
 /// Errors setting up guest RAM.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, snafu::Snafu)]
 pub enum RamError {
     /// The host refused the allocation.
-    #[error("cannot allocate {0} MiB of guest memory on the host")]
-    Alloc(u64),
+    #[snafu(display("cannot allocate {mib} MiB of guest memory on the host"))]
+    Alloc {
+        /// The size asked for, MiB.
+        mib: u64,
+    },
     /// The size is outside what deja supports.
-    #[error("guest memory must be between 16 MiB and 64 GiB, got {0} MiB")]
-    Size(u64),
+    #[snafu(display("guest memory must be between 16 MiB and 64 GiB, got {mib} MiB"))]
+    Size {
+        /// The size asked for, MiB.
+        mib: u64,
+    },
 }
 
 /// Guest RAM, a frame allocator over it, and the page tables that map the user half.
@@ -110,10 +116,10 @@ impl AddressSpace {
     pub fn new(size: u64) -> Result<Self, RamError> {
         let mib = size >> 20;
         if !(16..=65536).contains(&mib) {
-            return Err(RamError::Size(mib));
+            return Err(RamError::Size { mib });
         }
         let ram =
-            GuestMemoryMmap::from_ranges(&[(GuestAddress(0), size as usize)]).map_err(|_| RamError::Alloc(mib))?;
+            GuestMemoryMmap::from_ranges(&[(GuestAddress(0), size as usize)]).map_err(|_| RamError::Alloc { mib })?;
         let mut pt_frames = BTreeMap::new();
         pt_frames.insert(PML4_PHYS, (3, 0));
         let host_dirty = vec![0u64; (size / PAGE_SIZE).div_ceil(64) as usize];

@@ -143,10 +143,9 @@ impl Session {
         let status = match self.stopped.take() {
             Some(Stop::Exited(status)) => status,
             Some(_) => {
-                return Err(RunError::Vm(VmError::Unexpected {
-                    what: "a crash was injected where none was planned".into(),
-                    rip: 0,
-                }))
+                return Err(RunError::Vm {
+                    source: VmError::Unexpected { what: "a crash was injected where none was planned".into(), rip: 0 },
+                })
             }
             None => self.vm.run(&mut self.kernel, sink)?,
         };
@@ -178,7 +177,9 @@ impl Session {
         sink: &mut dyn FnMut(Stream, &[u8]),
     ) -> Result<Vec<Incarnation>, RunError> {
         if self.stopped != Some(Stop::Crashed) {
-            return Err(RunError::Vm(VmError::Config("the program is not stopped at its crash point".into())));
+            return Err(RunError::Vm {
+                source: VmError::Config { message: "the program is not stopped at its crash point".into() },
+            });
         }
         let mut kernel = self.kernel.clone();
         let mut faults = self.spec.as_ref().map(|s| s.faults.clone()).unwrap_or_default();
@@ -223,9 +224,11 @@ impl Session {
                 }
                 Stop::Crashed => {
                     let Some(next_spec) = spec.as_mut() else {
-                        return Err(RunError::Vm(VmError::Config(
-                            "a program restored from a snapshot crashed and cannot be restarted".into(),
-                        )));
+                        return Err(RunError::Vm {
+                            source: VmError::Config {
+                                message: "a program restored from a snapshot crashed and cannot be restarted".into(),
+                            },
+                        });
                     };
                     let disk = kernel.crash_image();
                     let digest = disk.digest();
@@ -257,10 +260,9 @@ impl Session {
                     owned = Some(next);
                 }
                 Stop::AtSyscall | Stop::Idle | Stop::Yield => {
-                    return Err(RunError::Vm(VmError::Unexpected {
-                        what: "stopped without a stop point".into(),
-                        rip: 0,
-                    }))
+                    return Err(RunError::Vm {
+                        source: VmError::Unexpected { what: "stopped without a stop point".into(), rip: 0 },
+                    })
                 }
             }
         }

@@ -146,23 +146,38 @@ pub struct Snapshot {
 }
 
 /// Errors restoring a snapshot.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, snafu::Snafu)]
 pub enum SnapshotError {
     /// The file could not be read or is not a valid artifact.
-    #[error(transparent)]
-    Format(#[from] deja_format::FormatError),
+    #[snafu(transparent)]
+    Format {
+        /// The envelope's error.
+        source: deja_format::FormatError,
+    },
     /// The payload does not decode.
-    #[error("the snapshot payload is corrupt: {0}")]
-    Decode(String),
+    #[snafu(display("the snapshot payload is corrupt: {source}"))]
+    Decode {
+        /// postcard's error.
+        source: postcard::Error,
+    },
     /// The payload decodes but is inconsistent.
-    #[error("the snapshot is inconsistent: {0}")]
-    Invalid(String),
+    #[snafu(display("the snapshot is inconsistent: {detail}"))]
+    Invalid {
+        /// What does not fit.
+        detail: String,
+    },
     /// The syscall core's state is refused.
-    #[error(transparent)]
-    Kernel(#[from] deja_kernel::RestoreError),
+    #[snafu(transparent)]
+    Kernel {
+        /// The core's error.
+        source: deja_kernel::RestoreError,
+    },
     /// KVM refused the state.
-    #[error(transparent)]
-    Vm(#[from] VmError),
+    #[snafu(transparent)]
+    Vm {
+        /// The shell's error.
+        source: VmError,
+    },
 }
 
 mod bytes {
@@ -211,13 +226,13 @@ impl Snapshot {
     /// Decodes and validates a snapshot artifact.
     pub fn from_artifact(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
         let payload = deja_format::decode(bytes)?.expect(deja_format::Kind::Snapshot, SNAPSHOT_SCHEMA)?;
-        let snap: Snapshot = postcard::from_bytes(&payload).map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        let snap: Snapshot = postcard::from_bytes(&payload).map_err(|source| SnapshotError::Decode { source })?;
         snap.validate()?;
         Ok(snap)
     }
 
     fn validate(&self) -> Result<(), SnapshotError> {
-        let bad = |m: String| Err(SnapshotError::Invalid(m));
+        let bad = |detail: String| Err(SnapshotError::Invalid { detail });
         let mib = self.memory_size >> 20;
         if !(16..=65536).contains(&mib) || !self.memory_size.is_multiple_of(PAGE_SIZE) {
             return bad(format!("guest RAM of {} bytes", self.memory_size));
@@ -250,12 +265,14 @@ impl Snapshot {
             || shell != kernel.thread_ids()
             || shell.windows(2).any(|w| w[0] == w[1])
         {
-            return Err(SnapshotError::Invalid(format!(
-                "the saved threads {shell:?} (running {}) are not the core's {:?} (running {})",
-                self.current_tid,
-                kernel.thread_ids(),
-                kernel.current_tid()
-            )));
+            return Err(SnapshotError::Invalid {
+                detail: format!(
+                    "the saved threads {shell:?} (running {}) are not the core's {:?} (running {})",
+                    self.current_tid,
+                    kernel.thread_ids(),
+                    kernel.current_tid()
+                ),
+            });
         }
         let mut vm = Vm::new(self.memory_size)?;
         vm.space.write_phys(0, &self.ram);

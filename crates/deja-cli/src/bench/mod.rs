@@ -310,11 +310,11 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     let judge_input = |cand: &str| deja_judge::CheckInput {
         base: deja_judge::Program {
             path: dir.join("credit-buggy").display().to_string(),
-            image: std::fs::read(dir.join("credit-buggy")).map_err(|e| e.to_string()),
+            image: std::fs::read(dir.join("credit-buggy")).map_err(std::sync::Arc::new),
         },
         candidate: deja_judge::Program {
             path: dir.join(cand).display().to_string(),
-            image: std::fs::read(dir.join(cand)).map_err(|e| e.to_string()),
+            image: std::fs::read(dir.join(cand)).map_err(std::sync::Arc::new),
         },
         corrected: None,
         capsule: None,

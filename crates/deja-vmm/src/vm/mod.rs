@@ -40,37 +40,50 @@ mod state;
 pub use run::Stop;
 
 /// Errors of the KVM shell. Guest misbehaviour is never one of these: it ends the guest.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, snafu::Snafu)]
 pub enum VmError {
     /// `/dev/kvm` is missing or not accessible.
-    #[error("cannot open /dev/kvm ({0}); deja needs KVM: check that the kvm module is loaded and you may open /dev/kvm (run `deja doctor`)")]
-    NoKvm(#[source] kvm_ioctls::Error),
+    #[snafu(display(
+        "cannot open /dev/kvm ({source}); deja needs KVM: check that the kvm module is loaded and you may open /dev/kvm (run `deja doctor`)"
+    ))]
+    NoKvm {
+        /// The error opening it.
+        source: kvm_ioctls::Error,
+    },
     /// A KVM capability deja needs is missing.
-    #[error("this host's KVM lacks the capability {0}; run `deja doctor`")]
-    MissingCap(&'static str),
+    #[snafu(display("this host's KVM lacks the capability {name}; run `deja doctor`"))]
+    MissingCap {
+        /// The capability.
+        name: &'static str,
+    },
     /// An ioctl failed.
-    #[error("KVM refused {what}")]
+    #[snafu(display("KVM refused {what}"))]
     Ioctl {
         /// Which operation.
         what: &'static str,
         /// The error.
-        #[source]
         source: kvm_ioctls::Error,
     },
     /// Guest RAM could not be set up.
-    #[error(transparent)]
-    Ram(#[from] RamError),
+    #[snafu(transparent)]
+    Ram {
+        /// Why.
+        source: RamError,
+    },
     /// The host cannot give the CPU identity asked for (`DEJA_CPU_IDENTITY`), or measuring it
     /// failed.
-    #[error("CPU identity: {0}")]
-    Config(String),
+    #[snafu(display("CPU identity: {message}"))]
+    Config {
+        /// What is wrong.
+        message: String,
+    },
     /// The guest ran guest code for longer than the watchdog allows without a syscall or an
     /// exception ([`crate::watchdog`]): not a bug found, and not deja failing.
-    #[error(
+    #[snafu(display(
         "NO_PROGRESS: the program ran {ms} ms of host time without a syscall or an exception, after syscall \
          {syscalls} (rip {rip:#x}); deja cannot tell a long computation from a loop that never ends: if it is the \
          former, raise DEJA_NO_PROGRESS_S (seconds; 0 turns the watchdog off)"
-    )]
+    ))]
     NoProgress {
         /// Host time since the last guest event, ms.
         ms: u64,
@@ -80,7 +93,9 @@ pub enum VmError {
         rip: u64,
     },
     /// The VM stopped in a way the monitor does not understand (a monitor bug or a host quirk).
-    #[error("the VM stopped unexpectedly: {what} (rip {rip:#x}); please report this with `deja doctor --json`")]
+    #[snafu(display(
+        "the VM stopped unexpectedly: {what} (rip {rip:#x}); please report this with `deja doctor --json`"
+    ))]
     Unexpected {
         /// What happened.
         what: String,
@@ -282,17 +297,17 @@ impl Vm {
 
     /// [`Vm::new`] with an explicit CPU identity setup (for the probe).
     pub fn with_setup(memory: u64, setup: CpuSetup) -> Result<Vm, VmError> {
-        let kvm = Kvm::new().map_err(VmError::NoKvm)?;
+        let kvm = Kvm::new().map_err(|source| VmError::NoKvm { source })?;
         for (cap, name) in
             [(Cap::SyncRegs, "KVM_CAP_SYNC_REGS"), (Cap::Xcrs, "KVM_CAP_XCRS"), (Cap::ExtCpuid, "KVM_CAP_EXT_CPUID")]
         {
             if !kvm.check_extension(cap) {
-                return Err(VmError::MissingCap(name));
+                return Err(VmError::MissingCap { name });
             }
         }
         let vm = ioctl("KVM_CREATE_VM", kvm.create_vm())?;
         let mut space = AddressSpace::new(memory)?;
-        let host = space.ram().get_host_address(GuestAddress(0)).map_err(|_| RamError::Alloc(memory >> 20))?;
+        let host = space.ram().get_host_address(GuestAddress(0)).map_err(|_| RamError::Alloc { mib: memory >> 20 })?;
         let region = kvm_userspace_memory_region {
             slot: 0,
             flags: 0,
@@ -308,7 +323,7 @@ impl Vm {
         let _ = vm.set_tss_address(0xfffb_d000);
         let vcpu = ioctl("KVM_CREATE_VCPU", vm.create_vcpu(0))?;
 
-        write_monitor_structures(&mut space).map_err(|_| RamError::Size(memory >> 20))?;
+        write_monitor_structures(&mut space).map_err(|_| RamError::Size { mib: memory >> 20 })?;
 
         let mut vmx = Vm {
             _kvm: kvm,
@@ -328,7 +343,7 @@ impl Vm {
         };
         vmx.setup_cpu()?;
         if setup.faulting && !vmx.try_enable_cpuid_faulting()? {
-            return Err(VmError::Config("this host stopped offering CPUID faulting to a new VM".into()));
+            return Err(VmError::Config { message: "this host stopped offering CPUID faulting to a new VM".into() });
         }
         Ok(vmx)
     }
@@ -355,8 +370,9 @@ impl Vm {
     /// Pins the calling thread to the setup's core, if it names one.
     fn pin_thread(&self) -> Result<(), VmError> {
         match self.setup.pin {
-            Some(core) => crate::identity::pin_current_thread(core)
-                .map_err(|e| VmError::Config(format!("cannot pin the vCPU thread to host core {core}: {e}"))),
+            Some(core) => crate::identity::pin_current_thread(core).map_err(|e| VmError::Config {
+                message: format!("cannot pin the vCPU thread to host core {core}: {e}"),
+            }),
             None => Ok(()),
         }
     }
