@@ -12,7 +12,7 @@ use crate::faults::{FaultKind, FaultRecord, IoErrno, IoOp};
 use crate::fd::*;
 use crate::fs::Kind;
 use crate::kernel::{Kernel, SysResult};
-use crate::sys_io::{Target, AT_EMPTY_PATH, AT_SYMLINK_NOFOLLOW, PATH_MAX};
+use crate::sys_path::{Target, AT_EMPTY_PATH, AT_SYMLINK_NOFOLLOW, PATH_MAX};
 use crate::Memory;
 
 /// `AT_REMOVEDIR`.
