@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::errno::*;
 use crate::fd::*;
 use crate::fs::{Kind, Walked, ROOT};
-use crate::kernel::{Kernel, SysResult, MAX_IO};
+use crate::kernel::{Kernel, SysResult, AT_FDCWD, MAX_IO};
 use crate::Memory;
 
 /// Longest path accepted (`PATH_MAX`).
@@ -314,6 +314,11 @@ impl Kernel {
         let keep = !(O_CREAT | O_EXCL | O_TRUNC | O_CLOEXEC | 0o400);
         let file = OpenFile::new(kind, (flags & keep) | O_LARGEFILE);
         Ok(self.fds.install(file, 0, limit, flags & O_CLOEXEC != 0)? as u64)
+    }
+
+    /// `creat`: `open` with `O_CREAT | O_WRONLY | O_TRUNC`.
+    pub(crate) fn sys_creat(&mut self, mem: &mut dyn Memory, path: u64, mode: u64) -> SysResult {
+        self.sys_openat(mem, AT_FDCWD, path, u64::from(O_CREAT | O_WRONLY | O_TRUNC), mode)
     }
 
     pub(crate) fn sys_faccessat(
