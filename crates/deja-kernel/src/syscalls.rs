@@ -72,12 +72,17 @@ impl std::fmt::Debug for Entry {
     }
 }
 
+/// A row's handler (a closure in the table becomes a [`Handler`] here).
+const fn served(handler: Handler) -> Option<Handler> {
+    Some(handler)
+}
+
 /// Builds [`TABLE`] from rows `NUMBER "name" [ARG, ...] => HANDLER;` or `NUMBER "name";`.
 macro_rules! syscall_table {
     (@args) => { None };
     (@args [$($arg:ident),*]) => { Some(&[$(Arg::$arg),*]) };
     (@handler) => { None };
-    (@handler $handler:expr) => { Some({ let h: Handler = $handler; h }) };
+    (@handler $handler:expr) => { served($handler) };
     ($($nr:literal $name:literal $([$($arg:ident),*])? $(=> $handler:expr)?;)*) => {
         /// Every syscall deja knows by name, ordered by number: Linux's x86-64 table
         /// (0..=335 and 424..=462) and deja's own ([`deja_protocol::DEJA_SYSCALL`]).

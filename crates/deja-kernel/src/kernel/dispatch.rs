@@ -1,6 +1,6 @@
 //! Serving the guest: one syscall (the clock, faults, blocking, the trace) and its dispatch
-//! through the table in [`crate::syscalls`], and the exceptions (demand paging, emulated instructions,
-//! attempts to enter a kernel another way, the fatal ones).
+//! through the table in [`crate::syscalls`], and the exceptions (demand paging, emulated
+//! instructions, attempts to enter a kernel another way, the fatal ones).
 
 use super::*;
 
