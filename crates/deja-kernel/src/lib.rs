@@ -115,6 +115,7 @@ mod sys_fs;
 mod sys_io;
 mod sys_mem;
 mod sys_net;
+mod sys_path;
 mod sys_proc;
 pub mod syscalls;
 pub mod threads;

@@ -12,13 +12,15 @@ use crate::faults::{FaultKind, FaultRecord, IoErrno, IoOp};
 use crate::fd::*;
 use crate::fs::Kind;
 use crate::kernel::{Kernel, SysResult};
-use crate::sys_io::{Target, AT_EMPTY_PATH, AT_SYMLINK_NOFOLLOW, PATH_MAX};
+use crate::sys_path::{Target, AT_EMPTY_PATH, AT_SYMLINK_NOFOLLOW, PATH_MAX};
 use crate::Memory;
 
 /// `AT_REMOVEDIR`.
 pub(crate) const AT_REMOVEDIR: u64 = 0x200;
 /// `AT_SYMLINK_FOLLOW`.
 const AT_SYMLINK_FOLLOW: u64 = 0x400;
+/// The permission bits of a mode (`S_IRWXUGO`): what `umask` keeps.
+const S_IRWXUGO: u64 = 0o777;
 /// Record locks kept at most.
 pub(crate) const MAX_LOCKS: usize = 4096;
 /// `UTIME_NOW`.
@@ -415,6 +417,13 @@ impl Kernel {
         Ok(0)
     }
 
+    /// `umask`: sets the permission bits masked from new files and returns the old mask.
+    pub(crate) fn sys_umask(&mut self, mask: u64) -> SysResult {
+        let old = self.umask;
+        self.umask = (mask & S_IRWXUGO) as u32;
+        Ok(u64::from(old))
+    }
+
     pub(crate) fn sys_fchmodat(&mut self, mem: &mut dyn Memory, dirfd: u64, path: u64, mode: u64) -> SysResult {
         let Target::Path(w) = self.resolve(mem, dirfd, path, 0, true)? else { return Err(ENOENT.into()) };
         let id = self.target_id(&w)?;
@@ -473,6 +482,12 @@ impl Kernel {
             return Err(EROFS.into());
         }
         self.fs.set_times(id, t[0], t[1], now);
+        Ok(0)
+    }
+
+    /// `fadvise64`: the advice is ignored; only the fd is checked.
+    pub(crate) fn sys_fadvise64(&mut self, fd: u64) -> SysResult {
+        self.fds.get(fd as i32)?;
         Ok(0)
     }
 

@@ -218,6 +218,12 @@ impl Kernel {
         Ok(0)
     }
 
+    /// `mlock`, `munlock`, `mlockall`, `munlockall`, `mlock2`: accepted; guest memory is never
+    /// paged out.
+    pub(crate) fn sys_mlock(&mut self) -> SysResult {
+        Ok(0)
+    }
+
     pub(crate) fn sys_msync(&mut self, addr: u64, len: u64, flags: u64) -> SysResult {
         if !is_page_aligned(addr) || flags & !7 != 0 || flags & 5 == 5 {
             return Err(EINVAL.into());

@@ -21,6 +21,10 @@ const ARCH_GET_FS: u64 = 0x1003;
 const ARCH_GET_GS: u64 = 0x1004;
 const ARCH_GET_CPUID: u64 = 0x1011;
 const ARCH_SET_CPUID: u64 = 0x1012;
+/// The program's pid: one process, whose main thread is tid 1.
+pub(crate) const GUEST_PID: u64 = 1;
+/// `sizeof(struct robust_list_head)`, the only length `set_robust_list` accepts.
+const ROBUST_LIST_HEAD_SIZE: u64 = 24;
 /// First address above the canonical user half.
 const USER_LIMIT: u64 = 0x0000_8000_0000_0000;
 
@@ -160,6 +164,64 @@ impl Kernel {
         Ok(0)
     }
 
+    /// `getpid`: the one process is [`GUEST_PID`].
+    pub(crate) fn sys_getpid(&self) -> SysResult {
+        Ok(GUEST_PID)
+    }
+
+    /// `getppid`: the parent is outside the simulation, 0.
+    pub(crate) fn sys_getppid(&self) -> SysResult {
+        Ok(0)
+    }
+
+    /// `getpgrp`, `getpgid`, `getsid`: the process leads its own group and session, whatever
+    /// pid is asked about.
+    pub(crate) fn sys_getpgrp(&self) -> SysResult {
+        Ok(GUEST_PID)
+    }
+
+    /// `getuid`, `geteuid`, `getgid`, `getegid`: every id is [`GUEST_UID`].
+    pub(crate) fn sys_getuid(&self) -> SysResult {
+        Ok(GUEST_UID)
+    }
+
+    /// `getgroups`: no supplementary groups.
+    pub(crate) fn sys_getgroups(&self) -> SysResult {
+        Ok(0)
+    }
+
+    /// `gettid`: the calling thread.
+    pub(crate) fn sys_gettid(&self) -> SysResult {
+        Ok(self.threads.current)
+    }
+
+    /// `set_tid_address`: records the calling thread's `clear_child_tid` and returns its tid.
+    pub(crate) fn sys_set_tid_address(&mut self, addr: u64) -> SysResult {
+        self.clear_child_tid = addr;
+        Ok(self.threads.current)
+    }
+
+    /// `set_robust_list`: records the head (the list is never walked); `len` must be the size
+    /// of `struct robust_list_head`.
+    pub(crate) fn sys_set_robust_list(&mut self, head: u64, len: u64) -> SysResult {
+        if len != ROBUST_LIST_HEAD_SIZE {
+            return Err(EINVAL.into());
+        }
+        self.robust_list = (head, len);
+        Ok(0)
+    }
+
+    /// `exit_group`: the whole program ends with the low byte of `code` as its status.
+    pub(crate) fn sys_exit_group(&mut self, code: u64) -> SysResult {
+        Err(Stop::Exit(ExitStatus::Exited { code: i32::from(code as u8) }))
+    }
+
+    /// `rseq`: deja answers ENOSYS on purpose (no restartable sequences without preemption);
+    /// glibc handles it. It is a policy, not a gap, so it is not counted as unsupported.
+    pub(crate) fn sys_rseq(&mut self) -> SysResult {
+        Err(ENOSYS.into())
+    }
+
     pub(crate) fn sys_getresuid(&mut self, mem: &mut dyn Memory, r: u64, e: u64, s: u64) -> SysResult {
         for p in [r, e, s] {
             self.vm.copy_out(mem, p, &(GUEST_UID as u32).to_le_bytes())?;
@@ -252,6 +314,16 @@ impl Kernel {
             }
             _ => Err(EINVAL.into()),
         }
+    }
+
+    /// `sched_yield`: nothing to do; the scheduler runs after every syscall anyway.
+    pub(crate) fn sys_sched_yield(&mut self) -> SysResult {
+        Ok(0)
+    }
+
+    /// `sched_setaffinity`: accepted and ignored (one CPU).
+    pub(crate) fn sys_sched_setaffinity(&mut self) -> SysResult {
+        Ok(0)
     }
 
     pub(crate) fn sys_sched_getaffinity(&mut self, mem: &mut dyn Memory, pid: u64, len: u64, mask: u64) -> SysResult {

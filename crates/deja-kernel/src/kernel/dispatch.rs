@@ -1,6 +1,6 @@
-//! Serving the guest: one syscall (the clock, faults, blocking, the trace) and the dispatch
-//! table from numbers to handlers, and the exceptions (demand paging, emulated instructions,
-//! attempts to enter a kernel another way, the fatal ones).
+//! Serving the guest: one syscall (the clock, faults, blocking, the trace) and its dispatch
+//! through the table in [`crate::syscalls`], and the exceptions (demand paging, emulated
+//! instructions, attempts to enter a kernel another way, the fatal ones).
 
 use super::*;
 
@@ -77,165 +77,12 @@ impl Kernel {
         outcome
     }
 
+    /// Serves syscall `nr` with the handler of its row in [`crate::syscalls::TABLE`]; a number
+    /// without a handler is unsupported (`-ENOSYS`, counted by name).
     pub(crate) fn dispatch(&mut self, mem: &mut dyn Memory, nr: u64, a: [u64; 6]) -> SysResult {
-        match nr {
-            0 => self.sys_read(mem, a[0], a[1], a[2]),
-            1 => self.sys_write(mem, a[0], a[1], a[2]),
-            2 => self.sys_openat(mem, AT_FDCWD, a[0], a[1], a[2]),
-            3 => self.sys_close(a[0]),
-            4 => self.sys_fstatat(mem, AT_FDCWD, a[0], a[1], 0),
-            5 => self.sys_fstat(mem, a[0], a[1]),
-            6 => self.sys_fstatat(mem, AT_FDCWD, a[0], a[1], AT_SYMLINK_NOFOLLOW),
-            7 => self.sys_poll(mem, a[0], a[1], a[2]),
-            22 => self.sys_pipe2(mem, a[0], 0),
-            23 => self.sys_select(mem, a),
-            41 => self.sys_socket(a[0], a[1], a[2]),
-            42 => self.sys_connect(mem, a[0], a[1], a[2]),
-            43 => self.sys_accept4(mem, a[0], a[1], a[2], 0),
-            44 => self.sys_sendto(mem, a),
-            45 => self.sys_recvfrom(mem, a),
-            46 => self.sys_sendmsg(mem, a[0], a[1], a[2]),
-            47 => self.sys_recvmsg(mem, a[0], a[1], a[2]),
-            48 => self.sys_shutdown(a[0], a[1]),
-            49 => self.sys_bind(mem, a[0], a[1], a[2]),
-            50 => self.sys_listen(a[0], a[1]),
-            51 => self.sys_getsockname(mem, a[0], a[1], a[2], false),
-            52 => self.sys_getsockname(mem, a[0], a[1], a[2], true),
-            54 => self.sys_setsockopt(mem, a[0], a[1], a[2], a[3], a[4]),
-            55 => self.sys_getsockopt(mem, a[0], a[1], a[2], a[3], a[4]),
-            213 => {
-                if (a[0] as i32) <= 0 {
-                    Err(EINVAL.into())
-                } else {
-                    self.sys_epoll_create1(0)
-                }
-            }
-            232 => self.sys_epoll_wait(mem, a[0], a[1], a[2], Kernel::ms_timeout(a[3])),
-            233 => self.sys_epoll_ctl(mem, a[0], a[1], a[2], a[3]),
-            270 => self.sys_pselect6(mem, a),
-            281 => self.sys_epoll_wait(mem, a[0], a[1], a[2], Kernel::ms_timeout(a[3])),
-            284 => self.sys_eventfd2(a[0], 0),
-            288 => self.sys_accept4(mem, a[0], a[1], a[2], a[3]),
-            290 => self.sys_eventfd2(a[0], a[1]),
-            291 => self.sys_epoll_create1(a[0]),
-            293 => self.sys_pipe2(mem, a[0], a[1]),
-            441 => self.sys_epoll_pwait2(mem, a),
-            8 => self.sys_lseek(a[0], a[1], a[2]),
-            9 => self.sys_mmap(mem, a),
-            10 => self.sys_mprotect(mem, a[0], a[1], a[2]),
-            11 => self.sys_munmap(mem, a[0], a[1]),
-            12 => self.sys_brk(mem, a[0]),
-            13 => self.sys_rt_sigaction(mem, a[0], a[1], a[2], a[3]),
-            14 => self.sys_rt_sigprocmask(mem, a[0], a[1], a[2], a[3]),
-            16 => self.sys_ioctl(mem, a[0], a[1], a[2]),
-            17 => self.sys_pread(mem, a[0], a[1], a[2], a[3]),
-            18 => self.sys_pwrite(mem, a[0], a[1], a[2], a[3]),
-            19 => self.sys_readv(mem, a[0], a[1], a[2]),
-            20 => self.sys_writev(mem, a[0], a[1], a[2]),
-            21 => self.sys_faccessat(mem, AT_FDCWD, a[0], a[1], 0),
-            24 => Ok(0),
-            25 => self.sys_mremap(mem, a),
-            26 => self.sys_msync(a[0], a[1], a[2]),
-            28 => self.sys_madvise(mem, a[0], a[1], a[2]),
-            32 => self.sys_dup(a[0]),
-            33 => self.sys_dup2(a[0], a[1]),
-            35 => self.sys_nanosleep(mem, a[0], a[1]),
-            39 => Ok(1),
-            56 => self.sys_clone(mem, a),
-            435 => self.sys_clone3(mem, a[0], a[1]),
-            60 => self.sys_exit_thread(mem, a[0]),
-            231 => Err(Stop::Exit(ExitStatus::Exited { code: (a[0] & 0xff) as i32 })),
-            62 => self.sys_kill(a[0], a[1]),
-            63 => self.sys_uname(mem, a[0]),
-            72 => self.sys_fcntl(mem, a[0], a[1], a[2]),
-            73 => self.sys_flock(a[0], a[1]),
-            74 | 75 => self.sys_fsync(a[0], nr == 75),
-            76 => self.sys_truncate(mem, a[0], a[1]),
-            77 => self.sys_ftruncate(a[0], a[1]),
-            82 => self.sys_renameat2(mem, AT_FDCWD, a[0], AT_FDCWD, a[1], 0),
-            83 => self.sys_mkdirat(mem, AT_FDCWD, a[0], a[1]),
-            84 => self.sys_unlinkat(mem, AT_FDCWD, a[0], crate::sys_fs::AT_REMOVEDIR),
-            85 => self.sys_openat(mem, AT_FDCWD, a[0], 0o1101, a[1]),
-            86 => self.sys_linkat(mem, AT_FDCWD, a[0], AT_FDCWD, a[1], 0),
-            87 => self.sys_unlinkat(mem, AT_FDCWD, a[0], 0),
-            88 => self.sys_symlinkat(mem, a[0], AT_FDCWD, a[1]),
-            90 => self.sys_fchmodat(mem, AT_FDCWD, a[0], a[1]),
-            91 => self.sys_fchmod(a[0], a[1]),
-            162 => self.sys_sync(),
-            258 => self.sys_mkdirat(mem, a[0], a[1], a[2]),
-            263 => self.sys_unlinkat(mem, a[0], a[1], a[2]),
-            264 => self.sys_renameat2(mem, a[0], a[1], a[2], a[3], 0),
-            265 => self.sys_linkat(mem, a[0], a[1], a[2], a[3], a[4]),
-            266 => self.sys_symlinkat(mem, a[0], a[1], a[2]),
-            268 => self.sys_fchmodat(mem, a[0], a[1], a[2]),
-            277 => self.sys_sync_file_range(a[0], a[1], a[2], a[3]),
-            280 => self.sys_utimensat(mem, a[0], a[1], a[2], a[3]),
-            285 => self.sys_fallocate(a[0], a[1], a[2], a[3]),
-            306 => self.sys_syncfs(a[0]),
-            316 => self.sys_renameat2(mem, a[0], a[1], a[2], a[3], a[4]),
-            79 => self.sys_getcwd(mem, a[0], a[1]),
-            89 => self.sys_readlinkat(mem, AT_FDCWD, a[0], a[1], a[2]),
-            95 => {
-                let old = self.umask;
-                self.umask = (a[0] & 0o777) as u32;
-                Ok(u64::from(old))
-            }
-            96 => self.sys_gettimeofday(mem, a[0], a[1]),
-            97 => self.sys_prlimit(mem, 0, a[0], 0, a[1]),
-            98 => self.sys_getrusage(mem, a[0], a[1]),
-            99 => self.sys_sysinfo(mem, a[0]),
-            100 => self.sys_times(mem, a[0]),
-            102 | 104 | 107 | 108 => Ok(stack::GUEST_UID),
-            110 => Ok(0),
-            111 | 124 | 121 => Ok(1),
-            115 => Ok(0),
-            118 | 120 => self.sys_getresuid(mem, a[0], a[1], a[2]),
-            131 => self.sys_sigaltstack(mem, a[0], a[1]),
-            149 | 150 | 151 | 152 | 325 => Ok(0),
-            157 => self.sys_prctl(mem, a),
-            158 => self.sys_arch_prctl(mem, a[0], a[1]),
-            160 => self.sys_prlimit(mem, 0, a[0], a[1], 0),
-            186 => Ok(self.threads.current),
-            200 => self.sys_tgkill(1, a[0], a[1]),
-            201 => self.sys_time(mem, a[0]),
-            202 => self.sys_futex(mem, a),
-            203 => Ok(0),
-            204 => self.sys_sched_getaffinity(mem, a[0], a[1], a[2]),
-            217 => self.sys_getdents64(mem, a[0], a[1], a[2]),
-            218 => {
-                self.clear_child_tid = a[0];
-                Ok(self.threads.current)
-            }
-            221 => self.fd_ok(a[0]),
-            228 => self.sys_clock_gettime(mem, a[0], a[1]),
-            229 => self.sys_clock_getres(mem, a[0], a[1]),
-            230 => self.sys_clock_nanosleep(mem, a[0], a[1], a[2], a[3]),
-            234 => self.sys_tgkill(a[0], a[1], a[2]),
-            257 => self.sys_openat(mem, a[0], a[1], a[2], a[3]),
-            262 => self.sys_fstatat(mem, a[0], a[1], a[2], a[3]),
-            267 => self.sys_readlinkat(mem, a[0], a[1], a[2], a[3]),
-            269 => self.sys_faccessat(mem, a[0], a[1], a[2], 0),
-            439 => self.sys_faccessat(mem, a[0], a[1], a[2], a[3]),
-            271 => self.sys_ppoll(mem, a[0], a[1], a[2], a[3], a[4]),
-            273 => {
-                if a[1] != 24 {
-                    return Err(EINVAL.into());
-                }
-                self.robust_list = (a[0], a[1]);
-                Ok(0)
-            }
-            292 => self.sys_dup3(a[0], a[1], a[2]),
-            302 => self.sys_prlimit(mem, a[0], a[1], a[2], a[3]),
-            309 => self.sys_getcpu(mem, a[0], a[1]),
-            318 => self.sys_getrandom(mem, a[0], a[1], a[2]),
-            324 => self.sys_membarrier(a[0], a[1]),
-            332 => self.sys_statx(mem, a[0], a[1], a[2], a[3], a[4]),
-            // rseq: deja answers ENOSYS on purpose (no restartable sequences without
-            // preemption); glibc handles it. It is a policy, not a gap, so it is not counted
-            // as unsupported.
-            334 => Err(ENOSYS.into()),
-            deja_protocol::DEJA_SYSCALL => self.sys_deja(mem, a),
-            _ => Err(Stop::Unsupported),
+        match crate::syscalls::handler(nr) {
+            Some(serve) => serve(self, mem, a),
+            None => Err(Stop::Unsupported),
         }
     }
 
@@ -431,10 +278,6 @@ impl Kernel {
         };
         self.exit = Some(st.clone());
         ExceptionOutcome::Fatal(st)
-    }
-    fn fd_ok(&mut self, fd: u64) -> SysResult {
-        self.fds.get(fd as i32)?;
-        Ok(0)
     }
 }
 

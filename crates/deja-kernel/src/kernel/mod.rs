@@ -1,8 +1,11 @@
 //! The [`Kernel`]: loading, syscall dispatch, exceptions and the final report.
 //!
-//! The syscall handlers live in [`sys_io`](crate::sys_io) (files and fds),
-//! [`sys_mem`](crate::sys_mem) (the address space) and [`sys_proc`](crate::sys_proc)
-//! (process, signals, time, identity); this module owns the state and the dispatch table.
+//! The syscall handlers live in [`sys_path`](crate::sys_path) (paths, opening, metadata),
+//! [`sys_io`](crate::sys_io) (reading and writing fds), [`sys_fs`](crate::sys_fs) (durable
+//! writes, syncs, the namespace), [`sys_mem`](crate::sys_mem) (the address space),
+//! [`sys_net`](crate::sys_net) (sockets, pipes, epoll) and [`sys_proc`](crate::sys_proc)
+//! (process, signals, time, identity), each reached through its row of the table in
+//! [`syscalls`](crate::syscalls); this module owns the state.
 //!
 //! [`Kernel::save`] encodes the whole state as `postcard` of the derived serde form of
 //! [`Kernel`] (through the private mirror `KernelDef`) and its parts, fields in declaration

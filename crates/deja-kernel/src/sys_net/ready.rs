@@ -58,6 +58,14 @@ impl Kernel {
         self.new_object(ObjKind::Epoll { interests: Default::default() }, O_RDWR, flags != 0)
     }
 
+    /// `epoll_create`: `epoll_create1(0)`; the size is a hint that must be positive.
+    pub(crate) fn sys_epoll_create(&mut self, size: u64) -> SysResult {
+        if (size as i32) <= 0 {
+            return Err(EINVAL.into());
+        }
+        self.sys_epoll_create1(0)
+    }
+
     pub(crate) fn sys_epoll_ctl(&mut self, mem: &mut dyn Memory, epfd: u64, op: u64, fd: u64, ev: u64) -> SysResult {
         let ep = match self.fds.get(epfd as i32)?.kind {
             FileKind::Epoll(o) => o,

@@ -1,0 +1,434 @@
+//! Naming and finding files: how the path argument of a syscall resolves (the `*at` family's
+//! directory fds, `AT_EMPTY_PATH`, symlinks), `openat`, the `stat` family (`fstat` included: one
+//! encoding), `access`, `getcwd`, `readlink` and `getdents64`.
+//!
+//! Paths resolve in [`crate::fs`]; declared input files and the executable are read-only
+//! (`EROFS` when opened for writing), `/proc/self/maps` gives `EACCES`. The current directory is
+//! always `/`. Reading and writing what is open is in [`crate::sys_io`]; namespace and sync calls
+//! are in [`crate::sys_fs`].
+
+use std::sync::Arc;
+
+use crate::errno::*;
+use crate::fd::*;
+use crate::fs::{Kind, Walked, ROOT};
+use crate::kernel::{Kernel, SysResult, AT_FDCWD, MAX_IO};
+use crate::Memory;
+
+/// Longest path accepted (`PATH_MAX`).
+pub(crate) const PATH_MAX: usize = 4096;
+/// `AT_EMPTY_PATH`.
+pub(crate) const AT_EMPTY_PATH: u64 = 0x1000;
+/// `AT_SYMLINK_NOFOLLOW`.
+pub(crate) const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
+/// `AT_NO_AUTOMOUNT`.
+const AT_NO_AUTOMOUNT: u64 = 0x800;
+/// `AT_EACCESS`.
+const AT_EACCESS: u64 = 0x200;
+/// `AT_STATX_SYNC_TYPE`.
+const AT_STATX_SYNC_TYPE: u64 = 0x6000;
+
+/// Where a `*at` path resolves.
+pub(crate) enum Target {
+    /// A path, walked.
+    Path(Walked),
+    /// The file open on this fd (`AT_EMPTY_PATH`).
+    Fd(i32),
+}
+
+impl Kernel {
+    /// Reads a path argument and walks it from `dirfd` (`follow`: the last symlink too).
+    pub(crate) fn resolve(
+        &mut self,
+        mem: &mut dyn Memory,
+        dirfd: u64,
+        path: u64,
+        flags: u64,
+        follow: bool,
+    ) -> Result<Target, i32> {
+        let empty_ok = flags & AT_EMPTY_PATH != 0;
+        if path == 0 && empty_ok {
+            return Ok(Target::Fd(dirfd as i32));
+        }
+        let p = self.vm.read_cstr(mem, path, PATH_MAX)?;
+        if p.is_empty() {
+            if empty_ok {
+                return Ok(Target::Fd(dirfd as i32));
+            }
+            return Err(ENOENT);
+        }
+        let start = if p[0] == b'/' || dirfd as i32 == -100 {
+            ROOT
+        } else {
+            match &self.fds.get(dirfd as i32)?.kind {
+                FileKind::Dir { id, .. } => *id,
+                _ => return Err(ENOTDIR),
+            }
+        };
+        let w = self.fs.walk(start, &p, follow)?;
+        if !self.faults.previous.is_empty() {
+            let abs = match (&w.name, w.id) {
+                (Some(n), _) => Some(self.fs.path_in(w.parent, n)),
+                (None, Some(id)) => self.fs.dir_path(id),
+                (None, None) => None,
+            };
+            if let Some(abs) = abs {
+                self.faults.observe(&abs);
+            }
+        }
+        Ok(Target::Path(w))
+    }
+
+    /// The inode a resolved path names (`ENOENT`, or `ENOTDIR` for a trailing `/` on a
+    /// non-directory).
+    pub(crate) fn target_id(&self, w: &Walked) -> Result<u64, i32> {
+        let id = w.id.ok_or(ENOENT)?;
+        if w.trailing && !self.fs.get(id).is_some_and(|i| i.is_dir()) {
+            return Err(ENOTDIR);
+        }
+        Ok(id)
+    }
+
+    fn stat_of_fd(&self, fd: i32) -> Result<Stat, i32> {
+        if fd == -100 {
+            return Ok(self.fs.stat(ROOT));
+        }
+        let f = self.fds.get(fd)?;
+        Ok(match &f.kind {
+            FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => {
+                let ino = 100 + u64::from(!matches!(f.kind, FileKind::Stdin(_)));
+                let t = FILE_TIME_S * 1_000_000_000;
+                Stat { dev: 0xd, ino, mode: S_IFIFO | 0o600, nlink: 1, size: 0, rdev: 0, times: [t; 3] }
+            }
+            FileKind::Regular { stat, .. } => *stat,
+            FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => self.fs.stat(*id),
+            FileKind::DevNull => self.fs.stat(self.fs.lookup_abs("/dev/null").unwrap_or(ROOT)),
+            FileKind::Random(m) => {
+                let p = if *m == 8 { "/dev/random" } else { "/dev/urandom" };
+                self.fs.stat(self.fs.lookup_abs(p).unwrap_or(ROOT))
+            }
+            FileKind::Socket(o) | FileKind::Pipe { obj: o, .. } | FileKind::EventFd(o) | FileKind::Epoll(o) => {
+                let mode = match f.kind {
+                    FileKind::Socket(_) => 0o140000 | 0o777,
+                    FileKind::Pipe { .. } => S_IFIFO | 0o600,
+                    _ => 0o600,
+                };
+                let t = FILE_TIME_S * 1_000_000_000;
+                Stat { dev: 0x8, ino: 1000 + *o, mode, nlink: 1, size: 0, rdev: 0, times: [t; 3] }
+            }
+        })
+    }
+
+    fn stat_of(&self, t: &Target) -> Result<Stat, i32> {
+        match t {
+            Target::Fd(fd) => self.stat_of_fd(*fd),
+            Target::Path(w) => Ok(self.fs.stat(self.target_id(w)?)),
+        }
+    }
+
+    fn write_stat(&self, mem: &mut dyn Memory, buf: u64, st: &Stat) -> Result<(), i32> {
+        let mut b = [0u8; 144];
+        let mut put = |o: usize, v: u64, n: usize| b[o..o + n].copy_from_slice(&v.to_le_bytes()[..n]);
+        put(0, st.dev, 8);
+        put(8, st.ino, 8);
+        put(16, st.nlink, 8);
+        put(24, u64::from(st.mode), 4);
+        put(28, crate::stack::GUEST_UID, 4);
+        put(32, crate::stack::GUEST_UID, 4);
+        put(40, st.rdev, 8);
+        put(48, st.size, 8);
+        put(56, 4096, 8);
+        put(64, st.size.div_ceil(4096) * 8, 8);
+        for (i, o) in [72, 88, 104].into_iter().enumerate() {
+            put(o, st.times[i] / 1_000_000_000, 8);
+            put(o + 8, st.times[i] % 1_000_000_000, 8);
+        }
+        self.vm.copy_out(mem, buf, &b)
+    }
+
+    pub(crate) fn sys_fstat(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64) -> SysResult {
+        let st = self.stat_of_fd(fd as i32)?;
+        self.write_stat(mem, buf, &st)?;
+        Ok(0)
+    }
+
+    pub(crate) fn sys_fstatat(
+        &mut self,
+        mem: &mut dyn Memory,
+        dirfd: u64,
+        path: u64,
+        buf: u64,
+        flags: u64,
+    ) -> SysResult {
+        if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | AT_NO_AUTOMOUNT) != 0 {
+            return Err(EINVAL.into());
+        }
+        let t = self.resolve(mem, dirfd, path, flags, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+        let st = self.stat_of(&t)?;
+        self.write_stat(mem, buf, &st)?;
+        Ok(0)
+    }
+
+    pub(crate) fn sys_statx(
+        &mut self,
+        mem: &mut dyn Memory,
+        dirfd: u64,
+        path: u64,
+        flags: u64,
+        mask: u64,
+        buf: u64,
+    ) -> SysResult {
+        let ok = AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | AT_NO_AUTOMOUNT | AT_STATX_SYNC_TYPE;
+        if flags & !ok != 0 || flags & AT_STATX_SYNC_TYPE == AT_STATX_SYNC_TYPE {
+            return Err(EINVAL.into());
+        }
+        if mask & 0x8000_0000 != 0 {
+            return Err(EINVAL.into());
+        }
+        let t = self.resolve(mem, dirfd, path, flags, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+        let st = self.stat_of(&t)?;
+        let mut b = [0u8; 256];
+        let mut put = |o: usize, v: u64, n: usize| b[o..o + n].copy_from_slice(&v.to_le_bytes()[..n]);
+        put(0, 0x7ff, 4); // STATX_BASIC_STATS
+        put(4, 4096, 4);
+        put(16, st.nlink, 4);
+        put(20, crate::stack::GUEST_UID, 4);
+        put(24, crate::stack::GUEST_UID, 4);
+        put(28, u64::from(st.mode), 2);
+        put(32, st.ino, 8);
+        put(40, st.size, 8);
+        put(48, st.size.div_ceil(4096) * 8, 8);
+        // atime, btime (= ctime), ctime, mtime.
+        for (o, t) in [(64, st.times[0]), (80, st.times[2]), (96, st.times[2]), (112, st.times[1])] {
+            put(o, t / 1_000_000_000, 8);
+            put(o + 8, t % 1_000_000_000, 4);
+        }
+        put(128, st.rdev >> 8, 4);
+        put(132, st.rdev & 0xff, 4);
+        put(136, st.dev >> 8, 4);
+        put(140, st.dev & 0xff, 4);
+        self.vm.copy_out(mem, buf, &b)?;
+        Ok(0)
+    }
+
+    pub(crate) fn sys_openat(
+        &mut self,
+        mem: &mut dyn Memory,
+        dirfd: u64,
+        path: u64,
+        flags: u64,
+        mode: u64,
+    ) -> SysResult {
+        let flags = flags as u32;
+        let acc = flags & O_ACCMODE;
+        let excl = flags & (O_CREAT | O_EXCL) == O_CREAT | O_EXCL;
+        let follow = flags & O_NOFOLLOW == 0 && !excl;
+        let w = match self.resolve(mem, dirfd, path, 0, follow)? {
+            Target::Path(w) => w,
+            Target::Fd(_) => return Err(ENOENT.into()),
+        };
+        if acc == O_ACCMODE {
+            return Err(EINVAL.into());
+        }
+        if flags & O_TMPFILE == O_TMPFILE {
+            return Err(EOPNOTSUPP.into());
+        }
+        let limit = self.nofile();
+        if !self.fds.has_free(limit) {
+            return Err(EMFILE.into());
+        }
+        let now = self.clock.realtime_ns();
+        let writing = acc != 0 || flags & O_TRUNC != 0;
+        let id = match w.id {
+            None => {
+                if flags & O_CREAT == 0 {
+                    return Err(ENOENT.into());
+                }
+                if w.trailing {
+                    return Err(EISDIR.into());
+                }
+                let Some(name) = &w.name else { return Err(ENOENT.into()) };
+                let p = self.fs.path_in(w.parent, name);
+                self.io_point(crate::faults::IoOp::Create, &p, None, (0, 0))?;
+                let perm = (mode as u32) & 0o7777 & !self.umask;
+                self.fs.create_file(w.parent, name, perm, now)?
+            }
+            Some(id) => {
+                if excl {
+                    return Err(EEXIST.into());
+                }
+                let node = self.fs.get(id).ok_or(ENOENT)?;
+                let is_dir = node.is_dir();
+                let link = matches!(node.kind, Kind::Symlink(_) | Kind::ExeLink);
+                if link && flags & O_PATH == 0 {
+                    return Err(ELOOP.into());
+                }
+                if is_dir && (writing || flags & O_CREAT != 0) {
+                    return Err(EISDIR.into());
+                }
+                if (w.trailing || flags & O_DIRECTORY != 0) && !is_dir {
+                    return Err(ENOTDIR.into());
+                }
+                match node.kind {
+                    Kind::File(_) | Kind::Static(_) if writing && node.readonly => return Err(EROFS.into()),
+                    Kind::ProcMaps if writing => return Err(EACCES.into()),
+                    _ => {}
+                }
+                if flags & O_TRUNC != 0
+                    && matches!(node.kind, Kind::File(_))
+                    && flags & O_PATH == 0
+                    && self.fs.size(id) > 0
+                {
+                    let p = match &w.name {
+                        Some(n) => self.fs.path_in(w.parent, n),
+                        None => self.fs.dir_path(id).unwrap_or_default(),
+                    };
+                    self.io_point(crate::faults::IoOp::Truncate, &p, None, (0, 0))?;
+                    self.fs.set_size(id, 0, now)?;
+                }
+                id
+            }
+        };
+        let node = self.fs.get(id).ok_or(ENOENT)?;
+        let opened_path = match &w.name {
+            Some(n) => self.fs.path_in(w.parent, n),
+            None => self.fs.dir_path(id).unwrap_or_default(),
+        };
+        let kind = match &node.kind {
+            Kind::Dir(_) => FileKind::Dir { id, after: None },
+            Kind::ProcMaps => {
+                let data: Arc<[u8]> = Arc::from(self.proc_maps().into_bytes());
+                let mut stat = self.fs.stat(id);
+                stat.size = 0;
+                FileKind::Regular { stat, path: opened_path, data }
+            }
+            Kind::DevNull => FileKind::DevNull,
+            Kind::Random(m) => FileKind::Random(*m),
+            Kind::ExeLink => FileKind::Regular { path: opened_path, data: Arc::from(&[][..]), stat: self.fs.stat(id) },
+            Kind::Static(_) if opened_path == PROC_EXE => FileKind::Inode { id, path: self.fs.exe_path().to_string() },
+            _ => FileKind::Inode { id, path: opened_path },
+        };
+        if matches!(kind, FileKind::Dir { .. } | FileKind::Inode { .. }) {
+            self.fs.opened(id);
+        }
+        let keep = !(O_CREAT | O_EXCL | O_TRUNC | O_CLOEXEC | 0o400);
+        let file = OpenFile::new(kind, (flags & keep) | O_LARGEFILE);
+        Ok(self.fds.install(file, 0, limit, flags & O_CLOEXEC != 0)? as u64)
+    }
+
+    /// `creat`: `open` with `O_CREAT | O_WRONLY | O_TRUNC`.
+    pub(crate) fn sys_creat(&mut self, mem: &mut dyn Memory, path: u64, mode: u64) -> SysResult {
+        self.sys_openat(mem, AT_FDCWD, path, u64::from(O_CREAT | O_WRONLY | O_TRUNC), mode)
+    }
+
+    pub(crate) fn sys_faccessat(
+        &mut self,
+        mem: &mut dyn Memory,
+        dirfd: u64,
+        path: u64,
+        mode: u64,
+        flags: u64,
+    ) -> SysResult {
+        if mode & !7 != 0 || flags & !(AT_EACCESS | AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+            return Err(EINVAL.into());
+        }
+        let t = self.resolve(mem, dirfd, path, flags, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+        let st = self.stat_of(&t)?;
+        let id = match &t {
+            Target::Path(w) => w.id,
+            Target::Fd(fd) => match self.fds.get(*fd).map(|f| &f.kind) {
+                Ok(FileKind::Inode { id, .. } | FileKind::Dir { id, .. }) => Some(*id),
+                _ => None,
+            },
+        };
+        let node = id.and_then(|id| self.fs.get(id));
+        if mode & 2 != 0 {
+            match node {
+                Some(n) if n.readonly && n.is_dir() => return Err(EACCES.into()),
+                Some(n) if n.readonly && !matches!(n.kind, Kind::DevNull | Kind::Random(_)) => return Err(EROFS.into()),
+                _ => {}
+            }
+        }
+        if mode & 1 != 0 && st.mode & 0o111 == 0 {
+            return Err(EACCES.into());
+        }
+        Ok(0)
+    }
+
+    pub(crate) fn sys_getcwd(&mut self, mem: &mut dyn Memory, buf: u64, size: u64) -> SysResult {
+        if size < 2 {
+            return Err(ERANGE.into());
+        }
+        self.vm.copy_out(mem, buf, b"/\0")?;
+        Ok(2)
+    }
+
+    pub(crate) fn sys_readlinkat(
+        &mut self,
+        mem: &mut dyn Memory,
+        dirfd: u64,
+        path: u64,
+        buf: u64,
+        size: u64,
+    ) -> SysResult {
+        let size = size as i32;
+        if size <= 0 {
+            return Err(EINVAL.into());
+        }
+        let Target::Path(w) = self.resolve(mem, dirfd, path, 0, false)? else {
+            return Err(ENOENT.into());
+        };
+        let id = self.target_id(&w)?;
+        let target = match self.fs.get(id).map(|i| &i.kind) {
+            Some(Kind::ExeLink) => self.fs.exe_path().as_bytes().to_vec(),
+            Some(Kind::Symlink(t)) => t.as_bytes().to_vec(),
+            _ => return Err(EINVAL.into()),
+        };
+        let n = target.len().min(size as usize);
+        self.vm.copy_out(mem, buf, &target[..n])?;
+        Ok(n as u64)
+    }
+
+    pub(crate) fn sys_getdents64(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64, count: u64) -> SysResult {
+        let f = self.fds.get(fd as i32)?;
+        let FileKind::Dir { id, after } = &f.kind else { return Err(ENOTDIR.into()) };
+        let entries = self.fs.list(*id);
+        let count = count.min(MAX_IO) as usize;
+        // Position: `.` and `..` by the offset (0, 1), then the names after `after`.
+        let mut pos = f.offset;
+        let start = match (pos, after) {
+            (0 | 1, _) => pos as usize,
+            (_, Some(a)) => 2 + entries[2..].iter().take_while(|e| e.0.as_str() <= a.as_str()).count(),
+            (_, None) => entries.len().min(pos as usize),
+        };
+        let mut out = Vec::new();
+        let mut last = after.clone();
+        for (name, dtype, ino) in entries.iter().skip(start) {
+            let reclen = (19 + name.len() + 1).div_ceil(8) * 8;
+            if out.len() + reclen > count {
+                if out.is_empty() {
+                    return Err(EINVAL.into());
+                }
+                break;
+            }
+            let rec = out.len();
+            pos += 1;
+            out.extend_from_slice(&ino.to_le_bytes());
+            out.extend_from_slice(&pos.to_le_bytes());
+            out.extend_from_slice(&(reclen as u16).to_le_bytes());
+            out.push(*dtype);
+            out.extend_from_slice(name.as_bytes());
+            out.resize(rec + reclen, 0);
+            if pos > 2 {
+                last = Some(name.clone());
+            }
+        }
+        self.vm.copy_out(mem, buf, &out)?;
+        let f = self.fds.get_mut(fd as i32)?;
+        f.offset = pos;
+        if let FileKind::Dir { after, .. } = &mut f.kind {
+            *after = last;
+        }
+        Ok(out.len() as u64)
+    }
+}
