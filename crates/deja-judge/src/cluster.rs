@@ -27,6 +27,9 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
+
+use snafu::{ResultExt, Snafu};
 
 use deja_cluster::config::ScheduledFault;
 use deja_cluster::Fates;
@@ -38,7 +41,42 @@ use crate::judge::Verdict;
 
 /// The candidate: the nodes it replaces (binary, and from a candidate cluster file their
 /// arguments, environment and files too), or why it could not be had.
-pub type Candidate = Result<Vec<deja_cluster::config::NodeConfig>, String>;
+pub type Candidate = Result<Vec<deja_cluster::config::NodeConfig>, CandidateError>;
+
+/// Why a candidate's nodes could not be had.
+#[derive(Debug, Clone, Snafu)]
+pub enum CandidateError {
+    /// It names a node the cluster does not have.
+    #[snafu(display("the candidate names node {node}, which the cluster does not have ({known})"))]
+    UnknownNode {
+        /// The node it names.
+        node: String,
+        /// The cluster's nodes.
+        known: String,
+    },
+    /// `--candidate` is neither `NODE=PATH,...` nor a cluster file.
+    #[snafu(display("--candidate {spec:?}: give NODE=PATH,NODE=PATH or a cluster file"))]
+    Shape {
+        /// What was given.
+        spec: String,
+    },
+    /// The candidate's cluster file cannot be used.
+    #[snafu(display("the candidate: {source}"))]
+    File {
+        /// Why.
+        source: Arc<deja_cluster::ConfigError>,
+    },
+    /// A node's binary cannot be read.
+    #[snafu(display("the candidate for {node}, {path}: {source}"))]
+    Binary {
+        /// The node.
+        node: String,
+        /// The binary.
+        path: String,
+        /// Why.
+        source: Arc<std::io::Error>,
+    },
+}
 
 /// Everything a cluster check needs.
 #[derive(Debug, Clone)]
@@ -66,40 +104,45 @@ pub struct ClusterJudgement {
 /// arguments) or `--candidate FILE.toml` (a cluster file whose nodes are the candidate's
 /// deployment: binaries, arguments, environment and files) into the candidate's nodes.
 pub fn candidate_nodes(spec: &str, base: &ClusterTarget) -> Candidate {
-    let names: Vec<&str> = base.cfg.nodes.iter().map(|n| n.name.as_str()).collect();
-    let known = |node: &str| {
-        if names.contains(&node) {
-            Ok(())
-        } else {
-            Err(format!("the candidate names node {node}, which the cluster does not have ({})", names.join(", ")))
-        }
+    let node_of = |node: &str| {
+        base.cfg.nodes.iter().find(|n| n.name == node).ok_or_else(|| CandidateError::UnknownNode {
+            node: node.to_string(),
+            known: base.cfg.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", "),
+        })
     };
     if spec.ends_with(".toml") {
-        let cfg = deja_cluster::ClusterConfig::load(Path::new(spec)).map_err(|e| format!("the candidate: {e}"))?;
+        let cfg = deja_cluster::ClusterConfig::load(Path::new(spec)).map_err(Arc::new).context(FileSnafu)?;
         for n in &cfg.nodes {
-            known(&n.name)?;
+            node_of(&n.name)?;
         }
         return Ok(cfg.nodes);
     }
     let mut out = Vec::new();
     for part in spec.split(',') {
         let Some((node, path)) = part.split_once('=').filter(|(n, p)| !n.is_empty() && !p.is_empty()) else {
-            return Err(format!("--candidate {spec:?}: give NODE=PATH,NODE=PATH or a cluster file"));
+            return ShapeSnafu { spec }.fail();
         };
-        known(node)?;
-        let image = std::fs::read(path).map_err(|e| format!("the candidate for {node}, {path}: {e}"))?;
-        let mut n = base.cfg.nodes.iter().find(|n| n.name == node).cloned().ok_or("no such node")?;
-        n.image = image;
+        let mut n = node_of(node)?.clone();
+        n.image = std::fs::read(path).map_err(Arc::new).context(BinarySnafu { node, path })?;
         out.push(n);
     }
     Ok(out)
 }
 
 /// The base with the candidate's nodes in place.
-fn candidate_target(base: &ClusterTarget, nodes: &[deja_cluster::config::NodeConfig]) -> Result<ClusterTarget, String> {
+fn candidate_target(
+    base: &ClusterTarget,
+    nodes: &[deja_cluster::config::NodeConfig],
+) -> Result<ClusterTarget, CandidateError> {
     let mut t = base.clone();
+    let known = || base.cfg.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", ");
     for n in nodes {
-        let slot = t.cfg.nodes.iter_mut().find(|m| m.name == n.name).ok_or_else(|| format!("no node {}", n.name))?;
+        let slot = t
+            .cfg
+            .nodes
+            .iter_mut()
+            .find(|m| m.name == n.name)
+            .ok_or_else(|| CandidateError::UnknownNode { node: n.name.clone(), known: known() })?;
         *slot = n.clone();
         t.cfg.binary_hashes.insert(n.name.clone(), blake3::hash(&n.image).to_hex().to_string());
     }
@@ -149,14 +192,10 @@ fn failing(failure: &str, signature: &str) -> Verdict {
     }
 }
 
-/// Every scheduled fault shows in the run's ledger (at its time, as the same fault).
-fn reached(out: &ClusterOutcome, schedule: &[ScheduledFault]) -> Result<(), String> {
-    for f in schedule {
-        if !out.report.faults.iter().any(|e| e.scripted.as_ref() == Some(f)) {
-            return Err(format!("the run ended before its fault \"{}\" came", describe_fault(f)));
-        }
-    }
-    Ok(())
+/// The first scheduled fault that does not show in the run's ledger (at its time, as the same
+/// fault): the run ended before it came.
+fn unreached<'a>(out: &ClusterOutcome, schedule: &'a [ScheduledFault]) -> Option<&'a ScheduledFault> {
+    schedule.iter().find(|f| !out.report.faults.iter().any(|e| e.scripted.as_ref() == Some(*f)))
 }
 
 /// Runs the whole check.
@@ -332,11 +371,14 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
                         ));
                         return v;
                     }
-                    if let Err(why) = reached(&o, &schedule) {
+                    if let Some(f) = unreached(&o, &schedule) {
                         steps.push((
                             names[4],
                             CheckStatus::Incomplete,
-                            format!("world {k}: the replay lost track: {why}"),
+                            format!(
+                                "world {k}: the replay lost track: the run ended before its fault \"{}\" came",
+                                describe_fault(f)
+                            ),
                             digests,
                         ));
                         return Verdict::EvidenceIncomplete;
