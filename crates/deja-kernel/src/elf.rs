@@ -1,32 +1,41 @@
 //! ELF64 parsing and validation for static x86-64 executables.
 //!
-//! Hand-rolled and bounds-checked: every offset and size read from the image is checked before
-//! use, so a hostile or truncated image yields a [`LoadError`], never a panic.
+//! The structures are read with the `object` crate (its ELF definitions and bounds-checked,
+//! endian-aware readers); this module adds what loading a program needs on top: the checks that
+//! refuse what deja cannot run, each with its own message. A hostile or truncated image yields a
+//! [`LoadError`], never a panic.
+
+use object::elf::{self as defs, FileHeader64, ProgramHeader64};
+use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _};
+use object::{LittleEndian, ReadRef as _};
 
 use crate::LoadError;
 
 /// `ET_EXEC`.
-pub const ET_EXEC: u16 = 2;
+pub const ET_EXEC: u16 = defs::ET_EXEC.0;
 /// `ET_DYN`.
-pub const ET_DYN: u16 = 3;
+pub const ET_DYN: u16 = defs::ET_DYN.0;
 /// `EM_X86_64`.
-pub const EM_X86_64: u16 = 62;
+pub const EM_X86_64: u16 = defs::EM_X86_64.0;
 /// `PT_LOAD`.
-pub const PT_LOAD: u32 = 1;
+pub const PT_LOAD: u32 = defs::PT_LOAD.0;
 /// `PT_INTERP`.
-pub const PT_INTERP: u32 = 3;
+pub const PT_INTERP: u32 = defs::PT_INTERP.0;
 /// `PT_PHDR`.
-pub const PT_PHDR: u32 = 6;
+pub const PT_PHDR: u32 = defs::PT_PHDR.0;
 /// `PT_GNU_STACK`.
-pub const PT_GNU_STACK: u32 = 0x6474_e551;
+pub const PT_GNU_STACK: u32 = defs::PT_GNU_STACK.0;
 /// Segment flag: executable.
-pub const PF_X: u32 = 1;
+pub const PF_X: u32 = defs::PF_X.0;
 /// Segment flag: writable.
-pub const PF_W: u32 = 2;
+pub const PF_W: u32 = defs::PF_W.0;
 /// Segment flag: readable.
-pub const PF_R: u32 = 4;
+pub const PF_R: u32 = defs::PF_R.0;
 /// Size of an ELF64 program header.
-pub const PHDR_SIZE: u64 = 56;
+pub const PHDR_SIZE: u64 = size_of::<ProgramHeader64<LittleEndian>>() as u64;
+
+/// x86-64 programs are little-endian: every field is read so.
+const LE: LittleEndian = LittleEndian;
 
 /// One program header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +54,19 @@ pub struct Phdr {
     pub p_memsz: u64,
 }
 
+impl Phdr {
+    fn read(ph: &ProgramHeader64<LittleEndian>) -> Phdr {
+        Phdr {
+            p_type: ph.p_type(LE).0,
+            p_flags: ph.p_flags(LE).0,
+            p_offset: ph.p_offset(LE),
+            p_vaddr: ph.p_vaddr(LE),
+            p_filesz: ph.p_filesz(LE),
+            p_memsz: ph.p_memsz(LE),
+        }
+    }
+}
+
 /// A validated static x86-64 executable.
 #[derive(Debug, Clone)]
 pub struct ElfImage {
@@ -60,68 +82,51 @@ pub struct ElfImage {
     pub exec_stack: bool,
 }
 
-fn u16_at(b: &[u8], off: u64) -> Option<u16> {
-    let o = usize::try_from(off).ok()?;
-    let s = b.get(o..o.checked_add(2)?)?;
-    Some(u16::from_le_bytes([s[0], s[1]]))
-}
-
-fn u32_at(b: &[u8], off: u64) -> Option<u32> {
-    let o = usize::try_from(off).ok()?;
-    let s = b.get(o..o.checked_add(4)?)?;
-    Some(u32::from_le_bytes(s.try_into().ok()?))
-}
-
-fn u64_at(b: &[u8], off: u64) -> Option<u64> {
-    let o = usize::try_from(off).ok()?;
-    let s = b.get(o..o.checked_add(8)?)?;
-    Some(u64::from_le_bytes(s.try_into().ok()?))
-}
-
 fn malformed(msg: impl Into<String>) -> LoadError {
     LoadError::Malformed(msg.into())
 }
 
 /// Parses and validates `image`.
 pub fn parse(image: &[u8]) -> Result<ElfImage, LoadError> {
-    if image.len() < 4 || &image[..4] != b"\x7fELF" {
+    if image.get(..4) != Some(&defs::ELFMAG[..]) {
         return Err(LoadError::NotElf);
     }
-    if image.len() < 64 {
+    let Ok(header) = image.read_at::<FileHeader64<LittleEndian>>(0) else {
         return Err(malformed(format!("truncated ELF header ({} bytes, need 64)", image.len())));
+    };
+    let ident = header.e_ident();
+    match ident.class {
+        defs::ELFCLASS32 => return Err(LoadError::Not64Bit),
+        defs::ELFCLASS64 => {}
+        c => return Err(malformed(format!("unknown ELF class {}", c.0))),
     }
-    match image[4] {
-        1 => return Err(LoadError::Not64Bit),
-        2 => {}
-        c => return Err(malformed(format!("unknown ELF class {c}"))),
+    match ident.data {
+        defs::ELFDATA2LSB => {}
+        defs::ELFDATA2MSB => return Err(malformed("big-endian ELF; x86-64 programs are little-endian")),
+        d => return Err(malformed(format!("unknown ELF data encoding {}", d.0))),
     }
-    match image[5] {
-        1 => {}
-        2 => return Err(malformed("big-endian ELF; x86-64 programs are little-endian")),
-        d => return Err(malformed(format!("unknown ELF data encoding {d}"))),
-    }
-    let e_type = u16_at(image, 16).unwrap_or(0);
-    let machine = u16_at(image, 18).unwrap_or(0);
+    let e_type = header.e_type(LE).0;
+    let machine = header.e_machine(LE).0;
     if machine != EM_X86_64 {
         return Err(LoadError::WrongMachine(machine));
     }
     if e_type != ET_EXEC && e_type != ET_DYN {
         return Err(LoadError::NotExecutable(e_type));
     }
-    let entry = u64_at(image, 24).unwrap_or(0);
-    let phoff = u64_at(image, 32).unwrap_or(0);
-    let phentsize = u64::from(u16_at(image, 54).unwrap_or(0));
-    let phnum = u64::from(u16_at(image, 56).unwrap_or(0));
+    let entry = header.e_entry(LE);
+    let phoff = header.e_phoff(LE);
+    let phentsize = u64::from(header.e_phentsize(LE));
+    let phnum = header.e_phnum(LE);
     if phnum == 0 {
         return Err(malformed("no program headers"));
     }
-    if phnum == 0xffff {
+    if phnum == defs::PN_XNUM {
         return Err(malformed("extended program header count (PN_XNUM) is not supported"));
     }
     if phentsize < PHDR_SIZE {
-        return Err(malformed(format!("program header size {phentsize}, expected 56")));
+        return Err(malformed(format!("program header size {phentsize}, expected {PHDR_SIZE}")));
     }
-    let table_end = phnum
+    let table_end = u64::from(phnum)
         .checked_mul(phentsize)
         .and_then(|n| n.checked_add(phoff))
         .ok_or_else(|| malformed("program header table offset overflows"))?;
@@ -131,25 +136,13 @@ pub fn parse(image: &[u8]) -> Result<ElfImage, LoadError> {
             image.len()
         )));
     }
-    let mut phdrs = Vec::with_capacity(phnum as usize);
-    for i in 0..phnum {
-        let o = phoff + i * phentsize;
-        let get = |f: u64| u64_at(image, o + f).ok_or_else(|| malformed("truncated phdr"));
-        phdrs.push(Phdr {
-            p_type: u32_at(image, o).ok_or_else(|| malformed("truncated phdr"))?,
-            p_flags: u32_at(image, o + 4).ok_or_else(|| malformed("truncated phdr"))?,
-            p_offset: get(8)?,
-            p_vaddr: get(16)?,
-            p_filesz: get(32)?,
-            p_memsz: get(40)?,
-        });
-    }
+    // Every entry is inside the file from here on: `phoff + i * phentsize + 56 <= table_end`.
+    let phdrs = (0..u64::from(phnum))
+        .map(|i| image.read_at::<ProgramHeader64<LittleEndian>>(phoff + i * phentsize).map(Phdr::read))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| malformed("truncated phdr"))?;
     if let Some(interp) = phdrs.iter().find(|p| p.p_type == PT_INTERP) {
-        let bytes = usize::try_from(interp.p_offset)
-            .ok()
-            .and_then(|s| Some((s, s.checked_add(usize::try_from(interp.p_filesz).ok()?)?)))
-            .and_then(|(s, e)| image.get(s..e))
-            .unwrap_or(&[]);
+        let bytes = image.read_bytes_at(interp.p_offset, interp.p_filesz).unwrap_or(&[]);
         let bytes = bytes.split(|b| *b == 0).next().unwrap_or(&[]);
         let mut name = String::from_utf8_lossy(bytes).into_owned();
         if name.is_empty() {
@@ -229,50 +222,18 @@ impl ElfImage {
     }
 }
 
-/// `SHF_ALLOC`: the section occupies memory at run time.
-pub const SHF_ALLOC: u64 = 2;
-/// Size of an ELF64 section header.
-pub const SHDR_SIZE: u64 = 64;
-/// `SHN_XINDEX`: the real `e_shstrndx` is in section 0's `sh_link`.
-const SHN_XINDEX: u64 = 0xffff;
-
 /// The address and size (before the load bias) of the first allocated (`SHF_ALLOC`) section
 /// named `name` with a non-zero size, from the section header table (`e_shoff`, `e_shnum`,
-/// `e_shstrndx`; extended numbering through section 0 is understood). Every offset is
-/// bounds-checked: a missing, truncated or hostile table gives `None`, never a panic.
+/// `e_shstrndx`; extended numbering through section 0 is understood). A missing, truncated or
+/// hostile table gives `None`, never a panic.
 pub fn find_section(image: &[u8], name: &[u8]) -> Option<(u64, u64)> {
-    let shoff = u64_at(image, 40)?;
-    let shentsize = u64::from(u16_at(image, 58)?);
-    let mut shnum = u64::from(u16_at(image, 60)?);
-    let mut shstrndx = u64::from(u16_at(image, 62)?);
-    if shoff == 0 || shentsize < SHDR_SIZE {
-        return None;
-    }
-    if shnum == 0 {
-        shnum = u64_at(image, shoff.checked_add(32)?)?;
-    }
-    if shstrndx == SHN_XINDEX {
-        shstrndx = u64::from(u32_at(image, shoff.checked_add(40)?)?);
-    }
-    let table_end = shnum.checked_mul(shentsize)?.checked_add(shoff)?;
-    if table_end > image.len() as u64 || shstrndx >= shnum {
-        return None;
-    }
-    // Every header is inside the file from here on: `shoff + i * shentsize + 64 <= table_end`.
-    let hdr = |i: u64| shoff + i * shentsize;
-    let str_off = usize::try_from(u64_at(image, hdr(shstrndx) + 24)?).ok()?;
-    let str_size = usize::try_from(u64_at(image, hdr(shstrndx) + 32)?).ok()?;
-    let strtab = image.get(str_off..str_off.checked_add(str_size)?)?;
-    (0..shnum).find_map(|i| {
-        let o = hdr(i);
-        let name_off = usize::try_from(u32_at(image, o)?).ok()?;
-        let rest = strtab.get(name_off..)?;
-        let nul = rest.iter().position(|b| *b == 0)?;
-        if &rest[..nul] != name {
+    let header = image.read_at::<FileHeader64<LittleEndian>>(0).ok()?;
+    let sections = header.sections(LE, image).ok()?;
+    sections.iter().find_map(|s| {
+        if sections.section_name(LE, s).ok()? != name {
             return None;
         }
-        let flags = u64_at(image, o + 8)?;
-        let (addr, size) = (u64_at(image, o + 16)?, u64_at(image, o + 32)?);
-        (flags & SHF_ALLOC != 0 && size > 0).then_some((addr, size))
+        let (addr, size) = (s.sh_addr(LE), s.sh_size(LE));
+        (s.sh_flags(LE).0 & defs::SHF_ALLOC.0 != 0 && size > 0).then_some((addr, size))
     })
 }
