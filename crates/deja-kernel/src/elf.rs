@@ -3,13 +3,14 @@
 //! The structures are read with the `object` crate (its ELF definitions and bounds-checked,
 //! endian-aware readers); this module adds what loading a program needs on top: the checks that
 //! refuse what deja cannot run, each with its own message. A hostile or truncated image yields a
-//! [`LoadError`], never a panic.
+//! [`LoadError`] (an [`ElfError`] says what is damaged), never a panic.
 
 use object::elf::{self as defs, FileHeader64, ProgramHeader64};
 use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _};
 use object::{LittleEndian, ReadRef as _};
+use snafu::{IntoError, NoneError, OptionExt as _, ResultExt as _, Snafu};
 
-use crate::LoadError;
+use crate::{layout, DynamicSnafu, LoadError, MalformedSnafu, PAGE_SIZE};
 
 /// `ET_EXEC`.
 pub const ET_EXEC: u16 = defs::ET_EXEC.0;
@@ -82,8 +83,138 @@ pub struct ElfImage {
     pub exec_stack: bool,
 }
 
-fn malformed(msg: impl Into<String>) -> LoadError {
-    LoadError::Malformed(msg.into())
+/// What is damaged in an ELF image that is otherwise one deja would run.
+#[derive(Debug, Clone, PartialEq, Eq, Snafu)]
+#[snafu(visibility(pub(crate)))]
+pub enum ElfError {
+    /// The file is shorter than an ELF64 header.
+    #[snafu(display("truncated ELF header ({len} bytes, need 64)"))]
+    TruncatedHeader {
+        /// The file's length.
+        len: usize,
+    },
+    /// `EI_CLASS` is neither 32- nor 64-bit.
+    #[snafu(display("unknown ELF class {class}"))]
+    UnknownClass {
+        /// `EI_CLASS`.
+        class: u8,
+    },
+    /// `EI_DATA` says big-endian.
+    #[snafu(display("big-endian ELF; x86-64 programs are little-endian"))]
+    BigEndian,
+    /// `EI_DATA` is neither little- nor big-endian.
+    #[snafu(display("unknown ELF data encoding {encoding}"))]
+    UnknownEncoding {
+        /// `EI_DATA`.
+        encoding: u8,
+    },
+    /// `e_phnum` is 0.
+    #[snafu(display("no program headers"))]
+    NoProgramHeaders,
+    /// `e_phnum` is `PN_XNUM`: the count would be in section 0.
+    #[snafu(display("extended program header count (PN_XNUM) is not supported"))]
+    ExtendedPhnum,
+    /// `e_phentsize` is smaller than a program header.
+    #[snafu(display("program header size {size}, expected {PHDR_SIZE}"))]
+    PhentSize {
+        /// `e_phentsize`.
+        size: u16,
+    },
+    /// `e_phoff + e_phnum * e_phentsize` overflows.
+    #[snafu(display("program header table offset overflows"))]
+    PhdrTableOverflows,
+    /// The program header table ends past the end of the file.
+    #[snafu(display("program header table ends at {end:#x}, past the end of the file ({len:#x})"))]
+    PhdrTablePastEnd {
+        /// Where the table ends.
+        end: u64,
+        /// The file's length.
+        len: usize,
+    },
+    /// A program header inside the table could not be read.
+    #[snafu(display("program header {index} cannot be read"))]
+    Phdr {
+        /// Its index.
+        index: u64,
+    },
+    /// `p_offset + p_filesz` overflows.
+    #[snafu(display("segment at {vaddr:#x}: its file range overflows"))]
+    SegmentFileOverflows {
+        /// `p_vaddr`.
+        vaddr: u64,
+    },
+    /// A segment reads bytes past the end of the file.
+    #[snafu(display("segment at {vaddr:#x} reads file bytes up to {end:#x}, past the end of the file ({len:#x})"))]
+    SegmentPastEnd {
+        /// `p_vaddr`.
+        vaddr: u64,
+        /// `p_offset + p_filesz`.
+        end: u64,
+        /// The file's length.
+        len: usize,
+    },
+    /// A segment has more file bytes than memory.
+    #[snafu(display("segment at {vaddr:#x} has p_filesz > p_memsz"))]
+    FileszOverMemsz {
+        /// `p_vaddr`.
+        vaddr: u64,
+    },
+    /// A segment ends above user space.
+    #[snafu(display("segment at {vaddr:#x} (size {memsz:#x}) does not fit in user space"))]
+    OutsideUserSpace {
+        /// `p_vaddr`.
+        vaddr: u64,
+        /// `p_memsz`.
+        memsz: u64,
+    },
+    /// A segment's address and file offset differ within a page.
+    #[snafu(display("segment at {vaddr:#x} is not page-congruent with its file offset {offset:#x}"))]
+    NotCongruent {
+        /// `p_vaddr`.
+        vaddr: u64,
+        /// `p_offset`.
+        offset: u64,
+    },
+    /// No `PT_LOAD` segment has a size.
+    #[snafu(display("no loadable segments"))]
+    NoLoads,
+    /// Two segments share addresses.
+    #[snafu(display("segments at {first:#x} and {second:#x} overlap"))]
+    Overlap {
+        /// The lower `p_vaddr`.
+        first: u64,
+        /// The higher one.
+        second: u64,
+    },
+    /// A segment's address overflows once the load bias is applied.
+    #[snafu(display("segment at {vaddr:#x} (size {memsz:#x}) overflows at the load address"))]
+    BiasOverflows {
+        /// `p_vaddr`.
+        vaddr: u64,
+        /// `p_memsz`.
+        memsz: u64,
+    },
+    /// A segment lands outside the range the loader maps programs into.
+    #[snafu(display("segment {start:#x}..{end:#x} is outside the loadable range {low:#x}..{high:#x}"))]
+    OutsideLoadable {
+        /// Its first address after the load bias.
+        start: u64,
+        /// Its end after the load bias.
+        end: u64,
+        /// The lowest loadable address.
+        low: u64,
+        /// The end of the loadable range (the bottom of the stack).
+        high: u64,
+    },
+}
+
+/// `Ok` if `ok`, else the load error of the damage `damage` describes.
+fn elf_check(ok: bool, damage: impl IntoError<ElfError, Source = NoneError>) -> Result<(), LoadError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(MalformedSnafu.into_error(damage.into_error(NoneError)))
+    }
 }
 
 /// Parses and validates `image`.
@@ -91,56 +222,51 @@ pub fn parse(image: &[u8]) -> Result<ElfImage, LoadError> {
     if image.get(..4) != Some(&defs::ELFMAG[..]) {
         return Err(LoadError::NotElf);
     }
-    let Ok(header) = image.read_at::<FileHeader64<LittleEndian>>(0) else {
-        return Err(malformed(format!("truncated ELF header ({} bytes, need 64)", image.len())));
-    };
+    let header = image
+        .read_at::<FileHeader64<LittleEndian>>(0)
+        .ok()
+        .context(TruncatedHeaderSnafu { len: image.len() })
+        .context(MalformedSnafu)?;
     let ident = header.e_ident();
     match ident.class {
         defs::ELFCLASS32 => return Err(LoadError::Not64Bit),
         defs::ELFCLASS64 => {}
-        c => return Err(malformed(format!("unknown ELF class {}", c.0))),
+        c => return Err(MalformedSnafu.into_error(UnknownClassSnafu { class: c.0 }.build())),
     }
     match ident.data {
         defs::ELFDATA2LSB => {}
-        defs::ELFDATA2MSB => return Err(malformed("big-endian ELF; x86-64 programs are little-endian")),
-        d => return Err(malformed(format!("unknown ELF data encoding {}", d.0))),
+        defs::ELFDATA2MSB => return Err(MalformedSnafu.into_error(BigEndianSnafu.build())),
+        d => return Err(MalformedSnafu.into_error(UnknownEncodingSnafu { encoding: d.0 }.build())),
     }
     let e_type = header.e_type(LE).0;
     let machine = header.e_machine(LE).0;
     if machine != EM_X86_64 {
-        return Err(LoadError::WrongMachine(machine));
+        return Err(LoadError::WrongMachine { machine });
     }
     if e_type != ET_EXEC && e_type != ET_DYN {
-        return Err(LoadError::NotExecutable(e_type));
+        return Err(LoadError::NotExecutable { e_type });
     }
     let entry = header.e_entry(LE);
     let phoff = header.e_phoff(LE);
-    let phentsize = u64::from(header.e_phentsize(LE));
+    let phentsize = header.e_phentsize(LE);
     let phnum = header.e_phnum(LE);
-    if phnum == 0 {
-        return Err(malformed("no program headers"));
-    }
-    if phnum == defs::PN_XNUM {
-        return Err(malformed("extended program header count (PN_XNUM) is not supported"));
-    }
-    if phentsize < PHDR_SIZE {
-        return Err(malformed(format!("program header size {phentsize}, expected {PHDR_SIZE}")));
-    }
+    elf_check(phnum != 0, NoProgramHeadersSnafu)?;
+    elf_check(phnum != defs::PN_XNUM, ExtendedPhnumSnafu)?;
+    elf_check(u64::from(phentsize) >= PHDR_SIZE, PhentSizeSnafu { size: phentsize })?;
+    let phentsize = u64::from(phentsize);
     let table_end = u64::from(phnum)
         .checked_mul(phentsize)
         .and_then(|n| n.checked_add(phoff))
-        .ok_or_else(|| malformed("program header table offset overflows"))?;
-    if table_end > image.len() as u64 {
-        return Err(malformed(format!(
-            "program header table ends at {table_end:#x}, past the end of the file ({:#x})",
-            image.len()
-        )));
-    }
+        .context(PhdrTableOverflowsSnafu)
+        .context(MalformedSnafu)?;
+    elf_check(table_end <= image.len() as u64, PhdrTablePastEndSnafu { end: table_end, len: image.len() })?;
     // Every entry is inside the file from here on: `phoff + i * phentsize + 56 <= table_end`.
     let phdrs = (0..u64::from(phnum))
-        .map(|i| image.read_at::<ProgramHeader64<LittleEndian>>(phoff + i * phentsize).map(Phdr::read))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| malformed("truncated phdr"))?;
+        .map(|index| {
+            let ph = image.read_at::<ProgramHeader64<LittleEndian>>(phoff + index * phentsize);
+            ph.ok().map(Phdr::read).context(PhdrSnafu { index }).context(MalformedSnafu)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     if let Some(interp) = phdrs.iter().find(|p| p.p_type == PT_INTERP) {
         let bytes = image.read_bytes_at(interp.p_offset, interp.p_filesz).unwrap_or(&[]);
         let bytes = bytes.split(|b| *b == 0).next().unwrap_or(&[]);
@@ -148,49 +274,31 @@ pub fn parse(image: &[u8]) -> Result<ElfImage, LoadError> {
         if name.is_empty() {
             name = "<unreadable>".to_string();
         }
-        return Err(LoadError::Dynamic(name));
+        return DynamicSnafu { interpreter: name }.fail();
     }
     if e_type == ET_DYN && entry == 0 {
-        return Err(LoadError::NotExecutable(e_type));
+        return Err(LoadError::NotExecutable { e_type });
     }
     let mut loads: Vec<&Phdr> = Vec::new();
     for p in phdrs.iter().filter(|p| p.p_type == PT_LOAD) {
-        let file_end = p.p_offset.checked_add(p.p_filesz).ok_or_else(|| malformed("segment file range overflows"))?;
-        if file_end > image.len() as u64 {
-            return Err(malformed(format!(
-                "segment at {:#x} reads file bytes up to {file_end:#x}, past the end of the file ({:#x})",
-                p.p_vaddr,
-                image.len()
-            )));
-        }
-        if p.p_filesz > p.p_memsz {
-            return Err(malformed(format!("segment at {:#x} has p_filesz > p_memsz", p.p_vaddr)));
-        }
-        if p.p_vaddr.checked_add(p.p_memsz).is_none_or(|e| e > crate::layout::USER_END) {
-            return Err(malformed(format!(
-                "segment at {:#x} (size {:#x}) does not fit in user space",
-                p.p_vaddr, p.p_memsz
-            )));
-        }
-        if (p.p_vaddr ^ p.p_offset) & (crate::PAGE_SIZE - 1) != 0 {
-            return Err(malformed(format!(
-                "segment at {:#x} is not page-congruent with its file offset {:#x}",
-                p.p_vaddr, p.p_offset
-            )));
-        }
+        let vaddr = p.p_vaddr;
+        let end =
+            p.p_offset.checked_add(p.p_filesz).context(SegmentFileOverflowsSnafu { vaddr }).context(MalformedSnafu)?;
+        elf_check(end <= image.len() as u64, SegmentPastEndSnafu { vaddr, end, len: image.len() })?;
+        elf_check(p.p_filesz <= p.p_memsz, FileszOverMemszSnafu { vaddr })?;
+        let fits = vaddr.checked_add(p.p_memsz).is_some_and(|e| e <= layout::USER_END);
+        elf_check(fits, OutsideUserSpaceSnafu { vaddr, memsz: p.p_memsz })?;
+        elf_check((vaddr ^ p.p_offset) & (PAGE_SIZE - 1) == 0, NotCongruentSnafu { vaddr, offset: p.p_offset })?;
         if p.p_memsz > 0 {
             loads.push(p);
         }
     }
-    if loads.is_empty() {
-        return Err(malformed("no loadable segments"));
-    }
+    elf_check(!loads.is_empty(), NoLoadsSnafu)?;
     let mut sorted = loads.clone();
     sorted.sort_by_key(|p| p.p_vaddr);
     for w in sorted.windows(2) {
-        if w[0].p_vaddr + w[0].p_memsz > w[1].p_vaddr {
-            return Err(malformed(format!("segments at {:#x} and {:#x} overlap", w[0].p_vaddr, w[1].p_vaddr)));
-        }
+        let (first, second) = (w[0].p_vaddr, w[1].p_vaddr);
+        elf_check(first + w[0].p_memsz <= second, OverlapSnafu { first, second })?;
     }
     let exec_stack = phdrs.iter().any(|p| p.p_type == PT_GNU_STACK && p.p_flags & PF_X != 0);
     Ok(ElfImage { e_type, entry, phoff, phdrs, exec_stack })
