@@ -14,6 +14,8 @@
 
 use std::collections::BTreeMap;
 
+use snafu::Snafu;
+
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Longest symlink target (`PATH_MAX - 1`).
@@ -60,9 +62,12 @@ impl Default for Disk {
 }
 
 /// Why a [`Disk`] is not a valid tree.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid disk: {0}")]
-pub struct DiskError(pub String);
+#[derive(Debug, Clone, PartialEq, Eq, Snafu)]
+#[snafu(display("invalid disk: {problem}"))]
+pub struct DiskError {
+    /// What is wrong, naming the path.
+    pub problem: String,
+}
 
 /// The parent of a normalized absolute path other than `/`.
 pub(crate) fn parent_of(path: &str) -> &str {
@@ -119,7 +124,7 @@ impl Disk {
 
     /// Checks that the map is a tree (see the module documentation).
     pub fn validate(&self) -> Result<(), DiskError> {
-        let err = |m: String| Err(DiskError(m));
+        let err = |problem: String| DiskSnafu { problem }.fail();
         match self.entries.get("/") {
             Some(DiskEntry::Dir { .. }) => {}
             _ => return err("`/` is missing or not a directory".into()),
@@ -163,15 +168,15 @@ impl Disk {
     /// non-directory above it.
     pub fn insert_file(&mut self, path: &str, data: Vec<u8>) -> Result<(), DiskError> {
         if !path.starts_with('/') {
-            return Err(DiskError(format!("{path:?} is not an absolute path")));
+            return DiskSnafu { problem: format!("{path:?} is not an absolute path") }.fail();
         }
         let (norm, _) = crate::fd::normalize("/", path.as_bytes())
-            .map_err(|_| DiskError(format!("{path:?} is not a valid path")))?;
+            .map_err(|_| DiskSnafu { problem: format!("{path:?} is not a valid path") }.build())?;
         if norm == "/" {
-            return Err(DiskError("cannot replace `/` by a file".into()));
+            return DiskSnafu { problem: "cannot replace `/` by a file" }.fail();
         }
         if matches!(self.entries.get(&norm), Some(DiskEntry::Dir { .. })) {
-            return Err(DiskError(format!("{norm:?} is a directory")));
+            return DiskSnafu { problem: format!("{norm:?} is a directory") }.fail();
         }
         self.entries.entry("/".into()).or_insert(DiskEntry::Dir { mode: 0o755 });
         let mut cur = String::new();
@@ -184,7 +189,7 @@ impl Disk {
                     self.entries.insert(cur.clone(), DiskEntry::Dir { mode: 0o755 });
                 }
                 Some(DiskEntry::Dir { .. }) => {}
-                Some(_) => return Err(DiskError(format!("{cur:?} above {norm:?} is not a directory"))),
+                Some(_) => return DiskSnafu { problem: format!("{cur:?} above {norm:?} is not a directory") }.fail(),
             }
         }
         self.entries.insert(norm, DiskEntry::File { mode: 0o644, data });

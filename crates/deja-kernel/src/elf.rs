@@ -1,32 +1,42 @@
 //! ELF64 parsing and validation for static x86-64 executables.
 //!
-//! Hand-rolled and bounds-checked: every offset and size read from the image is checked before
-//! use, so a hostile or truncated image yields a [`LoadError`], never a panic.
+//! The structures are read with the `object` crate (its ELF definitions and bounds-checked,
+//! endian-aware readers); this module adds what loading a program needs on top: the checks that
+//! refuse what deja cannot run, each with its own message. A hostile or truncated image yields a
+//! [`LoadError`] (an [`ElfError`] says what is damaged), never a panic.
 
-use crate::LoadError;
+use object::elf::{self as defs, FileHeader64, ProgramHeader64};
+use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _};
+use object::{LittleEndian, ReadRef as _};
+use snafu::{IntoError, NoneError, OptionExt as _, ResultExt as _, Snafu};
+
+use crate::{layout, DynamicSnafu, LoadError, MalformedSnafu, PAGE_SIZE};
 
 /// `ET_EXEC`.
-pub const ET_EXEC: u16 = 2;
+pub const ET_EXEC: u16 = defs::ET_EXEC.0;
 /// `ET_DYN`.
-pub const ET_DYN: u16 = 3;
+pub const ET_DYN: u16 = defs::ET_DYN.0;
 /// `EM_X86_64`.
-pub const EM_X86_64: u16 = 62;
+pub const EM_X86_64: u16 = defs::EM_X86_64.0;
 /// `PT_LOAD`.
-pub const PT_LOAD: u32 = 1;
+pub const PT_LOAD: u32 = defs::PT_LOAD.0;
 /// `PT_INTERP`.
-pub const PT_INTERP: u32 = 3;
+pub const PT_INTERP: u32 = defs::PT_INTERP.0;
 /// `PT_PHDR`.
-pub const PT_PHDR: u32 = 6;
+pub const PT_PHDR: u32 = defs::PT_PHDR.0;
 /// `PT_GNU_STACK`.
-pub const PT_GNU_STACK: u32 = 0x6474_e551;
+pub const PT_GNU_STACK: u32 = defs::PT_GNU_STACK.0;
 /// Segment flag: executable.
-pub const PF_X: u32 = 1;
+pub const PF_X: u32 = defs::PF_X.0;
 /// Segment flag: writable.
-pub const PF_W: u32 = 2;
+pub const PF_W: u32 = defs::PF_W.0;
 /// Segment flag: readable.
-pub const PF_R: u32 = 4;
+pub const PF_R: u32 = defs::PF_R.0;
 /// Size of an ELF64 program header.
-pub const PHDR_SIZE: u64 = 56;
+pub const PHDR_SIZE: u64 = size_of::<ProgramHeader64<LittleEndian>>() as u64;
+
+/// x86-64 programs are little-endian: every field is read so.
+const LE: LittleEndian = LittleEndian;
 
 /// One program header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +55,19 @@ pub struct Phdr {
     pub p_memsz: u64,
 }
 
+impl Phdr {
+    fn read(ph: &ProgramHeader64<LittleEndian>) -> Phdr {
+        Phdr {
+            p_type: ph.p_type(LE).0,
+            p_flags: ph.p_flags(LE).0,
+            p_offset: ph.p_offset(LE),
+            p_vaddr: ph.p_vaddr(LE),
+            p_filesz: ph.p_filesz(LE),
+            p_memsz: ph.p_memsz(LE),
+        }
+    }
+}
+
 /// A validated static x86-64 executable.
 #[derive(Debug, Clone)]
 pub struct ElfImage {
@@ -60,144 +83,222 @@ pub struct ElfImage {
     pub exec_stack: bool,
 }
 
-fn u16_at(b: &[u8], off: u64) -> Option<u16> {
-    let o = usize::try_from(off).ok()?;
-    let s = b.get(o..o.checked_add(2)?)?;
-    Some(u16::from_le_bytes([s[0], s[1]]))
+/// What is damaged in an ELF image that is otherwise one deja would run.
+#[derive(Debug, Clone, PartialEq, Eq, Snafu)]
+#[snafu(visibility(pub(crate)))]
+pub enum ElfError {
+    /// The file is shorter than an ELF64 header.
+    #[snafu(display("truncated ELF header ({len} bytes, need 64)"))]
+    TruncatedHeader {
+        /// The file's length.
+        len: usize,
+    },
+    /// `EI_CLASS` is neither 32- nor 64-bit.
+    #[snafu(display("unknown ELF class {class}"))]
+    UnknownClass {
+        /// `EI_CLASS`.
+        class: u8,
+    },
+    /// `EI_DATA` says big-endian.
+    #[snafu(display("big-endian ELF; x86-64 programs are little-endian"))]
+    BigEndian,
+    /// `EI_DATA` is neither little- nor big-endian.
+    #[snafu(display("unknown ELF data encoding {encoding}"))]
+    UnknownEncoding {
+        /// `EI_DATA`.
+        encoding: u8,
+    },
+    /// `e_phnum` is 0.
+    #[snafu(display("no program headers"))]
+    NoProgramHeaders,
+    /// `e_phnum` is `PN_XNUM`: the count would be in section 0.
+    #[snafu(display("extended program header count (PN_XNUM) is not supported"))]
+    ExtendedPhnum,
+    /// `e_phentsize` is smaller than a program header.
+    #[snafu(display("program header size {size}, expected {PHDR_SIZE}"))]
+    PhentSize {
+        /// `e_phentsize`.
+        size: u16,
+    },
+    /// `e_phoff + e_phnum * e_phentsize` overflows.
+    #[snafu(display("program header table offset overflows"))]
+    PhdrTableOverflows,
+    /// The program header table ends past the end of the file.
+    #[snafu(display("program header table ends at {end:#x}, past the end of the file ({len:#x})"))]
+    PhdrTablePastEnd {
+        /// Where the table ends.
+        end: u64,
+        /// The file's length.
+        len: usize,
+    },
+    /// A program header inside the table could not be read.
+    #[snafu(display("program header {index} cannot be read"))]
+    Phdr {
+        /// Its index.
+        index: u64,
+    },
+    /// `p_offset + p_filesz` overflows.
+    #[snafu(display("segment at {vaddr:#x}: its file range overflows"))]
+    SegmentFileOverflows {
+        /// `p_vaddr`.
+        vaddr: u64,
+    },
+    /// A segment reads bytes past the end of the file.
+    #[snafu(display("segment at {vaddr:#x} reads file bytes up to {end:#x}, past the end of the file ({len:#x})"))]
+    SegmentPastEnd {
+        /// `p_vaddr`.
+        vaddr: u64,
+        /// `p_offset + p_filesz`.
+        end: u64,
+        /// The file's length.
+        len: usize,
+    },
+    /// A segment has more file bytes than memory.
+    #[snafu(display("segment at {vaddr:#x} has p_filesz > p_memsz"))]
+    FileszOverMemsz {
+        /// `p_vaddr`.
+        vaddr: u64,
+    },
+    /// A segment ends above user space.
+    #[snafu(display("segment at {vaddr:#x} (size {memsz:#x}) does not fit in user space"))]
+    OutsideUserSpace {
+        /// `p_vaddr`.
+        vaddr: u64,
+        /// `p_memsz`.
+        memsz: u64,
+    },
+    /// A segment's address and file offset differ within a page.
+    #[snafu(display("segment at {vaddr:#x} is not page-congruent with its file offset {offset:#x}"))]
+    NotCongruent {
+        /// `p_vaddr`.
+        vaddr: u64,
+        /// `p_offset`.
+        offset: u64,
+    },
+    /// No `PT_LOAD` segment has a size.
+    #[snafu(display("no loadable segments"))]
+    NoLoads,
+    /// Two segments share addresses.
+    #[snafu(display("segments at {first:#x} and {second:#x} overlap"))]
+    Overlap {
+        /// The lower `p_vaddr`.
+        first: u64,
+        /// The higher one.
+        second: u64,
+    },
+    /// A segment's address overflows once the load bias is applied.
+    #[snafu(display("segment at {vaddr:#x} (size {memsz:#x}) overflows at the load address"))]
+    BiasOverflows {
+        /// `p_vaddr`.
+        vaddr: u64,
+        /// `p_memsz`.
+        memsz: u64,
+    },
+    /// A segment lands outside the range the loader maps programs into.
+    #[snafu(display("segment {start:#x}..{end:#x} is outside the loadable range {low:#x}..{high:#x}"))]
+    OutsideLoadable {
+        /// Its first address after the load bias.
+        start: u64,
+        /// Its end after the load bias.
+        end: u64,
+        /// The lowest loadable address.
+        low: u64,
+        /// The end of the loadable range (the bottom of the stack).
+        high: u64,
+    },
 }
 
-fn u32_at(b: &[u8], off: u64) -> Option<u32> {
-    let o = usize::try_from(off).ok()?;
-    let s = b.get(o..o.checked_add(4)?)?;
-    Some(u32::from_le_bytes(s.try_into().ok()?))
-}
-
-fn u64_at(b: &[u8], off: u64) -> Option<u64> {
-    let o = usize::try_from(off).ok()?;
-    let s = b.get(o..o.checked_add(8)?)?;
-    Some(u64::from_le_bytes(s.try_into().ok()?))
-}
-
-fn malformed(msg: impl Into<String>) -> LoadError {
-    LoadError::Malformed(msg.into())
+/// `Ok` if `ok`, else the load error of the damage `damage` describes.
+fn elf_check(ok: bool, damage: impl IntoError<ElfError, Source = NoneError>) -> Result<(), LoadError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(MalformedSnafu.into_error(damage.into_error(NoneError)))
+    }
 }
 
 /// Parses and validates `image`.
 pub fn parse(image: &[u8]) -> Result<ElfImage, LoadError> {
-    if image.len() < 4 || &image[..4] != b"\x7fELF" {
+    if image.get(..4) != Some(&defs::ELFMAG[..]) {
         return Err(LoadError::NotElf);
     }
-    if image.len() < 64 {
-        return Err(malformed(format!("truncated ELF header ({} bytes, need 64)", image.len())));
+    let header = image
+        .read_at::<FileHeader64<LittleEndian>>(0)
+        .ok()
+        .context(TruncatedHeaderSnafu { len: image.len() })
+        .context(MalformedSnafu)?;
+    let ident = header.e_ident();
+    match ident.class {
+        defs::ELFCLASS32 => return Err(LoadError::Not64Bit),
+        defs::ELFCLASS64 => {}
+        c => return Err(MalformedSnafu.into_error(UnknownClassSnafu { class: c.0 }.build())),
     }
-    match image[4] {
-        1 => return Err(LoadError::Not64Bit),
-        2 => {}
-        c => return Err(malformed(format!("unknown ELF class {c}"))),
+    match ident.data {
+        defs::ELFDATA2LSB => {}
+        defs::ELFDATA2MSB => return Err(MalformedSnafu.into_error(BigEndianSnafu.build())),
+        d => return Err(MalformedSnafu.into_error(UnknownEncodingSnafu { encoding: d.0 }.build())),
     }
-    match image[5] {
-        1 => {}
-        2 => return Err(malformed("big-endian ELF; x86-64 programs are little-endian")),
-        d => return Err(malformed(format!("unknown ELF data encoding {d}"))),
-    }
-    let e_type = u16_at(image, 16).unwrap_or(0);
-    let machine = u16_at(image, 18).unwrap_or(0);
+    let e_type = header.e_type(LE).0;
+    let machine = header.e_machine(LE).0;
     if machine != EM_X86_64 {
-        return Err(LoadError::WrongMachine(machine));
+        return Err(LoadError::WrongMachine { machine });
     }
     if e_type != ET_EXEC && e_type != ET_DYN {
-        return Err(LoadError::NotExecutable(e_type));
+        return Err(LoadError::NotExecutable { e_type });
     }
-    let entry = u64_at(image, 24).unwrap_or(0);
-    let phoff = u64_at(image, 32).unwrap_or(0);
-    let phentsize = u64::from(u16_at(image, 54).unwrap_or(0));
-    let phnum = u64::from(u16_at(image, 56).unwrap_or(0));
-    if phnum == 0 {
-        return Err(malformed("no program headers"));
-    }
-    if phnum == 0xffff {
-        return Err(malformed("extended program header count (PN_XNUM) is not supported"));
-    }
-    if phentsize < PHDR_SIZE {
-        return Err(malformed(format!("program header size {phentsize}, expected 56")));
-    }
-    let table_end = phnum
+    let entry = header.e_entry(LE);
+    let phoff = header.e_phoff(LE);
+    let phentsize = header.e_phentsize(LE);
+    let phnum = header.e_phnum(LE);
+    elf_check(phnum != 0, NoProgramHeadersSnafu)?;
+    elf_check(phnum != defs::PN_XNUM, ExtendedPhnumSnafu)?;
+    elf_check(u64::from(phentsize) >= PHDR_SIZE, PhentSizeSnafu { size: phentsize })?;
+    let phentsize = u64::from(phentsize);
+    let table_end = u64::from(phnum)
         .checked_mul(phentsize)
         .and_then(|n| n.checked_add(phoff))
-        .ok_or_else(|| malformed("program header table offset overflows"))?;
-    if table_end > image.len() as u64 {
-        return Err(malformed(format!(
-            "program header table ends at {table_end:#x}, past the end of the file ({:#x})",
-            image.len()
-        )));
-    }
-    let mut phdrs = Vec::with_capacity(phnum as usize);
-    for i in 0..phnum {
-        let o = phoff + i * phentsize;
-        let get = |f: u64| u64_at(image, o + f).ok_or_else(|| malformed("truncated phdr"));
-        phdrs.push(Phdr {
-            p_type: u32_at(image, o).ok_or_else(|| malformed("truncated phdr"))?,
-            p_flags: u32_at(image, o + 4).ok_or_else(|| malformed("truncated phdr"))?,
-            p_offset: get(8)?,
-            p_vaddr: get(16)?,
-            p_filesz: get(32)?,
-            p_memsz: get(40)?,
-        });
-    }
+        .context(PhdrTableOverflowsSnafu)
+        .context(MalformedSnafu)?;
+    elf_check(table_end <= image.len() as u64, PhdrTablePastEndSnafu { end: table_end, len: image.len() })?;
+    // Every entry is inside the file from here on: `phoff + i * phentsize + 56 <= table_end`.
+    let phdrs = (0..u64::from(phnum))
+        .map(|index| {
+            let ph = image.read_at::<ProgramHeader64<LittleEndian>>(phoff + index * phentsize);
+            ph.ok().map(Phdr::read).context(PhdrSnafu { index }).context(MalformedSnafu)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     if let Some(interp) = phdrs.iter().find(|p| p.p_type == PT_INTERP) {
-        let bytes = usize::try_from(interp.p_offset)
-            .ok()
-            .and_then(|s| Some((s, s.checked_add(usize::try_from(interp.p_filesz).ok()?)?)))
-            .and_then(|(s, e)| image.get(s..e))
-            .unwrap_or(&[]);
+        let bytes = image.read_bytes_at(interp.p_offset, interp.p_filesz).unwrap_or(&[]);
         let bytes = bytes.split(|b| *b == 0).next().unwrap_or(&[]);
         let mut name = String::from_utf8_lossy(bytes).into_owned();
         if name.is_empty() {
             name = "<unreadable>".to_string();
         }
-        return Err(LoadError::Dynamic(name));
+        return DynamicSnafu { interpreter: name }.fail();
     }
     if e_type == ET_DYN && entry == 0 {
-        return Err(LoadError::NotExecutable(e_type));
+        return Err(LoadError::NotExecutable { e_type });
     }
     let mut loads: Vec<&Phdr> = Vec::new();
     for p in phdrs.iter().filter(|p| p.p_type == PT_LOAD) {
-        let file_end = p.p_offset.checked_add(p.p_filesz).ok_or_else(|| malformed("segment file range overflows"))?;
-        if file_end > image.len() as u64 {
-            return Err(malformed(format!(
-                "segment at {:#x} reads file bytes up to {file_end:#x}, past the end of the file ({:#x})",
-                p.p_vaddr,
-                image.len()
-            )));
-        }
-        if p.p_filesz > p.p_memsz {
-            return Err(malformed(format!("segment at {:#x} has p_filesz > p_memsz", p.p_vaddr)));
-        }
-        if p.p_vaddr.checked_add(p.p_memsz).is_none_or(|e| e > crate::layout::USER_END) {
-            return Err(malformed(format!(
-                "segment at {:#x} (size {:#x}) does not fit in user space",
-                p.p_vaddr, p.p_memsz
-            )));
-        }
-        if (p.p_vaddr ^ p.p_offset) & (crate::PAGE_SIZE - 1) != 0 {
-            return Err(malformed(format!(
-                "segment at {:#x} is not page-congruent with its file offset {:#x}",
-                p.p_vaddr, p.p_offset
-            )));
-        }
+        let vaddr = p.p_vaddr;
+        let end =
+            p.p_offset.checked_add(p.p_filesz).context(SegmentFileOverflowsSnafu { vaddr }).context(MalformedSnafu)?;
+        elf_check(end <= image.len() as u64, SegmentPastEndSnafu { vaddr, end, len: image.len() })?;
+        elf_check(p.p_filesz <= p.p_memsz, FileszOverMemszSnafu { vaddr })?;
+        let fits = vaddr.checked_add(p.p_memsz).is_some_and(|e| e <= layout::USER_END);
+        elf_check(fits, OutsideUserSpaceSnafu { vaddr, memsz: p.p_memsz })?;
+        elf_check((vaddr ^ p.p_offset) & (PAGE_SIZE - 1) == 0, NotCongruentSnafu { vaddr, offset: p.p_offset })?;
         if p.p_memsz > 0 {
             loads.push(p);
         }
     }
-    if loads.is_empty() {
-        return Err(malformed("no loadable segments"));
-    }
+    elf_check(!loads.is_empty(), NoLoadsSnafu)?;
     let mut sorted = loads.clone();
     sorted.sort_by_key(|p| p.p_vaddr);
     for w in sorted.windows(2) {
-        if w[0].p_vaddr + w[0].p_memsz > w[1].p_vaddr {
-            return Err(malformed(format!("segments at {:#x} and {:#x} overlap", w[0].p_vaddr, w[1].p_vaddr)));
-        }
+        let (first, second) = (w[0].p_vaddr, w[1].p_vaddr);
+        elf_check(first + w[0].p_memsz <= second, OverlapSnafu { first, second })?;
     }
     let exec_stack = phdrs.iter().any(|p| p.p_type == PT_GNU_STACK && p.p_flags & PF_X != 0);
     Ok(ElfImage { e_type, entry, phoff, phdrs, exec_stack })
@@ -229,50 +330,18 @@ impl ElfImage {
     }
 }
 
-/// `SHF_ALLOC`: the section occupies memory at run time.
-pub const SHF_ALLOC: u64 = 2;
-/// Size of an ELF64 section header.
-pub const SHDR_SIZE: u64 = 64;
-/// `SHN_XINDEX`: the real `e_shstrndx` is in section 0's `sh_link`.
-const SHN_XINDEX: u64 = 0xffff;
-
 /// The address and size (before the load bias) of the first allocated (`SHF_ALLOC`) section
 /// named `name` with a non-zero size, from the section header table (`e_shoff`, `e_shnum`,
-/// `e_shstrndx`; extended numbering through section 0 is understood). Every offset is
-/// bounds-checked: a missing, truncated or hostile table gives `None`, never a panic.
+/// `e_shstrndx`; extended numbering through section 0 is understood). A missing, truncated or
+/// hostile table gives `None`, never a panic.
 pub fn find_section(image: &[u8], name: &[u8]) -> Option<(u64, u64)> {
-    let shoff = u64_at(image, 40)?;
-    let shentsize = u64::from(u16_at(image, 58)?);
-    let mut shnum = u64::from(u16_at(image, 60)?);
-    let mut shstrndx = u64::from(u16_at(image, 62)?);
-    if shoff == 0 || shentsize < SHDR_SIZE {
-        return None;
-    }
-    if shnum == 0 {
-        shnum = u64_at(image, shoff.checked_add(32)?)?;
-    }
-    if shstrndx == SHN_XINDEX {
-        shstrndx = u64::from(u32_at(image, shoff.checked_add(40)?)?);
-    }
-    let table_end = shnum.checked_mul(shentsize)?.checked_add(shoff)?;
-    if table_end > image.len() as u64 || shstrndx >= shnum {
-        return None;
-    }
-    // Every header is inside the file from here on: `shoff + i * shentsize + 64 <= table_end`.
-    let hdr = |i: u64| shoff + i * shentsize;
-    let str_off = usize::try_from(u64_at(image, hdr(shstrndx) + 24)?).ok()?;
-    let str_size = usize::try_from(u64_at(image, hdr(shstrndx) + 32)?).ok()?;
-    let strtab = image.get(str_off..str_off.checked_add(str_size)?)?;
-    (0..shnum).find_map(|i| {
-        let o = hdr(i);
-        let name_off = usize::try_from(u32_at(image, o)?).ok()?;
-        let rest = strtab.get(name_off..)?;
-        let nul = rest.iter().position(|b| *b == 0)?;
-        if &rest[..nul] != name {
+    let header = image.read_at::<FileHeader64<LittleEndian>>(0).ok()?;
+    let sections = header.sections(LE, image).ok()?;
+    sections.iter().find_map(|s| {
+        if sections.section_name(LE, s).ok()? != name {
             return None;
         }
-        let flags = u64_at(image, o + 8)?;
-        let (addr, size) = (u64_at(image, o + 16)?, u64_at(image, o + 32)?);
-        (flags & SHF_ALLOC != 0 && size > 0).then_some((addr, size))
+        let (addr, size) = (s.sh_addr(LE), s.sh_size(LE));
+        (s.sh_flags(LE).0 & defs::SHF_ALLOC.0 != 0 && size > 0).then_some((addr, size))
     })
 }

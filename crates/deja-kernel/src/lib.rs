@@ -125,8 +125,11 @@ mod vm;
 #[cfg(test)]
 mod tests;
 
+use snafu::Snafu;
+
 pub use coverage::{bucket, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
 pub use disk::{Disk, DiskEntry, DiskError};
+pub use elf::ElfError;
 pub use faults::{
     CrashAt, CrashState, DecisionLog, DecisionRecord, ErrorRule, FaultConfig, FaultKind, FaultRecord, IoCount, IoErrno,
     IoOp,
@@ -190,34 +193,89 @@ pub struct Entry {
 }
 
 /// Why a program image could not be loaded. Each message names the problem and the fix.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Snafu)]
+#[snafu(visibility(pub(crate)))]
 pub enum LoadError {
     /// Not an ELF file at all.
-    #[error("not an ELF executable (bad magic); deja runs static x86-64 Linux ELF programs")]
+    #[snafu(display("not an ELF executable (bad magic); deja runs static x86-64 Linux ELF programs"))]
     NotElf,
     /// A 32-bit ELF.
-    #[error("32-bit ELF; deja runs 64-bit x86-64 programs only: rebuild for x86_64-unknown-linux-gnu or -musl")]
+    #[snafu(display(
+        "32-bit ELF; deja runs 64-bit x86-64 programs only: rebuild for x86_64-unknown-linux-gnu or -musl"
+    ))]
     Not64Bit,
     /// An ELF for another machine.
-    #[error("ELF for machine {0}, not x86-64; rebuild for an x86_64 Linux target")]
-    WrongMachine(u16),
+    #[snafu(display("ELF for machine {machine}, not x86-64; rebuild for an x86_64 Linux target"))]
+    WrongMachine {
+        /// `e_machine`.
+        machine: u16,
+    },
     /// A dynamically linked ELF (has `PT_INTERP`).
-    #[error("dynamically linked ELF (it asks for the interpreter {0}); rebuild it static with RUSTFLAGS=\"-C target-feature=+crt-static\"")]
-    Dynamic(String),
+    #[snafu(display(
+        "dynamically linked ELF (it asks for the interpreter {interpreter}); rebuild it static with \
+         RUSTFLAGS=\"-C target-feature=+crt-static\""
+    ))]
+    Dynamic {
+        /// The interpreter `PT_INTERP` names.
+        interpreter: String,
+    },
     /// Not an executable (for example a relocatable object or a shared library without entry).
-    #[error("ELF type {0} is not an executable; deja runs ET_EXEC or static-PIE ET_DYN programs")]
-    NotExecutable(u16),
+    #[snafu(display("ELF type {e_type} is not an executable; deja runs ET_EXEC or static-PIE ET_DYN programs"))]
+    NotExecutable {
+        /// `e_type`.
+        e_type: u16,
+    },
     /// The ELF is damaged.
-    #[error("malformed ELF: {0}")]
-    Malformed(String),
-    /// The image, stack and arguments do not fit in the VM's memory.
-    #[error("the program does not fit in guest memory ({0}); raise --memory")]
-    NoMemory(String),
-    /// The starting disk is not a valid tree, or does not fit the capacity.
-    #[error("{0}; fix or regenerate the disk image")]
-    Disk(String),
+    #[snafu(display("malformed ELF: {source}"))]
+    Malformed {
+        /// What is damaged.
+        source: ElfError,
+    },
+    /// The segments and the stack need more pages than the VM can commit.
+    #[snafu(display(
+        "the program does not fit in guest memory (the image needs {image_kib} KiB and the stack \
+         {stack_kib} KiB, but only {available_kib} KiB are available); raise --memory"
+    ))]
+    TooBig {
+        /// The loaded segments, in KiB.
+        image_kib: u64,
+        /// The stack, in KiB.
+        stack_kib: u64,
+        /// What the VM can commit, in KiB.
+        available_kib: u64,
+    },
+    /// The shell could not back a page of the image or of the stack.
+    #[snafu(display("the program does not fit in guest memory ({source} while loading {what}); raise --memory"))]
+    OutOfMemory {
+        /// `the image` or `the stack`.
+        what: &'static str,
+        /// What the shell answered.
+        source: MemError,
+    },
+    /// The arguments and environment do not fit in the part of the stack set aside for them.
+    #[snafu(display(
+        "the program does not fit in guest memory (argv and environment exceed a quarter of the 8 MiB \
+         stack); pass fewer or shorter arguments and environment variables"
+    ))]
+    ArgsTooBig,
+    /// The starting disk is not a valid tree.
+    #[snafu(display("{source}; fix or regenerate the disk image"))]
+    InvalidDisk {
+        /// What is wrong with the tree.
+        source: DiskError,
+    },
+    /// The starting disk holds more than the file system's capacity.
+    #[snafu(display(
+        "the disk holds {bytes} bytes of files but the capacity is {capacity}; fix or regenerate the disk image"
+    ))]
+    DiskOverCapacity {
+        /// Bytes of file contents on the disk.
+        bytes: u64,
+        /// The file system's capacity in bytes.
+        capacity: u64,
+    },
     /// A declared file's guest path is not absolute and normal.
-    #[error("declared file {path:?}: {problem}")]
+    #[snafu(display("declared file {path:?}: {problem}"))]
     GuestPath {
         /// The guest path.
         path: String,

@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use snafu::{OptionExt as _, Snafu};
+
 /// Size of one guest page.
 pub const PAGE_SIZE: u64 = 4096;
 
@@ -40,17 +42,24 @@ impl Prot {
 }
 
 /// Why a memory operation of the shell failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Snafu)]
+#[snafu(visibility(pub))]
 pub enum MemError {
     /// A page in the range is not present.
-    #[error("guest address {0:#x} is not mapped")]
-    NotPresent(u64),
+    #[snafu(display("guest address {addr:#x} is not mapped"))]
+    NotPresent {
+        /// The first address found absent.
+        addr: u64,
+    },
     /// The VM has no free frame left.
-    #[error("guest memory exhausted")]
+    #[snafu(display("guest memory exhausted"))]
     OutOfFrames,
     /// The address is outside the user half of the address space.
-    #[error("guest address {0:#x} is outside user space")]
-    OutOfRange(u64),
+    #[snafu(display("guest address {addr:#x} is outside user space"))]
+    OutOfRange {
+        /// The address.
+        addr: u64,
+    },
 }
 
 /// The user half of the guest address space, implemented by the shell.
@@ -94,7 +103,7 @@ impl FakeMemory {
     }
 
     fn page_mut(&mut self, addr: u64) -> Result<&mut [u8], MemError> {
-        self.pages.get_mut(&(addr & !(PAGE_SIZE - 1))).map(|(_, data)| &mut data[..]).ok_or(MemError::NotPresent(addr))
+        self.pages.get_mut(&(addr & !(PAGE_SIZE - 1))).map(|(_, data)| &mut data[..]).context(NotPresentSnafu { addr })
     }
 }
 
@@ -106,7 +115,7 @@ impl Memory for FakeMemory {
                 Some(page) => page.0 = prot,
                 None => {
                     if self.frames_left == 0 {
-                        return Err(MemError::OutOfFrames);
+                        return OutOfFramesSnafu.fail();
                     }
                     self.frames_left -= 1;
                     self.pages.insert(a, (prot, vec![0u8; PAGE_SIZE as usize].into_boxed_slice()));
@@ -147,7 +156,7 @@ impl Memory for FakeMemory {
             let page = a & !(PAGE_SIZE - 1);
             let off = (a - page) as usize;
             let n = (PAGE_SIZE as usize - off).min(buf.len() - done);
-            let data = self.pages.get(&page).ok_or(MemError::NotPresent(a))?;
+            let data = self.pages.get(&page).context(NotPresentSnafu { addr: a })?;
             buf[done..done + n].copy_from_slice(&data.1[off..off + n]);
             done += n;
         }

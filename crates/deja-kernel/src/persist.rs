@@ -22,28 +22,39 @@ use std::sync::Arc;
 use serde::de::{self, SeqAccess, Visitor};
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use snafu::Snafu;
 
 use crate::{ExitStatus, FaultInfo};
 
 /// Why saved kernel state could not be restored.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Snafu)]
+#[snafu(visibility(pub(crate)))]
 pub enum RestoreError {
     /// The bytes are not a postcard encoding of the kernel state (truncated, damaged, or from
     /// another schema version).
-    #[error("kernel state is corrupt: {0}")]
-    Decode(String),
+    #[snafu(display("kernel state is corrupt: {source}"))]
+    Decode {
+        /// What postcard could not decode.
+        source: postcard::Error,
+    },
+    /// The state decodes but bytes follow it.
+    #[snafu(display("kernel state is corrupt: {count} bytes after the end of the state"))]
+    TrailingBytes {
+        /// How many.
+        count: usize,
+    },
     /// The bytes decode but describe a state the kernel can never be in.
-    #[error("kernel state is inconsistent: {0}")]
-    Invalid(String),
+    #[snafu(display("kernel state is inconsistent: {what}"))]
+    Invalid {
+        /// Which invariant does not hold.
+        what: String,
+    },
 }
 
 /// Fails with [`RestoreError::Invalid`] carrying `msg` unless `ok`.
 pub(crate) fn ensure(ok: bool, msg: impl FnOnce() -> String) -> Result<(), RestoreError> {
-    if ok {
-        Ok(())
-    } else {
-        Err(RestoreError::Invalid(msg()))
-    }
+    snafu::ensure!(ok, InvalidSnafu { what: msg() });
+    Ok(())
 }
 
 /// A byte string, written with `serialize_bytes`.

@@ -308,30 +308,38 @@ fn load_errors() {
     let mut i = exec_image();
     i[4] = 1;
     assert!(matches!(load_err(i), LoadError::Not64Bit));
-    assert!(matches!(load_err(build_elf(2, 183, 0x40_0000, &segs(0x40_0000), None)), LoadError::WrongMachine(183)));
+    assert!(matches!(
+        load_err(build_elf(2, 183, 0x40_0000, &segs(0x40_0000), None)),
+        LoadError::WrongMachine { machine: 183 }
+    ));
     let dynamic = build_elf(3, 62, 0, &segs(0), Some("/lib64/ld-linux-x86-64.so.2"));
     match load_err(dynamic) {
-        LoadError::Dynamic(p) => assert_eq!(p, "/lib64/ld-linux-x86-64.so.2"),
+        LoadError::Dynamic { interpreter } => assert_eq!(interpreter, "/lib64/ld-linux-x86-64.so.2"),
         e => panic!("{e:?}"),
     }
-    assert!(matches!(load_err(build_elf(1, 62, 0, &segs(0), None)), LoadError::NotExecutable(1)));
-    assert!(matches!(load_err(build_elf(4, 62, 0, &segs(0), None)), LoadError::NotExecutable(4)));
+    assert!(matches!(load_err(build_elf(1, 62, 0, &segs(0), None)), LoadError::NotExecutable { e_type: 1 }));
+    assert!(matches!(load_err(build_elf(4, 62, 0, &segs(0), None)), LoadError::NotExecutable { e_type: 4 }));
     let mut lib = pie_image();
     lib[24..32].copy_from_slice(&0u64.to_le_bytes());
-    assert!(matches!(load_err(lib), LoadError::NotExecutable(3)));
-    assert!(matches!(load_err(exec_image()[..40].to_vec()), LoadError::Malformed(_)));
+    assert!(matches!(load_err(lib), LoadError::NotExecutable { e_type: 3 }));
+    assert!(matches!(load_err(exec_image()[..40].to_vec()), LoadError::Malformed { .. }));
     let img = exec_image();
-    assert!(matches!(load_err(img[..img.len() - 3].to_vec()), LoadError::Malformed(_)));
-    assert!(matches!(load_err(img[..100].to_vec()), LoadError::Malformed(_)));
+    assert!(matches!(load_err(img[..img.len() - 3].to_vec()), LoadError::Malformed { .. }));
+    assert!(matches!(load_err(img[..100].to_vec()), LoadError::Malformed { .. }));
     let big = vec![Seg { vaddr: 0x40_1000, flags: 5, data: vec![1; 8], memsz: 1 }];
-    assert!(matches!(load_err(build_elf(2, 62, 0x40_0000, &big, None)), LoadError::Malformed(_)));
+    assert!(matches!(load_err(build_elf(2, 62, 0x40_0000, &big, None)), LoadError::Malformed { .. }));
     let low = vec![Seg { vaddr: 0x1000, flags: 5, data: vec![1; 8], memsz: 8 }];
-    assert!(matches!(load_err(build_elf(2, 62, 0x0, &low, None)), LoadError::Malformed(_)));
+    assert!(matches!(load_err(build_elf(2, 62, 0x0, &low, None)), LoadError::Malformed { .. }));
     let mut m = FakeMemory::new(100);
     let e = Kernel::load(spec_with(exec_image(), 0), &mut m).expect_err("too small");
-    assert!(matches!(e, LoadError::NoMemory(_)), "{e:?}");
+    assert!(matches!(e, LoadError::TooBig { .. }), "{e:?}");
     // Every message names the problem.
-    assert!(LoadError::Dynamic("x".into()).to_string().contains("crt-static"));
+    assert!(LoadError::Dynamic { interpreter: "x".into() }.to_string().contains("crt-static"));
+    let e = load_err(img[..100].to_vec());
+    assert!(e.to_string().starts_with("malformed ELF: program header table ends at"), "{e}");
+    assert!(e.to_string().ends_with("past the end of the file (0x64)"), "{e}");
+    let damage = std::error::Error::source(&e).expect("what is damaged is the source").to_string();
+    assert_eq!(e.to_string(), format!("malformed ELF: {damage}"));
 }
 
 #[test]
@@ -1404,17 +1412,17 @@ fn restore_refuses_garbage() {
         snapshot_step(i, &mut k, &mut m);
     }
     let bytes = k.save();
-    assert!(matches!(Kernel::restore(&[]), Err(RestoreError::Decode(_))));
+    assert!(matches!(Kernel::restore(&[]), Err(RestoreError::Decode { .. })));
     let mut long = bytes.clone();
     long.push(0);
     let e = Kernel::restore(&long).unwrap_err();
     assert_eq!(e.to_string(), "kernel state is corrupt: 1 bytes after the end of the state");
     let mut bad = k.clone();
     bad.brk_cur = bad.brk_start - 1;
-    assert!(matches!(Kernel::restore(&bad.save()), Err(RestoreError::Invalid(_))));
+    assert!(matches!(Kernel::restore(&bad.save()), Err(RestoreError::Invalid { .. })));
     let mut bad = k.clone();
     *bad.counts.entry("read".into()).or_default() += 1;
-    assert!(matches!(Kernel::restore(&bad.save()), Err(RestoreError::Invalid(_))));
+    assert!(matches!(Kernel::restore(&bad.save()), Err(RestoreError::Invalid { .. })));
 }
 
 /// Every single-byte corruption and every truncation of a real state restores to an error or to

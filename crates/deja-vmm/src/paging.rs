@@ -315,7 +315,7 @@ impl AddressSpace {
     fn check_range(addr: u64, len: u64) -> Result<(), MemError> {
         match addr.checked_add(len) {
             Some(end) if end <= USER_END => Ok(()),
-            _ => Err(MemError::OutOfRange(addr)),
+            _ => Err(MemError::OutOfRange { addr }),
         }
     }
 
@@ -416,7 +416,7 @@ impl Memory for AddressSpace {
         let mut done = 0usize;
         while done < buf.len() {
             let va = addr + done as u64;
-            let gpa = self.translate(va).ok_or(MemError::NotPresent(va))?;
+            let gpa = self.translate(va).ok_or(MemError::NotPresent { addr: va })?;
             let n = (PAGE_SIZE - (va & (PAGE_SIZE - 1))).min((buf.len() - done) as u64) as usize;
             self.read_phys(gpa, &mut buf[done..done + n]);
             done += n;
@@ -429,7 +429,7 @@ impl Memory for AddressSpace {
         let mut done = 0usize;
         while done < data.len() {
             let va = addr + done as u64;
-            let gpa = self.translate(va).ok_or(MemError::NotPresent(va))?;
+            let gpa = self.translate(va).ok_or(MemError::NotPresent { addr: va })?;
             let n = (PAGE_SIZE - (va & (PAGE_SIZE - 1))).min((data.len() - done) as u64) as usize;
             self.write_phys(gpa, &data[done..done + n]);
             done += n;
@@ -466,7 +466,7 @@ mod tests {
         let mut buf = [0u8; 5];
         s.read(0x40_0ffe, &mut buf).unwrap();
         assert_eq!(&buf, b"hello");
-        assert!(matches!(s.read(0x50_0000, &mut buf), Err(MemError::NotPresent(_))));
+        assert!(matches!(s.read(0x50_0000, &mut buf), Err(MemError::NotPresent { .. })));
     }
 
     #[test]

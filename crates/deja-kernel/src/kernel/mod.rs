@@ -20,11 +20,12 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use snafu::{OptionExt as _, ResultExt as _};
 
 use crate::clock::{Clock, RDTSC_COST_NS, SYSCALL_COST_NS};
 use crate::coverage::{CoverageRegion, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
 use crate::cpuid::Emulated;
-use crate::elf::{self, ET_DYN, PF_R, PF_W, PF_X};
+use crate::elf::{self, BiasOverflowsSnafu, OutsideLoadableSnafu, ET_DYN, PF_R, PF_W, PF_X};
 use crate::errno::*;
 use crate::faults::CrashState;
 use crate::faults::{FaultKind, FaultRecord, FaultState};
@@ -32,13 +33,17 @@ use crate::fd::FdTable;
 use crate::fs::Fs;
 use crate::layout::*;
 use crate::oracle::Oracle;
-use crate::persist::{ensure, RestoreError};
+use crate::persist::{ensure, DecodeSnafu, RestoreError, TrailingBytesSnafu};
 use crate::rng::RandomStream;
 use crate::signal::{self, Signals};
 use crate::stack::{self, AuxInfo};
 use crate::threads::{Threads, BLOCKED_RETURN};
 use crate::trace::{memory_digest, DataHasher, ExceptionRecord, Tracer};
 use crate::vm::{Access, AddressSpace, FaultError, Vma, VmaKind};
+use crate::{
+    ArgsTooBigSnafu, DiskOverCapacitySnafu, GuestPathSnafu, InvalidDiskSnafu, MalformedSnafu, OutOfMemorySnafu,
+    TooBigSnafu,
+};
 use crate::{
     AssertionReport, Entry, Exception, ExceptionOutcome, ExitStatus, FaultInfo, LoadError, Memory, ProgramSpec, Prot,
     RunReport, Stream, SyscallOutcome, PAGE_SIZE,
@@ -218,12 +223,12 @@ impl Kernel {
         let mut segs = Vec::new();
         let mut total_pages = 0u64;
         for p in img.loads() {
-            let start = reloc(p.p_vaddr).ok_or_else(|| bad("segment address overflows"))?;
-            let end = start.checked_add(p.p_memsz).ok_or_else(|| bad("segment overflows"))?;
+            let (vaddr, memsz) = (p.p_vaddr, p.p_memsz);
+            let end = reloc(vaddr).and_then(|start| Some((start, start.checked_add(memsz)?)));
+            let (start, end) = end.context(BiasOverflowsSnafu { vaddr, memsz }).context(MalformedSnafu)?;
             if start < USER_START || end > limit {
-                return Err(bad(&format!(
-                    "segment {start:#x}..{end:#x} is outside the loadable range {USER_START:#x}..{limit:#x}"
-                )));
+                let outside = OutsideLoadableSnafu { start, end, low: USER_START, high: limit };
+                return Err(outside.build()).context(MalformedSnafu);
             }
             let (ps, pe) = (page_down(start), page_up(end).unwrap_or(limit));
             total_pages += (pe - ps) / PAGE_SIZE;
@@ -241,23 +246,18 @@ impl Kernel {
         }
         let stack_pages = STACK_SIZE / PAGE_SIZE;
         if total_pages.saturating_add(stack_pages) > capacity {
-            return Err(LoadError::NoMemory(format!(
-                "the image needs {} KiB and the stack {} KiB, but only {} KiB are available",
-                total_pages * 4,
-                stack_pages * 4,
-                capacity * 4
-            )));
+            return TooBigSnafu { image_kib: total_pages * 4, stack_kib: stack_pages * 4, available_kib: capacity * 4 }
+                .fail();
         }
-        let oom = |what: &str| LoadError::NoMemory(format!("out of frames while loading {what}"));
 
         // Populate writable, copy file bytes, then compute the final per-page protection.
         // Page → (protection, file offset of the page).
         let mut page_prot: BTreeMap<u64, (Prot, u64)> = BTreeMap::new();
         for (start, p, ps, pe, prot) in &segs {
-            mem.populate(*ps, pe - ps, Prot::RW).map_err(|_| oom("the image"))?;
+            mem.populate(*ps, pe - ps, Prot::RW).context(OutOfMemorySnafu { what: "the image" })?;
             let off = p.p_offset as usize;
             let data = &spec.image[off..off + p.p_filesz as usize];
-            mem.write(*start, data).map_err(|_| oom("the image"))?;
+            mem.write(*start, data).context(OutOfMemorySnafu { what: "the image" })?;
             let mut a = *ps;
             while a < *pe {
                 let e = page_prot.entry(a).or_insert((Prot::NONE, page_down(p.p_offset) + (a - ps)));
@@ -300,25 +300,20 @@ impl Kernel {
         let phdr = reloc(img.phdr_vaddr()).unwrap_or(0);
         let aux = AuxInfo { phdr, phnum: img.phdrs.len() as u64, entry: entry_rip };
         let st = stack::build(STACK_TOP, &spec.argv, &spec.env, &spec.exe_path, random, aux, STACK_SIZE / 4)
-            .ok_or_else(|| LoadError::NoMemory("argv and environment exceed a quarter of the 8 MiB stack".into()))?;
+            .context(ArgsTooBigSnafu)?;
         let eager = page_up(STACK_TOP - st.rsp).unwrap_or(STACK_SIZE).max(STACK_EAGER);
-        mem.populate(STACK_TOP - eager, eager, Prot::RW).map_err(|_| oom("the stack"))?;
-        mem.write(st.rsp, &st.bytes).map_err(|_| oom("the stack"))?;
+        mem.populate(STACK_TOP - eager, eager, Prot::RW).context(OutOfMemorySnafu { what: "the stack" })?;
+        mem.write(st.rsp, &st.bytes).context(OutOfMemorySnafu { what: "the stack" })?;
 
         if let Some(d) = &spec.disk {
-            d.validate().map_err(|e| LoadError::Disk(e.to_string()))?;
-            if d.data_bytes() > spec.fs.capacity_bytes {
-                return Err(LoadError::Disk(format!(
-                    "the disk holds {} bytes of files but the capacity is {}",
-                    d.data_bytes(),
-                    spec.fs.capacity_bytes
-                )));
-            }
+            d.validate().context(InvalidDiskSnafu)?;
+            let (bytes, capacity) = (d.data_bytes(), spec.fs.capacity_bytes);
+            snafu::ensure!(bytes <= capacity, DiskOverCapacitySnafu { bytes, capacity });
         }
         if let Some((path, problem)) =
             spec.files.keys().find_map(|p| crate::fs::guest_path_problem(p).map(|why| (p.clone(), why)))
         {
-            return Err(LoadError::GuestPath { path, problem });
+            return GuestPathSnafu { path, problem }.fail();
         }
         let fs = Fs::new(spec.fs, spec.disk.as_ref(), &spec.files, &spec.exe_path, &spec.image);
         let faults = FaultState::new(spec.faults.clone(), spec.seed);
@@ -404,11 +399,8 @@ impl Kernel {
     /// consistent with the trace, ...). File contents held by several parts of the state are
     /// shared again.
     pub fn restore(bytes: &[u8]) -> Result<Kernel, RestoreError> {
-        let (Unchecked(mut k), rest) =
-            postcard::take_from_bytes::<Unchecked>(bytes).map_err(|e| RestoreError::Decode(e.to_string()))?;
-        if !rest.is_empty() {
-            return Err(RestoreError::Decode(format!("{} bytes after the end of the state", rest.len())));
-        }
+        let (Unchecked(mut k), rest) = postcard::take_from_bytes::<Unchecked>(bytes).context(DecodeSnafu)?;
+        snafu::ensure!(rest.is_empty(), TrailingBytesSnafu { count: rest.len() });
         k.validate()?;
         k.vm.share_file_data(&k.fs);
         Ok(k)
@@ -472,7 +464,3 @@ impl Kernel {
 pub(crate) const AT_FDCWD: u64 = -100i64 as u64;
 /// `AT_SYMLINK_NOFOLLOW`.
 pub(crate) const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
-
-fn bad(msg: &str) -> LoadError {
-    LoadError::Malformed(msg.to_string())
-}

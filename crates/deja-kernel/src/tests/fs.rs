@@ -637,13 +637,13 @@ fn crash_point_outcome_restart_and_observed() {
     let mut spec = spec_with(exec_image(), 1);
     spec.disk = Some(bad);
     let mut mem = FakeMemory::new(FRAMES);
-    assert!(matches!(Kernel::load(spec, &mut mem), Err(LoadError::Disk(_))));
+    assert!(matches!(Kernel::load(spec, &mut mem), Err(LoadError::InvalidDisk { .. })));
     let mut spec = spec_with(exec_image(), 1);
     let mut big = Disk::default();
     big.insert_file("/data/x", vec![0; 100]).unwrap();
     spec.disk = Some(big);
     spec.fs.capacity_bytes = 10;
-    assert!(matches!(Kernel::load(spec, &mut mem), Err(LoadError::Disk(_))));
+    assert!(matches!(Kernel::load(spec, &mut mem), Err(LoadError::DiskOverCapacity { .. })));
 }
 
 #[test]
@@ -958,7 +958,7 @@ fn save_restore_mid_run_keeps_the_file_system() {
     let mut bad = h.k.clone();
     let id = bad.fs.lookup_abs("/data/wal2").unwrap();
     bad.fds.close(3).unwrap();
-    assert!(matches!(Kernel::restore(&bad.save()), Err(RestoreError::Invalid(_))), "open count of {id}");
+    assert!(matches!(Kernel::restore(&bad.save()), Err(RestoreError::Invalid { .. })), "open count of {id}");
 }
 
 // ---------------------------------------------------------------------------------------------
