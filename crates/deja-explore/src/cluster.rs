@@ -336,15 +336,6 @@ impl ClusterBug {
     }
 }
 
-fn is_fault_point(p: &str) -> bool {
-    ["partition", "kill", "down", "pause", "clock", "udp"].iter().any(|k| p.starts_with(k))
-}
-
-/// Decisions that choose *which* fault (its sides, direction or target) rather than when.
-fn is_structural(p: &str) -> bool {
-    p.ends_with("sides") || p.ends_with("one way") || p.ends_with("direction") || p.ends_with("target")
-}
-
 /// A cluster under exploration.
 pub struct ClusterSubject<'a> {
     target: &'a ClusterTarget,
@@ -466,13 +457,13 @@ impl Subject for ClusterSubject<'_> {
             .decisions
             .iter()
             .map(|d| {
-                let fault = is_fault_point(&d.point);
+                let fault = d.point.is_fault_point();
                 Decision {
                     options: d.options,
                     choice: d.choice,
                     random: !fault,
                     fault,
-                    structural: is_structural(&d.point),
+                    structural: d.point.is_structural(),
                 }
             })
             .collect();

@@ -71,8 +71,8 @@ impl Input {
 pub struct LoggedDecision {
     /// Position in the run's decision log.
     pub index: u64,
-    /// What was decided, e.g. `sdk choice #2 of 3` or `crash image: /data/wal torn sectors`.
-    pub point: String,
+    /// What was decided, e.g. `sdk choice #2 of 3` or `crash state: cut one kept write`.
+    pub point: deja_kernel::DecisionPoint,
     /// Number of options (0: any u64).
     pub options: u64,
     /// The choice taken.
