@@ -582,7 +582,7 @@ pub struct MinimizedCluster {
 
 /// Describes a scheduled fault for people.
 pub fn describe_fault(f: &ScheduledFault) -> String {
-    let what = serde_json::to_value(f.action).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+    let what = f.action.name();
     let mut s = format!("{what} at {} ms", f.at_ms);
     if !f.groups.is_empty() {
         let g: Vec<String> = f.groups.iter().map(|g| format!("[{}]", g.join(","))).collect();

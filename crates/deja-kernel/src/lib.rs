@@ -474,6 +474,31 @@ pub enum AssertionStatus {
     Reached,
 }
 
+impl AssertionStatus {
+    /// Its name, as serialized (`passed`, `failed`, `unreached`, `satisfied`, `unsatisfied`,
+    /// `reached`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AssertionStatus::Passed => "passed",
+            AssertionStatus::Failed => "failed",
+            AssertionStatus::Unreached => "unreached",
+            AssertionStatus::Satisfied => "satisfied",
+            AssertionStatus::Unsatisfied => "unsatisfied",
+            AssertionStatus::Reached => "reached",
+        }
+    }
+
+    /// Every status, in order.
+    pub const ALL: [AssertionStatus; 6] = [
+        AssertionStatus::Passed,
+        AssertionStatus::Failed,
+        AssertionStatus::Unreached,
+        AssertionStatus::Satisfied,
+        AssertionStatus::Unsatisfied,
+        AssertionStatus::Reached,
+    ];
+}
+
 /// Where and when an assertion was evaluated.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AssertionContext {

@@ -697,3 +697,10 @@ fn coverage_of_a_pie_applies_the_load_bias() {
     assert_eq!(r.coverage_map(&m), k.coverage_map(&m));
     assert_eq!(r.coverage_map(&m).unwrap()[1], 8);
 }
+
+#[test]
+fn an_assertion_status_is_named_as_it_is_serialized() {
+    for status in AssertionStatus::ALL {
+        assert_eq!(serde_json::to_value(status).unwrap(), status.name(), "{status:?}");
+    }
+}
