@@ -536,6 +536,25 @@ impl DecisionPoint {
         }
     }
 
+    /// The words of a variant without data.
+    fn fixed_words(&self) -> Option<&'static str> {
+        use DecisionPoint as P;
+        Some(match self {
+            P::CrashCutOne => "crash state: cut one kept write",
+            P::NetworkLatency => "network latency",
+            P::UdpLoss => "udp loss",
+            P::UdpReorder => "udp reorder",
+            P::UdpDuplicate => "udp duplicate",
+            P::PartitionSides => "partition sides",
+            P::PartitionOneWay => "partition one way",
+            P::PartitionLength => "partition length",
+            P::DownLength => "down length",
+            P::PauseLength => "pause length",
+            P::ClockJump => "clock jump",
+            _ => return None,
+        })
+    }
+
     /// Parses `s` as a variant, `None` when none gives it back exactly.
     fn parse_variant(s: &str) -> Option<DecisionPoint> {
         use DecisionPoint as P;
@@ -552,7 +571,7 @@ impl DecisionPoint {
             P::PauseLength,
             P::ClockJump,
         ];
-        if let Some(p) = fixed.into_iter().find(|p| p.to_string() == s) {
+        if let Some(p) = fixed.into_iter().find(|p| p.fixed_words() == Some(s)) {
             return Some(p);
         }
         if let Some(n) = s.strip_prefix("sdk random #") {
@@ -606,6 +625,9 @@ fn number(s: &str) -> Option<u64> {
 impl std::fmt::Display for DecisionPoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         use DecisionPoint as P;
+        if let Some(words) = self.fixed_words() {
+            return f.write_str(words);
+        }
         match self {
             P::SdkRandom { n } => write!(f, "sdk random #{n}"),
             P::SdkChoice { n, options } => write!(f, "sdk choice #{n} of {options}"),
@@ -615,24 +637,25 @@ impl std::fmt::Display for DecisionPoint {
             }
             P::Schedule { syscall } => write!(f, "schedule after syscall {syscall}"),
             P::CrashKeep { what } => write!(f, "crash state: keep {what}"),
-            P::CrashCutOne => f.write_str("crash state: cut one kept write"),
             P::CrashSectorsKept { what } => write!(f, "crash state: sectors of {what} kept"),
             P::CrashPrefix { pending } => write!(f, "crash state: prefix of the {pending} pending operations"),
             P::CrashSectorsReached { what } => write!(f, "crash state: sectors of {what} that reached the disk"),
-            P::NetworkLatency => f.write_str("network latency"),
-            P::UdpLoss => f.write_str("udp loss"),
-            P::UdpReorder => f.write_str("udp reorder"),
-            P::UdpDuplicate => f.write_str("udp duplicate"),
             P::RunNode { at } => write!(f, "run node at {at}"),
             P::Gap(kind) => write!(f, "{} gap", kind.name()),
             P::Target(kind) => write!(f, "{} target", kind.name()),
-            P::PartitionSides => f.write_str("partition sides"),
-            P::PartitionOneWay => f.write_str("partition one way"),
-            P::PartitionLength => f.write_str("partition length"),
-            P::DownLength => f.write_str("down length"),
-            P::PauseLength => f.write_str("pause length"),
-            P::ClockJump => f.write_str("clock jump"),
             P::Other(s) => f.write_str(s),
+            // Written above.
+            P::CrashCutOne
+            | P::NetworkLatency
+            | P::UdpLoss
+            | P::UdpReorder
+            | P::UdpDuplicate
+            | P::PartitionSides
+            | P::PartitionOneWay
+            | P::PartitionLength
+            | P::DownLength
+            | P::PauseLength
+            | P::ClockJump => Ok(()),
         }
     }
 }
@@ -658,7 +681,16 @@ impl From<&str> for DecisionPoint {
 impl PartialEq<&str> for DecisionPoint {
     /// Compares the point's words.
     fn eq(&self, other: &&str) -> bool {
-        self.to_string() == *other
+        /// Consumes `0` while what is written matches it.
+        struct Rest<'a>(&'a str);
+        impl std::fmt::Write for Rest<'_> {
+            fn write_str(&mut self, s: &str) -> std::fmt::Result {
+                self.0 = self.0.strip_prefix(s).ok_or(std::fmt::Error)?;
+                Ok(())
+            }
+        }
+        let mut rest = Rest(other);
+        std::fmt::write(&mut rest, format_args!("{self}")).is_ok() && rest.0.is_empty()
     }
 }
 

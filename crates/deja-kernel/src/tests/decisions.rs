@@ -345,6 +345,7 @@ fn every_decision_point_reads_back_from_its_words() {
     for p in every_point() {
         let words = p.to_string();
         assert_eq!(words.parse::<DecisionPoint>().unwrap(), p, "{words:?}");
+        assert!(p == words.as_str() && p != format!("{words} ").as_str() && (words.is_empty() || p != &words[1..]));
         let json = serde_json::to_string(&p).unwrap();
         assert_eq!(json, serde_json::to_string(&words).unwrap(), "serialized as its words");
         assert_eq!(serde_json::from_str::<DecisionPoint>(&json).unwrap(), p);
