@@ -268,7 +268,7 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<Exit, Failure> {
     if args.json {
         // The last line of stderr, like a single run's summary.
         let mut json = serde_json::to_value(&first).map_err(|e| Failure::new(Exit::DejaFailed, e.to_string()))?;
-        json["host"] = crate::run::host_json(host);
+        json["host"] = crate::run::HostSummary::new(host).to_json();
         json["audit"] = serde_json::to_value(&audit).expect("plain data serializes");
         eprintln!("{json}");
     }

@@ -105,7 +105,7 @@ struct Point {
 }
 
 fn kind_of(f: &deja_kernel::FaultRecord) -> String {
-    serde_json::to_value(f.kind).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+    f.kind.name().to_string()
 }
 
 /// Runs the sweep: [`Exit::Clean`] all held, [`Exit::Failure`] a restart failed,

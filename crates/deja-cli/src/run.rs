@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use deja_kernel::{ExitStatus, ProgramSpec, RunReport, Stream};
 use deja_vmm::{Incarnation, RunError, Session, Snapshot, SnapshotMeta};
+use serde::Serialize;
 
 use crate::exit::Exit;
 
@@ -434,50 +435,136 @@ fn describe_exit(status: &ExitStatus) -> String {
     }
 }
 
-/// The JSON summary of a run.
-pub fn summary_json(
-    report: &RunReport,
-    run: &deja_vmm::Run,
-    host: &deja_vmm::HostProfile,
-    audit: Option<&serde_json::Value>,
-    replay: &str,
-) -> serde_json::Value {
-    serde_json::json!({
-        "schema": "deja.run-report/1",
-        "exit": report.exit,
-        "exit_code": report.exit.code(),
-        "syscalls": report.syscalls,
-        "syscall_counts": report.syscall_counts,
-        "unsupported_syscalls": report.unsupported,
-        "virtual_time_ns": report.virtual_time_ns,
-        "trace_digest": report.trace_digest,
-        "memory_digest": report.memory_digest,
-        "digest": report.digest,
-        "vm": run.stats,
-        "host_hazards": host.hazards(),
-        "host": host_json(host),
-        "audit": audit,
-        "assertion_failed": report.assertion_failed(),
-        "assertions": report.assertions,
-        "setup_complete": report.setup_complete,
-        "events": report.events.len(),
-        "protocol_errors": report.protocol_errors,
-        "coverage": report.coverage,
-        "durable_writes": report.durable_writes,
-        "faults": report.faults,
-        "decisions": report.decisions.len(),
-        "replay": replay,
-    })
+/// The schema of a run's JSON summary (`contracts/run-report.schema.json`).
+pub const RUN_REPORT_SCHEMA: &str = "deja.run-report/1";
+
+/// The JSON summary of a run ([`RUN_REPORT_SCHEMA`]): what `--json` prints and `--report-out`
+/// writes. Its fields are declared in the order the summary lists them, by name; it is written
+/// through [`RunSummary::to_json`], which orders the members of the objects inside it by name
+/// as well.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary<'a> {
+    /// The program's last life failed an assertion.
+    pub assertion_failed: bool,
+    /// The assertion catalogue and its outcomes.
+    pub assertions: &'a [deja_kernel::AssertionReport],
+    /// The `--audit` verdict, if one was asked for.
+    pub audit: Option<&'a serde_json::Value>,
+    /// The coverage summary, for instrumented programs.
+    pub coverage: &'a Option<deja_kernel::CoverageSummary>,
+    /// How many decisions the run took.
+    pub decisions: usize,
+    /// The run's digest.
+    pub digest: &'a str,
+    /// Durable writes the program made.
+    pub durable_writes: u64,
+    /// How many SDK events it emitted.
+    pub events: usize,
+    /// How it ended.
+    pub exit: &'a ExitStatus,
+    /// The exit code `deja run` gives for it.
+    pub exit_code: i32,
+    /// The fault ledger.
+    pub faults: &'a [deja_kernel::FaultRecord],
+    /// The host's identity.
+    pub host: HostSummary<'a>,
+    /// The host's determinism hazards under the remedy in force.
+    pub host_hazards: Vec<String>,
+    /// The digest of the final memory.
+    pub memory_digest: &'a str,
+    /// Malformed SDK requests.
+    pub protocol_errors: u64,
+    /// The command that reproduces the run.
+    pub replay: &'a str,
+    /// [`RUN_REPORT_SCHEMA`].
+    pub schema: &'static str,
+    /// When the program declared its setup complete.
+    pub setup_complete: &'a Option<deja_kernel::LifecycleRecord>,
+    /// Syscalls by name.
+    pub syscall_counts: &'a BTreeMap<String, u64>,
+    /// Syscalls served.
+    pub syscalls: u64,
+    /// The digest of the syscall trace.
+    pub trace_digest: &'a str,
+    /// Unsupported syscalls by name.
+    pub unsupported_syscalls: &'a BTreeMap<String, u64>,
+    /// Virtual time at the end, in ns.
+    pub virtual_time_ns: u64,
+    /// The VM's counters.
+    pub vm: &'a deja_vmm::VmStats,
+}
+
+impl<'a> RunSummary<'a> {
+    /// The summary of `report`, a life of `run` on `host`.
+    pub fn new(
+        report: &'a RunReport,
+        run: &'a deja_vmm::Run,
+        host: &'a deja_vmm::HostProfile,
+        audit: Option<&'a serde_json::Value>,
+        replay: &'a str,
+    ) -> RunSummary<'a> {
+        RunSummary {
+            assertion_failed: report.assertion_failed(),
+            assertions: &report.assertions,
+            audit,
+            coverage: &report.coverage,
+            decisions: report.decisions.len(),
+            digest: &report.digest,
+            durable_writes: report.durable_writes,
+            events: report.events.len(),
+            exit: &report.exit,
+            exit_code: report.exit.code(),
+            faults: &report.faults,
+            host: HostSummary::new(host),
+            host_hazards: host.hazards(),
+            memory_digest: &report.memory_digest,
+            protocol_errors: report.protocol_errors,
+            replay,
+            schema: RUN_REPORT_SCHEMA,
+            setup_complete: &report.setup_complete,
+            syscall_counts: &report.syscall_counts,
+            syscalls: report.syscalls,
+            trace_digest: &report.trace_digest,
+            unsupported_syscalls: &report.unsupported,
+            virtual_time_ns: report.virtual_time_ns,
+            vm: &run.stats,
+        }
+    }
+
+    /// As JSON, every object's members ordered by name (the layout the summary has always had).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("plain data serializes")
+    }
 }
 
 /// The `host` object of a report: the fingerprint, the remedy in force and the hazards left.
-pub fn host_json(host: &deja_vmm::HostProfile) -> serde_json::Value {
-    serde_json::json!({
-        "fingerprint": host.fingerprint,
-        "remedy": host.remedy.to_string(),
-        "policy": host.policy,
-        "hazards": host.hazards(),
-    })
+#[derive(Debug, Clone, Serialize)]
+pub struct HostSummary<'a> {
+    /// The fingerprint every artifact records.
+    pub fingerprint: &'a deja_vmm::Fingerprint,
+    /// The determinism hazards left.
+    pub hazards: Vec<String>,
+    /// What `DEJA_CPU_IDENTITY` asked for.
+    pub policy: &'a deja_vmm::identity::Policy,
+    /// The remedy in force, in words.
+    pub remedy: String,
+}
+
+impl<'a> HostSummary<'a> {
+    /// The summary of `host`.
+    pub fn new(host: &'a deja_vmm::HostProfile) -> HostSummary<'a> {
+        HostSummary {
+            fingerprint: &host.fingerprint,
+            hazards: host.hazards(),
+            policy: &host.policy,
+            remedy: host.remedy.to_string(),
+        }
+    }
+
+    /// As JSON, every object's members ordered by name.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("plain data serializes")
+    }
 }
 
 fn print_assertions(e: &mut impl Write, report: &RunReport, replay: &str) {
@@ -487,7 +574,7 @@ fn print_assertions(e: &mut impl Write, report: &RunReport, replay: &str) {
     let failed = report.assertions.iter().filter(|a| a.bug).count();
     let _ = writeln!(e, "deja: assertions ({} catalogued, {failed} failed):", report.assertions.len());
     for a in &report.assertions {
-        let status = serde_json::to_value(a.status).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+        let status = a.status.name().to_string();
         let _ = writeln!(
             e,
             "deja:   {:<11} {:<21} {:<48} {}:{}  (hits {}, passes {}, failures {})",
@@ -751,7 +838,7 @@ fn run_main(args: &RunArgs) -> Result<Exit, Failure> {
         })?;
     }
     let replay = replay_command(args);
-    let json = summary_json(&first.report, &first, host, audit.as_ref(), &replay);
+    let json = RunSummary::new(&first.report, &first, host, audit.as_ref(), &replay).to_json();
     if let Some(path) = &args.report_out {
         std::fs::write(path, serde_json::to_vec_pretty(&json).unwrap_or_default()).map_err(|e| {
             Failure::new(Exit::DejaFailed, format!("cannot write the report to {}: {e}", path.display()))

@@ -408,6 +408,37 @@ pub enum Action {
     ClockSkew,
 }
 
+impl Action {
+    /// Its name, as written in cluster files (`partition`, `partition-one-way`, `heal`, `kill`,
+    /// `restart`, `pause`, `resume`, `clock-jump`, `clock-skew`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Partition => "partition",
+            Action::PartitionOneWay => "partition-one-way",
+            Action::Heal => "heal",
+            Action::Kill => "kill",
+            Action::Restart => "restart",
+            Action::Pause => "pause",
+            Action::Resume => "resume",
+            Action::ClockJump => "clock-jump",
+            Action::ClockSkew => "clock-skew",
+        }
+    }
+
+    /// Every action, in order.
+    pub const ALL: [Action; 9] = [
+        Action::Partition,
+        Action::PartitionOneWay,
+        Action::Heal,
+        Action::Kill,
+        Action::Restart,
+        Action::Pause,
+        Action::Resume,
+        Action::ClockJump,
+        Action::ClockSkew,
+    ];
+}
+
 /// A node as written in the file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -611,5 +642,17 @@ impl ClusterConfig {
             binary_hashes: hashes,
             file_blake3: String::new(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_action_is_named_as_it_is_written() {
+        for action in Action::ALL {
+            assert_eq!(serde_json::to_value(action).unwrap(), action.name(), "{action:?}");
+        }
     }
 }

@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use deja_kernel::net::{Packet, Payload, SockAddr};
-use deja_kernel::DecisionLog;
+use deja_kernel::{DecisionLog, DecisionPoint};
 
 use crate::config::NetworkConfig;
 use crate::FaultEvent;
@@ -224,19 +224,19 @@ impl Network {
             return lo;
         }
         let steps = ((hi - lo) / 1000).clamp(1, LATENCY_STEPS);
-        let k = log.decide_keyed("network latency".into(), steps + 1, &meaning.key(draw));
+        let k = log.decide_keyed(DecisionPoint::NetworkLatency, steps + 1, &meaning.key(draw));
         lo + (hi - lo) * k / steps
     }
 
     /// Decides whether a fault of probability `p` strikes, drawn from the log's stream (a
     /// random fault of the schedule: it has no message to be keyed by).
-    pub(crate) fn strike(log: &mut DecisionLog, p: f64, point: &str) -> bool {
-        p > 0.0 && log.decide(point.into(), PPM) < ppm(p)
+    pub(crate) fn strike(log: &mut DecisionLog, p: f64, point: DecisionPoint) -> bool {
+        p > 0.0 && log.decide(point, PPM) < ppm(p)
     }
 
     /// Decides whether a fault of probability `p` strikes a message, keyed by its `meaning`.
-    fn strike_keyed(log: &mut DecisionLog, p: f64, point: &str, meaning: &[u8]) -> bool {
-        p > 0.0 && log.decide_keyed(point.into(), PPM, meaning) < ppm(p)
+    fn strike_keyed(log: &mut DecisionLog, p: f64, point: DecisionPoint, meaning: &[u8]) -> bool {
+        p > 0.0 && log.decide_keyed(point, PPM, meaning) < ppm(p)
     }
 
     /// Routes a packet `from` node sent at `now`: the deliveries it makes now (the rest may be
@@ -307,13 +307,13 @@ impl Network {
             return vec![Delivery { at, node: to, packet: p }];
         }
         let what = format!("{} -> {}", p.src, p.dst);
-        if Self::strike_keyed(log, self.cfg.udp_loss, "udp loss", &meaning.key(draw::LOSS)) {
+        if Self::strike_keyed(log, self.cfg.udp_loss, DecisionPoint::UdpLoss, &meaning.key(draw::LOSS)) {
             self.stats.lost += 1;
             ledger.push(FaultEvent::new(now, "udp-loss", what));
             return Vec::new();
         }
         let mut at = now + lat;
-        if Self::strike_keyed(log, self.cfg.udp_reorder, "udp reorder", &meaning.key(draw::REORDER)) {
+        if Self::strike_keyed(log, self.cfg.udp_reorder, DecisionPoint::UdpReorder, &meaning.key(draw::REORDER)) {
             self.stats.reordered += 1;
             // Held back behind what is sent during the next few latencies.
             let extra = self.latency(log, meaning, draw::REORDER_DELAY) * 3 + 1_000_000;
@@ -321,7 +321,7 @@ impl Network {
             ledger.push(FaultEvent::new(now, "udp-reorder", format!("{what} held back {} µs", extra / 1000)));
         }
         let mut out = vec![Delivery { at, node: to, packet: p.clone() }];
-        if Self::strike_keyed(log, self.cfg.udp_duplicate, "udp duplicate", &meaning.key(draw::DUPLICATE)) {
+        if Self::strike_keyed(log, self.cfg.udp_duplicate, DecisionPoint::UdpDuplicate, &meaning.key(draw::DUPLICATE)) {
             self.stats.duplicated += 1;
             let again = now + self.latency(log, meaning, draw::DUPLICATE_LATENCY);
             ledger.push(FaultEvent::new(now, "udp-duplicate", what));

@@ -71,7 +71,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use deja_kernel::net::{Packet, Payload, SockAddr};
-use deja_kernel::{DecisionLog, ExitStatus, Kernel, ProgramSpec, RunReport, Stream};
+use deja_kernel::{DecisionLog, DecisionPoint, ExitStatus, Kernel, ProgramSpec, RandomFault, RunReport, Stream};
 use deja_vmm::{BootOptions, Parent, ResetStats, Stop, Vm};
 use serde::{Deserialize, Serialize};
 
@@ -156,19 +156,11 @@ enum Event {
     Deliver(Box<Delivery>),
     SynCheck { node: usize, src: SockAddr, dst: SockAddr },
     Scripted(Box<ScheduledFault>),
-    RandomTick(RandomKind),
+    RandomTick(RandomFault),
     Heal { epoch: u64 },
     Restart(usize),
     Resume(usize),
     TcpTimeout { epoch: u64 },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RandomKind {
-    Partition,
-    Kill,
-    Pause,
-    Clock,
 }
 
 /// Where a cluster run takes its steering.
@@ -397,15 +389,6 @@ impl Fork {
     }
 }
 
-fn kind_name(k: RandomKind) -> &'static str {
-    match k {
-        RandomKind::Partition => "partition",
-        RandomKind::Kill => "kill",
-        RandomKind::Pause => "pause",
-        RandomKind::Clock => "clock",
-    }
-}
-
 impl Sim {
     /// Boots every node of `cfg`; nothing has run yet.
     fn boot(cfg: ClusterConfig, record_trace: bool, dirty_log: bool) -> Result<Sim, ClusterError> {
@@ -481,13 +464,13 @@ impl Sim {
         }
         if let Some(r) = self.cfg.random_faults.clone() {
             for (kind, every) in [
-                (RandomKind::Partition, r.partition_every_ms),
-                (RandomKind::Kill, r.kill_every_ms),
-                (RandomKind::Pause, r.pause_every_ms),
-                (RandomKind::Clock, r.clock_every_ms),
+                (RandomFault::Partition, r.partition_every_ms),
+                (RandomFault::Kill, r.kill_every_ms),
+                (RandomFault::Pause, r.pause_every_ms),
+                (RandomFault::Clock, r.clock_every_ms),
             ] {
                 if let Some(range) = every {
-                    let gap = self.draw_ms(&format!("{} gap", kind_name(kind)), range);
+                    let gap = self.draw_ms(DecisionPoint::Gap(kind), range);
                     self.push(gap, Event::RandomTick(kind));
                 }
             }
@@ -528,8 +511,8 @@ impl Sim {
     }
 
     /// A duration drawn uniformly from `[a, b]` ms, in ns (at 1 ms granularity).
-    fn draw_ms(&mut self, point: &str, [a, b]: [u64; 2]) -> u64 {
-        let k = if b > a { self.log.decide(point.to_string(), (b - a).min(100_000) + 1) } else { 0 };
+    fn draw_ms(&mut self, point: DecisionPoint, [a, b]: [u64; 2]) -> u64 {
+        let k = if b > a { self.log.decide(point, (b - a).min(100_000) + 1) } else { 0 };
         (a + k).saturating_mul(1_000_000)
     }
 
@@ -620,7 +603,7 @@ impl Sim {
             let tied: Vec<usize> = ready.iter().filter(|r| Some(r.0) == node_t).map(|r| r.1).collect();
             let pick = if tied.len() > 1 {
                 let meaning: Vec<u8> = tied.iter().flat_map(|&i| (i as u32).to_le_bytes()).collect();
-                let k = self.log.decide_keyed(format!("run node at {t}"), tied.len() as u64, &meaning);
+                let k = self.log.decide_keyed(DecisionPoint::RunNode { at: t }, tied.len() as u64, &meaning);
                 tied[k as usize]
             } else {
                 tied[0]
@@ -995,69 +978,68 @@ impl Sim {
     }
 
     /// A node random faults may hit, chosen by the decision `point`.
-    fn random_target(&mut self, r: &RandomFaults, point: &str) -> usize {
+    fn random_target(&mut self, r: &RandomFaults, point: DecisionPoint) -> usize {
         let t: Vec<usize> = if r.targets.is_empty() {
             (0..self.nodes.len()).collect()
         } else {
             r.targets.iter().map(|n| self.index_of(n)).collect()
         };
-        t[self.log.decide(point.into(), t.len() as u64) as usize]
+        t[self.log.decide(point, t.len() as u64) as usize]
     }
 
-    fn random_tick(&mut self, kind: RandomKind) -> Result<(), ClusterError> {
+    fn random_tick(&mut self, kind: RandomFault) -> Result<(), ClusterError> {
         let Some(r) = self.cfg.random_faults.clone() else { return Ok(()) };
         if r.until_ms.is_some_and(|u| self.now > u.saturating_mul(1_000_000)) {
             return Ok(());
         }
-        let name = kind_name(kind);
         let (every, _) = match kind {
-            RandomKind::Partition => (r.partition_every_ms, r.partition_for_ms),
-            RandomKind::Kill => (r.kill_every_ms, r.down_for_ms),
-            RandomKind::Pause => (r.pause_every_ms, r.pause_for_ms),
-            RandomKind::Clock => (r.clock_every_ms, r.clock_jump_ms),
+            RandomFault::Partition => (r.partition_every_ms, r.partition_for_ms),
+            RandomFault::Kill => (r.kill_every_ms, r.down_for_ms),
+            RandomFault::Pause => (r.pause_every_ms, r.pause_for_ms),
+            RandomFault::Clock => (r.clock_every_ms, r.clock_jump_ms),
         };
         let n = self.nodes.len();
         match kind {
-            RandomKind::Partition if !self.random_partition_active && n > 1 => {
+            RandomFault::Partition if !self.random_partition_active && n > 1 => {
                 // A random split into two non-empty sides (bit i of the mask: node i's side).
                 let n = n.min(20);
-                let mask = self.log.decide("partition sides".into(), (1u64 << n) - 2) + 1;
+                let mask = self.log.decide(DecisionPoint::PartitionSides, (1u64 << n) - 2) + 1;
                 let (a, b): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| mask >> i & 1 == 1);
-                if Network::strike(&mut self.log, r.one_way, "partition one way") {
+                if Network::strike(&mut self.log, r.one_way, DecisionPoint::PartitionOneWay) {
                     self.one_way(a, b);
                 } else {
                     self.partition(vec![a, b]);
                 }
                 self.random_partition_active = true;
-                let len = self.draw_ms("partition length", r.partition_for_ms);
+                let len = self.draw_ms(DecisionPoint::PartitionLength, r.partition_for_ms);
                 let epoch = self.net.epoch;
                 self.push(self.now + len, Event::Heal { epoch });
             }
-            RandomKind::Kill => {
-                let i = self.random_target(&r, "kill target");
+            RandomFault::Kill => {
+                let i = self.random_target(&r, DecisionPoint::Target(RandomFault::Kill));
                 if self.nodes[i].state != State::Down && self.nodes[i].state != State::Exited {
                     self.kill(i);
-                    let len = self.draw_ms("down length", r.down_for_ms);
+                    let len = self.draw_ms(DecisionPoint::DownLength, r.down_for_ms);
                     self.push(self.now + len, Event::Restart(i));
                 }
             }
-            RandomKind::Pause => {
-                let i = self.random_target(&r, "pause target");
+            RandomFault::Pause => {
+                let i = self.random_target(&r, DecisionPoint::Target(RandomFault::Pause));
                 if !self.nodes[i].paused && self.nodes[i].live.is_some() {
                     self.pause(i);
-                    let len = self.draw_ms("pause length", r.pause_for_ms);
+                    let len = self.draw_ms(DecisionPoint::PauseLength, r.pause_for_ms);
                     self.push(self.now + len, Event::Resume(i));
                 }
             }
-            RandomKind::Clock => {
-                let i = self.random_target(&r, "clock target");
-                let jump = self.draw_ms("clock jump", r.clock_jump_ms);
+            RandomFault::Clock => {
+                let i = self.random_target(&r, DecisionPoint::Target(RandomFault::Clock));
+                let jump = self.draw_ms(DecisionPoint::ClockJump, r.clock_jump_ms);
                 self.clock_jump(i, jump);
             }
-            RandomKind::Partition => {}
+            RandomFault::Partition => {}
         }
         if let Some(range) = every {
-            let gap = self.draw_ms(&format!("{name} gap"), range);
+            let gap = self.draw_ms(DecisionPoint::Gap(kind), range);
             self.push(self.now + gap, Event::RandomTick(kind));
         }
         Ok(())

@@ -49,6 +49,7 @@ use rand_chacha::ChaCha20Rng;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::menu::modulo_below;
 use crate::{ExploreError, Mismatch};
 use snafu::{ensure, OptionExt, ResultExt};
 
@@ -700,7 +701,7 @@ pub(crate) fn assertion_status(kind: &str, hits: u64, failures: u64, passes_seen
 /// Draws an index with probability proportional to its weight.
 pub(crate) fn pick_weighted(rng: &mut ChaCha20Rng, weights: &[u64]) -> usize {
     let total: u64 = weights.iter().sum();
-    let mut x = rng.next_u64() % total.max(1);
+    let mut x = modulo_below(rng, total.max(1));
     for (i, w) in weights.iter().enumerate() {
         if x < *w {
             return i;
@@ -748,10 +749,10 @@ pub(crate) fn mutate_decisions<I>(
         return false;
     }
     let focus = parent.focus.filter(|f| (first..=count).contains(f));
-    let within = |rng: &mut ChaCha20Rng, lo: u64, hi: u64| lo + rng.next_u64() % (hi - lo).max(1);
-    let one_of = |rng: &mut ChaCha20Rng, v: &[u64]| v[(rng.next_u64() % v.len() as u64) as usize];
+    let within = |rng: &mut ChaCha20Rng, lo: u64, hi: u64| lo + modulo_below(rng, (hi - lo).max(1));
+    let one_of = |rng: &mut ChaCha20Rng, v: &[u64]| v[modulo_below(rng, v.len() as u64) as usize];
     let all_eligible = parent.decisions[first as usize..].iter().all(|d| d.options == 1 || eligible(d));
-    let roll = rng.next_u64() % 8;
+    let roll = modulo_below(rng, 8);
     if all_eligible && roll < 4 {
         let cut = match (roll, focus) {
             (0 | 1, Some(f)) => f,
@@ -764,7 +765,7 @@ pub(crate) fn mutate_decisions<I>(
     }
     let structural: Vec<u64> =
         candidates.iter().copied().filter(|&i| parent.decisions[i as usize].structural).collect();
-    for _ in 0..1 + rng.next_u64() % 3 {
+    for _ in 0..1 + modulo_below(rng, 3) {
         let near: Vec<u64> = match focus {
             Some(f) if f > first && rng.next_u64().is_multiple_of(2) => {
                 candidates.iter().copied().filter(|&i| i + FOCUS_WINDOW >= f && i < f).collect()
@@ -779,7 +780,7 @@ pub(crate) fn mutate_decisions<I>(
             one_of(rng, &candidates)
         };
         let options = parent.decisions[i as usize].options;
-        let choice = if options == 0 { rng.next_u64() } else { rng.next_u64() % options };
+        let choice = if options == 0 { rng.next_u64() } else { modulo_below(rng, options) };
         overrides.insert(i, choice);
     }
     true

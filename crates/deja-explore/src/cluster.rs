@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::campaign::{
     bug_id, CampaignConfig, Decision, Entry, Facts, Mode, Program, Seeds, Strategy, Subject, WrittenBug,
 };
+use crate::signature::FailureSignature;
 use crate::ExploreError;
 use snafu::ensure;
 
@@ -124,47 +125,55 @@ pub fn history_verdict(r: &ClusterReport) -> Option<Result<deja_history::Verdict
 }
 
 /// The failure signature of a history verdict, if the history failed.
-fn history_failure(v: &Option<Result<deja_history::Verdict, deja_history::HistoryError>>) -> Option<String> {
+fn history_failure(v: &Option<Result<deja_history::Verdict, deja_history::HistoryError>>) -> Option<FailureSignature> {
     match v {
-        Some(Ok(deja_history::Verdict::NotLinearizable(violation))) => Some(violation.signature()),
-        Some(Err(e)) => Some(format!("the clients' history cannot be read: {e}")),
+        Some(Ok(deja_history::Verdict::NotLinearizable(violation))) => {
+            Some(FailureSignature::NotLinearizable(violation.signature()))
+        }
+        Some(Err(e)) => Some(FailureSignature::HistoryUnreadable(e.to_string())),
         _ => None,
     }
 }
 
 /// The failure signature of a report, if it failed.
 pub fn cluster_failure(r: &ClusterReport) -> Option<String> {
-    failure_with(r, &history_verdict(r))
+    failure_with(r, &history_verdict(r)).as_ref().map(FailureSignature::to_string)
 }
 
 fn failure_with(
     r: &ClusterReport,
     history: &Option<Result<deja_history::Verdict, deja_history::HistoryError>>,
-) -> Option<String> {
-    let mut failed: Vec<String> = Vec::new();
+) -> Option<FailureSignature> {
+    let mut failed: Vec<(String, String)> = Vec::new();
     for n in &r.nodes {
         for l in &n.lives {
             for a in &l.assertions {
                 if a.status == deja_kernel::AssertionStatus::Failed {
-                    failed.push(format!("assertion failed on {}: {}", n.name, a.message));
+                    failed.push((n.name.clone(), a.message.clone()));
                 }
             }
         }
     }
-    failed.sort();
-    failed.dedup();
+    // Sorted and deduplicated by their words, as the signature lists them.
+    let words = |(node, message): &(String, String)| format!("assertion failed on {node}: {message}");
+    failed.sort_by_cached_key(words);
+    failed.dedup_by(|a, b| words(a) == words(b));
     if !failed.is_empty() {
-        return Some(failed.join("; "));
+        return Some(FailureSignature::ClusterAssertions(failed));
     }
     if let Some(f) = history_failure(history) {
         return Some(f);
     }
     if let Outcome::Stuck(_) = r.outcome {
-        return Some("the cluster got stuck".into());
+        return Some(FailureSignature::Stuck);
     }
     r.first_failure().map(|(node, e)| match e {
-        deja_kernel::ExitStatus::Exited { code } => format!("node {node} exited with {code}"),
-        deja_kernel::ExitStatus::Signaled { name, .. } => format!("node {node} died of {name}"),
+        deja_kernel::ExitStatus::Exited { code } => {
+            FailureSignature::NodeExited { node: node.to_string(), code: *code }
+        }
+        deja_kernel::ExitStatus::Signaled { name, .. } => {
+            FailureSignature::NodeDied { node: node.to_string(), signal: name.clone() }
+        }
     })
 }
 
@@ -214,7 +223,7 @@ pub fn outcome(report: ClusterReport) -> ClusterOutcome {
         features.insert(feature(&["fault", &f.kind]), None);
     }
     let history = history_verdict(&report);
-    let failure = failure_with(&report, &history);
+    let failure = failure_with(&report, &history).as_ref().map(FailureSignature::to_string);
     ClusterOutcome { report, failure, features, history }
 }
 
@@ -329,15 +338,6 @@ impl ClusterBug {
         ensure!(t.cfg.binary_hashes == self.binaries, crate::NotTheBinariesSnafu { path: p });
         Ok(t)
     }
-}
-
-fn is_fault_point(p: &str) -> bool {
-    ["partition", "kill", "down", "pause", "clock", "udp"].iter().any(|k| p.starts_with(k))
-}
-
-/// Decisions that choose *which* fault (its sides, direction or target) rather than when.
-fn is_structural(p: &str) -> bool {
-    p.ends_with("sides") || p.ends_with("one way") || p.ends_with("direction") || p.ends_with("target")
 }
 
 /// A cluster under exploration.
@@ -458,13 +458,13 @@ impl Subject for ClusterSubject<'_> {
             .decisions
             .iter()
             .map(|d| {
-                let fault = is_fault_point(&d.point);
+                let fault = d.point.is_fault_point();
                 Decision {
                     options: d.options,
                     choice: d.choice,
                     random: !fault,
                     fault,
-                    structural: is_structural(&d.point),
+                    structural: d.point.is_structural(),
                 }
             })
             .collect();
@@ -574,7 +574,7 @@ pub struct MinimizedCluster {
 
 /// Describes a scheduled fault for people.
 pub fn describe_fault(f: &ScheduledFault) -> String {
-    let what = serde_json::to_value(f.action).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+    let what = f.action.name();
     let mut s = format!("{what} at {} ms", f.at_ms);
     if !f.groups.is_empty() {
         let g: Vec<String> = f.groups.iter().map(|g| format!("[{}]", g.join(","))).collect();

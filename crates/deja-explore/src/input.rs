@@ -8,6 +8,7 @@ use deja_kernel::{FaultConfig, Kernel, ProgramSpec, RunReport, Stream};
 use deja_vmm::{Fork, Incarnation, Session};
 use serde::{Deserialize, Serialize};
 
+use crate::signature::FailureSignature;
 use crate::ExploreError;
 use snafu::ensure;
 
@@ -72,8 +73,8 @@ impl Input {
 pub struct LoggedDecision {
     /// Position in the run's decision log.
     pub index: u64,
-    /// What was decided, e.g. `sdk choice #2 of 3` or `crash image: /data/wal torn sectors`.
-    pub point: String,
+    /// What was decided, e.g. `sdk choice #2 of 3` or `crash state: cut one kept write`.
+    pub point: deja_kernel::DecisionPoint,
     /// Number of options (0: any u64).
     pub options: u64,
     /// The choice taken.
@@ -109,20 +110,24 @@ pub struct Outcome {
 
 /// The signature of a failed run, or `None` when it held: the first failed assertion of any life,
 /// else how the last life ended if it was not a clean exit. An injected crash is not a failure.
-fn failure(lives: &[Incarnation]) -> Option<String> {
+fn failure(lives: &[Incarnation]) -> Option<FailureSignature> {
     for life in lives {
         if let Some(a) = life.run.report.assertions.iter().find(|a| a.bug) {
-            return Some(format!("assertion {} {:?} failed at {}:{}", a.kind, a.message, a.file, a.line));
+            return Some(FailureSignature::Assertion {
+                kind: a.kind.clone(),
+                message: a.message.clone(),
+                file: a.file.clone(),
+                line: a.line,
+            });
         }
     }
     let last = &lives.last()?.run.report;
     match &last.exit {
         deja_kernel::ExitStatus::Exited { code: 0 } => None,
-        deja_kernel::ExitStatus::Exited { code } => Some(format!("exit code {code}")),
-        deja_kernel::ExitStatus::Signaled { name, fault, .. } => Some(match fault {
-            Some(f) => format!("killed by {name}: {}", f.description.split(" at ").next().unwrap_or(&f.description)),
-            None => format!("killed by {name}"),
-        }),
+        deja_kernel::ExitStatus::Exited { code } => Some(FailureSignature::ExitCode(*code)),
+        deja_kernel::ExitStatus::Signaled { name, fault, .. } => {
+            Some(FailureSignature::killed(name, fault.as_ref().map(|f| f.description.as_str())))
+        }
     }
 }
 
@@ -168,7 +173,7 @@ pub fn outcome(lives: Vec<Incarnation>, stdout: &[u8]) -> Outcome {
         })
         .collect();
     Outcome {
-        failure: failure(&lives),
+        failure: failure(&lives).as_ref().map(FailureSignature::to_string),
         digest,
         coverage,
         semantic,

@@ -32,6 +32,7 @@ pub mod menu;
 pub mod merge;
 pub mod minimize;
 pub mod program;
+pub mod signature;
 
 pub use campaign::{saved, write_reports, Campaign, CampaignConfig, Mode, Progress, Strategy, Subject};
 pub use cluster::{explore_cluster, minimize_cluster, ClusterBug, ClusterInput, ClusterSubject, ClusterTarget};
@@ -39,6 +40,7 @@ pub use input::{BugFile, Input, Outcome, Target};
 pub use merge::merge;
 pub use minimize::minimize;
 pub use program::{explore, ProgramSubject};
+pub use signature::FailureSignature;
 
 /// The command that replays the bug file at `file`, as bug files and reports give it.
 pub fn replay_command(file: &str) -> String {

@@ -41,6 +41,32 @@ pub fn below(rng: &mut ChaCha20Rng, n: u64) -> u64 {
     }
 }
 
+/// A uniform draw below `n` (`n > 0`) that is the draw modulo `n`, made unbiased by
+/// rejection: a draw in the top `2^64 mod n` values (the incomplete last round of `0..n`) is
+/// thrown away and drawn again, so every value below `n` has the same chance.
+///
+/// Unlike [`below`], which maps a draw by multiplication, a kept draw gives `x % n`, the value
+/// the explorer's `next_u64() % n` always gave: a campaign takes the same course as before
+/// except after a draw in the rejected zone, whose probability is `(2^64 mod n) / 2^64`, below
+/// `n / 2^64` (about one in 2^60 for the explorer's largest `n`). It always takes at least one
+/// draw, also for `n == 1`.
+pub fn modulo_below(rng: &mut ChaCha20Rng, n: u64) -> u64 {
+    modulo_below_from(n, || rng.next_u64())
+}
+
+/// [`modulo_below`] over the words `next` gives.
+fn modulo_below_from(n: u64, mut next: impl FnMut() -> u64) -> u64 {
+    // 2^64 mod n: the draws above u64::MAX - zone are rejected (none when n divides 2^64), so
+    // the accepted 0..=u64::MAX - zone holds a whole number of rounds of 0..n.
+    let zone = n.wrapping_neg() % n;
+    loop {
+        let x = next();
+        if x <= u64::MAX - zone {
+            return x % n;
+        }
+    }
+}
+
 /// True with probability 1 / `n`.
 fn one_in(rng: &mut ChaCha20Rng, n: u64) -> bool {
     below(rng, n) == 0
@@ -222,6 +248,84 @@ mod tests {
             IoCount { op: IoOp::Write, path: "/data/wal".into(), count: 4 },
             IoCount { op: IoOp::Fsync, path: "/data/wal".into(), count: 2 },
         ]
+    }
+
+    #[test]
+    fn modulo_below_keeps_the_modulo_draw_and_stays_in_range() {
+        // Small n: the values today's `% n` gave, and a fair spread.
+        for n in [1u64, 2, 3, 7, 8, 1000] {
+            let mut a = ChaCha20Rng::seed_from_u64(n);
+            let mut b = ChaCha20Rng::seed_from_u64(n);
+            let mut seen = vec![0u32; n as usize];
+            for _ in 0..20_000 {
+                let x = modulo_below(&mut a, n);
+                assert_eq!(x, b.next_u64() % n, "outside the rejected zone it is the modulo draw");
+                seen[x as usize] += 1;
+            }
+            let mean = 20_000 / n as u32;
+            if n <= 8 {
+                assert!(seen.iter().all(|&c| c.abs_diff(mean) < mean / 5), "n {n}: {seen:?}");
+            }
+        }
+        // n = 1 still takes a draw, as `% 1` did.
+        let (mut a, mut b) = (ChaCha20Rng::seed_from_u64(9), ChaCha20Rng::seed_from_u64(9));
+        assert_eq!(modulo_below(&mut a, 1), 0);
+        b.next_u64();
+        assert_eq!(a.next_u64(), b.next_u64());
+        // Huge n: with n = 2^63 + 1 the zone is 2^63 - 1 values, nearly half of all draws.
+        for n in [(1u64 << 63) + 1, (1 << 63) + (1 << 62), u64::MAX, 1 << 63] {
+            let zone = n.wrapping_neg() % n;
+            let mut rng = ChaCha20Rng::seed_from_u64(n);
+            let mut plain = ChaCha20Rng::seed_from_u64(n);
+            let mut draws = Vec::new();
+            for _ in 0..2000 {
+                let x = modulo_below(&mut rng, n);
+                assert!(x < n);
+                // The same value as the first draw of the plain stream outside the zone.
+                let raw = loop {
+                    let r = plain.next_u64();
+                    if r <= u64::MAX - zone {
+                        break r;
+                    }
+                };
+                assert_eq!(x, raw % n);
+                draws.push(x);
+            }
+            if n == (1 << 63) + (1 << 62) {
+                // Unbiased: the values below 2^62 (which `%` alone hit with probability 1/2)
+                // come with their share of 0..n, one third.
+                let low = draws.iter().filter(|&&x| x < 1 << 62).count();
+                assert!((567..767).contains(&low), "{low} of 2000 low draws");
+            }
+        }
+    }
+
+    #[test]
+    fn modulo_below_rejects_exactly_the_top_zone() {
+        let scripted = |n: u64, words: &[u64]| {
+            let mut words = words.iter().copied();
+            modulo_below_from(n, || words.next().expect("a word left"))
+        };
+        // n = 3: 2^64 mod 3 = 1, so u64::MAX alone is rejected.
+        assert_eq!(scripted(3, &[u64::MAX, u64::MAX, u64::MAX - 1]), (u64::MAX - 1) % 3);
+        assert_eq!(scripted(3, &[7]), 1);
+        // n = 2^63 + 1: the top 2^63 - 1 values are rejected; the first kept is 2^63 + 1 - 1.
+        let n = (1u64 << 63) + 1;
+        assert_eq!(scripted(n, &[u64::MAX, 1 << 63 | 1, 1 << 63]), 1 << 63);
+        // A power of two rejects nothing.
+        assert_eq!(scripted(8, &[u64::MAX]), 7);
+        assert_eq!(scripted(1, &[u64::MAX]), 0);
+        // The accepted range is a whole number of rounds of 0..n, the zone shorter than one.
+        for n in [1u64, 2, 3, 5, 6, 7, 1000, (1 << 63) + 1, u64::MAX] {
+            let zone = n.wrapping_neg() % n;
+            assert_eq!((u128::from(u64::MAX - zone) + 1) % u128::from(n), 0, "n {n}");
+            assert!(zone < n);
+            let top = u64::MAX - zone;
+            assert_eq!(scripted(n, &[top]), top % n, "the top of the accepted range is kept");
+            if zone > 0 {
+                assert_eq!(scripted(n, &[top + 1, 5]), 5 % n, "the bottom of the zone is rejected");
+            }
+        }
     }
 
     #[test]

@@ -24,10 +24,11 @@
 //! (the full 64-bit range: SDK `Random`). Each one taken is appended to the decision log
 //! ([`Kernel::decisions`], [`RunReport::decisions`]) as a [`DecisionRecord`] carrying its
 //! index (0-based, counting every decision since [`Kernel::load`], those taken before a fork or
-//! a snapshot included), point, options, choice and whether it was overridden. Points:
-//! `eio on write #4 to /data/wal`, `enospc on write #4 to /data/wal`, `eio on fsync #2 of
-//! /data/wal`, `torn /data/wal`, `reorder /data/wal op 2/3`, `sdk random #3`, `sdk choice #5
-//! of 3` (SDK requests numbered per kind from 1).
+//! a snapshot included), point ([`DecisionPoint`]), options, choice and whether it was
+//! overridden. Points: `eio on write #4 to /data/wal`, `enospc on write #4 to /data/wal`, `eio
+//! on fsync #2 of /data/wal`, `crash state: keep write of 4096 bytes at 0 to /data/wal`,
+//! `schedule after syscall 12`, `sdk random #3`, `sdk choice #5 of 3` (SDK requests numbered
+//! per kind from 1).
 //!
 //! The seed fixes each decision's *natural* choice (one `u64` from the stream for
 //! `options == 0`, otherwise an unbiased index below `options`, Lemire's multiply-and-reject).
@@ -131,8 +132,8 @@ pub use coverage::{bucket, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
 pub use disk::{Disk, DiskEntry, DiskError};
 pub use elf::ElfError;
 pub use faults::{
-    CrashAt, CrashState, DecisionLog, DecisionRecord, ErrorRule, FaultConfig, FaultKind, FaultRecord, IoCount, IoErrno,
-    IoOp,
+    CrashAt, CrashState, DecisionLog, DecisionPoint, DecisionRecord, ErrorRule, FaultConfig, FaultKind, FaultRecord,
+    IoCount, IoErrno, IoOp, RandomFault,
 };
 pub use fs::FsConfig;
 pub use kernel::CrashStates;
@@ -530,6 +531,31 @@ pub enum AssertionStatus {
     Unsatisfied,
     /// `reachable` was reached.
     Reached,
+}
+
+impl AssertionStatus {
+    /// Its name, as serialized (`passed`, `failed`, `unreached`, `satisfied`, `unsatisfied`,
+    /// `reached`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AssertionStatus::Passed => "passed",
+            AssertionStatus::Failed => "failed",
+            AssertionStatus::Unreached => "unreached",
+            AssertionStatus::Satisfied => "satisfied",
+            AssertionStatus::Unsatisfied => "unsatisfied",
+            AssertionStatus::Reached => "reached",
+        }
+    }
+
+    /// Every status, in order.
+    pub const ALL: [AssertionStatus; 6] = [
+        AssertionStatus::Passed,
+        AssertionStatus::Failed,
+        AssertionStatus::Unreached,
+        AssertionStatus::Satisfied,
+        AssertionStatus::Unsatisfied,
+        AssertionStatus::Reached,
+    ];
 }
 
 /// Where and when an assertion was evaluated.

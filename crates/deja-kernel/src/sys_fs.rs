@@ -8,7 +8,7 @@
 //! locks are kept per inode and start (at most [`MAX_LOCKS`]: then `ENOLCK`).
 
 use crate::errno::*;
-use crate::faults::{FaultKind, FaultRecord, IoErrno, IoOp};
+use crate::faults::{DecisionPoint, FaultKind, FaultRecord, IoErrno, IoOp};
 use crate::fd::*;
 use crate::fs::Kind;
 use crate::kernel::{Kernel, SysResult};
@@ -94,9 +94,10 @@ impl Kernel {
             Some(rule) => Some(rule.errno),
             None => {
                 let (eio, enospc) = rates;
-                if self.faults.strike(eio, format!("eio on {point}")) {
+                let at = |errno| DecisionPoint::IoError { errno, op, nth: n, path: path.to_string() };
+                if self.faults.strike(eio, at(IoErrno::Eio)) {
                     Some(IoErrno::Eio)
-                } else if self.faults.strike(enospc, format!("enospc on {point}")) {
+                } else if self.faults.strike(enospc, at(IoErrno::Enospc)) {
                     Some(IoErrno::Enospc)
                 } else {
                     None

@@ -383,6 +383,7 @@ const THREAD_FLAGS: u64 = CLONE_VM
 const USER_LIMIT: u64 = 0x0000_8000_0000_0000;
 
 use crate::errno::*;
+use crate::faults::DecisionPoint;
 use crate::kernel::{Kernel, Stop, SysResult};
 use crate::Memory;
 
@@ -580,7 +581,7 @@ impl Kernel {
         Ok(Some(match runnable.len() {
             1 => runnable[0],
             n => {
-                let point = format!("schedule after syscall {}", self.tracer.syscalls().saturating_add(1));
+                let point = DecisionPoint::Schedule { syscall: self.tracer.syscalls().saturating_add(1) };
                 let i = self.faults.decide(point, n as u64);
                 runnable.get(i as usize).copied().unwrap_or(runnable[0])
             }

@@ -2,6 +2,7 @@
 //! crash leaves of it (images, crash states), faults and decisions, and the final report.
 
 use super::*;
+use crate::DecisionPoint;
 
 impl Kernel {
     /// The FS base the program set with `arch_prctl(ARCH_SET_FS)`; the shell loads it into
@@ -150,17 +151,18 @@ impl Kernel {
         }
         if reorder {
             for (i, op) in ops.iter().enumerate() {
-                sel.kept[i] = self.faults.decide(format!("crash state: keep {}", op.what), 2) == 1;
+                sel.kept[i] = self.faults.decide(DecisionPoint::CrashKeep { what: op.what.clone() }, 2) == 1;
             }
             if torn {
                 let cuttable: Vec<usize> =
                     (0..n).filter(|i| sel.kept[*i] && ops[*i].sectors.is_some_and(|s| s > 1)).collect();
                 if !cuttable.is_empty() {
-                    let c = self.faults.decide("crash state: cut one kept write".into(), cuttable.len() as u64 + 1);
+                    let c = self.faults.decide(DecisionPoint::CrashCutOne, cuttable.len() as u64 + 1);
                     if c > 0 {
                         let i = cuttable[c as usize - 1];
                         let s = ops[i].sectors.unwrap_or(1);
-                        let k = 1 + self.faults.decide(format!("crash state: sectors of {} kept", ops[i].what), s - 1);
+                        let point = DecisionPoint::CrashSectorsKept { what: ops[i].what.clone() };
+                        let k = 1 + self.faults.decide(point, s - 1);
                         sel.kept[i] = false;
                         sel.torn = Some((i, k));
                     }
@@ -168,12 +170,12 @@ impl Kernel {
             }
             return sel;
         }
-        let p = self.faults.decide(format!("crash state: prefix of the {n} pending operations"), n as u64 + 1) as usize;
+        let p = self.faults.decide(DecisionPoint::CrashPrefix { pending: n as u64 }, n as u64 + 1) as usize;
         for k in sel.kept.iter_mut().take(p) {
             *k = true;
         }
         if let Some(s) = ops.get(p).and_then(|o| o.sectors).filter(|s| *s > 1) {
-            let k = self.faults.decide(format!("crash state: sectors of {} that reached the disk", ops[p].what), s);
+            let k = self.faults.decide(DecisionPoint::CrashSectorsReached { what: ops[p].what.clone() }, s);
             if k > 0 {
                 sel.torn = Some((p, k));
             }

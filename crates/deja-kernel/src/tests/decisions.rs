@@ -105,7 +105,7 @@ fn the_log_covers_sdk_and_fault_decisions() {
             2 => (format!("sdk choice #{} of 1000", 2 * n), 1000),
             _ => (format!("eio on write #{n} to /data/x"), 1_000_000),
         };
-        assert_eq!((d.point.as_str(), d.options), (point.as_str(), options));
+        assert_eq!((d.point.to_string(), d.options), (point, options));
         if i % 4 == 3 {
             let failed = d.choice < 500_000;
             assert_eq!(s.values[i] as i64 == EIO, failed, "write {n}");
@@ -293,4 +293,162 @@ fn a_decision_reseed_keeps_the_pinned_prefix_and_redraws_the_rest() {
     assert_ne!(choices(&a)[cut as usize..], choices(&parent)[cut as usize..], "what follows is drawn afresh");
     assert_eq!(a.random, parent.random, "random bytes are not decisions: they stay the run's own");
     assert_ne!(choices(&child(100))[cut as usize..], choices(&a)[cut as usize..], "another seed, another course");
+}
+
+/// One point of every variant, with odd data (spaces, the other variants' words, extremes).
+fn every_point() -> Vec<DecisionPoint> {
+    use DecisionPoint as P;
+    let what = "write of 1100 bytes at 1000 to /data/wal kept that reached the disk";
+    let mut v = vec![
+        P::SdkRandom { n: 1 },
+        P::SdkRandom { n: u64::MAX },
+        P::SdkChoice { n: 6651, options: u64::MAX },
+        P::SdkChoice { n: 0, options: 0 },
+        P::Schedule { syscall: 12 },
+        P::CrashKeep { what: what.into() },
+        P::CrashKeep { what: String::new() },
+        P::CrashCutOne,
+        P::CrashSectorsKept { what: what.into() },
+        P::CrashSectorsKept { what: "x that reached the disk".into() },
+        P::CrashPrefix { pending: 7 },
+        P::CrashSectorsReached { what: what.into() },
+        P::CrashSectorsReached { what: "x kept".into() },
+        P::NetworkLatency,
+        P::UdpLoss,
+        P::UdpReorder,
+        P::UdpDuplicate,
+        P::RunNode { at: 1_500_000_000 },
+        P::PartitionSides,
+        P::PartitionOneWay,
+        P::PartitionLength,
+        P::DownLength,
+        P::PauseLength,
+        P::ClockJump,
+        P::Other("torn /data/wal".into()),
+        P::Other("sdk random #07".into()),
+        P::Other(String::new()),
+    ];
+    for errno in [IoErrno::Eio, IoErrno::Enospc] {
+        for op in IoOp::ALL {
+            v.push(P::IoError { errno, op, nth: 4, path: "/data/a dir/of to x".into() });
+        }
+    }
+    for kind in RandomFault::ALL {
+        v.push(P::Gap(kind));
+        v.push(P::Target(kind));
+    }
+    v
+}
+
+#[test]
+fn every_decision_point_reads_back_from_its_words() {
+    for p in every_point() {
+        let words = p.to_string();
+        assert_eq!(words.parse::<DecisionPoint>().unwrap(), p, "{words:?}");
+        assert!(p == words.as_str() && p != format!("{words} ").as_str() && (words.is_empty() || p != &words[1..]));
+        let json = serde_json::to_string(&p).unwrap();
+        assert_eq!(json, serde_json::to_string(&words).unwrap(), "serialized as its words");
+        assert_eq!(serde_json::from_str::<DecisionPoint>(&json).unwrap(), p);
+        let bytes = postcard::to_allocvec(&p).unwrap();
+        assert_eq!(bytes, postcard::to_allocvec(&words).unwrap(), "postcard: as a string");
+        assert_eq!(postcard::from_bytes::<DecisionPoint>(&bytes).unwrap(), p);
+    }
+}
+
+#[test]
+fn the_points_deja_writes_parse_to_their_variants() {
+    use DecisionPoint as P;
+    let cases = [
+        ("sdk random #3", P::SdkRandom { n: 3 }),
+        ("sdk choice #5 of 3", P::SdkChoice { n: 5, options: 3 }),
+        (
+            "eio on write #4 to /data/wal",
+            P::IoError { errno: IoErrno::Eio, op: IoOp::Write, nth: 4, path: "/data/wal".into() },
+        ),
+        ("eio on fsync #1 of /", P::IoError { errno: IoErrno::Eio, op: IoOp::Fsync, nth: 1, path: "/".into() }),
+        (
+            "enospc on write #2 to /data/x",
+            P::IoError { errno: IoErrno::Enospc, op: IoOp::Write, nth: 2, path: "/data/x".into() },
+        ),
+        ("schedule after syscall 41", P::Schedule { syscall: 41 }),
+        (
+            "crash state: keep size of /data/wal set to 1500",
+            P::CrashKeep { what: "size of /data/wal set to 1500".into() },
+        ),
+        ("crash state: cut one kept write", P::CrashCutOne),
+        (
+            "crash state: sectors of write of 4096 bytes at 0 to /data/wal kept",
+            P::CrashSectorsKept { what: "write of 4096 bytes at 0 to /data/wal".into() },
+        ),
+        ("crash state: prefix of the 2 pending operations", P::CrashPrefix { pending: 2 }),
+        (
+            "crash state: sectors of write of 1100 bytes at 1000 to /data/wal that reached the disk",
+            P::CrashSectorsReached { what: "write of 1100 bytes at 1000 to /data/wal".into() },
+        ),
+        ("network latency", P::NetworkLatency),
+        ("udp loss", P::UdpLoss),
+        ("udp reorder", P::UdpReorder),
+        ("udp duplicate", P::UdpDuplicate),
+        ("run node at 2000000", P::RunNode { at: 2_000_000 }),
+        ("partition gap", P::Gap(RandomFault::Partition)),
+        ("kill gap", P::Gap(RandomFault::Kill)),
+        ("pause gap", P::Gap(RandomFault::Pause)),
+        ("clock gap", P::Gap(RandomFault::Clock)),
+        ("kill target", P::Target(RandomFault::Kill)),
+        ("pause target", P::Target(RandomFault::Pause)),
+        ("clock target", P::Target(RandomFault::Clock)),
+        ("partition sides", P::PartitionSides),
+        ("partition one way", P::PartitionOneWay),
+        ("partition length", P::PartitionLength),
+        ("down length", P::DownLength),
+        ("pause length", P::PauseLength),
+        ("clock jump", P::ClockJump),
+        // Points of older files, and near misses, are kept as written.
+        ("torn /data/wal", P::Other("torn /data/wal".into())),
+        ("reorder /data/wal op 2/3", P::Other("reorder /data/wal op 2/3".into())),
+        ("sdk choice #+5 of 3", P::Other("sdk choice #+5 of 3".into())),
+        ("eio on sync #1 of /", P::Other("eio on sync #1 of /".into())),
+        ("eio on write #1 of /x", P::Other("eio on write #1 of /x".into())),
+        ("crash state: sectors of x", P::Other("crash state: sectors of x".into())),
+        ("partition direction", P::Other("partition direction".into())),
+    ];
+    for (words, want) in cases {
+        let p: DecisionPoint = words.parse().unwrap();
+        assert_eq!(p, want, "{words:?}");
+        assert_eq!(p.to_string(), words);
+    }
+}
+
+#[test]
+fn fault_and_structural_points_are_those_the_words_said() {
+    // The rules the explorer applied to the words, before points had a type.
+    let fault = |p: &str| ["partition", "kill", "down", "pause", "clock", "udp"].iter().any(|k| p.starts_with(k));
+    let structural = |p: &str| ["sides", "one way", "direction", "target"].iter().any(|k| p.ends_with(k));
+    let kernel = |p: &DecisionPoint| {
+        matches!(
+            p,
+            DecisionPoint::SdkRandom { .. }
+                | DecisionPoint::SdkChoice { .. }
+                | DecisionPoint::IoError { .. }
+                | DecisionPoint::Schedule { .. }
+                | DecisionPoint::CrashKeep { .. }
+                | DecisionPoint::CrashCutOne
+                | DecisionPoint::CrashSectorsKept { .. }
+                | DecisionPoint::CrashPrefix { .. }
+                | DecisionPoint::CrashSectorsReached { .. }
+        )
+    };
+    let mut points = every_point();
+    points.push(DecisionPoint::Other("partition direction".into()));
+    points.push(DecisionPoint::Other("udp corrupt".into()));
+    for p in points {
+        let words = p.to_string();
+        // A cluster's log, the only one the explorer classifies, holds no kernel point.
+        if kernel(&p) {
+            assert!(!p.is_fault_point() && !p.is_structural(), "{words:?}");
+            continue;
+        }
+        assert_eq!(p.is_fault_point(), fault(&words), "{words:?}");
+        assert_eq!(p.is_structural(), structural(&words), "{words:?}");
+    }
 }

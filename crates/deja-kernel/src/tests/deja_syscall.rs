@@ -343,7 +343,7 @@ fn random_and_choice_are_seeded_decisions() {
     assert_eq!(k.random_bytes_used(), 24);
     let log = k.decisions().to_vec();
     assert_eq!(log.len(), 2);
-    assert_eq!((log[1].index, log[1].point.as_str(), log[1].options), (1, "sdk random #2", 0));
+    assert_eq!((log[1].index, &log[1].point, log[1].options), (1, &DecisionPoint::SdkRandom { n: 2 }, 0));
 
     // Choice: always below n, every value possible, roughly uniform; huge n rejects about half.
     assert_eq!(deja(&mut k, &mut m, Request::Choice, &[1]), 0);
@@ -374,7 +374,8 @@ fn random_and_choice_are_seeded_decisions() {
     assert_eq!(r.protocol_errors, 1);
     assert!(r.unsupported.is_empty());
     let last = r.decisions.last().unwrap();
-    assert_eq!((last.point.as_str(), last.options), ("sdk choice #6651 of 18446744073709551615", u64::MAX));
+    assert_eq!(last.point.to_string(), "sdk choice #6651 of 18446744073709551615");
+    assert_eq!((&last.point, last.options), (&DecisionPoint::SdkChoice { n: 6651, options: u64::MAX }, u64::MAX));
     assert_eq!(r.decisions.len(), 2 + 6651);
     assert!(r.decisions.iter().enumerate().all(|(i, d)| d.index == i as u64 && !d.overridden));
 }
@@ -695,4 +696,11 @@ fn coverage_of_a_pie_applies_the_load_bias() {
     let r = Kernel::restore(&k.save()).unwrap();
     assert_eq!(r.coverage_map(&m), k.coverage_map(&m));
     assert_eq!(r.coverage_map(&m).unwrap()[1], 8);
+}
+
+#[test]
+fn an_assertion_status_is_named_as_it_is_serialized() {
+    for status in AssertionStatus::ALL {
+        assert_eq!(serde_json::to_value(status).unwrap(), status.name(), "{status:?}");
+    }
 }

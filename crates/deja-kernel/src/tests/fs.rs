@@ -685,12 +685,12 @@ fn torn_and_reordered_images_follow_decisions() {
     // 1000..2100: 4 sectors) cut at a sector boundary.
     let (c, d, l) = image_with(&h.k, vec![0, 0]);
     assert_eq!(c, durable_now);
-    let points: Vec<(&str, u64)> = d.iter().map(|d| (d.point.as_str(), d.options)).collect();
+    let points: Vec<(String, u64)> = d.iter().map(|d| (d.point.to_string(), d.options)).collect();
     assert_eq!(
         points,
         vec![
-            ("crash state: prefix of the 2 pending operations", 3),
-            ("crash state: sectors of write of 1100 bytes at 1000 to /data/wal that reached the disk", 4)
+            ("crash state: prefix of the 2 pending operations".to_string(), 3),
+            ("crash state: sectors of write of 1100 bytes at 1000 to /data/wal that reached the disk".to_string(), 4)
         ]
     );
     assert!(!l.iter().any(|r| r.kind == FaultKind::TornWrite));

@@ -1,0 +1,274 @@
+//! Failure signatures: what a failed run or cluster round is deduplicated by, the key of its
+//! bug file (`bug-<id>.json`, the id being the first 12 hex digits of the signature's BLAKE3).
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// How a run failed, in the words its bug file and reports record: one variant per kind of
+/// failure, with its data.
+///
+/// Serialized as its [`Display`](fmt::Display) string, the signature deja has always written,
+/// and read back with [`FromStr`]. A string no variant gives back exactly (a signature of an
+/// older deja, or a message no variant can carry) reads as [`FailureSignature::Other`] and
+/// writes back unchanged, so every bug file keeps its id.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FailureSignature {
+    /// `assertion always "money is conserved" failed at bank/src/main.rs:153`: the first
+    /// failed SDK assertion of any life of a program.
+    Assertion {
+        /// The assertion's kind (`always`, `unreachable`, …).
+        kind: String,
+        /// Its message (written quoted, as Rust's `Debug` quotes it).
+        message: String,
+        /// The source file.
+        file: String,
+        /// The source line.
+        line: u32,
+    },
+    /// `exit code 3`: the program's last life exited with a non-zero code.
+    ExitCode(i32),
+    /// `killed by SIGSEGV: page fault`, `killed by SIGKILL`: the last life was killed by a
+    /// signal; for a CPU fault, what the fault was (its description up to ` at `, without the
+    /// addresses that vary between builds).
+    Killed {
+        /// The signal's name.
+        signal: String,
+        /// The fault, without where it happened.
+        fault: Option<String>,
+    },
+    /// `assertion failed on n1: lost write; assertion failed on n2: …`: the SDK assertions
+    /// that failed in a cluster round, by node, sorted and deduplicated.
+    ClusterAssertions(Vec<(String, String)>),
+    /// `history not linearizable under the kv model on key x: a read cannot be placed`: the
+    /// clients' history is not linearizable (the checker's own signature).
+    NotLinearizable(String),
+    /// `the clients' history cannot be read: …`.
+    HistoryUnreadable(String),
+    /// `the cluster got stuck`.
+    Stuck,
+    /// `node n1 exited with 3`.
+    NodeExited {
+        /// The node's name.
+        node: String,
+        /// Its exit code.
+        code: i32,
+    },
+    /// `node n1 died of SIGSEGV`.
+    NodeDied {
+        /// The node's name.
+        node: String,
+        /// The signal's name.
+        signal: String,
+    },
+    /// Any other signature, kept as it was written.
+    Other(String),
+}
+
+impl FailureSignature {
+    /// A program killed by `signal`, with the fault `description` if a CPU fault killed it:
+    /// only the part before ` at ` is kept.
+    pub fn killed(signal: &str, description: Option<&str>) -> FailureSignature {
+        FailureSignature::Killed {
+            signal: signal.to_string(),
+            fault: description.map(|d| d.split(" at ").next().unwrap_or(d).to_string()),
+        }
+    }
+
+    /// Parses `s` as a variant, `None` when none applies.
+    fn parse_variant(s: &str) -> Option<FailureSignature> {
+        use FailureSignature as F;
+        if s == "the cluster got stuck" {
+            return Some(F::Stuck);
+        }
+        if s.starts_with("history not linearizable under the ") {
+            return Some(F::NotLinearizable(s.to_string()));
+        }
+        if let Some(e) = s.strip_prefix("the clients' history cannot be read: ") {
+            return Some(F::HistoryUnreadable(e.to_string()));
+        }
+        if let Some(code) = s.strip_prefix("exit code ") {
+            return Some(F::ExitCode(code.parse().ok()?));
+        }
+        if let Some(rest) = s.strip_prefix("killed by ") {
+            return Some(match rest.split_once(": ") {
+                Some((signal, fault)) => F::Killed { signal: signal.into(), fault: Some(fault.into()) },
+                None => F::Killed { signal: rest.into(), fault: None },
+            });
+        }
+        if s.starts_with("assertion failed on ") {
+            let mut failed = Vec::new();
+            for one in s.split("; ") {
+                let (node, message) = one.strip_prefix("assertion failed on ")?.split_once(": ")?;
+                failed.push((node.to_string(), message.to_string()));
+            }
+            return Some(F::ClusterAssertions(failed));
+        }
+        if let Some(rest) = s.strip_prefix("assertion ") {
+            let (kind, rest) = rest.split_once(' ')?;
+            let (quoted, place) = rest.rsplit_once(" failed at ")?;
+            let (file, line) = place.rsplit_once(':')?;
+            // The message as Rust's `Debug` quoted it; JSON reads the quoting of plain text
+            // alike, and the exactness check in `from_str` refuses the rest.
+            let message: String = serde_json::from_str(quoted).ok()?;
+            return Some(F::Assertion { kind: kind.into(), message, file: file.into(), line: line.parse().ok()? });
+        }
+        if let Some(rest) = s.strip_prefix("node ") {
+            if let Some((node, code)) = rest.rsplit_once(" exited with ") {
+                return Some(F::NodeExited { node: node.into(), code: code.parse().ok()? });
+            }
+            let (node, signal) = rest.rsplit_once(" died of ")?;
+            return Some(F::NodeDied { node: node.into(), signal: signal.into() });
+        }
+        None
+    }
+}
+
+impl fmt::Display for FailureSignature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use FailureSignature as F;
+        match self {
+            F::Assertion { kind, message, file, line } => {
+                write!(f, "assertion {kind} {message:?} failed at {file}:{line}")
+            }
+            F::ExitCode(code) => write!(f, "exit code {code}"),
+            F::Killed { signal, fault: Some(fault) } => write!(f, "killed by {signal}: {fault}"),
+            F::Killed { signal, fault: None } => write!(f, "killed by {signal}"),
+            F::ClusterAssertions(failed) => {
+                for (i, (node, message)) in failed.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("; ")?;
+                    }
+                    write!(f, "assertion failed on {node}: {message}")?;
+                }
+                Ok(())
+            }
+            F::NotLinearizable(s) | F::Other(s) => f.write_str(s),
+            F::HistoryUnreadable(e) => write!(f, "the clients' history cannot be read: {e}"),
+            F::Stuck => f.write_str("the cluster got stuck"),
+            F::NodeExited { node, code } => write!(f, "node {node} exited with {code}"),
+            F::NodeDied { node, signal } => write!(f, "node {node} died of {signal}"),
+        }
+    }
+}
+
+impl FromStr for FailureSignature {
+    type Err = std::convert::Infallible;
+
+    /// Never fails: a string no variant gives back byte for byte is
+    /// [`FailureSignature::Other`].
+    fn from_str(s: &str) -> Result<FailureSignature, Self::Err> {
+        Ok(match FailureSignature::parse_variant(s) {
+            Some(f) if f.to_string() == s => f,
+            _ => FailureSignature::Other(s.to_string()),
+        })
+    }
+}
+
+impl From<&str> for FailureSignature {
+    fn from(s: &str) -> FailureSignature {
+        match s.parse() {
+            Ok(f) => f,
+            Err(never) => match never {},
+        }
+    }
+}
+
+impl Serialize for FailureSignature {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for FailureSignature {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<FailureSignature, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        Ok(FailureSignature::from(s.as_str()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_signature() -> Vec<FailureSignature> {
+        use FailureSignature as F;
+        vec![
+            F::Assertion {
+                kind: "always".into(),
+                message: "money is neither created nor destroyed".into(),
+                file: "bank/src/main.rs".into(),
+                line: 153,
+            },
+            F::Assertion {
+                kind: "unreachable".into(),
+                message: "a \"quoted\" one".into(),
+                file: "a:b.rs".into(),
+                line: 1,
+            },
+            F::ExitCode(3),
+            F::ExitCode(-1),
+            F::killed("SIGSEGV", Some("page fault at rip 0x401000")),
+            F::killed("SIGKILL", None),
+            F::ClusterAssertions(vec![("n1".into(), "lost write".into()), ("n2".into(), "stale read".into())]),
+            F::NotLinearizable("history not linearizable under the kv model on key x: a read cannot be placed".into()),
+            F::HistoryUnreadable("line 3: bad event".into()),
+            F::Stuck,
+            F::NodeExited { node: "r1".into(), code: 101 },
+            F::NodeDied { node: "r 2".into(), signal: "SIGABRT".into() },
+            F::Other("something else".into()),
+        ]
+    }
+
+    #[test]
+    fn every_signature_reads_back_from_its_words() {
+        for f in every_signature() {
+            let words = f.to_string();
+            assert_eq!(words.parse::<FailureSignature>().unwrap(), f, "{words:?}");
+            let json = serde_json::to_string(&f).unwrap();
+            assert_eq!(json, serde_json::to_string(&words).unwrap(), "serialized as its words");
+            assert_eq!(serde_json::from_str::<FailureSignature>(&json).unwrap(), f);
+        }
+    }
+
+    #[test]
+    fn the_signatures_deja_writes_parse_to_their_variants() {
+        use FailureSignature as F;
+        let cases = [
+            (
+                "assertion always \"money is neither created nor destroyed\" failed at bank/src/main.rs:153",
+                F::Assertion {
+                    kind: "always".into(),
+                    message: "money is neither created nor destroyed".into(),
+                    file: "bank/src/main.rs".into(),
+                    line: 153,
+                },
+            ),
+            ("exit code 1", F::ExitCode(1)),
+            ("killed by SIGSEGV: page fault", F::Killed { signal: "SIGSEGV".into(), fault: Some("page fault".into()) }),
+            ("killed by SIGKILL", F::Killed { signal: "SIGKILL".into(), fault: None }),
+            (
+                "assertion failed on r1: acked write lost",
+                F::ClusterAssertions(vec![("r1".into(), "acked write lost".into())]),
+            ),
+            ("the cluster got stuck", F::Stuck),
+            ("node r2 exited with 101", F::NodeExited { node: "r2".into(), code: 101 }),
+            ("node r2 died of SIGSEGV", F::NodeDied { node: "r2".into(), signal: "SIGSEGV".into() }),
+            // Near misses are kept as written.
+            ("exit code 01", F::Other("exit code 01".into())),
+            ("assertion always 'x' failed at a.rs:1", F::Other("assertion always 'x' failed at a.rs:1".into())),
+        ];
+        for (words, want) in cases {
+            let f: FailureSignature = words.parse().unwrap();
+            assert_eq!(f, want, "{words:?}");
+            assert_eq!(f.to_string(), words);
+        }
+    }
+
+    #[test]
+    fn a_fault_is_cut_before_where_it_happened() {
+        let f = FailureSignature::killed("SIGSEGV", Some("page fault at 0x10 at rip 0x401000"));
+        assert_eq!(f.to_string(), "killed by SIGSEGV: page fault");
+    }
+}
