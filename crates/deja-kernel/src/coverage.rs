@@ -16,8 +16,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::layout::{page_down, USER_END, USER_START};
 use crate::persist::{ensure, RestoreError};
+use crate::user_layout::{page_down, USER_END, USER_START};
 use crate::{CoverageSummary, Memory, PAGE_SIZE};
 
 /// Name of the section of inline 8-bit counters.

@@ -10,7 +10,7 @@ use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _}
 use object::{LittleEndian, ReadRef as _};
 use snafu::{IntoError, NoneError, OptionExt as _, ResultExt as _, Snafu};
 
-use crate::{layout, DynamicSnafu, LoadError, MalformedSnafu, PAGE_SIZE};
+use crate::{user_layout, DynamicSnafu, LoadError, MalformedSnafu, PAGE_SIZE};
 
 /// `ET_EXEC`.
 pub const ET_EXEC: u16 = defs::ET_EXEC.0;
@@ -286,7 +286,7 @@ pub fn parse(image: &[u8]) -> Result<ElfImage, LoadError> {
             p.p_offset.checked_add(p.p_filesz).context(SegmentFileOverflowsSnafu { vaddr }).context(MalformedSnafu)?;
         elf_check(end <= image.len() as u64, SegmentPastEndSnafu { vaddr, end, len: image.len() })?;
         elf_check(p.p_filesz <= p.p_memsz, FileszOverMemszSnafu { vaddr })?;
-        let fits = vaddr.checked_add(p.p_memsz).is_some_and(|e| e <= layout::USER_END);
+        let fits = vaddr.checked_add(p.p_memsz).is_some_and(|e| e <= user_layout::USER_END);
         elf_check(fits, OutsideUserSpaceSnafu { vaddr, memsz: p.p_memsz })?;
         elf_check((vaddr ^ p.p_offset) & (PAGE_SIZE - 1) == 0, NotCongruentSnafu { vaddr, offset: p.p_offset })?;
         if p.p_memsz > 0 {

@@ -53,7 +53,7 @@
 //! - [`Kernel::load`] populates the image segments and the top 128 KiB of the stack; everything
 //!   else (heap, rest of the stack, anonymous `mmap`) is populated on demand. A `#PF` goes to
 //!   [`Kernel::exception`]: inside a mapping that allows the access it populates an aligned
-//!   window of [`layout::FAULT_AROUND_PAGES`] pages (clipped to the mapping, falling back to the
+//!   window of [`user_layout::FAULT_AROUND_PAGES`] pages (clipped to the mapping, falling back to the
 //!   single page when frames are short) and answers [`ExceptionOutcome::Retry`]. The same fault
 //!   at the same RIP repeating four times in a row is fatal (the shell did not map the page).
 //! - `#GP` on `rdtsc` (`0f 31`) or `rdtscp` (`0f 01 f9`) is emulated from the virtual clock
@@ -104,7 +104,7 @@ mod faults;
 mod fd;
 pub mod fs;
 mod kernel;
-pub mod layout;
+mod mappings;
 pub mod mem;
 pub mod net;
 mod oracle;
@@ -121,7 +121,7 @@ mod sys_proc;
 pub mod syscalls;
 pub mod threads;
 mod trace;
-mod vm;
+pub mod user_layout;
 
 #[cfg(test)]
 mod tests;

@@ -37,7 +37,7 @@ use deja_protocol::{
 use serde::{Deserialize, Serialize};
 
 use crate::errno::{EFAULT, EINVAL};
-use crate::kernel::{Stop, SysResult};
+use crate::kernel::{SysResult, SysStop};
 use crate::persist::{ensure, RestoreError};
 use crate::{
     AssertionContext, AssertionReport, AssertionStatus, EventRecord, Kernel, LifecycleRecord, Memory, RunReport,
@@ -197,7 +197,7 @@ impl Kernel {
         if version != PROTOCOL_VERSION {
             return Err(EINVAL.into());
         }
-        match Request::from_code(code).ok_or(Stop::Err(EINVAL))? {
+        match Request::from_code(code).ok_or(SysStop::Err(EINVAL))? {
             Request::Hello => Ok(u64::from(PROTOCOL_VERSION)),
             Request::Catalog => self.deja_catalog(mem, a[1], a[2]),
             Request::Assert => self.deja_assert(mem, a[1], a[2], a[3], a[4]),
@@ -244,23 +244,23 @@ impl Kernel {
     }
 
     /// Reads `min(len, max)` bytes at `addr` as UTF-8 (lossy); nothing is read when `len` is 0.
-    fn guest_text(&self, mem: &mut dyn Memory, addr: u64, len: u64, max: usize) -> Result<String, Stop> {
+    fn guest_text(&self, mem: &mut dyn Memory, addr: u64, len: u64, max: usize) -> Result<String, SysStop> {
         let n = usize::try_from(len).unwrap_or(usize::MAX).min(max);
         if n == 0 {
             return Ok(String::new());
         }
         let mut b = vec![0u8; n];
-        self.vm.copy_in(mem, addr, &mut b).map_err(|_| Stop::Err(EFAULT))?;
+        self.mappings.copy_in(mem, addr, &mut b).map_err(|_| SysStop::Err(EFAULT))?;
         Ok(String::from_utf8_lossy(&b).into_owned())
     }
 
     fn deja_catalog(&mut self, mem: &mut dyn Memory, ptr: u64, n: u64) -> SysResult {
-        let count = usize::try_from(n).ok().filter(|c| *c <= MAX_SITES).ok_or(Stop::Err(EINVAL))?;
+        let count = usize::try_from(n).ok().filter(|c| *c <= MAX_SITES).ok_or(SysStop::Err(EINVAL))?;
         if count == 0 {
             return Ok(0);
         }
         let mut raw = vec![0u8; count * SITE_RECORD_SIZE];
-        self.vm.copy_in(mem, ptr, &mut raw).map_err(|_| Stop::Err(EFAULT))?;
+        self.mappings.copy_in(mem, ptr, &mut raw).map_err(|_| SysStop::Err(EFAULT))?;
         let mut new: Vec<(u64, Site)> = Vec::new();
         for chunk in raw.chunks_exact(SITE_RECORD_SIZE) {
             let mut b = [0u8; SITE_RECORD_SIZE];

@@ -396,7 +396,7 @@ impl Kernel {
     }
 
     pub(crate) fn sys_symlinkat(&mut self, mem: &mut dyn Memory, target: u64, dirfd: u64, path: u64) -> SysResult {
-        let t = self.vm.read_cstr(mem, target, PATH_MAX)?;
+        let t = self.mappings.read_cstr(mem, target, PATH_MAX)?;
         if t.is_empty() {
             return Err(ENOENT.into());
         }
@@ -453,8 +453,8 @@ impl Kernel {
         let mut t = [Some(now), Some(now)];
         if times != 0 {
             for (i, slot) in t.iter_mut().enumerate() {
-                let sec = self.vm.read_u64(mem, times + 16 * i as u64)?;
-                let nsec = self.vm.read_u64(mem, times + 16 * i as u64 + 8)?;
+                let sec = self.mappings.read_u64(mem, times + 16 * i as u64)?;
+                let nsec = self.mappings.read_u64(mem, times + 16 * i as u64 + 8)?;
                 *slot = match nsec {
                     UTIME_NOW => Some(now),
                     UTIME_OMIT => None,
@@ -509,7 +509,7 @@ impl Kernel {
             _ => 0,
         };
         let mut b = [0u8; 32];
-        self.vm.copy_in(mem, arg, &mut b)?;
+        self.mappings.copy_in(mem, arg, &mut b)?;
         let ty = u16::from_le_bytes([b[0], b[1]]);
         let whence = u16::from_le_bytes([b[2], b[3]]);
         let start = u64::from_le_bytes(b[8..16].try_into().unwrap_or_default());
@@ -519,7 +519,7 @@ impl Kernel {
         }
         if cmd == 5 || cmd == 36 {
             b[0..2].copy_from_slice(&2u16.to_le_bytes()); // F_UNLCK: nothing conflicts
-            self.vm.copy_out(mem, arg, &b)?;
+            self.mappings.copy_out(mem, arg, &b)?;
             return Ok(0);
         }
         match ty {

@@ -9,8 +9,8 @@
 use crate::errno::*;
 use crate::fd::*;
 use crate::kernel::{Kernel, SysResult, MAX_IO};
-use crate::layout::USER_END;
-use crate::vm::Access;
+use crate::mappings::Access;
+use crate::user_layout::USER_END;
 use crate::{Memory, Stream};
 
 /// Linux's `access_ok`: the range lies in the user half.
@@ -69,7 +69,7 @@ impl Kernel {
                 let avail = (c.len() as u64).saturating_sub(off);
                 let n = count.min(avail);
                 if n > 0 {
-                    self.vm.copy_out(mem, buf, &c[off as usize..(off + n) as usize])?;
+                    self.mappings.copy_out(mem, buf, &c[off as usize..(off + n) as usize])?;
                 }
                 if pos.is_none() {
                     self.fds.get_mut(fd as i32)?.offset = off + n;
@@ -79,10 +79,10 @@ impl Kernel {
             FileKind::Dir { .. } => return Err(EISDIR),
             FileKind::DevNull => return Ok(0),
             FileKind::Random(_) => {
-                self.vm.check(buf, count, Access::Write)?;
+                self.mappings.check(buf, count, Access::Write)?;
                 let mut b = vec![0u8; count as usize];
                 self.rng.fill(&mut b);
-                self.vm.copy_out(mem, buf, &b)?;
+                self.mappings.copy_out(mem, buf, &b)?;
                 return Ok(count);
             }
             FileKind::Stdout | FileKind::Stderr => return Err(EBADF),
@@ -94,7 +94,7 @@ impl Kernel {
         let avail = (data.len() as u64).saturating_sub(off);
         let n = count.min(avail);
         if n > 0 {
-            self.vm.copy_out(mem, buf, &data[off as usize..(off + n) as usize])?;
+            self.mappings.copy_out(mem, buf, &data[off as usize..(off + n) as usize])?;
         }
         if pos.is_none() {
             self.fds.get_mut(fd as i32)?.offset = off + n;
@@ -147,9 +147,9 @@ impl Kernel {
         }
         access_ok(buf, count)?;
         let count = count.min(MAX_IO);
-        self.vm.check(buf, count, Access::Read)?;
+        self.mappings.check(buf, count, Access::Read)?;
         let mut data = vec![0u8; count as usize];
-        self.vm.copy_in(mem, buf, &mut data)?;
+        self.mappings.copy_in(mem, buf, &mut data)?;
         if self.is_object(fd as i32) {
             return self.obj_send(fd as i32, &data, 0, None);
         }
@@ -169,9 +169,9 @@ impl Kernel {
         }
         access_ok(buf, count)?;
         let count = count.min(MAX_IO);
-        self.vm.check(buf, count, Access::Read)?;
+        self.mappings.check(buf, count, Access::Read)?;
         let mut data = vec![0u8; count as usize];
-        self.vm.copy_in(mem, buf, &mut data)?;
+        self.mappings.copy_in(mem, buf, &mut data)?;
         Ok(self.do_write(fd, &data, Some(off))?)
     }
 
@@ -182,7 +182,7 @@ impl Kernel {
             return Err(EINVAL);
         }
         let mut raw = vec![0u8; cnt as usize * 16];
-        self.vm.copy_in(mem, iov, &mut raw)?;
+        self.mappings.copy_in(mem, iov, &mut raw)?;
         let mut total = 0u64;
         let mut out = Vec::with_capacity(cnt as usize);
         for c in raw.chunks_exact(16) {
@@ -235,9 +235,9 @@ impl Kernel {
         for (base, len) in iovs {
             let n = len.min(MAX_IO - data.len() as u64);
             let mut chunk = Vec::new();
-            let copied = self.vm.check(base, n, Access::Read).and_then(|()| {
+            let copied = self.mappings.check(base, n, Access::Read).and_then(|()| {
                 chunk.resize(n as usize, 0);
-                self.vm.copy_in(mem, base, &mut chunk)
+                self.mappings.copy_in(mem, base, &mut chunk)
             });
             if let Err(e) = copied {
                 if data.is_empty() {
@@ -371,7 +371,7 @@ impl Kernel {
         match req as u32 {
             0x5421 => {
                 // FIONBIO
-                let on = self.vm.read_u32(mem, arg)? != 0;
+                let on = self.mappings.read_u32(mem, arg)? != 0;
                 let f = self.fds.get_mut(fd)?;
                 if on {
                     f.flags |= O_NONBLOCK;
@@ -399,7 +399,7 @@ impl Kernel {
                     },
                 };
                 let n = n.min(i32::MAX as u64) as u32;
-                self.vm.copy_out(mem, arg, &n.to_le_bytes())?;
+                self.mappings.copy_out(mem, arg, &n.to_le_bytes())?;
                 Ok(0)
             }
             _ => Err(ENOTTY.into()),
@@ -425,7 +425,7 @@ impl Kernel {
         let timeout = if tsp == 0 { None } else { Some(self.read_timespec(mem, tsp)?) };
         let r = self.do_poll(mem, fds, nfds, timeout)?;
         if r == 0 && tsp != 0 {
-            self.vm.copy_out(mem, tsp, &[0u8; 16])?;
+            self.mappings.copy_out(mem, tsp, &[0u8; 16])?;
         }
         Ok(r)
     }

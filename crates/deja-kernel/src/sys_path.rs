@@ -50,7 +50,7 @@ impl Kernel {
         if path == 0 && empty_ok {
             return Ok(Target::Fd(dirfd as i32));
         }
-        let p = self.vm.read_cstr(mem, path, PATH_MAX)?;
+        let p = self.mappings.read_cstr(mem, path, PATH_MAX)?;
         if p.is_empty() {
             if empty_ok {
                 return Ok(Target::Fd(dirfd as i32));
@@ -143,7 +143,7 @@ impl Kernel {
             put(o, st.times[i] / 1_000_000_000, 8);
             put(o + 8, st.times[i] % 1_000_000_000, 8);
         }
-        self.vm.copy_out(mem, buf, &b)
+        self.mappings.copy_out(mem, buf, &b)
     }
 
     pub(crate) fn sys_fstat(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64) -> SysResult {
@@ -207,7 +207,7 @@ impl Kernel {
         put(132, st.rdev & 0xff, 4);
         put(136, st.dev >> 8, 4);
         put(140, st.dev & 0xff, 4);
-        self.vm.copy_out(mem, buf, &b)?;
+        self.mappings.copy_out(mem, buf, &b)?;
         Ok(0)
     }
 
@@ -359,7 +359,7 @@ impl Kernel {
         if size < 2 {
             return Err(ERANGE.into());
         }
-        self.vm.copy_out(mem, buf, b"/\0")?;
+        self.mappings.copy_out(mem, buf, b"/\0")?;
         Ok(2)
     }
 
@@ -385,7 +385,7 @@ impl Kernel {
             _ => return Err(EINVAL.into()),
         };
         let n = target.len().min(size as usize);
-        self.vm.copy_out(mem, buf, &target[..n])?;
+        self.mappings.copy_out(mem, buf, &target[..n])?;
         Ok(n as u64)
     }
 
@@ -423,7 +423,7 @@ impl Kernel {
                 last = Some(name.clone());
             }
         }
-        self.vm.copy_out(mem, buf, &out)?;
+        self.mappings.copy_out(mem, buf, &out)?;
         let f = self.fds.get_mut(fd as i32)?;
         f.offset = pos;
         if let FileKind::Dir { after, .. } = &mut f.kind {

@@ -9,10 +9,10 @@
 
 use crate::clock::{clock_kind, ClockKind, NS_PER_S};
 use crate::errno::*;
-use crate::kernel::{Kernel, Stop, SysResult, MAX_IO};
+use crate::kernel::{Kernel, SysResult, SysStop, MAX_IO};
+use crate::mappings::Access;
 use crate::signal::{self, Delivery, NSIG, SIGKILL, SIGSTOP, SIG_IGN};
 use crate::stack::GUEST_UID;
-use crate::vm::Access;
 use crate::{ExitStatus, FaultInfo, Memory, PAGE_SIZE};
 
 const ARCH_SET_GS: u64 = 0x1001;
@@ -41,7 +41,7 @@ impl Kernel {
     /// Reads a `struct timespec` as nanoseconds (`EINVAL` if out of range).
     pub(crate) fn read_timespec(&self, mem: &mut dyn Memory, addr: u64) -> Result<u64, i32> {
         let mut b = [0u8; 16];
-        self.vm.copy_in(mem, addr, &mut b)?;
+        self.mappings.copy_in(mem, addr, &mut b)?;
         let sec = i64::from_le_bytes(b[..8].try_into().unwrap_or_default());
         let nsec = i64::from_le_bytes(b[8..].try_into().unwrap_or_default());
         if sec < 0 || !(0..NS_PER_S as i64).contains(&nsec) {
@@ -54,7 +54,7 @@ impl Kernel {
         let mut buf = [0u8; 16];
         buf[..8].copy_from_slice(&a.to_le_bytes());
         buf[8..].copy_from_slice(&b.to_le_bytes());
-        self.vm.copy_out(mem, addr, &buf)
+        self.mappings.copy_out(mem, addr, &buf)
     }
 
     pub(crate) fn sys_clock_gettime(&mut self, mem: &mut dyn Memory, clk: u64, tp: u64) -> SysResult {
@@ -78,7 +78,7 @@ impl Kernel {
             self.write_pair(mem, tv, ns / NS_PER_S, ns % NS_PER_S / 1000)?;
         }
         if tz != 0 {
-            self.vm.copy_out(mem, tz, &[0u8; 8])?;
+            self.mappings.copy_out(mem, tz, &[0u8; 8])?;
         }
         Ok(0)
     }
@@ -86,7 +86,7 @@ impl Kernel {
     pub(crate) fn sys_time(&mut self, mem: &mut dyn Memory, tloc: u64) -> SysResult {
         let s = self.clock.realtime_ns() / NS_PER_S;
         if tloc != 0 {
-            self.vm.copy_out(mem, tloc, &s.to_le_bytes())?;
+            self.mappings.copy_out(mem, tloc, &s.to_le_bytes())?;
         }
         Ok(s)
     }
@@ -94,7 +94,7 @@ impl Kernel {
     pub(crate) fn sys_nanosleep(&mut self, mem: &mut dyn Memory, req: u64, _rem: u64) -> SysResult {
         let ns = self.read_timespec(mem, req)?;
         self.threads.block_sleep(self.clock.now_ns().saturating_add(ns));
-        Err(Stop::Block)
+        Err(SysStop::Block)
     }
 
     pub(crate) fn sys_clock_nanosleep(
@@ -112,7 +112,7 @@ impl Kernel {
         let t = self.read_timespec(mem, req)?;
         let ns = if flags & 1 != 0 { t.saturating_sub(self.clock.read(kind)) } else { t };
         self.threads.block_sleep(self.clock.now_ns().saturating_add(ns));
-        Err(Stop::Block)
+        Err(SysStop::Block)
     }
 
     pub(crate) fn sys_times(&mut self, mem: &mut dyn Memory, buf: u64) -> SysResult {
@@ -120,7 +120,7 @@ impl Kernel {
         if buf != 0 {
             let mut b = [0u8; 32];
             b[..8].copy_from_slice(&ticks.to_le_bytes());
-            self.vm.copy_out(mem, buf, &b)?;
+            self.mappings.copy_out(mem, buf, &b)?;
         }
         Ok(ticks)
     }
@@ -135,10 +135,10 @@ impl Kernel {
             let ns = self.clock.now_ns();
             b[..8].copy_from_slice(&(ns / NS_PER_S).to_le_bytes());
             b[8..16].copy_from_slice(&(ns % NS_PER_S / 1000).to_le_bytes());
-            let maxrss_kb = self.vm.committed() * (PAGE_SIZE / 1024);
+            let maxrss_kb = self.mappings.committed() * (PAGE_SIZE / 1024);
             b[32..40].copy_from_slice(&maxrss_kb.to_le_bytes());
         }
-        self.vm.copy_out(mem, ru, &b)?;
+        self.mappings.copy_out(mem, ru, &b)?;
         Ok(0)
     }
 
@@ -146,11 +146,11 @@ impl Kernel {
         let mut b = [0u8; 112];
         let mut put = |o: usize, v: u64, n: usize| b[o..o + n].copy_from_slice(&v.to_le_bytes()[..n]);
         put(0, self.clock.now_ns() / NS_PER_S, 8);
-        put(32, self.vm.capacity() * PAGE_SIZE, 8);
-        put(40, self.vm.capacity().saturating_sub(self.vm.committed()) * PAGE_SIZE, 8);
+        put(32, self.mappings.capacity() * PAGE_SIZE, 8);
+        put(40, self.mappings.capacity().saturating_sub(self.mappings.committed()) * PAGE_SIZE, 8);
         put(80, 1, 2);
         put(104, 1, 4);
-        self.vm.copy_out(mem, info, &b)?;
+        self.mappings.copy_out(mem, info, &b)?;
         Ok(0)
     }
 
@@ -160,7 +160,7 @@ impl Kernel {
         for (i, f) in fields.iter().enumerate() {
             b[i * 65..i * 65 + f.len()].copy_from_slice(f.as_bytes());
         }
-        self.vm.copy_out(mem, buf, &b)?;
+        self.mappings.copy_out(mem, buf, &b)?;
         Ok(0)
     }
 
@@ -213,7 +213,7 @@ impl Kernel {
 
     /// `exit_group`: the whole program ends with the low byte of `code` as its status.
     pub(crate) fn sys_exit_group(&mut self, code: u64) -> SysResult {
-        Err(Stop::Exit(ExitStatus::Exited { code: i32::from(code as u8) }))
+        Err(SysStop::Exit(ExitStatus::Exited { code: i32::from(code as u8) }))
     }
 
     /// `rseq`: deja answers ENOSYS on purpose (no restartable sequences without preemption);
@@ -224,7 +224,7 @@ impl Kernel {
 
     pub(crate) fn sys_getresuid(&mut self, mem: &mut dyn Memory, r: u64, e: u64, s: u64) -> SysResult {
         for p in [r, e, s] {
-            self.vm.copy_out(mem, p, &(GUEST_UID as u32).to_le_bytes())?;
+            self.mappings.copy_out(mem, p, &(GUEST_UID as u32).to_le_bytes())?;
         }
         Ok(0)
     }
@@ -240,7 +240,7 @@ impl Kernel {
         let mut set = None;
         if new != 0 {
             let mut b = [0u8; 16];
-            self.vm.copy_in(mem, new, &mut b)?;
+            self.mappings.copy_in(mem, new, &mut b)?;
             let cur = u64::from_le_bytes(b[..8].try_into().unwrap_or_default());
             let max = u64::from_le_bytes(b[8..].try_into().unwrap_or_default());
             if cur > max {
@@ -276,7 +276,7 @@ impl Kernel {
             }
             ARCH_GET_FS | ARCH_GET_GS => {
                 let v = if code == ARCH_GET_FS { self.fs_base } else { self.gs_base };
-                self.vm.copy_out(mem, addr, &v.to_le_bytes())?;
+                self.mappings.copy_out(mem, addr, &v.to_le_bytes())?;
                 Ok(0)
             }
             ARCH_GET_CPUID => Ok(1),
@@ -289,7 +289,7 @@ impl Kernel {
         match a[0] {
             1 | 4 | 38 => Ok(0), // PDEATHSIG, SET_DUMPABLE, SET_NO_NEW_PRIVS
             2 => {
-                self.vm.copy_out(mem, a[1], &0u32.to_le_bytes())?;
+                self.mappings.copy_out(mem, a[1], &0u32.to_le_bytes())?;
                 Ok(0)
             }
             3 => Ok(1),  // PR_GET_DUMPABLE
@@ -298,7 +298,7 @@ impl Kernel {
                 let mut name = [0u8; 16];
                 for (i, b) in name.iter_mut().take(15).enumerate() {
                     let mut c = [0u8];
-                    self.vm.copy_in(mem, a[1].wrapping_add(i as u64), &mut c)?;
+                    self.mappings.copy_in(mem, a[1].wrapping_add(i as u64), &mut c)?;
                     if c[0] == 0 {
                         break;
                     }
@@ -309,7 +309,7 @@ impl Kernel {
             }
             16 => {
                 let c = self.comm;
-                self.vm.copy_out(mem, a[1], &c)?;
+                self.mappings.copy_out(mem, a[1], &c)?;
                 Ok(0)
             }
             _ => Err(EINVAL.into()),
@@ -333,14 +333,14 @@ impl Kernel {
         if len < 8 || !len.is_multiple_of(8) {
             return Err(EINVAL.into());
         }
-        self.vm.copy_out(mem, mask, &1u64.to_le_bytes())?;
+        self.mappings.copy_out(mem, mask, &1u64.to_le_bytes())?;
         Ok(8)
     }
 
     pub(crate) fn sys_getcpu(&mut self, mem: &mut dyn Memory, cpu: u64, node: u64) -> SysResult {
         for p in [cpu, node] {
             if p != 0 {
-                self.vm.copy_out(mem, p, &0u32.to_le_bytes())?;
+                self.mappings.copy_out(mem, p, &0u32.to_le_bytes())?;
             }
         }
         Ok(0)
@@ -351,10 +351,10 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let len = len.min(MAX_IO);
-        self.vm.check(buf, len, Access::Write)?;
+        self.mappings.check(buf, len, Access::Write)?;
         let mut b = vec![0u8; len as usize];
         self.rng.fill(&mut b);
-        self.vm.copy_out(mem, buf, &b)?;
+        self.mappings.copy_out(mem, buf, &b)?;
         Ok(len)
     }
 
@@ -385,7 +385,7 @@ impl Kernel {
         match self.signals.send(sig) {
             Delivery::Nothing => Ok(0),
             Delivery::Kill(s) => {
-                Err(Stop::Exit(ExitStatus::Signaled { signal: s, name: signal::name(s), fault: None }))
+                Err(SysStop::Exit(ExitStatus::Signaled { signal: s, name: signal::name(s), fault: None }))
             }
         }
     }
@@ -434,7 +434,7 @@ impl Kernel {
         let old = self.signals.actions[idx];
         if act != 0 {
             let mut b = [0u8; 32];
-            self.vm.copy_in(mem, act, &mut b)?;
+            self.mappings.copy_in(mem, act, &mut b)?;
             let mut new = [0u64; 4];
             for (i, w) in new.iter_mut().enumerate() {
                 *w = u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or_default());
@@ -450,7 +450,7 @@ impl Kernel {
             for (i, w) in old.iter().enumerate() {
                 b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
             }
-            self.vm.copy_out(mem, oact, &b)?;
+            self.mappings.copy_out(mem, oact, &b)?;
         }
         Ok(0)
     }
@@ -468,7 +468,7 @@ impl Kernel {
         }
         let old = self.signals.mask;
         if set != 0 {
-            let new = self.vm.read_u64(mem, set)?;
+            let new = self.mappings.read_u64(mem, set)?;
             let mask = match how {
                 0 => old | new,
                 1 => old & !new,
@@ -478,12 +478,12 @@ impl Kernel {
             self.signals.mask = mask & !(signal::bit(SIGKILL) | signal::bit(SIGSTOP));
         }
         if oset != 0 {
-            self.vm.copy_out(mem, oset, &old.to_le_bytes())?;
+            self.mappings.copy_out(mem, oset, &old.to_le_bytes())?;
         }
         match self.signals.deliver_unblocked() {
             Delivery::Nothing => Ok(0),
             Delivery::Kill(s) => {
-                Err(Stop::Exit(ExitStatus::Signaled { signal: s, name: signal::name(s), fault: None }))
+                Err(SysStop::Exit(ExitStatus::Signaled { signal: s, name: signal::name(s), fault: None }))
             }
         }
     }
@@ -492,7 +492,7 @@ impl Kernel {
         let cur = self.signals.altstack;
         if ss != 0 {
             let mut b = [0u8; 24];
-            self.vm.copy_in(mem, ss, &mut b)?;
+            self.mappings.copy_in(mem, ss, &mut b)?;
             let sp = u64::from_le_bytes(b[..8].try_into().unwrap_or_default());
             let flags = u32::from_le_bytes(b[8..12].try_into().unwrap_or_default());
             let size = u64::from_le_bytes(b[16..].try_into().unwrap_or_default());
@@ -513,7 +513,7 @@ impl Kernel {
             b[..8].copy_from_slice(&cur.0.to_le_bytes());
             b[8..12].copy_from_slice(&cur.1.to_le_bytes());
             b[16..].copy_from_slice(&cur.2.to_le_bytes());
-            self.vm.copy_out(mem, old, &b)?;
+            self.mappings.copy_out(mem, old, &b)?;
         }
         Ok(0)
     }
@@ -531,7 +531,7 @@ impl Kernel {
                     return Err(EINVAL.into());
                 }
                 aligned(uaddr)?;
-                let cur = self.vm.read_u32(mem, uaddr)?;
+                let cur = self.mappings.read_u32(mem, uaddr)?;
                 if cur != val as u32 {
                     return Err(EAGAIN.into());
                 }
@@ -549,7 +549,7 @@ impl Kernel {
                 };
                 let bitset = if cmd == 9 { val3 as u32 } else { u32::MAX };
                 self.threads.block_futex(uaddr, bitset, deadline);
-                Err(Stop::Block)
+                Err(SysStop::Block)
             }
             1 | 10 => {
                 if cmd == 10 && val3 as u32 == 0 {
@@ -566,7 +566,7 @@ impl Kernel {
                 if (val as i32) < 0 || (timeout as i32) < 0 {
                     return Err(EINVAL.into());
                 }
-                if cmd == 4 && self.vm.read_u32(mem, uaddr)? != val3 as u32 {
+                if cmd == 4 && self.mappings.read_u32(mem, uaddr)? != val3 as u32 {
                     return Err(EAGAIN.into());
                 }
                 Ok(self.threads.futex_requeue(uaddr, uaddr2, count(val), count(timeout)))
@@ -574,7 +574,7 @@ impl Kernel {
             5 => {
                 aligned(uaddr)?;
                 aligned(uaddr2)?;
-                let old = self.vm.read_u32(mem, uaddr2)?;
+                let old = self.mappings.read_u32(mem, uaddr2)?;
                 let v3 = val3 as u32;
                 let mut oparg = ((v3 << 8) as i32 >> 20) as u32;
                 let cmparg = ((v3 << 20) as i32) >> 20;
@@ -599,7 +599,7 @@ impl Kernel {
                     5 => o >= cmparg,
                     _ => return Err(ENOSYS.into()),
                 };
-                self.vm.copy_out(mem, uaddr2, &new.to_le_bytes())?;
+                self.mappings.copy_out(mem, uaddr2, &new.to_le_bytes())?;
                 let mut n = self.threads.futex_wake(uaddr, u32::MAX, count(val).max(1));
                 if hit {
                     n += self.threads.futex_wake(uaddr2, u32::MAX, count(timeout).max(1));
@@ -608,25 +608,25 @@ impl Kernel {
             }
             6 | 8 | 13 => {
                 aligned(uaddr)?;
-                let v = self.vm.read_u32(mem, uaddr)?;
+                let v = self.mappings.read_u32(mem, uaddr)?;
                 let me = self.current_tid();
                 match u64::from(v & 0x3fff_ffff) {
                     0 => {
-                        self.vm.copy_out(mem, uaddr, &(me as u32).to_le_bytes())?;
+                        self.mappings.copy_out(mem, uaddr, &(me as u32).to_le_bytes())?;
                         Ok(0)
                     }
                     o if o == me => Err(EDEADLK.into()),
                     _ if cmd == 8 => Err(EAGAIN.into()),
-                    o if self.thread_exists(o) => Err(Stop::Unsupported), // blocking PI locks
+                    o if self.thread_exists(o) => Err(SysStop::Unsupported), // blocking PI locks
                     _ => Err(ESRCH.into()),
                 }
             }
             7 => {
                 aligned(uaddr)?;
-                if u64::from(self.vm.read_u32(mem, uaddr)? & 0x3fff_ffff) != self.current_tid() {
+                if u64::from(self.mappings.read_u32(mem, uaddr)? & 0x3fff_ffff) != self.current_tid() {
                     return Err(EPERM.into());
                 }
-                self.vm.copy_out(mem, uaddr, &0u32.to_le_bytes())?;
+                self.mappings.copy_out(mem, uaddr, &0u32.to_le_bytes())?;
                 Ok(0)
             }
             _ => Err(ENOSYS.into()),

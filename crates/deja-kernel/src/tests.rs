@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::layout::*;
 use crate::rng::RandomStream;
 use crate::stack::*;
+use crate::user_layout::*;
 use crate::*;
 
 mod decisions;
@@ -159,12 +159,12 @@ fn scratch(k: &mut Kernel, m: &mut FakeMemory, len: u64) -> u64 {
 }
 
 fn poke(k: &Kernel, m: &mut FakeMemory, addr: u64, data: &[u8]) {
-    k.vm.copy_out(m, addr, data).expect("poke");
+    k.mappings.copy_out(m, addr, data).expect("poke");
 }
 
 fn peek(k: &Kernel, m: &mut FakeMemory, addr: u64, len: usize) -> Vec<u8> {
     let mut b = vec![0u8; len];
-    k.vm.copy_in(m, addr, &mut b).expect("peek");
+    k.mappings.copy_in(m, addr, &mut b).expect("peek");
     b
 }
 
@@ -1360,9 +1360,10 @@ fn restore_shares_file_contents() {
         panic!("fd 3")
     };
     assert_eq!(*open_id, id);
-    let shared =
-        r.vm.iter()
-            .any(|v| matches!(&v.kind, vm::VmaKind::File { data, .. } if std::sync::Arc::ptr_eq(&data.0, &vfs_data)));
+    let shared = r
+        .mappings
+        .iter()
+        .any(|v| matches!(&v.kind, mappings::VmaKind::File { data, .. } if std::sync::Arc::ptr_eq(&data.0, &vfs_data)));
     assert!(shared, "the file mapping shares the contents too");
 }
 

@@ -384,7 +384,7 @@ const USER_LIMIT: u64 = 0x0000_8000_0000_0000;
 
 use crate::errno::*;
 use crate::faults::DecisionPoint;
-use crate::kernel::{Kernel, Stop, SysResult};
+use crate::kernel::{Kernel, SysResult, SysStop};
 use crate::Memory;
 
 impl Kernel {
@@ -446,7 +446,7 @@ impl Kernel {
             return Err(E2BIG.into());
         }
         let mut b = vec![0u8; size as usize];
-        self.vm.copy_in(mem, args, &mut b)?;
+        self.mappings.copy_in(mem, args, &mut b)?;
         if b.len() > 88 && b[88..].iter().any(|&x| x != 0) {
             return Err(E2BIG.into());
         }
@@ -477,7 +477,7 @@ impl Kernel {
     ) -> SysResult {
         let flags = flags & !0xff; // CSIGNAL: the exit signal of a child process
         if flags & (CLONE_VM | CLONE_THREAD) != CLONE_VM | CLONE_THREAD || flags & !THREAD_FLAGS != 0 {
-            return Err(Stop::Unsupported);
+            return Err(SysStop::Unsupported);
         }
         if flags & CLONE_SIGHAND == 0 || exit_signal != 0 {
             return Err(EINVAL.into());
@@ -489,10 +489,10 @@ impl Kernel {
         let id = (tid as u32).to_le_bytes();
         // Like Linux, a tid that cannot be written is not an error.
         if flags & CLONE_PARENT_SETTID != 0 {
-            let _ = self.vm.copy_out(mem, parent_tid, &id);
+            let _ = self.mappings.copy_out(mem, parent_tid, &id);
         }
         if flags & CLONE_CHILD_SETTID != 0 {
-            let _ = self.vm.copy_out(mem, child_tid, &id);
+            let _ = self.mappings.copy_out(mem, child_tid, &id);
         }
         let settls = flags & CLONE_SETTLS != 0;
         let t = Thread {
@@ -511,15 +511,15 @@ impl Kernel {
     /// `exit(60)`: the thread ends; the program ends with the last one.
     pub(crate) fn sys_exit_thread(&mut self, mem: &mut dyn Memory, code: u64) -> SysResult {
         if self.threads.threads.len() <= 1 {
-            return Err(Stop::Exit(crate::ExitStatus::Exited { code: (code & 0xff) as i32 }));
+            return Err(SysStop::Exit(crate::ExitStatus::Exited { code: (code & 0xff) as i32 }));
         }
         let addr = self.clear_child_tid;
         self.threads.threads.remove(&self.threads.current);
         self.threads.spawned.retain(|s| s.tid != self.threads.current);
-        if addr != 0 && self.vm.copy_out(mem, addr, &0u32.to_le_bytes()).is_ok() {
+        if addr != 0 && self.mappings.copy_out(mem, addr, &0u32.to_le_bytes()).is_ok() {
             self.threads.futex_wake(addr, u32::MAX, 1);
         }
-        Err(Stop::Block)
+        Err(SysStop::Block)
     }
 
     /// Runs the scheduler after a syscall whose handler answered `res` (see the [module
@@ -528,16 +528,16 @@ impl Kernel {
         let caller = self.threads.current;
         let next = match self.pick_next(mem) {
             Ok(Some(t)) => t,
-            Ok(None) => return Err(Stop::Block),
+            Ok(None) => return Err(SysStop::Block),
             Err(e) => return Err(e),
         };
         self.switch_to(next);
         match res {
-            Err(Stop::Block) if next == caller => {
+            Err(SysStop::Block) if next == caller => {
                 // Woken within its own call: the value goes back as the call's return.
                 match self.threads.wakeups.iter().position(|&(t, _)| t == caller) {
                     Some(p) => Ok(self.threads.wakeups.remove(p).1),
-                    None => Err(Stop::Block),
+                    None => Err(SysStop::Block),
                 }
             }
             r => r,
@@ -547,7 +547,7 @@ impl Kernel {
     /// Delivers loopback packets, serves blocked I/O calls again, wakes expired waits and picks
     /// the thread to run: `Ok(None)` when a networked node has nothing to run (it is idle),
     /// `Err(Exit)` on a deadlock.
-    fn pick_next(&mut self, mem: &mut dyn Memory) -> Result<Option<u64>, Stop> {
+    fn pick_next(&mut self, mem: &mut dyn Memory) -> Result<Option<u64>, SysStop> {
         let mut runnable;
         loop {
             self.net.flush_local();
@@ -573,7 +573,7 @@ impl Kernel {
                         }
                         _ => format!("every thread is blocked: {}", self.threads.describe_blocked()),
                     };
-                    return Err(Stop::Exit(self.deadlock(&what)));
+                    return Err(SysStop::Exit(self.deadlock(&what)));
                 }
             }
         }
@@ -593,14 +593,14 @@ impl Kernel {
     pub(crate) fn block_io(&mut self, timeout: Option<u64>, on_timeout: SysResult) -> SysResult {
         match self.threads.retrying {
             Some((_, true)) => on_timeout,
-            Some((_, false)) => Err(Stop::Block),
+            Some((_, false)) => Err(SysStop::Block),
             None => {
                 let deadline = timeout.map(|t| self.clock.now_ns().saturating_add(t));
                 let (nr, args) = self.threads.call;
                 if let Some(t) = self.threads.threads.get_mut(&self.threads.current) {
                     t.state = ThreadState::Io { nr, args, deadline };
                 }
-                Err(Stop::Block)
+                Err(SysStop::Block)
             }
         }
     }
@@ -642,8 +642,8 @@ impl Kernel {
                 self.net.flush_local();
                 let ret = match res {
                     Ok(v) => v,
-                    Err(Stop::Err(e)) => (-i64::from(e)) as u64,
-                    Err(Stop::Block) => continue,
+                    Err(SysStop::Err(e)) => (-i64::from(e)) as u64,
+                    Err(SysStop::Block) => continue,
                     Err(_) => (-i64::from(EINVAL)) as u64,
                 };
                 self.tracer.completion(tid, nr, ret, now, data);
@@ -674,7 +674,7 @@ impl Kernel {
                 true
             }
             Ok(None) => false,
-            Err(Stop::Exit(st)) => {
+            Err(SysStop::Exit(st)) => {
                 self.exit = Some(st);
                 false
             }

@@ -18,7 +18,7 @@ impl Kernel {
         let data = hashed.finish();
         // A crash at exit: the program exits believing its data is safe; the node dies there.
         if self.faults.config.crash_at_exit && !self.faults.crash_due {
-            if let Err(Stop::Exit(ExitStatus::Exited { code })) = &res {
+            if let Err(SysStop::Exit(ExitStatus::Exited { code })) = &res {
                 self.faults.crash_point = format!("at exit (status {code})");
                 self.faults.crash_due = true;
                 res = Ok(0);
@@ -26,31 +26,31 @@ impl Kernel {
         }
         if self.faults.faulted && self.faults.after_fault.len() < crate::faults::MAX_AFTER_FAULT {
             let errno = match &res {
-                Err(Stop::Err(e)) => *e as u64,
-                Err(Stop::Unsupported) => ENOSYS as u64,
+                Err(SysStop::Err(e)) => *e as u64,
+                Err(SysStop::Unsupported) => ENOSYS as u64,
                 _ => 0,
             };
             self.faults.after_fault.push((nr, errno));
         }
         let res =
-            if matches!(res, Err(Stop::Exit(_))) || self.faults.crash_due { res } else { self.schedule(mem, res) };
+            if matches!(res, Err(SysStop::Exit(_))) || self.faults.crash_due { res } else { self.schedule(mem, res) };
         let (outcome, ret) = match res {
             Ok(v) => (SyscallOutcome::Return(v), Some(v)),
-            Err(Stop::Err(e)) => {
+            Err(SysStop::Err(e)) => {
                 let v = (-i64::from(e)) as u64;
                 (SyscallOutcome::Return(v), Some(v))
             }
-            Err(Stop::Unsupported) => {
+            Err(SysStop::Unsupported) => {
                 *self.unsupported.entry(name.clone()).or_default() += 1;
                 let v = (-i64::from(ENOSYS)) as u64;
                 (SyscallOutcome::Return(v), Some(v))
             }
-            Err(Stop::Exit(st)) => {
+            Err(SysStop::Exit(st)) => {
                 self.exit = Some(st.clone());
                 (SyscallOutcome::Exit(st), None)
             }
-            Err(Stop::Block) if self.threads.idle => (SyscallOutcome::Idle, Some(BLOCKED_RETURN)),
-            Err(Stop::Block) => (SyscallOutcome::Return(BLOCKED_RETURN), Some(BLOCKED_RETURN)),
+            Err(SysStop::Block) if self.threads.idle => (SyscallOutcome::Idle, Some(BLOCKED_RETURN)),
+            Err(SysStop::Block) => (SyscallOutcome::Return(BLOCKED_RETURN), Some(BLOCKED_RETURN)),
         };
         let (outcome, ret) = if self.faults.crash_due && !matches!(outcome, SyscallOutcome::Exit(_)) {
             self.faults.crash_due = false;
@@ -82,7 +82,7 @@ impl Kernel {
     pub(crate) fn dispatch(&mut self, mem: &mut dyn Memory, nr: u64, a: [u64; 6]) -> SysResult {
         match crate::syscalls::handler(nr) {
             Some(serve) => serve(self, mem, a),
-            None => Err(Stop::Unsupported),
+            None => Err(SysStop::Unsupported),
         }
     }
 
@@ -99,7 +99,7 @@ impl Kernel {
             Exception::GeneralProtection { rip, error_code, eax, ecx } => {
                 let mut code = [0u8; 15];
                 let n = (0..code.len())
-                    .take_while(|&i| self.vm.copy_in(mem, rip + i as u64, &mut code[i..=i]).is_ok())
+                    .take_while(|&i| self.mappings.copy_in(mem, rip + i as u64, &mut code[i..=i]).is_ok())
                     .count();
                 match crate::cpuid::decode(&code[..n]) {
                     Some((insn @ Emulated::Cpuid, len)) => {
@@ -175,7 +175,7 @@ impl Kernel {
     /// The other way into a kernel at `rip`, if that is what is there.
     fn entry_at(&self, mem: &mut dyn Memory, rip: u64) -> Option<EntryAttempt> {
         let mut code = [0u8; 2];
-        self.vm.copy_in(mem, rip, &mut code).ok()?;
+        self.mappings.copy_in(mem, rip, &mut code).ok()?;
         entry_attempt(&code)
     }
 
@@ -221,7 +221,7 @@ impl Kernel {
                 format!("page fault: {verb} {addr:#x} repeats after the page was mapped (error code {error_code:#x})");
             return self.fatal(11, d, 14, rip, Some(addr), error_code);
         }
-        match self.vm.fault(mem, addr, access) {
+        match self.mappings.fault(mem, addr, access) {
             Ok(()) => ExceptionOutcome::Retry,
             Err(FaultError::Unmapped) => {
                 let mut d = format!("page fault: {verb} unmapped address {addr:#x}");

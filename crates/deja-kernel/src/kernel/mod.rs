@@ -31,7 +31,7 @@ use crate::faults::CrashState;
 use crate::faults::{FaultKind, FaultRecord, FaultState};
 use crate::fd::FdTable;
 use crate::fs::Fs;
-use crate::layout::*;
+use crate::mappings::{Access, FaultError, Mappings, Vma, VmaKind};
 use crate::oracle::Oracle;
 use crate::persist::{ensure, DecodeSnafu, RestoreError, TrailingBytesSnafu};
 use crate::rng::RandomStream;
@@ -39,7 +39,7 @@ use crate::signal::{self, Signals};
 use crate::stack::{self, AuxInfo};
 use crate::threads::{Threads, BLOCKED_RETURN};
 use crate::trace::{memory_digest, DataHasher, ExceptionRecord, Tracer};
-use crate::vm::{Access, AddressSpace, FaultError, Vma, VmaKind};
+use crate::user_layout::*;
 use crate::{
     ArgsTooBigSnafu, DiskOverCapacitySnafu, GuestPathSnafu, InvalidDiskSnafu, MalformedSnafu, OutOfMemorySnafu,
     TooBigSnafu,
@@ -67,7 +67,7 @@ pub const MAX_IO: u64 = 16 << 20;
 
 /// Why a syscall handler stopped short of a plain return value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Stop {
+pub(crate) enum SysStop {
     /// Return `-errno`.
     Err(i32),
     /// The program is over.
@@ -78,14 +78,14 @@ pub(crate) enum Stop {
     Block,
 }
 
-impl From<i32> for Stop {
+impl From<i32> for SysStop {
     fn from(e: i32) -> Self {
-        Stop::Err(e)
+        SysStop::Err(e)
     }
 }
 
 /// The result of a syscall handler.
-pub(crate) type SysResult = Result<u64, Stop>;
+pub(crate) type SysResult = Result<u64, SysStop>;
 
 /// The syscall core of one program: its address space, fds, clock, random stream and trace.
 ///
@@ -97,7 +97,7 @@ pub(crate) type SysResult = Result<u64, Stop>;
 /// [`Kernel::restore`] (for snapshots).
 #[derive(Clone)]
 pub struct Kernel {
-    pub(crate) vm: AddressSpace,
+    pub(crate) mappings: Mappings,
     pub(crate) fs: Fs,
     pub(crate) faults: FaultState,
     pub(crate) locks: BTreeMap<(u64, u64), (u16, u64)>,
@@ -136,7 +136,7 @@ pub struct Kernel {
 #[derive(Serialize, Deserialize)]
 #[serde(remote = "Kernel")]
 struct KernelDef {
-    vm: AddressSpace,
+    mappings: Mappings,
     fs: Fs,
     faults: FaultState,
     locks: BTreeMap<(u64, u64), (u16, u64)>,
@@ -195,7 +195,7 @@ impl std::fmt::Debug for Kernel {
             .field("entry", &self.entry)
             .field("brk", &self.brk_cur)
             .field("fs_base", &self.fs_base)
-            .field("mappings", &self.vm.iter().count())
+            .field("mappings", &self.mappings.iter().count())
             .field("commit", &self.commit())
             .field("exit", &self.exit)
             .finish_non_exhaustive()
@@ -208,7 +208,7 @@ impl Kernel {
         let img = elf::parse(&spec.image)?;
         let free = mem.free_frames();
         let capacity = free - free / 100 * PAGE_TABLE_MARGIN_PERCENT - (free % 100) * PAGE_TABLE_MARGIN_PERCENT / 100;
-        let mut vm = AddressSpace::new(capacity);
+        let mut mappings = Mappings::new(capacity);
 
         // Where each segment goes.
         let min_page = page_down(img.min_vaddr());
@@ -281,12 +281,12 @@ impl Kernel {
         runs.extend(run);
         for (a, b, prot, offset) in runs {
             mem.protect(a, b - a, prot);
-            vm.insert(Vma { start: a, end: b, prot, kind: VmaKind::Image { offset }, shared: false });
+            mappings.insert(Vma { start: a, end: b, prot, kind: VmaKind::Image { offset }, shared: false });
         }
         let brk_start = segs.iter().map(|s| s.3).max().unwrap_or(USER_START).max(USER_START);
 
         // The stack.
-        vm.insert(Vma {
+        mappings.insert(Vma {
             start: STACK_TOP - STACK_SIZE,
             end: STACK_TOP,
             prot: Prot::RW,
@@ -340,7 +340,7 @@ impl Kernel {
             .and_then(|(addr, len)| Some(CoverageRegion { addr: reloc(addr)?, len }))
             .filter(|r| r.validate().is_ok());
         let kernel = Kernel {
-            vm,
+            mappings,
             fs,
             faults,
             locks: BTreeMap::new(),
@@ -402,12 +402,12 @@ impl Kernel {
         let (Unchecked(mut k), rest) = postcard::take_from_bytes::<Unchecked>(bytes).context(DecodeSnafu)?;
         snafu::ensure!(rest.is_empty(), TrailingBytesSnafu { count: rest.len() });
         k.validate()?;
-        k.vm.share_file_data(&k.fs);
+        k.mappings.share_file_data(&k.fs);
         Ok(k)
     }
 
     fn validate(&self) -> Result<(), RestoreError> {
-        self.vm.validate()?;
+        self.mappings.validate()?;
         self.fs.validate()?;
         self.fds.validate()?;
         let mut refs: BTreeMap<u64, u64> = BTreeMap::new();

@@ -59,7 +59,7 @@ impl Kernel {
 
     /// `/proc/self/maps` as the guest would read it now.
     pub fn proc_maps(&self) -> String {
-        self.vm.maps(self.fs.exe_path())
+        self.mappings.maps(self.fs.exe_path())
     }
 
     /// Durable writes made so far (see [`crate::fs`]).
@@ -304,7 +304,7 @@ impl Kernel {
 
     /// Pages committed against the capacity, and the capacity (both in pages).
     pub fn commit(&self) -> (u64, u64) {
-        (self.vm.committed(), self.vm.capacity())
+        (self.mappings.committed(), self.mappings.capacity())
     }
 
     /// Signals that arrived while a handler was installed, by number (handlers are not run).

@@ -14,9 +14,9 @@ use std::collections::VecDeque;
 
 use crate::errno::*;
 use crate::fd::*;
-use crate::kernel::{Kernel, Stop, SysResult, MAX_IO};
+use crate::kernel::{Kernel, SysResult, SysStop, MAX_IO};
+use crate::mappings::Access;
 use crate::net::*;
-use crate::vm::Access;
 use crate::Memory;
 
 mod ready;
@@ -101,7 +101,7 @@ impl Kernel {
         }
         let mut b = [0u8; 16];
         let n = len.min(16) as usize;
-        self.vm.copy_in(mem, addr, &mut b[..n])?;
+        self.mappings.copy_in(mem, addr, &mut b[..n])?;
         let family = u16::from_le_bytes([b[0], b[1]]);
         if family == AF_UNSPEC {
             return Ok((family, SockAddr::new([0; 4], 0)));
@@ -120,7 +120,7 @@ impl Kernel {
         if addr == 0 || lenp == 0 {
             return Ok(());
         }
-        let len = self.vm.read_u32(mem, lenp)?;
+        let len = self.mappings.read_u32(mem, lenp)?;
         if (len as i32) < 0 {
             return Err(EINVAL);
         }
@@ -129,8 +129,8 @@ impl Kernel {
         b[2..4].copy_from_slice(&sa.port.to_be_bytes());
         b[4..8].copy_from_slice(&sa.ip);
         let n = (len as usize).min(16);
-        self.vm.copy_out(mem, addr, &b[..n])?;
-        self.vm.copy_out(mem, lenp, &SOCKADDR_IN.to_le_bytes())?;
+        self.mappings.copy_out(mem, addr, &b[..n])?;
+        self.mappings.copy_out(mem, lenp, &SOCKADDR_IN.to_le_bytes())?;
         Ok(())
     }
 
@@ -470,7 +470,7 @@ impl Kernel {
                 return Err(EINVAL.into());
             }
             let mut b = [0u8; 16];
-            self.vm.copy_in(mem, val, &mut b)?;
+            self.mappings.copy_in(mem, val, &mut b)?;
             let ns = duration_ns(&b, false)?;
             let o = self.obj_mut(id)?;
             if name == SO_RCVTIMEO {
@@ -485,7 +485,7 @@ impl Kernel {
                 return Err(EINVAL.into());
             }
             let mut b = [0u8; 8];
-            self.vm.copy_in(mem, val, &mut b)?;
+            self.mappings.copy_in(mem, val, &mut b)?;
             let on = i32::from_le_bytes(b[..4].try_into().unwrap_or_default());
             self.obj_mut(id)?.options.insert((level, name), on);
             return Ok(0);
@@ -493,7 +493,7 @@ impl Kernel {
         if len < 4 {
             return Err(EINVAL.into());
         }
-        let v = self.vm.read_u32(mem, val)? as i32;
+        let v = self.mappings.read_u32(mem, val)? as i32;
         self.obj_mut(id)?.options.insert((level, name), v);
         Ok(0)
     }
@@ -509,7 +509,7 @@ impl Kernel {
     ) -> SysResult {
         let (id, _) = self.socket(fd)?;
         let (level, name) = (level as i32, name as i32);
-        let len = self.vm.read_u32(mem, lenp)? as i32;
+        let len = self.mappings.read_u32(mem, lenp)? as i32;
         if len < 0 {
             return Err(EINVAL.into());
         }
@@ -562,8 +562,8 @@ impl Kernel {
             v.to_le_bytes().to_vec()
         };
         let n = (len as usize).min(bytes.len());
-        self.vm.copy_out(mem, val, &bytes[..n])?;
-        self.vm.copy_out(mem, lenp, &(n as u32).to_le_bytes())?;
+        self.mappings.copy_out(mem, val, &bytes[..n])?;
+        self.mappings.copy_out(mem, lenp, &(n as u32).to_le_bytes())?;
         Ok(0)
     }
 
@@ -585,7 +585,7 @@ impl Kernel {
 }
 
 fn access_ok_len(buf: u64, len: u64) -> Result<(), i32> {
-    if buf.checked_add(len).is_none_or(|end| end > crate::layout::USER_END) {
+    if buf.checked_add(len).is_none_or(|end| end > crate::user_layout::USER_END) {
         return Err(EFAULT);
     }
     Ok(())

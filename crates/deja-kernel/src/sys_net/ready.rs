@@ -9,7 +9,7 @@ impl Kernel {
         if flags & !(u64::from(O_NONBLOCK | O_CLOEXEC) | O_DIRECT) != 0 {
             return Err(EINVAL.into());
         }
-        self.vm.check(fds, 8, Access::Write)?;
+        self.mappings.check(fds, 8, Access::Write)?;
         let limit = self.nofile();
         let nb = flags as u32 & O_NONBLOCK;
         let cloexec = flags & u64::from(O_CLOEXEC) != 0;
@@ -39,7 +39,7 @@ impl Kernel {
         let mut b = [0u8; 8];
         b[..4].copy_from_slice(&r.to_le_bytes());
         b[4..].copy_from_slice(&w.to_le_bytes());
-        self.vm.copy_out(mem, fds, &b)?;
+        self.mappings.copy_out(mem, fds, &b)?;
         Ok(0)
     }
 
@@ -85,7 +85,7 @@ impl Kernel {
             (0, 0)
         } else {
             let mut b = [0u8; 12];
-            self.vm.copy_in(mem, ev, &mut b)?;
+            self.mappings.copy_in(mem, ev, &mut b)?;
             (
                 u32::from_le_bytes(b[..4].try_into().unwrap_or_default()),
                 u64::from_le_bytes(b[4..].try_into().unwrap_or_default()),
@@ -164,7 +164,7 @@ impl Kernel {
         if max <= 0 || max > 1 << 20 {
             return Err(EINVAL.into());
         }
-        self.vm.check(events, max as u64 * 12, Access::Write)?;
+        self.mappings.check(events, max as u64 * 12, Access::Write)?;
         let Some(Obj { kind: ObjKind::Epoll { interests }, .. }) = self.net.objects.get(&ep) else {
             return Err(EINVAL.into());
         };
@@ -208,7 +208,7 @@ impl Kernel {
             b.extend_from_slice(&mask.to_le_bytes());
             b.extend_from_slice(&data.to_le_bytes());
         }
-        self.vm.copy_out(mem, events, &b)?;
+        self.mappings.copy_out(mem, events, &b)?;
         Ok(out.len() as u64)
     }
 
@@ -223,7 +223,7 @@ impl Kernel {
             None
         } else {
             let mut b = [0u8; 16];
-            self.vm.copy_in(mem, a[3], &mut b)?;
+            self.mappings.copy_in(mem, a[3], &mut b)?;
             Some(duration_ns(&b, true)?)
         };
         self.sys_epoll_wait(mem, a[0], a[1], a[2], timeout)
@@ -235,7 +235,7 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let mut raw = vec![0u8; nfds as usize * 8];
-        self.vm.copy_in(mem, fds, &mut raw)?;
+        self.mappings.copy_in(mem, fds, &mut raw)?;
         let mut ready = 0;
         for c in raw.chunks_exact_mut(8) {
             let fd = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
@@ -262,7 +262,7 @@ impl Kernel {
                 ready += 1;
             }
         }
-        self.vm.copy_out(mem, fds, &raw)?;
+        self.mappings.copy_out(mem, fds, &raw)?;
         if ready > 0 || timeout == Some(0) {
             return Ok(ready);
         }
@@ -285,7 +285,7 @@ impl Kernel {
         let mut input = [vec![0u8; bytes], vec![0u8; bytes], vec![0u8; bytes]];
         for (k, &p) in sets.iter().enumerate() {
             if p != 0 {
-                self.vm.copy_in(mem, p, &mut input[k])?;
+                self.mappings.copy_in(mem, p, &mut input[k])?;
             }
         }
         let mut output = [vec![0u8; bytes], vec![0u8; bytes], vec![0u8; bytes]];
@@ -307,7 +307,7 @@ impl Kernel {
         }
         for (k, &p) in sets.iter().enumerate() {
             if p != 0 {
-                self.vm.copy_out(mem, p, &output[k])?;
+                self.mappings.copy_out(mem, p, &output[k])?;
             }
         }
         if count > 0 || timeout == Some(0) {
@@ -321,7 +321,7 @@ impl Kernel {
             None
         } else {
             let mut b = [0u8; 16];
-            self.vm.copy_in(mem, a[4], &mut b)?;
+            self.mappings.copy_in(mem, a[4], &mut b)?;
             Some(duration_ns(&b, false)?)
         };
         self.do_select(mem, a[0], [a[1], a[2], a[3]], timeout)
@@ -332,7 +332,7 @@ impl Kernel {
             None
         } else {
             let mut b = [0u8; 16];
-            self.vm.copy_in(mem, a[4], &mut b)?;
+            self.mappings.copy_in(mem, a[4], &mut b)?;
             Some(duration_ns(&b, true)?)
         };
         self.do_select(mem, a[0], [a[1], a[2], a[3]], timeout)

@@ -2,7 +2,7 @@
 //!
 //! The kernel decides which ranges exist and with which protection; the shell's [`Memory`]
 //! only holds the pages. Anonymous memory (heap, stack, anonymous `mmap`) is populated lazily
-//! by [`AddressSpace::fault`] or by a kernel-side copy; image segments and the file-backed part
+//! by [`Mappings::fault`] or by a kernel-side copy; image segments and the file-backed part
 //! of file mappings are populated eagerly.
 //!
 //! Commit accounting is strict (like `vm.overcommit_memory=2`): the pages of every writable
@@ -16,8 +16,8 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::errno::*;
-use crate::layout::{is_page_aligned, page_down, page_up, FAULT_AROUND_PAGES, USER_END, USER_START};
 use crate::persist::{ensure, RestoreError};
+use crate::user_layout::{is_page_aligned, page_down, page_up, FAULT_AROUND_PAGES, USER_END, USER_START};
 use crate::{MemError, Memory, Prot, PAGE_SIZE};
 
 /// The contents of a mapped file (shared, immutable; `Debug` shows only the length; saved as
@@ -164,16 +164,16 @@ pub enum FaultError {
 
 /// The VMA list and commit accounting of one process.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AddressSpace {
+pub struct Mappings {
     vmas: BTreeMap<u64, Vma>,
     /// Maximum committed pages.
     capacity: u64,
 }
 
-impl AddressSpace {
+impl Mappings {
     /// An empty address space that may commit `capacity` pages.
     pub fn new(capacity: u64) -> Self {
-        AddressSpace { vmas: BTreeMap::new(), capacity }
+        Mappings { vmas: BTreeMap::new(), capacity }
     }
 
     /// Commit capacity in pages.
@@ -381,7 +381,7 @@ impl AddressSpace {
 
     /// Makes the pages of `[addr, addr+len)` present (the range must have passed [`check`]).
     ///
-    /// [`check`]: AddressSpace::check
+    /// [`check`]: Mappings::check
     pub fn populate(&self, mem: &mut dyn Memory, addr: u64, len: u64) -> Result<(), i32> {
         if len == 0 {
             return Ok(());
@@ -529,7 +529,7 @@ mod tests {
 
     #[test]
     fn split_protect_merge() {
-        let mut a = AddressSpace::new(1000);
+        let mut a = Mappings::new(1000);
         a.insert(anon(0x10000, 0x20000, Prot::NONE));
         assert_eq!(a.committed(), 0);
         a.set_prot(0x12000, 0x14000, Prot::RW);
@@ -550,7 +550,7 @@ mod tests {
 
     #[test]
     fn save_restore_round_trip() {
-        let mut a = AddressSpace::new(1000);
+        let mut a = Mappings::new(1000);
         a.insert(anon(0x10000, 0x20000, Prot::RW));
         a.set_prot(0x12000, 0x14000, Prot::READ);
         let data = FileBytes(std::sync::Arc::from(&b"file contents"[..]));
@@ -564,7 +564,7 @@ mod tests {
             shared: false,
         });
         let bytes = postcard::to_stdvec(&a).unwrap();
-        let b: AddressSpace = postcard::from_bytes(&bytes).unwrap();
+        let b: Mappings = postcard::from_bytes(&bytes).unwrap();
         assert_eq!(a, b);
         b.validate().unwrap();
         assert_eq!(b.committed(), a.committed());
@@ -588,7 +588,7 @@ mod tests {
 
     #[test]
     fn copies_check_permissions() {
-        let mut a = AddressSpace::new(1000);
+        let mut a = Mappings::new(1000);
         let mut m = crate::FakeMemory::new(100);
         a.insert(anon(0x10000, 0x12000, Prot::RW));
         a.insert(anon(0x12000, 0x13000, Prot::READ));
