@@ -1,6 +1,7 @@
 //! The campaign loop's pure parts, without `/dev/kvm`: picking by weight, energies, the
 //! decision mutations and the seed spaces of shards.
 
+use super::books::stream_seed;
 use super::*;
 
 fn rng(seed: u64) -> ChaCha20Rng {
