@@ -97,6 +97,7 @@
 pub mod clock;
 mod coverage;
 pub mod cpuid;
+mod decision_point;
 mod disk;
 mod elf;
 mod errno;
