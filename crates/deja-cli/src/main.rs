@@ -15,6 +15,7 @@ mod exit;
 mod explore;
 mod inspect;
 mod run;
+mod run_report;
 mod serve;
 
 use clap::{Parser, Subcommand};

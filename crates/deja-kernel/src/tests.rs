@@ -1,5 +1,9 @@
 //! Kernel-level tests: hand-built ELF images loaded into a [`FakeMemory`], then syscalls and
 //! exceptions driven exactly as the shell would.
+//!
+//! This file holds the shared harness (image builders, [`FakeMemory`], the run helpers) and the
+//! tests of loading, memory, exceptions and the basic syscalls; the larger subjects have files
+//! of their own under `tests/` (the file system, sockets, threads, decisions, deja's syscall).
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,10 @@
 //! The writable file system: syscall semantics and errnos, durability, crash images, fault
 //! injection and the ledger, save/restore, determinism, a property test against an independent
 //! reference model, and a hostile-input fuzz.
+//!
+//! One file on purpose, although long: every test here drives the same fake memory and the
+//! same helpers, and the reference model at the end checks the semantics the tests above state
+//! one by one.
 
 use std::collections::{BTreeMap, BTreeSet};
 

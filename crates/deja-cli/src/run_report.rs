@@ -1,0 +1,232 @@
+//! What `deja run` says about a run: the JSON summary (`--json`, `--report-out`) and the text
+//! on stderr.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use deja_kernel::{ExitStatus, RunReport};
+use serde::Serialize;
+
+use crate::run::describe_exit;
+
+/// The schema of a run's JSON summary (`contracts/run-report.schema.json`).
+pub const RUN_REPORT_SCHEMA: &str = "deja.run-report/1";
+
+/// The JSON summary of a run ([`RUN_REPORT_SCHEMA`]): what `--json` prints and `--report-out`
+/// writes. Its fields are declared in the order the summary lists them, by name; it is written
+/// through [`RunSummary::to_json`], which orders the members of the objects inside it by name
+/// as well.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary<'a> {
+    /// The program's last life failed an assertion.
+    pub assertion_failed: bool,
+    /// The assertion catalogue and its outcomes.
+    pub assertions: &'a [deja_kernel::AssertionReport],
+    /// The `--audit` verdict, if one was asked for.
+    pub audit: Option<&'a serde_json::Value>,
+    /// The coverage summary, for instrumented programs.
+    pub coverage: &'a Option<deja_kernel::CoverageSummary>,
+    /// How many decisions the run took.
+    pub decisions: usize,
+    /// The run's digest.
+    pub digest: &'a str,
+    /// Durable writes the program made.
+    pub durable_writes: u64,
+    /// How many SDK events it emitted.
+    pub events: usize,
+    /// How it ended.
+    pub exit: &'a ExitStatus,
+    /// The exit code `deja run` gives for it.
+    pub exit_code: i32,
+    /// The fault ledger.
+    pub faults: &'a [deja_kernel::FaultRecord],
+    /// The host's identity.
+    pub host: HostSummary<'a>,
+    /// The host's determinism hazards under the remedy in force.
+    pub host_hazards: Vec<String>,
+    /// The digest of the final memory.
+    pub memory_digest: &'a str,
+    /// Malformed SDK requests.
+    pub protocol_errors: u64,
+    /// The command that reproduces the run.
+    pub replay: &'a str,
+    /// [`RUN_REPORT_SCHEMA`].
+    pub schema: &'static str,
+    /// When the program declared its setup complete.
+    pub setup_complete: &'a Option<deja_kernel::LifecycleRecord>,
+    /// Syscalls by name.
+    pub syscall_counts: &'a BTreeMap<String, u64>,
+    /// Syscalls served.
+    pub syscalls: u64,
+    /// The digest of the syscall trace.
+    pub trace_digest: &'a str,
+    /// Unsupported syscalls by name.
+    pub unsupported_syscalls: &'a BTreeMap<String, u64>,
+    /// Virtual time at the end, in ns.
+    pub virtual_time_ns: u64,
+    /// The VM's counters.
+    pub vm: &'a deja_vmm::VmStats,
+}
+
+impl<'a> RunSummary<'a> {
+    /// The summary of `report`, a life of `run` on `host`.
+    pub fn new(
+        report: &'a RunReport,
+        run: &'a deja_vmm::Run,
+        host: &'a deja_vmm::HostProfile,
+        audit: Option<&'a serde_json::Value>,
+        replay: &'a str,
+    ) -> RunSummary<'a> {
+        RunSummary {
+            assertion_failed: report.assertion_failed(),
+            assertions: &report.assertions,
+            audit,
+            coverage: &report.coverage,
+            decisions: report.decisions.len(),
+            digest: &report.digest,
+            durable_writes: report.durable_writes,
+            events: report.events.len(),
+            exit: &report.exit,
+            exit_code: report.exit.code(),
+            faults: &report.faults,
+            host: HostSummary::new(host),
+            host_hazards: host.hazards(),
+            memory_digest: &report.memory_digest,
+            protocol_errors: report.protocol_errors,
+            replay,
+            schema: RUN_REPORT_SCHEMA,
+            setup_complete: &report.setup_complete,
+            syscall_counts: &report.syscall_counts,
+            syscalls: report.syscalls,
+            trace_digest: &report.trace_digest,
+            unsupported_syscalls: &report.unsupported,
+            virtual_time_ns: report.virtual_time_ns,
+            vm: &run.stats,
+        }
+    }
+
+    /// As JSON, every object's members ordered by name (the layout the summary has always had).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("plain data serializes")
+    }
+}
+
+/// The `host` object of a report: the fingerprint, the remedy in force and the hazards left.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostSummary<'a> {
+    /// The fingerprint every artifact records.
+    pub fingerprint: &'a deja_vmm::Fingerprint,
+    /// The determinism hazards left.
+    pub hazards: Vec<String>,
+    /// What `DEJA_CPU_IDENTITY` asked for.
+    pub policy: &'a deja_vmm::identity::Policy,
+    /// The remedy in force, in words.
+    pub remedy: String,
+}
+
+impl<'a> HostSummary<'a> {
+    /// The summary of `host`.
+    pub fn new(host: &'a deja_vmm::HostProfile) -> HostSummary<'a> {
+        HostSummary {
+            fingerprint: &host.fingerprint,
+            hazards: host.hazards(),
+            policy: &host.policy,
+            remedy: host.remedy.to_string(),
+        }
+    }
+
+    /// As JSON, every object's members ordered by name.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("plain data serializes")
+    }
+}
+
+pub(crate) fn print_assertions(e: &mut impl Write, report: &RunReport, replay: &str) {
+    if report.assertions.is_empty() {
+        return;
+    }
+    let failed = report.assertions.iter().filter(|a| a.bug).count();
+    let _ = writeln!(e, "deja: assertions ({} catalogued, {failed} failed):", report.assertions.len());
+    for a in &report.assertions {
+        let status = a.status.name().to_string();
+        let _ = writeln!(
+            e,
+            "deja:   {:<11} {:<21} {:<48} {}:{}  (hits {}, passes {}, failures {})",
+            if a.bug { status.to_uppercase() } else { status },
+            a.kind,
+            format!("{:?}", a.message),
+            a.file,
+            a.line,
+            a.hits,
+            a.passes,
+            a.failures
+        );
+        if let (true, Some(f)) = (a.bug, &a.first_failure) {
+            let _ = writeln!(
+                e,
+                "deja:               first failure at syscall {}, virtual time {} ns, node {}, thread {}: {}",
+                f.syscall_index,
+                f.virtual_time_ns,
+                f.node,
+                f.thread,
+                if f.details.is_empty() { "(no details)" } else { &f.details }
+            );
+        }
+    }
+    if failed > 0 {
+        let _ = writeln!(e, "deja: replay this run exactly: {replay}");
+    }
+    if let Some(c) = &report.coverage {
+        let _ = writeln!(e, "deja: coverage: {} of {} edges hit, map digest {}", c.edges_hit, c.counters, c.map_digest);
+    }
+}
+
+pub(crate) fn print_text_summary(
+    report: &RunReport,
+    run: &deja_vmm::Run,
+    host: Option<&deja_vmm::HostProfile>,
+    replay: &str,
+) {
+    let mut e = std::io::stderr().lock();
+    let _ = writeln!(e, "deja: {}", describe_exit(&report.exit));
+    print_assertions(&mut e, report, replay);
+    let mut counts: Vec<(&String, &u64)> = report.syscall_counts.iter().collect();
+    counts.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let top: Vec<String> = counts.iter().take(8).map(|(n, c)| format!("{n} {c}")).collect();
+    let _ = writeln!(e, "deja: {} syscalls ({})", report.syscalls, top.join(", "));
+    if report.unsupported.is_empty() {
+        let _ = writeln!(e, "deja: unsupported syscalls: none");
+    } else {
+        let list: Vec<String> = report.unsupported.iter().map(|(n, c)| format!("{n} ×{c}")).collect();
+        let _ = writeln!(e, "deja: unsupported syscalls (answered ENOSYS): {}", list.join(", "));
+    }
+    let vt = report.virtual_time_ns;
+    let _ = writeln!(e, "deja: virtual time {}.{:06} s", vt / 1_000_000_000, (vt % 1_000_000_000) / 1000);
+    let _ = writeln!(e, "deja: trace digest {}", report.digest);
+    let _ = writeln!(
+        e,
+        "deja: {} VM exits ({} syscalls, {} exceptions, {} page-table syncs), {:.1} ms in the guest",
+        run.stats.exits,
+        run.stats.syscall_exits,
+        run.stats.exception_exits,
+        run.stats.pt_syncs,
+        run.stats.host_run_ns as f64 / 1e6
+    );
+    match host {
+        None => {
+            let _ = writeln!(e, "deja: host determinism hazards: not listed (--no-probe)");
+        }
+        Some(p) => {
+            let _ = writeln!(e, "deja: host CPU fingerprint {} ({})", p.fingerprint.id, p.remedy);
+            let hazards = p.hazards();
+            if hazards.is_empty() {
+                let _ = writeln!(e, "deja: host determinism hazards: none");
+            } else {
+                let _ = writeln!(e, "deja: host determinism hazards:");
+                for h in hazards {
+                    let _ = writeln!(e, "deja:   - {h}");
+                }
+            }
+        }
+    }
+}
