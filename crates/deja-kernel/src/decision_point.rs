@@ -193,23 +193,25 @@ impl DecisionPoint {
         })
     }
 
+    /// The variants without data: each is always the same words.
+    pub const WORDS_ONLY: [DecisionPoint; 11] = [
+        DecisionPoint::CrashCutOne,
+        DecisionPoint::NetworkLatency,
+        DecisionPoint::UdpLoss,
+        DecisionPoint::UdpReorder,
+        DecisionPoint::UdpDuplicate,
+        DecisionPoint::PartitionSides,
+        DecisionPoint::PartitionOneWay,
+        DecisionPoint::PartitionLength,
+        DecisionPoint::DownLength,
+        DecisionPoint::PauseLength,
+        DecisionPoint::ClockJump,
+    ];
+
     /// Parses `s` as a variant, `None` when none gives it back exactly.
     fn parse_variant(s: &str) -> Option<DecisionPoint> {
         use DecisionPoint as P;
-        let fixed = [
-            P::CrashCutOne,
-            P::NetworkLatency,
-            P::UdpLoss,
-            P::UdpReorder,
-            P::UdpDuplicate,
-            P::PartitionSides,
-            P::PartitionOneWay,
-            P::PartitionLength,
-            P::DownLength,
-            P::PauseLength,
-            P::ClockJump,
-        ];
-        if let Some(p) = fixed.into_iter().find(|p| p.fixed_words() == Some(s)) {
+        if let Some(p) = P::WORDS_ONLY.into_iter().find(|p| p.fixed_words() == Some(s)) {
             return Some(p);
         }
         if let Some(n) = s.strip_prefix("sdk random #") {

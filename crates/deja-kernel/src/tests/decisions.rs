@@ -307,27 +307,17 @@ fn every_point() -> Vec<DecisionPoint> {
         P::Schedule { syscall: 12 },
         P::CrashKeep { what: what.into() },
         P::CrashKeep { what: String::new() },
-        P::CrashCutOne,
         P::CrashSectorsKept { what: what.into() },
         P::CrashSectorsKept { what: "x that reached the disk".into() },
         P::CrashPrefix { pending: 7 },
         P::CrashSectorsReached { what: what.into() },
         P::CrashSectorsReached { what: "x kept".into() },
-        P::NetworkLatency,
-        P::UdpLoss,
-        P::UdpReorder,
-        P::UdpDuplicate,
         P::RunNode { at: 1_500_000_000 },
-        P::PartitionSides,
-        P::PartitionOneWay,
-        P::PartitionLength,
-        P::DownLength,
-        P::PauseLength,
-        P::ClockJump,
         P::Other("torn /data/wal".into()),
         P::Other("sdk random #07".into()),
         P::Other(String::new()),
     ];
+    v.extend(P::WORDS_ONLY);
     for errno in [IoErrno::Eio, IoErrno::Enospc] {
         for op in IoOp::ALL {
             v.push(P::IoError { errno, op, nth: 4, path: "/data/a dir/of to x".into() });
