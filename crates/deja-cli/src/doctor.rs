@@ -99,6 +99,17 @@ pub fn main(args: DoctorArgs) -> Exit {
             );
             if !p.faulting_offered {
                 let _ = writeln!(o, "missing CPUID faulting (MSR_PLATFORM_INFO bit 31): CPUID comes from KVM's table");
+            } else if !p.faulting_honoured {
+                let _ = writeln!(
+                    o,
+                    "hazard  CPUID faulting is offered but not honoured: the MSR bit sticks, yet ring-3 cpuid does not trap; CPUID comes from KVM's table"
+                );
+            }
+            if let Some(core) = p.remedy.pinned_core {
+                let _ = writeln!(
+                    o,
+                    "note    every VM of a deja process runs on host core {core}: `deja explore --jobs N` runs its N workers on that one core"
+                );
             }
             if p.probe.cpuid_diffs.is_empty() {
                 let _ = writeln!(

@@ -8,10 +8,13 @@
 //!
 //! * **CPUID faulting** (`MSR_PLATFORM_INFO` bit 31, enabled with `MSR_MISC_FEATURES_ENABLES`
 //!   bit 0): every ring-3 `cpuid` raises #GP and the core answers it from deja's fixed table
-//!   ([`deja_kernel::cpuid`]). Exact on every host that offers it, whatever its KVM does to
-//!   `KVM_SET_CPUID2` entries. Chosen whenever the host offers it.
+//!   ([`deja_kernel::cpuid`]). Exact on every host that honours it, whatever its KVM does to
+//!   `KVM_SET_CPUID2` entries. Chosen whenever the host honours it: the MSR bit sticking is not
+//!   enough (some hosts accept it and go on answering `cpuid` themselves), so the probe runs a
+//!   ring-3 `cpuid` under faulting on every core the process may use and faulting counts only if
+//!   each one trapped.
 //! * **KVM's CPUID table** (`KVM_SET_CPUID2`): exact only where the host's KVM honours the
-//!   entries. Used where faulting is missing; the probe then runs on every core the process may
+//!   entries. Used where faulting is missing or not honoured; the probe then runs on every core the process may
 //!   use, and when the answers differ between cores every vCPU thread is **pinned** to one core,
 //!   chosen the same way every time: the lowest-numbered core the process may be scheduled on,
 //!   whatever its current affinity mask.
@@ -215,8 +218,11 @@ pub fn compare_recorded(recorded: Option<&Fingerprint>) -> Option<String> {
 pub struct HostProfile {
     /// What `DEJA_CPU_IDENTITY` asked for.
     pub policy: Policy,
-    /// Whether this host offers CPUID faulting.
+    /// Whether this host offers CPUID faulting (`MSR_MISC_FEATURES_ENABLES` bit 0 sticks).
     pub faulting_offered: bool,
+    /// Whether it honours it: under faulting, the probe's ring-3 `cpuid` trapped on every core
+    /// this process may use. Only then is faulting the remedy.
+    pub faulting_honoured: bool,
     /// The remedy in force.
     pub remedy: Remedy,
     /// Under the table without faulting: the CPUID answers differed between these two host
@@ -232,6 +238,15 @@ impl HostProfile {
     /// The determinism hazards that remain under the remedy in force, in plain words.
     pub fn hazards(&self) -> Vec<String> {
         let mut out = self.probe.hazards();
+        if let Some(core) = self.remedy.pinned_core {
+            // Pinned, the core number they read is the same in every process.
+            for h in out.iter_mut().filter(|h| h.starts_with("RDTSCP and RDPID run natively")) {
+                *h = format!(
+                    "RDTSCP and RDPID run natively and return the host core's number (TSC_AUX): {core} in every \
+                     process, the core the vCPU threads are pinned to"
+                );
+            }
+        }
         if let Some((a, b)) = self.cpuid_varied_between {
             out.insert(
                 0,
@@ -262,19 +277,12 @@ pub fn remedy() -> Result<Remedy, VmError> {
 fn measure() -> Result<HostProfile, VmError> {
     let policy = Policy::from_env()?;
     let faulting_offered = crate::probe::faulting_offered()?;
-    let cpuid = match policy {
-        Policy::Faulting if !faulting_offered => {
-            return Err(VmError::Config {
-                message: format!(
-                    "{ENV}=faulting, but this host does not offer CPUID faulting (MSR_PLATFORM_INFO bit 31); \
-                 unset {ENV} to let deja choose"
-                ),
-            })
-        }
-        Policy::Table => CpuidSource::KvmTable,
-        _ if faulting_offered => CpuidSource::Faulting,
-        _ => CpuidSource::KvmTable,
-    };
+    // Offered is not honoured: some hosts accept the MSR bit and still answer ring-3 `cpuid`
+    // themselves. Faulting counts only where the probe's `cpuid` trapped on every core.
+    let faulting_honoured = faulting_offered
+        && policy != Policy::Table
+        && crate::probe::probe_every_core(CpuidSource::Faulting)?.iter().all(|(_, p)| p.cpuid_trapped);
+    let cpuid = cpuid_source(policy, faulting_offered, faulting_honoured)?;
     let fixed_core = || {
         lowest_schedulable_core()
             .ok_or_else(|| VmError::Config { message: "no host core accepts this process's threads".into() })
@@ -297,7 +305,37 @@ fn measure() -> Result<HostProfile, VmError> {
         None => crate::probe::probe_with(cpuid)?,
     };
     let fingerprint = Fingerprint::new(remedy, &probe);
-    Ok(HostProfile { policy, faulting_offered, remedy, cpuid_varied_between: varied, probe, fingerprint })
+    Ok(HostProfile {
+        policy,
+        faulting_offered,
+        faulting_honoured,
+        remedy,
+        cpuid_varied_between: varied,
+        probe,
+        fingerprint,
+    })
+}
+
+/// Where CPUID answers come from under `policy`, given whether the host offers CPUID faulting
+/// (the MSR bit sticks) and honours it (ring-3 `cpuid` traps on every core).
+fn cpuid_source(policy: Policy, offered: bool, honoured: bool) -> Result<CpuidSource, VmError> {
+    match policy {
+        Policy::Table => Ok(CpuidSource::KvmTable),
+        Policy::Faulting if !offered => Err(VmError::Config {
+            message: format!(
+                "{ENV}=faulting, but this host does not offer CPUID faulting (MSR_PLATFORM_INFO bit 31); \
+                 unset {ENV} to let deja choose"
+            ),
+        }),
+        Policy::Faulting if !honoured => Err(VmError::Config {
+            message: format!(
+                "{ENV}=faulting, but this host does not honour CPUID faulting: the MSR bit sticks, yet ring-3 \
+                 cpuid does not trap; unset {ENV} to let deja choose (it pins the vCPU threads instead)"
+            ),
+        }),
+        _ if honoured => Ok(CpuidSource::Faulting),
+        _ => Ok(CpuidSource::KvmTable),
+    }
 }
 
 /// The host core the calling thread runs on now.
@@ -469,5 +507,21 @@ mod tests {
         assert_eq!(seen, (vec![core], Some(core)));
         assert_eq!(allowed_cores(), before, "the caller's mask is untouched");
         assert!(schedulable_cores().contains(&core));
+    }
+
+    #[test]
+    fn faulting_is_the_remedy_only_where_it_is_honoured() {
+        use CpuidSource::{Faulting, KvmTable};
+        for policy in [Policy::Auto, Policy::Pinned] {
+            assert_eq!(cpuid_source(policy, true, true).unwrap(), Faulting);
+            assert_eq!(cpuid_source(policy, true, false).unwrap(), KvmTable, "offered, not honoured");
+            assert_eq!(cpuid_source(policy, false, false).unwrap(), KvmTable);
+        }
+        assert_eq!(cpuid_source(Policy::Table, true, true).unwrap(), KvmTable);
+        assert_eq!(cpuid_source(Policy::Faulting, true, true).unwrap(), Faulting);
+        let refused = cpuid_source(Policy::Faulting, true, false).unwrap_err().to_string();
+        assert!(refused.contains("does not honour CPUID faulting"), "{refused}");
+        let refused = cpuid_source(Policy::Faulting, false, false).unwrap_err().to_string();
+        assert!(refused.contains("does not offer CPUID faulting"), "{refused}");
     }
 }

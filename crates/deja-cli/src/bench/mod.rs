@@ -108,9 +108,9 @@ fn storage_figures(exe: &Path, dir: &Path) -> Result<serde_json::Value, String> 
 /// top of glibc's and std's own start-up queries) with faulting against KVM's table, each in
 /// fresh processes, side by side.
 fn cpuid_cost(exe: &Path, hostinfo: &Path, repeat: usize) -> Result<serde_json::Value, String> {
-    let offered = deja_vmm::identity::host().map_err(|e| e.to_string())?.faulting_offered;
-    if !offered {
-        return Ok(serde_json::json!({ "faulting_offered": false }));
+    let honoured = deja_vmm::identity::host().map_err(|e| e.to_string())?.faulting_honoured;
+    if !honoured {
+        return Ok(serde_json::json!({ "faulting_honoured": false }));
     }
     let run = |policy: &str| -> Result<(Duration, u64), String> {
         let start = Instant::now();
@@ -135,7 +135,7 @@ fn cpuid_cost(exe: &Path, hostinfo: &Path, repeat: usize) -> Result<serde_json::
     }
     let (f, t) = (median(with).as_secs_f64() * 1e3, median(without).as_secs_f64() * 1e3);
     Ok(serde_json::json!({
-        "faulting_offered": true, "cpuid_exits": exits, "faulting_ms": f, "table_ms": t,
+        "faulting_honoured": true, "cpuid_exits": exits, "faulting_ms": f, "table_ms": t,
         "us_per_cpuid": if exits > 0 { (f - t) * 1e3 / exits as f64 } else { 0.0 },
     }))
 }

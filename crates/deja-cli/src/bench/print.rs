@@ -149,7 +149,7 @@ pub(super) fn text(v: &serde_json::Value) {
         );
     }
     let c = &v["cpuid"];
-    if c["faulting_offered"] == true {
+    if c["faulting_honoured"] == true {
         println!(
             "  cpuid      `deja run hostinfo` ({} cpuid traps): {:.1} ms with CPUID faulting, {:.1} ms with KVM's table, {:.1} us per trapped cpuid",
             c["cpuid_exits"],
@@ -158,7 +158,7 @@ pub(super) fn text(v: &serde_json::Value) {
             c["us_per_cpuid"].as_f64().unwrap_or(0.0)
         );
     } else {
-        println!("  cpuid      this host offers no CPUID faulting: CPUID comes from KVM's table");
+        println!("  cpuid      this host does not honour CPUID faulting: CPUID comes from KVM's table");
     }
     let h = &v["deja_run_hello"];
     println!(
