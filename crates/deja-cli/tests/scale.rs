@@ -123,8 +123,22 @@ fn two_workers_give_the_same_cluster_campaign_in_separate_processes() {
         let f = format!("campaign/bug-{id}.json");
         assert_eq!(json(&a.join(&f)), json(&b.join(&f)), "bug file {f}");
     }
-    std::fs::remove_dir_all(&a).ok();
-    std::fs::remove_dir_all(&b).ok();
+    // Stopped after the round that ran beside the seed round, and resumed: the same campaign.
+    let c = dir("cluster-jobs-c");
+    let mut first = flags.to_vec();
+    first[1] = "1";
+    let o = explore_in(&c, Some("0"), &first, &cluster, &[]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+    assert_eq!(json(&c.join("campaign/checkpoint.json"))["round"], 1);
+    let mut resumed = flags.to_vec();
+    resumed.push("--resume");
+    let o = explore_in(&c, Some("0"), &resumed, &cluster, &[]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+    assert_eq!(campaign_report(&c.join("campaign")), ra, "stopping after the first round changes nothing");
+    assert_eq!(corpus(&c.join("campaign")), corpus(&a.join("campaign")));
+    for d in [a, b, c] {
+        std::fs::remove_dir_all(&d).ok();
+    }
 }
 
 #[test]
