@@ -99,6 +99,49 @@ fn two_workers_give_the_same_campaign_in_separate_processes_whatever_the_thread_
 }
 
 #[test]
+fn two_workers_give_the_same_cluster_campaign_in_separate_processes() {
+    // The seed round runs beside a fresh round planned before it.
+    // The fixed register: a failure's confirmation replays it on another host core, and on a host
+    // whose cores answer CPUID differently that replay differs from a run on the first core.
+    guests();
+    let cluster = root().join("examples/clusters/register-fixed.toml").to_string_lossy().into_owned();
+    let (a, b) = (dir("cluster-jobs-a"), dir("cluster-jobs-b"));
+    let flags = ["--runs", "40", "--jobs", "2", "--seed", "1", "--mode", "faults"];
+    let all = format!("0-{}", available_cores() - 1);
+    let oa = explore_in(&a, Some("0"), &flags, &cluster, &[]);
+    let ob = explore_in(&b, Some(&all), &flags, &cluster, &[]);
+    for o in [&oa, &ob] {
+        assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(o));
+    }
+    assert_eq!(oa.status.code(), ob.status.code());
+    let (ra, rb) = (campaign_report(&a.join("campaign")), campaign_report(&b.join("campaign")));
+    assert_eq!(ra["rounds"], 40);
+    assert!(ra["corpus_size"].as_u64().unwrap() > 1, "the corpus grew: {ra}");
+    assert_eq!(ra, rb, "the same cluster campaign on two workers gives the same report");
+    assert_eq!(corpus(&a.join("campaign")), corpus(&b.join("campaign")), "and the same corpus, file by file");
+    for id in bug_ids(&ra) {
+        let f = format!("campaign/bug-{id}.json");
+        assert_eq!(json(&a.join(&f)), json(&b.join(&f)), "bug file {f}");
+    }
+    // Stopped after the round that ran beside the seed round, and resumed: the same campaign.
+    let c = dir("cluster-jobs-c");
+    let mut first = flags.to_vec();
+    first[1] = "1";
+    let o = explore_in(&c, Some("0"), &first, &cluster, &[]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+    assert_eq!(json(&c.join("campaign/checkpoint.json"))["round"], 1);
+    let mut resumed = flags.to_vec();
+    resumed.push("--resume");
+    let o = explore_in(&c, Some("0"), &resumed, &cluster, &[]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+    assert_eq!(campaign_report(&c.join("campaign")), ra, "stopping after the first round changes nothing");
+    assert_eq!(corpus(&c.join("campaign")), corpus(&a.join("campaign")));
+    for d in [a, b, c] {
+        std::fs::remove_dir_all(&d).ok();
+    }
+}
+
+#[test]
 fn a_campaign_resumed_mid_epoch_is_the_uninterrupted_one() {
     let kv = s(&guest("kv"));
     let (whole, split) = (dir("epoch-whole"), dir("epoch-split"));

@@ -8,10 +8,11 @@
 //! focus, point mutations before it), learning, confirmation, bugs, checkpoints and reports.
 //!
 //! A campaign goes through explicit states ([`Phase`]): it *bootstraps* (one untouched run, the
-//! reference), *seeds* the corpus (the origin input, run the way rounds run), then repeats
-//! *plan* (an epoch of inputs from the campaign as it stands), *run* (every worker takes inputs
-//! of the epoch until none is left) and *learn* (the outcomes in round order: coverage, corpus,
-//! confirmation, bugs, the timeline), until it is *done*.
+//! reference), *seeds* the corpus (the origin input, run the way rounds run; with several
+//! workers, a subject that runs fresh rounds runs the first rounds of the first epoch beside
+//! it), then repeats *plan* (an epoch of inputs from the campaign as it stands), *run* (every
+//! worker takes inputs of the epoch until none is left) and *learn* (the outcomes in round
+//! order: coverage, corpus, confirmation, bugs, the timeline), until it is *done*.
 //!
 //! # Determinism with several workers
 //!
@@ -508,9 +509,11 @@ pub fn explore<S: Subject>(
                 Phase::Seed => {
                     if cfg.strategy == Strategy::Coverage && state.corpus.is_empty() {
                         let origin = subject.origin(cfg, &state.reference);
-                        let out = pool.run(vec![origin.clone()])?.pop().expect("one outcome for one input").map_err(
-                            |why| ExploreError::NoProgress { why: format!("the campaign's first round: {why}") },
-                        )?;
+                        pool.submit(vec![origin.clone()])?;
+                        beside_seed(subject, cfg, seeds, &mut state, &mut pool)?;
+                        let out = pool.collect_first()?.1.pop().expect("one outcome for one input").map_err(|why| {
+                            ExploreError::NoProgress { why: format!("the campaign's first round: {why}") }
+                        })?;
                         let facts = subject.facts(&out);
                         let novelty = learn(&mut state, &facts);
                         let novelty = Novelty { new: novelty.new.max(1), focus: None };
@@ -573,6 +576,36 @@ pub fn explore<S: Subject>(
         CHECKPOINT_SCHEMA.write(&checkpoint, &state)?;
         Ok(state.books.campaign(&state, &identity))
     })
+}
+
+/// With several workers, when the subject runs fresh rounds in the coverage strategy, plans the
+/// first `jobs - 1` rounds of the first epoch before the seed round is learned and hands them to
+/// the workers with it, so that no worker waits for the seed round.
+///
+/// They are planned from the empty corpus, so they are fresh rounds: they need nothing the seed
+/// round will teach. Whether they are planned depends only on the subject and the number of
+/// workers, and they stay in the checkpoint written after the seed round like any planned input.
+fn beside_seed<S: Subject>(
+    subject: &S,
+    cfg: &CampaignConfig,
+    seeds: Seeds,
+    state: &mut State<S::Input, S::Reference>,
+    pool: &mut Pool<S::Input, S::Outcome>,
+) -> Result<(), ExploreError> {
+    let jobs = cfg.jobs.max(1);
+    if jobs == 1 || subject.fresh_every() == 0 {
+        return Ok(());
+    }
+    let planned = (jobs - 1).min(cfg.epoch());
+    for _ in 0..planned {
+        let input = plan_round(subject, cfg, seeds, state);
+        state.pending.push(input);
+    }
+    let submitted = planned.min(cfg.runs.unwrap_or(u64::MAX)) as usize;
+    if submitted > 0 {
+        pool.submit(state.pending[..submitted].to_vec())?;
+    }
+    Ok(())
 }
 
 /// Plans the epochs not planned yet, up to the one `ahead` after the epoch being learned.

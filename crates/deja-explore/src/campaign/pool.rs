@@ -67,13 +67,6 @@ impl<I, O> Pool<I, O> {
         Ok((batch.inputs.len(), outs.into_iter().flatten().collect()))
     }
 
-    /// Runs `inputs` alone and waits for their outcomes.
-    pub(super) fn run(&mut self, inputs: Vec<I>) -> Result<Vec<Result<O, String>>, ExploreError> {
-        debug_assert!(self.in_flight.is_empty());
-        self.submit(inputs)?;
-        Ok(self.collect_first()?.1)
-    }
-
     /// Drops every batch not collected; workers finish only the rounds they are running.
     pub(super) fn cancel_all(&mut self) {
         for (b, _) in self.in_flight.drain(..) {
