@@ -546,7 +546,7 @@ pub(crate) fn read_paths(nr: u64, args: &[u64; 6], mappings: &Mappings, mem: &dy
 /// Syscall `nr` as strace would write it: its name, as many arguments as its row has kinds,
 /// and what it returned, e.g. `write(1, 0x7ffd1000, 12) = 12`.
 ///
-/// Fds are decimal (`AT_FDCWD` by name), flags and pointers hex (a null pointer is `NULL`),
+/// Fds are decimal `int`s, the low 32 bits of their register (`AT_FDCWD` by name), flags and pointers hex (a null pointer is `NULL`),
 /// lengths and other numbers decimal. A path is the quoted string of `paths[i]` (the bytes
 /// [`read_paths`] gave for argument `i`; printable ASCII as is, the rest escaped), or its
 /// address when it could not be read. A syscall deja does not serve shows its six registers in
@@ -601,11 +601,9 @@ fn render_arg(out: &mut String, kind: Arg, a: u64, path: Option<&[u8]>) {
             quote(out, bytes);
             Ok(())
         }
-        (Arg::Fd, _) if a == AT_FDCWD => write!(out, "AT_FDCWD"),
-        (Arg::Fd, _) => match i32::try_from(a as i64) {
-            Ok(fd) => write!(out, "{fd}"),
-            Err(_) => write!(out, "{a:#x}"),
-        },
+        // An fd is an `int`: the low 32 bits of the register, as the kernel reads it.
+        (Arg::Fd, _) if a as i32 == AT_FDCWD as i32 => write!(out, "AT_FDCWD"),
+        (Arg::Fd, _) => write!(out, "{}", a as i32),
         (Arg::Path | Arg::Ptr, _) if a == 0 => write!(out, "NULL"),
         (Arg::Path | Arg::Ptr | Arg::Flags, _) => write!(out, "{a:#x}"),
         (Arg::Len, _) => write!(out, "{a}"),
@@ -738,8 +736,11 @@ mod tests {
             render(9, &mmap, &[], Some(0x7f00_0000_0000)),
             "mmap(NULL, 8192, 0x3, 0x22, -1, 0) = 0x7f0000000000"
         );
-        // An fd no int holds is shown as the register.
-        assert_eq!(render(3, &[1 << 40, 0, 0, 0, 0, 0], &[], err(EBADF)), "close(0x10000000000) = -EBADF");
+        // An fd is the register's low 32 bits, signed, as the kernel reads it.
+        assert_eq!(render(3, &[1 << 40 | 7, 0, 0, 0, 0, 0], &[], err(EBADF)), "close(7) = -EBADF");
+        assert_eq!(render(3, &[u64::from(u32::MAX), 0, 0, 0, 0, 0], &[], err(EBADF)), "close(-1) = -EBADF");
+        let zero_extended = [u64::from(AT_FDCWD as u32), 0x1000, 0, 0, 0, 0];
+        assert_eq!(render(257, &zero_extended, &path("/"), Some(3)), "openat(AT_FDCWD, \"/\", 0x0, 0) = 3");
         // A path with bytes to escape, two paths in one call.
         let renameat = [AT_FDCWD, 0x1000, 4, 0x2000, 0, 0];
         let paths = [None, Some(b"a\"b\\c\n\x01".to_vec()), None, Some(b"d".to_vec())];
