@@ -14,9 +14,9 @@
 //! argument kinds and the handler.
 //!
 //! The argument kinds serve the hostile-guest generator (`fuzz/`) and the trace: [`render`]
-//! writes one recorded syscall the way strace would, `openat(AT_FDCWD, "/data/wal", 0x241, 420)
-//! = 3`, each argument shown by its kind, from the path bytes [`read_paths`] took from the
-//! program's memory at the syscall's entry.
+//! writes one recorded syscall the way strace would, each argument shown by its kind, with the
+//! path bytes [`read_paths`] took from the program's memory at the syscall's entry:
+//! `openat(AT_FDCWD, "/data/wal", 0x241, 0o644) = 3`.
 
 use std::fmt::Write as _;
 
@@ -42,6 +42,8 @@ pub enum Arg {
     Len,
     /// A set of flag bits.
     Flags,
+    /// File permission bits (`0o644`): a mode of `open`, `mkdir` or `chmod`, or a umask.
+    Mode,
     /// Any other number: an offset, a mode, an id, a command, a timeout.
     Int,
 }
@@ -106,7 +108,7 @@ macro_rules! syscall_table {
 syscall_table! {
     0      "read"              [Fd, Ptr, Len] => |k, m, a| k.sys_read(m, a[0], a[1], a[2]);
     1      "write"             [Fd, Ptr, Len] => |k, m, a| k.sys_write(m, a[0], a[1], a[2]);
-    2      "open"              [Path, Flags, Int] => |k, m, a| k.sys_openat(m, AT_FDCWD, a[0], a[1], a[2]);
+    2      "open"              [Path, Flags, Mode] => |k, m, a| k.sys_openat(m, AT_FDCWD, a[0], a[1], a[2]);
     3      "close"             [Fd] => |k, _, a| k.sys_close(a[0]);
     4      "stat"              [Path, Ptr] => |k, m, a| k.sys_fstatat(m, AT_FDCWD, a[0], a[1], 0);
     5      "fstat"             [Fd, Ptr] => |k, m, a| k.sys_fstat(m, a[0], a[1]);
@@ -187,19 +189,19 @@ syscall_table! {
     80     "chdir";
     81     "fchdir";
     82     "rename"            [Path, Path] => |k, m, a| k.sys_renameat2(m, AT_FDCWD, a[0], AT_FDCWD, a[1], 0);
-    83     "mkdir"             [Path, Int] => |k, m, a| k.sys_mkdirat(m, AT_FDCWD, a[0], a[1]);
+    83     "mkdir"             [Path, Mode] => |k, m, a| k.sys_mkdirat(m, AT_FDCWD, a[0], a[1]);
     84     "rmdir"             [Path] => |k, m, a| k.sys_unlinkat(m, AT_FDCWD, a[0], AT_REMOVEDIR);
-    85     "creat"             [Path, Int] => |k, m, a| k.sys_creat(m, a[0], a[1]);
+    85     "creat"             [Path, Mode] => |k, m, a| k.sys_creat(m, a[0], a[1]);
     86     "link"              [Path, Path] => |k, m, a| k.sys_linkat(m, AT_FDCWD, a[0], AT_FDCWD, a[1], 0);
     87     "unlink"            [Path] => |k, m, a| k.sys_unlinkat(m, AT_FDCWD, a[0], 0);
     88     "symlink"           [Path, Path] => |k, m, a| k.sys_symlinkat(m, a[0], AT_FDCWD, a[1]);
     89     "readlink"          [Path, Ptr, Len] => |k, m, a| k.sys_readlinkat(m, AT_FDCWD, a[0], a[1], a[2]);
-    90     "chmod"             [Path, Int] => |k, m, a| k.sys_fchmodat(m, AT_FDCWD, a[0], a[1]);
-    91     "fchmod"            [Fd, Int] => |k, _, a| k.sys_fchmod(a[0], a[1]);
+    90     "chmod"             [Path, Mode] => |k, m, a| k.sys_fchmodat(m, AT_FDCWD, a[0], a[1]);
+    91     "fchmod"            [Fd, Mode] => |k, _, a| k.sys_fchmod(a[0], a[1]);
     92     "chown";
     93     "fchown";
     94     "lchown";
-    95     "umask"             [Int] => |k, _, a| k.sys_umask(a[0]);
+    95     "umask"             [Mode] => |k, _, a| k.sys_umask(a[0]);
     96     "gettimeofday"      [Ptr, Ptr] => |k, m, a| k.sys_gettimeofday(m, a[0], a[1]);
     97     "getrlimit"         [Int, Ptr] => |k, m, a| k.sys_prlimit(m, 0, a[0], 0, a[1]);
     98     "getrusage"         [Int, Ptr] => |k, m, a| k.sys_getrusage(m, a[0], a[1]);
@@ -362,8 +364,8 @@ syscall_table! {
     254    "inotify_add_watch";
     255    "inotify_rm_watch";
     256    "migrate_pages";
-    257    "openat"            [Fd, Path, Flags, Int] => |k, m, a| k.sys_openat(m, a[0], a[1], a[2], a[3]);
-    258    "mkdirat"           [Fd, Path, Int] => |k, m, a| k.sys_mkdirat(m, a[0], a[1], a[2]);
+    257    "openat"            [Fd, Path, Flags, Mode] => |k, m, a| k.sys_openat(m, a[0], a[1], a[2], a[3]);
+    258    "mkdirat"           [Fd, Path, Mode] => |k, m, a| k.sys_mkdirat(m, a[0], a[1], a[2]);
     259    "mknodat";
     260    "fchownat";
     261    "futimesat";
@@ -373,7 +375,7 @@ syscall_table! {
     265    "linkat"            [Fd, Path, Fd, Path, Flags] => |k, m, a| k.sys_linkat(m, a[0], a[1], a[2], a[3], a[4]);
     266    "symlinkat"         [Path, Fd, Path] => |k, m, a| k.sys_symlinkat(m, a[0], a[1], a[2]);
     267    "readlinkat"        [Fd, Path, Ptr, Len] => |k, m, a| k.sys_readlinkat(m, a[0], a[1], a[2], a[3]);
-    268    "fchmodat"          [Fd, Path, Int] => |k, m, a| k.sys_fchmodat(m, a[0], a[1], a[2]);
+    268    "fchmodat"          [Fd, Path, Mode] => |k, m, a| k.sys_fchmodat(m, a[0], a[1], a[2]);
     269    "faccessat"         [Fd, Path, Int] => |k, m, a| k.sys_faccessat(m, a[0], a[1], a[2], 0);
     270    "pselect6"          [Int, Ptr, Ptr, Ptr, Ptr, Ptr] => |k, m, a| k.sys_pselect6(m, a);
     271    "ppoll"             [Ptr, Len, Ptr, Ptr, Len] => |k, m, a| k.sys_ppoll(m, a[0], a[1], a[2], a[3], a[4]);
@@ -546,8 +548,9 @@ pub(crate) fn read_paths(nr: u64, args: &[u64; 6], mappings: &Mappings, mem: &dy
 /// Syscall `nr` as strace would write it: its name, as many arguments as its row has kinds,
 /// and what it returned, e.g. `write(1, 0x7ffd1000, 12) = 12`.
 ///
-/// Fds are decimal `int`s, the low 32 bits of their register (`AT_FDCWD` by name), flags and pointers hex (a null pointer is `NULL`),
-/// lengths and other numbers decimal. A path is the quoted string of `paths[i]` (the bytes
+/// Fds are decimal `int`s, the low 32 bits of their register (`AT_FDCWD` by name), flags and
+/// pointers hex (a null pointer is `NULL`), modes octal, lengths and other numbers decimal
+/// (signed). A path is the quoted string of `paths[i]` (the bytes
 /// [`read_paths`] gave for argument `i`; printable ASCII as is, the rest escaped), or its
 /// address when it could not be read. A syscall deja does not serve shows its six registers in
 /// hex. The result is decimal, hex when too large for a count (an address), `-ENOENT` for an
@@ -606,6 +609,7 @@ fn render_arg(out: &mut String, kind: Arg, a: u64, path: Option<&[u8]>) {
         (Arg::Fd, _) => write!(out, "{}", a as i32),
         (Arg::Path | Arg::Ptr, _) if a == 0 => write!(out, "NULL"),
         (Arg::Path | Arg::Ptr | Arg::Flags, _) => write!(out, "{a:#x}"),
+        (Arg::Mode, _) => write!(out, "{a:#o}"),
         (Arg::Len, _) => write!(out, "{a}"),
         (Arg::Int, _) => write!(out, "{}", a as i64),
     };
@@ -706,7 +710,7 @@ mod tests {
         }
         assert_eq!(TABLE.iter().filter(|e| e.served()).count(), 145);
         assert_eq!(args(0), Some(&[Arg::Fd, Arg::Ptr, Arg::Len][..]));
-        assert_eq!(args(257), Some(&[Arg::Fd, Arg::Path, Arg::Flags, Arg::Int][..]));
+        assert_eq!(args(257), Some(&[Arg::Fd, Arg::Path, Arg::Flags, Arg::Mode][..]));
         assert!(entry(15).is_some_and(|e| !e.served()), "rt_sigreturn is named but not served");
         assert!(entry(334).is_some_and(Entry::served), "rseq is answered on purpose");
     }
@@ -721,11 +725,11 @@ mod tests {
         let path = |s: &str| vec![None, Some(s.as_bytes().to_vec())];
         // Fd, Ptr, Len.
         assert_eq!(render(1, &[1, 0x7ffd1000, 12, 9, 9, 9], &[], Some(12)), "write(1, 0x7ffd1000, 12) = 12");
-        // Fd as AT_FDCWD, Path, Flags, Int.
+        // Fd as AT_FDCWD, Path, Flags, Mode.
         let openat = [AT_FDCWD, 0x1000, 0x241, 0o644, 0, 0];
         assert_eq!(
             render(257, &openat, &path("/data/wal"), Some(3)),
-            "openat(AT_FDCWD, \"/data/wal\", 0x241, 420) = 3"
+            "openat(AT_FDCWD, \"/data/wal\", 0x241, 0o644) = 3"
         );
         // Int is signed, Len is not; only as many arguments as the row has kinds.
         assert_eq!(render(8, &[3, -1i64 as u64, 2, 7, 7, 7], &[], Some(10)), "lseek(3, -1, 2) = 10");
@@ -740,7 +744,7 @@ mod tests {
         assert_eq!(render(3, &[1 << 40 | 7, 0, 0, 0, 0, 0], &[], err(EBADF)), "close(7) = -EBADF");
         assert_eq!(render(3, &[u64::from(u32::MAX), 0, 0, 0, 0, 0], &[], err(EBADF)), "close(-1) = -EBADF");
         let zero_extended = [u64::from(AT_FDCWD as u32), 0x1000, 0, 0, 0, 0];
-        assert_eq!(render(257, &zero_extended, &path("/"), Some(3)), "openat(AT_FDCWD, \"/\", 0x0, 0) = 3");
+        assert_eq!(render(257, &zero_extended, &path("/"), Some(3)), "openat(AT_FDCWD, \"/\", 0x0, 0o0) = 3");
         // A path with bytes to escape, two paths in one call.
         let renameat = [AT_FDCWD, 0x1000, 4, 0x2000, 0, 0];
         let paths = [None, Some(b"a\"b\\c\n\x01".to_vec()), None, Some(b"d".to_vec())];
@@ -775,7 +779,10 @@ mod tests {
         ] {
             let args = [AT_FDCWD, addr, 0, 0, 0, 0];
             let paths = read_paths(257, &args, &mappings, &mem);
-            assert_eq!(render(257, &args, &paths, err(EFAULT)), format!("openat(AT_FDCWD, {shown}, 0x0, 0) = -EFAULT"));
+            assert_eq!(
+                render(257, &args, &paths, err(EFAULT)),
+                format!("openat(AT_FDCWD, {shown}, 0x0, 0o0) = -EFAULT")
+            );
         }
         assert_eq!(mem.pages.len(), pages, "reading a path populates no page");
         assert!(read_paths(1, &[1, start, 4, 0, 0, 0], &mappings, &mem).is_empty(), "write has no path");

@@ -313,7 +313,7 @@ mod tests {
         assert_eq!(g, h, "the path strings of the rendering stay out of the digest");
         let mut t = Tracer::new(true);
         t.syscall(257, &path, [AT_FDCWD, 0x1000, 0x241, 0o644, 0, 0], Some(3), 1000, None);
-        assert_eq!(t.entries()[0].text, "openat(AT_FDCWD, \"/data/wal\", 0x241, 420) = 3");
+        assert_eq!(t.entries()[0].text, "openat(AT_FDCWD, \"/data/wal\", 0x241, 0o644) = 3");
         assert_eq!(t.entries()[0].name, "openat");
         let mut t = Tracer::new(false);
         t.syscall(0, &[], [0; 6], Some(0), 1, None);
