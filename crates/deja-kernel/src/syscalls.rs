@@ -44,7 +44,7 @@ pub enum Arg {
     Flags,
     /// File permission bits (`0o644`): a mode of `open`, `mkdir` or `chmod`, or a umask.
     Mode,
-    /// Any other number: an offset, a mode, an id, a command, a timeout.
+    /// Any other number: an offset, an id, a command, a timeout, an access mask.
     Int,
 }
 
@@ -549,12 +549,12 @@ pub(crate) fn read_paths(nr: u64, args: &[u64; 6], mappings: &Mappings, mem: &dy
 /// and what it returned, e.g. `write(1, 0x7ffd1000, 12) = 12`.
 ///
 /// Fds are decimal `int`s, the low 32 bits of their register (`AT_FDCWD` by name), flags and
-/// pointers hex (a null pointer is `NULL`), modes octal, lengths and other numbers decimal
-/// (signed). A path is the quoted string of `paths[i]` (the bytes
-/// [`read_paths`] gave for argument `i`; printable ASCII as is, the rest escaped), or its
-/// address when it could not be read. A syscall deja does not serve shows its six registers in
-/// hex. The result is decimal, hex when too large for a count (an address), `-ENOENT` for an
-/// error, and `?` for a call that did not return (an exit).
+/// pointers hex (a null pointer is `NULL`), modes octal, lengths decimal and other numbers
+/// signed decimal. A path is the quoted string of `paths[i]` (the bytes [`read_paths`] gave for
+/// argument `i`; printable ASCII as is, the rest escaped), or its address when it could not be
+/// read. A syscall deja does not serve shows its six registers in hex. The result is decimal,
+/// hex when too large for a count (an address), `-ENOENT` for an error, and `?` for a call that
+/// did not return (an exit).
 pub fn render(nr: u64, args: &[u64; 6], paths: &[Option<Vec<u8>>], ret: Option<u64>) -> String {
     let mut out = display_name(nr);
     out.push('(');
