@@ -28,7 +28,7 @@ fn shaped(kind: Arg, w: u64) -> u64 {
         // The top page of the stack: argv, envp and their strings.
         Arg::Path | Arg::Ptr => STACK_TOP - 1 - w % 4096,
         Arg::Len => w % 8192,
-        Arg::Flags | Arg::Int => w,
+        Arg::Flags | Arg::Mode | Arg::Int => w,
     }
 }
 

@@ -505,13 +505,7 @@ pub fn replay(args: ReplayArgs) -> Exit {
             let trace = &life.run.report.trace;
             eprintln!("deja: life {i}: last {} of {} syscalls:", trace.len().min(20), trace.len());
             for e in trace.iter().skip(trace.len().saturating_sub(20)) {
-                eprintln!(
-                    "deja:   #{:<5} {:<16} {:x?} -> {:?}",
-                    e.index,
-                    e.name,
-                    &e.args[..3],
-                    e.ret.map(|r| r as i64)
-                );
+                eprintln!("deja:   #{:<5} {}", e.index, e.text);
             }
         }
     }

@@ -188,6 +188,35 @@ fn trace_out_writes_every_syscall() {
 }
 
 #[test]
+fn trace_out_renders_every_syscall_by_its_argument_kinds() {
+    let path = std::env::temp_dir().join(format!("deja-trace-text-{}.jsonl", std::process::id()));
+    run_json(&["--trace-out", &s(&path), &s(&guest("hello"))]);
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    for l in &lines {
+        let name = l["name"].as_str().unwrap();
+        assert!(l["text"].as_str().unwrap().starts_with(&format!("{name}(")), "{l}");
+    }
+    let writes: Vec<&serde_json::Value> = lines.iter().filter(|l| l["name"] == "write").collect();
+    assert!(!writes.is_empty());
+    for w in &writes {
+        let (fd, buf, len, ret) = (&w["args"][0], w["args"][1].as_u64().unwrap(), &w["args"][2], &w["ret"]);
+        assert_eq!(w["text"].as_str().unwrap(), format!("write({fd}, {buf:#x}, {len}) = {ret}"));
+    }
+    let greeting = "Hello from a deja guest!\n".len();
+    let shown = format!(", {greeting}) = {greeting}");
+    assert!(
+        writes
+            .iter()
+            .any(|w| w["text"].as_str().unwrap().starts_with("write(1, 0x")
+                && w["text"].as_str().unwrap().ends_with(&shown)),
+        "{text}"
+    );
+    assert_eq!(lines.last().unwrap()["text"], "exit_group(0) = ?");
+}
+
+#[test]
 fn bad_programs_get_clear_errors() {
     let dir = std::env::temp_dir().join(format!("deja-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -1,56 +1,91 @@
-//! Linux errno values (x86-64) used by the syscall core.
+//! Linux errno values (x86-64) used by the syscall core, and their names.
 //!
 //! Handlers return `Err(errno)` with these positive values; the dispatcher turns them into the
-//! two's-complement `-errno` the guest sees in RAX.
+//! two's-complement `-errno` the guest sees in RAX. The trace names them ([`name`]).
 
 #![allow(missing_docs)]
 
-pub const EPERM: i32 = 1;
-pub const ENOENT: i32 = 2;
-pub const ESRCH: i32 = 3;
-pub const EIO: i32 = 5;
-pub const EBADF: i32 = 9;
-pub const EAGAIN: i32 = 11;
-pub const ENOMEM: i32 = 12;
-pub const EACCES: i32 = 13;
-pub const EFAULT: i32 = 14;
-pub const EBUSY: i32 = 16;
-pub const EEXIST: i32 = 17;
-pub const EXDEV: i32 = 18;
-pub const ENODEV: i32 = 19;
-pub const ENOTDIR: i32 = 20;
-pub const EISDIR: i32 = 21;
-pub const EINVAL: i32 = 22;
-pub const EMFILE: i32 = 24;
-pub const ENOTTY: i32 = 25;
-pub const EFBIG: i32 = 27;
-pub const ENOSPC: i32 = 28;
-pub const ESPIPE: i32 = 29;
-pub const EROFS: i32 = 30;
-pub const ERANGE: i32 = 34;
-pub const EDEADLK: i32 = 35;
-pub const ENAMETOOLONG: i32 = 36;
-pub const ENOLCK: i32 = 37;
-pub const ENOSYS: i32 = 38;
-pub const ENOTEMPTY: i32 = 39;
-pub const ELOOP: i32 = 40;
-pub const ENXIO: i32 = 6;
-pub const EOPNOTSUPP: i32 = 95;
-pub const ETIMEDOUT: i32 = 110;
-pub const E2BIG: i32 = 7;
-pub const ERESTARTSYS: i32 = 512;
-pub const EPIPE: i32 = 32;
-pub const ENOTSOCK: i32 = 88;
-pub const EDESTADDRREQ: i32 = 89;
-pub const EMSGSIZE: i32 = 90;
-pub const EPROTONOSUPPORT: i32 = 93;
-pub const EAFNOSUPPORT: i32 = 97;
-pub const EADDRINUSE: i32 = 98;
-pub const EADDRNOTAVAIL: i32 = 99;
-pub const ENETUNREACH: i32 = 101;
-pub const ECONNRESET: i32 = 104;
-pub const EISCONN: i32 = 106;
-pub const ENOTCONN: i32 = 107;
-pub const ECONNREFUSED: i32 = 111;
-pub const EALREADY: i32 = 114;
-pub const EINPROGRESS: i32 = 115;
+/// Defines one constant per errno and [`NAMES`], the same list as (value, name) pairs.
+macro_rules! errnos {
+    ($($name:ident = $value:literal;)*) => {
+        $(pub const $name: i32 = $value;)*
+
+        /// Every errno defined here as (value, name), in the order of their definitions.
+        pub const NAMES: &[(i32, &str)] = &[$(($value, stringify!($name))),*];
+    };
+}
+
+errnos! {
+    EPERM = 1;
+    ENOENT = 2;
+    ESRCH = 3;
+    EIO = 5;
+    EBADF = 9;
+    EAGAIN = 11;
+    ENOMEM = 12;
+    EACCES = 13;
+    EFAULT = 14;
+    EBUSY = 16;
+    EEXIST = 17;
+    EXDEV = 18;
+    ENODEV = 19;
+    ENOTDIR = 20;
+    EISDIR = 21;
+    EINVAL = 22;
+    EMFILE = 24;
+    ENOTTY = 25;
+    EFBIG = 27;
+    ENOSPC = 28;
+    ESPIPE = 29;
+    EROFS = 30;
+    ERANGE = 34;
+    EDEADLK = 35;
+    ENAMETOOLONG = 36;
+    ENOLCK = 37;
+    ENOSYS = 38;
+    ENOTEMPTY = 39;
+    ELOOP = 40;
+    ENXIO = 6;
+    EOPNOTSUPP = 95;
+    ETIMEDOUT = 110;
+    E2BIG = 7;
+    ERESTARTSYS = 512;
+    EPIPE = 32;
+    ENOTSOCK = 88;
+    EDESTADDRREQ = 89;
+    EMSGSIZE = 90;
+    EPROTONOSUPPORT = 93;
+    EAFNOSUPPORT = 97;
+    EADDRINUSE = 98;
+    EADDRNOTAVAIL = 99;
+    ENETUNREACH = 101;
+    ECONNRESET = 104;
+    EISCONN = 106;
+    ENOTCONN = 107;
+    ECONNREFUSED = 111;
+    EALREADY = 114;
+    EINPROGRESS = 115;
+}
+
+/// The name of errno `value` (`ENOENT` for 2), if it is one defined here.
+pub fn name(value: i32) -> Option<&'static str> {
+    NAMES.iter().find(|(v, _)| *v == value).map(|(_, n)| *n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_match_values() {
+        assert_eq!(name(ENOENT), Some("ENOENT"));
+        assert_eq!(name(ERESTARTSYS), Some("ERESTARTSYS"));
+        assert_eq!(name(EINPROGRESS), Some("EINPROGRESS"));
+        assert_eq!(name(0), None);
+        assert_eq!(name(4095), None);
+        let mut values: Vec<i32> = NAMES.iter().map(|(v, _)| *v).collect();
+        values.sort_unstable();
+        values.dedup();
+        assert_eq!(values.len(), NAMES.len(), "two names share a value");
+    }
+}

@@ -436,6 +436,10 @@ pub struct TraceEntry {
     /// BLAKE3 (first 16 hex digits) of the bytes the syscall moved between the program's
     /// memory and the kernel, in order, or `None` when it moved none.
     pub data: Option<String>,
+    /// The syscall as strace would write it, its arguments shown by the kinds of its row and
+    /// its paths as the program's memory held them at its entry ([`syscalls::render`]), e.g.
+    /// `write(1, 0x7ffd1000, 12) = 12`.
+    pub text: String,
 }
 
 /// The facts of a finished run.

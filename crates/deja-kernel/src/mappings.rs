@@ -450,6 +450,28 @@ impl Mappings {
         }
     }
 
+    /// Reads the NUL-terminated string at `addr` for display, without changing anything: only
+    /// from pages that are present and readable, never populating one. Returns the bytes before
+    /// the NUL, or the first `max` bytes when there is no NUL among them; `None` when a page on
+    /// the way is absent, unmapped or unreadable (a hostile pointer, or a page not touched yet).
+    pub fn peek_cstr(&self, mem: &dyn Memory, addr: u64, max: usize) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut at = addr;
+        while out.len() < max {
+            let chunk = ((PAGE_SIZE - (at & (PAGE_SIZE - 1))) as usize).min(max - out.len());
+            let mut buf = vec![0u8; chunk];
+            self.check(at, chunk as u64, Access::Read).ok()?;
+            mem.read(at, &mut buf).ok()?;
+            if let Some(nul) = buf.iter().position(|b| *b == 0) {
+                out.extend_from_slice(&buf[..nul]);
+                return Some(out);
+            }
+            out.extend_from_slice(&buf);
+            at = at.checked_add(chunk as u64)?;
+        }
+        Some(out)
+    }
+
     /// Serves a demand fault at `addr`: populates a fault-around window (aligned
     /// [`FAULT_AROUND_PAGES`] pages, clipped to the VMA) with the VMA's protection.
     pub fn fault(&self, mem: &mut dyn Memory, addr: u64, access: Access) -> Result<(), FaultError> {
@@ -601,5 +623,23 @@ mod tests {
         assert_eq!(a.copy_in(&mut m, u64::MAX - 1, &mut b), Err(EFAULT));
         assert_eq!(a.read_cstr(&mut m, 0x11ffe, 100).unwrap(), b"hi");
         assert_eq!(a.read_cstr(&mut m, 0x11ffe, 1), Err(ENAMETOOLONG));
+    }
+
+    #[test]
+    fn peeking_a_string_changes_nothing() {
+        let mut a = Mappings::new(1000);
+        let mut m = crate::FakeMemory::new(100);
+        a.insert(anon(0x10000, 0x14000, Prot::RW));
+        a.insert(anon(0x14000, 0x15000, Prot::NONE));
+        a.copy_out(&mut m, 0x11ffe, b"hi\0").unwrap();
+        a.copy_out(&mut m, 0x13ffe, b"ab").unwrap();
+        let pages = m.pages.len();
+        assert_eq!(a.peek_cstr(&m, 0x11ffe, 100).as_deref(), Some(&b"hi"[..]));
+        assert_eq!(a.peek_cstr(&m, 0x11ffe, 1).as_deref(), Some(&b"h"[..]), "cut at the limit");
+        assert_eq!(a.peek_cstr(&m, 0x10010, 100), None, "a page never touched is not populated");
+        assert_eq!(a.peek_cstr(&m, 0x13ffe, 100), None, "the string runs into an unreadable page");
+        assert_eq!(a.peek_cstr(&m, 0x9000, 100), None, "unmapped");
+        assert_eq!(a.peek_cstr(&m, u64::MAX - 1, 100), None, "outside user space");
+        assert_eq!(m.pages.len(), pages);
     }
 }

@@ -12,8 +12,16 @@
 //! `openat`, `pipe` of `pipe2`) pass the fixed arguments of that form here. A row without a
 //! handler is just `NUMBER "name";`. To serve a syscall, write its handler and give its row the
 //! argument kinds and the handler.
+//!
+//! The argument kinds serve the hostile-guest generator (`fuzz/`) and the trace: [`render`]
+//! writes one recorded syscall the way strace would, each argument shown by its kind, with the
+//! path bytes [`read_paths`] took from the program's memory at the syscall's entry:
+//! `openat(AT_FDCWD, "/data/wal", 0x241, 0o644) = 3`.
+
+use std::fmt::Write as _;
 
 use crate::kernel::{Kernel, SysResult, AT_FDCWD, AT_SYMLINK_NOFOLLOW};
+use crate::mappings::Mappings;
 use crate::sys_fs::AT_REMOVEDIR;
 use crate::sys_proc::GUEST_PID;
 use crate::Memory;
@@ -34,7 +42,9 @@ pub enum Arg {
     Len,
     /// A set of flag bits.
     Flags,
-    /// Any other number: an offset, a mode, an id, a command, a timeout.
+    /// File permission bits (`0o644`): a mode of `open`, `mkdir` or `chmod`, or a umask.
+    Mode,
+    /// Any other number: an offset, an id, a command, a timeout, an access mask.
     Int,
 }
 
@@ -98,7 +108,7 @@ macro_rules! syscall_table {
 syscall_table! {
     0      "read"              [Fd, Ptr, Len] => |k, m, a| k.sys_read(m, a[0], a[1], a[2]);
     1      "write"             [Fd, Ptr, Len] => |k, m, a| k.sys_write(m, a[0], a[1], a[2]);
-    2      "open"              [Path, Flags, Int] => |k, m, a| k.sys_openat(m, AT_FDCWD, a[0], a[1], a[2]);
+    2      "open"              [Path, Flags, Mode] => |k, m, a| k.sys_openat(m, AT_FDCWD, a[0], a[1], a[2]);
     3      "close"             [Fd] => |k, _, a| k.sys_close(a[0]);
     4      "stat"              [Path, Ptr] => |k, m, a| k.sys_fstatat(m, AT_FDCWD, a[0], a[1], 0);
     5      "fstat"             [Fd, Ptr] => |k, m, a| k.sys_fstat(m, a[0], a[1]);
@@ -179,19 +189,19 @@ syscall_table! {
     80     "chdir";
     81     "fchdir";
     82     "rename"            [Path, Path] => |k, m, a| k.sys_renameat2(m, AT_FDCWD, a[0], AT_FDCWD, a[1], 0);
-    83     "mkdir"             [Path, Int] => |k, m, a| k.sys_mkdirat(m, AT_FDCWD, a[0], a[1]);
+    83     "mkdir"             [Path, Mode] => |k, m, a| k.sys_mkdirat(m, AT_FDCWD, a[0], a[1]);
     84     "rmdir"             [Path] => |k, m, a| k.sys_unlinkat(m, AT_FDCWD, a[0], AT_REMOVEDIR);
-    85     "creat"             [Path, Int] => |k, m, a| k.sys_creat(m, a[0], a[1]);
+    85     "creat"             [Path, Mode] => |k, m, a| k.sys_creat(m, a[0], a[1]);
     86     "link"              [Path, Path] => |k, m, a| k.sys_linkat(m, AT_FDCWD, a[0], AT_FDCWD, a[1], 0);
     87     "unlink"            [Path] => |k, m, a| k.sys_unlinkat(m, AT_FDCWD, a[0], 0);
     88     "symlink"           [Path, Path] => |k, m, a| k.sys_symlinkat(m, a[0], AT_FDCWD, a[1]);
     89     "readlink"          [Path, Ptr, Len] => |k, m, a| k.sys_readlinkat(m, AT_FDCWD, a[0], a[1], a[2]);
-    90     "chmod"             [Path, Int] => |k, m, a| k.sys_fchmodat(m, AT_FDCWD, a[0], a[1]);
-    91     "fchmod"            [Fd, Int] => |k, _, a| k.sys_fchmod(a[0], a[1]);
+    90     "chmod"             [Path, Mode] => |k, m, a| k.sys_fchmodat(m, AT_FDCWD, a[0], a[1]);
+    91     "fchmod"            [Fd, Mode] => |k, _, a| k.sys_fchmod(a[0], a[1]);
     92     "chown";
     93     "fchown";
     94     "lchown";
-    95     "umask"             [Int] => |k, _, a| k.sys_umask(a[0]);
+    95     "umask"             [Mode] => |k, _, a| k.sys_umask(a[0]);
     96     "gettimeofday"      [Ptr, Ptr] => |k, m, a| k.sys_gettimeofday(m, a[0], a[1]);
     97     "getrlimit"         [Int, Ptr] => |k, m, a| k.sys_prlimit(m, 0, a[0], 0, a[1]);
     98     "getrusage"         [Int, Ptr] => |k, m, a| k.sys_getrusage(m, a[0], a[1]);
@@ -354,8 +364,8 @@ syscall_table! {
     254    "inotify_add_watch";
     255    "inotify_rm_watch";
     256    "migrate_pages";
-    257    "openat"            [Fd, Path, Flags, Int] => |k, m, a| k.sys_openat(m, a[0], a[1], a[2], a[3]);
-    258    "mkdirat"           [Fd, Path, Int] => |k, m, a| k.sys_mkdirat(m, a[0], a[1], a[2]);
+    257    "openat"            [Fd, Path, Flags, Mode] => |k, m, a| k.sys_openat(m, a[0], a[1], a[2], a[3]);
+    258    "mkdirat"           [Fd, Path, Mode] => |k, m, a| k.sys_mkdirat(m, a[0], a[1], a[2]);
     259    "mknodat";
     260    "fchownat";
     261    "futimesat";
@@ -365,7 +375,7 @@ syscall_table! {
     265    "linkat"            [Fd, Path, Fd, Path, Flags] => |k, m, a| k.sys_linkat(m, a[0], a[1], a[2], a[3], a[4]);
     266    "symlinkat"         [Path, Fd, Path] => |k, m, a| k.sys_symlinkat(m, a[0], a[1], a[2]);
     267    "readlinkat"        [Fd, Path, Ptr, Len] => |k, m, a| k.sys_readlinkat(m, a[0], a[1], a[2], a[3]);
-    268    "fchmodat"          [Fd, Path, Int] => |k, m, a| k.sys_fchmodat(m, a[0], a[1], a[2]);
+    268    "fchmodat"          [Fd, Path, Mode] => |k, m, a| k.sys_fchmodat(m, a[0], a[1], a[2]);
     269    "faccessat"         [Fd, Path, Int] => |k, m, a| k.sys_faccessat(m, a[0], a[1], a[2], 0);
     270    "pselect6"          [Int, Ptr, Ptr, Ptr, Ptr, Ptr] => |k, m, a| k.sys_pselect6(m, a);
     271    "ppoll"             [Ptr, Len, Ptr, Ptr, Len] => |k, m, a| k.sys_ppoll(m, a[0], a[1], a[2], a[3], a[4]);
@@ -511,9 +521,129 @@ pub(crate) fn handler(nr: u64) -> Option<Handler> {
     entry(nr).and_then(|e| e.handler)
 }
 
+/// The most bytes of one path argument the trace keeps: Linux's `PATH_MAX`, which counts the
+/// NUL, so a path of this many bytes was cut ([`render`] marks it with `...`).
+pub const TRACE_PATH_MAX: usize = crate::fs::PATH_MAX;
+
+/// The largest errno a syscall returns (Linux's `MAX_ERRNO`): RAX in `-4095..=-1` is an error.
+const MAX_ERRNO: i64 = 4095;
+
+/// The bytes of the path arguments of syscall `nr`, by argument position, as the program's
+/// memory holds them now: for a [`Arg::Path`] argument, the bytes before its NUL (at most
+/// [`TRACE_PATH_MAX`]), or `None` when they cannot be read without populating a page; `None`
+/// for every other argument. Empty for a syscall without path arguments. Reads nothing through
+/// the syscall's data hash and changes neither the memory nor the mappings.
+pub(crate) fn read_paths(nr: u64, args: &[u64; 6], mappings: &Mappings, mem: &dyn Memory) -> Vec<Option<Vec<u8>>> {
+    let kinds = crate::syscalls::args(nr).unwrap_or_default();
+    if !kinds.contains(&Arg::Path) {
+        return Vec::new();
+    }
+    kinds
+        .iter()
+        .zip(args)
+        .map(|(kind, &a)| (*kind == Arg::Path).then(|| mappings.peek_cstr(mem, a, TRACE_PATH_MAX)).flatten())
+        .collect()
+}
+
+/// Syscall `nr` as strace would write it: its name, as many arguments as its row has kinds,
+/// and what it returned, e.g. `write(1, 0x7ffd1000, 12) = 12`.
+///
+/// Fds are decimal `int`s, the low 32 bits of their register (`AT_FDCWD` by name), flags and
+/// pointers hex (a null pointer is `NULL`), modes octal, lengths decimal and other numbers
+/// signed decimal. A path is the quoted string of `paths[i]` (the bytes [`read_paths`] gave for
+/// argument `i`; printable ASCII as is, the rest escaped), or its address when it could not be
+/// read. A syscall deja does not serve shows its six registers in hex. The result is decimal,
+/// hex when too large for a count (an address), `-ENOENT` for an error, and `?` for a call that
+/// did not return (an exit).
+pub fn render(nr: u64, args: &[u64; 6], paths: &[Option<Vec<u8>>], ret: Option<u64>) -> String {
+    let mut out = display_name(nr);
+    out.push('(');
+    match crate::syscalls::args(nr) {
+        Some(kinds) => {
+            for (i, (kind, &a)) in kinds.iter().zip(args).enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                render_arg(&mut out, *kind, a, paths.get(i).and_then(Option::as_deref));
+            }
+        }
+        None => {
+            for (i, a) in args.iter().enumerate() {
+                let _ = write!(out, "{}{a:#x}", if i > 0 { ", " } else { "" });
+            }
+        }
+    }
+    out.push_str(") = ");
+    match ret {
+        None => out.push('?'),
+        Some(v) if (-MAX_ERRNO..0).contains(&(v as i64)) => {
+            let errno = -(v as i64) as i32;
+            match crate::errno::name(errno) {
+                Some(name) => {
+                    let _ = write!(out, "-{name}");
+                }
+                None => {
+                    let _ = write!(out, "-{errno}");
+                }
+            }
+        }
+        Some(v) if v <= i32::MAX as u64 => {
+            let _ = write!(out, "{v}");
+        }
+        Some(v) => {
+            let _ = write!(out, "{v:#x}");
+        }
+    }
+    out
+}
+
+/// Appends argument `a` of kind `kind`; `path` is the string a path argument points to.
+fn render_arg(out: &mut String, kind: Arg, a: u64, path: Option<&[u8]>) {
+    let _ = match (kind, path) {
+        (Arg::Path, Some(bytes)) => {
+            quote(out, bytes);
+            Ok(())
+        }
+        // An fd is an `int`: the low 32 bits of the register, as the kernel reads it.
+        (Arg::Fd, _) if a as i32 == AT_FDCWD as i32 => write!(out, "AT_FDCWD"),
+        (Arg::Fd, _) => write!(out, "{}", a as i32),
+        (Arg::Path | Arg::Ptr, _) if a == 0 => write!(out, "NULL"),
+        (Arg::Path | Arg::Ptr | Arg::Flags, _) => write!(out, "{a:#x}"),
+        (Arg::Mode, _) => write!(out, "{a:#o}"),
+        (Arg::Len, _) => write!(out, "{a}"),
+        (Arg::Int, _) => write!(out, "{}", a as i64),
+    };
+}
+
+/// Appends `bytes` in double quotes: printable ASCII as is except the quote and the backslash,
+/// which get a backslash before them; newline, tab and carriage return as `\n`, `\t`, `\r`;
+/// every other byte as `\x` and two hex digits. A path cut at [`TRACE_PATH_MAX`] has `...`
+/// after the closing quote.
+fn quote(out: &mut String, bytes: &[u8]) {
+    out.push('"');
+    for &b in bytes {
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\t' => out.push_str("\\t"),
+            b'\r' => out.push_str("\\r"),
+            0x20..=0x7e => out.push(char::from(b)),
+            _ => {
+                let _ = write!(out, "\\x{b:02x}");
+            }
+        }
+    }
+    out.push('"');
+    if bytes.len() >= TRACE_PATH_MAX {
+        out.push_str("...");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::errno::{EBADF, EFAULT, ENAMETOOLONG, ENOENT, ENOSYS, ERESTARTSYS};
 
     #[test]
     fn well_known_numbers() {
@@ -580,8 +710,97 @@ mod tests {
         }
         assert_eq!(TABLE.iter().filter(|e| e.served()).count(), 145);
         assert_eq!(args(0), Some(&[Arg::Fd, Arg::Ptr, Arg::Len][..]));
-        assert_eq!(args(257), Some(&[Arg::Fd, Arg::Path, Arg::Flags, Arg::Int][..]));
+        assert_eq!(args(257), Some(&[Arg::Fd, Arg::Path, Arg::Flags, Arg::Mode][..]));
         assert!(entry(15).is_some_and(|e| !e.served()), "rt_sigreturn is named but not served");
         assert!(entry(334).is_some_and(Entry::served), "rseq is answered on purpose");
+    }
+
+    /// `-errno` as RAX holds it.
+    fn err(errno: i32) -> Option<u64> {
+        Some(-i64::from(errno) as u64)
+    }
+
+    #[test]
+    fn rendering_shows_each_kind_of_argument() {
+        let path = |s: &str| vec![None, Some(s.as_bytes().to_vec())];
+        // Fd, Ptr, Len.
+        assert_eq!(render(1, &[1, 0x7ffd1000, 12, 9, 9, 9], &[], Some(12)), "write(1, 0x7ffd1000, 12) = 12");
+        // Fd as AT_FDCWD, Path, Flags, Mode.
+        let openat = [AT_FDCWD, 0x1000, 0x241, 0o644, 0, 0];
+        assert_eq!(
+            render(257, &openat, &path("/data/wal"), Some(3)),
+            "openat(AT_FDCWD, \"/data/wal\", 0x241, 0o644) = 3"
+        );
+        // Int is signed, Len is not; only as many arguments as the row has kinds.
+        assert_eq!(render(8, &[3, -1i64 as u64, 2, 7, 7, 7], &[], Some(10)), "lseek(3, -1, 2) = 10");
+        assert_eq!(render(24, &[5; 6], &[], Some(0)), "sched_yield() = 0");
+        // Pointers: null by name, an address (returned) in hex.
+        let mmap = [0, 8192, 3, 0x22, -1i64 as u64, 0];
+        assert_eq!(
+            render(9, &mmap, &[], Some(0x7f00_0000_0000)),
+            "mmap(NULL, 8192, 0x3, 0x22, -1, 0) = 0x7f0000000000"
+        );
+        // An fd is the register's low 32 bits, signed, as the kernel reads it.
+        assert_eq!(render(3, &[1 << 40 | 7, 0, 0, 0, 0, 0], &[], err(EBADF)), "close(7) = -EBADF");
+        assert_eq!(render(3, &[u64::from(u32::MAX), 0, 0, 0, 0, 0], &[], err(EBADF)), "close(-1) = -EBADF");
+        let zero_extended = [u64::from(AT_FDCWD as u32), 0x1000, 0, 0, 0, 0];
+        assert_eq!(render(257, &zero_extended, &path("/"), Some(3)), "openat(AT_FDCWD, \"/\", 0x0, 0o0) = 3");
+        // A path with bytes to escape, two paths in one call.
+        let renameat = [AT_FDCWD, 0x1000, 4, 0x2000, 0, 0];
+        let paths = [None, Some(b"a\"b\\c\n\x01".to_vec()), None, Some(b"d".to_vec())];
+        assert_eq!(render(264, &renameat, &paths, Some(0)), r#"renameat(AT_FDCWD, "a\"b\\c\n\x01", 4, "d") = 0"#);
+        // A path cut at the limit.
+        let long = vec![b'x'; TRACE_PATH_MAX];
+        let cut = render(87, &[0x1000, 0, 0, 0, 0, 0], &[Some(long)], err(ENAMETOOLONG));
+        assert!(cut.starts_with("unlink(\"xxx") && cut.ends_with("x\"...) = -ENAMETOOLONG"), "{cut}");
+    }
+
+    #[test]
+    fn rendering_a_hostile_pointer_shows_its_address() {
+        let mut mappings = Mappings::new(1000);
+        let mut mem = crate::FakeMemory::new(16);
+        let start = crate::user_layout::USER_START;
+        let kind = crate::mappings::VmaKind::Anon;
+        mappings.insert(crate::mappings::Vma {
+            start,
+            end: start + 0x2000,
+            prot: crate::Prot::RW,
+            kind,
+            shared: false,
+        });
+        mappings.copy_out(&mut mem, start, b"/etc/hosts\0").unwrap();
+        let pages = mem.pages.len();
+        for (addr, shown) in [
+            (start, "\"/etc/hosts\"".to_string()),
+            (start + 0x1000, format!("{:#x}", start + 0x1000)),
+            (start + 0x8000, format!("{:#x}", start + 0x8000)),
+            (u64::MAX - 3, "0xfffffffffffffffc".to_string()),
+            (0, "NULL".to_string()),
+        ] {
+            let args = [AT_FDCWD, addr, 0, 0, 0, 0];
+            let paths = read_paths(257, &args, &mappings, &mem);
+            assert_eq!(
+                render(257, &args, &paths, err(EFAULT)),
+                format!("openat(AT_FDCWD, {shown}, 0x0, 0o0) = -EFAULT")
+            );
+        }
+        assert_eq!(mem.pages.len(), pages, "reading a path populates no page");
+        assert!(read_paths(1, &[1, start, 4, 0, 0, 0], &mappings, &mem).is_empty(), "write has no path");
+    }
+
+    #[test]
+    fn rendering_names_errors_and_other_results() {
+        let close = |ret| render(3, &[4, 0, 0, 0, 0, 0], &[], ret);
+        assert_eq!(close(err(ENOENT)), "close(4) = -ENOENT");
+        assert_eq!(close(err(ERESTARTSYS)), "close(4) = -ERESTARTSYS");
+        assert_eq!(close(err(4000)), "close(4) = -4000", "an errno without a name");
+        assert_eq!(close(Some(-4096i64 as u64)), "close(4) = 0xfffffffffffff000", "not an errno");
+        assert_eq!(close(Some(i32::MAX as u64)), "close(4) = 2147483647");
+        assert_eq!(render(231, &[1, 0, 0, 0, 0, 0], &[], None), "exit_group(1) = ?");
+        assert_eq!(
+            render(1000, &[1, 2, 3, 4, 5, 6], &[], err(ENOSYS)),
+            "unknown_1000(0x1, 0x2, 0x3, 0x4, 0x5, 0x6) = -ENOSYS"
+        );
+        assert_eq!(render(15, &[0; 6], &[], err(ENOSYS)), "rt_sigreturn(0x0, 0x0, 0x0, 0x0, 0x0, 0x0) = -ENOSYS");
     }
 }

@@ -21,7 +21,9 @@
 //! u64, has_data u8, data [u8; 32]`.
 //!
 //! The saved state of a [`Tracer`] is the chain value, the entry hashes, the recorded entries
-//! (when recording) and the counters.
+//! (when recording) and the counters. A recorded entry also carries its rendering
+//! ([`crate::syscalls::render`]), which is not in the encoding: the path strings it shows
+//! change neither the chain nor the entry hashes.
 //!
 //! [`RunReport::entry_hashes`]: crate::RunReport::entry_hashes
 //! [`RunReport::trace_digest`]: crate::RunReport::trace_digest
@@ -70,11 +72,12 @@ impl Tracer {
         self.syscalls
     }
 
-    /// Records one syscall.
+    /// Records one syscall; `paths` are the bytes of its path arguments at its entry
+    /// ([`crate::syscalls::read_paths`]), used only for the recorded entry's rendering.
     pub fn syscall(
         &mut self,
         nr: u64,
-        name: &str,
+        paths: &[Option<Vec<u8>>],
         args: [u64; 6],
         ret: Option<u64>,
         vtime: u64,
@@ -101,7 +104,16 @@ impl Tracer {
         self.entry_hashes.push(u64::from_le_bytes(first));
         if self.record {
             let data = data.map(|d| d[..8].iter().map(|b| format!("{b:02x}")).collect());
-            self.trace.push(TraceEntry { index, nr, name: name.to_string(), args, ret, vtime_ns: vtime, data });
+            self.trace.push(TraceEntry {
+                index,
+                nr,
+                name: crate::syscalls::display_name(nr),
+                args,
+                ret,
+                vtime_ns: vtime,
+                data,
+                text: crate::syscalls::render(nr, &args, paths, ret),
+            });
         }
     }
 
@@ -277,6 +289,9 @@ impl Memory for DataHasher<'_> {
 mod tests {
     use super::*;
 
+    /// `AT_FDCWD` as a register holds it.
+    const AT_FDCWD: u64 = -100i64 as u64;
+
     #[test]
     fn digest_depends_on_every_field() {
         let base = |f: &dyn Fn(&mut Tracer)| {
@@ -284,16 +299,24 @@ mod tests {
             f(&mut t);
             t.digest()
         };
-        let a = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 6], Some(3), 1000, None));
-        let b = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 6], Some(3), 1000, None));
+        let a = base(&|t| t.syscall(1, &[], [1, 2, 3, 4, 5, 6], Some(3), 1000, None));
+        let b = base(&|t| t.syscall(1, &[], [1, 2, 3, 4, 5, 6], Some(3), 1000, None));
         assert_eq!(a, b);
-        let c = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 7], Some(3), 1000, None));
-        let d = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 6], None, 1000, None));
-        let e = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 6], Some(3), 1001, None));
-        let f = base(&|t| t.syscall(1, "write", [1, 2, 3, 4, 5, 6], Some(3), 1000, Some([9; 32])));
+        let c = base(&|t| t.syscall(1, &[], [1, 2, 3, 4, 5, 7], Some(3), 1000, None));
+        let d = base(&|t| t.syscall(1, &[], [1, 2, 3, 4, 5, 6], None, 1000, None));
+        let e = base(&|t| t.syscall(1, &[], [1, 2, 3, 4, 5, 6], Some(3), 1001, None));
+        let f = base(&|t| t.syscall(1, &[], [1, 2, 3, 4, 5, 6], Some(3), 1000, Some([9; 32])));
         assert!(a != c && a != d && a != e && c != d && a != f);
+        let path = [None, Some(b"/data/wal".to_vec())];
+        let g = base(&|t| t.syscall(257, &path, [AT_FDCWD, 0x1000, 0x241, 0o644, 0, 0], Some(3), 1000, None));
+        let h = base(&|t| t.syscall(257, &[], [AT_FDCWD, 0x1000, 0x241, 0o644, 0, 0], Some(3), 1000, None));
+        assert_eq!(g, h, "the path strings of the rendering stay out of the digest");
+        let mut t = Tracer::new(true);
+        t.syscall(257, &path, [AT_FDCWD, 0x1000, 0x241, 0o644, 0, 0], Some(3), 1000, None);
+        assert_eq!(t.entries()[0].text, "openat(AT_FDCWD, \"/data/wal\", 0x241, 0o644) = 3");
+        assert_eq!(t.entries()[0].name, "openat");
         let mut t = Tracer::new(false);
-        t.syscall(0, "read", [0; 6], Some(0), 1, None);
+        t.syscall(0, &[], [0; 6], Some(0), 1, None);
         t.exception(13, 0x401000, 0, 0, ExceptionRecord::Emulated(3), 2);
         assert_eq!(t.entry_hashes().len(), 1);
         assert!(t.entries().is_empty());
@@ -322,13 +345,13 @@ mod tests {
     fn save_restore_round_trip() {
         for record in [false, true] {
             let mut t = Tracer::new(record);
-            t.syscall(1, "write", [1, 2, 3, 4, 5, 6], Some(3), 1000, Some([7; 32]));
+            t.syscall(1, &[], [1, 2, 3, 4, 5, 6], Some(3), 1000, Some([7; 32]));
             t.exception(13, 0x401000, 0, 0, ExceptionRecord::Emulated(3), 2);
             let mut r: Tracer = postcard::from_bytes(&postcard::to_stdvec(&t).unwrap()).unwrap();
             r.validate().unwrap();
             assert_eq!(r, t);
             for x in [&mut t, &mut r] {
-                x.syscall(0, "read", [0; 6], Some(0), 3000, None);
+                x.syscall(0, &[], [0; 6], Some(0), 3000, None);
                 x.exception(14, 0x401000, 8, 6, ExceptionRecord::Fatal(11), 4000);
             }
             assert_eq!(r.digest(), t.digest());

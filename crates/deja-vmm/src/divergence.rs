@@ -161,12 +161,8 @@ pub fn first_difference(a: &RunRecord, b: &RunRecord) -> Option<String> {
 fn describe_entry(life: &LifeRecord, i: usize) -> String {
     match life.trace.get(i) {
         Some(e) => format!(
-            "{}({:#x}, {:#x}, {:#x}) = {} at {} ns{}",
-            e.name,
-            e.args[0],
-            e.args[1],
-            e.args[2],
-            e.ret.map(|r| format!("{r:#x}")).unwrap_or_else(|| "-".into()),
+            "{} at {} ns{}",
+            e.text,
             e.vtime_ns,
             e.data.as_ref().map(|d| format!(", data {d}")).unwrap_or_default()
         ),

@@ -13,6 +13,12 @@ impl Kernel {
         let name = crate::syscalls::display_name(nr);
         *self.counts.entry(name.clone()).or_default() += 1;
         self.threads.call = (nr, args);
+        // Read before the syscall runs and outside its data hash, for the recorded trace only.
+        let paths = if self.tracer.recording() {
+            crate::syscalls::read_paths(nr, &args, &self.mappings, mem)
+        } else {
+            Vec::new()
+        };
         let mut hashed = DataHasher::new(mem);
         let mut res = self.dispatch(&mut hashed, nr, args);
         let data = hashed.finish();
@@ -73,7 +79,7 @@ impl Kernel {
         } else {
             (outcome, ret)
         };
-        self.tracer.syscall(nr, &name, args, ret, self.clock.now_ns(), data);
+        self.tracer.syscall(nr, &paths, args, ret, self.clock.now_ns(), data);
         outcome
     }
 
