@@ -623,7 +623,52 @@ pub fn minimize_cluster(
 
 #[cfg(test)]
 mod tests {
-    use super::template;
+    use super::*;
+
+    /// A cluster bug file as an older deja wrote it, with `signature` as plain words and the
+    /// id of those words.
+    fn old_cluster_bug_file(signature: &str) -> Vec<u8> {
+        let bug = ClusterBug {
+            schema: CLUSTER_BUG_SCHEMA.id(),
+            id: String::new(),
+            signature: FailureSignature::Stuck,
+            cluster: "examples/split-brain.toml".into(),
+            cluster_blake3: "00".repeat(32),
+            binaries: BTreeMap::from([("n1".to_string(), "11".repeat(32))]),
+            input: ClusterInput { seed: 12, ..Default::default() },
+            decisions: 40,
+            faults: Vec::new(),
+            digest: "ab".repeat(32),
+            found_at_round: 12,
+            reproduce: "deja replay campaign/bug.json".into(),
+            minimized_from: None,
+            removed: Vec::new(),
+            host: None,
+            forked_from: None,
+            history: None,
+        };
+        let mut doc = serde_json::to_value(&bug).unwrap();
+        doc["signature"] = serde_json::Value::String(signature.into());
+        doc["id"] = serde_json::Value::String(blake3::hash(signature.as_bytes()).to_hex()[..12].to_string());
+        CLUSTER_BUG_SCHEMA.to_bytes(&doc)
+    }
+
+    #[test]
+    fn a_cluster_bug_file_keeps_its_bytes_and_id_whatever_its_signature_reads_as() {
+        for words in [
+            "assertion failed on client: acknowledged writes survive",
+            "assertion failed on n1: lost; twice",
+            "node n1 failed: exit 3",
+        ] {
+            let bytes = old_cluster_bug_file(words);
+            let bug = ClusterBug::parse("bug-old.json", &bytes).unwrap();
+            assert_eq!(bug.signature.to_string(), words);
+            assert_eq!(bug_id(&bug.signature), bug.id, "the same id");
+            assert_eq!(CLUSTER_BUG_SCHEMA.to_bytes(&bug), bytes, "written back byte for byte");
+        }
+        let typed = ClusterBug::parse("bug-old.json", &old_cluster_bug_file("the cluster got stuck")).unwrap();
+        assert!(matches!(typed.signature, FailureSignature::Stuck), "{:?}", typed.signature);
+    }
 
     #[test]
     fn numbers_are_masked() {
