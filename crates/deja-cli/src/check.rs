@@ -226,7 +226,7 @@ fn capsule_of(bug: &deja_explore::BugFile, base: &std::path::Path) -> Result<Cap
     let base_hash = blake3::hash(&image).to_hex().to_string();
     let target = bug.target(image, Default::default(), &base.display().to_string()).map_err(|e| e.to_string())?;
     let out = deja_explore::replay(bug, &target, &mut |_, _| {}).map_err(|e| e.to_string())?;
-    if out.failure.as_deref() != Some(bug.signature.as_str()) {
+    if out.failure.as_ref() != Some(&bug.signature) {
         return Err(format!("it does not reproduce on {}", base.display()));
     }
     let input = CheckInput {

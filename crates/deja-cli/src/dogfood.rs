@@ -167,8 +167,12 @@ pub fn table(dir: &std::path::Path, seeds: u64) -> Result<String, String> {
             let input = deja_explore::ClusterInput { seed, ..Default::default() };
             let out =
                 deja_explore::cluster::run_cluster_input(t, &input, &mut |_, _, _| {}).map_err(|e| e.to_string())?;
-            match out.failure.as_deref() {
-                Some(f) if f.contains("acknowledged writes survive") => hits.push(seed),
+            match &out.failure {
+                Some(deja_explore::FailureSignature::ClusterAssertions(failed))
+                    if failed.iter().any(|(_, message)| message.contains("acknowledged writes survive")) =>
+                {
+                    hits.push(seed)
+                }
                 Some(_) => other += 1,
                 None => {}
             }

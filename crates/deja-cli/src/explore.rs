@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use deja_explore::{BugFile, CampaignConfig, Mode, Strategy, Target};
+use deja_explore::{BugFile, CampaignConfig, FailureSignature, Mode, Strategy, Target};
 
 use crate::exit::Exit;
 use crate::run::Failure;
@@ -527,7 +527,7 @@ pub fn replay(args: ReplayArgs) -> Exit {
             Err(e) => eprintln!("deja: a second replay could not run: {e}"),
         }
     }
-    replay_verdict(&bug.id, &bug.signature, &bug.digest, out.failure.as_deref(), &out.digest, "run")
+    replay_verdict(&bug.id, &bug.signature, &bug.digest, out.failure.as_ref(), &out.digest, "run")
 }
 
 /// Says how the host an artifact was recorded on differs from this one, if it does.
@@ -539,7 +539,14 @@ pub fn host_note(what: &str, recorded: Option<&deja_vmm::Fingerprint>) {
 
 /// Compares a replay with its bug and prints the verdict: [`Exit::Failure`] when the failure
 /// reproduced, [`Exit::Clean`] when it did not (`what` names the thing that ran: `run`, `cluster`).
-fn replay_verdict(id: &str, signature: &str, digest: &str, failure: Option<&str>, got: &str, what: &str) -> Exit {
+fn replay_verdict(
+    id: &str,
+    signature: &FailureSignature,
+    digest: &str,
+    failure: Option<&FailureSignature>,
+    got: &str,
+    what: &str,
+) -> Exit {
     match failure {
         Some(sig) if sig == signature && got == digest => {
             eprintln!("deja: reproduced bug {id}: {sig} (digest {got})");
@@ -671,7 +678,7 @@ fn replay_cluster(args: &ReplayArgs) -> Exit {
     }
     crate::cluster::history_summary(&out.history);
     host_note("bug file", bug.host.as_ref());
-    replay_verdict(&bug.id, &bug.signature, &bug.digest, out.failure.as_deref(), &out.report.digest, "cluster")
+    replay_verdict(&bug.id, &bug.signature, &bug.digest, out.failure.as_ref(), &out.report.digest, "cluster")
 }
 
 /// `deja minimize` of a cluster bug: [`Exit::Clean`] written and verified, [`Exit::Incomplete`]

@@ -93,7 +93,7 @@ pub struct ClusterOutcome {
     /// The report.
     pub report: ClusterReport,
     /// The failure signature, if the round failed.
-    pub failure: Option<String>,
+    pub failure: Option<FailureSignature>,
     /// Behavioural features (see the module documentation), each with the decision index where
     /// the run first showed it, when that is progress.
     pub features: BTreeMap<u64, Option<u64>>,
@@ -136,8 +136,8 @@ fn history_failure(v: &Option<Result<deja_history::Verdict, deja_history::Histor
 }
 
 /// The failure signature of a report, if it failed.
-pub fn cluster_failure(r: &ClusterReport) -> Option<String> {
-    failure_with(r, &history_verdict(r)).as_ref().map(FailureSignature::to_string)
+pub fn cluster_failure(r: &ClusterReport) -> Option<FailureSignature> {
+    failure_with(r, &history_verdict(r))
 }
 
 fn failure_with(
@@ -154,12 +154,8 @@ fn failure_with(
             }
         }
     }
-    // Sorted and deduplicated by their words, as the signature lists them.
-    let words = |(node, message): &(String, String)| format!("assertion failed on {node}: {message}");
-    failed.sort_by_cached_key(words);
-    failed.dedup_by(|a, b| words(a) == words(b));
     if !failed.is_empty() {
-        return Some(FailureSignature::ClusterAssertions(failed));
+        return Some(FailureSignature::cluster_assertions(failed));
     }
     if let Some(f) = history_failure(history) {
         return Some(f);
@@ -223,7 +219,7 @@ pub fn outcome(report: ClusterReport) -> ClusterOutcome {
         features.insert(feature(&["fault", &f.kind]), None);
     }
     let history = history_verdict(&report);
-    let failure = failure_with(&report, &history).as_ref().map(FailureSignature::to_string);
+    let failure = failure_with(&report, &history);
     ClusterOutcome { report, failure, features, history }
 }
 
@@ -246,7 +242,7 @@ pub struct ClusterBug {
     /// First 12 hex digits of the signature's BLAKE3.
     pub id: String,
     /// What failed.
-    pub signature: String,
+    pub signature: FailureSignature,
     /// The cluster file's path when it was found.
     pub cluster: String,
     /// BLAKE3 of the cluster file.
@@ -289,7 +285,7 @@ pub const CLUSTER_BUG_SCHEMA: Schema =
 
 impl ClusterBug {
     fn new(target: &ClusterTarget, input: &ClusterInput, out: &ClusterOutcome, round: u64, file: &str) -> Self {
-        let signature = out.failure.clone().unwrap_or_default();
+        let signature = out.failure.clone().unwrap_or_else(|| FailureSignature::Other(String::new()));
         ClusterBug {
             schema: CLUSTER_BUG_SCHEMA.id(),
             id: bug_id(&signature),
@@ -446,7 +442,8 @@ impl Subject for ClusterSubject<'_> {
                 again.report.digest, out.report.digest
             ))
         } else if again.failure != out.failure {
-            Some(format!("the replay from scratch on host core {core} failed differently: {:?}", again.failure))
+            let words = again.failure.as_ref().map(FailureSignature::to_string);
+            Some(format!("the replay from scratch on host core {core} failed differently: {words:?}"))
         } else {
             None
         })
@@ -609,17 +606,14 @@ pub fn minimize_cluster(
         tests += 1;
         let input = ClusterInput { schedule: Some(faults.to_vec()), ..base.clone() };
         let out = run_cluster_input(target, &input, &mut |_, _, _| {})?;
-        Ok(out.failure.as_deref() == Some(bug.signature.as_str()))
+        Ok(out.failure.as_ref() == Some(&bug.signature))
     };
     ensure!(fails(&all)?, crate::ScheduleDoesNotReproduceSnafu { bug: &bug.id, faults: all.len() });
     let kept = crate::minimize::ddmin(&all, &mut fails)?;
     let input = ClusterInput { schedule: Some(kept.clone()), ..base.clone() };
     let out = run_cluster_input(target, &input, &mut |_, _, _| {})?;
     tests += 1;
-    ensure!(
-        out.failure.as_deref() == Some(bug.signature.as_str()),
-        crate::MinimizedDoesNotFailSnafu { what: "schedule" }
-    );
+    ensure!(out.failure.as_ref() == Some(&bug.signature), crate::MinimizedDoesNotFailSnafu { what: "schedule" });
     let mut min = ClusterBug::new(target, &input, &out, bug.found_at_round, new_file);
     min.forked_from = bug.forked_from.clone();
     min.minimized_from = Some(crate::replayed_file(&bug.reproduce).to_string());
@@ -629,7 +623,52 @@ pub fn minimize_cluster(
 
 #[cfg(test)]
 mod tests {
-    use super::template;
+    use super::*;
+
+    /// A cluster bug file as an older deja wrote it, with `signature` as plain words and the
+    /// id of those words.
+    fn old_cluster_bug_file(signature: &str) -> Vec<u8> {
+        let bug = ClusterBug {
+            schema: CLUSTER_BUG_SCHEMA.id(),
+            id: String::new(),
+            signature: FailureSignature::Stuck,
+            cluster: "examples/split-brain.toml".into(),
+            cluster_blake3: "00".repeat(32),
+            binaries: BTreeMap::from([("n1".to_string(), "11".repeat(32))]),
+            input: ClusterInput { seed: 12, ..Default::default() },
+            decisions: 40,
+            faults: Vec::new(),
+            digest: "ab".repeat(32),
+            found_at_round: 12,
+            reproduce: "deja replay campaign/bug.json".into(),
+            minimized_from: None,
+            removed: Vec::new(),
+            host: None,
+            forked_from: None,
+            history: None,
+        };
+        let mut doc = serde_json::to_value(&bug).unwrap();
+        doc["signature"] = serde_json::Value::String(signature.into());
+        doc["id"] = serde_json::Value::String(blake3::hash(signature.as_bytes()).to_hex()[..12].to_string());
+        CLUSTER_BUG_SCHEMA.to_bytes(&doc)
+    }
+
+    #[test]
+    fn a_cluster_bug_file_keeps_its_bytes_and_id_whatever_its_signature_reads_as() {
+        for words in [
+            "assertion failed on client: acknowledged writes survive",
+            "assertion failed on n1: lost; twice",
+            "node n1 failed: exit 3",
+        ] {
+            let bytes = old_cluster_bug_file(words);
+            let bug = ClusterBug::parse("bug-old.json", &bytes).unwrap();
+            assert_eq!(bug.signature.to_string(), words);
+            assert_eq!(bug_id(&bug.signature), bug.id, "the same id");
+            assert_eq!(CLUSTER_BUG_SCHEMA.to_bytes(&bug), bytes, "written back byte for byte");
+        }
+        let typed = ClusterBug::parse("bug-old.json", &old_cluster_bug_file("the cluster got stuck")).unwrap();
+        assert!(matches!(typed.signature, FailureSignature::Stuck), "{:?}", typed.signature);
+    }
 
     #[test]
     fn numbers_are_masked() {

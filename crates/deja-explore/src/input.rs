@@ -91,7 +91,7 @@ pub struct Outcome {
     /// Digest over every life in order.
     pub digest: String,
     /// The failure's signature, if the run failed.
-    pub failure: Option<String>,
+    pub failure: Option<FailureSignature>,
     /// The bucketed SanitizerCoverage map of the final life (empty without instrumentation).
     pub coverage: Vec<u8>,
     /// Semantic edges (the SDK assertions' outcomes and the shape of the run), each with the
@@ -173,7 +173,7 @@ pub fn outcome(lives: Vec<Incarnation>, stdout: &[u8]) -> Outcome {
         })
         .collect();
     Outcome {
-        failure: failure(&lives).as_ref().map(FailureSignature::to_string),
+        failure: failure(&lives),
         digest,
         coverage,
         semantic,
@@ -251,7 +251,10 @@ pub fn difference(a: &Outcome, b: &Outcome) -> Option<String> {
         RunRecord::new(o.digest.clone(), lives, &[], String::new(), Vec::new())
     };
     Some(first_difference(&record(a), &record(b)).unwrap_or_else(|| match (&a.failure, &b.failure) {
-        (x, y) if x != y => format!("its failure: {x:?} against {y:?}"),
+        (x, y) if x != y => {
+            let words = |f: &Option<FailureSignature>| f.as_ref().map(FailureSignature::to_string);
+            format!("its failure: {:?} against {:?}", words(x), words(y))
+        }
         _ => format!("its digest: {} against {}", a.digest, b.digest),
     }))
 }
@@ -267,7 +270,7 @@ pub struct BugFile {
     /// Short id: the first 12 hex digits of the signature's BLAKE3.
     pub id: String,
     /// What failed.
-    pub signature: String,
+    pub signature: FailureSignature,
     /// The program's host path when it was found.
     pub program: String,
     /// BLAKE3 of the program image.
@@ -309,7 +312,7 @@ pub struct BugFile {
 impl BugFile {
     /// Builds the bug file of a failed outcome.
     pub fn new(target: &Target, fork_at: u64, input: &Input, out: &Outcome, round: u64, file: &str) -> BugFile {
-        let signature = out.failure.clone().unwrap_or_default();
+        let signature = out.failure.clone().unwrap_or_else(|| FailureSignature::Other(String::new()));
         let id = crate::campaign::bug_id(&signature);
         BugFile {
             schema: BUG_SCHEMA.id(),
@@ -372,5 +375,61 @@ impl BugFile {
             ..Default::default()
         };
         Ok(Target { spec, memory: self.memory_mib << 20, path: path.to_string() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bug file as an older deja wrote it, with `signature` as plain words and the id of
+    /// those words.
+    fn old_bug_file(signature: &str) -> Vec<u8> {
+        let bug = BugFile {
+            schema: BUG_SCHEMA.id(),
+            id: String::new(),
+            signature: FailureSignature::Stuck,
+            program: "bank".into(),
+            program_blake3: "00".repeat(32),
+            argv: vec!["/bank".into()],
+            env: Vec::new(),
+            files: BTreeMap::new(),
+            seed: 7,
+            memory_mib: 64,
+            fork_at_syscall: 3,
+            input: Input::default(),
+            decisions: Vec::new(),
+            digest: "ab".repeat(32),
+            found_at_round: 40,
+            reproduce: "deja replay campaign/bug.json".into(),
+            minimized_from: None,
+            removed: Vec::new(),
+            host: None,
+        };
+        let mut doc = serde_json::to_value(&bug).unwrap();
+        doc["signature"] = serde_json::Value::String(signature.into());
+        doc["id"] = serde_json::Value::String(blake3::hash(signature.as_bytes()).to_hex()[..12].to_string());
+        BUG_SCHEMA.to_bytes(&doc)
+    }
+
+    #[test]
+    fn a_bug_file_with_a_signature_no_variant_reads_loads_and_writes_back_the_same() {
+        for words in ["panicked at 'index out of bounds', src/main.rs:3", "assertion always 'x' failed at a.rs:1"] {
+            let bytes = old_bug_file(words);
+            let bug = BugFile::parse("bug-old.json", &bytes).unwrap();
+            assert!(matches!(&bug.signature, FailureSignature::Other(s) if s == words), "{:?}", bug.signature);
+            assert_eq!(crate::campaign::bug_id(&bug.signature), bug.id, "the same id");
+            assert_eq!(BUG_SCHEMA.to_bytes(&bug), bytes, "written back byte for byte");
+        }
+    }
+
+    #[test]
+    fn a_bug_file_with_a_signature_of_a_variant_writes_back_the_same() {
+        let words = "assertion always \"money is neither created nor destroyed\" failed at bank/src/main.rs:153";
+        let bytes = old_bug_file(words);
+        let bug = BugFile::parse("bug-old.json", &bytes).unwrap();
+        assert!(matches!(bug.signature, FailureSignature::Assertion { line: 153, .. }), "{:?}", bug.signature);
+        assert_eq!(crate::campaign::bug_id(&bug.signature), bug.id);
+        assert_eq!(BUG_SCHEMA.to_bytes(&bug), bytes);
     }
 }

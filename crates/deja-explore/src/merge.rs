@@ -26,6 +26,7 @@ use serde_json::Value;
 use crate::campaign::{assertion_status, edges_hit, keep, Books, Campaign, Entry, Program, State, CHECKPOINT_SCHEMA};
 use crate::cluster::CLUSTER_BUG_SCHEMA;
 use crate::input::BUG_SCHEMA;
+use crate::signature::FailureSignature;
 use crate::ExploreError;
 use snafu::{ensure, ResultExt};
 
@@ -111,7 +112,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Campaign, ExploreError> {
         m.round += b.round;
         m.wall_seconds = m.wall_seconds.max(b.wall_seconds);
         for bug in &b.bugs {
-            if !m.signatures.insert(bug.signature.clone()) {
+            if !m.signatures.insert(FailureSignature::from(bug.signature.as_str())) {
                 continue;
             }
             let file = out.join(&bug.file);

@@ -169,7 +169,7 @@ pub fn minimize(bug: &BugFile, target: &Target, new_file: &str) -> Result<Minimi
     let mut fails = |els: &[Element]| -> Result<bool, ExploreError> {
         tests += 1;
         let out = run_fresh(target, bug.fork_at_syscall, &build(els), &mut |_, _| {})?;
-        Ok(out.failure.as_deref() == Some(bug.signature.as_str()))
+        Ok(out.failure.as_ref() == Some(&bug.signature))
     };
     let all = elements(&bug.input);
     ensure!(fails(&all)?, crate::DoesNotReproduceSnafu { bug: &bug.id });
@@ -177,7 +177,7 @@ pub fn minimize(bug: &BugFile, target: &Target, new_file: &str) -> Result<Minimi
     let input = build(&current);
     let out = run_fresh(target, bug.fork_at_syscall, &input, &mut |_, _| {})?;
     tests += 1;
-    ensure!(out.failure.as_deref() == Some(bug.signature.as_str()), crate::MinimizedDoesNotFailSnafu { what: "input" });
+    ensure!(out.failure.as_ref() == Some(&bug.signature), crate::MinimizedDoesNotFailSnafu { what: "input" });
     let removed: Vec<String> = all.iter().filter(|e| !current.contains(e)).map(Element::describe).collect();
     let mut min = BugFile::new(target, bug.fork_at_syscall, &input, &out, bug.found_at_round, new_file);
     min.minimized_from = Some(crate::replayed_file(&bug.reproduce).to_string());

@@ -1,7 +1,9 @@
 //! Failure signatures: what a failed run or cluster round is deduplicated by, the key of its
 //! bug file (`bug-<id>.json`, the id being the first 12 hex digits of the signature's BLAKE3).
 
+use std::cmp::Ordering;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -13,7 +15,12 @@ use serde::{Deserialize, Serialize};
 /// and read back with [`FromStr`]. A string no variant gives back exactly (a signature of an
 /// older deja, or a message no variant can carry) reads as [`FailureSignature::Other`] and
 /// writes back unchanged, so every bug file keeps its id.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+///
+/// Two signatures are the same failure when their words are the same: equality, order and hash
+/// go by the words, so a failure found now equals the one a bug file recorded even where the
+/// words read back as [`FailureSignature::Other`] (an assertion message with `; ` in it, say),
+/// and signatures sort as their words do.
+#[derive(Debug, Clone)]
 pub enum FailureSignature {
     /// `assertion always "money is conserved" failed at bank/src/main.rs:153`: the first
     /// failed SDK assertion of any life of a program.
@@ -74,6 +81,15 @@ impl FailureSignature {
             signal: signal.to_string(),
             fault: description.map(|d| d.split(" at ").next().unwrap_or(d).to_string()),
         }
+    }
+
+    /// The SDK assertions that failed in a cluster round, as `(node, message)`: sorted and
+    /// deduplicated by their words, as the signature lists them.
+    pub fn cluster_assertions(mut failed: Vec<(String, String)>) -> FailureSignature {
+        let words = |(node, message): &(String, String)| format!("assertion failed on {node}: {message}");
+        failed.sort_by_cached_key(words);
+        failed.dedup_by(|a, b| words(a) == words(b));
+        FailureSignature::ClusterAssertions(failed)
     }
 
     /// Parses `s` as a variant, `None` when none applies.
@@ -153,6 +169,32 @@ impl fmt::Display for FailureSignature {
     }
 }
 
+impl PartialEq for FailureSignature {
+    fn eq(&self, other: &FailureSignature) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for FailureSignature {}
+
+impl PartialOrd for FailureSignature {
+    fn partial_cmp(&self, other: &FailureSignature) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for FailureSignature {
+    fn cmp(&self, other: &FailureSignature) -> Ordering {
+        self.to_string().cmp(&other.to_string())
+    }
+}
+
+impl Hash for FailureSignature {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.to_string().hash(state);
+    }
+}
+
 impl FromStr for FailureSignature {
     type Err = std::convert::Infallible;
 
@@ -192,6 +234,11 @@ impl<'de> Deserialize<'de> for FailureSignature {
 mod tests {
     use super::*;
 
+    /// The variant and its data: equality goes by the words, this tells the variants apart.
+    fn variant(f: &FailureSignature) -> String {
+        format!("{f:?}")
+    }
+
     fn every_signature() -> Vec<FailureSignature> {
         use FailureSignature as F;
         vec![
@@ -225,10 +272,10 @@ mod tests {
     fn every_signature_reads_back_from_its_words() {
         for f in every_signature() {
             let words = f.to_string();
-            assert_eq!(words.parse::<FailureSignature>().unwrap(), f, "{words:?}");
+            assert_eq!(variant(&words.parse::<FailureSignature>().unwrap()), variant(&f), "{words:?}");
             let json = serde_json::to_string(&f).unwrap();
             assert_eq!(json, serde_json::to_string(&words).unwrap(), "serialized as its words");
-            assert_eq!(serde_json::from_str::<FailureSignature>(&json).unwrap(), f);
+            assert_eq!(variant(&serde_json::from_str::<FailureSignature>(&json).unwrap()), variant(&f));
         }
     }
 
@@ -261,7 +308,7 @@ mod tests {
         ];
         for (words, want) in cases {
             let f: FailureSignature = words.parse().unwrap();
-            assert_eq!(f, want, "{words:?}");
+            assert_eq!(variant(&f), variant(&want), "{words:?}");
             assert_eq!(f.to_string(), words);
         }
     }
@@ -270,5 +317,45 @@ mod tests {
     fn a_fault_is_cut_before_where_it_happened() {
         let f = FailureSignature::killed("SIGSEGV", Some("page fault at 0x10 at rip 0x401000"));
         assert_eq!(f.to_string(), "killed by SIGSEGV: page fault");
+    }
+
+    #[test]
+    fn a_signature_equals_what_its_words_read_back_as() {
+        use FailureSignature as F;
+        // A message with the separator in it cannot be split again: it reads back as Other,
+        // and is still the same failure, with the same place among the others.
+        let found = F::ClusterAssertions(vec![("n1".into(), "lost; twice".into())]);
+        let read: FailureSignature = found.to_string().parse().unwrap();
+        assert!(matches!(read, F::Other(_)), "{read:?}");
+        assert_eq!(read, found);
+        let hash = |f: &FailureSignature| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            f.hash(&mut h);
+            h.finish()
+        };
+        assert_eq!(hash(&read), hash(&found));
+        assert_ne!(found, F::ClusterAssertions(vec![("n1".into(), "lost".into())]));
+    }
+
+    #[test]
+    fn signatures_sort_as_their_words() {
+        let mut signatures = every_signature();
+        signatures.sort();
+        let mut words: Vec<String> = every_signature().iter().map(FailureSignature::to_string).collect();
+        words.sort();
+        assert_eq!(signatures.iter().map(FailureSignature::to_string).collect::<Vec<_>>(), words);
+    }
+
+    #[test]
+    fn a_rounds_assertions_are_listed_as_their_words_sort() {
+        let pair = |node: &str, message: &str| (node.to_string(), message.to_string());
+        let f = FailureSignature::cluster_assertions(vec![
+            pair("n1 b", "x"),
+            pair("n1", "y"),
+            pair("n1 b", "x"),
+            pair("n0", "z"),
+        ]);
+        // `n1:` sorts after `n1 b:` as words, though `n1` comes first as a name.
+        assert_eq!(f.to_string(), "assertion failed on n0: z; assertion failed on n1 b: x; assertion failed on n1: y");
     }
 }

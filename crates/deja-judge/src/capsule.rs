@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use deja_explore::FailureSignature;
 use deja_format::json::Schema;
 use deja_kernel::FaultConfig;
 use serde::{Deserialize, Serialize};
@@ -53,7 +54,7 @@ pub struct Capsule {
     /// Decision overrides of the failing run.
     pub overrides: BTreeMap<u64, u64>,
     /// What failed.
-    pub signature: String,
+    pub signature: FailureSignature,
     /// What happened, for a person.
     pub timeline: String,
     /// How the crash comes: after (the default, and all that capsules of older deja knew),

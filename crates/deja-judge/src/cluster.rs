@@ -34,7 +34,7 @@ use snafu::{ResultExt, Snafu};
 use deja_cluster::config::ScheduledFault;
 use deja_cluster::Fates;
 use deja_explore::cluster::{describe_fault, run_cluster_input, ClusterOutcome};
-use deja_explore::{ClusterBug, ClusterInput, ClusterTarget};
+use deja_explore::{ClusterBug, ClusterInput, ClusterTarget, FailureSignature};
 
 use crate::certificate::{Certificate, CheckStatus};
 use crate::judge::Verdict;
@@ -184,7 +184,7 @@ fn shifted(schedule: &[ScheduledFault], delta_ms: i64, which: Option<usize>) -> 
 }
 
 /// The verdict of a candidate that failed with `failure`: the bug's own signature or another.
-fn failing(failure: &str, signature: &str) -> Verdict {
+fn failing(failure: &FailureSignature, signature: &FailureSignature) -> Verdict {
     if failure == signature {
         Verdict::StillReproduces
     } else {
@@ -229,16 +229,16 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
         Some(s) => s.clone(),
         None => bug.faults.iter().filter_map(|f| f.scripted.clone()).collect(),
     };
-    let sig = bug.signature.as_str();
+    let sig = &bug.signature;
     let run = |t: &ClusterTarget, input: &ClusterInput| run_cluster_input(t, input, &mut |_, _, _| {});
     let verdict = (|| -> Verdict {
         // 1. The bug, exactly.
         match run(&c.base, &bug.input) {
-            Ok(o) if o.failure.as_deref() == Some(sig) => {
+            Ok(o) if o.failure.as_ref() == Some(sig) => {
                 steps.push((names[0], CheckStatus::Passed, format!("reproduced: {sig}"), vec![o.report.digest]));
             }
             Ok(o) => {
-                let got = o.failure.unwrap_or_else(|| "no failure".into());
+                let got = o.failure.map_or_else(|| "no failure".into(), |f| f.to_string());
                 steps.push((
                     names[0],
                     CheckStatus::Incomplete,
@@ -255,7 +255,7 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
         // 2. Its faults by meaning.
         let what = schedule.iter().map(describe_fault).collect::<Vec<_>>().join("; ");
         match run(&c.base, &by_meaning(bug, &schedule, 0)) {
-            Ok(o) if o.failure.as_deref() == Some(sig) => steps.push((
+            Ok(o) if o.failure.as_ref() == Some(sig) => steps.push((
                 names[1],
                 CheckStatus::Passed,
                 format!("{} fault(s) fail it the same way: {what}", schedule.len()),
@@ -269,7 +269,7 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
                         "its {} fault(s) as a schedule do not fail the base the same way ({}): the failure depends on \
                          decisions beyond its faults' times and cannot be judged by meaning",
                         schedule.len(),
-                        o.failure.unwrap_or_else(|| "it holds".into())
+                        o.failure.map_or_else(|| "it holds".into(), |f| f.to_string())
                     ),
                     vec![o.report.digest],
                 ));
@@ -282,7 +282,7 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
         }
         // 3. No faults.
         match run(&c.base, &by_meaning(bug, &[], 0)) {
-            Ok(o) if o.failure.as_deref() == Some(sig) => {
+            Ok(o) if o.failure.as_ref() == Some(sig) => {
                 steps.push((
                     names[2],
                     CheckStatus::Failed,
@@ -314,22 +314,23 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
             }
         };
         match run(&cand, &by_meaning(bug, &[], 0)) {
-            Ok(o) if o.failure.is_none() => steps.push((
-                names[3],
-                CheckStatus::Passed,
-                "the candidate holds without faults".into(),
-                vec![o.report.digest],
-            )),
-            Ok(o) => {
-                let f = o.failure.unwrap_or_default();
-                steps.push((
+            Ok(o) => match o.failure {
+                None => steps.push((
                     names[3],
-                    CheckStatus::Failed,
-                    format!("the candidate fails without faults: {f}"),
+                    CheckStatus::Passed,
+                    "the candidate holds without faults".into(),
                     vec![o.report.digest],
-                ));
-                return failing(&f, sig);
-            }
+                )),
+                Some(f) => {
+                    steps.push((
+                        names[3],
+                        CheckStatus::Failed,
+                        format!("the candidate fails without faults: {f}"),
+                        vec![o.report.digest],
+                    ));
+                    return failing(&f, sig);
+                }
+            },
             Err(e) => {
                 steps.push((names[3], CheckStatus::Incomplete, format!("the candidate cannot run: {e}"), vec![]));
                 return Verdict::EvidenceIncomplete;
@@ -341,7 +342,7 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
             let input = by_meaning(bug, &schedule, k);
             if k > 0 {
                 match run(&c.base, &input) {
-                    Ok(o) if o.failure.as_deref() == Some(sig) => {}
+                    Ok(o) if o.failure.as_ref() == Some(sig) => {}
                     Ok(_) => {
                         set_aside += 1;
                         continue;

@@ -291,7 +291,7 @@ pub fn check(input: &CheckInput) -> Judgement {
             return Verdict::EvidenceIncomplete;
         };
         match run_plan(&base, input.memory_mib, &plan, &c.overrides) {
-            Ok(o) if o.failure.as_deref() == Some(c.signature.as_str()) => steps.push((
+            Ok(o) if o.failure.as_ref() == Some(&c.signature) => steps.push((
                 names[1],
                 CheckStatus::Passed,
                 format!("reproduced: {}", timeline(&o)),
@@ -503,14 +503,14 @@ pub fn check(input: &CheckInput) -> Judgement {
         };
         if let Some((plan, o)) = &swept.failure {
             timeline_text = timeline(o);
-            let f = o.failure.clone().unwrap_or_default();
+            let same = o.failure.as_ref() == Some(&c.signature);
             steps.push((
                 names[6],
                 CheckStatus::Failed,
                 format!("{}: {timeline_text}", plan.describe()),
                 swept.digests.clone(),
             ));
-            return if f == c.signature { Verdict::StillReproduces } else { Verdict::NewFailure };
+            return if same { Verdict::StillReproduces } else { Verdict::NewFailure };
         }
         if !swept.unreached.is_empty() {
             steps.push((

@@ -45,11 +45,11 @@ pub(crate) struct State<I, R> {
 pub(crate) struct Books {
     pub(crate) round: u64,
     pub(crate) bugs: Vec<report::BugSummary>,
-    pub(crate) signatures: BTreeSet<String>,
-    pub(crate) unconfirmed: BTreeSet<String>,
+    pub(crate) signatures: BTreeSet<FailureSignature>,
+    pub(crate) unconfirmed: BTreeSet<FailureSignature>,
     /// Why each unconfirmed failure was not confirmed, and in which round.
     #[serde(default)]
-    pub(crate) unconfirmed_why: BTreeMap<String, (u64, String)>,
+    pub(crate) unconfirmed_why: BTreeMap<FailureSignature, (u64, String)>,
     pub(crate) timeline: Vec<report::RoundPoint>,
     pub(crate) assertions: BTreeMap<String, report::AssertionLine>,
     pub(crate) wall_seconds: f64,
@@ -105,7 +105,7 @@ impl Books {
     }
 
     /// The signature of a failure not met before, which needs confirming.
-    pub(super) fn unseen(&self, failure: Option<&String>) -> Option<String> {
+    pub(super) fn unseen(&self, failure: Option<&FailureSignature>) -> Option<FailureSignature> {
         failure.filter(|s| !self.signatures.contains(*s) && !self.unconfirmed.contains(*s)).cloned()
     }
 
@@ -114,7 +114,7 @@ impl Books {
     /// decisions; otherwise it is set aside as unconfirmed, with the difference.
     pub(super) fn settle(
         &mut self,
-        sig: String,
+        sig: FailureSignature,
         difference: Option<String>,
         out: &Path,
         write: impl FnOnce(&Path) -> Result<WrittenBug, ExploreError>,
@@ -130,7 +130,7 @@ impl Books {
         self.signatures.insert(sig.clone());
         self.bugs.push(report::BugSummary {
             id,
-            signature: sig,
+            signature: sig.to_string(),
             first_round: self.round,
             file,
             reproduce,
@@ -166,7 +166,7 @@ impl Books {
                 .iter()
                 .map(|sig| {
                     let (round, why) = self.unconfirmed_why.get(sig).cloned().unwrap_or_default();
-                    report::Unconfirmed { signature: sig.clone(), round, why }
+                    report::Unconfirmed { signature: sig.to_string(), round, why }
                 })
                 .collect(),
             jobs: state.jobs,
@@ -183,8 +183,8 @@ impl Books {
 }
 
 /// A bug's short id: the first 12 hex digits of its signature's BLAKE3.
-pub fn bug_id(signature: &str) -> String {
-    blake3::hash(signature.as_bytes()).to_hex()[..12].to_string()
+pub fn bug_id(signature: &FailureSignature) -> String {
+    blake3::hash(signature.to_string().as_bytes()).to_hex()[..12].to_string()
 }
 
 pub(crate) fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<(), ExploreError> {

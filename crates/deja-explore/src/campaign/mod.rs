@@ -51,6 +51,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::menu::modulo_below;
+use crate::signature::FailureSignature;
 use crate::{ExploreError, Mismatch};
 use snafu::{ensure, OptionExt, ResultExt};
 
@@ -229,7 +230,7 @@ impl From<Decision> for (u64, u64, u8) {
 #[derive(Debug, Clone, Default)]
 pub struct Facts {
     /// The failure's signature, if the run failed.
-    pub failure: Option<String>,
+    pub failure: Option<FailureSignature>,
     /// The bucketed SanitizerCoverage map (empty without instrumentation).
     pub coverage: Vec<u8>,
     /// Semantic edges and behaviours, each with the decision index where the run first showed

@@ -87,6 +87,11 @@ fn shifted_schedules_move_the_chosen_faults_and_stop_at_zero() {
 
 #[test]
 fn a_failing_candidate_still_reproduces_only_with_the_bugs_own_signature() {
-    assert_eq!(failing("assertion failed: x", "assertion failed: x"), Verdict::StillReproduces);
-    assert_eq!(failing("assertion failed: y", "assertion failed: x"), Verdict::NewFailure);
+    let on = |node: &str, message: &str| FailureSignature::ClusterAssertions(vec![(node.into(), message.into())]);
+    assert_eq!(failing(&on("n1", "x"), &on("n1", "x")), Verdict::StillReproduces);
+    assert_eq!(failing(&on("n1", "y"), &on("n1", "x")), Verdict::NewFailure);
+    assert_eq!(failing(&FailureSignature::Stuck, &on("n1", "x")), Verdict::NewFailure);
+    // A bug file's signature that reads back as words only is still the same failure.
+    let read: FailureSignature = "assertion failed on n1: x; y".parse().unwrap();
+    assert_eq!(failing(&on("n1", "x; y"), &read), Verdict::StillReproduces);
 }
