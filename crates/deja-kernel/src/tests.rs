@@ -163,12 +163,12 @@ fn scratch(k: &mut Kernel, m: &mut FakeMemory, len: u64) -> u64 {
 }
 
 fn poke(k: &Kernel, m: &mut FakeMemory, addr: u64, data: &[u8]) {
-    k.mappings.copy_out(m, addr, data).expect("poke");
+    k.process.mappings.copy_out(m, addr, data).expect("poke");
 }
 
 fn peek(k: &Kernel, m: &mut FakeMemory, addr: u64, len: usize) -> Vec<u8> {
     let mut b = vec![0u8; len];
-    k.mappings.copy_in(m, addr, &mut b).expect("peek");
+    k.process.mappings.copy_in(m, addr, &mut b).expect("peek");
     b
 }
 
@@ -1358,16 +1358,16 @@ fn restore_shares_file_contents() {
         snapshot_step(i, &mut k, &mut m);
     }
     let r = Kernel::restore(&k.save()).unwrap();
-    let id = r.fs.lookup_abs("/data/input.txt").unwrap();
-    let Some(crate::fs::Kind::Static(vfs_data)) = r.fs.get(id).map(|i| i.kind.clone()) else { panic!("static") };
-    let Ok(fd::OpenFile { kind: fd::FileKind::Inode { id: open_id, .. }, offset: 5, .. }) = r.fds.get(3) else {
+    let id = r.files.fs.lookup_abs("/data/input.txt").unwrap();
+    let Some(crate::fs::Kind::Static(vfs_data)) = r.files.fs.get(id).map(|i| i.kind.clone()) else { panic!("static") };
+    let Ok(fd::OpenFile { kind: fd::FileKind::Inode { id: open_id, .. }, offset: 5, .. }) = r.files.fds.get(3) else {
         panic!("fd 3")
     };
     assert_eq!(*open_id, id);
-    let shared = r
-        .mappings
-        .iter()
-        .any(|v| matches!(&v.kind, mappings::VmaKind::File { data, .. } if std::sync::Arc::ptr_eq(&data.0, &vfs_data)));
+    let shared =
+        r.process.mappings.iter().any(
+            |v| matches!(&v.kind, mappings::VmaKind::File { data, .. } if std::sync::Arc::ptr_eq(&data.0, &vfs_data)),
+        );
     assert!(shared, "the file mapping shares the contents too");
 }
 
@@ -1423,10 +1423,10 @@ fn restore_refuses_garbage() {
     let e = Kernel::restore(&long).unwrap_err();
     assert_eq!(e.to_string(), "kernel state is corrupt: 1 bytes after the end of the state");
     let mut bad = k.clone();
-    bad.brk_cur = bad.brk_start - 1;
+    bad.process.brk_cur = bad.process.brk_start - 1;
     assert!(matches!(Kernel::restore(&bad.save()), Err(RestoreError::Invalid { .. })));
     let mut bad = k.clone();
-    *bad.counts.entry("read".into()).or_default() += 1;
+    *bad.record.counts.entry("read".into()).or_default() += 1;
     assert!(matches!(Kernel::restore(&bad.save()), Err(RestoreError::Invalid { .. })));
 }
 
