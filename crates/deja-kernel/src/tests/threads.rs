@@ -4,7 +4,7 @@ use super::*;
 use crate::threads::BLOCKED_RETURN;
 
 /// glibc's `pthread_create` clone flags.
-const GLIBC_FLAGS: u64 = 0x3d0f00;
+pub(super) const GLIBC_FLAGS: u64 = 0x3d0f00;
 const BLOCKED: i64 = BLOCKED_RETURN as i64;
 const ETIMEDOUT: i64 = -110;
 const EAGAIN: i64 = -11;
