@@ -1,21 +1,23 @@
 //! Saving and restoring the kernel state (snapshots and in-memory forks).
 //!
-//! [`Kernel::save`](crate::Kernel::save) writes the whole state as the `postcard` encoding of
-//! the kernel's internal structs, whose field order is the encoding: every struct derives
+//! The state is made of parts, each saved and restored on its own through [`Persist`], in
+//! this order: the process ([`Process`](crate::process::Process)), its files
+//! ([`Files`](crate::files::Files)), its I/O objects ([`Net`](crate::net::Net)), the threads
+//! and the clock ([`Sched`](crate::sched::Sched)), the record of the run
+//! ([`RunRecord`](crate::record::RunRecord)), the assertion oracle
+//! ([`Oracle`](crate::oracle::Oracle)), the fault state and the decision log
+//! ([`FaultState`](crate::faults::FaultState)) and the program's random stream
+//! ([`RandomStream`](crate::rng::RandomStream)). A part's bytes are the `postcard` encoding of
+//! its structs, whose field order is the encoding: every struct derives
 //! `Serialize`/`Deserialize` and fields are written in declaration order, so **reordering,
-//! adding or removing a field of a saved struct changes the format**. The bytes carry no
-//! version and no framing: the caller wraps them in an envelope that carries the schema
-//! version. [`Kernel::restore`](crate::Kernel::restore) decodes them and then checks the
-//! invariants the syscall code relies on, so hostile or damaged bytes give a [`RestoreError`]
-//! and never a panic, neither while restoring nor in the syscalls that follow.
-//!
-//! The state is made of parts, each saved and restored on its own through [`Persist`]: the
-//! process ([`Process`](crate::process::Process)), its files
-//! ([`Files`](crate::files::Files)), its I/O objects ([`Net`](crate::net::Net)), the threads and
-//! the clock ([`Sched`](crate::sched::Sched)), the assertion oracle
-//! ([`Oracle`](crate::oracle::Oracle)) and the record of the run
-//! ([`RunRecord`](crate::record::RunRecord)); the fault state and the random stream are saved
-//! as they are. The kernel's encoding is the parts in that order.
+//! adding or removing a field of a saved struct changes the format**.
+//! [`Kernel::save`](crate::Kernel::save) writes each part's bytes as a postcard byte string,
+//! in that order. The bytes carry no version: the caller wraps them in an envelope that
+//! carries the schema version. [`Kernel::restore`](crate::Kernel::restore) restores each part
+//! ([`Persist::restore`]: it decodes the part, refuses bytes after it and checks the
+//! invariants the syscall code relies on, given what it needs from the parts before it), so
+//! hostile or damaged bytes give a [`RestoreError`] and never a panic, neither while
+//! restoring nor in the syscalls that follow.
 //!
 //! This module also holds the serde helpers the derives need: byte blobs behind `Arc<[u8]>`
 //! (written as postcard byte strings, one copy per holder: a declared file that is also open

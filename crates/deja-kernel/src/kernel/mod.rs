@@ -1,60 +1,72 @@
-//! The [`Kernel`]: loading, syscall dispatch, exceptions and the final report.
+//! The [`Kernel`]: its state in parts, loading, save and restore, and the final report.
 //!
-//! The syscall handlers live in [`sys_path`](crate::sys_path) (paths, opening, metadata),
-//! [`sys_io`](crate::sys_io) (reading and writing fds), [`sys_fs`](crate::sys_fs) (durable
-//! writes, syncs, the namespace), [`sys_mem`](crate::sys_mem) (the address space),
-//! [`sys_net`](crate::sys_net) (sockets, pipes, epoll) and [`sys_proc`](crate::sys_proc)
-//! (process, signals, time, identity), each reached through its row of the table in
-//! [`syscalls`](crate::syscalls); this module owns the state.
+//! # Layers
 //!
-//! [`Kernel::save`] encodes the whole state as `postcard` of the derived serde form of
-//! [`Kernel`] (through the private mirror `KernelDef`) and its parts, fields in declaration
-//! order: changing the order or the set of fields of any saved struct changes the format. The bytes carry no version: the caller's
-//! envelope carries the schema version. See [`persist`](crate::persist) for the helpers and
-//! for what [`Kernel::restore`] checks.
+//! 1. **State modules** hold one concern each, with its own save and restore
+//!    ([`Persist`](crate::persist::Persist)): [`process`](crate::process) (the address space
+//!    and the process's identity, over [`mappings`](crate::mappings) and
+//!    [`signal`](crate::signal)), [`files`](crate::files) (over [`fs`](crate::fs) and
+//!    [`fd`](crate::fd)), [`net`](crate::net), [`sched`](crate::sched) (over
+//!    [`threads`](crate::threads) and [`clock`](crate::clock)), [`record`](crate::record) (over
+//!    [`trace`](crate::trace)), [`oracle`](crate::oracle), [`faults`](crate::faults) and
+//!    [`rng`](crate::rng). None of them knows the [`Kernel`].
+//! 2. **This module** puts the parts together: [`Kernel`] is one field per part. It depends on
+//!    the state modules only.
+//! 3. **Handler modules** serve syscalls as methods of [`Kernel`] over its parts:
+//!    [`sys_path`](crate::sys_path) (paths, opening, metadata), [`sys_io`](crate::sys_io)
+//!    (reading and writing fds), [`sys_fs`](crate::sys_fs) (durable writes, syncs, the
+//!    namespace), [`sys_mem`](crate::sys_mem) (the address space), [`sys_net`](crate::sys_net)
+//!    (sockets, pipes, epoll), [`sys_proc`](crate::sys_proc) (process, signals, time,
+//!    identity), [`sys_sched`](crate::sys_sched) (threads, futexes, sleeps and the scheduler)
+//!    and [`sys_deja`](crate::sys_deja) (the deja syscall). They depend on this module and on
+//!    the state modules, and each is reached through its row of the table in
+//!    [`syscalls`](crate::syscalls).
+//! 4. [`serve`](crate::serve) serves one syscall (the clock, faults, the trace) through the
+//!    table, and the exceptions.
+//!
+//! # Saving
+//!
+//! [`Kernel::save`] writes each part's own bytes ([`Persist::save`](crate::persist::Persist::save):
+//! `postcard` of its fields in declaration order) as one byte string, in the order of the
+//! fields of [`Kernel`]; [`Kernel::restore`] restores and checks each part in that order,
+//! giving each the facts it needs from the parts before it. Changing the order or the set of
+//! fields of any saved struct changes the format. The bytes carry no version: the caller's
+//! envelope carries the schema version. See [`persist`](crate::persist) for the helpers.
 //!
 //! This module holds the state, its construction ([`Kernel::load`]) and its save and restore;
-//! [`dispatch`] serves syscalls and exceptions, and [`report`] answers the shell's questions:
-//! registers, counts, the disk and crash states, decisions and the final report.
+//! [`report`] answers the shell's questions: registers, counts, the disk and crash states,
+//! decisions and the final report.
 
 use std::collections::BTreeMap;
 
 use snafu::{OptionExt as _, ResultExt as _};
 
-use crate::clock::{RDTSC_COST_NS, SYSCALL_COST_NS};
 use crate::coverage::{CoverageRegion, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
-use crate::cpuid::Emulated;
 use crate::elf::{self, BiasOverflowsSnafu, OutsideLoadableSnafu, ET_DYN, PF_R, PF_W, PF_X};
-use crate::errno::*;
 use crate::faults::CrashState;
 use crate::faults::{FaultKind, FaultRecord, FaultState};
 use crate::fd::FdTable;
 use crate::files::Files;
 use crate::fs::Fs;
-use crate::mappings::{Access, FaultError, Mappings, Vma, VmaKind};
+use crate::mappings::{Mappings, Vma, VmaKind};
 use crate::net::Net;
 use crate::oracle::Oracle;
 use crate::persist::{DecodeSnafu, Persist, RawBytes, RestoreError, TrailingBytesSnafu};
-use crate::process::{Process, MAX_FAULT_REPEATS};
+use crate::process::Process;
 use crate::record::RunRecord;
 use crate::rng::RandomStream;
 use crate::sched::Sched;
-use crate::signal::{self, Signals};
+use crate::signal::Signals;
 use crate::stack::{self, AuxInfo};
-use crate::threads::BLOCKED_RETURN;
-use crate::trace::{memory_digest, DataHasher, ExceptionRecord};
+use crate::trace::memory_digest;
 use crate::user_layout::*;
 use crate::{
     ArgsTooBigSnafu, DiskOverCapacitySnafu, GuestPathSnafu, InvalidDiskSnafu, MalformedSnafu, OutOfMemorySnafu,
     TooBigSnafu,
 };
-use crate::{
-    AssertionReport, Entry, Exception, ExceptionOutcome, ExitStatus, FaultInfo, LoadError, Memory, ProgramSpec, Prot,
-    RunReport, Stream, SyscallOutcome, PAGE_SIZE,
-};
+use crate::{AssertionReport, Entry, ExitStatus, LoadError, Memory, ProgramSpec, Prot, RunReport, Stream, PAGE_SIZE};
 use crate::{DecisionRecord, Disk};
 
-mod dispatch;
 mod report;
 
 pub use report::CrashStates;
@@ -302,8 +314,9 @@ impl Kernel {
         Ok((kernel, entry))
     }
 
-    /// The complete kernel state as bytes (postcard of the derived serde form; no header: wrap
-    /// it in an envelope that carries the schema version).
+    /// The complete kernel state as bytes (each part's [`Persist::save`] as a postcard byte
+    /// string, in field order; no header: wrap it in an envelope that carries the schema
+    /// version).
     ///
     /// It holds the VMAs and commit capacity, brk, the fd table with offsets and flags, the
     /// file system (every inode with its volatile and durable layers, pending writes, link and

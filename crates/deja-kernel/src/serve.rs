@@ -1,8 +1,22 @@
 //! Serving the guest: one syscall (the clock, faults, blocking, the trace) and its dispatch
 //! through the table in [`crate::syscalls`], and the exceptions (demand paging, emulated
 //! instructions, attempts to enter a kernel another way, the fatal ones).
+//!
+//! This is the layer above the handlers: it reaches them through the table, and the scheduler
+//! in [`sys_sched`](crate::sys_sched) comes back here to serve a blocked call again.
 
-use super::*;
+use crate::clock::{RDTSC_COST_NS, SYSCALL_COST_NS};
+use crate::cpuid::Emulated;
+use crate::errno::*;
+use crate::faults::{FaultKind, FaultRecord};
+use crate::kernel::{Kernel, SysResult, SysStop};
+use crate::mappings::{Access, FaultError};
+use crate::process::MAX_FAULT_REPEATS;
+use crate::signal;
+use crate::threads::BLOCKED_RETURN;
+use crate::trace::{DataHasher, ExceptionRecord};
+use crate::user_layout::*;
+use crate::{Exception, ExceptionOutcome, ExitStatus, FaultInfo, Memory, SyscallOutcome};
 
 impl Kernel {
     /// Serves one syscall: `nr` from RAX, `args` from RDI, RSI, RDX, R10, R8, R9.
