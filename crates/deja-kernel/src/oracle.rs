@@ -2,17 +2,20 @@
 //! SDK's randomness.
 //!
 //! A guest linked with the deja SDK talks to the monitor through one reserved syscall,
-//! [`DEJA_SYSCALL`](deja_protocol::DEJA_SYSCALL) (see [`deja_protocol`] for the wire format). The kernel answers it here:
+//! [`DEJA_SYSCALL`](deja_protocol::DEJA_SYSCALL) (see [`deja_protocol`] for the wire format).
+//! The kernel answers it in [`sys_deja`](crate::sys_deja) and keeps what it learns here:
 //!
-//! - `Hello` returns [`PROTOCOL_VERSION`].
-//! - `Catalog(ptr, n)` registers `n` ≤ [`MAX_SITES`] [`SiteRecord`]s (messages and file names
-//!   truncated to [`MAX_TEXT`] bytes, UTF-8 lossy). A later catalog adds sites; an id already
-//!   known keeps its first record; a record with an unknown kind is skipped; sites past a total
-//!   of [`MAX_SITES`] are dropped. The call is all or nothing: unreadable memory anywhere
-//!   (`-EFAULT`) registers none of it.
+//! - `Hello` returns [`PROTOCOL_VERSION`](deja_protocol::PROTOCOL_VERSION).
+//! - `Catalog(ptr, n)` registers `n` ≤ [`MAX_SITES`]
+//!   [`SiteRecord`](deja_protocol::SiteRecord)s (messages and file names truncated to
+//!   [`MAX_TEXT`](deja_protocol::MAX_TEXT) bytes, UTF-8 lossy). A later catalog adds sites; an
+//!   id already known keeps its first record; a record with an unknown kind is skipped; sites
+//!   past a total of [`MAX_SITES`] are dropped. The call is all or nothing: unreadable memory
+//!   anywhere (`-EFAULT`) registers none of it.
 //! - `Assert(id, cond, details, len)` counts one evaluation of a known site (`cond` must be 0
-//!   or 1; details are truncated to [`MAX_DETAILS`] bytes). The first failure and the first
-//!   satisfaction keep their context (syscall index, virtual time, node, thread, details).
+//!   or 1; details are truncated to [`MAX_DETAILS`](deja_protocol::MAX_DETAILS) bytes). The
+//!   first failure and the first satisfaction keep their context (syscall index, virtual time,
+//!   node, thread, details).
 //! - `SetupComplete(details, len)` records the first call; `Event(name, len, details, len)`
 //!   appends up to [`MAX_EVENTS`] events and counts the rest.
 //! - `Random` and `Choice(n)` are decisions (see [the crate documentation](crate#decisions)): taken from the seeded

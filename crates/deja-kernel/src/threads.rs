@@ -73,6 +73,16 @@
 //!   current thread. `tgkill`/`tkill` accept any live tid: the signal is sent with the target
 //!   thread's mask (no asynchronous delivery: a fatal default action ends the program, a
 //!   handler is recorded as caught, a blocked signal stays pending for the process).
+//!
+//! [`Kernel::current_tid`]: crate::Kernel::current_tid
+//! [`Kernel::exception`]: crate::Kernel::exception
+//! [`Kernel::fs_base`]: crate::Kernel::fs_base
+//! [`Kernel::gs_base`]: crate::Kernel::gs_base
+//! [`Kernel::set_decision_overrides`]: crate::Kernel::set_decision_overrides
+//! [`Kernel::syscall`]: crate::Kernel::syscall
+//! [`Kernel::take_spawned`]: crate::Kernel::take_spawned
+//! [`Kernel::take_wakeup_returns`]: crate::Kernel::take_wakeup_returns
+//! [`Kernel::thread_fs_base`]: crate::Kernel::thread_fs_base
 
 use std::collections::BTreeMap;
 
