@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fd::{FdTable, FileKind};
+use crate::fd::FdTable;
 use crate::fs::Fs;
 use crate::persist::{ensure, Persist, RestoreError};
 
@@ -37,7 +37,7 @@ impl Persist for Files {
         self.fds.validate()?;
         let mut refs: BTreeMap<u64, u64> = BTreeMap::new();
         for d in self.fds.descriptions() {
-            if let FileKind::Inode { id, .. } | FileKind::Dir { id, .. } = d.kind {
+            if let Some(id) = d.kind.inode() {
                 *refs.entry(id).or_default() += 1;
             }
         }

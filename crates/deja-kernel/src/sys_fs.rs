@@ -200,7 +200,7 @@ impl Kernel {
         }
         let f = self.files.fds.get(fd as i32)?;
         match f.kind {
-            FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => return Err(ESPIPE.into()),
+            ref k if k.is_std_stream() => return Err(ESPIPE.into()),
             FileKind::Inode { id, .. } if matches!(self.files.fs.get(id).map(|i| &i.kind), Some(Kind::File(_))) => {}
             FileKind::Inode { .. } | FileKind::Regular { .. } => {}
             _ => return Err(EINVAL.into()),
@@ -293,7 +293,7 @@ impl Kernel {
         let (id, path) = match &f.kind {
             FileKind::Inode { id, path } => (*id, path.clone()),
             FileKind::Dir { .. } => return Err(EISDIR.into()),
-            FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => return Err(ESPIPE.into()),
+            k if k.is_std_stream() => return Err(ESPIPE.into()),
             _ => return Err(ENODEV.into()),
         };
         if !matches!(self.files.fs.get(id).map(|i| &i.kind), Some(Kind::File(_))) {
@@ -383,10 +383,7 @@ impl Kernel {
         }
         let src = match self.resolve(mem, olddir, old, flags & AT_EMPTY_PATH, flags & AT_SYMLINK_FOLLOW != 0)? {
             Target::Path(w) => self.target_id(&w)?,
-            Target::Fd(fd) => match self.files.fds.get(fd)?.kind {
-                FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => id,
-                _ => return Err(ENOENT.into()),
-            },
+            Target::Fd(fd) => self.files.fds.get(fd)?.kind.inode().ok_or(ENOENT)?,
         };
         let to = self.walk_nofollow(mem, newdir, new)?;
         let now = self.sched.clock.realtime_ns();
@@ -431,9 +428,9 @@ impl Kernel {
     }
 
     pub(crate) fn sys_fchmod(&mut self, fd: u64, mode: u64) -> SysResult {
-        match self.files.fds.get(fd as i32)?.kind {
-            FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => self.chmod_id(id, mode),
-            _ => Ok(0),
+        match self.files.fds.get(fd as i32)?.kind.inode() {
+            Some(id) => self.chmod_id(id, mode),
+            None => Ok(0),
         }
     }
 
@@ -465,17 +462,15 @@ impl Kernel {
             }
         }
         let id = if path == 0 {
-            match self.files.fds.get(dirfd as i32)?.kind {
-                FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => id,
-                _ => return Ok(0),
-            }
+            let Some(id) = self.files.fds.get(dirfd as i32)?.kind.inode() else { return Ok(0) };
+            id
         } else {
             match self.resolve(mem, dirfd, path, flags, flags & AT_SYMLINK_NOFOLLOW == 0)? {
                 Target::Path(w) => self.target_id(&w)?,
-                Target::Fd(fd) => match self.files.fds.get(fd)?.kind {
-                    FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => id,
-                    _ => return Ok(0),
-                },
+                Target::Fd(fd) => {
+                    let Some(id) = self.files.fds.get(fd)?.kind.inode() else { return Ok(0) };
+                    id
+                }
             }
         };
         if self.files.fs.get(id).is_some_and(|i| i.readonly) {
@@ -503,10 +498,7 @@ impl Kernel {
     pub(crate) fn fcntl_lock(&mut self, mem: &mut dyn Memory, fd: i32, cmd: u32, arg: u64) -> SysResult {
         let f = self.files.fds.get(fd)?;
         let (readable, writable) = (f.readable(), f.writable());
-        let key = match &f.kind {
-            FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => self.files.fs.stat(*id).ino,
-            _ => 0,
-        };
+        let key = f.kind.inode().map_or(0, |id| self.files.fs.stat(id).ino);
         let mut b = [0u8; 32];
         self.process.mappings.copy_in(mem, arg, &mut b)?;
         let ty = u16::from_le_bytes([b[0], b[1]]);

@@ -29,7 +29,7 @@ impl Kernel {
     /// Releases what a dropped description held.
     pub(crate) fn dropped(&mut self, f: Option<OpenFile>) {
         let Some(f) = f else { return };
-        if let FileKind::Inode { id, .. } | FileKind::Dir { id, .. } = f.kind {
+        if let Some(id) = f.kind.inode() {
             self.files.fs.closed(id);
         } else if let Some((obj, end)) = object_of(&f.kind) {
             self.net.release(obj, end);
@@ -131,7 +131,7 @@ impl Kernel {
 
     pub(crate) fn sys_pread(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64, count: u64, off: u64) -> SysResult {
         let f = self.files.fds.get(fd as i32)?;
-        if matches!(f.kind, FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr) || object_of(&f.kind).is_some() {
+        if f.kind.is_stream() {
             return Err(ESPIPE.into());
         }
         if (off as i64) < 0 {
@@ -158,7 +158,7 @@ impl Kernel {
 
     pub(crate) fn sys_pwrite(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64, count: u64, off: u64) -> SysResult {
         let f = self.files.fds.get(fd as i32)?;
-        if matches!(f.kind, FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr) || object_of(&f.kind).is_some() {
+        if f.kind.is_stream() {
             return Err(ESPIPE.into());
         }
         if (off as i64) < 0 {
@@ -357,10 +357,8 @@ impl Kernel {
             }
             // F_GETLK, F_SETLK, F_SETLKW and the OFD forms: one process, no contention.
             5 | 6 | 7 | 36 | 37 | 38 => self.fcntl_lock(mem, fd, cmd as u32, arg),
-            1032 => match self.files.fds.get(fd)?.kind {
-                FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => Ok(65536),
-                _ => Err(EBADF.into()),
-            },
+            1032 if self.files.fds.get(fd)?.kind.is_std_stream() => Ok(65536),
+            1032 => Err(EBADF.into()),
             _ => Err(EINVAL.into()),
         }
     }

@@ -340,10 +340,7 @@ impl Kernel {
         let st = self.stat_of(&t)?;
         let id = match &t {
             Target::Path(w) => w.id,
-            Target::Fd(fd) => match self.files.fds.get(*fd).map(|f| &f.kind) {
-                Ok(FileKind::Inode { id, .. } | FileKind::Dir { id, .. }) => Some(*id),
-                _ => None,
-            },
+            Target::Fd(fd) => self.files.fds.get(*fd).ok().and_then(|f| f.kind.inode()),
         };
         let node = id.and_then(|id| self.files.fs.get(id));
         if mode & 2 != 0 {
