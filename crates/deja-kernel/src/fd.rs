@@ -175,28 +175,6 @@ pub enum FileKind {
     Epoll(u64),
 }
 
-impl FileKind {
-    /// The inode of the file system behind the description: a file's or a directory's.
-    pub fn inode(&self) -> Option<u64> {
-        match self {
-            FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => Some(*id),
-            _ => None,
-        }
-    }
-
-    /// True for the standard streams (stdin, stdout, stderr: pipes of the shell).
-    pub fn is_std_stream(&self) -> bool {
-        matches!(self, FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr)
-    }
-
-    /// True if the description has no file position: the standard streams and the I/O objects
-    /// of [`crate::net`] (sockets, pipes, eventfds, epoll instances). Seeks and positioned reads
-    /// and writes are `ESPIPE` on them.
-    pub fn is_stream(&self) -> bool {
-        self.is_std_stream() || object_of(self).is_some()
-    }
-}
-
 /// The [`crate::net`] object behind a description, and for a pipe end whether it is the
 /// write end.
 pub fn object_of(kind: &FileKind) -> Option<(u64, Option<bool>)> {

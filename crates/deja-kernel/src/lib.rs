@@ -105,6 +105,7 @@ mod elf;
 mod errno;
 mod faults;
 mod fd;
+mod file_ops;
 mod files;
 pub mod fs;
 mod kernel;

@@ -93,30 +93,7 @@ impl Kernel {
         if fd == -100 {
             return Ok(self.files.fs.stat(ROOT));
         }
-        let f = self.files.fds.get(fd)?;
-        Ok(match &f.kind {
-            FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => {
-                let ino = 100 + u64::from(!matches!(f.kind, FileKind::Stdin(_)));
-                let t = FILE_TIME_S * 1_000_000_000;
-                Stat { dev: 0xd, ino, mode: S_IFIFO | 0o600, nlink: 1, size: 0, rdev: 0, times: [t; 3] }
-            }
-            FileKind::Regular { stat, .. } => *stat,
-            FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => self.files.fs.stat(*id),
-            FileKind::DevNull => self.files.fs.stat(self.files.fs.lookup_abs("/dev/null").unwrap_or(ROOT)),
-            FileKind::Random(m) => {
-                let p = if *m == 8 { "/dev/random" } else { "/dev/urandom" };
-                self.files.fs.stat(self.files.fs.lookup_abs(p).unwrap_or(ROOT))
-            }
-            FileKind::Socket(o) | FileKind::Pipe { obj: o, .. } | FileKind::EventFd(o) | FileKind::Epoll(o) => {
-                let mode = match f.kind {
-                    FileKind::Socket(_) => 0o140000 | 0o777,
-                    FileKind::Pipe { .. } => S_IFIFO | 0o600,
-                    _ => 0o600,
-                };
-                let t = FILE_TIME_S * 1_000_000_000;
-                Stat { dev: 0x8, ino: 1000 + *o, mode, nlink: 1, size: 0, rdev: 0, times: [t; 3] }
-            }
-        })
+        Ok(self.files.fds.get(fd)?.kind.stat(&self.files.fs))
     }
 
     fn stat_of(&self, t: &Target) -> Result<Stat, i32> {

@@ -5,8 +5,9 @@
 //! 1. **State modules** hold one concern each, with its own save and restore
 //!    ([`Persist`](crate::persist::Persist)): [`process`](crate::process) (the address space
 //!    and the process's identity, over [`mappings`](crate::mappings) and
-//!    [`signal`](crate::signal)), [`files`](crate::files) (over [`fs`](crate::fs) and
-//!    [`fd`](crate::fd)), [`net`](crate::net), [`sched`](crate::sched) (over
+//!    [`signal`](crate::signal)), [`files`](crate::files) (over [`fs`](crate::fs),
+//!    [`fd`](crate::fd) and [`file_ops`](crate::file_ops), what each kind of description
+//!    does), [`net`](crate::net), [`sched`](crate::sched) (over
 //!    [`threads`](crate::threads) and [`clock`](crate::clock)), [`record`](crate::record) (over
 //!    [`trace`](crate::trace)), [`oracle`](crate::oracle), [`faults`](crate::faults) and
 //!    [`rng`](crate::rng). None of them knows the [`Kernel`].
