@@ -3,6 +3,7 @@
 
 use crate::fd::{object_of, FileKind, Stat, FILE_TIME_S, S_IFIFO};
 use crate::fs::{Fs, ROOT};
+use crate::net::{Net, ObjKind};
 
 impl FileKind {
     /// The inode of the file system behind the description: a file's or a directory's.
@@ -52,5 +53,24 @@ impl FileKind {
                 Stat { dev: 0x8, ino: 1000 + *o, mode, nlink: 1, size: 0, rdev: 0, times: [t; 3] }
             }
         }
+    }
+
+    /// What `FIONREAD` answers for the description at file position `offset`: the bytes left
+    /// to read of a file (of `fs`), stdin or a generated file, the bytes buffered in a stream
+    /// socket or a pipe of `net`, the size of the next datagram, 0 for stdout and stderr;
+    /// `None` for the kinds that do not answer it (`ENOTTY`).
+    pub fn bytes_ready(&self, offset: u64, fs: &Fs, net: &Net) -> Option<u64> {
+        Some(match self {
+            FileKind::Stdin(d) => (d.len() as u64).saturating_sub(offset),
+            FileKind::Regular { data, .. } => (data.len() as u64).saturating_sub(offset),
+            FileKind::Inode { id, .. } => fs.size(*id).saturating_sub(offset),
+            FileKind::Stdout | FileKind::Stderr => 0,
+            k => match object_of(k).and_then(|(o, _)| net.objects.get(&o)).map(|o| &o.kind) {
+                Some(ObjKind::Stream(st)) => st.rx.len() as u64,
+                Some(ObjKind::Dgram(d)) => d.queue.front().map_or(0, |m| m.1.len() as u64),
+                Some(ObjKind::Pipe { buf, .. }) => buf.len() as u64,
+                _ => return None,
+            },
+        })
     }
 }

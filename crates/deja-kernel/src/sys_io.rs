@@ -384,18 +384,7 @@ impl Kernel {
             }
             0x541b => {
                 // FIONREAD
-                let n = match &f.kind {
-                    FileKind::Stdin(d) => (d.len() as u64).saturating_sub(f.offset),
-                    FileKind::Regular { data, .. } => (data.len() as u64).saturating_sub(f.offset),
-                    FileKind::Inode { id, .. } => self.files.fs.size(*id).saturating_sub(f.offset),
-                    FileKind::Stdout | FileKind::Stderr => 0,
-                    k => match object_of(k).and_then(|(o, _)| self.net.objects.get(&o)).map(|o| &o.kind) {
-                        Some(crate::net::ObjKind::Stream(st)) => st.rx.len() as u64,
-                        Some(crate::net::ObjKind::Dgram(d)) => d.queue.front().map_or(0, |m| m.1.len() as u64),
-                        Some(crate::net::ObjKind::Pipe { buf, .. }) => buf.len() as u64,
-                        _ => return Err(ENOTTY.into()),
-                    },
-                };
+                let n = f.kind.bytes_ready(f.offset, &self.files.fs, &self.net).ok_or(ENOTTY)?;
                 let n = n.min(i32::MAX as u64) as u32;
                 self.process.mappings.copy_out(mem, arg, &n.to_le_bytes())?;
                 Ok(0)

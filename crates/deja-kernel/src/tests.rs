@@ -409,6 +409,41 @@ fn stdout_and_stderr_are_collected_in_order() {
     assert_eq!(sc(&mut k, &mut m, "writev", &[1, iov, 5000]), EINVAL);
 }
 
+/// `FIONREAD` at `fd`: what the kernel wrote, or the error.
+fn bytes_ready(k: &mut Kernel, m: &mut FakeMemory, fd: u64, buf: u64) -> Result<u32, i64> {
+    match sc(k, m, "ioctl", &[fd, 0x541b, buf]) {
+        0 => Ok(u32::from_le_bytes(peek(k, m, buf, 4).try_into().unwrap())),
+        e => Err(e),
+    }
+}
+
+#[test]
+fn fionread_counts_what_is_left_to_read() {
+    let (mut k, _, mut m) = boot();
+    let buf = scratch(&mut k, &mut m, 4096);
+    assert_eq!(bytes_ready(&mut k, &mut m, 0, buf), Ok(11), "all of stdin");
+    assert_eq!(sc(&mut k, &mut m, "read", &[0, buf + 64, 5]), 5);
+    assert_eq!(bytes_ready(&mut k, &mut m, 0, buf), Ok(6), "stdin after a read");
+    assert_eq!(bytes_ready(&mut k, &mut m, 1, buf), Ok(0), "stdout");
+    let p = path(&k, &mut m, buf + 128, "/data/input.txt");
+    assert_eq!(sc(&mut k, &mut m, "openat", &[AT_FDCWD, p, 0, 0]), 3);
+    assert_eq!(sc(&mut k, &mut m, "read", &[3, buf + 64, 4]), 4);
+    assert_eq!(bytes_ready(&mut k, &mut m, 3, buf), Ok(14), "a file after a read");
+    assert_eq!(sc(&mut k, &mut m, "pipe2", &[buf + 256, 0]), 0);
+    let (r, w) = (peek_u32(&k, &mut m, buf + 256), peek_u32(&k, &mut m, buf + 260));
+    assert_eq!(sc(&mut k, &mut m, "write", &[u64::from(w), buf + 64, 3]), 3);
+    assert_eq!(bytes_ready(&mut k, &mut m, u64::from(r), buf), Ok(3), "a pipe");
+    let p = path(&k, &mut m, buf + 128, "/data");
+    let dir = sc(&mut k, &mut m, "openat", &[AT_FDCWD, p, 0o200000, 0]) as u64;
+    assert_eq!(bytes_ready(&mut k, &mut m, dir, buf), Err(-25), "ENOTTY for a directory");
+    assert_eq!(bytes_ready(&mut k, &mut m, 99, buf), Err(EBADF));
+}
+
+/// The `u32` at `addr`.
+fn peek_u32(k: &Kernel, m: &mut FakeMemory, addr: u64) -> u32 {
+    u32::from_le_bytes(peek(k, m, addr, 4).try_into().unwrap())
+}
+
 #[test]
 fn stdin_reads_then_eof() {
     let (mut k, _, mut m) = boot();
