@@ -33,6 +33,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use crate::decision_point::{DecisionPoint, RandomFault};
+use crate::persist::{ensure, Persist, RestoreError};
 use crate::rng::RandomStream;
 
 /// BLAKE3 key-derivation context of the fault stream.
@@ -610,9 +611,16 @@ impl FaultState {
             }
         }
     }
+}
 
-    pub fn validate(&self) -> Result<(), crate::persist::RestoreError> {
-        use crate::persist::ensure;
+impl Persist for FaultState {
+    /// Nothing: the checks need no other part.
+    type Context = ();
+
+    /// Checks the invariants of a restored fault state: the decision stream's, decisions
+    /// numbered in order with their choices among their options, and no more SDK decisions
+    /// than decisions.
+    fn validate(&self, _: &()) -> Result<(), RestoreError> {
         self.log.stream.validate()?;
         for (i, d) in self.log.decisions.iter().enumerate() {
             ensure(d.index == i as u64, || format!("decision {i} has index {}", d.index))?;

@@ -89,8 +89,10 @@
 //!
 //! A [`Kernel`] is `Clone` (an in-memory fork clones it together with the guest memory), and
 //! [`Kernel::save`] / [`Kernel::restore`] turn its complete state into bytes and back: the
-//! encoding is `postcard` of the kernel's internal structs (serde derives, fields in
-//! declaration order), with no header; the caller's envelope carries the schema version.
+//! state is made of parts (the process, its files, its I/O objects, the threads and the clock,
+//! the record of the run, the assertion oracle, the fault state, the random stream), each
+//! saved as `postcard` of its fields in declaration order and checked on its own when
+//! restored; there is no header, the caller's envelope carries the schema version.
 //! Guest memory and vCPU registers are not part of it. [`Kernel::reseed`] gives a fork its own
 //! random stream (and marks the trace digest).
 
@@ -103,6 +105,8 @@ mod elf;
 mod errno;
 mod faults;
 mod fd;
+mod file_ops;
+mod files;
 pub mod fs;
 mod kernel;
 mod mappings;
@@ -110,15 +114,21 @@ pub mod mem;
 pub mod net;
 mod oracle;
 mod persist;
+mod process;
+mod record;
 mod rng;
+mod sched;
+mod serve;
 mod signal;
 mod stack;
+mod sys_deja;
 mod sys_fs;
 mod sys_io;
 mod sys_mem;
 mod sys_net;
 mod sys_path;
 mod sys_proc;
+mod sys_sched;
 pub mod syscalls;
 pub mod threads;
 mod trace;

@@ -32,6 +32,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use crate::persist::{ensure, Persist, RestoreError};
+
 /// Most bytes buffered in a pipe.
 pub const MAX_BUFFERED: usize = 4 << 20;
 /// Most bytes a connection's sender may have that the receiving program has not read.
@@ -243,6 +245,19 @@ pub struct Net {
     /// Virtual time at which the shell should stop after a syscall (see
     /// [`crate::Kernel::yield_due`]).
     pub(crate) yield_at: Option<u64>,
+}
+
+impl Persist for Net {
+    /// Nothing: the checks need no other part.
+    type Context = ();
+
+    /// Checks the invariants of restored I/O objects: every object's id was handed out.
+    fn validate(&self, _: &()) -> Result<(), RestoreError> {
+        let last = self.objects.keys().next_back().copied();
+        ensure(last.is_none_or(|id| id < self.next_obj), || {
+            format!("object {last:?} not below the next id {}", self.next_obj)
+        })
+    }
 }
 
 impl Net {

@@ -2,17 +2,20 @@
 //! SDK's randomness.
 //!
 //! A guest linked with the deja SDK talks to the monitor through one reserved syscall,
-//! [`DEJA_SYSCALL`](deja_protocol::DEJA_SYSCALL) (see [`deja_protocol`] for the wire format). The kernel answers it here:
+//! [`DEJA_SYSCALL`](deja_protocol::DEJA_SYSCALL) (see [`deja_protocol`] for the wire format).
+//! The kernel answers it in [`sys_deja`](crate::sys_deja) and keeps what it learns here:
 //!
-//! - `Hello` returns [`PROTOCOL_VERSION`].
-//! - `Catalog(ptr, n)` registers `n` ≤ [`MAX_SITES`] [`SiteRecord`]s (messages and file names
-//!   truncated to [`MAX_TEXT`] bytes, UTF-8 lossy). A later catalog adds sites; an id already
-//!   known keeps its first record; a record with an unknown kind is skipped; sites past a total
-//!   of [`MAX_SITES`] are dropped. The call is all or nothing: unreadable memory anywhere
-//!   (`-EFAULT`) registers none of it.
+//! - `Hello` returns [`PROTOCOL_VERSION`](deja_protocol::PROTOCOL_VERSION).
+//! - `Catalog(ptr, n)` registers `n` ≤ [`MAX_SITES`]
+//!   [`SiteRecord`](deja_protocol::SiteRecord)s (messages and file names truncated to
+//!   [`MAX_TEXT`](deja_protocol::MAX_TEXT) bytes, UTF-8 lossy). A later catalog adds sites; an
+//!   id already known keeps its first record; a record with an unknown kind is skipped; sites
+//!   past a total of [`MAX_SITES`] are dropped. The call is all or nothing: unreadable memory
+//!   anywhere (`-EFAULT`) registers none of it.
 //! - `Assert(id, cond, details, len)` counts one evaluation of a known site (`cond` must be 0
-//!   or 1; details are truncated to [`MAX_DETAILS`] bytes). The first failure and the first
-//!   satisfaction keep their context (syscall index, virtual time, node, thread, details).
+//!   or 1; details are truncated to [`MAX_DETAILS`](deja_protocol::MAX_DETAILS) bytes). The
+//!   first failure and the first satisfaction keep their context (syscall index, virtual time,
+//!   node, thread, details).
 //! - `SetupComplete(details, len)` records the first call; `Event(name, len, details, len)`
 //!   appends up to [`MAX_EVENTS`] events and counts the rest.
 //! - `Random` and `Choice(n)` are decisions (see [the crate documentation](crate#decisions)): taken from the seeded
@@ -31,43 +34,37 @@
 
 use std::collections::BTreeMap;
 
-use deja_protocol::{
-    split_word, AssertKind, Request, SiteRecord, MAX_DETAILS, MAX_SITES, MAX_TEXT, PROTOCOL_VERSION, SITE_RECORD_SIZE,
-};
+use deja_protocol::{AssertKind, MAX_SITES};
 use serde::{Deserialize, Serialize};
 
-use crate::errno::{EFAULT, EINVAL};
-use crate::kernel::{SysResult, SysStop};
-use crate::persist::{ensure, RestoreError};
-use crate::{
-    AssertionContext, AssertionReport, AssertionStatus, EventRecord, Kernel, LifecycleRecord, Memory, RunReport,
-};
+use crate::persist::{ensure, Persist, RestoreError};
+use crate::{AssertionContext, AssertionReport, AssertionStatus, EventRecord, LifecycleRecord, RunReport};
 
 /// Most lifecycle events a run keeps; later ones are counted in
 /// [`RunReport::events_dropped`](crate::RunReport::events_dropped).
 pub const MAX_EVENTS: usize = 10_000;
 /// The node every context names (one program per run).
-const NODE: u32 = 0;
+pub(crate) const NODE: u32 = 0;
 /// The thread every context names (the guest is single-threaded).
-const THREAD: u32 = 1;
+pub(crate) const THREAD: u32 = 1;
 
 /// One catalogued assertion site and what the run saw of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Site {
     /// [`AssertKind`] code (valid: checked on registration and on restore).
-    kind: u32,
-    line: u32,
-    message: String,
-    file: String,
-    hits: u64,
-    passes: u64,
-    failures: u64,
-    first_failure: Option<AssertionContext>,
-    first_satisfied: Option<AssertionContext>,
+    pub(crate) kind: u32,
+    pub(crate) line: u32,
+    pub(crate) message: String,
+    pub(crate) file: String,
+    pub(crate) hits: u64,
+    pub(crate) passes: u64,
+    pub(crate) failures: u64,
+    pub(crate) first_failure: Option<AssertionContext>,
+    pub(crate) first_satisfied: Option<AssertionContext>,
 }
 
 impl Site {
-    fn kind(&self) -> AssertKind {
+    pub(crate) fn kind(&self) -> AssertKind {
         // Registration and restore only admit valid codes.
         AssertKind::from_code(self.kind).unwrap_or(AssertKind::Always)
     }
@@ -76,17 +73,21 @@ impl Site {
 /// The oracle state of a run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Oracle {
-    sites: BTreeMap<u64, Site>,
+    pub(crate) sites: BTreeMap<u64, Site>,
     pub(crate) setup_complete: Option<LifecycleRecord>,
-    events: Vec<EventRecord>,
-    events_dropped: u64,
-    protocol_errors: u64,
+    pub(crate) events: Vec<EventRecord>,
+    pub(crate) events_dropped: u64,
+    pub(crate) protocol_errors: u64,
 }
 
-impl Oracle {
+impl Persist for Oracle {
+    /// The number of syscalls in the trace.
+    type Context = u64;
+
     /// Checks the invariants of a restored oracle; `syscalls` is the number of syscalls in the
     /// trace (every recorded index lies below it).
-    pub(crate) fn validate(&self, syscalls: u64) -> Result<(), RestoreError> {
+    fn validate(&self, syscalls: &u64) -> Result<(), RestoreError> {
+        let syscalls = *syscalls;
         ensure(self.sites.len() <= MAX_SITES, || format!("{} assertion sites", self.sites.len()))?;
         ensure(self.events.len() <= MAX_EVENTS, || format!("{} events", self.events.len()))?;
         let index_ok = |i: u64| i < syscalls;
@@ -119,7 +120,9 @@ impl Oracle {
         }
         Ok(())
     }
+}
 
+impl Oracle {
     /// Every site's report, sorted by (file, line, id).
     pub(crate) fn assertions(&self) -> Vec<AssertionReport> {
         let mut out: Vec<AssertionReport> = self.sites.iter().map(|(id, s)| site_report(*id, s)).collect();
@@ -181,153 +184,6 @@ fn site_report(id: u64, s: &Site) -> AssertionReport {
     }
 }
 
-impl Kernel {
-    /// Serves the deja syscall (`a` = RDI, RSI, RDX, R10, R8, R9); a failure is counted as a
-    /// protocol error.
-    pub(crate) fn sys_deja(&mut self, mem: &mut dyn Memory, a: [u64; 6]) -> SysResult {
-        let r = self.deja_request(mem, a);
-        if r.is_err() {
-            self.oracle.protocol_errors = self.oracle.protocol_errors.saturating_add(1);
-        }
-        r
-    }
-
-    fn deja_request(&mut self, mem: &mut dyn Memory, a: [u64; 6]) -> SysResult {
-        let (version, code) = split_word(a[0]);
-        if version != PROTOCOL_VERSION {
-            return Err(EINVAL.into());
-        }
-        match Request::from_code(code).ok_or(SysStop::Err(EINVAL))? {
-            Request::Hello => Ok(u64::from(PROTOCOL_VERSION)),
-            Request::Catalog => self.deja_catalog(mem, a[1], a[2]),
-            Request::Assert => self.deja_assert(mem, a[1], a[2], a[3], a[4]),
-            Request::SetupComplete => {
-                let details = self.guest_text(mem, a[1], a[2], MAX_DETAILS)?;
-                if self.oracle.setup_complete.is_none() {
-                    let (syscall_index, virtual_time_ns) = self.deja_now();
-                    self.oracle.setup_complete = Some(LifecycleRecord { syscall_index, virtual_time_ns, details });
-                }
-                Ok(0)
-            }
-            Request::Event => {
-                let name = self.guest_text(mem, a[1], a[2], MAX_DETAILS)?;
-                let details = self.guest_text(mem, a[3], a[4], MAX_DETAILS)?;
-                if self.oracle.events.len() < MAX_EVENTS {
-                    let (syscall_index, virtual_time_ns) = self.deja_now();
-                    let durable_writes = self.faults.durable_writes;
-                    self.oracle.events.push(EventRecord {
-                        name,
-                        details,
-                        syscall_index,
-                        virtual_time_ns,
-                        durable_writes,
-                    });
-                } else {
-                    self.oracle.events_dropped = self.oracle.events_dropped.saturating_add(1);
-                }
-                Ok(0)
-            }
-            Request::Random => Ok(self.faults.sdk_random()),
-            Request::Choice => {
-                let n = a[1];
-                if n == 0 {
-                    return Err(EINVAL.into());
-                }
-                Ok(self.faults.sdk_choice(n))
-            }
-        }
-    }
-
-    /// (index of the syscall being served, virtual time).
-    fn deja_now(&self) -> (u64, u64) {
-        (self.tracer.syscalls(), self.clock.now_ns())
-    }
-
-    /// Reads `min(len, max)` bytes at `addr` as UTF-8 (lossy); nothing is read when `len` is 0.
-    fn guest_text(&self, mem: &mut dyn Memory, addr: u64, len: u64, max: usize) -> Result<String, SysStop> {
-        let n = usize::try_from(len).unwrap_or(usize::MAX).min(max);
-        if n == 0 {
-            return Ok(String::new());
-        }
-        let mut b = vec![0u8; n];
-        self.mappings.copy_in(mem, addr, &mut b).map_err(|_| SysStop::Err(EFAULT))?;
-        Ok(String::from_utf8_lossy(&b).into_owned())
-    }
-
-    fn deja_catalog(&mut self, mem: &mut dyn Memory, ptr: u64, n: u64) -> SysResult {
-        let count = usize::try_from(n).ok().filter(|c| *c <= MAX_SITES).ok_or(SysStop::Err(EINVAL))?;
-        if count == 0 {
-            return Ok(0);
-        }
-        let mut raw = vec![0u8; count * SITE_RECORD_SIZE];
-        self.mappings.copy_in(mem, ptr, &mut raw).map_err(|_| SysStop::Err(EFAULT))?;
-        let mut new: Vec<(u64, Site)> = Vec::new();
-        for chunk in raw.chunks_exact(SITE_RECORD_SIZE) {
-            let mut b = [0u8; SITE_RECORD_SIZE];
-            b.copy_from_slice(chunk);
-            let rec = SiteRecord::from_bytes(&b);
-            if AssertKind::from_code(rec.kind).is_none() {
-                continue;
-            }
-            let message = self.guest_text(mem, rec.message_ptr, rec.message_len, MAX_TEXT)?;
-            let file = self.guest_text(mem, rec.file_ptr, rec.file_len, MAX_TEXT)?;
-            new.push((
-                rec.id,
-                Site {
-                    kind: rec.kind,
-                    line: rec.line,
-                    message,
-                    file,
-                    hits: 0,
-                    passes: 0,
-                    failures: 0,
-                    first_failure: None,
-                    first_satisfied: None,
-                },
-            ));
-        }
-        let sites = &mut self.oracle.sites;
-        for (id, site) in new {
-            if sites.len() >= MAX_SITES && !sites.contains_key(&id) {
-                continue;
-            }
-            sites.entry(id).or_insert(site);
-        }
-        Ok(0)
-    }
-
-    fn deja_assert(&mut self, mem: &mut dyn Memory, id: u64, cond: u64, ptr: u64, len: u64) -> SysResult {
-        if !self.oracle.sites.contains_key(&id) || cond > 1 {
-            return Err(EINVAL.into());
-        }
-        let details = self.guest_text(mem, ptr, len, MAX_DETAILS)?;
-        let (syscall_index, virtual_time_ns) = self.deja_now();
-        let decision_index = self.faults.log.len();
-        let Some(site) = self.oracle.sites.get_mut(&id) else { return Err(EINVAL.into()) };
-        let held = match site.kind() {
-            AssertKind::Always | AssertKind::AlwaysOrUnreachable | AssertKind::Sometimes => cond == 1,
-            AssertKind::Reachable => true,
-            AssertKind::Unreachable => false,
-        };
-        let ctx =
-            || AssertionContext { syscall_index, virtual_time_ns, decision_index, node: NODE, thread: THREAD, details };
-        site.hits = site.hits.saturating_add(1);
-        if held {
-            site.passes = site.passes.saturating_add(1);
-            let satisfiable = matches!(site.kind(), AssertKind::Sometimes | AssertKind::Reachable);
-            if satisfiable && site.first_satisfied.is_none() {
-                site.first_satisfied = Some(ctx());
-            }
-        } else {
-            site.failures = site.failures.saturating_add(1);
-            if site.first_failure.is_none() {
-                site.first_failure = Some(ctx());
-            }
-        }
-        Ok(0)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,7 +235,7 @@ mod tests {
             assert_eq!(verdict(kind, &s), (status, bug), "{kind:?} {hits}/{passes}/{failures}");
             let mut o = Oracle::default();
             o.sites.insert(7, s);
-            o.validate(10).unwrap();
+            o.validate(&10).unwrap();
             assert_eq!(o.bug_found(), bug);
             let r = &o.assertions()[0];
             assert_eq!(
@@ -404,7 +260,7 @@ mod tests {
             });
             o
         };
-        good.validate(10).unwrap();
+        good.validate(&10).unwrap();
         type Corruption = Box<dyn Fn(&mut Oracle)>;
         let bad: Vec<Corruption> = vec![
             Box::new(|o| o.sites.get_mut(&1).unwrap().kind = 9),
@@ -427,7 +283,7 @@ mod tests {
         for (i, f) in bad.iter().enumerate() {
             let mut o = good.clone();
             f(&mut o);
-            assert!(o.validate(10).is_err(), "corruption {i}");
+            assert!(o.validate(&10).is_err(), "corruption {i}");
         }
     }
 }

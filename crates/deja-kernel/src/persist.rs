@@ -1,15 +1,25 @@
 //! Saving and restoring the kernel state (snapshots and in-memory forks).
 //!
-//! [`Kernel::save`](crate::Kernel::save) writes the whole state as the `postcard` encoding of
-//! the kernel's internal structs, whose field order is the encoding: every struct derives
+//! The state is made of parts, each saved and restored on its own through [`Persist`], in
+//! this order: the process ([`Process`](crate::process::Process)), its files
+//! ([`Files`](crate::files::Files)), its I/O objects ([`Net`](crate::net::Net)), the threads
+//! and the clock ([`Sched`](crate::sched::Sched)), the record of the run
+//! ([`RunRecord`](crate::record::RunRecord)), the assertion oracle
+//! ([`Oracle`](crate::oracle::Oracle)), the fault state and the decision log
+//! ([`FaultState`](crate::faults::FaultState)) and the program's random stream
+//! ([`RandomStream`](crate::rng::RandomStream)). A part's bytes are the `postcard` encoding of
+//! its structs, whose field order is the encoding: every struct derives
 //! `Serialize`/`Deserialize` and fields are written in declaration order, so **reordering,
-//! adding or removing a field of a saved struct changes the format**. The bytes carry no
-//! version and no framing: the caller wraps them in an envelope that carries the schema
-//! version. [`Kernel::restore`](crate::Kernel::restore) decodes them and then checks the
-//! invariants the syscall code relies on, so hostile or damaged bytes give a [`RestoreError`]
-//! and never a panic, neither while restoring nor in the syscalls that follow.
+//! adding or removing a field of a saved struct changes the format**.
+//! [`Kernel::save`](crate::Kernel::save) writes each part's bytes as a postcard byte string,
+//! in that order. The bytes carry no version: the caller wraps them in an envelope that
+//! carries the schema version. [`Kernel::restore`](crate::Kernel::restore) restores each part
+//! ([`Persist::restore`]: it decodes the part, refuses bytes after it and checks the
+//! invariants the syscall code relies on, given what it needs from the parts before it), so
+//! hostile or damaged bytes give a [`RestoreError`] and never a panic, neither while
+//! restoring nor in the syscalls that follow.
 //!
-//! This module holds the serde helpers the derives need: byte blobs behind `Arc<[u8]>`
+//! This module also holds the serde helpers the derives need: byte blobs behind `Arc<[u8]>`
 //! (written as postcard byte strings, one copy per holder: a declared file that is also open
 //! or mapped is written once per holder, and [`Kernel::restore`](crate::Kernel::restore)
 //! shares equal contents again), arrays longer than serde's 32-element limit, and
@@ -19,10 +29,10 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use serde::de::{self, SeqAccess, Visitor};
+use serde::de::{self, DeserializeOwned, SeqAccess, Visitor};
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use snafu::Snafu;
+use snafu::{ResultExt as _, Snafu};
 
 use crate::{ExitStatus, FaultInfo};
 
@@ -57,8 +67,36 @@ pub(crate) fn ensure(ok: bool, msg: impl FnOnce() -> String) -> Result<(), Resto
     Ok(())
 }
 
+/// A part of the kernel state that saves and restores itself: its bytes are the `postcard`
+/// encoding of its fields, and restoring checks them, so that damaged or hostile bytes give a
+/// [`RestoreError`], never a panic.
+pub(crate) trait Persist: Serialize + DeserializeOwned {
+    /// What the checks need from the other parts of the state (such as the number of
+    /// syscalls in the trace).
+    type Context;
+
+    /// Checks the invariants the syscall code relies on.
+    fn validate(&self, context: &Self::Context) -> Result<(), RestoreError>;
+
+    /// The part as bytes (no header, no version).
+    fn save(&self) -> Vec<u8> {
+        // Every saved type has a known length and no `serialize_any`; postcard only fails on
+        // those (or on a full fixed buffer, and `to_stdvec` grows).
+        postcard::to_stdvec(self).expect("postcard encodes every part of the kernel state")
+    }
+
+    /// Rebuilds the part from [`Persist::save`] output: decodes it, refuses bytes after its
+    /// end and checks it.
+    fn restore(bytes: &[u8], context: &Self::Context) -> Result<Self, RestoreError> {
+        let (part, rest) = postcard::take_from_bytes::<Self>(bytes).context(DecodeSnafu)?;
+        snafu::ensure!(rest.is_empty(), TrailingBytesSnafu { count: rest.len() });
+        part.validate(context)?;
+        Ok(part)
+    }
+}
+
 /// A byte string, written with `serialize_bytes`.
-struct RawBytes<'a>(&'a [u8]);
+pub(crate) struct RawBytes<'a>(pub(crate) &'a [u8]);
 
 impl Serialize for RawBytes<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

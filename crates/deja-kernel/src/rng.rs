@@ -13,6 +13,8 @@
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
+use crate::persist::{ensure, Persist, RestoreError};
+
 /// BLAKE3 key-derivation context for the stream key.
 const KEY_CONTEXT: &str = "deja 2025 guest random stream v1";
 
@@ -69,13 +71,23 @@ impl RandomStream {
     }
 
     /// Checks the invariants of a restored stream.
-    pub fn validate(&self) -> Result<(), crate::persist::RestoreError> {
-        crate::persist::ensure(self.pos <= self.buf.len(), || format!("random buffer position {}", self.pos))
+    pub fn validate(&self) -> Result<(), RestoreError> {
+        ensure(self.pos <= self.buf.len(), || format!("random buffer position {}", self.pos))
     }
 
     /// Number of bytes handed out so far.
     pub fn consumed(&self) -> u64 {
         self.consumed
+    }
+}
+
+impl Persist for RandomStream {
+    /// Nothing: the checks need no other part.
+    type Context = ();
+
+    /// Checks the invariants of a restored stream.
+    fn validate(&self, _: &()) -> Result<(), RestoreError> {
+        RandomStream::validate(self)
     }
 }
 

@@ -5,11 +5,12 @@
 //! `sync_file_range` with `SYNC_FILE_RANGE_WRITE` (2) is an `fdatasync` of the whole file (a
 //! durable write); without it (only the WAIT flags) it does nothing. Locks (`fcntl` record
 //! locks, `flock`) are always granted (one process), `F_GETLK` always answers `F_UNLCK`; record
-//! locks are kept per inode and start (at most [`MAX_LOCKS`]: then `ENOLCK`).
+//! locks are kept per inode and start (at most [`MAX_LOCKS`](crate::files::MAX_LOCKS): then `ENOLCK`).
 
 use crate::errno::*;
 use crate::faults::{DecisionPoint, FaultKind, FaultRecord, IoErrno, IoOp};
 use crate::fd::*;
+use crate::files::MAX_LOCKS;
 use crate::fs::Kind;
 use crate::kernel::{Kernel, SysResult};
 use crate::sys_path::{Target, AT_EMPTY_PATH, AT_SYMLINK_NOFOLLOW, PATH_MAX};
@@ -21,8 +22,6 @@ pub(crate) const AT_REMOVEDIR: u64 = 0x200;
 const AT_SYMLINK_FOLLOW: u64 = 0x400;
 /// The permission bits of a mode (`S_IRWXUGO`): what `umask` keeps.
 const S_IRWXUGO: u64 = 0o777;
-/// Record locks kept at most.
-pub(crate) const MAX_LOCKS: usize = 4096;
 /// `UTIME_NOW`.
 const UTIME_NOW: u64 = (1 << 30) - 1;
 /// `UTIME_OMIT`.
@@ -108,7 +107,7 @@ impl Kernel {
         self.faults.ledger.push(FaultRecord {
             kind: if errno == IoErrno::Enospc { FaultKind::Enospc } else { FaultKind::Eio },
             point: format!("{} on {point}", errno.name()),
-            syscall_index: self.tracer.syscalls(),
+            syscall_index: self.record.tracer.syscalls(),
             path: Some(path.to_string()),
             selected: true,
             applied: true,
@@ -130,7 +129,7 @@ impl Kernel {
         off: u64,
         advance: bool,
     ) -> Result<u64, i32> {
-        if !matches!(self.fs.get(id).map(|i| &i.kind), Some(Kind::File(_))) {
+        if !matches!(self.files.fs.get(id).map(|i| &i.kind), Some(Kind::File(_))) {
             return Err(EBADF);
         }
         if data.is_empty() {
@@ -139,14 +138,14 @@ impl Kernel {
         self.faults.file_writes += 1;
         let rates = (self.faults.config.eio_on_write_ppm, self.faults.config.enospc_on_write_ppm);
         self.io_point(IoOp::Write, path, None, rates)?;
-        let off = if flags & O_APPEND != 0 { self.fs.size(id) } else { off };
-        let now = self.clock.realtime_ns();
-        let n = self.fs.write(id, off, data, now)?;
+        let off = if flags & O_APPEND != 0 { self.files.fs.size(id) } else { off };
+        let now = self.sched.clock.realtime_ns();
+        let n = self.files.fs.write(id, off, data, now)?;
         if advance {
-            self.fds.get_mut(fd as i32)?.offset = off + n;
+            self.files.fds.get_mut(fd as i32)?.offset = off + n;
         }
         if flags & O_DSYNC != 0 && !self.crash_before_durable() {
-            self.fs.flush(id);
+            self.files.fs.flush(id);
             self.durable_point();
         }
         Ok(n)
@@ -154,13 +153,13 @@ impl Kernel {
 
     /// The inode behind an fd for the sync calls.
     fn sync_target(&self, fd: u64) -> Result<(Option<u64>, String), i32> {
-        let f = self.fds.get(fd as i32)?;
+        let f = self.files.fds.get(fd as i32)?;
         if f.flags & O_PATH != 0 {
             return Err(EBADF);
         }
         match &f.kind {
             FileKind::Inode { id, path } => Ok((Some(*id), path.clone())),
-            FileKind::Dir { id, .. } => Ok((Some(*id), self.fs.dir_path(*id).unwrap_or_default())),
+            FileKind::Dir { id, .. } => Ok((Some(*id), self.files.fs.dir_path(*id).unwrap_or_default())),
             FileKind::Regular { path, .. } => Ok((None, path.clone())),
             _ => Err(EINVAL),
         }
@@ -172,7 +171,7 @@ impl Kernel {
         if let Err(e) = self.io_point(IoOp::Fsync, &path, None, (self.faults.config.eio_on_fsync_ppm, 0)) {
             // Linux drops the dirty pages of a failed sync: a retry succeeds, the data is gone.
             if let Some(id) = id {
-                self.fs.drop_pending(id);
+                self.files.fs.drop_pending(id);
             }
             return Err(e.into());
         }
@@ -180,7 +179,7 @@ impl Kernel {
             return Ok(0);
         }
         if let Some(id) = id {
-            self.fs.flush(id);
+            self.files.fs.flush(id);
         }
         self.durable_point();
         Ok(0)
@@ -199,10 +198,10 @@ impl Kernel {
         {
             return Err(EINVAL.into());
         }
-        let f = self.fds.get(fd as i32)?;
+        let f = self.files.fds.get(fd as i32)?;
         match f.kind {
-            FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => return Err(ESPIPE.into()),
-            FileKind::Inode { id, .. } if matches!(self.fs.get(id).map(|i| &i.kind), Some(Kind::File(_))) => {}
+            ref k if k.is_std_stream() => return Err(ESPIPE.into()),
+            FileKind::Inode { id, .. } if matches!(self.files.fs.get(id).map(|i| &i.kind), Some(Kind::File(_))) => {}
             FileKind::Inode { .. } | FileKind::Regular { .. } => {}
             _ => return Err(EINVAL.into()),
         }
@@ -213,16 +212,16 @@ impl Kernel {
     }
 
     pub(crate) fn sys_syncfs(&mut self, fd: u64) -> SysResult {
-        self.fds.get(fd as i32)?;
+        self.files.fds.get(fd as i32)?;
         self.faults.syncs += 1;
         if let Err(e) = self.io_point(IoOp::Fsync, "/", None, (self.faults.config.eio_on_fsync_ppm, 0)) {
-            self.fs.drop_all();
+            self.files.fs.drop_all();
             return Err(e.into());
         }
         if self.crash_before_durable() {
             return Ok(0);
         }
-        self.fs.flush_all();
+        self.files.fs.flush_all();
         self.durable_point();
         Ok(0)
     }
@@ -232,7 +231,7 @@ impl Kernel {
         if self.crash_before_durable() {
             return Ok(0);
         }
-        self.fs.flush_all();
+        self.files.fs.flush_all();
         self.durable_point();
         Ok(0)
     }
@@ -241,7 +240,7 @@ impl Kernel {
         if (len as i64) < 0 {
             return Err(EINVAL.into());
         }
-        let node = self.fs.get(id).ok_or(ENOENT)?;
+        let node = self.files.fs.get(id).ok_or(ENOENT)?;
         match node.kind {
             Kind::Dir(_) => return Err(EISDIR.into()),
             Kind::Static(_) => return Err(EROFS.into()),
@@ -249,8 +248,8 @@ impl Kernel {
             _ => return Err(EINVAL.into()),
         }
         self.io_point(IoOp::Truncate, path, None, (0, 0))?;
-        let now = self.clock.realtime_ns();
-        self.fs.set_size(id, len, now)?;
+        let now = self.sched.clock.realtime_ns();
+        self.files.fs.set_size(id, len, now)?;
         Ok(0)
     }
 
@@ -260,14 +259,14 @@ impl Kernel {
         };
         let id = self.target_id(&w)?;
         let p = match &w.name {
-            Some(n) => self.fs.path_in(w.parent, n),
-            None => self.fs.dir_path(id).unwrap_or_default(),
+            Some(n) => self.files.fs.path_in(w.parent, n),
+            None => self.files.fs.dir_path(id).unwrap_or_default(),
         };
         self.truncate_id(id, &p, len)
     }
 
     pub(crate) fn sys_ftruncate(&mut self, fd: u64, len: u64) -> SysResult {
-        let f = self.fds.get(fd as i32)?;
+        let f = self.files.fds.get(fd as i32)?;
         if (len as i64) < 0 {
             return Err(EINVAL.into());
         }
@@ -281,7 +280,7 @@ impl Kernel {
     }
 
     pub(crate) fn sys_fallocate(&mut self, fd: u64, mode: u64, off: u64, len: u64) -> SysResult {
-        let f = self.fds.get(fd as i32)?;
+        let f = self.files.fds.get(fd as i32)?;
         if mode & !1 != 0 {
             return Err(EOPNOTSUPP.into());
         }
@@ -294,24 +293,24 @@ impl Kernel {
         let (id, path) = match &f.kind {
             FileKind::Inode { id, path } => (*id, path.clone()),
             FileKind::Dir { .. } => return Err(EISDIR.into()),
-            FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => return Err(ESPIPE.into()),
+            k if k.is_std_stream() => return Err(ESPIPE.into()),
             _ => return Err(ENODEV.into()),
         };
-        if !matches!(self.fs.get(id).map(|i| &i.kind), Some(Kind::File(_))) {
+        if !matches!(self.files.fs.get(id).map(|i| &i.kind), Some(Kind::File(_))) {
             return Err(ENODEV.into());
         }
         let end = off.checked_add(len).filter(|e| *e <= i64::MAX as u64).ok_or(EFBIG)?;
-        let size = self.fs.size(id);
+        let size = self.files.fs.size(id);
         if end <= size {
             return Ok(0);
         }
         self.io_point(IoOp::Fallocate, &path, None, (0, 0))?;
         if mode & 1 != 0 {
-            self.fs.reserve(end - size)?;
+            self.files.fs.reserve(end - size)?;
             return Ok(0);
         }
-        let now = self.clock.realtime_ns();
-        self.fs.set_size(id, end, now)?;
+        let now = self.sched.clock.realtime_ns();
+        self.files.fs.set_size(id, end, now)?;
         Ok(0)
     }
 
@@ -327,13 +326,13 @@ impl Kernel {
         let w = self.walk_nofollow(mem, dirfd, path)?;
         if w.id.is_none() {
             if let Some(name) = &w.name {
-                let p = self.fs.path_in(w.parent, name);
+                let p = self.files.fs.path_in(w.parent, name);
                 self.io_point(IoOp::Create, &p, None, (0, 0))?;
             }
         }
-        let now = self.clock.realtime_ns();
-        let perm = (mode as u32) & 0o7777 & !self.umask;
-        self.fs.mkdir(&w, perm, now)?;
+        let now = self.sched.clock.realtime_ns();
+        let perm = (mode as u32) & 0o7777 & !self.process.umask;
+        self.files.fs.mkdir(&w, perm, now)?;
         Ok(0)
     }
 
@@ -342,8 +341,8 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let w = self.walk_nofollow(mem, dirfd, path)?;
-        let now = self.clock.realtime_ns();
-        self.fs.remove(&w, flags & AT_REMOVEDIR != 0, now)?;
+        let now = self.sched.clock.realtime_ns();
+        self.files.fs.remove(&w, flags & AT_REMOVEDIR != 0, now)?;
         Ok(0)
     }
 
@@ -362,11 +361,11 @@ impl Kernel {
         let from = self.walk_nofollow(mem, olddir, old)?;
         let to = self.walk_nofollow(mem, newdir, new)?;
         if let (Some(f), Some(t)) = (&from.name, &to.name) {
-            let (fp, tp) = (self.fs.path_in(from.parent, f), self.fs.path_in(to.parent, t));
+            let (fp, tp) = (self.files.fs.path_in(from.parent, f), self.files.fs.path_in(to.parent, t));
             self.io_point_as(IoOp::Rename, &fp, Some(&tp), None, (0, 0))?;
         }
-        let now = self.clock.realtime_ns();
-        self.fs.rename(&from, &to, flags as u32, now)?;
+        let now = self.sched.clock.realtime_ns();
+        self.files.fs.rename(&from, &to, flags as u32, now)?;
         Ok(0)
     }
 
@@ -384,44 +383,41 @@ impl Kernel {
         }
         let src = match self.resolve(mem, olddir, old, flags & AT_EMPTY_PATH, flags & AT_SYMLINK_FOLLOW != 0)? {
             Target::Path(w) => self.target_id(&w)?,
-            Target::Fd(fd) => match self.fds.get(fd)?.kind {
-                FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => id,
-                _ => return Err(ENOENT.into()),
-            },
+            Target::Fd(fd) => self.files.fds.get(fd)?.kind.inode().ok_or(ENOENT)?,
         };
         let to = self.walk_nofollow(mem, newdir, new)?;
-        let now = self.clock.realtime_ns();
-        self.fs.link(src, &to, now)?;
+        let now = self.sched.clock.realtime_ns();
+        self.files.fs.link(src, &to, now)?;
         Ok(0)
     }
 
     pub(crate) fn sys_symlinkat(&mut self, mem: &mut dyn Memory, target: u64, dirfd: u64, path: u64) -> SysResult {
-        let t = self.mappings.read_cstr(mem, target, PATH_MAX)?;
+        let t = self.process.mappings.read_cstr(mem, target, PATH_MAX)?;
         if t.is_empty() {
             return Err(ENOENT.into());
         }
         let t = String::from_utf8(t).map_err(|_| EINVAL)?;
         let w = self.walk_nofollow(mem, dirfd, path)?;
-        let now = self.clock.realtime_ns();
-        self.fs.symlink(&w, t, now)?;
+        let now = self.sched.clock.realtime_ns();
+        self.files.fs.symlink(&w, t, now)?;
         Ok(0)
     }
 
     fn chmod_id(&mut self, id: u64, mode: u64) -> SysResult {
-        let node = self.fs.get(id).ok_or(ENOENT)?;
+        let node = self.files.fs.get(id).ok_or(ENOENT)?;
         if node.readonly {
             return Err(if node.is_dir() { EACCES } else { EROFS }.into());
         }
-        self.fs.set_mode(id, mode as u32);
-        let now = self.clock.realtime_ns();
-        self.fs.set_times(id, None, None, now);
+        self.files.fs.set_mode(id, mode as u32);
+        let now = self.sched.clock.realtime_ns();
+        self.files.fs.set_times(id, None, None, now);
         Ok(0)
     }
 
     /// `umask`: sets the permission bits masked from new files and returns the old mask.
     pub(crate) fn sys_umask(&mut self, mask: u64) -> SysResult {
-        let old = self.umask;
-        self.umask = (mask & S_IRWXUGO) as u32;
+        let old = self.process.umask;
+        self.process.umask = (mask & S_IRWXUGO) as u32;
         Ok(u64::from(old))
     }
 
@@ -432,9 +428,9 @@ impl Kernel {
     }
 
     pub(crate) fn sys_fchmod(&mut self, fd: u64, mode: u64) -> SysResult {
-        match self.fds.get(fd as i32)?.kind {
-            FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => self.chmod_id(id, mode),
-            _ => Ok(0),
+        match self.files.fds.get(fd as i32)?.kind.inode() {
+            Some(id) => self.chmod_id(id, mode),
+            None => Ok(0),
         }
     }
 
@@ -449,12 +445,12 @@ impl Kernel {
         if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
             return Err(EINVAL.into());
         }
-        let now = self.clock.realtime_ns();
+        let now = self.sched.clock.realtime_ns();
         let mut t = [Some(now), Some(now)];
         if times != 0 {
             for (i, slot) in t.iter_mut().enumerate() {
-                let sec = self.mappings.read_u64(mem, times + 16 * i as u64)?;
-                let nsec = self.mappings.read_u64(mem, times + 16 * i as u64 + 8)?;
+                let sec = self.process.mappings.read_u64(mem, times + 16 * i as u64)?;
+                let nsec = self.process.mappings.read_u64(mem, times + 16 * i as u64 + 8)?;
                 *slot = match nsec {
                     UTIME_NOW => Some(now),
                     UTIME_OMIT => None,
@@ -466,34 +462,32 @@ impl Kernel {
             }
         }
         let id = if path == 0 {
-            match self.fds.get(dirfd as i32)?.kind {
-                FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => id,
-                _ => return Ok(0),
-            }
+            let Some(id) = self.files.fds.get(dirfd as i32)?.kind.inode() else { return Ok(0) };
+            id
         } else {
             match self.resolve(mem, dirfd, path, flags, flags & AT_SYMLINK_NOFOLLOW == 0)? {
                 Target::Path(w) => self.target_id(&w)?,
-                Target::Fd(fd) => match self.fds.get(fd)?.kind {
-                    FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => id,
-                    _ => return Ok(0),
-                },
+                Target::Fd(fd) => {
+                    let Some(id) = self.files.fds.get(fd)?.kind.inode() else { return Ok(0) };
+                    id
+                }
             }
         };
-        if self.fs.get(id).is_some_and(|i| i.readonly) {
+        if self.files.fs.get(id).is_some_and(|i| i.readonly) {
             return Err(EROFS.into());
         }
-        self.fs.set_times(id, t[0], t[1], now);
+        self.files.fs.set_times(id, t[0], t[1], now);
         Ok(0)
     }
 
     /// `fadvise64`: the advice is ignored; only the fd is checked.
     pub(crate) fn sys_fadvise64(&mut self, fd: u64) -> SysResult {
-        self.fds.get(fd as i32)?;
+        self.files.fds.get(fd as i32)?;
         Ok(0)
     }
 
     pub(crate) fn sys_flock(&mut self, fd: u64, op: u64) -> SysResult {
-        self.fds.get(fd as i32)?;
+        self.files.fds.get(fd as i32)?;
         match op & !4 {
             1 | 2 | 8 => Ok(0),
             _ => Err(EINVAL.into()),
@@ -502,14 +496,11 @@ impl Kernel {
 
     /// `F_GETLK`/`F_SETLK`/`F_SETLKW` (and OFD forms) on `struct flock` at `arg`.
     pub(crate) fn fcntl_lock(&mut self, mem: &mut dyn Memory, fd: i32, cmd: u32, arg: u64) -> SysResult {
-        let f = self.fds.get(fd)?;
+        let f = self.files.fds.get(fd)?;
         let (readable, writable) = (f.readable(), f.writable());
-        let key = match &f.kind {
-            FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => self.fs.stat(*id).ino,
-            _ => 0,
-        };
+        let key = f.kind.inode().map_or(0, |id| self.files.fs.stat(id).ino);
         let mut b = [0u8; 32];
-        self.mappings.copy_in(mem, arg, &mut b)?;
+        self.process.mappings.copy_in(mem, arg, &mut b)?;
         let ty = u16::from_le_bytes([b[0], b[1]]);
         let whence = u16::from_le_bytes([b[2], b[3]]);
         let start = u64::from_le_bytes(b[8..16].try_into().unwrap_or_default());
@@ -519,22 +510,22 @@ impl Kernel {
         }
         if cmd == 5 || cmd == 36 {
             b[0..2].copy_from_slice(&2u16.to_le_bytes()); // F_UNLCK: nothing conflicts
-            self.mappings.copy_out(mem, arg, &b)?;
+            self.process.mappings.copy_out(mem, arg, &b)?;
             return Ok(0);
         }
         match ty {
             0 if !readable => return Err(EBADF.into()),
             1 if !writable => return Err(EBADF.into()),
             2 => {
-                self.locks.remove(&(key, start));
+                self.files.locks.remove(&(key, start));
                 return Ok(0);
             }
             _ => {}
         }
-        if !self.locks.contains_key(&(key, start)) && self.locks.len() >= MAX_LOCKS {
+        if !self.files.locks.contains_key(&(key, start)) && self.files.locks.len() >= MAX_LOCKS {
             return Err(ENOLCK.into());
         }
-        self.locks.insert((key, start), (ty, len));
+        self.files.locks.insert((key, start), (ty, len));
         Ok(0)
     }
 }

@@ -23,21 +23,21 @@ pub(crate) fn access_ok(addr: u64, len: u64) -> Result<(), i32> {
 
 impl Kernel {
     pub(crate) fn nofile(&self) -> u64 {
-        self.rlimits[7].0.min(1 << 20)
+        self.process.rlimits[7].0.min(1 << 20)
     }
 
     /// Releases what a dropped description held.
     pub(crate) fn dropped(&mut self, f: Option<OpenFile>) {
         let Some(f) = f else { return };
-        if let FileKind::Inode { id, .. } | FileKind::Dir { id, .. } = f.kind {
-            self.fs.closed(id);
+        if let Some(id) = f.kind.inode() {
+            self.files.fs.closed(id);
         } else if let Some((obj, end)) = object_of(&f.kind) {
             self.net.release(obj, end);
         }
     }
 
     pub(crate) fn sys_close(&mut self, fd: u64) -> SysResult {
-        let f = self.fds.close(fd as i32)?;
+        let f = self.files.fds.close(fd as i32)?;
         self.dropped(f);
         Ok(0)
     }
@@ -45,7 +45,7 @@ impl Kernel {
     /// Reads up to `count` bytes from `fd` into guest memory at `buf`, at `pos` (or the file
     /// offset).
     fn do_read(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64, count: u64, pos: Option<u64>) -> Result<u64, i32> {
-        let f = self.fds.get(fd as i32)?;
+        let f = self.files.fds.get(fd as i32)?;
         if !f.readable() {
             return Err(EBADF);
         }
@@ -61,28 +61,28 @@ impl Kernel {
             FileKind::Regular { data, .. } => data.clone(),
             FileKind::Inode { id, path } => {
                 let (id, path, off) = (*id, path.clone(), pos.unwrap_or(f.offset));
-                if self.fs.contents(id).is_none() {
+                if self.files.fs.contents(id).is_none() {
                     return Err(EINVAL);
                 }
                 self.io_point(crate::faults::IoOp::Read, &path, Some((off, off.saturating_add(count.max(1)))), (0, 0))?;
-                let Some(c) = self.fs.contents(id) else { return Err(EINVAL) };
+                let Some(c) = self.files.fs.contents(id) else { return Err(EINVAL) };
                 let avail = (c.len() as u64).saturating_sub(off);
                 let n = count.min(avail);
                 if n > 0 {
-                    self.mappings.copy_out(mem, buf, &c[off as usize..(off + n) as usize])?;
+                    self.process.mappings.copy_out(mem, buf, &c[off as usize..(off + n) as usize])?;
                 }
                 if pos.is_none() {
-                    self.fds.get_mut(fd as i32)?.offset = off + n;
+                    self.files.fds.get_mut(fd as i32)?.offset = off + n;
                 }
                 return Ok(n);
             }
             FileKind::Dir { .. } => return Err(EISDIR),
             FileKind::DevNull => return Ok(0),
             FileKind::Random(_) => {
-                self.mappings.check(buf, count, Access::Write)?;
+                self.process.mappings.check(buf, count, Access::Write)?;
                 let mut b = vec![0u8; count as usize];
                 self.rng.fill(&mut b);
-                self.mappings.copy_out(mem, buf, &b)?;
+                self.process.mappings.copy_out(mem, buf, &b)?;
                 return Ok(count);
             }
             FileKind::Stdout | FileKind::Stderr => return Err(EBADF),
@@ -94,17 +94,17 @@ impl Kernel {
         let avail = (data.len() as u64).saturating_sub(off);
         let n = count.min(avail);
         if n > 0 {
-            self.mappings.copy_out(mem, buf, &data[off as usize..(off + n) as usize])?;
+            self.process.mappings.copy_out(mem, buf, &data[off as usize..(off + n) as usize])?;
         }
         if pos.is_none() {
-            self.fds.get_mut(fd as i32)?.offset = off + n;
+            self.files.fds.get_mut(fd as i32)?.offset = off + n;
         }
         Ok(n)
     }
 
     /// Writes `data` to `fd`, at `pos` or the file offset.
     fn do_write(&mut self, fd: u64, data: &[u8], pos: Option<u64>) -> Result<u64, i32> {
-        let f = self.fds.get(fd as i32)?;
+        let f = self.files.fds.get(fd as i32)?;
         if !f.writable() {
             return Err(EBADF);
         }
@@ -130,8 +130,8 @@ impl Kernel {
     }
 
     pub(crate) fn sys_pread(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64, count: u64, off: u64) -> SysResult {
-        let f = self.fds.get(fd as i32)?;
-        if matches!(f.kind, FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr) || object_of(&f.kind).is_some() {
+        let f = self.files.fds.get(fd as i32)?;
+        if f.kind.is_stream() {
             return Err(ESPIPE.into());
         }
         if (off as i64) < 0 {
@@ -141,15 +141,15 @@ impl Kernel {
     }
 
     pub(crate) fn sys_write(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64, count: u64) -> SysResult {
-        let f = self.fds.get(fd as i32)?;
+        let f = self.files.fds.get(fd as i32)?;
         if !f.writable() {
             return Err(EBADF.into());
         }
         access_ok(buf, count)?;
         let count = count.min(MAX_IO);
-        self.mappings.check(buf, count, Access::Read)?;
+        self.process.mappings.check(buf, count, Access::Read)?;
         let mut data = vec![0u8; count as usize];
-        self.mappings.copy_in(mem, buf, &mut data)?;
+        self.process.mappings.copy_in(mem, buf, &mut data)?;
         if self.is_object(fd as i32) {
             return self.obj_send(fd as i32, &data, 0, None);
         }
@@ -157,8 +157,8 @@ impl Kernel {
     }
 
     pub(crate) fn sys_pwrite(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64, count: u64, off: u64) -> SysResult {
-        let f = self.fds.get(fd as i32)?;
-        if matches!(f.kind, FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr) || object_of(&f.kind).is_some() {
+        let f = self.files.fds.get(fd as i32)?;
+        if f.kind.is_stream() {
             return Err(ESPIPE.into());
         }
         if (off as i64) < 0 {
@@ -169,9 +169,9 @@ impl Kernel {
         }
         access_ok(buf, count)?;
         let count = count.min(MAX_IO);
-        self.mappings.check(buf, count, Access::Read)?;
+        self.process.mappings.check(buf, count, Access::Read)?;
         let mut data = vec![0u8; count as usize];
-        self.mappings.copy_in(mem, buf, &mut data)?;
+        self.process.mappings.copy_in(mem, buf, &mut data)?;
         Ok(self.do_write(fd, &data, Some(off))?)
     }
 
@@ -182,7 +182,7 @@ impl Kernel {
             return Err(EINVAL);
         }
         let mut raw = vec![0u8; cnt as usize * 16];
-        self.mappings.copy_in(mem, iov, &mut raw)?;
+        self.process.mappings.copy_in(mem, iov, &mut raw)?;
         let mut total = 0u64;
         let mut out = Vec::with_capacity(cnt as usize);
         for c in raw.chunks_exact(16) {
@@ -198,7 +198,7 @@ impl Kernel {
     }
 
     pub(crate) fn sys_readv(&mut self, mem: &mut dyn Memory, fd: u64, iov: u64, cnt: u64) -> SysResult {
-        let f = self.fds.get(fd as i32)?;
+        let f = self.files.fds.get(fd as i32)?;
         if !f.readable() {
             return Err(EBADF.into());
         }
@@ -226,7 +226,7 @@ impl Kernel {
     }
 
     pub(crate) fn sys_writev(&mut self, mem: &mut dyn Memory, fd: u64, iov: u64, cnt: u64) -> SysResult {
-        let f = self.fds.get(fd as i32)?;
+        let f = self.files.fds.get(fd as i32)?;
         if !f.writable() {
             return Err(EBADF.into());
         }
@@ -235,9 +235,9 @@ impl Kernel {
         for (base, len) in iovs {
             let n = len.min(MAX_IO - data.len() as u64);
             let mut chunk = Vec::new();
-            let copied = self.mappings.check(base, n, Access::Read).and_then(|()| {
+            let copied = self.process.mappings.check(base, n, Access::Read).and_then(|()| {
                 chunk.resize(n as usize, 0);
-                self.mappings.copy_in(mem, base, &mut chunk)
+                self.process.mappings.copy_in(mem, base, &mut chunk)
             });
             if let Err(e) = copied {
                 if data.is_empty() {
@@ -257,7 +257,7 @@ impl Kernel {
     }
 
     pub(crate) fn sys_lseek(&mut self, fd: u64, off: u64, whence: u64) -> SysResult {
-        let f = self.fds.get_mut(fd as i32)?;
+        let f = self.files.fds.get_mut(fd as i32)?;
         let size = match &f.kind {
             FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => return Err(ESPIPE.into()),
             FileKind::Socket(_) | FileKind::Pipe { .. } | FileKind::EventFd(_) | FileKind::Epoll(_) => {
@@ -265,7 +265,7 @@ impl Kernel {
             }
             FileKind::DevNull | FileKind::Random(_) => return Ok(0),
             FileKind::Regular { data, .. } => data.len() as i64,
-            FileKind::Inode { id, .. } => self.fs.size(*id) as i64,
+            FileKind::Inode { id, .. } => self.files.fs.size(*id) as i64,
             FileKind::Dir { .. } => {
                 // Directories rewind only.
                 if off != 0 || whence != 0 {
@@ -300,11 +300,11 @@ impl Kernel {
 
     pub(crate) fn sys_dup(&mut self, fd: u64) -> SysResult {
         let limit = self.nofile();
-        Ok(self.fds.dup(fd as i32, 0, limit, false)? as u64)
+        Ok(self.files.fds.dup(fd as i32, 0, limit, false)? as u64)
     }
 
     pub(crate) fn sys_dup2(&mut self, old: u64, new: u64) -> SysResult {
-        self.fds.get(old as i32)?;
+        self.files.fds.get(old as i32)?;
         let new = new as i32;
         if new < 0 || new as u64 >= self.nofile() {
             return Err(EBADF.into());
@@ -312,7 +312,7 @@ impl Kernel {
         if old as i32 == new {
             return Ok(new as u64);
         }
-        let dropped = self.fds.dup_to(old as i32, new, false)?;
+        let dropped = self.files.fds.dup_to(old as i32, new, false)?;
         self.dropped(dropped);
         Ok(new as u64)
     }
@@ -321,19 +321,19 @@ impl Kernel {
         if flags & !u64::from(O_CLOEXEC) != 0 || old as i32 == new as i32 {
             return Err(EINVAL.into());
         }
-        self.fds.get(old as i32)?;
+        self.files.fds.get(old as i32)?;
         let new = new as i32;
         if new < 0 || new as u64 >= self.nofile() {
             return Err(EBADF.into());
         }
-        let dropped = self.fds.dup_to(old as i32, new, flags != 0)?;
+        let dropped = self.files.fds.dup_to(old as i32, new, flags != 0)?;
         self.dropped(dropped);
         Ok(new as u64)
     }
 
     pub(crate) fn sys_fcntl(&mut self, mem: &mut dyn Memory, fd: u64, cmd: u64, arg: u64) -> SysResult {
         let fd = fd as i32;
-        let e = self.fds.entry(fd)?;
+        let e = self.files.fds.entry(fd)?;
         match cmd as u32 {
             0 | 1030 => {
                 let min = arg as i32;
@@ -341,38 +341,36 @@ impl Kernel {
                     return Err(EINVAL.into());
                 }
                 let limit = self.nofile();
-                Ok(self.fds.dup(fd, min, limit, cmd == 1030)? as u64)
+                Ok(self.files.fds.dup(fd, min, limit, cmd == 1030)? as u64)
             }
             1 => Ok(u64::from(e.cloexec)),
             2 => {
-                self.fds.set_cloexec(fd, arg & 1 != 0)?;
+                self.files.fds.set_cloexec(fd, arg & 1 != 0)?;
                 Ok(0)
             }
-            3 => Ok(u64::from(self.fds.get(fd)?.flags)),
+            3 => Ok(u64::from(self.files.fds.get(fd)?.flags)),
             4 => {
-                let f = self.fds.get_mut(fd)?;
+                let f = self.files.fds.get_mut(fd)?;
                 let settable = O_APPEND | O_NONBLOCK;
                 f.flags = (f.flags & !settable) | (arg as u32 & settable);
                 Ok(0)
             }
             // F_GETLK, F_SETLK, F_SETLKW and the OFD forms: one process, no contention.
             5 | 6 | 7 | 36 | 37 | 38 => self.fcntl_lock(mem, fd, cmd as u32, arg),
-            1032 => match self.fds.get(fd)?.kind {
-                FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => Ok(65536),
-                _ => Err(EBADF.into()),
-            },
+            1032 if self.files.fds.get(fd)?.kind.is_std_stream() => Ok(65536),
+            1032 => Err(EBADF.into()),
             _ => Err(EINVAL.into()),
         }
     }
 
     pub(crate) fn sys_ioctl(&mut self, mem: &mut dyn Memory, fd: u64, req: u64, arg: u64) -> SysResult {
         let fd = fd as i32;
-        let f = self.fds.get(fd)?;
+        let f = self.files.fds.get(fd)?;
         match req as u32 {
             0x5421 => {
                 // FIONBIO
-                let on = self.mappings.read_u32(mem, arg)? != 0;
-                let f = self.fds.get_mut(fd)?;
+                let on = self.process.mappings.read_u32(mem, arg)? != 0;
+                let f = self.files.fds.get_mut(fd)?;
                 if on {
                     f.flags |= O_NONBLOCK;
                 } else {
@@ -381,25 +379,14 @@ impl Kernel {
                 Ok(0)
             }
             0x5451 | 0x5450 => {
-                self.fds.set_cloexec(fd, req as u32 == 0x5451)?;
+                self.files.fds.set_cloexec(fd, req as u32 == 0x5451)?;
                 Ok(0)
             }
             0x541b => {
                 // FIONREAD
-                let n = match &f.kind {
-                    FileKind::Stdin(d) => (d.len() as u64).saturating_sub(f.offset),
-                    FileKind::Regular { data, .. } => (data.len() as u64).saturating_sub(f.offset),
-                    FileKind::Inode { id, .. } => self.fs.size(*id).saturating_sub(f.offset),
-                    FileKind::Stdout | FileKind::Stderr => 0,
-                    k => match object_of(k).and_then(|(o, _)| self.net.objects.get(&o)).map(|o| &o.kind) {
-                        Some(crate::net::ObjKind::Stream(st)) => st.rx.len() as u64,
-                        Some(crate::net::ObjKind::Dgram(d)) => d.queue.front().map_or(0, |m| m.1.len() as u64),
-                        Some(crate::net::ObjKind::Pipe { buf, .. }) => buf.len() as u64,
-                        _ => return Err(ENOTTY.into()),
-                    },
-                };
+                let n = f.kind.bytes_ready(f.offset, &self.files.fs, &self.net).ok_or(ENOTTY)?;
                 let n = n.min(i32::MAX as u64) as u32;
-                self.mappings.copy_out(mem, arg, &n.to_le_bytes())?;
+                self.process.mappings.copy_out(mem, arg, &n.to_le_bytes())?;
                 Ok(0)
             }
             _ => Err(ENOTTY.into()),
@@ -425,7 +412,7 @@ impl Kernel {
         let timeout = if tsp == 0 { None } else { Some(self.read_timespec(mem, tsp)?) };
         let r = self.do_poll(mem, fds, nfds, timeout)?;
         if r == 0 && tsp != 0 {
-            self.mappings.copy_out(mem, tsp, &[0u8; 16])?;
+            self.process.mappings.copy_out(mem, tsp, &[0u8; 16])?;
         }
         Ok(r)
     }

@@ -26,7 +26,7 @@ impl Kernel {
     /// Fills the file-backed pages of the VMA piece `[a, b)` (which must be one VMA's range or
     /// part of it) from the file.
     fn load_file_pages(&self, mem: &mut dyn Memory, a: u64, b: u64) -> Result<(), i32> {
-        let pieces: Vec<Vma> = self.mappings.overlapping(a, b).cloned().collect();
+        let pieces: Vec<Vma> = self.process.mappings.overlapping(a, b).cloned().collect();
         for v in pieces {
             let Some((fs, fe)) = v.file_backed_range() else { continue };
             let (s, e) = (fs.max(a), fe.min(b));
@@ -49,25 +49,25 @@ impl Kernel {
 
     /// Removes every mapping in `[a, b)` and frees its pages.
     fn unmap_range(&mut self, mem: &mut dyn Memory, a: u64, b: u64) {
-        self.mappings.remove(a, b);
+        self.process.mappings.remove(a, b);
         mem.unmap(a, b - a);
     }
 
     pub(crate) fn sys_brk(&mut self, mem: &mut dyn Memory, addr: u64) -> SysResult {
-        if addr < self.brk_start {
-            return Ok(self.brk_cur);
+        if addr < self.process.brk_start {
+            return Ok(self.process.brk_cur);
         }
-        let (Some(old_end), Some(new_end)) = (page_up(self.brk_cur), page_up(addr)) else {
-            return Ok(self.brk_cur);
+        let (Some(old_end), Some(new_end)) = (page_up(self.process.brk_cur), page_up(addr)) else {
+            return Ok(self.process.brk_cur);
         };
         if new_end > old_end {
             if new_end > STACK_TOP - STACK_SIZE
-                || !self.mappings.is_free(old_end, new_end)
-                || self.mappings.check_commit((new_end - old_end) / PAGE_SIZE, 0).is_err()
+                || !self.process.mappings.is_free(old_end, new_end)
+                || self.process.mappings.check_commit((new_end - old_end) / PAGE_SIZE, 0).is_err()
             {
-                return Ok(self.brk_cur);
+                return Ok(self.process.brk_cur);
             }
-            self.mappings.insert(Vma {
+            self.process.mappings.insert(Vma {
                 start: old_end,
                 end: new_end,
                 prot: Prot::RW,
@@ -77,7 +77,7 @@ impl Kernel {
         } else if new_end < old_end {
             self.unmap_range(mem, new_end, old_end);
         }
-        self.brk_cur = addr;
+        self.process.brk_cur = addr;
         Ok(addr)
     }
 
@@ -97,12 +97,12 @@ impl Kernel {
             if off & (PAGE_SIZE - 1) != 0 {
                 return Err(EINVAL.into());
             }
-            let f = self.fds.get(fd as i32)?;
+            let f = self.files.fds.get(fd as i32)?;
             let (path, data, ino) = match &f.kind {
                 FileKind::Regular { path, data, stat } => (path.clone(), data.clone(), stat.ino),
                 FileKind::Inode { id, path } => {
-                    let data = self.fs.snapshot(*id).ok_or(crate::errno::ENODEV)?;
-                    (path.clone(), data, self.fs.stat(*id).ino)
+                    let data = self.files.fs.snapshot(*id).ok_or(crate::errno::ENODEV)?;
+                    (path.clone(), data, self.files.fs.stat(*id).ino)
                 }
                 _ => return Err(crate::errno::ENODEV.into()),
             };
@@ -125,7 +125,7 @@ impl Kernel {
             if addr.checked_add(len).is_none_or(|e| e > USER_END) {
                 return Err(ENOMEM.into());
             }
-            if flags & MAP_FIXED == 0 && !self.mappings.is_free(addr, addr + len) {
+            if flags & MAP_FIXED == 0 && !self.process.mappings.is_free(addr, addr + len) {
                 return Err(EEXIST.into());
             }
             addr
@@ -133,23 +133,23 @@ impl Kernel {
             let hint = page_down(addr);
             if hint >= USER_START
                 && hint.checked_add(len).is_some_and(|e| e <= USER_END)
-                && self.mappings.is_free(hint, hint + len)
+                && self.process.mappings.is_free(hint, hint + len)
             {
                 hint
             } else {
-                self.mappings.find_free(len, MMAP_TOP).ok_or(ENOMEM)?
+                self.process.mappings.find_free(len, MMAP_TOP).ok_or(ENOMEM)?
             }
         };
         let end = start + len;
         let vma = Vma { start, end, prot, kind, shared };
         let add = if vma.counts_with(prot) { len / PAGE_SIZE } else { 0 };
-        let remove = if fixed { self.mappings.committed_in(start, end) } else { 0 };
-        self.mappings.check_commit(add, remove)?;
+        let remove = if fixed { self.process.mappings.committed_in(start, end) } else { 0 };
+        self.process.mappings.check_commit(add, remove)?;
         if fixed {
             self.unmap_range(mem, start, end);
         }
         let file = !anon;
-        self.mappings.insert(vma);
+        self.process.mappings.insert(vma);
         if file {
             if let Err(e) = self.load_file_pages(mem, start, end) {
                 self.unmap_range(mem, start, end);
@@ -176,18 +176,19 @@ impl Kernel {
             return Ok(0);
         }
         let end = user_range(addr, len)?;
-        if !self.mappings.fully_mapped(addr, end) {
+        if !self.process.mappings.fully_mapped(addr, end) {
             return Err(ENOMEM.into());
         }
         let prot = Prot(prot as u32 & 7);
         let add: u64 = self
+            .process
             .mappings
             .overlapping(addr, end)
             .filter(|v| v.counts_with(prot))
             .map(|v| (v.end.min(end) - v.start.max(addr)) / PAGE_SIZE)
             .sum();
-        self.mappings.check_commit(add, self.mappings.committed_in(addr, end))?;
-        self.mappings.set_prot(addr, end, prot);
+        self.process.mappings.check_commit(add, self.process.mappings.committed_in(addr, end))?;
+        self.process.mappings.set_prot(addr, end, prot);
         mem.protect(addr, end - addr, prot);
         Ok(0)
     }
@@ -205,7 +206,7 @@ impl Kernel {
         }
         let end = user_range(addr, len).map_err(|_| EINVAL)?;
         if matches!(advice, 4 | 8 | 9 | 24) {
-            let pieces: Vec<Vma> = self.mappings.overlapping(addr, end).cloned().collect();
+            let pieces: Vec<Vma> = self.process.mappings.overlapping(addr, end).cloned().collect();
             for v in pieces {
                 let (s, e) = (v.start.max(addr), v.end.min(end));
                 match v.kind {
@@ -218,7 +219,7 @@ impl Kernel {
                 }
             }
         }
-        if !self.mappings.fully_mapped(addr, end) {
+        if !self.process.mappings.fully_mapped(addr, end) {
             return Err(ENOMEM.into());
         }
         Ok(0)
@@ -235,7 +236,7 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let end = user_range(addr, len)?;
-        if len != 0 && !self.mappings.fully_mapped(addr, end) {
+        if len != 0 && !self.process.mappings.fully_mapped(addr, end) {
             return Err(ENOMEM.into());
         }
         Ok(0)
@@ -251,7 +252,7 @@ impl Kernel {
         new_len: u64,
     ) -> Result<(), i32> {
         let keep = old_len.min(new_len);
-        let mut pieces = self.mappings.remove(old, old + old_len);
+        let mut pieces = self.process.mappings.remove(old, old + old_len);
         mem.move_pages(old, new, keep);
         mem.unmap(old, old_len);
         let Some(mut v) = pieces.pop() else { return Err(EFAULT) };
@@ -266,10 +267,10 @@ impl Kernel {
             }
             e
         });
-        self.mappings.insert(v);
+        self.process.mappings.insert(v);
         if let Some(e) = ext {
             let (s, t) = (e.start, e.end);
-            self.mappings.insert(e);
+            self.process.mappings.insert(e);
             self.load_file_pages(mem, s, t)?;
         }
         Ok(())
@@ -288,7 +289,7 @@ impl Kernel {
         if new_len == 0 || old_len == 0 {
             return Err(EINVAL.into());
         }
-        let v = self.mappings.find(old).cloned().ok_or(EFAULT)?;
+        let v = self.process.mappings.find(old).cloned().ok_or(EFAULT)?;
         if old.checked_add(old_len).is_none_or(|e| e > v.end) {
             return Err(EFAULT.into());
         }
@@ -305,8 +306,8 @@ impl Kernel {
             if new_addr < old + old_len && old < new_end {
                 return Err(EINVAL.into());
             }
-            let remove = self.mappings.committed_in(new_addr, new_end) + pages(old_len);
-            self.mappings.check_commit(pages(new_len), remove)?;
+            let remove = self.process.mappings.committed_in(new_addr, new_end) + pages(old_len);
+            self.process.mappings.check_commit(pages(new_len), remove)?;
             self.unmap_range(mem, new_addr, new_end);
             self.move_mapping(mem, old, old_len, new_addr, new_len)?;
             return Ok(new_addr);
@@ -318,8 +319,9 @@ impl Kernel {
             return Ok(old);
         }
         let grow_start = old + old_len;
-        let in_place = old.checked_add(new_len).is_some_and(|e| e <= USER_END && self.mappings.is_free(grow_start, e));
-        self.mappings.check_commit(pages(new_len - old_len), 0)?;
+        let in_place =
+            old.checked_add(new_len).is_some_and(|e| e <= USER_END && self.process.mappings.is_free(grow_start, e));
+        self.process.mappings.check_commit(pages(new_len - old_len), 0)?;
         if in_place {
             let mut e = v.clone();
             e.start = grow_start;
@@ -328,14 +330,14 @@ impl Kernel {
                 *offset += grow_start - v.start;
             }
             let (s, t) = (e.start, e.end);
-            self.mappings.insert(e);
+            self.process.mappings.insert(e);
             self.load_file_pages(mem, s, t)?;
             return Ok(old);
         }
         if flags & MREMAP_MAYMOVE == 0 {
             return Err(ENOMEM.into());
         }
-        let dest = self.mappings.find_free(new_len, MMAP_TOP).ok_or(ENOMEM)?;
+        let dest = self.process.mappings.find_free(new_len, MMAP_TOP).ok_or(ENOMEM)?;
         self.move_mapping(mem, old, old_len, dest, new_len)?;
         Ok(dest)
     }

@@ -50,7 +50,7 @@ impl Kernel {
         if path == 0 && empty_ok {
             return Ok(Target::Fd(dirfd as i32));
         }
-        let p = self.mappings.read_cstr(mem, path, PATH_MAX)?;
+        let p = self.process.mappings.read_cstr(mem, path, PATH_MAX)?;
         if p.is_empty() {
             if empty_ok {
                 return Ok(Target::Fd(dirfd as i32));
@@ -60,16 +60,16 @@ impl Kernel {
         let start = if p[0] == b'/' || dirfd as i32 == -100 {
             ROOT
         } else {
-            match &self.fds.get(dirfd as i32)?.kind {
+            match &self.files.fds.get(dirfd as i32)?.kind {
                 FileKind::Dir { id, .. } => *id,
                 _ => return Err(ENOTDIR),
             }
         };
-        let w = self.fs.walk(start, &p, follow)?;
+        let w = self.files.fs.walk(start, &p, follow)?;
         if !self.faults.previous.is_empty() {
             let abs = match (&w.name, w.id) {
-                (Some(n), _) => Some(self.fs.path_in(w.parent, n)),
-                (None, Some(id)) => self.fs.dir_path(id),
+                (Some(n), _) => Some(self.files.fs.path_in(w.parent, n)),
+                (None, Some(id)) => self.files.fs.dir_path(id),
                 (None, None) => None,
             };
             if let Some(abs) = abs {
@@ -83,7 +83,7 @@ impl Kernel {
     /// non-directory).
     pub(crate) fn target_id(&self, w: &Walked) -> Result<u64, i32> {
         let id = w.id.ok_or(ENOENT)?;
-        if w.trailing && !self.fs.get(id).is_some_and(|i| i.is_dir()) {
+        if w.trailing && !self.files.fs.get(id).is_some_and(|i| i.is_dir()) {
             return Err(ENOTDIR);
         }
         Ok(id)
@@ -91,38 +91,15 @@ impl Kernel {
 
     fn stat_of_fd(&self, fd: i32) -> Result<Stat, i32> {
         if fd == -100 {
-            return Ok(self.fs.stat(ROOT));
+            return Ok(self.files.fs.stat(ROOT));
         }
-        let f = self.fds.get(fd)?;
-        Ok(match &f.kind {
-            FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => {
-                let ino = 100 + u64::from(!matches!(f.kind, FileKind::Stdin(_)));
-                let t = FILE_TIME_S * 1_000_000_000;
-                Stat { dev: 0xd, ino, mode: S_IFIFO | 0o600, nlink: 1, size: 0, rdev: 0, times: [t; 3] }
-            }
-            FileKind::Regular { stat, .. } => *stat,
-            FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => self.fs.stat(*id),
-            FileKind::DevNull => self.fs.stat(self.fs.lookup_abs("/dev/null").unwrap_or(ROOT)),
-            FileKind::Random(m) => {
-                let p = if *m == 8 { "/dev/random" } else { "/dev/urandom" };
-                self.fs.stat(self.fs.lookup_abs(p).unwrap_or(ROOT))
-            }
-            FileKind::Socket(o) | FileKind::Pipe { obj: o, .. } | FileKind::EventFd(o) | FileKind::Epoll(o) => {
-                let mode = match f.kind {
-                    FileKind::Socket(_) => 0o140000 | 0o777,
-                    FileKind::Pipe { .. } => S_IFIFO | 0o600,
-                    _ => 0o600,
-                };
-                let t = FILE_TIME_S * 1_000_000_000;
-                Stat { dev: 0x8, ino: 1000 + *o, mode, nlink: 1, size: 0, rdev: 0, times: [t; 3] }
-            }
-        })
+        Ok(self.files.fds.get(fd)?.kind.stat(&self.files.fs))
     }
 
     fn stat_of(&self, t: &Target) -> Result<Stat, i32> {
         match t {
             Target::Fd(fd) => self.stat_of_fd(*fd),
-            Target::Path(w) => Ok(self.fs.stat(self.target_id(w)?)),
+            Target::Path(w) => Ok(self.files.fs.stat(self.target_id(w)?)),
         }
     }
 
@@ -143,7 +120,7 @@ impl Kernel {
             put(o, st.times[i] / 1_000_000_000, 8);
             put(o + 8, st.times[i] % 1_000_000_000, 8);
         }
-        self.mappings.copy_out(mem, buf, &b)
+        self.process.mappings.copy_out(mem, buf, &b)
     }
 
     pub(crate) fn sys_fstat(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64) -> SysResult {
@@ -207,7 +184,7 @@ impl Kernel {
         put(132, st.rdev & 0xff, 4);
         put(136, st.dev >> 8, 4);
         put(140, st.dev & 0xff, 4);
-        self.mappings.copy_out(mem, buf, &b)?;
+        self.process.mappings.copy_out(mem, buf, &b)?;
         Ok(0)
     }
 
@@ -234,10 +211,10 @@ impl Kernel {
             return Err(EOPNOTSUPP.into());
         }
         let limit = self.nofile();
-        if !self.fds.has_free(limit) {
+        if !self.files.fds.has_free(limit) {
             return Err(EMFILE.into());
         }
-        let now = self.clock.realtime_ns();
+        let now = self.sched.clock.realtime_ns();
         let writing = acc != 0 || flags & O_TRUNC != 0;
         let id = match w.id {
             None => {
@@ -248,16 +225,16 @@ impl Kernel {
                     return Err(EISDIR.into());
                 }
                 let Some(name) = &w.name else { return Err(ENOENT.into()) };
-                let p = self.fs.path_in(w.parent, name);
+                let p = self.files.fs.path_in(w.parent, name);
                 self.io_point(crate::faults::IoOp::Create, &p, None, (0, 0))?;
-                let perm = (mode as u32) & 0o7777 & !self.umask;
-                self.fs.create_file(w.parent, name, perm, now)?
+                let perm = (mode as u32) & 0o7777 & !self.process.umask;
+                self.files.fs.create_file(w.parent, name, perm, now)?
             }
             Some(id) => {
                 if excl {
                     return Err(EEXIST.into());
                 }
-                let node = self.fs.get(id).ok_or(ENOENT)?;
+                let node = self.files.fs.get(id).ok_or(ENOENT)?;
                 let is_dir = node.is_dir();
                 let link = matches!(node.kind, Kind::Symlink(_) | Kind::ExeLink);
                 if link && flags & O_PATH == 0 {
@@ -277,43 +254,47 @@ impl Kernel {
                 if flags & O_TRUNC != 0
                     && matches!(node.kind, Kind::File(_))
                     && flags & O_PATH == 0
-                    && self.fs.size(id) > 0
+                    && self.files.fs.size(id) > 0
                 {
                     let p = match &w.name {
-                        Some(n) => self.fs.path_in(w.parent, n),
-                        None => self.fs.dir_path(id).unwrap_or_default(),
+                        Some(n) => self.files.fs.path_in(w.parent, n),
+                        None => self.files.fs.dir_path(id).unwrap_or_default(),
                     };
                     self.io_point(crate::faults::IoOp::Truncate, &p, None, (0, 0))?;
-                    self.fs.set_size(id, 0, now)?;
+                    self.files.fs.set_size(id, 0, now)?;
                 }
                 id
             }
         };
-        let node = self.fs.get(id).ok_or(ENOENT)?;
+        let node = self.files.fs.get(id).ok_or(ENOENT)?;
         let opened_path = match &w.name {
-            Some(n) => self.fs.path_in(w.parent, n),
-            None => self.fs.dir_path(id).unwrap_or_default(),
+            Some(n) => self.files.fs.path_in(w.parent, n),
+            None => self.files.fs.dir_path(id).unwrap_or_default(),
         };
         let kind = match &node.kind {
             Kind::Dir(_) => FileKind::Dir { id, after: None },
             Kind::ProcMaps => {
                 let data: Arc<[u8]> = Arc::from(self.proc_maps().into_bytes());
-                let mut stat = self.fs.stat(id);
+                let mut stat = self.files.fs.stat(id);
                 stat.size = 0;
                 FileKind::Regular { stat, path: opened_path, data }
             }
             Kind::DevNull => FileKind::DevNull,
             Kind::Random(m) => FileKind::Random(*m),
-            Kind::ExeLink => FileKind::Regular { path: opened_path, data: Arc::from(&[][..]), stat: self.fs.stat(id) },
-            Kind::Static(_) if opened_path == PROC_EXE => FileKind::Inode { id, path: self.fs.exe_path().to_string() },
+            Kind::ExeLink => {
+                FileKind::Regular { path: opened_path, data: Arc::from(&[][..]), stat: self.files.fs.stat(id) }
+            }
+            Kind::Static(_) if opened_path == PROC_EXE => {
+                FileKind::Inode { id, path: self.files.fs.exe_path().to_string() }
+            }
             _ => FileKind::Inode { id, path: opened_path },
         };
         if matches!(kind, FileKind::Dir { .. } | FileKind::Inode { .. }) {
-            self.fs.opened(id);
+            self.files.fs.opened(id);
         }
         let keep = !(O_CREAT | O_EXCL | O_TRUNC | O_CLOEXEC | 0o400);
         let file = OpenFile::new(kind, (flags & keep) | O_LARGEFILE);
-        Ok(self.fds.install(file, 0, limit, flags & O_CLOEXEC != 0)? as u64)
+        Ok(self.files.fds.install(file, 0, limit, flags & O_CLOEXEC != 0)? as u64)
     }
 
     /// `creat`: `open` with `O_CREAT | O_WRONLY | O_TRUNC`.
@@ -336,12 +317,9 @@ impl Kernel {
         let st = self.stat_of(&t)?;
         let id = match &t {
             Target::Path(w) => w.id,
-            Target::Fd(fd) => match self.fds.get(*fd).map(|f| &f.kind) {
-                Ok(FileKind::Inode { id, .. } | FileKind::Dir { id, .. }) => Some(*id),
-                _ => None,
-            },
+            Target::Fd(fd) => self.files.fds.get(*fd).ok().and_then(|f| f.kind.inode()),
         };
-        let node = id.and_then(|id| self.fs.get(id));
+        let node = id.and_then(|id| self.files.fs.get(id));
         if mode & 2 != 0 {
             match node {
                 Some(n) if n.readonly && n.is_dir() => return Err(EACCES.into()),
@@ -359,7 +337,7 @@ impl Kernel {
         if size < 2 {
             return Err(ERANGE.into());
         }
-        self.mappings.copy_out(mem, buf, b"/\0")?;
+        self.process.mappings.copy_out(mem, buf, b"/\0")?;
         Ok(2)
     }
 
@@ -379,20 +357,20 @@ impl Kernel {
             return Err(ENOENT.into());
         };
         let id = self.target_id(&w)?;
-        let target = match self.fs.get(id).map(|i| &i.kind) {
-            Some(Kind::ExeLink) => self.fs.exe_path().as_bytes().to_vec(),
+        let target = match self.files.fs.get(id).map(|i| &i.kind) {
+            Some(Kind::ExeLink) => self.files.fs.exe_path().as_bytes().to_vec(),
             Some(Kind::Symlink(t)) => t.as_bytes().to_vec(),
             _ => return Err(EINVAL.into()),
         };
         let n = target.len().min(size as usize);
-        self.mappings.copy_out(mem, buf, &target[..n])?;
+        self.process.mappings.copy_out(mem, buf, &target[..n])?;
         Ok(n as u64)
     }
 
     pub(crate) fn sys_getdents64(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64, count: u64) -> SysResult {
-        let f = self.fds.get(fd as i32)?;
+        let f = self.files.fds.get(fd as i32)?;
         let FileKind::Dir { id, after } = &f.kind else { return Err(ENOTDIR.into()) };
-        let entries = self.fs.list(*id);
+        let entries = self.files.fs.list(*id);
         let count = count.min(MAX_IO) as usize;
         // Position: `.` and `..` by the offset (0, 1), then the names after `after`.
         let mut pos = f.offset;
@@ -423,8 +401,8 @@ impl Kernel {
                 last = Some(name.clone());
             }
         }
-        self.mappings.copy_out(mem, buf, &out)?;
-        let f = self.fds.get_mut(fd as i32)?;
+        self.process.mappings.copy_out(mem, buf, &out)?;
+        let f = self.files.fds.get_mut(fd as i32)?;
         f.offset = pos;
         if let FileKind::Dir { after, .. } = &mut f.kind {
             *after = last;

@@ -41,7 +41,7 @@ impl Kernel {
     /// Reads a `struct timespec` as nanoseconds (`EINVAL` if out of range).
     pub(crate) fn read_timespec(&self, mem: &mut dyn Memory, addr: u64) -> Result<u64, i32> {
         let mut b = [0u8; 16];
-        self.mappings.copy_in(mem, addr, &mut b)?;
+        self.process.mappings.copy_in(mem, addr, &mut b)?;
         let sec = i64::from_le_bytes(b[..8].try_into().unwrap_or_default());
         let nsec = i64::from_le_bytes(b[8..].try_into().unwrap_or_default());
         if sec < 0 || !(0..NS_PER_S as i64).contains(&nsec) {
@@ -54,12 +54,12 @@ impl Kernel {
         let mut buf = [0u8; 16];
         buf[..8].copy_from_slice(&a.to_le_bytes());
         buf[8..].copy_from_slice(&b.to_le_bytes());
-        self.mappings.copy_out(mem, addr, &buf)
+        self.process.mappings.copy_out(mem, addr, &buf)
     }
 
     pub(crate) fn sys_clock_gettime(&mut self, mem: &mut dyn Memory, clk: u64, tp: u64) -> SysResult {
         let kind = clock_kind(clk).ok_or(EINVAL)?;
-        let ns = self.clock.read(kind);
+        let ns = self.sched.clock.read(kind);
         self.write_pair(mem, tp, ns / NS_PER_S, ns % NS_PER_S)?;
         Ok(0)
     }
@@ -73,27 +73,27 @@ impl Kernel {
     }
 
     pub(crate) fn sys_gettimeofday(&mut self, mem: &mut dyn Memory, tv: u64, tz: u64) -> SysResult {
-        let ns = self.clock.realtime_ns();
+        let ns = self.sched.clock.realtime_ns();
         if tv != 0 {
             self.write_pair(mem, tv, ns / NS_PER_S, ns % NS_PER_S / 1000)?;
         }
         if tz != 0 {
-            self.mappings.copy_out(mem, tz, &[0u8; 8])?;
+            self.process.mappings.copy_out(mem, tz, &[0u8; 8])?;
         }
         Ok(0)
     }
 
     pub(crate) fn sys_time(&mut self, mem: &mut dyn Memory, tloc: u64) -> SysResult {
-        let s = self.clock.realtime_ns() / NS_PER_S;
+        let s = self.sched.clock.realtime_ns() / NS_PER_S;
         if tloc != 0 {
-            self.mappings.copy_out(mem, tloc, &s.to_le_bytes())?;
+            self.process.mappings.copy_out(mem, tloc, &s.to_le_bytes())?;
         }
         Ok(s)
     }
 
     pub(crate) fn sys_nanosleep(&mut self, mem: &mut dyn Memory, req: u64, _rem: u64) -> SysResult {
         let ns = self.read_timespec(mem, req)?;
-        self.threads.block_sleep(self.clock.now_ns().saturating_add(ns));
+        self.sched.threads.block_sleep(self.sched.clock.now_ns().saturating_add(ns));
         Err(SysStop::Block)
     }
 
@@ -110,17 +110,17 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let t = self.read_timespec(mem, req)?;
-        let ns = if flags & 1 != 0 { t.saturating_sub(self.clock.read(kind)) } else { t };
-        self.threads.block_sleep(self.clock.now_ns().saturating_add(ns));
+        let ns = if flags & 1 != 0 { t.saturating_sub(self.sched.clock.read(kind)) } else { t };
+        self.sched.threads.block_sleep(self.sched.clock.now_ns().saturating_add(ns));
         Err(SysStop::Block)
     }
 
     pub(crate) fn sys_times(&mut self, mem: &mut dyn Memory, buf: u64) -> SysResult {
-        let ticks = self.clock.now_ns() / (NS_PER_S / 100);
+        let ticks = self.sched.clock.now_ns() / (NS_PER_S / 100);
         if buf != 0 {
             let mut b = [0u8; 32];
             b[..8].copy_from_slice(&ticks.to_le_bytes());
-            self.mappings.copy_out(mem, buf, &b)?;
+            self.process.mappings.copy_out(mem, buf, &b)?;
         }
         Ok(ticks)
     }
@@ -132,25 +132,25 @@ impl Kernel {
         }
         let mut b = [0u8; 144];
         if who != -1 {
-            let ns = self.clock.now_ns();
+            let ns = self.sched.clock.now_ns();
             b[..8].copy_from_slice(&(ns / NS_PER_S).to_le_bytes());
             b[8..16].copy_from_slice(&(ns % NS_PER_S / 1000).to_le_bytes());
-            let maxrss_kb = self.mappings.committed() * (PAGE_SIZE / 1024);
+            let maxrss_kb = self.process.mappings.committed() * (PAGE_SIZE / 1024);
             b[32..40].copy_from_slice(&maxrss_kb.to_le_bytes());
         }
-        self.mappings.copy_out(mem, ru, &b)?;
+        self.process.mappings.copy_out(mem, ru, &b)?;
         Ok(0)
     }
 
     pub(crate) fn sys_sysinfo(&mut self, mem: &mut dyn Memory, info: u64) -> SysResult {
         let mut b = [0u8; 112];
         let mut put = |o: usize, v: u64, n: usize| b[o..o + n].copy_from_slice(&v.to_le_bytes()[..n]);
-        put(0, self.clock.now_ns() / NS_PER_S, 8);
-        put(32, self.mappings.capacity() * PAGE_SIZE, 8);
-        put(40, self.mappings.capacity().saturating_sub(self.mappings.committed()) * PAGE_SIZE, 8);
+        put(0, self.sched.clock.now_ns() / NS_PER_S, 8);
+        put(32, self.process.mappings.capacity() * PAGE_SIZE, 8);
+        put(40, self.process.mappings.capacity().saturating_sub(self.process.mappings.committed()) * PAGE_SIZE, 8);
         put(80, 1, 2);
         put(104, 1, 4);
-        self.mappings.copy_out(mem, info, &b)?;
+        self.process.mappings.copy_out(mem, info, &b)?;
         Ok(0)
     }
 
@@ -160,7 +160,7 @@ impl Kernel {
         for (i, f) in fields.iter().enumerate() {
             b[i * 65..i * 65 + f.len()].copy_from_slice(f.as_bytes());
         }
-        self.mappings.copy_out(mem, buf, &b)?;
+        self.process.mappings.copy_out(mem, buf, &b)?;
         Ok(0)
     }
 
@@ -192,13 +192,13 @@ impl Kernel {
 
     /// `gettid`: the calling thread.
     pub(crate) fn sys_gettid(&self) -> SysResult {
-        Ok(self.threads.current)
+        Ok(self.sched.threads.current)
     }
 
     /// `set_tid_address`: records the calling thread's `clear_child_tid` and returns its tid.
     pub(crate) fn sys_set_tid_address(&mut self, addr: u64) -> SysResult {
-        self.clear_child_tid = addr;
-        Ok(self.threads.current)
+        self.process.clear_child_tid = addr;
+        Ok(self.sched.threads.current)
     }
 
     /// `set_robust_list`: records the head (the list is never walked); `len` must be the size
@@ -207,7 +207,7 @@ impl Kernel {
         if len != ROBUST_LIST_HEAD_SIZE {
             return Err(EINVAL.into());
         }
-        self.robust_list = (head, len);
+        self.process.robust_list = (head, len);
         Ok(0)
     }
 
@@ -224,7 +224,7 @@ impl Kernel {
 
     pub(crate) fn sys_getresuid(&mut self, mem: &mut dyn Memory, r: u64, e: u64, s: u64) -> SysResult {
         for p in [r, e, s] {
-            self.mappings.copy_out(mem, p, &(GUEST_UID as u32).to_le_bytes())?;
+            self.process.mappings.copy_out(mem, p, &(GUEST_UID as u32).to_le_bytes())?;
         }
         Ok(0)
     }
@@ -234,29 +234,29 @@ impl Kernel {
             return Err(ESRCH.into());
         }
         let res = res as u32 as usize;
-        if res >= self.rlimits.len() {
+        if res >= self.process.rlimits.len() {
             return Err(EINVAL.into());
         }
         let mut set = None;
         if new != 0 {
             let mut b = [0u8; 16];
-            self.mappings.copy_in(mem, new, &mut b)?;
+            self.process.mappings.copy_in(mem, new, &mut b)?;
             let cur = u64::from_le_bytes(b[..8].try_into().unwrap_or_default());
             let max = u64::from_le_bytes(b[8..].try_into().unwrap_or_default());
             if cur > max {
                 return Err(EINVAL.into());
             }
-            if max > self.rlimits[res].1 {
+            if max > self.process.rlimits[res].1 {
                 return Err(EPERM.into());
             }
             set = Some((cur, max));
         }
         if old != 0 {
-            let (c, m) = self.rlimits[res];
+            let (c, m) = self.process.rlimits[res];
             self.write_pair(mem, old, c, m)?;
         }
         if let Some(v) = set {
-            self.rlimits[res] = v;
+            self.process.rlimits[res] = v;
         }
         Ok(0)
     }
@@ -268,15 +268,15 @@ impl Kernel {
                     return Err(EPERM.into());
                 }
                 if code == ARCH_SET_FS {
-                    self.fs_base = addr;
+                    self.process.fs_base = addr;
                 } else {
-                    self.gs_base = addr;
+                    self.process.gs_base = addr;
                 }
                 Ok(0)
             }
             ARCH_GET_FS | ARCH_GET_GS => {
-                let v = if code == ARCH_GET_FS { self.fs_base } else { self.gs_base };
-                self.mappings.copy_out(mem, addr, &v.to_le_bytes())?;
+                let v = if code == ARCH_GET_FS { self.process.fs_base } else { self.process.gs_base };
+                self.process.mappings.copy_out(mem, addr, &v.to_le_bytes())?;
                 Ok(0)
             }
             ARCH_GET_CPUID => Ok(1),
@@ -289,7 +289,7 @@ impl Kernel {
         match a[0] {
             1 | 4 | 38 => Ok(0), // PDEATHSIG, SET_DUMPABLE, SET_NO_NEW_PRIVS
             2 => {
-                self.mappings.copy_out(mem, a[1], &0u32.to_le_bytes())?;
+                self.process.mappings.copy_out(mem, a[1], &0u32.to_le_bytes())?;
                 Ok(0)
             }
             3 => Ok(1),  // PR_GET_DUMPABLE
@@ -298,18 +298,18 @@ impl Kernel {
                 let mut name = [0u8; 16];
                 for (i, b) in name.iter_mut().take(15).enumerate() {
                     let mut c = [0u8];
-                    self.mappings.copy_in(mem, a[1].wrapping_add(i as u64), &mut c)?;
+                    self.process.mappings.copy_in(mem, a[1].wrapping_add(i as u64), &mut c)?;
                     if c[0] == 0 {
                         break;
                     }
                     *b = c[0];
                 }
-                self.comm = name;
+                self.process.comm = name;
                 Ok(0)
             }
             16 => {
-                let c = self.comm;
-                self.mappings.copy_out(mem, a[1], &c)?;
+                let c = self.process.comm;
+                self.process.mappings.copy_out(mem, a[1], &c)?;
                 Ok(0)
             }
             _ => Err(EINVAL.into()),
@@ -333,14 +333,14 @@ impl Kernel {
         if len < 8 || !len.is_multiple_of(8) {
             return Err(EINVAL.into());
         }
-        self.mappings.copy_out(mem, mask, &1u64.to_le_bytes())?;
+        self.process.mappings.copy_out(mem, mask, &1u64.to_le_bytes())?;
         Ok(8)
     }
 
     pub(crate) fn sys_getcpu(&mut self, mem: &mut dyn Memory, cpu: u64, node: u64) -> SysResult {
         for p in [cpu, node] {
             if p != 0 {
-                self.mappings.copy_out(mem, p, &0u32.to_le_bytes())?;
+                self.process.mappings.copy_out(mem, p, &0u32.to_le_bytes())?;
             }
         }
         Ok(0)
@@ -351,10 +351,10 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let len = len.min(MAX_IO);
-        self.mappings.check(buf, len, Access::Write)?;
+        self.process.mappings.check(buf, len, Access::Write)?;
         let mut b = vec![0u8; len as usize];
         self.rng.fill(&mut b);
-        self.mappings.copy_out(mem, buf, &b)?;
+        self.process.mappings.copy_out(mem, buf, &b)?;
         Ok(len)
     }
 
@@ -382,7 +382,7 @@ impl Kernel {
         if sig == 0 {
             return Ok(0);
         }
-        match self.signals.send(sig) {
+        match self.process.signals.send(sig) {
             Delivery::Nothing => Ok(0),
             Delivery::Kill(s) => {
                 Err(SysStop::Exit(ExitStatus::Signaled { signal: s, name: signal::name(s), fault: None }))
@@ -408,10 +408,10 @@ impl Kernel {
             return Err(ESRCH.into());
         }
         // The target thread's mask decides whether the signal is blocked.
-        let own = self.signals.mask;
-        self.signals.mask = self.thread_sigmask(tid as u64);
+        let own = self.process.signals.mask;
+        self.process.signals.mask = self.thread_sigmask(tid as u64);
         let r = self.raise(sig);
-        self.signals.mask = own;
+        self.process.signals.mask = own;
         r
     }
 
@@ -431,18 +431,18 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let idx = (sig - 1) as usize;
-        let old = self.signals.actions[idx];
+        let old = self.process.signals.actions[idx];
         if act != 0 {
             let mut b = [0u8; 32];
-            self.mappings.copy_in(mem, act, &mut b)?;
+            self.process.mappings.copy_in(mem, act, &mut b)?;
             let mut new = [0u64; 4];
             for (i, w) in new.iter_mut().enumerate() {
                 *w = u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or_default());
             }
             new[3] &= !(signal::bit(SIGKILL) | signal::bit(SIGSTOP));
-            self.signals.actions[idx] = new;
+            self.process.signals.actions[idx] = new;
             if new[0] == SIG_IGN || (new[0] == 0 && !signal::default_terminates(sig)) {
-                self.signals.pending &= !signal::bit(sig);
+                self.process.signals.pending &= !signal::bit(sig);
             }
         }
         if oact != 0 {
@@ -450,7 +450,7 @@ impl Kernel {
             for (i, w) in old.iter().enumerate() {
                 b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
             }
-            self.mappings.copy_out(mem, oact, &b)?;
+            self.process.mappings.copy_out(mem, oact, &b)?;
         }
         Ok(0)
     }
@@ -466,21 +466,21 @@ impl Kernel {
         if size != 8 {
             return Err(EINVAL.into());
         }
-        let old = self.signals.mask;
+        let old = self.process.signals.mask;
         if set != 0 {
-            let new = self.mappings.read_u64(mem, set)?;
+            let new = self.process.mappings.read_u64(mem, set)?;
             let mask = match how {
                 0 => old | new,
                 1 => old & !new,
                 2 => new,
                 _ => return Err(EINVAL.into()),
             };
-            self.signals.mask = mask & !(signal::bit(SIGKILL) | signal::bit(SIGSTOP));
+            self.process.signals.mask = mask & !(signal::bit(SIGKILL) | signal::bit(SIGSTOP));
         }
         if oset != 0 {
-            self.mappings.copy_out(mem, oset, &old.to_le_bytes())?;
+            self.process.mappings.copy_out(mem, oset, &old.to_le_bytes())?;
         }
-        match self.signals.deliver_unblocked() {
+        match self.process.signals.deliver_unblocked() {
             Delivery::Nothing => Ok(0),
             Delivery::Kill(s) => {
                 Err(SysStop::Exit(ExitStatus::Signaled { signal: s, name: signal::name(s), fault: None }))
@@ -489,10 +489,10 @@ impl Kernel {
     }
 
     pub(crate) fn sys_sigaltstack(&mut self, mem: &mut dyn Memory, ss: u64, old: u64) -> SysResult {
-        let cur = self.signals.altstack;
+        let cur = self.process.signals.altstack;
         if ss != 0 {
             let mut b = [0u8; 24];
-            self.mappings.copy_in(mem, ss, &mut b)?;
+            self.process.mappings.copy_in(mem, ss, &mut b)?;
             let sp = u64::from_le_bytes(b[..8].try_into().unwrap_or_default());
             let flags = u32::from_le_bytes(b[8..12].try_into().unwrap_or_default());
             let size = u64::from_le_bytes(b[16..].try_into().unwrap_or_default());
@@ -500,12 +500,12 @@ impl Kernel {
                 return Err(EINVAL.into());
             }
             if flags & 2 != 0 {
-                self.signals.altstack = (0, 2, 0);
+                self.process.signals.altstack = (0, 2, 0);
             } else {
                 if size < 2048 {
                     return Err(ENOMEM.into());
                 }
-                self.signals.altstack = (sp, flags, size);
+                self.process.signals.altstack = (sp, flags, size);
             }
         }
         if old != 0 {
@@ -513,7 +513,7 @@ impl Kernel {
             b[..8].copy_from_slice(&cur.0.to_le_bytes());
             b[8..12].copy_from_slice(&cur.1.to_le_bytes());
             b[16..].copy_from_slice(&cur.2.to_le_bytes());
-            self.mappings.copy_out(mem, old, &b)?;
+            self.process.mappings.copy_out(mem, old, &b)?;
         }
         Ok(0)
     }
@@ -531,11 +531,11 @@ impl Kernel {
                     return Err(EINVAL.into());
                 }
                 aligned(uaddr)?;
-                let cur = self.mappings.read_u32(mem, uaddr)?;
+                let cur = self.process.mappings.read_u32(mem, uaddr)?;
                 if cur != val as u32 {
                     return Err(EAGAIN.into());
                 }
-                let now = self.clock.now_ns();
+                let now = self.sched.clock.now_ns();
                 let deadline = if timeout == 0 {
                     None
                 } else {
@@ -544,11 +544,11 @@ impl Kernel {
                         Some(now.saturating_add(t))
                     } else {
                         let kind = if realtime { ClockKind::Realtime } else { ClockKind::Monotonic };
-                        Some(now.saturating_add(t.saturating_sub(self.clock.read(kind))))
+                        Some(now.saturating_add(t.saturating_sub(self.sched.clock.read(kind))))
                     }
                 };
                 let bitset = if cmd == 9 { val3 as u32 } else { u32::MAX };
-                self.threads.block_futex(uaddr, bitset, deadline);
+                self.sched.threads.block_futex(uaddr, bitset, deadline);
                 Err(SysStop::Block)
             }
             1 | 10 => {
@@ -558,7 +558,7 @@ impl Kernel {
                 aligned(uaddr)?;
                 let bitset = if cmd == 10 { val3 as u32 } else { u32::MAX };
                 // Like Linux, a count of 0 (or less) still wakes one.
-                Ok(self.threads.futex_wake(uaddr, bitset, count(val).max(1)))
+                Ok(self.sched.threads.futex_wake(uaddr, bitset, count(val).max(1)))
             }
             3 | 4 => {
                 aligned(uaddr)?;
@@ -566,15 +566,15 @@ impl Kernel {
                 if (val as i32) < 0 || (timeout as i32) < 0 {
                     return Err(EINVAL.into());
                 }
-                if cmd == 4 && self.mappings.read_u32(mem, uaddr)? != val3 as u32 {
+                if cmd == 4 && self.process.mappings.read_u32(mem, uaddr)? != val3 as u32 {
                     return Err(EAGAIN.into());
                 }
-                Ok(self.threads.futex_requeue(uaddr, uaddr2, count(val), count(timeout)))
+                Ok(self.sched.threads.futex_requeue(uaddr, uaddr2, count(val), count(timeout)))
             }
             5 => {
                 aligned(uaddr)?;
                 aligned(uaddr2)?;
-                let old = self.mappings.read_u32(mem, uaddr2)?;
+                let old = self.process.mappings.read_u32(mem, uaddr2)?;
                 let v3 = val3 as u32;
                 let mut oparg = ((v3 << 8) as i32 >> 20) as u32;
                 let cmparg = ((v3 << 20) as i32) >> 20;
@@ -599,20 +599,20 @@ impl Kernel {
                     5 => o >= cmparg,
                     _ => return Err(ENOSYS.into()),
                 };
-                self.mappings.copy_out(mem, uaddr2, &new.to_le_bytes())?;
-                let mut n = self.threads.futex_wake(uaddr, u32::MAX, count(val).max(1));
+                self.process.mappings.copy_out(mem, uaddr2, &new.to_le_bytes())?;
+                let mut n = self.sched.threads.futex_wake(uaddr, u32::MAX, count(val).max(1));
                 if hit {
-                    n += self.threads.futex_wake(uaddr2, u32::MAX, count(timeout).max(1));
+                    n += self.sched.threads.futex_wake(uaddr2, u32::MAX, count(timeout).max(1));
                 }
                 Ok(n)
             }
             6 | 8 | 13 => {
                 aligned(uaddr)?;
-                let v = self.mappings.read_u32(mem, uaddr)?;
+                let v = self.process.mappings.read_u32(mem, uaddr)?;
                 let me = self.current_tid();
                 match u64::from(v & 0x3fff_ffff) {
                     0 => {
-                        self.mappings.copy_out(mem, uaddr, &(me as u32).to_le_bytes())?;
+                        self.process.mappings.copy_out(mem, uaddr, &(me as u32).to_le_bytes())?;
                         Ok(0)
                     }
                     o if o == me => Err(EDEADLK.into()),
@@ -623,10 +623,10 @@ impl Kernel {
             }
             7 => {
                 aligned(uaddr)?;
-                if u64::from(self.mappings.read_u32(mem, uaddr)? & 0x3fff_ffff) != self.current_tid() {
+                if u64::from(self.process.mappings.read_u32(mem, uaddr)? & 0x3fff_ffff) != self.current_tid() {
                     return Err(EPERM.into());
                 }
-                self.mappings.copy_out(mem, uaddr, &0u32.to_le_bytes())?;
+                self.process.mappings.copy_out(mem, uaddr, &0u32.to_le_bytes())?;
                 Ok(0)
             }
             _ => Err(ENOSYS.into()),

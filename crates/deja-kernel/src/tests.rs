@@ -3,7 +3,8 @@
 //!
 //! This file holds the shared harness (image builders, [`FakeMemory`], the run helpers) and the
 //! tests of loading, memory, exceptions and the basic syscalls; the larger subjects have files
-//! of their own under `tests/` (the file system, sockets, threads, decisions, deja's syscall).
+//! of their own under `tests/` (the file system, sockets, threads, decisions, deja's syscall,
+//! the parts of the saved state).
 
 use std::collections::BTreeMap;
 
@@ -19,6 +20,7 @@ mod decisions;
 mod deja_syscall;
 mod fs;
 mod net;
+mod persist;
 mod threads;
 
 /// One segment of a test image.
@@ -163,12 +165,12 @@ fn scratch(k: &mut Kernel, m: &mut FakeMemory, len: u64) -> u64 {
 }
 
 fn poke(k: &Kernel, m: &mut FakeMemory, addr: u64, data: &[u8]) {
-    k.mappings.copy_out(m, addr, data).expect("poke");
+    k.process.mappings.copy_out(m, addr, data).expect("poke");
 }
 
 fn peek(k: &Kernel, m: &mut FakeMemory, addr: u64, len: usize) -> Vec<u8> {
     let mut b = vec![0u8; len];
-    k.mappings.copy_in(m, addr, &mut b).expect("peek");
+    k.process.mappings.copy_in(m, addr, &mut b).expect("peek");
     b
 }
 
@@ -405,6 +407,41 @@ fn stdout_and_stderr_are_collected_in_order() {
     assert_eq!(k.take_output(), vec![(Stream::Stdout, b"outout2".to_vec())]);
     assert_eq!(sc(&mut k, &mut m, "writev", &[1, 0x10, 2]), EFAULT);
     assert_eq!(sc(&mut k, &mut m, "writev", &[1, iov, 5000]), EINVAL);
+}
+
+/// `FIONREAD` at `fd`: what the kernel wrote, or the error.
+fn bytes_ready(k: &mut Kernel, m: &mut FakeMemory, fd: u64, buf: u64) -> Result<u32, i64> {
+    match sc(k, m, "ioctl", &[fd, 0x541b, buf]) {
+        0 => Ok(u32::from_le_bytes(peek(k, m, buf, 4).try_into().unwrap())),
+        e => Err(e),
+    }
+}
+
+#[test]
+fn fionread_counts_what_is_left_to_read() {
+    let (mut k, _, mut m) = boot();
+    let buf = scratch(&mut k, &mut m, 4096);
+    assert_eq!(bytes_ready(&mut k, &mut m, 0, buf), Ok(11), "all of stdin");
+    assert_eq!(sc(&mut k, &mut m, "read", &[0, buf + 64, 5]), 5);
+    assert_eq!(bytes_ready(&mut k, &mut m, 0, buf), Ok(6), "stdin after a read");
+    assert_eq!(bytes_ready(&mut k, &mut m, 1, buf), Ok(0), "stdout");
+    let p = path(&k, &mut m, buf + 128, "/data/input.txt");
+    assert_eq!(sc(&mut k, &mut m, "openat", &[AT_FDCWD, p, 0, 0]), 3);
+    assert_eq!(sc(&mut k, &mut m, "read", &[3, buf + 64, 4]), 4);
+    assert_eq!(bytes_ready(&mut k, &mut m, 3, buf), Ok(14), "a file after a read");
+    assert_eq!(sc(&mut k, &mut m, "pipe2", &[buf + 256, 0]), 0);
+    let (r, w) = (peek_u32(&k, &mut m, buf + 256), peek_u32(&k, &mut m, buf + 260));
+    assert_eq!(sc(&mut k, &mut m, "write", &[u64::from(w), buf + 64, 3]), 3);
+    assert_eq!(bytes_ready(&mut k, &mut m, u64::from(r), buf), Ok(3), "a pipe");
+    let p = path(&k, &mut m, buf + 128, "/data");
+    let dir = sc(&mut k, &mut m, "openat", &[AT_FDCWD, p, 0o200000, 0]) as u64;
+    assert_eq!(bytes_ready(&mut k, &mut m, dir, buf), Err(-25), "ENOTTY for a directory");
+    assert_eq!(bytes_ready(&mut k, &mut m, 99, buf), Err(EBADF));
+}
+
+/// The `u32` at `addr`.
+fn peek_u32(k: &Kernel, m: &mut FakeMemory, addr: u64) -> u32 {
+    u32::from_le_bytes(peek(k, m, addr, 4).try_into().unwrap())
 }
 
 #[test]
@@ -1358,16 +1395,16 @@ fn restore_shares_file_contents() {
         snapshot_step(i, &mut k, &mut m);
     }
     let r = Kernel::restore(&k.save()).unwrap();
-    let id = r.fs.lookup_abs("/data/input.txt").unwrap();
-    let Some(crate::fs::Kind::Static(vfs_data)) = r.fs.get(id).map(|i| i.kind.clone()) else { panic!("static") };
-    let Ok(fd::OpenFile { kind: fd::FileKind::Inode { id: open_id, .. }, offset: 5, .. }) = r.fds.get(3) else {
+    let id = r.files.fs.lookup_abs("/data/input.txt").unwrap();
+    let Some(crate::fs::Kind::Static(vfs_data)) = r.files.fs.get(id).map(|i| i.kind.clone()) else { panic!("static") };
+    let Ok(fd::OpenFile { kind: fd::FileKind::Inode { id: open_id, .. }, offset: 5, .. }) = r.files.fds.get(3) else {
         panic!("fd 3")
     };
     assert_eq!(*open_id, id);
-    let shared = r
-        .mappings
-        .iter()
-        .any(|v| matches!(&v.kind, mappings::VmaKind::File { data, .. } if std::sync::Arc::ptr_eq(&data.0, &vfs_data)));
+    let shared =
+        r.process.mappings.iter().any(
+            |v| matches!(&v.kind, mappings::VmaKind::File { data, .. } if std::sync::Arc::ptr_eq(&data.0, &vfs_data)),
+        );
     assert!(shared, "the file mapping shares the contents too");
 }
 
@@ -1423,10 +1460,10 @@ fn restore_refuses_garbage() {
     let e = Kernel::restore(&long).unwrap_err();
     assert_eq!(e.to_string(), "kernel state is corrupt: 1 bytes after the end of the state");
     let mut bad = k.clone();
-    bad.brk_cur = bad.brk_start - 1;
+    bad.process.brk_cur = bad.process.brk_start - 1;
     assert!(matches!(Kernel::restore(&bad.save()), Err(RestoreError::Invalid { .. })));
     let mut bad = k.clone();
-    *bad.counts.entry("read".into()).or_default() += 1;
+    *bad.record.counts.entry("read".into()).or_default() += 1;
     assert!(matches!(Kernel::restore(&bad.save()), Err(RestoreError::Invalid { .. })));
 }
 

@@ -1,56 +1,73 @@
-//! The [`Kernel`]: loading, syscall dispatch, exceptions and the final report.
+//! The [`Kernel`]: its state in parts, loading, save and restore, and the final report.
 //!
-//! The syscall handlers live in [`sys_path`](crate::sys_path) (paths, opening, metadata),
-//! [`sys_io`](crate::sys_io) (reading and writing fds), [`sys_fs`](crate::sys_fs) (durable
-//! writes, syncs, the namespace), [`sys_mem`](crate::sys_mem) (the address space),
-//! [`sys_net`](crate::sys_net) (sockets, pipes, epoll) and [`sys_proc`](crate::sys_proc)
-//! (process, signals, time, identity), each reached through its row of the table in
-//! [`syscalls`](crate::syscalls); this module owns the state.
+//! # Layers
 //!
-//! [`Kernel::save`] encodes the whole state as `postcard` of the derived serde form of
-//! [`Kernel`] (through the private mirror `KernelDef`) and its parts, fields in declaration
-//! order: changing the order or the set of fields of any saved struct changes the format. The bytes carry no version: the caller's
-//! envelope carries the schema version. See [`persist`](crate::persist) for the helpers and
-//! for what [`Kernel::restore`] checks.
+//! 1. **State modules** hold one concern each, with its own save and restore
+//!    ([`Persist`](crate::persist::Persist)): [`process`](crate::process) (the address space
+//!    and the process's identity, over [`mappings`](crate::mappings) and
+//!    [`signal`](crate::signal)), [`files`](crate::files) (over [`fs`](crate::fs),
+//!    [`fd`](crate::fd) and [`file_ops`](crate::file_ops), what each kind of description
+//!    does), [`net`](crate::net), [`sched`](crate::sched) (over
+//!    [`threads`](crate::threads) and [`clock`](crate::clock)), [`record`](crate::record) (over
+//!    [`trace`](crate::trace)), [`oracle`](crate::oracle), [`faults`](crate::faults) and
+//!    [`rng`](crate::rng). None of them knows the [`Kernel`].
+//! 2. **This module** puts the parts together: [`Kernel`] is one field per part. It depends on
+//!    the state modules only.
+//! 3. **Handler modules** serve syscalls as methods of [`Kernel`] over its parts:
+//!    [`sys_path`](crate::sys_path) (paths, opening, metadata), [`sys_io`](crate::sys_io)
+//!    (reading and writing fds), [`sys_fs`](crate::sys_fs) (durable writes, syncs, the
+//!    namespace), [`sys_mem`](crate::sys_mem) (the address space), [`sys_net`](crate::sys_net)
+//!    (sockets, pipes, epoll), [`sys_proc`](crate::sys_proc) (process, signals, time,
+//!    identity), [`sys_sched`](crate::sys_sched) (threads, futexes, sleeps and the scheduler)
+//!    and [`sys_deja`](crate::sys_deja) (the deja syscall). They depend on this module and on
+//!    the state modules, and each is reached through its row of the table in
+//!    [`syscalls`](crate::syscalls).
+//! 4. [`serve`](crate::serve) serves one syscall (the clock, faults, the trace) through the
+//!    table, and the exceptions.
+//!
+//! # Saving
+//!
+//! [`Kernel::save`] writes each part's own bytes ([`Persist::save`](crate::persist::Persist::save):
+//! `postcard` of its fields in declaration order) as one byte string, in the order of the
+//! fields of [`Kernel`]; [`Kernel::restore`] restores and checks each part in that order,
+//! giving each the facts it needs from the parts before it. Changing the order or the set of
+//! fields of any saved struct changes the format. The bytes carry no version: the caller's
+//! envelope carries the schema version. See [`persist`](crate::persist) for the helpers.
 //!
 //! This module holds the state, its construction ([`Kernel::load`]) and its save and restore;
-//! [`dispatch`] serves syscalls and exceptions, and [`report`] answers the shell's questions:
-//! registers, counts, the disk and crash states, decisions and the final report.
+//! [`report`] answers the shell's questions: registers, counts, the disk and crash states,
+//! decisions and the final report.
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use snafu::{OptionExt as _, ResultExt as _};
 
-use crate::clock::{Clock, RDTSC_COST_NS, SYSCALL_COST_NS};
 use crate::coverage::{CoverageRegion, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
-use crate::cpuid::Emulated;
 use crate::elf::{self, BiasOverflowsSnafu, OutsideLoadableSnafu, ET_DYN, PF_R, PF_W, PF_X};
-use crate::errno::*;
 use crate::faults::CrashState;
 use crate::faults::{FaultKind, FaultRecord, FaultState};
 use crate::fd::FdTable;
+use crate::files::Files;
 use crate::fs::Fs;
-use crate::mappings::{Access, FaultError, Mappings, Vma, VmaKind};
+use crate::mappings::{Mappings, Vma, VmaKind};
+use crate::net::Net;
 use crate::oracle::Oracle;
-use crate::persist::{ensure, DecodeSnafu, RestoreError, TrailingBytesSnafu};
+use crate::persist::{DecodeSnafu, Persist, RawBytes, RestoreError, TrailingBytesSnafu};
+use crate::process::Process;
+use crate::record::RunRecord;
 use crate::rng::RandomStream;
-use crate::signal::{self, Signals};
+use crate::sched::Sched;
+use crate::signal::Signals;
 use crate::stack::{self, AuxInfo};
-use crate::threads::{Threads, BLOCKED_RETURN};
-use crate::trace::{memory_digest, DataHasher, ExceptionRecord, Tracer};
+use crate::trace::memory_digest;
 use crate::user_layout::*;
 use crate::{
     ArgsTooBigSnafu, DiskOverCapacitySnafu, GuestPathSnafu, InvalidDiskSnafu, MalformedSnafu, OutOfMemorySnafu,
     TooBigSnafu,
 };
-use crate::{
-    AssertionReport, Entry, Exception, ExceptionOutcome, ExitStatus, FaultInfo, LoadError, Memory, ProgramSpec, Prot,
-    RunReport, Stream, SyscallOutcome, PAGE_SIZE,
-};
+use crate::{AssertionReport, Entry, ExitStatus, LoadError, Memory, ProgramSpec, Prot, RunReport, Stream, PAGE_SIZE};
 use crate::{DecisionRecord, Disk};
 
-mod dispatch;
 mod report;
 
 pub use report::CrashStates;
@@ -58,9 +75,6 @@ pub use report::CrashStates;
 /// Share of the shell's free frames kept back for page tables when the commit capacity is
 /// fixed at load time (3%).
 pub const PAGE_TABLE_MARGIN_PERCENT: u64 = 3;
-/// How often the same page fault may be retried at the same instruction before the kernel
-/// gives up (the shell did not map what the kernel populated).
-const MAX_FAULT_REPEATS: u32 = 4;
 /// Largest transfer of one `read`/`write`-like call (like Linux's `MAX_RW_COUNT`, but smaller
 /// so that one call never needs a huge host buffer); longer requests are partial.
 pub const MAX_IO: u64 = 16 << 20;
@@ -97,107 +111,36 @@ pub(crate) type SysResult = Result<u64, SysStop>;
 /// [`Kernel::restore`] (for snapshots).
 #[derive(Clone)]
 pub struct Kernel {
-    pub(crate) mappings: Mappings,
-    pub(crate) fs: Fs,
-    pub(crate) faults: FaultState,
-    pub(crate) locks: BTreeMap<(u64, u64), (u16, u64)>,
-    pub(crate) fds: FdTable,
-    pub(crate) clock: Clock,
-    pub(crate) rng: RandomStream,
-    pub(crate) tracer: Tracer,
-    pub(crate) output: Vec<(Stream, Vec<u8>)>,
-    pub(crate) counts: BTreeMap<String, u64>,
-    pub(crate) unsupported: BTreeMap<String, u64>,
-    pub(crate) fs_base: u64,
-    pub(crate) gs_base: u64,
-    pub(crate) brk_start: u64,
-    pub(crate) brk_cur: u64,
-    pub(crate) signals: Signals,
-    pub(crate) rlimits: [(u64, u64); 16],
-    pub(crate) umask: u32,
-    pub(crate) clear_child_tid: u64,
-    pub(crate) robust_list: (u64, u64),
-    pub(crate) comm: [u8; 16],
-    exec_stack: bool,
-    last_fault: Option<(u64, u64)>,
-    fault_repeats: u32,
-    pub(crate) exit: Option<ExitStatus>,
-    entry: Entry,
+    /// The address space and the identity of the process.
+    pub(crate) process: Process,
+    /// The file system, the fd table and the record locks.
+    pub(crate) files: Files,
+    /// Sockets, pipes, eventfds and epoll instances, and the attachment to the network.
+    pub(crate) net: Net,
+    /// The threads and the virtual clock.
+    pub(crate) sched: Sched,
+    /// The trace, pending output and the syscall counts.
+    pub(crate) record: RunRecord,
+    /// The assertion oracle and the lifecycle records.
     pub(crate) oracle: Oracle,
-    coverage: Option<CoverageRegion>,
-    pub(crate) threads: Threads,
-    pub(crate) net: crate::net::Net,
-}
-
-/// The saved form of [`Kernel`]: serde's remote derive, which reads and builds a `Kernel`
-/// field by field. Its field order is the encoding. It must name every field of `Kernel`
-/// (building the `Kernel` does not compile otherwise). It is private, and `Kernel` implements
-/// no serde trait, so nothing decodes a `Kernel` around [`Kernel::restore`]'s checks.
-#[derive(Serialize, Deserialize)]
-#[serde(remote = "Kernel")]
-struct KernelDef {
-    mappings: Mappings,
-    fs: Fs,
-    faults: FaultState,
-    locks: BTreeMap<(u64, u64), (u16, u64)>,
-    fds: FdTable,
-    clock: Clock,
-    rng: RandomStream,
-    tracer: Tracer,
-    output: Vec<(Stream, Vec<u8>)>,
-    counts: BTreeMap<String, u64>,
-    unsupported: BTreeMap<String, u64>,
-    fs_base: u64,
-    gs_base: u64,
-    brk_start: u64,
-    brk_cur: u64,
-    signals: Signals,
-    rlimits: [(u64, u64); 16],
-    umask: u32,
-    clear_child_tid: u64,
-    robust_list: (u64, u64),
-    comm: [u8; 16],
-    exec_stack: bool,
-    last_fault: Option<(u64, u64)>,
-    fault_repeats: u32,
-    #[serde(with = "crate::persist::exit_status")]
-    exit: Option<ExitStatus>,
-    entry: Entry,
-    oracle: Oracle,
-    coverage: Option<CoverageRegion>,
-    threads: Threads,
-    net: crate::net::Net,
-}
-
-/// A `Kernel` to encode.
-struct Saving<'a>(&'a Kernel);
-
-impl Serialize for Saving<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        KernelDef::serialize(self.0, s)
-    }
-}
-
-/// A decoded, not yet checked `Kernel`.
-struct Unchecked(Kernel);
-
-impl<'de> Deserialize<'de> for Unchecked {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        KernelDef::deserialize(d).map(Unchecked)
-    }
+    /// The fault model and the decision log (faults, the scheduler and the SDK decide
+    /// through it).
+    pub(crate) faults: FaultState,
+    /// The program's random bytes (`getrandom`, `/dev/urandom`, `AT_RANDOM`).
+    pub(crate) rng: RandomStream,
 }
 
 impl std::fmt::Debug for Kernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Kernel")
-            .field("syscalls", &self.tracer.syscalls())
-            .field("virtual_time_ns", &self.clock.now_ns())
-            .field("entry", &self.entry)
-            .field("brk", &self.brk_cur)
-            .field("fs_base", &self.fs_base)
-            .field("mappings", &self.mappings.iter().count())
+            .field("syscalls", &self.record.tracer.syscalls())
+            .field("virtual_time_ns", &self.sched.clock.now_ns())
+            .field("entry", &self.process.entry)
+            .field("brk", &self.process.brk_cur)
+            .field("fs_base", &self.process.fs_base)
+            .field("mappings", &self.process.mappings.iter().count())
             .field("commit", &self.commit())
-            .field("exit", &self.exit)
+            .field("exit", &self.process.exit)
             .finish_non_exhaustive()
     }
 }
@@ -339,43 +282,42 @@ impl Kernel {
             })
             .and_then(|(addr, len)| Some(CoverageRegion { addr: reloc(addr)?, len }))
             .filter(|r| r.validate().is_ok());
-        let kernel = Kernel {
+        let process = Process {
             mappings,
-            fs,
-            faults,
-            locks: BTreeMap::new(),
-            fds: FdTable::new(&spec.stdin),
-            clock: Clock::default(),
-            rng,
-            tracer: Tracer::new(spec.record_trace),
-            output: Vec::new(),
-            counts: BTreeMap::new(),
-            unsupported: BTreeMap::new(),
-            fs_base: 0,
-            gs_base: 0,
             brk_start,
             brk_cur: brk_start,
+            exec_stack: img.exec_stack,
+            entry,
+            exit: None,
+            fs_base: 0,
+            gs_base: 0,
             signals: Signals::default(),
             rlimits,
             umask: 0o022,
             clear_child_tid: 0,
             robust_list: (0, 0),
             comm,
-            exec_stack: img.exec_stack,
             last_fault: None,
             fault_repeats: 0,
-            exit: None,
-            entry,
-            oracle: Oracle::default(),
             coverage,
-            threads: Threads::default(),
-            net: crate::net::Net::default(),
+        };
+        let files = Files { fs, locks: BTreeMap::new(), fds: FdTable::new(&spec.stdin) };
+        let kernel = Kernel {
+            process,
+            files,
+            net: Net::default(),
+            sched: Sched::default(),
+            record: RunRecord::new(spec.record_trace),
+            oracle: Oracle::default(),
+            faults,
+            rng,
         };
         Ok((kernel, entry))
     }
 
-    /// The complete kernel state as bytes (postcard of the derived serde form; no header: wrap
-    /// it in an envelope that carries the schema version).
+    /// The complete kernel state as bytes (each part's [`Persist::save`] as a postcard byte
+    /// string, in field order; no header: wrap it in an envelope that carries the schema
+    /// version).
     ///
     /// It holds the VMAs and commit capacity, brk, the fd table with offsets and flags, the
     /// file system (every inode with its volatile and durable layers, pending writes, link and
@@ -388,56 +330,47 @@ impl Kernel {
     /// lifecycle records, events, protocol errors) and where the coverage counters are. Guest
     /// memory and vCPU registers are not included.
     pub fn save(&self) -> Vec<u8> {
-        // Every saved type has a known length and no `serialize_any`; postcard only fails on
-        // those (or on a full fixed buffer, and `to_stdvec` grows).
-        postcard::to_stdvec(&Saving(self)).expect("postcard encodes every kernel state")
+        let parts = [
+            self.process.save(),
+            self.files.save(),
+            self.net.save(),
+            self.sched.save(),
+            self.record.save(),
+            self.oracle.save(),
+            self.faults.save(),
+            self.rng.save(),
+        ];
+        let mut out = Vec::with_capacity(parts.iter().map(|p| p.len() + 10).sum());
+        for p in &parts {
+            // Writing into a `Vec` cannot fail.
+            out = postcard::to_extend(&RawBytes(p), out).expect("postcard writes a byte string");
+        }
+        out
     }
 
     /// Rebuilds a kernel from [`Kernel::save`] output. Damaged or hostile bytes give an error,
-    /// never a panic: the decoded state is checked against the invariants the syscall code
-    /// relies on (VMAs sorted and non-overlapping, fds naming open descriptions, counts
-    /// consistent with the trace, ...). File contents held by several parts of the state are
-    /// shared again.
+    /// never a panic: each part is checked against the invariants the syscall code relies on
+    /// (VMAs sorted and non-overlapping, fds naming open descriptions, counts consistent with
+    /// the trace, ...), given what its checks need from the parts before it. File contents
+    /// held by several parts of the state are shared again.
     pub fn restore(bytes: &[u8]) -> Result<Kernel, RestoreError> {
-        let (Unchecked(mut k), rest) = postcard::take_from_bytes::<Unchecked>(bytes).context(DecodeSnafu)?;
+        let mut rest = bytes;
+        let mut part = || -> Result<&[u8], RestoreError> {
+            let (part, after) = postcard::take_from_bytes::<&[u8]>(rest).context(DecodeSnafu)?;
+            rest = after;
+            Ok(part)
+        };
+        let mut process = Process::restore(part()?, &())?;
+        let files = Files::restore(part()?, &())?;
+        let net = Net::restore(part()?, &())?;
+        let sched = Sched::restore(part()?, &process.exit.is_some())?;
+        let record = RunRecord::restore(part()?, &())?;
+        let oracle = Oracle::restore(part()?, &record.syscalls())?;
+        let faults = FaultState::restore(part()?, &())?;
+        let rng = RandomStream::restore(part()?, &())?;
         snafu::ensure!(rest.is_empty(), TrailingBytesSnafu { count: rest.len() });
-        k.validate()?;
-        k.mappings.share_file_data(&k.fs);
-        Ok(k)
-    }
-
-    fn validate(&self) -> Result<(), RestoreError> {
-        self.mappings.validate()?;
-        self.fs.validate()?;
-        self.fds.validate()?;
-        let mut refs: BTreeMap<u64, u64> = BTreeMap::new();
-        for d in self.fds.descriptions() {
-            if let crate::fd::FileKind::Inode { id, .. } | crate::fd::FileKind::Dir { id, .. } = d.kind {
-                *refs.entry(id).or_default() += 1;
-            }
-        }
-        self.fs.validate_open(&refs)?;
-        self.faults.validate()?;
-        ensure(self.locks.len() <= crate::sys_fs::MAX_LOCKS, || format!("{} locks", self.locks.len()))?;
-        self.rng.validate()?;
-        self.tracer.validate()?;
-        let n = self.tracer.syscalls();
-        let total = self.counts.values().try_fold(0u64, |a, c| a.checked_add(*c));
-        ensure(total == Some(n), || format!("syscall counts do not add up to {n}"))?;
-        for (name, c) in &self.unsupported {
-            let served = self.counts.get(name).copied().unwrap_or(0);
-            ensure(*c <= served, || format!("{c} unsupported {name} calls but {served} calls"))?;
-        }
-        ensure(USER_START <= self.brk_start && self.brk_start <= self.brk_cur, || {
-            format!("break {:#x} below its start {:#x}", self.brk_cur, self.brk_start)
-        })?;
-        ensure(self.fault_repeats <= MAX_FAULT_REPEATS, || format!("{} fault repeats", self.fault_repeats))?;
-        self.oracle.validate(n)?;
-        self.threads.validate(self.exit.is_some() || self.threads.idle)?;
-        match &self.coverage {
-            Some(c) => c.validate(),
-            None => Ok(()),
-        }
+        process.mappings.share_file_data(&files.fs);
+        Ok(Kernel { process, files, net, sched, record, oracle, faults, rng })
     }
 
     /// From now on random bytes (`getrandom`, `/dev/urandom`) come from the stream of `seed`,
@@ -448,7 +381,7 @@ impl Kernel {
     pub fn reseed(&mut self, seed: u64) {
         self.rng.reseed(seed);
         self.reseed_decisions(seed);
-        self.tracer.reseed(seed, self.clock.now_ns());
+        self.record.tracer.reseed(seed, self.sched.clock.now_ns());
     }
 
     /// From now on decisions (SDK random values and choices, fault rolls) come from the

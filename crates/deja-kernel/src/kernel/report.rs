@@ -3,48 +3,49 @@
 
 use super::*;
 use crate::DecisionPoint;
+use serde::{Deserialize, Serialize};
 
 impl Kernel {
     /// The FS base the program set with `arch_prctl(ARCH_SET_FS)`; the shell loads it into
     /// the vCPU whenever it changes.
     pub fn fs_base(&self) -> u64 {
-        self.fs_base
+        self.process.fs_base
     }
 
     /// The GS base the program set with `arch_prctl(ARCH_SET_GS)`.
     pub fn gs_base(&self) -> u64 {
-        self.gs_base
+        self.process.gs_base
     }
 
     /// Output the program wrote to stdout/stderr since the last call, in order.
     pub fn take_output(&mut self) -> Vec<(Stream, Vec<u8>)> {
-        std::mem::take(&mut self.output)
+        std::mem::take(&mut self.record.output)
     }
 
     /// Number of syscalls served so far.
     pub fn syscall_count(&self) -> u64 {
-        self.tracer.syscalls()
+        self.record.tracer.syscalls()
     }
 
     /// The current virtual time in nanoseconds since boot.
     pub fn virtual_time_ns(&self) -> u64 {
-        self.clock.now_ns()
+        self.sched.clock.now_ns()
     }
 
     /// The entry state [`Kernel::load`] returned.
     pub fn entry(&self) -> Entry {
-        self.entry
+        self.process.entry
     }
 
     /// How the program ended, once a syscall or exception ended it.
     pub fn exit_status(&self) -> Option<&ExitStatus> {
-        self.exit.as_ref()
+        self.process.exit.as_ref()
     }
 
     /// True if the image's `PT_GNU_STACK` asked for an executable stack (noted only: the
     /// stack is always mapped read-write, not executable).
     pub fn wants_exec_stack(&self) -> bool {
-        self.exec_stack
+        self.process.exec_stack
     }
 
     /// Number of bytes taken from the seeded random stream so far (`AT_RANDOM` included).
@@ -54,12 +55,12 @@ impl Kernel {
 
     /// The current program break.
     pub fn brk(&self) -> u64 {
-        self.brk_cur
+        self.process.brk_cur
     }
 
     /// `/proc/self/maps` as the guest would read it now.
     pub fn proc_maps(&self) -> String {
-        self.mappings.maps(self.fs.exe_path())
+        self.process.mappings.maps(self.files.fs.exe_path())
     }
 
     /// Durable writes made so far (see [`crate::fs`]).
@@ -75,16 +76,16 @@ impl Kernel {
     /// record (what was kept), a `torn_write` record when a write was cut, and `lost_unsynced`
     /// per path whose image differs from the volatile view.
     pub fn crash_image(&mut self) -> Disk {
-        let ops = self.fs.pending_ops();
+        let ops = self.files.fs.pending_ops();
         let sel = match self.faults.config.crash_state.clone() {
             Some(state) => selection_of(&state, &ops),
             None => self.decide_selection(&ops),
         };
-        let image = self.fs.image_of(&ops, &sel);
+        let image = self.files.fs.image_of(&ops, &sel);
         let state = state_of(&sel);
-        let at = self.tracer.syscalls();
+        let at = self.record.tracer.syscalls();
         let point = format!("crash image {}", self.crash_point_words());
-        let changed = image != self.fs.durable_disk();
+        let changed = image != self.files.fs.durable_disk();
         let chosen = self.faults.config.crash_state.is_some()
             || self.faults.config.torn_writes
             || self.faults.config.reordered_writes;
@@ -110,7 +111,7 @@ impl Kernel {
                 observed: false,
             });
         }
-        for path in crate::fs::diff_paths(&self.fs.volatile_disk(), &image) {
+        for path in crate::fs::diff_paths(&self.files.fs.volatile_disk(), &image) {
             self.faults.ledger.push(FaultRecord {
                 kind: FaultKind::LostUnsynced,
                 point: format!("{point}: {path}"),
@@ -185,13 +186,13 @@ impl Kernel {
 
     /// The BLAKE3 of the disk a crash now with exactly `state` leaves (no decision, no record).
     pub fn fs_image_digest(&self, state: &CrashState) -> String {
-        let ops = self.fs.pending_ops();
-        self.fs.image_of(&ops, &selection_of(state, &ops)).digest()
+        let ops = self.files.fs.pending_ops();
+        self.files.fs.image_of(&ops, &selection_of(state, &ops)).digest()
     }
 
     /// The operations pending now, in program order (what a crash now may keep).
     pub fn pending_operations(&self) -> Vec<String> {
-        self.fs.pending_ops().into_iter().map(|o| o.what).collect()
+        self.files.fs.pending_ops().into_iter().map(|o| o.what).collect()
     }
 
     /// The distinct crash states of a crash now, in the order a sweep tries them, at most
@@ -200,7 +201,7 @@ impl Kernel {
     /// from `seed`). States whose disk image another state already gives are skipped, so every
     /// state returned costs one restart that no other one could stand for.
     pub fn crash_states(&self, budget: usize, seed: u64) -> CrashStates {
-        let ops = self.fs.pending_ops();
+        let ops = self.files.fs.pending_ops();
         let n = ops.len();
         let mut candidates: Vec<CrashState> = vec![CrashState::all(n), CrashState::none()];
         for i in 0..n as u32 {
@@ -236,7 +237,7 @@ impl Kernel {
                 break;
             }
             tried += 1;
-            let digest = self.fs.image_of(&ops, &selection_of(&c, &ops)).digest();
+            let digest = self.files.fs.image_of(&ops, &selection_of(&c, &ops)).digest();
             if seen.insert(digest.clone()) {
                 states.push((c, digest));
             }
@@ -246,7 +247,7 @@ impl Kernel {
 
     /// The volatile (current) file system as a [`Disk`] (for `--fs-export`).
     pub fn disk(&self) -> Disk {
-        self.fs.volatile_disk()
+        self.files.fs.volatile_disk()
     }
 
     /// Passes the previous incarnation's fault records (its crash-image records) into this
@@ -304,40 +305,40 @@ impl Kernel {
 
     /// Pages committed against the capacity, and the capacity (both in pages).
     pub fn commit(&self) -> (u64, u64) {
-        (self.mappings.committed(), self.mappings.capacity())
+        (self.process.mappings.committed(), self.process.mappings.capacity())
     }
 
     /// Signals that arrived while a handler was installed, by number (handlers are not run).
     pub fn caught_signals(&self) -> &BTreeMap<i32, u64> {
-        &self.signals.caught
+        &self.process.signals.caught
     }
 
     /// Ends the run: computes the memory digest over `mem` and returns the report.
     pub fn finish(&mut self, mem: &dyn Memory, exit: ExitStatus) -> RunReport {
-        let trace = self.tracer.digest();
+        let trace = self.record.tracer.digest();
         let memory = memory_digest(mem);
         let mut h = blake3::Hasher::new();
         h.update(trace.as_bytes());
         h.update(memory.as_bytes());
         let mut report = RunReport {
             exit,
-            syscalls: self.tracer.syscalls(),
-            syscall_counts: self.counts.clone(),
-            unsupported: self.unsupported.clone(),
-            virtual_time_ns: self.clock.now_ns(),
+            syscalls: self.record.tracer.syscalls(),
+            syscall_counts: self.record.counts.clone(),
+            unsupported: self.record.unsupported.clone(),
+            virtual_time_ns: self.sched.clock.now_ns(),
             trace_digest: trace.to_hex().to_string(),
             memory_digest: memory.to_hex().to_string(),
             digest: h.finalize().to_hex().to_string(),
-            entry_hashes: self.tracer.entry_hashes().to_vec(),
-            trace: self.tracer.entries().to_vec(),
-            pages: if self.tracer.recording() { crate::trace::page_hashes(mem) } else { Vec::new() },
-            fs_digest: self.tracer.recording().then(|| self.disk().digest()),
+            entry_hashes: self.record.tracer.entry_hashes().to_vec(),
+            trace: self.record.tracer.entries().to_vec(),
+            pages: if self.record.tracer.recording() { crate::trace::page_hashes(mem) } else { Vec::new() },
+            fs_digest: self.record.tracer.recording().then(|| self.disk().digest()),
             assertions: Vec::new(),
             setup_complete: None,
             events: Vec::new(),
             events_dropped: 0,
             protocol_errors: 0,
-            coverage: self.coverage.map(|c| c.summary(mem)),
+            coverage: self.process.coverage.map(|c| c.summary(mem)),
             durable_writes: self.faults.durable_writes,
             faults: self.faults(),
             decisions: self.faults.log.decisions.clone(),
@@ -349,7 +350,7 @@ impl Kernel {
                 .collect(),
             crash_state: self.faults.last_crash_state.clone(),
             after_fault: self.faults.after_fault.clone(),
-            files: self.fs.volatile_disk().entries.into_keys().take(256).collect(),
+            files: self.files.fs.volatile_disk().entries.into_keys().take(256).collect(),
         };
         self.oracle.fill_report(&mut report);
         report
@@ -369,7 +370,7 @@ impl Kernel {
     /// The bucketed coverage map read from `mem` now (one byte per edge, AFL buckets), or
     /// `None` when the program has no `__sancov_cntrs` section. Reads only; populates nothing.
     pub fn coverage_map(&self, mem: &dyn Memory) -> Option<Vec<u8>> {
-        self.coverage.map(|c| c.map(mem))
+        self.process.coverage.map(|c| c.map(mem))
     }
 
     /// Appends output, merging with the previous chunk of the same stream.
@@ -377,9 +378,9 @@ impl Kernel {
         if data.is_empty() {
             return;
         }
-        match self.output.last_mut() {
+        match self.record.output.last_mut() {
             Some((s, buf)) if *s == stream => buf.extend_from_slice(data),
-            _ => self.output.push((stream, data.to_vec())),
+            _ => self.record.output.push((stream, data.to_vec())),
         }
     }
 }

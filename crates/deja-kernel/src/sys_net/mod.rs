@@ -68,19 +68,19 @@ type MsgHdr = (u64, u64, Vec<(u64, u64)>);
 impl Kernel {
     /// The object behind `fd`, its pipe end and the description's flags.
     fn object(&self, fd: i32) -> Result<(u64, Option<bool>, u32), i32> {
-        let f = self.fds.get(fd)?;
+        let f = self.files.fds.get(fd)?;
         let (o, end) = object_of(&f.kind).ok_or(EINVAL)?;
         Ok((o, end, f.flags))
     }
 
     /// True if `fd` names a [`crate::net`] object (served by this module's read and write).
     pub(crate) fn is_object(&self, fd: i32) -> bool {
-        self.fds.get(fd).is_ok_and(|f| object_of(&f.kind).is_some())
+        self.files.fds.get(fd).is_ok_and(|f| object_of(&f.kind).is_some())
     }
 
     /// The socket object behind `fd` and the description flags.
     fn socket(&self, fd: u64) -> Result<(u64, u32), i32> {
-        let f = self.fds.get(fd as i32)?;
+        let f = self.files.fds.get(fd as i32)?;
         match f.kind {
             FileKind::Socket(o) => Ok((o, f.flags)),
             _ => Err(ENOTSOCK),
@@ -101,7 +101,7 @@ impl Kernel {
         }
         let mut b = [0u8; 16];
         let n = len.min(16) as usize;
-        self.mappings.copy_in(mem, addr, &mut b[..n])?;
+        self.process.mappings.copy_in(mem, addr, &mut b[..n])?;
         let family = u16::from_le_bytes([b[0], b[1]]);
         if family == AF_UNSPEC {
             return Ok((family, SockAddr::new([0; 4], 0)));
@@ -120,7 +120,7 @@ impl Kernel {
         if addr == 0 || lenp == 0 {
             return Ok(());
         }
-        let len = self.mappings.read_u32(mem, lenp)?;
+        let len = self.process.mappings.read_u32(mem, lenp)?;
         if (len as i32) < 0 {
             return Err(EINVAL);
         }
@@ -129,8 +129,8 @@ impl Kernel {
         b[2..4].copy_from_slice(&sa.port.to_be_bytes());
         b[4..8].copy_from_slice(&sa.ip);
         let n = (len as usize).min(16);
-        self.mappings.copy_out(mem, addr, &b[..n])?;
-        self.mappings.copy_out(mem, lenp, &SOCKADDR_IN.to_le_bytes())?;
+        self.process.mappings.copy_out(mem, addr, &b[..n])?;
+        self.process.mappings.copy_out(mem, lenp, &SOCKADDR_IN.to_le_bytes())?;
         Ok(())
     }
 
@@ -154,7 +154,7 @@ impl Kernel {
     /// Installs a description for a new object.
     fn new_object(&mut self, kind: ObjKind, flags: u32, cloexec: bool) -> SysResult {
         let limit = self.nofile();
-        if !self.fds.has_free(limit) {
+        if !self.files.fds.has_free(limit) {
             return Err(EMFILE.into());
         }
         let id = self.net.add(kind);
@@ -163,7 +163,7 @@ impl Kernel {
             ObjKind::Epoll { .. } => FileKind::Epoll(id),
             _ => FileKind::Socket(id),
         };
-        Ok(self.fds.install(OpenFile::new(file, flags), 0, limit, cloexec)? as u64)
+        Ok(self.files.fds.install(OpenFile::new(file, flags), 0, limit, cloexec)? as u64)
     }
 
     pub(crate) fn sys_bind(&mut self, mem: &mut dyn Memory, fd: u64, addr: u64, len: u64) -> SysResult {
@@ -265,7 +265,7 @@ impl Kernel {
         };
         let limit = self.nofile();
         let nb = if flags & SOCK_NONBLOCK != 0 { O_NONBLOCK } else { 0 };
-        let newfd = match self.fds.install(
+        let newfd = match self.files.fds.install(
             OpenFile::new(FileKind::Socket(conn), O_RDWR | nb),
             0,
             limit,
@@ -288,7 +288,7 @@ impl Kernel {
         };
         if addr != 0 {
             if let Err(e) = self.write_sockaddr(mem, addr, lenp, peer) {
-                let f = self.fds.close(newfd).ok().flatten();
+                let f = self.files.fds.close(newfd).ok().flatten();
                 self.dropped(f);
                 return Err(e.into());
             }
@@ -470,7 +470,7 @@ impl Kernel {
                 return Err(EINVAL.into());
             }
             let mut b = [0u8; 16];
-            self.mappings.copy_in(mem, val, &mut b)?;
+            self.process.mappings.copy_in(mem, val, &mut b)?;
             let ns = duration_ns(&b, false)?;
             let o = self.obj_mut(id)?;
             if name == SO_RCVTIMEO {
@@ -485,7 +485,7 @@ impl Kernel {
                 return Err(EINVAL.into());
             }
             let mut b = [0u8; 8];
-            self.mappings.copy_in(mem, val, &mut b)?;
+            self.process.mappings.copy_in(mem, val, &mut b)?;
             let on = i32::from_le_bytes(b[..4].try_into().unwrap_or_default());
             self.obj_mut(id)?.options.insert((level, name), on);
             return Ok(0);
@@ -493,7 +493,7 @@ impl Kernel {
         if len < 4 {
             return Err(EINVAL.into());
         }
-        let v = self.mappings.read_u32(mem, val)? as i32;
+        let v = self.process.mappings.read_u32(mem, val)? as i32;
         self.obj_mut(id)?.options.insert((level, name), v);
         Ok(0)
     }
@@ -509,7 +509,7 @@ impl Kernel {
     ) -> SysResult {
         let (id, _) = self.socket(fd)?;
         let (level, name) = (level as i32, name as i32);
-        let len = self.mappings.read_u32(mem, lenp)? as i32;
+        let len = self.process.mappings.read_u32(mem, lenp)? as i32;
         if len < 0 {
             return Err(EINVAL.into());
         }
@@ -562,8 +562,8 @@ impl Kernel {
             v.to_le_bytes().to_vec()
         };
         let n = (len as usize).min(bytes.len());
-        self.mappings.copy_out(mem, val, &bytes[..n])?;
-        self.mappings.copy_out(mem, lenp, &(n as u32).to_le_bytes())?;
+        self.process.mappings.copy_out(mem, val, &bytes[..n])?;
+        self.process.mappings.copy_out(mem, lenp, &(n as u32).to_le_bytes())?;
         Ok(0)
     }
 

@@ -9,12 +9,12 @@ impl Kernel {
         if flags & !(u64::from(O_NONBLOCK | O_CLOEXEC) | O_DIRECT) != 0 {
             return Err(EINVAL.into());
         }
-        self.mappings.check(fds, 8, Access::Write)?;
+        self.process.mappings.check(fds, 8, Access::Write)?;
         let limit = self.nofile();
         let nb = flags as u32 & O_NONBLOCK;
         let cloexec = flags & u64::from(O_CLOEXEC) != 0;
         let id = self.net.add(ObjKind::Pipe { buf: VecDeque::new(), readers: 1, writers: 1 });
-        let r = self.fds.install(OpenFile::new(FileKind::Pipe { obj: id, write: false }, nb), 0, limit, cloexec);
+        let r = self.files.fds.install(OpenFile::new(FileKind::Pipe { obj: id, write: false }, nb), 0, limit, cloexec);
         let r = match r {
             Ok(r) => r,
             Err(e) => {
@@ -22,7 +22,7 @@ impl Kernel {
                 return Err(e.into());
             }
         };
-        let w = match self.fds.install(
+        let w = match self.files.fds.install(
             OpenFile::new(FileKind::Pipe { obj: id, write: true }, O_WRONLY | nb),
             0,
             limit,
@@ -30,7 +30,7 @@ impl Kernel {
         ) {
             Ok(w) => w,
             Err(e) => {
-                let f = self.fds.close(r).ok().flatten();
+                let f = self.files.fds.close(r).ok().flatten();
                 self.dropped(f);
                 self.net.objects.remove(&id);
                 return Err(e.into());
@@ -39,7 +39,7 @@ impl Kernel {
         let mut b = [0u8; 8];
         b[..4].copy_from_slice(&r.to_le_bytes());
         b[4..].copy_from_slice(&w.to_le_bytes());
-        self.mappings.copy_out(mem, fds, &b)?;
+        self.process.mappings.copy_out(mem, fds, &b)?;
         Ok(0)
     }
 
@@ -67,16 +67,16 @@ impl Kernel {
     }
 
     pub(crate) fn sys_epoll_ctl(&mut self, mem: &mut dyn Memory, epfd: u64, op: u64, fd: u64, ev: u64) -> SysResult {
-        let ep = match self.fds.get(epfd as i32)?.kind {
+        let ep = match self.files.fds.get(epfd as i32)?.kind {
             FileKind::Epoll(o) => o,
             _ => return Err(EINVAL.into()),
         };
         let fd = fd as i32;
-        let target = self.fds.entry(fd)?;
+        let target = self.files.fds.entry(fd)?;
         if fd == epfd as i32 {
             return Err(EINVAL.into());
         }
-        match self.fds.get(fd)?.kind {
+        match self.files.fds.get(fd)?.kind {
             FileKind::Inode { .. } | FileKind::Dir { .. } | FileKind::Regular { .. } => return Err(EPERM.into()),
             FileKind::Epoll(o) if o == ep => return Err(EINVAL.into()),
             _ => {}
@@ -85,7 +85,7 @@ impl Kernel {
             (0, 0)
         } else {
             let mut b = [0u8; 12];
-            self.mappings.copy_in(mem, ev, &mut b)?;
+            self.process.mappings.copy_in(mem, ev, &mut b)?;
             (
                 u32::from_le_bytes(b[..4].try_into().unwrap_or_default()),
                 u64::from_le_bytes(b[4..].try_into().unwrap_or_default()),
@@ -123,10 +123,10 @@ impl Kernel {
     /// The readiness (`EPOLL*`/`POLL*` bits) of `fd`'s description, and the generation of its
     /// object (0 for descriptions that are always ready).
     pub(crate) fn fd_readiness(&self, fd: i32) -> Option<(u32, u64)> {
-        let f = self.fds.get(fd).ok()?;
+        let f = self.files.fds.get(fd).ok()?;
         Some(match object_of(&f.kind) {
             Some((o, end)) => {
-                let mut r = self.net.readiness(o, &self.fds);
+                let mut r = self.net.readiness(o, &self.files.fds);
                 match end {
                     Some(true) => r &= EPOLLOUT | EPOLLERR,
                     Some(false) => r &= EPOLLIN | EPOLLHUP,
@@ -156,7 +156,7 @@ impl Kernel {
         max: u64,
         timeout: Option<u64>,
     ) -> SysResult {
-        let ep = match self.fds.get(epfd as i32)?.kind {
+        let ep = match self.files.fds.get(epfd as i32)?.kind {
             FileKind::Epoll(o) => o,
             _ => return Err(EINVAL.into()),
         };
@@ -164,7 +164,7 @@ impl Kernel {
         if max <= 0 || max > 1 << 20 {
             return Err(EINVAL.into());
         }
-        self.mappings.check(events, max as u64 * 12, Access::Write)?;
+        self.process.mappings.check(events, max as u64 * 12, Access::Write)?;
         let Some(Obj { kind: ObjKind::Epoll { interests }, .. }) = self.net.objects.get(&ep) else {
             return Err(EINVAL.into());
         };
@@ -174,7 +174,7 @@ impl Kernel {
             if out.len() >= max as usize {
                 break;
             }
-            if i.disabled || self.fds.entry(fd).map(|e| e.desc) != Ok(i.desc) {
+            if i.disabled || self.files.fds.entry(fd).map(|e| e.desc) != Ok(i.desc) {
                 continue;
             }
             let Some((ready, gen)) = self.fd_readiness(fd) else { continue };
@@ -208,7 +208,7 @@ impl Kernel {
             b.extend_from_slice(&mask.to_le_bytes());
             b.extend_from_slice(&data.to_le_bytes());
         }
-        self.mappings.copy_out(mem, events, &b)?;
+        self.process.mappings.copy_out(mem, events, &b)?;
         Ok(out.len() as u64)
     }
 
@@ -223,7 +223,7 @@ impl Kernel {
             None
         } else {
             let mut b = [0u8; 16];
-            self.mappings.copy_in(mem, a[3], &mut b)?;
+            self.process.mappings.copy_in(mem, a[3], &mut b)?;
             Some(duration_ns(&b, true)?)
         };
         self.sys_epoll_wait(mem, a[0], a[1], a[2], timeout)
@@ -235,7 +235,7 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let mut raw = vec![0u8; nfds as usize * 8];
-        self.mappings.copy_in(mem, fds, &mut raw)?;
+        self.process.mappings.copy_in(mem, fds, &mut raw)?;
         let mut ready = 0;
         for c in raw.chunks_exact_mut(8) {
             let fd = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
@@ -262,7 +262,7 @@ impl Kernel {
                 ready += 1;
             }
         }
-        self.mappings.copy_out(mem, fds, &raw)?;
+        self.process.mappings.copy_out(mem, fds, &raw)?;
         if ready > 0 || timeout == Some(0) {
             return Ok(ready);
         }
@@ -285,7 +285,7 @@ impl Kernel {
         let mut input = [vec![0u8; bytes], vec![0u8; bytes], vec![0u8; bytes]];
         for (k, &p) in sets.iter().enumerate() {
             if p != 0 {
-                self.mappings.copy_in(mem, p, &mut input[k])?;
+                self.process.mappings.copy_in(mem, p, &mut input[k])?;
             }
         }
         let mut output = [vec![0u8; bytes], vec![0u8; bytes], vec![0u8; bytes]];
@@ -307,7 +307,7 @@ impl Kernel {
         }
         for (k, &p) in sets.iter().enumerate() {
             if p != 0 {
-                self.mappings.copy_out(mem, p, &output[k])?;
+                self.process.mappings.copy_out(mem, p, &output[k])?;
             }
         }
         if count > 0 || timeout == Some(0) {
@@ -321,7 +321,7 @@ impl Kernel {
             None
         } else {
             let mut b = [0u8; 16];
-            self.mappings.copy_in(mem, a[4], &mut b)?;
+            self.process.mappings.copy_in(mem, a[4], &mut b)?;
             Some(duration_ns(&b, false)?)
         };
         self.do_select(mem, a[0], [a[1], a[2], a[3]], timeout)
@@ -332,7 +332,7 @@ impl Kernel {
             None
         } else {
             let mut b = [0u8; 16];
-            self.mappings.copy_in(mem, a[4], &mut b)?;
+            self.process.mappings.copy_in(mem, a[4], &mut b)?;
             Some(duration_ns(&b, true)?)
         };
         self.do_select(mem, a[0], [a[1], a[2], a[3]], timeout)

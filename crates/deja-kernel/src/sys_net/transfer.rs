@@ -20,7 +20,7 @@ impl Kernel {
         }
         let want: u64 = iov.iter().map(|&(_, l)| l).sum::<u64>().min(MAX_IO);
         for &(base, len) in iov {
-            self.mappings.check(base, len.min(MAX_IO), Access::Write)?;
+            self.process.mappings.check(base, len.min(MAX_IO), Access::Write)?;
         }
         let nonblock = fl & O_NONBLOCK != 0 || flags & MSG_DONTWAIT != 0;
         let peek = flags & MSG_PEEK != 0;
@@ -139,7 +139,7 @@ impl Kernel {
                 break;
             }
             let n = (len as usize).min(data.len() - off);
-            self.mappings.copy_out(mem, base, &data[off..off + n])?;
+            self.process.mappings.copy_out(mem, base, &data[off..off + n])?;
             off += n;
         }
         Ok(())
@@ -259,9 +259,9 @@ impl Kernel {
         self.socket(fd)?;
         access_ok_len(buf, len)?;
         let len = len.min(MAX_IO);
-        self.mappings.check(buf, len, Access::Read)?;
+        self.process.mappings.check(buf, len, Access::Read)?;
         let mut data = vec![0u8; len as usize];
-        self.mappings.copy_in(mem, buf, &mut data)?;
+        self.process.mappings.copy_in(mem, buf, &mut data)?;
         let to = if addr != 0 { Some(self.read_sockaddr(mem, addr, alen)?.1) } else { None };
         self.obj_send(fd as i32, &data, flags as u32, to)
     }
@@ -280,7 +280,7 @@ impl Kernel {
     /// Reads a `struct msghdr`: name, namelen, iovecs.
     fn msghdr(&self, mem: &mut dyn Memory, msg: u64) -> Result<MsgHdr, i32> {
         let mut b = [0u8; 56];
-        self.mappings.copy_in(mem, msg, &mut b)?;
+        self.process.mappings.copy_in(mem, msg, &mut b)?;
         let w = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
         let namelen = u64::from(u32::from_le_bytes(b[8..12].try_into().unwrap_or_default()));
         let iov = self.iovecs(mem, w(16), w(24))?;
@@ -293,10 +293,10 @@ impl Kernel {
         let mut data = Vec::new();
         for (base, len) in iov {
             let n = len.min(MAX_IO - data.len() as u64);
-            self.mappings.check(base, n, Access::Read)?;
+            self.process.mappings.check(base, n, Access::Read)?;
             let start = data.len();
             data.resize(start + n as usize, 0);
-            self.mappings.copy_in(mem, base, &mut data[start..])?;
+            self.process.mappings.copy_in(mem, base, &mut data[start..])?;
         }
         let to = if name != 0 { Some(self.read_sockaddr(mem, name, namelen)?.1) } else { None };
         self.obj_send(fd as i32, &data, flags as u32, to)
@@ -309,11 +309,11 @@ impl Kernel {
         if let (Some(src), true) = (from, name != 0) {
             self.write_sockaddr(mem, name, msg + 8, src)?;
         } else {
-            self.mappings.copy_out(mem, msg + 8, &0u32.to_le_bytes())?;
+            self.process.mappings.copy_out(mem, msg + 8, &0u32.to_le_bytes())?;
         }
-        self.mappings.copy_out(mem, msg + 40, &0u64.to_le_bytes())?;
+        self.process.mappings.copy_out(mem, msg + 40, &0u64.to_le_bytes())?;
         let mf: i32 = if trunc { MSG_TRUNC as i32 } else { 0 };
-        self.mappings.copy_out(mem, msg + 48, &mf.to_le_bytes())?;
+        self.process.mappings.copy_out(mem, msg + 48, &mf.to_le_bytes())?;
         Ok(n)
     }
 }

@@ -413,7 +413,7 @@ fn limits_emfile_enospc() {
     assert_eq!(h.sc("ftruncate", &[fd as u64, 100]), 0);
     assert_eq!(h.call1("unlink", "/data/big", &[]), 0);
     assert_eq!(h.sc("close", &[fd as u64]), 0);
-    assert_eq!(h.k.fs.used(), 0, "freed when the last reference went away");
+    assert_eq!(h.k.files.fs.used(), 0, "freed when the last reference went away");
     // A huge offset is ENOSPC (or EFBIG), never an allocation.
     let fd = h.open("/data/sparse", O_CREAT | O_RDWR);
     assert_eq!(h.pwrite(fd, b"z", 1 << 40), ENOSPC);
@@ -446,13 +446,13 @@ fn locks_are_granted_and_recorded() {
     };
     poke(&h.k, &mut h.m, h.buf, &fl(1, 0));
     assert_eq!(h.sc("fcntl", &[fd, 6, h.buf]), 0);
-    assert_eq!(h.k.locks.len(), 1);
+    assert_eq!(h.k.files.locks.len(), 1);
     assert_eq!(h.sc("fcntl", &[fd, 7, h.buf]), 0);
     assert_eq!(h.sc("fcntl", &[fd, 5, h.buf]), 0);
     assert_eq!(&peek(&h.k, &mut h.m, h.buf, 2), &2u16.to_le_bytes(), "F_GETLK: F_UNLCK");
     poke(&h.k, &mut h.m, h.buf, &fl(2, 0));
     assert_eq!(h.sc("fcntl", &[fd, 6, h.buf]), 0);
-    assert!(h.k.locks.is_empty());
+    assert!(h.k.files.locks.is_empty());
     poke(&h.k, &mut h.m, h.buf, &fl(9, 0));
     assert_eq!(h.sc("fcntl", &[fd, 6, h.buf]), EINVAL);
     let ro = h.open("/data/l", 0) as u64;
@@ -670,7 +670,7 @@ fn torn_and_reordered_images_follow_decisions() {
     poke(&h.k, &mut h.m, h.buf, &[b'C'; 1100]);
     assert_eq!(h.sc("pwrite64", &[3, h.buf, 1100, 1000]), 1100);
     assert_eq!(h.sc("ftruncate", &[3, 1500]), 0);
-    let durable = h.k.fs.get(h.k.fs.lookup_abs("/data/wal").unwrap()).cloned().unwrap();
+    let durable = h.k.files.fs.get(h.k.files.fs.lookup_abs("/data/wal").unwrap()).cloned().unwrap();
     let crate::fs::Kind::File(f) = &durable.kind else { panic!() };
     assert_eq!(f.pending.len(), 2);
     assert_eq!(
@@ -939,7 +939,7 @@ fn save_restore_mid_run_keeps_the_file_system() {
     let bytes = h.k.save();
     let restored = Kernel::restore(&bytes).expect("restore");
     assert_eq!(restored.save(), bytes);
-    assert_eq!(restored.fs, h.k.fs);
+    assert_eq!(restored.files.fs, h.k.files.fs);
     let finish = |mut k: Kernel, mut m: FakeMemory| {
         let buf = h.buf;
         for i in 0..5u64 {
@@ -960,8 +960,8 @@ fn save_restore_mid_run_keeps_the_file_system() {
     assert_eq!(a.1.file("/data/d/hard"), a.1.file("/data/wal2"));
     // Inconsistent file system states are refused.
     let mut bad = h.k.clone();
-    let id = bad.fs.lookup_abs("/data/wal2").unwrap();
-    bad.fds.close(3).unwrap();
+    let id = bad.files.fs.lookup_abs("/data/wal2").unwrap();
+    bad.files.fds.close(3).unwrap();
     assert!(matches!(Kernel::restore(&bad.save()), Err(RestoreError::Invalid { .. })), "open count of {id}");
 }
 
@@ -1380,7 +1380,7 @@ fn run_ops(ops: &[Op], crash_at: u64, faults: FaultConfig, seed: u64) -> (Kernel
             _ => {}
         }
     }
-    assert!(h.k.fs.validate().is_ok());
+    assert!(h.k.files.fs.validate().is_ok());
     (h.k, model)
 }
 
@@ -1645,7 +1645,7 @@ fn hostile_fs_syscalls_never_panic() {
                 assert_eq!(r.save(), bytes);
             }
         }
-        h.k.fs.validate().unwrap();
+        h.k.files.fs.validate().unwrap();
         let r = h.k.finish(&h.m, ExitStatus::Exited { code: 0 });
         assert!(r.syscalls >= 20_000);
     }

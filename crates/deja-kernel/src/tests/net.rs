@@ -36,7 +36,7 @@ fn read_sockaddr(k: &Kernel, m: &mut FakeMemory, at: u64) -> SockAddr {
 }
 
 /// A listener on 127.0.0.1:`port` and a connected pair: (listener, client, server side).
-fn tcp_pair(k: &mut Kernel, m: &mut FakeMemory, buf: u64, port: u16) -> (u64, u64, u64) {
+pub(super) fn tcp_pair(k: &mut Kernel, m: &mut FakeMemory, buf: u64, port: u16) -> (u64, u64, u64) {
     let l = sc(k, m, "socket", &[AF_INET, SOCK_STREAM, 0]) as u64;
     let a = sockaddr(k, m, buf, [127, 0, 0, 1], port);
     assert_eq!(sc(k, m, "bind", &[l, a, 16]), 0);

@@ -4,7 +4,7 @@ use super::*;
 use crate::threads::BLOCKED_RETURN;
 
 /// glibc's `pthread_create` clone flags.
-const GLIBC_FLAGS: u64 = 0x3d0f00;
+pub(super) const GLIBC_FLAGS: u64 = 0x3d0f00;
 const BLOCKED: i64 = BLOCKED_RETURN as i64;
 const ETIMEDOUT: i64 = -110;
 const EAGAIN: i64 = -11;
@@ -225,7 +225,7 @@ fn per_thread_state() {
     assert_eq!(k.gs_base(), 0x99);
     assert_eq!(sc(&mut k, &mut m, "rt_sigprocmask", &[0, 0, buf + 0x48, 8]), 0);
     assert_eq!(peek(&k, &mut m, buf + 0x48, 8), (!(1u64 << 8) & !(1 << 18)).to_le_bytes());
-    assert_eq!(k.clear_child_tid, buf + 0x100);
+    assert_eq!(k.process.clear_child_tid, buf + 0x100);
 }
 
 #[test]
@@ -249,11 +249,11 @@ fn save_restore_mid_run_with_threads() {
         assert_eq!(r.finish(&bm, ExitStatus::Exited { code: 0 }).digest, want_digest);
     }
     let mut bad = k0.clone();
-    bad.threads.current = 99;
+    bad.sched.threads.current = 99;
     assert!(Kernel::restore(&bad.save()).is_err());
     let mut bad = k0.clone();
-    bad.threads.wakeups.push((1, 0));
-    bad.threads.wakeups.push((1, 0));
+    bad.sched.threads.wakeups.push((1, 0));
+    bad.sched.threads.wakeups.push((1, 0));
     assert!(Kernel::restore(&bad.save()).is_err());
 }
 

@@ -1,21 +1,35 @@
 //! Serving the guest: one syscall (the clock, faults, blocking, the trace) and its dispatch
 //! through the table in [`crate::syscalls`], and the exceptions (demand paging, emulated
 //! instructions, attempts to enter a kernel another way, the fatal ones).
+//!
+//! This is the layer above the handlers: it reaches them through the table, and the scheduler
+//! in [`sys_sched`](crate::sys_sched) comes back here to serve a blocked call again.
 
-use super::*;
+use crate::clock::{RDTSC_COST_NS, SYSCALL_COST_NS};
+use crate::cpuid::Emulated;
+use crate::errno::*;
+use crate::faults::{FaultKind, FaultRecord};
+use crate::kernel::{Kernel, SysResult, SysStop};
+use crate::mappings::{Access, FaultError};
+use crate::process::MAX_FAULT_REPEATS;
+use crate::signal;
+use crate::threads::BLOCKED_RETURN;
+use crate::trace::{DataHasher, ExceptionRecord};
+use crate::user_layout::*;
+use crate::{Exception, ExceptionOutcome, ExitStatus, FaultInfo, Memory, SyscallOutcome};
 
 impl Kernel {
     /// Serves one syscall: `nr` from RAX, `args` from RDI, RSI, RDX, R10, R8, R9.
     pub fn syscall(&mut self, mem: &mut dyn Memory, nr: u64, args: [u64; 6]) -> SyscallOutcome {
-        self.clock.advance(SYSCALL_COST_NS);
-        self.faults.log.set_time(self.clock.now_ns());
-        self.last_fault = None;
+        self.sched.clock.advance(SYSCALL_COST_NS);
+        self.faults.log.set_time(self.sched.clock.now_ns());
+        self.process.last_fault = None;
         let name = crate::syscalls::display_name(nr);
-        *self.counts.entry(name.clone()).or_default() += 1;
-        self.threads.call = (nr, args);
+        *self.record.counts.entry(name.clone()).or_default() += 1;
+        self.sched.threads.call = (nr, args);
         // Read before the syscall runs and outside its data hash, for the recorded trace only.
-        let paths = if self.tracer.recording() {
-            crate::syscalls::read_paths(nr, &args, &self.mappings, mem)
+        let paths = if self.record.tracer.recording() {
+            crate::syscalls::read_paths(nr, &args, &self.process.mappings, mem)
         } else {
             Vec::new()
         };
@@ -47,15 +61,15 @@ impl Kernel {
                 (SyscallOutcome::Return(v), Some(v))
             }
             Err(SysStop::Unsupported) => {
-                *self.unsupported.entry(name.clone()).or_default() += 1;
+                *self.record.unsupported.entry(name.clone()).or_default() += 1;
                 let v = (-i64::from(ENOSYS)) as u64;
                 (SyscallOutcome::Return(v), Some(v))
             }
             Err(SysStop::Exit(st)) => {
-                self.exit = Some(st.clone());
+                self.process.exit = Some(st.clone());
                 (SyscallOutcome::Exit(st), None)
             }
-            Err(SysStop::Block) if self.threads.idle => (SyscallOutcome::Idle, Some(BLOCKED_RETURN)),
+            Err(SysStop::Block) if self.sched.threads.idle => (SyscallOutcome::Idle, Some(BLOCKED_RETURN)),
             Err(SysStop::Block) => (SyscallOutcome::Return(BLOCKED_RETURN), Some(BLOCKED_RETURN)),
         };
         let (outcome, ret) = if self.faults.crash_due && !matches!(outcome, SyscallOutcome::Exit(_)) {
@@ -64,13 +78,13 @@ impl Kernel {
             self.faults.ledger.push(FaultRecord {
                 kind: FaultKind::Crash,
                 point: at.clone(),
-                syscall_index: self.tracer.syscalls(),
+                syscall_index: self.record.tracer.syscalls(),
                 path: None,
                 selected: true,
                 applied: true,
                 observed: false,
             });
-            self.exit = Some(ExitStatus::Signaled {
+            self.process.exit = Some(ExitStatus::Signaled {
                 signal: signal::SIGKILL,
                 name: signal::name(signal::SIGKILL),
                 fault: Some(FaultInfo { description: format!("crash injected {at}"), vector: 0, rip: 0, addr: None }),
@@ -79,7 +93,7 @@ impl Kernel {
         } else {
             (outcome, ret)
         };
-        self.tracer.syscall(nr, &paths, args, ret, self.clock.now_ns(), data);
+        self.record.tracer.syscall(nr, &paths, args, ret, self.sched.clock.now_ns(), data);
         outcome
     }
 
@@ -105,7 +119,7 @@ impl Kernel {
             Exception::GeneralProtection { rip, error_code, eax, ecx } => {
                 let mut code = [0u8; 15];
                 let n = (0..code.len())
-                    .take_while(|&i| self.mappings.copy_in(mem, rip + i as u64, &mut code[i..=i]).is_ok())
+                    .take_while(|&i| self.process.mappings.copy_in(mem, rip + i as u64, &mut code[i..=i]).is_ok())
                     .count();
                 match crate::cpuid::decode(&code[..n]) {
                     Some((insn @ Emulated::Cpuid, len)) => {
@@ -115,15 +129,15 @@ impl Kernel {
                         return ExceptionOutcome::Emulated { insn, eax: a, ebx: Some(b), ecx: Some(c), edx: d, len };
                     }
                     Some((insn, len)) => {
-                        self.clock.advance(RDTSC_COST_NS);
-                        let tsc = self.clock.tsc();
-                        self.tracer.exception(
+                        self.sched.clock.advance(RDTSC_COST_NS);
+                        let tsc = self.sched.clock.tsc();
+                        self.record.tracer.exception(
                             13,
                             rip,
                             0,
                             error_code,
                             ExceptionRecord::Emulated(tsc),
-                            self.clock.now_ns(),
+                            self.sched.clock.now_ns(),
                         );
                         return ExceptionOutcome::Emulated {
                             insn,
@@ -181,7 +195,7 @@ impl Kernel {
     /// The other way into a kernel at `rip`, if that is what is there.
     fn entry_at(&self, mem: &mut dyn Memory, rip: u64) -> Option<EntryAttempt> {
         let mut code = [0u8; 2];
-        self.mappings.copy_in(mem, rip, &mut code).ok()?;
+        self.process.mappings.copy_in(mem, rip, &mut code).ok()?;
         entry_attempt(&code)
     }
 
@@ -216,18 +230,18 @@ impl Kernel {
             Access::Exec => "instruction fetch from",
         };
         let key = (page_down(addr), rip);
-        if self.last_fault == Some(key) {
-            self.fault_repeats += 1;
+        if self.process.last_fault == Some(key) {
+            self.process.fault_repeats += 1;
         } else {
-            self.last_fault = Some(key);
-            self.fault_repeats = 0;
+            self.process.last_fault = Some(key);
+            self.process.fault_repeats = 0;
         }
-        if self.fault_repeats >= MAX_FAULT_REPEATS {
+        if self.process.fault_repeats >= MAX_FAULT_REPEATS {
             let d =
                 format!("page fault: {verb} {addr:#x} repeats after the page was mapped (error code {error_code:#x})");
             return self.fatal(11, d, 14, rip, Some(addr), error_code);
         }
-        match self.mappings.fault(mem, addr, access) {
+        match self.process.mappings.fault(mem, addr, access) {
             Ok(()) => ExceptionOutcome::Retry,
             Err(FaultError::Unmapped) => {
                 let mut d = format!("page fault: {verb} unmapped address {addr:#x}");
@@ -269,20 +283,20 @@ impl Kernel {
         addr: Option<u64>,
         error_code: u64,
     ) -> ExceptionOutcome {
-        self.tracer.exception(
+        self.record.tracer.exception(
             vector,
             rip,
             addr.unwrap_or(0),
             error_code,
             ExceptionRecord::Fatal(sig),
-            self.clock.now_ns(),
+            self.sched.clock.now_ns(),
         );
         let st = ExitStatus::Signaled {
             signal: sig,
             name: signal::name(sig),
             fault: Some(FaultInfo { description, vector, rip, addr }),
         };
-        self.exit = Some(st.clone());
+        self.process.exit = Some(st.clone());
         ExceptionOutcome::Fatal(st)
     }
 }

@@ -1,0 +1,47 @@
+//! The process's files: the file system, the fd table with its open descriptions, and the
+//! record locks.
+//!
+//! [`Files`] is a saved part of the kernel state (see [`persist`](crate::persist)); its fields
+//! are its encoding, in declaration order.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::fd::FdTable;
+use crate::fs::Fs;
+use crate::persist::{ensure, Persist, RestoreError};
+
+/// Record locks kept at most.
+pub(crate) const MAX_LOCKS: usize = 4096;
+
+/// The file system and the process's view of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Files {
+    /// Every inode with its volatile and durable layers, pending writes, link and open counts.
+    pub(crate) fs: Fs,
+    /// Record locks by (inode, start): (type, length).
+    pub(crate) locks: BTreeMap<(u64, u64), (u16, u64)>,
+    /// The fds, the open descriptions they name, and stdin.
+    pub(crate) fds: FdTable,
+}
+
+impl Persist for Files {
+    /// Nothing: the checks need no other part.
+    type Context = ();
+
+    /// Checks the invariants of restored files: the file system's and the fd table's own,
+    /// open counts equal to the descriptions naming each inode, and the lock bound.
+    fn validate(&self, _: &()) -> Result<(), RestoreError> {
+        self.fs.validate()?;
+        self.fds.validate()?;
+        let mut refs: BTreeMap<u64, u64> = BTreeMap::new();
+        for d in self.fds.descriptions() {
+            if let Some(id) = d.kind.inode() {
+                *refs.entry(id).or_default() += 1;
+            }
+        }
+        self.fs.validate_open(&refs)?;
+        ensure(self.locks.len() <= MAX_LOCKS, || format!("{} locks", self.locks.len()))
+    }
+}
