@@ -1,9 +1,54 @@
 //! What each kind of open file description does, in one place: the handlers ask the
-//! description ([`FileKind`]) instead of matching its kind.
+//! description ([`FileKind`], [`OpenFile`]) instead of matching its kind.
+//!
+//! The questions that need only the state of the files and the network are answered here
+//! whole: the inode behind a description, its `fstat` status, `FIONREAD`, where `lseek` puts
+//! it. Reads and writes also pass the kernel's fault points, its output and its random
+//! stream, which this module does not know: [`FileKind::read_source`] and
+//! [`FileKind::write_target`] answer with what the call draws on or goes to (a [`ReadSource`],
+//! a [`WriteTarget`]) or with the errno the kind gives, and the handler supplies the rest.
 
-use crate::fd::{object_of, FileKind, Stat, FILE_TIME_S, S_IFIFO};
+use std::sync::Arc;
+
+use crate::errno::*;
+use crate::fd::{object_of, FileKind, OpenFile, Stat, FILE_TIME_S, S_IFIFO};
 use crate::fs::{Fs, ROOT};
 use crate::net::{Net, ObjKind};
+use crate::Stream;
+
+/// What a read of a description takes its bytes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadSource {
+    /// Bytes the description holds (stdin, a generated file), read from the file position.
+    Held(Arc<[u8]>),
+    /// A file of the file system, read from the file position after its fault point.
+    File {
+        /// Inode id in [`Fs`].
+        id: u64,
+        /// Path it was opened by (what the fault rules name).
+        path: String,
+    },
+    /// Nothing: every read is at the end (`/dev/null`).
+    Empty,
+    /// The random stream: every read gives as many bytes as asked.
+    Random,
+}
+
+/// Where a write to a description goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteTarget {
+    /// The run's output on a stream (stdout, stderr).
+    Output(Stream),
+    /// Nowhere: the bytes are accepted and dropped (`/dev/null`, `/dev/urandom`).
+    Discard,
+    /// A file of the file system, through its fault point and durability.
+    File {
+        /// Inode id in [`Fs`].
+        id: u64,
+        /// Path it was opened by.
+        path: String,
+    },
+}
 
 impl FileKind {
     /// The inode of the file system behind the description: a file's or a directory's.
@@ -72,5 +117,193 @@ impl FileKind {
                 _ => return None,
             },
         })
+    }
+
+    /// What a read of the description draws on, or the errno the kind gives: `ESPIPE` for a
+    /// positioned read of stdin (`positioned`) and for the objects of [`crate::net`] (read
+    /// through their own calls), `EISDIR` for a directory, `EBADF` for stdout and stderr.
+    pub fn read_source(&self, positioned: bool) -> Result<ReadSource, i32> {
+        match self {
+            FileKind::Stdin(_) if positioned => Err(ESPIPE),
+            FileKind::Stdin(data) | FileKind::Regular { data, .. } => Ok(ReadSource::Held(data.clone())),
+            FileKind::Inode { id, path } => Ok(ReadSource::File { id: *id, path: path.clone() }),
+            FileKind::Dir { .. } => Err(EISDIR),
+            FileKind::DevNull => Ok(ReadSource::Empty),
+            FileKind::Random(_) => Ok(ReadSource::Random),
+            FileKind::Stdout | FileKind::Stderr => Err(EBADF),
+            FileKind::Socket(_) | FileKind::Pipe { .. } | FileKind::EventFd(_) | FileKind::Epoll(_) => Err(ESPIPE),
+        }
+    }
+
+    /// Where a write to the description goes, or `EBADF` for the kinds not written this way
+    /// (stdin, a generated file, a directory, the objects of [`crate::net`]).
+    pub fn write_target(&self) -> Result<WriteTarget, i32> {
+        match self {
+            FileKind::Stdout => Ok(WriteTarget::Output(Stream::Stdout)),
+            FileKind::Stderr => Ok(WriteTarget::Output(Stream::Stderr)),
+            FileKind::DevNull | FileKind::Random(_) => Ok(WriteTarget::Discard),
+            FileKind::Inode { id, path } => Ok(WriteTarget::File { id: *id, path: path.clone() }),
+            _ => Err(EBADF),
+        }
+    }
+}
+
+impl OpenFile {
+    /// `lseek` of the description to `off` from `whence` (`SEEK_SET`, `SEEK_CUR`, `SEEK_END`,
+    /// `SEEK_DATA`, `SEEK_HOLE`), the size of a file read from `fs`. Streams are `ESPIPE`;
+    /// `/dev/null` and `/dev/urandom` stay at 0; a directory only rewinds (to the start of
+    /// its listing), anything else being `EINVAL`. Returns the new position.
+    pub fn seek(&mut self, off: u64, whence: u64, fs: &Fs) -> Result<u64, i32> {
+        let size = match &mut self.kind {
+            FileKind::DevNull | FileKind::Random(_) => return Ok(0),
+            FileKind::Regular { data, .. } => data.len() as i64,
+            FileKind::Inode { id, .. } => fs.size(*id) as i64,
+            FileKind::Dir { after, .. } => {
+                if off != 0 || whence != 0 {
+                    return Err(EINVAL);
+                }
+                self.offset = 0;
+                *after = None;
+                return Ok(0);
+            }
+            FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => return Err(ESPIPE),
+            FileKind::Socket(_) | FileKind::Pipe { .. } | FileKind::EventFd(_) | FileKind::Epoll(_) => {
+                return Err(ESPIPE)
+            }
+        };
+        let off = off as i64;
+        let cur = self.offset as i64;
+        let new = match whence {
+            0 => Some(off),
+            1 => cur.checked_add(off),
+            2 => size.checked_add(off),
+            3 if off < size => Some(off),
+            4 if off < size => Some(size),
+            3 | 4 => return Err(ENXIO),
+            _ => return Err(EINVAL),
+        };
+        match new {
+            Some(n) if n >= 0 => {
+                self.offset = n as u64;
+                Ok(n as u64)
+            }
+            _ => Err(EINVAL),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::fs::FsConfig;
+
+    /// One description of every kind, with the file system the file and the directory are in
+    /// (a 5-byte file at `/data/f`, the directory `/data`).
+    fn every_kind() -> (Fs, Vec<(&'static str, FileKind)>) {
+        let files = BTreeMap::from([("/data/f".to_string(), b"hello".to_vec())]);
+        let fs = Fs::new(FsConfig::default(), None, &files, "/bin/exe", b"\x7fELF");
+        let file = fs.lookup_abs("/data/f").expect("the declared file");
+        let dir = fs.lookup_abs("/data").expect("/data");
+        let stat = fs.stat(file);
+        let kinds = vec![
+            ("stdin", FileKind::Stdin(Arc::from(&b"in"[..]))),
+            ("stdout", FileKind::Stdout),
+            ("stderr", FileKind::Stderr),
+            ("regular", FileKind::Regular { path: "/proc/self/maps".into(), data: Arc::from(&b"maps"[..]), stat }),
+            ("inode", FileKind::Inode { id: file, path: "/data/f".into() }),
+            ("dir", FileKind::Dir { id: dir, after: Some("f".into()) }),
+            ("null", FileKind::DevNull),
+            ("random", FileKind::Random(9)),
+            ("socket", FileKind::Socket(1)),
+            ("pipe", FileKind::Pipe { obj: 2, write: false }),
+            ("eventfd", FileKind::EventFd(3)),
+            ("epoll", FileKind::Epoll(4)),
+        ];
+        (fs, kinds)
+    }
+
+    #[test]
+    fn every_kind_reads_from_its_source_or_gives_its_errno() {
+        let (fs, kinds) = every_kind();
+        let file = fs.lookup_abs("/data/f").unwrap();
+        for (name, kind) in &kinds {
+            let want = match *name {
+                "stdin" => Ok(ReadSource::Held(Arc::from(&b"in"[..]))),
+                "regular" => Ok(ReadSource::Held(Arc::from(&b"maps"[..]))),
+                "inode" => Ok(ReadSource::File { id: file, path: "/data/f".into() }),
+                "dir" => Err(EISDIR),
+                "null" => Ok(ReadSource::Empty),
+                "random" => Ok(ReadSource::Random),
+                "stdout" | "stderr" => Err(EBADF),
+                _ => Err(ESPIPE),
+            };
+            assert_eq!(kind.read_source(false), want, "read of {name}");
+            let positioned = if *name == "stdin" { Err(ESPIPE) } else { want };
+            assert_eq!(kind.read_source(true), positioned, "positioned read of {name}");
+        }
+    }
+
+    #[test]
+    fn every_kind_writes_to_its_target_or_gives_ebadf() {
+        let (fs, kinds) = every_kind();
+        let file = fs.lookup_abs("/data/f").unwrap();
+        for (name, kind) in &kinds {
+            let want = match *name {
+                "stdout" => Ok(WriteTarget::Output(Stream::Stdout)),
+                "stderr" => Ok(WriteTarget::Output(Stream::Stderr)),
+                "null" | "random" => Ok(WriteTarget::Discard),
+                "inode" => Ok(WriteTarget::File { id: file, path: "/data/f".into() }),
+                _ => Err(EBADF),
+            };
+            assert_eq!(kind.write_target(), want, "write to {name}");
+        }
+    }
+
+    #[test]
+    fn every_kind_seeks_or_gives_its_errno() {
+        let (fs, kinds) = every_kind();
+        for (name, kind) in kinds {
+            let at = |offset| {
+                let mut f = OpenFile::new(kind.clone(), 0);
+                f.offset = offset;
+                f
+            };
+            let mut f = at(3);
+            let end = f.seek(1, 2, &fs);
+            let want_end = match name {
+                "regular" => Ok(5),
+                "inode" => Ok(6),
+                "null" | "random" => Ok(0),
+                "dir" => Err(EINVAL),
+                _ => Err(ESPIPE),
+            };
+            assert_eq!(end, want_end, "SEEK_END + 1 of {name}");
+            if let Ok(n) = want_end {
+                assert_eq!(f.offset, if n == 0 { 3 } else { n }, "position of {name} after SEEK_END");
+            }
+            let mut f = at(3);
+            let rewind = f.seek(0, 0, &fs);
+            match name {
+                "regular" | "inode" | "null" | "random" => assert_eq!(rewind, Ok(0), "rewind of {name}"),
+                "dir" => {
+                    assert_eq!(rewind, Ok(0), "rewind of {name}");
+                    assert_eq!(
+                        (f.offset, &f.kind),
+                        (0, &FileKind::Dir { id: fs.lookup_abs("/data").unwrap(), after: None })
+                    );
+                }
+                _ => assert_eq!(rewind, Err(ESPIPE), "rewind of {name}"),
+            }
+            if matches!(name, "regular" | "inode") {
+                assert_eq!(at(3).seek(-1i64 as u64, 1, &fs), Ok(2), "SEEK_CUR - 1 of {name}");
+                assert_eq!(at(3).seek(-4i64 as u64, 1, &fs), Err(EINVAL), "SEEK_CUR before 0 of {name}");
+                assert_eq!(at(0).seek(2, 3, &fs), Ok(2), "SEEK_DATA of {name}");
+                assert_eq!(at(0).seek(2, 4, &fs), Ok(if name == "inode" { 5 } else { 4 }), "SEEK_HOLE of {name}");
+                assert_eq!(at(0).seek(9, 3, &fs), Err(ENXIO), "SEEK_DATA past the end of {name}");
+                assert_eq!(at(0).seek(0, 5, &fs), Err(EINVAL), "bad whence of {name}");
+            }
+        }
     }
 }

@@ -8,10 +8,12 @@
 
 use crate::errno::*;
 use crate::fd::*;
+use crate::file_ops::{ReadSource, WriteTarget};
+use crate::files::Files;
 use crate::kernel::{Kernel, SysResult, MAX_IO};
 use crate::mappings::Access;
 use crate::user_layout::USER_END;
-use crate::{Memory, Stream};
+use crate::Memory;
 
 /// Linux's `access_ok`: the range lies in the user half.
 pub(crate) fn access_ok(addr: u64, len: u64) -> Result<(), i32> {
@@ -51,16 +53,10 @@ impl Kernel {
         }
         access_ok(buf, count)?;
         let count = count.min(MAX_IO);
-        let data = match &f.kind {
-            FileKind::Stdin(d) => {
-                if pos.is_some() {
-                    return Err(ESPIPE);
-                }
-                d.clone()
-            }
-            FileKind::Regular { data, .. } => data.clone(),
-            FileKind::Inode { id, path } => {
-                let (id, path, off) = (*id, path.clone(), pos.unwrap_or(f.offset));
+        let data = match f.kind.read_source(pos.is_some())? {
+            ReadSource::Held(data) => data,
+            ReadSource::File { id, path } => {
+                let off = pos.unwrap_or(f.offset);
                 if self.files.fs.contents(id).is_none() {
                     return Err(EINVAL);
                 }
@@ -76,18 +72,13 @@ impl Kernel {
                 }
                 return Ok(n);
             }
-            FileKind::Dir { .. } => return Err(EISDIR),
-            FileKind::DevNull => return Ok(0),
-            FileKind::Random(_) => {
+            ReadSource::Empty => return Ok(0),
+            ReadSource::Random => {
                 self.process.mappings.check(buf, count, Access::Write)?;
                 let mut b = vec![0u8; count as usize];
                 self.rng.fill(&mut b);
                 self.process.mappings.copy_out(mem, buf, &b)?;
                 return Ok(count);
-            }
-            FileKind::Stdout | FileKind::Stderr => return Err(EBADF),
-            FileKind::Socket(_) | FileKind::Pipe { .. } | FileKind::EventFd(_) | FileKind::Epoll(_) => {
-                return Err(ESPIPE)
             }
         };
         let off = pos.unwrap_or(f.offset);
@@ -108,15 +99,13 @@ impl Kernel {
         if !f.writable() {
             return Err(EBADF);
         }
-        match &f.kind {
-            FileKind::Stdout => self.emit(Stream::Stdout, data),
-            FileKind::Stderr => self.emit(Stream::Stderr, data),
-            FileKind::DevNull | FileKind::Random(_) => {}
-            FileKind::Inode { id, path } => {
-                let (id, path, flags, offset) = (*id, path.clone(), f.flags, f.offset);
+        match f.kind.write_target()? {
+            WriteTarget::Output(stream) => self.emit(stream, data),
+            WriteTarget::Discard => {}
+            WriteTarget::File { id, path } => {
+                let (flags, offset) = (f.flags, f.offset);
                 return self.file_write(fd, id, &path, flags, data, pos.unwrap_or(offset), pos.is_none());
             }
-            _ => return Err(EBADF),
         }
         Ok(data.len() as u64)
     }
@@ -257,45 +246,8 @@ impl Kernel {
     }
 
     pub(crate) fn sys_lseek(&mut self, fd: u64, off: u64, whence: u64) -> SysResult {
-        let f = self.files.fds.get_mut(fd as i32)?;
-        let size = match &f.kind {
-            FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => return Err(ESPIPE.into()),
-            FileKind::Socket(_) | FileKind::Pipe { .. } | FileKind::EventFd(_) | FileKind::Epoll(_) => {
-                return Err(ESPIPE.into())
-            }
-            FileKind::DevNull | FileKind::Random(_) => return Ok(0),
-            FileKind::Regular { data, .. } => data.len() as i64,
-            FileKind::Inode { id, .. } => self.files.fs.size(*id) as i64,
-            FileKind::Dir { .. } => {
-                // Directories rewind only.
-                if off != 0 || whence != 0 {
-                    return Err(EINVAL.into());
-                }
-                f.offset = 0;
-                if let FileKind::Dir { after, .. } = &mut f.kind {
-                    *after = None;
-                }
-                return Ok(0);
-            }
-        };
-        let off = off as i64;
-        let cur = f.offset as i64;
-        let new = match whence {
-            0 => Some(off),
-            1 => cur.checked_add(off),
-            2 => size.checked_add(off),
-            3 if off < size => Some(off),
-            4 if off < size => Some(size),
-            3 | 4 => return Err(ENXIO.into()),
-            _ => return Err(EINVAL.into()),
-        };
-        match new {
-            Some(n) if n >= 0 => {
-                f.offset = n as u64;
-                Ok(n as u64)
-            }
-            _ => Err(EINVAL.into()),
-        }
+        let Files { fs, fds, .. } = &mut self.files;
+        Ok(fds.get_mut(fd as i32)?.seek(off, whence, fs)?)
     }
 
     pub(crate) fn sys_dup(&mut self, fd: u64) -> SysResult {
