@@ -11,8 +11,8 @@
 use std::sync::Arc;
 
 use crate::errno::*;
-use crate::fd::{object_of, FileKind, OpenFile, Stat, FILE_TIME_S, S_IFIFO};
-use crate::fs::{Fs, ROOT};
+use crate::fd::{object_of, FileKind, OpenFile, Stat, FILE_TIME_S, O_PATH, S_IFIFO};
+use crate::fs::{Fs, Kind, ROOT};
 use crate::net::{Net, ObjKind};
 use crate::Stream;
 
@@ -146,9 +146,63 @@ impl FileKind {
             _ => Err(EBADF),
         }
     }
+
+    /// What the sync calls flush for the description: the inode of a file or a directory (of
+    /// `fs`) and the path the fault rules name, only the path for a generated file; `EINVAL`
+    /// for the other kinds.
+    pub fn sync_target(&self, fs: &Fs) -> Result<(Option<u64>, String), i32> {
+        match self {
+            FileKind::Inode { id, path } => Ok((Some(*id), path.clone())),
+            FileKind::Dir { id, .. } => Ok((Some(*id), fs.dir_path(*id).unwrap_or_default())),
+            FileKind::Regular { path, .. } => Ok((None, path.clone())),
+            _ => Err(EINVAL),
+        }
+    }
+
+    /// Whether `sync_file_range` applies to the description: to a file of the file system
+    /// and a generated file; `ESPIPE` for the standard streams, `EINVAL` for the other kinds.
+    pub fn sync_range(&self) -> Result<(), i32> {
+        match self {
+            FileKind::Inode { .. } | FileKind::Regular { .. } => Ok(()),
+            FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => Err(ESPIPE),
+            _ => Err(EINVAL),
+        }
+    }
+
+    /// The file `fallocate` extends, and its path: a file of the file system whose inode (in
+    /// `fs`) is a regular file; `EISDIR` for a directory, `ESPIPE` for the standard streams,
+    /// `ENODEV` for the other kinds and for an inode that is not a regular file.
+    pub fn allocate_target(&self, fs: &Fs) -> Result<(u64, String), i32> {
+        match self {
+            FileKind::Inode { id, path } if matches!(fs.get(*id).map(|i| &i.kind), Some(Kind::File(_))) => {
+                Ok((*id, path.clone()))
+            }
+            FileKind::Dir { .. } => Err(EISDIR),
+            FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => Err(ESPIPE),
+            _ => Err(ENODEV),
+        }
+    }
 }
 
 impl OpenFile {
+    /// The sync calls' [`FileKind::sync_target`] of the description; `EBADF` if it was opened
+    /// with `O_PATH`.
+    pub fn sync_target(&self, fs: &Fs) -> Result<(Option<u64>, String), i32> {
+        if self.flags & O_PATH != 0 {
+            return Err(EBADF);
+        }
+        self.kind.sync_target(fs)
+    }
+
+    /// The file `ftruncate` sets the size of, and its path: a file of the file system opened
+    /// for writing; `EINVAL` for any other description.
+    pub fn truncate_target(&self) -> Result<(u64, String), i32> {
+        match &self.kind {
+            FileKind::Inode { id, path } if self.writable() => Ok((*id, path.clone())),
+            _ => Err(EINVAL),
+        }
+    }
+
     /// `lseek` of the description to `off` from `whence` (`SEEK_SET`, `SEEK_CUR`, `SEEK_END`,
     /// `SEEK_DATA`, `SEEK_HOLE`), the size of a file read from `fs`. Streams are `ESPIPE`;
     /// `/dev/null` and `/dev/urandom` stay at 0; a directory only rewinds (to the start of
@@ -197,22 +251,25 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::fd::O_RDWR;
     use crate::fs::FsConfig;
 
     /// One description of every kind, with the file system the file and the directory are in
-    /// (a 5-byte file at `/data/f`, the directory `/data`).
+    /// (a 5-byte regular file at `/data/w`, the directory `/data`; `/data/f` is a declared,
+    /// read-only file).
     fn every_kind() -> (Fs, Vec<(&'static str, FileKind)>) {
-        let files = BTreeMap::from([("/data/f".to_string(), b"hello".to_vec())]);
-        let fs = Fs::new(FsConfig::default(), None, &files, "/bin/exe", b"\x7fELF");
-        let file = fs.lookup_abs("/data/f").expect("the declared file");
+        let files = BTreeMap::from([("/data/f".to_string(), b"static".to_vec())]);
+        let mut fs = Fs::new(FsConfig::default(), None, &files, "/bin/exe", b"\x7fELF");
         let dir = fs.lookup_abs("/data").expect("/data");
+        let file = fs.create_file(dir, "w", 0o644, 0).expect("a new file");
+        assert_eq!(fs.write(file, 0, b"hello", 0), Ok(5));
         let stat = fs.stat(file);
         let kinds = vec![
             ("stdin", FileKind::Stdin(Arc::from(&b"in"[..]))),
             ("stdout", FileKind::Stdout),
             ("stderr", FileKind::Stderr),
             ("regular", FileKind::Regular { path: "/proc/self/maps".into(), data: Arc::from(&b"maps"[..]), stat }),
-            ("inode", FileKind::Inode { id: file, path: "/data/f".into() }),
+            ("inode", FileKind::Inode { id: file, path: "/data/w".into() }),
             ("dir", FileKind::Dir { id: dir, after: Some("f".into()) }),
             ("null", FileKind::DevNull),
             ("random", FileKind::Random(9)),
@@ -227,12 +284,12 @@ mod tests {
     #[test]
     fn every_kind_reads_from_its_source_or_gives_its_errno() {
         let (fs, kinds) = every_kind();
-        let file = fs.lookup_abs("/data/f").unwrap();
+        let file = fs.lookup_abs("/data/w").unwrap();
         for (name, kind) in &kinds {
             let want = match *name {
                 "stdin" => Ok(ReadSource::Held(Arc::from(&b"in"[..]))),
                 "regular" => Ok(ReadSource::Held(Arc::from(&b"maps"[..]))),
-                "inode" => Ok(ReadSource::File { id: file, path: "/data/f".into() }),
+                "inode" => Ok(ReadSource::File { id: file, path: "/data/w".into() }),
                 "dir" => Err(EISDIR),
                 "null" => Ok(ReadSource::Empty),
                 "random" => Ok(ReadSource::Random),
@@ -248,13 +305,13 @@ mod tests {
     #[test]
     fn every_kind_writes_to_its_target_or_gives_ebadf() {
         let (fs, kinds) = every_kind();
-        let file = fs.lookup_abs("/data/f").unwrap();
+        let file = fs.lookup_abs("/data/w").unwrap();
         for (name, kind) in &kinds {
             let want = match *name {
                 "stdout" => Ok(WriteTarget::Output(Stream::Stdout)),
                 "stderr" => Ok(WriteTarget::Output(Stream::Stderr)),
                 "null" | "random" => Ok(WriteTarget::Discard),
-                "inode" => Ok(WriteTarget::File { id: file, path: "/data/f".into() }),
+                "inode" => Ok(WriteTarget::File { id: file, path: "/data/w".into() }),
                 _ => Err(EBADF),
             };
             assert_eq!(kind.write_target(), want, "write to {name}");
@@ -304,6 +361,43 @@ mod tests {
                 assert_eq!(at(0).seek(9, 3, &fs), Err(ENXIO), "SEEK_DATA past the end of {name}");
                 assert_eq!(at(0).seek(0, 5, &fs), Err(EINVAL), "bad whence of {name}");
             }
+        }
+    }
+
+    #[test]
+    fn every_kind_has_its_sync_truncate_and_allocate_targets() {
+        let (fs, kinds) = every_kind();
+        let file = fs.lookup_abs("/data/w").unwrap();
+        let dir = fs.lookup_abs("/data").unwrap();
+        for (name, kind) in kinds {
+            let sync = match name {
+                "inode" => Ok((Some(file), "/data/w".to_string())),
+                "dir" => Ok((Some(dir), "/data".to_string())),
+                "regular" => Ok((None, "/proc/self/maps".to_string())),
+                _ => Err(EINVAL),
+            };
+            assert_eq!(OpenFile::new(kind.clone(), 0).sync_target(&fs), sync, "sync of {name}");
+            assert_eq!(OpenFile::new(kind.clone(), O_PATH).sync_target(&fs), Err(EBADF), "sync of {name} by O_PATH");
+            let range = match name {
+                "inode" | "regular" => Ok(()),
+                "stdin" | "stdout" | "stderr" => Err(ESPIPE),
+                _ => Err(EINVAL),
+            };
+            assert_eq!(kind.sync_range(), range, "sync_file_range of {name}");
+            let truncate = if name == "inode" { Ok((file, "/data/w".to_string())) } else { Err(EINVAL) };
+            assert_eq!(OpenFile::new(kind.clone(), O_RDWR).truncate_target(), truncate, "ftruncate of {name}");
+            assert_eq!(OpenFile::new(kind.clone(), 0).truncate_target(), Err(EINVAL), "ftruncate of read-only {name}");
+            let allocate = match name {
+                "inode" => Ok((file, "/data/w".to_string())),
+                "dir" => Err(EISDIR),
+                "stdin" | "stdout" | "stderr" => Err(ESPIPE),
+                _ => Err(ENODEV),
+            };
+            assert_eq!(kind.allocate_target(&fs), allocate, "fallocate of {name}");
+        }
+        for path in ["/data/f", "/proc/self/exe"] {
+            let other = FileKind::Inode { id: fs.lookup_abs(path).unwrap(), path: path.into() };
+            assert_eq!(other.allocate_target(&fs), Err(ENODEV), "fallocate of {path}, not a regular file");
         }
     }
 }

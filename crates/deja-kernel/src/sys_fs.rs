@@ -151,22 +151,8 @@ impl Kernel {
         Ok(n)
     }
 
-    /// The inode behind an fd for the sync calls.
-    fn sync_target(&self, fd: u64) -> Result<(Option<u64>, String), i32> {
-        let f = self.files.fds.get(fd as i32)?;
-        if f.flags & O_PATH != 0 {
-            return Err(EBADF);
-        }
-        match &f.kind {
-            FileKind::Inode { id, path } => Ok((Some(*id), path.clone())),
-            FileKind::Dir { id, .. } => Ok((Some(*id), self.files.fs.dir_path(*id).unwrap_or_default())),
-            FileKind::Regular { path, .. } => Ok((None, path.clone())),
-            _ => Err(EINVAL),
-        }
-    }
-
     fn sync_one(&mut self, fd: u64) -> SysResult {
-        let (id, path) = self.sync_target(fd)?;
+        let (id, path) = self.files.fds.get(fd as i32)?.sync_target(&self.files.fs)?;
         self.faults.syncs += 1;
         if let Err(e) = self.io_point(IoOp::Fsync, &path, None, (self.faults.config.eio_on_fsync_ppm, 0)) {
             // Linux drops the dirty pages of a failed sync: a retry succeeds, the data is gone.
@@ -198,13 +184,7 @@ impl Kernel {
         {
             return Err(EINVAL.into());
         }
-        let f = self.files.fds.get(fd as i32)?;
-        match f.kind {
-            ref k if k.is_std_stream() => return Err(ESPIPE.into()),
-            FileKind::Inode { id, .. } if matches!(self.files.fs.get(id).map(|i| &i.kind), Some(Kind::File(_))) => {}
-            FileKind::Inode { .. } | FileKind::Regular { .. } => {}
-            _ => return Err(EINVAL.into()),
-        }
+        self.files.fds.get(fd as i32)?.kind.sync_range()?;
         if flags & 2 == 0 {
             return Ok(0);
         }
@@ -270,13 +250,8 @@ impl Kernel {
         if (len as i64) < 0 {
             return Err(EINVAL.into());
         }
-        match &f.kind {
-            FileKind::Inode { id, path } if f.writable() => {
-                let (id, path) = (*id, path.clone());
-                self.truncate_id(id, &path, len)
-            }
-            _ => Err(EINVAL.into()),
-        }
+        let (id, path) = f.truncate_target()?;
+        self.truncate_id(id, &path, len)
     }
 
     pub(crate) fn sys_fallocate(&mut self, fd: u64, mode: u64, off: u64, len: u64) -> SysResult {
@@ -290,15 +265,7 @@ impl Kernel {
         if !f.writable() {
             return Err(EBADF.into());
         }
-        let (id, path) = match &f.kind {
-            FileKind::Inode { id, path } => (*id, path.clone()),
-            FileKind::Dir { .. } => return Err(EISDIR.into()),
-            k if k.is_std_stream() => return Err(ESPIPE.into()),
-            _ => return Err(ENODEV.into()),
-        };
-        if !matches!(self.files.fs.get(id).map(|i| &i.kind), Some(Kind::File(_))) {
-            return Err(ENODEV.into());
-        }
+        let (id, path) = f.kind.allocate_target(&self.files.fs)?;
         let end = off.checked_add(len).filter(|e| *e <= i64::MAX as u64).ok_or(EFBIG)?;
         let size = self.files.fs.size(id);
         if end <= size {
