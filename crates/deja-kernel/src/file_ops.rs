@@ -182,6 +182,15 @@ impl FileKind {
             _ => Err(ENODEV),
         }
     }
+
+    /// A directory's inode and the last name `getdents64` returned from it (`None`: none
+    /// yet); `None` for the other kinds (`ENOTDIR` where a directory is needed).
+    pub fn listing(&self) -> Option<(u64, Option<&str>)> {
+        match self {
+            FileKind::Dir { id, after } => Some((*id, after.as_deref())),
+            _ => None,
+        }
+    }
 }
 
 impl OpenFile {
@@ -192,6 +201,15 @@ impl OpenFile {
             return Err(EBADF);
         }
         self.kind.sync_target(fs)
+    }
+
+    /// Records how far `getdents64` listed the description: the position `pos` and, for a
+    /// directory, the last name returned (`last`).
+    pub fn listed(&mut self, pos: u64, last: Option<String>) {
+        self.offset = pos;
+        if let FileKind::Dir { after, .. } = &mut self.kind {
+            *after = last;
+        }
     }
 
     /// The file `ftruncate` sets the size of, and its path: a file of the file system opened
@@ -398,6 +416,25 @@ mod tests {
         for path in ["/data/f", "/proc/self/exe"] {
             let other = FileKind::Inode { id: fs.lookup_abs(path).unwrap(), path: path.into() };
             assert_eq!(other.allocate_target(&fs), Err(ENODEV), "fallocate of {path}, not a regular file");
+        }
+    }
+
+    #[test]
+    fn only_a_directory_has_a_listing_and_keeps_its_last_name() {
+        let (fs, kinds) = every_kind();
+        let dir = fs.lookup_abs("/data").unwrap();
+        for (name, kind) in kinds {
+            let mut f = OpenFile::new(kind, 0);
+            if name == "dir" {
+                assert_eq!(f.kind.listing(), Some((dir, Some("f"))));
+                f.listed(4, Some("w".into()));
+                assert_eq!((f.offset, f.kind.listing()), (4, Some((dir, Some("w")))));
+            } else {
+                assert_eq!(f.kind.listing(), None, "listing of {name}");
+                let before = f.kind.clone();
+                f.listed(4, Some("w".into()));
+                assert_eq!((f.offset, &f.kind), (4, &before), "{name} after a listing");
+            }
         }
     }
 }

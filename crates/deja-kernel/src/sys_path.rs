@@ -60,10 +60,7 @@ impl Kernel {
         let start = if p[0] == b'/' || dirfd as i32 == -100 {
             ROOT
         } else {
-            match &self.files.fds.get(dirfd as i32)?.kind {
-                FileKind::Dir { id, .. } => *id,
-                _ => return Err(ENOTDIR),
-            }
+            self.files.fds.get(dirfd as i32)?.kind.listing().ok_or(ENOTDIR)?.0
         };
         let w = self.files.fs.walk(start, &p, follow)?;
         if !self.faults.previous.is_empty() {
@@ -289,7 +286,7 @@ impl Kernel {
             }
             _ => FileKind::Inode { id, path: opened_path },
         };
-        if matches!(kind, FileKind::Dir { .. } | FileKind::Inode { .. }) {
+        if kind.inode().is_some() {
             self.files.fs.opened(id);
         }
         let keep = !(O_CREAT | O_EXCL | O_TRUNC | O_CLOEXEC | 0o400);
@@ -369,18 +366,18 @@ impl Kernel {
 
     pub(crate) fn sys_getdents64(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64, count: u64) -> SysResult {
         let f = self.files.fds.get(fd as i32)?;
-        let FileKind::Dir { id, after } = &f.kind else { return Err(ENOTDIR.into()) };
-        let entries = self.files.fs.list(*id);
+        let (id, after) = f.kind.listing().ok_or(ENOTDIR)?;
+        let entries = self.files.fs.list(id);
         let count = count.min(MAX_IO) as usize;
         // Position: `.` and `..` by the offset (0, 1), then the names after `after`.
         let mut pos = f.offset;
-        let start = match (pos, after) {
+        let start = match (pos, &after) {
             (0 | 1, _) => pos as usize,
-            (_, Some(a)) => 2 + entries[2..].iter().take_while(|e| e.0.as_str() <= a.as_str()).count(),
+            (_, Some(a)) => 2 + entries[2..].iter().take_while(|e| e.0.as_str() <= *a).count(),
             (_, None) => entries.len().min(pos as usize),
         };
         let mut out = Vec::new();
-        let mut last = after.clone();
+        let mut last = after.map(str::to_string);
         for (name, dtype, ino) in entries.iter().skip(start) {
             let reclen = (19 + name.len() + 1).div_ceil(8) * 8;
             if out.len() + reclen > count {
@@ -402,11 +399,7 @@ impl Kernel {
             }
         }
         self.process.mappings.copy_out(mem, buf, &out)?;
-        let f = self.files.fds.get_mut(fd as i32)?;
-        f.offset = pos;
-        if let FileKind::Dir { after, .. } = &mut f.kind {
-            *after = last;
-        }
+        self.files.fds.get_mut(fd as i32)?.listed(pos, last);
         Ok(out.len() as u64)
     }
 }
