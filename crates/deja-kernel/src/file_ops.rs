@@ -183,6 +183,20 @@ impl FileKind {
         }
     }
 
+    /// What a mapping of the description shows: the path, the bytes (a copy of a file of
+    /// `fs` at the time of the call, or a generated file's contents) and the inode number;
+    /// `ENODEV` for the kinds that cannot be mapped and for an inode without contents.
+    pub fn mmap_source(&self, fs: &Fs) -> Result<(String, Arc<[u8]>, u64), i32> {
+        match self {
+            FileKind::Regular { path, data, stat } => Ok((path.clone(), data.clone(), stat.ino)),
+            FileKind::Inode { id, path } => {
+                let data = fs.snapshot(*id).ok_or(ENODEV)?;
+                Ok((path.clone(), data, fs.stat(*id).ino))
+            }
+            _ => Err(ENODEV),
+        }
+    }
+
     /// A directory's inode and the last name `getdents64` returned from it (`None`: none
     /// yet); `None` for the other kinds (`ENOTDIR` where a directory is needed).
     pub fn listing(&self) -> Option<(u64, Option<&str>)> {
@@ -436,5 +450,22 @@ mod tests {
                 assert_eq!((f.offset, &f.kind), (4, &before), "{name} after a listing");
             }
         }
+    }
+
+    #[test]
+    fn only_files_map_with_their_bytes_and_inode_number() {
+        let (fs, kinds) = every_kind();
+        let file = fs.lookup_abs("/data/w").unwrap();
+        for (name, kind) in kinds {
+            let want = match name {
+                "regular" => Ok(("/proc/self/maps".to_string(), Arc::from(&b"maps"[..]), fs.stat(file).ino)),
+                "inode" => Ok(("/data/w".to_string(), Arc::from(&b"hello"[..]), fs.stat(file).ino)),
+                _ => Err(ENODEV),
+            };
+            assert_eq!(kind.mmap_source(&fs), want, "mmap of {name}");
+        }
+        let dev = fs.lookup_abs("/dev/null").unwrap();
+        let null = FileKind::Inode { id: dev, path: "/dev/null".into() };
+        assert_eq!(null.mmap_source(&fs), Err(ENODEV), "mmap of an inode without contents");
     }
 }

@@ -6,7 +6,6 @@
 //! adds committed pages checks the commit capacity first and fails with `ENOMEM`.
 
 use crate::errno::*;
-use crate::fd::FileKind;
 use crate::kernel::{Kernel, SysResult};
 use crate::mappings::{user_range, FileBytes, Vma, VmaKind};
 use crate::user_layout::*;
@@ -98,14 +97,7 @@ impl Kernel {
                 return Err(EINVAL.into());
             }
             let f = self.files.fds.get(fd as i32)?;
-            let (path, data, ino) = match &f.kind {
-                FileKind::Regular { path, data, stat } => (path.clone(), data.clone(), stat.ino),
-                FileKind::Inode { id, path } => {
-                    let data = self.files.fs.snapshot(*id).ok_or(crate::errno::ENODEV)?;
-                    (path.clone(), data, self.files.fs.stat(*id).ino)
-                }
-                _ => return Err(crate::errno::ENODEV.into()),
-            };
+            let (path, data, ino) = f.kind.mmap_source(&self.files.fs)?;
             if !f.readable() || (shared && prot.writable()) {
                 return Err(EACCES.into());
             }
