@@ -11,9 +11,9 @@
 use std::sync::Arc;
 
 use crate::errno::*;
-use crate::fd::{object_of, FileKind, OpenFile, Stat, FILE_TIME_S, O_PATH, S_IFIFO};
+use crate::fd::{object_of, FdTable, FileKind, OpenFile, Stat, FILE_TIME_S, O_PATH, S_IFIFO};
 use crate::fs::{Fs, Kind, ROOT};
-use crate::net::{Net, ObjKind};
+use crate::net::{Net, ObjKind, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT};
 use crate::Stream;
 
 /// What a read of a description takes its bytes from.
@@ -197,6 +197,35 @@ impl FileKind {
         }
     }
 
+    /// The socket object of [`crate::net`] behind the description; `None` for the other kinds
+    /// (`ENOTSOCK` for the socket calls).
+    pub fn socket(&self) -> Option<u64> {
+        match self {
+            FileKind::Socket(o) => Some(*o),
+            _ => None,
+        }
+    }
+
+    /// The epoll instance behind the description; `None` for the other kinds (`EINVAL` for
+    /// the epoll calls).
+    pub fn epoll(&self) -> Option<u64> {
+        match self {
+            FileKind::Epoll(o) => Some(*o),
+            _ => None,
+        }
+    }
+
+    /// Whether the epoll instance `ep` may watch the description: `EPERM` for the files of
+    /// the file system, directories and generated files (always ready), `EINVAL` for `ep`
+    /// itself.
+    pub fn watchable_by(&self, ep: u64) -> Result<(), i32> {
+        match self {
+            FileKind::Inode { .. } | FileKind::Dir { .. } | FileKind::Regular { .. } => Err(EPERM),
+            FileKind::Epoll(o) if *o == ep => Err(EINVAL),
+            _ => Ok(()),
+        }
+    }
+
     /// A directory's inode and the last name `getdents64` returned from it (`None`: none
     /// yet); `None` for the other kinds (`ENOTDIR` where a directory is needed).
     pub fn listing(&self) -> Option<(u64, Option<&str>)> {
@@ -215,6 +244,28 @@ impl OpenFile {
             return Err(EBADF);
         }
         self.kind.sync_target(fs)
+    }
+
+    /// The readiness (`EPOLL*`/`POLL*` bits) of the description and the generation of its
+    /// object in `net` (0 for the descriptions that are always ready): an object's own,
+    /// limited to the bits of its end for a pipe; stdin readable, and hung up once read to
+    /// the end; stdout and stderr writable; anything else readable and writable.
+    pub fn readiness(&self, net: &Net, fds: &FdTable) -> (u32, u64) {
+        match (object_of(&self.kind), &self.kind) {
+            (Some((o, end)), _) => {
+                let mut r = net.readiness(o, fds);
+                match end {
+                    Some(true) => r &= EPOLLOUT | EPOLLERR,
+                    Some(false) => r &= EPOLLIN | EPOLLHUP,
+                    None => {}
+                }
+                (r, net.gen(o))
+            }
+            (None, FileKind::Stdin(d)) if self.offset < d.len() as u64 => (EPOLLIN, 0),
+            (None, FileKind::Stdin(_)) => (EPOLLIN | EPOLLHUP, 0),
+            (None, FileKind::Stdout | FileKind::Stderr) => (EPOLLOUT, 0),
+            (None, _) => (EPOLLIN | EPOLLOUT, 0),
+        }
     }
 
     /// Records how far `getdents64` listed the description: the position `pos` and, for a
@@ -467,5 +518,47 @@ mod tests {
         let dev = fs.lookup_abs("/dev/null").unwrap();
         let null = FileKind::Inode { id: dev, path: "/dev/null".into() };
         assert_eq!(null.mmap_source(&fs), Err(ENODEV), "mmap of an inode without contents");
+    }
+
+    #[test]
+    fn every_kind_names_its_socket_and_epoll_and_whether_epoll_may_watch_it() {
+        let (_, kinds) = every_kind();
+        for (name, kind) in kinds {
+            assert_eq!(kind.socket(), (name == "socket").then_some(1), "socket of {name}");
+            assert_eq!(kind.epoll(), (name == "epoll").then_some(4), "epoll of {name}");
+            let watch = match name {
+                "inode" | "dir" | "regular" => Err(EPERM),
+                _ => Ok(()),
+            };
+            assert_eq!(kind.watchable_by(5), watch, "epoll watching {name}");
+            let own = if name == "epoll" { Err(EINVAL) } else { watch };
+            assert_eq!(kind.watchable_by(4), own, "epoll 4 watching {name}");
+        }
+    }
+
+    #[test]
+    fn every_kind_has_its_readiness() {
+        let (_, kinds) = every_kind();
+        let (net, fds) = (Net::default(), FdTable::default());
+        for (name, kind) in kinds {
+            let want = match name {
+                "stdin" => EPOLLIN,
+                "stdout" | "stderr" => EPOLLOUT,
+                // The objects are not in `net`: an error and a hang-up, each end keeping its own.
+                "socket" | "eventfd" | "epoll" => EPOLLERR | EPOLLHUP,
+                "pipe" => EPOLLHUP,
+                _ => EPOLLIN | EPOLLOUT,
+            };
+            assert_eq!(OpenFile::new(kind.clone(), 0).readiness(&net, &fds), (want, 0), "readiness of {name}");
+        }
+        let mut stdin = OpenFile::new(FileKind::Stdin(Arc::from(&b"in"[..])), 0);
+        stdin.offset = 2;
+        assert_eq!(stdin.readiness(&net, &fds), (EPOLLIN | EPOLLHUP, 0), "stdin read to the end");
+        let mut net = Net::default();
+        let id = net.add(ObjKind::Pipe { buf: b"x".iter().copied().collect(), readers: 1, writers: 1 });
+        let end = |write| OpenFile::new(FileKind::Pipe { obj: id, write }, 0).readiness(&net, &fds);
+        assert_eq!(net.readiness(id, &fds), EPOLLIN | EPOLLOUT);
+        assert_eq!(end(false), (EPOLLIN, net.gen(id)), "the read end of a pipe holding a byte");
+        assert_eq!(end(true), (EPOLLOUT, net.gen(id)), "its write end");
     }
 }

@@ -81,10 +81,7 @@ impl Kernel {
     /// The socket object behind `fd` and the description flags.
     fn socket(&self, fd: u64) -> Result<(u64, u32), i32> {
         let f = self.files.fds.get(fd as i32)?;
-        match f.kind {
-            FileKind::Socket(o) => Ok((o, f.flags)),
-            _ => Err(ENOTSOCK),
-        }
+        Ok((f.kind.socket().ok_or(ENOTSOCK)?, f.flags))
     }
 
     fn obj(&self, id: u64) -> Result<&Obj, i32> {

@@ -67,20 +67,13 @@ impl Kernel {
     }
 
     pub(crate) fn sys_epoll_ctl(&mut self, mem: &mut dyn Memory, epfd: u64, op: u64, fd: u64, ev: u64) -> SysResult {
-        let ep = match self.files.fds.get(epfd as i32)?.kind {
-            FileKind::Epoll(o) => o,
-            _ => return Err(EINVAL.into()),
-        };
+        let ep = self.files.fds.get(epfd as i32)?.kind.epoll().ok_or(EINVAL)?;
         let fd = fd as i32;
         let target = self.files.fds.entry(fd)?;
         if fd == epfd as i32 {
             return Err(EINVAL.into());
         }
-        match self.files.fds.get(fd)?.kind {
-            FileKind::Inode { .. } | FileKind::Dir { .. } | FileKind::Regular { .. } => return Err(EPERM.into()),
-            FileKind::Epoll(o) if o == ep => return Err(EINVAL.into()),
-            _ => {}
-        }
+        self.files.fds.get(fd)?.kind.watchable_by(ep)?;
         let (events, data) = if op == EPOLL_CTL_DEL {
             (0, 0)
         } else {
@@ -123,29 +116,7 @@ impl Kernel {
     /// The readiness (`EPOLL*`/`POLL*` bits) of `fd`'s description, and the generation of its
     /// object (0 for descriptions that are always ready).
     pub(crate) fn fd_readiness(&self, fd: i32) -> Option<(u32, u64)> {
-        let f = self.files.fds.get(fd).ok()?;
-        Some(match object_of(&f.kind) {
-            Some((o, end)) => {
-                let mut r = self.net.readiness(o, &self.files.fds);
-                match end {
-                    Some(true) => r &= EPOLLOUT | EPOLLERR,
-                    Some(false) => r &= EPOLLIN | EPOLLHUP,
-                    None => {}
-                }
-                (r, self.net.gen(o))
-            }
-            None => match &f.kind {
-                FileKind::Stdin(d) => {
-                    if f.offset < d.len() as u64 {
-                        (EPOLLIN, 0)
-                    } else {
-                        (EPOLLIN | EPOLLHUP, 0)
-                    }
-                }
-                FileKind::Stdout | FileKind::Stderr => (EPOLLOUT, 0),
-                _ => (EPOLLIN | EPOLLOUT, 0),
-            },
-        })
+        Some(self.files.fds.get(fd).ok()?.readiness(&self.net, &self.files.fds))
     }
 
     pub(crate) fn sys_epoll_wait(
@@ -156,10 +127,7 @@ impl Kernel {
         max: u64,
         timeout: Option<u64>,
     ) -> SysResult {
-        let ep = match self.files.fds.get(epfd as i32)?.kind {
-            FileKind::Epoll(o) => o,
-            _ => return Err(EINVAL.into()),
-        };
+        let ep = self.files.fds.get(epfd as i32)?.kind.epoll().ok_or(EINVAL)?;
         let max = max as i32;
         if max <= 0 || max > 1 << 20 {
             return Err(EINVAL.into());
