@@ -1,12 +1,16 @@
 //! What each kind of open file description does, in one place: the handlers ask the
-//! description ([`FileKind`], [`OpenFile`]) instead of matching its kind.
+//! description ([`FileKind`], [`OpenFile`]) and none of them matches on its kind.
 //!
-//! The questions that need only the state of the files and the network are answered here
-//! whole: the inode behind a description, its `fstat` status, `FIONREAD`, where `lseek` puts
-//! it. Reads and writes also pass the kernel's fault points, its output and its random
-//! stream, which this module does not know: [`FileKind::read_source`] and
-//! [`FileKind::write_target`] answer with what the call draws on or goes to (a [`ReadSource`],
-//! a [`WriteTarget`]) or with the errno the kind gives, and the handler supplies the rest.
+//! The questions that need only the files and the network are answered here whole, from the
+//! parts passed in ([`Fs`], [`Net`], the [`FdTable`]): the inode behind a description, its
+//! `fstat` status, `FIONREAD`, where `lseek` puts it, what the sync calls, `ftruncate`,
+//! `fallocate` and `mmap` act on, a directory's listing position, the poll readiness, and
+//! which descriptions are sockets or epoll instances and which an epoll may watch. Reads and
+//! writes also pass the kernel's fault points, its output and its random stream, which this
+//! module does not know: [`FileKind::read_source`] and [`FileKind::write_target`] answer with
+//! what the call draws on or goes to (a [`ReadSource`], a [`WriteTarget`]) or with the errno
+//! the kind gives, and the handler supplies those effects. Every answer is the errno or the
+//! value Linux gives for that kind; the tests below pin each one for every kind.
 
 use std::sync::Arc;
 
