@@ -53,24 +53,19 @@ impl Kernel {
         }
         access_ok(buf, count)?;
         let count = count.min(MAX_IO);
-        let data = match f.kind.read_source(pos.is_some())? {
-            ReadSource::Held(data) => data,
+        let off = pos.unwrap_or(f.offset);
+        let held;
+        let data: &[u8] = match f.kind.read_source(pos.is_some())? {
+            ReadSource::Held(data) => {
+                held = data;
+                &held
+            }
             ReadSource::File { id, path } => {
-                let off = pos.unwrap_or(f.offset);
                 if self.files.fs.contents(id).is_none() {
                     return Err(EINVAL);
                 }
                 self.io_point(crate::faults::IoOp::Read, &path, Some((off, off.saturating_add(count.max(1)))), (0, 0))?;
-                let Some(c) = self.files.fs.contents(id) else { return Err(EINVAL) };
-                let avail = (c.len() as u64).saturating_sub(off);
-                let n = count.min(avail);
-                if n > 0 {
-                    self.process.mappings.copy_out(mem, buf, &c[off as usize..(off + n) as usize])?;
-                }
-                if pos.is_none() {
-                    self.files.fds.get_mut(fd as i32)?.offset = off + n;
-                }
-                return Ok(n);
+                self.files.fs.contents(id).ok_or(EINVAL)?
             }
             ReadSource::Empty => return Ok(0),
             ReadSource::Random => {
@@ -81,7 +76,6 @@ impl Kernel {
                 return Ok(count);
             }
         };
-        let off = pos.unwrap_or(f.offset);
         let avail = (data.len() as u64).saturating_sub(off);
         let n = count.min(avail);
         if n > 0 {
