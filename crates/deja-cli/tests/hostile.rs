@@ -51,12 +51,14 @@ fn a_loop_without_syscalls_ends_as_no_progress_after_the_same_syscall_on_every_c
 #[test]
 fn the_limit_is_the_users_and_zero_turns_the_watchdog_off() {
     let burn = guest("cpuburn").to_string_lossy().into_owned();
-    // About 0.6 s of computing without a syscall on this host.
-    let cut = deja_on(0, "0.25", &["run", &burn, "--", "200"]);
+    // 1,500 million xorshift steps: 2 to 5 s of computing without a syscall or a fault on
+    // this project's hosts, several times the 0.25 s limit on the fastest of them.
+    let steps = "1500";
+    let cut = deja_on(0, "0.25", &["run", &burn, "--", steps]);
     assert_eq!(cut.status.code(), Some(122), "{}", stderr(&cut));
-    let off = deja_on(1, "0", &["run", &burn, "--", "200"]);
+    let off = deja_on(1, "0", &["run", &burn, "--", steps]);
     assert_eq!(off.status.code(), Some(0), "{}", stderr(&off));
-    let default = deja_on(0, "", &["run", &burn, "--", "200"]);
+    let default = deja_on(0, "", &["run", &burn, "--", steps]);
     assert_eq!(default.status.code(), Some(0), "the default limit (30 s) lets it finish: {}", stderr(&default));
 }
 

@@ -647,9 +647,7 @@ mod tests {
             forked_from: None,
             history: None,
         };
-        let mut doc = serde_json::to_value(&bug).unwrap();
-        doc["signature"] = serde_json::Value::String(signature.into());
-        doc["id"] = serde_json::Value::String(blake3::hash(signature.as_bytes()).to_hex()[..12].to_string());
+        let doc = crate::signature::as_older_deja_wrote_it(serde_json::to_value(&bug).unwrap(), signature);
         CLUSTER_BUG_SCHEMA.to_bytes(&doc)
     }
 

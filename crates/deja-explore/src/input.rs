@@ -406,9 +406,7 @@ mod tests {
             removed: Vec::new(),
             host: None,
         };
-        let mut doc = serde_json::to_value(&bug).unwrap();
-        doc["signature"] = serde_json::Value::String(signature.into());
-        doc["id"] = serde_json::Value::String(blake3::hash(signature.as_bytes()).to_hex()[..12].to_string());
+        let doc = crate::signature::as_older_deja_wrote_it(serde_json::to_value(&bug).unwrap(), signature);
         BUG_SCHEMA.to_bytes(&doc)
     }
 

@@ -230,6 +230,15 @@ impl<'de> Deserialize<'de> for FailureSignature {
     }
 }
 
+/// A bug file's JSON as an older deja wrote it: `signature` as the plain `words`, and the id of
+/// those words.
+#[cfg(test)]
+pub(crate) fn as_older_deja_wrote_it(mut doc: serde_json::Value, words: &str) -> serde_json::Value {
+    doc["signature"] = serde_json::Value::String(words.into());
+    doc["id"] = serde_json::Value::String(blake3::hash(words.as_bytes()).to_hex()[..12].to_string());
+    doc
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -220,7 +220,9 @@ pub(super) fn scale_figures(dir: &Path, register: &Path) -> Result<serde_json::V
             "workers": cores, "all_workers_rounds_per_s": rate[1], "speedup": rate[1] / rate[0],
         }));
     }
-    Ok(serde_json::json!({ "cores": cores, "rows": rows }))
+    // Where the CPU identity remedy pins every vCPU thread to one core, the workers share it.
+    let pinned_core = deja_vmm::identity::remedy().map_err(|e| e.to_string())?.pinned_core;
+    Ok(serde_json::json!({ "cores": cores, "rows": rows, "pinned_core": pinned_core }))
 }
 
 /// The reference cluster's figures (the run with the median wall time of `repeat`).

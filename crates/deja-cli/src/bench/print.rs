@@ -83,6 +83,11 @@ pub(super) fn text(v: &serde_json::Value) {
             r["speedup"].as_f64().unwrap_or(0.0)
         );
     }
+    if let Some(core) = v["scale"]["pinned_core"].as_u64() {
+        println!(
+            "             every worker's VMs ran on host core {core}: this host does not honour CPUID faulting, so the CPU identity remedy pins every vCPU thread to one core (deja doctor)"
+        );
+    }
     let j = &v["check"];
     println!(
         "  check      `deja check` credit-buggy vs credit-atomic: {:.0} ms ({})",
