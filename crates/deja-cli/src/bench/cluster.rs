@@ -181,7 +181,9 @@ pub(super) fn campaign(rounds: u64, out: &Path, mode: deja_explore::Mode, jobs: 
 /// Campaign rounds per second on one worker and on every core, side by side, per reference
 /// workload.
 pub(super) fn scale_figures(dir: &Path, register: &Path) -> Result<serde_json::Value, String> {
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as u64;
+    // The cores the process could use when it started: by now a run of the bench's own may
+    // have pinned this thread to the remedy's core.
+    let cores = deja_vmm::identity::initial_cores().len().max(1) as u64;
     let workloads: [(&str, Vec<&str>, deja_explore::Mode, u64); 3] = [
         ("kv", vec!["--variant", "fixed", "6"], deja_explore::Mode::Faults, 480),
         ("bank", vec!["--fraud", "fixed", "20"], deja_explore::Mode::Random, 400),
