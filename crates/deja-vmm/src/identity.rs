@@ -11,8 +11,7 @@
 //!   ([`deja_kernel::cpuid`]). Exact on every host that honours it, whatever its KVM does to
 //!   `KVM_SET_CPUID2` entries. Chosen whenever the host honours it: the MSR bit sticking is not
 //!   enough (some hosts accept it and go on answering `cpuid` themselves), so the probe runs a
-//!   ring-3 `cpuid` under faulting on every core the process may use and faulting counts only if
-//!   each one trapped.
+//!   ring-3 `cpuid` under faulting and faulting counts only if it trapped.
 //! * **KVM's CPUID table** (`KVM_SET_CPUID2`): exact only where the host's KVM honours the
 //!   entries. Used where faulting is missing or not honoured; the probe then runs on every core the process may
 //!   use, and when the answers differ between cores every vCPU thread is **pinned** to one core,
@@ -220,8 +219,8 @@ pub struct HostProfile {
     pub policy: Policy,
     /// Whether this host offers CPUID faulting (`MSR_MISC_FEATURES_ENABLES` bit 0 sticks).
     pub faulting_offered: bool,
-    /// Whether it honours it: under faulting, the probe's ring-3 `cpuid` trapped on every core
-    /// this process may use. Only then is faulting the remedy.
+    /// Whether it honours it: under faulting, the probe's ring-3 `cpuid` trapped. Only then is
+    /// faulting the remedy.
     pub faulting_honoured: bool,
     /// The remedy in force.
     pub remedy: Remedy,
@@ -278,10 +277,13 @@ fn measure() -> Result<HostProfile, VmError> {
     let policy = Policy::from_env()?;
     let faulting_offered = crate::probe::faulting_offered()?;
     // Offered is not honoured: some hosts accept the MSR bit and still answer ring-3 `cpuid`
-    // themselves. Faulting counts only where the probe's `cpuid` trapped on every core.
-    let faulting_honoured = faulting_offered
-        && policy != Policy::Table
-        && crate::probe::probe_every_core(CpuidSource::Faulting)?.iter().all(|(_, p)| p.cpuid_trapped);
+    // themselves. Faulting counts only where the probe's `cpuid` trapped; that probe is also
+    // the one the fingerprint is made of when faulting is the remedy.
+    let faulting_probe = match faulting_offered && policy != Policy::Table {
+        true => Some(crate::probe::probe_with(CpuidSource::Faulting)?),
+        false => None,
+    };
+    let faulting_honoured = faulting_probe.as_ref().is_some_and(|p| p.cpuid_trapped);
     let cpuid = cpuid_source(policy, faulting_offered, faulting_honoured)?;
     let fixed_core = || {
         lowest_schedulable_core()
@@ -300,9 +302,10 @@ fn measure() -> Result<HostProfile, VmError> {
         _ => None,
     };
     let remedy = Remedy { cpuid, pinned_core };
-    let probe = match pinned_core {
-        Some(c) => crate::probe::probe_on_core(c, cpuid)?,
-        None => crate::probe::probe_with(cpuid)?,
+    let probe = match (pinned_core, faulting_probe) {
+        (Some(c), _) => crate::probe::probe_on_core(c, cpuid)?,
+        (None, Some(p)) if cpuid == CpuidSource::Faulting => p,
+        _ => crate::probe::probe_with(cpuid)?,
     };
     let fingerprint = Fingerprint::new(remedy, &probe);
     Ok(HostProfile {
