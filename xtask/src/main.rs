@@ -2,7 +2,8 @@
 //!
 //! * `guests`: builds the example guests static, for the host target, with the stable toolchain,
 //!   into `target/guests/`: static-PIE executables, a non-PIE (`ET_EXEC`) `hello` in `nopie/`,
-//!   and a coverage-instrumented `bank` in `cov/`.
+//!   a coverage-instrumented `bank` in `cov/`, and the guests in other languages: `hostchan`
+//!   (C, with the system's C compiler) and `go-goroutines` (Go, with Debian's `golang-go`).
 //! * `dogfood`: regenerates `dogfood-results/explore.md` (rounds to the first bug, coverage
 //!   guidance against the random baseline).
 //! * `demo`: builds the guests and `deja`, runs an example, then explores the bundled key-value
@@ -123,6 +124,38 @@ fn guests() -> Result<(), String> {
         &["bank", "register-replica", "register-client"],
         &out.join("cov"),
     )?;
+    foreign_guests(&out)
+}
+
+/// The guests written in other languages, built static with their own toolchains: `hostchan`
+/// (C: every host-channel instruction in inline assembly) and `go-goroutines` (Go: goroutines,
+/// timers, a loopback socket and an fsynced file). A missing toolchain is an error that says
+/// what to install.
+fn foreign_guests(out: &Path) -> Result<(), String> {
+    let root = root();
+    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
+    let c = root.join("guest/c/hostchan.c");
+    status(
+        "building guest/c/hostchan.c (a C compiler and static libc: Debian's gcc and libc6-dev)",
+        Command::new(&cc).args(["-static", "-O2", "-o"]).arg(out.join("hostchan")).arg(&c),
+    )?;
+    // The Go program twice: as built, and stripped of its symbols as release builds often are
+    // (the rewriter then finds its functions in the pc-line table alone).
+    let cache = root.join("target/guest-build/go-cache");
+    for (name, ldflags) in [("go-goroutines", ""), ("go-goroutines-stripped", "-s -w")] {
+        status(
+            "building guest/go/goroutines (Go: Debian's golang-go)",
+            Command::new("go")
+                .current_dir(root.join("guest/go/goroutines"))
+                .env("CGO_ENABLED", "0")
+                .env("GOCACHE", &cache)
+                .env("GOFLAGS", "-mod=mod")
+                .env("GOTOOLCHAIN", "local")
+                .args(["build", "-trimpath", &format!("-ldflags={ldflags}"), "-o"])
+                .arg(out.join(name))
+                .arg("."),
+        )?;
+    }
     Ok(())
 }
 

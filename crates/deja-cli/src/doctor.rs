@@ -34,6 +34,8 @@ pub fn main(args: DoctorArgs) -> Exit {
             "raw_per_core": check.raw_per_core.as_ref().ok(),
             "raw_per_core_error": check.raw_per_core.as_ref().err(),
             "hazards": profile.map(|p| p.hazards()),
+            "channels": profile.map(|p| p.channels()),
+            "rewriting_leaves_open": profile.filter(|p| p.remedy.rewrite).map(|_| deja_vmm::identity::REWRITING_LEAVES_OPEN),
         });
         println!("{v:#}");
         return if usable { Exit::Clean } else { Exit::DejaFailed };
@@ -125,14 +127,21 @@ pub fn main(args: DoctorArgs) -> Exit {
             );
             let _ = writeln!(
                 o,
-                "{}  RDTSC in ring 3 {}",
-                if p.probe.rdtsc_trapped { "ok    " } else { "hazard" },
-                if p.probe.rdtsc_trapped {
-                    "traps and is served from the virtual clock"
-                } else {
-                    "runs natively (CR4.TSD is not honoured): a program that reads the TSC directly sees host time"
-                }
+                "\nHost channels: what closes each on this host ({}=on|off)",
+                deja_vmm::identity::REWRITE_ENV
             );
+            for c in p.channels() {
+                let mark = match c.mechanism {
+                    deja_vmm::identity::Mechanism::Open => "open   ",
+                    _ => "closed ",
+                };
+                let _ = writeln!(o, "{mark} {:<7} {:?}: {}", c.channel.name(), c.mechanism, c.how);
+            }
+            if p.remedy.rewrite {
+                for what in deja_vmm::identity::REWRITING_LEAVES_OPEN {
+                    let _ = writeln!(o, "note    {what}");
+                }
+            }
             for h in p.hazards().iter().filter(|h| !h.starts_with("RDTSC in ring 3")) {
                 let _ = writeln!(o, "hazard  {h}");
             }

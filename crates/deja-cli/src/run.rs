@@ -240,6 +240,7 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
         stdin,
         seed: args.seed.unwrap_or(0),
         record_trace: args.trace_out.is_some(),
+        rewrite: Default::default(),
     })
 }
 

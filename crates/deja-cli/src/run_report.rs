@@ -42,6 +42,8 @@ pub struct RunSummary<'a> {
     pub faults: &'a [deja_kernel::FaultRecord],
     /// The host's identity.
     pub host: HostSummary<'a>,
+    /// What code rewriting did: the code objects, sites rewritten and refused, traps answered.
+    pub host_channels: &'a deja_kernel::hostchan::HostChannelReport,
     /// The host's determinism hazards under the remedy in force.
     pub host_hazards: Vec<String>,
     /// The digest of the final memory.
@@ -90,6 +92,7 @@ impl<'a> RunSummary<'a> {
             exit_code: report.exit.code(),
             faults: &report.faults,
             host: HostSummary::new(host),
+            host_channels: &report.host_channels,
             host_hazards: host.hazards(),
             memory_digest: &report.memory_digest,
             protocol_errors: report.protocol_errors,
@@ -111,9 +114,12 @@ impl<'a> RunSummary<'a> {
     }
 }
 
-/// The `host` object of a report: the fingerprint, the remedy in force and the hazards left.
+/// The `host` object of a report: the fingerprint, the remedy in force, what closes each host
+/// channel and the hazards left.
 #[derive(Debug, Clone, Serialize)]
 pub struct HostSummary<'a> {
+    /// What closes each host channel here.
+    pub channels: Vec<deja_vmm::identity::ChannelStatus>,
     /// The fingerprint every artifact records.
     pub fingerprint: &'a deja_vmm::Fingerprint,
     /// The determinism hazards left.
@@ -128,6 +134,7 @@ impl<'a> HostSummary<'a> {
     /// The summary of `host`.
     pub fn new(host: &'a deja_vmm::HostProfile) -> HostSummary<'a> {
         HostSummary {
+            channels: host.channels(),
             fingerprint: &host.fingerprint,
             hazards: host.hazards(),
             policy: &host.policy,
@@ -212,6 +219,7 @@ pub(crate) fn print_text_summary(
         run.stats.pt_syncs,
         run.stats.host_run_ns as f64 / 1e6
     );
+    print_host_channels(&mut e, &report.host_channels);
     match host {
         None => {
             let _ = writeln!(e, "deja: host determinism hazards: not listed (--no-probe)");
@@ -228,5 +236,48 @@ pub(crate) fn print_text_summary(
                 }
             }
         }
+    }
+}
+
+/// One line per code object rewriting planned (`deja: code rewritten: /bin/kv: 30 cpuid, 1
+/// xgetbv`), its refused sites, and the traps answered.
+pub(crate) fn print_host_channels(e: &mut impl Write, hc: &deja_kernel::hostchan::HostChannelReport) {
+    use deja_rewrite::Channel;
+    if hc.rewrite == deja_kernel::hostchan::Rewrite::Off {
+        let _ = writeln!(e, "deja: code rewriting: off (DEJA_REWRITE=off)");
+        return;
+    }
+    let list = |c: &deja_kernel::hostchan::ChannelCounts| {
+        let v: Vec<String> =
+            Channel::ALL.iter().filter(|&&ch| c.get(ch) > 0).map(|&ch| format!("{} {ch}", c.get(ch))).collect();
+        if v.is_empty() {
+            "nothing".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    for o in &hc.objects {
+        let _ = writeln!(
+            e,
+            "deja: code rewritten: {} ({} KiB of code): {}{}",
+            o.name,
+            o.code_bytes.div_ceil(1024),
+            list(&o.rewritten),
+            if o.refused.is_empty() { String::new() } else { format!("; {} left alone", o.refused.len()) }
+        );
+        for r in o.refused.iter().take(8) {
+            let why = match r.doubt {
+                deja_rewrite::Doubt::NotReached => "no decoding path reaches it",
+                deja_rewrite::Doubt::Overlapping => "decoding paths overlap there",
+                deja_rewrite::Doubt::Disagree => "the two decodings disagree there",
+            };
+            let _ = writeln!(e, "deja:   left alone, runs natively: {} at {:#x} ({why})", r.channel, r.addr);
+        }
+    }
+    if hc.objects_dropped > 0 {
+        let _ = writeln!(e, "deja: code rewritten in {} more regions (not listed)", hc.objects_dropped);
+    }
+    if hc.traps.total() > 0 {
+        let _ = writeln!(e, "deja: rewritten instructions answered by deja: {}", list(&hc.traps));
     }
 }

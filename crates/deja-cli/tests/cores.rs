@@ -51,11 +51,26 @@ fn deja_on(core: u32, env: &[(&str, &str)], args: &[&str]) -> Output {
         .expect("taskset (util-linux) runs deja")
 }
 
-/// The host core this host's remedy pins every vCPU thread to, if it pins (`deja doctor`):
-/// where CPUID faulting is not honoured and the answers differ between cores.
-fn remedy_core() -> Option<u64> {
-    let doctor: Value = serde_json::from_slice(&deja(&["doctor", "--json"]).stdout).unwrap();
-    doctor["cpu_identity"]["remedy"]["pinned_core"].as_u64()
+/// The ways of closing the host channels the determinism tests run under, as environment
+/// settings: the default (code rewriting, with the host's own traps behind it), rewriting alone
+/// (`table`: no CPUID faulting, so rewriting is the only mechanism even on a host that honours
+/// faulting), and no rewriting (the host's mechanisms, pinning where CPUID varies by core).
+const MODES: [(&str, &[(&str, &str)]); 3] = [
+    ("rewriting, the host's traps behind it", &[]),
+    ("rewriting alone", &[("DEJA_CPU_IDENTITY", "table")]),
+    ("no rewriting", &[("DEJA_REWRITE", "off")]),
+];
+
+/// `deja doctor --json` under `env`.
+fn doctor(env: &[(&str, &str)]) -> Value {
+    let out = Command::new(deja_bin()).args(["doctor", "--json"]).envs(env.iter().copied()).output().unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The host core the remedy under `env` pins every vCPU thread to, if it pins (`deja doctor`):
+/// without rewriting, where CPUID faulting is not honoured and the answers differ between cores.
+fn remedy_core(env: &[(&str, &str)]) -> Option<u64> {
+    doctor(env)["cpu_identity"]["remedy"]["pinned_core"].as_u64()
 }
 
 /// The JSON summary on the last line of stderr.
@@ -77,13 +92,13 @@ fn deterministic_part(mut v: Value) -> Value {
 
 /// Runs `deja run --json --no-probe <args>` on every core and asserts the runs are identical:
 /// exit, trace, memory and full digests, every reported fact, and the output bytes.
-fn same_on_every_core(what: &str, args: &[&str]) -> Value {
+fn same_on_every_core(what: &str, env: &[(&str, &str)], args: &[&str]) -> Value {
     let mut full = vec!["run", "--json", "--no-probe"];
     full.extend_from_slice(args);
-    let runs: Vec<(u32, Output)> = cores().into_iter().map(|c| (c, deja_on(c, &[], &full))).collect();
+    let runs: Vec<(u32, Output)> = cores().into_iter().map(|c| (c, deja_on(c, env, &full))).collect();
     let (c0, first) = &runs[0];
     let reference = summary(first);
-    let pinned = remedy_core();
+    let pinned = remedy_core(env);
     for (c, out) in &runs[1..] {
         let v = summary(out);
         for key in ["digest", "trace_digest", "memory_digest", "exit"] {
@@ -134,16 +149,21 @@ fn every_bundled_guest_has_one_digest_on_every_core() {
         ("loopback sockets", vec![g("loopback")]),
         ("hostinfo", vec![g("hostinfo")]),
     ];
-    for (what, args) in &cases {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let v = same_on_every_core(what, &args);
-        assert!(v["syscalls"].as_u64().unwrap() > 0, "{what}: the run executed syscalls");
+    for (mode, env) in MODES {
+        for (what, args) in &cases {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let v = same_on_every_core(&format!("{what} ({mode})"), env, &args);
+            assert!(v["syscalls"].as_u64().unwrap() > 0, "{what}: the run executed syscalls");
+            let rewritten = v["host_channels"]["objects"].as_array().is_some_and(|o| !o.is_empty());
+            assert_eq!(rewritten, !mode.starts_with("no "), "{what} ({mode}): {}", v["host_channels"]);
+        }
+        let restarted = same_on_every_core(
+            &format!("kv crash ({mode})"),
+            env,
+            &["--crash-after-durable-write", "5", &g("kv"), "--", "--variant", "fixed", "8"],
+        );
+        assert!(restarted["faults"].as_array().is_some_and(|f| !f.is_empty()), "the crash run injected a crash");
     }
-    let restarted = same_on_every_core(
-        "kv crash",
-        &["--crash-after-durable-write", "5", &g("kv"), "--", "--variant", "fixed", "8"],
-    );
-    assert!(restarted["faults"].as_array().is_some_and(|f| !f.is_empty()), "the crash run injected a crash");
     std::fs::remove_file(&data).ok();
 }
 
@@ -158,9 +178,10 @@ fn every_cluster_has_one_digest_on_every_core() {
         .collect();
     files.sort();
     assert!(files.len() >= 5, "the bundled clusters");
-    for f in &files {
+    for (f, (mode, env)) in files.iter().flat_map(|f| MODES.iter().map(move |m| (f, m))) {
         let runs: Vec<(u32, Output)> =
-            cores().into_iter().map(|c| (c, deja_on(c, &[], &["run", "--json", "--no-probe", &s(f)]))).collect();
+            cores().into_iter().map(|c| (c, deja_on(c, env, &["run", "--json", "--no-probe", &s(f)]))).collect();
+        let f = &f.with_extension(format!("toml ({mode})"));
         let (c0, first) = &runs[0];
         let a = summary(first);
         assert!(a["nodes"].as_array().is_some_and(|n| !n.is_empty()), "{}", f.display());
@@ -185,18 +206,25 @@ fn table_line(leaf: u32, sub: u32) -> String {
 
 #[test]
 fn a_program_that_reads_cpuid_sees_the_same_cpu_on_every_core() {
+    for (mode, env) in MODES {
+        reads_cpuid(mode, env);
+    }
+}
+
+fn reads_cpuid(mode: &str, env: &[(&str, &str)]) {
     let hostinfo = s(&guest("hostinfo"));
     let outputs: Vec<(u32, String)> =
-        cores().into_iter().map(|c| (c, stdout(&deja_on(c, &[], &["run", "--no-probe", &hostinfo])))).collect();
+        cores().into_iter().map(|c| (c, stdout(&deja_on(c, env, &["run", "--no-probe", &hostinfo])))).collect();
     let (c0, first) = &outputs[0];
-    assert!(first.contains("initial APIC ID 0 x2APIC ID 0"), "{first}");
+    assert!(first.contains("initial APIC ID 0 x2APIC ID 0"), "{mode}: {first}");
     for (c, text) in &outputs[1..] {
-        assert_eq!(text, first, "hostinfo printed differently on core {c0} and core {c}");
+        assert_eq!(text, first, "{mode}: hostinfo printed differently on core {c0} and core {c}");
     }
-    // Where deja answers CPUID itself (CPUID faulting), the guest sees exactly the fixed table,
-    // whatever the host's own answers: every leaf line matches it bit for bit.
-    let doctor: Value = serde_json::from_slice(&deja(&["doctor", "--json"]).stdout).unwrap();
-    if doctor["cpu_identity"]["remedy"]["cpuid"] == "faulting" {
+    // Where deja answers CPUID itself (rewriting, or CPUID faulting), the guest sees exactly
+    // the fixed table, whatever the host's own answers: every leaf line matches it bit for bit.
+    let doctor = doctor(env);
+    let remedy = &doctor["cpu_identity"]["remedy"];
+    if remedy["rewrite"] == true || remedy["cpuid"] == "faulting" {
         for (leaf, sub) in
             [(1, 0), (4, 0), (7, 0), (0xb, 0), (0xb, 1), (0xd, 0), (0x1f, 0), (0x4000_0000, 0), (0x8000_0001, 0)]
         {
@@ -207,37 +235,45 @@ fn a_program_that_reads_cpuid_sees_the_same_cpu_on_every_core() {
             first.contains("avx512f false rdrand false rdseed false"),
             "std's detection follows the table: {first}"
         );
-        let v = summary(&deja_on(outputs[0].0, &[], &["run", "--json", "--no-probe", &hostinfo]));
-        assert!(v["vm"]["cpuid_exits"].as_u64().unwrap() > 20, "every cpuid trapped: {}", v["vm"]);
+        let v = summary(&deja_on(outputs[0].0, env, &["run", "--json", "--no-probe", &hostinfo]));
+        assert!(v["vm"]["cpuid_exits"].as_u64().unwrap() > 20, "{mode}: every cpuid trapped: {}", v["vm"]);
     } else {
-        eprintln!("this host offers no CPUID faulting: compared across cores only");
+        eprintln!("{mode}: this host offers no CPUID faulting: compared across cores only");
     }
 }
 
 #[test]
 fn the_core_number_leaks_only_where_doctor_says_and_pinning_closes_it() {
     let hostinfo = s(&guest("hostinfo"));
-    let doctor: Value = serde_json::from_slice(&deja(&["doctor", "--json"]).stdout).unwrap();
-    // Under a remedy that pins the vCPU threads, every process reads the same core number.
-    let leaks = doctor["core_number_varies_with_host_core"].as_bool().unwrap()
-        && doctor["cpu_identity"]["remedy"]["pinned_core"].is_null();
     let cores = cores();
-    // The audit spreads its processes over the cores and names the first diverging syscall:
-    // the write of the line that prints the core number.
-    let out =
-        deja(&["run", "--json", "--no-probe", "--audit", &(cores.len() + 1).to_string(), &hostinfo, "--", "core"]);
-    let v = summary(&out);
-    let audit = &v["audit"];
-    if leaks && cores.len() > 1 {
-        assert_eq!(audit["result"], "diverged", "{audit}");
-        assert_eq!(out.status.code(), Some(124));
-        let component = audit["component"].as_str().unwrap();
-        assert!(
-            component.contains("the syscall trace, first at syscall") && component.contains("write("),
-            "{component}"
-        );
-    } else {
-        assert_eq!(audit["result"], "identical", "{audit}");
+    for (mode, env) in MODES {
+        let doctor = doctor(env);
+        // Rewritten, rdtscp and rdpid read deja's core 0; under a remedy that pins the vCPU
+        // threads, every process reads the same core number.
+        let leaks = doctor["core_number_varies_with_host_core"].as_bool().unwrap()
+            && doctor["cpu_identity"]["remedy"]["pinned_core"].is_null()
+            && doctor["cpu_identity"]["remedy"]["rewrite"] == false;
+        // The audit spreads its processes over the cores and names the first diverging syscall:
+        // the write of the line that prints the core number.
+        let k = (cores.len() + 1).to_string();
+        let out = Command::new(deja_bin())
+            .args(["run", "--json", "--no-probe", "--audit", &k, &hostinfo, "--", "core"])
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let v = summary(&out);
+        let audit = &v["audit"];
+        if leaks && cores.len() > 1 {
+            assert_eq!(audit["result"], "diverged", "{mode}: {audit}");
+            assert_eq!(out.status.code(), Some(124));
+            let component = audit["component"].as_str().unwrap();
+            assert!(
+                component.contains("the syscall trace, first at syscall") && component.contains("write("),
+                "{component}"
+            );
+        } else {
+            assert_eq!(audit["result"], "identical", "{mode}: {audit}");
+        }
     }
     // DEJA_CPU_IDENTITY=pinned runs every vCPU thread on one fixed core, whatever the process's
     // own affinity: the lowest core it may use.
@@ -255,15 +291,26 @@ fn the_core_number_leaks_only_where_doctor_says_and_pinning_closes_it() {
 
 #[test]
 fn audit_runs_fresh_processes_on_every_core() {
+    for (mode, env) in MODES {
+        audit_on_every_core(mode, env);
+    }
+}
+
+fn audit_on_every_core(mode: &str, env: &[(&str, &str)]) {
     let t = s(&guest("timerand"));
     let cores = cores();
     let k = (cores.len() + 1).to_string();
-    let (out, v) = run_json(&["--audit", &k, "--seed", "3", &t]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = Command::new(deja_bin())
+        .args(["run", "--json", "--no-probe", "--audit", &k, "--seed", "3", &t])
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let v = summary(&out);
+    assert_eq!(out.status.code(), Some(0), "{mode}: {}", stderr(&out));
     let audit = &v["audit"];
-    assert_eq!(audit["result"], "identical", "{audit}");
+    assert_eq!(audit["result"], "identical", "{mode}: {audit}");
     let pinned: Vec<u64> = audit["cores"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
-    let remedy = remedy_core();
+    let remedy = remedy_core(env);
     for c in &cores {
         assert!(pinned.contains(&(*c as u64)), "a fresh process ran on core {c}: {audit}");
         if remedy.is_none() {

@@ -264,7 +264,10 @@ fn doctor_reports_kvm_and_hazards() {
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("/dev/kvm opens"), "{text}");
-    assert!(text.contains("RDTSC in ring 3"), "{text}");
+    assert!(text.contains("Host channels: what closes each on this host"), "{text}");
+    for channel in ["cpuid", "rdtsc", "rdtscp", "rdpid", "rdrand", "rdseed", "xgetbv"] {
+        assert!(text.contains(&format!("closed  {channel:<7} Rewriting: ")), "{channel}: {text}");
+    }
     let out = deja(&["doctor", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["usable"], true);
@@ -282,13 +285,22 @@ fn doctor_reports_kvm_and_hazards() {
 
 #[test]
 fn audit_catches_a_program_that_reads_host_time() {
-    // Whether raw RDTSC is deterministic depends on the host: where it traps, deja serves it
-    // from the virtual clock; where it does not, the program sees host time and the audit must
-    // say so.
-    let doctor: serde_json::Value = serde_json::from_slice(&deja(&["doctor", "--json"]).stdout).unwrap();
-    let trapped = doctor["cpu_identity"]["probe"]["rdtsc_trapped"].as_bool().unwrap();
+    // With rewriting (the default) the program's rdtsc traps to deja on every host and the
+    // runs agree. Without it, whether raw RDTSC is deterministic depends on the host: where it
+    // traps (CR4.TSD), deja serves it from the virtual clock; where it does not, the program
+    // sees host time and the audit must say so.
     let p = s(&guest("privileged"));
     let (out, v) = run_json(&["--audit", "3", &p, "--", "rdtsc-value"]);
+    assert_eq!(v["audit"]["result"], "identical", "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0));
+    assert!(v["host_channels"]["traps"]["rdtsc"].as_u64().unwrap() >= 1, "{}", v["host_channels"]);
+    let off = [("DEJA_REWRITE", "off")];
+    let with_env =
+        |args: &[&str]| std::process::Command::new(deja_bin()).args(args).envs(off).output().expect("start deja");
+    let doctor: serde_json::Value = serde_json::from_slice(&with_env(&["doctor", "--json"]).stdout).unwrap();
+    let trapped = doctor["cpu_identity"]["probe"]["rdtsc_trapped"].as_bool().unwrap();
+    let out = with_env(&["run", "--json", "--no-probe", "--audit", "3", &p, "--", "rdtsc-value"]);
+    let v: serde_json::Value = serde_json::from_str(stderr(&out).lines().last().unwrap()).unwrap();
     if trapped {
         assert_eq!(v["audit"]["result"], "identical", "{}", stderr(&out));
         assert_eq!(out.status.code(), Some(0));
@@ -298,13 +310,15 @@ fn audit_catches_a_program_that_reads_host_time() {
         // The first syscall that differs is the write of the counter's digits.
         let index = v["audit"]["first_diverging_syscall"].as_u64().unwrap();
         let trace = std::env::temp_dir().join(format!("deja-rdtsc-{}.jsonl", std::process::id()));
-        run_json(&["--trace-out", &s(&trace), &p, "--", "rdtsc-value"]);
+        with_env(&["run", "--no-probe", "--trace-out", &s(&trace), &p, "--", "rdtsc-value"]);
         let lines: Vec<serde_json::Value> =
             std::fs::read_to_string(&trace).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         std::fs::remove_file(&trace).ok();
         assert_eq!(lines[index as usize]["name"], "write", "{:?}", lines[index as usize]);
-        let text = deja(&["run", "--no-probe", "--audit", "2", &p, "--", "rdtsc-value"]);
+        let text = with_env(&["run", "--no-probe", "--audit", "2", &p, "--", "rdtsc-value"]);
         assert!(stderr(&text).contains("deja: audit: DIVERGED: fresh process 1"), "{}", stderr(&text));
         assert!(stderr(&text).contains("the syscall trace, first at syscall"), "{}", stderr(&text));
+        let named = ["the bytes it moved: data ", "the result: "].iter().any(|f| stderr(&text).contains(f));
+        assert!(named, "names the field that differs: {}", stderr(&text));
     }
 }

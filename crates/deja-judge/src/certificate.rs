@@ -201,11 +201,16 @@ mod tests {
             Box::new(|c| {
                 c.host = Some(deja_vmm::Fingerprint {
                     id: "0".repeat(16),
-                    remedy: deja_vmm::Remedy { cpuid: deja_vmm::identity::CpuidSource::Faulting, pinned_core: None },
+                    remedy: deja_vmm::Remedy {
+                        cpuid: deja_vmm::identity::CpuidSource::Faulting,
+                        pinned_core: None,
+                        rewrite: false,
+                    },
                     cpuid_blake3: String::new(),
                     xcr0: 7,
                     rdtsc_trapped: true,
                     core_number_visible: false,
+                    rewrite_rules: 0,
                 })
             }),
             Box::new(|c| {

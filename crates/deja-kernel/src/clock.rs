@@ -3,6 +3,10 @@
 //! Time starts at 0 ns "since boot" when the program is loaded. It advances by
 //! [`SYSCALL_COST_NS`] for every syscall served, by [`RDTSC_COST_NS`] for every emulated
 //! `rdtsc`, and jumps forward when the program sleeps or times out. The host clock is never read.
+//!
+//! The virtual TSC counts [`TSC_PER_NS`] ticks per virtual ns from a base drawn from the seed
+//! ([`tsc_base`]): a runtime that seeds its own generator from the TSC at start-up (the Go
+//! scheduler does) gets another seed with every deja seed, as it would from host time.
 
 /// Virtual time charged for each syscall (1 µs).
 pub const SYSCALL_COST_NS: u64 = 1_000;
@@ -65,10 +69,22 @@ pub fn clock_kind(id: u64) -> Option<ClockKind> {
     }
 }
 
+/// BLAKE3 key-derivation context of the virtual TSC's base.
+const TSC_BASE_CONTEXT: &str = "deja 2026 virtual tsc base v1";
+
+/// The virtual TSC at boot for `seed`: below 2^48 ticks (about a day at 3 GHz), like a host
+/// that booted recently.
+pub fn tsc_base(seed: u64) -> u64 {
+    let key = blake3::derive_key(TSC_BASE_CONTEXT, &seed.to_le_bytes());
+    u64::from_le_bytes([key[0], key[1], key[2], key[3], key[4], key[5], key[6], key[7]]) & ((1 << 48) - 1)
+}
+
 /// The virtual clock.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Clock {
     now_ns: u64,
+    /// The virtual TSC at boot ([`tsc_base`] of the seed).
+    tsc_base: u64,
     /// How far this node's clocks jumped forward (a clock fault): added to every reading.
     jumped_ns: u64,
     /// Skew of the wall clock (a clock fault): added to `CLOCK_REALTIME` only.
@@ -110,9 +126,14 @@ impl Clock {
         t.saturating_add_signed(self.skew_ns)
     }
 
-    /// The virtual TSC.
+    /// A clock at 0 whose TSC starts at [`tsc_base`]`(seed)`.
+    pub fn new(seed: u64) -> Clock {
+        Clock { tsc_base: tsc_base(seed), ..Clock::default() }
+    }
+
+    /// The virtual TSC: its base plus [`TSC_PER_NS`] ticks per ns of local time.
     pub fn tsc(&self) -> u64 {
-        self.local_ns().wrapping_mul(TSC_PER_NS)
+        self.tsc_base.wrapping_add(self.local_ns().wrapping_mul(TSC_PER_NS))
     }
 
     /// Jumps every clock the program reads forward by `ns` (virtual time itself, and so every
@@ -138,6 +159,10 @@ mod tests {
         assert_eq!(c.read(ClockKind::Monotonic), 5);
         assert_eq!(c.read(ClockKind::Realtime), REALTIME_EPOCH_S * NS_PER_S + 5);
         assert_eq!(c.tsc(), 15);
+        let s = Clock::new(7);
+        assert_eq!(s.tsc(), tsc_base(7));
+        assert_ne!(tsc_base(7), tsc_base(8), "the TSC's base follows the seed");
+        assert!(tsc_base(7) < 1 << 48);
         c.advance_to(3);
         assert_eq!(c.now_ns(), 5);
         c.advance(u64::MAX);

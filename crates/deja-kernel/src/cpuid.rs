@@ -17,6 +17,8 @@
 //! the topology leaf `0xb`, whose subleaves past the last level report an invalid level with the
 //! subleaf number in ECX\[7:0\], as hardware does.
 
+use deja_rewrite::Channel;
+
 /// One CPUID answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Leaf {
@@ -161,22 +163,10 @@ pub fn answer(function: u32, index: u32) -> [u32; 4] {
     }
 }
 
-/// The instructions deja emulates when ring-3 code traps on them (see
-/// [`crate::Kernel::exception`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Emulated {
-    /// `cpuid` (`0f a2`), trapping under CPUID faulting.
-    Cpuid,
-    /// `rdtsc` (`0f 31`), trapping under CR4.TSD.
-    Rdtsc,
-    /// `rdtscp` (`0f 01 f9`), trapping under CR4.TSD.
-    Rdtscp,
-}
-
 /// Decodes the instruction at the start of `code` (up to 15 bytes, as many as could be read) if
-/// it is one deja emulates: returns it and its length, legacy and REX prefixes included.
-pub fn decode(code: &[u8]) -> Option<(Emulated, u64)> {
+/// it is one the host traps under CPUID faulting or CR4.TSD (`cpuid`, `rdtsc`, `rdtscp`):
+/// returns it and its length, legacy and REX prefixes included.
+pub fn decode(code: &[u8]) -> Option<(Channel, u64)> {
     let prefixes = code
         .iter()
         .take(14)
@@ -184,9 +174,9 @@ pub fn decode(code: &[u8]) -> Option<(Emulated, u64)> {
         .count();
     let rest = &code[prefixes..];
     let (insn, len) = match rest {
-        [0x0f, 0xa2, ..] => (Emulated::Cpuid, 2),
-        [0x0f, 0x31, ..] => (Emulated::Rdtsc, 2),
-        [0x0f, 0x01, 0xf9, ..] => (Emulated::Rdtscp, 3),
+        [0x0f, 0xa2, ..] => (Channel::Cpuid, 2),
+        [0x0f, 0x31, ..] => (Channel::Rdtsc, 2),
+        [0x0f, 0x01, 0xf9, ..] => (Channel::Rdtscp, 3),
         _ => return None,
     };
     Some((insn, (prefixes + len) as u64))
@@ -235,10 +225,10 @@ mod tests {
 
     #[test]
     fn decode_knows_the_emulated_instructions_and_their_prefixes() {
-        assert_eq!(decode(&[0x0f, 0xa2]), Some((Emulated::Cpuid, 2)));
-        assert_eq!(decode(&[0x48, 0x0f, 0xa2, 0x90]), Some((Emulated::Cpuid, 3)));
-        assert_eq!(decode(&[0x0f, 0x31]), Some((Emulated::Rdtsc, 2)));
-        assert_eq!(decode(&[0x0f, 0x01, 0xf9]), Some((Emulated::Rdtscp, 3)));
+        assert_eq!(decode(&[0x0f, 0xa2]), Some((Channel::Cpuid, 2)));
+        assert_eq!(decode(&[0x48, 0x0f, 0xa2, 0x90]), Some((Channel::Cpuid, 3)));
+        assert_eq!(decode(&[0x0f, 0x31]), Some((Channel::Rdtsc, 2)));
+        assert_eq!(decode(&[0x0f, 0x01, 0xf9]), Some((Channel::Rdtscp, 3)));
         assert_eq!(decode(&[0x0f, 0x01]), None, "a truncated rdtscp");
         assert_eq!(decode(&[0x0f, 0x01, 0xd0]), None, "xgetbv is not emulated");
         assert_eq!(decode(&[]), None);

@@ -78,6 +78,27 @@ pub(crate) fn parent_of(path: &str) -> &str {
 }
 
 impl Disk {
+    /// Each path with the first 16 hex digits of a BLAKE3 of its kind, mode and contents (or
+    /// target), in path order: to name the file two runs disagree on.
+    pub fn entry_hashes(&self) -> Vec<(String, String)> {
+        self.entries
+            .iter()
+            .map(|(p, e)| {
+                let h = match e {
+                    DiskEntry::Dir { mode } => blake3::hash(format!("d {mode:o}").as_bytes()),
+                    DiskEntry::File { mode, data } => {
+                        let mut h = blake3::Hasher::new();
+                        h.update(format!("f {mode:o} ").as_bytes());
+                        h.update(data);
+                        h.finalize()
+                    }
+                    DiskEntry::Symlink { target } => blake3::hash(format!("l {target}").as_bytes()),
+                };
+                (p.clone(), h.to_hex()[..16].to_string())
+            })
+            .collect()
+    }
+
     /// BLAKE3 (hex) over the canonical encoding: for each entry in path order, a tag byte
     /// (`d`, `f`, `l`), the path's length (u64 LE) and bytes, then the mode (u32 LE) and the
     /// contents' length and bytes (files), the mode (directories) or the target's length and

@@ -108,6 +108,7 @@ mod fd;
 mod file_ops;
 mod files;
 pub mod fs;
+pub mod hostchan;
 mod kernel;
 mod mappings;
 pub mod mem;
@@ -131,7 +132,7 @@ mod sys_proc;
 mod sys_sched;
 pub mod syscalls;
 pub mod threads;
-mod trace;
+pub mod trace;
 pub mod user_layout;
 
 #[cfg(test)]
@@ -182,6 +183,9 @@ pub struct ProgramSpec {
     pub faults: FaultConfig,
     /// File system settings (capacity).
     pub fs: FsConfig,
+    /// Whether host-channel instructions in the program's code are rewritten to traps
+    /// ([`hostchan`]); on by default.
+    pub rewrite: hostchan::Rewrite,
 }
 
 impl ProgramSpec {
@@ -384,6 +388,16 @@ pub enum Exception {
         /// See `eax`.
         ecx: u32,
     },
+    /// #UD: an invalid or undefined opcode (or a `ud2`, such as a rewritten site's trap).
+    InvalidOpcode {
+        /// Faulting instruction.
+        rip: u64,
+        /// EAX and ECX at the fault: the leaf and subleaf of a rewritten `cpuid`, the register
+        /// of a rewritten `xgetbv`.
+        eax: u32,
+        /// See `eax`.
+        ecx: u32,
+    },
     /// Any other vector.
     Other {
         /// Exception vector.
@@ -393,25 +407,60 @@ pub enum Exception {
     },
 }
 
+/// A general-purpose register, numbered as x86 encodes it: 0 = RAX, 1 = RCX, 2 = RDX, 3 = RBX,
+/// 4 = RSP, 5 = RBP, 6 = RSI, 7 = RDI, 8–15 = R8–R15.
+pub type Gpr = u8;
+/// RAX.
+pub const RAX: Gpr = 0;
+/// RCX.
+pub const RCX: Gpr = 1;
+/// RDX.
+pub const RDX: Gpr = 2;
+/// RBX.
+pub const RBX: Gpr = 3;
+
+/// One register an emulated instruction writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegWrite {
+    /// Which register.
+    pub reg: Gpr,
+    /// The value written.
+    pub value: u64,
+    /// The operand size in bytes: 8 replaces the register, 4 replaces it with the value
+    /// zero-extended (a 32-bit write), 2 replaces its low 16 bits only.
+    pub width: u8,
+}
+
+impl RegWrite {
+    /// The register's new value, given its old one.
+    pub fn apply(&self, old: u64) -> u64 {
+        match self.width {
+            8 => self.value,
+            4 => self.value & 0xffff_ffff,
+            _ => (old & !0xffff) | (self.value & 0xffff),
+        }
+    }
+}
+
+/// The arithmetic flags (CF, PF, AF, ZF, SF, OF) an emulated instruction may set.
+pub const ARITH_FLAGS: u64 = 0x8d5;
+
 /// What the kernel decided about an exception.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExceptionOutcome {
     /// The kernel fixed it (for example mapped a page on demand): retry the instruction.
     Retry,
-    /// The kernel emulated the instruction: set RAX and RDX, and RBX and RCX where given (each
-    /// to its 32-bit value, upper half cleared, as a 32-bit register write does), advance RIP by
-    /// `len` and resume. Used for RDTSC/RDTSCP under CR4.TSD and CPUID under CPUID faulting.
+    /// The kernel emulated the instruction: apply `writes`, set the arithmetic flags
+    /// ([`ARITH_FLAGS`]) to `flags` where given, advance RIP by `len` and resume. Used for a
+    /// rewritten site's trap ([`hostchan`]), RDTSC/RDTSCP under CR4.TSD and CPUID under CPUID
+    /// faulting.
     Emulated {
         /// Which instruction it was.
-        insn: cpuid::Emulated,
-        /// New EAX.
-        eax: u32,
-        /// New EBX if the instruction sets it (CPUID), else `None`.
-        ebx: Option<u32>,
-        /// New ECX if the instruction sets it (RDTSCP, CPUID), else `None`.
-        ecx: Option<u32>,
-        /// New EDX.
-        edx: u32,
+        channel: deja_rewrite::Channel,
+        /// The registers it writes.
+        writes: Vec<RegWrite>,
+        /// The arithmetic flags afterwards, if it sets them.
+        flags: Option<u64>,
         /// Instruction length.
         len: u64,
     },
@@ -483,10 +532,18 @@ pub struct RunReport {
     /// the first diverging page of two runs.
     #[serde(skip)]
     pub pages: Vec<(u64, u64)>,
+    /// With [`RunReport::pages`]: for each page, a 2-byte hash of each of its 64-byte lines
+    /// ([`trace::PAGE_LINE`]), to name where in a page two runs differ.
+    #[serde(skip)]
+    pub page_lines: Vec<Vec<u16>>,
     /// When [`ProgramSpec::record_trace`] was set: the digest of the file system as the program
     /// left it ([`Disk::digest`]).
     #[serde(skip)]
     pub fs_digest: Option<String>,
+    /// With [`RunReport::fs_digest`]: each path of that file system with a hash of what it
+    /// holds ([`Disk::entry_hashes`]), to name the file two runs disagree on.
+    #[serde(skip)]
+    pub fs_files: Vec<(String, String)>,
     /// Every catalogued assertion site, sorted by (file, line, id).
     pub assertions: Vec<AssertionReport>,
     /// The program's first `SetupComplete`, if it sent one.
@@ -521,6 +578,10 @@ pub struct RunReport {
     /// The paths of the file system as the life left it (at most 256), directories included.
     #[serde(default)]
     pub files: Vec<String>,
+    /// What code rewriting did: each code object's sites rewritten and refused, and the traps
+    /// answered ([`hostchan`]).
+    #[serde(default)]
+    pub host_channels: hostchan::HostChannelReport,
 }
 
 impl RunReport {

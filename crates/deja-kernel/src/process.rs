@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::coverage::CoverageRegion;
+use crate::hostchan::HostChannels;
 use crate::mappings::Mappings;
 use crate::persist::{ensure, Persist, RestoreError};
 use crate::signal::Signals;
@@ -57,6 +58,8 @@ pub(crate) struct Process {
     pub(crate) fault_repeats: u32,
     /// Where the image's coverage counters are, if it has any.
     pub(crate) coverage: Option<CoverageRegion>,
+    /// The code sites rewritten to traps, and what rewriting did.
+    pub(crate) host: HostChannels,
 }
 
 impl Persist for Process {
@@ -72,6 +75,7 @@ impl Persist for Process {
             format!("break {:#x} below its start {:#x}", self.brk_cur, self.brk_start)
         })?;
         ensure(self.fault_repeats <= MAX_FAULT_REPEATS, || format!("{} fault repeats", self.fault_repeats))?;
+        self.host.validate()?;
         match &self.coverage {
             Some(c) => c.validate(),
             None => Ok(()),

@@ -6,7 +6,6 @@
 //! in [`sys_sched`](crate::sys_sched) comes back here to serve a blocked call again.
 
 use crate::clock::{RDTSC_COST_NS, SYSCALL_COST_NS};
-use crate::cpuid::Emulated;
 use crate::errno::*;
 use crate::faults::{FaultKind, FaultRecord};
 use crate::kernel::{Kernel, SysResult, SysStop};
@@ -16,7 +15,8 @@ use crate::signal;
 use crate::threads::BLOCKED_RETURN;
 use crate::trace::{DataHasher, ExceptionRecord};
 use crate::user_layout::*;
-use crate::{Exception, ExceptionOutcome, ExitStatus, FaultInfo, Memory, SyscallOutcome};
+use crate::{Exception, ExceptionOutcome, ExitStatus, FaultInfo, Gpr, Memory, SyscallOutcome};
+use deja_rewrite::Channel;
 
 impl Kernel {
     /// Serves one syscall: `nr` from RAX, `args` from RDI, RSI, RDX, R10, R8, R9.
@@ -110,9 +110,9 @@ impl Kernel {
     ///
     /// A page fault inside a mapping that allows the access populates an aligned window of
     /// [`FAULT_AROUND_PAGES`] pages (clipped to the mapping) and answers
-    /// [`ExceptionOutcome::Retry`]; `rdtsc`/`rdtscp` under `#GP` are emulated from the
-    /// virtual clock and `cpuid` under `#GP` from the fixed table ([`crate::cpuid`]);
-    /// everything else ends the program with the signal Linux would send.
+    /// [`ExceptionOutcome::Retry`]; a `#UD` at a rewritten site ([`crate::hostchan`]) and
+    /// `rdtsc`/`rdtscp`/`cpuid` under `#GP` (CR4.TSD, CPUID faulting) are answered by
+    /// [`Kernel::emulate`]; everything else ends the program with the signal Linux would send.
     pub fn exception(&mut self, mem: &mut dyn Memory, exc: Exception) -> ExceptionOutcome {
         match exc {
             Exception::PageFault { addr, error_code, rip } => self.page_fault(mem, addr, error_code, rip),
@@ -121,34 +121,8 @@ impl Kernel {
                 let n = (0..code.len())
                     .take_while(|&i| self.process.mappings.copy_in(mem, rip + i as u64, &mut code[i..=i]).is_ok())
                     .count();
-                match crate::cpuid::decode(&code[..n]) {
-                    Some((insn @ Emulated::Cpuid, len)) => {
-                        // Answered from the fixed table, untraced and free: a host whose KVM
-                        // answers CPUID itself gives the same run.
-                        let [a, b, c, d] = crate::cpuid::answer(eax, ecx);
-                        return ExceptionOutcome::Emulated { insn, eax: a, ebx: Some(b), ecx: Some(c), edx: d, len };
-                    }
-                    Some((insn, len)) => {
-                        self.sched.clock.advance(RDTSC_COST_NS);
-                        let tsc = self.sched.clock.tsc();
-                        self.record.tracer.exception(
-                            13,
-                            rip,
-                            0,
-                            error_code,
-                            ExceptionRecord::Emulated(tsc),
-                            self.sched.clock.now_ns(),
-                        );
-                        return ExceptionOutcome::Emulated {
-                            insn,
-                            eax: tsc as u32,
-                            ebx: None,
-                            ecx: (insn == Emulated::Rdtscp).then_some(0),
-                            edx: (tsc >> 32) as u32,
-                            len,
-                        };
-                    }
-                    None => {}
+                if let Some((channel, len)) = crate::cpuid::decode(&code[..n]) {
+                    return self.emulate(channel, (0, 0), eax, ecx, (rip, 13, error_code), len);
                 }
                 if let Some(how) = entry_attempt(&code[..n]) {
                     return self.entry_attempt(how, rip);
@@ -161,6 +135,16 @@ impl Kernel {
                     None,
                     error_code,
                 )
+            }
+            Exception::InvalidOpcode { rip, eax, ecx } => {
+                if let Some(site) = self.process.host.site_at(&*mem, rip).cloned() {
+                    self.process.host.count_trap(site.channel);
+                    return self.emulate(site.channel, (site.reg, site.width), eax, ecx, (rip, 6, 0), site.len.into());
+                }
+                match self.entry_at(mem, rip) {
+                    Some(how) => self.entry_attempt(how, rip),
+                    None => self.fatal(4, "invalid opcode".into(), 6, rip, None, 0),
+                }
             }
             Exception::Other { vector: 6, rip } if self.entry_at(mem, rip).is_some() => {
                 let how = self.entry_at(mem, rip).unwrap_or(EntryAttempt::Sysenter);
@@ -190,6 +174,44 @@ impl Kernel {
                 self.fatal(sig, what, vector, rip, None, 0)
             }
         }
+    }
+
+    /// Answers `channel` (trapped at `at` = (rip, vector, error code), `len` bytes long) from
+    /// deja's model instead of the host: `cpuid` from the fixed table and `xgetbv` from its
+    /// XCR0, both untraced and free, so a run is the same whichever way they trapped; `rdtsc`
+    /// and `rdtscp` from the virtual TSC, `rdrand` and `rdseed` from the seeded stream, both
+    /// traced; `rdpid` as core 0. `dest` is the destination register and operand size of
+    /// `rdrand`, `rdseed` and `rdpid`.
+    pub(crate) fn emulate(
+        &mut self,
+        channel: Channel,
+        dest: (Gpr, u8),
+        eax: u32,
+        ecx: u32,
+        at: (u64, u8, u64),
+        len: u64,
+    ) -> ExceptionOutcome {
+        let (rip, vector, error_code) = at;
+        let mut tsc = 0;
+        if matches!(channel, Channel::Rdtsc | Channel::Rdtscp) {
+            self.sched.clock.advance(RDTSC_COST_NS);
+            tsc = self.sched.clock.tsc();
+            let now = self.sched.clock.now_ns();
+            self.record.tracer.exception(vector, rip, 0, error_code, ExceptionRecord::Emulated(tsc), now);
+        }
+        let mut random = 0;
+        if matches!(channel, Channel::Rdrand | Channel::Rdseed) {
+            let mut b = [0u8; 8];
+            self.rng.fill(&mut b);
+            random = u64::from_le_bytes(b);
+            let now = self.sched.clock.now_ns();
+            self.record.tracer.exception(vector, rip, 0, error_code, ExceptionRecord::Emulated(random), now);
+        }
+        let Some((writes, flags)) = crate::hostchan::answer(channel, dest, eax, ecx, tsc, random) else {
+            let what = format!("general protection fault: xgetbv of XCR{ecx} (deja's CPU has XCR0 only)");
+            return self.fatal(11, what, 13, rip, None, 0);
+        };
+        ExceptionOutcome::Emulated { channel, writes, flags, len }
     }
 
     /// The other way into a kernel at `rip`, if that is what is there.

@@ -6,6 +6,7 @@
 //! adds committed pages checks the commit capacity first and fails with `ENOMEM`.
 
 use crate::errno::*;
+use crate::hostchan::{plan_file, Placement, Rewrite};
 use crate::kernel::{Kernel, SysResult};
 use crate::mappings::{user_range, FileBytes, Vma, VmaKind};
 use crate::user_layout::*;
@@ -49,7 +50,45 @@ impl Kernel {
     /// Removes every mapping in `[a, b)` and frees its pages.
     fn unmap_range(&mut self, mem: &mut dyn Memory, a: u64, b: u64) {
         self.process.mappings.remove(a, b);
+        self.process.host.forget(a, b);
         mem.unmap(a, b - a);
+    }
+
+    /// Closes the host channels in the executable code of `[a, b)`, which was just mapped,
+    /// refilled or protected with `PROT_EXEC` (see [`crate::hostchan`]): the image's known
+    /// sites get their traps again; a file is planned as a whole (once per content) and its
+    /// sites in the range rewritten; other memory is planned from its current bytes.
+    fn close_host_channels(&mut self, mem: &mut dyn Memory, a: u64, b: u64) -> Result<(), i32> {
+        if self.process.host.mode == Rewrite::Off {
+            return Ok(());
+        }
+        let pieces: Vec<Vma> =
+            self.process.mappings.overlapping(a, b).filter(|v| v.prot.executable()).cloned().collect();
+        for v in pieces {
+            let (s, e) = (v.start.max(a), v.end.min(b));
+            let host = &mut self.process.host;
+            match &v.kind {
+                VmaKind::Image { .. } => host.repatch(mem, s, e),
+                VmaKind::File { path, data, offset, .. } => {
+                    let at = Placement {
+                        name: path.clone(),
+                        start: s,
+                        end: e,
+                        base: v.start.wrapping_sub(*offset),
+                        by_addr: false,
+                    };
+                    host.apply(mem, &plan_file(&data.0), &at)
+                }
+                _ => {
+                    let code = host.original_bytes(&*mem, s, e);
+                    let plan = deja_rewrite::plan_code(s, &code, &[]);
+                    let at = Placement { name: "anonymous".into(), start: s, end: e, base: 0, by_addr: true };
+                    host.unpatch(mem, s, e).and_then(|()| host.apply(mem, &plan, &at))
+                }
+            }
+            .map_err(|_| ENOMEM)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn sys_brk(&mut self, mem: &mut dyn Memory, addr: u64) -> SysResult {
@@ -148,6 +187,12 @@ impl Kernel {
                 return Err(e.into());
             }
         }
+        if prot.executable() {
+            if let Err(e) = self.close_host_channels(mem, start, end) {
+                self.unmap_range(mem, start, end);
+                return Err(e.into());
+            }
+        }
         Ok(start)
     }
 
@@ -181,6 +226,11 @@ impl Kernel {
             .sum();
         self.process.mappings.check_commit(add, self.process.mappings.committed_in(addr, end))?;
         self.process.mappings.set_prot(addr, end, prot);
+        if prot.executable() {
+            // Planned while the pages are still as the program left them, before they lose
+            // write permission.
+            self.close_host_channels(mem, addr, end)?;
+        }
         mem.protect(addr, end - addr, prot);
         Ok(0)
     }
@@ -206,6 +256,7 @@ impl Kernel {
                     VmaKind::File { .. } => {
                         mem.unmap(s, e - s);
                         self.load_file_pages(mem, s, e)?;
+                        self.close_host_channels(mem, s, e)?;
                     }
                     _ => mem.unmap(s, e - s),
                 }
@@ -247,6 +298,8 @@ impl Kernel {
         let mut pieces = self.process.mappings.remove(old, old + old_len);
         mem.move_pages(old, new, keep);
         mem.unmap(old, old_len);
+        self.process.host.forget(old + keep, old + old_len);
+        self.process.host.shift(old, keep, new);
         let Some(mut v) = pieces.pop() else { return Err(EFAULT) };
         v.start = new;
         v.end = new + keep;
@@ -264,6 +317,7 @@ impl Kernel {
             let (s, t) = (e.start, e.end);
             self.process.mappings.insert(e);
             self.load_file_pages(mem, s, t)?;
+            self.close_host_channels(mem, s, t)?;
         }
         Ok(())
     }
@@ -324,6 +378,7 @@ impl Kernel {
             let (s, t) = (e.start, e.end);
             self.process.mappings.insert(e);
             self.load_file_pages(mem, s, t)?;
+            self.close_host_channels(mem, s, t)?;
             return Ok(old);
         }
         if flags & MREMAP_MAYMOVE == 0 {

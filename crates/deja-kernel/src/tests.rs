@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::hostchan::Rewrite;
 use crate::rng::RandomStream;
 use crate::stack::*;
 use crate::user_layout::*;
@@ -869,43 +870,36 @@ fn repeated_fault_is_not_an_endless_loop() {
     assert!(outcomes.len() > 1);
 }
 
+/// The registers an emulated instruction writes, and its length.
+fn emulated(o: &ExceptionOutcome) -> (Vec<(u8, u64)>, Option<u64>, u64) {
+    match o {
+        ExceptionOutcome::Emulated { writes, flags, len, .. } => {
+            (writes.iter().map(|w| (w.reg, w.apply(0xffff_ffff_ffff_ffff))).collect(), *flags, *len)
+        }
+        o => panic!("not emulated: {o:?}"),
+    }
+}
+
 #[test]
-fn rdtsc_is_emulated_from_the_virtual_clock() {
-    let (mut k, _, mut m) = boot();
+fn host_traps_are_emulated_from_the_virtual_clock_and_the_table() {
+    // The host's own traps (#GP under CR4.TSD and CPUID faulting), where the code is not
+    // rewritten.
+    let (mut k, _, mut m) = boot_spec(ProgramSpec { rewrite: Rewrite::Off, ..spec_with(exec_image(), 42) });
+    assert_eq!(peek(&k, &mut m, 0x40_1000, 2), vec![0x0f, 0x31], "the code is left as it is");
     sc(&mut k, &mut m, "getpid", &[]);
     let o = k.exception(&mut m, Exception::GeneralProtection { rip: 0x40_1000, error_code: 0, eax: 0, ecx: 0 });
-    let t = k.virtual_time_ns() * 3;
-    assert_eq!(
-        o,
-        ExceptionOutcome::Emulated {
-            insn: crate::cpuid::Emulated::Rdtsc,
-            eax: t as u32,
-            ebx: None,
-            ecx: None,
-            edx: (t >> 32) as u32,
-            len: 2
-        }
-    );
+    let t = crate::clock::tsc_base(42) + k.virtual_time_ns() * 3;
+    assert_eq!(emulated(&o), (vec![(RAX, t & 0xffff_ffff), (RDX, t >> 32)], None, 2));
     let o2 = k.exception(&mut m, Exception::GeneralProtection { rip: 0x40_1003, error_code: 0, eax: 0, ecx: 0 });
-    match o2 {
-        ExceptionOutcome::Emulated { eax, ecx: Some(0), len: 3, .. } => assert!(u64::from(eax) > t),
-        o => panic!("{o:?}"),
-    }
+    let (w, _, len) = emulated(&o2);
+    assert_eq!((w[2], len), ((RCX, 0), 3), "rdtscp: TSC_AUX is 0");
+    assert!(w[0].1 > t & 0xffff_ffff, "the TSC moves on");
     // CPUID is answered from the fixed table, with no trace entry and no virtual time.
     let before = k.save();
     let o3 = k.exception(&mut m, Exception::GeneralProtection { rip: 0x40_1006, error_code: 0, eax: 1, ecx: 0 });
     let [a, b, c, d] = crate::cpuid::answer(1, 0);
-    assert_eq!(
-        o3,
-        ExceptionOutcome::Emulated {
-            insn: crate::cpuid::Emulated::Cpuid,
-            eax: a,
-            ebx: Some(b),
-            ecx: Some(c),
-            edx: d,
-            len: 3
-        }
-    );
+    let wide = |v: u32| u64::from(v);
+    assert_eq!(emulated(&o3), (vec![(RAX, wide(a)), (RBX, wide(b)), (RCX, wide(c)), (RDX, wide(d))], None, 3));
     assert_eq!(k.save(), before, "an emulated cpuid changes no state of the core");
     match k.exception(&mut m, Exception::GeneralProtection { rip: 0x40_1002, error_code: 0, eax: 0, ecx: 0 }) {
         ExceptionOutcome::Fatal(ExitStatus::Signaled { signal: 11, fault: Some(f), .. }) => {
@@ -933,6 +927,129 @@ fn rdtsc_is_emulated_from_the_virtual_clock() {
     assert_eq!(sig(&mut k, &mut m, 19), 8);
     assert_eq!(sig(&mut k, &mut m, 17), 7);
     assert_eq!(sig(&mut k, &mut m, 200), 11);
+}
+
+#[test]
+fn rewritten_sites_trap_and_are_answered_from_deja_model() {
+    let (mut k, _, mut m) = boot();
+    // rdtsc; hlt; rdtscp; rex.w cpuid: each channel instruction is now ud2, padded with int3.
+    assert_eq!(peek(&k, &mut m, 0x40_1000, 9), vec![0x0f, 0x0b, 0xf4, 0x0f, 0x0b, 0xcc, 0x0f, 0x0b, 0xcc]);
+    let r = k.finish(&m, ExitStatus::Exited { code: 0 }).host_channels;
+    assert_eq!(r.rewrite, Rewrite::On);
+    assert_eq!((r.objects.len(), r.objects[0].name.as_str()), (1, "/bin/prog"));
+    let counts = r.rewritten();
+    assert_eq!((counts.rdtsc, counts.rdtscp, counts.cpuid, counts.total()), (1, 1, 1, 3));
+    let (mut k, _, mut m) = boot();
+    sc(&mut k, &mut m, "getpid", &[]);
+    let ud = |rip, eax, ecx| Exception::InvalidOpcode { rip, eax, ecx };
+    let o = k.exception(&mut m, ud(0x40_1000, 0, 0));
+    let t = crate::clock::tsc_base(42) + k.virtual_time_ns() * 3;
+    assert_eq!(emulated(&o), (vec![(RAX, t & 0xffff_ffff), (RDX, t >> 32)], None, 2));
+    let (w, _, len) = emulated(&k.exception(&mut m, ud(0x40_1003, 0, 0)));
+    assert_eq!((w[2], len), ((RCX, 0), 3));
+    let before = k.save();
+    let [a, b, c, d] = crate::cpuid::answer(7, 0);
+    let wide = |v: u32| u64::from(v);
+    let o = k.exception(&mut m, ud(0x40_1006, 7, 0));
+    assert_eq!(emulated(&o), (vec![(RAX, wide(a)), (RBX, wide(b)), (RCX, wide(c)), (RDX, wide(d))], None, 3));
+    let after = k.save();
+    assert_ne!(after, before, "the trap is counted");
+    assert_eq!(k.finish(&m, ExitStatus::Exited { code: 0 }).host_channels.traps.cpuid, 1);
+    // A #UD anywhere else is the program's own: SIGILL.
+    match k.exception(&mut m, ud(0x40_1002, 0, 0)) {
+        ExceptionOutcome::Fatal(ExitStatus::Signaled { signal: 4, fault: Some(f), .. }) => assert_eq!(f.vector, 6),
+        o => panic!("{o:?}"),
+    }
+}
+
+#[test]
+fn the_virtual_tsc_follows_the_seed() {
+    let read = |seed| {
+        let (mut k, _, mut m) = boot_spec(spec_with(exec_image(), seed));
+        emulated(&k.exception(&mut m, Exception::InvalidOpcode { rip: 0x40_1000, eax: 0, ecx: 0 })).0
+    };
+    assert_eq!(read(3), read(3));
+    assert_ne!(read(3), read(4));
+}
+
+#[test]
+fn rdrand_rdseed_rdpid_and_xgetbv_are_answered_at_their_registers() {
+    // rdrand bx; rdseed r9; rdpid rsi; xgetbv; ret
+    let code = vec![0x66, 0x0f, 0xc7, 0xf3, 0x49, 0x0f, 0xc7, 0xf9, 0xf3, 0x0f, 0xc7, 0xfe, 0x0f, 0x01, 0xd0, 0xc3];
+    let image = build_elf(
+        crate::elf::ET_EXEC,
+        crate::elf::EM_X86_64,
+        0x40_0000,
+        &[Seg { vaddr: 0x40_1000, flags: 5, memsz: 4096, data: code }],
+        None,
+    );
+    let (mut k, _, mut m) = boot_spec(spec_with(image.clone(), 9));
+    let ud = |rip, ecx| Exception::InvalidOpcode { rip, eax: 0, ecx };
+    let (w, flags, len) = emulated(&k.exception(&mut m, ud(0x40_1000, 0)));
+    let w_first = w.clone();
+    assert_eq!((w.len(), w[0].0, flags, len), (1, 3, Some(1), 4), "rdrand bx: 16 bits of BX, CF set");
+    assert_eq!(w[0].1 >> 16, 0xffff_ffff_ffff, "a 16-bit write keeps the rest of RBX");
+    let (w, flags, len) = emulated(&k.exception(&mut m, ud(0x40_1004, 0)));
+    assert_eq!((w[0].0, flags, len), (9, Some(1), 4), "rdseed r9");
+    let (w, _, len) = emulated(&k.exception(&mut m, ud(0x40_1008, 0)));
+    assert_eq!((w, len), (vec![(6, 0)], 4), "rdpid rsi: core 0");
+    let (w, _, len) = emulated(&k.exception(&mut m, ud(0x40_100c, 0)));
+    assert_eq!((w, len), (vec![(RAX, crate::cpuid::XCR0), (RDX, 0)], 3));
+    match k.exception(&mut m, ud(0x40_100c, 1)) {
+        ExceptionOutcome::Fatal(ExitStatus::Signaled { signal: 11, .. }) => {}
+        o => panic!("xgetbv of XCR1: {o:?}"),
+    }
+    // The random values come from the seeded stream: the same for the same seed.
+    let rdrand = |seed| {
+        let (mut k, _, mut m) = boot_spec(spec_with(image.clone(), seed));
+        emulated(&k.exception(&mut m, ud(0x40_1000, 0))).0
+    };
+    assert_eq!(rdrand(9), w_first);
+    assert_ne!(rdrand(10), w_first);
+}
+
+#[test]
+fn code_made_executable_at_run_time_is_rewritten_and_forgotten_with_its_mapping() {
+    let (mut k, _, mut m) = boot();
+    // A JIT: anonymous memory, written, then made executable.
+    let a = sc(&mut k, &mut m, "mmap", &[0, 4096, 3, 0x22, u64::MAX, 0]) as u64;
+    let jit = [0x31, 0xc0, 0x0f, 0xa2, 0x0f, 0x31, 0xc3]; // xor eax, eax; cpuid; rdtsc; ret
+    poke(&k, &mut m, a, &jit);
+    assert_eq!(sc(&mut k, &mut m, "mprotect", &[a, 4096, 5]), 0);
+    assert_eq!(peek(&k, &mut m, a, 7), vec![0x31, 0xc0, 0x0f, 0x0b, 0x0f, 0x0b, 0xc3]);
+    assert!(matches!(
+        k.exception(&mut m, Exception::InvalidOpcode { rip: a + 2, eax: 0, ecx: 0 }),
+        ExceptionOutcome::Emulated { .. }
+    ));
+    // Written again and protected again: the new code is planned, the old sites are gone.
+    assert_eq!(sc(&mut k, &mut m, "mprotect", &[a, 4096, 3]), 0);
+    poke(&k, &mut m, a, &[0x90, 0x90, 0x90, 0x0f, 0x31, 0xc3]);
+    assert_eq!(sc(&mut k, &mut m, "mprotect", &[a, 4096, 5]), 0);
+    assert_eq!(peek(&k, &mut m, a, 6), vec![0x90, 0x90, 0x90, 0x0f, 0x0b, 0xc3]);
+    assert!(matches!(
+        k.exception(&mut m, Exception::InvalidOpcode { rip: a + 2, eax: 0, ecx: 0 }),
+        ExceptionOutcome::Fatal(_)
+    ));
+    assert!(matches!(
+        k.exception(&mut m, Exception::InvalidOpcode { rip: a + 3, eax: 0, ecx: 0 }),
+        ExceptionOutcome::Emulated { .. }
+    ));
+    // Moved by mremap, the site moves with it; unmapped, it is forgotten.
+    let b = sc(&mut k, &mut m, "mremap", &[a, 4096, 8192, 1, 0]) as u64;
+    if b != a {
+        assert!(matches!(
+            k.exception(&mut m, Exception::InvalidOpcode { rip: b + 3, eax: 0, ecx: 0 }),
+            ExceptionOutcome::Emulated { .. }
+        ));
+    }
+    assert_eq!(sc(&mut k, &mut m, "munmap", &[b, 8192]), 0);
+    let saved = k.save();
+    let restored = Kernel::restore(&saved).unwrap();
+    assert_eq!(restored.save(), saved);
+    assert!(
+        k.finish(&m, ExitStatus::Exited { code: 0 }).host_channels.objects.len() >= 3,
+        "the image and two plans of the region"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1177,7 +1294,7 @@ fn scripted_run(seed: u64) -> RunReport {
     sc(&mut k, &mut m, "read", &[0, buf + 100, 64]);
     sc(&mut k, &mut m, "clock_gettime", &[1, buf + 200]);
     k.exception(&mut m, Exception::PageFault { addr: buf + 0x8000, error_code: 6, rip: 0x40_1000 });
-    k.exception(&mut m, Exception::GeneralProtection { rip: 0x40_1000, error_code: 0, eax: 0, ecx: 0 });
+    k.exception(&mut m, Exception::InvalidOpcode { rip: 0x40_1000, eax: 0, ecx: 0 });
     sc(&mut k, &mut m, "write", &[1, buf, 64]);
     k.finish(&m, ExitStatus::Exited { code: 0 })
 }
@@ -1268,9 +1385,10 @@ fn random_syscalls_never_panic() {
             }
             let _ = k.syscall(&mut mem, nr, args);
             if rng.next_u32() % 20 == 0 {
-                let exc = match rng.next_u32() % 3 {
+                let exc = match rng.next_u32() % 4 {
                     0 => Exception::PageFault { addr: args[0], error_code: args[1] & 0x1f, rip: args[2] },
                     1 => Exception::GeneralProtection { rip: args[0], error_code: 0, eax: 0, ecx: 0 },
+                    2 => Exception::InvalidOpcode { rip: args[0], eax: args[1] as u32, ecx: args[2] as u32 },
                     _ => Exception::Other { vector: args[0] as u8, rip: args[1] },
                 };
                 let _ = k.exception(&mut mem, exc);
@@ -1329,7 +1447,7 @@ fn snapshot_step(i: usize, k: &mut Kernel, m: &mut FakeMemory) {
             assert_eq!(r, ExceptionOutcome::Retry);
         }
         11 => {
-            let r = k.exception(m, Exception::GeneralProtection { rip: 0x40_1000, error_code: 0, eax: 0, ecx: 0 });
+            let r = k.exception(m, Exception::InvalidOpcode { rip: 0x40_1000, eax: 0, ecx: 0 });
             assert!(matches!(r, ExceptionOutcome::Emulated { len: 2, .. }));
         }
         12 => assert_eq!(sc(k, m, "write", &[1, b + 0x100, 18]), 18),

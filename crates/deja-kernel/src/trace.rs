@@ -203,17 +203,29 @@ impl Tracer {
 }
 
 /// Every present page as (address, first 8 bytes of the BLAKE3 of its contents), in address
-/// order.
-pub fn page_hashes(mem: &dyn crate::Memory) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
+/// order, and for each page the first 2 bytes of the BLAKE3 of each of its 64-byte lines (to
+/// name where in a page two runs differ).
+pub fn page_hashes(mem: &dyn crate::Memory) -> (Vec<(u64, u64)>, Vec<Vec<u16>>) {
+    let (mut out, mut lines) = (Vec::new(), Vec::new());
     mem.for_each_page(&mut |addr, data| {
         let h = blake3::hash(data);
         let mut w = [0u8; 8];
         w.copy_from_slice(&h.as_bytes()[..8]);
         out.push((addr, u64::from_le_bytes(w)));
+        lines.push(
+            data.chunks(PAGE_LINE)
+                .map(|l| {
+                    let h = blake3::hash(l);
+                    u16::from_le_bytes([h.as_bytes()[0], h.as_bytes()[1]])
+                })
+                .collect(),
+        );
     });
-    out
+    (out, lines)
 }
+
+/// The granularity of [`page_hashes`]' line hashes, in bytes.
+pub const PAGE_LINE: usize = 64;
 
 /// BLAKE3 over every present page: `address u64 LE || 4096 bytes`, in address order.
 pub fn memory_digest(mem: &dyn crate::Memory) -> blake3::Hash {

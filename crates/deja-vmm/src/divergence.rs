@@ -53,6 +53,12 @@ pub struct LifeRecord {
     pub trace: Vec<TraceEntry>,
     /// Present pages: (address, hash).
     pub pages: Vec<(u64, u64)>,
+    /// Per page, a hash of each 64-byte line (to name the offset where two pages differ).
+    #[serde(default)]
+    pub page_lines: Vec<Vec<u16>>,
+    /// Each path of the file system left, with a hash of what it holds.
+    #[serde(default)]
+    pub fs_files: Vec<(String, String)>,
     /// VM exits by kind, interruptions excluded: syscalls, exceptions, emulated cpuid,
     /// page-table syncs, thread switches (zero where not counted).
     pub exits: [u64; 5],
@@ -70,6 +76,8 @@ impl LifeRecord {
             entry_hashes: report.entry_hashes.clone(),
             trace: report.trace.clone(),
             pages: report.pages.clone(),
+            page_lines: report.page_lines.clone(),
+            fs_files: report.fs_files.clone(),
             exits: stats
                 .map(|s| [s.syscall_exits, s.exception_exits, s.cpuid_exits, s.pt_syncs, s.thread_switches])
                 .unwrap_or_default(),
@@ -132,10 +140,10 @@ pub fn first_difference(a: &RunRecord, b: &RunRecord) -> Option<String> {
             return Some(format!("{at}: the syscall trace, {}", trace_difference(x, y)));
         }
         if x.memory_digest != y.memory_digest {
-            return Some(format!("{at}: memory, {}", page_difference(&x.pages, &y.pages)));
+            return Some(format!("{at}: memory, {}", page_difference(x, y)));
         }
         if x.fs_digest != y.fs_digest {
-            return Some(format!("{at}: the file system it left"));
+            return Some(format!("{at}: the file system it left{}", file_difference(&x.fs_files, &y.fs_files)));
         }
     }
     if a.decisions_blake3 != b.decisions_blake3 {
@@ -178,7 +186,45 @@ fn trace_difference(x: &LifeRecord, y: &LifeRecord) -> String {
         None if x.entry_hashes.len() != y.entry_hashes.len() => x.entry_hashes.len().min(y.entry_hashes.len()),
         None => return "every syscall agrees; an exception, a completion or a reseed between them differs".into(),
     };
-    format!("first at syscall {i}: {} against {}", describe_entry(x, i), describe_entry(y, i))
+    match (x.trace.get(i), y.trace.get(i)) {
+        (Some(a), Some(b)) => format!("first at syscall {i}, {}: {}", field_difference(a, b), a.text),
+        _ => format!("first at syscall {i}: {} against {}", describe_entry(x, i), describe_entry(y, i)),
+    }
+}
+
+/// The argument registers of a syscall, in order.
+const ARG_REGISTERS: [&str; 6] = ["rdi", "rsi", "rdx", "r10", "r8", "r9"];
+
+/// The first field in which two recorded syscalls differ, with both values: the number, an
+/// argument register (named, and said to be unused when the call takes fewer arguments), the
+/// result, the virtual time or the bytes it moved.
+fn field_difference(a: &TraceEntry, b: &TraceEntry) -> String {
+    if a.nr != b.nr {
+        return format!("the syscall: {} against {}", a.text, b.text);
+    }
+    if let Some(k) = (0..6).find(|&k| a.args[k] != b.args[k]) {
+        let used = deja_kernel::syscalls::args(a.nr).is_none_or(|kinds| k < kinds.len());
+        let unused = if used { String::new() } else { format!(", which {} does not take", a.name) };
+        return format!(
+            "register {} (argument {}{unused}): {:#x} against {:#x}",
+            ARG_REGISTERS[k],
+            k + 1,
+            a.args[k],
+            b.args[k]
+        );
+    }
+    if a.ret != b.ret {
+        let show = |r: Option<u64>| r.map_or("no return (exit)".to_string(), |v| format!("{:#x}", v));
+        return format!("the result: {} against {}", show(a.ret), show(b.ret));
+    }
+    if a.vtime_ns != b.vtime_ns {
+        return format!("the virtual time: {} ns against {} ns", a.vtime_ns, b.vtime_ns);
+    }
+    if a.data != b.data {
+        let show = |d: &Option<String>| d.clone().unwrap_or_else(|| "none".into());
+        return format!("the bytes it moved: data {} against {}", show(&a.data), show(&b.data));
+    }
+    "the entries' hashes, though every recorded field agrees".into()
 }
 
 /// The index of the first syscall where two lives differ, if their traces differ there.
@@ -191,7 +237,8 @@ pub fn first_diverging_syscall(x: &LifeRecord, y: &LifeRecord) -> Option<u64> {
         .map(|i| i as u64)
 }
 
-fn page_difference(x: &[(u64, u64)], y: &[(u64, u64)]) -> String {
+fn page_difference(a: &LifeRecord, b: &LifeRecord) -> String {
+    let (x, y) = (&a.pages, &b.pages);
     if x.is_empty() && y.is_empty() {
         return "the memory digest (pages were not recorded)".into();
     }
@@ -200,7 +247,22 @@ fn page_difference(x: &[(u64, u64)], y: &[(u64, u64)]) -> String {
         match (x.get(i), y.get(j)) {
             (Some(p), Some(q)) if p.0 == q.0 => {
                 if p.1 != q.1 {
-                    return format!("first at the page at {:#x}", p.0);
+                    let line = match (a.page_lines.get(i), b.page_lines.get(j)) {
+                        (Some(l), Some(m)) => l.iter().zip(m).position(|(u, v)| u != v),
+                        _ => None,
+                    };
+                    return match line {
+                        Some(n) => {
+                            let off = n * deja_kernel::trace::PAGE_LINE;
+                            format!(
+                                "first at the page at {:#x}, in its bytes {off:#x}..{:#x} (address {:#x})",
+                                p.0,
+                                off + deja_kernel::trace::PAGE_LINE,
+                                p.0 + off as u64
+                            )
+                        }
+                        None => format!("first at the page at {:#x}", p.0),
+                    };
                 }
                 i += 1;
                 j += 1;
@@ -213,6 +275,21 @@ fn page_difference(x: &[(u64, u64)], y: &[(u64, u64)]) -> String {
         }
     }
     "every page agrees by its hash".into()
+}
+
+/// `: /data/wal differs` (or is in one run only), from the per-path hashes, when recorded.
+fn file_difference(x: &[(String, String)], y: &[(String, String)]) -> String {
+    let a: std::collections::BTreeMap<&str, &str> = x.iter().map(|(p, h)| (p.as_str(), h.as_str())).collect();
+    let b: std::collections::BTreeMap<&str, &str> = y.iter().map(|(p, h)| (p.as_str(), h.as_str())).collect();
+    let paths: std::collections::BTreeSet<&str> = a.keys().chain(b.keys()).copied().collect();
+    for p in paths {
+        match (a.get(p), b.get(p)) {
+            (Some(h), Some(k)) if h != k => return format!(": {p} differs (contents or mode)"),
+            (Some(_), None) | (None, Some(_)) => return format!(": {p} exists in one run only"),
+            _ => {}
+        }
+    }
+    String::new()
 }
 
 #[cfg(test)]
@@ -229,6 +306,8 @@ mod tests {
             entry_hashes: hashes.to_vec(),
             trace: Vec::new(),
             pages: pages.to_vec(),
+            page_lines: Vec::new(),
+            fs_files: Vec::new(),
             exits: [3, 1, 0, 0, 0],
         }
     }
@@ -286,6 +365,67 @@ mod tests {
         let mut l = a.clone();
         l.lives.push(life("life 1", &[], "m", &[]));
         assert!(first_difference(&a, &l).unwrap().starts_with("lives: life 0 against life 0, life 1"));
+    }
+
+    fn entry(args: [u64; 6], ret: u64) -> TraceEntry {
+        TraceEntry {
+            index: 40,
+            nr: 131,
+            name: "sigaltstack".into(),
+            args,
+            ret: Some(ret),
+            vtime_ns: 41_000,
+            data: Some("0c552b971ca64540".into()),
+            text: "sigaltstack(NULL, 0x7fffffffed60) = 0".into(),
+        }
+    }
+
+    #[test]
+    fn a_trace_divergence_names_the_field_and_both_values() {
+        let mut a = record(vec![life("life 0", &[1, 2], "m", &[])]);
+        a.lives[0].trace = vec![entry([0; 6], 0), entry([0, 0x7fff_ffff_ed60, 0, 0, 0x1234_0000_0001, 0], 0)];
+        let mut b = a.clone();
+        b.lives[0].entry_hashes[1] = 3;
+        b.lives[0].trace_digest = "other".into();
+        b.lives[0].trace[1].args[4] = 0x5678_0000_0001;
+        let d = first_difference(&a, &b).unwrap();
+        assert!(
+            d.contains("first at syscall 1, register r8 (argument 5, which sigaltstack does not take): 0x123400000001 against 0x567800000001"),
+            "{d}"
+        );
+        b.lives[0].trace[1].args[4] = 0x1234_0000_0001;
+        b.lives[0].trace[1].ret = Some(u64::MAX - 13);
+        assert!(first_difference(&a, &b).unwrap().contains("the result: 0x0 against 0xfffffffffffffff2"));
+        b.lives[0].trace[1].ret = Some(0);
+        b.lives[0].trace[1].data = Some("ffff".into());
+        assert!(first_difference(&a, &b).unwrap().contains("the bytes it moved: data 0c552b971ca64540 against ffff"));
+    }
+
+    #[test]
+    fn a_memory_divergence_names_the_offset_and_a_file_one_the_path() {
+        let mut a = record(vec![life("life 0", &[1], "m", &[(0x1000, 7)])]);
+        a.lives[0].page_lines = vec![vec![0; 64]];
+        a.lives[0].fs_files = vec![("/data/a".into(), "1".into()), ("/data/b".into(), "2".into())];
+        let mut b = a.clone();
+        b.lives[0].memory_digest = "other".into();
+        b.lives[0].pages[0].1 = 8;
+        b.lives[0].page_lines[0][3] = 9;
+        assert_eq!(
+            first_difference(&a, &b).unwrap(),
+            "life 0: memory, first at the page at 0x1000, in its bytes 0xc0..0x100 (address 0x10c0)"
+        );
+        let mut c = a.clone();
+        c.lives[0].fs_digest = Some("other".into());
+        c.lives[0].fs_files[1].1 = "3".into();
+        assert_eq!(
+            first_difference(&a, &c).unwrap(),
+            "life 0: the file system it left: /data/b differs (contents or mode)"
+        );
+        c.lives[0].fs_files.pop();
+        assert_eq!(
+            first_difference(&a, &c).unwrap(),
+            "life 0: the file system it left: /data/b exists in one run only"
+        );
     }
 
     #[test]

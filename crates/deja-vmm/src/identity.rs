@@ -30,11 +30,24 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
+use deja_rewrite::Channel;
+
 use crate::probe::HostProbe;
 use crate::vm::VmError;
 
 /// The environment variable that overrides the remedy.
 pub const ENV: &str = "DEJA_CPU_IDENTITY";
+/// The environment variable that turns code rewriting off (`off`) or on (`on`, the default).
+pub const REWRITE_ENV: &str = "DEJA_REWRITE";
+
+/// Whether programs' code is rewritten, as `DEJA_REWRITE` says (on unless it says `off`).
+pub fn rewrite_from_env() -> Result<bool, VmError> {
+    match std::env::var(REWRITE_ENV).as_deref() {
+        Err(_) | Ok("") | Ok("on") => Ok(true),
+        Ok("off") => Ok(false),
+        Ok(other) => Err(VmError::Config { message: format!("{REWRITE_ENV}={other:?}: use on or off") }),
+    }
+}
 
 /// What `DEJA_CPU_IDENTITY` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,10 +95,23 @@ pub struct Remedy {
     pub cpuid: CpuidSource,
     /// The host core every vCPU thread is pinned to, if any.
     pub pinned_core: Option<u32>,
+    /// Programs' `cpuid`, `rdtsc`, `rdtscp`, `rdpid`, `rdrand`, `rdseed` and `xgetbv` are
+    /// rewritten to traps that deja answers ([`deja_kernel::hostchan`]); the CPUID source
+    /// above then answers only what the rewriter left alone. Absent in artifacts of a deja
+    /// that did not rewrite.
+    #[serde(default)]
+    pub rewrite: bool,
 }
 
 impl std::fmt::Display for Remedy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.rewrite {
+            write!(
+                f,
+                "code rewriting: cpuid, rdtsc, rdtscp, rdpid, rdrand, rdseed and xgetbv trap to deja, which answers \
+                 from its own model; behind it, "
+            )?;
+        }
         match self.cpuid {
             CpuidSource::Faulting => {
                 write!(f, "CPUID faulting: every ring-3 cpuid traps and deja answers from its table")?
@@ -116,6 +142,10 @@ pub struct Fingerprint {
     /// `rdtscp`/`rdpid` run natively and return the host core's number (`TSC_AUX`); which
     /// number depends on the core, fixed only when the remedy pins the vCPU threads.
     pub core_number_visible: bool,
+    /// The rewriter's rules ([`deja_rewrite::RULES_VERSION`]) when the remedy rewrites code, 0
+    /// when it does not: two versions may rewrite the same program differently.
+    #[serde(default)]
+    pub rewrite_rules: u32,
 }
 
 impl Fingerprint {
@@ -137,6 +167,7 @@ impl Fingerprint {
             xcr0: probe.guest_xcr0,
             rdtsc_trapped: probe.rdtsc_trapped,
             core_number_visible: probe.rdpid.is_some() || probe.rdtscp_aux.is_some(),
+            rewrite_rules: if remedy.rewrite { deja_rewrite::RULES_VERSION } else { 0 },
         };
         let body = serde_json::to_vec(&f).expect("plain data serializes");
         f.id = blake3::hash(&body).to_hex()[..16].to_string();
@@ -164,6 +195,14 @@ impl Fingerprint {
                 "rdtscp/rdpid: recorded {}, here {}",
                 visible(other.core_number_visible),
                 visible(self.core_number_visible)
+            ));
+        }
+        if self.rewrite_rules != other.rewrite_rules {
+            let rules = |r: u32| if r == 0 { "code not rewritten".to_string() } else { format!("version {r}") };
+            out.push(format!(
+                "code rewriting rules: recorded {}, here {}",
+                rules(other.rewrite_rules),
+                rules(self.rewrite_rules)
             ));
         }
         if out.is_empty() && self.id != other.id {
@@ -227,11 +266,122 @@ pub struct HostProfile {
     /// Under the table without faulting: the CPUID answers differed between these two host
     /// cores (which is why the vCPU threads are pinned).
     pub cpuid_varied_between: Option<(u32, u32)>,
-    /// What the guest sees under the remedy.
+    /// What the guest sees under the remedy (with its code rewritten when the remedy rewrites).
     pub probe: HostProbe,
+    /// What the host itself does with each instruction, the code not rewritten (the same probe
+    /// as `probe` when the remedy does not rewrite).
+    pub hardware: HostProbe,
     /// The fingerprint every artifact records.
     pub fingerprint: Fingerprint,
 }
+
+/// How a host channel is closed on this host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mechanism {
+    /// Rewritten to a trap deja answers ([`deja_kernel::hostchan`]).
+    Rewriting,
+    /// The host traps it (CPUID faulting, CR4.TSD) and deja answers.
+    HardwareTrap,
+    /// The host's KVM answers from deja's values (its CPUID table, its XCR0).
+    KvmTable,
+    /// Every vCPU thread runs on one fixed core, so what it reads of the core is fixed.
+    Pinned,
+    /// The instruction is undefined here: a program gets SIGILL, as on a CPU without it.
+    Undefined,
+    /// Nothing closes it: a program that executes it reads the host.
+    Open,
+}
+
+/// One host channel and what closes it here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelStatus {
+    /// The instruction.
+    pub channel: Channel,
+    /// What closes it.
+    pub mechanism: Mechanism,
+    /// In words, with what stands behind it.
+    pub how: String,
+}
+
+impl HostProfile {
+    /// For each host channel, what closes it on this host under the remedy in force: measured
+    /// by the probe, rewritten ([`HostProfile::probe`]) and not ([`HostProfile::hardware`]).
+    pub fn channels(&self) -> Vec<ChannelStatus> {
+        let (p, hw) = (&self.probe, &self.hardware);
+        let pinned = self.remedy.pinned_core;
+        let hardware = |c: Channel| -> (Mechanism, String) {
+            use Mechanism::*;
+            match c {
+                Channel::Cpuid if self.remedy.cpuid == CpuidSource::Faulting && hw.cpuid_trapped => {
+                    (HardwareTrap, "CPUID faulting".into())
+                }
+                Channel::Cpuid if hw.cpuid_diffs.is_empty() && pinned.is_none() => {
+                    (KvmTable, "KVM's CPUID table, which this host honours".into())
+                }
+                Channel::Cpuid => match pinned {
+                    Some(core) => (Pinned, format!("KVM's CPUID table, every vCPU thread on core {core}")),
+                    None => (Open, "KVM's CPUID table, partly rewritten by the host".into()),
+                },
+                Channel::Rdtsc | Channel::Rdtscp if hw.rdtsc_trapped && hw.rdtscp_aux.is_none() => {
+                    (HardwareTrap, "CR4.TSD".into())
+                }
+                Channel::Rdtsc if hw.rdtsc_trapped => (HardwareTrap, "CR4.TSD".into()),
+                Channel::Rdtsc => (Open, "runs natively and reads host time".into()),
+                Channel::Rdtscp | Channel::Rdpid => match (hw.rdpid.or(hw.rdtscp_aux.map(u64::from)), pinned) {
+                    (None, _) if c == Channel::Rdpid => (Undefined, "#UD (SIGILL), as on a CPU without it".into()),
+                    (_, Some(core)) => (Pinned, format!("runs natively; the core number is {core}, pinned")),
+                    _ => (Open, "runs natively and reads host time and the host core's number".into()),
+                },
+                Channel::Rdrand | Channel::Rdseed if !hw.rdrand_runs => {
+                    (Undefined, "#UD (SIGILL), as on a CPU without it".into())
+                }
+                Channel::Rdrand | Channel::Rdseed => (Open, "runs natively and reads host randomness".into()),
+                Channel::Xgetbv if hw.guest_xcr0 == deja_kernel::cpuid::XCR0 => {
+                    (KvmTable, "deja's XCR0 is in force".into())
+                }
+                Channel::Xgetbv => (Open, format!("reads the host's XCR0 {:#x}", hw.guest_xcr0)),
+            }
+        };
+        let rewritten = |c: Channel| {
+            self.remedy.rewrite
+                && p.rewritten
+                && match c {
+                    Channel::Cpuid => p.cpuid_trapped && p.cpuid_diffs.is_empty(),
+                    Channel::Rdtsc => p.rdtsc_trapped,
+                    Channel::Rdtscp => p.rdtsc_trapped && p.rdtscp_aux.is_none(),
+                    Channel::Rdpid => p.rdpid.is_none(),
+                    Channel::Rdrand | Channel::Rdseed => !p.rdrand_runs,
+                    Channel::Xgetbv => p.guest_xcr0 == deja_kernel::cpuid::XCR0,
+                }
+        };
+        Channel::ALL
+            .into_iter()
+            .map(|c| {
+                let (m, how) = hardware(c);
+                if rewritten(c) {
+                    let behind = match m {
+                        Mechanism::Open => String::new(),
+                        _ => format!("; behind it: {how}"),
+                    };
+                    let how = format!("rewritten to a trap that deja answers{behind}");
+                    ChannelStatus { channel: c, mechanism: Mechanism::Rewriting, how }
+                } else {
+                    ChannelStatus { channel: c, mechanism: m, how }
+                }
+            })
+            .collect()
+    }
+}
+
+/// What stays observable under rewriting, whatever the host: named by `deja doctor` and
+/// docs/ARCHITECTURE.md.
+pub const REWRITING_LEAVES_OPEN: [&str; 3] = [
+    "a program that reads its own code sees the traps (ud2) where the instructions were, not the original bytes",
+    "code written into memory that is writable and executable at once, and run without a later mprotect, is not rewritten",
+    "an instruction the rewriter cannot prove to be one (data, or code no decoding path reaches) runs natively; each \
+     is listed in the run report (host_channels)",
+];
 
 impl HostProfile {
     /// The determinism hazards that remain under the remedy in force, in plain words.
@@ -275,6 +425,7 @@ pub fn remedy() -> Result<Remedy, VmError> {
 
 fn measure() -> Result<HostProfile, VmError> {
     let policy = Policy::from_env()?;
+    let rewrite = rewrite_from_env()?;
     let faulting_offered = crate::probe::faulting_offered()?;
     // Offered is not honoured: some hosts accept the MSR bit and still answer ring-3 `cpuid`
     // themselves. Faulting counts only where the probe's `cpuid` trapped; that probe is also
@@ -292,7 +443,8 @@ fn measure() -> Result<HostProfile, VmError> {
     let mut varied = None;
     let pinned_core = match (policy, cpuid) {
         (Policy::Pinned, _) => Some(fixed_core()?),
-        (Policy::Auto, CpuidSource::KvmTable) => {
+        // Rewritten, no program reads the host core through cpuid, rdtscp or rdpid: nothing to pin.
+        (Policy::Auto, CpuidSource::KvmTable) if !rewrite => {
             varied = crate::probe::cpuid_variation(CpuidSource::KvmTable)?;
             match varied {
                 Some(_) => Some(fixed_core()?),
@@ -301,11 +453,17 @@ fn measure() -> Result<HostProfile, VmError> {
         }
         _ => None,
     };
-    let remedy = Remedy { cpuid, pinned_core };
-    let probe = match (pinned_core, faulting_probe) {
+    let remedy = Remedy { cpuid, pinned_core, rewrite };
+    let hardware = match (pinned_core, faulting_probe) {
         (Some(c), _) => crate::probe::probe_on_core(c, cpuid)?,
         (None, Some(p)) if cpuid == CpuidSource::Faulting => p,
         _ => crate::probe::probe_with(cpuid)?,
+    };
+    // The probe under the remedy: rewritten when programs are, so that it sees what they see.
+    let probe = match (rewrite, pinned_core) {
+        (false, _) => hardware.clone(),
+        (true, Some(c)) => on_core(c, || crate::probe::probe_rewritten(cpuid))??,
+        (true, None) => crate::probe::probe_rewritten(cpuid)?,
     };
     let fingerprint = Fingerprint::new(remedy, &probe);
     Ok(HostProfile {
@@ -315,6 +473,7 @@ fn measure() -> Result<HostProfile, VmError> {
         remedy,
         cpuid_varied_between: varied,
         probe,
+        hardware,
         fingerprint,
     })
 }
@@ -468,10 +627,11 @@ mod tests {
             rdpid,
             rdrand_runs: true,
             core: None,
+            rewritten: false,
         }
     }
 
-    const FAULTING: Remedy = Remedy { cpuid: CpuidSource::Faulting, pinned_core: None };
+    const FAULTING: Remedy = Remedy { cpuid: CpuidSource::Faulting, pinned_core: None, rewrite: false };
 
     #[test]
     fn fingerprints_are_stable_and_name_what_differs() {

@@ -8,7 +8,7 @@
 //! remedy and compute the fingerprint; `deja doctor` runs it on every core, with and without
 //! faulting.
 
-use deja_kernel::cpuid;
+use deja_kernel::{cpuid, RegWrite};
 use serde::{Deserialize, Serialize};
 
 use crate::identity::{on_core, schedulable_cores, CpuidSource};
@@ -147,9 +147,11 @@ pub struct CpuidAnswer {
 /// What the probe measured.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostProbe {
-    /// Ring-3 `cpuid` raised #GP (CPUID faulting in force) and deja answered it.
+    /// Ring-3 `cpuid` trapped (CPUID faulting in force, or the site was rewritten) and deja
+    /// answered it.
     pub cpuid_trapped: bool,
-    /// Ring-3 `rdtsc` raised #GP under CR4.TSD, so deja serves it from the virtual clock.
+    /// Ring-3 `rdtsc` trapped (CR4.TSD honoured, or the site was rewritten), so deja serves it
+    /// from the virtual clock.
     pub rdtsc_trapped: bool,
     /// XCR0 as the guest's `xgetbv` returned it.
     pub guest_xcr0: u64,
@@ -168,6 +170,21 @@ pub struct HostProbe {
     pub rdrand_runs: bool,
     /// The host core the probe ran on, when it stayed on one.
     pub core: Option<u32>,
+    /// The probe's code was rewritten as a program's is: this is what a program sees under
+    /// rewriting.
+    #[serde(default)]
+    pub rewritten: bool,
+}
+
+/// How the probe answers a trapped instruction at (rip, vector) given the registers in x86's
+/// encoding order; `None` for an exception outside a probed instruction.
+pub(crate) type Answerer<'a> = dyn Fn(u64, u8, &[u64; 16]) -> Option<ProbeAnswer> + 'a;
+
+/// How the probe answers a trapped instruction: registers, flags, length.
+pub(crate) struct ProbeAnswer {
+    pub(crate) writes: Vec<RegWrite>,
+    pub(crate) flags: Option<u64>,
+    pub(crate) len: u64,
 }
 
 impl HostProbe {
@@ -232,18 +249,52 @@ pub fn probe() -> Result<HostProbe, VmError> {
 }
 
 /// Runs the probe in a fresh small VM whose CPUID comes from `source`, on whatever core the
-/// calling thread is on.
+/// calling thread is on: what the host itself does with each instruction.
 pub fn probe_with(source: CpuidSource) -> Result<HostProbe, VmError> {
+    run(source, false)
+}
+
+/// Runs the probe with its code rewritten as a program's is ([`deja_rewrite`]): what a
+/// program sees under rewriting, each rewritten instruction answered as the kernel answers it
+/// ([`deja_kernel::hostchan::answer`]).
+pub fn probe_rewritten(source: CpuidSource) -> Result<HostProbe, VmError> {
+    run(source, true)
+}
+
+/// Runs the probe, rewritten or not ([`probe_with`], [`probe_rewritten`]).
+pub fn run(source: CpuidSource, rewrite: bool) -> Result<HostProbe, VmError> {
     let setup = CpuSetup { faulting: source == CpuidSource::Faulting, pin: None };
     let mut vm = Vm::with_setup(16 << 20, setup)?;
-    let code = ProbeCode::build();
+    let mut code = ProbeCode::build();
+    let plan = match rewrite {
+        true => deja_rewrite::plan_code(CODE_VA, &code.bytes, &[]),
+        false => deja_rewrite::Plan::default(),
+    };
+    for site in &plan.sites {
+        let at = (site.addr - CODE_VA) as usize;
+        code.bytes[at..at + usize::from(site.len)].copy_from_slice(&site.patch());
+    }
     vm.load_raw(CODE_VA, &code.bytes, DATA_VA)?;
     vm.enter_user(CODE_VA, DATA_VA + 0x800, DATA_VA)?;
     let core_before = crate::identity::current_core();
-    let skip = |rip: u64| {
-        code.marks.iter().find(|(off, _, _)| CODE_VA + off == rip).map(|(_, len, what)| (*len, *what == Probed::Cpuid))
+    let answer = |rip: u64, vector: u8, gprs: &[u64; 16]| -> Option<ProbeAnswer> {
+        let (_, len, what) = code.marks.iter().find(|(off, _, _)| CODE_VA + off == rip)?;
+        let (eax, ecx) = (gprs[0] as u32, gprs[1] as u32);
+        if let Some(site) = plan.sites.iter().find(|s| s.addr == rip).filter(|_| vector == 6) {
+            let (writes, flags) = deja_kernel::hostchan::answer(site.channel, (site.reg, site.width), eax, ecx, 0, 0)?;
+            return Some(ProbeAnswer { writes, flags, len: *len });
+        }
+        let w = |reg, value| RegWrite { reg, value, width: 8 };
+        let writes = match (what, vector) {
+            (Probed::Cpuid, 13) => {
+                let [a, b, c, d] = cpuid::answer(eax, ecx);
+                [(0, a), (3, b), (1, c), (2, d)].map(|(r, v)| w(r, u64::from(v))).to_vec()
+            }
+            _ => vec![w(0, 0xdead_beef), w(2, 0xdead_beef)],
+        };
+        Some(ProbeAnswer { writes, flags: None, len: *len })
     };
-    let exceptions = vm.run_probe(&skip)?;
+    let exceptions = vm.run_probe(&answer)?;
     let core_after = crate::identity::current_core();
     let mut data = [0u8; 0x800];
     vm.read_user(DATA_VA, &mut data);
@@ -279,8 +330,9 @@ pub fn probe_with(source: CpuidSource) -> Result<HostProbe, VmError> {
     }
     let hv = answers.iter().find(|a| a.leaf == 0x4000_0000).map(|a| a.regs).unwrap_or_default();
     Ok(HostProbe {
-        cpuid_trapped: faulted_with(Probed::Cpuid, 13),
-        rdtsc_trapped: faulted_with(Probed::Rdtsc, 13),
+        cpuid_trapped: faulted_with(Probed::Cpuid, 13) || faulted_with(Probed::Cpuid, 6),
+        rdtsc_trapped: faulted_with(Probed::Rdtsc, 13) || faulted_with(Probed::Rdtsc, 6),
+        rewritten: rewrite,
         guest_xcr0: word(XGETBV_AT) as u64 | ((word(XGETBV_AT + 4) as u64) << 32),
         cpuid: answers,
         cpuid_diffs: diffs,
@@ -422,10 +474,20 @@ mod tests {
         for (off, len, what) in &c.marks {
             let at = &c.bytes[*off as usize..(*off + *len) as usize];
             if *what == Probed::Cpuid {
-                assert_eq!(cpuid::decode(at), Some((cpuid::Emulated::Cpuid, 2)));
+                assert_eq!(cpuid::decode(at), Some((deja_rewrite::Channel::Cpuid, 2)));
             }
         }
         assert_eq!(&c.bytes[c.bytes.len() - 3..], &[0x0f, 0x05, 0xf4], "ends in exit");
         assert!(c.bytes.len() < 4096, "one page");
+    }
+
+    #[test]
+    fn rewriting_the_probe_rewrites_every_probed_instruction_and_nothing_else() {
+        let c = ProbeCode::build();
+        let plan = deja_rewrite::plan_code(CODE_VA, &c.bytes, &[]);
+        assert!(plan.refused.is_empty(), "{:?}", plan.refused);
+        let sites: Vec<(u64, u64)> = plan.sites.iter().map(|s| (s.addr - CODE_VA, u64::from(s.len))).collect();
+        let marks: Vec<(u64, u64)> = c.marks.iter().map(|(off, len, _)| (*off, *len)).collect();
+        assert_eq!(sites, marks);
     }
 }

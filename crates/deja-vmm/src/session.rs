@@ -8,6 +8,7 @@
 //! after every injected crash ([`Session::lives`]). A fork ([`crate::Fork`]) is a session with
 //! a parent state it resets to; a cluster node is a session the cluster driver steps.
 
+use deja_kernel::hostchan::Rewrite;
 use deja_kernel::{Disk, ExitStatus, FaultInfo, Kernel, ProgramSpec, Stream};
 
 use crate::snapshot::{Snapshot, SnapshotMeta};
@@ -31,13 +32,21 @@ impl Default for BootOptions {
 
 /// Boots `spec` in a fresh VM of `memory` bytes: builds the VM, loads the image into its RAM
 /// and puts the vCPU at the entry point, in ring 3. Nothing has run yet.
+///
+/// The program's code is rewritten ([`deja_kernel::hostchan`]) when this process's remedy says
+/// so ([`crate::identity::remedy`], `DEJA_REWRITE`), whatever `spec.rewrite` says: like the
+/// CPUID source, it is a property of the process, recorded in every artifact's fingerprint.
 pub fn boot(spec: &ProgramSpec, memory: u64, opts: BootOptions) -> Result<(Vm, Kernel), RunError> {
     let mut vm = Vm::new(memory)?;
     vm.set_register_path(opts.register_path);
     if opts.dirty_log {
         vm.enable_dirty_log()?;
     }
-    let (kernel, entry) = Kernel::load(spec.clone(), &mut vm.space)?;
+    let rewrite = match crate::identity::remedy()?.rewrite {
+        true => Rewrite::On,
+        false => Rewrite::Off,
+    };
+    let (kernel, entry) = Kernel::load(ProgramSpec { rewrite, ..spec.clone() }, &mut vm.space)?;
     // Loading may have narrowed fresh pages; nothing ran yet, so nothing is cached.
     vm.space.take_stale();
     vm.enter_user(entry.rip, entry.rsp, 0)?;

@@ -114,8 +114,10 @@ fn cpuid_cost(exe: &Path, hostinfo: &Path, repeat: usize) -> Result<serde_json::
     }
     let run = |policy: &str| -> Result<(Duration, u64), String> {
         let start = Instant::now();
+        // Without rewriting, so that the host's CPUID faulting (or KVM's table) answers.
         let out = Command::new(exe)
             .env(deja_vmm::identity::ENV, policy)
+            .env(deja_vmm::identity::REWRITE_ENV, "off")
             .args(["run", "--json", "--no-probe"])
             .arg(hostinfo)
             .output()
@@ -137,6 +139,64 @@ fn cpuid_cost(exe: &Path, hostinfo: &Path, repeat: usize) -> Result<serde_json::
     Ok(serde_json::json!({
         "faulting_honoured": true, "cpuid_exits": exits, "faulting_ms": f, "table_ms": t,
         "us_per_cpuid": if exits > 0 { (f - t) * 1e3 / exits as f64 } else { 0.0 },
+    }))
+}
+
+/// What rewriting costs: planning each guest's code at load (milliseconds per MiB of code, the
+/// planner alone, in this process), a trap at a rewritten `rdtsc` (a C program executing it N
+/// times against none, in this process), and `deja run hostchan` from start to end in fresh
+/// processes with rewriting and without.
+fn rewrite_figures(exe: &Path, dir: &Path, repeat: u32) -> Result<serde_json::Value, String> {
+    let mut plans = Vec::new();
+    for name in ["hello", "kv", "raftkv-node", "hostchan", "go-goroutines"] {
+        let image = std::fs::read(dir.join(name)).map_err(|e| format!("{name}: {e}"))?;
+        let mut times = Vec::new();
+        let mut plan = deja_rewrite::Plan::default();
+        for _ in 0..repeat.max(3) {
+            let start = Instant::now();
+            plan = deja_rewrite::plan_elf(&image).map_err(|e| format!("{name}: {e}"))?;
+            times.push(start.elapsed());
+        }
+        let ms = median(times).as_secs_f64() * 1e3;
+        let mib = plan.stats.code_bytes as f64 / f64::from(1 << 20);
+        plans.push(serde_json::json!({
+            "program": name, "code_kib": plan.stats.code_bytes / 1024, "plan_ms": ms, "ms_per_mib": ms / mib,
+            "sites": plan.sites.len(), "refused": plan.refused.len(),
+            "reached_share": plan.stats.decoded_bytes as f64 / plan.stats.code_bytes.max(1) as f64,
+        }));
+    }
+    let hostchan = dir.join("hostchan");
+    let n = 2000u64;
+    let (mut none, mut many, mut traps) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..repeat.max(3) {
+        none.push(time_deja(&hostchan, &["0"])?.0);
+        let (t, run) = time_deja(&hostchan, &[&n.to_string()])?;
+        traps = run.report.host_channels.traps.rdtsc;
+        many.push(t);
+    }
+    let us_per_trap = (median(many).as_secs_f64() - median(none).as_secs_f64()) * 1e6 / n as f64;
+    let run = |rewrite: &str| -> Result<Duration, String> {
+        let start = Instant::now();
+        let out = Command::new(exe)
+            .env(deja_vmm::identity::REWRITE_ENV, rewrite)
+            .args(["run", "--no-probe"])
+            .arg(&hostchan)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!("deja run hostchan failed: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        Ok(start.elapsed())
+    };
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for _ in 0..repeat.max(3) {
+        on.push(run("on")?);
+        off.push(run("off")?);
+    }
+    Ok(serde_json::json!({
+        "plans": plans,
+        "trap": { "program": "hostchan", "rdtsc": n, "traps": traps, "us_per_trap": us_per_trap },
+        "run_hostchan": { "rewriting_ms": median(on).as_secs_f64() * 1e3, "off_ms": median(off).as_secs_f64() * 1e3 },
     }))
 }
 
@@ -394,9 +454,11 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
         hello_native.push(time_native(&hello, &[])?);
     }
     let cpuid = cpuid_cost(&exe, &dir.join("hostinfo"), repeat as usize)?;
+    let rewrite = rewrite_figures(&exe, &dir, repeat)?;
     let storage = storage_figures(&exe, &dir)?;
     Ok(serde_json::json!({
         "cpuid": cpuid,
+        "rewrite": rewrite,
         "storage": storage,
         "schema": "deja.bench/1",
         "cpu_bound": {

@@ -85,7 +85,7 @@ pub(super) fn text(v: &serde_json::Value) {
     }
     if let Some(core) = v["scale"]["pinned_core"].as_u64() {
         println!(
-            "             every worker's VMs ran on host core {core}: this host does not honour CPUID faulting, so the CPU identity remedy pins every vCPU thread to one core (deja doctor)"
+            "             every worker's VMs ran on host core {core}: the CPU identity remedy pins every vCPU thread to one core (DEJA_REWRITE=off on a host that does not honour CPUID faulting, or DEJA_CPU_IDENTITY=pinned; deja doctor)"
         );
     }
     let j = &v["check"];
@@ -156,7 +156,7 @@ pub(super) fn text(v: &serde_json::Value) {
     let c = &v["cpuid"];
     if c["faulting_honoured"] == true {
         println!(
-            "  cpuid      `deja run hostinfo` ({} cpuid traps): {:.1} ms with CPUID faulting, {:.1} ms with KVM's table, {:.1} us per trapped cpuid",
+            "  cpuid      `deja run hostinfo`, not rewritten ({} cpuid traps): {:.1} ms with CPUID faulting, {:.1} ms with KVM's table, {:.1} us per trapped cpuid",
             c["cpuid_exits"],
             c["faulting_ms"].as_f64().unwrap_or(0.0),
             c["table_ms"].as_f64().unwrap_or(0.0),
@@ -165,6 +165,26 @@ pub(super) fn text(v: &serde_json::Value) {
     } else {
         println!("  cpuid      this host does not honour CPUID faulting: CPUID comes from KVM's table");
     }
+    let r = &v["rewrite"];
+    for p in r["plans"].as_array().into_iter().flatten() {
+        println!(
+            "  rewrite    plan {:<14} {:>6} KiB of code: {:>6.1} ms, {:>5.1} ms per MiB, {} sites, {} left alone, descent reached {:.0}%",
+            p["program"].as_str().unwrap_or(""),
+            p["code_kib"],
+            p["plan_ms"].as_f64().unwrap_or(0.0),
+            p["ms_per_mib"].as_f64().unwrap_or(0.0),
+            p["sites"],
+            p["refused"],
+            100.0 * p["reached_share"].as_f64().unwrap_or(0.0)
+        );
+    }
+    println!(
+        "             a trap at a rewritten rdtsc: {:.1} us ({} traps); `deja run hostchan`: {:.1} ms rewritten, {:.1} ms with DEJA_REWRITE=off",
+        r["trap"]["us_per_trap"].as_f64().unwrap_or(0.0),
+        r["trap"]["traps"],
+        r["run_hostchan"]["rewriting_ms"].as_f64().unwrap_or(0.0),
+        r["run_hostchan"]["off_ms"].as_f64().unwrap_or(0.0)
+    );
     let h = &v["deja_run_hello"];
     println!(
         "  startup    `deja run hello`: {:.1} ms wall (native hello {:.1} ms)",

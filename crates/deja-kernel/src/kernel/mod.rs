@@ -42,6 +42,7 @@ use std::collections::BTreeMap;
 
 use snafu::{OptionExt as _, ResultExt as _};
 
+use crate::clock::Clock;
 use crate::coverage::{CoverageRegion, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
 use crate::elf::{self, BiasOverflowsSnafu, OutsideLoadableSnafu, ET_DYN, PF_R, PF_W, PF_X};
 use crate::faults::CrashState;
@@ -49,6 +50,7 @@ use crate::faults::{FaultKind, FaultRecord, FaultState};
 use crate::fd::FdTable;
 use crate::files::Files;
 use crate::fs::Fs;
+use crate::hostchan::{plan_file, HostChannels, Placement, Rewrite};
 use crate::mappings::{Mappings, Vma, VmaKind};
 use crate::net::Net;
 use crate::oracle::Oracle;
@@ -222,6 +224,19 @@ impl Kernel {
             }
         }
         runs.extend(run);
+        // Close the host channels in the code before it can run: rewrite the planned sites of
+        // the executable segments (their pages are still writable here).
+        let mut host = HostChannels::new(spec.rewrite);
+        if spec.rewrite == Rewrite::On {
+            let exec: Vec<(u64, u64)> =
+                segs.iter().filter(|(_, p, ..)| p.p_flags & PF_X != 0).map(|(_, _, ps, pe, _)| (*ps, *pe)).collect();
+            if let (Some(start), Some(end)) = (exec.iter().map(|r| r.0).min(), exec.iter().map(|r| r.1).max()) {
+                let plan = plan_file(&spec.image);
+                let base = if img.e_type == ET_DYN { PIE_BASE.wrapping_sub(min_page) } else { 0 };
+                let at = Placement { name: spec.exe_path.clone(), start, end, base, by_addr: true };
+                host.apply(mem, &plan, &at).context(OutOfMemorySnafu { what: "the image" })?;
+            }
+        }
         for (a, b, prot, offset) in runs {
             mem.protect(a, b - a, prot);
             mappings.insert(Vma { start: a, end: b, prot, kind: VmaKind::Image { offset }, shared: false });
@@ -300,13 +315,14 @@ impl Kernel {
             last_fault: None,
             fault_repeats: 0,
             coverage,
+            host,
         };
         let files = Files { fs, locks: BTreeMap::new(), fds: FdTable::new(&spec.stdin) };
         let kernel = Kernel {
             process,
             files,
             net: Net::default(),
-            sched: Sched::default(),
+            sched: Sched { clock: Clock::new(spec.seed), ..Sched::default() },
             record: RunRecord::new(spec.record_trace),
             oracle: Oracle::default(),
             faults,

@@ -320,6 +320,9 @@ impl Kernel {
         let mut h = blake3::Hasher::new();
         h.update(trace.as_bytes());
         h.update(memory.as_bytes());
+        let recording = self.record.tracer.recording();
+        let (pages, page_lines) = if recording { crate::trace::page_hashes(mem) } else { Default::default() };
+        let disk = recording.then(|| self.disk());
         let mut report = RunReport {
             exit,
             syscalls: self.record.tracer.syscalls(),
@@ -331,8 +334,10 @@ impl Kernel {
             digest: h.finalize().to_hex().to_string(),
             entry_hashes: self.record.tracer.entry_hashes().to_vec(),
             trace: self.record.tracer.entries().to_vec(),
-            pages: if self.record.tracer.recording() { crate::trace::page_hashes(mem) } else { Vec::new() },
-            fs_digest: self.record.tracer.recording().then(|| self.disk().digest()),
+            pages,
+            page_lines,
+            fs_digest: disk.as_ref().map(|d| d.digest()),
+            fs_files: disk.as_ref().map(|d| d.entry_hashes()).unwrap_or_default(),
             assertions: Vec::new(),
             setup_complete: None,
             events: Vec::new(),
@@ -351,6 +356,7 @@ impl Kernel {
             crash_state: self.faults.last_crash_state.clone(),
             after_fault: self.faults.after_fault.clone(),
             files: self.files.fs.volatile_disk().entries.into_keys().take(256).collect(),
+            host_channels: self.process.host.report(),
         };
         self.oracle.fill_report(&mut report);
         report

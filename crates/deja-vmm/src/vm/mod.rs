@@ -21,7 +21,10 @@
 
 use std::time::Instant;
 
-use deja_kernel::{Exception, ExceptionOutcome, ExitStatus, Kernel, Memory, Prot, Stream, SyscallOutcome, PAGE_SIZE};
+use deja_kernel::{
+    Exception, ExceptionOutcome, ExitStatus, Kernel, Memory, Prot, Stream, SyscallOutcome, ARITH_FLAGS, PAGE_SIZE,
+};
+use deja_rewrite::Channel;
 use kvm_bindings::{
     kvm_cpuid_entry2, kvm_fpu, kvm_msr_entry, kvm_regs, kvm_segment, kvm_sregs, kvm_userspace_memory_region, kvm_xcrs,
     kvm_xsave, CpuId, Msrs, KVM_CPUID_FLAG_SIGNIFCANT_INDEX,
@@ -121,8 +124,12 @@ pub struct VmStats {
     pub pt_syncs: u64,
     /// Switches between guest threads.
     pub thread_switches: u64,
-    /// Ring-3 `cpuid` instructions that trapped (CPUID faulting) and were answered by deja.
+    /// Ring-3 `cpuid` instructions that trapped (a rewritten site, or CPUID faulting) and were
+    /// answered by deja.
     pub cpuid_exits: u64,
+    /// Traps at rewritten sites (`cpuid`, `rdtsc`, `rdrand`... rewritten to `ud2`) answered by
+    /// deja.
+    pub rewrite_exits: u64,
     /// Exits that interrupted the guest for the host's sake (a signal): not a guest event, and
     /// not part of any digest.
     pub interrupted_exits: u64,

@@ -330,13 +330,16 @@ impl Vm {
                         eax: regs.rax as u32,
                         ecx: regs.rcx as u32,
                     },
+                    6 => Exception::InvalidOpcode { rip: frame.rip, eax: regs.rax as u32, ecx: regs.rcx as u32 },
                     v => Exception::Other { vector: v, rip: frame.rip },
                 };
                 let outcome = kernel.exception(&mut self.space, exc);
                 for (stream, bytes) in kernel.take_output() {
                     sink(stream, &bytes);
                 }
-                let (mut rip, mut rax, mut rbx, mut rcx, mut rdx) = (frame.rip, regs.rax, regs.rbx, regs.rcx, regs.rdx);
+                let mut rip = frame.rip;
+                let mut rflags = frame.rflags;
+                let mut gprs = gprs_of(&regs);
                 match outcome {
                     ExceptionOutcome::Retry => {
                         let key = (frame.rip, cr2, 0);
@@ -352,30 +355,30 @@ impl Vm {
                             });
                         }
                     }
-                    ExceptionOutcome::Emulated { insn, eax, ebx, ecx, edx, len } => {
-                        if insn == cpuid::Emulated::Cpuid {
+                    ExceptionOutcome::Emulated { channel, writes, flags, len } => {
+                        if channel == Channel::Cpuid {
                             self.stats.cpuid_exits += 1;
                         }
-                        rip += len;
-                        rax = eax as u64;
-                        rdx = edx as u64;
-                        if let Some(b) = ebx {
-                            rbx = b as u64;
+                        if vector == 6 {
+                            self.stats.rewrite_exits += 1;
                         }
-                        if let Some(c) = ecx {
-                            rcx = c as u64;
+                        rip += len;
+                        for w in writes {
+                            let r = &mut gprs[usize::from(w.reg & 15)];
+                            *r = w.apply(*r);
+                        }
+                        if let Some(f) = flags {
+                            rflags = (rflags & !ARITH_FLAGS) | (f & ARITH_FLAGS);
                         }
                     }
                     ExceptionOutcome::Fatal(status) => return Ok(Stop::Exited(status)),
                 }
+                // RSP comes from the hardware frame (the gate ran on the ring-0 stack).
+                gprs[4] = frame.rsp;
                 let sync = self.vcpu.sync_regs_mut();
+                set_gprs(&mut sync.regs, &gprs);
                 sync.regs.rip = rip;
-                sync.regs.rsp = frame.rsp;
-                sync.regs.rflags = (frame.rflags & !RFLAGS_RF) | RFLAGS_FIXED;
-                sync.regs.rax = rax;
-                sync.regs.rbx = rbx;
-                sync.regs.rcx = rcx;
-                sync.regs.rdx = rdx;
+                sync.regs.rflags = (rflags & !RFLAGS_RF) | RFLAGS_FIXED;
                 set_user_segments(&mut sync.sregs);
                 sync.sregs.fs.base = self.fs_base;
                 sync.sregs.gs.base = self.gs_base;
@@ -447,10 +450,10 @@ impl Vm {
     }
 
     /// Runs raw probe code until its first syscall and returns which exceptions it raised
-    /// (vector, rip) on the way. `probed(rip)` gives the length of the probed instruction at
-    /// `rip` and whether it is a `cpuid`: a trapped `cpuid` is answered from deja's table, as a
-    /// program's is; any other trapped instruction is skipped with EAX = EDX = 0xdeadbeef.
-    pub fn run_probe(&mut self, probed: &dyn Fn(u64) -> Option<(u64, bool)>) -> Result<Vec<(u8, u64)>, VmError> {
+    /// (vector, rip) on the way. `answer(rip, vector, registers)` says how to answer a trapped
+    /// instruction (registers written, flags, its length); `None` is an exception outside a
+    /// probed instruction.
+    pub(crate) fn run_probe(&mut self, answer: &crate::probe::Answerer<'_>) -> Result<Vec<(u8, u64)>, VmError> {
         self.pin_thread()?;
         let mut seen = Vec::new();
         for _ in 0..256 {
@@ -472,29 +475,43 @@ impl Vm {
             let vector = (port - EXCEPTION_PORT_BASE) as u8;
             let frame = self.read_frame(regs.rsp, vector)?;
             seen.push((vector, frame.rip));
-            let Some((len, is_cpuid)) = probed(frame.rip) else {
+            let mut gprs = gprs_of(&regs);
+            let Some(a) = answer(frame.rip, vector, &gprs) else {
                 return Err(VmError::Unexpected {
                     what: format!("probe raised exception {vector} outside a probed instruction"),
                     rip: frame.rip,
                 });
             };
-            let sync = self.vcpu.sync_regs_mut();
-            if is_cpuid && vector == 13 {
-                let [a, b, c, d] = cpuid::answer(regs.rax as u32, regs.rcx as u32);
-                (sync.regs.rax, sync.regs.rbx, sync.regs.rcx, sync.regs.rdx) = (a as u64, b as u64, c as u64, d as u64);
-            } else {
-                sync.regs.rax = 0xdead_beef;
-                sync.regs.rdx = 0xdead_beef;
+            for w in &a.writes {
+                let r = &mut gprs[usize::from(w.reg & 15)];
+                *r = w.apply(*r);
             }
-            sync.regs.rip = frame.rip + len;
-            sync.regs.rsp = frame.rsp;
-            sync.regs.rflags = (frame.rflags & !RFLAGS_RF) | RFLAGS_FIXED;
+            gprs[4] = frame.rsp;
+            let mut rflags = frame.rflags;
+            if let Some(f) = a.flags {
+                rflags = (rflags & !ARITH_FLAGS) | (f & ARITH_FLAGS);
+            }
+            let sync = self.vcpu.sync_regs_mut();
+            set_gprs(&mut sync.regs, &gprs);
+            sync.regs.rip = frame.rip + a.len;
+            sync.regs.rflags = (rflags & !RFLAGS_RF) | RFLAGS_FIXED;
             set_user_segments(&mut sync.sregs);
             self.mark_dirty(SyncReg::Register);
             self.mark_dirty(SyncReg::SystemRegister);
         }
         Err(VmError::Unexpected { what: "probe did not finish".into(), rip: self.rip() })
     }
+}
+
+/// The general-purpose registers in x86's encoding order (RAX, RCX, RDX, RBX, RSP, RBP, RSI,
+/// RDI, R8–R15), as [`deja_kernel::RegWrite`] numbers them.
+fn gprs_of(r: &kvm_regs) -> [u64; 16] {
+    [r.rax, r.rcx, r.rdx, r.rbx, r.rsp, r.rbp, r.rsi, r.rdi, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15]
+}
+
+/// Writes back what [`gprs_of`] read.
+fn set_gprs(r: &mut kvm_regs, g: &[u64; 16]) {
+    [r.rax, r.rcx, r.rdx, r.rbx, r.rsp, r.rbp, r.rsi, r.rdi, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15] = *g;
 }
 
 /// Why [`Vm::run_until`] returned.

@@ -1,0 +1,148 @@
+//! What an ELF image says about its code: the executable regions and the declared roots (entry
+//! point, function symbols, `.eh_frame` function starts).
+
+use gimli::{BaseAddresses, CieOrFde, EhFrame, UnwindSection as _};
+use object::elf::{self as defs, FileHeader64};
+use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _, Sym as _};
+use object::{LittleEndian, ReadRef as _};
+
+use crate::analysis::Region;
+use crate::PlanError;
+
+const LE: LittleEndian = LittleEndian;
+
+fn bad(what: impl std::fmt::Display) -> PlanError {
+    PlanError::Elf { what: what.to_string() }
+}
+
+/// What the analysis of an image reads: its executable regions (with their file offsets), every
+/// loaded segment's file bytes (where jump tables are read), and its declared roots.
+type CodeAndRoots<'a> = (Vec<Region<'a>>, Vec<Region<'a>>, Vec<u64>);
+
+/// The executable regions of `image`, its loaded bytes and its declared roots.
+pub(crate) fn code_and_roots(image: &[u8]) -> Result<CodeAndRoots<'_>, PlanError> {
+    let header = image.read_at::<FileHeader64<LittleEndian>>(0).map_err(|_| bad("truncated ELF header"))?;
+    let phdrs = header.program_headers(LE, image).map_err(bad)?;
+    // The file-backed part of every executable PT_LOAD: (vaddr, offset, size).
+    let segments: Vec<(u64, u64, u64)> = phdrs
+        .iter()
+        .filter(|p| p.p_type(LE) == defs::PT_LOAD && p.p_flags(LE).0 & defs::PF_X.0 != 0)
+        .map(|p| (p.p_vaddr(LE), p.p_offset(LE), p.p_filesz(LE)))
+        .collect();
+    let in_segment = |addr: u64, size: u64| {
+        segments.iter().find(|(v, _, s)| addr >= *v && addr.checked_add(size).is_some_and(|e| e <= v + s)).copied()
+    };
+    let slice = |offset: u64, size: u64| -> Option<&[u8]> {
+        let start = usize::try_from(offset).ok()?;
+        image.get(start..start.checked_add(usize::try_from(size).ok()?)?)
+    };
+
+    let data: Vec<Region<'_>> = phdrs
+        .iter()
+        .filter(|p| p.p_type(LE) == defs::PT_LOAD)
+        .filter_map(|p| {
+            Some(Region { addr: p.p_vaddr(LE), offset: p.p_offset(LE), bytes: slice(p.p_offset(LE), p.p_filesz(LE))? })
+        })
+        .collect();
+    let mut regions = Vec::new();
+    let mut roots = vec![header.e_entry(LE)];
+    let sections = header.sections(LE, image).ok();
+    if let Some(sections) = &sections {
+        for s in sections.iter() {
+            let flags = s.sh_flags(LE).0;
+            let wanted = defs::SHF_ALLOC.0 | defs::SHF_EXECINSTR.0;
+            if flags & wanted != wanted || s.sh_type(LE) != defs::SHT_PROGBITS || s.sh_size(LE) == 0 {
+                continue;
+            }
+            let (addr, size) = (s.sh_addr(LE), s.sh_size(LE));
+            // A section is code only inside an executable segment's file bytes.
+            let Some((v, o, _)) = in_segment(addr, size) else { continue };
+            if let Some(bytes) = slice(o + (addr - v), size) {
+                regions.push(Region { addr, offset: o + (addr - v), bytes });
+            }
+        }
+        for kind in [defs::SHT_SYMTAB, defs::SHT_DYNSYM] {
+            let Ok(symbols) = sections.symbols(LE, image, kind) else { continue };
+            for sym in symbols.iter() {
+                let t = sym.st_type();
+                if (t == defs::STT_FUNC || t == defs::STT_GNU_IFUNC) && sym.st_shndx(LE) != defs::SHN_UNDEF {
+                    roots.push(sym.st_value(LE));
+                }
+            }
+        }
+        let named = |name: &[u8]| sections.iter().find(|s| sections.section_name(LE, s).ok() == Some(name));
+        if let Some(eh) = named(b".eh_frame") {
+            if let Some(bytes) = slice(eh.sh_offset(LE), eh.sh_size(LE)) {
+                roots.extend(eh_frame_starts(bytes, eh.sh_addr(LE)));
+            }
+        }
+        // Go binaries keep every function's entry in their pc-line table, stripped or not.
+        if let Some(pcln) = named(b".gopclntab") {
+            if let Some(bytes) = slice(pcln.sh_offset(LE), pcln.sh_size(LE)) {
+                roots.extend(go_function_starts(bytes));
+            }
+        }
+    }
+    if regions.is_empty() {
+        // No section headers (or none marked as code): the executable segments themselves.
+        for &(v, o, s) in &segments {
+            if let Some(bytes) = slice(o, s) {
+                regions.push(Region { addr: v, offset: o, bytes });
+            }
+        }
+    }
+    Ok((regions, data, roots))
+}
+
+/// The start of every function `.eh_frame` describes (a damaged entry ends the walk; what was
+/// read before it stays).
+fn eh_frame_starts(bytes: &[u8], addr: u64) -> Vec<u64> {
+    let eh = EhFrame::new(bytes, gimli::LittleEndian);
+    let bases = BaseAddresses::default().set_eh_frame(addr);
+    let mut entries = eh.entries(&bases);
+    let mut out = Vec::new();
+    while let Ok(Some(entry)) = entries.next() {
+        if let CieOrFde::Fde(partial) = entry {
+            if let Ok(fde) = partial.parse(EhFrame::cie_from_offset) {
+                out.push(fde.initial_address());
+            }
+        }
+    }
+    out
+}
+
+/// The entry of every function a Go pc-line table (`.gopclntab`, Go 1.16 and later) lists:
+/// after the header (magic, two pad bytes, the instruction size quantum, the pointer size), the
+/// function count and, from Go 1.18, the text start, then offsets to the other tables; the
+/// function table holds (entry, offset) pairs, the entry an offset from the text start in 32
+/// bits from Go 1.18, an address before. Anything else (another version, a damaged table)
+/// gives no roots.
+fn go_function_starts(t: &[u8]) -> Vec<u64> {
+    let u32_at = |at: usize| t.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let u64_at = |at: usize| t.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+    let (Some(magic), Some(&ptr_size)) = (u32_at(0), t.get(7)) else { return Vec::new() };
+    if ptr_size != 8 {
+        return Vec::new();
+    }
+    let word = |i: usize| u64_at(8 + 8 * i);
+    let (go118, nfunc, text, functab) = match magic {
+        // Go 1.18 and 1.19, Go 1.20 and later: nfunc, nfiles, textStart, funcname, cu,
+        // filetab, pctab, pcln offsets.
+        0xffff_fff0 | 0xffff_fff1 => (true, word(0), word(2), word(7)),
+        // Go 1.16 and 1.17: nfunc, nfiles, funcname, cu, filetab, pctab, pcln offsets.
+        0xffff_fffa => (false, word(0), Some(0), word(6)),
+        _ => return Vec::new(),
+    };
+    let (Some(nfunc), Some(text), Some(functab)) = (nfunc, text, functab) else { return Vec::new() };
+    let Ok(functab) = usize::try_from(functab) else { return Vec::new() };
+    let stride = if go118 { 8 } else { 16 };
+    (0..nfunc.min(t.len() as u64 / stride as u64) as usize)
+        .map_while(|i| {
+            let at = functab.checked_add(i.checked_mul(stride)?)?;
+            match go118 {
+                true => u32_at(at).map(|e| text.wrapping_add(u64::from(e))),
+                false => u64_at(at),
+            }
+        })
+        .collect()
+}

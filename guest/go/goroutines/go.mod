@@ -1,0 +1,3 @@
+module deja.example/goroutines
+
+go 1.19
