@@ -19,36 +19,11 @@ fn s(p: &Path) -> String {
 
 /// The host cores this test process may use (its affinity mask).
 fn cores() -> Vec<u32> {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let list = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .expect("Cpus_allowed_list")
-        .trim()
-        .to_string();
-    let mut out = Vec::new();
-    for part in list.split(',') {
-        match part.split_once('-') {
-            Some((a, b)) => out.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()),
-            None => out.push(part.parse().unwrap()),
-        }
-    }
+    let out = host_cores();
     if out.len() < 2 {
         eprintln!("only one host core is available: these runs differ by process, not by core");
     }
     out
-}
-
-/// `deja <args>` in a fresh process pinned to `core` (with `env` set).
-fn deja_on(core: u32, env: &[(&str, &str)], args: &[&str]) -> Output {
-    Command::new("taskset")
-        .arg("-c")
-        .arg(core.to_string())
-        .arg(deja_bin())
-        .args(args)
-        .envs(env.iter().copied())
-        .output()
-        .expect("taskset (util-linux) runs deja")
 }
 
 /// The ways of closing the host channels the determinism tests run under, as environment
@@ -61,23 +36,10 @@ const MODES: [(&str, &[(&str, &str)]); 3] = [
     ("no rewriting", &[("DEJA_REWRITE", "off")]),
 ];
 
-/// `deja doctor --json` under `env`.
-fn doctor(env: &[(&str, &str)]) -> Value {
-    let out = Command::new(deja_bin()).args(["doctor", "--json"]).envs(env.iter().copied()).output().unwrap();
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 /// The host core the remedy under `env` pins every vCPU thread to, if it pins (`deja doctor`):
 /// without rewriting, where CPUID faulting is not honoured and the answers differ between cores.
 fn remedy_core(env: &[(&str, &str)]) -> Option<u64> {
-    doctor(env)["cpu_identity"]["remedy"]["pinned_core"].as_u64()
-}
-
-/// The JSON summary on the last line of stderr.
-fn summary(o: &Output) -> Value {
-    let err = stderr(o);
-    serde_json::from_str(err.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("no JSON summary ({e}) in:\n{err}"))
+    doctor_json(env)["cpu_identity"]["remedy"]["pinned_core"].as_u64()
 }
 
 /// What must be the same between two runs of one program: everything the run reports except
@@ -222,7 +184,7 @@ fn reads_cpuid(mode: &str, env: &[(&str, &str)]) {
     }
     // Where deja answers CPUID itself (rewriting, or CPUID faulting), the guest sees exactly
     // the fixed table, whatever the host's own answers: every leaf line matches it bit for bit.
-    let doctor = doctor(env);
+    let doctor = doctor_json(env);
     let remedy = &doctor["cpu_identity"]["remedy"];
     if remedy["rewrite"] == true || remedy["cpuid"] == "faulting" {
         for (leaf, sub) in
@@ -247,7 +209,7 @@ fn the_core_number_leaks_only_where_doctor_says_and_pinning_closes_it() {
     let hostinfo = s(&guest("hostinfo"));
     let cores = cores();
     for (mode, env) in MODES {
-        let doctor = doctor(env);
+        let doctor = doctor_json(env);
         // Rewritten, rdtscp and rdpid read deja's core 0; under a remedy that pins the vCPU
         // threads, every process reads the same core number.
         let leaks = doctor["core_number_varies_with_host_core"].as_bool().unwrap()

@@ -12,46 +12,9 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use common::*;
-use serde_json::Value;
 
 fn s(p: &Path) -> String {
     p.to_string_lossy().into_owned()
-}
-
-/// The host cores this test process may use.
-fn cores() -> Vec<u32> {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).expect("Cpus_allowed_list").trim();
-    let mut out = Vec::new();
-    for part in list.split(',') {
-        match part.split_once('-') {
-            Some((a, b)) => out.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()),
-            None => out.push(part.parse().unwrap()),
-        }
-    }
-    out
-}
-
-/// `deja <args>` in a fresh process pinned to `core`, with `env`.
-fn deja_on(core: u32, env: &[(&str, &str)], args: &[&str]) -> Output {
-    Command::new("taskset")
-        .args(["-c", &core.to_string()])
-        .arg(deja_bin())
-        .args(args)
-        .envs(env.iter().copied())
-        .output()
-        .expect("taskset (util-linux) runs deja")
-}
-
-fn summary(o: &Output) -> Value {
-    let err = stderr(o);
-    serde_json::from_str(err.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("no JSON summary ({e}):\n{err}"))
-}
-
-fn doctor(env: &[(&str, &str)]) -> Value {
-    let out = Command::new(deja_bin()).args(["doctor", "--json"]).envs(env.iter().copied()).output().unwrap();
-    serde_json::from_slice(&out.stdout).expect("doctor --json")
 }
 
 /// The value after `key ` on the line starting with `key`.
@@ -62,7 +25,7 @@ fn field<'a>(text: &'a str, key: &str) -> &'a str {
 #[test]
 fn a_c_program_reading_every_channel_sees_deja_model_on_every_core() {
     let prog = s(&guest("hostchan"));
-    let runs: Vec<(u32, Output)> = cores()
+    let runs: Vec<(u32, Output)> = host_cores()
         .into_iter()
         .map(|c| (c, deja_on(c, &[], &["run", "--json", "--no-probe", "--seed", "5", &prog])))
         .collect();
@@ -115,10 +78,10 @@ fn a_c_program_reading_every_channel_sees_deja_model_on_every_core() {
 fn without_rewriting_the_same_program_reads_the_host_where_doctor_says_it_can() {
     let prog = s(&guest("hostchan"));
     let off = [("DEJA_REWRITE", "off")];
-    let d = doctor(&off);
+    let d = doctor_json(&off);
     let hw = &d["cpu_identity"]["hardware"];
-    let text = stdout(&deja_on(cores()[0], &off, &["run", "--no-probe", "--seed", "5", &prog]));
-    let again = stdout(&deja_on(cores()[0], &off, &["run", "--no-probe", "--seed", "5", &prog]));
+    let text = stdout(&deja_on(host_cores()[0], &off, &["run", "--no-probe", "--seed", "5", &prog]));
+    let again = stdout(&deja_on(host_cores()[0], &off, &["run", "--no-probe", "--seed", "5", &prog]));
     let channels = d["channels"].as_array().unwrap();
     let open = |name: &str| channels.iter().any(|c| c["channel"] == name && c["mechanism"] == "open");
     if !hw["rdtsc_trapped"].as_bool().unwrap() {
@@ -130,7 +93,7 @@ fn without_rewriting_the_same_program_reads_the_host_where_doctor_says_it_can() 
         assert_ne!(field(&text, "rdrand"), field(&again, "rdrand"), "host randomness, run after run");
     }
     // With rewriting, doctor lists no open channel.
-    let on = doctor(&[]);
+    let on = doctor_json(&[]);
     for c in on["channels"].as_array().unwrap() {
         assert_eq!(c["mechanism"], "rewriting", "{c}");
     }
@@ -187,7 +150,7 @@ fn a_go_program_is_the_same_on_every_core_and_its_scheduler_follows_the_seed() {
 fn without_rewriting_a_go_program_diverges_where_the_host_does_not_trap_rdtsc_and_the_audit_names_what_differs() {
     let prog = s(&guest("go-goroutines"));
     let off = [("DEJA_REWRITE", "off")];
-    if doctor(&off)["cpu_identity"]["hardware"]["rdtsc_trapped"].as_bool().unwrap() {
+    if doctor_json(&off)["cpu_identity"]["hardware"]["rdtsc_trapped"].as_bool().unwrap() {
         eprintln!("this host traps rdtsc itself (CR4.TSD): nothing to diverge");
         return;
     }
@@ -244,7 +207,7 @@ fn stdout_of_run(prog: &str) -> String {
 #[test]
 fn code_a_program_writes_and_makes_executable_is_rewritten_too() {
     let prog = s(&guest("hostchan"));
-    let runs: Vec<Output> = cores()
+    let runs: Vec<Output> = host_cores()
         .into_iter()
         .map(|c| deja_on(c, &[], &["run", "--json", "--no-probe", "--seed", "8", &prog, "--", "jit"]))
         .collect();

@@ -151,3 +151,42 @@ pub fn tree(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
     }
     out
 }
+
+/// The host cores this test process may use (its affinity mask).
+pub fn host_cores() -> Vec<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).expect("Cpus_allowed_list").trim();
+    let mut out = Vec::new();
+    for part in list.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => out.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()),
+            None => out.push(part.parse().unwrap()),
+        }
+    }
+    out
+}
+
+/// `deja <args>` in a fresh process pinned to host core `core` with `taskset`, with `env` set.
+pub fn deja_on(core: u32, env: &[(&str, &str)], args: &[&str]) -> Output {
+    Command::new("taskset")
+        .args(["-c", &core.to_string()])
+        .arg(deja_bin())
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("taskset (util-linux) runs deja")
+}
+
+/// The JSON summary on the last line of `o`'s stderr.
+pub fn summary(o: &Output) -> serde_json::Value {
+    let err = stderr(o);
+    serde_json::from_str(err.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("no JSON summary ({e}) in:\n{err}"))
+}
+
+/// `deja doctor --json` with `env` set.
+pub fn doctor_json(env: &[(&str, &str)]) -> serde_json::Value {
+    let out =
+        Command::new(deja_bin()).args(["doctor", "--json"]).envs(env.iter().copied()).output().expect("deja doctor");
+    serde_json::from_slice(&out.stdout).expect("doctor --json")
+}
