@@ -192,6 +192,13 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<Exit, Failure> {
     let unsupported = [
         (args.snapshot_at.is_some(), "--snapshot-at"),
         (args.crash_after_durable_write.is_some(), "--crash-after-durable-write"),
+        (args.crash_before_durable_write.is_some(), "--crash-before-durable-write"),
+        (args.crash_at_exit, "--crash-at-exit"),
+        (!args.crash_at.is_empty(), "--crash-at"),
+        (args.crash_state.is_some(), "--crash-state"),
+        (!args.fail.is_empty(), "--fail"),
+        (args.torn_writes || args.reordered_writes, "--torn-writes and --reordered-writes"),
+        ((args.eio_write_ppm | args.eio_fsync_ppm | args.enospc_write_ppm) != 0, "the I/O error rates"),
         (args.crash_sweep, "--crash-sweep"),
         (!args.files.is_empty(), "--file"),
         (args.stdin.is_some(), "--stdin"),

@@ -47,51 +47,7 @@ impl CrashKind {
     }
 }
 
-/// The pending operations a crash keeps, by what they are.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeptOps {
-    /// Kept whole, in program order.
-    pub ops: Vec<String>,
-    /// A write kept in part, and how many of its sectors.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub torn: Option<(String, u64)>,
-}
-
-impl KeptOps {
-    /// The state `state` is, over the pending operations `pending` (in words).
-    pub fn of(state: &CrashState, pending: &[String]) -> KeptOps {
-        let name = |p: u32| pending.get(p as usize).cloned().unwrap_or_default();
-        KeptOps { ops: state.kept.iter().map(|p| name(*p)).collect(), torn: state.torn.map(|(p, k)| (name(p), k)) }
-    }
-
-    /// The state over `pending` that keeps the operations named here (each name matches the
-    /// first pending operation of that name not matched yet); names pending has not are lost.
-    pub fn state_over(&self, pending: &[String]) -> CrashState {
-        let mut used = vec![false; pending.len()];
-        let mut find = |name: &str| {
-            let at = (0..pending.len()).find(|i| !used[*i] && pending[*i] == name)?;
-            used[at] = true;
-            Some(at as u32)
-        };
-        let mut kept: Vec<u32> = self.ops.iter().filter_map(|n| find(n)).collect();
-        kept.sort_unstable();
-        let torn = self.torn.as_ref().and_then(|(n, k)| find(n).map(|p| (p, *k)));
-        CrashState { kept, torn }
-    }
-
-    /// In words.
-    pub fn describe(&self) -> String {
-        let mut s = if self.ops.is_empty() {
-            "nothing pending kept".to_string()
-        } else {
-            format!("kept: {}", self.ops.join("; "))
-        };
-        if let Some((n, k)) = &self.torn {
-            s.push_str(&format!("; {n} cut after {k} sectors"));
-        }
-        s
-    }
-}
+pub use deja_kernel::KeptOps;
 
 /// A fault plan: a crash (by meaning), what it keeps, and the other faults.
 #[derive(Debug, Clone, PartialEq, Eq)]

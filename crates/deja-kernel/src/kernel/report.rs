@@ -77,9 +77,13 @@ impl Kernel {
     /// per path whose image differs from the volatile view.
     pub fn crash_image(&mut self) -> Disk {
         let ops = self.files.fs.pending_ops();
-        let sel = match self.faults.config.crash_state.clone() {
-            Some(state) => selection_of(&state, &ops),
-            None => self.decide_selection(&ops),
+        let sel = match (self.faults.config.crash_state.clone(), self.faults.crash_keep.clone()) {
+            (Some(state), _) => selection_of(&state, &ops),
+            (None, Some(keep)) => {
+                let names: Vec<String> = ops.iter().map(|o| o.what.clone()).collect();
+                selection_of(&keep.state_over(&names), &ops)
+            }
+            (None, None) => self.decide_selection(&ops),
         };
         let image = self.files.fs.image_of(&ops, &sel);
         let state = state_of(&sel);
@@ -87,6 +91,7 @@ impl Kernel {
         let point = format!("crash image {}", self.crash_point_words());
         let changed = image != self.files.fs.durable_disk();
         let chosen = self.faults.config.crash_state.is_some()
+            || self.faults.crash_keep.is_some()
             || self.faults.config.torn_writes
             || self.faults.config.reordered_writes;
         if chosen && !ops.is_empty() {
@@ -346,8 +351,11 @@ impl Kernel {
                 .faults
                 .op_counts
                 .iter()
+                .filter(|((_, path), _)| self.faults.faultable(path))
                 .map(|((op, path), count)| crate::IoCount { op: *op, path: path.clone(), count: *count })
                 .collect(),
+            durable_ops: self.faults.durable_log.clone(),
+            stopped_after_fault: self.faults.stopped_after_fault.clone(),
             crash_state: self.faults.last_crash_state.clone(),
             after_fault: self.faults.after_fault.clone(),
             files: self.files.fs.volatile_disk().entries.into_keys().take(256).collect(),
