@@ -117,7 +117,13 @@ pub fn verdict(r: &ClusterReport, history: &HistoryCheck) -> (Exit, String) {
     }
     match &r.outcome {
         Outcome::TimeLimit => {
-            return (Exit::Incomplete, "the virtual-time budget ran out before every waited node exited".into())
+            return (
+                Exit::Incomplete,
+                format!(
+                    "the virtual-time budget ran out before every waited node exited (still running: {})",
+                    r.unfinished().join(", ")
+                ),
+            )
         }
         Outcome::Stuck(why) => return (Exit::Stuck, format!("stuck: {why}")),
         Outcome::Completed => {}
@@ -146,11 +152,16 @@ pub fn summary(r: &ClusterReport, history: &HistoryCheck) {
         }
     );
     for n in &r.nodes {
+        let ended = match (&r.outcome, n.unfinished()) {
+            (Outcome::TimeLimit, true) => "still running when the time budget ran out".to_string(),
+            (_, true) => "still running when the run ended".to_string(),
+            (_, false) => describe(n.exit()),
+        };
         eprintln!(
             "deja:   {:<10} {:<15} {} ({} {}, {} syscalls)",
             n.name,
             n.address,
-            describe(n.exit()),
+            ended,
             n.lives.len(),
             if n.lives.len() == 1 { "life" } else { "lives" },
             n.syscalls()

@@ -25,7 +25,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use deja_cluster::config::ScheduledFault;
-use deja_cluster::{ClusterConfig, ClusterReport, Fates, FaultEvent, Fork, Outcome, RunOptions, SteerAt, Steering};
+use deja_cluster::{
+    ClusterConfig, ClusterReport, Fates, FaultEvent, Fork, Outcome, RunOptions, SteerAt, Steering, StorageFault,
+};
 use deja_explore_report as report;
 use deja_format::json::Schema;
 use rand_chacha::ChaCha20Rng;
@@ -78,12 +80,30 @@ pub struct ClusterInput {
     /// Where message fates and scheduling ties come from after the steering point.
     #[serde(default, skip_serializing_if = "Fates::is_stream")]
     pub fates: Fates,
+    /// Storage faults placed from the steering point on: crashes of nodes at their durable
+    /// operations and I/O errors, by meaning (node, path, count over the node's run). Besides
+    /// the file's own; with a `schedule`, instead of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub storage: Vec<StorageFault>,
 }
 
 impl ClusterInput {
     /// Its steering.
     pub fn steering(&self) -> Steering {
-        Steering { overrides: self.overrides.clone(), reseed: self.reseed, at: self.steer_at, fates: self.fates }
+        Steering {
+            overrides: self.overrides.clone(),
+            reseed: self.reseed,
+            at: self.steer_at,
+            fates: self.fates,
+            storage: self.storage.clone(),
+            crash_states: 0,
+        }
+    }
+
+    /// Every fault it places, in words: the schedule's, then the storage faults.
+    pub fn fault_words(&self) -> Vec<String> {
+        let timed = self.schedule.iter().flatten().map(describe_fault);
+        timed.chain(self.storage.iter().map(StorageFault::describe)).collect()
     }
 }
 
@@ -180,13 +200,26 @@ pub fn run_cluster_input(
     input: &ClusterInput,
     sink: &mut dyn FnMut(&str, deja_kernel::Stream, &[u8]),
 ) -> Result<ClusterOutcome, ExploreError> {
+    run_cluster_with(target, input, 0, sink)
+}
+
+/// [`run_cluster_input`], listing up to `crash_states` distinct crash states at each crash at
+/// a durable operation ([`deja_cluster::CrashRecord::states`]).
+pub fn run_cluster_with(
+    target: &ClusterTarget,
+    input: &ClusterInput,
+    crash_states: usize,
+    sink: &mut dyn FnMut(&str, deja_kernel::Stream, &[u8]),
+) -> Result<ClusterOutcome, ExploreError> {
     let mut cfg = target.cfg.clone();
     cfg.seed = input.seed;
     if let Some(s) = &input.schedule {
         cfg.schedule = s.clone();
         cfg.random_faults = None;
+        cfg.storage.faults.clear();
     }
-    let report = deja_cluster::run(cfg, RunOptions { sink, steering: input.steering(), record_trace: false })?;
+    let steering = Steering { crash_states, ..input.steering() };
+    let report = deja_cluster::run(cfg, RunOptions { sink, steering, record_trace: false })?;
     Ok(outcome(report))
 }
 
