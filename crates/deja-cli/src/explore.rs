@@ -698,7 +698,7 @@ fn minimize_cluster(args: &MinimizeArgs) -> Exit {
                 eprintln!("deja: error: {e}");
                 return Exit::DejaFailed;
             }
-            let kept = m.bug.input.schedule.as_deref().unwrap_or_default();
+            let kept = m.bug.input.fault_words();
             eprintln!(
                 "deja: minimized cluster bug {} in {} runs: {} fault(s) kept, {} removed",
                 bug.id,
@@ -707,7 +707,7 @@ fn minimize_cluster(args: &MinimizeArgs) -> Exit {
                 m.bug.removed.len()
             );
             for f in kept {
-                eprintln!("deja:   kept: {}", deja_explore::cluster::describe_fault(f));
+                eprintln!("deja:   kept: {f}");
             }
             eprintln!("deja: verified by replay; written to {} (reproduce: {})", out.display(), m.bug.reproduce);
             Exit::Clean

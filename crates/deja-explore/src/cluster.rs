@@ -398,6 +398,38 @@ pub struct ClusterReference {
     pub base_decisions: u64,
     /// Its virtual time, ns.
     pub virtual_time_ns: u64,
+    /// What each node of the untouched run offers to storage faults (fresh rounds draw from
+    /// it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<crate::menu::NodeMenu>,
+}
+
+/// What each node of a round offers to storage faults: the durable operations and the writes
+/// and fsyncs of the nodes storage faults may strike, each durable operation with the cluster
+/// decision index at its time.
+pub fn node_menus(report: &ClusterReport) -> Vec<crate::menu::NodeMenu> {
+    let index_at = |t: u64| report.decisions.iter().filter(|d| d.time_ns <= t).count() as u64;
+    report
+        .nodes
+        .iter()
+        .filter(|n| n.storage_faults)
+        .map(|n| crate::menu::NodeMenu {
+            node: n.name.clone(),
+            durable: n
+                .durable_ops()
+                .into_iter()
+                .take(crate::menu::MAX_NODE_POINTS)
+                .map(|d| crate::menu::DurablePoint {
+                    path: d.path,
+                    nth: d.nth,
+                    at: index_at(d.virtual_time_ns),
+                    promotes: d.promotes,
+                })
+                .collect(),
+            io_ops: n.io_ops(),
+        })
+        .filter(|m| !m.durable.is_empty() || !m.io_ops.is_empty())
+        .collect()
 }
 
 impl Subject for ClusterSubject<'_> {
@@ -413,6 +445,12 @@ impl Subject for ClusterSubject<'_> {
 
     fn bootstrap(&self, cfg: &CampaignConfig) -> Result<(ClusterReference, Vec<ClusterOutcome>), ExploreError> {
         let mut r = ClusterReference { seed: cfg.seed, ..ClusterReference::default() };
+        // The untouched run: what its nodes offer to storage faults, for fresh rounds. It is not
+        // learned (the seed round is the campaign's first).
+        if cfg.mode.faults() {
+            let untouched = ClusterInput { seed: cfg.seed, ..ClusterInput::default() };
+            r.nodes = node_menus(&run_cluster_input(self.target, &untouched, &mut |_, _, _| {})?.report);
+        }
         if cfg.strategy == Strategy::Coverage {
             let fork = Fork::new(self.config(cfg.seed), SteerAt::Setup, &mut |_, _, _| {}).map_err(cluster_err)?;
             if let Some(f) = fork {
@@ -509,6 +547,7 @@ impl Subject for ClusterSubject<'_> {
                 .flat_map(|n| n.lives.iter().flat_map(|l| l.assertions.iter().cloned()))
                 .collect(),
             faults: out.report.faults.iter().map(|f| f.kind.clone()).collect(),
+            nodes: node_menus(&out.report),
             ..Facts::default()
         }
     }
@@ -522,13 +561,19 @@ impl Subject for ClusterSubject<'_> {
         rng: &mut ChaCha20Rng,
         seeds: Seeds,
         input: &mut ClusterInput,
-        _parent: &Entry<ClusterInput>,
+        parent: &Entry<ClusterInput>,
         _r: &ClusterReference,
-        _mode: Mode,
+        mode: Mode,
         changed: bool,
     ) {
+        // The storage menu: always when the decisions did not change, else half the time.
+        let offered = mode.faults() && !parent.nodes.is_empty();
+        let storage = offered && (!changed || crate::menu::below(rng, 2) == 0);
+        if storage {
+            crate::menu::mutate_storage(rng, &mut input.storage, &parent.nodes, parent.focus);
+        }
         // Nothing the mode may change was there to change: a new course from the fork point.
-        if !changed {
+        if !changed && !storage {
             input.overrides.clear();
             input.reseed = Some(seeds.draw(rng));
         }
@@ -536,17 +581,22 @@ impl Subject for ClusterSubject<'_> {
 
     fn fresh(
         &self,
-        _rng: &mut ChaCha20Rng,
+        rng: &mut ChaCha20Rng,
         seed: u64,
         r: &ClusterReference,
         strategy: Strategy,
-        _mode: Mode,
+        mode: Mode,
     ) -> ClusterInput {
+        let storage = if mode.faults() { crate::menu::random_storage(rng, &r.nodes) } else { Vec::new() };
         match strategy {
-            Strategy::Random => ClusterInput { seed, ..ClusterInput::default() },
-            Strategy::Coverage => {
-                ClusterInput { seed: r.seed, reseed: Some(seed), steer_at: r.steer_at, ..ClusterInput::default() }
-            }
+            Strategy::Random => ClusterInput { seed, storage, ..ClusterInput::default() },
+            Strategy::Coverage => ClusterInput {
+                seed: r.seed,
+                reseed: Some(seed),
+                steer_at: r.steer_at,
+                storage,
+                ..ClusterInput::default()
+            },
         }
     }
 
@@ -619,38 +669,84 @@ pub fn describe_fault(f: &ScheduledFault) -> String {
     s
 }
 
-/// Minimizes a cluster bug: its failing run's faults become a schedule (the file's random
-/// faults and the overrides are dropped), which ddmin cuts down to a smallest subset that still
-/// fails with the same signature. The result is replayed once more to verify it.
+/// One fault of a cluster bug, as minimization and `deja check` see it: a timed one of the
+/// schedule, or a storage fault by meaning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BugFault {
+    /// Partitions, heals, kills, restarts, pauses, clock faults, at their times.
+    Timed(ScheduledFault),
+    /// A crash at a durable operation, or an I/O error, of one node.
+    Storage(StorageFault),
+}
+
+impl BugFault {
+    /// In words.
+    pub fn describe(&self) -> String {
+        match self {
+            BugFault::Timed(f) => describe_fault(f),
+            BugFault::Storage(s) => s.describe(),
+        }
+    }
+}
+
+impl ClusterBug {
+    /// The bug's faults as a schedule of timed faults and storage faults: its input's schedule,
+    /// or, when it ran the file's faults, every fault its ledger can state at its time (the
+    /// random ones too) and the file's storage faults; then the input's storage faults.
+    pub fn fault_list(&self, target: &ClusterTarget) -> Vec<BugFault> {
+        let timed: Vec<ScheduledFault> = match &self.input.schedule {
+            Some(s) => s.clone(),
+            None => self.faults.iter().filter_map(|f| f.scripted.clone()).collect(),
+        };
+        let file_storage = if self.input.schedule.is_none() { target.cfg.storage.faults.clone() } else { Vec::new() };
+        let storage = file_storage.into_iter().chain(self.input.storage.iter().cloned());
+        timed.into_iter().map(BugFault::Timed).chain(storage.map(BugFault::Storage)).collect()
+    }
+}
+
+/// `input` with exactly `faults` in place of its faults: the timed ones as its schedule, the
+/// storage ones as its storage faults (the file's own faults are left out).
+pub fn with_faults(input: &ClusterInput, faults: &[BugFault]) -> ClusterInput {
+    let mut schedule = Vec::new();
+    let mut storage = Vec::new();
+    for f in faults {
+        match f {
+            BugFault::Timed(t) => schedule.push(t.clone()),
+            BugFault::Storage(s) => storage.push(s.clone()),
+        }
+    }
+    ClusterInput { schedule: Some(schedule), storage, ..input.clone() }
+}
+
+/// Minimizes a cluster bug: its failing run's faults (the timed ones as a schedule, the file's
+/// random faults and the overrides dropped; the storage faults by meaning) are cut down by
+/// ddmin to a smallest subset that still fails with the same signature. The result is replayed
+/// once more to verify it.
 pub fn minimize_cluster(
     bug: &ClusterBug,
     target: &ClusterTarget,
     new_file: &str,
 ) -> Result<MinimizedCluster, ExploreError> {
-    let all: Vec<ScheduledFault> = match &bug.input.schedule {
-        Some(s) => s.clone(),
-        None => bug.faults.iter().filter_map(|f| f.scripted.clone()).collect(),
-    };
+    let all = bug.fault_list(target);
     let mut tests = 0u64;
     // The overrides go (their decisions move once the faults are fixed); the seed and the reseed
     // at the steering point stay.
-    let base = ClusterInput { overrides: BTreeMap::new(), schedule: None, ..bug.input.clone() };
-    let mut fails = |faults: &[ScheduledFault]| -> Result<bool, ExploreError> {
+    let base = ClusterInput { overrides: BTreeMap::new(), ..bug.input.clone() };
+    let mut fails = |faults: &[BugFault]| -> Result<bool, ExploreError> {
         tests += 1;
-        let input = ClusterInput { schedule: Some(faults.to_vec()), ..base.clone() };
-        let out = run_cluster_input(target, &input, &mut |_, _, _| {})?;
+        let out = run_cluster_input(target, &with_faults(&base, faults), &mut |_, _, _| {})?;
         Ok(out.failure.as_ref() == Some(&bug.signature))
     };
     ensure!(fails(&all)?, crate::ScheduleDoesNotReproduceSnafu { bug: &bug.id, faults: all.len() });
     let kept = crate::minimize::ddmin(&all, &mut fails)?;
-    let input = ClusterInput { schedule: Some(kept.clone()), ..base.clone() };
+    let input = with_faults(&base, &kept);
     let out = run_cluster_input(target, &input, &mut |_, _, _| {})?;
     tests += 1;
     ensure!(out.failure.as_ref() == Some(&bug.signature), crate::MinimizedDoesNotFailSnafu { what: "schedule" });
     let mut min = ClusterBug::new(target, &input, &out, bug.found_at_round, new_file);
     min.forked_from = bug.forked_from.clone();
     min.minimized_from = Some(crate::replayed_file(&bug.reproduce).to_string());
-    min.removed = all.iter().filter(|f| !kept.contains(f)).map(describe_fault).collect();
+    min.removed = all.iter().filter(|f| !kept.contains(f)).map(BugFault::describe).collect();
     Ok(MinimizedCluster { bug: min, tests })
 }
 

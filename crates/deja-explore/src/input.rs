@@ -109,7 +109,9 @@ pub struct Outcome {
 }
 
 /// The signature of a failed run, or `None` when it held: the first failed assertion of any life,
-/// else how the last life ended if it was not a clean exit. An injected crash is not a failure.
+/// else how the last life ended if it was not a clean exit. An injected crash is not a failure,
+/// and neither is a fail-stop (a stop after an injected I/O error: the kernel turns it into a
+/// crash and a restart, or, with no lives left, marks it).
 fn failure(lives: &[Incarnation]) -> Option<FailureSignature> {
     for life in lives {
         if let Some(a) = life.run.report.assertions.iter().find(|a| a.bug) {
@@ -122,6 +124,11 @@ fn failure(lives: &[Incarnation]) -> Option<FailureSignature> {
         }
     }
     let last = &lives.last()?.run.report;
+    // A stop after an injected fault with no lives left to restart it is a fail-stop, not a
+    // failure by itself (what fails is an invariant after a restart).
+    if last.stopped_after_fault.is_some() {
+        return None;
+    }
     match &last.exit {
         deja_kernel::ExitStatus::Exited { code: 0 } => None,
         deja_kernel::ExitStatus::Exited { code } => Some(FailureSignature::ExitCode(*code)),

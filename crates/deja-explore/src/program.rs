@@ -130,6 +130,7 @@ impl Subject for ProgramSubject<'_> {
                 .lives
                 .last()
                 .map_or(Vec::new(), |l| l.run.report.faults.iter().map(|f| f.kind.name().to_string()).collect()),
+            nodes: Vec::new(),
         }
     }
 

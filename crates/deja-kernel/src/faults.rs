@@ -723,6 +723,9 @@ pub(crate) struct FaultState {
     /// What the crash armed now keeps, when it was placed by meaning with a named state.
     #[serde(default)]
     pub crash_keep: Option<KeptOps>,
+    /// The crash placed by meaning that struck, if one did.
+    #[serde(default)]
+    pub crash_struck: Option<OpCrash>,
     /// Path prefixes the program excluded from storage faults (its own harness files).
     #[serde(default)]
     pub excluded: Vec<String>,
@@ -730,9 +733,12 @@ pub(crate) struct FaultState {
     #[serde(default)]
     pub fail_stop_is_failure: bool,
     /// The life ended with a non-zero status after an injected I/O error, and was not turned
-    /// into a crash (see [`FailStop`]).
+    /// into a restart (see [`FailStop`]).
     #[serde(default)]
     pub stopped_after_fault: Option<String>,
+    /// The crash armed now is a fail-stop's restart: its image keeps everything pending.
+    #[serde(default)]
+    pub fail_stopped: bool,
 }
 
 /// Durable operations a life's report lists, at most.
@@ -748,9 +754,10 @@ pub const MAX_FAIL_STOP_LIVES: usize = 16;
 pub enum FailStop {
     /// Not a stop after an injected fault: the exit stands.
     No,
-    /// A fail-stop: the node crashes there (the machine goes down with the program) and
-    /// restarts on its durable disk; the words say where.
-    Crash(String),
+    /// A fail-stop: the program is restarted there on its disk as it left it (what it wrote
+    /// and did not sync is kept, as a process restart keeps the page cache; what a failed sync
+    /// dropped is not); the words say where.
+    Restart(String),
     /// A fail-stop that ends the run (the lives are used up): it is not a failure by itself.
     Stands(String),
 }
@@ -779,9 +786,11 @@ impl FaultState {
             durable_ops: BTreeMap::new(),
             durable_log: Vec::new(),
             crash_keep: None,
+            crash_struck: None,
             excluded: Vec::new(),
             fail_stop_is_failure: false,
             stopped_after_fault: None,
+            fail_stopped: false,
         }
     }
 
@@ -799,9 +808,9 @@ impl FaultState {
     /// What a life that ends with `exit` is, under the fail-stop rule: a life that stops with a
     /// non-zero status or a signal after an I/O error was injected into it has done what a
     /// careful program does on a failing disk. Unless the program declared such a stop a
-    /// failure, it is a crash of the node there (which restarts it on its durable disk, so
-    /// what it acknowledged is checked after the restart), or, once the run has had
-    /// [`MAX_FAIL_STOP_LIVES`] lives, a stop that ends the run and is not a failure by itself.
+    /// failure, the program is restarted there (so what it acknowledged is checked after the
+    /// restart), or, once the run has had [`MAX_FAIL_STOP_LIVES`] lives, the stop ends the run
+    /// and is not a failure by itself.
     pub fn fail_stop(&self, exit: &crate::ExitStatus) -> FailStop {
         if matches!(exit, crate::ExitStatus::Exited { code: 0 }) || self.fail_stop_is_failure {
             return FailStop::No;
@@ -811,12 +820,12 @@ impl FaultState {
             crate::ExitStatus::Exited { code } => format!("status {code}"),
             crate::ExitStatus::Signaled { name, .. } => name.clone(),
         };
-        let words = format!("at its stop ({how}) after {fault}");
+        let words = format!("at its fail-stop ({how}) after {fault}");
         let lives = 1 + self.previous.iter().filter(|r| r.kind == FaultKind::Crash).count();
         if lives >= MAX_FAIL_STOP_LIVES {
             FailStop::Stands(words)
         } else {
-            FailStop::Crash(words)
+            FailStop::Restart(words)
         }
     }
 

@@ -78,13 +78,15 @@ impl Kernel {
         };
         self.faults.crash_point = c.point();
         self.faults.crash_keep = c.keep.clone();
+        self.faults.crash_struck = Some(c.clone());
         self.faults.crash_due = true;
         true
     }
 
     /// The fail-stop rule ([`crate::faults::FaultState::fail_stop`]) on a syscall's result: a
-    /// program that stops after an injected I/O error crashes there instead (so it restarts on
-    /// its durable disk), or, with no lives left, its stop is marked as one after a fault.
+    /// program that stops after an injected I/O error ends its life there as a crash whose
+    /// image keeps everything pending (so it restarts on its disk as it left it), or, with no
+    /// lives left, its stop is marked as one after a fault.
     pub(crate) fn fail_stop(&mut self, res: &mut SysResult) {
         if self.faults.crash_due {
             return;
@@ -92,9 +94,10 @@ impl Kernel {
         let Err(SysStop::Exit(status)) = &*res else { return };
         match self.faults.fail_stop(status) {
             FailStop::No => {}
-            FailStop::Crash(words) => {
+            FailStop::Restart(words) => {
                 self.faults.crash_point = words;
                 self.faults.crash_due = true;
+                self.faults.fail_stopped = true;
                 *res = Ok(0);
             }
             FailStop::Stands(words) => self.faults.stopped_after_fault = Some(words),

@@ -148,6 +148,7 @@ pub fn serve(variant: Variant, listen: SocketAddr, dir: &str) -> ! {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(listen).await.unwrap_or_else(|e| stop("listening", e));
+        lifecycle::setup_complete(&json!({ "keys": store.lock().expect("one thread").map.len() }));
         if let Some(period) = variant.timer() {
             let store = store.clone();
             tokio::spawn(async move {

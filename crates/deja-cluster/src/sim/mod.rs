@@ -664,7 +664,14 @@ impl Sim {
         let budget = self.crash_states;
         let n = &mut self.nodes[i];
         let Some(mut live) = n.live.take() else { return Ok(()) };
-        let point = live.kernel.crash_point_words();
+        // A crash by meaning is named by its count over the node's run, not the life's.
+        let point = match live.kernel.crash_struck() {
+            Some(c) => {
+                let before = crate::durable_counts(&n.lives).get(c.path.as_str()).copied().unwrap_or(0);
+                deja_kernel::OpCrash { nth: c.nth + before, ..c.clone() }.point()
+            }
+            None => live.kernel.crash_point_words(),
+        };
         let pending = live.kernel.pending_operations();
         let seed = n.seed ^ n.lives.len() as u64;
         let states: Vec<deja_kernel::KeptOps> = if budget > 0 {

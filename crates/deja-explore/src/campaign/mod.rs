@@ -249,6 +249,8 @@ pub struct Facts {
     /// The kinds of fault that happened in the run (`crash`, `eio`, `partition`, ...), each once
     /// or more.
     pub faults: Vec<String>,
+    /// What each node offers to storage faults (clusters).
+    pub nodes: Vec<crate::menu::NodeMenu>,
 }
 
 /// What a campaign explored: a path and a BLAKE3 (of the program image or the cluster file).
@@ -416,6 +418,9 @@ pub struct Entry<I> {
     /// Operations pending when its run crashed (programs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_at_crash: Option<u64>,
+    /// What each node of its run offers to storage faults (clusters).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<crate::menu::NodeMenu>,
 }
 
 impl<I> Entry<I> {
@@ -431,6 +436,7 @@ impl<I> Entry<I> {
             durable_writes: facts.durable_writes,
             io_ops: facts.io_ops.clone(),
             pending_at_crash: facts.pending_at_crash,
+            nodes: facts.nodes.clone(),
         }
     }
 }

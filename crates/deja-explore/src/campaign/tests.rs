@@ -26,6 +26,7 @@ fn entry(decisions: Vec<Decision>, focus: Option<u64>) -> Entry<()> {
         durable_writes: 0,
         io_ops: Vec::new(),
         pending_at_crash: None,
+        nodes: Vec::new(),
     }
 }
 
