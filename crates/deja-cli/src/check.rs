@@ -26,9 +26,13 @@ pub struct CheckArgs {
     /// A known-good program the capsule must pass on (validates the capsule itself).
     #[arg(long, value_name = "PROGRAM")]
     pub corrected: Option<PathBuf>,
-    /// For a cluster bug file: the base cluster file, where the bug's own is not at hand.
+    /// For a cluster bug file: the base cluster file, instead of the one the bug carries.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// For a cluster bug file: where a node's base binary is, `NODE=PATH` (repeatable), when
+    /// it is neither where the cluster file says nor beside the bug file.
+    #[arg(long, value_name = "NODE=PATH")]
+    pub program: Vec<String>,
     /// Directory for capsule.json and certificate.json.
     #[arg(long, default_value = "deja-check")]
     pub out: PathBuf,
@@ -72,8 +76,8 @@ pub fn main(args: CheckArgs) -> Exit {
     if let Some(bug) = args.bug.as_deref().filter(|b| crate::explore::is_cluster_bug(b)) {
         return check_cluster(&args, bug);
     }
-    if args.config.is_some() {
-        eprintln!("deja: error: --config is the base cluster of a cluster bug file; give that file with --bug");
+    if args.config.is_some() || !args.program.is_empty() {
+        eprintln!("deja: error: --config and --program are for a cluster bug file; give that file with --bug");
         return Exit::Usage;
     }
     let Some(base) = args.base.as_deref() else {
@@ -173,18 +177,11 @@ fn print_checks(cert: &deja_judge::Certificate, path: &std::path::Path) {
 /// `deja check --bug CLUSTER-BUG --candidate NODE=PATH,...`: the cluster bug judged by meaning
 /// (see `deja_judge::cluster`); the same verdicts and exit codes as for one program.
 fn check_cluster(args: &CheckArgs, bug_path: &std::path::Path) -> Exit {
-    let bug = match deja_explore::ClusterBug::read(bug_path) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("deja: error: the bug file cannot be used: {e}");
-            return Exit::NotLoadable;
-        }
-    };
-    let base = match bug.target(args.config.as_deref()) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("deja: error: the base cluster: {e}");
-            return Exit::Incomplete;
+    let (bug, base) = match crate::explore::load_cluster_bug(bug_path, args.config.as_deref(), &args.program) {
+        Ok(x) => x,
+        Err(Failure { code, message }) => {
+            eprintln!("deja: error: the bug file cannot be used: {message}");
+            return code;
         }
     };
     let candidate = deja_judge::cluster::candidate_nodes(&args.candidate.to_string_lossy(), &base);

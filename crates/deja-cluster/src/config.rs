@@ -690,19 +690,48 @@ pub fn parse_ip(s: &str) -> Option<[u8; 4]> {
     Some(ip.octets())
 }
 
+/// What a cluster file names on the host, for a [`NodeReader`]: a node's binary or one of its
+/// files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostFile<'a> {
+    /// The node's binary.
+    Binary,
+    /// A file copied in at this guest path.
+    File(&'a str),
+}
+
+/// Reads what a cluster file names for a node: (node, what, the host path the file names,
+/// relative to the file's directory already resolved).
+pub type NodeReader<'a> = &'a mut dyn FnMut(&str, HostFile<'_>, &Path) -> std::io::Result<Vec<u8>>;
+
 impl ClusterConfig {
     /// Reads and checks a cluster file, and the binaries and files it names.
     pub fn load(path: &Path) -> Result<ClusterConfig, ConfigError> {
         let text = std::fs::read_to_string(path).context(ReadSnafu { path })?;
-        let file: ClusterFile = toml::from_str(&text).context(ParseSnafu { path })?;
         let base = path.parent().unwrap_or(Path::new("."));
-        let mut cfg = Self::from_file(file, base).context(InvalidSnafu { path })?;
+        Self::from_text(&text, path, base, &mut |_, _, p| std::fs::read(p))
+    }
+
+    /// Checks the text of a cluster file that was at `path` (named in errors), whose relative
+    /// paths are relative to `base`; `read` reads the binaries and files it names.
+    pub fn from_text(text: &str, path: &Path, base: &Path, read: NodeReader<'_>) -> Result<ClusterConfig, ConfigError> {
+        let file: ClusterFile = toml::from_str(text).context(ParseSnafu { path })?;
+        let mut cfg = Self::from_file_with(file, base, read).context(InvalidSnafu { path })?;
         cfg.file_blake3 = blake3::hash(text.as_bytes()).to_hex().to_string();
         Ok(cfg)
     }
 
     /// Checks a parsed file; paths are relative to `base`.
     pub fn from_file(file: ClusterFile, base: &Path) -> Result<ClusterConfig, InvalidCluster> {
+        Self::from_file_with(file, base, &mut |_, _, p| std::fs::read(p))
+    }
+
+    /// [`ClusterConfig::from_file`], reading the binaries and files through `read`.
+    pub fn from_file_with(
+        file: ClusterFile,
+        base: &Path,
+        read: NodeReader<'_>,
+    ) -> Result<ClusterConfig, InvalidCluster> {
         ensure!(!file.nodes.is_empty(), NoNodesSnafu);
         ensure!(file.nodes.len() <= 64, TooManyNodesSnafu { count: file.nodes.len() });
         ensure!((16..=4096).contains(&file.memory_mib), MemorySnafu { mib: file.memory_mib });
@@ -734,7 +763,8 @@ impl ClusterConfig {
             );
             ensure!(addrs.insert(ip), AddressTakenSnafu { node: &n.name, address: &n.address });
             let bin = base.join(&n.binary);
-            let image = std::fs::read(&bin).context(ReadNodeFileSnafu { node: &n.name, path: &bin })?;
+            let image =
+                read(&n.name, HostFile::Binary, &bin).context(ReadNodeFileSnafu { node: &n.name, path: &bin })?;
             hashes.insert(n.name.clone(), blake3::hash(&image).to_hex().to_string());
             let mut files = BTreeMap::new();
             for (guest, host) in &n.files {
@@ -742,7 +772,8 @@ impl ClusterConfig {
                     return GuestPathSnafu { node: &n.name, guest, problem }.fail();
                 }
                 let p = base.join(host);
-                let data = std::fs::read(&p).context(ReadNodeFileSnafu { node: &n.name, path: &p })?;
+                let data =
+                    read(&n.name, HostFile::File(guest), &p).context(ReadNodeFileSnafu { node: &n.name, path: &p })?;
                 files.insert(guest.clone(), data);
             }
             let program = n.binary.file_name().and_then(|s| s.to_str()).unwrap_or("program").to_string();

@@ -49,13 +49,21 @@ pub struct ClusterTarget {
     pub path: String,
     /// BLAKE3 of the file's text.
     pub file_blake3: String,
+    /// The file's text (bug files carry it).
+    pub text: String,
+    /// The directory its relative paths are relative to, absolute where it could be made so.
+    pub dir: PathBuf,
 }
 
 impl ClusterTarget {
     /// Loads a cluster file.
     pub fn load(path: &Path) -> Result<ClusterTarget, ExploreError> {
         let cfg = ClusterConfig::load(path)?;
-        Ok(ClusterTarget { file_blake3: cfg.file_blake3.clone(), cfg, path: path.display().to_string() })
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let dir = std::fs::canonicalize(if dir.as_os_str().is_empty() { Path::new(".") } else { dir })
+            .unwrap_or_else(|_| dir.to_path_buf());
+        Ok(ClusterTarget { file_blake3: cfg.file_blake3.clone(), cfg, path: path.display().to_string(), text, dir })
     }
 }
 
@@ -310,6 +318,25 @@ pub struct ClusterBug {
     /// For a history that no order explains: its shortest failing window on a timeline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<String>,
+    /// The cluster file's text, so that the bug replays without it (absent in bug files of
+    /// older deja, which need the file where `cluster` says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_text: Option<String>,
+    /// The directory the cluster file's relative paths were relative to when it was found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_dir: Option<String>,
+    /// Each node's binary file name (what to look for beside the bug file).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub programs: BTreeMap<String, String>,
+    /// Each node's declared files: guest path → BLAKE3.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_files: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// What identifies the subject of a cluster bug: each node's name and binary, in name order
+/// (part of a bug's id: the same failure of other binaries is another bug).
+pub fn cluster_subject(binaries: &BTreeMap<String, String>) -> String {
+    binaries.iter().map(|(n, h)| format!("{n}={h}")).collect::<Vec<_>>().join(",")
 }
 
 /// The schema of cluster bug files: version 2 added the seal (`deja_format::json`).
@@ -321,7 +348,7 @@ impl ClusterBug {
         let signature = out.failure.clone().unwrap_or_else(|| FailureSignature::Other(String::new()));
         ClusterBug {
             schema: CLUSTER_BUG_SCHEMA.id(),
-            id: bug_id(&signature),
+            id: bug_id(&signature, &cluster_subject(&target.cfg.binary_hashes)),
             signature,
             cluster: target.path.clone(),
             cluster_blake3: target.file_blake3.clone(),
@@ -340,6 +367,19 @@ impl ClusterBug {
                 Some(Ok(deja_history::Verdict::NotLinearizable(v))) => Some(v.timeline()),
                 _ => None,
             },
+            cluster_text: (!target.text.is_empty()).then(|| target.text.clone()),
+            cluster_dir: Some(target.dir.display().to_string()),
+            programs: target.cfg.nodes.iter().map(|n| (n.name.clone(), n.program.clone())).collect(),
+            node_files: target
+                .cfg
+                .nodes
+                .iter()
+                .filter(|n| !n.files.is_empty())
+                .map(|n| {
+                    let files = n.files.iter().map(|(g, d)| (g.clone(), blake3::hash(d).to_hex().to_string()));
+                    (n.name.clone(), files.collect())
+                })
+                .collect(),
         }
     }
 
@@ -359,14 +399,139 @@ impl ClusterBug {
         Ok(CLUSTER_BUG_SCHEMA.write(path, self)?)
     }
 
-    /// Loads the cluster this bug needs (from `path`, or where the bug says) and refuses one
-    /// whose binaries differ.
-    pub fn target(&self, path: Option<&Path>) -> Result<ClusterTarget, ExploreError> {
-        let p = path.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(&self.cluster));
-        let t = ClusterTarget::load(&p)?;
-        ensure!(t.cfg.binary_hashes == self.binaries, crate::NotTheBinariesSnafu { path: p });
-        Ok(t)
+    /// Loads the cluster this bug needs, from any directory. The cluster file is `config` when
+    /// given, else the text the bug carries (or, for bug files of older deja, the file where
+    /// the bug says). Each node's binary is the one with the BLAKE3 the bug records, found in
+    /// this order: `programs[node]` (`--program NODE=PATH`), the path the cluster file names,
+    /// the binary's file name beside the bug file (`beside`, its directory), any file beside
+    /// the bug file with that BLAKE3. A binary found nowhere is refused naming the node, the
+    /// BLAKE3 it needs, where deja looked, and a file there that changed since.
+    pub fn target(
+        &self,
+        config: Option<&Path>,
+        programs: &BTreeMap<String, PathBuf>,
+        beside: Option<&Path>,
+    ) -> Result<ClusterTarget, ExploreError> {
+        let mut missing: Option<ExploreError> = None;
+        let mut reader = |node: &str, what: deja_cluster::config::HostFile<'_>, path: &Path| {
+            let (want, label, name) = match what {
+                deja_cluster::config::HostFile::Binary => {
+                    let program = self.programs.get(node).cloned().unwrap_or_else(|| file_name(path));
+                    (self.binaries.get(node).cloned(), format!("its binary {program}"), program)
+                }
+                deja_cluster::config::HostFile::File(guest) => {
+                    let want = self.node_files.get(node).and_then(|f| f.get(guest)).cloned();
+                    (want, format!("its file {guest}"), file_name(path))
+                }
+            };
+            let Some(want) = want else { return std::fs::read(path) };
+            let mut candidates: Vec<PathBuf> = Vec::new();
+            if matches!(what, deja_cluster::config::HostFile::Binary) {
+                candidates.extend(programs.get(node).cloned());
+            }
+            candidates.push(path.to_path_buf());
+            if let Some(dir) = beside {
+                candidates.push(dir.join(&name));
+            }
+            let mut looked = Vec::new();
+            for c in &candidates {
+                match std::fs::read(c) {
+                    Ok(bytes) if blake3::hash(&bytes).to_hex().as_str() == want => return Ok(bytes),
+                    Ok(bytes) => looked.push(format!(
+                        "{} changed since the bug was found (its BLAKE3 is now {})",
+                        c.display(),
+                        blake3::hash(&bytes).to_hex()
+                    )),
+                    Err(e) => looked.push(format!("{}: {e}", c.display())),
+                }
+            }
+            if let Some(bytes) = beside.and_then(|dir| find_by_hash(dir, &want)) {
+                return Ok(bytes);
+            }
+            if let Some(dir) = beside {
+                looked.push(format!("no file in {} has it", dir.display()));
+            }
+            missing = Some(ExploreError::BinaryNotFound {
+                node: node.to_string(),
+                what: label,
+                blake3: want,
+                looked: looked.join("; "),
+            });
+            Err(std::io::Error::new(std::io::ErrorKind::NotFound, "not found by its BLAKE3"))
+        };
+        let loaded = match (config, &self.cluster_text) {
+            (Some(p), _) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|source| deja_cluster::ConfigError::Read { path: p.to_path_buf(), source });
+                text.and_then(|t| {
+                    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+                    ClusterConfig::from_text(&t, p, dir, &mut reader).map(|cfg| (cfg, t, dir.to_path_buf()))
+                })
+            }
+            (None, Some(text)) => {
+                let dir = PathBuf::from(self.cluster_dir.as_deref().unwrap_or("."));
+                ClusterConfig::from_text(text, Path::new(&self.cluster), &dir, &mut reader)
+                    .map(|cfg| (cfg, text.clone(), dir))
+            }
+            (None, None) => {
+                let p = PathBuf::from(&self.cluster);
+                let text = std::fs::read_to_string(&p)
+                    .map_err(|source| deja_cluster::ConfigError::Read { path: p.clone(), source });
+                match text {
+                    Err(e) => {
+                        return Err(ExploreError::ClusterFileMissing {
+                            source: Box::new(e),
+                            blake3: self.cluster_blake3.clone(),
+                        })
+                    }
+                    Ok(t) => {
+                        let dir =
+                            p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+                        ClusterConfig::from_text(&t, &p, &dir, &mut reader).map(|cfg| (cfg, t, dir))
+                    }
+                }
+            }
+        };
+        let (cfg, text, dir) = match loaded {
+            Ok(x) => x,
+            Err(e) => return Err(missing.unwrap_or(ExploreError::from(e))),
+        };
+        let path = config.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(&self.cluster));
+        if cfg.binary_hashes != self.binaries {
+            let why: Vec<String> = self
+                .binaries
+                .iter()
+                .filter(|(n, h)| cfg.binary_hashes.get(*n) != Some(*h))
+                .map(|(n, h)| match cfg.binary_hashes.get(n) {
+                    Some(now) => format!("node {n}'s binary changed (its BLAKE3 is now {now}, the bug needs {h})"),
+                    None => format!("it has no node {n}"),
+                })
+                .chain(
+                    cfg.binary_hashes
+                        .keys()
+                        .filter(|n| !self.binaries.contains_key(*n))
+                        .map(|n| format!("it has a node {n} the bug does not")),
+                )
+                .collect();
+            return crate::NotTheBinariesSnafu { path, why: why.join("; ") }.fail();
+        }
+        Ok(ClusterTarget { file_blake3: cfg.file_blake3.clone(), cfg, path: path.display().to_string(), text, dir })
     }
+}
+
+/// The file name of `path`.
+fn file_name(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// The contents of a regular file directly in `dir` whose BLAKE3 is `want`, if one has it.
+fn find_by_hash(dir: &Path, want: &str) -> Option<Vec<u8>> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir).ok()?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    entries.sort();
+    entries.into_iter().filter(|p| p.is_file()).find_map(|p| {
+        let bytes = std::fs::read(&p).ok()?;
+        (blake3::hash(&bytes).to_hex().as_str() == want).then_some(bytes)
+    })
 }
 
 /// A cluster under exploration.
@@ -441,6 +606,10 @@ impl Subject for ClusterSubject<'_> {
 
     fn identity(&self) -> Program {
         Program { path: self.target.path.clone(), blake3: self.target.file_blake3.clone() }
+    }
+
+    fn bug_subject(&self) -> String {
+        cluster_subject(&self.target.cfg.binary_hashes)
     }
 
     fn bootstrap(&self, cfg: &CampaignConfig) -> Result<(ClusterReference, Vec<ClusterOutcome>), ExploreError> {
@@ -753,6 +922,7 @@ pub fn minimize_cluster(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::signature::older_id;
 
     /// A cluster bug file as an older deja wrote it, with `signature` as plain words and the
     /// id of those words.
@@ -775,6 +945,10 @@ mod tests {
             host: None,
             forked_from: None,
             history: None,
+            cluster_text: None,
+            cluster_dir: None,
+            programs: BTreeMap::new(),
+            node_files: BTreeMap::new(),
         };
         let doc = crate::signature::as_older_deja_wrote_it(serde_json::to_value(&bug).unwrap(), signature);
         CLUSTER_BUG_SCHEMA.to_bytes(&doc)
@@ -790,7 +964,7 @@ mod tests {
             let bytes = old_cluster_bug_file(words);
             let bug = ClusterBug::parse("bug-old.json", &bytes).unwrap();
             assert_eq!(bug.signature.to_string(), words);
-            assert_eq!(bug_id(&bug.signature), bug.id, "the same id");
+            assert_eq!(older_id(&bug.signature), bug.id, "the id it was written with");
             assert_eq!(CLUSTER_BUG_SCHEMA.to_bytes(&bug), bytes, "written back byte for byte");
         }
         let typed = ClusterBug::parse("bug-old.json", &old_cluster_bug_file("the cluster got stuck")).unwrap();

@@ -320,13 +320,14 @@ impl BugFile {
     /// Builds the bug file of a failed outcome.
     pub fn new(target: &Target, fork_at: u64, input: &Input, out: &Outcome, round: u64, file: &str) -> BugFile {
         let signature = out.failure.clone().unwrap_or_else(|| FailureSignature::Other(String::new()));
-        let id = crate::campaign::bug_id(&signature);
+        let program_blake3 = blake3::hash(&target.spec.image).to_hex().to_string();
+        let id = crate::campaign::bug_id(&signature, &program_blake3);
         BugFile {
             schema: BUG_SCHEMA.id(),
             id,
             signature,
             program: target.path.clone(),
-            program_blake3: blake3::hash(&target.spec.image).to_hex().to_string(),
+            program_blake3,
             argv: target.spec.argv.clone(),
             env: target.spec.env.clone(),
             files: target.spec.files.iter().map(|(k, v)| (k.clone(), blake3::hash(v).to_hex().to_string())).collect(),
@@ -388,6 +389,7 @@ impl BugFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::signature::older_id;
 
     /// A bug file as an older deja wrote it, with `signature` as plain words and the id of
     /// those words.
@@ -423,7 +425,7 @@ mod tests {
             let bytes = old_bug_file(words);
             let bug = BugFile::parse("bug-old.json", &bytes).unwrap();
             assert!(matches!(&bug.signature, FailureSignature::Other(s) if s == words), "{:?}", bug.signature);
-            assert_eq!(crate::campaign::bug_id(&bug.signature), bug.id, "the same id");
+            assert_eq!(older_id(&bug.signature), bug.id, "the id it was written with");
             assert_eq!(BUG_SCHEMA.to_bytes(&bug), bytes, "written back byte for byte");
         }
     }
@@ -434,7 +436,7 @@ mod tests {
         let bytes = old_bug_file(words);
         let bug = BugFile::parse("bug-old.json", &bytes).unwrap();
         assert!(matches!(bug.signature, FailureSignature::Assertion { line: 153, .. }), "{:?}", bug.signature);
-        assert_eq!(crate::campaign::bug_id(&bug.signature), bug.id);
+        assert_eq!(older_id(&bug.signature), bug.id);
         assert_eq!(BUG_SCHEMA.to_bytes(&bug), bytes);
     }
 }

@@ -301,6 +301,10 @@ pub trait Subject: Sync {
     /// Its path and BLAKE3.
     fn identity(&self) -> Program;
 
+    /// What identifies it in a bug's id ([`bug_id`]): the program's BLAKE3, or each node's
+    /// name and binary BLAKE3.
+    fn bug_subject(&self) -> String;
+
     /// The bootstrap: what rounds need to know before they start, and the outcomes of the runs
     /// it made (learned before the first round).
     fn bootstrap(&self, cfg: &CampaignConfig) -> Result<(Self::Reference, Vec<Self::Outcome>), ExploreError>;
@@ -688,7 +692,10 @@ fn learn_round<S: Subject>(
     if let Some(sig) = state.books.unseen(facts.failure.as_ref()) {
         let difference = subject.confirm(&state.reference, &input, out)?;
         let reference = &state.reference;
-        state.books.settle(sig, difference, &cfg.out, |path| subject.write_bug(reference, &input, out, round, path))?;
+        let who = subject.bug_subject();
+        state
+            .books
+            .settle(sig, &who, difference, &cfg.out, |path| subject.write_bug(reference, &input, out, round, path))?;
     }
     if kept {
         keep(&cfg.out, &mut state.corpus, Entry::new(input, &facts, &novelty, round))?;
