@@ -48,9 +48,14 @@ pub struct CheckArgs {
     /// Guest RAM in MiB.
     #[arg(long, default_value_t = 1024, value_name = "MiB")]
     pub memory: u64,
-    /// Most kill points a sweep tries.
+    /// Most kill points a sweep tries (a program's: every durable write up to this, more is
+    /// incomplete evidence).
     #[arg(long, default_value_t = 500)]
     pub max_kill_points: u64,
+    /// For a cluster bug file: most crash points the storage sweep tries, before and after the
+    /// nodes' durable operations (spread evenly over them when they are more).
+    #[arg(long, default_value_t = 64)]
+    pub node_crash_points: u64,
     /// Fresh worlds the candidate's replay must agree in.
     #[arg(long, default_value_t = 3)]
     pub worlds: u32,
@@ -185,15 +190,19 @@ fn check_cluster(args: &CheckArgs, bug_path: &std::path::Path) -> Exit {
         }
     };
     let candidate = deja_judge::cluster::candidate_nodes(&args.candidate.to_string_lossy(), &base);
-    let j = deja_judge::cluster::check_cluster(&deja_judge::cluster::ClusterCheck {
-        bug: bug.clone(),
-        base,
-        candidate,
-        worlds: args.worlds,
-    });
+    let sweep = deja_judge::cluster::Sweep {
+        crash_points: args.node_crash_points,
+        states_per_point: args.states_per_point,
+        ..Default::default()
+    };
+    let j = deja_judge::cluster::check_cluster_with(
+        &deja_judge::cluster::ClusterCheck { bug: bug.clone(), base, candidate, worlds: args.worlds },
+        &sweep,
+    );
+    let judged = j.judged.clone().unwrap_or_else(|| bug.clone());
     let written = std::fs::create_dir_all(&args.out)
         .map_err(|e| format!("{}: {e}", args.out.display()))
-        .and_then(|_| bug.write(&args.out.join("cluster-bug.json")).map_err(|e| e.to_string()))
+        .and_then(|_| judged.write(&args.out.join("cluster-bug.json")).map_err(|e| e.to_string()))
         .and_then(|_| j.certificate.write(&args.out.join("certificate.json")).map_err(|e| e.to_string()));
     if let Err(e) = written {
         eprintln!("deja: error: {e}");
