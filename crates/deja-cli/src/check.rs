@@ -218,38 +218,16 @@ fn check_cluster(args: &CheckArgs, bug_path: &std::path::Path) -> Exit {
     code
 }
 
-/// Replays an explore bug file on the base and freezes the failing run as a capsule; the exit
-/// with the error: [`Exit::NotLoadable`] when the bug file fails its checks,
-/// [`Exit::Incomplete`] when it cannot be judged on this base.
+/// Replays an explore bug file on the base and freezes the failing run as a capsule (minimized
+/// first when it was not); the exit with the error: [`Exit::NotLoadable`] when the bug file fails
+/// its checks, [`Exit::Incomplete`] when it cannot be judged on this base.
 fn capsule_from_bug(path: &std::path::Path, base: &std::path::Path) -> Result<Capsule, Failure> {
     let bug = deja_explore::BugFile::read(path).map_err(|e| Failure::new(Exit::NotLoadable, e.to_string()))?;
-    capsule_of(&bug, base).map_err(|e| Failure::new(Exit::Incomplete, e))
-}
-
-/// Replays a bug file on the base and freezes the failing run as a capsule.
-fn capsule_of(bug: &deja_explore::BugFile, base: &std::path::Path) -> Result<Capsule, String> {
-    let image = std::fs::read(base).map_err(|e| format!("{}: {e}", base.display()))?;
-    let base_hash = blake3::hash(&image).to_hex().to_string();
-    let target = bug.target(image, Default::default(), &base.display().to_string()).map_err(|e| e.to_string())?;
-    let out = deja_explore::replay(bug, &target, &mut |_, _| {}).map_err(|e| e.to_string())?;
-    if out.failure.as_ref() != Some(&bug.signature) {
-        return Err(format!("it does not reproduce on {}", base.display()));
-    }
-    let input = CheckInput {
-        base: deja_judge::Program { path: String::new(), image: Ok(Vec::new()) },
-        candidate: deja_judge::Program { path: String::new(), image: Ok(Vec::new()) },
-        corrected: None,
-        capsule: None,
-        args: bug.argv.iter().skip(1).cloned().collect(),
-        env: bug.env.clone(),
-        seed: bug.seed,
-        memory_mib: bug.memory_mib,
-        max_kill_points: 0,
-        worlds: 0,
-        states_per_point: 0,
-    };
-    deja_judge::judge::capsule_from(&out, &base_hash, &input, &bug.input.faults, &bug.input.overrides)
-        .ok_or_else(|| "it did not fail as its input says (a crash it names was never reached)".into())
+    let image = std::fs::read(base).map_err(|e| Failure::new(Exit::Incomplete, format!("{}: {e}", base.display())))?;
+    let target = bug
+        .target(image, Default::default(), &base.display().to_string())
+        .map_err(|e| Failure::new(Exit::Incomplete, e.to_string()))?;
+    deja_judge::judge::freeze_bug(&bug, &target).map_err(|e| Failure::new(Exit::Incomplete, e))
 }
 
 /// Arguments of `deja verify-certificate`.

@@ -59,6 +59,7 @@ impl Input {
             + usize::from(f.crash_at_exit)
             + usize::from(f.crash_state.is_some())
             + f.errors.len()
+            + f.crash_at.len()
             + usize::from(f.torn_writes)
             + usize::from(f.reordered_writes)
             + usize::from(f.eio_on_write_ppm > 0)
