@@ -4,6 +4,9 @@
 //! * `walkv-buggy|walkv-fixed|walkv-wrong --listen IP:PORT --data DIR`: the server. It keeps
 //!   its map in memory and every put in `DIR/wal`, one `K V` line each; on start it replays the
 //!   log (a last line without its newline was cut short by a crash and does not count).
+//!   `--sync-every-ms MS` gives `walkv-buggy` or `walkv-wrong` another timer (the same bug
+//!   with any window); `--fail-stop-is-failure yes` declares, through the SDK, that the
+//!   server's own stop on a failing disk is a failure, not a fail-stop.
 //! * `walkv-buggy|walkv-fixed|walkv-wrong --single WRITES`: the same server on `127.0.0.1:7000`
 //!   and a client in the same program, which logs every acknowledged put in `/data/acked`
 //!   (`O_SYNC`, a harness file it excludes from deja's storage faults) and, after every
@@ -48,18 +51,29 @@ pub enum Variant {
     Wrong,
 }
 
-impl Variant {
+/// A server: its variant, and the timer of a variant that has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Server {
+    /// When it acknowledges.
+    pub variant: Variant,
     /// How often the log is fsynced in the background (`None`: before every acknowledgement).
-    fn timer(self) -> Option<Duration> {
-        match self {
+    pub timer: Option<Duration>,
+}
+
+impl Variant {
+    /// The variant with its own timer.
+    fn server(self) -> Server {
+        let timer = match self {
             Variant::Buggy => Some(Duration::from_millis(200)),
             Variant::Wrong => Some(Duration::from_millis(2)),
             Variant::Fixed => None,
-        }
+        };
+        Server { variant: self, timer }
     }
 }
 
-const USAGE: &str = "walkv-{buggy,fixed,wrong} --listen IP:PORT --data DIR | --single WRITES";
+const USAGE: &str = "walkv-{buggy,fixed,wrong} (--listen IP:PORT --data DIR | --single WRITES) [--sync-every-ms MS] \
+                     [--fail-stop-is-failure yes]";
 
 /// Fail-stop: the log failed, the server stops.
 fn stop(what: &str, e: std::io::Error) -> ! {
@@ -142,14 +156,14 @@ impl Store {
     }
 }
 
-/// Runs the server of `variant` on `listen` with its log in `dir`, for ever.
-pub fn serve(variant: Variant, listen: SocketAddr, dir: &str) -> ! {
-    let store = Arc::new(Mutex::new(Store::open(variant, dir)));
+/// Runs `server` on `listen` with its log in `dir`, for ever.
+pub fn serve(server: Server, listen: SocketAddr, dir: &str) -> ! {
+    let store = Arc::new(Mutex::new(Store::open(server.variant, dir)));
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(listen).await.unwrap_or_else(|e| stop("listening", e));
         lifecycle::setup_complete(&json!({ "keys": store.lock().expect("one thread").map.len() }));
-        if let Some(period) = variant.timer() {
+        if let Some(period) = server.timer {
             let store = store.clone();
             tokio::spawn(async move {
                 loop {
@@ -268,10 +282,10 @@ const ACKED: &str = "/data/acked";
 /// `--single WRITES`: the server of `variant` and a client in one program. After a restart the
 /// client first checks that every put its log says was acknowledged reads back, then writes
 /// the puts not acknowledged yet, logging each acknowledgement durably.
-fn single(variant: Variant, writes: u64) -> ! {
+fn single(server: Server, writes: u64) -> ! {
     deja_sdk::faults::exclude_path(ACKED);
     let listen: SocketAddr = "127.0.0.1:7000".parse().expect("an address");
-    std::thread::spawn(move || serve(variant, listen, "/data"));
+    std::thread::spawn(move || serve(server, listen, "/data"));
     let mut client = Client::new(listen);
     let acked = read_records(ACKED);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -321,10 +335,23 @@ const O_SYNC: i32 = 0o4010000;
 
 /// The entry point of the three servers.
 pub fn main(variant: Variant) -> ! {
-    let args = Args::parse(USAGE, &["listen", "data", "single"]);
+    let args = Args::parse(USAGE, &["listen", "data", "single", "sync-every-ms", "fail-stop-is-failure"]);
+    match args.raw("fail-stop-is-failure") {
+        None | Some("no") => {}
+        Some("yes") => deja_sdk::faults::fail_stop_is_failure(),
+        Some(_) => args.error("--fail-stop-is-failure is yes or no"),
+    }
+    let mut server = variant.server();
+    if let Some(ms) = args.raw("sync-every-ms") {
+        let ms: u64 = ms.parse().unwrap_or_else(|_| args.error("--sync-every-ms takes milliseconds"));
+        if server.timer.is_none() {
+            args.error("walkv-fixed fsyncs before every acknowledgement: it has no timer");
+        }
+        server.timer = Some(Duration::from_millis(ms.max(1)));
+    }
     if let Some(n) = args.raw("single") {
         let writes = n.parse().unwrap_or_else(|_| args.error("--single takes the number of writes"));
-        single(variant, writes);
+        single(server, writes);
     }
-    serve(variant, args.addr("listen"), &args.get("data", "/data".to_string()))
+    serve(server, args.addr("listen"), &args.get("data", "/data".to_string()))
 }
