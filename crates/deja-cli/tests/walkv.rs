@@ -220,3 +220,54 @@ fn as_one_program_the_lost_write_is_found_at_a_durable_write_and_only_the_fix_pa
         check("single-hunt-wrong", &["--base", &base, "--candidate", &walkv("wrong"), "--", "--single", "20"]);
     assert!(still_failing(code, &cert), "{cert}");
 }
+
+#[test]
+fn a_cluster_bug_file_carries_its_cluster_and_finds_its_binaries_by_their_blake3() {
+    let bug = explore("portable", 3, &[&example("walkv-buggy.toml")]);
+    let b = json(&bug);
+    // The id is what failed and where: the register's client asserts the same message, and
+    // its bug is another one.
+    let register = explore("portable-register", 1, &[&example("register-buggy.toml")]);
+    let r = json(&register);
+    assert_eq!(b["signature"], r["signature"], "the same words");
+    assert_ne!(b["id"], r["id"], "other binaries, another bug");
+    // Moved elsewhere with its binaries beside it, the bug replays from any directory.
+    let away = out_dir("portable-away");
+    std::fs::create_dir_all(&away).unwrap();
+    let mut moved: Value = b.clone();
+    moved["cluster_dir"] = Value::String("/nonexistent/clusters".into());
+    let file = away.join("bug.json");
+    std::fs::write(&file, serde_json::to_vec_pretty(&moved).unwrap()).unwrap();
+    assert_eq!(deja(&["reseal", file.to_str().unwrap()]).status.code(), Some(0));
+    let replay = |cwd: &Path, extra: &[&str]| {
+        let mut args = vec!["replay".to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.push(file.display().to_string());
+        std::process::Command::new(deja_bin()).args(&args).current_dir(cwd).output().unwrap()
+    };
+    // Without its binaries: the error names the node, the BLAKE3 it needs and the option.
+    let o = replay(&std::env::temp_dir(), &[]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let want = b["binaries"]["server"].as_str().unwrap();
+    assert!(
+        stderr(&o).contains(&format!("node server needs its binary walkv-buggy with BLAKE3 {want}")),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("give it with --program server=PATH"), "{}", stderr(&o));
+    // Another build beside it is named as changed.
+    std::fs::copy(walkv("fixed"), away.join("walkv-buggy")).unwrap();
+    let o = replay(&std::env::temp_dir(), &[]);
+    assert!(stderr(&o).contains("walkv-buggy changed since the bug was found (its BLAKE3 is now"), "{}", stderr(&o));
+    // The right binaries: one beside it by name, one under another name found by its BLAKE3,
+    // or given with --program.
+    std::fs::copy(walkv("buggy"), away.join("walkv-buggy")).unwrap();
+    std::fs::copy(walkv("client"), away.join("some-client")).unwrap();
+    let o = replay(&std::env::temp_dir(), &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("reproduced bug"), "{}", stderr(&o));
+    std::fs::remove_file(away.join("some-client")).unwrap();
+    let client = format!("client={}", walkv("client"));
+    let o = replay(&std::env::temp_dir(), &["--program", &client]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+}

@@ -424,7 +424,17 @@ impl ClusterBug {
                     (want, format!("its file {guest}"), file_name(path))
                 }
             };
-            let Some(want) = want else { return std::fs::read(path) };
+            let Some(want) = want else {
+                // The text the bug carries names nothing the bug has no BLAKE3 for: a host file
+                // it names is read only as the one the bug was found with.
+                if config.is_none() && self.cluster_text.is_some() {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "the bug file records no BLAKE3 for it",
+                    ));
+                }
+                return std::fs::read(path);
+            };
             let mut candidates: Vec<PathBuf> = Vec::new();
             if matches!(what, deja_cluster::config::HostFile::Binary) {
                 candidates.extend(programs.get(node).cloned());

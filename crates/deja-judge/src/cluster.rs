@@ -297,14 +297,32 @@ fn unreached<'a>(out: &ClusterOutcome, schedule: &'a [ScheduledFault]) -> Option
     schedule.iter().find(|f| !out.report.faults.iter().any(|e| e.scripted.as_ref() == Some(*f)))
 }
 
-/// What a candidate run shows, in order of what it weighs: a failure (the verdict), or no
-/// verdict because the run ran out of its budget with waited nodes still running or lost track
-/// of its faults (`Err`: the evidence is incomplete, and why), or that it held.
-fn judge_run(
-    out: &ClusterOutcome,
-    schedule: &[ScheduledFault],
-    sig: &FailureSignature,
-) -> Result<Option<Verdict>, String> {
+/// The first storage fault of `faults` that did not strike in the run: a crash of its node at
+/// its point, or an error of its kind on its path on its node.
+fn storage_unreached<'a>(out: &ClusterOutcome, faults: &'a [BugFault]) -> Option<&'a StorageFault> {
+    faults.iter().find_map(|f| match f {
+        BugFault::Storage(s) => {
+            let struck = match &s.fault {
+                NodeFault::Crash(c) => out.report.crashes.iter().any(|r| r.node == s.node && r.point == c.point()),
+                NodeFault::Error(e) => out.report.faults.iter().any(|r| {
+                    r.kind == e.errno.name()
+                        && r.detail.starts_with(&format!("{} ", s.node))
+                        && r.detail.contains(&format!(" on {} #", e.op.name()))
+                        && r.detail.ends_with(&format!(" {}", e.path))
+                }),
+            };
+            (!struck).then_some(s)
+        }
+        BugFault::Timed(_) => None,
+    })
+}
+
+/// What a candidate run under `faults` shows, in order of what it weighs: a failure (the
+/// verdict), or no verdict because the run ran out of its budget with waited nodes still
+/// running or lost track of its faults (`Err`: the evidence is incomplete, and why), or that it
+/// held.
+fn judge_run(out: &ClusterOutcome, faults: &[BugFault], sig: &FailureSignature) -> Result<Option<Verdict>, String> {
+    let schedule = timed(faults);
     if let Some(f) = &out.failure {
         return Ok(Some(failing(f, sig)));
     }
@@ -318,8 +336,11 @@ fn judge_run(
     if let Some(e) = out.report.faults.iter().find(|e| e.kind == "not-applied") {
         return Err(format!("a scripted fault could not be applied: {}", e.detail));
     }
-    if let Some(f) = unreached(out, schedule) {
+    if let Some(f) = unreached(out, &schedule) {
         return Err(format!("the replay lost track: the run ended before its fault \"{}\" came", describe_fault(f)));
+    }
+    if let Some(f) = storage_unreached(out, faults) {
+        return Err(format!("the replay lost track: its fault \"{}\" never struck", f.describe()));
     }
     Ok(None)
 }
@@ -621,7 +642,7 @@ pub fn check_cluster_with(c: &ClusterCheck, sweep: &Sweep) -> ClusterJudgement {
             match run(&cand, &input) {
                 Ok(o) => {
                     digests.push(o.report.digest.clone());
-                    match judge_run(&o, &schedule, sig) {
+                    match judge_run(&o, &faults, sig) {
                         Ok(None) => held += 1,
                         Ok(Some(v)) => {
                             let f = o.failure.clone().unwrap_or(FailureSignature::Stuck);
@@ -689,7 +710,7 @@ pub fn check_cluster_with(c: &ClusterCheck, sweep: &Sweep) -> ClusterJudgement {
             match run(&cand, &by_meaning(&bug, &all, 0)) {
                 Ok(o) => {
                     digests.push(o.report.digest.clone());
-                    match judge_run(&o, s, sig) {
+                    match judge_run(&o, &all, sig) {
                         Ok(None) => {}
                         Ok(Some(v)) => {
                             let f = o.failure.clone().unwrap_or(FailureSignature::Stuck);
@@ -741,7 +762,7 @@ pub fn check_cluster_with(c: &ClusterCheck, sweep: &Sweep) -> ClusterJudgement {
         let timed_faults: Vec<BugFault> = schedule.iter().cloned().map(BugFault::Timed).collect();
         let at_boot = |faults: &[BugFault]| ClusterInput { steer_at: SteerAt::Boot, ..by_meaning(&bug, faults, 0) };
         let base_run = match run(&cand, &at_boot(&timed_faults)) {
-            Ok(o) => match judge_run(&o, &schedule, sig) {
+            Ok(o) => match judge_run(&o, &timed_faults, sig) {
                 Ok(None) => o,
                 Ok(Some(v)) => {
                     let f = o.failure.clone().unwrap_or(FailureSignature::Stuck);
@@ -808,7 +829,7 @@ pub fn check_cluster_with(c: &ClusterCheck, sweep: &Sweep) -> ClusterJudgement {
                     unreached_points.push(name);
                     continue;
                 };
-                match judge_run(&o, &schedule, sig) {
+                match judge_run(&o, &timed_faults, sig) {
                     Ok(None) => {}
                     Ok(Some(v)) => {
                         let f = o.failure.clone().unwrap_or(FailureSignature::Stuck);

@@ -111,11 +111,15 @@ impl Sim {
         let conns = live.kernel.connections();
         let status = sigkill("node killed by deja (fault injection)");
         let report = live.kernel.finish(&live.vm.space, status);
+        let errors = injected_errors(&report);
         n.lives.push(report);
         n.state = State::Down;
         n.paused = false;
         let name = n.cfg.name.clone();
         self.retire(i, live);
+        for (kind, point) in errors {
+            self.note(&kind, format!("{name} {point}"));
+        }
         let f = ScheduledFault { node: Some(name.clone()), ..self.scripted_fault(Action::Kill) };
         self.note_scripted("kill", name, f);
         self.reset_peers(i, conns);

@@ -822,7 +822,12 @@ impl Sim {
         for i in 0..self.nodes.len() {
             if let Some(mut live) = self.nodes[i].live.take() {
                 let status = sigkill(why);
-                self.nodes[i].lives.push(live.kernel.finish(&live.vm.space, status));
+                let report = live.kernel.finish(&live.vm.space, status);
+                let name = self.nodes[i].cfg.name.clone();
+                for (kind, point) in injected_errors(&report) {
+                    self.note(&kind, format!("{name} {point}"));
+                }
+                self.nodes[i].lives.push(report);
                 self.retire(i, live);
             }
         }
@@ -883,7 +888,7 @@ impl Sim {
 }
 
 /// The I/O errors injected into a life, as (kind, point) for the cluster's ledger.
-fn injected_errors(report: &RunReport) -> Vec<(String, String)> {
+pub(super) fn injected_errors(report: &RunReport) -> Vec<(String, String)> {
     report
         .faults
         .iter()
