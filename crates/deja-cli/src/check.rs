@@ -199,7 +199,11 @@ fn check_cluster(args: &CheckArgs, bug_path: &std::path::Path) -> Exit {
         &deja_judge::cluster::ClusterCheck { bug: bug.clone(), base, candidate, worlds: args.worlds },
         &sweep,
     );
-    let judged = j.judged.clone().unwrap_or_else(|| bug.clone());
+    let mut judged = j.judged.clone().unwrap_or_else(|| bug.clone());
+    if judged != bug {
+        // The bug as the check minimized it: it replays from where it is written.
+        judged.reproduce = deja_explore::replay_command(&args.out.join("cluster-bug.json").display().to_string());
+    }
     let written = std::fs::create_dir_all(&args.out)
         .map_err(|e| format!("{}: {e}", args.out.display()))
         .and_then(|_| judged.write(&args.out.join("cluster-bug.json")).map_err(|e| e.to_string()))

@@ -490,7 +490,7 @@ pub fn check_cluster_with(c: &ClusterCheck, sweep: &Sweep) -> ClusterJudgement {
             ));
             given.clone()
         } else {
-            match minimize_cluster(given, &c.base, &given.reproduce) {
+            match minimize_cluster(given, &c.base, "cluster-bug.json") {
                 Ok(m) => {
                     steps.push((
                         names[1],
