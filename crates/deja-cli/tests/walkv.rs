@@ -271,3 +271,28 @@ fn a_cluster_bug_file_carries_its_cluster_and_finds_its_binaries_by_their_blake3
     let o = replay(&std::env::temp_dir(), &["--program", &client]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
 }
+
+#[test]
+fn exploring_the_fixed_server_finds_nothing_though_it_crashes_it_and_fails_its_disk() {
+    // The fixed server stops (exit 2) on every error of its log: a fail-stop, restarted and
+    // judged by what it acknowledged, is no bug.
+    for (name, runs, subject) in [
+        ("fixed-cluster", "60", vec![example("walkv-fixed.toml")]),
+        ("fixed-single", "150", vec![walkv("fixed"), "--".into(), "--single".into(), "20".into()]),
+    ] {
+        let campaign = out_dir(name);
+        let mut args =
+            vec!["explore", "--quiet", "--runs", runs, "--mode", "faults", "--seed", "1", "--jobs", "1", "--out"];
+        let out = campaign.display().to_string();
+        args.push(&out);
+        args.extend(subject.iter().map(String::as_str));
+        let o = deja(&args);
+        assert_eq!(o.status.code(), Some(0), "{name}: no bug: {}", stderr(&o));
+        let report = json(&campaign.join("report.json"));
+        let faults = &report["campaign"]["faults"];
+        assert!(
+            faults["crash"].as_u64().unwrap_or(0) > 0 && faults["eio"].as_u64().unwrap_or(0) > 0,
+            "{name}: {faults}"
+        );
+    }
+}
