@@ -31,7 +31,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 36] = [
+const GUESTS: [&str; 40] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -66,6 +66,10 @@ const GUESTS: [&str; 36] = [
     "pagestore-fixed",
     "ackstore-buggy",
     "ackstore-fixed",
+    "walkv-buggy",
+    "walkv-fixed",
+    "walkv-wrong",
+    "walkv-client",
     "spin",
     "attack",
 ];

@@ -26,9 +26,13 @@ pub struct CheckArgs {
     /// A known-good program the capsule must pass on (validates the capsule itself).
     #[arg(long, value_name = "PROGRAM")]
     pub corrected: Option<PathBuf>,
-    /// For a cluster bug file: the base cluster file, where the bug's own is not at hand.
+    /// For a cluster bug file: the base cluster file, instead of the one the bug carries.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// For a cluster bug file: where a node's base binary is, `NODE=PATH` (repeatable), when
+    /// it is neither where the cluster file says nor beside the bug file.
+    #[arg(long, value_name = "NODE=PATH")]
+    pub program: Vec<String>,
     /// Directory for capsule.json and certificate.json.
     #[arg(long, default_value = "deja-check")]
     pub out: PathBuf,
@@ -44,9 +48,14 @@ pub struct CheckArgs {
     /// Guest RAM in MiB.
     #[arg(long, default_value_t = 1024, value_name = "MiB")]
     pub memory: u64,
-    /// Most kill points a sweep tries.
+    /// Most kill points a sweep tries (a program's: every durable write up to this, more is
+    /// incomplete evidence).
     #[arg(long, default_value_t = 500)]
     pub max_kill_points: u64,
+    /// For a cluster bug file: most crash points the storage sweep tries, before and after the
+    /// nodes' durable operations (spread evenly over them when they are more).
+    #[arg(long, default_value_t = 64)]
+    pub node_crash_points: u64,
     /// Fresh worlds the candidate's replay must agree in.
     #[arg(long, default_value_t = 3)]
     pub worlds: u32,
@@ -72,8 +81,8 @@ pub fn main(args: CheckArgs) -> Exit {
     if let Some(bug) = args.bug.as_deref().filter(|b| crate::explore::is_cluster_bug(b)) {
         return check_cluster(&args, bug);
     }
-    if args.config.is_some() {
-        eprintln!("deja: error: --config is the base cluster of a cluster bug file; give that file with --bug");
+    if args.config.is_some() || !args.program.is_empty() {
+        eprintln!("deja: error: --config and --program are for a cluster bug file; give that file with --bug");
         return Exit::Usage;
     }
     let Some(base) = args.base.as_deref() else {
@@ -173,30 +182,31 @@ fn print_checks(cert: &deja_judge::Certificate, path: &std::path::Path) {
 /// `deja check --bug CLUSTER-BUG --candidate NODE=PATH,...`: the cluster bug judged by meaning
 /// (see `deja_judge::cluster`); the same verdicts and exit codes as for one program.
 fn check_cluster(args: &CheckArgs, bug_path: &std::path::Path) -> Exit {
-    let bug = match deja_explore::ClusterBug::read(bug_path) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("deja: error: the bug file cannot be used: {e}");
-            return Exit::NotLoadable;
-        }
-    };
-    let base = match bug.target(args.config.as_deref()) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("deja: error: the base cluster: {e}");
-            return Exit::Incomplete;
+    let (bug, base) = match crate::explore::load_cluster_bug(bug_path, args.config.as_deref(), &args.program) {
+        Ok(x) => x,
+        Err(Failure { code, message }) => {
+            eprintln!("deja: error: the bug file cannot be used: {message}");
+            return code;
         }
     };
     let candidate = deja_judge::cluster::candidate_nodes(&args.candidate.to_string_lossy(), &base);
-    let j = deja_judge::cluster::check_cluster(&deja_judge::cluster::ClusterCheck {
-        bug: bug.clone(),
-        base,
-        candidate,
-        worlds: args.worlds,
-    });
+    let sweep = deja_judge::cluster::Sweep {
+        crash_points: args.node_crash_points,
+        states_per_point: args.states_per_point,
+        ..Default::default()
+    };
+    let j = deja_judge::cluster::check_cluster_with(
+        &deja_judge::cluster::ClusterCheck { bug: bug.clone(), base, candidate, worlds: args.worlds },
+        &sweep,
+    );
+    let mut judged = j.judged.clone().unwrap_or_else(|| bug.clone());
+    if judged != bug {
+        // The bug as the check minimized it: it replays from where it is written.
+        judged.reproduce = deja_explore::replay_command(&args.out.join("cluster-bug.json").display().to_string());
+    }
     let written = std::fs::create_dir_all(&args.out)
         .map_err(|e| format!("{}: {e}", args.out.display()))
-        .and_then(|_| bug.write(&args.out.join("cluster-bug.json")).map_err(|e| e.to_string()))
+        .and_then(|_| judged.write(&args.out.join("cluster-bug.json")).map_err(|e| e.to_string()))
         .and_then(|_| j.certificate.write(&args.out.join("certificate.json")).map_err(|e| e.to_string()));
     if let Err(e) = written {
         eprintln!("deja: error: {e}");
@@ -212,38 +222,16 @@ fn check_cluster(args: &CheckArgs, bug_path: &std::path::Path) -> Exit {
     code
 }
 
-/// Replays an explore bug file on the base and freezes the failing run as a capsule; the exit
-/// with the error: [`Exit::NotLoadable`] when the bug file fails its checks,
-/// [`Exit::Incomplete`] when it cannot be judged on this base.
+/// Replays an explore bug file on the base and freezes the failing run as a capsule (minimized
+/// first when it was not); the exit with the error: [`Exit::NotLoadable`] when the bug file fails
+/// its checks, [`Exit::Incomplete`] when it cannot be judged on this base.
 fn capsule_from_bug(path: &std::path::Path, base: &std::path::Path) -> Result<Capsule, Failure> {
     let bug = deja_explore::BugFile::read(path).map_err(|e| Failure::new(Exit::NotLoadable, e.to_string()))?;
-    capsule_of(&bug, base).map_err(|e| Failure::new(Exit::Incomplete, e))
-}
-
-/// Replays a bug file on the base and freezes the failing run as a capsule.
-fn capsule_of(bug: &deja_explore::BugFile, base: &std::path::Path) -> Result<Capsule, String> {
-    let image = std::fs::read(base).map_err(|e| format!("{}: {e}", base.display()))?;
-    let base_hash = blake3::hash(&image).to_hex().to_string();
-    let target = bug.target(image, Default::default(), &base.display().to_string()).map_err(|e| e.to_string())?;
-    let out = deja_explore::replay(bug, &target, &mut |_, _| {}).map_err(|e| e.to_string())?;
-    if out.failure.as_ref() != Some(&bug.signature) {
-        return Err(format!("it does not reproduce on {}", base.display()));
-    }
-    let input = CheckInput {
-        base: deja_judge::Program { path: String::new(), image: Ok(Vec::new()) },
-        candidate: deja_judge::Program { path: String::new(), image: Ok(Vec::new()) },
-        corrected: None,
-        capsule: None,
-        args: bug.argv.iter().skip(1).cloned().collect(),
-        env: bug.env.clone(),
-        seed: bug.seed,
-        memory_mib: bug.memory_mib,
-        max_kill_points: 0,
-        worlds: 0,
-        states_per_point: 0,
-    };
-    deja_judge::judge::capsule_from(&out, &base_hash, &input, &bug.input.faults, &bug.input.overrides)
-        .ok_or_else(|| "it did not fail as its input says (a crash it names was never reached)".into())
+    let image = std::fs::read(base).map_err(|e| Failure::new(Exit::Incomplete, format!("{}: {e}", base.display())))?;
+    let target = bug
+        .target(image, Default::default(), &base.display().to_string())
+        .map_err(|e| Failure::new(Exit::Incomplete, e.to_string()))?;
+    deja_judge::judge::freeze_bug(&bug, &target).map_err(|e| Failure::new(Exit::Incomplete, e))
 }
 
 /// Arguments of `deja verify-certificate`.

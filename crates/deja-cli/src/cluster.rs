@@ -117,7 +117,13 @@ pub fn verdict(r: &ClusterReport, history: &HistoryCheck) -> (Exit, String) {
     }
     match &r.outcome {
         Outcome::TimeLimit => {
-            return (Exit::Incomplete, "the virtual-time budget ran out before every waited node exited".into())
+            return (
+                Exit::Incomplete,
+                format!(
+                    "the virtual-time budget ran out before every waited node exited (still running: {})",
+                    r.unfinished().join(", ")
+                ),
+            )
         }
         Outcome::Stuck(why) => return (Exit::Stuck, format!("stuck: {why}")),
         Outcome::Completed => {}
@@ -146,11 +152,16 @@ pub fn summary(r: &ClusterReport, history: &HistoryCheck) {
         }
     );
     for n in &r.nodes {
+        let ended = match (&r.outcome, n.unfinished()) {
+            (Outcome::TimeLimit, true) => "still running when the time budget ran out".to_string(),
+            (_, true) => "still running when the run ended".to_string(),
+            (_, false) => describe(n.exit()),
+        };
         eprintln!(
             "deja:   {:<10} {:<15} {} ({} {}, {} syscalls)",
             n.name,
             n.address,
-            describe(n.exit()),
+            ended,
             n.lives.len(),
             if n.lives.len() == 1 { "life" } else { "lives" },
             n.syscalls()
@@ -192,6 +203,13 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<Exit, Failure> {
     let unsupported = [
         (args.snapshot_at.is_some(), "--snapshot-at"),
         (args.crash_after_durable_write.is_some(), "--crash-after-durable-write"),
+        (args.crash_before_durable_write.is_some(), "--crash-before-durable-write"),
+        (args.crash_at_exit, "--crash-at-exit"),
+        (!args.crash_at.is_empty(), "--crash-at"),
+        (args.crash_state.is_some(), "--crash-state"),
+        (!args.fail.is_empty(), "--fail"),
+        (args.torn_writes || args.reordered_writes, "--torn-writes and --reordered-writes"),
+        ((args.eio_write_ppm | args.eio_fsync_ppm | args.enospc_write_ppm) != 0, "the I/O error rates"),
         (args.crash_sweep, "--crash-sweep"),
         (!args.files.is_empty(), "--file"),
         (args.stdin.is_some(), "--stdin"),

@@ -451,9 +451,10 @@ pub struct ReplayArgs {
     /// Print the last syscalls of the failing run.
     #[arg(long)]
     pub trace: bool,
-    /// The program (or the cluster file), if it is no longer where the bug file says.
-    #[arg(long, value_name = "PATH")]
-    pub program: Option<PathBuf>,
+    /// Where the program is, when it is not where the bug file says or beside it; for a
+    /// cluster bug, `NODE=PATH` for a node's binary (repeatable) or the cluster file.
+    #[arg(long, value_name = "PATH|NODE=PATH")]
+    pub program: Vec<String>,
     /// Declared input files again, as `deja explore` was given them.
     #[arg(long = "file", value_name = "HOST[:GUEST]")]
     pub files: Vec<String>,
@@ -461,11 +462,57 @@ pub struct ReplayArgs {
     pub bug: PathBuf,
 }
 
-fn load_bug(bug: &Path, program: Option<&Path>, files: &[String]) -> Result<(BugFile, Target), Failure> {
+/// `--program` values: the binaries of named nodes (`NODE=PATH`), and a plain path (a program,
+/// or a cluster file).
+pub(crate) fn program_args(values: &[String]) -> Result<(BTreeMap<String, PathBuf>, Option<PathBuf>), Failure> {
+    let mut nodes = BTreeMap::new();
+    let mut plain = None;
+    for v in values {
+        match v.split_once('=') {
+            Some((node, path)) if !node.is_empty() && !node.contains('/') => {
+                nodes.insert(node.to_string(), PathBuf::from(path));
+            }
+            _ if plain.is_none() => plain = Some(PathBuf::from(v)),
+            _ => return Err(Failure::new(Exit::Usage, format!("--program {v}: give one PATH and any NODE=PATH"))),
+        }
+    }
+    Ok((nodes, plain))
+}
+
+/// The directory a bug file is in.
+fn beside(bug: &Path) -> PathBuf {
+    bug.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf()
+}
+
+/// Reads a program bug file and its program: `--program PATH`, else where the bug says, else
+/// a file of the same name beside the bug file that has the BLAKE3 the bug records.
+fn load_bug(bug: &Path, program: &[String], files: &[String]) -> Result<(BugFile, Target), Failure> {
     let b = BugFile::read(bug).map_err(|e| Failure::new(Exit::NotLoadable, e.to_string()))?;
-    let path = program.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(&b.program));
-    let image = std::fs::read(&path)
-        .map_err(|e| Failure::new(Exit::Incomplete, format!("cannot read the program {}: {e}", path.display())))?;
+    let (_, given) = program_args(program)?;
+    let recorded = PathBuf::from(&b.program);
+    let path = match given {
+        Some(p) => p,
+        None => {
+            let near = beside(bug).join(recorded.file_name().unwrap_or_default());
+            let matches =
+                |p: &Path| std::fs::read(p).is_ok_and(|img| blake3::hash(&img).to_hex().as_str() == b.program_blake3);
+            if !matches(&recorded) && matches(&near) {
+                near
+            } else {
+                recorded
+            }
+        }
+    };
+    let image = std::fs::read(&path).map_err(|e| {
+        Failure::new(
+            Exit::Incomplete,
+            format!(
+                "cannot read the program {}: {e}; give it with --program PATH (the bug needs BLAKE3 {})",
+                path.display(),
+                b.program_blake3
+            ),
+        )
+    })?;
     let t = b
         .target(image, read_files(files)?, &path.display().to_string())
         .map_err(|e| Failure::new(Exit::Incomplete, e.to_string()))?;
@@ -479,7 +526,7 @@ pub fn replay(args: ReplayArgs) -> Exit {
     if is_cluster_bug(&args.bug) {
         return replay_cluster(&args);
     }
-    let (bug, mut t) = match load_bug(&args.bug, args.program.as_deref(), &args.files) {
+    let (bug, mut t) = match load_bug(&args.bug, &args.program, &args.files) {
         Ok(x) => x,
         Err(Failure { code, message: m }) => {
             eprintln!("deja: cannot replay: {m}");
@@ -573,9 +620,10 @@ pub struct MinimizeArgs {
     /// Where to write the minimized bug file (default: next to the input, `.min.json`).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
-    /// The program, if it is no longer where the bug file says.
-    #[arg(long, value_name = "PATH")]
-    pub program: Option<PathBuf>,
+    /// Where the program is, when it is not where the bug file says or beside it; for a
+    /// cluster bug, `NODE=PATH` for a node's binary (repeatable) or the cluster file.
+    #[arg(long, value_name = "PATH|NODE=PATH")]
+    pub program: Vec<String>,
     /// Declared input files again.
     #[arg(long = "file", value_name = "HOST[:GUEST]")]
     pub files: Vec<String>,
@@ -590,7 +638,7 @@ pub fn minimize(args: MinimizeArgs) -> Exit {
     if is_cluster_bug(&args.bug) {
         return minimize_cluster(&args);
     }
-    let (bug, t) = match load_bug(&args.bug, args.program.as_deref(), &args.files) {
+    let (bug, t) = match load_bug(&args.bug, &args.program, &args.files) {
         Ok(x) => x,
         Err(Failure { code, message: m }) => {
             eprintln!("deja: cannot minimize: {m}");
@@ -633,12 +681,20 @@ pub(crate) fn is_cluster_bug(path: &Path) -> bool {
     }
 }
 
-fn load_cluster_bug(
+/// Reads a cluster bug file and the cluster it needs, from any directory: `config` is the
+/// cluster file when given; the nodes' binaries are found by the BLAKE3 the bug records
+/// (`--program NODE=PATH`, where the cluster file names them, beside the bug file).
+pub(crate) fn load_cluster_bug(
     args_bug: &Path,
-    cluster: Option<&Path>,
+    config: Option<&Path>,
+    program: &[String],
 ) -> Result<(deja_explore::ClusterBug, deja_explore::ClusterTarget), Failure> {
     let bug = deja_explore::ClusterBug::read(args_bug).map_err(|e| Failure::new(Exit::NotLoadable, e.to_string()))?;
-    let target = bug.target(cluster).map_err(|e| Failure::new(Exit::Incomplete, e.to_string()))?;
+    let (nodes, plain) = program_args(program)?;
+    let config = config.map(Path::to_path_buf).or(plain);
+    let target = bug
+        .target(config.as_deref(), &nodes, Some(&beside(args_bug)))
+        .map_err(|e| Failure::new(Exit::Incomplete, e.to_string()))?;
     Ok((bug, target))
 }
 
@@ -646,7 +702,7 @@ fn load_cluster_bug(
 /// [`Exit::Incomplete`] evidence incomplete, [`Exit::NotLoadable`] a bug file that fails its
 /// checks.
 fn replay_cluster(args: &ReplayArgs) -> Exit {
-    let (bug, target) = match load_cluster_bug(&args.bug, args.program.as_deref()) {
+    let (bug, target) = match load_cluster_bug(&args.bug, None, &args.program) {
         Ok(x) => x,
         Err(Failure { code, message: m }) => {
             eprintln!("deja: cannot replay: {m}");
@@ -684,7 +740,7 @@ fn replay_cluster(args: &ReplayArgs) -> Exit {
 /// `deja minimize` of a cluster bug: [`Exit::Clean`] written and verified, [`Exit::Incomplete`]
 /// not minimized, [`Exit::NotLoadable`] a bug file that fails its checks.
 fn minimize_cluster(args: &MinimizeArgs) -> Exit {
-    let (bug, target) = match load_cluster_bug(&args.bug, args.program.as_deref()) {
+    let (bug, target) = match load_cluster_bug(&args.bug, None, &args.program) {
         Ok(x) => x,
         Err(Failure { code, message: m }) => {
             eprintln!("deja: cannot minimize: {m}");
@@ -698,7 +754,7 @@ fn minimize_cluster(args: &MinimizeArgs) -> Exit {
                 eprintln!("deja: error: {e}");
                 return Exit::DejaFailed;
             }
-            let kept = m.bug.input.schedule.as_deref().unwrap_or_default();
+            let kept = m.bug.input.fault_words();
             eprintln!(
                 "deja: minimized cluster bug {} in {} runs: {} fault(s) kept, {} removed",
                 bug.id,
@@ -707,7 +763,7 @@ fn minimize_cluster(args: &MinimizeArgs) -> Exit {
                 m.bug.removed.len()
             );
             for f in kept {
-                eprintln!("deja:   kept: {}", deja_explore::cluster::describe_fault(f));
+                eprintln!("deja:   kept: {f}");
             }
             eprintln!("deja: verified by replay; written to {} (reproduce: {})", out.display(), m.bug.reproduce);
             Exit::Clean

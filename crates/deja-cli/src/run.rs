@@ -72,6 +72,11 @@ pub struct RunArgs {
     /// Crash when the program exits, then restart it on what survived.
     #[arg(long)]
     pub crash_at_exit: bool,
+    /// Crash before or after the NTH durable operation on a path, by meaning:
+    /// `before:/data/wal:3` (fsyncs, fdatasyncs and O_SYNC writes of /data/wal counted from 1),
+    /// then restart on what survived.
+    #[arg(long, value_name = "WHEN:PATH:NTH")]
+    pub crash_at: Vec<String>,
     /// Exactly which pending operations the crash keeps: `none`, `all`, or positions
     /// (0-based, in program order) such as `0,2,3`, optionally with one write torn: `0,2+5:3`
     /// (operation 5 cut after 3 sectors). Without it, decisions choose as --torn-writes and
@@ -81,7 +86,7 @@ pub struct RunArgs {
     /// Crash before and after every durable write and at exit, try the distinct crash states
     /// at each point (see docs/DURABILITY.md), restart each, and report whether every restart
     /// held. Exits 0 if all held, 1 if any failed, 2 if the evidence is incomplete.
-    #[arg(long, conflicts_with_all = ["crash_after_durable_write", "crash_before_durable_write", "crash_at_exit", "audit", "snapshot_at"])]
+    #[arg(long, conflicts_with_all = ["crash_after_durable_write", "crash_before_durable_write", "crash_at_exit", "crash_at", "audit", "snapshot_at"])]
     pub crash_sweep: bool,
     /// The sweep's crash states per crash point, at most (distinct images only).
     #[arg(long, value_name = "N", default_value_t = 16)]
@@ -198,6 +203,11 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
         .iter()
         .map(|r| deja_kernel::ErrorRule::parse(r).map_err(|e| Failure::new(Exit::Usage, format!("--fail {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
+    let crash_at = args
+        .crash_at
+        .iter()
+        .map(|c| deja_kernel::OpCrash::parse(c).map_err(|e| Failure::new(Exit::Usage, format!("--crash-at {e}"))))
+        .collect::<Result<Vec<_>, _>>()?;
     let crash_state = match &args.crash_state {
         None => None,
         Some(text) => {
@@ -215,6 +225,8 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
         eio_on_fsync_ppm: args.eio_fsync_ppm,
         enospc_on_write_ppm: args.enospc_write_ppm,
         errors,
+        crash_at,
+        fault_paths: Vec::new(),
     };
     let mut disk = None;
     for decl in &args.copy_in {
@@ -488,6 +500,9 @@ pub fn replay_argv(args: &RunArgs, extra: &[String]) -> Vec<String> {
         }
         if args.crash_at_exit {
             parts.push("--crash-at-exit".to_string());
+        }
+        for c in &args.crash_at {
+            parts.push(format!("--crash-at={c}"));
         }
         if let Some(s) = &args.crash_state {
             parts.push(format!("--crash-state={s}"));

@@ -31,6 +31,25 @@
 //! action = "partition"         # partition, partition-one-way, heal, kill, restart, pause,
 //! groups = [["a"], ["b", "c"]] # resume, clock-jump, clock-skew
 //!
+//! [faults.storage]             # storage faults: where they may strike (default: everywhere)
+//! nodes = ["a"]                # nodes that receive storage faults
+//! paths = ["/data/"]           # path prefixes that do
+//! torn_writes = false          # crash images may tear a write (the crash-state modes)
+//! reordered_writes = false     # crash images keep any subset of what is pending
+//!
+//! [[faults.storage.crash]]     # crash a node at a durable operation, then restart it
+//! node = "a"
+//! when = "before"              # before | after
+//! path = "/data/wal"
+//! nth = 3                      # its 3rd durable operation on /data/wal over the run
+//!
+//! [[faults.storage.error]]     # an I/O error on a node's operation
+//! node = "a"
+//! op = "fsync"                 # write, fsync, truncate, fallocate, create, rename, read
+//! path = "/data/wal"
+//! nth = 2                      # its 2nd fsync of /data/wal over the run (0: every one)
+//! errno = "eio"                # eio | enospc
+//!
 //! [[node]]
 //! name = "a"
 //! address = "10.0.0.1"
@@ -219,6 +238,24 @@ pub enum InvalidCluster {
         /// Its second bound.
         max: u64,
     },
+    /// A storage fault or target names a node the file does not have.
+    #[snafu(display("faults.storage names an unknown node {name:?}"))]
+    UnknownStorageNode {
+        /// The unknown name.
+        name: String,
+    },
+    /// A storage fault on a node the storage targets leave out, or on a path they leave out.
+    #[snafu(display("faults.storage: {what} is outside faults.storage's nodes and paths"))]
+    StorageOutsideTargets {
+        /// The fault, in words.
+        what: String,
+    },
+    /// A storage path that is not absolute, or a crash or error counted from 0.
+    #[snafu(display("faults.storage: {what}"))]
+    StorageFault {
+        /// What is wrong.
+        what: String,
+    },
     /// `faults.random.one_way` outside [0, 1].
     #[snafu(display("faults.random.one_way = {value}: a probability"))]
     OneWayProbability {
@@ -318,6 +355,140 @@ pub struct FaultsConfig {
     /// Scripted faults.
     #[serde(default)]
     pub schedule: Vec<ScheduledFault>,
+    /// Storage faults and where they may strike.
+    #[serde(default)]
+    pub storage: StorageFile,
+}
+
+/// `[faults.storage]` as written in the file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageFile {
+    /// Nodes that receive storage faults (default: every node).
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    /// Path prefixes that do (default: every path).
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// Crash images may keep a prefix of the pending operations and tear the next write.
+    #[serde(default)]
+    pub torn_writes: bool,
+    /// Crash images may keep any subset of the pending operations.
+    #[serde(default)]
+    pub reordered_writes: bool,
+    /// Crashes at durable operations.
+    #[serde(default)]
+    pub crash: Vec<CrashFile>,
+    /// I/O errors on chosen operations.
+    #[serde(default)]
+    pub error: Vec<ErrorFile>,
+}
+
+/// `[[faults.storage.crash]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CrashFile {
+    /// The node.
+    pub node: String,
+    /// `before` or `after` the operation.
+    pub when: deja_kernel::When,
+    /// The path the operation makes durable.
+    pub path: String,
+    /// Which durable operation on the path over the node's run, from 1.
+    pub nth: u64,
+}
+
+/// `[[faults.storage.error]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorFile {
+    /// The node.
+    pub node: String,
+    /// Which operation.
+    pub op: deja_kernel::IoOp,
+    /// Its path.
+    pub path: String,
+    /// Which one over the node's run, from 1 (0: every one).
+    pub nth: u64,
+    /// The error (default `eio`).
+    #[serde(default = "eio")]
+    pub errno: deja_kernel::IoErrno,
+}
+
+fn eio() -> deja_kernel::IoErrno {
+    deja_kernel::IoErrno::Eio
+}
+
+/// A storage fault on one node, by meaning: a crash at its n-th durable operation on a path
+/// (counted over the node's whole run, every life), or an I/O error on its n-th operation of a
+/// kind on a path (likewise). In files: `{"node": "server", "crash": {...}}` or `{"node":
+/// "server", "error": {...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct StorageFault {
+    /// The node.
+    pub node: String,
+    /// The fault.
+    #[serde(flatten)]
+    pub fault: NodeFault,
+}
+
+/// What a [`StorageFault`] does.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeFault {
+    /// A crash before or after a durable operation; the node restarts at once.
+    Crash(deja_kernel::OpCrash),
+    /// An I/O error.
+    Error(deja_kernel::ErrorRule),
+}
+
+impl StorageFault {
+    /// In words: `crash server before durable op #3 on /data/wal`, `EIO on fsync #2 of
+    /// /data/wal on server`.
+    pub fn describe(&self) -> String {
+        match &self.fault {
+            NodeFault::Crash(c) => match &c.keep {
+                Some(k) => format!("crash {} {}, {}", self.node, c.point(), k.describe()),
+                None => format!("crash {} {}", self.node, c.point()),
+            },
+            NodeFault::Error(r) => format!("{} on {}", r.describe(), self.node),
+        }
+    }
+
+    /// The path it concerns.
+    pub fn path(&self) -> &str {
+        match &self.fault {
+            NodeFault::Crash(c) => &c.path,
+            NodeFault::Error(r) => &r.path,
+        }
+    }
+}
+
+/// Storage faults of a cluster and where they may strike.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StorageConfig {
+    /// Nodes that receive storage faults (empty: every node).
+    pub nodes: Vec<String>,
+    /// Path prefixes that do (empty: every path).
+    pub paths: Vec<String>,
+    /// Crash images may tear a write.
+    pub torn_writes: bool,
+    /// Crash images may keep any subset of what is pending.
+    pub reordered_writes: bool,
+    /// The faults the file places.
+    pub faults: Vec<StorageFault>,
+}
+
+impl StorageConfig {
+    /// True when storage faults may strike `node`.
+    pub fn targets_node(&self, node: &str) -> bool {
+        self.nodes.is_empty() || self.nodes.iter().any(|n| n == node)
+    }
+
+    /// True when storage faults may strike `path` on `node`.
+    pub fn targets(&self, node: &str, path: &str) -> bool {
+        self.targets_node(node) && (self.paths.is_empty() || self.paths.iter().any(|p| deja_kernel::under(path, p)))
+    }
 }
 
 /// Faults drawn from the seed. Each kind is on when its `*_every_ms` range is given.
@@ -503,6 +674,8 @@ pub struct ClusterConfig {
     pub random_faults: Option<RandomFaults>,
     /// Scripted faults, by time.
     pub schedule: Vec<ScheduledFault>,
+    /// Storage faults and where they may strike.
+    pub storage: StorageConfig,
     /// Nodes.
     pub nodes: Vec<NodeConfig>,
     /// BLAKE3 of each binary, by node name.
@@ -517,19 +690,48 @@ pub fn parse_ip(s: &str) -> Option<[u8; 4]> {
     Some(ip.octets())
 }
 
+/// What a cluster file names on the host, for a [`NodeReader`]: a node's binary or one of its
+/// files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostFile<'a> {
+    /// The node's binary.
+    Binary,
+    /// A file copied in at this guest path.
+    File(&'a str),
+}
+
+/// Reads what a cluster file names for a node: (node, what, the host path the file names,
+/// relative to the file's directory already resolved).
+pub type NodeReader<'a> = &'a mut dyn FnMut(&str, HostFile<'_>, &Path) -> std::io::Result<Vec<u8>>;
+
 impl ClusterConfig {
     /// Reads and checks a cluster file, and the binaries and files it names.
     pub fn load(path: &Path) -> Result<ClusterConfig, ConfigError> {
         let text = std::fs::read_to_string(path).context(ReadSnafu { path })?;
-        let file: ClusterFile = toml::from_str(&text).context(ParseSnafu { path })?;
         let base = path.parent().unwrap_or(Path::new("."));
-        let mut cfg = Self::from_file(file, base).context(InvalidSnafu { path })?;
+        Self::from_text(&text, path, base, &mut |_, _, p| std::fs::read(p))
+    }
+
+    /// Checks the text of a cluster file that was at `path` (named in errors), whose relative
+    /// paths are relative to `base`; `read` reads the binaries and files it names.
+    pub fn from_text(text: &str, path: &Path, base: &Path, read: NodeReader<'_>) -> Result<ClusterConfig, ConfigError> {
+        let file: ClusterFile = toml::from_str(text).context(ParseSnafu { path })?;
+        let mut cfg = Self::from_file_with(file, base, read).context(InvalidSnafu { path })?;
         cfg.file_blake3 = blake3::hash(text.as_bytes()).to_hex().to_string();
         Ok(cfg)
     }
 
     /// Checks a parsed file; paths are relative to `base`.
     pub fn from_file(file: ClusterFile, base: &Path) -> Result<ClusterConfig, InvalidCluster> {
+        Self::from_file_with(file, base, &mut |_, _, p| std::fs::read(p))
+    }
+
+    /// [`ClusterConfig::from_file`], reading the binaries and files through `read`.
+    pub fn from_file_with(
+        file: ClusterFile,
+        base: &Path,
+        read: NodeReader<'_>,
+    ) -> Result<ClusterConfig, InvalidCluster> {
         ensure!(!file.nodes.is_empty(), NoNodesSnafu);
         ensure!(file.nodes.len() <= 64, TooManyNodesSnafu { count: file.nodes.len() });
         ensure!((16..=4096).contains(&file.memory_mib), MemorySnafu { mib: file.memory_mib });
@@ -561,7 +763,8 @@ impl ClusterConfig {
             );
             ensure!(addrs.insert(ip), AddressTakenSnafu { node: &n.name, address: &n.address });
             let bin = base.join(&n.binary);
-            let image = std::fs::read(&bin).context(ReadNodeFileSnafu { node: &n.name, path: &bin })?;
+            let image =
+                read(&n.name, HostFile::Binary, &bin).context(ReadNodeFileSnafu { node: &n.name, path: &bin })?;
             hashes.insert(n.name.clone(), blake3::hash(&image).to_hex().to_string());
             let mut files = BTreeMap::new();
             for (guest, host) in &n.files {
@@ -569,7 +772,8 @@ impl ClusterConfig {
                     return GuestPathSnafu { node: &n.name, guest, problem }.fail();
                 }
                 let p = base.join(host);
-                let data = std::fs::read(&p).context(ReadNodeFileSnafu { node: &n.name, path: &p })?;
+                let data =
+                    read(&n.name, HostFile::File(guest), &p).context(ReadNodeFileSnafu { node: &n.name, path: &p })?;
                 files.insert(guest.clone(), data);
             }
             let program = n.binary.file_name().and_then(|s| s.to_str()).unwrap_or("program").to_string();
@@ -629,6 +833,7 @@ impl ClusterConfig {
             }
             ensure!((0.0..=1.0).contains(&r.one_way), OneWayProbabilitySnafu { value: r.one_way });
         }
+        let storage = storage_config(&file.faults.storage, &known)?;
         let mut schedule = file.faults.schedule.clone();
         schedule.sort_by_key(|f| f.at_ms);
         Ok(ClusterConfig {
@@ -638,6 +843,7 @@ impl ClusterConfig {
             network: file.network.clone(),
             random_faults: file.faults.random.clone(),
             schedule,
+            storage,
             nodes,
             binary_hashes: hashes,
             file_blake3: String::new(),
@@ -645,9 +851,98 @@ impl ClusterConfig {
     }
 }
 
+/// Checks `[faults.storage]` against the nodes `known` names.
+fn storage_config(f: &StorageFile, known: &dyn Fn(&String) -> bool) -> Result<StorageConfig, InvalidCluster> {
+    let named = f.nodes.iter().chain(f.crash.iter().map(|c| &c.node)).chain(f.error.iter().map(|e| &e.node));
+    for name in named {
+        ensure!(known(name), UnknownStorageNodeSnafu { name });
+    }
+    for p in &f.paths {
+        ensure!(p.starts_with('/'), StorageFaultSnafu { what: format!("path {p:?} is not absolute") });
+    }
+    let mut faults = Vec::new();
+    for c in &f.crash {
+        ensure!(
+            c.path.starts_with('/') && c.nth > 0,
+            StorageFaultSnafu {
+                what: format!("crash of {} at {:?} #{}: an absolute path, nth from 1", c.node, c.path, c.nth)
+            }
+        );
+        let crash = deja_kernel::OpCrash { when: c.when, path: c.path.clone(), nth: c.nth, keep: None };
+        faults.push(StorageFault { node: c.node.clone(), fault: NodeFault::Crash(crash) });
+    }
+    for e in &f.error {
+        ensure!(
+            e.path.starts_with('/'),
+            StorageFaultSnafu { what: format!("error on {} at {:?}: an absolute path", e.node, e.path) }
+        );
+        let rule = deja_kernel::ErrorRule { op: e.op, path: e.path.clone(), nth: e.nth, errno: e.errno, range: None };
+        faults.push(StorageFault { node: e.node.clone(), fault: NodeFault::Error(rule) });
+    }
+    let cfg = StorageConfig {
+        nodes: f.nodes.clone(),
+        paths: f.paths.clone(),
+        torn_writes: f.torn_writes,
+        reordered_writes: f.reordered_writes,
+        faults,
+    };
+    if let Some(bad) = cfg.faults.iter().find(|s| !cfg.targets(&s.node, s.path())) {
+        return StorageOutsideTargetsSnafu { what: bad.describe() }.fail();
+    }
+    Ok(cfg)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(extra: &str) -> Result<ClusterConfig, InvalidCluster> {
+        let dir = std::env::temp_dir().join(format!("deja-cluster-storage-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("s.bin"), b"server").unwrap();
+        let text = format!(
+            "{extra}\n[[node]]\nname = \"server\"\naddress = \"10.0.0.1\"\nbinary = \"s.bin\"\n\
+             [[node]]\nname = \"client\"\naddress = \"10.0.0.2\"\nbinary = \"s.bin\"\n"
+        );
+        let file: ClusterFile = toml::from_str(&text).unwrap();
+        ClusterConfig::from_file(file, &dir)
+    }
+
+    #[test]
+    fn storage_faults_are_read_by_meaning_and_checked_against_their_targets() {
+        let c = parse(
+            "[faults.storage]\nnodes = [\"server\"]\npaths = [\"/data\"]\n\
+             [[faults.storage.crash]]\nnode = \"server\"\nwhen = \"before\"\npath = \"/data/wal\"\nnth = 3\n\
+             [[faults.storage.error]]\nnode = \"server\"\nop = \"fsync\"\npath = \"/data/wal\"\nnth = 2\n",
+        )
+        .unwrap();
+        let words: Vec<String> = c.storage.faults.iter().map(StorageFault::describe).collect();
+        assert_eq!(words, ["crash server before durable op #3 on /data/wal", "EIO on fsync #2 of /data/wal on server"]);
+        assert!(c.storage.targets("server", "/data/wal") && c.storage.targets("server", "/data"));
+        assert!(!c.storage.targets("server", "/tmp/x") && !c.storage.targets("client", "/data/wal"));
+        // In bug files a storage fault is its node and what it does.
+        let json = serde_json::to_value(&c.storage.faults[0]).unwrap();
+        assert_eq!(json["node"], "server");
+        assert_eq!(json["crash"]["when"], "before");
+        assert_eq!(serde_json::from_value::<StorageFault>(json).unwrap(), c.storage.faults[0]);
+        // Defaults: every node, every path.
+        let all = parse("").unwrap();
+        assert!(all.storage.targets("client", "/anything") && all.storage.faults.is_empty());
+        // Refused: an unknown node, a fault outside the targets, a count from 0, a relative path.
+        let crash = |node: &str, path: &str, nth: u64| {
+            format!("[[faults.storage.crash]]\nnode = \"{node}\"\nwhen = \"after\"\npath = \"{path}\"\nnth = {nth}\n")
+        };
+        let err = |extra: &str| parse(extra).unwrap_err().to_string();
+        assert!(err(&crash("nobody", "/data/wal", 1)).contains("unknown node \"nobody\""));
+        let outside = format!("[faults.storage]\nnodes = [\"server\"]\n{}", crash("client", "/data/wal", 1));
+        assert!(
+            err(&outside).contains("crash client after durable op #1 on /data/wal is outside"),
+            "{}",
+            err(&outside)
+        );
+        assert!(err(&crash("server", "/data/wal", 0)).contains("nth from 1"));
+        assert!(err(&crash("server", "data/wal", 1)).contains("absolute"));
+    }
 
     #[test]
     fn an_action_is_named_as_it_is_written() {

@@ -18,7 +18,7 @@ use deja_kernel::{DecisionRecord, ExitStatus, RunReport};
 use serde::Serialize;
 use snafu::Snafu;
 
-pub use config::{ClusterConfig, ConfigError, InvalidCluster};
+pub use config::{ClusterConfig, ConfigError, InvalidCluster, NodeFault, StorageConfig, StorageFault};
 pub use network::NetStats;
 pub use sim::{node_seed, run, ClusterReset, Fates, Fork, RunOptions, SteerAt, Steering};
 
@@ -84,7 +84,9 @@ pub struct FaultEvent {
     pub time_ns: u64,
     /// `partition`, `partition-one-way`, `heal`, `kill`, `restart`, `pause`, `resume`,
     /// `clock-jump`, `clock-skew`, `udp-loss`, `udp-duplicate`, `udp-reorder`, `tcp-reset`,
-    /// `connect-timeout`.
+    /// `connect-timeout`; `crash` (a node crashed at a durable operation or at its fail-stop),
+    /// `eio`, `enospc` (an I/O error a node's life was given); `not-applied` (a scripted fault
+    /// that could not be applied: a kill of a node that is down, a restart of one that runs).
     pub kind: String,
     /// Which nodes or packets.
     pub detail: String,
@@ -138,6 +140,38 @@ pub struct NodeReport {
     /// The host cores its vCPU thread was seen on (display only).
     #[serde(default)]
     pub host_cores: Vec<u32>,
+    /// Storage faults may strike it (`[faults.storage] nodes`).
+    pub storage_faults: bool,
+}
+
+/// How many durable operations on each path the `lives` of a node made, over all of them:
+/// the number the next one on a path continues from.
+pub fn durable_counts(lives: &[RunReport]) -> BTreeMap<&str, u64> {
+    let mut total: BTreeMap<&str, u64> = BTreeMap::new();
+    for life in lives {
+        let mut top: BTreeMap<&str, u64> = BTreeMap::new();
+        for d in &life.durable_ops {
+            let c = top.entry(d.path.as_str()).or_default();
+            *c = (*c).max(d.nth);
+        }
+        for (p, k) in top {
+            *total.entry(p).or_default() += k;
+        }
+    }
+    total
+}
+
+/// One durable operation of a node, numbered over its whole run (every life).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeDurableOp {
+    /// The path.
+    pub path: String,
+    /// Its number among the node's durable operations on `path`, from 1, over every life.
+    pub nth: u64,
+    /// Virtual time, ns.
+    pub virtual_time_ns: u64,
+    /// Something was pending on its target.
+    pub promotes: bool,
 }
 
 impl NodeReport {
@@ -155,6 +189,68 @@ impl NodeReport {
     pub fn assertion_failed(&self) -> bool {
         self.lives.iter().any(|l| l.assertion_failed())
     }
+
+    /// Its durable operations (on paths storage faults may strike), numbered over the whole
+    /// run: what crash points by meaning can name.
+    pub fn durable_ops(&self) -> Vec<NodeDurableOp> {
+        let mut base: BTreeMap<String, u64> = BTreeMap::new();
+        let mut out = Vec::new();
+        for life in &self.lives {
+            let mut top: BTreeMap<String, u64> = BTreeMap::new();
+            for d in &life.durable_ops {
+                let from = base.get(&d.path).copied().unwrap_or(0);
+                out.push(NodeDurableOp {
+                    path: d.path.clone(),
+                    nth: from + d.nth,
+                    virtual_time_ns: d.virtual_time_ns,
+                    promotes: d.promotes,
+                });
+                let t = top.entry(d.path.clone()).or_default();
+                *t = (*t).max(d.nth);
+            }
+            for (p, k) in top {
+                *base.entry(p).or_default() += k;
+            }
+        }
+        out
+    }
+
+    /// Its file operations by kind and path, counted over the whole run (where errors can be
+    /// placed).
+    pub fn io_ops(&self) -> Vec<deja_kernel::IoCount> {
+        let mut counts: BTreeMap<(deja_kernel::IoOp, String), u64> = BTreeMap::new();
+        for life in &self.lives {
+            for c in &life.io_ops {
+                *counts.entry((c.op, c.path.clone())).or_default() += c.count;
+            }
+        }
+        counts.into_iter().map(|((op, path), count)| deja_kernel::IoCount { op, path, count }).collect()
+    }
+
+    /// True when it had not exited when the run ended (its last life was stopped by deja).
+    pub fn unfinished(&self) -> bool {
+        self.ended == "running"
+    }
+}
+
+/// A node's crash at a durable operation (or at its fail-stop).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CrashRecord {
+    /// The node.
+    pub node: String,
+    /// The life that crashed (0 is the first).
+    pub life: usize,
+    /// Virtual time, ns.
+    pub time_ns: u64,
+    /// Where, in the life's words: `before durable op #2 on /data/wal`.
+    pub point: String,
+    /// The operations pending at the crash, in program order.
+    pub pending: Vec<String>,
+    /// What the crash image kept of them.
+    pub kept: Option<deja_kernel::KeptOps>,
+    /// The distinct crash states there, when the run asked for them
+    /// ([`RunOptions::crash_states`]).
+    pub states: Vec<deja_kernel::KeptOps>,
 }
 
 /// The result of a cluster run.
@@ -182,9 +278,17 @@ pub struct ClusterReport {
     pub network: NetStats,
     /// BLAKE3 of each node's binary.
     pub binary_hashes: BTreeMap<String, String>,
+    /// The crashes at durable operations, in order.
+    pub crashes: Vec<CrashRecord>,
 }
 
 impl ClusterReport {
+    /// The waited nodes that had not exited when the run ended (the time budget ran out, or it
+    /// got stuck): no verdict can be drawn from how they ended.
+    pub fn unfinished(&self) -> Vec<&str> {
+        self.nodes.iter().filter(|n| n.waited && n.unfinished()).map(|n| n.name.as_str()).collect()
+    }
+
     /// True if an SDK assertion failed on any node.
     pub fn assertion_failed(&self) -> bool {
         self.nodes.iter().any(|n| n.assertion_failed())
@@ -195,9 +299,10 @@ impl ClusterReport {
         self.nodes.iter().map(|n| n.syscalls()).sum()
     }
 
-    /// The first waited node whose last life did not exit with 0, and how it ended.
+    /// The first waited node whose last life did not exit with 0, and how it ended (a node deja
+    /// stopped because the run ended is not one: it did not end).
     pub fn first_failure(&self) -> Option<(&str, &ExitStatus)> {
-        self.nodes.iter().filter(|n| n.waited).find_map(|n| {
+        self.nodes.iter().filter(|n| n.waited && !n.unfinished()).find_map(|n| {
             n.exit().filter(|e| !matches!(e, ExitStatus::Exited { code: 0 })).map(|e| (n.name.as_str(), e))
         })
     }

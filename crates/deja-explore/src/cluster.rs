@@ -25,7 +25,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use deja_cluster::config::ScheduledFault;
-use deja_cluster::{ClusterConfig, ClusterReport, Fates, FaultEvent, Fork, Outcome, RunOptions, SteerAt, Steering};
+use deja_cluster::{
+    ClusterConfig, ClusterReport, Fates, FaultEvent, Fork, Outcome, RunOptions, SteerAt, Steering, StorageFault,
+};
 use deja_explore_report as report;
 use deja_format::json::Schema;
 use rand_chacha::ChaCha20Rng;
@@ -47,13 +49,21 @@ pub struct ClusterTarget {
     pub path: String,
     /// BLAKE3 of the file's text.
     pub file_blake3: String,
+    /// The file's text (bug files carry it).
+    pub text: String,
+    /// The directory its relative paths are relative to, absolute where it could be made so.
+    pub dir: PathBuf,
 }
 
 impl ClusterTarget {
     /// Loads a cluster file.
     pub fn load(path: &Path) -> Result<ClusterTarget, ExploreError> {
         let cfg = ClusterConfig::load(path)?;
-        Ok(ClusterTarget { file_blake3: cfg.file_blake3.clone(), cfg, path: path.display().to_string() })
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let dir = std::fs::canonicalize(if dir.as_os_str().is_empty() { Path::new(".") } else { dir })
+            .unwrap_or_else(|_| dir.to_path_buf());
+        Ok(ClusterTarget { file_blake3: cfg.file_blake3.clone(), cfg, path: path.display().to_string(), text, dir })
     }
 }
 
@@ -78,12 +88,30 @@ pub struct ClusterInput {
     /// Where message fates and scheduling ties come from after the steering point.
     #[serde(default, skip_serializing_if = "Fates::is_stream")]
     pub fates: Fates,
+    /// Storage faults placed from the steering point on: crashes of nodes at their durable
+    /// operations and I/O errors, by meaning (node, path, count over the node's run). Besides
+    /// the file's own; with a `schedule`, instead of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub storage: Vec<StorageFault>,
 }
 
 impl ClusterInput {
     /// Its steering.
     pub fn steering(&self) -> Steering {
-        Steering { overrides: self.overrides.clone(), reseed: self.reseed, at: self.steer_at, fates: self.fates }
+        Steering {
+            overrides: self.overrides.clone(),
+            reseed: self.reseed,
+            at: self.steer_at,
+            fates: self.fates,
+            storage: self.storage.clone(),
+            crash_states: 0,
+        }
+    }
+
+    /// Every fault it places, in words: the schedule's, then the storage faults.
+    pub fn fault_words(&self) -> Vec<String> {
+        let timed = self.schedule.iter().flatten().map(describe_fault);
+        timed.chain(self.storage.iter().map(StorageFault::describe)).collect()
     }
 }
 
@@ -180,13 +208,26 @@ pub fn run_cluster_input(
     input: &ClusterInput,
     sink: &mut dyn FnMut(&str, deja_kernel::Stream, &[u8]),
 ) -> Result<ClusterOutcome, ExploreError> {
+    run_cluster_with(target, input, 0, sink)
+}
+
+/// [`run_cluster_input`], listing up to `crash_states` distinct crash states at each crash at
+/// a durable operation ([`deja_cluster::CrashRecord::states`]).
+pub fn run_cluster_with(
+    target: &ClusterTarget,
+    input: &ClusterInput,
+    crash_states: usize,
+    sink: &mut dyn FnMut(&str, deja_kernel::Stream, &[u8]),
+) -> Result<ClusterOutcome, ExploreError> {
     let mut cfg = target.cfg.clone();
     cfg.seed = input.seed;
     if let Some(s) = &input.schedule {
         cfg.schedule = s.clone();
         cfg.random_faults = None;
+        cfg.storage.faults.clear();
     }
-    let report = deja_cluster::run(cfg, RunOptions { sink, steering: input.steering(), record_trace: false })?;
+    let steering = Steering { crash_states, ..input.steering() };
+    let report = deja_cluster::run(cfg, RunOptions { sink, steering, record_trace: false })?;
     Ok(outcome(report))
 }
 
@@ -277,6 +318,25 @@ pub struct ClusterBug {
     /// For a history that no order explains: its shortest failing window on a timeline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<String>,
+    /// The cluster file's text, so that the bug replays without it (absent in bug files of
+    /// older deja, which need the file where `cluster` says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_text: Option<String>,
+    /// The directory the cluster file's relative paths were relative to when it was found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_dir: Option<String>,
+    /// Each node's binary file name (what to look for beside the bug file).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub programs: BTreeMap<String, String>,
+    /// Each node's declared files: guest path → BLAKE3.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_files: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// What identifies the subject of a cluster bug: each node's name and binary, in name order
+/// (part of a bug's id: the same failure of other binaries is another bug).
+pub fn cluster_subject(binaries: &BTreeMap<String, String>) -> String {
+    binaries.iter().map(|(n, h)| format!("{n}={h}")).collect::<Vec<_>>().join(",")
 }
 
 /// The schema of cluster bug files: version 2 added the seal (`deja_format::json`).
@@ -288,7 +348,7 @@ impl ClusterBug {
         let signature = out.failure.clone().unwrap_or_else(|| FailureSignature::Other(String::new()));
         ClusterBug {
             schema: CLUSTER_BUG_SCHEMA.id(),
-            id: bug_id(&signature),
+            id: bug_id(&signature, &cluster_subject(&target.cfg.binary_hashes)),
             signature,
             cluster: target.path.clone(),
             cluster_blake3: target.file_blake3.clone(),
@@ -307,6 +367,19 @@ impl ClusterBug {
                 Some(Ok(deja_history::Verdict::NotLinearizable(v))) => Some(v.timeline()),
                 _ => None,
             },
+            cluster_text: (!target.text.is_empty()).then(|| target.text.clone()),
+            cluster_dir: Some(target.dir.display().to_string()),
+            programs: target.cfg.nodes.iter().map(|n| (n.name.clone(), n.program.clone())).collect(),
+            node_files: target
+                .cfg
+                .nodes
+                .iter()
+                .filter(|n| !n.files.is_empty())
+                .map(|n| {
+                    let files = n.files.iter().map(|(g, d)| (g.clone(), blake3::hash(d).to_hex().to_string()));
+                    (n.name.clone(), files.collect())
+                })
+                .collect(),
         }
     }
 
@@ -326,14 +399,149 @@ impl ClusterBug {
         Ok(CLUSTER_BUG_SCHEMA.write(path, self)?)
     }
 
-    /// Loads the cluster this bug needs (from `path`, or where the bug says) and refuses one
-    /// whose binaries differ.
-    pub fn target(&self, path: Option<&Path>) -> Result<ClusterTarget, ExploreError> {
-        let p = path.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(&self.cluster));
-        let t = ClusterTarget::load(&p)?;
-        ensure!(t.cfg.binary_hashes == self.binaries, crate::NotTheBinariesSnafu { path: p });
-        Ok(t)
+    /// Loads the cluster this bug needs, from any directory. The cluster file is `config` when
+    /// given, else the text the bug carries (or, for bug files of older deja, the file where
+    /// the bug says). Each node's binary is the one with the BLAKE3 the bug records, found in
+    /// this order: `programs[node]` (`--program NODE=PATH`), the path the cluster file names,
+    /// the binary's file name beside the bug file (`beside`, its directory), any file beside
+    /// the bug file with that BLAKE3. A binary found nowhere is refused naming the node, the
+    /// BLAKE3 it needs, where deja looked, and a file there that changed since.
+    pub fn target(
+        &self,
+        config: Option<&Path>,
+        programs: &BTreeMap<String, PathBuf>,
+        beside: Option<&Path>,
+    ) -> Result<ClusterTarget, ExploreError> {
+        let mut missing: Option<ExploreError> = None;
+        let mut reader = |node: &str, what: deja_cluster::config::HostFile<'_>, path: &Path| {
+            let (want, label, name) = match what {
+                deja_cluster::config::HostFile::Binary => {
+                    let program = self.programs.get(node).cloned().unwrap_or_else(|| file_name(path));
+                    (self.binaries.get(node).cloned(), format!("its binary {program}"), program)
+                }
+                deja_cluster::config::HostFile::File(guest) => {
+                    let want = self.node_files.get(node).and_then(|f| f.get(guest)).cloned();
+                    (want, format!("its file {guest}"), file_name(path))
+                }
+            };
+            let Some(want) = want else {
+                // The text the bug carries names nothing the bug has no BLAKE3 for: a host file
+                // it names is read only as the one the bug was found with.
+                if config.is_none() && self.cluster_text.is_some() {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "the bug file records no BLAKE3 for it",
+                    ));
+                }
+                return std::fs::read(path);
+            };
+            let mut candidates: Vec<PathBuf> = Vec::new();
+            if matches!(what, deja_cluster::config::HostFile::Binary) {
+                candidates.extend(programs.get(node).cloned());
+            }
+            candidates.push(path.to_path_buf());
+            if let Some(dir) = beside {
+                candidates.push(dir.join(&name));
+            }
+            let mut looked = Vec::new();
+            for c in &candidates {
+                match std::fs::read(c) {
+                    Ok(bytes) if blake3::hash(&bytes).to_hex().as_str() == want => return Ok(bytes),
+                    Ok(bytes) => looked.push(format!(
+                        "{} changed since the bug was found (its BLAKE3 is now {})",
+                        c.display(),
+                        blake3::hash(&bytes).to_hex()
+                    )),
+                    Err(e) => looked.push(format!("{}: {e}", c.display())),
+                }
+            }
+            if let Some(bytes) = beside.and_then(|dir| find_by_hash(dir, &want)) {
+                return Ok(bytes);
+            }
+            if let Some(dir) = beside {
+                looked.push(format!("no file in {} has it", dir.display()));
+            }
+            missing = Some(ExploreError::BinaryNotFound {
+                node: node.to_string(),
+                what: label,
+                blake3: want,
+                looked: looked.join("; "),
+            });
+            Err(std::io::Error::new(std::io::ErrorKind::NotFound, "not found by its BLAKE3"))
+        };
+        let loaded = match (config, &self.cluster_text) {
+            (Some(p), _) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|source| deja_cluster::ConfigError::Read { path: p.to_path_buf(), source });
+                text.and_then(|t| {
+                    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+                    ClusterConfig::from_text(&t, p, dir, &mut reader).map(|cfg| (cfg, t, dir.to_path_buf()))
+                })
+            }
+            (None, Some(text)) => {
+                let dir = PathBuf::from(self.cluster_dir.as_deref().unwrap_or("."));
+                ClusterConfig::from_text(text, Path::new(&self.cluster), &dir, &mut reader)
+                    .map(|cfg| (cfg, text.clone(), dir))
+            }
+            (None, None) => {
+                let p = PathBuf::from(&self.cluster);
+                let text = std::fs::read_to_string(&p)
+                    .map_err(|source| deja_cluster::ConfigError::Read { path: p.clone(), source });
+                match text {
+                    Err(e) => {
+                        return Err(ExploreError::ClusterFileMissing {
+                            source: Box::new(e),
+                            blake3: self.cluster_blake3.clone(),
+                        })
+                    }
+                    Ok(t) => {
+                        let dir =
+                            p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+                        ClusterConfig::from_text(&t, &p, &dir, &mut reader).map(|cfg| (cfg, t, dir))
+                    }
+                }
+            }
+        };
+        let (cfg, text, dir) = match loaded {
+            Ok(x) => x,
+            Err(e) => return Err(missing.unwrap_or(ExploreError::from(e))),
+        };
+        let path = config.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(&self.cluster));
+        if cfg.binary_hashes != self.binaries {
+            let why: Vec<String> = self
+                .binaries
+                .iter()
+                .filter(|(n, h)| cfg.binary_hashes.get(*n) != Some(*h))
+                .map(|(n, h)| match cfg.binary_hashes.get(n) {
+                    Some(now) => format!("node {n}'s binary changed (its BLAKE3 is now {now}, the bug needs {h})"),
+                    None => format!("it has no node {n}"),
+                })
+                .chain(
+                    cfg.binary_hashes
+                        .keys()
+                        .filter(|n| !self.binaries.contains_key(*n))
+                        .map(|n| format!("it has a node {n} the bug does not")),
+                )
+                .collect();
+            return crate::NotTheBinariesSnafu { path, why: why.join("; ") }.fail();
+        }
+        Ok(ClusterTarget { file_blake3: cfg.file_blake3.clone(), cfg, path: path.display().to_string(), text, dir })
     }
+}
+
+/// The file name of `path`.
+fn file_name(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// The contents of a regular file directly in `dir` whose BLAKE3 is `want`, if one has it.
+fn find_by_hash(dir: &Path, want: &str) -> Option<Vec<u8>> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir).ok()?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    entries.sort();
+    entries.into_iter().filter(|p| p.is_file()).find_map(|p| {
+        let bytes = std::fs::read(&p).ok()?;
+        (blake3::hash(&bytes).to_hex().as_str() == want).then_some(bytes)
+    })
 }
 
 /// A cluster under exploration.
@@ -365,6 +573,38 @@ pub struct ClusterReference {
     pub base_decisions: u64,
     /// Its virtual time, ns.
     pub virtual_time_ns: u64,
+    /// What each node of the untouched run offers to storage faults (fresh rounds draw from
+    /// it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<crate::menu::NodeMenu>,
+}
+
+/// What each node of a round offers to storage faults: the durable operations and the writes
+/// and fsyncs of the nodes storage faults may strike, each durable operation with the cluster
+/// decision index at its time.
+pub fn node_menus(report: &ClusterReport) -> Vec<crate::menu::NodeMenu> {
+    let index_at = |t: u64| report.decisions.iter().filter(|d| d.time_ns <= t).count() as u64;
+    report
+        .nodes
+        .iter()
+        .filter(|n| n.storage_faults)
+        .map(|n| crate::menu::NodeMenu {
+            node: n.name.clone(),
+            durable: n
+                .durable_ops()
+                .into_iter()
+                .take(crate::menu::MAX_NODE_POINTS)
+                .map(|d| crate::menu::DurablePoint {
+                    path: d.path,
+                    nth: d.nth,
+                    at: index_at(d.virtual_time_ns),
+                    promotes: d.promotes,
+                })
+                .collect(),
+            io_ops: n.io_ops(),
+        })
+        .filter(|m| !m.durable.is_empty() || !m.io_ops.is_empty())
+        .collect()
 }
 
 impl Subject for ClusterSubject<'_> {
@@ -378,8 +618,18 @@ impl Subject for ClusterSubject<'_> {
         Program { path: self.target.path.clone(), blake3: self.target.file_blake3.clone() }
     }
 
+    fn bug_subject(&self) -> String {
+        cluster_subject(&self.target.cfg.binary_hashes)
+    }
+
     fn bootstrap(&self, cfg: &CampaignConfig) -> Result<(ClusterReference, Vec<ClusterOutcome>), ExploreError> {
         let mut r = ClusterReference { seed: cfg.seed, ..ClusterReference::default() };
+        // The untouched run: what its nodes offer to storage faults, for fresh rounds. It is not
+        // learned (the seed round is the campaign's first).
+        if cfg.mode.faults() {
+            let untouched = ClusterInput { seed: cfg.seed, ..ClusterInput::default() };
+            r.nodes = node_menus(&run_cluster_input(self.target, &untouched, &mut |_, _, _| {})?.report);
+        }
         if cfg.strategy == Strategy::Coverage {
             let fork = Fork::new(self.config(cfg.seed), SteerAt::Setup, &mut |_, _, _| {}).map_err(cluster_err)?;
             if let Some(f) = fork {
@@ -476,6 +726,7 @@ impl Subject for ClusterSubject<'_> {
                 .flat_map(|n| n.lives.iter().flat_map(|l| l.assertions.iter().cloned()))
                 .collect(),
             faults: out.report.faults.iter().map(|f| f.kind.clone()).collect(),
+            nodes: node_menus(&out.report),
             ..Facts::default()
         }
     }
@@ -489,13 +740,19 @@ impl Subject for ClusterSubject<'_> {
         rng: &mut ChaCha20Rng,
         seeds: Seeds,
         input: &mut ClusterInput,
-        _parent: &Entry<ClusterInput>,
+        parent: &Entry<ClusterInput>,
         _r: &ClusterReference,
-        _mode: Mode,
+        mode: Mode,
         changed: bool,
     ) {
+        // The storage menu: always when the decisions did not change, else half the time.
+        let offered = mode.faults() && !parent.nodes.is_empty();
+        let storage = offered && (!changed || crate::menu::below(rng, 2) == 0);
+        if storage {
+            crate::menu::mutate_storage(rng, &mut input.storage, &parent.nodes, parent.focus);
+        }
         // Nothing the mode may change was there to change: a new course from the fork point.
-        if !changed {
+        if !changed && !storage {
             input.overrides.clear();
             input.reseed = Some(seeds.draw(rng));
         }
@@ -503,17 +760,22 @@ impl Subject for ClusterSubject<'_> {
 
     fn fresh(
         &self,
-        _rng: &mut ChaCha20Rng,
+        rng: &mut ChaCha20Rng,
         seed: u64,
         r: &ClusterReference,
         strategy: Strategy,
-        _mode: Mode,
+        mode: Mode,
     ) -> ClusterInput {
+        let storage = if mode.faults() { crate::menu::random_storage(rng, &r.nodes) } else { Vec::new() };
         match strategy {
-            Strategy::Random => ClusterInput { seed, ..ClusterInput::default() },
-            Strategy::Coverage => {
-                ClusterInput { seed: r.seed, reseed: Some(seed), steer_at: r.steer_at, ..ClusterInput::default() }
-            }
+            Strategy::Random => ClusterInput { seed, storage, ..ClusterInput::default() },
+            Strategy::Coverage => ClusterInput {
+                seed: r.seed,
+                reseed: Some(seed),
+                steer_at: r.steer_at,
+                storage,
+                ..ClusterInput::default()
+            },
         }
     }
 
@@ -586,44 +848,91 @@ pub fn describe_fault(f: &ScheduledFault) -> String {
     s
 }
 
-/// Minimizes a cluster bug: its failing run's faults become a schedule (the file's random
-/// faults and the overrides are dropped), which ddmin cuts down to a smallest subset that still
-/// fails with the same signature. The result is replayed once more to verify it.
+/// One fault of a cluster bug, as minimization and `deja check` see it: a timed one of the
+/// schedule, or a storage fault by meaning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BugFault {
+    /// Partitions, heals, kills, restarts, pauses, clock faults, at their times.
+    Timed(ScheduledFault),
+    /// A crash at a durable operation, or an I/O error, of one node.
+    Storage(StorageFault),
+}
+
+impl BugFault {
+    /// In words.
+    pub fn describe(&self) -> String {
+        match self {
+            BugFault::Timed(f) => describe_fault(f),
+            BugFault::Storage(s) => s.describe(),
+        }
+    }
+}
+
+impl ClusterBug {
+    /// The bug's faults as a schedule of timed faults and storage faults: its input's schedule,
+    /// or, when it ran the file's faults, every fault its ledger can state at its time (the
+    /// random ones too) and the file's storage faults; then the input's storage faults.
+    pub fn fault_list(&self, target: &ClusterTarget) -> Vec<BugFault> {
+        let timed: Vec<ScheduledFault> = match &self.input.schedule {
+            Some(s) => s.clone(),
+            None => self.faults.iter().filter_map(|f| f.scripted.clone()).collect(),
+        };
+        let file_storage = if self.input.schedule.is_none() { target.cfg.storage.faults.clone() } else { Vec::new() };
+        let storage = file_storage.into_iter().chain(self.input.storage.iter().cloned());
+        timed.into_iter().map(BugFault::Timed).chain(storage.map(BugFault::Storage)).collect()
+    }
+}
+
+/// `input` with exactly `faults` in place of its faults: the timed ones as its schedule, the
+/// storage ones as its storage faults (the file's own faults are left out).
+pub fn with_faults(input: &ClusterInput, faults: &[BugFault]) -> ClusterInput {
+    let mut schedule = Vec::new();
+    let mut storage = Vec::new();
+    for f in faults {
+        match f {
+            BugFault::Timed(t) => schedule.push(t.clone()),
+            BugFault::Storage(s) => storage.push(s.clone()),
+        }
+    }
+    ClusterInput { schedule: Some(schedule), storage, ..input.clone() }
+}
+
+/// Minimizes a cluster bug: its failing run's faults (the timed ones as a schedule, the file's
+/// random faults and the overrides dropped; the storage faults by meaning) are cut down by
+/// ddmin to a smallest subset that still fails with the same signature. The result is replayed
+/// once more to verify it.
 pub fn minimize_cluster(
     bug: &ClusterBug,
     target: &ClusterTarget,
     new_file: &str,
 ) -> Result<MinimizedCluster, ExploreError> {
-    let all: Vec<ScheduledFault> = match &bug.input.schedule {
-        Some(s) => s.clone(),
-        None => bug.faults.iter().filter_map(|f| f.scripted.clone()).collect(),
-    };
+    let all = bug.fault_list(target);
     let mut tests = 0u64;
     // The overrides go (their decisions move once the faults are fixed); the seed and the reseed
     // at the steering point stay.
-    let base = ClusterInput { overrides: BTreeMap::new(), schedule: None, ..bug.input.clone() };
-    let mut fails = |faults: &[ScheduledFault]| -> Result<bool, ExploreError> {
+    let base = ClusterInput { overrides: BTreeMap::new(), ..bug.input.clone() };
+    let mut fails = |faults: &[BugFault]| -> Result<bool, ExploreError> {
         tests += 1;
-        let input = ClusterInput { schedule: Some(faults.to_vec()), ..base.clone() };
-        let out = run_cluster_input(target, &input, &mut |_, _, _| {})?;
+        let out = run_cluster_input(target, &with_faults(&base, faults), &mut |_, _, _| {})?;
         Ok(out.failure.as_ref() == Some(&bug.signature))
     };
     ensure!(fails(&all)?, crate::ScheduleDoesNotReproduceSnafu { bug: &bug.id, faults: all.len() });
     let kept = crate::minimize::ddmin(&all, &mut fails)?;
-    let input = ClusterInput { schedule: Some(kept.clone()), ..base.clone() };
+    let input = with_faults(&base, &kept);
     let out = run_cluster_input(target, &input, &mut |_, _, _| {})?;
     tests += 1;
     ensure!(out.failure.as_ref() == Some(&bug.signature), crate::MinimizedDoesNotFailSnafu { what: "schedule" });
     let mut min = ClusterBug::new(target, &input, &out, bug.found_at_round, new_file);
     min.forked_from = bug.forked_from.clone();
     min.minimized_from = Some(crate::replayed_file(&bug.reproduce).to_string());
-    min.removed = all.iter().filter(|f| !kept.contains(f)).map(describe_fault).collect();
+    min.removed = all.iter().filter(|f| !kept.contains(f)).map(BugFault::describe).collect();
     Ok(MinimizedCluster { bug: min, tests })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::signature::older_id;
 
     /// A cluster bug file as an older deja wrote it, with `signature` as plain words and the
     /// id of those words.
@@ -646,6 +955,10 @@ mod tests {
             host: None,
             forked_from: None,
             history: None,
+            cluster_text: None,
+            cluster_dir: None,
+            programs: BTreeMap::new(),
+            node_files: BTreeMap::new(),
         };
         let doc = crate::signature::as_older_deja_wrote_it(serde_json::to_value(&bug).unwrap(), signature);
         CLUSTER_BUG_SCHEMA.to_bytes(&doc)
@@ -661,7 +974,7 @@ mod tests {
             let bytes = old_cluster_bug_file(words);
             let bug = ClusterBug::parse("bug-old.json", &bytes).unwrap();
             assert_eq!(bug.signature.to_string(), words);
-            assert_eq!(bug_id(&bug.signature), bug.id, "the same id");
+            assert_eq!(older_id(&bug.signature), bug.id, "the id it was written with");
             assert_eq!(CLUSTER_BUG_SCHEMA.to_bytes(&bug), bytes, "written back byte for byte");
         }
         let typed = ClusterBug::parse("bug-old.json", &old_cluster_bug_file("the cluster got stuck")).unwrap();

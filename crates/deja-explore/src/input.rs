@@ -59,6 +59,7 @@ impl Input {
             + usize::from(f.crash_at_exit)
             + usize::from(f.crash_state.is_some())
             + f.errors.len()
+            + f.crash_at.len()
             + usize::from(f.torn_writes)
             + usize::from(f.reordered_writes)
             + usize::from(f.eio_on_write_ppm > 0)
@@ -109,7 +110,9 @@ pub struct Outcome {
 }
 
 /// The signature of a failed run, or `None` when it held: the first failed assertion of any life,
-/// else how the last life ended if it was not a clean exit. An injected crash is not a failure.
+/// else how the last life ended if it was not a clean exit. An injected crash is not a failure,
+/// and neither is a fail-stop (a stop after an injected I/O error: the kernel turns it into a
+/// crash and a restart, or, with no lives left, marks it).
 fn failure(lives: &[Incarnation]) -> Option<FailureSignature> {
     for life in lives {
         if let Some(a) = life.run.report.assertions.iter().find(|a| a.bug) {
@@ -122,6 +125,11 @@ fn failure(lives: &[Incarnation]) -> Option<FailureSignature> {
         }
     }
     let last = &lives.last()?.run.report;
+    // A stop after an injected fault with no lives left to restart it is a fail-stop, not a
+    // failure by itself (what fails is an invariant after a restart).
+    if last.stopped_after_fault.is_some() {
+        return None;
+    }
     match &last.exit {
         deja_kernel::ExitStatus::Exited { code: 0 } => None,
         deja_kernel::ExitStatus::Exited { code } => Some(FailureSignature::ExitCode(*code)),
@@ -313,13 +321,14 @@ impl BugFile {
     /// Builds the bug file of a failed outcome.
     pub fn new(target: &Target, fork_at: u64, input: &Input, out: &Outcome, round: u64, file: &str) -> BugFile {
         let signature = out.failure.clone().unwrap_or_else(|| FailureSignature::Other(String::new()));
-        let id = crate::campaign::bug_id(&signature);
+        let program_blake3 = blake3::hash(&target.spec.image).to_hex().to_string();
+        let id = crate::campaign::bug_id(&signature, &program_blake3);
         BugFile {
             schema: BUG_SCHEMA.id(),
             id,
             signature,
             program: target.path.clone(),
-            program_blake3: blake3::hash(&target.spec.image).to_hex().to_string(),
+            program_blake3,
             argv: target.spec.argv.clone(),
             env: target.spec.env.clone(),
             files: target.spec.files.iter().map(|(k, v)| (k.clone(), blake3::hash(v).to_hex().to_string())).collect(),
@@ -381,6 +390,7 @@ impl BugFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::signature::older_id;
 
     /// A bug file as an older deja wrote it, with `signature` as plain words and the id of
     /// those words.
@@ -416,7 +426,7 @@ mod tests {
             let bytes = old_bug_file(words);
             let bug = BugFile::parse("bug-old.json", &bytes).unwrap();
             assert!(matches!(&bug.signature, FailureSignature::Other(s) if s == words), "{:?}", bug.signature);
-            assert_eq!(crate::campaign::bug_id(&bug.signature), bug.id, "the same id");
+            assert_eq!(older_id(&bug.signature), bug.id, "the id it was written with");
             assert_eq!(BUG_SCHEMA.to_bytes(&bug), bytes, "written back byte for byte");
         }
     }
@@ -427,7 +437,7 @@ mod tests {
         let bytes = old_bug_file(words);
         let bug = BugFile::parse("bug-old.json", &bytes).unwrap();
         assert!(matches!(bug.signature, FailureSignature::Assertion { line: 153, .. }), "{:?}", bug.signature);
-        assert_eq!(crate::campaign::bug_id(&bug.signature), bug.id);
+        assert_eq!(older_id(&bug.signature), bug.id);
         assert_eq!(BUG_SCHEMA.to_bytes(&bug), bytes);
     }
 }

@@ -110,7 +110,10 @@ pub enum ExploreError {
     #[snafu(display("nothing to explore"))]
     NothingToExplore,
     /// The program given is not the one of the bug.
-    #[snafu(display("{path} is not the program of this bug (BLAKE3 {found}, the bug needs {expected})"))]
+    #[snafu(display(
+        "{path} is not the program of this bug: it changed since the bug was found (its BLAKE3 is now {found}, the \
+         bug needs {expected}); give the program it was found with, with --program PATH"
+    ))]
     NotTheProgram {
         /// The program given.
         path: String,
@@ -126,10 +129,36 @@ pub enum ExploreError {
         guest: String,
     },
     /// A cluster's binaries are not those of the bug.
-    #[snafu(display("the binaries of {} are not the ones of this bug (rebuilt or changed since)", path.display()))]
+    #[snafu(display("the binaries of {} are not the ones of this bug: {why}", path.display()))]
     NotTheBinaries {
         /// The cluster file.
         path: PathBuf,
+        /// Which differ, and how.
+        why: String,
+    },
+    /// A node's binary (or file) with the BLAKE3 the bug records is nowhere to be found.
+    #[snafu(display("node {node} needs {what} with BLAKE3 {blake3}: {looked}; give it with --program {node}=PATH"))]
+    BinaryNotFound {
+        /// The node.
+        node: String,
+        /// `its binary walkv-buggy`, `its file /etc/app.toml`.
+        what: String,
+        /// The BLAKE3 the bug records.
+        blake3: String,
+        /// Where deja looked and what it found there.
+        looked: String,
+    },
+    /// The cluster file a bug names cannot be read, and the bug does not carry it.
+    #[snafu(display(
+        "{source}; give the cluster file with --config FILE (or --program FILE for replay and minimize): the bug \
+         needs one with BLAKE3 {blake3}"
+    ))]
+    ClusterFileMissing {
+        /// Why it could not be read.
+        #[snafu(source(from(deja_cluster::ConfigError, Box::new)))]
+        source: Box<deja_cluster::ConfigError>,
+        /// The BLAKE3 the bug records for it.
+        blake3: String,
     },
     /// A cluster reached its fork point another way than the bootstrap did.
     #[snafu(display(

@@ -8,10 +8,18 @@
 //! - **Placed errors:** EIO or ENOSPC on the n-th write, fsync, truncate, fallocate, create,
 //!   rename or read of a path the parent run touched (its [`IoCount`]s).
 //! - **Rates:** EIO on writes and fsyncs, ENOSPC on writes, in parts per million.
+//!
+//! A cluster's storage menu is the same per node, by meaning ([`NodeMenu`]): a crash of a node
+//! before or after one of its durable operations (named by path and index over the node's
+//! run), and EIO or ENOSPC on one of its writes or fsyncs. Half the crash points are drawn near
+//! the parent's focus: the durable operations that came just before the decision where the
+//! parent made progress.
 
-use deja_kernel::{CrashState, ErrorRule, FaultConfig, IoCount, IoErrno, IoOp};
+use deja_cluster::{NodeFault, StorageFault};
+use deja_kernel::{CrashState, ErrorRule, FaultConfig, IoCount, IoErrno, IoOp, OpCrash, When};
 use rand_chacha::rand_core::Rng;
 use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
 
 /// What a parent run offers to fault: its durable writes, its file operations, and how many
 /// operations were pending when it crashed.
@@ -238,6 +246,138 @@ pub fn hunt(menu: &Menu, budget: usize) -> Vec<FaultConfig> {
     out
 }
 
+/// What one node of a parent cluster run offers to storage faults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeMenu {
+    /// The node.
+    pub node: String,
+    /// Its durable operations, numbered over its run, at most [`MAX_NODE_POINTS`].
+    pub durable: Vec<DurablePoint>,
+    /// Its writes and fsyncs by path, counted over its run.
+    pub io_ops: Vec<IoCount>,
+}
+
+/// One durable operation a crash can be placed at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(String, u64, u64, bool)", into = "(String, u64, u64, bool)")]
+pub struct DurablePoint {
+    /// The path.
+    pub path: String,
+    /// Its number among the node's durable operations on the path.
+    pub nth: u64,
+    /// The cluster decision index at its time (what a focus is).
+    pub at: u64,
+    /// Something was pending on its target.
+    pub promotes: bool,
+}
+
+impl From<(String, u64, u64, bool)> for DurablePoint {
+    fn from((path, nth, at, promotes): (String, u64, u64, bool)) -> DurablePoint {
+        DurablePoint { path, nth, at, promotes }
+    }
+}
+
+impl From<DurablePoint> for (String, u64, u64, bool) {
+    fn from(d: DurablePoint) -> (String, u64, u64, bool) {
+        (d.path, d.nth, d.at, d.promotes)
+    }
+}
+
+/// Durable operations of one node a menu keeps, at most (the first ones).
+pub const MAX_NODE_POINTS: usize = 512;
+
+/// Storage faults a cluster input carries at most.
+const MAX_STORAGE: usize = 3;
+
+/// A crash at one of `menu`'s durable operations: half the time one of the four that came
+/// last before `focus`, else any (three times in four one that had something to make durable).
+fn node_crash(rng: &mut ChaCha20Rng, menu: &NodeMenu, focus: Option<u64>) -> Option<StorageFault> {
+    let points = &menu.durable;
+    if points.is_empty() {
+        return None;
+    }
+    let near: Vec<&DurablePoint> = match focus {
+        Some(f) if one_in(rng, 2) => {
+            let before: Vec<&DurablePoint> = points.iter().filter(|p| p.at <= f).collect();
+            before.iter().rev().take(4).copied().collect()
+        }
+        _ => Vec::new(),
+    };
+    let promoting: Vec<&DurablePoint> = points.iter().filter(|p| p.promotes).collect();
+    let p = if !near.is_empty() {
+        near[below(rng, near.len() as u64) as usize]
+    } else if !promoting.is_empty() && !one_in(rng, 4) {
+        promoting[below(rng, promoting.len() as u64) as usize]
+    } else {
+        &points[below(rng, points.len() as u64) as usize]
+    };
+    let when = if below(rng, 5) < 3 { When::Before } else { When::After };
+    let crash = OpCrash { when, path: p.path.clone(), nth: p.nth, keep: None };
+    Some(StorageFault { node: menu.node.clone(), fault: NodeFault::Crash(crash) })
+}
+
+/// An EIO or ENOSPC on one of `menu`'s writes or fsyncs.
+fn node_error(rng: &mut ChaCha20Rng, menu: &NodeMenu) -> Option<StorageFault> {
+    let ops: Vec<&IoCount> = menu.io_ops.iter().filter(|c| matches!(c.op, IoOp::Write | IoOp::Fsync)).collect();
+    if ops.is_empty() {
+        return None;
+    }
+    let c = ops[below(rng, ops.len() as u64) as usize];
+    let errno = if c.op == IoOp::Write && one_in(rng, 3) { IoErrno::Enospc } else { IoErrno::Eio };
+    let rule = ErrorRule { op: c.op, path: c.path.clone(), nth: 1 + below(rng, c.count.max(1)), errno, range: None };
+    Some(StorageFault { node: menu.node.clone(), fault: NodeFault::Error(rule) })
+}
+
+/// Changes one thing of a cluster input's storage faults, drawn from the nodes' menus: a
+/// crash at a durable operation (eight times in ten, aimed near `focus` half the time), an
+/// I/O error (one in ten), or the removal of one; a quarter of the time it starts over from
+/// none. Crash points come first: they are what a cluster cannot reach otherwise (a kill lands
+/// on a whole millisecond, an fsync takes one microsecond). Nothing is drawn when no
+/// node offers anything.
+pub fn mutate_storage(rng: &mut ChaCha20Rng, plan: &mut Vec<StorageFault>, nodes: &[NodeMenu], focus: Option<u64>) {
+    let offered: Vec<&NodeMenu> = nodes.iter().filter(|n| !n.durable.is_empty() || !n.io_ops.is_empty()).collect();
+    if offered.is_empty() {
+        return;
+    }
+    if one_in(rng, 4) {
+        plan.clear();
+    }
+    let menu = offered[below(rng, offered.len() as u64) as usize];
+    let drawn = match below(rng, 10) {
+        0..=7 => node_crash(rng, menu, focus).or_else(|| node_error(rng, menu)),
+        8 => node_error(rng, menu).or_else(|| node_crash(rng, menu, focus)),
+        _ => {
+            if !plan.is_empty() {
+                let i = below(rng, plan.len() as u64) as usize;
+                plan.remove(i);
+            }
+            None
+        }
+    };
+    if let Some(f) = drawn {
+        if let Some(i) = plan.iter().position(|p| *p == f) {
+            plan.remove(i);
+        } else if plan.len() >= MAX_STORAGE {
+            let i = below(rng, plan.len() as u64) as usize;
+            plan[i] = f;
+        } else {
+            plan.push(f);
+        }
+    }
+}
+
+/// Storage faults drawn from scratch for a fresh cluster round: half the time one, from the
+/// nodes' menus.
+pub fn random_storage(rng: &mut ChaCha20Rng, nodes: &[NodeMenu]) -> Vec<StorageFault> {
+    let mut plan = Vec::new();
+    if nodes.iter().any(|n| !n.durable.is_empty() || !n.io_ops.is_empty()) && one_in(rng, 2) {
+        while plan.is_empty() {
+            mutate_storage(rng, &mut plan, nodes, None);
+        }
+    }
+    plan
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,6 +514,66 @@ mod tests {
         assert!(drawn.iter().any(|f| f.crash_before_durable_write.is_some()));
         assert!(drawn.iter().any(|f| f.crash_at_exit));
         assert!(drawn.iter().any(|f| f.errors.iter().any(|r| r.op == IoOp::Fsync)));
+    }
+
+    fn server_menu() -> NodeMenu {
+        let point = |nth, at, promotes| DurablePoint { path: "/data/wal".into(), nth, at, promotes };
+        NodeMenu {
+            node: "server".into(),
+            durable: vec![point(1, 10, true), point(2, 20, false), point(3, 30, true), point(4, 40, true)],
+            io_ops: vec![
+                IoCount { op: IoOp::Write, path: "/data/wal".into(), count: 6 },
+                IoCount { op: IoOp::Fsync, path: "/data/wal".into(), count: 4 },
+                IoCount { op: IoOp::Read, path: "/data/wal".into(), count: 1 },
+            ],
+        }
+    }
+
+    #[test]
+    fn cluster_mutations_reach_crashes_before_and_after_and_errors_on_writes_and_fsyncs() {
+        let nodes = [server_menu(), NodeMenu { node: "client".into(), durable: vec![], io_ops: vec![] }];
+        let mut rng = ChaCha20Rng::seed_from_u64(5);
+        let mut plan = Vec::new();
+        let (mut before, mut after, mut eio_write, mut enospc, mut eio_fsync) = (false, false, false, false, false);
+        for _ in 0..2000 {
+            mutate_storage(&mut rng, &mut plan, &nodes, Some(25));
+            assert!(plan.len() <= MAX_STORAGE);
+            for f in &plan {
+                assert_eq!(f.node, "server", "the client offers nothing");
+                match &f.fault {
+                    NodeFault::Crash(c) => {
+                        assert!((1..=4).contains(&c.nth) && c.path == "/data/wal");
+                        before |= c.when == When::Before;
+                        after |= c.when == When::After;
+                    }
+                    NodeFault::Error(r) => {
+                        assert_ne!(r.op, IoOp::Read, "errors go on writes and fsyncs");
+                        assert!(r.nth >= 1 && r.nth <= 6);
+                        eio_write |= r.op == IoOp::Write && r.errno == IoErrno::Eio;
+                        enospc |= r.errno == IoErrno::Enospc;
+                        eio_fsync |= r.op == IoOp::Fsync;
+                    }
+                }
+            }
+        }
+        assert!(before && after && eio_write && enospc && eio_fsync);
+        // Aimed at the focus: the points before decision 25 come up far more often than their
+        // share.
+        let mut rng = ChaCha20Rng::seed_from_u64(6);
+        let mut near = 0;
+        for _ in 0..1000 {
+            if let Some(StorageFault { fault: NodeFault::Crash(c), .. }) = node_crash(&mut rng, &nodes[0], Some(25)) {
+                near += u32::from(c.nth <= 2);
+            }
+        }
+        assert!(near > 550, "{near} of 1000 at or before the focus");
+        // Nothing offered: nothing drawn, and no draw taken.
+        let mut a = ChaCha20Rng::seed_from_u64(7);
+        let b = a.clone();
+        let mut plan = Vec::new();
+        mutate_storage(&mut a, &mut plan, &nodes[1..], None);
+        assert!(plan.is_empty() && random_storage(&mut a, &[]).is_empty());
+        assert_eq!(a, b);
     }
 
     #[test]

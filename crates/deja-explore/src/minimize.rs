@@ -19,6 +19,7 @@ enum Element {
     /// The named crash state cuts pending write `p` after `k` sectors.
     StateTears(u32, u64),
     Error(deja_kernel::ErrorRule),
+    CrashAt(deja_kernel::OpCrash),
     Torn,
     Reordered,
     EioWrite(u32),
@@ -38,6 +39,7 @@ impl Element {
             Element::StateKeeps(p) => format!("the crash keeps pending operation {}", p + 1),
             Element::StateTears(p, k) => format!("the crash cuts pending operation {} after {k} sectors", p + 1),
             Element::Error(r) => r.describe(),
+            Element::CrashAt(c) => c.describe(),
             Element::Torn => "torn writes".into(),
             Element::Reordered => "reordered writes".into(),
             Element::EioWrite(p) => format!("EIO on write ({p} ppm)"),
@@ -66,6 +68,7 @@ fn elements(input: &Input) -> Vec<Element> {
         v.extend(s.torn.map(|(p, k)| Element::StateTears(p, k)));
     }
     v.extend(f.errors.iter().cloned().map(Element::Error));
+    v.extend(f.crash_at.iter().cloned().map(Element::CrashAt));
     if f.torn_writes {
         v.push(Element::Torn);
     }
@@ -103,6 +106,7 @@ fn build(elements: &[Element]) -> Input {
             Element::StateKeeps(p) => state.kept.push(*p),
             Element::StateTears(p, k) => state.torn = Some((*p, *k)),
             Element::Error(r) => input.faults.errors.push(r.clone()),
+            Element::CrashAt(c) => input.faults.crash_at.push(c.clone()),
             Element::Torn => input.faults.torn_writes = true,
             Element::Reordered => input.faults.reordered_writes = true,
             Element::EioWrite(p) => input.faults.eio_on_write_ppm = *p,
@@ -166,6 +170,11 @@ pub(crate) fn ddmin<T: Clone, E>(all: &[T], fails: &mut dyn FnMut(&[T]) -> Resul
 /// fails with the same signature. The result is replayed once more to verify it.
 pub fn minimize(bug: &BugFile, target: &Target, new_file: &str) -> Result<Minimized, ExploreError> {
     let mut tests = 0u64;
+    // Where storage faults may strike is a setting of the run, not an element.
+    let build = |els: &[Element]| Input {
+        faults: deja_kernel::FaultConfig { fault_paths: bug.input.faults.fault_paths.clone(), ..build(els).faults },
+        ..build(els)
+    };
     let mut fails = |els: &[Element]| -> Result<bool, ExploreError> {
         tests += 1;
         let out = run_fresh(target, bug.fork_at_syscall, &build(els), &mut |_, _| {})?;

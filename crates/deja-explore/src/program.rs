@@ -57,6 +57,10 @@ impl Subject for ProgramSubject<'_> {
         Program { path: self.target.path.clone(), blake3: self.blake3.clone() }
     }
 
+    fn bug_subject(&self) -> String {
+        self.blake3.clone()
+    }
+
     fn bootstrap(&self, cfg: &CampaignConfig) -> Result<(ProgramReference, Vec<Outcome>), ExploreError> {
         let reference = run_fresh(self.target, u64::MAX, &Input::default(), &mut |_, _| {})?;
         let report = &reference.lives[0].run.report;
@@ -130,6 +134,7 @@ impl Subject for ProgramSubject<'_> {
                 .lives
                 .last()
                 .map_or(Vec::new(), |l| l.run.report.faults.iter().map(|f| f.kind.name().to_string()).collect()),
+            nodes: Vec::new(),
         }
     }
 

@@ -235,8 +235,14 @@ impl<'de> Deserialize<'de> for FailureSignature {
 #[cfg(test)]
 pub(crate) fn as_older_deja_wrote_it(mut doc: serde_json::Value, words: &str) -> serde_json::Value {
     doc["signature"] = serde_json::Value::String(words.into());
-    doc["id"] = serde_json::Value::String(blake3::hash(words.as_bytes()).to_hex()[..12].to_string());
+    doc["id"] = serde_json::Value::String(older_id(&FailureSignature::Other(words.into())));
     doc
+}
+
+/// The id an older deja gave a bug: from its signature's words alone.
+#[cfg(test)]
+pub(crate) fn older_id(signature: &FailureSignature) -> String {
+    blake3::hash(signature.to_string().as_bytes()).to_hex()[..12].to_string()
 }
 
 #[cfg(test)]

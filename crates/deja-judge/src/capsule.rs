@@ -68,9 +68,24 @@ pub struct Capsule {
     /// The CPU fingerprint of the host it was frozen on (absent in capsules of older deja).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<deja_vmm::Fingerprint>,
+    /// The faults, overrides and reseed apply from the syscall after the program's
+    /// `setup_complete`, as in the `deja explore` run it was frozen from (else from the start).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub at_setup: bool,
+    /// From there on, every decision not overridden was drawn from this seed's stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reseed: Option<u64>,
+    /// How the check came by it: `bug 6d30994f6381`, minimized here or not.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub origin: String,
 }
 
 impl Capsule {
+    /// How its run is steered.
+    pub fn steer(&self) -> crate::search::Steer {
+        crate::search::Steer { at_setup: self.at_setup, overrides: self.overrides.clone(), reseed: self.reseed }
+    }
+
     fn body_hash(&self) -> String {
         let mut body = self.clone();
         body.id = String::new();

@@ -1,29 +1,36 @@
 //! `deja check` for clusters: a cluster bug file judged against candidate builds of its nodes.
 //!
-//! The failure is replayed **by meaning**: its faults as a schedule of partitions, heals, kills,
-//! restarts, pauses and clock faults at the same virtual times, never as positions in the
+//! The failure is replayed **by meaning**: its timed faults as a schedule of partitions, heals,
+//! kills, restarts, pauses and clock faults at the same virtual times, and its storage faults as
+//! crashes and I/O errors of a node at its n-th operation on a path; never as positions in the
 //! decision log, so a candidate that sends one more message does not shift them. Message fates
 //! (latency, loss, reordering, duplication) and scheduling ties are keyed by meaning
-//! ([`deja_cluster::Fates::Meaning`]): each is a function of the world's seed, the message's
-//! connection and its place in that connection's order, so one more message on one connection
-//! leaves every other connection's fates as they were. The steps, each recorded in the
-//! certificate:
+//! ([`deja_cluster::Fates::Meaning`]). The steps, each recorded in the certificate:
 //!
 //! 1. **reproduce the bug on the base**: the bug file's own input fails the same way;
-//! 2. **the faults by meaning fail the base**: its schedule alone, in the bug's world, fails the
-//!    same way. If not, the failure depends on decisions beyond its faults' times and cannot be
-//!    judged by meaning: `EVIDENCE_INCOMPLETE`;
-//! 3. **no-fault control on the base**: without faults the base holds (else
+//! 2. **minimize the bug**: a bug not minimized yet is cut down to its smallest failing set of
+//!    faults as `deja minimize` would, so the verdict is the same whether or not its finder
+//!    minimized it. A bug whose faults alone do not fail again cannot be judged by meaning:
+//!    `EVIDENCE_INCOMPLETE`;
+//! 3. **the faults by meaning fail the base**, in the bug's world;
+//! 4. **no-fault control on the base**: without faults the base holds (else
 //!    `NOT_FAULT_INDUCED`);
-//! 4. **the candidate runs**: it can be loaded and holds without faults (else `NEW_FAILURE`);
-//! 5. **the candidate in fresh worlds**: in the bug's world and `worlds - 1` others, the base
-//!    fails under the schedule (a world where it does not says nothing and is set aside) and
-//!    the candidate must hold, with every scheduled fault in its ledger. A candidate run that
-//!    ended before its faults came lost track of the failure: `EVIDENCE_INCOMPLETE`;
-//! 6. **sweep the candidate**: the schedule shifted as a whole and fault by fault, earlier and
-//!    later; the candidate must hold under each.
+//! 5. **the candidate runs**: it can be loaded and holds without faults;
+//! 6. **the candidate in fresh worlds**: in the bug's world and `worlds - 1` others, the base
+//!    fails under the faults (a world where it does not says nothing and is set aside) and the
+//!    candidate must hold, with every scheduled fault in its ledger;
+//! 7. **the schedule shifted**: as a whole, and fault by fault, each kill with its restart, each
+//!    pause with its resume, each partition with its heal; a variant that cannot be applied (a
+//!    kill of a node that is down) is named in the certificate and not run;
+//! 8. **each node crashed at its durable operations**: under the timed faults, each node
+//!    storage faults may strike is crashed before and after each durable operation that made
+//!    something durable (at most [`Sweep::crash_points`] crash points, spread evenly), with the
+//!    distinct crash states before it, restarted, and the run goes on.
 //!
-//! A failure with the bug's signature is `STILL_REPRODUCES`, another one `NEW_FAILURE`.
+//! A failure with the bug's signature is `STILL_REPRODUCES`, another one `NEW_FAILURE`. A run
+//! that ends without a verdict — its time budget ran out with a waited node still running, a
+//! scripted fault could not be applied, it ended before its faults came — is
+//! `EVIDENCE_INCOMPLETE`, never a failure.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -31,10 +38,13 @@ use std::sync::Arc;
 
 use snafu::{ResultExt, Snafu};
 
-use deja_cluster::config::ScheduledFault;
-use deja_cluster::Fates;
-use deja_explore::cluster::{describe_fault, run_cluster_input, ClusterOutcome};
+use deja_cluster::config::{Action, ScheduledFault};
+use deja_cluster::{Fates, NodeFault, SteerAt, StorageFault};
+use deja_explore::cluster::{
+    describe_fault, minimize_cluster, run_cluster_input, run_cluster_with, with_faults, BugFault, ClusterOutcome,
+};
 use deja_explore::{ClusterBug, ClusterInput, ClusterTarget, FailureSignature};
+use deja_kernel::{OpCrash, When};
 
 use crate::certificate::{Certificate, CheckStatus};
 use crate::judge::Verdict;
@@ -91,6 +101,26 @@ pub struct ClusterCheck {
     pub worlds: u32,
 }
 
+/// How far a cluster check's storage sweep goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sweep {
+    /// Most crash points it tries (before and after each durable operation chosen, so half as
+    /// many operations).
+    pub crash_points: u64,
+    /// Crash states tried at each crash point before a durable operation, at most.
+    pub states_per_point: usize,
+    /// Threads it runs its clusters on.
+    pub jobs: usize,
+}
+
+impl Default for Sweep {
+    /// 64 crash points, 8 states each, on up to 4 threads (as many as the host offers).
+    fn default() -> Sweep {
+        let jobs = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
+        Sweep { crash_points: 64, states_per_point: 8, jobs }
+    }
+}
+
 /// A cluster check's verdict and certificate.
 #[derive(Debug, Clone)]
 pub struct ClusterJudgement {
@@ -98,6 +128,8 @@ pub struct ClusterJudgement {
     pub verdict: Verdict,
     /// The certificate.
     pub certificate: Certificate,
+    /// The bug as judged: the one given, or its minimized form when the check minimized it.
+    pub judged: Option<ClusterBug>,
 }
 
 /// Parses `--candidate r1=PATH,r2=PATH` (the nodes' patched binaries, with the base's
@@ -157,30 +189,97 @@ fn world_seed(bug: &ClusterBug, k: u32) -> Option<u64> {
     Some(u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap_or_default()))
 }
 
-/// The bug's input with `schedule` in place of its faults, in world `k`.
-fn by_meaning(bug: &ClusterBug, schedule: &[ScheduledFault], k: u32) -> ClusterInput {
-    ClusterInput {
+/// The bug's input with `faults` in place of its faults, in world `k`: message fates by
+/// meaning, no decision overrides.
+fn by_meaning(bug: &ClusterBug, faults: &[BugFault], k: u32) -> ClusterInput {
+    let input = ClusterInput {
         overrides: BTreeMap::new(),
         reseed: world_seed(bug, k),
-        schedule: Some(schedule.to_vec()),
         fates: Fates::Meaning,
         ..bug.input.clone()
+    };
+    with_faults(&input, faults)
+}
+
+/// The timed faults of `faults`.
+fn timed(faults: &[BugFault]) -> Vec<ScheduledFault> {
+    faults.iter().filter_map(|f| if let BugFault::Timed(t) = f { Some(t.clone()) } else { None }).collect()
+}
+
+/// The fault that undoes fault `i` of `schedule` (a kill's restart, a pause's resume, a
+/// partition's heal: the first such after it on the same node, or any heal), or that fault `i`
+/// undoes (a restart's kill, a resume's pause, a heal's partition: the last before it).
+fn partner(schedule: &[ScheduledFault], i: usize) -> Option<usize> {
+    let f = &schedule[i];
+    let same_node = |j: usize| schedule[j].node == f.node;
+    let after = |want: &dyn Fn(Action) -> bool| {
+        (i + 1..schedule.len())
+            .find(|&j| want(schedule[j].action) && (schedule[j].action == Action::Heal || same_node(j)))
+    };
+    let before = |want: &dyn Fn(Action) -> bool| {
+        (0..i).rev().find(|&j| {
+            want(schedule[j].action)
+                && (matches!(schedule[j].action, Action::Partition | Action::PartitionOneWay) || same_node(j))
+        })
+    };
+    match f.action {
+        Action::Kill => after(&|a| a == Action::Restart),
+        Action::Restart => before(&|a| a == Action::Kill),
+        Action::Pause => after(&|a| a == Action::Resume),
+        Action::Resume => before(&|a| a == Action::Pause),
+        Action::Partition | Action::PartitionOneWay => after(&|a| a == Action::Heal),
+        Action::Heal => before(&|a| matches!(a, Action::Partition | Action::PartitionOneWay)),
+        Action::ClockJump | Action::ClockSkew => None,
     }
 }
 
-/// The schedule shifted by `delta_ms` (only the faults `which` selects), clipped at 0.
+/// The schedule shifted by `delta_ms` (only fault `which` and the fault paired with it, when
+/// one is given: a kill moves with its restart, a pause with its resume, a partition with its
+/// heal), clipped at 0, in time order.
 fn shifted(schedule: &[ScheduledFault], delta_ms: i64, which: Option<usize>) -> Vec<ScheduledFault> {
-    schedule
+    let pair = which.and_then(|w| partner(schedule, w));
+    let mut out: Vec<ScheduledFault> = schedule
         .iter()
         .enumerate()
         .map(|(i, f)| {
             let mut f = f.clone();
-            if which.is_none_or(|w| w == i) {
+            if which.is_none_or(|w| w == i || pair == Some(i)) {
                 f.at_ms = f.at_ms.saturating_add_signed(delta_ms);
             }
             f
         })
-        .collect()
+        .collect();
+    out.sort_by_key(|f| f.at_ms);
+    out
+}
+
+/// Why `schedule` cannot be applied as written, if it cannot: a kill of a node that is down, a
+/// restart of one that is up, a pause of a paused node, a resume of one that is not paused
+/// (every node up and running at first, the faults in time order).
+fn not_applicable(schedule: &[ScheduledFault]) -> Option<String> {
+    let mut down = std::collections::BTreeSet::new();
+    let mut paused = std::collections::BTreeSet::new();
+    for f in schedule {
+        let Some(node) = f.node.clone() else { continue };
+        let why = match f.action {
+            Action::Kill if down.contains(&node) => Some("kill a node that is down"),
+            Action::Kill => {
+                paused.remove(&node);
+                down.insert(node.clone());
+                None
+            }
+            Action::Restart if !down.remove(&node) => Some("restart a node that is up"),
+            Action::Pause if down.contains(&node) || !paused.insert(node.clone()) => {
+                Some("pause a node that is down or paused")
+            }
+            Action::Resume if !paused.remove(&node) => Some("resume a node that is not paused"),
+            _ => None,
+        };
+        if let Some(why) = why {
+            return Some(format!("{} would {why} ({node})", describe_fault(f)));
+        }
+    }
+    None
 }
 
 /// The verdict of a candidate that failed with `failure`: the bug's own signature or another.
@@ -193,22 +292,147 @@ fn failing(failure: &FailureSignature, signature: &FailureSignature) -> Verdict 
 }
 
 /// The first scheduled fault that does not show in the run's ledger (at its time, as the same
-/// fault): the run ended before it came.
+/// fault): the run ended before it came, or it could not be applied.
 fn unreached<'a>(out: &ClusterOutcome, schedule: &'a [ScheduledFault]) -> Option<&'a ScheduledFault> {
     schedule.iter().find(|f| !out.report.faults.iter().any(|e| e.scripted.as_ref() == Some(*f)))
 }
 
-/// Runs the whole check.
+/// The first storage fault of `faults` that did not strike in the run: a crash of its node at
+/// its point, or an error of its kind on its path on its node.
+fn storage_unreached<'a>(out: &ClusterOutcome, faults: &'a [BugFault]) -> Option<&'a StorageFault> {
+    faults.iter().find_map(|f| match f {
+        BugFault::Storage(s) => {
+            let struck = match &s.fault {
+                NodeFault::Crash(c) => out.report.crashes.iter().any(|r| r.node == s.node && r.point == c.point()),
+                NodeFault::Error(e) => out.report.faults.iter().any(|r| {
+                    r.kind == e.errno.name()
+                        && r.detail.starts_with(&format!("{} ", s.node))
+                        && r.detail.contains(&format!(" on {} #", e.op.name()))
+                        && r.detail.ends_with(&format!(" {}", e.path))
+                }),
+            };
+            (!struck).then_some(s)
+        }
+        BugFault::Timed(_) => None,
+    })
+}
+
+/// What a candidate run under `faults` shows, in order of what it weighs: a failure (the
+/// verdict), or no verdict because the run ran out of its budget with waited nodes still
+/// running or lost track of its faults (`Err`: the evidence is incomplete, and why), or that it
+/// held.
+fn judge_run(out: &ClusterOutcome, faults: &[BugFault], sig: &FailureSignature) -> Result<Option<Verdict>, String> {
+    let schedule = timed(faults);
+    if let Some(f) = &out.failure {
+        return Ok(Some(failing(f, sig)));
+    }
+    let unfinished = out.report.unfinished();
+    if !unfinished.is_empty() {
+        return Err(format!(
+            "the run ran out of its time budget with {} still running: no verdict from a run that did not end",
+            unfinished.join(", ")
+        ));
+    }
+    if let Some(e) = out.report.faults.iter().find(|e| e.kind == "not-applied") {
+        return Err(format!("a scripted fault could not be applied: {}", e.detail));
+    }
+    if let Some(f) = unreached(out, &schedule) {
+        return Err(format!("the replay lost track: the run ended before its fault \"{}\" came", describe_fault(f)));
+    }
+    if let Some(f) = storage_unreached(out, faults) {
+        return Err(format!("the replay lost track: its fault \"{}\" never struck", f.describe()));
+    }
+    Ok(None)
+}
+
+/// One crash point of the storage sweep: a node, before or after one of its durable
+/// operations, and the state the crash keeps (`None`: the file's crash-state modes choose).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SweepPoint {
+    node: String,
+    crash: OpCrash,
+}
+
+impl SweepPoint {
+    fn fault(&self) -> BugFault {
+        BugFault::Storage(StorageFault { node: self.node.clone(), fault: NodeFault::Crash(self.crash.clone()) })
+    }
+
+    fn describe(&self) -> String {
+        StorageFault { node: self.node.clone(), fault: NodeFault::Crash(self.crash.clone()) }.describe()
+    }
+}
+
+/// The crash points of the storage sweep over `out`, a run of the candidate: before and after
+/// each durable operation of each node storage faults may strike that had something to make
+/// durable, at most `budget` of them, spread evenly over the operations in time order when
+/// there are more; and how many operations there were.
+fn sweep_points(out: &ClusterOutcome, budget: u64) -> (Vec<SweepPoint>, usize) {
+    let mut ops: Vec<(u64, String, String, u64)> = Vec::new();
+    for n in out.report.nodes.iter().filter(|n| n.storage_faults) {
+        for d in n.durable_ops().into_iter().filter(|d| d.promotes) {
+            ops.push((d.virtual_time_ns, n.name.clone(), d.path, d.nth));
+        }
+    }
+    ops.sort();
+    let total = ops.len();
+    let take = (budget / 2).max(1) as usize;
+    let chosen: Vec<&(u64, String, String, u64)> =
+        if total <= take { ops.iter().collect() } else { (0..take).map(|i| &ops[i * total / take]).collect() };
+    let mut points = Vec::new();
+    for (_, node, path, nth) in chosen {
+        for when in [When::Before, When::After] {
+            let crash = OpCrash { when, path: path.clone(), nth: *nth, keep: None };
+            points.push(SweepPoint { node: node.clone(), crash });
+        }
+    }
+    (points, total)
+}
+
+/// Runs `inputs` on `target`, on up to `jobs` threads; the outcomes in order.
+fn run_all(
+    target: &ClusterTarget,
+    inputs: &[ClusterInput],
+    crash_states: usize,
+    jobs: usize,
+) -> Vec<Result<ClusterOutcome, String>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<Result<ClusterOutcome, String>>>> =
+        inputs.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.clamp(1, inputs.len().max(1)) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(input) = inputs.get(i) else { break };
+                let out = run_cluster_with(target, input, crash_states, &mut |_, _, _| {}).map_err(|e| e.to_string());
+                *results[i].lock().expect("no thread panics holding it") = Some(out);
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| r.into_inner().expect("no thread panics holding it").unwrap_or_else(|| Err("not run".into())))
+        .collect()
+}
+
+/// Runs the whole check, with the default storage sweep.
 pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
+    check_cluster_with(c, &Sweep::default())
+}
+
+/// Runs the whole check, with the storage sweep `sweep`.
+pub fn check_cluster_with(c: &ClusterCheck, sweep: &Sweep) -> ClusterJudgement {
     let names = [
         "reproduce the bug on the base",
+        "minimize the bug",
         "the faults by meaning fail the base",
         "no-fault control on the base",
         "the candidate runs",
         "the candidate in fresh worlds",
         "sweep the candidate: the schedule shifted, as a whole and fault by fault",
+        "sweep the candidate: each node crashed before and after its durable operations",
     ];
-    let bug = &c.bug;
+    let given = &c.bug;
     let cand_hash = match &c.candidate {
         Ok(nodes) => {
             let mut h = blake3::Hasher::new();
@@ -221,19 +445,16 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
         }
         Err(_) => String::new(),
     };
-    let mut cert = Certificate::new(&bug.id, &c.base.file_blake3, &cand_hash);
+    let mut cert = Certificate::new(&given.id, &c.base.file_blake3, &cand_hash);
     cert.host = deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone());
     let mut steps: Vec<(&str, CheckStatus, String, Vec<String>)> = Vec::new();
     let mut timeline = String::new();
-    let schedule: Vec<ScheduledFault> = match &bug.input.schedule {
-        Some(s) => s.clone(),
-        None => bug.faults.iter().filter_map(|f| f.scripted.clone()).collect(),
-    };
-    let sig = &bug.signature;
+    let mut judged: Option<ClusterBug> = None;
+    let sig = &given.signature;
     let run = |t: &ClusterTarget, input: &ClusterInput| run_cluster_input(t, input, &mut |_, _, _| {});
     let verdict = (|| -> Verdict {
-        // 1. The bug, exactly.
-        match run(&c.base, &bug.input) {
+        // 1. The bug, exactly as `deja replay` runs it.
+        match run(&c.base, &given.input) {
             Ok(o) if o.failure.as_ref() == Some(sig) => {
                 steps.push((names[0], CheckStatus::Passed, format!("reproduced: {sig}"), vec![o.report.digest]));
             }
@@ -252,23 +473,73 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
                 return Verdict::EvidenceIncomplete;
             }
         }
-        // 2. Its faults by meaning.
-        let what = schedule.iter().map(describe_fault).collect::<Vec<_>>().join("; ");
-        match run(&c.base, &by_meaning(bug, &schedule, 0)) {
-            Ok(o) if o.failure.as_ref() == Some(sig) => steps.push((
+        // 2. The bug's smallest form: the verdict must not depend on whether its finder
+        // minimized it, so an unminimized bug is minimized here (as `deja minimize` does).
+        let all = given.fault_list(&c.base);
+        let bug = if given.minimized_from.is_some() || all.len() <= 1 {
+            let why = if given.minimized_from.is_some() { "minimized already" } else { "nothing to minimize" };
+            steps.push((
                 names[1],
                 CheckStatus::Passed,
-                format!("{} fault(s) fail it the same way: {what}", schedule.len()),
+                format!(
+                    "{why}: {} fault(s): {}",
+                    all.len(),
+                    all.iter().map(BugFault::describe).collect::<Vec<_>>().join("; ")
+                ),
+                vec![],
+            ));
+            given.clone()
+        } else {
+            match minimize_cluster(given, &c.base, "cluster-bug.json") {
+                Ok(m) => {
+                    steps.push((
+                        names[1],
+                        CheckStatus::Passed,
+                        format!(
+                            "minimized here, as deja minimize does, in {} runs: {} of {} faults kept: {}",
+                            m.tests,
+                            m.bug.input.fault_words().len(),
+                            all.len(),
+                            m.bug.input.fault_words().join("; ")
+                        ),
+                        vec![m.bug.digest.clone()],
+                    ));
+                    m.bug
+                }
+                Err(e) => {
+                    steps.push((
+                        names[1],
+                        CheckStatus::Incomplete,
+                        format!(
+                            "it cannot be minimized ({e}): the failure depends on decisions beyond its faults' times and \
+                             cannot be judged by meaning"
+                        ),
+                        vec![],
+                    ));
+                    return Verdict::EvidenceIncomplete;
+                }
+            }
+        };
+        judged = Some(bug.clone());
+        let faults = bug.fault_list(&c.base);
+        let schedule = timed(&faults);
+        let what = faults.iter().map(BugFault::describe).collect::<Vec<_>>().join("; ");
+        // 3. Its faults by meaning.
+        match run(&c.base, &by_meaning(&bug, &faults, 0)) {
+            Ok(o) if o.failure.as_ref() == Some(sig) => steps.push((
+                names[2],
+                CheckStatus::Passed,
+                format!("{} fault(s) fail it the same way: {what}", faults.len()),
                 vec![o.report.digest],
             )),
             Ok(o) => {
                 steps.push((
-                    names[1],
+                    names[2],
                     CheckStatus::Incomplete,
                     format!(
-                        "its {} fault(s) as a schedule do not fail the base the same way ({}): the failure depends on \
-                         decisions beyond its faults' times and cannot be judged by meaning",
-                        schedule.len(),
+                        "its {} fault(s) by meaning do not fail the base the same way ({}): the failure depends on \
+                         decisions beyond its faults and cannot be judged by meaning",
+                        faults.len(),
                         o.failure.map_or_else(|| "it holds".into(), |f| f.to_string())
                     ),
                     vec![o.report.digest],
@@ -276,15 +547,15 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
                 return Verdict::EvidenceIncomplete;
             }
             Err(e) => {
-                steps.push((names[1], CheckStatus::Incomplete, format!("the base cannot run: {e}"), vec![]));
+                steps.push((names[2], CheckStatus::Incomplete, format!("the base cannot run: {e}"), vec![]));
                 return Verdict::EvidenceIncomplete;
             }
         }
-        // 3. No faults.
-        match run(&c.base, &by_meaning(bug, &[], 0)) {
+        // 4. No faults.
+        match run(&c.base, &by_meaning(&bug, &[], 0)) {
             Ok(o) if o.failure.as_ref() == Some(sig) => {
                 steps.push((
-                    names[2],
+                    names[3],
                     CheckStatus::Failed,
                     format!("the base fails without faults: {sig}"),
                     vec![o.report.digest],
@@ -292,7 +563,7 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
                 return Verdict::NotFaultInduced;
             }
             Ok(o) => steps.push((
-                names[2],
+                names[3],
                 CheckStatus::Passed,
                 match o.failure {
                     None => "the base holds without faults".into(),
@@ -301,45 +572,55 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
                 vec![o.report.digest],
             )),
             Err(e) => {
-                steps.push((names[2], CheckStatus::Incomplete, format!("the base cannot run: {e}"), vec![]));
+                steps.push((names[3], CheckStatus::Incomplete, format!("the base cannot run: {e}"), vec![]));
                 return Verdict::EvidenceIncomplete;
             }
         }
-        // 4. The candidate, without faults.
+        // 5. The candidate, without faults.
         let cand = match c.candidate.as_ref().map_err(Clone::clone).and_then(|b| candidate_target(&c.base, b)) {
             Ok(t) => t,
             Err(e) => {
-                steps.push((names[3], CheckStatus::Incomplete, format!("no candidate: {e}"), vec![]));
+                steps.push((names[4], CheckStatus::Incomplete, format!("no candidate: {e}"), vec![]));
                 return Verdict::EvidenceIncomplete;
             }
         };
-        match run(&cand, &by_meaning(bug, &[], 0)) {
-            Ok(o) => match o.failure {
-                None => steps.push((
-                    names[3],
+        match run(&cand, &by_meaning(&bug, &[], 0)) {
+            Ok(o) => match judge_run(&o, &[], sig) {
+                Ok(None) => steps.push((
+                    names[4],
                     CheckStatus::Passed,
                     "the candidate holds without faults".into(),
                     vec![o.report.digest],
                 )),
-                Some(f) => {
+                Ok(Some(v)) => {
+                    let f = o.failure.clone().unwrap_or(FailureSignature::Stuck);
                     steps.push((
-                        names[3],
+                        names[4],
                         CheckStatus::Failed,
                         format!("the candidate fails without faults: {f}"),
                         vec![o.report.digest],
                     ));
-                    return failing(&f, sig);
+                    return v;
+                }
+                Err(why) => {
+                    steps.push((
+                        names[4],
+                        CheckStatus::Incomplete,
+                        format!("without faults: {why}"),
+                        vec![o.report.digest],
+                    ));
+                    return Verdict::EvidenceIncomplete;
                 }
             },
             Err(e) => {
-                steps.push((names[3], CheckStatus::Incomplete, format!("the candidate cannot run: {e}"), vec![]));
+                steps.push((names[4], CheckStatus::Incomplete, format!("the candidate cannot run: {e}"), vec![]));
                 return Verdict::EvidenceIncomplete;
             }
         }
-        // 5. Worlds: the ones where the base fails under the schedule are evidence.
+        // 6. Worlds: the ones where the base fails under the faults are evidence.
         let (mut held, mut set_aside, mut digests) = (0u32, 0u32, Vec::new());
         for k in 0..c.worlds.max(1) {
-            let input = by_meaning(bug, &schedule, k);
+            let input = by_meaning(&bug, &faults, k);
             if k > 0 {
                 match run(&c.base, &input) {
                     Ok(o) if o.failure.as_ref() == Some(sig) => {}
@@ -349,7 +630,7 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
                     }
                     Err(e) => {
                         steps.push((
-                            names[4],
+                            names[5],
                             CheckStatus::Incomplete,
                             format!("world {k}: the base cannot run: {e}"),
                             digests,
@@ -361,34 +642,28 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
             match run(&cand, &input) {
                 Ok(o) => {
                     digests.push(o.report.digest.clone());
-                    if let Some(f) = o.failure {
-                        let v = failing(&f, sig);
-                        timeline = format!("world {k}: {f}");
-                        steps.push((
-                            names[4],
-                            CheckStatus::Failed,
-                            format!("in world {k} the candidate fails: {f}"),
-                            digests,
-                        ));
-                        return v;
+                    match judge_run(&o, &faults, sig) {
+                        Ok(None) => held += 1,
+                        Ok(Some(v)) => {
+                            let f = o.failure.clone().unwrap_or(FailureSignature::Stuck);
+                            timeline = format!("world {k}: {f}");
+                            steps.push((
+                                names[5],
+                                CheckStatus::Failed,
+                                format!("in world {k} the candidate fails: {f}"),
+                                digests,
+                            ));
+                            return v;
+                        }
+                        Err(why) => {
+                            steps.push((names[5], CheckStatus::Incomplete, format!("world {k}: {why}"), digests));
+                            return Verdict::EvidenceIncomplete;
+                        }
                     }
-                    if let Some(f) = unreached(&o, &schedule) {
-                        steps.push((
-                            names[4],
-                            CheckStatus::Incomplete,
-                            format!(
-                                "world {k}: the replay lost track: the run ended before its fault \"{}\" came",
-                                describe_fault(f)
-                            ),
-                            digests,
-                        ));
-                        return Verdict::EvidenceIncomplete;
-                    }
-                    held += 1;
                 }
                 Err(e) => {
                     steps.push((
-                        names[4],
+                        names[5],
                         CheckStatus::Incomplete,
                         format!("world {k}: the candidate cannot run: {e}"),
                         digests,
@@ -398,43 +673,65 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
             }
         }
         steps.push((
-            names[4],
+            names[5],
             CheckStatus::Passed,
             format!(
                 "held in {held} world(s) where the base fails ({set_aside} world(s) where the base holds set aside): {what}"
             ),
             digests,
         ));
-        // 6. The sweep.
-        let mut variants: Vec<(String, Vec<ScheduledFault>)> = [-500i64, -200, 200, 500]
-            .into_iter()
-            .map(|d| (format!("every fault {d:+} ms"), shifted(&schedule, d, None)))
-            .collect();
-        for (i, f) in schedule.iter().enumerate().take(10) {
-            for d in [-300i64, 300] {
-                variants.push((format!("\"{}\" {d:+} ms", describe_fault(f)), shifted(&schedule, d, Some(i))));
+        // 7. The schedule shifted: as a whole, and each fault with the fault paired with it.
+        let mut variants: Vec<(String, Vec<ScheduledFault>)> = Vec::new();
+        if !schedule.is_empty() {
+            for d in [-500i64, -200, 200, 500] {
+                variants.push((format!("every fault {d:+} ms"), shifted(&schedule, d, None)));
+            }
+            for (i, f) in schedule.iter().enumerate().take(10) {
+                for d in [-300i64, 300] {
+                    let with = partner(&schedule, i)
+                        .map(|j| format!(" (with \"{}\")", describe_fault(&schedule[j])))
+                        .unwrap_or_default();
+                    variants
+                        .push((format!("\"{}\"{with} {d:+} ms", describe_fault(f)), shifted(&schedule, d, Some(i))));
+                }
             }
         }
+        let storage: Vec<BugFault> = faults.iter().filter(|f| matches!(f, BugFault::Storage(_))).cloned().collect();
+        let mut skipped = Vec::new();
         let mut digests = Vec::new();
+        let mut ran = 0usize;
         for (name, s) in &variants {
-            match run(&cand, &by_meaning(bug, s, 0)) {
+            if let Some(why) = not_applicable(s) {
+                skipped.push(format!("{name}: {why}"));
+                continue;
+            }
+            let all: Vec<BugFault> = s.iter().cloned().map(BugFault::Timed).chain(storage.iter().cloned()).collect();
+            ran += 1;
+            match run(&cand, &by_meaning(&bug, &all, 0)) {
                 Ok(o) => {
                     digests.push(o.report.digest.clone());
-                    if let Some(f) = o.failure {
-                        let v = failing(&f, sig);
-                        timeline = format!("{name}: {f}");
-                        steps.push((
-                            names[5],
-                            CheckStatus::Failed,
-                            format!("with {name} the candidate fails: {f}"),
-                            digests,
-                        ));
-                        return v;
+                    match judge_run(&o, &all, sig) {
+                        Ok(None) => {}
+                        Ok(Some(v)) => {
+                            let f = o.failure.clone().unwrap_or(FailureSignature::Stuck);
+                            timeline = format!("{name}: {f}");
+                            steps.push((
+                                names[6],
+                                CheckStatus::Failed,
+                                format!("with {name} the candidate fails: {f}"),
+                                digests,
+                            ));
+                            return v;
+                        }
+                        Err(why) => {
+                            steps.push((names[6], CheckStatus::Incomplete, format!("with {name}: {why}"), digests));
+                            return Verdict::EvidenceIncomplete;
+                        }
                     }
                 }
                 Err(e) => {
                     steps.push((
-                        names[5],
+                        names[6],
                         CheckStatus::Incomplete,
                         format!("{name}: the candidate cannot run: {e}"),
                         digests,
@@ -443,8 +740,154 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
                 }
             }
         }
-        steps.push((names[5], CheckStatus::Passed, format!("all {} variants held", variants.len()), digests));
-        timeline = format!("the candidate held under {what}, in {held} world(s) and {} variants", variants.len());
+        let skipped_words = if skipped.is_empty() {
+            String::new()
+        } else {
+            format!("; {} variant(s) not applicable, not run: {}", skipped.len(), skipped.join("; "))
+        };
+        steps.push((
+            names[6],
+            CheckStatus::Passed,
+            if variants.is_empty() {
+                "no timed fault to shift".to_string()
+            } else {
+                format!("all {ran} variants held{skipped_words}")
+            },
+            digests,
+        ));
+        // 8. The storage sweep: each node crashed before and after its durable operations,
+        // under the bug's timed faults, with the crash states there. Its runs take their steering
+        // at boot, so that every durable operation can be a crash point; the points are those of
+        // the candidate's run under the timed faults alone.
+        let timed_faults: Vec<BugFault> = schedule.iter().cloned().map(BugFault::Timed).collect();
+        let at_boot = |faults: &[BugFault]| ClusterInput { steer_at: SteerAt::Boot, ..by_meaning(&bug, faults, 0) };
+        let base_run = match run(&cand, &at_boot(&timed_faults)) {
+            Ok(o) => match judge_run(&o, &timed_faults, sig) {
+                Ok(None) => o,
+                Ok(Some(v)) => {
+                    let f = o.failure.clone().unwrap_or(FailureSignature::Stuck);
+                    timeline = format!("under the timed faults alone: {f}");
+                    steps.push((
+                        names[7],
+                        CheckStatus::Failed,
+                        format!("under the timed faults alone the candidate fails: {f}"),
+                        vec![o.report.digest],
+                    ));
+                    return v;
+                }
+                Err(why) => {
+                    steps.push((
+                        names[7],
+                        CheckStatus::Incomplete,
+                        format!("under the timed faults alone: {why}"),
+                        vec![],
+                    ));
+                    return Verdict::EvidenceIncomplete;
+                }
+            },
+            Err(e) => {
+                steps.push((names[7], CheckStatus::Incomplete, format!("the candidate cannot run: {e}"), vec![]));
+                return Verdict::EvidenceIncomplete;
+            }
+        };
+        let (points, total) = sweep_points(&base_run, sweep.crash_points);
+        let input_of = |p: &SweepPoint| {
+            let mut all = timed_faults.clone();
+            all.push(p.fault());
+            at_boot(&all)
+        };
+        // A queue in a fixed order: every point, then the other crash states of each point before
+        // an operation, in the order of their points. It runs `jobs` at a time, and is read in
+        // its order: the first failure in it decides, whatever the number of threads.
+        let mut queue: Vec<(SweepPoint, bool)> = points.iter().map(|p| (p.clone(), true)).collect();
+        let mut next = 0usize;
+        let mut digests = Vec::new();
+        let mut runs = 0usize;
+        let mut unreached_points = Vec::new();
+        while next < queue.len() {
+            let chunk: Vec<(SweepPoint, bool)> = queue[next..queue.len().min(next + sweep.jobs.max(1))].to_vec();
+            next += chunk.len();
+            let inputs: Vec<ClusterInput> = chunk.iter().map(|(p, _)| input_of(p)).collect();
+            let outs = run_all(&cand, &inputs, sweep.states_per_point, sweep.jobs);
+            for ((p, first), out) in chunk.into_iter().zip(outs) {
+                runs += 1;
+                let name = p.describe();
+                let o = match out {
+                    Ok(o) => o,
+                    Err(e) => {
+                        steps.push((
+                            names[7],
+                            CheckStatus::Incomplete,
+                            format!("{name}: the candidate cannot run: {e}"),
+                            digests,
+                        ));
+                        return Verdict::EvidenceIncomplete;
+                    }
+                };
+                digests.push(o.report.digest.clone());
+                let Some(crash) = o.report.crashes.iter().find(|r| r.node == p.node) else {
+                    unreached_points.push(name);
+                    continue;
+                };
+                match judge_run(&o, &timed_faults, sig) {
+                    Ok(None) => {}
+                    Ok(Some(v)) => {
+                        let f = o.failure.clone().unwrap_or(FailureSignature::Stuck);
+                        timeline = format!("{name}: {f}");
+                        steps.push((
+                            names[7],
+                            CheckStatus::Failed,
+                            format!("with {name} the candidate fails: {f}"),
+                            digests,
+                        ));
+                        return v;
+                    }
+                    Err(why) => {
+                        steps.push((names[7], CheckStatus::Incomplete, format!("with {name}: {why}"), digests));
+                        return Verdict::EvidenceIncomplete;
+                    }
+                }
+                // The other distinct crash states of a crash before the operation.
+                if first && p.crash.when == When::Before {
+                    for state in
+                        crash.states.iter().take(sweep.states_per_point).filter(|s| Some(*s) != crash.kept.as_ref())
+                    {
+                        let q =
+                            SweepPoint { crash: OpCrash { keep: Some(state.clone()), ..p.crash.clone() }, ..p.clone() };
+                        queue.push((q, false));
+                    }
+                }
+            }
+        }
+        if !unreached_points.is_empty() {
+            steps.push((
+                names[7],
+                CheckStatus::Incomplete,
+                format!("crash points never reached: {}", unreached_points.join(", ")),
+                digests,
+            ));
+            return Verdict::EvidenceIncomplete;
+        }
+        let swept = if total == 0 {
+            "no durable operation that made something durable on a node storage faults may strike: nothing to crash"
+                .to_string()
+        } else if total * 2 <= points.len() {
+            format!("every one of the {total} durable operations that made something durable")
+        } else {
+            format!("{} of the {total} durable operations that made something durable, spread evenly", points.len() / 2)
+        };
+        steps.push((
+            names[7],
+            CheckStatus::Passed,
+            format!(
+                "all {runs} runs held: {} crash points, before and after {swept}, with their crash states",
+                points.len()
+            ),
+            digests,
+        ));
+        timeline = format!(
+            "the candidate held under {what}, in {held} world(s), {ran} shifted schedules and {runs} crash-point runs"
+        );
         Verdict::FixedForThisCapsule
     })();
     for (name, status, detail, digests) in &steps {
@@ -454,7 +897,7 @@ pub fn check_cluster(c: &ClusterCheck) -> ClusterJudgement {
         cert.push(name, CheckStatus::NotRun, "an earlier result decided the verdict".into(), vec![]);
     }
     cert.seal(verdict, timeline);
-    ClusterJudgement { verdict, certificate: cert }
+    ClusterJudgement { verdict, certificate: cert, judged }
 }
 
 #[cfg(test)]

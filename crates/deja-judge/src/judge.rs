@@ -7,7 +7,7 @@ use deja_kernel::{FaultConfig, ProgramSpec};
 
 use crate::capsule::{Capsule, Trigger};
 use crate::certificate::{Certificate, CheckStatus};
-use crate::search::{run_plan, search, CrashKind, Plan};
+use crate::search::{run_plan, run_steered, search, CrashKind, Plan, Steer};
 use crate::RunFailure;
 
 /// The verdict of a check; in files, its [stable name](Verdict::name).
@@ -137,18 +137,27 @@ fn describe_event(name: &str, details: &str) -> String {
     words.join(" ")
 }
 
-/// What happened, for a person: the events of every life, the crash between them.
+/// What happened, for a person: the events of every life (but a client's history records), the
+/// crash between them.
 pub fn timeline(out: &Outcome) -> String {
     let mut parts = Vec::new();
     for (i, life) in out.lives.iter().enumerate() {
         if i > 0 {
             parts.push("restart".to_string());
         }
-        for e in &life.run.report.events {
+        // A client's history records are the checker's, not the program's story.
+        for e in life.run.report.events.iter().filter(|e| e.name != deja_protocol::HISTORY_EVENT) {
             parts.push(describe_event(&e.name, &e.details));
         }
         if life.crashed {
-            parts.push(format!("crash after durable write {}", life.run.report.durable_writes));
+            let words = match &life.run.report.exit {
+                deja_kernel::ExitStatus::Signaled { fault: Some(f), .. } => {
+                    f.description.strip_prefix("node crashed by deja ").map(|w| format!("crash {w}"))
+                }
+                _ => None,
+            };
+            parts
+                .push(words.unwrap_or_else(|| format!("crash after durable write {}", life.run.report.durable_writes)));
         }
     }
     if let Some(f) = &out.failure {
@@ -219,7 +228,7 @@ pub fn check(input: &CheckInput) -> Judgement {
             }
         };
         let base = spec(base_image, &input.base.path, input);
-        let control = match run(&base, input.memory_mib, &FaultConfig::default(), &BTreeMap::new()) {
+        let plain = match run(&base, input.memory_mib, &FaultConfig::default(), &BTreeMap::new()) {
             Ok(o) => o,
             Err(e) => {
                 steps.push((names[0], CheckStatus::Incomplete, format!("the base does not run: {e}"), vec![]));
@@ -237,12 +246,15 @@ pub fn check(input: &CheckInput) -> Judgement {
                 ));
                 return Verdict::EvidenceIncomplete;
             }
-            Some(c) => steps.push((names[0], CheckStatus::Passed, format!("capsule {} given", c.id), vec![])),
+            Some(c) if c.origin.is_empty() => {
+                steps.push((names[0], CheckStatus::Passed, format!("capsule {} given", c.id), vec![]))
+            }
+            Some(c) => steps.push((names[0], CheckStatus::Passed, format!("capsule {}: {}", c.id, c.origin), vec![])),
             None => {
                 let found = match search(
                     &base,
                     input.memory_mib,
-                    &control,
+                    &plain,
                     input.max_kill_points,
                     input.states_per_point,
                     true,
@@ -262,11 +274,11 @@ pub fn check(input: &CheckInput) -> Judgement {
                              error on each file operation",
                             found.runs, found.points
                         ),
-                        vec![control.digest.clone()],
+                        vec![plain.digest.clone()],
                     ));
                     return Verdict::EvidenceIncomplete;
                 };
-                let Some(c) = capsule_from(&o, &base_hash, input, &plan.faults_with_crash(), &BTreeMap::new()) else {
+                let Some(c) = capsule_from(&o, &base_hash, input, &plan.faults_with_crash(), &Steer::default()) else {
                     steps.push((names[0], CheckStatus::Incomplete, "the failure cannot be frozen".into(), vec![]));
                     return Verdict::EvidenceIncomplete;
                 };
@@ -280,6 +292,20 @@ pub fn check(input: &CheckInput) -> Judgement {
             }
         }
         let c = capsule.clone().expect("set above");
+        // The capsule's steering, and the fault-free run under it on which its crash is mapped.
+        let steer = c.steer();
+        let fork_base = steer.fork_at(&plain);
+        let control = if steer == Steer::default() {
+            plain.clone()
+        } else {
+            match run_steered(&base, input.memory_mib, &steer, fork_base) {
+                Ok(o) => o,
+                Err(e) => {
+                    steps.push((names[1], CheckStatus::Incomplete, format!("the base does not run: {e}"), vec![]));
+                    return Verdict::EvidenceIncomplete;
+                }
+            }
+        };
         // 2. Reproduce on the base, by meaning.
         let Some(plan) = plan_of(&c, &control) else {
             steps.push((
@@ -290,7 +316,7 @@ pub fn check(input: &CheckInput) -> Judgement {
             ));
             return Verdict::EvidenceIncomplete;
         };
-        match run_plan(&base, input.memory_mib, &plan, &c.overrides) {
+        match run_plan(&base, input.memory_mib, &plan, &steer, fork_base) {
             Ok(o) if o.failure.as_ref() == Some(&c.signature) => steps.push((
                 names[1],
                 CheckStatus::Passed,
@@ -334,10 +360,12 @@ pub fn check(input: &CheckInput) -> Judgement {
                 return Verdict::EvidenceIncomplete;
             };
             let s = spec(image, &corr.path, input);
-            let ok = run(&s, input.memory_mib, &FaultConfig::default(), &BTreeMap::new())
-                .ok()
-                .and_then(|ctl| plan_of(&c, &ctl))
-                .and_then(|p| run_plan(&s, input.memory_mib, &p, &c.overrides).ok());
+            let ok = run(&s, input.memory_mib, &FaultConfig::default(), &BTreeMap::new()).ok().and_then(|plain| {
+                let at = steer.fork_at(&plain);
+                let ctl = run_steered(&s, input.memory_mib, &steer, at).ok()?;
+                let p = plan_of(&c, &ctl)?;
+                run_plan(&s, input.memory_mib, &p, &steer, at).ok()
+            });
             match ok {
                 Some(o) if o.failure.is_none() => {
                     steps.push((names[3], CheckStatus::Passed, timeline(&o), vec![o.digest.clone()]))
@@ -393,11 +421,39 @@ pub fn check(input: &CheckInput) -> Judgement {
             ));
             return Verdict::NewFailure;
         }
+        let cand_plain = cand_control;
+        let fork_cand = steer.fork_at(&cand_plain);
+        let cand_control = if steer == Steer::default() {
+            cand_plain.clone()
+        } else {
+            match run_steered(&cand, input.memory_mib, &steer, fork_cand) {
+                Ok(o) => o,
+                Err(e) => {
+                    steps.push((
+                        names[4],
+                        CheckStatus::Incomplete,
+                        format!("the candidate cannot be run: {e}"),
+                        vec![],
+                    ));
+                    return Verdict::EvidenceIncomplete;
+                }
+            }
+        };
+        if let Some(f) = &cand_control.failure {
+            timeline_text = timeline(&cand_control);
+            steps.push((
+                names[4],
+                CheckStatus::Failed,
+                format!("the candidate fails without faults, with the capsule's decisions: {f}"),
+                vec![cand_control.digest.clone()],
+            ));
+            return Verdict::NewFailure;
+        }
         steps.push((
             names[4],
             CheckStatus::Passed,
             "the candidate holds without faults".into(),
-            vec![cand_control.digest.clone()],
+            vec![cand_plain.digest.clone(), cand_control.digest.clone()],
         ));
         // 5. Replay by meaning, in several fresh worlds that must agree.
         let Some(plan) = plan_of(&c, &cand_control) else {
@@ -415,9 +471,10 @@ pub fn check(input: &CheckInput) -> Judgement {
         let mut worlds = Vec::new();
         for w in 0..input.worlds.max(1) as usize {
             let core = cores.get(w % cores.len().max(1)).copied().unwrap_or(0);
-            let world = deja_vmm::identity::on_core(core, || run_plan(&cand, input.memory_mib, &plan, &c.overrides))
-                .map_err(RunFailure::from)
-                .and_then(|r| r);
+            let world =
+                deja_vmm::identity::on_core(core, || run_plan(&cand, input.memory_mib, &plan, &steer, fork_cand))
+                    .map_err(RunFailure::from)
+                    .and_then(|r| r);
             match world {
                 Ok(o) => worlds.push((core, o)),
                 Err(e) => {
@@ -477,7 +534,7 @@ pub fn check(input: &CheckInput) -> Judgement {
         }
         // 6. Sweep the candidate: every crash point with its crash states, and an error on each
         // of its file operations.
-        let total = cand_control.durable_writes;
+        let total = cand_plain.durable_writes;
         if total > input.max_kill_points {
             steps.push((
                 names[6],
@@ -487,20 +544,14 @@ pub fn check(input: &CheckInput) -> Judgement {
             ));
             return Verdict::EvidenceIncomplete;
         }
-        let swept = match search(
-            &cand,
-            input.memory_mib,
-            &cand_control,
-            input.max_kill_points,
-            input.states_per_point,
-            false,
-        ) {
-            Ok(s) => s,
-            Err(e) => {
-                steps.push((names[6], CheckStatus::Incomplete, format!("the sweep did not run: {e}"), vec![]));
-                return Verdict::EvidenceIncomplete;
-            }
-        };
+        let swept =
+            match search(&cand, input.memory_mib, &cand_plain, input.max_kill_points, input.states_per_point, false) {
+                Ok(s) => s,
+                Err(e) => {
+                    steps.push((names[6], CheckStatus::Incomplete, format!("the sweep did not run: {e}"), vec![]));
+                    return Verdict::EvidenceIncomplete;
+                }
+            };
         if let Some((plan, o)) = &swept.failure {
             timeline_text = timeline(o);
             let same = o.failure.as_ref() == Some(&c.signature);
@@ -569,6 +620,55 @@ pub fn check(input: &CheckInput) -> Judgement {
     Judgement { verdict, capsule, certificate: cert }
 }
 
+/// Freezes a bug file that `deja explore` found on the program `target` as a capsule: the bug is
+/// replayed exactly as `deja replay` does and must fail the same way; a bug that was not
+/// minimized yet is minimized first, as `deja minimize` would (so that a verdict does not depend
+/// on whether its finder minimized it), and the capsule says so. The failing run is frozen by
+/// meaning, with the bug's steering (where its input applies, its overrides and reseed).
+pub fn freeze_bug(bug: &deja_explore::BugFile, target: &deja_explore::Target) -> Result<Capsule, String> {
+    let out = deja_explore::replay(bug, target, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    if out.failure.as_ref() != Some(&bug.signature) {
+        let got = out.failure.map_or_else(|| "it holds".to_string(), |f| f.to_string());
+        return Err(format!("it does not reproduce on {} ({got})", target.path));
+    }
+    let (bug, out, origin) = if bug.minimized_from.is_none() && bug.input.size() > 1 {
+        let m =
+            deja_explore::minimize(bug, target, &bug.reproduce).map_err(|e| format!("it cannot be minimized: {e}"))?;
+        let again = deja_explore::replay(&m.bug, target, &mut |_, _| {}).map_err(|e| e.to_string())?;
+        let origin = format!(
+            "bug {}, minimized here as deja minimize does, in {} runs: {} of {} input elements kept",
+            bug.id,
+            m.tests,
+            m.bug.input.size(),
+            bug.input.size()
+        );
+        (m.bug, again, origin)
+    } else {
+        let why = if bug.minimized_from.is_some() { "minimized already" } else { "nothing to minimize" };
+        (bug.clone(), out, format!("bug {} ({why})", bug.id))
+    };
+    let steer =
+        Steer { at_setup: bug.fork_at_syscall > 0, overrides: bug.input.overrides.clone(), reseed: bug.input.reseed };
+    let input = CheckInput {
+        base: Program { path: String::new(), image: Ok(Vec::new()) },
+        candidate: Program { path: String::new(), image: Ok(Vec::new()) },
+        corrected: None,
+        capsule: None,
+        args: bug.argv.iter().skip(1).cloned().collect(),
+        env: bug.env.clone(),
+        seed: bug.seed,
+        memory_mib: bug.memory_mib,
+        max_kill_points: 0,
+        worlds: 0,
+        states_per_point: 0,
+    };
+    let base_hash = blake3::hash(&target.spec.image).to_hex().to_string();
+    let mut c = capsule_from(&out, &base_hash, &input, &bug.input.faults, &steer)
+        .ok_or_else(|| "it did not fail as its input says (a crash it names was never reached)".to_string())?;
+    c.origin = origin;
+    Ok(c.seal())
+}
+
 /// The plan a capsule names, on a program whose fault-free run was `control`: its crash point
 /// mapped by meaning (`None` when the trigger does not occur there).
 pub fn plan_of(c: &Capsule, control: &Outcome) -> Option<Plan> {
@@ -589,7 +689,7 @@ pub fn capsule_from(
     base_blake3: &str,
     input: &CheckInput,
     faults: &FaultConfig,
-    overrides: &BTreeMap<u64, u64>,
+    steer: &Steer,
 ) -> Option<Capsule> {
     let signature = out.failure.clone()?;
     let crash = if faults.crash_before_durable_write.is_some() {
@@ -615,6 +715,7 @@ pub fn capsule_from(
     };
     let mut frozen = faults.for_restart();
     frozen.errors = faults.errors.clone();
+    frozen.crash_at = faults.crash_at.clone();
     Some(
         Capsule {
             schema: crate::capsule::CAPSULE_SCHEMA.id(),
@@ -628,12 +729,15 @@ pub fn capsule_from(
             base_crash_after_durable_write: k,
             trigger,
             faults: frozen,
-            overrides: overrides.clone(),
+            overrides: steer.overrides.clone(),
             signature,
             timeline: timeline(out),
             crash,
             kept,
             host: deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone()),
+            at_setup: steer.at_setup,
+            reseed: steer.reseed,
+            origin: String::new(),
         }
         .seal(),
     )

@@ -103,7 +103,4 @@ pub enum RunFailure {
         /// Why.
         source: deja_vmm::VmError,
     },
-    /// A plan with a named crash state was given decision overrides.
-    #[snafu(display("a plan with a named crash state takes no decision overrides"))]
-    OverridesWithCrashState,
 }

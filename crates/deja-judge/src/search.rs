@@ -12,9 +12,8 @@ use deja_explore::Outcome;
 use deja_kernel::{CrashState, FaultConfig, ProgramSpec};
 use deja_vmm::Session;
 use serde::{Deserialize, Serialize};
-use snafu::ensure;
 
-use crate::{OverridesWithCrashStateSnafu, RunFailure};
+use crate::RunFailure;
 
 /// Where a plan's crash happens.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,51 +46,7 @@ impl CrashKind {
     }
 }
 
-/// The pending operations a crash keeps, by what they are.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeptOps {
-    /// Kept whole, in program order.
-    pub ops: Vec<String>,
-    /// A write kept in part, and how many of its sectors.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub torn: Option<(String, u64)>,
-}
-
-impl KeptOps {
-    /// The state `state` is, over the pending operations `pending` (in words).
-    pub fn of(state: &CrashState, pending: &[String]) -> KeptOps {
-        let name = |p: u32| pending.get(p as usize).cloned().unwrap_or_default();
-        KeptOps { ops: state.kept.iter().map(|p| name(*p)).collect(), torn: state.torn.map(|(p, k)| (name(p), k)) }
-    }
-
-    /// The state over `pending` that keeps the operations named here (each name matches the
-    /// first pending operation of that name not matched yet); names pending has not are lost.
-    pub fn state_over(&self, pending: &[String]) -> CrashState {
-        let mut used = vec![false; pending.len()];
-        let mut find = |name: &str| {
-            let at = (0..pending.len()).find(|i| !used[*i] && pending[*i] == name)?;
-            used[at] = true;
-            Some(at as u32)
-        };
-        let mut kept: Vec<u32> = self.ops.iter().filter_map(|n| find(n)).collect();
-        kept.sort_unstable();
-        let torn = self.torn.as_ref().and_then(|(n, k)| find(n).map(|p| (p, *k)));
-        CrashState { kept, torn }
-    }
-
-    /// In words.
-    pub fn describe(&self) -> String {
-        let mut s = if self.ops.is_empty() {
-            "nothing pending kept".to_string()
-        } else {
-            format!("kept: {}", self.ops.join("; "))
-        };
-        if let Some((n, k)) = &self.torn {
-            s.push_str(&format!("; {n} cut after {k} sectors"));
-        }
-        s
-    }
-}
+pub use deja_kernel::KeptOps;
 
 /// A fault plan: a crash (by meaning), what it keeps, and the other faults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +84,7 @@ impl Plan {
     fn config(&self) -> FaultConfig {
         let mut f = self.faults.for_restart();
         f.errors = self.faults.errors.clone();
+        f.crash_at = self.faults.crash_at.clone();
         match self.crash {
             CrashKind::After => f.crash_after_durable_write = Some(self.k),
             CrashKind::Before => f.crash_before_durable_write = Some(self.k),
@@ -143,26 +99,61 @@ fn outcome_of(lives: Vec<deja_vmm::Incarnation>) -> Outcome {
     deja_explore::input::outcome(lives, &[])
 }
 
-/// Runs `spec` under `plan` from its first syscall, with decision `overrides`.
+/// How a capsule's run is steered, as `deja explore` steered the run it froze: from the
+/// syscall after the program's `setup_complete` (`at_setup`) or from its start, decision
+/// overrides by position, and every other decision drawn from another seed's stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Steer {
+    /// The input applies from the syscall after `setup_complete` (else from the start).
+    pub at_setup: bool,
+    /// Decision index → choice.
+    pub overrides: std::collections::BTreeMap<u64, u64>,
+    /// Every decision not overridden is drawn from this seed's stream.
+    pub reseed: Option<u64>,
+}
+
+impl Steer {
+    /// Where a program whose untouched run was `plain` takes this steering: the syscall after
+    /// its `setup_complete`, or 0.
+    pub fn fork_at(&self, plain: &Outcome) -> u64 {
+        if !self.at_setup {
+            return 0;
+        }
+        let report = &plain.lives[0].run.report;
+        report.setup_complete.as_ref().map_or(0, |s| s.syscall_index + 1)
+    }
+
+    /// The explorer's input of this steering with `faults`.
+    fn input(&self, faults: FaultConfig) -> deja_explore::Input {
+        deja_explore::Input { overrides: self.overrides.clone(), faults, reseed: self.reseed, seed: None }
+    }
+}
+
+/// Runs `spec` with no fault, steered by `steer` from syscall `fork_at`: the run a capsule's
+/// triggers are mapped on.
+pub fn run_steered(spec: &ProgramSpec, memory_mib: u64, steer: &Steer, fork_at: u64) -> Result<Outcome, RunFailure> {
+    let target = deja_explore::Target { spec: spec.clone(), memory: memory_mib << 20, path: String::new() };
+    Ok(deja_explore::input::run_fresh(&target, fork_at, &steer.input(FaultConfig::default()), &mut |_, _| {})?)
+}
+
+/// Runs `spec` under `plan`, steered by `steer` from syscall `fork_at` on: the run `deja
+/// replay` makes of a bug file with that input, the plan's crash state named by meaning.
 pub fn run_plan(
     spec: &ProgramSpec,
     memory_mib: u64,
     plan: &Plan,
-    overrides: &std::collections::BTreeMap<u64, u64>,
+    steer: &Steer,
+    fork_at: u64,
 ) -> Result<Outcome, RunFailure> {
-    let mut s = spec.clone();
-    s.faults = plan.config();
+    let input = steer.input(plan.config());
     let Some(kept) = plan.kept.as_ref().filter(|_| plan.crash != CrashKind::None) else {
-        let target = deja_explore::Target { spec: s, memory: memory_mib << 20, path: String::new() };
-        let input = deja_explore::Input {
-            overrides: overrides.clone(),
-            faults: target.spec.faults.clone(),
-            ..Default::default()
-        };
-        return Ok(deja_explore::input::run_fresh(&target, 0, &input, &mut |_, _| {})?);
+        let target = deja_explore::Target { spec: spec.clone(), memory: memory_mib << 20, path: String::new() };
+        return Ok(deja_explore::input::run_fresh(&target, fork_at, &input, &mut |_, _| {})?);
     };
-    ensure!(overrides.is_empty(), OverridesWithCrashStateSnafu);
-    let mut c = Session::boot(s, memory_mib << 20)?;
+    let mut c = Session::boot(spec.clone(), memory_mib << 20)?;
+    if c.run_to_syscall(fork_at, &mut |_, _| {})? {
+        input.prepare(c.kernel_mut());
+    }
     let lives = if c.run_to_crash(&mut |_, _| {})? {
         let state = kept.state_over(&c.kernel().pending_operations());
         c.restart_crashed(&state, &mut |_, _| {})
@@ -245,7 +236,7 @@ pub fn search(
     let menu = deja_explore::menu::Menu { durable_writes: 0, io_ops: &control.io_ops, pending_at_crash: None };
     for faults in deja_explore::menu::hunt(&menu, usize::MAX) {
         let plan = Plan { crash: CrashKind::None, k: 0, kept: None, faults };
-        let o = run_plan(spec, memory_mib, &plan, &Default::default())?;
+        let o = run_plan(spec, memory_mib, &plan, &Steer::default(), 0)?;
         out.runs += 1;
         out.digests.push(o.digest.clone());
         if o.failure.is_some() && out.failure.is_none() {

@@ -73,12 +73,24 @@ pub struct FaultConfig {
     /// Errors placed on chosen operations ("EIO on the 4th write to /data/wal").
     #[serde(default)]
     pub errors: Vec<ErrorRule>,
+    /// Crashes placed by meaning: before or after the n-th durable operation on a path
+    /// ("crash before durable op #3 on /data/wal"). The first one reached strikes.
+    #[serde(default)]
+    pub crash_at: Vec<OpCrash>,
+    /// Path prefixes that receive storage faults (placed errors, rates, crashes by meaning);
+    /// empty: every path. Paths the program excluded itself
+    /// ([`deja_protocol::Request::ExcludePath`]) never do.
+    #[serde(default)]
+    pub fault_paths: Vec<String>,
 }
 
 impl FaultConfig {
     /// True when the configuration names a crash point.
     pub fn crashes(&self) -> bool {
-        self.crash_after_durable_write.is_some() || self.crash_before_durable_write.is_some() || self.crash_at_exit
+        self.crash_after_durable_write.is_some()
+            || self.crash_before_durable_write.is_some()
+            || self.crash_at_exit
+            || !self.crash_at.is_empty()
     }
 
     /// The configuration of the life after a crash: the crash point, the crash state and the
@@ -90,9 +102,160 @@ impl FaultConfig {
             crash_at_exit: false,
             crash_state: None,
             errors: Vec::new(),
+            crash_at: Vec::new(),
             ..self.clone()
         }
     }
+
+    /// True when storage faults may strike `path` under this configuration: it is under one
+    /// of [`FaultConfig::fault_paths`] (or that list is empty).
+    pub fn targets(&self, path: &str) -> bool {
+        self.fault_paths.is_empty() || self.fault_paths.iter().any(|p| under(path, p))
+    }
+}
+
+/// True when `path` is `prefix` or lies under it (`/data` holds `/data/wal`, not `/database`;
+/// a prefix ending in `/` holds what starts with it).
+pub fn under(path: &str, prefix: &str) -> bool {
+    match path.strip_prefix(prefix) {
+        Some(rest) => rest.is_empty() || prefix.ends_with('/') || rest.starts_with('/'),
+        None => false,
+    }
+}
+
+/// Which side of a durable operation a crash placed by meaning comes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum When {
+    /// When the program makes the operation, before it takes effect: what it would have made
+    /// durable is still pending.
+    Before,
+    /// Right after it took effect, before the program sees it return.
+    After,
+}
+
+impl When {
+    /// `before` or `after`.
+    pub fn name(self) -> &'static str {
+        match self {
+            When::Before => "before",
+            When::After => "after",
+        }
+    }
+}
+
+/// A crash placed by meaning: before or after the `nth` durable operation (an fsync,
+/// fdatasync or `sync_file_range` of the path, an `O_SYNC`/`O_DSYNC` write to it; `syncfs` and
+/// `sync` are path `/`) on `path`, counted from 1 in the life, keeping the pending operations
+/// `keep` names (`None`: the run's decisions choose, as the crash-state modes allow).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct OpCrash {
+    /// Before or after the operation.
+    pub when: When,
+    /// The guest path the operation makes durable.
+    pub path: String,
+    /// Which durable operation on `path`, from 1.
+    pub nth: u64,
+    /// What the crash image keeps of the pending operations, by what they are.
+    #[serde(default)]
+    pub keep: Option<KeptOps>,
+}
+
+impl OpCrash {
+    /// In words: `before durable op #3 on /data/wal`.
+    pub fn point(&self) -> String {
+        format!("{} durable op #{} on {}", self.when.name(), self.nth, self.path)
+    }
+
+    /// Parses `WHEN:PATH:NTH` (`before:/data/wal:3`): the crash before or after the NTH durable
+    /// operation on PATH, its state left to decisions.
+    pub fn parse(text: &str) -> Result<OpCrash, String> {
+        let mut parts = text.splitn(2, ':');
+        let when = match parts.next() {
+            Some("before") => When::Before,
+            Some("after") => When::After,
+            _ => return Err(format!("{text:?}: expected before:PATH:NTH or after:PATH:NTH")),
+        };
+        let rest = parts.next().unwrap_or_default();
+        let (path, nth) = rest.rsplit_once(':').ok_or_else(|| format!("{text:?}: expected WHEN:PATH:NTH"))?;
+        if !path.starts_with('/') {
+            return Err(format!("{text:?}: give an absolute guest path"));
+        }
+        let nth: u64 =
+            nth.parse().ok().filter(|n| *n > 0).ok_or_else(|| format!("{text:?}: {nth:?} is not a count from 1"))?;
+        Ok(OpCrash { when, path: path.to_string(), nth, keep: None })
+    }
+
+    /// In words with what it keeps: `crash before durable op #3 on /data/wal, nothing pending kept`.
+    pub fn describe(&self) -> String {
+        match &self.keep {
+            Some(k) => format!("crash {}, {}", self.point(), k.describe()),
+            None => format!("crash {}", self.point()),
+        }
+    }
+}
+
+/// The pending operations a crash keeps, by what they are (`write of 256 bytes at 0 to
+/// /data/pages`), so that a crash state can be replayed against another binary, whose pending
+/// list at the same point may hold other operations.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct KeptOps {
+    /// Kept whole, in program order.
+    pub ops: Vec<String>,
+    /// A write kept in part, and how many of its sectors.
+    #[serde(default)]
+    pub torn: Option<(String, u64)>,
+}
+
+impl KeptOps {
+    /// The state `state` is, over the pending operations `pending` (in words).
+    pub fn of(state: &CrashState, pending: &[String]) -> KeptOps {
+        let name = |p: u32| pending.get(p as usize).cloned().unwrap_or_default();
+        KeptOps { ops: state.kept.iter().map(|p| name(*p)).collect(), torn: state.torn.map(|(p, k)| (name(p), k)) }
+    }
+
+    /// The state over `pending` that keeps the operations named here (each name matches the
+    /// first pending operation of that name not matched yet); names `pending` has not are lost.
+    pub fn state_over(&self, pending: &[String]) -> CrashState {
+        let mut used = vec![false; pending.len()];
+        let mut find = |name: &str| {
+            let at = (0..pending.len()).find(|i| !used[*i] && pending[*i] == name)?;
+            used[at] = true;
+            Some(at as u32)
+        };
+        let mut kept: Vec<u32> = self.ops.iter().filter_map(|n| find(n)).collect();
+        kept.sort_unstable();
+        let torn = self.torn.as_ref().and_then(|(n, k)| find(n).map(|p| (p, *k)));
+        CrashState { kept, torn }
+    }
+
+    /// In words.
+    pub fn describe(&self) -> String {
+        let mut s = if self.ops.is_empty() {
+            "nothing pending kept".to_string()
+        } else {
+            format!("kept: {}", self.ops.join("; "))
+        };
+        if let Some((n, k)) = &self.torn {
+            s.push_str(&format!("; {n} cut after {k} sectors"));
+        }
+        s
+    }
+}
+
+/// One durable operation of a life: the path it made durable, its number on that path, when,
+/// and whether it had anything to make durable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DurableOp {
+    /// The path (`/` for `syncfs` and `sync`).
+    pub path: String,
+    /// Its number among the durable operations on `path` in this life, from 1.
+    pub nth: u64,
+    /// Virtual time, ns.
+    pub virtual_time_ns: u64,
+    /// Something was pending on its target: a crash before it and after it leave different
+    /// disks.
+    pub promotes: bool,
 }
 
 /// Exactly what a crash image keeps: the positions, among the operations pending at the crash
@@ -551,6 +714,52 @@ pub(crate) struct FaultState {
     /// The crash state the last crash image took.
     #[serde(default)]
     pub last_crash_state: Option<CrashAt>,
+    /// Durable operations made so far in this life, by path.
+    #[serde(default)]
+    pub durable_ops: BTreeMap<String, u64>,
+    /// The durable operations of this life, in order, at most [`MAX_DURABLE_LOG`].
+    #[serde(default)]
+    pub durable_log: Vec<DurableOp>,
+    /// What the crash armed now keeps, when it was placed by meaning with a named state.
+    #[serde(default)]
+    pub crash_keep: Option<KeptOps>,
+    /// The crash placed by meaning that struck, if one did.
+    #[serde(default)]
+    pub crash_struck: Option<OpCrash>,
+    /// Path prefixes the program excluded from storage faults (its own harness files).
+    #[serde(default)]
+    pub excluded: Vec<String>,
+    /// The program declared that a stop after an injected fault is a failure, not a fail-stop.
+    #[serde(default)]
+    pub fail_stop_is_failure: bool,
+    /// The life ended with a non-zero status after an injected I/O error, and was not turned
+    /// into a restart (see [`FailStop`]).
+    #[serde(default)]
+    pub stopped_after_fault: Option<String>,
+    /// The crash armed now is a fail-stop's restart: its image keeps everything pending.
+    #[serde(default)]
+    pub fail_stopped: bool,
+}
+
+/// Durable operations a life's report lists, at most.
+pub const MAX_DURABLE_LOG: usize = 4096;
+
+/// Lives a run may have before a stop after an injected fault is no longer turned into a crash
+/// and a restart: every rate-driven error would otherwise stop and restart the program for
+/// ever.
+pub const MAX_FAIL_STOP_LIVES: usize = 16;
+
+/// How a life that stops after an injected fault is treated (see [`FaultState::fail_stop`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailStop {
+    /// Not a stop after an injected fault: the exit stands.
+    No,
+    /// A fail-stop: the program is restarted there on its disk as it left it (what it wrote
+    /// and did not sync is kept, as a process restart keeps the page cache; what a failed sync
+    /// dropped is not); the words say where.
+    Restart(String),
+    /// A fail-stop that ends the run (the lives are used up): it is not a failure by itself.
+    Stands(String),
 }
 
 /// Syscall outcomes recorded after the first fault, at most.
@@ -574,6 +783,49 @@ impl FaultState {
             faulted: false,
             after_fault: Vec::new(),
             last_crash_state: None,
+            durable_ops: BTreeMap::new(),
+            durable_log: Vec::new(),
+            crash_keep: None,
+            crash_struck: None,
+            excluded: Vec::new(),
+            fail_stop_is_failure: false,
+            stopped_after_fault: None,
+            fail_stopped: false,
+        }
+    }
+
+    /// True when storage faults may strike `path`: the configuration targets it and the
+    /// program did not exclude it.
+    pub fn faultable(&self, path: &str) -> bool {
+        self.config.targets(path) && !self.excluded.iter().any(|p| under(path, p))
+    }
+
+    /// The first injected I/O error of this life, in words (`eio on write #1 to /data/wal`).
+    fn injected_error(&self) -> Option<&str> {
+        self.ledger.iter().find(|r| matches!(r.kind, FaultKind::Eio | FaultKind::Enospc)).map(|r| r.point.as_str())
+    }
+
+    /// What a life that ends with `exit` is, under the fail-stop rule: a life that stops with a
+    /// non-zero status or a signal after an I/O error was injected into it has done what a
+    /// careful program does on a failing disk. Unless the program declared such a stop a
+    /// failure, the program is restarted there (so what it acknowledged is checked after the
+    /// restart), or, once the run has had [`MAX_FAIL_STOP_LIVES`] lives, the stop ends the run
+    /// and is not a failure by itself.
+    pub fn fail_stop(&self, exit: &crate::ExitStatus) -> FailStop {
+        if matches!(exit, crate::ExitStatus::Exited { code: 0 }) || self.fail_stop_is_failure {
+            return FailStop::No;
+        }
+        let Some(fault) = self.injected_error() else { return FailStop::No };
+        let how = match exit {
+            crate::ExitStatus::Exited { code } => format!("status {code}"),
+            crate::ExitStatus::Signaled { name, .. } => name.clone(),
+        };
+        let words = format!("at its fail-stop ({how}) after {fault}");
+        let lives = 1 + self.previous.iter().filter(|r| r.kind == FaultKind::Crash).count();
+        if lives >= MAX_FAIL_STOP_LIVES {
+            FailStop::Stands(words)
+        } else {
+            FailStop::Restart(words)
         }
     }
 

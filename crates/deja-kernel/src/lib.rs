@@ -143,9 +143,10 @@ use snafu::Snafu;
 pub use coverage::{bucket, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
 pub use disk::{Disk, DiskEntry, DiskError};
 pub use elf::ElfError;
+pub use faults::under;
 pub use faults::{
-    CrashAt, CrashState, DecisionLog, DecisionPoint, DecisionRecord, ErrorRule, FaultConfig, FaultKind, FaultRecord,
-    IoCount, IoErrno, IoOp, RandomFault,
+    CrashAt, CrashState, DecisionLog, DecisionPoint, DecisionRecord, DurableOp, ErrorRule, FaultConfig, FaultKind,
+    FaultRecord, IoCount, IoErrno, IoOp, KeptOps, OpCrash, RandomFault, When, MAX_DURABLE_LOG, MAX_FAIL_STOP_LIVES,
 };
 pub use fs::FsConfig;
 pub use kernel::CrashStates;
@@ -582,6 +583,15 @@ pub struct RunReport {
     /// answered ([`hostchan`]).
     #[serde(default)]
     pub host_channels: hostchan::HostChannelReport,
+    /// The durable operations of this life, in order (on paths storage faults may strike; at
+    /// most [`MAX_DURABLE_LOG`]).
+    #[serde(default)]
+    pub durable_ops: Vec<DurableOp>,
+    /// The life ended with a non-zero status after an injected I/O error, and the run had no
+    /// lives left to restart it ([`MAX_FAIL_STOP_LIVES`]): where, in words. Such a stop
+    /// is not a failure by itself.
+    #[serde(default)]
+    pub stopped_after_fault: Option<String>,
 }
 
 impl RunReport {

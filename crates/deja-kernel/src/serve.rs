@@ -44,6 +44,7 @@ impl Kernel {
                 res = Ok(0);
             }
         }
+        self.fail_stop(&mut res);
         if self.faults.faulted && self.faults.after_fault.len() < crate::faults::MAX_AFTER_FAULT {
             let errno = match &res {
                 Err(SysStop::Err(e)) => *e as u64,

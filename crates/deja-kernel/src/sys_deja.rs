@@ -10,6 +10,9 @@ use crate::kernel::{Kernel, SysResult, SysStop};
 use crate::oracle::{Site, MAX_EVENTS, NODE, THREAD};
 use crate::{AssertionContext, EventRecord, LifecycleRecord, Memory};
 
+/// Path prefixes a program may exclude from storage faults, at most.
+pub(crate) const MAX_EXCLUDED: usize = 64;
+
 impl Kernel {
     /// Serves the deja syscall (`a` = RDI, RSI, RDX, R10, R8, R9); a failure is counted as a
     /// protocol error.
@@ -63,6 +66,20 @@ impl Kernel {
                     return Err(EINVAL.into());
                 }
                 Ok(self.faults.sdk_choice(n))
+            }
+            Request::ExcludePath => {
+                let path = self.guest_text(mem, a[1], a[2], MAX_TEXT)?;
+                if !path.starts_with('/') {
+                    return Err(EINVAL.into());
+                }
+                if self.faults.excluded.len() < MAX_EXCLUDED && !self.faults.excluded.contains(&path) {
+                    self.faults.excluded.push(path);
+                }
+                Ok(0)
+            }
+            Request::FailStopIsFailure => {
+                self.faults.fail_stop_is_failure = true;
+                Ok(0)
             }
         }
     }

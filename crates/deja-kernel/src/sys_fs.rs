@@ -8,11 +8,11 @@
 //! locks are kept per inode and start (at most [`MAX_LOCKS`](crate::files::MAX_LOCKS): then `ENOLCK`).
 
 use crate::errno::*;
-use crate::faults::{DecisionPoint, FaultKind, FaultRecord, IoErrno, IoOp};
+use crate::faults::{DecisionPoint, DurableOp, FailStop, FaultKind, FaultRecord, IoErrno, IoOp, When};
 use crate::fd::*;
 use crate::files::MAX_LOCKS;
 use crate::fs::Kind;
-use crate::kernel::{Kernel, SysResult};
+use crate::kernel::{Kernel, SysResult, SysStop};
 use crate::sys_path::{Target, AT_EMPTY_PATH, AT_SYMLINK_NOFOLLOW, PATH_MAX};
 use crate::Memory;
 
@@ -28,25 +28,80 @@ const UTIME_NOW: u64 = (1 << 30) - 1;
 const UTIME_OMIT: u64 = (1 << 30) - 2;
 
 impl Kernel {
-    /// Counts a durable write that took effect; arms the crash when it is the configured one.
-    fn durable_point(&mut self) {
+    /// A durable operation on `path` is about to take effect (`promotes`: something is pending
+    /// on its target): counts it, and says whether the configured crash comes right before it
+    /// (it is then armed, and the operation never happens). The crash comes before it when it is
+    /// the durable write `crash_before_durable_write` names, or the `Before` crash placed on
+    /// this operation by meaning ([`crate::faults::OpCrash`]).
+    fn durable_before(&mut self, path: &str, promotes: bool) -> bool {
+        let nth = {
+            let c = self.faults.durable_ops.entry(path.to_string()).or_default();
+            *c += 1;
+            *c
+        };
+        if self.faults.durable_log.len() < crate::faults::MAX_DURABLE_LOG && self.faults.faultable(path) {
+            let op = DurableOp { path: path.to_string(), nth, virtual_time_ns: self.sched.clock.now_ns(), promotes };
+            self.faults.durable_log.push(op);
+        }
+        let next = self.faults.durable_writes + 1;
+        if self.faults.config.crash_before_durable_write == Some(next) {
+            self.faults.crash_due = true;
+            self.faults.crash_point = format!("before durable write {next}");
+            return true;
+        }
+        self.crash_by_meaning(When::Before, path, nth)
+    }
+
+    /// The durable operation on `path` took effect: counts the durable write and arms the crash
+    /// when it is the configured one (`crash_after_durable_write`, or the `After` crash placed
+    /// on it by meaning).
+    fn durable_after(&mut self, path: &str) {
         self.faults.durable_writes += 1;
         if self.faults.config.crash_after_durable_write == Some(self.faults.durable_writes) {
             self.faults.crash_due = true;
             self.faults.crash_point = format!("after durable write {}", self.faults.durable_writes);
+            return;
         }
+        let nth = self.faults.durable_ops.get(path).copied().unwrap_or(0);
+        self.crash_by_meaning(When::After, path, nth);
     }
 
-    /// Called when a durable write is about to take effect: true (and the crash armed) when
-    /// the configuration crashes right before it. The write then never happens.
-    fn crash_before_durable(&mut self) -> bool {
-        let next = self.faults.durable_writes + 1;
-        if self.faults.config.crash_before_durable_write != Some(next) {
+    /// Arms the crash placed by meaning on the `nth` durable operation on `path`, at `when`, if
+    /// there is one and storage faults may strike the path.
+    fn crash_by_meaning(&mut self, when: When, path: &str, nth: u64) -> bool {
+        if !self.faults.faultable(path) {
             return false;
         }
+        let Some(c) = self.faults.config.crash_at.iter().find(|c| c.when == when && c.nth == nth && c.path == path)
+        else {
+            return false;
+        };
+        self.faults.crash_point = c.point();
+        self.faults.crash_keep = c.keep.clone();
+        self.faults.crash_struck = Some(c.clone());
         self.faults.crash_due = true;
-        self.faults.crash_point = format!("before durable write {next}");
         true
+    }
+
+    /// The fail-stop rule ([`crate::faults::FaultState::fail_stop`]) on a syscall's result: a
+    /// program that stops after an injected I/O error ends its life there as a crash whose
+    /// image keeps everything pending (so it restarts on its disk as it left it), or, with no
+    /// lives left, its stop is marked as one after a fault.
+    pub(crate) fn fail_stop(&mut self, res: &mut SysResult) {
+        if self.faults.crash_due {
+            return;
+        }
+        let Err(SysStop::Exit(status)) = &*res else { return };
+        match self.faults.fail_stop(status) {
+            FailStop::No => {}
+            FailStop::Restart(words) => {
+                self.faults.crash_point = words;
+                self.faults.crash_due = true;
+                self.faults.fail_stopped = true;
+                *res = Ok(0);
+            }
+            FailStop::Stands(words) => self.faults.stopped_after_fault = Some(words),
+        }
     }
 
     /// Counts one `op` on `path` and decides whether it fails: a placed error
@@ -79,6 +134,9 @@ impl Kernel {
             *c
         };
         let point = format!("{} #{n} {} {path}", op.name(), if op == IoOp::Write { "to" } else { "of" });
+        if !self.faults.faultable(path) && !alias.is_some_and(|a| self.faults.faultable(a)) {
+            return Ok(());
+        }
         let placed = self.faults.config.errors.iter().find(|r| {
             r.op == op
                 && (r.nth == 0 || r.nth == n)
@@ -144,9 +202,9 @@ impl Kernel {
         if advance {
             self.files.fds.get_mut(fd as i32)?.offset = off + n;
         }
-        if flags & O_DSYNC != 0 && !self.crash_before_durable() {
+        if flags & O_DSYNC != 0 && !self.durable_before(path, true) {
             self.files.fs.flush(id);
-            self.durable_point();
+            self.durable_after(path);
         }
         Ok(n)
     }
@@ -161,13 +219,14 @@ impl Kernel {
             }
             return Err(e.into());
         }
-        if self.crash_before_durable() {
+        let promotes = id.is_some_and(|id| self.files.fs.dirty(id));
+        if self.durable_before(&path, promotes) {
             return Ok(0);
         }
         if let Some(id) = id {
             self.files.fs.flush(id);
         }
-        self.durable_point();
+        self.durable_after(&path);
         Ok(0)
     }
 
@@ -198,21 +257,23 @@ impl Kernel {
             self.files.fs.drop_all();
             return Err(e.into());
         }
-        if self.crash_before_durable() {
+        let promotes = self.files.fs.any_dirty();
+        if self.durable_before("/", promotes) {
             return Ok(0);
         }
         self.files.fs.flush_all();
-        self.durable_point();
+        self.durable_after("/");
         Ok(0)
     }
 
     pub(crate) fn sys_sync(&mut self) -> SysResult {
         self.faults.syncs += 1;
-        if self.crash_before_durable() {
+        let promotes = self.files.fs.any_dirty();
+        if self.durable_before("/", promotes) {
             return Ok(0);
         }
         self.files.fs.flush_all();
-        self.durable_point();
+        self.durable_after("/");
         Ok(0)
     }
 

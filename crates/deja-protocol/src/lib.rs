@@ -19,6 +19,8 @@
 //! | `Event` | name address | name length | details address | details length | 0 |
 //! | `Random` | – | – | – | – | a random `u64` (a decision) |
 //! | `Choice` | n (> 0) | – | – | – | an index in `0..n` (a decision) |
+//! | `ExcludePath` | path address | path length | – | – | 0 |
+//! | `FailStopIsFailure` | – | – | – | – | 0 |
 //!
 //! Details are UTF-8 JSON text (the SDK writes them; the monitor stores them as given, up to
 //! [`MAX_DETAILS`] bytes). A request with another protocol version, an unknown code or bad
@@ -57,6 +59,12 @@ pub enum Request {
     Random = 6,
     /// A random index below n.
     Choice = 7,
+    /// Storage faults must never strike this path prefix (the program's own harness files,
+    /// such as a log of what its client saw acknowledged).
+    ExcludePath = 8,
+    /// A stop (non-zero exit, panic, abort) after an injected fault is a failure of this
+    /// program, not a fail-stop.
+    FailStopIsFailure = 9,
 }
 
 impl Request {
@@ -70,6 +78,8 @@ impl Request {
             5 => Request::Event,
             6 => Request::Random,
             7 => Request::Choice,
+            8 => Request::ExcludePath,
+            9 => Request::FailStopIsFailure,
             _ => return None,
         })
     }
@@ -200,12 +210,12 @@ mod tests {
 
     #[test]
     fn words_round_trip() {
-        for code in 1..=7 {
+        for code in 1..=9 {
             let r = Request::from_code(code).unwrap();
             assert_eq!(split_word(r.word()), (PROTOCOL_VERSION, code));
         }
         assert!(Request::from_code(0).is_none());
-        assert!(Request::from_code(8).is_none());
+        assert!(Request::from_code(10).is_none());
     }
 
     #[test]

@@ -330,6 +330,29 @@ pub mod history {
     }
 }
 
+pub mod faults {
+    //! What deja's storage faults may strike, and how a stop after one is judged.
+    //!
+    //! deja injects storage faults (I/O errors, crashes at durable operations) into the system
+    //! under test, not into the harness: a program excludes its own harness files with
+    //! [`exclude_path`] (a log of what its client saw acknowledged, say). And a program that
+    //! stops on a failing disk (a non-zero exit, a panic, an abort right after an injected
+    //! I/O error) is fail-stop by default: deja crashes it there and restarts it on its
+    //! durable disk, and what fails is an invariant after the restart. [`fail_stop_is_failure`]
+    //! turns that off for a program that must never stop. Outside deja both do nothing.
+    use super::*;
+
+    /// Storage faults never strike `prefix` or anything under it (an absolute guest path).
+    pub fn exclude_path(prefix: &str) {
+        let _ = request(Request::ExcludePath, [prefix.as_ptr() as u64, prefix.len() as u64, 0, 0]);
+    }
+
+    /// A stop after an injected fault is a failure of this program, not a fail-stop.
+    pub fn fail_stop_is_failure() {
+        let _ = request(Request::FailStopIsFailure, [0, 0, 0, 0]);
+    }
+}
+
 pub mod random {
     //! Random values that are decisions under deja: recorded, replayed, and steerable by the
     //! explorer. Outside deja they come from the kernel's `getrandom`.
@@ -400,6 +423,8 @@ mod tests {
         let b = random::get_random();
         assert_ne!(a, b, "getrandom fallback gives fresh values");
         assert_eq!(random::random_choice::<u8>(&[]), None);
+        faults::exclude_path("/data/acked");
+        faults::fail_stop_is_failure();
         assert!([1, 2, 3].contains(random::random_choice(&[1, 2, 3]).unwrap()));
     }
 

@@ -111,11 +111,15 @@ impl Sim {
         let conns = live.kernel.connections();
         let status = sigkill("node killed by deja (fault injection)");
         let report = live.kernel.finish(&live.vm.space, status);
+        let errors = injected_errors(&report);
         n.lives.push(report);
         n.state = State::Down;
         n.paused = false;
         let name = n.cfg.name.clone();
         self.retire(i, live);
+        for (kind, point) in errors {
+            self.note(&kind, format!("{name} {point}"));
+        }
         let f = ScheduledFault { node: Some(name.clone()), ..self.scripted_fault(Action::Kill) };
         self.note_scripted("kill", name, f);
         self.reset_peers(i, conns);
@@ -173,9 +177,37 @@ impl Sim {
         self.note_scripted("clock-jump", format!("{name} +{} ms", ns / 1_000_000), f);
     }
 
+    /// Why scripted fault `f` cannot be applied now, if it cannot: a kill of a node that is
+    /// down or exited, a restart of one that is not down, a pause of one that is not up or
+    /// already paused, a resume of one that is not paused.
+    fn not_applicable(&self, f: &ScheduledFault, i: usize) -> Option<&'static str> {
+        let n = &self.nodes[i];
+        match f.action {
+            Action::Kill => match n.state {
+                State::Down => Some("the node is down"),
+                State::Exited => Some("the node has exited"),
+                _ => None,
+            },
+            Action::Restart => match n.state {
+                State::Down => None,
+                State::Exited => Some("the node has exited"),
+                _ => Some("the node is running"),
+            },
+            Action::Pause if n.live.is_none() => Some("the node is not running"),
+            Action::Pause if n.paused => Some("the node is paused already"),
+            Action::Resume if !n.paused => Some("the node is not paused"),
+            _ => None,
+        }
+    }
+
     pub(super) fn scripted(&mut self, f: &ScheduledFault) -> Result<(), ClusterError> {
         let idx = |s: &Vec<String>, sim: &Self| -> Vec<usize> { s.iter().map(|n| sim.index_of(n)).collect() };
         let node = f.node.as_deref().map(|n| self.index_of(n));
+        if let Some(why) = node.and_then(|i| self.not_applicable(f, i)) {
+            let name = f.node.clone().unwrap_or_default();
+            self.note("not-applied", format!("{} {name} at {} ms: {why}", f.action.name(), f.at_ms));
+            return Ok(());
+        }
         match f.action {
             Action::Partition => {
                 let groups = f.groups.iter().map(|g| idx(g, self)).collect();

@@ -103,6 +103,7 @@ impl Fork {
             sim.nodes[i].live = Some(Live { vm, kernel: parent.kernel().clone(), forked: true });
         }
         self.last_reset = ClusterReset { nodes: stats };
+        sim.crash_states = steering.crash_states;
         sim.steer(steering);
         let result = sim.main_loop(sink, false);
         let report = result.map(|o| sim.report(o.unwrap_or(Outcome::TimeLimit), wall.elapsed().as_nanos() as u64));

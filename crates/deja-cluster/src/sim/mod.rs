@@ -75,11 +75,11 @@ use deja_kernel::{DecisionLog, DecisionPoint, ExitStatus, Kernel, ProgramSpec, R
 use deja_vmm::{BootOptions, Parent, ResetStats, Stop, Vm};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Action, ClusterConfig, NodeConfig, RandomFaults, ScheduledFault};
+use crate::config::{Action, ClusterConfig, NodeConfig, NodeFault, RandomFaults, ScheduledFault, StorageFault};
 use crate::network::{Delivery, Network};
 use crate::{
-    BootSnafu, ClusterError, ClusterReport, EndedBeforeFirstSyscallSnafu, FaultEvent, ForkLostVmSnafu, NodeReport,
-    Outcome, SteeringSnafu, VmSnafu,
+    BootSnafu, ClusterError, ClusterReport, CrashRecord, EndedBeforeFirstSyscallSnafu, FaultEvent, ForkLostVmSnafu,
+    NodeReport, Outcome, SteeringSnafu, VmSnafu,
 };
 use snafu::{OptionExt, ResultExt};
 
@@ -159,13 +159,23 @@ impl Node {
 #[derive(Debug, Clone)]
 enum Event {
     Deliver(Box<Delivery>),
-    SynCheck { node: usize, src: SockAddr, dst: SockAddr },
+    SynCheck {
+        node: usize,
+        src: SockAddr,
+        dst: SockAddr,
+    },
     Scripted(Box<ScheduledFault>),
     RandomTick(RandomFault),
-    Heal { epoch: u64 },
+    Heal {
+        epoch: u64,
+    },
     Restart(usize),
+    /// A node that crashed at a durable operation boots again.
+    Revive(usize),
     Resume(usize),
-    TcpTimeout { epoch: u64 },
+    TcpTimeout {
+        epoch: u64,
+    },
 }
 
 /// Where a cluster run takes its steering.
@@ -218,6 +228,18 @@ pub struct Steering {
     /// Where message fates and ties come from after it.
     #[serde(default, skip_serializing_if = "Fates::is_stream")]
     pub fates: Fates,
+    /// Storage faults placed from the steering point on, besides the file's own (see
+    /// [`StorageFault`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub storage: Vec<StorageFault>,
+    /// At each crash of a node at a durable operation, list up to this many of its distinct
+    /// crash states in [`ClusterReport::crashes`] (0: none; a sweep asks for them).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub crash_states: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Options of one cluster run.
@@ -250,6 +272,12 @@ struct Sim {
     dirty_log: bool,
     /// Each node's fork VM, back from a life that ended.
     spare: Vec<Option<Vm>>,
+    /// The storage faults in force: the file's, and the steering's from its point on.
+    storage: Vec<StorageFault>,
+    /// Crash states to list at a crash (see [`RunOptions::crash_states`]).
+    crash_states: usize,
+    /// The crashes at durable operations so far.
+    crashes: Vec<CrashRecord>,
 }
 
 /// Runs a cluster to its end.
@@ -257,6 +285,7 @@ pub fn run(cfg: ClusterConfig, opts: RunOptions<'_>) -> Result<ClusterReport, Cl
     let wall = Instant::now();
     let steering = opts.steering;
     let mut sim = Sim::boot(cfg, opts.record_trace, false)?;
+    sim.crash_states = steering.crash_states;
     let outcome = match steering.at {
         SteerAt::Boot => {
             sim.steer(&steering);
@@ -315,7 +344,11 @@ impl Sim {
             armed: false,
             record_trace,
             dirty_log,
+            storage: Vec::new(),
+            crash_states: 0,
+            crashes: Vec::new(),
         };
+        sim.storage = sim.cfg.storage.faults.clone();
         for i in 0..sim.nodes.len() {
             sim.boot_node(i)?;
         }
@@ -338,6 +371,9 @@ impl Sim {
             record_trace: self.record_trace,
             dirty_log: false,
             spare: (0..self.nodes.len()).map(|_| None).collect(),
+            storage: self.storage.clone(),
+            crash_states: self.crash_states,
+            crashes: self.crashes.clone(),
         }
     }
 
@@ -378,6 +414,58 @@ impl Sim {
         if steering.fates == Fates::Meaning {
             self.log.key_by_meaning(MEANING_CONTEXT, steering.reseed.unwrap_or(self.cfg.seed));
         }
+        if !steering.storage.is_empty() {
+            self.storage.extend(steering.storage.iter().cloned());
+            for i in 0..self.nodes.len() {
+                self.install_storage(i);
+            }
+        }
+    }
+
+    /// Gives node `i`'s running life the storage faults in force that are still ahead of it:
+    /// a fault counted over the node's run (its n-th durable operation on a path, its n-th
+    /// write) becomes the one counted in this life, after what the earlier lives did; one
+    /// whose count an earlier life reached has struck or passed. A node the storage targets
+    /// leave out gets none.
+    fn install_storage(&mut self, i: usize) {
+        let st = &self.cfg.storage;
+        let n = &mut self.nodes[i];
+        let Some(live) = n.live.as_mut() else { return };
+        if !st.targets_node(&n.cfg.name) {
+            return;
+        }
+        let durable = crate::durable_counts(&n.lives);
+        let mut io: BTreeMap<(deja_kernel::IoOp, &str), u64> = BTreeMap::new();
+        for life in &n.lives {
+            for c in &life.io_ops {
+                *io.entry((c.op, c.path.as_str())).or_default() += c.count;
+            }
+        }
+        let mut f = deja_kernel::FaultConfig {
+            torn_writes: st.torn_writes,
+            reordered_writes: st.reordered_writes,
+            fault_paths: st.paths.clone(),
+            ..Default::default()
+        };
+        for fault in self.storage.iter().filter(|s| s.node == n.cfg.name) {
+            match &fault.fault {
+                NodeFault::Crash(c) => {
+                    let done = durable.get(c.path.as_str()).copied().unwrap_or(0);
+                    if c.nth > done {
+                        f.crash_at.push(deja_kernel::OpCrash { nth: c.nth - done, ..c.clone() });
+                    }
+                }
+                NodeFault::Error(r) => {
+                    let done = io.get(&(r.op, r.path.as_str())).copied().unwrap_or(0);
+                    if r.nth == 0 {
+                        f.errors.push(r.clone());
+                    } else if r.nth > done {
+                        f.errors.push(deja_kernel::ErrorRule { nth: r.nth - done, ..r.clone() });
+                    }
+                }
+            }
+        }
+        live.kernel.set_fault_config(f);
     }
 
     /// Every node is up and has called `setup_complete` in its current life.
@@ -422,6 +510,7 @@ impl Sim {
         kernel.resume(&mut vm.space, self.now, Vec::new());
         n.live = Some(Live { vm, kernel, forked: self.dirty_log });
         n.state = State::Running;
+        self.install_storage(i);
         Ok(())
     }
 
@@ -560,9 +649,56 @@ impl Sim {
         for p in packets {
             self.send(sent_at, i, p);
         }
-        if matches!(stop, Stop::Exited(_) | Stop::Crashed) {
-            return self.ended(i);
+        match stop {
+            Stop::Crashed => self.crashed(i),
+            Stop::Exited(_) => self.ended(i),
+            _ => Ok(()),
         }
+    }
+
+    /// Node `i` crashed at a durable operation, or at its fail-stop after an injected I/O
+    /// error: its VM is gone, its disk is the crash image, its peers are reset, and it
+    /// restarts at once on that disk.
+    fn crashed(&mut self, i: usize) -> Result<(), ClusterError> {
+        let now = self.now;
+        let budget = self.crash_states;
+        let n = &mut self.nodes[i];
+        let Some(mut live) = n.live.take() else { return Ok(()) };
+        // A crash by meaning is named by its count over the node's run, not the life's.
+        let point = match live.kernel.crash_struck() {
+            Some(c) => {
+                let before = crate::durable_counts(&n.lives).get(c.path.as_str()).copied().unwrap_or(0);
+                deja_kernel::OpCrash { nth: c.nth + before, ..c.clone() }.point()
+            }
+            None => live.kernel.crash_point_words(),
+        };
+        let pending = live.kernel.pending_operations();
+        let seed = n.seed ^ n.lives.len() as u64;
+        let states: Vec<deja_kernel::KeptOps> = if budget > 0 {
+            let found = live.kernel.crash_states(budget, seed).states;
+            found.into_iter().map(|(s, _)| deja_kernel::KeptOps::of(&s, &pending)).collect()
+        } else {
+            Vec::new()
+        };
+        n.disk = Some(live.kernel.crash_image());
+        let conns = live.kernel.connections();
+        let status = live.kernel.exit_status().cloned().unwrap_or_else(|| sigkill("crashed by deja"));
+        let report = live.kernel.finish(&live.vm.space, status);
+        let kept = report.crash_state.as_ref().map(|c| deja_kernel::KeptOps::of(&c.state, &c.pending));
+        let errors = injected_errors(&report);
+        n.lives.push(report);
+        n.state = State::Down;
+        n.paused = false;
+        let name = n.cfg.name.clone();
+        let life = n.lives.len() - 1;
+        self.retire(i, live);
+        for (kind, point) in errors {
+            self.note(&kind, format!("{name} {point}"));
+        }
+        self.note("crash", format!("{name} {point}"));
+        self.crashes.push(CrashRecord { node: name, life, time_ns: now, point, pending, kept, states });
+        self.reset_peers(i, conns);
+        self.push(now, Event::Revive(i));
         Ok(())
     }
 
@@ -584,11 +720,16 @@ impl Sim {
         let Some(mut live) = n.live.take() else { return Ok(()) };
         let status = live.kernel.exit_status().cloned().unwrap_or(ExitStatus::Exited { code: 0 });
         let report = live.kernel.finish(&live.vm.space, status);
+        let errors = injected_errors(&report);
         n.lives.push(report);
         n.state = State::Exited;
         // Its host is still up: what it had open is closed, which resets its peers.
         let conns = live.kernel.connections();
+        let name = n.cfg.name.clone();
         self.retire(i, live);
+        for (kind, point) in errors {
+            self.note(&kind, format!("{name} {point}"));
+        }
         self.reset_peers(i, conns);
         Ok(())
     }
@@ -654,6 +795,13 @@ impl Sim {
                 self.random_partition_active = false;
             }
             Event::Restart(i) => self.restart(i)?,
+            Event::Revive(i) => {
+                if self.nodes[i].state == State::Down {
+                    let name = self.nodes[i].cfg.name.clone();
+                    self.note("restart", format!("{name} after its crash"));
+                    self.boot_node(i)?;
+                }
+            }
             Event::Resume(i) => self.resume(i)?,
             Event::TcpTimeout { epoch } => {
                 if self.net.epoch == epoch && self.net.partitioned() {
@@ -667,10 +815,19 @@ impl Sim {
     /// The report of the run; the nodes still running are stopped (their fork VMs go back).
     fn report(&mut self, outcome: Outcome, wall_ns: u64) -> ClusterReport {
         let end = self.now;
+        let why = match outcome {
+            Outcome::TimeLimit => "still running when the time budget ran out",
+            _ => "still running when the cluster run ended",
+        };
         for i in 0..self.nodes.len() {
             if let Some(mut live) = self.nodes[i].live.take() {
-                let status = sigkill("still running when the cluster run ended");
-                self.nodes[i].lives.push(live.kernel.finish(&live.vm.space, status));
+                let status = sigkill(why);
+                let report = live.kernel.finish(&live.vm.space, status);
+                let name = self.nodes[i].cfg.name.clone();
+                for (kind, point) in injected_errors(&report) {
+                    self.note(&kind, format!("{name} {point}"));
+                }
+                self.nodes[i].lives.push(report);
                 self.retire(i, live);
             }
         }
@@ -710,6 +867,7 @@ impl Sim {
                 host_run_ns: n.host_run_ns,
                 min_exit_ns: if n.min_exit_ns == u64::MAX { 0 } else { n.min_exit_ns },
                 host_cores: n.host_cores,
+                storage_faults: self.cfg.storage.targets_node(&n.cfg.name),
             })
             .collect();
         ClusterReport {
@@ -724,8 +882,19 @@ impl Sim {
             decisions: self.log.records().to_vec(),
             network: self.net.stats.clone(),
             binary_hashes: self.cfg.binary_hashes.clone(),
+            crashes: std::mem::take(&mut self.crashes),
         }
     }
+}
+
+/// The I/O errors injected into a life, as (kind, point) for the cluster's ledger.
+pub(super) fn injected_errors(report: &RunReport) -> Vec<(String, String)> {
+    report
+        .faults
+        .iter()
+        .filter(|f| matches!(f.kind, deja_kernel::FaultKind::Eio | deja_kernel::FaultKind::Enospc))
+        .map(|f| (f.kind.name().to_string(), f.point.clone()))
+        .collect()
 }
 
 /// How a node that deja stopped ends: SIGKILL, with why.

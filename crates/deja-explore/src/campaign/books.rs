@@ -115,6 +115,7 @@ impl Books {
     pub(super) fn settle(
         &mut self,
         sig: FailureSignature,
+        subject: &str,
         difference: Option<String>,
         out: &Path,
         write: impl FnOnce(&Path) -> Result<WrittenBug, ExploreError>,
@@ -124,7 +125,7 @@ impl Books {
             self.unconfirmed.insert(sig);
             return Ok(());
         }
-        let id = bug_id(&sig);
+        let id = bug_id(&sig, subject);
         let file = format!("bug-{id}.json");
         let WrittenBug { reproduce, decisions, window } = write(&out.join(&file))?;
         self.signatures.insert(sig.clone());
@@ -182,9 +183,12 @@ impl Books {
     }
 }
 
-/// A bug's short id: the first 12 hex digits of its signature's BLAKE3.
-pub fn bug_id(signature: &FailureSignature) -> String {
-    blake3::hash(signature.to_string().as_bytes()).to_hex()[..12].to_string()
+/// A bug's short id: the first 12 hex digits of the BLAKE3 of what failed (`subject`: the
+/// program's BLAKE3, or each node's name and binary BLAKE3) and its signature. The same failure
+/// of another program, or of other nodes, is another bug.
+pub fn bug_id(signature: &FailureSignature, subject: &str) -> String {
+    let words = format!("deja bug v2\n{subject}\n{signature}");
+    blake3::hash(words.as_bytes()).to_hex()[..12].to_string()
 }
 
 pub(crate) fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<(), ExploreError> {

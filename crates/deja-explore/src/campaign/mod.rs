@@ -249,6 +249,8 @@ pub struct Facts {
     /// The kinds of fault that happened in the run (`crash`, `eio`, `partition`, ...), each once
     /// or more.
     pub faults: Vec<String>,
+    /// What each node offers to storage faults (clusters).
+    pub nodes: Vec<crate::menu::NodeMenu>,
 }
 
 /// What a campaign explored: a path and a BLAKE3 (of the program image or the cluster file).
@@ -298,6 +300,10 @@ pub trait Subject: Sync {
 
     /// Its path and BLAKE3.
     fn identity(&self) -> Program;
+
+    /// What identifies it in a bug's id ([`bug_id`]): the program's BLAKE3, or each node's
+    /// name and binary BLAKE3.
+    fn bug_subject(&self) -> String;
 
     /// The bootstrap: what rounds need to know before they start, and the outcomes of the runs
     /// it made (learned before the first round).
@@ -416,6 +422,9 @@ pub struct Entry<I> {
     /// Operations pending when its run crashed (programs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_at_crash: Option<u64>,
+    /// What each node of its run offers to storage faults (clusters).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<crate::menu::NodeMenu>,
 }
 
 impl<I> Entry<I> {
@@ -431,6 +440,7 @@ impl<I> Entry<I> {
             durable_writes: facts.durable_writes,
             io_ops: facts.io_ops.clone(),
             pending_at_crash: facts.pending_at_crash,
+            nodes: facts.nodes.clone(),
         }
     }
 }
@@ -682,7 +692,10 @@ fn learn_round<S: Subject>(
     if let Some(sig) = state.books.unseen(facts.failure.as_ref()) {
         let difference = subject.confirm(&state.reference, &input, out)?;
         let reference = &state.reference;
-        state.books.settle(sig, difference, &cfg.out, |path| subject.write_bug(reference, &input, out, round, path))?;
+        let who = subject.bug_subject();
+        state
+            .books
+            .settle(sig, &who, difference, &cfg.out, |path| subject.write_bug(reference, &input, out, round, path))?;
     }
     if kept {
         keep(&cfg.out, &mut state.corpus, Entry::new(input, &facts, &novelty, round))?;

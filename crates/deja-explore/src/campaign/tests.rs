@@ -26,6 +26,7 @@ fn entry(decisions: Vec<Decision>, focus: Option<u64>) -> Entry<()> {
         durable_writes: 0,
         io_ops: Vec::new(),
         pending_at_crash: None,
+        nodes: Vec::new(),
     }
 }
 
@@ -174,12 +175,19 @@ fn a_decision_keeps_its_flags_through_its_compact_form() {
 }
 
 #[test]
-fn bug_ids_are_a_stable_function_of_the_signature() {
+fn bug_ids_are_a_stable_function_of_the_signature_and_of_what_failed() {
     let on = |message: &str| FailureSignature::ClusterAssertions(vec![("n1".into(), message.into())]);
-    assert_eq!(bug_id(&on("x")), bug_id(&on("x")));
-    assert_ne!(bug_id(&on("x")), bug_id(&on("y")));
-    assert_eq!(bug_id(&on("x")).len(), 12);
-    // The id of the words: the same as the id deja has always given them.
-    assert_eq!(bug_id(&on("x")), blake3::hash(b"assertion failed on n1: x").to_hex()[..12]);
-    assert_eq!(bug_id(&FailureSignature::Other("something else".into())), bug_id(&"something else".into()));
+    let (a, b) = ("n1=aa,client=bb", "n1=cc,client=bb");
+    assert_eq!(bug_id(&on("x"), a), bug_id(&on("x"), a));
+    assert_ne!(bug_id(&on("x"), a), bug_id(&on("y"), a));
+    assert_eq!(bug_id(&on("x"), a).len(), 12);
+    // The same failure of other binaries, or of a node of another name, is another bug.
+    assert_ne!(bug_id(&on("x"), a), bug_id(&on("x"), b));
+    assert_ne!(bug_id(&on("x"), "n1=aa"), bug_id(&on("x"), "n2=aa"));
+    // The id of the words, whatever variant reads them back.
+    assert_eq!(bug_id(&FailureSignature::Other("something else".into()), a), bug_id(&"something else".into(), a));
+    assert_eq!(
+        bug_id(&on("x"), a),
+        blake3::hash(b"deja bug v2\nn1=aa,client=bb\nassertion failed on n1: x").to_hex()[..12]
+    );
 }

@@ -97,6 +97,11 @@ impl Fs {
         }
     }
 
+    /// True if anything is pending anywhere (what a `sync` would make durable).
+    pub fn any_dirty(&self) -> bool {
+        self.inodes.keys().any(|id| self.dirty(*id))
+    }
+
     /// The volatile view as a [`Disk`].
     pub fn volatile_disk(&self) -> Disk {
         self.export(&Layer::Volatile)

@@ -77,18 +77,26 @@ impl Kernel {
     /// per path whose image differs from the volatile view.
     pub fn crash_image(&mut self) -> Disk {
         let ops = self.files.fs.pending_ops();
-        let sel = match self.faults.config.crash_state.clone() {
-            Some(state) => selection_of(&state, &ops),
-            None => self.decide_selection(&ops),
+        let sel = match (self.faults.config.crash_state.clone(), self.faults.crash_keep.clone()) {
+            // A fail-stop's restart: the machine did not go down.
+            _ if self.faults.fail_stopped => selection_of(&CrashState::all(ops.len()), &ops),
+            (Some(state), _) => selection_of(&state, &ops),
+            (None, Some(keep)) => {
+                let names: Vec<String> = ops.iter().map(|o| o.what.clone()).collect();
+                selection_of(&keep.state_over(&names), &ops)
+            }
+            (None, None) => self.decide_selection(&ops),
         };
         let image = self.files.fs.image_of(&ops, &sel);
         let state = state_of(&sel);
         let at = self.record.tracer.syscalls();
         let point = format!("crash image {}", self.crash_point_words());
         let changed = image != self.files.fs.durable_disk();
-        let chosen = self.faults.config.crash_state.is_some()
-            || self.faults.config.torn_writes
-            || self.faults.config.reordered_writes;
+        let chosen = !self.faults.fail_stopped
+            && (self.faults.config.crash_state.is_some()
+                || self.faults.crash_keep.is_some()
+                || self.faults.config.torn_writes
+                || self.faults.config.reordered_writes);
         if chosen && !ops.is_empty() {
             self.faults.ledger.push(FaultRecord {
                 kind: FaultKind::ReorderedWrites,
@@ -135,6 +143,11 @@ impl Kernel {
         } else {
             self.faults.crash_point.clone()
         }
+    }
+
+    /// The crash placed by meaning ([`crate::OpCrash`]) that struck in this life, if one did.
+    pub fn crash_struck(&self) -> Option<&crate::OpCrash> {
+        self.faults.crash_struck.as_ref()
     }
 
     /// Decides which pending operations a crash keeps, as the fault modes allow:
@@ -351,8 +364,11 @@ impl Kernel {
                 .faults
                 .op_counts
                 .iter()
+                .filter(|((_, path), _)| self.faults.faultable(path))
                 .map(|((op, path), count)| crate::IoCount { op: *op, path: path.clone(), count: *count })
                 .collect(),
+            durable_ops: self.faults.durable_log.clone(),
+            stopped_after_fault: self.faults.stopped_after_fault.clone(),
             crash_state: self.faults.last_crash_state.clone(),
             after_fault: self.faults.after_fault.clone(),
             files: self.files.fs.volatile_disk().entries.into_keys().take(256).collect(),

@@ -1664,3 +1664,204 @@ fn a_fault_kind_is_named_as_it_is_serialized() {
         assert_eq!(serde_json::to_value(kind).unwrap(), kind.name(), "{kind:?}");
     }
 }
+
+/// Opens `/data/wal` and `/data/acked` (the second `O_SYNC`), writes and syncs the first
+/// `rounds` times and appends to the second once per round, after an fsync of `/data`: the
+/// durable operations of a write-ahead log and of a harness log.
+fn wal_rounds(h: &mut H, rounds: u64) -> Vec<SyscallOutcome> {
+    let wal = h.open("/data/wal", O_CREAT | O_RDWR | O_APPEND);
+    let acked = h.open("/data/acked", O_CREAT | O_WRONLY | O_APPEND | O_SYNC);
+    let dir = h.open("/data", O_DIRECTORY);
+    let mut out = vec![sc_exit(&mut h.k, &mut h.m, "fsync", &[dir as u64])];
+    h.sc("close", &[dir as u64]);
+    for i in 0..rounds {
+        poke(&h.k, &mut h.m, h.buf, format!("put k{i}\n").as_bytes());
+        out.push(sc_exit(&mut h.k, &mut h.m, "write", &[wal as u64, h.buf, 7]));
+        out.push(sc_exit(&mut h.k, &mut h.m, "fdatasync", &[wal as u64]));
+        if out.last() == Some(&SyscallOutcome::Crash) {
+            return out;
+        }
+        out.push(sc_exit(&mut h.k, &mut h.m, "write", &[acked as u64, h.buf, 7]));
+        if out.last() == Some(&SyscallOutcome::Crash) {
+            return out;
+        }
+    }
+    out
+}
+
+#[test]
+fn durable_operations_are_counted_per_path_and_reported() {
+    let mut h = H::new();
+    let out = wal_rounds(&mut h, 3);
+    assert!(out.iter().all(|o| matches!(o, SyscallOutcome::Return(_))));
+    let fd = h.open("/data", O_DIRECTORY);
+    assert_eq!(h.sc("fsync", &[fd as u64]), 0);
+    let r = h.k.finish(&h.m, ExitStatus::Exited { code: 0 });
+    let ops: Vec<(String, u64, bool)> = r.durable_ops.iter().map(|d| (d.path.clone(), d.nth, d.promotes)).collect();
+    let want = |p: &str, n, promotes| (p.to_string(), n, promotes);
+    assert_eq!(
+        ops,
+        [
+            want("/data", 1, true),
+            want("/data/wal", 1, true),
+            want("/data/acked", 1, true),
+            want("/data/wal", 2, true),
+            want("/data/acked", 2, true),
+            want("/data/wal", 3, true),
+            want("/data/acked", 3, true),
+            want("/data", 2, false),
+        ]
+    );
+    assert_eq!(r.durable_writes, 8, "each is a durable write too");
+    assert!(r.durable_ops.windows(2).all(|w| w[0].virtual_time_ns < w[1].virtual_time_ns));
+}
+
+#[test]
+fn a_crash_placed_by_meaning_strikes_its_durable_operation_with_the_state_it_names() {
+    let crash = |when, nth, keep| FaultConfig {
+        crash_at: vec![OpCrash { when, path: "/data/wal".into(), nth, keep }],
+        ..Default::default()
+    };
+    // Before the second fdatasync of the WAL: its second record is pending and lost.
+    let mut h = H::with({
+        let mut s = spec_with(exec_image(), 3);
+        s.faults = crash(When::Before, 2, None);
+        s
+    });
+    let out = wal_rounds(&mut h, 3);
+    assert_eq!(out.last(), Some(&SyscallOutcome::Crash));
+    assert_eq!(out.len(), 6, "the directory's sync, write, sync, ack, write, the crashing sync");
+    assert_eq!(h.k.crash_point_words(), "before durable op #2 on /data/wal");
+    assert_eq!(h.k.pending_operations(), ["write of 7 bytes at 7 to /data/wal"]);
+    let image = h.k.crash_image();
+    assert!(matches!(image.get("/data/wal"), Some(DiskEntry::File { data, .. }) if data == b"put k0\n"));
+    // The same point keeping that write, by what it is.
+    let keep = KeptOps { ops: vec!["write of 7 bytes at 7 to /data/wal".into()], torn: None };
+    let mut h = H::with({
+        let mut s = spec_with(exec_image(), 3);
+        s.faults = crash(When::Before, 2, Some(keep));
+        s
+    });
+    wal_rounds(&mut h, 3);
+    let image = h.k.crash_image();
+    assert!(matches!(image.get("/data/wal"), Some(DiskEntry::File { data, .. }) if data == b"put k0\nput k1\n"));
+    // After it: both records are durable, the crash comes before the program sees the return.
+    let mut h = H::with({
+        let mut s = spec_with(exec_image(), 3);
+        s.faults = crash(When::After, 2, None);
+        s
+    });
+    let out = wal_rounds(&mut h, 3);
+    assert_eq!(out.len(), 6);
+    assert_eq!(h.k.crash_point_words(), "after durable op #2 on /data/wal");
+    assert!(h.k.pending_operations().is_empty());
+    // A point the run never reaches, or on another path, never strikes.
+    let mut h = H::with({
+        let mut s = spec_with(exec_image(), 3);
+        s.faults = crash(When::Before, 9, None);
+        s
+    });
+    assert!(wal_rounds(&mut h, 3).iter().all(|o| matches!(o, SyscallOutcome::Return(_))));
+    assert!(crash(When::After, 1, None).crashes());
+    assert!(crash(When::After, 1, None).for_restart().crash_at.is_empty(), "a crash belongs to its life");
+}
+
+#[test]
+fn storage_faults_strike_only_the_paths_they_target() {
+    let eio = |path: &str| ErrorRule { op: IoOp::Write, path: path.into(), nth: 0, errno: IoErrno::Eio, range: None };
+    // The configuration targets /data/wal: an error placed on the harness log never strikes.
+    let mut h = H::with({
+        let mut s = spec_with(exec_image(), 3);
+        s.faults = FaultConfig {
+            errors: vec![eio("/data/acked"), eio("/data/wal")],
+            fault_paths: vec!["/data/wal".into()],
+            ..Default::default()
+        };
+        s
+    });
+    let out = wal_rounds(&mut h, 1);
+    assert_eq!(out[1], SyscallOutcome::Return((-5i64) as u64), "the WAL write fails");
+    assert_eq!(out[3], SyscallOutcome::Return(7), "the harness log write does not");
+    let r = h.k.finish(&h.m, ExitStatus::Exited { code: 0 });
+    assert!(r.io_ops.iter().all(|c| c.path == "/data/wal"), "only targeted paths are offered: {:?}", r.io_ops);
+    assert!(r.durable_ops.iter().all(|d| d.path == "/data/wal"));
+    // A program excludes its harness files itself; rates spare them too.
+    let mut h = H::with({
+        let mut s = spec_with(exec_image(), 3);
+        s.faults = FaultConfig { eio_on_write_ppm: 1_000_000, ..Default::default() };
+        s
+    });
+    let at = h.s("/data/acked");
+    assert_eq!(super::deja_syscall::deja(&mut h.k, &mut h.m, deja_protocol::Request::ExcludePath, &[at, 11]), 0);
+    let out = wal_rounds(&mut h, 1);
+    assert_eq!(out[1], SyscallOutcome::Return((-5i64) as u64));
+    assert_eq!(out[3], SyscallOutcome::Return(7));
+    assert!(under("/data/acked", "/data/acked") && under("/data/x", "/data") && under("/data/x", "/data/"));
+    assert!(!under("/database", "/data") && !under("/dat", "/data"));
+}
+
+#[test]
+fn a_stop_after_an_injected_error_is_a_fail_stop_restart_unless_the_program_says_otherwise() {
+    let spec = || {
+        let mut s = spec_with(exec_image(), 3);
+        s.faults = FaultConfig {
+            errors: vec![ErrorRule {
+                op: IoOp::Fsync,
+                path: "/data/wal".into(),
+                nth: 1,
+                errno: IoErrno::Eio,
+                range: None,
+            }],
+            ..Default::default()
+        };
+        s
+    };
+    let mut h = H::with(spec());
+    let out = wal_rounds(&mut h, 1);
+    assert_eq!(out[2], SyscallOutcome::Return((-5i64) as u64));
+    // Written after the failed fsync and not synced: pending when it stops.
+    let wal = h.open("/data/wal", O_RDWR | O_APPEND);
+    assert_eq!(h.write(wal, b"put k9\n"), 7);
+    assert_eq!(sc_exit(&mut h.k, &mut h.m, "exit_group", &[2]), SyscallOutcome::Crash);
+    assert_eq!(h.k.crash_point_words(), "at its fail-stop (status 2) after eio on fsync #1 of /data/wal");
+    // The program restarts on its disk as it left it: what it wrote and did not sync is there,
+    // what the failed fsync dropped is not (the first record).
+    let image = h.k.crash_image();
+    assert!(matches!(image.get("/data/wal"), Some(DiskEntry::File { data, .. }) if data == b"\0\0\0\0\0\0\0put k9\n"));
+    // A clean exit after the error is an exit.
+    let mut h = H::with(spec());
+    wal_rounds(&mut h, 1);
+    assert!(matches!(sc_exit(&mut h.k, &mut h.m, "exit_group", &[0]), SyscallOutcome::Exit(_)));
+    // A stop without an injected error is an exit, whatever its status.
+    let mut h = H::new();
+    wal_rounds(&mut h, 1);
+    assert!(matches!(sc_exit(&mut h.k, &mut h.m, "exit_group", &[2]), SyscallOutcome::Exit(_)));
+    // The program's opt-out.
+    let mut h = H::with(spec());
+    assert_eq!(super::deja_syscall::deja(&mut h.k, &mut h.m, deja_protocol::Request::FailStopIsFailure, &[]), 0);
+    wal_rounds(&mut h, 1);
+    assert!(matches!(sc_exit(&mut h.k, &mut h.m, "exit_group", &[2]), SyscallOutcome::Exit(_)));
+    let r = h.k.finish(&h.m, ExitStatus::Exited { code: 2 });
+    assert_eq!(r.stopped_after_fault, None);
+    // With its lives used up, the stop stands, marked as one after a fault.
+    let mut h = H::with(spec());
+    let crashes: Vec<FaultRecord> = (0..MAX_FAIL_STOP_LIVES)
+        .map(|i| FaultRecord {
+            kind: FaultKind::Crash,
+            point: format!("life {i}"),
+            syscall_index: 1,
+            path: None,
+            selected: true,
+            applied: true,
+            observed: false,
+        })
+        .collect();
+    h.k.note_previous_faults(crashes);
+    wal_rounds(&mut h, 1);
+    assert!(matches!(sc_exit(&mut h.k, &mut h.m, "exit_group", &[2]), SyscallOutcome::Exit(_)));
+    let r = h.k.finish(&h.m, ExitStatus::Exited { code: 2 });
+    assert_eq!(
+        r.stopped_after_fault.as_deref(),
+        Some("at its fail-stop (status 2) after eio on fsync #1 of /data/wal")
+    );
+}
