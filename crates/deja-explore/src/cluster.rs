@@ -625,18 +625,37 @@ impl Subject for ClusterSubject<'_> {
     fn bootstrap(&self, cfg: &CampaignConfig) -> Result<(ClusterReference, Vec<ClusterOutcome>), ExploreError> {
         let mut r = ClusterReference { seed: cfg.seed, ..ClusterReference::default() };
         // The untouched run: what its nodes offer to storage faults, for fresh rounds. It is not
-        // learned (the seed round is the campaign's first).
-        if cfg.mode.faults() {
-            let untouched = ClusterInput { seed: cfg.seed, ..ClusterInput::default() };
-            r.nodes = node_menus(&run_cluster_input(self.target, &untouched, &mut |_, _, _| {})?.report);
-        }
-        if cfg.strategy == Strategy::Coverage {
-            let fork = Fork::new(self.config(cfg.seed), SteerAt::Setup, &mut |_, _, _| {}).map_err(cluster_err)?;
-            if let Some(f) = fork {
-                r.steer_at = SteerAt::Setup;
-                r.base_decisions = f.base_decisions;
-                r.virtual_time_ns = f.virtual_time_ns;
+        // learned (the seed round is the campaign's first). With several workers it runs on a
+        // thread of its own beside the fork: the two are independent.
+        let untouched = || -> Result<Vec<crate::menu::NodeMenu>, ExploreError> {
+            if !cfg.mode.faults() {
+                return Ok(Vec::new());
             }
+            let input = ClusterInput { seed: cfg.seed, ..ClusterInput::default() };
+            Ok(node_menus(&run_cluster_input(self.target, &input, &mut |_, _, _| {})?.report))
+        };
+        let fork = || -> Result<Option<(u64, u64)>, ExploreError> {
+            if cfg.strategy != Strategy::Coverage {
+                return Ok(None);
+            }
+            let fork = Fork::new(self.config(cfg.seed), SteerAt::Setup, &mut |_, _, _| {}).map_err(cluster_err)?;
+            Ok(fork.map(|f| (f.base_decisions, f.virtual_time_ns)))
+        };
+        let (nodes, forked) = if cfg.jobs > 1 {
+            std::thread::scope(|s| {
+                let beside = s.spawn(untouched);
+                let forked = fork();
+                let nodes = beside.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                (nodes, forked)
+            })
+        } else {
+            (untouched(), fork())
+        };
+        r.nodes = nodes?;
+        if let Some((base_decisions, virtual_time_ns)) = forked? {
+            r.steer_at = SteerAt::Setup;
+            r.base_decisions = base_decisions;
+            r.virtual_time_ns = virtual_time_ns;
         }
         Ok((r, Vec::new()))
     }

@@ -2,7 +2,7 @@
 //! the nearest root, and the plan that keeps only what both agree on.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use iced_x86::{Code as Op, Decoder, DecoderOptions, FlowControl, Instruction, Register};
 
@@ -107,10 +107,11 @@ fn descend(code: &mut Code<'_>, roots: &[u64], found: &mut BTreeMap<(usize, usiz
     let mut work: Vec<u64> = roots.to_vec();
     work.sort_unstable_by(|a, b| b.cmp(a));
     let (mut decoded, mut bytes) = (0u64, 0u64);
+    // The instructions of the current straight-line walk, most recent last (for jump tables).
+    let mut recent: VecDeque<Instruction> = VecDeque::with_capacity(RECENT);
     while let Some(start) = work.pop() {
         let mut at = start;
-        // The instructions of this straight-line walk, most recent last (for jump tables).
-        let mut recent: Vec<Instruction> = Vec::new();
+        recent.clear();
         while let Some((ri, off)) = code.locate(at) {
             let m = code.marks[ri][off];
             if m & START != 0 {
@@ -150,9 +151,9 @@ fn descend(code: &mut Code<'_>, roots: &[u64], found: &mut BTreeMap<(usize, usiz
                 found.insert((ri, off), f);
             }
             if recent.len() == RECENT {
-                recent.remove(0);
+                recent.pop_front();
             }
-            recent.push(insn);
+            recent.push_back(insn);
             let next = insn.next_ip();
             match insn.flow_control() {
                 FlowControl::Next | FlowControl::IndirectCall | FlowControl::XbeginXabortXend => at = next,
@@ -166,7 +167,7 @@ fn descend(code: &mut Code<'_>, roots: &[u64], found: &mut BTreeMap<(usize, usiz
                 }
                 FlowControl::Interrupt if insn.code() != Op::Int3 => at = next,
                 FlowControl::IndirectBranch => {
-                    work.extend(jump_table(code, &recent));
+                    work.extend(jump_table(code, recent.make_contiguous()));
                     break;
                 }
                 FlowControl::Return | FlowControl::Interrupt | FlowControl::Exception => break,
@@ -344,32 +345,35 @@ pub(crate) fn analyze<'a>(regions: &[Region<'a>], data: &[Region<'a>], roots: &[
         d.dedup();
     }
 
-    // Candidates: what recursive descent decoded, and what a sweep of each region finds.
+    // Candidates: what recursive descent decoded, and what the linear sweep decodes around
+    // every `0f` escape byte that could begin one of the channel opcodes (`0f a2`, `0f 31`,
+    // `0f 01`, `0f c7`). The sweep runs from the nearest declared root at or below each such
+    // place, which both finds what descent did not reach and confirms what it did.
     let mut candidates: BTreeMap<(usize, usize), Found> = BTreeMap::new();
     let (decoded, decoded_bytes) = descend(&mut code, &inside_roots, &mut candidates);
-    for ri in 0..code.regions.len() {
-        let len = code.regions[ri].bytes.len();
-        sweep(&code, ri, 0, len, &mut |off, insn| {
-            if let Some(f) = channel_of(insn) {
-                candidates.entry((ri, off)).or_insert(f);
-            }
-        });
-    }
-
-    // The confirming sweep: from the nearest declared root at or below each candidate.
-    let mut by_root: BTreeMap<(usize, usize), Vec<usize>> = BTreeMap::new();
-    for &(ri, off) in candidates.keys() {
+    let mut by_root: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+    let mut wanted = |ri: usize, off: usize| {
         let roots = &declared[ri];
         let root = roots[roots.partition_point(|&r| r <= off) - 1];
-        by_root.entry((ri, root)).or_default().push(off);
+        let last = by_root.entry((ri, root)).or_insert(off);
+        *last = (*last).max(off);
+    };
+    for &(ri, off) in candidates.keys() {
+        wanted(ri, off);
+    }
+    for (ri, r) in code.regions.iter().enumerate() {
+        for (off, w) in r.bytes.windows(2).enumerate() {
+            if w[0] == 0x0f && matches!(w[1], 0xa2 | 0x31 | 0x01 | 0xc7) {
+                wanted(ri, off);
+            }
+        }
     }
     let mut swept_starts: std::collections::BTreeSet<(usize, usize)> = Default::default();
-    for ((ri, root), offs) in &by_root {
-        let last = *offs.iter().max().unwrap_or(root);
-        let wanted: std::collections::BTreeSet<usize> = offs.iter().copied().collect();
-        sweep(&code, *ri, *root, last + 1, &mut |off, _| {
-            if wanted.contains(&off) {
-                swept_starts.insert((*ri, off));
+    for (&(ri, root), &last) in &by_root {
+        sweep(&code, ri, root, last + 1, &mut |off, insn| {
+            if let Some(f) = channel_of(insn) {
+                candidates.entry((ri, off)).or_insert(f);
+                swept_starts.insert((ri, off));
             }
         });
     }
