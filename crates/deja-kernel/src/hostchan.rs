@@ -18,7 +18,8 @@
 //!
 //! The image's sites are planned once at load. A file mapped executable is planned as an ELF
 //! (its symbols and unwind entries as roots) or, when it is not one, as raw code from the
-//! mapping's start; so is anonymous memory made executable (code a program wrote: a JIT).
+//! mapping's start; so is anonymous memory made executable (code a program wrote: a JIT), each
+//! run of its populated pages on its own.
 //! Sites are forgotten with their mapping (`munmap`, `MAP_FIXED`), move with it (`mremap`),
 //! and are planned again, from the current bytes, whenever a non-image range becomes executable
 //! again; a site whose bytes the program has replaced is forgotten, and one that no longer
@@ -227,6 +228,23 @@ fn read_lenient(mem: &dyn Memory, addr: u64, buf: &mut [u8]) {
         }
         done += in_page;
     }
+}
+
+/// The runs of present pages in `[start, end)` (page aligned), in order.
+pub(crate) fn present_runs(mem: &dyn Memory, start: u64, end: u64) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    let mut byte = [0u8; 1];
+    let mut a = start;
+    while a < end {
+        if mem.read(a, &mut byte).is_ok() {
+            match runs.last_mut() {
+                Some(r) if r.1 == a => r.1 = a + PAGE_SIZE,
+                _ => runs.push((a, a + PAGE_SIZE)),
+            }
+        }
+        a += PAGE_SIZE;
+    }
+    runs
 }
 
 fn holds(mem: &dyn Memory, addr: u64, bytes: &[u8]) -> bool {

@@ -79,12 +79,14 @@ impl Kernel {
                     };
                     host.apply(mem, &plan_file(&data.0), &at)
                 }
-                _ => {
-                    let code = host.original_bytes(&*mem, s, e);
-                    let plan = deja_rewrite::plan_code(s, &code, &[]);
-                    let at = Placement { name: "anonymous".into(), start: s, end: e, base: 0, by_addr: true };
-                    host.unpatch(mem, s, e).and_then(|()| host.apply(mem, &plan, &at))
-                }
+                // Anonymous memory: only its populated pages can hold code (a JIT may reserve far
+                // more than it writes), each run of them planned on its own.
+                _ => crate::hostchan::present_runs(&*mem, s, e).into_iter().try_for_each(|(a, b)| {
+                    let code = host.original_bytes(&*mem, a, b);
+                    let plan = deja_rewrite::plan_code(a, &code, &[]);
+                    let at = Placement { name: "anonymous".into(), start: a, end: b, base: 0, by_addr: true };
+                    host.unpatch(mem, a, b).and_then(|()| host.apply(mem, &plan, &at))
+                }),
             }
             .map_err(|_| ENOMEM)?;
         }

@@ -1046,10 +1046,16 @@ fn code_made_executable_at_run_time_is_rewritten_and_forgotten_with_its_mapping(
     let saved = k.save();
     let restored = Kernel::restore(&saved).unwrap();
     assert_eq!(restored.save(), saved);
-    assert!(
-        k.finish(&m, ExitStatus::Exited { code: 0 }).host_channels.objects.len() >= 3,
-        "the image and two plans of the region"
-    );
+    // A large reservation with code on one page: only the populated page is planned.
+    let big = 64 << 20;
+    let r = sc(&mut k, &mut m, "mmap", &[0, big, 3, 0x22, u64::MAX, 0]) as u64;
+    poke(&k, &mut m, r + (32 << 20), &[0x0f, 0xa2, 0xc3]);
+    assert_eq!(sc(&mut k, &mut m, "mprotect", &[r, big, 5]), 0);
+    assert_eq!(peek(&k, &mut m, r + (32 << 20), 3), vec![0x0f, 0x0b, 0xc3]);
+    let objects = k.finish(&m, ExitStatus::Exited { code: 0 }).host_channels.objects;
+    assert!(objects.len() >= 4, "the image, two plans of the first region, the populated page: {objects:?}");
+    let last = objects.last().unwrap();
+    assert_eq!((last.start, last.end - last.start), (r + (32 << 20), 4096), "{last:?}");
 }
 
 // ---------------------------------------------------------------------------------------------
