@@ -22,6 +22,14 @@ pub struct DogfoodArgs {
     /// Campaign seeds 1..=N per row (the committed table uses 5).
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub seeds: u64,
+    /// Instead of the committed table: block coverage against behaviour-only guidance and the
+    /// random baseline, on the uninstrumented reference bugs, over seeds 1..=N and `--runs`
+    /// rounds each (docs/EXPLORE.md, "Block coverage").
+    #[arg(long, conflicts_with = "check")]
+    pub blocks: bool,
+    /// With --blocks: the rounds each campaign may take.
+    #[arg(long, value_name = "N", default_value_t = 1000, requires = "blocks")]
+    pub runs: u64,
 }
 
 /// Rounds a campaign may take, unless its row says otherwise.
@@ -42,6 +50,17 @@ fn first_bug(
     seed: u64,
     budget: u64,
 ) -> Result<Option<u64>, String> {
+    first_bug_with(target, strategy, mode, seed, budget, false)
+}
+
+fn first_bug_with(
+    target: Subject<'_>,
+    strategy: Strategy,
+    mode: Mode,
+    seed: u64,
+    budget: u64,
+    block_coverage: bool,
+) -> Result<Option<u64>, String> {
     let out = std::env::temp_dir().join(format!("deja-dogfood-{}-{seed}-{strategy:?}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let cfg = CampaignConfig {
@@ -55,6 +74,8 @@ fn first_bug(
         stop_at_first_bug: true,
         jobs: 1,
         shard: None,
+        block_coverage,
+        cover: Vec::new(),
     };
     let c = match target {
         Subject::Program(t) => deja_explore::explore(t, &cfg, &mut |_| {}),
@@ -187,13 +208,57 @@ pub fn table(dir: &std::path::Path, seeds: u64) -> Result<String, String> {
     Ok(md)
 }
 
+/// The block-coverage table: on each uninstrumented reference bug, rounds to the first bug with
+/// block coverage, with behaviour features only, and with independent runs.
+pub fn blocks_table(dir: &std::path::Path, seeds: u64, runs: u64) -> Result<String, String> {
+    let workloads: [(&str, &str, Vec<&str>, Mode); 4] = [
+        ("pagestore, header durable before the extension", "pagestore-buggy", vec!["6"], Mode::Faults),
+        ("ackstore, swallowed I/O error", "ackstore-buggy", vec!["6"], Mode::Faults),
+        ("kv, lost acknowledged write", "kv", vec!["--variant", "buggy", "6"], Mode::Faults),
+        ("bank, double release after a freeze", "bank", vec!["--fraud", "buggy", "20"], Mode::Random),
+    ];
+    let mut md = format!(
+        "Rounds to the first confirmed bug (`-`: not found in {runs}), seeds 1–{seeds}, uninstrumented \
+         programs (`deja dogfood --blocks --seeds {seeds} --runs {runs}`):\n\n\
+         | workload | blocks: guided on blocks and behaviours | behaviours only | random |\n|---|---|---|---|\n"
+    );
+    for (title, guest, args, mode) in &workloads {
+        let image = std::fs::read(dir.join(guest))
+            .map_err(|e| format!("{guest}: {e} (build the guests: cargo xtask guests)"))?;
+        let mut cols = Vec::new();
+        for (strategy, blocks) in [(Strategy::Coverage, true), (Strategy::Coverage, false), (Strategy::Random, false)] {
+            let (mut cells, mut rounds) = (Vec::new(), Vec::new());
+            for seed in 1..=seeds {
+                let spec = deja_kernel::ProgramSpec::for_program(
+                    image.clone(),
+                    guest,
+                    args.iter().map(|a| a.to_string()),
+                    seed,
+                );
+                let target = Target { spec, memory: 1 << 30, path: guest.to_string() };
+                let r = first_bug_with(Subject::Program(&target), strategy, *mode, seed, runs, blocks)?;
+                cells.push(r.map(|r| r.to_string()).unwrap_or_else(|| "-".into()));
+                rounds.push(r.unwrap_or(runs));
+            }
+            let found = cells.iter().filter(|c| *c != "-").count();
+            cols.push(format!("{}: median {}, {found} of {seeds} found", cells.join(", "), median(rounds)));
+        }
+        md.push_str(&format!("| {title} | {} |\n", cols.join(" | ")));
+    }
+    Ok(md)
+}
+
 /// `deja dogfood`.
 pub fn main(args: DogfoodArgs) -> Exit {
     let dir = args.guests.clone().unwrap_or_else(|| {
         let exe = std::env::current_exe().unwrap_or_default();
         exe.parent().and_then(std::path::Path::parent).map(|t| t.join("guests")).unwrap_or_default()
     });
-    let md = match table(&dir, args.seeds) {
+    let made = match args.blocks {
+        true => blocks_table(&dir, args.seeds, args.runs),
+        false => table(&dir, args.seeds),
+    };
+    let md = match made {
         Ok(md) => md,
         Err(e) => {
             eprintln!("deja: dogfood failed: {e}");

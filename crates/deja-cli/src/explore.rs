@@ -69,6 +69,15 @@ pub struct ExploreArgs {
     /// With --serve: start the campaign once the page (its event stream) is open.
     #[arg(long, requires = "serve")]
     pub serve_wait: bool,
+    /// Measure the blocks an uninstrumented program reaches (one-shot breakpoints at the blocks
+    /// the code rewriter finds) and guide on them. Programs built with `deja build --coverage`
+    /// use their own counters instead.
+    #[arg(long)]
+    pub block_coverage: bool,
+    /// With --block-coverage: count only blocks in functions whose name matches PATTERN (`*`
+    /// matches any run of characters; Rust names demangled, e.g. `ackstore::*`). Repeatable.
+    #[arg(long = "cover", value_name = "PATTERN", requires = "block_coverage")]
+    pub cover: Vec<String>,
     /// The static program to explore, or a cluster file (`*.toml`).
     pub program: PathBuf,
     /// Arguments for the program (after `--`).
@@ -143,6 +152,8 @@ fn config(args: &ExploreArgs, strategy: Strategy, out: PathBuf) -> CampaignConfi
         stop_at_first_bug: args.stop_at_first_bug,
         jobs: args.jobs.unwrap_or_else(default_jobs).max(1),
         shard: args.shard,
+        block_coverage: args.block_coverage,
+        cover: args.cover.clone(),
     }
 }
 
@@ -269,6 +280,20 @@ pub fn main(args: ExploreArgs) -> Exit {
             campaign.corpus_size,
             campaign.bugs.len()
         );
+    } else if let Some(b) = &campaign.blocks {
+        let _ = writeln!(
+            err,
+            "deja: explored {} rounds ({} strategy): {} of {} blocks, {} of {} functions{}, corpus {}, {} bug(s)",
+            campaign.rounds,
+            campaign.strategy,
+            b.blocks_hit,
+            b.blocks_total,
+            b.functions_reached,
+            b.functions_total,
+            if b.scope.is_empty() { String::new() } else { format!(" (scope {})", b.scope.join(", ")) },
+            campaign.corpus_size,
+            campaign.bugs.len()
+        );
     } else {
         let _ = writeln!(
             err,
@@ -341,6 +366,7 @@ fn serve_live(
         shards: Vec::new(),
         no_progress_rounds: 0,
         no_progress: Vec::new(),
+        blocks: None,
     };
     let (live, feed) = crate::serve::Live::start(addr, &cfg.out, &header)?;
     announce(&live.server().url, addr);

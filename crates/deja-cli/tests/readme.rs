@@ -42,6 +42,7 @@ fn every_readme_command_runs() {
     let _ = std::fs::remove_dir_all(root().join("target/readme-cluster-explore"));
     let _ = std::fs::remove_dir_all(root().join("target/readme-live"));
     let _ = std::fs::remove_dir_all(root().join("target/readme-walkv"));
+    let _ = std::fs::remove_dir_all(root().join("target/readme-blocks"));
     for cmd in cmds.iter().filter(|c| !c.starts_with("cargo test")) {
         // `deja bench` defaults to a long measurement; the README's figures come from it. Here
         // it runs with the same flags plus small sizes so the suite stays quick.

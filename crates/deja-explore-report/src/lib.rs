@@ -85,6 +85,51 @@ pub struct Campaign {
     /// The first of them.
     #[serde(default)]
     pub no_progress: Vec<NoProgress>,
+    /// Block coverage of a program without SanitizerCoverage (`--block-coverage`): then
+    /// `edges_total` and `edges_hit` count blocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<BlockCoverage>,
+}
+
+/// What block coverage measured ([`Campaign::blocks`]).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BlockCoverage {
+    /// Blocks armed (in scope).
+    pub blocks_total: u64,
+    /// Blocks reached.
+    pub blocks_hit: u64,
+    /// The `--cover` patterns (empty: the whole program).
+    pub scope: Vec<String>,
+    /// Functions holding blocks in scope.
+    pub functions_total: u64,
+    /// Functions with at least one block reached.
+    pub functions_reached: u64,
+    /// Functions first reached per round, for the rounds where that count grew: (round,
+    /// functions reached so far).
+    pub functions_over_rounds: Vec<(u64, u64)>,
+    /// The functions reached last (the rarest: no earlier round got there), latest first, at
+    /// most [`BlockCoverage::LISTED`].
+    pub latest: Vec<FunctionLine>,
+    /// Functions never reached, largest first, at most [`BlockCoverage::LISTED`].
+    pub never: Vec<FunctionLine>,
+}
+
+impl BlockCoverage {
+    /// How many functions each list keeps.
+    pub const LISTED: usize = 20;
+}
+
+/// One function in a block-coverage list.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FunctionLine {
+    /// Its name (Rust names demangled).
+    pub name: String,
+    /// Its blocks in scope.
+    pub blocks: u64,
+    /// Those reached.
+    pub reached: u64,
+    /// The round in which it was first reached (0: the bootstrap), if it was.
+    pub first_round: Option<u64>,
 }
 
 /// A round the no-progress watchdog stopped.

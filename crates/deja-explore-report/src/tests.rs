@@ -59,6 +59,7 @@ pub(crate) fn sample() -> Campaign {
         shards: Vec::new(),
         no_progress_rounds: 0,
         no_progress: Vec::new(),
+        blocks: None,
     };
     Campaign {
         program: "guests/bank".into(),
@@ -94,6 +95,7 @@ pub(crate) fn sample() -> Campaign {
         shards: Vec::new(),
         no_progress_rounds: 0,
         no_progress: Vec::new(),
+        blocks: None,
     }
 }
 
@@ -122,6 +124,7 @@ fn empty() -> Campaign {
         shards: Vec::new(),
         no_progress_rounds: 0,
         no_progress: Vec::new(),
+        blocks: None,
     }
 }
 
@@ -348,4 +351,36 @@ fn a_history_bug_shows_its_window_in_text_and_html() {
         .unwrap();
     assert_eq!(back.bugs[1].window.as_deref(), Some(window));
     assert!(!render_json(&sample()).contains("\"window\""), "a bug without one writes no field");
+}
+
+#[test]
+fn block_coverage_reads_as_blocks_and_functions_in_every_form() {
+    let line =
+        |name: &str, blocks, reached, first_round| FunctionLine { name: name.into(), blocks, reached, first_round };
+    let mut c = empty();
+    c.edges_total = 900;
+    c.edges_hit = 120;
+    c.blocks = Some(BlockCoverage {
+        blocks_total: 900,
+        blocks_hit: 120,
+        scope: vec!["store::*".into()],
+        functions_total: 3,
+        functions_reached: 2,
+        functions_over_rounds: vec![(0, 1), (7, 2)],
+        latest: vec![line("store::commit", 10, 4, Some(7)), line("store::main", 30, 20, Some(0))],
+        never: vec![line(&format!("store::{}", "recover_".repeat(20)), 50, 0, None)],
+    });
+    let text = render_text(&c);
+    assert!(text.contains("120 / 900 blocks (13.3%), 2 / 3 functions (scope: store::*)"), "{text}");
+    assert!(text.contains("functions reached last") && text.contains("store::commit"), "{text}");
+    assert!(text.contains("functions never reached (1 of 3"), "{text}");
+    assert!(text.lines().all(|l| l.chars().count() < 200), "long names are elided: {text}");
+    assert!(!text.contains(" edges ("), "{text}");
+    assert_eq!(parse_json(&render_json(&c)).unwrap(), c);
+    assert_eq!(embedded(&render_html(&c)), c);
+    // A report of an earlier deja, without the field, still reads.
+    let mut v: serde_json::Value = serde_json::from_str(&render_json(&empty())).unwrap();
+    assert!(v["campaign"].get("blocks").is_none());
+    v["campaign"].as_object_mut().unwrap().remove("blocks");
+    assert_eq!(parse_json(&v.to_string()).unwrap().blocks, None);
 }

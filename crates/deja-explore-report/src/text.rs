@@ -11,7 +11,17 @@ pub fn render_text(c: &Campaign) -> String {
     let bugs = c.bugs.len() as u64;
     let verdict = if bugs == 0 { "no bug found".to_string() } else { format!("{} found", plural(bugs, "bug", "bugs")) };
     let _ = writeln!(out, "deja explore: {}: {verdict}", c.program);
-    let coverage = if c.edges_total == 0 && c.edges_hit > 0 {
+    let coverage = if let Some(b) = &c.blocks {
+        format!(
+            "{} / {} blocks ({}), {} / {} functions{}",
+            thousands(b.blocks_hit),
+            thousands(b.blocks_total),
+            percent(b.blocks_hit, b.blocks_total).unwrap_or_default(),
+            thousands(b.functions_reached),
+            thousands(b.functions_total),
+            if b.scope.is_empty() { String::new() } else { format!(" (scope: {})", b.scope.join(", ")) }
+        )
+    } else if c.edges_total == 0 && c.edges_hit > 0 {
         // A cluster campaign: behaviours (output lines, assertion outcomes, fault kinds), no edges.
         format!("{} behaviours seen (no edge instrumentation)", thousands(c.edges_hit))
     } else if c.edges_total == 0 {
@@ -118,6 +128,33 @@ pub fn render_text(c: &Campaign) -> String {
         table(&mut out, &["ROUND", "WHAT THE WATCHDOG SAW"], &rows, &[0]);
     }
 
+    if let Some(b) = &c.blocks {
+        let row = |f: &crate::FunctionLine| {
+            vec![
+                elide(&f.name, 96),
+                format!("{} / {}", thousands(f.reached), thousands(f.blocks)),
+                f.first_round.map_or_else(|| "-".into(), thousands),
+            ]
+        };
+        if !b.latest.is_empty() {
+            out.push('\n');
+            let _ = writeln!(out, "functions reached last (the rarest: no earlier round reached them):");
+            let rows: Vec<Vec<String>> = b.latest.iter().map(row).collect();
+            table(&mut out, &["FUNCTION", "BLOCKS", "FIRST ROUND"], &rows, &[1, 2]);
+        }
+        if !b.never.is_empty() {
+            out.push('\n');
+            let _ = writeln!(
+                out,
+                "functions never reached ({} of {}; the largest):",
+                thousands(b.functions_total - b.functions_reached),
+                thousands(b.functions_total)
+            );
+            let rows: Vec<Vec<String>> = b.never.iter().map(row).collect();
+            table(&mut out, &["FUNCTION", "BLOCKS", "FIRST ROUND"], &rows, &[1, 2]);
+        }
+    }
+
     out.push('\n');
     if c.faults.is_empty() {
         out.push_str("faults: none happened\n");
@@ -186,4 +223,16 @@ fn table(out: &mut String, headers: &[&str], rows: &[Vec<String>], right: &[usiz
     for row in rows {
         line(&mut row.iter().map(String::as_str));
     }
+}
+
+/// `s` cut to at most `max` characters, its middle replaced by `...` when it is longer.
+fn elide(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max {
+        return s.to_string();
+    }
+    let keep = max.saturating_sub(3);
+    let head: String = s.chars().take(keep / 2).collect();
+    let tail: String = s.chars().skip(n - (keep - keep / 2)).collect();
+    format!("{head}...{tail}")
 }

@@ -224,7 +224,11 @@
     const first = n ? Math.min(...m.bugs.map((b) => b.first_round)) : null;
     const out = [card(n ? "bad" : "good", "Bugs", num(n), first !== null ? `first in round ${num(first)}` : "none found")];
     const behaviours = semanticNow(m);
-    if (m.edges_total > 0) {
+    if (m.blocks) {
+      const b = m.blocks;
+      out.push(card("", "Blocks hit", num(b.blocks_hit), `of ${num(b.blocks_total)} blocks · ${b.blocks_total ? ((b.blocks_hit * 100) / b.blocks_total).toFixed(1) : "0.0"}%`));
+      out.push(card("", "Functions", num(b.functions_reached), `of ${num(b.functions_total)} reached`));
+    } else if (m.edges_total > 0) {
       out.push(card("", "Edges hit", num(m.edges_hit), `of ${num(m.edges_total)} edges · ${((m.edges_hit * 100) / m.edges_total).toFixed(1)}%`));
       out.push(card("", "Behaviours", num(behaviours), "semantic edges"));
     } else {
@@ -411,10 +415,38 @@
         h("td", {}, a.message), h("td", {}, a.kind), h("td", { class: "num" }, num(a.hits)), h("td", { class: "num" }, num(a.failures)))));
   }
 
+  // Block coverage of an uninstrumented program: functions reached over rounds, the rarest
+  // (reached last) and the largest never reached.
+  function functions(m) {
+    const b = m.blocks;
+    if (!b) return null;
+    const steps = b.functions_over_rounds || [];
+    const pts = [];
+    let prev = 0;
+    for (const [round, n] of steps) {
+      pts.push([round, prev], [round, n]);
+      prev = n;
+    }
+    if (pts.length) pts.push([Math.max(m.rounds, pts[pts.length - 1][0]), prev]);
+    const row = (f) => h("tr", {}, h("td", { class: "sig" }, f.name), h("td", { class: "num" }, `${num(f.reached)} / ${num(f.blocks)}`),
+      h("td", { class: "num" }, f.first_round === null || f.first_round === undefined ? "-" : num(f.first_round)));
+    const heads = [["function"], ["blocks reached", 1], ["first round", 1]];
+    return h("section", { class: "functions" },
+      h("h2", {}, "Functions reached ", h("span", { class: "count" }, `(${num(b.functions_reached)} of ${num(b.functions_total)}${b.scope.length ? ` · scope ${b.scope.join(", ")}` : ""})`)),
+      chart({
+        cls: "functions-over-rounds", label: "functions reached over rounds",
+        x: { max: Math.max(1, m.rounds), title: "round", integer: true, ticks: short },
+        left: { max: Math.max(1, b.functions_reached), title: "functions" },
+        series: [{ cls: "coverage", area: true, pts }], bugs: [], empty: pts.length ? null : "no function reached",
+      }),
+      b.latest.length ? table("functions-latest", "Reached last (the rarest)", b.latest.length, heads, b.latest.map(row)) : null,
+      b.never.length ? table("functions-never", "Never reached (the largest)", num(b.functions_total - b.functions_reached), heads, b.never.map(row)) : null);
+  }
+
   function render(model) {
     const m = normal(model);
     const parts = [
-      head(m), cards(m), comparison(m), overRounds(m), overTime(m),
+      head(m), cards(m), comparison(m), overRounds(m), functions(m), overTime(m),
       h("div", { class: "pair" }, faults(m), workers(m)),
       shards(m), bugs(m), unconfirmed(m), noProgress(m), assertions(m),
       h("footer", {}, `deja explore ${m.live ? "live view" : "report"} · schema deja.explore-report/1`),

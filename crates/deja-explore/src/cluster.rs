@@ -735,6 +735,7 @@ impl Subject for ClusterSubject<'_> {
             })
             .collect();
         Facts {
+            coverage_at: BTreeMap::new(),
             failure: out.failure.clone(),
             semantic: out.features.clone(),
             decisions,

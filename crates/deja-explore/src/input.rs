@@ -93,8 +93,12 @@ pub struct Outcome {
     pub digest: String,
     /// The failure's signature, if the run failed.
     pub failure: Option<FailureSignature>,
-    /// The bucketed SanitizerCoverage map of the final life (empty without instrumentation).
+    /// The bucketed SanitizerCoverage map of the final life (empty without instrumentation),
+    /// or, under block coverage, a 1 for each block any life reached while it was armed.
     pub coverage: Vec<u8>,
+    /// Under block coverage: for each block reached, the decision index at which the first
+    /// life reached it (the first life's decision count for a block reached only later).
+    pub coverage_at: BTreeMap<usize, u64>,
     /// Semantic edges (the SDK assertions' outcomes and the shape of the run), each with the
     /// decision index where the run first showed it, when the core recorded one.
     pub semantic: BTreeMap<u64, Option<u64>>,
@@ -184,6 +188,7 @@ pub fn outcome(lives: Vec<Incarnation>, stdout: &[u8]) -> Outcome {
         failure: failure(&lives),
         digest,
         coverage,
+        coverage_at: BTreeMap::new(),
         semantic,
         decisions,
         durable_writes: lives[0].run.report.durable_writes,
@@ -198,6 +203,25 @@ pub fn run_on_fork(fork: &mut Fork, input: &Input) -> Result<Outcome, ExploreErr
     let mut stdout = Vec::new();
     let lives = fork.run_child_with(&mut |k| input.prepare(k), &mut |s, b| keep_stdout(&mut stdout, s, b))?;
     Ok(outcome(lives, &stdout))
+}
+
+/// Under block coverage of `blocks` blocks: the outcome's coverage map is the blocks its lives
+/// reached while armed, each with where the first life's course reached it (a later life's at
+/// the first life's end: its log is its own).
+pub fn with_blocks(mut out: Outcome, blocks: usize) -> Outcome {
+    let mut map = vec![0u8; blocks];
+    let first_end = out.lives[0].run.report.decisions.len() as u64;
+    for (i, life) in out.lives.iter().enumerate() {
+        for hit in &life.run.blocks {
+            let id = hit.block as usize;
+            if id < blocks {
+                map[id] = 1;
+                out.coverage_at.entry(id).or_insert(if i == 0 { hit.decision } else { first_end });
+            }
+        }
+    }
+    out.coverage = map;
+    out
 }
 
 /// Keeps what a run prints on stdout (for its behavioural features), up to 64 KiB.
@@ -215,6 +239,17 @@ pub fn run_fresh(
     input: &Input,
     sink: &mut dyn FnMut(Stream, &[u8]),
 ) -> Result<Outcome, ExploreError> {
+    run_fresh_covered(target, fork_at, input, None, sink)
+}
+
+/// [`run_fresh`] with every block of `blocks` armed ([`deja_vmm::coverage`]).
+pub fn run_fresh_covered(
+    target: &Target,
+    fork_at: u64,
+    input: &Input,
+    blocks: Option<std::sync::Arc<deja_vmm::coverage::BlockImage>>,
+    sink: &mut dyn FnMut(Stream, &[u8]),
+) -> Result<Outcome, ExploreError> {
     let mut stdout = Vec::new();
     let mut both = |s: Stream, b: &[u8]| {
         keep_stdout(&mut stdout, s, b);
@@ -223,11 +258,18 @@ pub fn run_fresh(
     let mut spec = target.spec.clone();
     spec.seed = input.seed.unwrap_or(spec.seed);
     let mut session = Session::boot(spec, target.memory)?;
+    if let Some(b) = &blocks {
+        session.cover_blocks(b.clone(), deja_vmm::coverage::Seen::default());
+    }
     if session.run_to_syscall(fork_at, &mut both)? {
         input.prepare(session.kernel_mut());
     }
     let lives = session.lives(&mut both, None)?;
-    Ok(outcome(lives, &stdout))
+    let out = outcome(lives, &stdout);
+    Ok(match &blocks {
+        Some(b) => with_blocks(out, b.len()),
+        None => out,
+    })
 }
 
 /// Confirms a failing outcome `out` of `input`: replays it from scratch on another host core

@@ -24,6 +24,7 @@ use std::path::PathBuf;
 
 use snafu::Snafu;
 
+pub mod blockmap;
 pub mod campaign;
 pub mod cluster;
 pub mod features;

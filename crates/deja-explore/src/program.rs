@@ -15,7 +15,11 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::campaign::{CampaignConfig, Decision, Entry, Facts, Mode, Program, Seeds, Strategy, Subject, WrittenBug};
-use crate::input::{confirm, run_fresh, run_on_fork, BugFile, Input, Outcome, Target};
+use std::sync::{Arc, Mutex};
+
+use deja_vmm::coverage::BlockImage;
+
+use crate::input::{confirm, run_fresh, run_fresh_covered, run_on_fork, with_blocks, BugFile, Input, Outcome, Target};
 use crate::menu::{below, Menu};
 use crate::ExploreError;
 use snafu::ensure;
@@ -24,13 +28,46 @@ use snafu::ensure;
 pub struct ProgramSubject<'a> {
     target: &'a Target,
     blake3: String,
+    /// The image's blocks, when coverage comes from one-shot breakpoints (the program has no
+    /// SanitizerCoverage counters and the campaign asks for block coverage).
+    blocks: Option<Arc<BlockImage>>,
+    /// The blocks the campaign has learned, in the order it learned them: each worker takes
+    /// them out of its fork before its next round.
+    learned: Mutex<Vec<u32>>,
+    /// The `--cover` patterns the blocks were chosen by.
+    scope: Vec<String>,
 }
 
 impl<'a> ProgramSubject<'a> {
-    /// The subject of `target`.
-    pub fn new(target: &'a Target) -> ProgramSubject<'a> {
-        ProgramSubject { target, blake3: blake3::hash(&target.spec.image).to_hex().to_string() }
+    /// The subject of `target`; `block_coverage` measures blocks with one-shot breakpoints when
+    /// the program has no SanitizerCoverage counters of its own.
+    pub fn new(target: &'a Target, block_coverage: bool, scope: &[String]) -> ProgramSubject<'a> {
+        let instrumented =
+            deja_kernel::elf_section(&target.spec.image, deja_kernel::SANCOV_SECTION.as_bytes()).is_some();
+        let blocks = (block_coverage && !instrumented)
+            .then(|| BlockImage::of_image(&target.spec.image, scope))
+            .filter(|b| !b.is_empty());
+        ProgramSubject {
+            target,
+            blake3: blake3::hash(&target.spec.image).to_hex().to_string(),
+            blocks,
+            learned: Mutex::new(Vec::new()),
+            scope: scope.to_vec(),
+        }
     }
+
+    /// The blocks, if this campaign's reference measures them.
+    fn blocks_for(&self, r: &ProgramReference) -> Option<Arc<BlockImage>> {
+        self.blocks.clone().filter(|b| r.blocks == b.len() as u64)
+    }
+}
+
+/// A worker of a program campaign: its fork (none for independent runs) and how many of the
+/// learned blocks it has taken out of it.
+#[derive(Debug)]
+pub struct ProgramWorker {
+    fork: Option<Fork>,
+    applied: usize,
 }
 
 /// What a program campaign learned from its bootstrap.
@@ -44,12 +81,15 @@ pub struct ProgramReference {
     pub durable_writes: u64,
     /// The reference run's file operations (the fault menu of a run not seen yet).
     pub io_ops: Vec<deja_kernel::IoCount>,
+    /// The image's blocks when the campaign measures block coverage, else 0.
+    #[serde(default)]
+    pub blocks: u64,
 }
 
 impl Subject for ProgramSubject<'_> {
     type Input = Input;
     type Outcome = Outcome;
-    type Worker = Option<Fork>;
+    type Worker = ProgramWorker;
     type Reference = ProgramReference;
     const KIND: &'static str = "program";
 
@@ -62,13 +102,15 @@ impl Subject for ProgramSubject<'_> {
     }
 
     fn bootstrap(&self, cfg: &CampaignConfig) -> Result<(ProgramReference, Vec<Outcome>), ExploreError> {
-        let reference = run_fresh(self.target, u64::MAX, &Input::default(), &mut |_, _| {})?;
+        let blocks = self.blocks.clone().filter(|_| cfg.strategy == Strategy::Coverage);
+        let reference = run_fresh_covered(self.target, u64::MAX, &Input::default(), blocks.clone(), &mut |_, _| {})?;
         let report = &reference.lives[0].run.report;
         let mut r = ProgramReference {
             fork_at: 0,
             base_decisions: 0,
             durable_writes: reference.durable_writes,
             io_ops: reference.io_ops.clone(),
+            blocks: blocks.as_ref().map_or(0, |b| b.len() as u64),
         };
         if cfg.strategy == Strategy::Coverage {
             r.fork_at = report.setup_complete.as_ref().map(|s| s.syscall_index + 1).unwrap_or(0);
@@ -86,24 +128,61 @@ impl Subject for ProgramSubject<'_> {
         Input::default()
     }
 
-    fn worker(&self, r: &ProgramReference, strategy: Strategy) -> Result<Option<Fork>, ExploreError> {
+    fn worker(&self, r: &ProgramReference, strategy: Strategy) -> Result<ProgramWorker, ExploreError> {
         if strategy == Strategy::Random {
-            return Ok(None);
+            return Ok(ProgramWorker { fork: None, applied: 0 });
         }
-        let fork = Fork::new(self.target.spec.clone(), self.target.memory, r.fork_at, &mut |_, _| {})?;
+        let (fork, _) = Fork::with_blocks(
+            self.target.spec.clone(),
+            self.target.memory,
+            r.fork_at,
+            self.blocks_for(r),
+            &mut |_, _| {},
+        )?;
         let base = fork.parent_kernel().decision_count();
         ensure!(
             base == r.base_decisions,
             crate::ProgramNotDeterministicSnafu { fork_at: r.fork_at, found: base, expected: r.base_decisions }
         );
-        Ok(Some(fork))
+        Ok(ProgramWorker { fork: Some(fork), applied: 0 })
     }
 
-    fn run(&self, worker: &mut Option<Fork>, r: &ProgramReference, input: &Input) -> Result<Outcome, ExploreError> {
-        match worker {
-            Some(fork) => run_on_fork(fork, input),
-            None => run_fresh(self.target, r.fork_at, input, &mut |_, _| {}),
+    fn run(&self, worker: &mut ProgramWorker, r: &ProgramReference, input: &Input) -> Result<Outcome, ExploreError> {
+        let out = match &mut worker.fork {
+            Some(fork) => {
+                // What the campaign learned since this worker's last round (rounds before
+                // this one only: rounds are learned in order, after they ran).
+                let learned: Vec<u32> = match self.learned.lock() {
+                    Ok(l) => l[worker.applied..].to_vec(),
+                    Err(_) => Vec::new(),
+                };
+                worker.applied += learned.len();
+                fork.disarm_blocks(&learned);
+                run_on_fork(fork, input)?
+            }
+            None => run_fresh(self.target, r.fork_at, input, &mut |_, _| {})?,
+        };
+        Ok(match self.blocks_for(r) {
+            Some(b) if worker.fork.is_some() => with_blocks(out, b.len()),
+            _ => out,
+        })
+    }
+
+    fn learned_coverage(&self, indices: &[usize]) {
+        if self.blocks.is_some() {
+            if let Ok(mut l) = self.learned.lock() {
+                l.extend(indices.iter().map(|&i| i as u32));
+            }
         }
+    }
+
+    fn block_coverage(
+        &self,
+        r: &ProgramReference,
+        first_reached: &std::collections::BTreeMap<u32, u64>,
+    ) -> Option<deja_explore_report::BlockCoverage> {
+        let blocks = self.blocks_for(r)?;
+        Some(crate::blockmap::summarize(&blocks, first_reached, &self.scope))
     }
 
     fn confirm(&self, r: &ProgramReference, input: &Input, out: &Outcome) -> Result<Option<String>, ExploreError> {
@@ -123,6 +202,7 @@ impl Subject for ProgramSubject<'_> {
         Facts {
             failure: out.failure.clone(),
             coverage: out.coverage.clone(),
+            coverage_at: out.coverage_at.clone(),
             semantic: out.semantic.clone(),
             decisions,
             durable_writes: out.durable_writes,
@@ -197,5 +277,5 @@ pub fn explore(
     cfg: &CampaignConfig,
     progress: &mut dyn FnMut(&crate::Progress),
 ) -> Result<crate::Campaign, ExploreError> {
-    crate::campaign::explore(&ProgramSubject::new(target), cfg, progress)
+    crate::campaign::explore(&ProgramSubject::new(target, cfg.block_coverage, &cfg.cover), cfg, progress)
 }

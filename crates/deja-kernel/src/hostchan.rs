@@ -400,6 +400,38 @@ impl HostChannels {
     }
 }
 
+/// The block map of a program image, at the addresses [`crate::Kernel::load`] puts it (the load
+/// bias of a static-PIE image added): what block coverage arms and reports by.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageBlocks {
+    /// The basic blocks its code's recursive descent found ([`deja_rewrite::Plan::blocks`]), in
+    /// order, each with its first byte as the image holds it.
+    pub blocks: Vec<(u64, u8)>,
+    /// The functions its symbol table names, by address.
+    pub functions: Vec<deja_rewrite::Function>,
+}
+
+/// The block map of `image` ([`ImageBlocks`]); empty for an image that does not load.
+pub fn image_blocks(image: &[u8]) -> ImageBlocks {
+    let Ok(img) = crate::elf::parse(image) else { return ImageBlocks::default() };
+    let min_page = crate::user_layout::page_down(img.min_vaddr());
+    let base = match img.e_type == crate::elf::ET_DYN {
+        true => crate::user_layout::PIE_BASE.wrapping_sub(min_page),
+        false => 0,
+    };
+    let plan = plan_file(image);
+    let blocks = plan
+        .blocks
+        .iter()
+        .filter_map(|b| Some((base.wrapping_add(b.addr), *image.get(usize::try_from(b.offset).ok()?)?)))
+        .collect();
+    let functions = deja_rewrite::functions(image)
+        .into_iter()
+        .map(|f| deja_rewrite::Function { addr: base.wrapping_add(f.addr), ..f })
+        .collect();
+    ImageBlocks { blocks, functions }
+}
+
 /// What `channel` answers in deja's model: the registers it writes and the arithmetic flags it
 /// sets, given EAX and ECX at the trap, the destination register and operand size (`dest`) of
 /// `rdrand`, `rdseed` and `rdpid`, the virtual TSC and the next 8 random bytes of the seeded

@@ -142,6 +142,7 @@ use snafu::Snafu;
 
 pub use coverage::{bucket, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
 pub use disk::{Disk, DiskEntry, DiskError};
+pub use elf::find_section as elf_section;
 pub use elf::ElfError;
 pub use faults::under;
 pub use faults::{

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use iced_x86::{Code as Op, Decoder, DecoderOptions, FlowControl, Instruction, Register};
 
-use crate::{Channel, Doubt, Plan, Refused, Site, Stats};
+use crate::{Block, Channel, Doubt, Plan, Refused, Site, Stats};
 
 /// A stretch of executable code: where it is and its bytes.
 #[derive(Debug, Clone, Copy)]
@@ -29,6 +29,9 @@ impl Region<'_> {
 const START: u8 = 1;
 const INSIDE: u8 = 2;
 const OVERLAP: u8 = 4;
+/// A basic block starts here: a walk started here, or execution falls through to here after a
+/// conditional branch or a call.
+const LEADER: u8 = 8;
 
 /// What the channel instruction at an address is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,9 +114,13 @@ fn descend(code: &mut Code<'_>, roots: &[u64], found: &mut BTreeMap<(usize, usiz
     let mut recent: VecDeque<Instruction> = VecDeque::with_capacity(RECENT);
     while let Some(start) = work.pop() {
         let mut at = start;
+        let mut leader = true;
         recent.clear();
         while let Some((ri, off)) = code.locate(at) {
-            let m = code.marks[ri][off];
+            if std::mem::take(&mut leader) {
+                code.marks[ri][off] |= LEADER;
+            }
+            let m = code.marks[ri][off] & !LEADER;
             if m & START != 0 {
                 break;
             }
@@ -132,7 +139,7 @@ fn descend(code: &mut Code<'_>, roots: &[u64], found: &mut BTreeMap<(usize, usiz
             let Some(insn) = code.decode(ri, off) else { break };
             let len = insn.len();
             let marks = &mut code.marks[ri];
-            if marks[off + 1..off + len].iter().any(|&m| m != 0) {
+            if marks[off + 1..off + len].iter().any(|&m| m & !LEADER != 0) {
                 for m in &mut marks[off..off + len] {
                     *m |= OVERLAP;
                 }
@@ -156,9 +163,14 @@ fn descend(code: &mut Code<'_>, roots: &[u64], found: &mut BTreeMap<(usize, usiz
             recent.push_back(insn);
             let next = insn.next_ip();
             match insn.flow_control() {
-                FlowControl::Next | FlowControl::IndirectCall | FlowControl::XbeginXabortXend => at = next,
+                FlowControl::Next | FlowControl::XbeginXabortXend => at = next,
+                FlowControl::IndirectCall => {
+                    leader = true;
+                    at = next;
+                }
                 FlowControl::Call | FlowControl::ConditionalBranch => {
                     work.push(insn.near_branch_target());
+                    leader = true;
                     at = next;
                 }
                 FlowControl::UnconditionalBranch => {
@@ -423,6 +435,24 @@ pub(crate) fn analyze<'a>(regions: &[Region<'a>], data: &[Region<'a>], roots: &[
                 original: r.bytes[off..off + usize::from(f.len)].to_vec(),
             }),
             Some(doubt) => plan.refused.push(Refused { addr, offset, channel: f.channel, doubt }),
+        }
+    }
+    // The basic blocks: leaders that descent decoded as an instruction start, no path overlaps
+    // and no site covers.
+    let mut sites = plan.sites.iter().map(|s| (s.addr, s.addr + u64::from(s.len))).peekable();
+    for (ri, r) in code.regions.iter().enumerate() {
+        for (off, &m) in code.marks[ri].iter().enumerate() {
+            if m & (START | LEADER | OVERLAP) != START | LEADER {
+                continue;
+            }
+            let addr = r.addr + off as u64;
+            while sites.peek().is_some_and(|&(_, end)| end <= addr) {
+                sites.next();
+            }
+            if sites.peek().is_some_and(|&(start, _)| start <= addr) {
+                continue;
+            }
+            plan.blocks.push(Block { addr, offset: r.offset + off as u64 });
         }
     }
     plan

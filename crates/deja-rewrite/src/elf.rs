@@ -146,3 +146,44 @@ fn go_function_starts(t: &[u8]) -> Vec<u64> {
         })
         .collect()
 }
+
+/// The named functions of `image`'s `.symtab` (or, without one, `.dynsym`): defined `FUNC`
+/// symbols with their start, size and name (Rust names demangled, without their hash), by
+/// address. An image without symbols has none.
+pub(crate) fn functions(image: &[u8]) -> Vec<crate::Function> {
+    let Ok(header) = image.read_at::<FileHeader64<LittleEndian>>(0) else { return Vec::new() };
+    let Ok(sections) = header.sections(LE, image) else { return Vec::new() };
+    let mut out = Vec::new();
+    for kind in [defs::SHT_SYMTAB, defs::SHT_DYNSYM] {
+        let Ok(symbols) = sections.symbols(LE, image, kind) else { continue };
+        for sym in symbols.iter() {
+            let t = sym.st_type();
+            if (t != defs::STT_FUNC && t != defs::STT_GNU_IFUNC) || sym.st_shndx(LE) == defs::SHN_UNDEF {
+                continue;
+            }
+            let Ok(name) = symbols.symbol_name(LE, sym) else { continue };
+            if name.is_empty() {
+                continue;
+            }
+            out.push(crate::Function {
+                addr: sym.st_value(LE),
+                size: sym.st_size(LE),
+                name: demangle(&String::from_utf8_lossy(name)),
+            });
+        }
+        if !out.is_empty() {
+            break;
+        }
+    }
+    out.sort_by(|a, b| (a.addr, &a.name).cmp(&(b.addr, &b.name)));
+    out.dedup_by_key(|f| f.addr);
+    out
+}
+
+/// A Rust symbol's readable name (`std::io::stdio::print`), or the name as it is.
+fn demangle(name: &str) -> String {
+    match rustc_demangle::try_demangle(name) {
+        Ok(d) => format!("{d:#}"),
+        Err(_) => name.to_string(),
+    }
+}

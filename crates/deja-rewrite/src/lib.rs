@@ -189,6 +189,34 @@ pub struct Stats {
     pub decoded_bytes: u64,
 }
 
+/// The start of a basic block recursive descent decoded: where an entry, a branch target or a
+/// fall-through after a branch or call begins a run of instructions. A one-byte breakpoint
+/// there is safe: it is an instruction's first byte on every path descent knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Block {
+    /// Its address (as [`Site::addr`]).
+    pub addr: u64,
+    /// Its offset (as [`Site::offset`]).
+    pub offset: u64,
+}
+
+/// A function an image's symbol table names (for coverage reports and scopes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Function {
+    /// Its first address.
+    pub addr: u64,
+    /// Its size in bytes (0 when the symbol does not say).
+    pub size: u64,
+    /// Its name: the symbol's, a Rust one demangled without its hash (`std::io::stdio::print`).
+    pub name: String,
+}
+
+/// The functions `image`'s symbol table names, by address (none for a stripped or malformed
+/// image).
+pub fn functions(image: &[u8]) -> Vec<Function> {
+    elf::functions(image)
+}
+
 /// The rewriting plan for one image or region.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
@@ -198,6 +226,10 @@ pub struct Plan {
     pub refused: Vec<Refused>,
     /// What the analysis covered.
     pub stats: Stats,
+    /// The basic blocks descent found, by address, but those that start at a site (the block
+    /// map for coverage; not part of the digest: nothing of it is written unless coverage is
+    /// asked for).
+    pub blocks: Vec<Block>,
 }
 
 impl Plan {

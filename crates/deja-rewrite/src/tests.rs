@@ -171,6 +171,23 @@ fn jump_tables_guarded_by_a_bound_are_followed_in_both_forms() {
 }
 
 #[test]
+fn basic_blocks_start_at_entries_targets_and_fall_throughs_but_never_at_a_site() {
+    // 0: cmp eax, 1; 3: je 9; 5: call 12; 10: nop; 11: ret; 12: rdtsc; 14: nop; 15: ret
+    let code = [0x83, 0xf8, 0x01, 0x74, 0x04, 0xe8, 0x02, 0x00, 0x00, 0x00, 0x90, 0xc3, 0x0f, 0x31, 0x90, 0xc3];
+    let p = plan_code(BASE, &code, &[]);
+    let blocks: Vec<u64> = p.blocks.iter().map(|b| b.addr - BASE).collect();
+    // 0 (the entry), 5 (after je), 9 is inside the call: the je's target is no instruction
+    // start there and becomes an overlap; 10 (after the call); 12 is the call's target, but a
+    // site (rdtsc), so not a block.
+    assert!(blocks.contains(&0) && blocks.contains(&5) && blocks.contains(&10), "{blocks:?}");
+    assert!(!blocks.contains(&12), "a site is no breakpoint: {blocks:?}");
+    assert!(p.blocks.windows(2).all(|w| w[0] < w[1]), "in address order");
+    for b in &p.blocks {
+        assert!(!p.sites.iter().any(|s| (s.addr..s.addr + u64::from(s.len)).contains(&b.addr)));
+    }
+}
+
+#[test]
 fn plans_are_stable_and_their_digest_names_the_rewrite() {
     let code = [0x0f, 0xa2, 0x0f, 0x31, 0xc3];
     let a = plan_code(BASE, &code, &[]);
@@ -280,6 +297,7 @@ fn the_test_binary_itself_is_planned_with_every_site_agreed() {
         p.stats
     );
     assert!(p.refused.is_empty(), "a compiler's code gives no doubt: {:?}", p.refused);
+    assert!(p.blocks.len() as u64 > p.stats.decoded / 10, "blocks: {} of {:?}", p.blocks.len(), p.stats);
     assert!(p.count(Channel::Cpuid) >= 1, "std's feature detection executes cpuid");
     for s in &p.sites {
         let off = s.offset as usize;

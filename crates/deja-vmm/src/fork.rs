@@ -13,6 +13,9 @@ use std::time::Instant;
 
 use deja_kernel::{Kernel, ProgramSpec, Stream, PAGE_SIZE};
 
+use std::sync::Arc;
+
+use crate::coverage::{BlockHit, BlockImage, Seen};
 use crate::paging::{canonical, FrameState, PTE_P};
 use crate::session::{BootOptions, Session};
 use crate::snapshot::VcpuState;
@@ -141,7 +144,23 @@ impl Fork {
         at_syscall: u64,
         sink: &mut dyn FnMut(Stream, &[u8]),
     ) -> Result<Fork, RunError> {
+        Fork::with_blocks(spec, memory, at_syscall, None, sink).map(|(f, _)| f)
+    }
+
+    /// [`Fork::new`] with block coverage ([`crate::coverage`]): every block of `blocks` armed
+    /// from the first instruction, so the parent's own run records what it reaches (returned)
+    /// and its image keeps a breakpoint on every other block for the children.
+    pub fn with_blocks(
+        spec: ProgramSpec,
+        memory: u64,
+        at_syscall: u64,
+        blocks: Option<Arc<BlockImage>>,
+        sink: &mut dyn FnMut(Stream, &[u8]),
+    ) -> Result<(Fork, Vec<BlockHit>), RunError> {
         let mut session = Session::boot_with(spec, memory, BootOptions { dirty_log: true, ..BootOptions::default() })?;
+        if let Some(b) = blocks {
+            session.cover_blocks(b, Seen::default());
+        }
         if !session.run_to_syscall(at_syscall, sink)? {
             return Err(RunError::Vm {
                 source: VmError::Unexpected {
@@ -151,8 +170,25 @@ impl Fork {
             });
         }
         let (vm, kernel) = session.parts();
+        let hits = vm.take_block_hits();
         let parent = Parent::capture(vm, kernel)?;
-        Ok(Fork { session, parent, at_syscall, last_reset: ResetStats::default() })
+        Ok((Fork { session, parent, at_syscall, last_reset: ResetStats::default() }, hits))
+    }
+
+    /// The blocks `ids` are seen by the campaign: their breakpoints come out of the parent's
+    /// image as well as the VM, so no later child stops there.
+    pub fn disarm_blocks(&mut self, ids: &[u32]) {
+        let fresh = self.session.disarm_blocks(ids);
+        let (vm, _) = self.session.parts();
+        let Some(blocks) = vm.space.blocks().cloned() else { return };
+        for id in fresh {
+            let Some(addr) = blocks.addr(id as usize) else { continue };
+            if let Some(gpa) = vm.space.translate(addr) {
+                if let Some(b) = self.parent.ram.get_mut(gpa as usize) {
+                    *b = blocks.original(id as usize);
+                }
+            }
+        }
     }
 
     /// Resets the VM to the parent, rewriting only what changed since the last reset.

@@ -7,6 +7,7 @@
 //! [`identity`] decides how the guest's view of the host CPU is fixed (CPUID faulting, KVM's
 //! table, pinning) and [`probe`] measures what a guest can still observe.
 
+pub mod coverage;
 pub mod divergence;
 pub mod fork;
 pub mod identity;
@@ -38,6 +39,9 @@ pub struct Run {
     pub report: RunReport,
     /// VM exit counters.
     pub stats: VmStats,
+    /// The coverage breakpoints the life hit, in order ([`coverage`]); empty when its VM was
+    /// not armed.
+    pub blocks: Vec<coverage::BlockHit>,
 }
 
 /// Why a run could not happen. A guest that crashes is not an error: it has an exit status.

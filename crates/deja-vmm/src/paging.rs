@@ -11,8 +11,10 @@
 
 use deja_kernel::{MemError, Memory, Prot, PAGE_SIZE};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
+use crate::coverage::BlockImage;
 use crate::layout::{FRAME_BASE, PML4_PHYS, USER_END};
 
 /// Present.
@@ -66,6 +68,9 @@ pub struct AddressSpace {
     /// One bit per frame the monitor wrote since the last [`AddressSpace::take_host_dirty`]
     /// (KVM's dirty log only sees the guest's own writes).
     host_dirty: Vec<u64>,
+    /// The blocks that may carry a coverage breakpoint: reads through [`Memory`] show their
+    /// original bytes ([`crate::coverage`]).
+    blocks: Option<Arc<BlockImage>>,
 }
 
 /// The allocator's state, saved in snapshots and restored on forks.
@@ -131,7 +136,29 @@ impl AddressSpace {
             stale: Vec::new(),
             pt_frames,
             host_dirty,
+            blocks: None,
         })
+    }
+
+    /// Shows the core every block of `blocks` with its original byte, breakpoint or not.
+    pub fn set_blocks(&mut self, blocks: Option<Arc<BlockImage>>) {
+        self.blocks = blocks;
+    }
+
+    /// The blocks set with [`AddressSpace::set_blocks`].
+    pub fn blocks(&self) -> Option<&Arc<BlockImage>> {
+        self.blocks.as_ref()
+    }
+
+    /// Writes `byte` at user address `va` (a present page), as the monitor: for breakpoints.
+    pub fn poke(&mut self, va: u64, byte: u8) -> bool {
+        match self.translate(va) {
+            Some(gpa) => {
+                self.write_phys(gpa, &[byte]);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The guest RAM.
@@ -421,6 +448,9 @@ impl Memory for AddressSpace {
             self.read_phys(gpa, &mut buf[done..done + n]);
             done += n;
         }
+        if let Some(b) = &self.blocks {
+            b.overlay(addr, buf);
+        }
         Ok(())
     }
 
@@ -441,6 +471,9 @@ impl Memory for AddressSpace {
         let mut buf = vec![0u8; PAGE_SIZE as usize];
         self.for_each_present(0, USER_END, &mut |va, _slot, pte| {
             self.read_phys(pte & PTE_ADDR, &mut buf);
+            if let Some(b) = &self.blocks {
+                b.overlay(va, &mut buf);
+            }
             f(va, &buf);
         });
     }

@@ -11,6 +11,9 @@
 use deja_kernel::hostchan::Rewrite;
 use deja_kernel::{Disk, ExitStatus, FaultInfo, Kernel, ProgramSpec, Stream};
 
+use std::sync::Arc;
+
+use crate::coverage::{BlockImage, Seen};
 use crate::snapshot::{Snapshot, SnapshotMeta};
 use crate::vm::{RegisterPath, Stop, Vm, VmError};
 use crate::{restart_seed, Incarnation, Run, RunError};
@@ -65,6 +68,8 @@ pub struct Session {
     kernel: Kernel,
     /// How the current life already stopped, when a run to a syscall or a crash ended early.
     stopped: Option<Stop>,
+    /// Block coverage: the image's blocks and those seen, to arm every VM a life boots in.
+    cover: Option<(Arc<BlockImage>, Seen)>,
 }
 
 impl Session {
@@ -76,14 +81,38 @@ impl Session {
     /// Boots `spec` with explicit VM options.
     pub fn boot_with(spec: ProgramSpec, memory: u64, opts: BootOptions) -> Result<Session, RunError> {
         let (vm, kernel) = boot(&spec, memory, opts)?;
-        Ok(Session { seed: spec.seed, spec: Some(spec), memory, vm, kernel, stopped: None })
+        Ok(Session { seed: spec.seed, spec: Some(spec), memory, vm, kernel, stopped: None, cover: None })
+    }
+
+    /// Arms block coverage ([`crate::coverage`]) in this session's VM, and in the VM of every
+    /// life it boots after a crash: a breakpoint at each block of `blocks` not in `seen`.
+    pub fn cover_blocks(&mut self, blocks: Arc<BlockImage>, seen: Seen) {
+        self.vm.arm_blocks(blocks.clone(), &seen);
+        self.cover = Some((blocks, seen));
+    }
+
+    /// The blocks `ids` are seen: their breakpoints come out of this VM and of the VMs later
+    /// lives boot in. Returns the ids that were not seen yet.
+    pub fn disarm_blocks(&mut self, ids: &[u32]) -> Vec<u32> {
+        let Some((_, seen)) = self.cover.as_mut() else { return Vec::new() };
+        let fresh: Vec<u32> = ids.iter().copied().filter(|&id| seen.insert(id as usize)).collect();
+        self.vm.disarm_blocks(&fresh);
+        fresh
     }
 
     /// A fresh VM holding `snapshot`, ready to go on. A restored program cannot be restarted
     /// after an injected crash: the snapshot holds its state, not its spec.
     pub fn restore(snapshot: &Snapshot) -> Result<Session, RunError> {
         let (vm, kernel) = snapshot.restore()?;
-        Ok(Session { spec: None, memory: snapshot.memory_size, seed: snapshot.meta.seed, vm, kernel, stopped: None })
+        Ok(Session {
+            spec: None,
+            memory: snapshot.memory_size,
+            seed: snapshot.meta.seed,
+            vm,
+            kernel,
+            stopped: None,
+            cover: None,
+        })
     }
 
     /// The syscall core.
@@ -159,7 +188,7 @@ impl Session {
             None => self.vm.run(&mut self.kernel, sink)?,
         };
         let report = self.kernel.finish(&self.vm.space, status);
-        Ok(Run { report, stats: self.vm.stats.clone() })
+        Ok(Run { report, stats: self.vm.stats.clone(), blocks: self.vm.take_block_hits() })
     }
 
     /// Runs to the end of the last life: after every injected crash, the VM and all volatile
@@ -224,7 +253,7 @@ impl Session {
                     }
                     let report = kernel.finish(&vm.space, status);
                     lives.push(Incarnation {
-                        run: Run { report, stats: vm.stats.clone() },
+                        run: Run { report, stats: vm.stats.clone(), blocks: vm.take_block_hits() },
                         crashed: false,
                         seed,
                         crash_disk_digest: None,
@@ -254,7 +283,7 @@ impl Session {
                     let report = kernel.finish(&vm.space, status);
                     let previous_faults = report.faults.clone();
                     lives.push(Incarnation {
-                        run: Run { report, stats: vm.stats.clone() },
+                        run: Run { report, stats: vm.stats.clone(), blocks: vm.take_block_hits() },
                         crashed: true,
                         seed,
                         crash_disk_digest: Some(digest),
@@ -263,7 +292,10 @@ impl Session {
                     seed = restart_seed(seed, lives.len() as u64);
                     next_spec.seed = seed;
                     next_spec.faults = next_spec.faults.for_restart();
-                    let (next, mut k) = boot(next_spec, self.memory, BootOptions::default())?;
+                    let (mut next, mut k) = boot(next_spec, self.memory, BootOptions::default())?;
+                    if let Some((blocks, seen)) = &self.cover {
+                        next.arm_blocks(blocks.clone(), seen);
+                    }
                     k.note_previous_faults(previous_faults);
                     kernel = k;
                     owned = Some(next);

@@ -175,6 +175,8 @@ pub(super) fn campaign(rounds: u64, out: &Path, mode: deja_explore::Mode, jobs: 
         stop_at_first_bug: false,
         jobs,
         shard: None,
+        block_coverage: false,
+        cover: Vec::new(),
     }
 }
 

@@ -200,6 +200,52 @@ fn rewrite_figures(exe: &Path, dir: &Path, repeat: u32) -> Result<serde_json::Va
     }))
 }
 
+/// Block coverage on an uninstrumented store (ackstore, forked as a campaign forks it): the first
+/// round with every block armed, and the steady state once what it reached is disarmed, side by
+/// side with rounds of a fork without coverage, alternated so the host's drift hits both alike.
+fn block_coverage_figures(dir: &Path, rounds: u32) -> Result<serde_json::Value, String> {
+    use deja_vmm::coverage::BlockImage;
+    let path = dir.join("ackstore-buggy");
+    let spec = spec(&path, &["6"])?;
+    let blocks = BlockImage::of_image(&spec.image, &[]);
+    let at = 8;
+    let mut plain = deja_vmm::Fork::new(spec.clone(), 1 << 30, at, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    let (mut covered, parent_hits) =
+        deja_vmm::Fork::with_blocks(spec, 1 << 30, at, Some(blocks.clone()), &mut |_, _| {})
+            .map_err(|e| e.to_string())?;
+    let armed_boot = start.elapsed();
+    let ids: Vec<u32> = parent_hits.iter().map(|h| h.block).collect();
+    covered.disarm_blocks(&ids);
+    let start = Instant::now();
+    let first = covered.run_child(None, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    let first_round = start.elapsed();
+    let ids: Vec<u32> = first.blocks.iter().map(|h| h.block).collect();
+    covered.disarm_blocks(&ids);
+    let start = Instant::now();
+    plain.run_child(None, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    let plain_first = start.elapsed();
+    let (mut on, mut off, mut steady_exits) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..rounds.max(5) {
+        let start = Instant::now();
+        let run = covered.run_child(None, &mut |_, _| {}).map_err(|e| e.to_string())?;
+        on.push(start.elapsed());
+        steady_exits += run.blocks.len();
+        let start = Instant::now();
+        plain.run_child(None, &mut |_, _| {}).map_err(|e| e.to_string())?;
+        off.push(start.elapsed());
+    }
+    let (on, off) = (median(on).as_secs_f64(), median(off).as_secs_f64());
+    Ok(serde_json::json!({
+        "program": "ackstore-buggy", "blocks": blocks.len(), "fork_at_syscall": at,
+        "parent_breakpoints": parent_hits.len(), "armed_fork_ms": armed_boot.as_secs_f64() * 1e3,
+        "first_round_ms": first_round.as_secs_f64() * 1e3, "first_round_plain_ms": plain_first.as_secs_f64() * 1e3,
+        "first_round_breakpoints": first.blocks.len(),
+        "steady_round_ms": on * 1e3, "plain_round_ms": off * 1e3, "steady_overhead": on / off - 1.0,
+        "steady_breakpoints": steady_exits, "target_overhead": 0.05,
+    }))
+}
+
 pub(super) fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -455,10 +501,12 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     }
     let cpuid = cpuid_cost(&exe, &dir.join("hostinfo"), repeat as usize)?;
     let rewrite = rewrite_figures(&exe, &dir, repeat)?;
+    let block_coverage = block_coverage_figures(&dir, 10 * repeat)?;
     let storage = storage_figures(&exe, &dir)?;
     Ok(serde_json::json!({
         "cpuid": cpuid,
         "rewrite": rewrite,
+        "block_coverage": block_coverage,
         "storage": storage,
         "schema": "deja.bench/1",
         "cpu_bound": {

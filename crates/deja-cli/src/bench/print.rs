@@ -185,6 +185,22 @@ pub(super) fn text(v: &serde_json::Value) {
         r["run_hostchan"]["rewriting_ms"].as_f64().unwrap_or(0.0),
         r["run_hostchan"]["off_ms"].as_f64().unwrap_or(0.0)
     );
+    let b = &v["block_coverage"];
+    println!(
+        "  blocks     {} ({} blocks, forked at syscall {}): first round {:.2} ms with {} breakpoints (unarmed {:.2} ms); \
+         steady round {:.3} ms against {:.3} ms unarmed: {:+.1}% (target under {:.0}%), {} breakpoints",
+        b["program"].as_str().unwrap_or(""),
+        b["blocks"],
+        b["fork_at_syscall"],
+        b["first_round_ms"].as_f64().unwrap_or(0.0),
+        b["first_round_breakpoints"],
+        b["first_round_plain_ms"].as_f64().unwrap_or(0.0),
+        b["steady_round_ms"].as_f64().unwrap_or(0.0),
+        b["plain_round_ms"].as_f64().unwrap_or(0.0),
+        100.0 * b["steady_overhead"].as_f64().unwrap_or(0.0),
+        100.0 * b["target_overhead"].as_f64().unwrap_or(0.0),
+        b["steady_breakpoints"]
+    );
     let h = &v["deja_run_hello"];
     println!(
         "  startup    `deja run hello`: {:.1} ms wall (native hello {:.1} ms)",

@@ -68,6 +68,10 @@ pub(crate) struct Books {
     /// The host time at some rounds (display only).
     #[serde(default)]
     pub(crate) wall_timeline: report::WallTimeline,
+    /// Under block coverage: the round in which each block was first reached (0: the
+    /// bootstrap).
+    #[serde(default)]
+    pub(crate) first_reached: BTreeMap<u32, u64>,
 }
 
 impl Books {
@@ -179,6 +183,7 @@ impl Books {
                 .iter()
                 .map(|(round, why)| report::NoProgress { round: *round, why: why.clone() })
                 .collect(),
+            blocks: None,
         }
     }
 }
@@ -211,9 +216,11 @@ pub(crate) fn keep<T: Serialize>(out: &Path, corpus: &mut Vec<T>, entry: T) -> R
 pub(crate) struct Novelty {
     /// New coverage bits and semantic edges.
     pub(crate) new: u64,
-    /// The latest decision index at which a new semantic edge first showed, if known: the
-    /// run's course up to there is what made it new.
+    /// The latest decision index at which a new semantic edge or block first showed, if
+    /// known: the run's course up to there is what made it new.
     pub(crate) focus: Option<u64>,
+    /// The coverage indices that were new.
+    pub(crate) new_coverage: Vec<usize>,
 }
 
 /// Folds what a run showed into the coverage seen so far.
@@ -221,14 +228,19 @@ pub(super) fn learn<I, R>(state: &mut State<I, R>, facts: &Facts) -> Novelty {
     if state.virgin.len() < facts.coverage.len() {
         state.virgin.resize(facts.coverage.len(), 0);
     }
-    let mut new = 0;
-    for (seen, b) in state.virgin.iter_mut().zip(&facts.coverage) {
+    let (mut new, mut focus, mut new_coverage) = (0, None, Vec::new());
+    for (i, (seen, b)) in state.virgin.iter_mut().zip(&facts.coverage).enumerate() {
         if b & !*seen != 0 {
             new += 1;
+            if *seen == 0 {
+                new_coverage.push(i);
+            }
             *seen |= b;
+            if let Some(&at) = facts.coverage_at.get(&i) {
+                focus = focus.max(Some(at));
+            }
         }
     }
-    let mut focus = None;
     for (e, at) in &facts.semantic {
         *state.hits.entry(*e).or_default() += 1;
         let known = !state.semantic.insert(*e);
@@ -248,7 +260,10 @@ pub(super) fn learn<I, R>(state: &mut State<I, R>, facts: &Facts) -> Novelty {
         }
     }
     fold_assertions(&mut state.books.assertions, &facts.assertions);
-    Novelty { new, focus }
+    for &i in &new_coverage {
+        state.books.first_reached.entry(i as u32).or_insert(state.books.round);
+    }
+    Novelty { new, focus, new_coverage }
 }
 
 /// Folds one run's assertion reports into a campaign's assertion lines.

@@ -146,6 +146,12 @@ pub struct CampaignConfig {
     pub jobs: u64,
     /// This campaign is shard `i` of `n` (0-based `i`).
     pub shard: Option<(u64, u64)>,
+    /// Measure the blocks a program without SanitizerCoverage reaches, with one-shot
+    /// breakpoints ([`deja_vmm::coverage`]), as its coverage.
+    pub block_coverage: bool,
+    /// With block coverage: only blocks in functions whose (demangled) name matches one of
+    /// these patterns (`*` matches any run of characters) count; empty for every block.
+    pub cover: Vec<String>,
 }
 
 impl CampaignConfig {
@@ -231,8 +237,12 @@ impl From<Decision> for (u64, u64, u8) {
 pub struct Facts {
     /// The failure's signature, if the run failed.
     pub failure: Option<FailureSignature>,
-    /// The bucketed SanitizerCoverage map (empty without instrumentation).
+    /// The coverage map: SanitizerCoverage's bucketed edge counters, or, for a program without
+    /// them, a 1 for each block the run reached while it was armed (empty without either).
     pub coverage: Vec<u8>,
+    /// For the blocks of `coverage`: the decision index at which the run first reached each
+    /// (where its course made that block new).
+    pub coverage_at: BTreeMap<usize, u64>,
     /// Semantic edges and behaviours, each with the decision index where the run first showed
     /// it, when that is progress.
     pub semantic: BTreeMap<u64, Option<u64>>,
@@ -337,6 +347,21 @@ pub trait Subject: Sync {
 
     /// What the round showed.
     fn facts(&self, out: &Self::Outcome) -> Facts;
+
+    /// The campaign has learned coverage indices `indices` (in round order, or all of them when
+    /// a campaign resumes): a subject that measures coverage with one-shot breakpoints takes
+    /// them out of its workers' VMs.
+    fn learned_coverage(&self, _indices: &[usize]) {}
+
+    /// Under block coverage, what the blocks reached say of the program's functions, given the
+    /// round in which each block was first reached; `None` for SanitizerCoverage or none.
+    fn block_coverage(
+        &self,
+        _reference: &Self::Reference,
+        _first_reached: &BTreeMap<u32, u64>,
+    ) -> Option<report::BlockCoverage> {
+        None
+    }
 
     /// The input's decision overrides and reseed, for the decision mutations.
     fn steering(input: &mut Self::Input) -> (&mut BTreeMap<u64, u64>, &mut Option<u64>);
@@ -483,9 +508,13 @@ pub fn explore<S: Subject>(
         let (reference, runs) = subject.bootstrap(cfg)?;
         state.reference = reference;
         for out in &runs {
-            learn(&mut state, &subject.facts(out));
+            let novelty = learn(&mut state, &subject.facts(out));
+            subject.learned_coverage(&novelty.new_coverage);
         }
         phase = Phase::Seed;
+    } else {
+        let seen: Vec<usize> = state.virgin.iter().enumerate().filter(|(_, b)| **b != 0).map(|(i, _)| i).collect();
+        subject.learned_coverage(&seen);
     }
     let reference = Arc::new(state.reference.clone());
     let seeds = Seeds::new(cfg.shard);
@@ -527,7 +556,8 @@ pub fn explore<S: Subject>(
                         })?;
                         let facts = subject.facts(&out);
                         let novelty = learn(&mut state, &facts);
-                        let novelty = Novelty { new: novelty.new.max(1), focus: None };
+                        subject.learned_coverage(&novelty.new_coverage);
+                        let novelty = Novelty { new: novelty.new.max(1), focus: None, new_coverage: Vec::new() };
                         keep(&cfg.out, &mut state.corpus, Entry::new(origin, &facts, &novelty, 0))?;
                     }
                     CHECKPOINT_SCHEMA.write(&checkpoint, &state)?;
@@ -585,7 +615,9 @@ pub fn explore<S: Subject>(
         }
         state.books.wall_seconds += started.elapsed().as_secs_f64();
         CHECKPOINT_SCHEMA.write(&checkpoint, &state)?;
-        Ok(state.books.campaign(&state, &identity))
+        let mut campaign = state.books.campaign(&state, &identity);
+        campaign.blocks = subject.block_coverage(&state.reference, &state.books.first_reached);
+        Ok(campaign)
     })
 }
 
@@ -688,6 +720,7 @@ fn learn_round<S: Subject>(
     let bugs_before = state.books.bugs.len();
     let facts = subject.facts(out);
     let novelty = learn(state, &facts);
+    subject.learned_coverage(&novelty.new_coverage);
     let kept = novelty.new > 0 && cfg.strategy == Strategy::Coverage;
     if let Some(sig) = state.books.unseen(facts.failure.as_ref()) {
         let difference = subject.confirm(&state.reference, &input, out)?;

@@ -32,6 +32,9 @@ use kvm_bindings::{
 use kvm_ioctls::{Cap, Kvm, SyncReg, VcpuExit, VcpuFd, VmFd};
 use vm_memory::{GuestAddress, GuestMemoryBackend};
 
+use std::sync::Arc;
+
+use crate::coverage::{BlockHit, BlockImage, Seen, INT3};
 use crate::identity::CpuidSource;
 use crate::layout::*;
 use crate::paging::{AddressSpace, RamError, PTE_A, PTE_D, PTE_P, PTE_PS, PTE_U, PTE_W};
@@ -130,6 +133,9 @@ pub struct VmStats {
     /// Traps at rewritten sites (`cpuid`, `rdtsc`, `rdrand`... rewritten to `ud2`) answered by
     /// deja.
     pub rewrite_exits: u64,
+    /// Coverage breakpoints hit (a block reached for the first time; not counted as
+    /// exceptions: the guest never sees them).
+    pub breakpoint_exits: u64,
     /// Exits that interrupted the guest for the host's sake (a signal): not a guest event, and
     /// not part of any digest.
     pub interrupted_exits: u64,
@@ -291,6 +297,8 @@ pub struct Vm {
     dirty_regs: bool,
     dirty_sregs: bool,
     setup: CpuSetup,
+    /// Coverage breakpoints hit since the last [`Vm::take_block_hits`].
+    block_hits: Vec<BlockHit>,
 }
 
 impl Vm {
@@ -347,12 +355,57 @@ impl Vm {
             dirty_regs: false,
             dirty_sregs: false,
             setup,
+            block_hits: Vec::new(),
         };
         vmx.setup_cpu()?;
         if setup.faulting && !vmx.try_enable_cpuid_faulting()? {
             return Err(VmError::Config { message: "this host stopped offering CPUID faulting to a new VM".into() });
         }
         Ok(vmx)
+    }
+
+    /// Arms block coverage ([`crate::coverage`]): an `int3` at the first byte of every block of
+    /// `blocks` not in `seen`, in the loaded image; the core is shown the original bytes.
+    /// Returns how many breakpoints were set.
+    pub fn arm_blocks(&mut self, blocks: Arc<BlockImage>, seen: &Seen) -> usize {
+        let mut armed = 0;
+        for id in 0..blocks.len() {
+            if seen.contains(id) || blocks.find(blocks.addr(id).unwrap_or(0)) != Some(id) {
+                continue;
+            }
+            if self.space.poke(blocks.addr(id).unwrap_or(0), INT3) {
+                armed += 1;
+            }
+        }
+        self.space.set_blocks(Some(blocks));
+        armed
+    }
+
+    /// Puts back the original byte of each block of `ids` (seen by the campaign).
+    pub fn disarm_blocks(&mut self, ids: &[u32]) {
+        let Some(blocks) = self.space.blocks().cloned() else { return };
+        for &id in ids {
+            if let Some(addr) = blocks.addr(id as usize) {
+                self.space.poke(addr, blocks.original(id as usize));
+            }
+        }
+    }
+
+    /// Records that block `id` was reached (with the core's decision count) and puts its byte
+    /// back.
+    fn hit_block(&mut self, id: usize, decision: u64) {
+        self.stats.breakpoint_exits += 1;
+        if let Some(blocks) = self.space.blocks().cloned() {
+            if let Some(addr) = blocks.addr(id) {
+                self.space.poke(addr, blocks.original(id));
+            }
+        }
+        self.block_hits.push(BlockHit { block: id as u32, decision });
+    }
+
+    /// The coverage breakpoints hit since the last call.
+    pub fn take_block_hits(&mut self) -> Vec<BlockHit> {
+        std::mem::take(&mut self.block_hits)
     }
 
     /// Turns on CPUID faulting if the host offers it: returns whether ring-3 `cpuid` now traps.

@@ -333,14 +333,28 @@ impl Vm {
                     6 => Exception::InvalidOpcode { rip: frame.rip, eax: regs.rax as u32, ecx: regs.rcx as u32 },
                     v => Exception::Other { vector: v, rip: frame.rip },
                 };
-                let outcome = kernel.exception(&mut self.space, exc);
+                // A coverage breakpoint is the monitor's own: the block is recorded, its byte put
+                // back and the instruction run; the core never hears of it.
+                let breakpoint = match vector {
+                    3 => self.space.blocks().and_then(|b| b.find(frame.rip.wrapping_sub(1))),
+                    _ => None,
+                };
+                let outcome = match breakpoint {
+                    Some(id) => {
+                        self.stats.exception_exits -= 1;
+                        self.hit_block(id, kernel.decision_count());
+                        ExceptionOutcome::Retry
+                    }
+                    None => kernel.exception(&mut self.space, exc),
+                };
                 for (stream, bytes) in kernel.take_output() {
                     sink(stream, &bytes);
                 }
-                let mut rip = frame.rip;
+                let mut rip = if breakpoint.is_some() { frame.rip - 1 } else { frame.rip };
                 let mut rflags = frame.rflags;
                 let mut gprs = gprs_of(&regs);
                 match outcome {
+                    ExceptionOutcome::Retry if breakpoint.is_some() => {}
                     ExceptionOutcome::Retry => {
                         let key = (frame.rip, cr2, 0);
                         last_fault = if (last_fault.0, last_fault.1) == (key.0, key.1) {

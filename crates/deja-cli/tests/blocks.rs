@@ -1,0 +1,111 @@
+//! Block coverage of programs built without SanitizerCoverage (`deja explore --block-coverage`):
+//! one-shot breakpoints at the blocks the code rewriter finds, reported as blocks and functions,
+//! scoped with `--cover`, invisible to the run (a bug found with breakpoints replays without
+//! them), and the same campaign in processes on different host cores.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::Value;
+
+fn s(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("deja-blocks-{name}-{}", std::process::id()));
+    std::fs::remove_dir_all(&d).ok();
+    d
+}
+
+fn explore_args<'a>(out: &'a str, program: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec!["explore", "--runs", "120", "--mode", "faults", "--seed", "3", "--jobs", "1", "--quiet"];
+    a.extend_from_slice(extra);
+    a.extend_from_slice(&["--out", out, program, "--", "6"]);
+    a
+}
+
+#[test]
+fn an_uninstrumented_store_reports_blocks_and_functions_and_its_bug_replays_without_breakpoints() {
+    let out = dir("ackstore");
+    let program = s(&guest("ackstore-buggy"));
+    let o = deja(&explore_args(&s(&out), &program, &["--block-coverage"]));
+    assert_eq!(o.status.code(), Some(1), "a bug in 120 rounds: {}", stderr(&o));
+    let err = stderr(&o);
+    let line = err.lines().find(|l| l.starts_with("deja: explored")).expect("a closing line");
+    assert!(line.contains(" blocks, ") && line.contains(" functions"), "{line}");
+    let c = campaign_report(&out);
+    let b = &c["blocks"];
+    let (hit, total) = (b["blocks_hit"].as_u64().unwrap(), b["blocks_total"].as_u64().unwrap());
+    assert!(hit > 500 && total > 10 * hit / 2 && hit < total, "blocks reached {hit} of {total}");
+    assert_eq!(c["edges_total"].as_u64(), Some(total), "the coverage map is the block map");
+    assert_eq!(c["edges_hit"].as_u64(), Some(hit));
+    let (reached, functions) = (b["functions_reached"].as_u64().unwrap(), b["functions_total"].as_u64().unwrap());
+    assert!(reached > 50 && reached < functions, "functions reached {reached} of {functions}");
+    let names: Vec<&str> = b["latest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(b["never"].as_array().unwrap())
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert!(names.iter().all(|n| !n.starts_with("_ZN")), "Rust names are demangled: {names:?}");
+    // What the campaign learned later than its bootstrap: functions first reached in later rounds.
+    assert!(b["functions_over_rounds"].as_array().unwrap().len() > 1, "{b}");
+    let text = std::fs::read_to_string(out.join("report.txt")).unwrap();
+    assert!(text.contains("functions never reached") && text.contains(" blocks ("), "{text}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("\"functions_reached\""), "the page embeds the block coverage");
+    // The bug's run had breakpoints in it; its replay has none, and gives the same run.
+    let bug = bug_file(&out);
+    let r = deja(&["replay", &s(&bug)]);
+    assert_eq!(r.status.code(), Some(1), "{}", stderr(&r));
+    assert!(stderr(&r).contains("reproduced bug"), "{}", stderr(&r));
+}
+
+#[test]
+fn the_scope_keeps_only_the_functions_it_names() {
+    let out = dir("scope");
+    let program = s(&guest("ackstore-buggy"));
+    let o = deja(&explore_args(&s(&out), &program, &["--block-coverage", "--cover", "ackstore::*"]));
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+    let b = campaign_report(&out)["blocks"].clone();
+    let names: Vec<&str> = b["latest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(b["never"].as_array().unwrap())
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert!(!names.is_empty() && names.iter().all(|n| n.starts_with("ackstore::")), "{names:?}");
+    assert_eq!(b["scope"], serde_json::json!(["ackstore::*"]));
+    let functions = b["functions_total"].as_u64().unwrap();
+    assert!(functions > 0 && functions < 100, "the store's own functions, not the runtime's: {functions}");
+    assert!(b["blocks_hit"].as_u64().unwrap() > 0);
+    // A pattern that names nothing leaves nothing to arm: the program has no block coverage.
+    let none = dir("scope-none");
+    let o = deja(&explore_args(&s(&none), &program, &["--block-coverage", "--cover", "no_such_crate::*"]));
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+    assert_eq!(campaign_report(&none)["blocks"], Value::Null);
+    assert!(deja(&["explore", "--cover", "x::*", &program]).status.code() == Some(2), "--cover needs --block-coverage");
+}
+
+#[test]
+fn a_block_coverage_campaign_is_the_same_in_processes_on_different_cores() {
+    let cores = host_cores();
+    let (a, b) = (dir("core-a"), dir("core-b"));
+    let program = s(&guest("pagestore-buggy"));
+    let (sa, sb) = (s(&a), s(&b));
+    let first = deja_on(cores[0], &[], &explore_args(&sa, &program, &["--block-coverage"]));
+    let second = deja_on(*cores.last().unwrap(), &[], &explore_args(&sb, &program, &["--block-coverage"]));
+    assert_eq!(first.status.code(), second.status.code(), "{}\n{}", stderr(&first), stderr(&second));
+    let (ra, rb) = (campaign_report(&a), campaign_report(&b));
+    assert!(ra["blocks"]["blocks_hit"].as_u64().unwrap() > 0);
+    let strip = |mut v: Value| {
+        v["program"] = Value::Null;
+        v
+    };
+    assert_eq!(strip(ra), strip(rb), "same blocks, functions, corpus and bugs");
+}

@@ -1,0 +1,48 @@
+//! What block coverage says of a program's functions: the report's [`BlockCoverage`] from the
+//! image's block map and the round in which each block was first reached.
+
+use std::collections::BTreeMap;
+
+use deja_explore_report::{BlockCoverage, FunctionLine};
+use deja_vmm::coverage::BlockImage;
+
+/// The report of block coverage over `blocks`, given the round in which each block id was first
+/// reached and the `--cover` patterns the blocks were chosen by.
+pub fn summarize(blocks: &BlockImage, first_reached: &BTreeMap<u32, u64>, scope: &[String]) -> BlockCoverage {
+    let mut lines: Vec<FunctionLine> =
+        blocks.functions().iter().map(|f| FunctionLine { name: f.name.clone(), ..FunctionLine::default() }).collect();
+    for id in 0..blocks.len() {
+        let Some(f) = blocks.function_of(id) else { continue };
+        let line = &mut lines[f];
+        line.blocks += 1;
+        if let Some(&round) = first_reached.get(&(id as u32)) {
+            line.reached += 1;
+            line.first_round = Some(line.first_round.map_or(round, |r| r.min(round)));
+        }
+    }
+    let mut firsts: Vec<u64> = lines.iter().filter_map(|l| l.first_round).collect();
+    firsts.sort_unstable();
+    let mut functions_over_rounds: Vec<(u64, u64)> = Vec::new();
+    for (n, round) in firsts.iter().enumerate() {
+        match functions_over_rounds.last_mut() {
+            Some(last) if last.0 == *round => last.1 = n as u64 + 1,
+            _ => functions_over_rounds.push((*round, n as u64 + 1)),
+        }
+    }
+    let mut latest: Vec<FunctionLine> = lines.iter().filter(|l| l.first_round.is_some()).cloned().collect();
+    latest.sort_by(|a, b| b.first_round.cmp(&a.first_round).then_with(|| a.name.cmp(&b.name)));
+    latest.truncate(BlockCoverage::LISTED);
+    let mut never: Vec<FunctionLine> = lines.iter().filter(|l| l.first_round.is_none()).cloned().collect();
+    never.sort_by(|a, b| b.blocks.cmp(&a.blocks).then_with(|| a.name.cmp(&b.name)));
+    never.truncate(BlockCoverage::LISTED);
+    BlockCoverage {
+        blocks_total: blocks.len() as u64,
+        blocks_hit: first_reached.keys().filter(|&&id| (id as usize) < blocks.len()).count() as u64,
+        scope: scope.to_vec(),
+        functions_total: lines.len() as u64,
+        functions_reached: firsts.len() as u64,
+        functions_over_rounds,
+        latest,
+        never,
+    }
+}
