@@ -86,6 +86,12 @@ fn first_bug_with(
     Ok(c.bugs.first().map(|b| b.first_round))
 }
 
+/// The reference workload `guest` (its `image`) with `args`, seeded with `seed`.
+fn program_target(image: &[u8], guest: &str, args: &[&str], seed: u64) -> Target {
+    let spec = deja_kernel::ProgramSpec::for_program(image.to_vec(), guest, args.iter().map(|a| a.to_string()), seed);
+    Target { spec, memory: 1 << 30, path: guest.to_string() }
+}
+
 fn median(mut v: Vec<u64>) -> u64 {
     v.sort_unstable();
     v[v.len() / 2]
@@ -120,13 +126,7 @@ pub fn table(dir: &std::path::Path, seeds: u64) -> Result<String, String> {
             let mut cells = Vec::new();
             let mut rounds = Vec::new();
             for seed in 1..=seeds {
-                let spec = deja_kernel::ProgramSpec::for_program(
-                    image.clone(),
-                    guest,
-                    args.iter().map(|a| a.to_string()),
-                    seed,
-                );
-                let target = Target { spec, memory: 1 << 30, path: guest.to_string() };
+                let target = program_target(&image, guest, args, seed);
                 let r = first_bug(Subject::Program(&target), strategy, *mode, seed, *budget)?;
                 cells.push(r.map(|r| r.to_string()).unwrap_or_else(|| "-".into()));
                 rounds.push(r.unwrap_or(*budget));
@@ -229,13 +229,7 @@ pub fn blocks_table(dir: &std::path::Path, seeds: u64, runs: u64) -> Result<Stri
         for (strategy, blocks) in [(Strategy::Coverage, true), (Strategy::Coverage, false), (Strategy::Random, false)] {
             let (mut cells, mut rounds) = (Vec::new(), Vec::new());
             for seed in 1..=seeds {
-                let spec = deja_kernel::ProgramSpec::for_program(
-                    image.clone(),
-                    guest,
-                    args.iter().map(|a| a.to_string()),
-                    seed,
-                );
-                let target = Target { spec, memory: 1 << 30, path: guest.to_string() };
+                let target = program_target(&image, guest, args, seed);
                 let r = first_bug_with(Subject::Program(&target), strategy, *mode, seed, runs, blocks)?;
                 cells.push(r.map(|r| r.to_string()).unwrap_or_else(|| "-".into()));
                 rounds.push(r.unwrap_or(runs));

@@ -20,6 +20,13 @@ fn dir(name: &str) -> PathBuf {
     d
 }
 
+/// The names of the functions a block-coverage report lists (reached last and never reached).
+fn listed_functions(b: &Value) -> Vec<String> {
+    let list =
+        |k: &str| b[k].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+    [list("latest"), list("never")].concat()
+}
+
 fn explore_args<'a>(out: &'a str, program: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut a = vec!["explore", "--runs", "120", "--mode", "faults", "--seed", "3", "--jobs", "1", "--quiet"];
     a.extend_from_slice(extra);
@@ -44,13 +51,7 @@ fn an_uninstrumented_store_reports_blocks_and_functions_and_its_bug_replays_with
     assert_eq!(c["edges_hit"].as_u64(), Some(hit));
     let (reached, functions) = (b["functions_reached"].as_u64().unwrap(), b["functions_total"].as_u64().unwrap());
     assert!(reached > 50 && reached < functions, "functions reached {reached} of {functions}");
-    let names: Vec<&str> = b["latest"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .chain(b["never"].as_array().unwrap())
-        .map(|f| f["name"].as_str().unwrap())
-        .collect();
+    let names = listed_functions(b);
     assert!(names.iter().all(|n| !n.starts_with("_ZN")), "Rust names are demangled: {names:?}");
     // What the campaign learned later than its bootstrap: functions first reached in later rounds.
     assert!(b["functions_over_rounds"].as_array().unwrap().len() > 1, "{b}");
@@ -72,13 +73,7 @@ fn the_scope_keeps_only_the_functions_it_names() {
     let o = deja(&explore_args(&s(&out), &program, &["--block-coverage", "--cover", "ackstore::*"]));
     assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
     let b = campaign_report(&out)["blocks"].clone();
-    let names: Vec<&str> = b["latest"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .chain(b["never"].as_array().unwrap())
-        .map(|f| f["name"].as_str().unwrap())
-        .collect();
+    let names = listed_functions(&b);
     assert!(!names.is_empty() && names.iter().all(|n| n.starts_with("ackstore::")), "{names:?}");
     assert_eq!(b["scope"], serde_json::json!(["ackstore::*"]));
     let functions = b["functions_total"].as_u64().unwrap();
