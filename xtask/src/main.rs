@@ -31,7 +31,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 40] = [
+const GUESTS: [&str; 41] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -70,6 +70,7 @@ const GUESTS: [&str; 40] = [
     "walkv-fixed",
     "walkv-wrong",
     "walkv-client",
+    "ledger",
     "spin",
     "attack",
 ];

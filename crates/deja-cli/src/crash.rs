@@ -42,6 +42,15 @@ pub struct SweepRow {
     pub digest: String,
     /// The one command that replays it.
     pub replay: String,
+    /// The crash models under which the crash leaves this image, weakest first.
+    pub models: Vec<&'static str>,
+    /// For a failure: the strongest of those models, what the failure is a bug on.
+    pub bug_on: Option<&'static str>,
+    /// For a failure: whether it fails the sweep under `--fail-on` (its models include it).
+    pub counts: bool,
+    /// For a failure: the pending operations in program order, each `kept`, `dropped` or
+    /// `torn after K sectors`.
+    pub operations: Vec<String>,
 }
 
 /// The sweep's outcome.
@@ -49,8 +58,16 @@ pub struct SweepRow {
 pub struct SweepReport {
     /// Schema of this JSON.
     pub schema: &'static str,
-    /// The crash model the states are drawn from.
+    /// The crash model the states are drawn from (`--crash-model`).
     pub model: &'static str,
+    /// What that model keeps, in a line.
+    pub model_words: &'static str,
+    /// The weakest model whose failures fail the sweep (`--fail-on`).
+    pub fail_on: &'static str,
+    /// Failures that count under `--fail-on`.
+    pub failures: u64,
+    /// Failures only weaker models allow: portability hazards, reported but not failing.
+    pub hazards: u64,
     /// Durable writes of the run without a crash.
     pub durable_writes: u64,
     /// Crash points visited.
@@ -61,19 +78,18 @@ pub struct SweepReport {
     pub distinct_states: u64,
     /// Restarts run (distinct images over the whole sweep).
     pub restarts: u64,
+    /// fsyncs failed once each (`--fsync-failures`), each followed by every later crash point.
+    pub fsync_failures: u64,
     /// One row per crash point and distinct state.
     pub rows: Vec<SweepRow>,
-    /// `all_held`, `failures` or `evidence_incomplete`.
+    /// `all_held`, `failures`, `hazards_only` (every failure is outside `--fail-on`) or
+    /// `evidence_incomplete`.
     pub verdict: &'static str,
     /// Why the evidence is incomplete, if it is.
     pub incomplete_because: Option<String>,
     /// BLAKE3 over the rows' results and digests: two sweeps agree exactly when these agree.
     pub digest: String,
 }
-
-/// The model name the report gives.
-pub const MODEL: &str = "posix-weak: each file's data and each directory's entries durable only through their own \
-                         syncs; a crash keeps any subset of the pending operations, one write possibly torn";
 
 fn run_quiet(spec: ProgramSpec, memory: u64) -> Result<(Vec<Incarnation>, Vec<u8>), String> {
     let mut stderr = Vec::new();
@@ -96,12 +112,30 @@ fn exit_code(life: &Incarnation) -> i32 {
     life.run.report.exit.code()
 }
 
-/// One crash point of the sweep: the flag that makes it, and its words.
+/// One crash point of the sweep: the flags that make it, its words and its fault
+/// configuration. A point after a placed fsync error (`after_error`) is only a point once that
+/// error struck; a run that ends before it (a fail-stop) is not a gap in the evidence.
 struct Point {
-    flag: String,
+    flags: Vec<String>,
     words: String,
-    apply: fn(&mut deja_kernel::FaultConfig, u64),
-    k: u64,
+    faults: deja_kernel::FaultConfig,
+    salt: u64,
+    after_error: bool,
+}
+
+impl Point {
+    fn at(
+        base: &deja_kernel::FaultConfig,
+        flag: String,
+        words: String,
+        k: u64,
+        apply: fn(&mut deja_kernel::FaultConfig, u64),
+    ) -> Point {
+        let mut faults = base.clone();
+        apply(&mut faults, k);
+        let salt = k.rotate_left(17) ^ u64::from(flag.len() as u32);
+        Point { flags: vec![flag], words, faults, salt, after_error: false }
+    }
 }
 
 fn kind_of(f: &deja_kernel::FaultRecord) -> String {
@@ -112,13 +146,18 @@ fn kind_of(f: &deja_kernel::FaultRecord) -> String {
 /// [`Exit::Incomplete`] the sweep cannot tell.
 pub fn sweep(args: &RunArgs, spec: ProgramSpec) -> Exit {
     let mut report = SweepReport {
-        schema: "deja.crash-sweep/2",
-        model: MODEL,
+        schema: "deja.crash-sweep/3",
+        model: args.crash_model.name(),
+        model_words: args.crash_model.words(),
+        fail_on: args.fail_on.name(),
+        failures: 0,
+        hazards: 0,
         durable_writes: 0,
         crash_points: 0,
         states_tried: 0,
         distinct_states: 0,
         restarts: 0,
+        fsync_failures: 0,
         rows: Vec::new(),
         verdict: "evidence_incomplete",
         incomplete_because: None,
@@ -142,37 +181,20 @@ pub fn sweep(args: &RunArgs, spec: ProgramSpec) -> Exit {
         }
     }
     if report.incomplete_because.is_none() {
-        let mut points = Vec::new();
-        for k in 1..=report.durable_writes {
-            if !args.after_writes_only {
-                points.push(Point {
-                    flag: format!("--crash-before-durable-write={k}"),
-                    words: format!("before durable write {k}"),
-                    apply: |f, k| f.crash_before_durable_write = Some(k),
-                    k,
-                });
-            }
-            points.push(Point {
-                flag: format!("--crash-after-durable-write={k}"),
-                words: format!("after durable write {k}"),
-                apply: |f, k| f.crash_after_durable_write = Some(k),
-                k,
-            });
-        }
-        if !args.after_writes_only {
-            points.push(Point {
-                flag: "--crash-at-exit".into(),
-                words: "at exit".into(),
-                apply: |f, _| f.crash_at_exit = true,
-                k: 0,
-            });
-        }
+        let base = spec.faults.for_restart();
+        let points = crash_points(args, &base, report.durable_writes);
         let mut restarted: BTreeMap<String, (String, &'static str)> = BTreeMap::new();
         for point in &points {
             report.crash_points += 1;
             sweep_point(args, &spec, point, &mut report, &mut restarted);
         }
-        let failed = report.rows.iter().any(|r| r.result == "failed");
+        if args.fsync_failures > 0 {
+            fsync_failure_sweep(args, &spec, &base, &mut report, &mut restarted);
+        }
+        let failing = |r: &&SweepRow| matches!(r.result, "failed" | "same_image_failed");
+        report.failures = report.rows.iter().filter(failing).filter(|r| r.counts).count() as u64;
+        report.hazards = report.rows.iter().filter(failing).filter(|r| !r.counts).count() as u64;
+        let failed = report.failures > 0;
         let incomplete = report.rows.iter().any(|r| r.result == "incomplete");
         if report.durable_writes == 0 && report.rows.iter().all(|r| r.state.starts_with("kept 0 of 0")) {
             // Nothing was ever durable and nothing was pending at exit: no crash could change
@@ -186,6 +208,8 @@ pub fn sweep(args: &RunArgs, spec: ProgramSpec) -> Exit {
             "evidence_incomplete"
         } else if failed {
             "failures"
+        } else if report.hazards > 0 {
+            "hazards_only"
         } else {
             "all_held"
         };
@@ -202,9 +226,127 @@ pub fn sweep(args: &RunArgs, spec: ProgramSpec) -> Exit {
     report.digest = h.finalize().to_hex().to_string();
     print(args, &report);
     match report.verdict {
-        "all_held" => Exit::Clean,
+        "all_held" | "hazards_only" => Exit::Clean,
         "failures" => Exit::Failure,
         _ => Exit::Incomplete,
+    }
+}
+
+/// Before and after each of `durable_writes` durable writes, and at exit (right after each
+/// alone with `--after-writes-only`), on top of `base`.
+fn crash_points(args: &RunArgs, base: &deja_kernel::FaultConfig, durable_writes: u64) -> Vec<Point> {
+    let mut points = Vec::new();
+    for k in 1..=durable_writes {
+        if !args.after_writes_only {
+            points.push(Point::at(
+                base,
+                format!("--crash-before-durable-write={k}"),
+                format!("before durable write {k}"),
+                k,
+                |f, k| f.crash_before_durable_write = Some(k),
+            ));
+        }
+        points.push(Point::at(
+            base,
+            format!("--crash-after-durable-write={k}"),
+            format!("after durable write {k}"),
+            k,
+            |f, k| f.crash_after_durable_write = Some(k),
+        ));
+    }
+    if !args.after_writes_only {
+        points.push(Point::at(base, "--crash-at-exit".into(), "at exit".into(), 0, |f, _| f.crash_at_exit = true));
+    }
+    points
+}
+
+/// fsyncgate: each fsync of the run (by path and count, at most `--fsync-failures` of them,
+/// spread over the paths) fails once with EIO (dropping what it would have made durable, as
+/// Linux does), and the program is crashed at every crash point after the failure, each with
+/// its distinct states. The run with the failure and no crash is a row too: a program that
+/// fails on the error alone, without stopping, fails there.
+fn fsync_failure_sweep(
+    args: &RunArgs,
+    spec: &ProgramSpec,
+    base: &deja_kernel::FaultConfig,
+    report: &mut SweepReport,
+    restarted: &mut BTreeMap<String, (String, &'static str)>,
+) {
+    let mut reference = spec.clone();
+    reference.faults = base.clone();
+    let Ok((lives, _)) = run_quiet(reference, args.memory) else { return };
+    let fsyncs: Vec<(String, u64)> = lives[0]
+        .run
+        .report
+        .io_ops
+        .iter()
+        .filter(|c| c.op == deja_kernel::IoOp::Fsync)
+        .map(|c| (c.path.clone(), c.count))
+        .collect();
+    let most = fsyncs.iter().map(|f| f.1).max().unwrap_or(0);
+    let mut rules = Vec::new();
+    for nth in 1..=most {
+        for (path, _) in fsyncs.iter().filter(|f| f.1 >= nth) {
+            rules.push(deja_kernel::ErrorRule {
+                op: deja_kernel::IoOp::Fsync,
+                path: path.clone(),
+                nth,
+                errno: deja_kernel::IoErrno::Eio,
+                range: None,
+            });
+        }
+    }
+    rules.truncate(args.fsync_failures);
+    for rule in rules {
+        report.fsync_failures += 1;
+        let flag = format!("--fail={}", rule.arg());
+        let words = rule.describe();
+        let mut with_error = base.clone();
+        with_error.errors.push(rule);
+        // The failure alone, run to the end (a fail-stop restarts as a supervisor would).
+        let mut alone = spec.clone();
+        alone.faults = with_error.clone();
+        let durable = match run_quiet(alone, args.memory) {
+            Ok((lives, stderr)) => {
+                let last = lives.last().expect("at least one life");
+                let failed_assertions: Vec<String> =
+                    last.run.report.assertions.iter().filter(|a| a.bug).map(|a| a.message.clone()).collect();
+                let held = exit_code(last) == 0 && failed_assertions.is_empty();
+                let text = String::from_utf8_lossy(&stderr);
+                report.rows.push(SweepRow {
+                    crash_point: format!("{words}, no crash"),
+                    point: String::new(),
+                    state: "no crash".into(),
+                    image: String::new(),
+                    lost: vec![],
+                    result: if held { "held" } else { "failed" },
+                    restart_exit_code: Some(exit_code(last)),
+                    failed_assertions,
+                    restart_stderr: text
+                        .lines()
+                        .filter(|l| !l.starts_with("{\"deja\"") && !l.is_empty())
+                        .take(5)
+                        .map(String::from)
+                        .collect(),
+                    digest: lives_digest(&lives),
+                    replay: replay_command_with(args, std::slice::from_ref(&flag)),
+                    models: deja_kernel::CrashModel::ALL.iter().map(|m| m.name()).collect(),
+                    bug_on: (!held).then_some(deja_kernel::CrashModel::ProcessKill.name()),
+                    counts: !held,
+                    operations: vec![],
+                });
+                lives[0].run.report.durable_writes
+            }
+            Err(_) => continue,
+        };
+        for mut point in crash_points(args, &with_error, durable) {
+            point.flags.insert(0, flag.clone());
+            point.words = format!("{words}, then {}", point.words);
+            point.salt ^= report.fsync_failures.rotate_left(40);
+            point.after_error = true;
+            report.crash_points += 1;
+            sweep_point(args, spec, &point, report, restarted);
+        }
     }
 }
 
@@ -217,8 +359,7 @@ fn sweep_point(
     restarted: &mut BTreeMap<String, (String, &'static str)>,
 ) {
     let mut s = spec.clone();
-    s.faults = s.faults.for_restart();
-    (point.apply)(&mut s.faults, point.k);
+    s.faults = point.faults.clone();
     s.record_trace = true;
     let incomplete = |why: String| SweepRow {
         crash_point: point.words.clone(),
@@ -231,7 +372,11 @@ fn sweep_point(
         failed_assertions: vec![],
         restart_stderr: vec![why],
         digest: String::new(),
-        replay: replay_command_with(args, std::slice::from_ref(&point.flag)),
+        replay: replay_command_with(args, &point.flags),
+        models: vec![],
+        bug_on: None,
+        counts: false,
+        operations: vec![],
     };
     let mut crashed = match Session::boot(s, args.memory << 20) {
         Err(e) => return report.rows.push(incomplete(e.to_string())),
@@ -239,8 +384,15 @@ fn sweep_point(
     };
     match crashed.run_to_crash(&mut |_, _| {}) {
         Err(e) => return report.rows.push(incomplete(e.to_string())),
+        Ok(false) if point.after_error => return report.crash_points -= 1,
         Ok(false) => return report.rows.push(incomplete("the run ended before this point".into())),
         Ok(true) => {}
+    }
+    let struck = crashed.kernel().faults().iter().any(|f| f.kind.name() == "eio" && f.applied);
+    if point.after_error && !struck {
+        // The crash came before the fsync that fails: the plain sweep has this point.
+        report.crash_points -= 1;
+        return;
     }
     let budget = if args.after_writes_only { 1 } else { args.states_per_point.max(1) };
     let states = if args.after_writes_only {
@@ -249,19 +401,32 @@ fn sweep_point(
             pending: crashed.kernel().pending_operations(),
             tried: 1,
             states: vec![(CrashState::none(), image)],
+            labels: vec![crashed.kernel().models_allowing(&CrashState::none())],
+            model: args.crash_model,
         }
     } else {
-        crashed.kernel().crash_states(budget, spec.seed ^ point.k.rotate_left(17) ^ u64::from(point.flag.len() as u32))
+        crashed.kernel().crash_states(budget, spec.seed ^ point.salt)
     };
     report.states_tried += states.tried;
     report.distinct_states += states.states.len() as u64;
     let syscall = crashed.kernel().syscall_count().saturating_sub(1);
-    for (state, image) in &states.states {
+    for (idx, (state, image)) in states.states.iter().enumerate() {
         let state_words = state.describe(states.pending.len());
-        let replay =
-            replay_command_with(args, &[point.flag.clone(), format!("--crash-state={}", crash_state_arg(state))]);
+        let labels = states.labels.get(idx).cloned().unwrap_or_default();
+        let models: Vec<&'static str> = labels.iter().map(|m| m.name()).collect();
+        let strongest = deja_kernel::CrashModel::strongest(&labels);
+        let verdict = |failed: bool| {
+            let bug_on = strongest.filter(|_| failed).map(|m| m.name());
+            let counts = failed && labels.contains(&args.fail_on);
+            let operations = if failed { operations_of(state, &states.pending) } else { vec![] };
+            (bug_on, counts, operations)
+        };
+        let mut flags = point.flags.clone();
+        flags.push(format!("--crash-state={}", crash_state_arg(state)));
+        let replay = replay_command_with(args, &flags);
         if let Some((first, result)) = restarted.get(image) {
             let failed = *result != "held";
+            let (bug_on, counts, operations) = verdict(failed);
             report.rows.push(SweepRow {
                 crash_point: point.words.clone(),
                 point: format!("syscall {syscall}"),
@@ -277,6 +442,10 @@ fn sweep_point(
                 )],
                 digest: String::new(),
                 replay,
+                models,
+                bug_on,
+                counts,
+                operations,
             });
             continue;
         }
@@ -315,6 +484,7 @@ fn sweep_point(
             "failed"
         };
         restarted.insert(image.clone(), (format!("{}, {state_words}", point.words), result));
+        let (bug_on, counts, operations) = verdict(result == "failed");
         report.rows.push(SweepRow {
             crash_point: point.words.clone(),
             point: format!("{name}, syscall {syscall}"),
@@ -327,8 +497,29 @@ fn sweep_point(
             restart_stderr,
             digest: lives_digest(&lives),
             replay,
+            models,
+            bug_on,
+            counts,
+            operations,
         });
     }
+}
+
+/// The pending operations in program order, each marked by what `state` did with it.
+fn operations_of(state: &CrashState, pending: &[String]) -> Vec<String> {
+    pending
+        .iter()
+        .enumerate()
+        .map(|(i, what)| {
+            let i = i as u32;
+            let mark = match state.torn {
+                Some((at, k)) if at == i => format!("torn after {k} sectors"),
+                _ if state.kept.contains(&i) => "kept".to_string(),
+                _ => "dropped".to_string(),
+            };
+            format!("{mark}: {what}")
+        })
+        .collect()
 }
 
 fn print(args: &RunArgs, report: &SweepReport) {
@@ -342,7 +533,7 @@ fn print(args: &RunArgs, report: &SweepReport) {
         "deja: crash sweep over {} durable writes: {} crash points, {} candidate states, {} distinct, {} restarts",
         report.durable_writes, report.crash_points, report.states_tried, report.distinct_states, report.restarts
     );
-    let _ = writeln!(e, "deja: crash model {}", report.model);
+    let _ = writeln!(e, "deja: crash model {}: {}", report.model, report.model_words);
     let mut by_point: Vec<(&str, Vec<&SweepRow>)> = Vec::new();
     for r in &report.rows {
         match by_point.last_mut() {
@@ -354,15 +545,21 @@ fn print(args: &RunArgs, report: &SweepReport) {
         let bad: Vec<&&SweepRow> =
             rows.iter().filter(|r| matches!(r.result, "failed" | "incomplete" | "same_image_failed")).collect();
         let at = rows.iter().map(|r| r.point.as_str()).find(|p| !p.is_empty()).unwrap_or("");
+        let point = if at.is_empty() { point.to_string() } else { format!("{point:<24} ({at})") };
         if bad.is_empty() {
-            let _ = writeln!(e, "deja:   {point:<24} ({at}): {} states, held", rows.len());
+            let _ = writeln!(e, "deja:   {point}: {} states, held", rows.len());
             continue;
         }
-        let _ = writeln!(e, "deja:   {point:<24} ({at}): {} states, {} FAILED", rows.len(), bad.len());
+        let _ = writeln!(e, "deja:   {point}: {} states, {} FAILED", rows.len(), bad.len());
         for r in bad {
+            let class = r
+                .bug_on
+                .and_then(|m| deja_kernel::CrashModel::parse(m).ok())
+                .map(|m| format!(" — {}", m.failure_words()))
+                .unwrap_or_default();
             if r.result == "same_image_failed" {
                 let why = r.restart_stderr.first().map(String::as_str).unwrap_or("");
-                let _ = writeln!(e, "deja:       {} — FAILED: {why}", r.state);
+                let _ = writeln!(e, "deja:       {} — FAILED: {why}{class}", r.state);
                 let _ = writeln!(e, "deja:         replay: {}", r.replay);
                 continue;
             }
@@ -379,6 +576,12 @@ fn print(args: &RunArgs, report: &SweepReport) {
                     format!(", assertion failed: {}", r.failed_assertions.join("; "))
                 }
             );
+            if !class.is_empty() {
+                let _ = writeln!(e, "deja:         {}", class.trim_start_matches(" — "));
+            }
+            for op in &r.operations {
+                let _ = writeln!(e, "deja:         {op}");
+            }
             for line in &r.restart_stderr {
                 let _ = writeln!(e, "deja:         {line}");
             }
@@ -387,6 +590,15 @@ fn print(args: &RunArgs, report: &SweepReport) {
     }
     if let Some(why) = &report.incomplete_because {
         let _ = writeln!(e, "deja: evidence incomplete: {why}");
+    }
+    if report.hazards > 0 {
+        let (noun, verb) = if report.hazards == 1 { ("restart", "fails") } else { ("restarts", "fail") };
+        let _ = writeln!(
+            e,
+            "deja: {} failing {noun} {verb} only in states {} does not allow: portability hazards, not failures \
+             under --fail-on {}",
+            report.hazards, report.fail_on, report.fail_on
+        );
     }
     let failed = report.rows.iter().filter(|r| r.result == "failed").count();
     let _ = writeln!(

@@ -34,6 +34,10 @@ pub struct ExploreArgs {
     /// What mutations change: `faults`, `random` (SDK random choices) or `both`.
     #[arg(long, default_value = "both", value_parser = ["faults", "random", "both"])]
     pub mode: String,
+    /// The crash model every crash state comes from: posix-weak (the default), xfs,
+    /// ext4-ordered or process-kill (see docs/DURABILITY.md).
+    #[arg(long, value_name = "MODEL", default_value = "posix-weak", value_parser = crate::run::parse_crash_model)]
+    pub crash_model: deja_kernel::CrashModel,
     /// Also run the random strategy on the same number of rounds and compare in the report.
     #[arg(long)]
     pub baseline: bool,
@@ -133,6 +137,7 @@ fn target(args: &ExploreArgs) -> Result<Target, Failure> {
     let mut spec = deja_kernel::ProgramSpec::for_program(image, &name, args.args.iter().cloned(), args.seed);
     spec.env = args.env.clone();
     spec.files = read_files(&args.files)?;
+    spec.faults.crash_model = args.crash_model;
     Ok(Target { spec, memory: args.memory << 20, path: args.program.display().to_string() })
 }
 
@@ -175,6 +180,12 @@ pub fn main(args: ExploreArgs) -> Exit {
         return Exit::Usage;
     }
     let cluster_target = if cluster {
+        if args.crash_model != deja_kernel::CrashModel::PosixWeak {
+            eprintln!(
+                "deja: error: --crash-model applies to single programs; a cluster's nodes crash under posix-weak"
+            );
+            return Exit::Usage;
+        }
         if !args.program.exists() {
             eprintln!("deja: error: cannot read cluster file {}", args.program.display());
             return Exit::NotFound;

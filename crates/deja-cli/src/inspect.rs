@@ -136,6 +136,9 @@ fn describe_json(path: &std::path::Path, bytes: &[u8]) -> Result<Option<serde_js
             c.verify().map_err(|e| refuse(e.to_string()))?;
             serde_json::json!({ "verdict": c.verdict, "exit_code": c.exit_code, "checks": c.checks.len(), "capsule_id": c.capsule_id, "certificate_hash": c.certificate_hash, "host": host(c.host) })
         }
+        "deja.crash-sweep/2" | "deja.crash-sweep/3" => {
+            serde_json::json!({ "verdict": v["verdict"], "model": v["model"], "fail_on": v["fail_on"], "failures": v["failures"], "hazards": v["hazards"], "restarts": v["restarts"], "digest": v["digest"] })
+        }
         "deja.run-report/1" | "deja.crash-sweep/1" => {
             serde_json::json!({ "digest": v["digest"], "host": host(recorded(&v["host"]["fingerprint"])) })
         }

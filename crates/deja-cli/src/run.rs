@@ -91,10 +91,23 @@ pub struct RunArgs {
     /// The sweep's crash states per crash point, at most (distinct images only).
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub states_per_point: usize,
+    /// Also fail each fsync of the run once (EIO; at most N of them, spread over the paths),
+    /// then crash at every crash point after the failure (fsyncgate; see docs/DURABILITY.md).
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "crash_sweep")]
+    pub fsync_failures: usize,
     /// Sweep only the points right after each durable write, with no state but the durable
     /// layer (the sweep deja had before crash states; for comparison).
     #[arg(long, requires = "crash_sweep")]
     pub after_writes_only: bool,
+    /// The crash model crash states come from: posix-weak (any subset of the pending
+    /// operations, the default), xfs, ext4-ordered or process-kill (see docs/DURABILITY.md).
+    /// Decisions and sweeps keep to the states it allows.
+    #[arg(long, value_name = "MODEL", default_value = "posix-weak", value_parser = parse_crash_model)]
+    pub crash_model: deja_kernel::CrashModel,
+    /// With --crash-sweep: the weakest model whose failures fail the sweep. A restart that fails
+    /// only in states weaker models allow is reported as a portability hazard and exits 0.
+    #[arg(long, value_name = "MODEL", default_value = "posix-weak", value_parser = parse_crash_model, requires = "crash_sweep")]
+    pub fail_on: deja_kernel::CrashModel,
     /// At a crash, let a prefix of the pending operations reach the disk, the next one a write
     /// cut at a 512-byte sector boundary (decisions).
     #[arg(long)]
@@ -132,6 +145,11 @@ pub struct RunArgs {
     /// Arguments for the program (after `--`).
     #[arg(last = true)]
     pub args: Vec<String>,
+}
+
+/// A crash model named on the command line.
+pub fn parse_crash_model(text: &str) -> Result<deja_kernel::CrashModel, String> {
+    deja_kernel::CrashModel::parse(text)
 }
 
 /// A failure before or around a run, with its exit code.
@@ -227,6 +245,7 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
         errors,
         crash_at,
         fault_paths: Vec::new(),
+        crash_model: args.crash_model,
     };
     let mut disk = None;
     for decl in &args.copy_in {
@@ -509,6 +528,9 @@ pub fn replay_argv(args: &RunArgs, extra: &[String]) -> Vec<String> {
         }
         for f in &args.fail {
             parts.push(format!("--fail={f}"));
+        }
+        if args.crash_model != deja_kernel::CrashModel::PosixWeak {
+            parts.push(format!("--crash-model={}", args.crash_model.name()));
         }
         for (on, flag) in [(args.torn_writes, "--torn-writes"), (args.reordered_writes, "--reordered-writes")] {
             if on {

@@ -214,3 +214,130 @@ fn files_copied_in_are_readable_and_the_result_can_be_exported() {
     assert!(wal.is_empty() || wal.contains("k1=v1"), "{wal:?}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+fn ledger_sweep(variant: &str, extra: &[&str]) -> (std::process::Output, serde_json::Value) {
+    let ledger = guest("ledger").to_string_lossy().into_owned();
+    let mut args = vec!["run", "--no-probe", "--json", "--crash-sweep"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[&ledger, "--", variant]);
+    let out = deja(&args);
+    let last = stderr(&out).lines().last().unwrap_or_default().to_string();
+    let v = serde_json::from_str(&last).unwrap_or_else(|e| panic!("no sweep JSON ({e}): {}", stderr(&out)));
+    (out, v)
+}
+
+/// What the failing rows of a sweep are a bug on (`bug_on`), each once.
+fn bugs_on(v: &serde_json::Value) -> std::collections::BTreeSet<String> {
+    v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["result"] == "failed" || r["result"] == "same_image_failed")
+        .map(|r| r["bug_on"].as_str().unwrap_or("none").to_string())
+        .collect()
+}
+
+#[test]
+fn each_ledger_failure_is_labelled_by_the_file_systems_that_can_produce_it() {
+    // Creates its log, fsyncs it, and publishes the count with a rename, without fsyncing the
+    // directory after the creation: only posix-weak can keep the rename and drop the creation.
+    let (out, v) = ledger_sweep("hazard", &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(v["schema"], "deja.crash-sweep/3");
+    assert_eq!(bugs_on(&v), ["posix-weak".to_string()].into(), "{v}");
+    let row = v["rows"].as_array().unwrap().iter().find(|r| r["result"] == "failed").unwrap();
+    assert_eq!(row["models"], serde_json::json!(["posix-weak"]));
+    let ops: Vec<&str> = row["operations"].as_array().unwrap().iter().map(|o| o.as_str().unwrap()).collect();
+    assert!(ops.contains(&"dropped: entry ledger.log set in /data"), "{ops:?}");
+    assert!(ops.iter().any(|o| o.starts_with("kept: ") && o.contains("entry count set")), "{ops:?}");
+    // CI that only cares about ext4 lets it pass, and says why in one line.
+    let (out, v) = ledger_sweep("hazard", &["--fail-on", "ext4-ordered"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        (v["verdict"].as_str(), v["failures"].as_u64(), v["hazards"].as_u64()),
+        (Some("hazards_only"), Some(0), Some(1))
+    );
+    let ledger = guest("ledger").to_string_lossy().into_owned();
+    let text = deja(&["run", "--no-probe", "--crash-sweep", "--fail-on", "ext4-ordered", &ledger, "--", "hazard"]);
+    assert_eq!(text.status.code(), Some(0));
+    assert!(
+        stderr(&text).contains("portability hazards, not failures under --fail-on ext4-ordered"),
+        "{}",
+        stderr(&text)
+    );
+    assert!(stderr(&text).contains("a portability hazard: only posix-weak allows this state"), "{}", stderr(&text));
+
+    // Makes the count durable before the record it counts: a bug on ext4-ordered (and so on
+    // xfs and posix-weak), but kill -9 loses nothing (the record is in the page cache).
+    let (out, v) = ledger_sweep("count-first", &["--fail-on", "ext4-ordered"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let on = bugs_on(&v);
+    assert!(on.contains("ext4-ordered") && !on.contains("process-kill"), "{on:?}");
+    let (out, _) = ledger_sweep("count-first", &["--fail-on", "process-kill"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    // Keeps its records in memory while the count is durable: even a process kill loses them.
+    let (out, v) = ledger_sweep("buffered", &["--fail-on", "process-kill"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(bugs_on(&v).contains("process-kill"), "{v}");
+
+    // The correct ledger holds in every state of the weakest model.
+    let (out, v) = ledger_sweep("fixed", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(v["verdict"], "all_held");
+}
+
+#[test]
+fn a_crash_model_restricts_the_sweep_to_the_states_it_allows() {
+    for (variant, model, code) in [
+        ("hazard", "ext4-ordered", 0),
+        ("hazard", "xfs", 0),
+        ("count-first", "ext4-ordered", 1),
+        ("count-first", "process-kill", 0),
+        ("buffered", "process-kill", 1),
+    ] {
+        let (out, v) = ledger_sweep(variant, &["--crash-model", model]);
+        assert_eq!(out.status.code(), Some(code), "{variant} under {model}: {}", stderr(&out));
+        assert_eq!(v["model"], model);
+        for r in v["rows"].as_array().unwrap().iter().filter(|r| r["result"] != "incomplete") {
+            assert!(r["models"].as_array().unwrap().iter().any(|m| m == model), "{variant}: {r}");
+            assert!(r["replay"].as_str().unwrap().contains(&format!("--crash-model={model}")), "{r}");
+        }
+        if code == 1 {
+            // The replay of a failing row fails the same way, under the same model.
+            let row = v["rows"].as_array().unwrap().iter().find(|r| r["result"] == "failed").unwrap();
+            let again = replay_row(row);
+            assert_ne!(again.status.code(), Some(0), "{}", stderr(&again));
+            assert!(stderr(&again).contains("ledger: LOST"), "{}", stderr(&again));
+        }
+    }
+}
+
+#[test]
+fn an_fsync_failure_then_a_crash_finds_the_store_that_acknowledges_after_a_retried_fsync() {
+    let store = |v: &str| guest(&format!("ackstore-{v}")).to_string_lossy().into_owned();
+    // The plain sweep cannot reach it: every crash state of a store whose syncs succeed holds.
+    let plain = deja(&["run", "--no-probe", "--json", "--crash-sweep", &store("buggy"), "--", "6"]);
+    assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
+    // Each fsync failing once, then a crash at every later point: the retried fdatasync
+    // succeeded with the record dropped, the put was acknowledged, and the crash loses it.
+    let out =
+        deja(&["run", "--no-probe", "--json", "--crash-sweep", "--fsync-failures", "4", &store("buggy"), "--", "6"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(stderr(&out).lines().last().unwrap()).unwrap();
+    assert_eq!(v["fsync_failures"], 4);
+    let failed: Vec<&serde_json::Value> =
+        v["rows"].as_array().unwrap().iter().filter(|r| r["result"] == "failed").collect();
+    assert!(!failed.is_empty());
+    for r in &failed {
+        assert!(r["crash_point"].as_str().unwrap().starts_with("EIO on fsync #"), "{r}");
+    }
+    // The error alone, without a crash, does not lose the put: the program still reads it.
+    assert!(v["rows"].as_array().unwrap().iter().any(|r| r["state"] == "no crash" && r["result"] == "held"));
+    let again = replay_row(failed[0]);
+    assert_ne!(again.status.code(), Some(0), "{}", stderr(&again));
+    assert!(replay_row(failed[0]).status.code() == again.status.code());
+    // The fixed store stops taking writes after a failed sync, and holds.
+    let fixed = deja(&["run", "--no-probe", "--crash-sweep", "--fsync-failures", "4", &store("fixed"), "--", "6"]);
+    assert_eq!(fixed.status.code(), Some(0), "{}", stderr(&fixed));
+}

@@ -246,6 +246,7 @@ impl Subject for ProgramSubject<'_> {
         for _ in 0..n {
             crate::menu::mutate(rng, &mut input.faults, &menu);
         }
+        input.faults.crash_model = self.target.spec.faults.crash_model;
     }
 
     fn fresh(&self, rng: &mut ChaCha20Rng, seed: u64, r: &ProgramReference, _s: Strategy, mode: Mode) -> Input {
@@ -254,6 +255,7 @@ impl Subject for ProgramSubject<'_> {
             let menu = Menu { durable_writes: r.durable_writes, io_ops: &r.io_ops, pending_at_crash: None };
             input.faults = crate::menu::random(rng, &menu);
         }
+        input.faults.crash_model = self.target.spec.faults.crash_model;
         input
     }
 

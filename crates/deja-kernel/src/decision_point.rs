@@ -105,6 +105,12 @@ pub enum DecisionPoint {
         /// The write, in words.
         what: String,
     },
+    /// `failed sync: keep OP`: whether a sync that failed had made a pending operation of its
+    /// target durable before it failed (fsyncgate: any subset of what it covered).
+    FailedSyncKeep {
+        /// The operation, in words.
+        what: String,
+    },
     /// `network latency`: a message's latency step.
     NetworkLatency,
     /// `udp loss`: whether a datagram is lost.
@@ -227,6 +233,9 @@ impl DecisionPoint {
         if let Some(t) = s.strip_prefix("run node at ") {
             return Some(P::RunNode { at: number(t)? });
         }
+        if let Some(what) = s.strip_prefix("failed sync: keep ") {
+            return Some(P::FailedSyncKeep { what: what.to_string() });
+        }
         if let Some(rest) = s.strip_prefix("crash state: ") {
             if let Some(what) = rest.strip_prefix("keep ") {
                 return Some(P::CrashKeep { what: what.to_string() });
@@ -277,6 +286,7 @@ impl std::fmt::Display for DecisionPoint {
             }
             P::Schedule { syscall } => write!(f, "schedule after syscall {syscall}"),
             P::CrashKeep { what } => write!(f, "crash state: keep {what}"),
+            P::FailedSyncKeep { what } => write!(f, "failed sync: keep {what}"),
             P::CrashSectorsKept { what } => write!(f, "crash state: sectors of {what} kept"),
             P::CrashPrefix { pending } => write!(f, "crash state: prefix of the {pending} pending operations"),
             P::CrashSectorsReached { what } => write!(f, "crash state: sectors of {what} that reached the disk"),

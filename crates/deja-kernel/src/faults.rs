@@ -82,6 +82,10 @@ pub struct FaultConfig {
     /// ([`deja_protocol::Request::ExcludePath`]) never do.
     #[serde(default)]
     pub fault_paths: Vec<String>,
+    /// The crash model crash states are drawn from (see [`crate::fs::CrashModel`]): what
+    /// decisions pick is projected onto the states it allows, and a sweep offers only those.
+    #[serde(default)]
+    pub crash_model: crate::fs::CrashModel,
 }
 
 impl FaultConfig {
@@ -299,6 +303,9 @@ pub struct CrashAt {
     pub state: CrashState,
     /// The operations pending at the crash, in program order, in words.
     pub pending: Vec<String>,
+    /// The crash models that allow the state, weakest first.
+    #[serde(default)]
+    pub models: Vec<crate::fs::CrashModel>,
 }
 
 /// An operation an [`ErrorRule`] can fail.
@@ -394,6 +401,12 @@ impl ErrorRule {
         let range = self.range.map(|(a, b)| format!(" (bytes {a}..{b})")).unwrap_or_default();
         let prep = if self.op == IoOp::Write { "to" } else { "of" };
         format!("{} on {} {which} {prep} {}{range}", self.errno.name().to_uppercase(), self.op.name(), self.path)
+    }
+
+    /// As the command line writes it (what [`ErrorRule::parse`] reads back).
+    pub fn arg(&self) -> String {
+        let range = self.range.map(|(a, b)| format!(":{a}-{b}")).unwrap_or_default();
+        format!("{}:{}:{}:{}{range}", self.op.name(), self.path, self.nth, self.errno.name())
     }
 
     /// Parses `OP:PATH[:NTH[:ERRNO[:START-END]]]`, e.g. `write:/data/wal:4:eio`.

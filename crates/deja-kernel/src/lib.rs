@@ -149,7 +149,7 @@ pub use faults::{
     CrashAt, CrashState, DecisionLog, DecisionPoint, DecisionRecord, DurableOp, ErrorRule, FaultConfig, FaultKind,
     FaultRecord, IoCount, IoErrno, IoOp, KeptOps, OpCrash, RandomFault, When, MAX_DURABLE_LOG, MAX_FAIL_STOP_LIVES,
 };
-pub use fs::FsConfig;
+pub use fs::{CrashModel, FsConfig};
 pub use kernel::CrashStates;
 pub use kernel::{Kernel, MAX_IO, PAGE_TABLE_MARGIN_PERCENT};
 pub use mem::{FakeMemory, MemError, Memory, Prot, PAGE_SIZE};

@@ -214,8 +214,10 @@ impl Kernel {
         self.faults.syncs += 1;
         if let Err(e) = self.io_point(IoOp::Fsync, &path, None, (self.faults.config.eio_on_fsync_ppm, 0)) {
             // Linux drops the dirty pages of a failed sync: a retry succeeds, the data is gone.
+            // With reordered writes, the sync may have written any subset back before it
+            // failed (decisions, projected onto the crash model).
             if let Some(id) = id {
-                self.files.fs.drop_pending(id);
+                self.failed_sync(id);
             }
             return Err(e.into());
         }
@@ -228,6 +230,24 @@ impl Kernel {
         }
         self.durable_after(&path);
         Ok(0)
+    }
+
+    /// Settles the pending operations of a file whose sync failed: all dropped, or, when the
+    /// crash model's weakest mode is on (`reordered_writes`), each kept or dropped by a
+    /// decision and the choice projected onto the configured crash model.
+    fn failed_sync(&mut self, id: u64) {
+        if !self.faults.config.reordered_writes || !self.files.fs.is_file(id) {
+            return self.files.fs.drop_pending(id);
+        }
+        let all = self.files.fs.pending_ops();
+        let mine: Vec<crate::fs::PendingOp> = all.iter().filter(|o| o.target == id).cloned().collect();
+        let mut sel = crate::fs::Selection { kept: vec![false; mine.len()], torn: None };
+        for (i, op) in mine.iter().enumerate() {
+            sel.kept[i] = self.faults.decide(DecisionPoint::FailedSyncKeep { what: op.what.clone() }, 2) == 1;
+        }
+        let sel = self.faults.config.crash_model.project(&mine, &sel);
+        let keep: Vec<bool> = mine.iter().zip(&sel.kept).map(|(_, k)| *k).collect();
+        self.files.fs.settle_failed(id, &keep);
     }
 
     pub(crate) fn sys_fsync(&mut self, fd: u64, data_only: bool) -> SysResult {

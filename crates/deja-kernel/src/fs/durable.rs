@@ -2,7 +2,7 @@
 //! pending operations, and the disks a crash leaves: the volatile and durable views, the
 //! pending operations a crash state picks from, and the image of one state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
 
@@ -20,8 +20,33 @@ impl Fs {
         self.settle(id, false);
     }
 
+    /// A sync of the file `id` failed after making the pending operations `keep` marks (by
+    /// place in its pending list) durable: those reach the disk in order, the others are
+    /// dropped (fsyncgate: a failed fsync may have written back any subset of what it covered,
+    /// and the rest counts as clean). Directories drop everything, as [`Fs::drop_pending`].
+    pub fn settle_failed(&mut self, id: u64, keep: &[bool]) {
+        let Some(Inode { kind: Kind::File(f), .. }) = self.inodes.get_mut(&id) else {
+            return self.drop_pending(id);
+        };
+        let ops = std::mem::take(&mut f.pending);
+        for (i, (_, op)) in ops.iter().enumerate() {
+            if keep.get(i).copied().unwrap_or(false) {
+                op.apply(&mut f.durable);
+            } else {
+                f.dropped = true;
+            }
+        }
+    }
+
     /// Ends the pending operations of `id`: applied to the durable layer (`apply`) or dropped.
     fn settle(&mut self, id: u64, apply: bool) {
+        if apply && self.dirty(id) {
+            self.journal_mark = self.seq;
+        }
+        if let Some(Kind::Dir(d)) = self.inodes.get(&id).map(|i| &i.kind) {
+            let settled: BTreeSet<u64> = d.pending.iter().map(|p| p.0).collect();
+            self.joined.retain(|a, b| !settled.contains(a) && !settled.contains(b));
+        }
         let Some(i) = self.inodes.get_mut(&id) else { return };
         match &mut i.kind {
             Kind::File(f) => {
@@ -88,6 +113,11 @@ impl Fs {
         }
     }
 
+    /// True if `id` is a writable regular file.
+    pub fn is_file(&self, id: u64) -> bool {
+        matches!(self.inodes.get(&id).map(|i| &i.kind), Some(Kind::File(_)))
+    }
+
     /// True if `id` has unsynced data or entries.
     pub fn dirty(&self, id: u64) -> bool {
         match self.inodes.get(&id).map(|i| &i.kind) {
@@ -136,6 +166,7 @@ impl Fs {
     pub fn pending_ops(&self) -> Vec<PendingOp> {
         let paths = self.paths();
         let name = |id: u64| paths.get(&id).cloned().unwrap_or_else(|| format!("(unlinked inode {id})"));
+        let mark = self.journal_mark;
         let mut out = Vec::new();
         for (&id, i) in &self.inodes {
             if !i.persist {
@@ -143,20 +174,48 @@ impl Fs {
             }
             match &i.kind {
                 Kind::File(f) => {
+                    // A write reaching past the durable size depends on the size change that
+                    // covers it, whatever earlier pending writes did: it is an append.
+                    let durable = f.durable.len() as u64;
                     for (slot, (seq, op)) in f.pending.iter().enumerate() {
-                        let what = match op {
+                        let (what, class) = match op {
                             Pending::Write { off, data } => {
-                                format!("write of {} bytes at {off} to {}", data.len(), name(id))
+                                let end = off + data.len() as u64;
+                                let class = if end > durable { OpClass::Append } else { OpClass::Overwrite };
+                                (format!("write of {} bytes at {off} to {}", data.len(), name(id)), class)
                             }
-                            Pending::SetSize(n) => format!("size of {} set to {n}", name(id)),
-                            Pending::Replace(d) => format!("merged writes to {} ({} bytes)", name(id), d.len()),
+                            Pending::SetSize(n) => (format!("size of {} set to {n}", name(id)), OpClass::Size),
+                            Pending::Replace(d) => {
+                                (format!("merged writes to {} ({} bytes)", name(id), d.len()), OpClass::Size)
+                            }
                         };
                         let sectors = matches!(op, Pending::Write { .. }).then(|| op.sectors());
-                        out.push(PendingOp { seq: *seq, target: id, slot, sectors, what });
+                        let committed = class.journaled() && *seq < mark;
+                        out.push(PendingOp {
+                            seq: *seq,
+                            target: id,
+                            slot,
+                            sectors,
+                            what,
+                            class,
+                            joined: None,
+                            committed,
+                        });
                     }
                 }
                 Kind::Dir(d) => {
+                    let mut replay = d.durable.clone();
                     for (slot, (seq, ops)) in d.pending.iter().enumerate() {
+                        // A name set over one the directory held before the call: a rename
+                        // replacing its target (the call may remove the old entry first).
+                        let over: Vec<u64> = ops
+                            .iter()
+                            .filter_map(|op| match op {
+                                DirOp::Set(n, c) if replay.get(n).is_some_and(|old| old != c) => Some(*c),
+                                _ => None,
+                            })
+                            .collect();
+                        apply_dir_ops(&mut replay, ops);
                         let parts: Vec<String> = ops
                             .iter()
                             .map(|op| match op {
@@ -165,13 +224,31 @@ impl Fs {
                             })
                             .collect();
                         let what = format!("{} in {}", parts.join(" and "), name(id));
-                        out.push(PendingOp { seq: *seq, target: id, slot, sectors: None, what });
+                        let committed = *seq < mark;
+                        let class = OpClass::Entries { over };
+                        out.push(PendingOp {
+                            seq: *seq,
+                            target: id,
+                            slot,
+                            sectors: None,
+                            what,
+                            class,
+                            joined: None,
+                            committed,
+                        });
                     }
                 }
                 _ => {}
             }
         }
         out.sort_by_key(|o| o.seq);
+        let at: BTreeMap<u64, usize> = out.iter().enumerate().map(|(i, o)| (o.seq, i)).collect();
+        for (second, first) in &self.joined {
+            if let (Some(&a), Some(&b)) = (at.get(first), at.get(second)) {
+                out[a].joined = Some(b);
+                out[b].joined = Some(a);
+            }
+        }
         out
     }
 

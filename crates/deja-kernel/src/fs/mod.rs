@@ -39,6 +39,9 @@
 //!   the case of a page evicted in between). See [`crate::faults`] for the I/O error model.
 //! - Modes, timestamps and link identity are outside the model: a crash image carries the
 //!   current mode, and a file with several durable links appears as separate copies.
+//! - **Named models.** posix-weak is the outer bound; [`models`] states which of its states
+//!   xfs, ext4 `data=ordered` and a process kill can leave, labels each state with them and
+//!   projects decisions onto one of them (`FaultConfig::crash_model`).
 //!
 //! Each successful making-durable call is a **durable write**, numbered from 1 in program
 //! order ([`Kernel::durable_writes`](crate::Kernel::durable_writes)): every `fsync`,
@@ -83,10 +86,12 @@ use crate::fd::{ino_of, Stat, S_IFCHR, S_IFDIR, S_IFLNK, S_IFREG};
 use crate::persist::{ensure, RestoreError};
 
 mod durable;
+mod models;
 mod tree;
 
 pub use durable::diff_paths;
 use durable::simulate;
+pub use models::{CrashModel, OpClass};
 pub use tree::{guest_path_problem, parent_path};
 
 /// Id of `/` in the inode table.
@@ -289,6 +294,14 @@ pub struct PendingOp {
     pub sectors: Option<u64>,
     /// What it is, for people: `write of 4096 bytes at 0 to /data/wal`.
     pub what: String,
+    /// What kind of change it is, as the crash models tell them apart.
+    pub class: OpClass,
+    /// The position of the other half of the same call (a rename between two directories is
+    /// one operation in each), when that half is pending too.
+    pub joined: Option<usize>,
+    /// A journaled change (entries, sizes) that a later successful sync of anything came
+    /// after: a journaling file system committed it with that sync's transaction.
+    pub committed: bool,
 }
 
 /// Which pending operations a crash image keeps: `kept[i]` for the i-th of
@@ -395,6 +408,12 @@ pub struct Fs {
     used: u64,
     capacity: u64,
     exe_path: String,
+    /// The two halves of a rename between directories, by program order: the second half's
+    /// place → the first's. One journal transaction on ext4 and XFS.
+    joined: BTreeMap<u64, u64>,
+    /// The place in program order of the last successful sync that had something to make
+    /// durable: journaled changes before it are committed on ext4 and XFS.
+    journal_mark: u64,
 }
 
 fn static_time() -> u64 {
@@ -433,6 +452,8 @@ impl Fs {
             used: 0,
             capacity: config.capacity_bytes,
             exe_path: exe_path.to_string(),
+            joined: BTreeMap::new(),
+            journal_mark: 0,
         };
         match disk {
             Some(d) => {

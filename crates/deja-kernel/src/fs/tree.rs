@@ -482,6 +482,10 @@ impl Fs {
         self.fuse_dir_ops(from.parent, marks.0);
         if from.parent != to.parent {
             self.fuse_dir_ops(to.parent, marks.1);
+            let seq_at = |fs: &Self, dir: u64, mark: usize| fs.dir(dir).and_then(|d| d.pending.get(mark)).map(|p| p.0);
+            if let (Some(a), Some(b)) = (seq_at(self, from.parent, marks.0), seq_at(self, to.parent, marks.1)) {
+                self.joined.insert(a.max(b), a.min(b));
+            }
         }
         r
     }

@@ -87,6 +87,8 @@ impl Kernel {
             }
             (None, None) => self.decide_selection(&ops),
         };
+        let model = self.faults.config.crash_model;
+        let sel = if self.faults.fail_stopped { sel } else { model.project(&ops, &sel) };
         let image = self.files.fs.image_of(&ops, &sel);
         let state = state_of(&sel);
         let at = self.record.tracer.syscalls();
@@ -130,8 +132,11 @@ impl Kernel {
                 observed: false,
             });
         }
-        self.faults.last_crash_state =
-            Some(crate::faults::CrashAt { state, pending: ops.iter().map(|o| o.what.clone()).collect() });
+        self.faults.last_crash_state = Some(crate::faults::CrashAt {
+            state,
+            pending: ops.iter().map(|o| o.what.clone()).collect(),
+            models: crate::fs::CrashModel::allowing(&ops, &sel),
+        });
         image
     }
 
@@ -203,6 +208,12 @@ impl Kernel {
         self.files.fs.image_of(&ops, &selection_of(state, &ops)).digest()
     }
 
+    /// The crash models that allow a crash now with exactly `state`, weakest first.
+    pub fn models_allowing(&self, state: &CrashState) -> Vec<crate::fs::CrashModel> {
+        let ops = self.files.fs.pending_ops();
+        crate::fs::CrashModel::allowing(&ops, &selection_of(state, &ops))
+    }
+
     /// The operations pending now, in program order (what a crash now may keep).
     pub fn pending_operations(&self) -> Vec<String> {
         self.files.fs.pending_ops().into_iter().map(|o| o.what).collect()
@@ -242,20 +253,32 @@ impl Kernel {
             let kept: Vec<u32> = (0..n as u32).filter(|_| word() & 1 == 1).collect();
             candidates.push(CrashState { kept, torn: None });
         }
-        let mut seen = std::collections::BTreeSet::new();
+        let model = self.faults.config.crash_model;
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
         let mut states = Vec::new();
+        let mut labels: Vec<Vec<crate::fs::CrashModel>> = Vec::new();
         let mut tried = 0u64;
         for c in candidates {
-            if states.len() >= budget {
-                break;
-            }
             tried += 1;
-            let digest = self.files.fs.image_of(&ops, &selection_of(&c, &ops)).digest();
-            if seen.insert(digest.clone()) {
-                states.push((c, digest));
+            let sel = model.project(&ops, &selection_of(&c, &ops));
+            let allowing = crate::fs::CrashModel::allowing(&ops, &sel);
+            let digest = self.files.fs.image_of(&ops, &sel).digest();
+            match seen.get(&digest) {
+                // The same image under another state: it is allowed by that state's models too.
+                Some(&at) => {
+                    labels[at].extend(allowing);
+                    labels[at].sort();
+                    labels[at].dedup();
+                }
+                None if states.len() < budget => {
+                    seen.insert(digest.clone(), states.len());
+                    states.push((state_of(&sel), digest));
+                    labels.push(allowing);
+                }
+                None => {}
             }
         }
-        CrashStates { pending: ops.into_iter().map(|o| o.what).collect(), tried, states }
+        CrashStates { pending: ops.into_iter().map(|o| o.what).collect(), tried, states, labels, model }
     }
 
     /// The volatile (current) file system as a [`Disk`] (for `--fs-export`).
@@ -440,4 +463,9 @@ pub struct CrashStates {
     pub tried: u64,
     /// The distinct states, each with the BLAKE3 of its disk image.
     pub states: Vec<(CrashState, String)>,
+    /// For each state, the crash models under which some candidate state leaves its image,
+    /// weakest first (see [`crate::fs::CrashModel`]).
+    pub labels: Vec<Vec<crate::fs::CrashModel>>,
+    /// The model the states were drawn from.
+    pub model: crate::fs::CrashModel,
 }

@@ -307,6 +307,7 @@ fn every_point() -> Vec<DecisionPoint> {
         P::Schedule { syscall: 12 },
         P::CrashKeep { what: what.into() },
         P::CrashKeep { what: String::new() },
+        P::FailedSyncKeep { what: what.into() },
         P::CrashSectorsKept { what: what.into() },
         P::CrashSectorsKept { what: "x that reached the disk".into() },
         P::CrashPrefix { pending: 7 },
@@ -426,6 +427,7 @@ fn fault_and_structural_points_are_those_the_words_said() {
                 | DecisionPoint::CrashSectorsKept { .. }
                 | DecisionPoint::CrashPrefix { .. }
                 | DecisionPoint::CrashSectorsReached { .. }
+                | DecisionPoint::FailedSyncKeep { .. }
         )
     };
     let mut points = every_point();

@@ -1045,6 +1045,26 @@ struct Model {
     files: Vec<RFile>,
     dirs: Vec<RDir>,
     pending: Vec<(RTarget, ROp)>,
+    /// For each pending operation, what the named crash models need to know of it.
+    info: Vec<RInfo>,
+    /// Program order of the next pending operation.
+    seq: u64,
+    /// Program order at the last sync that had something to make durable.
+    mark: u64,
+}
+
+/// A pending operation as the named crash models of `docs/DURABILITY.md` see it.
+#[derive(Debug, Clone, Default)]
+struct RInfo {
+    seq: u64,
+    /// A write past the file's size at that point.
+    append: bool,
+    /// Names and sizes (directory changes, size changes).
+    journaled: bool,
+    /// Files a directory change installed over an existing name.
+    over: Vec<usize>,
+    /// The program order of the other half of a rename between two directories.
+    pair: Option<u64>,
 }
 
 fn apply_rop(c: &mut Vec<u8>, op: &ROp) {
@@ -1098,7 +1118,7 @@ type View = BTreeMap<String, Option<Vec<u8>>>;
 
 impl Model {
     fn new() -> Self {
-        Model { files: Vec::new(), dirs: vec![RDir::default()], pending: Vec::new() }
+        Model { files: Vec::new(), dirs: vec![RDir::default()], pending: Vec::new(), info: Vec::new(), seq: 0, mark: 0 }
     }
 
     fn split(p: &str) -> (&str, &str) {
@@ -1125,14 +1145,32 @@ impl Model {
         }
     }
 
+    fn push(&mut self, t: RTarget, op: ROp, info: RInfo) {
+        self.pending.push((t, op));
+        self.info.push(RInfo { seq: self.seq, ..info });
+        self.seq += 1;
+    }
+
     fn change(&mut self, dir: usize, changes: Vec<(String, Option<RNode>)>) {
+        let over = changes
+            .iter()
+            .filter_map(|(n, node)| match (node, self.dirs[dir].entries.get(n)) {
+                (Some(RNode::F(i)), Some(old)) if *old != RNode::F(*i) => Some(*i),
+                _ => None,
+            })
+            .collect();
         apply_dir(&mut self.dirs[dir].entries, &changes);
-        self.pending.push((RTarget::D(dir), ROp::D(changes)));
+        self.push(RTarget::D(dir), ROp::D(changes), RInfo { journaled: true, over, ..Default::default() });
     }
 
     fn sync(&mut self, t: RTarget) {
-        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending).into_iter().partition(|(x, _)| *x == t);
-        self.pending = rest;
+        if self.pending.iter().any(|(x, _)| *x == t) {
+            self.mark = self.seq;
+        }
+        let all: Vec<_> = std::mem::take(&mut self.pending).into_iter().zip(std::mem::take(&mut self.info)).collect();
+        let (mine, rest): (Vec<_>, Vec<_>) = all.into_iter().partition(|((x, _), _)| *x == t);
+        (self.pending, self.info) = rest.into_iter().unzip();
+        let mine: Vec<(RTarget, ROp)> = mine.into_iter().map(|(p, _)| p).collect();
         for (_, op) in mine {
             match (t, &op) {
                 (RTarget::F(i), _) => apply_rop(&mut self.files[i].durable, &op),
@@ -1157,15 +1195,16 @@ impl Model {
             Op::Pwrite(p, off, len, b) => {
                 let i = self.file(p).unwrap();
                 let op = ROp::W(*off, vec![*b; *len]);
+                let append = *off + *len as u64 > self.files[i].durable.len() as u64;
                 apply_rop(&mut self.files[i].cur, &op);
-                self.pending.push((RTarget::F(i), op));
+                self.push(RTarget::F(i), op, RInfo { append, ..Default::default() });
             }
             Op::Truncate(p, len) => {
                 let i = self.file(p).unwrap();
                 if self.files[i].cur.len() as u64 != *len {
                     let op = ROp::S(*len);
                     apply_rop(&mut self.files[i].cur, &op);
-                    self.pending.push((RTarget::F(i), op));
+                    self.push(RTarget::F(i), op, RInfo { journaled: true, ..Default::default() });
                 }
             }
             Op::Rename(a, b) => {
@@ -1190,6 +1229,11 @@ impl Model {
                         self.change(ia, vec![(na.to_string(), None)]);
                         self.change(ib, vec![(nb.to_string(), Some(RNode::F(id)))]);
                     }
+                    // One call: the halves are one journal transaction.
+                    let n = self.info.len();
+                    let (a, b) = (self.info[n - 2].seq, self.info[n - 1].seq);
+                    self.info[n - 2].pair = Some(b);
+                    self.info[n - 1].pair = Some(a);
                 }
             }
             Op::Unlink(p) => {
@@ -1212,6 +1256,10 @@ impl Model {
                 self.sync(RTarget::D(i));
             }
             Op::Syncfs => {
+                if !self.pending.is_empty() {
+                    self.mark = self.seq;
+                }
+                self.info.clear();
                 for (t, op) in std::mem::take(&mut self.pending) {
                     match (t, &op) {
                         (RTarget::F(i), _) => apply_rop(&mut self.files[i].durable, &op),
@@ -1295,6 +1343,69 @@ impl Model {
                     let mut whole = kept.clone();
                     whole[j] = false;
                     out.insert(self.image(&whole, Some((j, k))));
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Model {
+    /// True when the named model allows keeping `kept` whole and `torn` in part, as
+    /// docs/DURABILITY.md states it: xfs keeps names and sizes in program order (a prefix, both
+    /// halves of a rename between directories or neither, and every one a later sync with
+    /// something to make durable came after), a file's appends in file order (the last one
+    /// possibly torn), overwrites in any order; ext4-ordered also keeps, with a kept rename
+    /// over an existing name, every earlier write of the file it installs, whole;
+    /// process-kill keeps everything.
+    fn model_allows(&self, model: CrashModel, kept: &[bool], torn: Option<(usize, u64)>) -> bool {
+        let n = self.pending.len();
+        let reached = |i: usize| kept[i] || torn.is_some_and(|(at, _)| at == i);
+        match model {
+            CrashModel::PosixWeak => true,
+            CrashModel::ProcessKill => torn.is_none() && kept.iter().all(|k| *k),
+            CrashModel::Xfs | CrashModel::Ext4Ordered => (0..n).all(|i| {
+                let info = &self.info[i];
+                let by_seq = |s: u64| self.info.iter().position(|x| x.seq == s);
+                let pair_ok = info.pair.and_then(by_seq).is_none_or(|j| kept[j] == kept[i]);
+                let journal_ok = !info.journaled
+                    || ((!kept[i] || (0..i).all(|j| !self.info[j].journaled || kept[j]))
+                        && (info.seq >= self.mark || kept[i]));
+                let file = |j: usize| match self.pending[j].0 {
+                    RTarget::F(f) => Some(f),
+                    RTarget::D(_) => None,
+                };
+                let append_ok = !info.append
+                    || !reached(i)
+                    || (0..i).all(|j| !(self.info[j].append && file(j) == file(i)) || kept[j]);
+                let rename_ok = model != CrashModel::Ext4Ordered
+                    || !kept[i]
+                    || info.over.iter().all(|f| {
+                        (0..i).all(|j| !(matches!(self.pending[j].1, ROp::W(..)) && file(j) == Some(*f)) || kept[j])
+                    });
+                pair_ok && journal_ok && append_ok && rename_ok
+            }),
+        }
+    }
+
+    /// Every image the named model allows (any subset and one torn write, filtered by it).
+    fn allowed_under(&self, model: CrashModel) -> BTreeSet<View> {
+        let n = self.pending.len();
+        let sectors: Vec<u64> =
+            self.pending.iter().map(|(_, op)| if matches!(op, ROp::W(..)) { sectors_of(op) } else { 1 }).collect();
+        let mut out = BTreeSet::new();
+        for m in 0..1u32 << n {
+            let kept: Vec<bool> = (0..n).map(|j| m >> j & 1 == 1).collect();
+            if self.model_allows(model, &kept, None) {
+                out.insert(self.image(&kept, None));
+            }
+            for j in (0..n).filter(|j| kept[*j] && sectors[*j] > 1) {
+                for k in 1..sectors[j] {
+                    let mut whole = kept.clone();
+                    whole[j] = false;
+                    if self.model_allows(model, &whole, Some((j, k))) {
+                        out.insert(self.image(&whole, Some((j, k))));
+                    }
                 }
             }
         }
@@ -1451,6 +1562,36 @@ proptest! {
             prop_assert!(images.insert(image.digest()), "two states give one image");
         }
         prop_assert!(!states.states.is_empty());
+    }
+
+    /// (d) Under a named model, what decisions pick is an image the reference allows under that
+    /// model; and every label a sweep gives a state is a model whose reference allows its image.
+    #[test]
+    fn named_models_keep_to_the_reference(
+        ops in proptest::collection::vec(op_strategy(1300), 1..20),
+        crash_at in 1u64..8,
+        seed in any::<u64>(),
+        replay in proptest::collection::vec(any::<u64>(), 0..20),
+    ) {
+        let (k, model) = run_ops(&ops, crash_at, FaultConfig::default(), seed);
+        prop_assume!(model.pending.len() <= 12);
+        for m in CrashModel::ALL {
+            let mut kk = k.clone();
+            kk.set_fault_config(FaultConfig { torn_writes: true, reordered_writes: true, crash_model: m, ..Default::default() });
+            override_next(&mut kk, replay.clone());
+            let image = data_view(&kk.crash_image());
+            prop_assert!(model.allowed_under(m).contains(&image), "{} picked an image it does not allow: {:?}", m.name(), image);
+        }
+        let states = k.crash_states(24, seed);
+        for ((state, _), labels) in states.states.iter().zip(&states.labels) {
+            let mut kk = k.clone();
+            kk.set_fault_config(FaultConfig { crash_state: Some(state.clone()), ..Default::default() });
+            let image = data_view(&kk.crash_image());
+            prop_assert!(labels.contains(&CrashModel::PosixWeak));
+            for m in labels {
+                prop_assert!(model.allowed_under(*m).contains(&image), "{:?} is labelled {} but the reference disagrees", state, m.name());
+            }
+        }
     }
 }
 
@@ -1864,4 +2005,115 @@ fn a_stop_after_an_injected_error_is_a_fail_stop_restart_unless_the_program_says
         r.stopped_after_fault.as_deref(),
         Some("at its fail-stop (status 2) after eio on fsync #1 of /data/wal")
     );
+}
+
+/// The labels of one crash point's states, by the paths below `/data` their images hold.
+fn labelled_images(ops: &[Op], crash_at: u64) -> Vec<(View, Vec<CrashModel>)> {
+    let (k, model) = run_ops(ops, crash_at, FaultConfig::default(), 1);
+    let states = k.crash_states(64, 1);
+    let mut out = Vec::new();
+    for ((state, _), labels) in states.states.iter().zip(&states.labels) {
+        let mut kk = k.clone();
+        kk.set_fault_config(FaultConfig { crash_state: Some(state.clone()), ..Default::default() });
+        let image = data_view(&kk.crash_image());
+        for m in labels {
+            assert!(model.allowed_under(*m).contains(&image), "{state:?} labelled {} against the reference", m.name());
+        }
+        out.push((image, labels.clone()));
+    }
+    out
+}
+
+#[test]
+fn journaling_models_keep_what_a_sync_committed_and_renames_over_a_name_keep_the_new_data() {
+    use Op::*;
+    // The creation of /data/a is committed by the fsync of a's data: ext4 and XFS keep it, only
+    // posix-weak may lose the name.
+    let images = labelled_images(&[Create("/data/a"), Pwrite("/data/a", 0, 100, 7), FsyncFile("/data/a")], 1);
+    let lost: Vec<&(View, Vec<CrashModel>)> = images.iter().filter(|(v, _)| !v.contains_key("/data/a")).collect();
+    assert!(!lost.is_empty(), "{images:?}");
+    for (_, labels) in lost {
+        assert_eq!(labels, &vec![CrashModel::PosixWeak]);
+    }
+    // A new file written and renamed over an existing one: posix-weak and xfs may keep the
+    // rename without the data, ext4-ordered (auto_da_alloc) may not.
+    let images = labelled_images(
+        &[
+            Create("/data/a"),
+            Pwrite("/data/a", 0, 10, 1),
+            FsyncFile("/data/a"),
+            FsyncDir("/data"),
+            Create("/data/b"),
+            FsyncDir("/data"),
+            Pwrite("/data/b", 0, 10, 2),
+            Rename("/data/b", "/data/a"),
+        ],
+        u64::MAX,
+    );
+    let empty_new: Vec<&(View, Vec<CrashModel>)> =
+        images.iter().filter(|(v, _)| v.get("/data/a") == Some(&Some(Vec::new()))).collect();
+    assert!(!empty_new.is_empty(), "{images:?}");
+    for (_, labels) in &empty_new {
+        assert!(labels.contains(&CrashModel::Xfs) && !labels.contains(&CrashModel::Ext4Ordered), "{labels:?}");
+    }
+    // Keeping everything is allowed by every model, process-kill included.
+    assert!(images
+        .iter()
+        .any(|(v, labels)| v.get("/data/a") == Some(&Some(vec![2; 10])) && labels.contains(&CrashModel::ProcessKill)));
+}
+
+#[test]
+fn a_failed_fsync_may_have_persisted_any_subset_of_what_it_covered() {
+    // With reordered writes, a failed fsync keeps each pending write of its file by a decision:
+    // here the second write reached the disk before the sync failed, the first did not.
+    let boot = |model: CrashModel| {
+        let mut s = spec_with(exec_image(), 3);
+        s.faults = FaultConfig {
+            errors: vec![ErrorRule::parse("fsync:/data/x:1:eio").unwrap()],
+            reordered_writes: true,
+            crash_model: model,
+            ..Default::default()
+        };
+        let mut h = H::with(s);
+        let fd = h.open("/data/x", O_CREAT | O_RDWR);
+        assert_eq!(h.fsync_path("/data"), 0);
+        assert_eq!(h.write(fd, &[1u8; 600]), 600);
+        poke(&h.k, &mut h.m, h.buf, b"HEAD");
+        let buf = h.buf;
+        assert_eq!(h.sc("pwrite64", &[fd as u64, buf, 4, 0]), 4);
+        h.k.set_decision_overrides(BTreeMap::from([(0, 0), (1, 1)]));
+        assert_eq!(h.sc("fsync", &[fd as u64]), EIO);
+        let points: Vec<String> = h.k.decisions().iter().map(|d| d.point.to_string()).collect();
+        // The rest counts as clean: a retry succeeds.
+        assert_eq!(h.sc("fsync", &[fd as u64]), 0);
+        assert_eq!(h.pread(fd, 4, 0), b"HEAD".to_vec(), "the program still reads its own writes");
+        (h.k.crash_image().file("/data/x").map(<[u8]>::to_vec), points)
+    };
+    let (image, points) = boot(CrashModel::PosixWeak);
+    assert_eq!(
+        points,
+        ["failed sync: keep write of 600 bytes at 0 to /data/x", "failed sync: keep write of 4 bytes at 0 to /data/x"]
+    );
+    // posix-weak: exactly what the failed sync wrote back, the 4 bytes over an empty file.
+    assert_eq!(image.as_deref(), Some(&b"HEAD"[..]));
+    // xfs: both writes reach past the durable size, so they are kept in program order; the
+    // first was not, so neither is.
+    let (image, _) = boot(CrashModel::Xfs);
+    assert_eq!(image.as_deref(), Some(&b""[..]));
+    // process-kill: everything the program wrote.
+    let (image, _) = boot(CrashModel::ProcessKill);
+    let mut all = vec![1u8; 600];
+    all[..4].copy_from_slice(b"HEAD");
+    assert_eq!(image, Some(all));
+    // Without reordered writes, a failed sync drops everything and takes no decision.
+    let mut s = spec_with(exec_image(), 3);
+    s.faults = FaultConfig { errors: vec![ErrorRule::parse("fsync:/data/x:1:eio").unwrap()], ..Default::default() };
+    let mut h = H::with(s);
+    let fd = h.open("/data/x", O_CREAT | O_RDWR);
+    assert_eq!(h.write(fd, b"data"), 4);
+    assert_eq!(h.sc("fsync", &[fd as u64]), EIO);
+    assert!(h.k.decisions().is_empty());
+    assert_eq!(h.sc("fsync", &[fd as u64]), 0);
+    assert_eq!(h.fsync_path("/data"), 0);
+    assert_eq!(h.k.crash_image().file("/data/x"), Some(&b""[..]));
 }
