@@ -62,6 +62,10 @@ pub struct CheckArgs {
     /// Crash states the hunt and the sweep try at each crash point, at most.
     #[arg(long, default_value_t = 8)]
     pub states_per_point: usize,
+    /// The crash model the hunt's and the sweep's crash states come from: posix-weak (the
+    /// default), xfs, ext4-ordered or process-kill. A capsule or bug file carries its own.
+    #[arg(long, value_name = "MODEL", default_value = "posix-weak", value_parser = crate::run::parse_crash_model)]
+    pub crash_model: deja_kernel::CrashModel,
     /// The workload: arguments for both programs (after `--`).
     #[arg(last = true)]
     pub args: Vec<String>,
@@ -121,6 +125,7 @@ pub fn main(args: CheckArgs) -> Exit {
         max_kill_points: args.max_kill_points,
         worlds: args.worlds,
         states_per_point: args.states_per_point,
+        crash_model: args.crash_model,
     };
     let j = deja_judge::check(&input);
     if let Err(e) = std::fs::create_dir_all(&args.out) {

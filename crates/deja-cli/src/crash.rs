@@ -51,6 +51,9 @@ pub struct SweepRow {
     /// For a failure: the pending operations in program order, each `kept`, `dropped` or
     /// `torn after K sectors`.
     pub operations: Vec<String>,
+    /// For a failure: the first syscall of the restart whose result differs from the restart
+    /// of the same crash point that kept everything (when that one held), with both results.
+    pub first_difference: Option<String>,
 }
 
 /// The sweep's outcome.
@@ -184,12 +187,13 @@ pub fn sweep(args: &RunArgs, spec: ProgramSpec) -> Exit {
         let base = spec.faults.for_restart();
         let points = crash_points(args, &base, report.durable_writes);
         let mut restarted: BTreeMap<String, (String, &'static str)> = BTreeMap::new();
+        let mut kept_all = BTreeMap::new();
         for point in &points {
             report.crash_points += 1;
-            sweep_point(args, &spec, point, &mut report, &mut restarted);
+            sweep_point(args, &spec, point, &mut report, &mut restarted, &mut kept_all);
         }
         if args.fsync_failures > 0 {
-            fsync_failure_sweep(args, &spec, &base, &mut report, &mut restarted);
+            fsync_failure_sweep(args, &spec, &base, &mut report, &mut restarted, &mut kept_all);
         }
         let failing = |r: &&SweepRow| matches!(r.result, "failed" | "same_image_failed");
         report.failures = report.rows.iter().filter(failing).filter(|r| r.counts).count() as u64;
@@ -271,6 +275,7 @@ fn fsync_failure_sweep(
     base: &deja_kernel::FaultConfig,
     report: &mut SweepReport,
     restarted: &mut BTreeMap<String, (String, &'static str)>,
+    kept_all: &mut BTreeMap<String, Vec<deja_kernel::TraceEntry>>,
 ) {
     let mut reference = spec.clone();
     reference.faults = base.clone();
@@ -334,6 +339,7 @@ fn fsync_failure_sweep(
                     bug_on: (!held).then_some(deja_kernel::CrashModel::ProcessKill.name()),
                     counts: !held,
                     operations: vec![],
+                    first_difference: None,
                 });
                 lives[0].run.report.durable_writes
             }
@@ -345,7 +351,7 @@ fn fsync_failure_sweep(
             point.salt ^= report.fsync_failures.rotate_left(40);
             point.after_error = true;
             report.crash_points += 1;
-            sweep_point(args, spec, &point, report, restarted);
+            sweep_point(args, spec, &point, report, restarted, kept_all);
         }
     }
 }
@@ -357,6 +363,7 @@ fn sweep_point(
     point: &Point,
     report: &mut SweepReport,
     restarted: &mut BTreeMap<String, (String, &'static str)>,
+    kept_all: &mut BTreeMap<String, Vec<deja_kernel::TraceEntry>>,
 ) {
     let mut s = spec.clone();
     s.faults = point.faults.clone();
@@ -377,6 +384,7 @@ fn sweep_point(
         bug_on: None,
         counts: false,
         operations: vec![],
+        first_difference: None,
     };
     let mut crashed = match Session::boot(s, args.memory << 20) {
         Err(e) => return report.rows.push(incomplete(e.to_string())),
@@ -418,7 +426,7 @@ fn sweep_point(
         let verdict = |failed: bool| {
             let bug_on = strongest.filter(|_| failed).map(|m| m.name());
             let counts = failed && labels.contains(&args.fail_on);
-            let operations = if failed { operations_of(state, &states.pending) } else { vec![] };
+            let operations = if failed { state.operations(&states.pending) } else { vec![] };
             (bug_on, counts, operations)
         };
         let mut flags = point.flags.clone();
@@ -446,6 +454,7 @@ fn sweep_point(
                 bug_on,
                 counts,
                 operations,
+                first_difference: None,
             });
             continue;
         }
@@ -485,6 +494,17 @@ fn sweep_point(
         };
         restarted.insert(image.clone(), (format!("{}, {state_words}", point.words), result));
         let (bug_on, counts, operations) = verdict(result == "failed");
+        let everything = *state == CrashState::all(states.pending.len());
+        let restart_trace = &lives[1].run.report.trace;
+        if everything && result == "held" {
+            kept_all.insert(image.clone(), restart_trace.iter().take(MAX_COMPARED).cloned().collect());
+        }
+        let first_difference = if result == "failed" {
+            let reference = states.states.first().and_then(|(_, i)| kept_all.get(i));
+            reference.and_then(|r| first_difference(restart_trace, r))
+        } else {
+            None
+        };
         report.rows.push(SweepRow {
             crash_point: point.words.clone(),
             point: format!("{name}, syscall {syscall}"),
@@ -501,25 +521,30 @@ fn sweep_point(
             bug_on,
             counts,
             operations,
+            first_difference,
         });
     }
 }
 
-/// The pending operations in program order, each marked by what `state` did with it.
-fn operations_of(state: &CrashState, pending: &[String]) -> Vec<String> {
-    pending
-        .iter()
-        .enumerate()
-        .map(|(i, what)| {
-            let i = i as u32;
-            let mark = match state.torn {
-                Some((at, k)) if at == i => format!("torn after {k} sectors"),
-                _ if state.kept.contains(&i) => "kept".to_string(),
-                _ => "dropped".to_string(),
-            };
-            format!("{mark}: {what}")
-        })
-        .collect()
+/// Syscalls of a restart kept to compare against: where a crash state first shows is early.
+const MAX_COMPARED: usize = 100_000;
+
+/// The first syscall of `restart` whose call or result differs from `reference` (the restart
+/// that kept everything), in words.
+fn first_difference(restart: &[deja_kernel::TraceEntry], reference: &[deja_kernel::TraceEntry]) -> Option<String> {
+    let same = |a: &deja_kernel::TraceEntry, b: &deja_kernel::TraceEntry| {
+        a.nr == b.nr && a.ret == b.ret && a.data == b.data && a.text == b.text
+    };
+    let i = restart.iter().zip(reference).position(|(a, b)| !same(a, b))?;
+    let (a, b) = (&restart[i], &reference[i]);
+    Some(if a.text == b.text {
+        format!(
+            "syscall {i} of the restart: {}, which moved other bytes than in the restart that kept everything",
+            a.text
+        )
+    } else {
+        format!("syscall {i} of the restart: {}, where the restart that kept everything had {}", a.text, b.text)
+    })
 }
 
 fn print(args: &RunArgs, report: &SweepReport) {
@@ -581,6 +606,9 @@ fn print(args: &RunArgs, report: &SweepReport) {
             }
             for op in &r.operations {
                 let _ = writeln!(e, "deja:         {op}");
+            }
+            if let Some(d) = &r.first_difference {
+                let _ = writeln!(e, "deja:         first difference: {d}");
             }
             for line in &r.restart_stderr {
                 let _ = writeln!(e, "deja:         {line}");

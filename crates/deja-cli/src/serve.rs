@@ -626,6 +626,7 @@ mod tests {
             decisions: 3,
             minimized: None,
             window: None,
+            crash: None,
         };
         Campaign {
             rounds,

@@ -250,6 +250,10 @@ fn each_ledger_failure_is_labelled_by_the_file_systems_that_can_produce_it() {
     let ops: Vec<&str> = row["operations"].as_array().unwrap().iter().map(|o| o.as_str().unwrap()).collect();
     assert!(ops.contains(&"dropped: entry ledger.log set in /data"), "{ops:?}");
     assert!(ops.iter().any(|o| o.starts_with("kept: ") && o.contains("entry count set")), "{ops:?}");
+    // The first read of the restart that saw the difference: the directory listing, one entry
+    // short of the restart that kept everything.
+    let diff = row["first_difference"].as_str().unwrap_or_else(|| panic!("{row}"));
+    assert!(diff.contains("getdents64") && diff.contains("where the restart that kept everything had"), "{diff}");
     // CI that only cares about ext4 lets it pass, and says why in one line.
     let (out, v) = ledger_sweep("hazard", &["--fail-on", "ext4-ordered"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -340,4 +344,66 @@ fn an_fsync_failure_then_a_crash_finds_the_store_that_acknowledges_after_a_retri
     // The fixed store stops taking writes after a failed sync, and holds.
     let fixed = deja(&["run", "--no-probe", "--crash-sweep", "--fsync-failures", "4", &store("fixed"), "--", "6"]);
     assert_eq!(fixed.status.code(), Some(0), "{}", stderr(&fixed));
+}
+
+#[test]
+fn explore_reports_the_crash_state_a_bug_needs_and_keeps_to_its_crash_model() {
+    let ledger = guest("ledger").to_string_lossy().into_owned();
+    let dir = std::env::temp_dir().join(format!("deja-crash-models-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = dir.join("weak");
+    let found =
+        deja(&["explore", "--runs", "60", "--seed", "1", "--out", out.to_str().unwrap(), &ledger, "--", "hazard"]);
+    assert_eq!(found.status.code(), Some(1), "{}", stderr(&found));
+    let text = std::fs::read_to_string(out.join("report.txt")).unwrap();
+    assert!(text.contains("the crash state it needs:"), "{text}");
+    assert!(text.contains("a portability hazard: only posix-weak allows this state"), "{text}");
+    assert!(text.contains("dropped: entry ledger.log set in /data"), "{text}");
+    // Under ext4-ordered no crash state drops the log's creation and keeps the later rename:
+    // the same campaign finds nothing, and every crash it made was in an ext4 state.
+    let out = dir.join("ext4");
+    let none = deja(&[
+        "explore",
+        "--runs",
+        "60",
+        "--seed",
+        "1",
+        "--crash-model",
+        "ext4-ordered",
+        "--out",
+        out.to_str().unwrap(),
+        &ledger,
+        "--",
+        "hazard",
+    ]);
+    assert_eq!(none.status.code(), Some(0), "{}", stderr(&none));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_judges_under_the_crash_model_it_is_given() {
+    let dir = std::env::temp_dir().join(format!("deja-check-models-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let check = |model: &str| {
+        let page = |v: &str| guest(&format!("pagestore-{v}")).to_string_lossy().into_owned();
+        let out = dir.join(model);
+        let (base, candidate) = (page("buggy"), page("fixed"));
+        let args = ["check", "--crash-model", model, "--base", &base, "--candidate", &candidate, "--out"];
+        let mut args: Vec<&str> = args.to_vec();
+        let out_arg = out.to_string_lossy().into_owned();
+        args.extend([out_arg.as_str(), "--", "6"]);
+        (deja(&args), out)
+    };
+    // The page store's header outlives the file's extension on ext4 too (an overwrite is not
+    // ordered with the size change): the fix is judged, and the capsule names the model.
+    let (ext4, out) = check("ext4-ordered");
+    assert_eq!(ext4.status.code(), Some(0), "{}", stderr(&ext4));
+    let capsule: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("capsule.json")).unwrap()).unwrap();
+    assert_eq!(capsule["faults"]["crash_model"], "ext4-ordered", "{capsule}");
+    // After a process kill nothing is lost, so the hunt finds no failure on the base: no
+    // evidence, never a pass.
+    let (kill, _) = check("process-kill");
+    assert_eq!(kill.status.code(), Some(3), "{}", stderr(&kill));
+    assert!(stderr(&kill).contains("EVIDENCE_INCOMPLETE"), "{}", stderr(&kill));
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -257,6 +257,11 @@ pub struct BugSummary {
     /// line per operation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<String>,
+    /// For a run that crashed: per crashed life, the crash state, the crash models that allow
+    /// it and what a failure in it is (a bug on the strongest, or a portability hazard), then
+    /// the pending operations in program order, each kept, dropped or torn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crash: Option<String>,
 }
 
 /// The campaign-wide verdict on one assertion site.

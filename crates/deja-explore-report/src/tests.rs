@@ -25,6 +25,7 @@ fn bug(id: &str, signature: &str, first_round: u64, decisions: u64, minimized: O
         decisions,
         minimized,
         window: None,
+        crash: None,
     }
 }
 
@@ -383,4 +384,20 @@ fn block_coverage_reads_as_blocks_and_functions_in_every_form() {
     assert!(v["campaign"].get("blocks").is_none());
     v["campaign"].as_object_mut().unwrap().remove("blocks");
     assert_eq!(parse_json(&v.to_string()).unwrap().blocks, None);
+}
+
+#[test]
+fn a_crash_bug_shows_the_state_it_needs_in_text_and_html() {
+    let mut c = sample();
+    let crash = "life 0 crashed under posix-weak: kept 2 of 3 pending operations; allowed by posix-weak — a portability hazard: only posix-weak allows this state\n  dropped: entry ledger.log set in /data\n  kept: entry count set in /data";
+    c.bugs[0].crash = Some(crash.into());
+    let t = render_text(&c);
+    let at = t.find(&format!("bug {}: the crash state it needs:", c.bugs[0].id)).unwrap_or_else(|| panic!("{t}"));
+    assert!(t[at..].contains("    dropped: entry ledger.log set in /data"), "indented under it: {t}");
+    assert!(render_html(&c).contains("the crash state it needs"));
+    assert!(render_html(&c).contains("a portability hazard: only posix-weak allows this state"));
+    let plain: serde_json::Value = serde_json::from_str(&render_json(&sample())).unwrap();
+    assert!(plain["campaign"]["bugs"][0].get("crash").is_none(), "a bug without a crash writes no field");
+    let back: serde_json::Value = serde_json::from_str(&render_json(&c)).unwrap();
+    assert_eq!(back["campaign"]["bugs"][0]["crash"], crash);
 }

@@ -102,6 +102,12 @@ pub fn render_text(c: &Campaign) -> String {
                     let _ = writeln!(out, "  {line}");
                 }
             }
+            if let Some(crash) = &b.crash {
+                let _ = writeln!(out, "\nbug {}: the crash state it needs:", b.id);
+                for line in crash.lines() {
+                    let _ = writeln!(out, "  {line}");
+                }
+            }
         }
     }
 

@@ -376,7 +376,10 @@
         h("td", { class: "sig" }, b.signature,
           b.window ? h("details", { class: "window", open: "" },
             h("summary", {}, "the shortest window of the history that no order explains"),
-            h("pre", {}, b.window)) : null),
+            h("pre", {}, b.window)) : null,
+          b.crash ? h("details", { class: "window", open: "" },
+            h("summary", {}, "the crash state it needs"),
+            h("pre", {}, b.crash)) : null),
         h("td", { class: "num" }, num(b.first_round)),
         h("td", { class: "num" }, b.minimized !== null && b.minimized !== undefined ? `${num(b.decisions)} → ${num(b.minimized)}` : num(b.decisions)),
         h("td", {}, h("code", {}, b.reproduce), h("div", { class: "file" }, h("a", { href: base + basename(b.file) }, b.file))))));

@@ -820,7 +820,7 @@ impl Subject for ClusterSubject<'_> {
             });
         }
         bug.write(path)?;
-        Ok(WrittenBug { reproduce: bug.reproduce, decisions: bug.decisions, window: bug.history })
+        Ok(WrittenBug { reproduce: bug.reproduce, decisions: bug.decisions, window: bug.history, crash: None })
     }
 }
 

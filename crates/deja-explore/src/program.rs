@@ -269,8 +269,33 @@ impl Subject for ProgramSubject<'_> {
     ) -> Result<WrittenBug, ExploreError> {
         let bug = BugFile::new(self.target, r.fork_at, input, out, round, &path.display().to_string());
         bug.write(path)?;
-        Ok(WrittenBug { reproduce: bug.reproduce, decisions: out.decisions.len() as u64, window: None })
+        Ok(WrittenBug {
+            reproduce: bug.reproduce,
+            decisions: out.decisions.len() as u64,
+            window: None,
+            crash: crash_words(out, input.faults.crash_model),
+        })
     }
+}
+
+/// The crash states a run's crashes took, for the reports: per crashed life, the state, the
+/// models that allow it and what a failure in it is, then the pending operations in program
+/// order, each kept, dropped or torn.
+fn crash_words(out: &Outcome, model: deja_kernel::CrashModel) -> Option<String> {
+    let mut lines = Vec::new();
+    for (i, life) in out.lives.iter().enumerate() {
+        let Some(c) = &life.run.report.crash_state else { continue };
+        let names: Vec<&str> = c.models.iter().map(|m| m.name()).collect();
+        let kind = deja_kernel::CrashModel::strongest(&c.models).map(|m| m.failure_words()).unwrap_or_default();
+        lines.push(format!(
+            "life {i} crashed under {}: {}; allowed by {} — {kind}",
+            model.name(),
+            c.state.describe(c.pending.len()),
+            names.join(", ")
+        ));
+        lines.extend(c.state.operations(&c.pending).into_iter().map(|o| format!("  {o}")));
+    }
+    (!lines.is_empty()).then(|| lines.join("\n"))
 }
 
 /// Runs a campaign over one program (or continues one) and writes its files under `cfg.out`.

@@ -90,6 +90,9 @@ pub struct CheckInput {
     pub worlds: u32,
     /// Crash states a hunt and a sweep try at each crash point, at most.
     pub states_per_point: usize,
+    /// The crash model the hunt's and the sweep's crash states come from (a capsule or bug
+    /// file given carries its own).
+    pub crash_model: deja_kernel::CrashModel,
 }
 
 /// The result of a check.
@@ -107,6 +110,7 @@ fn spec(image: &[u8], path: &str, input: &CheckInput) -> ProgramSpec {
     let name = std::path::Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut s = ProgramSpec::for_program(image.to_vec(), &name, input.args.iter().cloned(), input.seed);
     s.env = input.env.clone();
+    s.faults.crash_model = input.crash_model;
     s
 }
 
@@ -661,6 +665,7 @@ pub fn freeze_bug(bug: &deja_explore::BugFile, target: &deja_explore::Target) ->
         max_kill_points: 0,
         worlds: 0,
         states_per_point: 0,
+        crash_model: deja_kernel::CrashModel::PosixWeak,
     };
     let base_hash = blake3::hash(&target.spec.image).to_hex().to_string();
     let mut c = capsule_from(&out, &base_hash, &input, &bug.input.faults, &steer)

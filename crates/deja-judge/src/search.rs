@@ -72,6 +72,9 @@ impl Plan {
             parts.push(k.describe());
         }
         parts.extend(self.faults.errors.iter().map(|r| r.describe()));
+        if self.crash != CrashKind::None && self.faults.crash_model != deja_kernel::CrashModel::PosixWeak {
+            parts.push(format!("crash model {}", self.faults.crash_model.name()));
+        }
         parts.join(", ")
     }
 
@@ -193,6 +196,8 @@ pub fn search(
     stop_at_first: bool,
 ) -> Result<Searched, RunFailure> {
     let mut out = Searched::default();
+    // Every crash of the search keeps to the spec's crash model.
+    let modelled = FaultConfig { crash_model: spec.faults.crash_model, ..FaultConfig::default() };
     let d = control.durable_writes.min(max_points);
     let mut points: Vec<(CrashKind, u64)> = Vec::new();
     for k in 1..=d {
@@ -202,7 +207,7 @@ pub fn search(
     points.push((CrashKind::Exit, 0));
     for (kind, k) in points {
         out.points += 1;
-        let plan = Plan { crash: kind, k, kept: None, faults: FaultConfig::default() };
+        let plan = Plan { crash: kind, k, kept: None, faults: modelled.clone() };
         let mut s = spec.clone();
         s.faults = plan.config();
         let mut crashed = Session::boot(s, memory_mib << 20)?;
@@ -226,7 +231,7 @@ pub fn search(
             out.digests.push(o.digest.clone());
             if o.failure.is_some() && o.lives.len() > 1 && out.failure.is_none() {
                 let kept = KeptOps::of(&state, &pending);
-                out.failure = Some((Plan { crash: kind, k, kept: Some(kept), faults: FaultConfig::default() }, o));
+                out.failure = Some((Plan { crash: kind, k, kept: Some(kept), faults: modelled.clone() }, o));
                 if stop_at_first {
                     return Ok(out);
                 }
@@ -235,7 +240,12 @@ pub fn search(
     }
     let menu = deja_explore::menu::Menu { durable_writes: 0, io_ops: &control.io_ops, pending_at_crash: None };
     for faults in deja_explore::menu::hunt(&menu, usize::MAX) {
-        let plan = Plan { crash: CrashKind::None, k: 0, kept: None, faults };
+        let plan = Plan {
+            crash: CrashKind::None,
+            k: 0,
+            kept: None,
+            faults: FaultConfig { crash_model: modelled.crash_model, ..faults },
+        };
         let o = run_plan(spec, memory_mib, &plan, &Steer::default(), 0)?;
         out.runs += 1;
         out.digests.push(o.digest.clone());

@@ -285,6 +285,24 @@ impl CrashState {
         CrashState { kept: (0..n as u32).collect(), torn: None }
     }
 
+    /// The operations `pending` (in program order, in words), each marked by what the state
+    /// did with it: `kept: …`, `dropped: …` or `torn after K sectors: …`.
+    pub fn operations(&self, pending: &[String]) -> Vec<String> {
+        pending
+            .iter()
+            .enumerate()
+            .map(|(i, what)| {
+                let i = i as u32;
+                let mark = match self.torn {
+                    Some((at, k)) if at == i => format!("torn after {k} sectors"),
+                    _ if self.kept.contains(&i) => "kept".to_string(),
+                    _ => "dropped".to_string(),
+                };
+                format!("{mark}: {what}")
+            })
+            .collect()
+    }
+
     /// In words: `kept 3 of 7 pending operations`, `… and op 4 torn after 2 sectors`.
     pub fn describe(&self, pending: usize) -> String {
         let mut s = format!("kept {} of {pending} pending operations", self.kept.len());

@@ -430,6 +430,7 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
         memory_mib: 1024,
         max_kill_points: 500,
         states_per_point: 8,
+        crash_model: deja_kernel::CrashModel::PosixWeak,
         worlds: 3,
     };
     let start = Instant::now();

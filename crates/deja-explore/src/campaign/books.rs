@@ -131,7 +131,7 @@ impl Books {
         }
         let id = bug_id(&sig, subject);
         let file = format!("bug-{id}.json");
-        let WrittenBug { reproduce, decisions, window } = write(&out.join(&file))?;
+        let WrittenBug { reproduce, decisions, window, crash } = write(&out.join(&file))?;
         self.signatures.insert(sig.clone());
         self.bugs.push(report::BugSummary {
             id,
@@ -142,6 +142,7 @@ impl Books {
             decisions,
             minimized: None,
             window,
+            crash,
         });
         Ok(())
     }

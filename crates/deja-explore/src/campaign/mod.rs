@@ -417,6 +417,9 @@ pub struct WrittenBug {
     pub decisions: u64,
     /// A history's shortest failing window on a timeline, when the failure is one.
     pub window: Option<String>,
+    /// The crash states the run's crashes took, when it crashed (see
+    /// [`report::BugSummary::crash`]).
+    pub crash: Option<String>,
 }
 
 /// One corpus entry.
