@@ -83,6 +83,13 @@ fn program(path: &std::path::Path) -> deja_judge::judge::Program {
 /// does not fail on the base, [`Exit::NotLoadable`] a capsule or bug file that fails its checks.
 pub fn main(args: CheckArgs) -> Exit {
     if let Some(bug) = args.bug.as_deref().filter(|b| crate::explore::is_cluster_bug(b)) {
+        if args.crash_model != deja_kernel::CrashModel::PosixWeak {
+            eprintln!(
+                "deja: error: --crash-model does not apply to a cluster bug; its cluster file's [faults.storage] \
+                 crash_model does"
+            );
+            return Exit::Usage;
+        }
         return check_cluster(&args, bug);
     }
     if args.config.is_some() || !args.program.is_empty() {
@@ -153,9 +160,26 @@ pub fn main(args: CheckArgs) -> Exit {
     if let Some(c) = &j.capsule {
         eprintln!("deja: capsule {}: {}", c.id, c.signature);
         eprintln!("deja:   on the base: {}", c.timeline);
+        eprintln!("deja:   {}", model_words(c));
     }
     print_checks(&j.certificate, &cert_path);
     code
+}
+
+/// The crash model a check kept to, and what the capsule's crash state is: `under
+/// ext4-ordered; the base's crash state is allowed by posix-weak, xfs, ext4-ordered: a bug on
+/// ext4-ordered (and xfs, posix-weak)`.
+fn model_words(c: &deja_judge::Capsule) -> String {
+    let mut s = format!("under the crash model {}", c.faults.crash_model.name());
+    if let Some(strongest) = deja_kernel::CrashModel::strongest(&c.models) {
+        let names: Vec<&str> = c.models.iter().map(|m| m.name()).collect();
+        s.push_str(&format!(
+            "; the base's crash state is allowed by {}: {}",
+            names.join(", "),
+            strongest.failure_words()
+        ));
+    }
+    s
 }
 
 /// The exit of a verdict.

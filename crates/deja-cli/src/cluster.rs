@@ -211,7 +211,7 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<Exit, Failure> {
         (args.torn_writes || args.reordered_writes, "--torn-writes and --reordered-writes"),
         ((args.eio_write_ppm | args.eio_fsync_ppm | args.enospc_write_ppm) != 0, "the I/O error rates"),
         (args.crash_sweep, "--crash-sweep"),
-        (args.crash_model != deja_kernel::CrashModel::PosixWeak, "--crash-model"),
+        (args.crash_model != deja_kernel::CrashModel::PosixWeak, "--crash-model (crash_model in [faults.storage])"),
         (!args.files.is_empty(), "--file"),
         (args.stdin.is_some(), "--stdin"),
         (!args.env.is_empty(), "--env"),

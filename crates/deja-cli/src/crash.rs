@@ -501,7 +501,7 @@ fn sweep_point(
         }
         let first_difference = if result == "failed" {
             let reference = states.states.first().and_then(|(_, i)| kept_all.get(i));
-            reference.and_then(|r| first_difference(restart_trace, r))
+            reference.and_then(|r| deja_explore::first_restart_difference(restart_trace, r))
         } else {
             None
         };
@@ -528,24 +528,6 @@ fn sweep_point(
 
 /// Syscalls of a restart kept to compare against: where a crash state first shows is early.
 const MAX_COMPARED: usize = 100_000;
-
-/// The first syscall of `restart` whose call or result differs from `reference` (the restart
-/// that kept everything), in words.
-fn first_difference(restart: &[deja_kernel::TraceEntry], reference: &[deja_kernel::TraceEntry]) -> Option<String> {
-    let same = |a: &deja_kernel::TraceEntry, b: &deja_kernel::TraceEntry| {
-        a.nr == b.nr && a.ret == b.ret && a.data == b.data && a.text == b.text
-    };
-    let i = restart.iter().zip(reference).position(|(a, b)| !same(a, b))?;
-    let (a, b) = (&restart[i], &reference[i]);
-    Some(if a.text == b.text {
-        format!(
-            "syscall {i} of the restart: {}, which moved other bytes than in the restart that kept everything",
-            a.text
-        )
-    } else {
-        format!("syscall {i} of the restart: {}, where the restart that kept everything had {}", a.text, b.text)
-    })
-}
 
 fn print(args: &RunArgs, report: &SweepReport) {
     let mut e = std::io::stderr().lock();

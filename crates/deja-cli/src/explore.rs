@@ -182,7 +182,7 @@ pub fn main(args: ExploreArgs) -> Exit {
     let cluster_target = if cluster {
         if args.crash_model != deja_kernel::CrashModel::PosixWeak {
             eprintln!(
-                "deja: error: --crash-model applies to single programs; a cluster's nodes crash under posix-weak"
+                "deja: error: --crash-model does not apply to a cluster file; put crash_model in its [faults.storage]"
             );
             return Exit::Usage;
         }

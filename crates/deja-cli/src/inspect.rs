@@ -129,12 +129,12 @@ fn describe_json(path: &std::path::Path, bytes: &[u8]) -> Result<Option<serde_js
         }
         "deja.capsule" => {
             let c = deja_judge::Capsule::read(path).map_err(|e| refuse(e.to_string()))?;
-            serde_json::json!({ "id": c.id, "signature": c.signature, "trigger": c.trigger, "base_blake3": c.base_blake3, "timeline": c.timeline, "host": host(c.host) })
+            serde_json::json!({ "id": c.id, "signature": c.signature, "trigger": c.trigger, "base_blake3": c.base_blake3, "timeline": c.timeline, "crash_model": c.faults.crash_model, "models": c.models, "host": host(c.host) })
         }
         "deja.certificate" => {
             let c = deja_judge::Certificate::read(path).map_err(|e| refuse(e.to_string()))?;
             c.verify().map_err(|e| refuse(e.to_string()))?;
-            serde_json::json!({ "verdict": c.verdict, "exit_code": c.exit_code, "checks": c.checks.len(), "capsule_id": c.capsule_id, "certificate_hash": c.certificate_hash, "host": host(c.host) })
+            serde_json::json!({ "verdict": c.verdict, "exit_code": c.exit_code, "checks": c.checks.len(), "capsule_id": c.capsule_id, "crash_model": c.crash_model, "models": c.models, "certificate_hash": c.certificate_hash, "host": host(c.host) })
         }
         "deja.crash-sweep/2" | "deja.crash-sweep/3" => {
             serde_json::json!({ "verdict": v["verdict"], "model": v["model"], "fail_on": v["fail_on"], "failures": v["failures"], "hazards": v["hazards"], "restarts": v["restarts"], "digest": v["digest"] })

@@ -359,6 +359,12 @@ fn explore_reports_the_crash_state_a_bug_needs_and_keeps_to_its_crash_model() {
     assert!(text.contains("the crash state it needs:"), "{text}");
     assert!(text.contains("a portability hazard: only posix-weak allows this state"), "{text}");
     assert!(text.contains("dropped: entry ledger.log set in /data"), "{text}");
+    // Where the state first showed: the restart lists /data and finds fewer names than the
+    // restart of the same crash that kept everything.
+    assert!(text.contains("the first read that saw the difference: syscall"), "{text}");
+    assert!(text.contains("getdents64"), "{text}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("the first read that saw the difference"), "the HTML report shows it too");
     // Under ext4-ordered no crash state drops the log's creation and keeps the later rename:
     // the same campaign finds nothing, and every crash it made was in an ext4 state.
     let out = dir.join("ext4");
@@ -384,15 +390,23 @@ fn explore_reports_the_crash_state_a_bug_needs_and_keeps_to_its_crash_model() {
 fn check_judges_under_the_crash_model_it_is_given() {
     let dir = std::env::temp_dir().join(format!("deja-check-models-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let check = |model: &str| {
-        let page = |v: &str| guest(&format!("pagestore-{v}")).to_string_lossy().into_owned();
-        let out = dir.join(model);
-        let (base, candidate) = (page("buggy"), page("fixed"));
-        let args = ["check", "--crash-model", model, "--base", &base, "--candidate", &candidate, "--out"];
+    let judge = |model: &str, store: &str, candidate: &str, name: &str, extra: &[&str]| {
+        let program = |v: &str| guest(&format!("{store}-{v}")).to_string_lossy().into_owned();
+        let out = dir.join(format!("{model}-{store}-{name}"));
+        let (base, candidate) = (program("buggy"), program(candidate));
+        let args = ["check", "--json", "--crash-model", model, "--base", &base, "--candidate", &candidate, "--out"];
         let mut args: Vec<&str> = args.to_vec();
         let out_arg = out.to_string_lossy().into_owned();
-        args.extend([out_arg.as_str(), "--", "6"]);
-        (deja(&args), out)
+        args.push(out_arg.as_str());
+        args.extend_from_slice(extra);
+        args.extend(["--", "6"]);
+        let o = deja(&args);
+        let cert: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null);
+        (o, cert, out)
+    };
+    let check = |model: &str| {
+        let (o, _, out) = judge(model, "pagestore", "fixed", "fixed", &[]);
+        (o, out)
     };
     // The page store's header outlives the file's extension on ext4 too (an overwrite is not
     // ordered with the size change): the fix is judged, and the capsule names the model.
@@ -400,6 +414,32 @@ fn check_judges_under_the_crash_model_it_is_given() {
     assert_eq!(ext4.status.code(), Some(0), "{}", stderr(&ext4));
     let capsule: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("capsule.json")).unwrap()).unwrap();
     assert_eq!(capsule["faults"]["crash_model"], "ext4-ordered", "{capsule}");
+    // The base's crash state (the header kept, the extension dropped) is one ext4 allows: the
+    // capsule and the certificate label it, and the certificate's chain covers the labels.
+    assert_eq!(capsule["models"], serde_json::json!(["posix-weak", "xfs", "ext4-ordered"]), "{capsule}");
+    assert!(stderr(&ext4).contains("a bug on ext4-ordered"), "{}", stderr(&ext4));
+    let text = std::fs::read_to_string(out.join("certificate.json")).unwrap();
+    let cert: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!((&cert["crash_model"], &cert["models"]), (&capsule["faults"]["crash_model"], &capsule["models"]));
+    let forged = out.join("forged.json");
+    std::fs::write(&forged, text.replacen("\"ext4-ordered\"", "\"process-kill\"", 1)).unwrap();
+    let v = deja(&["verify-certificate", forged.to_str().unwrap()]);
+    assert_eq!(v.status.code(), Some(1), "a certificate with another model is refused: {}", stderr(&v));
+    // A wrong patch (the buggy store again) judged against that capsule under the same model
+    // still reproduces: the model narrows the states, it never hides the bug.
+    let cap = out.join("capsule.json").to_string_lossy().into_owned();
+    let (wrong, cert, _) = judge("ext4-ordered", "pagestore", "buggy", "wrong", &["--capsule", &cap]);
+    assert_eq!(wrong.status.code(), Some(1), "{}", stderr(&wrong));
+    assert_eq!(cert["verdict"], "STILL_REPRODUCES", "{cert}");
+    // A store that stops at its first failed write or sync is correct, not failing: the
+    // acknowledging store's fix is a pass under ext4-ordered, and the buggy one is not.
+    let (stop, cert, out) = judge("ext4-ordered", "ackstore", "fixed", "fixed", &[]);
+    assert_eq!(stop.status.code(), Some(0), "{}", stderr(&stop));
+    assert_eq!(cert["verdict"], "FIXED_FOR_THIS_CAPSULE", "{cert}");
+    let cap = out.join("capsule.json").to_string_lossy().into_owned();
+    let (again, cert, _) = judge("ext4-ordered", "ackstore", "buggy", "wrong", &["--capsule", &cap]);
+    assert_eq!(again.status.code(), Some(1), "{}", stderr(&again));
+    assert_eq!(cert["verdict"], "STILL_REPRODUCES", "{cert}");
     // After a process kill nothing is lost, so the hunt finds no failure on the base: no
     // evidence, never a pass.
     let (kill, _) = check("process-kill");

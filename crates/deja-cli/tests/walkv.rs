@@ -296,3 +296,40 @@ fn exploring_the_fixed_server_finds_nothing_though_it_crashes_it_and_fails_its_d
         );
     }
 }
+
+#[test]
+fn a_clusters_crash_model_is_its_files_and_every_node_crash_keeps_to_it() {
+    // Found under posix-weak: a crash of the server at its log drops an acknowledged record.
+    let bug = explore("model-weak", 1, &[&example("walkv-buggy.toml")]);
+    let weak = json(&bug);
+    assert!(weak["input"]["storage"].as_array().unwrap().iter().any(|s| s["crash"]["path"] == "/data/wal"), "{weak}");
+    // The same cluster on file systems that lose nothing at a crash (`crash_model` in its
+    // file): the crash keeps every pending record, and the bug does not reproduce there, so
+    // judging it gives no evidence, never a pass.
+    let text = std::fs::read_to_string(example("walkv-buggy.toml")).unwrap();
+    let guests = guests().display().to_string();
+    let text = text
+        .replace("[faults.storage]\n", "[faults.storage]\ncrash_model = \"process-kill\"\n")
+        .replace("../../target/guests/", &format!("{guests}/"));
+    let dir = out_dir("model-kill");
+    std::fs::create_dir_all(&dir).unwrap();
+    let killed = dir.join("walkv-buggy-process-kill.toml");
+    std::fs::write(&killed, text).unwrap();
+    let fixed = format!("server={}", walkv("fixed"));
+    let (code, cert) = check(
+        "model-kill-check",
+        &["--bug", bug.to_str().unwrap(), "--config", killed.to_str().unwrap(), "--candidate", &fixed],
+    );
+    assert_eq!((code, cert["verdict"].as_str()), (3, Some("EVIDENCE_INCOMPLETE")), "{cert}");
+    assert!(detail(&cert, "reproduce the bug on the base").contains("does not reproduce"), "{cert}");
+    // Exploring it still finds the server's bug, by the one way a process kill allows: a
+    // failed fsync drops the acknowledged record (as Linux does), and the server stops.
+    let found = explore("model-kill-explore", 1, &[killed.to_str().unwrap()]);
+    let b = json(&found);
+    let storage = b["input"]["storage"].as_array().unwrap();
+    assert!(storage.iter().any(|s| s["error"]["op"] == "fsync"), "{b}");
+    // The flag is for single programs; a cluster's model is in its file.
+    let o = deja(&["explore", "--runs", "1", "--crash-model", "xfs", &example("walkv-buggy.toml")]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("crash_model in its [faults.storage]"), "{}", stderr(&o));
+}

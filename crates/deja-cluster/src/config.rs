@@ -36,6 +36,8 @@
 //! paths = ["/data/"]           # path prefixes that do
 //! torn_writes = false          # crash images may tear a write (the crash-state modes)
 //! reordered_writes = false     # crash images keep any subset of what is pending
+//! crash_model = "posix-weak"   # every node's crash images keep to it: posix-weak, xfs,
+//!                              # ext4-ordered, process-kill (docs/DURABILITY.md)
 //!
 //! [[faults.storage.crash]]     # crash a node at a durable operation, then restart it
 //! node = "a"
@@ -376,6 +378,9 @@ pub struct StorageFile {
     /// Crash images may keep any subset of the pending operations.
     #[serde(default)]
     pub reordered_writes: bool,
+    /// The crash model every node's crash images keep to (default `posix-weak`).
+    #[serde(default)]
+    pub crash_model: deja_kernel::CrashModel,
     /// Crashes at durable operations.
     #[serde(default)]
     pub crash: Vec<CrashFile>,
@@ -475,6 +480,9 @@ pub struct StorageConfig {
     pub torn_writes: bool,
     /// Crash images may keep any subset of what is pending.
     pub reordered_writes: bool,
+    /// The crash model of every node's file system: a crash image of any node, whether
+    /// storage faults target it or not, keeps to it.
+    pub crash_model: deja_kernel::CrashModel,
     /// The faults the file places.
     pub faults: Vec<StorageFault>,
 }
@@ -884,6 +892,7 @@ fn storage_config(f: &StorageFile, known: &dyn Fn(&String) -> bool) -> Result<St
         paths: f.paths.clone(),
         torn_writes: f.torn_writes,
         reordered_writes: f.reordered_writes,
+        crash_model: f.crash_model,
         faults,
     };
     if let Some(bad) = cfg.faults.iter().find(|s| !cfg.targets(&s.node, s.path())) {

@@ -272,6 +272,50 @@ pub fn run_fresh_covered(
     })
 }
 
+/// The first syscall of `restart` whose call or result differs from `reference` (the restart
+/// from the same crash that kept everything pending), in words: where a crash state first
+/// showed to the program. `None` when they agree as far as both go.
+pub fn first_restart_difference(
+    restart: &[deja_kernel::TraceEntry],
+    reference: &[deja_kernel::TraceEntry],
+) -> Option<String> {
+    let same = |a: &deja_kernel::TraceEntry, b: &deja_kernel::TraceEntry| {
+        a.nr == b.nr && a.ret == b.ret && a.data == b.data && a.text == b.text
+    };
+    let i = restart.iter().zip(reference).position(|(a, b)| !same(a, b))?;
+    let (a, b) = (&restart[i], &reference[i]);
+    Some(if a.text == b.text {
+        format!(
+            "syscall {i} of the restart: {}, which moved other bytes than in the restart that kept everything",
+            a.text
+        )
+    } else {
+        format!("syscall {i} of the restart: {}, where the restart that kept everything had {}", a.text, b.text)
+    })
+}
+
+/// For a failing `input` whose first life crashed into a state that dropped something: the
+/// first syscall of its restart that differs from the restart of the same crash with every
+/// pending operation kept, when that restart holds (when it fails too, the state is not what
+/// broke the program). Both runs are made again from scratch, with their syscalls traced.
+pub fn crash_difference(target: &Target, fork_at: u64, input: &Input, out: &Outcome) -> Option<String> {
+    let c = out.lives.first()?.run.report.crash_state.as_ref()?;
+    if out.lives.len() < 2 || c.state == deja_kernel::CrashState::all(c.pending.len()) {
+        return None;
+    }
+    let mut traced = target.clone();
+    traced.spec.record_trace = true;
+    let mut everything = input.clone();
+    everything.faults.crash_state = Some(deja_kernel::CrashState::all(c.pending.len()));
+    let reference = run_fresh(&traced, fork_at, &everything, &mut |_, _| {}).ok()?;
+    let crashed_alike = reference.lives.first()?.run.report.crash_state.as_ref()?.pending == c.pending;
+    if reference.failure.is_some() || reference.lives.len() < 2 || !crashed_alike {
+        return None;
+    }
+    let again = run_fresh(&traced, fork_at, input, &mut |_, _| {}).ok()?;
+    first_restart_difference(&again.lives.get(1)?.run.report.trace, &reference.lives[1].run.report.trace)
+}
+
 /// Confirms a failing outcome `out` of `input`: replays it from scratch on another host core
 /// than the one `out` ran on (when the machine has one). Returns `None` when the replay gave
 /// the same run, or the first component that differed.

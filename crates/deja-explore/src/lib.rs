@@ -37,7 +37,7 @@ pub mod signature;
 
 pub use campaign::{saved, write_reports, Campaign, CampaignConfig, Mode, Progress, Strategy, Subject};
 pub use cluster::{explore_cluster, minimize_cluster, ClusterBug, ClusterInput, ClusterSubject, ClusterTarget};
-pub use input::{BugFile, Input, Outcome, Target};
+pub use input::{first_restart_difference, BugFile, Input, Outcome, Target};
 pub use merge::merge;
 pub use minimize::minimize;
 pub use program::{explore, ProgramSubject};

@@ -273,7 +273,12 @@ impl Subject for ProgramSubject<'_> {
             reproduce: bug.reproduce,
             decisions: out.decisions.len() as u64,
             window: None,
-            crash: crash_words(out, input.faults.crash_model),
+            crash: crash_words(out, input.faults.crash_model).map(|words| {
+                match crate::input::crash_difference(self.target, r.fork_at, input, out) {
+                    Some(d) => format!("{words}\nthe first read that saw the difference: {d}"),
+                    None => words,
+                }
+            }),
         })
     }
 }

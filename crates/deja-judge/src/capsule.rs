@@ -65,6 +65,11 @@ pub struct Capsule {
     /// as `faults` allows).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept: Option<KeptOps>,
+    /// The crash models that allow the base's crash state, weakest first (empty for a failure
+    /// without a crash state, and in capsules of older deja). The model the check keeps to is
+    /// `faults.crash_model`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<deja_kernel::CrashModel>,
     /// The CPU fingerprint of the host it was frozen on (absent in capsules of older deja).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<deja_vmm::Fingerprint>,

@@ -60,6 +60,14 @@ pub struct Certificate {
     /// part of the chain's header.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<deja_vmm::Fingerprint>,
+    /// The crash model every crash of the checks kept to (absent without a capsule, and in
+    /// certificates of older deja); part of the chain's header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crash_model: Option<deja_kernel::CrashModel>,
+    /// The crash models that allow the capsule's crash state on the base, weakest first: the
+    /// strongest is what the bug is a bug on. Part of the chain's header.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<deja_kernel::CrashModel>,
     /// Every check, in order.
     pub checks: Vec<CheckRecord>,
     /// The verdict (before [`Certificate::seal`]: `EVIDENCE_INCOMPLETE`).
@@ -81,6 +89,14 @@ fn header_hash(c: &Certificate) -> String {
     if let Some(host) = &c.host {
         h.update(serde_json::to_string(host).expect("plain data serializes").as_bytes());
         h.update(&[0]);
+    }
+    if let Some(model) = c.crash_model {
+        h.update(model.name().as_bytes());
+        h.update(&[0]);
+    }
+    for model in &c.models {
+        h.update(model.name().as_bytes());
+        h.update(&[1]);
     }
     h.finalize().to_hex().to_string()
 }
@@ -112,6 +128,8 @@ impl Certificate {
             base_blake3: base.into(),
             candidate_blake3: candidate.into(),
             host: None,
+            crash_model: None,
+            models: Vec::new(),
             checks: Vec::new(),
             verdict: Verdict::EvidenceIncomplete,
             exit_code: 2,

@@ -591,6 +591,10 @@ pub fn check(input: &CheckInput) -> Judgement {
 
     let mut cert = Certificate::new(capsule.as_ref().map(|c| c.id.as_str()).unwrap_or(""), &base_hash, &cand_hash);
     cert.host = deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone());
+    if let Some(c) = &capsule {
+        cert.crash_model = Some(c.faults.crash_model);
+        cert.models = c.models.clone();
+    }
     for name in names {
         match steps.iter().find(|s| s.0 == name) {
             Some((_, status, detail, digests)) => cert.push(name, *status, detail.clone(), digests.clone()),
@@ -714,10 +718,12 @@ pub fn capsule_from(
         }
         _ => trigger_of(out, crash)?,
     };
-    let kept = match crash {
+    let state = match crash {
         CrashKind::None => None,
-        _ => out.lives[0].run.report.crash_state.as_ref().map(|c| crate::search::KeptOps::of(&c.state, &c.pending)),
+        _ => out.lives[0].run.report.crash_state.as_ref(),
     };
+    let kept = state.map(|c| crate::search::KeptOps::of(&c.state, &c.pending));
+    let models = state.map(|c| c.models.clone()).unwrap_or_default();
     let mut frozen = faults.for_restart();
     frozen.errors = faults.errors.clone();
     frozen.crash_at = faults.crash_at.clone();
@@ -739,6 +745,7 @@ pub fn capsule_from(
             timeline: timeline(out),
             crash,
             kept,
+            models,
             host: deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone()),
             at_setup: steer.at_setup,
             reseed: steer.reseed,

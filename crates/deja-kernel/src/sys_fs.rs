@@ -246,8 +246,7 @@ impl Kernel {
             sel.kept[i] = self.faults.decide(DecisionPoint::FailedSyncKeep { what: op.what.clone() }, 2) == 1;
         }
         let sel = self.faults.config.crash_model.project(&mine, &sel);
-        let keep: Vec<bool> = mine.iter().zip(&sel.kept).map(|(_, k)| *k).collect();
-        self.files.fs.settle_failed(id, &keep);
+        self.files.fs.settle_failed(id, &sel.kept);
     }
 
     pub(crate) fn sys_fsync(&mut self, fd: u64, data_only: bool) -> SysResult {

@@ -432,6 +432,11 @@ impl Sim {
         let n = &mut self.nodes[i];
         let Some(live) = n.live.as_mut() else { return };
         if !st.targets_node(&n.cfg.name) {
+            // No storage faults, but its crashes (a kill) keep to the cluster's crash model.
+            if st.crash_model != deja_kernel::CrashModel::PosixWeak {
+                live.kernel
+                    .set_fault_config(deja_kernel::FaultConfig { crash_model: st.crash_model, ..Default::default() });
+            }
             return;
         }
         let durable = crate::durable_counts(&n.lives);
@@ -445,6 +450,7 @@ impl Sim {
             torn_writes: st.torn_writes,
             reordered_writes: st.reordered_writes,
             fault_paths: st.paths.clone(),
+            crash_model: st.crash_model,
             ..Default::default()
         };
         for fault in self.storage.iter().filter(|s| s.node == n.cfg.name) {

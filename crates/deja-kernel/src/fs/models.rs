@@ -15,8 +15,11 @@
 //!   later successful sync came after is kept (a log force commits everything logged before
 //!   it). Writes past the file's durable size (appends) carry the size that covers them and
 //!   are kept in program order: a file's appends kept are a prefix of its appends, the last
-//!   one possibly torn at a sector. Writes inside the durable size (overwrites) reach the disk
-//!   in any order, torn at sectors.
+//!   one possibly torn at a sector. That size (and the blocks under it) is logged when the
+//!   data is written back, after every name and size change made before the write, so an
+//!   append kept means every such change before it is kept too (a write into the room an
+//!   uncommitted `ftruncate` made cannot outlive the `ftruncate`). Writes inside the durable
+//!   size (overwrites) reach the disk in any order, torn at sectors.
 //!   (Documentation/filesystems/xfs/xfs-delayed-logging-design.rst; ALICE Table 1.)
 //! - **`ext4-ordered`**: ext4 with `data=ordered` (the default): as `xfs`, and a rename over an
 //!   existing name keeps every earlier write of the file it installs, whole: `auto_da_alloc`
@@ -158,7 +161,7 @@ impl CrashModel {
                         }
                     }
                     if op.class == OpClass::Append {
-                        if stopped.contains(&op.target) && (whole(i) || torn(i)) {
+                        if (stopped.contains(&op.target) || gap) && (whole(i) || torn(i)) {
                             return false;
                         }
                         if !whole(i) {
@@ -231,7 +234,7 @@ impl CrashModel {
                         }
                         if op.class == OpClass::Append {
                             let torn_here = s.torn.is_some_and(|(at, _)| at == i);
-                            if stopped.contains(&op.target) {
+                            if stopped.contains(&op.target) || gap {
                                 s.kept[i] = false;
                                 if torn_here {
                                     s.torn = None;

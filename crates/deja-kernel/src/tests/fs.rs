@@ -1377,7 +1377,8 @@ impl Model {
                 };
                 let append_ok = !info.append
                     || !reached(i)
-                    || (0..i).all(|j| !(self.info[j].append && file(j) == file(i)) || kept[j]);
+                    || (0..i)
+                        .all(|j| !((self.info[j].append && file(j) == file(i)) || self.info[j].journaled) || kept[j]);
                 let rename_ok = model != CrashModel::Ext4Ordered
                     || !kept[i]
                     || info.over.iter().all(|f| {

@@ -7,10 +7,21 @@
 //!               (redb itself never fsyncs the directory)
 //!   --pad B     append B x-bytes to every value (the file then grows during the puts)
 //!   --one-phase do not enable two-phase commit (redb's default); Durability::Immediate always
+//!   --open-errors-stop  a database that cannot be opened stops the program with exit 0
+//!               (fail-stop, for placed I/O errors); by default it exits 3, since a crash
+//!               that leaves a database no one can open has lost all of it
+//!
+//! Built against redb 2.6 by default, against redb 4.2 with `--no-default-features --features v4`.
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 
+#[cfg(all(feature = "v2", not(feature = "v4")))]
+use redb2 as redb;
+#[cfg(feature = "v4")]
+use redb4 as redb;
+#[cfg(feature = "v4")]
+use redb::ReadableDatabase;
 use redb::{Database, Durability, ReadableTableMetadata, TableDefinition};
 
 const O_SYNC: i32 = 0o4010000;
@@ -52,6 +63,7 @@ fn main() {
     let puts: usize = args.iter().skip(1).take_while(|a| *a != "--pad").filter_map(|a| a.parse().ok()).next().unwrap_or(6);
     let dirsync = args.iter().any(|a| a == "--dirsync");
     let two_phase = !args.iter().any(|a| a == "--one-phase");
+    let open_errors_stop = args.iter().any(|a| a == "--open-errors-stop");
     // --pad B: pad each value with B bytes ('x'), so the file grows during the puts
     let pad: usize = args.iter().position(|a| a == "--pad").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(0);
 
@@ -69,7 +81,12 @@ fn main() {
     // Recovery: open (or create) the database.
     let db = match Database::create(DB) {
         Ok(db) => db,
-        Err(e) => stop("opening the database", e),
+        Err(e) if open_errors_stop => stop("opening the database", e),
+        Err(e) => {
+            // A database that cannot be opened is a service that stays down: a failure.
+            eprintln!("redbload: the database cannot be opened ({e})");
+            std::process::exit(3);
+        }
     };
     if dirsync {
         sync_dir().unwrap_or_else(|e| stop("fsync of /data (glue)", e));
@@ -105,6 +122,9 @@ fn main() {
         let (key, value) = (format!("k{i}"), format!("v{i}{}", "x".repeat(pad)));
         let r: Result<(), String> = (|| {
             let mut wtx = db.begin_write().map_err(|e| e.to_string())?;
+            #[cfg(feature = "v4")]
+            wtx.set_durability(Durability::Immediate).map_err(|e| e.to_string())?;
+            #[cfg(not(feature = "v4"))]
             wtx.set_durability(Durability::Immediate);
             wtx.set_two_phase_commit(two_phase);
             {
