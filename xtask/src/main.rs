@@ -31,7 +31,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 41] = [
+const GUESTS: [&str; 42] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -66,6 +66,7 @@ const GUESTS: [&str; 41] = [
     "pagestore-fixed",
     "ackstore-buggy",
     "ackstore-fixed",
+    "ackstore-rejecting",
     "walkv-buggy",
     "walkv-fixed",
     "walkv-wrong",

@@ -124,6 +124,9 @@ struct Point {
     faults: deja_kernel::FaultConfig,
     salt: u64,
     after_error: bool,
+    /// The models the fault before the crash keeps to (a failed fsync's write-back), when not
+    /// every one: a state's label is cut down to them.
+    allowed: Option<Vec<deja_kernel::CrashModel>>,
 }
 
 impl Point {
@@ -137,7 +140,7 @@ impl Point {
         let mut faults = base.clone();
         apply(&mut faults, k);
         let salt = k.rotate_left(17) ^ u64::from(flag.len() as u32);
-        Point { flags: vec![flag], words, faults, salt, after_error: false }
+        Point { flags: vec![flag], words, faults, salt, after_error: false, allowed: None }
     }
 }
 
@@ -292,68 +295,145 @@ fn fsync_failure_sweep(
     let mut rules = Vec::new();
     for nth in 1..=most {
         for (path, _) in fsyncs.iter().filter(|f| f.1 >= nth) {
-            rules.push(deja_kernel::ErrorRule {
-                op: deja_kernel::IoOp::Fsync,
-                path: path.clone(),
-                nth,
-                errno: deja_kernel::IoErrno::Eio,
-                range: None,
-            });
+            rules.push(deja_kernel::ErrorRule::at(deja_kernel::IoOp::Fsync, path, nth, deja_kernel::IoErrno::Eio));
         }
     }
     rules.truncate(args.fsync_failures);
     for rule in rules {
         report.fsync_failures += 1;
-        let flag = format!("--fail={}", rule.arg());
-        let words = rule.describe();
-        let mut with_error = base.clone();
-        with_error.errors.push(rule);
-        // The failure alone, run to the end (a fail-stop restarts as a supervisor would).
-        let mut alone = spec.clone();
-        alone.faults = with_error.clone();
-        let durable = match run_quiet(alone, args.memory) {
-            Ok((lives, stderr)) => {
-                let last = lives.last().expect("at least one life");
-                let failed_assertions: Vec<String> =
-                    last.run.report.assertions.iter().filter(|a| a.bug).map(|a| a.message.clone()).collect();
-                let held = exit_code(last) == 0 && failed_assertions.is_empty();
-                let text = String::from_utf8_lossy(&stderr);
-                report.rows.push(SweepRow {
-                    crash_point: format!("{words}, no crash"),
-                    point: String::new(),
-                    state: "no crash".into(),
-                    image: String::new(),
-                    lost: vec![],
-                    result: if held { "held" } else { "failed" },
-                    restart_exit_code: Some(exit_code(last)),
-                    failed_assertions,
-                    restart_stderr: text
-                        .lines()
-                        .filter(|l| !l.starts_with("{\"deja\"") && !l.is_empty())
-                        .take(5)
-                        .map(String::from)
-                        .collect(),
-                    digest: lives_digest(&lives),
-                    replay: replay_command_with(args, std::slice::from_ref(&flag)),
-                    models: deja_kernel::CrashModel::ALL.iter().map(|m| m.name()).collect(),
-                    bug_on: (!held).then_some(deja_kernel::CrashModel::ProcessKill.name()),
-                    counts: !held,
-                    operations: vec![],
-                    first_difference: None,
-                });
-                lives[0].run.report.durable_writes
-            }
-            Err(_) => continue,
+        let Some(covered) = failure_then_crashes(args, spec, base, &rule, None, report, restarted, kept_all) else {
+            continue;
         };
-        for mut point in crash_points(args, &with_error, durable) {
-            point.flags.insert(0, flag.clone());
-            point.words = format!("{words}, then {}", point.words);
-            point.salt ^= report.fsync_failures.rotate_left(40);
-            point.after_error = true;
-            report.crash_points += 1;
-            sweep_point(args, spec, &point, report, restarted, kept_all);
+        // What the failed fsync may have written back before it failed, each a failure of its
+        // own: the same fsync failing, with those of its pending operations durable.
+        let mut seen: Vec<Vec<bool>> = vec![vec![false; covered.pending.len()]];
+        for keep in writeback_subsets(covered.pending.len(), args.fsync_writebacks) {
+            let with = deja_kernel::ErrorRule { keep: Some(keep), ..rule.clone() };
+            let salt = report.fsync_failures.rotate_left(40) ^ (seen.len() as u64).rotate_left(20);
+            let mut probe = spec.clone();
+            probe.faults = base.clone();
+            probe.faults.errors.push(with.clone());
+            // What the kernel wrote back once the crash model had its say; a subset the model
+            // turns into one already swept is not swept again.
+            let Ok((lives, _)) = run_quiet(probe, args.memory) else { continue };
+            let Some(settled) = lives[0].run.report.failed_syncs.first().map(|f| f.kept.clone()) else { continue };
+            if seen.contains(&settled) {
+                continue;
+            }
+            seen.push(settled);
+            failure_then_crashes(args, spec, base, &with, Some(salt), report, restarted, kept_all);
         }
     }
+}
+
+/// The subsets of `n` pending operations a failed fsync may have written back that the sweep
+/// tries, at most `most` of them, as positions: every operation, then each one alone, then all
+/// but each one, then (for up to 4 operations) the other subsets.
+fn writeback_subsets(n: usize, most: usize) -> Vec<Vec<u32>> {
+    let mut out: Vec<Vec<u32>> = Vec::new();
+    let mut add = |k: Vec<u32>| {
+        if !k.is_empty() && !out.contains(&k) {
+            out.push(k);
+        }
+    };
+    add((0..n as u32).collect());
+    for i in 0..n as u32 {
+        add(vec![i]);
+    }
+    for i in 0..n as u32 {
+        add((0..n as u32).filter(|j| *j != i).collect());
+    }
+    if n <= 4 {
+        for mask in 1u32..1 << n {
+            add((0..n as u32).filter(|j| mask >> j & 1 == 1).collect());
+        }
+    }
+    out.truncate(most);
+    out
+}
+
+/// One fsync failure (`rule`) in the sweep: its row without a crash, then the crash points after
+/// it. Returns what the failed fsync covered, when it struck a file.
+#[allow(clippy::too_many_arguments)]
+fn failure_then_crashes(
+    args: &RunArgs,
+    spec: &ProgramSpec,
+    base: &deja_kernel::FaultConfig,
+    rule: &deja_kernel::ErrorRule,
+    salt: Option<u64>,
+    report: &mut SweepReport,
+    restarted: &mut BTreeMap<String, (String, &'static str)>,
+    kept_all: &mut BTreeMap<String, Vec<deja_kernel::TraceEntry>>,
+) -> Option<deja_kernel::FailedSync> {
+    let flag = format!("--fail={}", rule.arg());
+    let mut with_error = base.clone();
+    with_error.errors.push(rule.clone());
+    // The failure alone, run to the end (a fail-stop restarts as a supervisor would).
+    let mut alone = spec.clone();
+    alone.faults = with_error.clone();
+    let covered: Option<deja_kernel::FailedSync>;
+    let mut words = rule.describe();
+    let mut allowed: Option<Vec<deja_kernel::CrashModel>> = None;
+    let durable = match run_quiet(alone, args.memory) {
+        Ok((lives, stderr)) => {
+            covered = lives[0].run.report.failed_syncs.first().cloned();
+            if let (Some(c), Some(_)) = (&covered, &rule.keep) {
+                let back: Vec<&str> =
+                    c.pending.iter().zip(&c.kept).filter(|(_, k)| **k).map(|(w, _)| w.as_str()).collect();
+                let plain = deja_kernel::ErrorRule { keep: None, ..rule.clone() }.describe();
+                words = format!("{plain}, which wrote back {} of {}: {}", back.len(), c.pending.len(), back.join("; "));
+                allowed = Some(c.models.clone());
+            }
+            let models: Vec<&'static str> = match &allowed {
+                Some(a) => a.iter().map(|m| m.name()).collect(),
+                None => deja_kernel::CrashModel::ALL.iter().map(|m| m.name()).collect(),
+            };
+            let strongest = allowed
+                .as_ref()
+                .and_then(|a| deja_kernel::CrashModel::strongest(a))
+                .unwrap_or(deja_kernel::CrashModel::ProcessKill);
+            let last = lives.last().expect("at least one life");
+            let failed_assertions: Vec<String> =
+                last.run.report.assertions.iter().filter(|a| a.bug).map(|a| a.message.clone()).collect();
+            let held = exit_code(last) == 0 && failed_assertions.is_empty();
+            let text = String::from_utf8_lossy(&stderr);
+            report.rows.push(SweepRow {
+                crash_point: format!("{words}, no crash"),
+                point: String::new(),
+                state: "no crash".into(),
+                image: String::new(),
+                lost: vec![],
+                result: if held { "held" } else { "failed" },
+                restart_exit_code: Some(exit_code(last)),
+                failed_assertions,
+                restart_stderr: text
+                    .lines()
+                    .filter(|l| !l.starts_with("{\"deja\"") && !l.is_empty())
+                    .take(5)
+                    .map(String::from)
+                    .collect(),
+                digest: lives_digest(&lives),
+                replay: replay_command_with(args, std::slice::from_ref(&flag)),
+                counts: !held && models.contains(&args.fail_on.name()),
+                models,
+                bug_on: (!held).then_some(strongest.name()),
+                operations: vec![],
+                first_difference: None,
+            });
+            lives[0].run.report.durable_writes
+        }
+        Err(_) => return None,
+    };
+    for mut point in crash_points(args, &with_error, durable) {
+        point.flags.insert(0, flag.clone());
+        point.words = format!("{words}, then {}", point.words);
+        point.salt ^= salt.unwrap_or(report.fsync_failures.rotate_left(40));
+        point.after_error = true;
+        point.allowed = allowed.clone();
+        report.crash_points += 1;
+        sweep_point(args, spec, &point, report, restarted, kept_all);
+    }
+    covered
 }
 
 /// Crashes at one point, and restarts from each of its distinct states not restarted before.
@@ -420,7 +500,10 @@ fn sweep_point(
     let syscall = crashed.kernel().syscall_count().saturating_sub(1);
     for (idx, (state, image)) in states.states.iter().enumerate() {
         let state_words = state.describe(states.pending.len());
-        let labels = states.labels.get(idx).cloned().unwrap_or_default();
+        let mut labels = states.labels.get(idx).cloned().unwrap_or_default();
+        if let Some(allowed) = &point.allowed {
+            labels.retain(|m| allowed.contains(m));
+        }
         let models: Vec<&'static str> = labels.iter().map(|m| m.name()).collect();
         let strongest = deja_kernel::CrashModel::strongest(&labels);
         let verdict = |failed: bool| {

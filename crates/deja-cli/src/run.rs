@@ -95,6 +95,11 @@ pub struct RunArgs {
     /// then crash at every crash point after the failure (fsyncgate; see docs/DURABILITY.md).
     #[arg(long, value_name = "N", default_value_t = 0, requires = "crash_sweep")]
     pub fsync_failures: usize,
+    /// With --fsync-failures: for each failed fsync, also up to K of the subsets of what it
+    /// covered that it may have written back before failing (each with its own crash points);
+    /// 0: only Linux's usual outcome, everything it covered dropped.
+    #[arg(long, value_name = "K", default_value_t = 0, requires = "fsync_failures")]
+    pub fsync_writebacks: usize,
     /// Sweep only the points right after each durable write, with no state but the durable
     /// layer (the sweep deja had before crash states; for comparison).
     #[arg(long, requires = "crash_sweep")]

@@ -347,6 +347,57 @@ fn an_fsync_failure_then_a_crash_finds_the_store_that_acknowledges_after_a_retri
 }
 
 #[test]
+fn a_failed_fsync_may_have_written_back_what_it_covered_and_the_sweep_tries_it() {
+    // The rejecting store's client takes a put reported failed to be absent after a restart.
+    let store = guest("ackstore-rejecting").to_string_lossy().into_owned();
+    let sweep = |extra: &[&str]| {
+        let mut args = vec!["run", "--no-probe", "--json", "--crash-sweep", "--fsync-failures", "4"];
+        args.extend_from_slice(extra);
+        args.push(&store);
+        args.extend(["--", "6"]);
+        let out = deja(&args);
+        let v: serde_json::Value =
+            serde_json::from_str(stderr(&out).lines().last().unwrap_or("null")).unwrap_or(serde_json::Value::Null);
+        (out, v)
+    };
+    // Linux's usual outcome alone (the failed fsync drops the record): the promise holds.
+    let (plain, _) = sweep(&[]);
+    assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
+    // A failed fsync may have written the record back before it failed: the rejected put
+    // comes back after the crash, on every file system.
+    let (out, v) = sweep(&["--fsync-writebacks", "4"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let failed: Vec<&serde_json::Value> =
+        v["rows"].as_array().unwrap().iter().filter(|r| r["result"] == "failed").collect();
+    assert!(!failed.is_empty(), "{v}");
+    for r in &failed {
+        let point = r["crash_point"].as_str().unwrap();
+        assert!(point.contains("which wrote back 1 of 1: write of 6 bytes at "), "{r}");
+        assert!(point.contains(" to /data/log, then "), "{r}");
+        assert!(r["replay"].as_str().unwrap().contains(":eio:keep=0"), "{r}");
+        assert_eq!(r["bug_on"], "process-kill", "{r}");
+    }
+    let again = replay_row(failed[0]);
+    assert_ne!(again.status.code(), Some(0), "{}", stderr(&again));
+    assert!(stderr(&again).contains("a put reported failed came back"), "{}", stderr(&again));
+    // The store that rewrites its log to the acknowledged puts when it starts keeps the promise.
+    let recover = deja(&[
+        "run",
+        "--no-probe",
+        "--crash-sweep",
+        "--fsync-failures",
+        "4",
+        "--fsync-writebacks",
+        "4",
+        &store,
+        "--",
+        "6",
+        "--recover",
+    ]);
+    assert_eq!(recover.status.code(), Some(0), "{}", stderr(&recover));
+}
+
+#[test]
 fn explore_reports_the_crash_state_a_bug_needs_and_keeps_to_its_crash_model() {
     let ledger = guest("ledger").to_string_lossy().into_owned();
     let dir = std::env::temp_dir().join(format!("deja-crash-models-{}", std::process::id()));

@@ -268,7 +268,7 @@ fn program_bug(dir: &Path, program: &str, args: &[&str], input: deja_explore::In
 fn whatever_replay_reproduces_check_reproduces_for_every_kind_of_fault() {
     use deja_kernel::{CrashState, ErrorRule, FaultConfig, IoErrno, IoOp, OpCrash, When};
     let crash = |f: FaultConfig| deja_explore::Input { faults: f, ..Default::default() };
-    let error = |op, path: &str, nth, errno| ErrorRule { op, path: path.into(), nth, errno, range: None };
+    let error = |op, path: &str, nth, errno| ErrorRule { op, path: path.into(), nth, errno, range: None, keep: None };
     let single = ["--single", "20"];
     let single_timer = ["--single", "20", "--sync-every-ms", "30"];
     let ack = ["8"];

@@ -884,7 +884,7 @@ fn storage_config(f: &StorageFile, known: &dyn Fn(&String) -> bool) -> Result<St
             e.path.starts_with('/'),
             StorageFaultSnafu { what: format!("error on {} at {:?}: an absolute path", e.node, e.path) }
         );
-        let rule = deja_kernel::ErrorRule { op: e.op, path: e.path.clone(), nth: e.nth, errno: e.errno, range: None };
+        let rule = deja_kernel::ErrorRule::at(e.op, &e.path, e.nth, e.errno);
         faults.push(StorageFault { node: e.node.clone(), fault: NodeFault::Error(rule) });
     }
     let cfg = StorageConfig {

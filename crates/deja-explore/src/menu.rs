@@ -131,7 +131,7 @@ fn placed_error(rng: &mut ChaCha20Rng, ops: &[IoCount]) -> Option<ErrorRule> {
         IoOp::Write | IoOp::Fallocate | IoOp::Create | IoOp::Truncate if one_in(rng, 3) => IoErrno::Enospc,
         _ => IoErrno::Eio,
     };
-    Some(ErrorRule { op: c.op, path: c.path.clone(), nth: 1 + below(rng, c.count.max(1)), errno, range: None })
+    Some(ErrorRule::at(c.op, &c.path, 1 + below(rng, c.count.max(1)), errno))
 }
 
 /// Pending operations a crash state is drawn over when the parent's count is unknown:
@@ -237,7 +237,7 @@ pub fn hunt(menu: &Menu, budget: usize) -> Vec<FaultConfig> {
                 if errno == IoErrno::Enospc && !matches!(c.op, IoOp::Write | IoOp::Fallocate | IoOp::Create) {
                     continue;
                 }
-                let rule = ErrorRule { op: c.op, path: c.path.clone(), nth, errno, range: None };
+                let rule = ErrorRule::at(c.op, &c.path, nth, errno);
                 out.push(FaultConfig { errors: vec![rule], ..Default::default() });
             }
         }
@@ -324,7 +324,7 @@ fn node_error(rng: &mut ChaCha20Rng, menu: &NodeMenu) -> Option<StorageFault> {
     }
     let c = ops[below(rng, ops.len() as u64) as usize];
     let errno = if c.op == IoOp::Write && one_in(rng, 3) { IoErrno::Enospc } else { IoErrno::Eio };
-    let rule = ErrorRule { op: c.op, path: c.path.clone(), nth: 1 + below(rng, c.count.max(1)), errno, range: None };
+    let rule = ErrorRule::at(c.op, &c.path, 1 + below(rng, c.count.max(1)), errno);
     Some(StorageFault { node: menu.node.clone(), fault: NodeFault::Error(rule) })
 }
 

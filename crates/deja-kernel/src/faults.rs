@@ -313,6 +313,23 @@ impl CrashState {
     }
 }
 
+/// A failed sync of a file: which of the file's pending operations it wrote back before it
+/// failed (the rest were dropped, as Linux drops the dirty pages of a failed write-back).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedSync {
+    /// The fault, in words: `EIO on fsync #2 of /data/log`.
+    pub point: String,
+    /// The file's pending operations at the failure, in program order, in words.
+    pub pending: Vec<String>,
+    /// For each, whether it was written back.
+    pub kept: Vec<bool>,
+    /// The crash models whose ordering what it wrote back keeps, weakest first: every model
+    /// when it wrote back nothing (Linux's usual outcome); `process-kill`, which says nothing
+    /// of what a failing disk writes, allows every write-back.
+    #[serde(default)]
+    pub models: Vec<crate::fs::CrashModel>,
+}
+
 /// What a crash kept: the state, and the operations that were pending, in words (by meaning:
 /// what lets a crash state be replayed against another binary).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -410,26 +427,64 @@ pub struct ErrorRule {
     /// For reads: the byte range the read must overlap.
     #[serde(default)]
     pub range: Option<(u64, u64)>,
+    /// For a failed fsync of a file: the positions (from 0, in program order) among the file's
+    /// pending operations of those it wrote back before it failed, projected onto the crash
+    /// model. `None`: Linux's usual outcome, everything it covered dropped (or, under
+    /// `reordered_writes`, each kept or dropped by a decision).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep: Option<Vec<u32>>,
 }
 
 impl ErrorRule {
+    /// The `nth` `op` on `path` fails with `errno` (no range, nothing written back).
+    pub fn at(op: IoOp, path: &str, nth: u64, errno: IoErrno) -> ErrorRule {
+        ErrorRule { op, path: path.to_string(), nth, errno, range: None, keep: None }
+    }
+
     /// In words: `EIO on write #4 to /data/wal`.
     pub fn describe(&self) -> String {
         let which = if self.nth == 0 { "every".to_string() } else { format!("#{}", self.nth) };
         let range = self.range.map(|(a, b)| format!(" (bytes {a}..{b})")).unwrap_or_default();
         let prep = if self.op == IoOp::Write { "to" } else { "of" };
-        format!("{} on {} {which} {prep} {}{range}", self.errno.name().to_uppercase(), self.op.name(), self.path)
+        let keep = match &self.keep {
+            None => String::new(),
+            Some(k) if k.is_empty() => ", writing back none of its pending operations".into(),
+            Some(k) => {
+                let names: Vec<String> = k.iter().map(|i| (i + 1).to_string()).collect();
+                format!(", writing back its pending operation(s) {}", names.join(", "))
+            }
+        };
+        format!("{} on {} {which} {prep} {}{range}{keep}", self.errno.name().to_uppercase(), self.op.name(), self.path)
     }
 
     /// As the command line writes it (what [`ErrorRule::parse`] reads back).
     pub fn arg(&self) -> String {
         let range = self.range.map(|(a, b)| format!(":{a}-{b}")).unwrap_or_default();
-        format!("{}:{}:{}:{}{range}", self.op.name(), self.path, self.nth, self.errno.name())
+        let keep = match &self.keep {
+            None => String::new(),
+            Some(k) => format!(":keep={}", k.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")),
+        };
+        format!("{}:{}:{}:{}{range}{keep}", self.op.name(), self.path, self.nth, self.errno.name())
     }
 
-    /// Parses `OP:PATH[:NTH[:ERRNO[:START-END]]]`, e.g. `write:/data/wal:4:eio`.
+    /// Parses `OP:PATH[:NTH[:ERRNO[:START-END]]][:keep=I,J,…]`, e.g. `write:/data/wal:4:eio`,
+    /// or `fsync:/data/wal:2:eio:keep=0,2` (the failed fsync wrote back the first and third of
+    /// the file's pending operations).
     pub fn parse(text: &str) -> Result<ErrorRule, String> {
-        let parts: Vec<&str> = text.split(':').collect();
+        let mut parts: Vec<&str> = text.split(':').collect();
+        let keep = match parts.last().and_then(|p| p.strip_prefix("keep=")) {
+            Some(list) => {
+                let mut k: Vec<u32> = Vec::new();
+                for i in list.split(',').filter(|i| !i.is_empty()) {
+                    k.push(i.parse().map_err(|_| format!("{text:?}: keep= takes positions from 0, not {i:?}"))?);
+                }
+                k.sort_unstable();
+                k.dedup();
+                parts.pop();
+                Some(k)
+            }
+            None => None,
+        };
         let op = match parts.first().copied() {
             Some("write") => IoOp::Write,
             Some("fsync") => IoOp::Fsync,
@@ -472,9 +527,12 @@ impl ErrorRule {
             }
         };
         if parts.len() > 5 {
-            return Err(format!("{text:?}: expected OP:PATH[:NTH[:ERRNO[:START-END]]]"));
+            return Err(format!("{text:?}: expected OP:PATH[:NTH[:ERRNO[:START-END]]][:keep=I,J]"));
         }
-        Ok(ErrorRule { op, path: path.to_string(), nth, errno, range })
+        if keep.is_some() && op != IoOp::Fsync {
+            return Err(format!("{text:?}: keep= is for a failed fsync"));
+        }
+        Ok(ErrorRule { op, path: path.to_string(), nth, errno, range, keep })
     }
 }
 
@@ -745,6 +803,12 @@ pub(crate) struct FaultState {
     /// The crash state the last crash image took.
     #[serde(default)]
     pub last_crash_state: Option<CrashAt>,
+    /// The failed syncs of files in this life, at most [`MAX_DURABLE_LOG`].
+    #[serde(default)]
+    pub failed_syncs: Vec<FailedSync>,
+    /// What the placed error that struck last says a failed sync wrote back ([`ErrorRule::keep`]).
+    #[serde(default)]
+    pub struck_keep: Option<Vec<u32>>,
     /// Durable operations made so far in this life, by path.
     #[serde(default)]
     pub durable_ops: BTreeMap<String, u64>,
@@ -814,6 +878,8 @@ impl FaultState {
             faulted: false,
             after_fault: Vec::new(),
             last_crash_state: None,
+            failed_syncs: Vec::new(),
+            struck_keep: None,
             durable_ops: BTreeMap::new(),
             durable_log: Vec::new(),
             crash_keep: None,

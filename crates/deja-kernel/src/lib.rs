@@ -146,8 +146,9 @@ pub use elf::find_section as elf_section;
 pub use elf::ElfError;
 pub use faults::under;
 pub use faults::{
-    CrashAt, CrashState, DecisionLog, DecisionPoint, DecisionRecord, DurableOp, ErrorRule, FaultConfig, FaultKind,
-    FaultRecord, IoCount, IoErrno, IoOp, KeptOps, OpCrash, RandomFault, When, MAX_DURABLE_LOG, MAX_FAIL_STOP_LIVES,
+    CrashAt, CrashState, DecisionLog, DecisionPoint, DecisionRecord, DurableOp, ErrorRule, FailedSync, FaultConfig,
+    FaultKind, FaultRecord, IoCount, IoErrno, IoOp, KeptOps, OpCrash, RandomFault, When, MAX_DURABLE_LOG,
+    MAX_FAIL_STOP_LIVES,
 };
 pub use fs::{CrashModel, FsConfig};
 pub use kernel::CrashStates;
@@ -573,6 +574,9 @@ pub struct RunReport {
     /// When this life crashed: the crash state its image took, and what was pending.
     #[serde(default)]
     pub crash_state: Option<CrashAt>,
+    /// The failed syncs of files in this life: what each wrote back of what it covered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_syncs: Vec<FailedSync>,
     /// (syscall number, errno or 0) of the syscalls after the first injected fault of this
     /// life, or from the start of a life after a crash (at most 256).
     #[serde(default)]

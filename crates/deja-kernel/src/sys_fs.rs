@@ -147,6 +147,7 @@ impl Kernel {
                     (None, _) => true,
                 }
         });
+        self.faults.struck_keep = placed.and_then(|r| r.keep.clone());
         let errno = match placed {
             Some(rule) => Some(rule.errno),
             None => {
@@ -232,20 +233,46 @@ impl Kernel {
         Ok(0)
     }
 
-    /// Settles the pending operations of a file whose sync failed: all dropped, or, when the
-    /// crash model's weakest mode is on (`reordered_writes`), each kept or dropped by a
-    /// decision and the choice projected onto the configured crash model.
+    /// Settles the pending operations of a file whose sync failed: all dropped; or those the
+    /// placed error names ([`crate::ErrorRule::keep`]) written back; or, when the crash model's
+    /// weakest mode is on (`reordered_writes`), each kept or dropped by a decision. What is
+    /// written back is projected onto the configured crash model, and recorded.
     fn failed_sync(&mut self, id: u64) {
-        if !self.faults.config.reordered_writes || !self.files.fs.is_file(id) {
+        let named = self.faults.struck_keep.take();
+        if !self.files.fs.is_file(id) {
             return self.files.fs.drop_pending(id);
         }
         let all = self.files.fs.pending_ops();
         let mine: Vec<crate::fs::PendingOp> = all.iter().filter(|o| o.target == id).cloned().collect();
         let mut sel = crate::fs::Selection { kept: vec![false; mine.len()], torn: None };
-        for (i, op) in mine.iter().enumerate() {
-            sel.kept[i] = self.faults.decide(DecisionPoint::FailedSyncKeep { what: op.what.clone() }, 2) == 1;
+        let chosen = match named {
+            Some(keep) => {
+                for i in keep.into_iter().map(|i| i as usize).filter(|i| *i < mine.len()) {
+                    sel.kept[i] = true;
+                }
+                true
+            }
+            None if self.faults.config.reordered_writes => {
+                for (i, op) in mine.iter().enumerate() {
+                    let point = DecisionPoint::FailedSyncKeep { what: op.what.clone() };
+                    sel.kept[i] = self.faults.decide(point, 2) == 1;
+                }
+                true
+            }
+            None => false,
+        };
+        // Linux's usual outcome, everything dropped, is the fault itself: no model has a say.
+        let sel = if chosen { self.faults.config.crash_model.project(&mine, &sel) } else { sel };
+        if self.faults.failed_syncs.len() < crate::faults::MAX_DURABLE_LOG {
+            let point = self.faults.ledger.last().map(|r| r.point.clone()).unwrap_or_default();
+            let pending = mine.iter().map(|o| o.what.clone()).collect();
+            let nothing = !sel.kept.contains(&true);
+            let models = crate::fs::CrashModel::ALL
+                .into_iter()
+                .filter(|m| nothing || *m == crate::fs::CrashModel::ProcessKill || m.allows(&mine, &sel))
+                .collect();
+            self.faults.failed_syncs.push(crate::FailedSync { point, pending, kept: sel.kept.clone(), models });
         }
-        let sel = self.faults.config.crash_model.project(&mine, &sel);
         self.files.fs.settle_failed(id, &sel.kept);
     }
 

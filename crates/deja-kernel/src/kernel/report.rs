@@ -393,6 +393,7 @@ impl Kernel {
             durable_ops: self.faults.durable_log.clone(),
             stopped_after_fault: self.faults.stopped_after_fault.clone(),
             crash_state: self.faults.last_crash_state.clone(),
+            failed_syncs: self.faults.failed_syncs.clone(),
             after_fault: self.faults.after_fault.clone(),
             files: self.files.fs.volatile_disk().entries.into_keys().take(256).collect(),
             host_channels: self.process.host.report(),

@@ -1910,7 +1910,14 @@ fn a_crash_placed_by_meaning_strikes_its_durable_operation_with_the_state_it_nam
 
 #[test]
 fn storage_faults_strike_only_the_paths_they_target() {
-    let eio = |path: &str| ErrorRule { op: IoOp::Write, path: path.into(), nth: 0, errno: IoErrno::Eio, range: None };
+    let eio = |path: &str| ErrorRule {
+        op: IoOp::Write,
+        path: path.into(),
+        nth: 0,
+        errno: IoErrno::Eio,
+        range: None,
+        keep: None,
+    };
     // The configuration targets /data/wal: an error placed on the harness log never strikes.
     let mut h = H::with({
         let mut s = spec_with(exec_image(), 3);
@@ -1953,6 +1960,7 @@ fn a_stop_after_an_injected_error_is_a_fail_stop_restart_unless_the_program_says
                 nth: 1,
                 errno: IoErrno::Eio,
                 range: None,
+                keep: None,
             }],
             ..Default::default()
         };
@@ -2063,25 +2071,32 @@ fn journaling_models_keep_what_a_sync_committed_and_renames_over_a_name_keep_the
         .any(|(v, labels)| v.get("/data/a") == Some(&Some(vec![2; 10])) && labels.contains(&CrashModel::ProcessKill)));
 }
 
+/// A kernel under `faults` with `/data/x` created (its name durable), 600 bytes of 1 written
+/// to it and `HEAD` over its first 4 bytes, neither synced; and the file's descriptor.
+fn two_pending_writes(faults: FaultConfig) -> (H, i64) {
+    let mut s = spec_with(exec_image(), 3);
+    s.faults = faults;
+    let mut h = H::with(s);
+    let fd = h.open("/data/x", O_CREAT | O_RDWR);
+    assert_eq!(h.fsync_path("/data"), 0);
+    assert_eq!(h.write(fd, &[1u8; 600]), 600);
+    poke(&h.k, &mut h.m, h.buf, b"HEAD");
+    let buf = h.buf;
+    assert_eq!(h.sc("pwrite64", &[fd as u64, buf, 4, 0]), 4);
+    (h, fd)
+}
+
 #[test]
 fn a_failed_fsync_may_have_persisted_any_subset_of_what_it_covered() {
     // With reordered writes, a failed fsync keeps each pending write of its file by a decision:
     // here the second write reached the disk before the sync failed, the first did not.
     let boot = |model: CrashModel| {
-        let mut s = spec_with(exec_image(), 3);
-        s.faults = FaultConfig {
+        let (mut h, fd) = two_pending_writes(FaultConfig {
             errors: vec![ErrorRule::parse("fsync:/data/x:1:eio").unwrap()],
             reordered_writes: true,
             crash_model: model,
             ..Default::default()
-        };
-        let mut h = H::with(s);
-        let fd = h.open("/data/x", O_CREAT | O_RDWR);
-        assert_eq!(h.fsync_path("/data"), 0);
-        assert_eq!(h.write(fd, &[1u8; 600]), 600);
-        poke(&h.k, &mut h.m, h.buf, b"HEAD");
-        let buf = h.buf;
-        assert_eq!(h.sc("pwrite64", &[fd as u64, buf, 4, 0]), 4);
+        });
         h.k.set_decision_overrides(BTreeMap::from([(0, 0), (1, 1)]));
         assert_eq!(h.sc("fsync", &[fd as u64]), EIO);
         let points: Vec<String> = h.k.decisions().iter().map(|d| d.point.to_string()).collect();
@@ -2117,4 +2132,23 @@ fn a_failed_fsync_may_have_persisted_any_subset_of_what_it_covered() {
     assert_eq!(h.sc("fsync", &[fd as u64]), 0);
     assert_eq!(h.fsync_path("/data"), 0);
     assert_eq!(h.k.crash_image().file("/data/x"), Some(&b""[..]));
+    // A placed error can name what the failed sync wrote back (`keep=`, positions among the
+    // file's pending operations): no decision, the named write durable, the rest dropped, and
+    // the report says which.
+    let rule = ErrorRule::parse("fsync:/data/x:1:eio:keep=1").unwrap();
+    assert_eq!(rule.arg(), "fsync:/data/x:1:eio:keep=1");
+    assert!(rule.describe().ends_with("writing back its pending operation(s) 2"), "{}", rule.describe());
+    let (mut h, fd) = two_pending_writes(FaultConfig { errors: vec![rule], ..Default::default() });
+    assert_eq!(h.sc("fsync", &[fd as u64]), EIO);
+    assert!(h.k.decisions().is_empty());
+    let failed = &h.k.faults.failed_syncs;
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].point, "eio on fsync #1 of /data/x");
+    assert_eq!(failed[0].pending, ["write of 600 bytes at 0 to /data/x", "write of 4 bytes at 0 to /data/x"]);
+    assert_eq!(failed[0].kept, [false, true]);
+    assert_eq!(h.k.crash_image().file("/data/x"), Some(&b"HEAD"[..]));
+    // Positions are checked, and only a sync takes them.
+    assert_eq!(ErrorRule::parse("fsync:/x:2:eio:keep=2,0").unwrap().keep, Some(vec![0, 2]));
+    assert!(ErrorRule::parse("write:/x:2:eio:keep=0").is_err());
+    assert!(ErrorRule::parse("fsync:/x:2:eio:keep=a").is_err());
 }
