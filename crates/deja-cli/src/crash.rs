@@ -301,27 +301,17 @@ fn fsync_failure_sweep(
     rules.truncate(args.fsync_failures);
     for rule in rules {
         report.fsync_failures += 1;
-        let Some(covered) = failure_then_crashes(args, spec, base, &rule, None, report, restarted, kept_all) else {
+        let mut seen: Vec<Vec<bool>> = Vec::new();
+        let Some(covered) = failure_then_crashes(args, spec, base, &rule, None, &mut seen, report, restarted, kept_all)
+        else {
             continue;
         };
         // What the failed fsync may have written back before it failed, each a failure of its
         // own: the same fsync failing, with those of its pending operations durable.
-        let mut seen: Vec<Vec<bool>> = vec![vec![false; covered.pending.len()]];
         for keep in writeback_subsets(covered.pending.len(), args.fsync_writebacks) {
             let with = deja_kernel::ErrorRule { keep: Some(keep), ..rule.clone() };
             let salt = report.fsync_failures.rotate_left(40) ^ (seen.len() as u64).rotate_left(20);
-            let mut probe = spec.clone();
-            probe.faults = base.clone();
-            probe.faults.errors.push(with.clone());
-            // What the kernel wrote back once the crash model had its say; a subset the model
-            // turns into one already swept is not swept again.
-            let Ok((lives, _)) = run_quiet(probe, args.memory) else { continue };
-            let Some(settled) = lives[0].run.report.failed_syncs.first().map(|f| f.kept.clone()) else { continue };
-            if seen.contains(&settled) {
-                continue;
-            }
-            seen.push(settled);
-            failure_then_crashes(args, spec, base, &with, Some(salt), report, restarted, kept_all);
+            failure_then_crashes(args, spec, base, &with, Some(salt), &mut seen, report, restarted, kept_all);
         }
     }
 }
@@ -353,7 +343,9 @@ fn writeback_subsets(n: usize, most: usize) -> Vec<Vec<u32>> {
 }
 
 /// One fsync failure (`rule`) in the sweep: its row without a crash, then the crash points after
-/// it. Returns what the failed fsync covered, when it struck a file.
+/// it. Returns what the failed fsync covered, when it struck a file. `seen` holds what the
+/// failures swept so far wrote back (after the crash model had its say): one that writes back
+/// the same again is not swept again.
 #[allow(clippy::too_many_arguments)]
 fn failure_then_crashes(
     args: &RunArgs,
@@ -361,6 +353,7 @@ fn failure_then_crashes(
     base: &deja_kernel::FaultConfig,
     rule: &deja_kernel::ErrorRule,
     salt: Option<u64>,
+    seen: &mut Vec<Vec<bool>>,
     report: &mut SweepReport,
     restarted: &mut BTreeMap<String, (String, &'static str)>,
     kept_all: &mut BTreeMap<String, Vec<deja_kernel::TraceEntry>>,
@@ -377,6 +370,12 @@ fn failure_then_crashes(
     let durable = match run_quiet(alone, args.memory) {
         Ok((lives, stderr)) => {
             covered = lives[0].run.report.failed_syncs.first().cloned();
+            if let Some(c) = &covered {
+                if seen.contains(&c.kept) {
+                    return None;
+                }
+                seen.push(c.kept.clone());
+            }
             if let (Some(c), Some(_)) = (&covered, &rule.keep) {
                 let back: Vec<&str> =
                     c.pending.iter().zip(&c.kept).filter(|(_, k)| **k).map(|(w, _)| w.as_str()).collect();
