@@ -4,7 +4,8 @@
 //!
 //! Numbers and arguments follow the kernel's syscall table (`deja_kernel::syscalls::TABLE`), so
 //! most calls reach a handler with arguments of the right kind: a small fd, a pointer into the
-//! program's stack (where its argument and environment strings are), a modest length. A word
+//! program's stack (where its argument and environment strings are), a modest length; the
+//! stack pointer is in that page too, so `rt_sigreturn` reads a frame made of them. A word
 //! whose top nibble is `0xf` is passed as it is, so every hostile value still gets through.
 #![no_main]
 
@@ -49,6 +50,9 @@ fuzz_target!(|data: &[u8]| {
         for (a, kind) in args.iter_mut().zip(kinds.unwrap_or(&[])) {
             *a = shaped(*kind, *a);
         }
+        // The stack pointer `rt_sigreturn` reads its frame at and `sigaltstack` checks: the
+        // stack's top page, from the first argument's word.
+        kernel.set_user_sp(shaped(Arg::Ptr, word(1)));
         match kernel.syscall(&mut mem, nr, args) {
             SyscallOutcome::Return(_) => {}
             _ => return,

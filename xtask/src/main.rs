@@ -31,7 +31,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 42] = [
+const GUESTS: [&str; 43] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -74,6 +74,7 @@ const GUESTS: [&str; 42] = [
     "ledger",
     "spin",
     "attack",
+    "overflow",
 ];
 
 /// Flags every guest is built with: a static executable.
@@ -134,9 +135,10 @@ fn guests() -> Result<(), String> {
 }
 
 /// The guests written in other languages, built static with their own toolchains: `hostchan`
-/// (C: every host-channel instruction in inline assembly) and `go-goroutines` (Go: goroutines,
-/// timers, a loopback socket and an fsynced file). A missing toolchain is an error that says
-/// what to install.
+/// (C: every host-channel instruction in inline assembly), `go-goroutines` (Go: goroutines,
+/// timers, a loopback socket and an fsynced file), `go-recover` (Go: faults turned into
+/// panics and recovered) and the C cases of the conformance suite (`guest/conformance/*.c`,
+/// as `conformance-<name>`). A missing toolchain is an error that says what to install.
 fn foreign_guests(out: &Path) -> Result<(), String> {
     let root = root();
     let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
@@ -145,14 +147,32 @@ fn foreign_guests(out: &Path) -> Result<(), String> {
         "building guest/c/hostchan.c (a C compiler and static libc: Debian's gcc and libc6-dev)",
         Command::new(&cc).args(["-static", "-O2", "-o"]).arg(out.join("hostchan")).arg(&c),
     )?;
+    let dir = root.join("guest/conformance");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "c"))
+        .collect();
+    cases.sort();
+    for case in cases {
+        let name = case.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+        status(
+            &format!("building guest/conformance/{name}.c"),
+            Command::new(&cc).args(["-static", "-O2", "-o"]).arg(out.join(format!("conformance-{name}"))).arg(&case),
+        )?;
+    }
     // The Go program twice: as built, and stripped of its symbols as release builds often are
     // (the rewriter then finds its functions in the pc-line table alone).
     let cache = root.join("target/guest-build/go-cache");
-    for (name, ldflags) in [("go-goroutines", ""), ("go-goroutines-stripped", "-s -w")] {
+    for (name, dir, ldflags) in [
+        ("go-goroutines", "goroutines", ""),
+        ("go-goroutines-stripped", "goroutines", "-s -w"),
+        ("go-recover", "recover", ""),
+    ] {
         status(
-            "building guest/go/goroutines (Go: Debian's golang-go)",
+            &format!("building guest/go/{dir} (Go: Debian's golang-go)"),
             Command::new("go")
-                .current_dir(root.join("guest/go/goroutines"))
+                .current_dir(root.join("guest/go").join(dir))
                 .env("CGO_ENABLED", "0")
                 .env("GOCACHE", &cache)
                 .env("GOFLAGS", "-mod=mod")

@@ -47,6 +47,10 @@ pub struct RunArgs {
     /// An environment variable for the program; the host environment is never passed through.
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<String>,
+    /// The program's starting working directory: an absolute guest path to a directory it has
+    /// (default `/`). Relative paths resolve from it; `chdir` moves it.
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<String>,
     /// Guest RAM in MiB.
     #[arg(long, default_value_t = 1024, value_name = "MiB")]
     pub memory: u64,
@@ -277,6 +281,7 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
         seed: args.seed.unwrap_or(0),
         record_trace: args.trace_out.is_some(),
         rewrite: Default::default(),
+        cwd: args.cwd.clone().unwrap_or_default(),
     })
 }
 
@@ -463,7 +468,11 @@ pub(crate) fn describe_exit(status: &ExitStatus) -> String {
         ExitStatus::Signaled { signal, name, fault } => {
             let mut s = format!("killed by {name} (signal {signal})");
             if let Some(f) = fault {
-                s.push_str(&format!(": {} at rip {:#x}", f.description, f.rip));
+                s.push_str(&format!(": {}", f.description));
+                // Not a CPU fault (a deadlock, a refused signal frame): no instruction to name.
+                if f.vector != 0 || f.rip != 0 {
+                    s.push_str(&format!(" at rip {:#x}", f.rip));
+                }
                 if let Some(a) = f.addr {
                     s.push_str(&format!(", address {a:#x}"));
                 }

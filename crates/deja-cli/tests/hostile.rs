@@ -39,6 +39,7 @@ fn a_loop_without_syscalls_ends_as_no_progress_after_the_same_syscall_on_every_c
         assert_eq!(o.status.code(), Some(122), "NO_PROGRESS has its own exit code: {}", stderr(&o));
         let err = stderr(&o);
         assert!(err.contains("NO_PROGRESS") && err.contains("DEJA_NO_PROGRESS_S"), "{err}");
+        assert!(err.contains("the program (thread 1) ran") && !err.contains("never got a turn"), "{err}");
         assert_eq!(stdout(&o), "spin always\n", "what it did before the loop is kept");
         // The limit bounds it from below: it is never cut short (the upper side is the host's
         // business and is not asserted).
@@ -46,6 +47,22 @@ fn a_loop_without_syscalls_ends_as_no_progress_after_the_same_syscall_on_every_c
         after.push(stalled_after(&err));
     }
     assert_eq!(after[0], after[1], "the run stalls after the same syscall on every core");
+}
+
+#[test]
+fn the_message_names_the_spinning_thread_and_the_threads_behind_it() {
+    let spin = guest("spin").to_string_lossy().into_owned();
+    let o = deja_on(0, "0.5", &["run", &spin, "--", "threaded"]);
+    assert_eq!(o.status.code(), Some(122), "{}", stderr(&o));
+    let err = stderr(&o);
+    // Whichever thread the scheduler ran first spins; the other one waits behind it.
+    let named = ["(thread 1) ran", "(thread 2) ran"].iter().position(|t| err.contains(t));
+    let other = match named {
+        Some(0) => "2",
+        Some(_) => "1",
+        None => panic!("no spinning thread named: {err}"),
+    };
+    assert!(err.contains(&format!("runnable thread(s) {other} never got a turn")), "{err}");
 }
 
 #[test]
@@ -150,7 +167,7 @@ fn attack(core: usize, name: &str, extra: &[&str]) -> (Option<i32>, String, Valu
 
 /// Every attack with its documented outcome (docs/HOSTILE.md): the exit code and a line the
 /// run must print (on stdout, or in deja's summary on stderr).
-const ATTACKS: [(&str, i32, &str); 42] = [
+const ATTACKS: [(&str, i32, &str); 43] = [
     ("syscalls-wild", 0, "survived syscalls-wild"),
     ("syscalls-straddle", 0, "survived syscalls-straddle"),
     ("int80", 139, "int 0x80 (software interrupts are not served"),
@@ -192,7 +209,8 @@ const ATTACKS: [(&str, i32, &str); 42] = [
     ("brk-storm", 0, "mmap 128 TiB: errno 12"),
     ("fork-bomb", 0, "forked 0, then -38"),
     ("exec-host", 0, "execve /bin/sh: errno 38"),
-    ("sigreturn-forge", 0, "rt_sigreturn returned -38"),
+    ("sigreturn-forge", 139, "rt_sigreturn refused the signal frame"),
+    ("sigreturn-iopl", 0, "after rt_sigreturn: cs 0x33, iopl 0"),
 ];
 
 #[test]

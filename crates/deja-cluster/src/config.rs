@@ -637,6 +637,9 @@ pub struct NodeFile {
     /// Files to copy in: guest path → host path (relative to the cluster file).
     #[serde(default)]
     pub files: BTreeMap<String, PathBuf>,
+    /// The starting working directory (an absolute guest path; default `/`), in every life.
+    #[serde(default)]
+    pub cwd: Option<String>,
     /// The run waits for this node to exit.
     #[serde(default = "yes")]
     pub wait: bool,
@@ -663,6 +666,8 @@ pub struct NodeConfig {
     pub env: Vec<String>,
     /// Files copied in.
     pub files: BTreeMap<String, Vec<u8>>,
+    /// The starting working directory (empty: `/`).
+    pub cwd: String,
     /// The run waits for it.
     pub wait: bool,
 }
@@ -793,6 +798,7 @@ impl ClusterConfig {
                 args: n.args.clone(),
                 env: n.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
                 files,
+                cwd: n.cwd.clone().unwrap_or_default(),
                 wait: n.wait,
             });
         }

@@ -19,6 +19,7 @@ errnos! {
     EPERM = 1;
     ENOENT = 2;
     ESRCH = 3;
+    EINTR = 4;
     EIO = 5;
     EBADF = 9;
     EAGAIN = 11;

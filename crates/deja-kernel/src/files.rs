@@ -24,6 +24,9 @@ pub(crate) struct Files {
     pub(crate) locks: BTreeMap<(u64, u64), (u16, u64)>,
     /// The fds, the open descriptions they name, and stdin.
     pub(crate) fds: FdTable,
+    /// The working directory's inode (shared by every thread, as with `CLONE_FS`). It may
+    /// have been removed since: relative paths then find nothing and `getcwd` is `ENOENT`.
+    pub(crate) cwd: u64,
 }
 
 impl Persist for Files {

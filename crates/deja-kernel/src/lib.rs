@@ -66,6 +66,13 @@
 //!   [`Kernel::take_wakeup_returns`]; the exact register contract is in [`threads`]. The
 //!   scheduler's choices are decisions (`schedule after syscall K`), taken only when more than
 //!   one thread is runnable.
+//! - Signals ([`sys_signal`]): before every syscall call [`Kernel::set_user_sp`] with the
+//!   thread's RSP. On the way back to ring 3 (after a `Return`, once the threads are switched,
+//!   and when [`Kernel::resume`] woke threads) ask [`Kernel::signal_due`]; if it is due, pass
+//!   the current thread's [`UserContext`] to [`Kernel::deliver_signal`] and install the context
+//!   it returns (registers and FPU). [`ExceptionOutcome::Deliver`] does the same for a fault,
+//!   with RIP at the fault; [`SyscallOutcome::Resume`] (`rt_sigreturn`) installs a context
+//!   whole.
 //! - Output is collected; drain it with [`Kernel::take_output`] (chunks of the same stream are
 //!   merged). A single `write` moves at most [`MAX_IO`] bytes (a partial write beyond that).
 //! - The commit capacity is fixed at load from `mem.free_frames()` minus
@@ -120,6 +127,7 @@ mod record;
 mod rng;
 mod sched;
 mod serve;
+mod sigframe;
 mod signal;
 mod stack;
 mod sys_deja;
@@ -130,6 +138,7 @@ mod sys_net;
 mod sys_path;
 mod sys_proc;
 mod sys_sched;
+mod sys_signal;
 pub mod syscalls;
 pub mod threads;
 pub mod trace;
@@ -189,6 +198,9 @@ pub struct ProgramSpec {
     /// Whether host-channel instructions in the program's code are rewritten to traps
     /// ([`hostchan`]); on by default.
     pub rewrite: hostchan::Rewrite,
+    /// The starting working directory, an absolute guest path to a directory that exists at
+    /// start (empty: `/`).
+    pub cwd: String,
 }
 
 impl ProgramSpec {
@@ -293,6 +305,14 @@ pub enum LoadError {
         /// The file system's capacity in bytes.
         capacity: u64,
     },
+    /// The starting working directory cannot be used.
+    #[snafu(display("working directory {path:?}: {problem}; give an absolute path to a directory the program has"))]
+    Cwd {
+        /// The guest path.
+        path: String,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// A declared file's guest path is not absolute and normal.
     #[snafu(display("declared file {path:?}: {problem}"))]
     GuestPath {
@@ -360,6 +380,10 @@ pub enum SyscallOutcome {
     /// [`Kernel::finish`] (with [`Kernel::exit_status`], a `SIGKILL`), and restart the program
     /// on the image.
     Crash,
+    /// `rt_sigreturn`: replace the thread's general-purpose registers, RIP, RFLAGS and FPU
+    /// state with this context (the RAX in it is the call's return), then check
+    /// [`Kernel::signal_due`] as after a `Return`.
+    Resume(Box<UserContext>),
     /// The calling thread blocked and no thread of this networked node can run until time
     /// passes or packets arrive: put [`threads::BLOCKED_RETURN`] in RAX as for a blocked
     /// `Return`, switch threads as the contract says, and hand control to the cluster driver,
@@ -467,9 +491,31 @@ pub enum ExceptionOutcome {
         /// Instruction length.
         len: u64,
     },
+    /// The fault became a signal the program handles: read the thread's context (RIP at the
+    /// faulting instruction, or after it for a trap such as `int3`; RSP from the fault's frame),
+    /// pass it to [`Kernel::deliver_signal`] and resume with the context it returns.
+    Deliver,
     /// The program dies with this status.
     Fatal(ExitStatus),
 }
+
+/// The registers of a thread in ring 3, as a signal handler's frame saves them and
+/// `rt_sigreturn` restores them (see [`sys_signal`](crate::sys_signal)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserContext {
+    /// RAX, RCX, RDX, RBX, RSP, RBP, RSI, RDI, R8–R15 (x86 encoding order, as [`Gpr`]).
+    pub gprs: [u64; 16],
+    /// The instruction pointer.
+    pub rip: u64,
+    /// RFLAGS.
+    pub rflags: u64,
+    /// The x87, SSE and AVX state: the first [`FPU_BYTES`] bytes of the standard-format XSAVE
+    /// area (the legacy region, the XSAVE header, the upper halves of the YMM registers).
+    pub fpu: Vec<u8>,
+}
+
+pub use sigframe::{init_fpu, FPU_BYTES};
+pub use signal::name as signal_name;
 
 /// Which host stream a chunk of guest output goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

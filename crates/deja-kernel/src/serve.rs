@@ -53,8 +53,9 @@ impl Kernel {
             };
             self.faults.after_fault.push((nr, errno));
         }
-        let res =
-            if matches!(res, Err(SysStop::Exit(_))) || self.faults.crash_due { res } else { self.schedule(mem, res) };
+        // `rt_sigreturn` continues the same thread: nothing to schedule.
+        let done = matches!(res, Err(SysStop::Exit(_) | SysStop::Resume(_)));
+        let res = if done || self.faults.crash_due { res } else { self.schedule(mem, res) };
         let (outcome, ret) = match res {
             Ok(v) => (SyscallOutcome::Return(v), Some(v)),
             Err(SysStop::Err(e)) => {
@@ -69,6 +70,10 @@ impl Kernel {
             Err(SysStop::Exit(st)) => {
                 self.process.exit = Some(st.clone());
                 (SyscallOutcome::Exit(st), None)
+            }
+            Err(SysStop::Resume(ctx)) => {
+                let rax = ctx.gprs[0];
+                (SyscallOutcome::Resume(ctx), Some(rax))
             }
             Err(SysStop::Block) if self.sched.threads.idle => (SyscallOutcome::Idle, Some(BLOCKED_RETURN)),
             Err(SysStop::Block) => (SyscallOutcome::Return(BLOCKED_RETURN), Some(BLOCKED_RETURN)),
@@ -128,14 +133,8 @@ impl Kernel {
                 if let Some(how) = entry_attempt(&code[..n]) {
                     return self.entry_attempt(how, rip);
                 }
-                self.fatal(
-                    11,
-                    "general protection fault (privileged instruction or bad address)".into(),
-                    13,
-                    rip,
-                    None,
-                    error_code,
-                )
+                let what = "general protection fault (privileged instruction or bad address)";
+                self.fault(Fault { sig: 11, code: SI_KERNEL, vector: 13, rip, addr: None, error_code }, what.into())
             }
             Exception::InvalidOpcode { rip, eax, ecx } => {
                 if let Some(site) = self.process.host.site_at(&*mem, rip).cloned() {
@@ -144,7 +143,7 @@ impl Kernel {
                 }
                 match self.entry_at(mem, rip) {
                     Some(how) => self.entry_attempt(how, rip),
-                    None => self.fatal(4, "invalid opcode".into(), 6, rip, None, 0),
+                    None => self.fault(Fault::at(4, ILL_ILLOPN, 6, rip), "invalid opcode".into()),
                 }
             }
             Exception::Other { vector: 6, rip } if self.entry_at(mem, rip).is_some() => {
@@ -152,27 +151,28 @@ impl Kernel {
                 self.entry_attempt(how, rip)
             }
             Exception::Other { vector, rip } => {
-                let (sig, what) = match vector {
-                    0 => (8, "divide error".to_string()),
-                    1 => (5, "debug trap".to_string()),
-                    3 => (5, "breakpoint (int3)".to_string()),
-                    4 => (11, "overflow (into)".to_string()),
-                    5 => (11, "bound range exceeded".to_string()),
-                    6 => (4, "invalid opcode".to_string()),
-                    7 => (11, "device not available".to_string()),
-                    10 => (11, "invalid TSS".to_string()),
-                    11 => (7, "segment not present".to_string()),
-                    12 => (7, "stack segment fault".to_string()),
-                    13 => (11, "general protection fault".to_string()),
-                    14 => (11, "page fault".to_string()),
-                    16 => (8, "x87 floating-point exception".to_string()),
-                    17 => (7, "alignment check".to_string()),
-                    18 => (7, "machine check".to_string()),
-                    19 => (8, "SIMD floating-point exception".to_string()),
-                    21 => (11, "control protection fault".to_string()),
-                    v => (11, format!("CPU exception vector {v}")),
+                // The signal and `si_code` Linux gives each vector.
+                let (sig, code, what) = match vector {
+                    0 => (8, FPE_INTDIV, "divide error".to_string()),
+                    1 => (5, TRAP_TRACE, "debug trap".to_string()),
+                    3 => (5, SI_KERNEL, "breakpoint (int3)".to_string()),
+                    4 => (11, SI_KERNEL, "overflow (into)".to_string()),
+                    5 => (11, SI_KERNEL, "bound range exceeded".to_string()),
+                    6 => (4, ILL_ILLOPN, "invalid opcode".to_string()),
+                    7 => (11, SI_KERNEL, "device not available".to_string()),
+                    10 => (11, SI_KERNEL, "invalid TSS".to_string()),
+                    11 => (7, SI_KERNEL, "segment not present".to_string()),
+                    12 => (7, SI_KERNEL, "stack segment fault".to_string()),
+                    13 => (11, SI_KERNEL, "general protection fault".to_string()),
+                    14 => (11, SEGV_MAPERR, "page fault".to_string()),
+                    16 => (8, FPE_FLTUNK, "x87 floating-point exception".to_string()),
+                    17 => (7, BUS_ADRALN, "alignment check".to_string()),
+                    18 => (7, SI_KERNEL, "machine check".to_string()),
+                    19 => (8, FPE_FLTUNK, "SIMD floating-point exception".to_string()),
+                    21 => (11, SEGV_CPERR, "control protection fault".to_string()),
+                    v => (11, SI_KERNEL, format!("CPU exception vector {v}")),
                 };
-                self.fatal(sig, what, vector, rip, None, 0)
+                self.fault(Fault::at(sig, code, vector, rip), what)
             }
         }
     }
@@ -210,7 +210,7 @@ impl Kernel {
         }
         let Some((writes, flags)) = crate::hostchan::answer(channel, dest, eax, ecx, tsc, random) else {
             let what = format!("general protection fault: xgetbv of XCR{ecx} (deja's CPU has XCR0 only)");
-            return self.fatal(11, what, 13, rip, None, 0);
+            return self.fault(Fault::at(11, SI_KERNEL, 13, rip), what);
         };
         ExceptionOutcome::Emulated { channel, writes, flags, len }
     }
@@ -233,9 +233,13 @@ impl Kernel {
             EntryAttempt::Int(n) => {
                 let what =
                     format!("general protection fault: int {n:#x} (software interrupts are not served; {serves})");
-                self.fatal(11, what, 13, rip, None, u64::from(n) << 3 | 2)
+                let f =
+                    Fault { sig: 11, code: SI_KERNEL, vector: 13, rip, addr: None, error_code: u64::from(n) << 3 | 2 };
+                self.fault(f, what)
             }
-            EntryAttempt::Sysenter => self.fatal(4, format!("invalid opcode: sysenter ({serves})"), 6, rip, None, 0),
+            EntryAttempt::Sysenter => {
+                self.fault(Fault::at(4, ILL_ILLOPN, 6, rip), format!("invalid opcode: sysenter ({serves})"))
+            }
         }
     }
 
@@ -273,7 +277,7 @@ impl Kernel {
                 } else if (STACK_TOP - STACK_SIZE - (1 << 20)..STACK_TOP - STACK_SIZE).contains(&addr) {
                     d.push_str(" (just below the stack: stack overflow?)");
                 }
-                self.fatal(11, d, 14, rip, Some(addr), error_code)
+                self.fault(Fault { sig: 11, code: SEGV_MAPERR, vector: 14, rip, addr: Some(addr), error_code }, d)
             }
             Err(FaultError::Protection(prot)) => {
                 let what = if !prot.readable() {
@@ -284,7 +288,7 @@ impl Kernel {
                     "non-executable"
                 };
                 let d = format!("page fault: {verb} {what} address {addr:#x}");
-                self.fatal(11, d, 14, rip, Some(addr), error_code)
+                self.fault(Fault { sig: 11, code: SEGV_ACCERR, vector: 14, rip, addr: Some(addr), error_code }, d)
             }
             Err(FaultError::OutOfMemory) => self.fatal(
                 signal::SIGKILL,
@@ -295,6 +299,22 @@ impl Kernel {
                 error_code,
             ),
         }
+    }
+
+    /// A fault that becomes signal `f.sig`: its handler runs if the thread has one and does
+    /// not block it ([`ExceptionOutcome::Deliver`]); otherwise the program dies of it.
+    fn fault(&mut self, f: Fault, description: String) -> ExceptionOutcome {
+        let si_addr = match f.sig {
+            // SIGSEGV of a page fault: the address; SIGILL, SIGFPE: the instruction.
+            11 if f.vector == 14 => f.addr.unwrap_or(0),
+            4 | 8 => f.rip,
+            _ => 0,
+        };
+        let trap = (u64::from(f.vector), f.error_code, f.addr.unwrap_or(0));
+        if self.fault_to_handler(f.sig, f.code, si_addr, trap, f.rip) {
+            return ExceptionOutcome::Deliver;
+        }
+        self.fatal(f.sig, description, f.vector, f.rip, f.addr, f.error_code)
     }
 
     fn fatal(
@@ -321,6 +341,34 @@ impl Kernel {
         };
         self.process.exit = Some(st.clone());
         ExceptionOutcome::Fatal(st)
+    }
+}
+
+/// `si_code` values of the faults' signals.
+const SI_KERNEL: i32 = 0x80;
+const SEGV_MAPERR: i32 = 1;
+const SEGV_ACCERR: i32 = 2;
+const SEGV_CPERR: i32 = 10;
+const ILL_ILLOPN: i32 = 2;
+const FPE_INTDIV: i32 = 1;
+const FPE_FLTUNK: i32 = 14;
+const BUS_ADRALN: i32 = 1;
+const TRAP_TRACE: i32 = 2;
+
+/// A CPU fault as the signal it becomes.
+struct Fault {
+    sig: i32,
+    code: i32,
+    vector: u8,
+    rip: u64,
+    /// The faulting address (CR2) of a page fault.
+    addr: Option<u64>,
+    error_code: u64,
+}
+
+impl Fault {
+    fn at(sig: i32, code: i32, vector: u8, rip: u64) -> Fault {
+        Fault { sig, code, vector, rip, addr: None, error_code: 0 }
     }
 }
 

@@ -1,13 +1,9 @@
 //! Signal numbers, names, default actions and the process's signal state.
 //!
-//! deja records dispositions, the mask and the alternate stack, but does not yet run signal
-//! handlers: a signal the program sends itself is delivered synchronously; if its disposition
-//! is the default "terminate" action the program ends with [`ExitStatus::Signaled`]; if it is
-//! ignored it is discarded; if a handler is installed the signal is recorded (see
-//! [`Signals::caught`]) and the sender sees success. A blocked signal stays pending until the
-//! mask unblocks it.
-//!
-//! [`ExitStatus::Signaled`]: crate::ExitStatus::Signaled
+//! Dispositions are the process's; the mask and the alternate stack are per thread (the
+//! current thread's live here, the others' in [`crate::threads`]); a pending signal is either
+//! the process's (`kill`) or one thread's (`tgkill`, `tkill`, `raise`). How and when a signal
+//! reaches a handler is in [`crate::sys_signal`].
 
 use std::collections::BTreeMap;
 
@@ -84,29 +80,56 @@ pub struct Signals {
     /// `struct kernel_sigaction` per signal: handler, flags, restorer, mask.
     #[serde(with = "crate::persist::array")]
     pub actions: [[u64; 4]; NSIG as usize],
-    /// Blocked signals.
+    /// The current thread's blocked signals.
     pub mask: u64,
-    /// Pending (blocked) signals.
+    /// Signals pending for the process (sent with `kill`).
     pub pending: u64,
-    /// The alternate stack: `ss_sp`, `ss_flags`, `ss_size`.
+    /// The current thread's alternate stack: `ss_sp`, `ss_flags`, `ss_size`.
     pub altstack: (u64, u32, u64),
-    /// Signals that arrived while a handler was installed (handlers are not run yet).
+    /// Signals handed to a handler, by number.
     pub caught: BTreeMap<i32, u64>,
+    /// The synchronous signal of the fault being turned into a handler call.
+    pub forced: Option<Forced>,
 }
 
 impl Default for Signals {
     fn default() -> Self {
-        Signals { actions: [[0; 4]; NSIG as usize], mask: 0, pending: 0, altstack: (0, 2, 0), caught: BTreeMap::new() }
+        Signals {
+            actions: [[0; 4]; NSIG as usize],
+            mask: 0,
+            pending: 0,
+            altstack: DISABLED_ALTSTACK,
+            caught: BTreeMap::new(),
+            forced: None,
+        }
     }
 }
 
-/// What delivering a signal did.
+/// No alternate stack (`SS_DISABLE`).
+pub const DISABLED_ALTSTACK: (u64, u32, u64) = (0, 2, 0);
+
+/// A fault's signal, as its handler is told of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Forced {
+    /// The signal.
+    pub sig: i32,
+    /// `si_code`.
+    pub code: i32,
+    /// `si_addr`.
+    pub addr: u64,
+    /// The exception vector, its error code and CR2 (`trapno`, `err`, `cr2` in the context).
+    pub trap: (u64, u64, u64),
+}
+
+/// What a signal does to the process, by its disposition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Delivery {
-    /// Nothing visible (ignored, pending, or recorded for a handler).
-    Nothing,
-    /// The process is killed by this signal.
-    Kill(i32),
+pub enum Action {
+    /// Discarded.
+    Ignore,
+    /// The process dies of it.
+    Kill,
+    /// A handler runs.
+    Handle,
 }
 
 impl Signals {
@@ -115,42 +138,16 @@ impl Signals {
         self.actions[(sig - 1) as usize & 63][0]
     }
 
-    /// Sends `sig` (1..=64) to the process.
-    pub fn send(&mut self, sig: i32) -> Delivery {
-        if sig != SIGKILL && sig != SIGSTOP && self.mask & bit(sig) != 0 {
-            if self.handler(sig) != SIG_IGN {
-                self.pending |= bit(sig);
-            }
-            return Delivery::Nothing;
-        }
-        self.deliver(sig)
-    }
-
-    fn deliver(&mut self, sig: i32) -> Delivery {
-        if sig == SIGKILL {
-            return Delivery::Kill(sig);
+    /// What `sig` does now.
+    pub fn action(&self, sig: i32) -> Action {
+        if sig == SIGKILL || sig == SIGSTOP {
+            return if sig == SIGKILL { Action::Kill } else { Action::Ignore };
         }
         match self.handler(sig) {
-            SIG_DFL if default_terminates(sig) => Delivery::Kill(sig),
-            SIG_DFL | SIG_IGN => Delivery::Nothing,
-            _ => {
-                let n = self.caught.entry(sig).or_default();
-                *n = n.saturating_add(1);
-                Delivery::Nothing
-            }
+            SIG_DFL if default_terminates(sig) => Action::Kill,
+            SIG_DFL | SIG_IGN => Action::Ignore,
+            _ => Action::Handle,
         }
-    }
-
-    /// Delivers the pending signals the mask no longer blocks (lowest number first).
-    pub fn deliver_unblocked(&mut self) -> Delivery {
-        while self.pending & !self.mask != 0 {
-            let sig = (self.pending & !self.mask).trailing_zeros() as i32 + 1;
-            self.pending &= !bit(sig);
-            if let Delivery::Kill(s) = self.deliver(sig) {
-                return Delivery::Kill(s);
-            }
-        }
-        Delivery::Nothing
     }
 }
 
@@ -159,22 +156,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_and_delivery() {
+    fn names_and_actions() {
         assert_eq!(name(6), "SIGABRT");
         assert_eq!(name(34), "SIGRTMIN+2");
         let mut s = Signals::default();
-        assert_eq!(s.send(17), Delivery::Nothing);
-        s.mask = bit(6);
-        assert_eq!(s.send(6), Delivery::Nothing);
-        assert_eq!(s.pending, bit(6));
-        s.mask = 0;
-        assert_eq!(s.deliver_unblocked(), Delivery::Kill(6));
+        assert_eq!(s.action(17), Action::Ignore);
+        assert_eq!(s.action(6), Action::Kill);
         s.actions[9][0] = 0x401000;
-        assert_eq!(s.send(10), Delivery::Nothing);
-        assert_eq!(s.caught.get(&10), Some(&1));
+        assert_eq!(s.action(10), Action::Handle);
         s.actions[14][0] = SIG_IGN;
-        assert_eq!(s.send(15), Delivery::Nothing);
-        assert_eq!(s.send(SIGKILL), Delivery::Kill(9));
+        assert_eq!(s.action(15), Action::Ignore);
+        assert_eq!(s.action(SIGKILL), Action::Kill);
     }
 
     #[test]
@@ -183,15 +175,11 @@ mod tests {
         s.actions[9] = [0x401000, 0x0400_0000, 0x401100, bit(12)];
         s.actions[63][0] = SIG_IGN;
         s.mask = bit(6) | bit(15);
-        assert_eq!(s.send(6), Delivery::Nothing);
-        assert_eq!(s.send(10), Delivery::Nothing);
+        s.pending = bit(6);
+        s.caught.insert(10, 2);
+        s.forced = Some(Forced { sig: 11, code: 1, addr: 8, trap: (14, 4, 8) });
         s.altstack = (0x7000_0000, 0, 0x2000);
-        let mut r: Signals = postcard::from_bytes(&postcard::to_stdvec(&s).unwrap()).unwrap();
+        let r: Signals = postcard::from_bytes(&postcard::to_stdvec(&s).unwrap()).unwrap();
         assert_eq!(r, s);
-        r.mask = 0;
-        s.mask = 0;
-        assert_eq!(r.deliver_unblocked(), Delivery::Kill(6));
-        assert_eq!(s.deliver_unblocked(), Delivery::Kill(6));
-        assert_eq!(r.caught, s.caught);
     }
 }

@@ -3,8 +3,9 @@
 //! encoding), `access`, `getcwd`, `readlink` and `getdents64`.
 //!
 //! Paths resolve in [`crate::fs`]; declared input files and the executable are read-only
-//! (`EROFS` when opened for writing), `/proc/self/maps` gives `EACCES`. The current directory is
-//! always `/`. Reading and writing what is open is in [`crate::sys_io`]; namespace and sync calls
+//! (`EROFS` when opened for writing), `/proc/self/maps` gives `EACCES`. Relative paths and
+//! `AT_FDCWD` resolve from the working directory (`chdir`, `fchdir`; `/` unless the program
+//! was started elsewhere, see [`crate::ProgramSpec::cwd`]), which `getcwd` names. Reading and writing what is open is in [`crate::sys_io`]; namespace and sync calls
 //! are in [`crate::sys_fs`].
 
 use std::sync::Arc;
@@ -57,8 +58,10 @@ impl Kernel {
             }
             return Err(ENOENT);
         }
-        let start = if p[0] == b'/' || dirfd as i32 == -100 {
+        let start = if p[0] == b'/' {
             ROOT
+        } else if dirfd as i32 == -100 {
+            self.files.cwd
         } else {
             self.files.fds.get(dirfd as i32)?.kind.listing().ok_or(ENOTDIR)?.0
         };
@@ -88,7 +91,7 @@ impl Kernel {
 
     fn stat_of_fd(&self, fd: i32) -> Result<Stat, i32> {
         if fd == -100 {
-            return Ok(self.files.fs.stat(ROOT));
+            return Ok(self.files.fs.stat(self.files.cwd));
         }
         Ok(self.files.fds.get(fd)?.kind.stat(&self.files.fs))
     }
@@ -330,12 +333,42 @@ impl Kernel {
         Ok(0)
     }
 
+    /// `getcwd`: the working directory's path; `ENOENT` once it has been removed.
     pub(crate) fn sys_getcwd(&mut self, mem: &mut dyn Memory, buf: u64, size: u64) -> SysResult {
-        if size < 2 {
+        let mut path = self.files.fs.dir_path(self.files.cwd).ok_or(ENOENT)?.into_bytes();
+        path.push(0);
+        if size < path.len() as u64 {
             return Err(ERANGE.into());
         }
-        self.process.mappings.copy_out(mem, buf, b"/\0")?;
-        Ok(2)
+        self.process.mappings.copy_out(mem, buf, &path)?;
+        Ok(path.len() as u64)
+    }
+
+    pub(crate) fn sys_chdir(&mut self, mem: &mut dyn Memory, path: u64) -> SysResult {
+        let Target::Path(w) = self.resolve(mem, AT_FDCWD, path, 0, true)? else {
+            return Err(ENOENT.into());
+        };
+        let id = self.target_id(&w)?;
+        self.enter_dir(id)
+    }
+
+    pub(crate) fn sys_fchdir(&mut self, fd: u64) -> SysResult {
+        let id = self.files.fds.get(fd as i32)?.kind.inode().ok_or(ENOTDIR)?;
+        self.enter_dir(id)
+    }
+
+    /// Makes directory `id` the working directory (`ENOTDIR`, or `EACCES` without search
+    /// permission).
+    fn enter_dir(&mut self, id: u64) -> SysResult {
+        let inode = self.files.fs.get(id).ok_or(ENOENT)?;
+        if !inode.is_dir() {
+            return Err(ENOTDIR.into());
+        }
+        if self.files.fs.stat(id).mode & 0o111 == 0 {
+            return Err(EACCES.into());
+        }
+        self.files.cwd = id;
+        Ok(0)
     }
 
     pub(crate) fn sys_readlinkat(

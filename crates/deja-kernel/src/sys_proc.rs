@@ -1,4 +1,4 @@
-//! Process-level syscalls: identity, limits, signals, time, futex, randomness, `arch_prctl`,
+//! Process-level syscalls: identity, limits, time, futex, randomness, `arch_prctl`,
 //! `prctl`, `uname`, scheduling.
 //!
 //! deja models one process (pid 1, parent 0, uid/gid 1000) with threads (see
@@ -11,7 +11,7 @@ use crate::clock::{clock_kind, ClockKind, NS_PER_S};
 use crate::errno::*;
 use crate::kernel::{Kernel, SysResult, SysStop, MAX_IO};
 use crate::mappings::Access;
-use crate::signal::{self, Delivery, NSIG, SIGKILL, SIGSTOP, SIG_IGN};
+use crate::signal::{self, SIGKILL};
 use crate::stack::GUEST_UID;
 use crate::{ExitStatus, FaultInfo, Memory, PAGE_SIZE};
 
@@ -367,155 +367,6 @@ impl Kernel {
             1 | 8 | 16 => Ok(0),
             _ => Err(EINVAL.into()),
         }
-    }
-
-    fn signal_arg(sig: u64) -> Result<i32, i32> {
-        let sig = sig as i32;
-        if (0..=NSIG as i32).contains(&sig) {
-            Ok(sig)
-        } else {
-            Err(EINVAL)
-        }
-    }
-
-    fn raise(&mut self, sig: i32) -> SysResult {
-        if sig == 0 {
-            return Ok(0);
-        }
-        match self.process.signals.send(sig) {
-            Delivery::Nothing => Ok(0),
-            Delivery::Kill(s) => {
-                Err(SysStop::Exit(ExitStatus::Signaled { signal: s, name: signal::name(s), fault: None }))
-            }
-        }
-    }
-
-    pub(crate) fn sys_kill(&mut self, pid: u64, sig: u64) -> SysResult {
-        let sig = Self::signal_arg(sig)?;
-        if !matches!(pid as i32, -1..=1) {
-            return Err(ESRCH.into());
-        }
-        self.raise(sig)
-    }
-
-    pub(crate) fn sys_tgkill(&mut self, tgid: u64, tid: u64, sig: u64) -> SysResult {
-        let (tgid, tid) = (tgid as i32, tid as i32);
-        if tgid <= 0 || tid <= 0 {
-            return Err(EINVAL.into());
-        }
-        let sig = Self::signal_arg(sig)?;
-        if tgid != 1 || !self.thread_exists(tid as u64) {
-            return Err(ESRCH.into());
-        }
-        // The target thread's mask decides whether the signal is blocked.
-        let own = self.process.signals.mask;
-        self.process.signals.mask = self.thread_sigmask(tid as u64);
-        let r = self.raise(sig);
-        self.process.signals.mask = own;
-        r
-    }
-
-    pub(crate) fn sys_rt_sigaction(
-        &mut self,
-        mem: &mut dyn Memory,
-        sig: u64,
-        act: u64,
-        oact: u64,
-        size: u64,
-    ) -> SysResult {
-        if size != 8 {
-            return Err(EINVAL.into());
-        }
-        let sig = sig as i32;
-        if !(1..=NSIG as i32).contains(&sig) || (act != 0 && (sig == SIGKILL || sig == SIGSTOP)) {
-            return Err(EINVAL.into());
-        }
-        let idx = (sig - 1) as usize;
-        let old = self.process.signals.actions[idx];
-        if act != 0 {
-            let mut b = [0u8; 32];
-            self.process.mappings.copy_in(mem, act, &mut b)?;
-            let mut new = [0u64; 4];
-            for (i, w) in new.iter_mut().enumerate() {
-                *w = u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or_default());
-            }
-            new[3] &= !(signal::bit(SIGKILL) | signal::bit(SIGSTOP));
-            self.process.signals.actions[idx] = new;
-            if new[0] == SIG_IGN || (new[0] == 0 && !signal::default_terminates(sig)) {
-                self.process.signals.pending &= !signal::bit(sig);
-            }
-        }
-        if oact != 0 {
-            let mut b = [0u8; 32];
-            for (i, w) in old.iter().enumerate() {
-                b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
-            }
-            self.process.mappings.copy_out(mem, oact, &b)?;
-        }
-        Ok(0)
-    }
-
-    pub(crate) fn sys_rt_sigprocmask(
-        &mut self,
-        mem: &mut dyn Memory,
-        how: u64,
-        set: u64,
-        oset: u64,
-        size: u64,
-    ) -> SysResult {
-        if size != 8 {
-            return Err(EINVAL.into());
-        }
-        let old = self.process.signals.mask;
-        if set != 0 {
-            let new = self.process.mappings.read_u64(mem, set)?;
-            let mask = match how {
-                0 => old | new,
-                1 => old & !new,
-                2 => new,
-                _ => return Err(EINVAL.into()),
-            };
-            self.process.signals.mask = mask & !(signal::bit(SIGKILL) | signal::bit(SIGSTOP));
-        }
-        if oset != 0 {
-            self.process.mappings.copy_out(mem, oset, &old.to_le_bytes())?;
-        }
-        match self.process.signals.deliver_unblocked() {
-            Delivery::Nothing => Ok(0),
-            Delivery::Kill(s) => {
-                Err(SysStop::Exit(ExitStatus::Signaled { signal: s, name: signal::name(s), fault: None }))
-            }
-        }
-    }
-
-    pub(crate) fn sys_sigaltstack(&mut self, mem: &mut dyn Memory, ss: u64, old: u64) -> SysResult {
-        let cur = self.process.signals.altstack;
-        if ss != 0 {
-            let mut b = [0u8; 24];
-            self.process.mappings.copy_in(mem, ss, &mut b)?;
-            let sp = u64::from_le_bytes(b[..8].try_into().unwrap_or_default());
-            let flags = u32::from_le_bytes(b[8..12].try_into().unwrap_or_default());
-            let size = u64::from_le_bytes(b[16..].try_into().unwrap_or_default());
-            if flags & !(2 | (1 << 31)) != 0 {
-                return Err(EINVAL.into());
-            }
-            if flags & 2 != 0 {
-                self.process.signals.altstack = (0, 2, 0);
-            } else {
-                if size < 2048 {
-                    return Err(ENOMEM.into());
-                }
-                self.process.signals.altstack = (sp, flags, size);
-            }
-        }
-        if old != 0 {
-            let mut b = [0u8; 24];
-            b[..8].copy_from_slice(&cur.0.to_le_bytes());
-            b[8..12].copy_from_slice(&cur.1.to_le_bytes());
-            b[16..].copy_from_slice(&cur.2.to_le_bytes());
-            self.process.mappings.copy_out(mem, old, &b)?;
-        }
-        Ok(0)
     }
 
     pub(crate) fn sys_futex(&mut self, mem: &mut dyn Memory, a: [u64; 6]) -> SysResult {

@@ -146,6 +146,9 @@ impl Kernel {
             clear_child_tid: if flags & CLONE_CHILD_CLEARTID != 0 { child_tid } else { 0 },
             robust_list: (0, 0),
             sigmask: self.process.signals.mask,
+            // Like Linux, a thread starts without an alternate stack.
+            altstack: crate::signal::DISABLED_ALTSTACK,
+            pending: 0,
             state: ThreadState::Runnable,
         };
         self.sched.threads.threads.insert(tid, t);
@@ -375,6 +378,7 @@ impl Kernel {
             t.clear_child_tid = self.process.clear_child_tid;
             t.robust_list = self.process.robust_list;
             t.sigmask = self.process.signals.mask;
+            t.altstack = self.process.signals.altstack;
         }
         if let Some(t) = self.sched.threads.threads.get(&tid) {
             self.process.fs_base = t.fs_base;
@@ -382,6 +386,7 @@ impl Kernel {
             self.process.clear_child_tid = t.clear_child_tid;
             self.process.robust_list = t.robust_list;
             self.process.signals.mask = t.sigmask;
+            self.process.signals.altstack = t.altstack;
             self.sched.threads.current = tid;
         }
     }

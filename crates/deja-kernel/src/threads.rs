@@ -7,7 +7,8 @@
 //! one thread runs at a time ([`Kernel::current_tid`]); the kernel switches threads only at a
 //! syscall, never at an exception. Per thread: the FS and GS bases, the `clear_child_tid`
 //! address (`set_tid_address`, `CLONE_CHILD_CLEARTID`), the robust list head (recorded only),
-//! and the signal mask. Everything else (memory, fds, signal dispositions, pending signals) is
+//! the signal mask, the alternate signal stack and the signals sent to the thread alone.
+//! Everything else (memory, fds, signal dispositions, signals pending for the process) is
 //! shared.
 //!
 //! # Scheduling
@@ -70,9 +71,9 @@
 //!   fault is ignored) and one waiter on it is woken; the thread is gone. The robust list is
 //!   not walked.
 //! - `gettid`, `set_tid_address`, `set_robust_list`, `rt_sigprocmask`, `arch_prctl` act on the
-//!   current thread. `tgkill`/`tkill` accept any live tid: the signal is sent with the target
-//!   thread's mask (no asynchronous delivery: a fatal default action ends the program, a
-//!   handler is recorded as caught, a blocked signal stays pending for the process).
+//!   current thread. `tgkill`/`tkill` accept any live tid: the signal is the target thread's to take
+//!   (see [`crate::sys_signal`]: a fatal default action ends the program, a handled one runs
+//!   its handler when the target next returns to ring 3, and interrupts its futex wait).
 //!
 //! [`Kernel::current_tid`]: crate::Kernel::current_tid
 //! [`Kernel::exception`]: crate::Kernel::exception
@@ -138,7 +139,7 @@ impl ThreadState {
 }
 
 /// One thread. For the current thread, the per-thread registers live in the [`Kernel`](crate::Kernel)
-/// fields (`fs_base`, `gs_base`, `clear_child_tid`, `robust_list`, `signals.mask`); the copy here is
+/// fields (`fs_base`, `gs_base`, `clear_child_tid`, `robust_list`, `signals.mask`, `signals.altstack`); the copy here is
 /// refreshed when it is switched out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Thread {
@@ -147,6 +148,10 @@ pub(crate) struct Thread {
     pub clear_child_tid: u64,
     pub robust_list: (u64, u64),
     pub sigmask: u64,
+    /// The alternate signal stack (see [`crate::signal::Signals::altstack`]).
+    pub altstack: (u64, u32, u64),
+    /// Signals sent to this thread alone, not yet taken (kept here for every thread).
+    pub pending: u64,
     pub state: ThreadState,
 }
 
@@ -170,6 +175,9 @@ pub(crate) struct Threads {
     /// The syscall being served (number and arguments), for a call that blocks in I/O.
     #[serde(skip)]
     pub call: (u64, [u64; 6]),
+    /// The stack pointer of the thread making the syscall being served.
+    #[serde(skip)]
+    pub sp: u64,
     /// The I/O call being served again for a blocked thread: its tid and whether its deadline
     /// passed.
     #[serde(skip)]
@@ -184,6 +192,8 @@ impl Default for Threads {
             clear_child_tid: 0,
             robust_list: (0, 0),
             sigmask: 0,
+            altstack: crate::signal::DISABLED_ALTSTACK,
+            pending: 0,
             state: ThreadState::Runnable,
         };
         Threads {
@@ -195,6 +205,7 @@ impl Default for Threads {
             wakeups: Vec::new(),
             idle: false,
             call: (0, [0; 6]),
+            sp: 0,
             retrying: None,
         }
     }

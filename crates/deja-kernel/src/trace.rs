@@ -47,6 +47,8 @@ pub enum ExceptionRecord {
     Emulated(u64),
     /// The program died of this signal.
     Fatal(i32),
+    /// The fault became this signal, which the program's handler took.
+    Handled(i32),
 }
 
 /// The running trace.
@@ -117,7 +119,7 @@ impl Tracer {
         }
     }
 
-    /// Records an emulated or fatal exception.
+    /// Records an emulated, handled or fatal exception.
     pub fn exception(&mut self, vector: u8, rip: u64, addr: u64, error_code: u64, rec: ExceptionRecord, vtime: u64) {
         let seq = self.exceptions;
         self.exceptions = self.exceptions.saturating_add(1);
@@ -131,6 +133,7 @@ impl Tracer {
         let (outcome, value) = match rec {
             ExceptionRecord::Emulated(tsc) => (1u8, tsc),
             ExceptionRecord::Fatal(sig) => (2u8, sig as u64),
+            ExceptionRecord::Handled(sig) => (3u8, sig as u64),
         };
         enc.push(outcome);
         enc.extend_from_slice(&value.to_le_bytes());

@@ -505,6 +505,7 @@ impl Sim {
         let seed = if life == 0 { n.seed } else { deja_vmm::restart_seed(n.seed, life) };
         let mut spec = ProgramSpec::for_program(n.cfg.image.clone(), &n.cfg.program, n.cfg.args.clone(), seed);
         spec.env = n.cfg.env.clone();
+        spec.cwd = n.cfg.cwd.clone();
         spec.files = n.cfg.files.clone();
         spec.disk = n.disk.take();
         spec.record_trace = self.record_trace;

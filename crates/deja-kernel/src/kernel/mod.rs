@@ -17,8 +17,9 @@
 //!    [`sys_path`](crate::sys_path) (paths, opening, metadata), [`sys_io`](crate::sys_io)
 //!    (reading and writing fds), [`sys_fs`](crate::sys_fs) (durable writes, syncs, the
 //!    namespace), [`sys_mem`](crate::sys_mem) (the address space), [`sys_net`](crate::sys_net)
-//!    (sockets, pipes, epoll), [`sys_proc`](crate::sys_proc) (process, signals, time,
-//!    identity), [`sys_sched`](crate::sys_sched) (threads, futexes, sleeps and the scheduler)
+//!    (sockets, pipes, epoll), [`sys_proc`](crate::sys_proc) (process, time, identity),
+//!    [`sys_signal`](crate::sys_signal) (signals, their handlers' frames, `rt_sigreturn`),
+//!    [`sys_sched`](crate::sys_sched) (threads, futexes, sleeps and the scheduler)
 //!    and [`sys_deja`](crate::sys_deja) (the deja syscall). They depend on this module and on
 //!    the state modules, and each is reached through its row of the table in
 //!    [`syscalls`](crate::syscalls).
@@ -64,8 +65,8 @@ use crate::stack::{self, AuxInfo};
 use crate::trace::memory_digest;
 use crate::user_layout::*;
 use crate::{
-    ArgsTooBigSnafu, DiskOverCapacitySnafu, GuestPathSnafu, InvalidDiskSnafu, MalformedSnafu, OutOfMemorySnafu,
-    TooBigSnafu,
+    ArgsTooBigSnafu, CwdSnafu, DiskOverCapacitySnafu, GuestPathSnafu, InvalidDiskSnafu, MalformedSnafu,
+    OutOfMemorySnafu, TooBigSnafu,
 };
 use crate::{AssertionReport, Entry, ExitStatus, LoadError, Memory, ProgramSpec, Prot, RunReport, Stream, PAGE_SIZE};
 use crate::{DecisionRecord, Disk};
@@ -92,6 +93,8 @@ pub(crate) enum SysStop {
     Unsupported,
     /// The calling thread blocked or exited: no return value now (see [`crate::threads`]).
     Block,
+    /// `rt_sigreturn`: the thread continues with this context.
+    Resume(Box<crate::UserContext>),
 }
 
 impl From<i32> for SysStop {
@@ -317,7 +320,18 @@ impl Kernel {
             coverage,
             host,
         };
-        let files = Files { fs, locks: BTreeMap::new(), fds: FdTable::new(&spec.stdin) };
+        let cwd = if spec.cwd.is_empty() || spec.cwd == "/" {
+            crate::fs::ROOT
+        } else {
+            let problem = |problem: &str| CwdSnafu { path: spec.cwd.clone(), problem: problem.to_string() };
+            snafu::ensure!(spec.cwd.starts_with('/'), problem("not an absolute path"));
+            match fs.walk(crate::fs::ROOT, spec.cwd.as_bytes(), true) {
+                Ok(crate::fs::Walked { id: Some(id), .. }) if fs.get(id).is_some_and(|i| i.is_dir()) => id,
+                Ok(crate::fs::Walked { id: Some(_), .. }) => return problem("not a directory").fail(),
+                _ => return problem("no such directory").fail(),
+            }
+        };
+        let files = Files { fs, locks: BTreeMap::new(), fds: FdTable::new(&spec.stdin), cwd };
         let kernel = Kernel {
             process,
             files,

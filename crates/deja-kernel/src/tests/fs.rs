@@ -580,7 +580,7 @@ fn workload(faults: FaultConfig, seed: u64, disk: Option<Disk>) -> (H, bool) {
             SyscallOutcome::Crash => return (h, true),
             SyscallOutcome::Exit(st) => panic!("exit {st:?}"),
             SyscallOutcome::Return(_) => {}
-            SyscallOutcome::Idle => panic!("a lone node went idle"),
+            SyscallOutcome::Idle | SyscallOutcome::Resume(_) => panic!("a lone node went idle or resumed"),
         }
     }
     (h, false)

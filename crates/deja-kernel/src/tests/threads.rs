@@ -11,7 +11,7 @@ const EAGAIN: i64 = -11;
 
 /// Boots and creates thread 2 (clone with glibc's flags), forcing thread 1 to keep running.
 /// Returns the scratch buffer: `buf` = parent_tid, `buf + 4` = child_tid (the join word).
-fn two_threads() -> (Kernel, FakeMemory, u64) {
+pub(super) fn two_threads() -> (Kernel, FakeMemory, u64) {
     let (mut k, _, mut m) = boot();
     let buf = scratch(&mut k, &mut m, 4096);
     override_next(&mut k, vec![0]);

@@ -22,7 +22,8 @@
 use std::time::Instant;
 
 use deja_kernel::{
-    Exception, ExceptionOutcome, ExitStatus, Kernel, Memory, Prot, Stream, SyscallOutcome, ARITH_FLAGS, PAGE_SIZE,
+    Exception, ExceptionOutcome, ExitStatus, Kernel, Memory, Prot, Stream, SyscallOutcome, UserContext, ARITH_FLAGS,
+    FPU_BYTES, PAGE_SIZE,
 };
 use deja_rewrite::Channel;
 use kvm_bindings::{
@@ -86,8 +87,8 @@ pub enum VmError {
     /// The guest ran guest code for longer than the watchdog allows without a syscall or an
     /// exception ([`crate::watchdog`]): not a bug found, and not deja failing.
     #[snafu(display(
-        "NO_PROGRESS: the program ran {ms} ms of host time without a syscall or an exception, after syscall \
-         {syscalls} (rip {rip:#x}); deja cannot tell a long computation from a loop that never ends: if it is the \
+        "NO_PROGRESS: the program (thread {thread}) ran {ms} ms of host time without a syscall or an exception, \
+         after syscall {syscalls} (rip {rip:#x}){signals}; deja cannot tell a long computation from a loop that never ends: if it is the \
          former, raise DEJA_NO_PROGRESS_S (seconds; 0 turns the watchdog off)"
     ))]
     NoProgress {
@@ -97,6 +98,11 @@ pub enum VmError {
         syscalls: u64,
         /// Where the guest was when deja gave up.
         rip: u64,
+        /// The thread that was running.
+        thread: u64,
+        /// Who waits behind it: the other runnable threads and the signals it has pending and
+        /// does not block, as words (empty if none).
+        signals: String,
     },
     /// The VM stopped in a way the monitor does not understand (a monitor bug or a host quirk).
     #[snafu(display(
@@ -127,6 +133,8 @@ pub struct VmStats {
     pub pt_syncs: u64,
     /// Switches between guest threads.
     pub thread_switches: u64,
+    /// Signal handlers entered (a fault or a sent signal delivered on a frame).
+    pub signals: u64,
     /// Ring-3 `cpuid` instructions that trapped (a rewritten site, or CPUID faulting) and were
     /// answered by deja.
     pub cpuid_exits: u64,

@@ -202,6 +202,56 @@ impl Vm {
         }
     }
 
+    /// The current thread's context for the core's signal delivery: `gprs`, `rip` and `rflags`
+    /// as given, the FPU state from the vCPU.
+    fn user_context(&mut self, gprs: [u64; 16], rip: u64, rflags: u64) -> Result<UserContext, VmError> {
+        let x = ioctl("KVM_GET_XSAVE", self.vcpu.get_xsave())?;
+        let fpu = x.region.iter().flat_map(|w| w.to_le_bytes()).take(FPU_BYTES).collect();
+        Ok(UserContext { gprs, rip, rflags, fpu })
+    }
+
+    /// Installs the FPU state of `ctx` (its registers are the caller's to set).
+    fn install_fpu(&mut self, ctx: &UserContext) -> Result<(), VmError> {
+        let mut x = ioctl("KVM_GET_XSAVE", self.vcpu.get_xsave())?;
+        for (w, b) in x.region.iter_mut().zip(ctx.fpu.chunks_exact(4)).take(FPU_BYTES / 4) {
+            *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        let x = kvm_xsave { region: x.region, ..Default::default() };
+        // SAFETY: a whole 4 KiB `kvm_xsave` read back from this vCPU, its first bytes replaced
+        // by a state the core validated (see `set_vcpu_state`).
+        ioctl("KVM_SET_XSAVE", unsafe { self.vcpu.set_xsave(&x) })
+    }
+
+    /// Installs a whole context of the current thread: registers, RIP, RFLAGS, FPU.
+    fn install_context(&mut self, ctx: &UserContext) -> Result<(), VmError> {
+        self.install_fpu(ctx)?;
+        let r = &mut self.vcpu.sync_regs_mut().regs;
+        set_gprs(r, &ctx.gprs);
+        r.rip = ctx.rip;
+        r.rflags = (ctx.rflags & !RFLAGS_RF) | RFLAGS_FIXED;
+        self.mark_dirty(SyncReg::Register);
+        Ok(())
+    }
+
+    /// On the current thread's way back to ring 3 (its registers are in the vCPU): runs the
+    /// handler of the signal it has to take, if any. `Some` if the signal ended the program.
+    fn take_signal(&mut self, kernel: &mut Kernel) -> Result<Option<ExitStatus>, VmError> {
+        if !kernel.signal_due() {
+            return Ok(None);
+        }
+        let r = self.vcpu.sync_regs().regs;
+        let mut ctx = self.user_context(gprs_of(&r), r.rip, r.rflags)?;
+        match kernel.deliver_signal(&mut self.space, &mut ctx) {
+            Ok(Some(_)) => {
+                self.stats.signals += 1;
+                self.install_context(&ctx)?;
+                Ok(None)
+            }
+            Ok(None) => Ok(None),
+            Err(status) => Ok(Some(status)),
+        }
+    }
+
     /// Puts a syscall's return value in RAX, resumes after the `syscall` instruction and applies
     /// the core's thread changes.
     fn finish_syscall(&mut self, kernel: &mut Kernel, value: u64) -> Result<(), VmError> {
@@ -250,6 +300,9 @@ impl Vm {
         // the last stop.
         self.switch_threads(kernel)?;
         self.apply_bases(kernel.fs_base(), kernel.gs_base());
+        if let Some(status) = self.take_signal(kernel)? {
+            return Ok(Stop::Exited(status));
+        }
         loop {
             self.pt_sync()?;
             let exit = self.kvm_run()?;
@@ -260,10 +313,30 @@ impl Vm {
                 Exit::Interrupted => {
                     let spent = progress.elapsed();
                     if limit.is_some_and(|l| spent >= l) {
+                        // deja switches threads and delivers signals only when the running thread
+                        // enters the monitor: say who waits behind it.
+                        let mut signals = String::new();
+                        let others: Vec<String> = kernel.runnable_others().iter().map(u64::to_string).collect();
+                        if !others.is_empty() {
+                            signals.push_str(&format!(
+                                "; runnable thread(s) {} never got a turn (deja switches threads only at a syscall)",
+                                others.join(", ")
+                            ));
+                        }
+                        let pending = kernel.pending_signals();
+                        if !pending.is_empty() {
+                            let names: Vec<String> = pending.iter().map(|&s| deja_kernel::signal_name(s)).collect();
+                            signals.push_str(&format!(
+                                "; it has {} pending, taken only at its next syscall or fault",
+                                names.join(", ")
+                            ));
+                        }
                         return Err(VmError::NoProgress {
                             ms: spent.as_millis() as u64,
                             syscalls: kernel.syscall_count(),
                             rip: self.rip(),
+                            thread: kernel.current_tid(),
+                            signals,
                         });
                     }
                     continue;
@@ -296,6 +369,7 @@ impl Vm {
                     return Ok(Stop::AtSyscall);
                 }
                 let args = [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9];
+                kernel.set_user_sp(regs.rsp);
                 let outcome = kernel.syscall(&mut self.space, regs.rax, args);
                 for (stream, bytes) in kernel.take_output() {
                     sink(stream, &bytes);
@@ -303,6 +377,9 @@ impl Vm {
                 match outcome {
                     SyscallOutcome::Return(value) => {
                         self.finish_syscall(kernel, value)?;
+                        if let Some(status) = self.take_signal(kernel)? {
+                            return Ok(Stop::Exited(status));
+                        }
                         if kernel.yield_due() {
                             return Ok(Stop::Yield);
                         }
@@ -310,6 +387,13 @@ impl Vm {
                     SyscallOutcome::Idle => {
                         self.finish_syscall(kernel, deja_kernel::threads::BLOCKED_RETURN)?;
                         return Ok(Stop::Idle);
+                    }
+                    SyscallOutcome::Resume(ctx) => {
+                        self.install_context(&ctx)?;
+                        self.apply_bases(kernel.fs_base(), kernel.gs_base());
+                        if let Some(status) = self.take_signal(kernel)? {
+                            return Ok(Stop::Exited(status));
+                        }
                     }
                     SyscallOutcome::Exit(status) => return Ok(Stop::Exited(status)),
                     SyscallOutcome::Crash => return Ok(Stop::Crashed),
@@ -353,6 +437,8 @@ impl Vm {
                 let mut rip = if breakpoint.is_some() { frame.rip - 1 } else { frame.rip };
                 let mut rflags = frame.rflags;
                 let mut gprs = gprs_of(&regs);
+                // RSP comes from the hardware frame (the gate ran on the ring-0 stack).
+                gprs[4] = frame.rsp;
                 match outcome {
                     ExceptionOutcome::Retry if breakpoint.is_some() => {}
                     ExceptionOutcome::Retry => {
@@ -385,10 +471,19 @@ impl Vm {
                             rflags = (rflags & !ARITH_FLAGS) | (f & ARITH_FLAGS);
                         }
                     }
+                    ExceptionOutcome::Deliver => {
+                        let mut ctx = self.user_context(gprs, rip, rflags)?;
+                        match kernel.deliver_signal(&mut self.space, &mut ctx) {
+                            Ok(_) => {
+                                self.stats.signals += 1;
+                                self.install_fpu(&ctx)?;
+                                (gprs, rip, rflags) = (ctx.gprs, ctx.rip, ctx.rflags);
+                            }
+                            Err(status) => return Ok(Stop::Exited(status)),
+                        }
+                    }
                     ExceptionOutcome::Fatal(status) => return Ok(Stop::Exited(status)),
                 }
-                // RSP comes from the hardware frame (the gate ran on the ring-0 stack).
-                gprs[4] = frame.rsp;
                 let sync = self.vcpu.sync_regs_mut();
                 set_gprs(&mut sync.regs, &gprs);
                 sync.regs.rip = rip;

@@ -28,7 +28,9 @@
 //! - `brk-storm`: the program break moved to the kernel half, to the top of memory, below its
 //!   start and back, and a mapping the size of the address space.
 //! - `fork-bomb`: fork in a loop; `exec-host`: execve of host programs.
-//! - `sigreturn-forge`: rt_sigreturn with a forged frame that asks for ring 0 and I/O privilege.
+//! - `sigreturn-forge`: rt_sigreturn with a forged frame that asks for ring 0 and I/O privilege;
+//!   `sigreturn-iopl`: one with user segments that asks for I/O privilege alone, resuming in a
+//!   function that prints the privilege it runs with.
 
 use std::arch::asm;
 use std::hint::black_box;
@@ -99,6 +101,20 @@ fn smc() {
         let b = f();
         println!("smc: {a} then {b}");
     }
+}
+
+/// Where a forged `rt_sigreturn` frame resumes: prints the code segment and I/O privilege level
+/// it runs with, then exits.
+extern "C" fn after_sigreturn() -> ! {
+    let (cs, flags): (u64, u64);
+    // SAFETY: reads CS and RFLAGS only.
+    unsafe {
+        asm!("mov {0:r}, cs", out(reg) cs);
+        asm!("pushfq", "pop {0}", out(reg) flags);
+    }
+    println!("after rt_sigreturn: cs {cs:#x}, iopl {}", (flags >> 12) & 3);
+    println!("survived sigreturn-iopl");
+    std::process::exit(0);
 }
 
 fn main() {
@@ -370,14 +386,17 @@ fn main() {
                     println!("execve {}: errno {}", p.to_string_lossy(), -r);
                 }
             }
-            "sigreturn-forge" => {
-                // A signal frame on the stack: uc_mcontext with cs = 0x08 (ring 0), eflags with
-                // IOPL 3, and rip at the program's own code.
+            "sigreturn-forge" | "sigreturn-iopl" => {
+                // A signal frame on the stack (RSP points at its ucontext): uc_mcontext with
+                // eflags asking for IOPL 3, rip at `after_sigreturn` on a stack of its own, and
+                // cs = 0x08 (ring 0) or the user's 0x33.
+                let stack = Box::leak(vec![0u64; 8192].into_boxed_slice());
+                let top = (stack.as_ptr() as u64 + 8192 * 8) & !15;
                 let mut frame = [0u64; 64];
-                frame[5 + 16] = main as *const () as usize as u64; // rip
+                frame[5 + 16] = after_sigreturn as *const () as usize as u64; // rip
                 frame[5 + 17] = 0x3202; // eflags: IF, IOPL 3
-                frame[5 + 18] = 0x08; // cs, gs, fs, ss packed
-                frame[5 + 15] = frame.as_ptr() as u64 + 4096; // rsp
+                frame[5 + 18] = if what == "sigreturn-forge" { 0x08 } else { 0x2b_0000_0000_0033 }; // cs, gs, fs, ss
+                frame[5 + 15] = top - 8; // rsp, as after a call
                 let r: i64;
                 asm!("mov r12, rsp", "mov rsp, {f}", "mov eax, 15", "syscall", "mov rsp, r12",
                      f = in(reg) frame.as_ptr(), out("r12") _, lateout("rax") r, lateout("rcx") _, lateout("r11") _);

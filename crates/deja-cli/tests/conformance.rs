@@ -1,0 +1,157 @@
+//! The conformance suite: small programs, one per area, each run natively and under deja.
+//! Their output and exit status must be the same; where a value is the host's (a thread id),
+//! only what is deterministic is compared, and the case says what it normalizes. Each run
+//! under deja is `--audit 3`: the same digest in this process and in fresh processes pinned to
+//! every host core. docs/CONFORMANCE.md lists the cases and what each covers.
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+
+use common::*;
+
+/// What a run showed: the program's stdout, its stderr (deja's own lines removed) and its
+/// exit status as a shell gives it (128 + signal for a signal).
+#[derive(Debug, PartialEq, Eq)]
+struct Seen {
+    stdout: String,
+    stderr: String,
+    status: i32,
+}
+
+fn native(name: &str, args: &[&str]) -> Seen {
+    let out = Command::new(guest(name)).args(args).output().expect("run natively");
+    let status = out.status.code().unwrap_or_else(|| 128 + out.status.signal().unwrap_or(0));
+    Seen { stdout: stdout(&out), stderr: stderr(&out), status }
+}
+
+fn under_deja(name: &str, args: &[&str]) -> Seen {
+    let prog = guest(name).to_string_lossy().into_owned();
+    let mut full = vec!["run", "--no-probe", "--audit", "3", &prog, "--"];
+    full.extend_from_slice(args);
+    let out = deja(&full);
+    let err = stderr(&out);
+    assert!(err.contains("deja: audit: identical over 3 runs"), "{name} is not deterministic under deja:\n{err}");
+    let own: Vec<&str> = err.lines().filter(|l| !l.starts_with("deja: ")).collect();
+    let mut stderr = own.join("\n");
+    if !own.is_empty() {
+        stderr.push('\n');
+    }
+    Seen { stdout: stdout(&out), stderr, status: out.status.code().expect("deja exits") }
+}
+
+/// Runs one case both ways and compares, after `normalize` of each stream.
+fn case(name: &str, args: &[&str], normalize: fn(&str) -> String) -> Seen {
+    let n = native(name, args);
+    let d = under_deja(name, args);
+    let n = Seen { stdout: normalize(&n.stdout), stderr: normalize(&n.stderr), status: n.status };
+    let d = Seen { stdout: normalize(&d.stdout), stderr: normalize(&d.stderr), status: d.status };
+    assert_eq!(d, n, "{name}: under deja (left) and natively (right) differ");
+    d
+}
+
+fn same(s: &str) -> String {
+    s.to_string()
+}
+
+/// Each of `lines` is a whole line of what the case printed: it ran to there.
+fn printed(seen: &Seen, lines: &[&str]) {
+    for line in lines {
+        assert!(seen.stdout.lines().any(|l| l == *line), "no {line:?} in:\n{}", seen.stdout);
+    }
+}
+
+#[test]
+fn signals_faults_handlers_and_masks_match_linux() {
+    let seen = case("conformance-signals", &[], same);
+    // The cases ran, to the end: each prints its line, and abort() ends it with SIGABRT.
+    printed(
+        &seen,
+        &[
+            "segv: sig=11 code=1 addr=0x18 altstack=1",
+            "accerr: sig=11 code=2 addr-is-main=1",
+            "fpe: sig=8 code=1",
+            "ill: sig=4 code=2 handled=1, resumed after the instruction",
+            "skip: sig=11 code=1 handled=1 kept=0x1234567",
+            "trap: sig=5 handled=1",
+            "raise: handled=1",
+            "blocked: handled=2 pending=1",
+            "unblocked: handled=3",
+            "mask inside: own=1 usr2=1",
+            "fpu kept: 2.50",
+            "abort handler ran",
+        ],
+    );
+    assert_eq!(seen.status, 134);
+}
+
+#[test]
+fn a_go_nil_dereference_is_recovered_as_natively() {
+    let seen = case("go-recover", &[], same);
+    assert!(
+        seen.stdout.contains(
+            "nil field: recovered runtime error: runtime error: invalid memory address or nil pointer dereference"
+        ),
+        "{}",
+        seen.stdout
+    );
+    assert!(seen.stdout.contains("divide: recovered runtime error: runtime error: integer divide by zero"));
+    assert!(seen.stdout.ends_with("still running\n"));
+    assert_eq!(seen.status, 0);
+}
+
+/// Rust names the overflowing thread by its tid, which is the host's natively.
+fn without_tid(s: &str) -> String {
+    match s.find("thread 'main' (") {
+        Some(i) => {
+            let rest = &s[i + "thread 'main' (".len()..];
+            let end = rest.find(')').unwrap_or(0);
+            format!("{}thread 'main' (TID{}", &s[..i], &rest[end..])
+        }
+        None => s.to_string(),
+    }
+}
+
+#[test]
+fn a_rust_stack_overflow_is_reported_by_rusts_own_handler() {
+    let seen = case("overflow", &[], without_tid);
+    assert!(seen.stderr.contains("thread 'main' (TID) has overflowed its stack"), "{}", seen.stderr);
+    assert_eq!(seen.status, 134, "SIGABRT from Rust's handler, not SIGSEGV");
+}
+
+#[test]
+fn working_directories_and_relative_paths_match_linux() {
+    let seen = case("conformance-dirs", &[], same);
+    printed(
+        &seen,
+        &[
+            "getcwd: BASE/a",
+            "read back: relative",
+            "fchdir to a file: ENOTDIR",
+            "chdir nope: ENOENT",
+            "getcwd into 4 bytes: ERANGE",
+            "create in a removed directory: ENOENT",
+            "rmdir base: ok",
+        ],
+    );
+    assert_eq!(seen.status, 0);
+}
+
+#[test]
+fn a_program_starts_in_the_directory_it_is_given() {
+    let dir = std::env::temp_dir().join(format!("deja-conformance-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let host = dir.join("x.txt");
+    std::fs::write(&host, "from --cwd\n").unwrap();
+    let cat = guest("cat").to_string_lossy().into_owned();
+    let decl = format!("{}:/data/in/x.txt", host.display());
+    let out = deja(&["run", "--no-probe", "--cwd", "/data/in", "--file", &decl, &cat, "--", "x.txt"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("x.txt: \"from --cwd\\n\""), "{}", stdout(&out));
+    // A directory the program does not have is refused before it runs, with the reason.
+    let out = deja(&["run", "--no-probe", "--cwd", "/data/nope", &cat]);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    assert!(stderr(&out).contains("working directory \"/data/nope\": no such directory"), "{}", stderr(&out));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,0 +1,467 @@
+//! Signals: sending them (`kill`, `tgkill`, `tkill`), dispositions (`rt_sigaction`), masks
+//! (`rt_sigprocmask`), alternate stacks (`sigaltstack`), and running handlers.
+//!
+//! # When a handler runs
+//!
+//! - **A fault.** A ring-3 fault deja cannot answer (an unmapped or forbidden access, #GP, #UD,
+//!   #DE, #BP, #AC, ...) becomes the signal Linux sends for it ([`crate::serve`] names them),
+//!   with Linux's `si_code` and `si_addr`. If the faulting thread has a handler for it and does
+//!   not block it, [`Kernel::exception`] answers [`ExceptionOutcome::Deliver`] and the handler
+//!   runs at once, on that thread; otherwise the program dies of it, as before (Linux, too,
+//!   kills a thread whose synchronous signal is blocked or ignored).
+//! - **A signal sent** (`kill` to the process, `tgkill`/`tkill`/`raise` to a thread). A fatal
+//!   default action ends the program in the sending call, unless every thread blocks the
+//!   signal; an ignored signal is dropped; a handled one becomes pending for the process or
+//!   the thread. A pending signal runs its handler when a thread that does not block it next
+//!   returns from the monitor to ring 3: after any syscall it made (the signal it sent itself
+//!   runs its handler before `tgkill` returns to the caller), after `rt_sigprocmask` unblocks
+//!   it, after `rt_sigreturn`, or when the scheduler switches to it. A thread waiting on a
+//!   futex that is sent a signal it handles wakes with `-EINTR` (whatever `SA_RESTART` says;
+//!   futex waits may always wake early). A thread asleep or waiting for I/O takes it when it
+//!   wakes. A thread that runs without making a syscall does not enter the monitor, and so
+//!   takes a signal only at its next syscall or fault.
+//!
+//! # The handler's frame
+//!
+//! Linux's: [`crate::sigframe`]. The handler gets `(sig, &siginfo, &ucontext)` whatever
+//! `SA_SIGINFO` says, returns to `sa_restorer` (a handler without `SA_RESTORER` cannot be
+//! run on x86-64 and the program dies of `SIGSEGV`, as on Linux), runs with `sa_mask` and
+//! the signal itself (unless `SA_NODEFER`) added to the mask, on the alternate stack with
+//! `SA_ONSTACK` (disarmed while there with `SS_AUTODISARM`), with a fresh FPU state.
+//! `SA_RESETHAND` resets the disposition. A frame that cannot be written (the stack is full)
+//! ends the program with `SIGSEGV`. `rt_sigreturn` restores every general-purpose register,
+//! RIP, the arithmetic flags, DF and AC, the FPU and AVX state, the mask and the alternate
+//! stack from the frame, which the handler may have changed; a frame it cannot use (a RIP
+//! outside the user half, reserved MXCSR bits, an XSAVE header with unknown features) ends
+//! the program with `SIGSEGV`. The shell installs the result ([`SyscallOutcome::Resume`]).
+//!
+//! [`ExceptionOutcome::Deliver`]: crate::ExceptionOutcome::Deliver
+//! [`SyscallOutcome::Resume`]: crate::SyscallOutcome::Resume
+
+use crate::errno::*;
+use crate::kernel::{Kernel, SysResult, SysStop};
+use crate::sigframe::{self, FrameParts};
+use crate::signal::{self, bit, Action, Forced, DISABLED_ALTSTACK, NSIG, SIGKILL, SIGSTOP, SIG_DFL, SIG_IGN};
+use crate::stack::GUEST_UID;
+use crate::sys_proc::GUEST_PID;
+use crate::threads::ThreadState;
+use crate::trace::ExceptionRecord;
+use crate::{ExitStatus, FaultInfo, Memory, UserContext};
+
+const SA_ONSTACK: u64 = 0x0800_0000;
+const SA_RESTORER: u64 = 0x0400_0000;
+const SA_NODEFER: u64 = 0x4000_0000;
+const SA_RESETHAND: u64 = 0x8000_0000;
+const SS_ONSTACK: u32 = 1;
+const SS_DISABLE: u32 = 2;
+const SS_AUTODISARM: u32 = 1 << 31;
+/// `MINSIGSTKSZ`.
+const MIN_ALTSTACK: u64 = 2048;
+/// `si_code` of a signal sent with `kill`.
+const SI_USER: i32 = 0;
+/// `si_code` of a signal sent with `tgkill` or `tkill`.
+const SI_TKILL: i32 = -6;
+
+/// Signals no mask can block.
+fn unmaskable() -> u64 {
+    bit(SIGKILL) | bit(SIGSTOP)
+}
+
+fn lowest(set: u64) -> i32 {
+    set.trailing_zeros() as i32 + 1
+}
+
+fn killed_by(sig: i32, fault: Option<FaultInfo>) -> ExitStatus {
+    ExitStatus::Signaled { signal: sig, name: signal::name(sig), fault }
+}
+
+impl Kernel {
+    /// The stack pointer of the thread making the next syscall (the shell sets it before each
+    /// one): `rt_sigreturn` finds its frame there and `sigaltstack` tells whether the thread
+    /// runs on its alternate stack.
+    pub fn set_user_sp(&mut self, sp: u64) {
+        self.sched.threads.sp = sp;
+    }
+
+    fn signal_arg(sig: u64) -> Result<i32, i32> {
+        let sig = sig as i32;
+        if (0..=NSIG as i32).contains(&sig) {
+            Ok(sig)
+        } else {
+            Err(EINVAL)
+        }
+    }
+
+    /// Signals pending for live thread `tid` alone.
+    fn thread_pending(&mut self, tid: u64) -> Option<&mut u64> {
+        self.sched.threads.threads.get_mut(&tid).map(|t| &mut t.pending)
+    }
+
+    /// Sends `sig` to thread `tid`, or to the process when `None` (see the module docs).
+    fn send_signal(&mut self, sig: i32, tid: Option<u64>) -> SysResult {
+        if sig == 0 {
+            return Ok(0);
+        }
+        let cur = self.sched.threads.current;
+        let blocks = |k: &Self, t: u64| sig != SIGKILL && k.thread_sigmask(t) & bit(sig) != 0;
+        // The thread that takes it: the target, or for the process the current thread unless
+        // it blocks the signal, then the first thread that does not.
+        let taker = match tid {
+            Some(t) => (!blocks(self, t)).then_some(t),
+            None if !blocks(self, cur) => Some(cur),
+            None => self.sched.threads.threads.keys().copied().find(|&t| !blocks(self, t)),
+        };
+        match (self.process.signals.action(sig), taker) {
+            (Action::Kill, Some(_)) => return Err(SysStop::Exit(killed_by(sig, None))),
+            (Action::Ignore, Some(_)) => return Ok(0),
+            _ => {}
+        }
+        match tid {
+            Some(t) => {
+                if let Some(p) = self.thread_pending(t) {
+                    *p |= bit(sig);
+                }
+            }
+            None => self.process.signals.pending |= bit(sig),
+        }
+        if let Some(t) = taker.filter(|&t| t != cur) {
+            let waiting =
+                self.sched.threads.threads.get(&t).is_some_and(|x| matches!(x.state, ThreadState::Futex { .. }));
+            if waiting {
+                self.sched.threads.wake(t, (-i64::from(EINTR)) as u64);
+            }
+        }
+        Ok(0)
+    }
+
+    pub(crate) fn sys_kill(&mut self, pid: u64, sig: u64) -> SysResult {
+        let sig = Self::signal_arg(sig)?;
+        if !matches!(pid as i32, -1..=1) {
+            return Err(ESRCH.into());
+        }
+        self.send_signal(sig, None)
+    }
+
+    pub(crate) fn sys_tgkill(&mut self, tgid: u64, tid: u64, sig: u64) -> SysResult {
+        let (tgid, tid) = (tgid as i32, tid as i32);
+        if tgid <= 0 || tid <= 0 {
+            return Err(EINVAL.into());
+        }
+        let sig = Self::signal_arg(sig)?;
+        if tgid != GUEST_PID as i32 || !self.thread_exists(tid as u64) {
+            return Err(ESRCH.into());
+        }
+        self.send_signal(sig, Some(tid as u64))
+    }
+
+    pub(crate) fn sys_rt_sigaction(
+        &mut self,
+        mem: &mut dyn Memory,
+        sig: u64,
+        act: u64,
+        oact: u64,
+        size: u64,
+    ) -> SysResult {
+        if size != 8 {
+            return Err(EINVAL.into());
+        }
+        let sig = sig as i32;
+        if !(1..=NSIG as i32).contains(&sig) || (act != 0 && (sig == SIGKILL || sig == SIGSTOP)) {
+            return Err(EINVAL.into());
+        }
+        let idx = (sig - 1) as usize;
+        let old = self.process.signals.actions[idx];
+        if act != 0 {
+            let mut b = [0u8; 32];
+            self.process.mappings.copy_in(mem, act, &mut b)?;
+            let mut new = [0u64; 4];
+            for (i, w) in new.iter_mut().enumerate() {
+                *w = u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+            }
+            new[3] &= !unmaskable();
+            self.process.signals.actions[idx] = new;
+            // Setting an ignoring disposition discards the pending signal everywhere.
+            if self.process.signals.action(sig) == Action::Ignore {
+                self.process.signals.pending &= !bit(sig);
+                for t in self.sched.threads.threads.values_mut() {
+                    t.pending &= !bit(sig);
+                }
+            }
+        }
+        if oact != 0 {
+            let mut b = [0u8; 32];
+            for (i, w) in old.iter().enumerate() {
+                b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+            }
+            self.process.mappings.copy_out(mem, oact, &b)?;
+        }
+        Ok(0)
+    }
+
+    pub(crate) fn sys_rt_sigprocmask(
+        &mut self,
+        mem: &mut dyn Memory,
+        how: u64,
+        set: u64,
+        oset: u64,
+        size: u64,
+    ) -> SysResult {
+        if size != 8 {
+            return Err(EINVAL.into());
+        }
+        let old = self.process.signals.mask;
+        if set != 0 {
+            let new = self.process.mappings.read_u64(mem, set)?;
+            let mask = match how {
+                0 => old | new,
+                1 => old & !new,
+                2 => new,
+                _ => return Err(EINVAL.into()),
+            };
+            self.process.signals.mask = mask & !unmaskable();
+        }
+        if oset != 0 {
+            self.process.mappings.copy_out(mem, oset, &old.to_le_bytes())?;
+        }
+        // A fatal signal it unblocked ends the program now; a handled one runs its handler on
+        // the way back (see `signal_due`).
+        match self.next_signal() {
+            Some((sig, _)) if self.process.signals.action(sig) == Action::Kill => {
+                Err(SysStop::Exit(killed_by(sig, None)))
+            }
+            _ => Ok(0),
+        }
+    }
+
+    /// `rt_sigpending`: the signals pending for the thread or the process that it blocks.
+    pub(crate) fn sys_rt_sigpending(&mut self, mem: &mut dyn Memory, set: u64, size: u64) -> SysResult {
+        if size > 8 {
+            return Err(EINVAL.into());
+        }
+        let cur = self.sched.threads.current;
+        let own = self.sched.threads.threads.get(&cur).map_or(0, |t| t.pending);
+        let pending = (own | self.process.signals.pending) & self.process.signals.mask;
+        self.process.mappings.copy_out(mem, set, &pending.to_le_bytes()[..size as usize])?;
+        Ok(0)
+    }
+
+    /// Whether `sp` is on the current thread's alternate stack (never with `SS_AUTODISARM`).
+    fn on_altstack(&self, sp: u64) -> bool {
+        let (ss_sp, flags, size) = self.process.signals.altstack;
+        flags & SS_AUTODISARM == 0 && size != 0 && sp > ss_sp && sp - ss_sp <= size
+    }
+
+    pub(crate) fn sys_sigaltstack(&mut self, mem: &mut dyn Memory, ss: u64, old: u64) -> SysResult {
+        let cur = self.process.signals.altstack;
+        let sp = self.sched.threads.sp;
+        let on = self.on_altstack(sp);
+        if ss != 0 {
+            let mut b = [0u8; 24];
+            self.process.mappings.copy_in(mem, ss, &mut b)?;
+            let ss_sp = u64::from_le_bytes(b[..8].try_into().unwrap_or_default());
+            let flags = u32::from_le_bytes(b[8..12].try_into().unwrap_or_default());
+            let size = u64::from_le_bytes(b[16..].try_into().unwrap_or_default());
+            if on {
+                return Err(EPERM.into());
+            }
+            let mode = flags & !SS_AUTODISARM;
+            if !matches!(mode, 0 | SS_ONSTACK | SS_DISABLE) {
+                return Err(EINVAL.into());
+            }
+            if mode == SS_DISABLE {
+                self.process.signals.altstack = DISABLED_ALTSTACK;
+            } else {
+                if size < MIN_ALTSTACK {
+                    return Err(ENOMEM.into());
+                }
+                self.process.signals.altstack = (ss_sp, flags & SS_AUTODISARM, size);
+            }
+        }
+        if old != 0 {
+            let state = if cur.2 == 0 {
+                SS_DISABLE
+            } else if on {
+                SS_ONSTACK
+            } else {
+                0
+            };
+            let mut b = [0u8; 24];
+            b[..8].copy_from_slice(&cur.0.to_le_bytes());
+            b[8..12].copy_from_slice(&(state | (cur.1 & SS_AUTODISARM)).to_le_bytes());
+            b[16..].copy_from_slice(&cur.2.to_le_bytes());
+            self.process.mappings.copy_out(mem, old, &b)?;
+        }
+        Ok(0)
+    }
+
+    /// `rt_sigreturn`: the context the handler's frame holds, which the shell installs.
+    pub(crate) fn sys_rt_sigreturn(&mut self, mem: &mut dyn Memory) -> SysResult {
+        let frame = self.sched.threads.sp.wrapping_sub(8);
+        let bad = |why: String| {
+            let d = format!("rt_sigreturn refused the signal frame at {frame:#x}: {why}");
+            SysStop::Exit(killed_by(11, Some(FaultInfo { description: d, vector: 0, rip: 0, addr: Some(frame) })))
+        };
+        let mut uc = [0u8; 304];
+        self.process
+            .mappings
+            .copy_in(mem, frame.wrapping_add(8), &mut uc)
+            .map_err(|_| bad("it cannot be read".into()))?;
+        let mut r = sigframe::decode(&uc, 0x202).map_err(bad)?;
+        if r.fpstate != 0 {
+            let mut x = vec![0u8; sigframe::FPU_BYTES + 4];
+            self.process
+                .mappings
+                .copy_in(mem, r.fpstate, &mut x)
+                .map_err(|_| bad(format!("its FPU state at {:#x} cannot be read", r.fpstate)))?;
+            r.ctx.fpu = sigframe::restore_fpu(&x).map_err(bad)?;
+        }
+        self.process.signals.mask = r.mask & !unmaskable();
+        // The alternate stack as it was, unless the restored stack pointer is on the current
+        // one (Linux ignores the error there too).
+        let (ss_sp, flags, size) = r.uc_stack;
+        if !self.on_altstack(r.ctx.gprs[4]) {
+            let mode = flags & !SS_AUTODISARM;
+            if mode == SS_DISABLE {
+                self.process.signals.altstack = DISABLED_ALTSTACK;
+            } else if matches!(mode, 0 | SS_ONSTACK) && size >= MIN_ALTSTACK {
+                self.process.signals.altstack = (ss_sp, flags & SS_AUTODISARM, size);
+            }
+        }
+        Err(SysStop::Resume(Box::new(r.ctx)))
+    }
+
+    /// The next signal the current thread would take: its own pending ones first, then the
+    /// process's, lowest number first; `true` if it is the thread's own.
+    fn next_signal(&self) -> Option<(i32, bool)> {
+        let mask = self.process.signals.mask;
+        let own = self.sched.threads.threads.get(&self.sched.threads.current).map_or(0, |t| t.pending) & !mask;
+        if own != 0 {
+            return Some((lowest(own), true));
+        }
+        let shared = self.process.signals.pending & !mask;
+        (shared != 0).then(|| (lowest(shared), false))
+    }
+
+    /// The runnable threads other than the current one.
+    pub fn runnable_others(&self) -> Vec<u64> {
+        let cur = self.sched.threads.current;
+        self.sched.threads.runnable().into_iter().filter(|&t| t != cur).collect()
+    }
+
+    /// The signals the current thread has pending and does not block (its own and the
+    /// process's), lowest first.
+    pub fn pending_signals(&self) -> Vec<i32> {
+        let own = self.sched.threads.threads.get(&self.sched.threads.current).map_or(0, |t| t.pending);
+        let set = (own | self.process.signals.pending) & !self.process.signals.mask;
+        (1..=NSIG as i32).filter(|&s| set & bit(s) != 0).collect()
+    }
+
+    /// Whether the current thread has a signal to take on its way back to ring 3: if so, the
+    /// shell reads the thread's context and calls [`Kernel::deliver_signal`].
+    pub fn signal_due(&self) -> bool {
+        self.process.signals.forced.is_some() || self.next_signal().is_some()
+    }
+
+    /// Gives the current thread the signal it has to take: writes the handler's frame, changes
+    /// `ctx` to enter the handler and returns the signal; `Ok(None)` if nothing was due (or
+    /// what was due is ignored now); `Err` if the signal ends the program.
+    pub fn deliver_signal(&mut self, mem: &mut dyn Memory, ctx: &mut UserContext) -> Result<Option<i32>, ExitStatus> {
+        loop {
+            let (sig, info, trap) = match self.process.signals.forced.take() {
+                Some(f) => (f.sig, sigframe::info_fault(f.sig, f.code, f.addr), f.trap),
+                None => {
+                    let Some((sig, own)) = self.next_signal() else { return Ok(None) };
+                    let cur = self.sched.threads.current;
+                    if own {
+                        if let Some(p) = self.thread_pending(cur) {
+                            *p &= !bit(sig);
+                        }
+                    } else {
+                        self.process.signals.pending &= !bit(sig);
+                    }
+                    let code = if own { SI_TKILL } else { SI_USER };
+                    (sig, sigframe::info_sent(sig, code, GUEST_PID as u32, GUEST_UID as u32), (0, 0, 0))
+                }
+            };
+            match self.process.signals.action(sig) {
+                Action::Ignore => continue,
+                Action::Kill => {
+                    let st = killed_by(sig, None);
+                    self.process.exit = Some(st.clone());
+                    return Err(st);
+                }
+                Action::Handle => return self.run_handler(mem, ctx, sig, info, trap).map(Some),
+            }
+        }
+    }
+
+    fn run_handler(
+        &mut self,
+        mem: &mut dyn Memory,
+        ctx: &mut UserContext,
+        sig: i32,
+        info: sigframe::SigInfo,
+        trap: (u64, u64, u64),
+    ) -> Result<i32, ExitStatus> {
+        let idx = (sig - 1) as usize;
+        let [handler, flags, restorer, sa_mask] = self.process.signals.actions[idx];
+        let sp = ctx.gprs[4];
+        let (ss_sp, ss_flags, ss_size) = self.process.signals.altstack;
+        let on_alt = self.on_altstack(sp);
+        let switch = flags & SA_ONSTACK != 0 && ss_size != 0 && !on_alt;
+        let (frame, fpstate) = sigframe::place(sp, switch.then(|| ss_sp.wrapping_add(ss_size)));
+        let old_mask = self.process.signals.mask;
+        let parts = FrameParts {
+            info,
+            restorer,
+            old_mask,
+            uc_stack: (ss_sp, if ss_size == 0 { SS_DISABLE } else { ss_flags }, ss_size),
+            trap,
+        };
+        let (f, x) = sigframe::encode(ctx, &parts, fpstate);
+        let why = if flags & SA_RESTORER == 0 {
+            Some("its handler has no SA_RESTORER".to_string())
+        } else if on_alt && !(frame > ss_sp && frame - ss_sp <= ss_size) {
+            Some("it would overflow the alternate stack".to_string())
+        } else if self.process.mappings.copy_out(mem, fpstate, &x).is_err()
+            || self.process.mappings.copy_out(mem, frame, &f).is_err()
+        {
+            Some(format!("its frame at {frame:#x} cannot be written (stack overflow?)"))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            let description = format!("{} could not be handled: {why}", signal::name(sig));
+            let now = self.sched.clock.now_ns();
+            self.record.tracer.exception(0, ctx.rip, frame, 0, ExceptionRecord::Fatal(11), now);
+            let st = killed_by(11, Some(FaultInfo { description, vector: 0, rip: ctx.rip, addr: Some(frame) }));
+            self.process.exit = Some(st.clone());
+            return Err(st);
+        }
+        sigframe::enter(ctx, handler, sig, frame);
+        let defer = if flags & SA_NODEFER == 0 { bit(sig) } else { 0 };
+        self.process.signals.mask = (old_mask | sa_mask | defer) & !unmaskable();
+        if flags & SA_RESETHAND != 0 {
+            self.process.signals.actions[idx][0] = SIG_DFL;
+        }
+        if switch && ss_flags & SS_AUTODISARM != 0 {
+            self.process.signals.altstack = DISABLED_ALTSTACK;
+        }
+        *self.process.signals.caught.entry(sig).or_default() += 1;
+        Ok(sig)
+    }
+
+    /// Whether a fault's signal `sig` runs a handler on the current thread: it has one and
+    /// does not block the signal. If so, the signal is made the thread's next (`code`, `addr`
+    /// and `trap` as its handler sees them) and the fault traced as handled.
+    pub(crate) fn fault_to_handler(&mut self, sig: i32, code: i32, addr: u64, trap: (u64, u64, u64), rip: u64) -> bool {
+        let s = &self.process.signals;
+        if s.action(sig) != Action::Handle || s.mask & bit(sig) != 0 || s.handler(sig) == SIG_IGN {
+            return false;
+        }
+        self.process.signals.forced = Some(Forced { sig, code, addr, trap });
+        let now = self.sched.clock.now_ns();
+        self.record.tracer.exception(trap.0 as u8, rip, trap.2, trap.1, ExceptionRecord::Handled(sig), now);
+        true
+    }
+}

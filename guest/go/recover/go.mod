@@ -1,0 +1,3 @@
+module deja.example/recover
+
+go 1.19
