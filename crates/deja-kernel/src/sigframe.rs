@@ -163,9 +163,12 @@ pub(crate) struct Restored {
     pub fpstate: u64,
 }
 
-/// Reads the `ucontext` of a frame (`uc`: its 304 bytes). `current` gives the flags that
-/// `rt_sigreturn` does not take from the frame. Err: why the frame is refused.
-pub(crate) fn decode(uc: &[u8; 304], current_flags: u64) -> Result<Restored, String> {
+/// The RFLAGS bits a thread in ring 3 always has (IF and the reserved bit 1): what
+/// `rt_sigreturn` does not take from a frame.
+const USER_FLAGS: u64 = 0x202;
+
+/// Reads the `ucontext` of a frame (`uc`: its 304 bytes). Err: why the frame is refused.
+pub(crate) fn decode(uc: &[u8; 304]) -> Result<Restored, String> {
     let get = |at: usize| u64::from_le_bytes(uc[at..at + 8].try_into().unwrap_or_default());
     let sc = 40;
     let mut gprs = [0u64; 16];
@@ -185,7 +188,7 @@ pub(crate) fn decode(uc: &[u8; 304], current_flags: u64) -> Result<Restored, Str
     if get(0) & 4 != 0 && seg(sc + 150) != USER_SS {
         return Err(format!("stack segment {:#x} is not user data", seg(sc + 150)));
     }
-    let rflags = (current_flags & !RESTORED_FLAGS) | (get(sc + 136) & RESTORED_FLAGS);
+    let rflags = USER_FLAGS | (get(sc + 136) & RESTORED_FLAGS);
     let uc_stack = (get(16), u32::from_le_bytes(uc[24..28].try_into().unwrap_or_default()), get(32));
     Ok(Restored {
         ctx: UserContext { gprs, rip, rflags, fpu: init_fpu() },
@@ -260,7 +263,7 @@ mod tests {
         assert!(frame + FRAME_BYTES <= fpstate);
         let (f, x) = encode(&c, &parts, fpstate);
         let uc: [u8; 304] = f[8..312].try_into().unwrap();
-        let r = decode(&uc, 0x202).unwrap();
+        let r = decode(&uc).unwrap();
         assert_eq!(r.ctx.gprs, c.gprs);
         assert_eq!(r.ctx.rip, c.rip);
         assert_eq!(r.ctx.rflags, 0x202 | 0x400 | 0x40 | 0x4, "DF, ZF and PF come back, IF stays the monitor's");
@@ -280,16 +283,16 @@ mod tests {
         assert!(frame < fpstate && fpstate + MATH_BYTES <= 0x7000_4000);
         let mut uc = [0u8; 304];
         uc[40 + 128..40 + 136].copy_from_slice(&(1u64 << 47).to_le_bytes());
-        assert!(decode(&uc, 0x202).unwrap_err().contains("non-user"));
+        assert!(decode(&uc).unwrap_err().contains("non-user"));
         uc[40 + 128..40 + 136].copy_from_slice(&0x40_1000u64.to_le_bytes());
-        assert!(decode(&uc, 0x202).unwrap_err().contains("code segment 0x3 is not user code"));
+        assert!(decode(&uc).unwrap_err().contains("code segment 0x3 is not user code"));
         uc[40 + 144] = 0x08;
-        assert!(decode(&uc, 0x202).unwrap_err().contains("code segment 0xb"), "ring 0 code is refused");
+        assert!(decode(&uc).unwrap_err().contains("code segment 0xb"), "ring 0 code is refused");
         uc[40 + 144] = 0x33;
         uc[40 + 136..40 + 144].copy_from_slice(&0x3202u64.to_le_bytes());
-        assert_eq!(decode(&uc, 0x202).unwrap().ctx.rflags, 0x202, "IOPL is never taken from a frame");
+        assert_eq!(decode(&uc).unwrap().ctx.rflags, 0x202, "IOPL is never taken from a frame");
         uc[0] = 4;
-        assert!(decode(&uc, 0x202).unwrap_err().contains("stack segment 0x3"));
+        assert!(decode(&uc).unwrap_err().contains("stack segment 0x3"));
         let (_, mut x) = encode(
             &ctx(),
             &FrameParts {

@@ -41,7 +41,7 @@
 use crate::errno::*;
 use crate::kernel::{Kernel, SysResult, SysStop};
 use crate::sigframe::{self, FrameParts};
-use crate::signal::{self, bit, Action, Forced, DISABLED_ALTSTACK, NSIG, SIGKILL, SIGSTOP, SIG_DFL, SIG_IGN};
+use crate::signal::{self, bit, Action, Forced, DISABLED_ALTSTACK, NSIG, SIGKILL, SIGSTOP, SIG_DFL};
 use crate::stack::GUEST_UID;
 use crate::sys_proc::GUEST_PID;
 use crate::threads::ThreadState;
@@ -238,8 +238,7 @@ impl Kernel {
         if size > 8 {
             return Err(EINVAL.into());
         }
-        let cur = self.sched.threads.current;
-        let own = self.sched.threads.threads.get(&cur).map_or(0, |t| t.pending);
+        let own = self.own_pending();
         let pending = (own | self.process.signals.pending) & self.process.signals.mask;
         self.process.mappings.copy_out(mem, set, &pending.to_le_bytes()[..size as usize])?;
         Ok(0)
@@ -306,7 +305,7 @@ impl Kernel {
             .mappings
             .copy_in(mem, frame.wrapping_add(8), &mut uc)
             .map_err(|_| bad("it cannot be read".into()))?;
-        let mut r = sigframe::decode(&uc, 0x202).map_err(bad)?;
+        let mut r = sigframe::decode(&uc).map_err(bad)?;
         if r.fpstate != 0 {
             let mut x = vec![0u8; sigframe::FPU_BYTES + 4];
             self.process
@@ -330,11 +329,16 @@ impl Kernel {
         Err(SysStop::Resume(Box::new(r.ctx)))
     }
 
+    /// Signals sent to the current thread alone, not yet taken.
+    fn own_pending(&self) -> u64 {
+        self.sched.threads.threads.get(&self.sched.threads.current).map_or(0, |t| t.pending)
+    }
+
     /// The next signal the current thread would take: its own pending ones first, then the
     /// process's, lowest number first; `true` if it is the thread's own.
     fn next_signal(&self) -> Option<(i32, bool)> {
         let mask = self.process.signals.mask;
-        let own = self.sched.threads.threads.get(&self.sched.threads.current).map_or(0, |t| t.pending) & !mask;
+        let own = self.own_pending() & !mask;
         if own != 0 {
             return Some((lowest(own), true));
         }
@@ -351,7 +355,7 @@ impl Kernel {
     /// The signals the current thread has pending and does not block (its own and the
     /// process's), lowest first.
     pub fn pending_signals(&self) -> Vec<i32> {
-        let own = self.sched.threads.threads.get(&self.sched.threads.current).map_or(0, |t| t.pending);
+        let own = self.own_pending();
         let set = (own | self.process.signals.pending) & !self.process.signals.mask;
         (1..=NSIG as i32).filter(|&s| set & bit(s) != 0).collect()
     }
@@ -456,7 +460,7 @@ impl Kernel {
     /// and `trap` as its handler sees them) and the fault traced as handled.
     pub(crate) fn fault_to_handler(&mut self, sig: i32, code: i32, addr: u64, trap: (u64, u64, u64), rip: u64) -> bool {
         let s = &self.process.signals;
-        if s.action(sig) != Action::Handle || s.mask & bit(sig) != 0 || s.handler(sig) == SIG_IGN {
+        if s.action(sig) != Action::Handle || s.mask & bit(sig) != 0 {
             return false;
         }
         self.process.signals.forced = Some(Forced { sig, code, addr, trap });
