@@ -137,7 +137,7 @@ fn guests() -> Result<(), String> {
 /// The guests written in other languages, built static with their own toolchains: `hostchan`
 /// (C: every host-channel instruction in inline assembly), `go-goroutines` (Go: goroutines,
 /// timers, a loopback socket and an fsynced file), `go-recover` (Go: faults turned into
-/// panics and recovered) and the C cases of the conformance suite (`guest/conformance/*.c`,
+/// panics and recovered), `go-unix` (Go: serving on Unix-domain sockets) and the C cases of the conformance suite (`guest/conformance/*.c`,
 /// as `conformance-<name>`). A missing toolchain is an error that says what to install.
 fn foreign_guests(out: &Path) -> Result<(), String> {
     let root = root();
@@ -168,6 +168,7 @@ fn foreign_guests(out: &Path) -> Result<(), String> {
         ("go-goroutines", "goroutines", ""),
         ("go-goroutines-stripped", "goroutines", "-s -w"),
         ("go-recover", "recover", ""),
+        ("go-unix", "unixsock", ""),
     ] {
         status(
             &format!("building guest/go/{dir} (Go: Debian's golang-go)"),

@@ -139,6 +139,48 @@ fn working_directories_and_relative_paths_match_linux() {
 }
 
 #[test]
+fn unix_sockets_match_linux() {
+    let seen = case("conformance-unix", &[], same);
+    printed(
+        &seen,
+        &[
+            "read after close, data was unread: ECONNRESET",
+            "recvmsg 3 of 6: 3 abc truncated=1",
+            "is a socket: 1, size 0",
+            "open a socket: ENXIO",
+            "getsockname: 11 srv.sock",
+            "SO_PEERCRED: pid is ours 1, uid is ours 1, length 12",
+            "echo: THIRD AND LAST",
+            "connect after unlink: ENOENT",
+            "connect from inside sub: 0",
+            "epoll after the client closed: 1, IN 1 OUT 1 RDHUP 1 HUP 1",
+            "recvfrom: from cl from cl.sock (length 10)",
+            "a third socket sends to srv: EPERM",
+            "send to a closed peer: ECONNREFUSED",
+            "rmdir base: 0",
+        ],
+    );
+    assert_eq!(seen.status, 0);
+}
+
+#[test]
+fn a_go_program_serves_on_unix_sockets_as_natively() {
+    let seen = case("go-unix", &[], same);
+    printed(
+        &seen,
+        &[
+            "echo: CLIENT 1 LINE 2",
+            "socket file: true",
+            "unixgram: \"one datagram\" from b.sock",
+            "reply: \"a reply\"",
+            "abstract: @deja-go-abstract",
+            "removed when the listener closed: true",
+        ],
+    );
+    assert_eq!(seen.status, 0);
+}
+
+#[test]
 fn a_program_starts_in_the_directory_it_is_given() {
     let dir = std::env::temp_dir().join(format!("deja-conformance-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -66,6 +66,9 @@ errnos! {
     ECONNREFUSED = 111;
     EALREADY = 114;
     EINPROGRESS = 115;
+    EPROTOTYPE = 91;
+    ESOCKTNOSUPPORT = 94;
+    ETOOMANYREFS = 109;
 }
 
 /// The name of errno `value` (`ENOENT` for 2), if it is one defined here.

@@ -21,6 +21,8 @@ pub const S_IFCHR: u32 = 0o020000;
 pub const S_IFDIR: u32 = 0o040000;
 /// `S_IFREG`.
 pub const S_IFREG: u32 = 0o100000;
+/// `S_IFSOCK`.
+pub const S_IFSOCK: u32 = 0o140000;
 /// `S_IFLNK`.
 pub const S_IFLNK: u32 = 0o120000;
 
@@ -195,12 +197,15 @@ pub struct OpenFile {
     /// Access mode and status flags (`O_RDONLY`/`O_WRONLY`, `O_APPEND`, `O_NONBLOCK`, ...).
     pub flags: u32,
     refs: u32,
+    /// Copies of it in flight in Unix socket messages (`SCM_RIGHTS`): it stays open while
+    /// any is, even with no fd left.
+    inflight: u32,
 }
 
 impl OpenFile {
     /// A description with `flags`.
     pub fn new(kind: FileKind, flags: u32) -> Self {
-        OpenFile { kind, offset: 0, flags, refs: 0 }
+        OpenFile { kind, offset: 0, flags, refs: 0, inflight: 0 }
     }
 
     /// True if opened for reading.
@@ -279,6 +284,7 @@ impl FdTable {
         for (&d, f) in &self.descs {
             let n = refs.get(&d).copied().unwrap_or(0);
             ensure(f.refs == n, || format!("description {d} counts {} references but has {n}", f.refs))?;
+            ensure(n > 0 || f.inflight > 0, || format!("description {d} has no fd and is not in flight"))?;
             ensure(d < self.next_desc, || format!("description {d} is not below the next index {}", self.next_desc))?;
         }
         Ok(())
@@ -322,11 +328,48 @@ impl FdTable {
         let e = self.fds.remove(&fd).ok_or(EBADF)?;
         if let Some(d) = self.descs.get_mut(&e.desc) {
             d.refs -= 1;
-            if d.refs == 0 {
+            if d.refs == 0 && d.inflight == 0 {
                 return Ok(self.descs.remove(&e.desc));
             }
         }
         Ok(None)
+    }
+
+    /// Puts a copy of `fd`'s description in flight (`SCM_RIGHTS`); its index.
+    pub fn hold(&mut self, fd: i32) -> Result<u64, i32> {
+        let e = self.entry(fd)?;
+        let d = self.descs.get_mut(&e.desc).ok_or(EBADF)?;
+        d.inflight += 1;
+        Ok(e.desc)
+    }
+
+    /// Descriptions in flight, counted once per copy.
+    pub fn in_flight(&self) -> u64 {
+        self.descs.values().map(|d| u64::from(d.inflight)).sum()
+    }
+
+    /// Installs a description that was in flight at the lowest free fd; the copy stays in
+    /// flight if `keep` (a peek).
+    pub fn receive(&mut self, desc: u64, limit: u64, cloexec: bool, keep: bool) -> Result<i32, i32> {
+        if !self.descs.contains_key(&desc) {
+            return Err(EBADF);
+        }
+        let fd = self.lowest_free(0, limit)?;
+        self.link(desc, fd, cloexec);
+        if let (false, Some(d)) = (keep, self.descs.get_mut(&desc)) {
+            d.inflight = d.inflight.saturating_sub(1);
+        }
+        Ok(fd)
+    }
+
+    /// Drops a copy in flight; returns the description if nothing holds it any more.
+    pub fn unhold(&mut self, desc: u64) -> Option<OpenFile> {
+        let d = self.descs.get_mut(&desc)?;
+        d.inflight = d.inflight.saturating_sub(1);
+        if d.refs == 0 && d.inflight == 0 {
+            return self.descs.remove(&desc);
+        }
+        None
     }
 
     /// `dup`/`F_DUPFD`: a new fd ≥ `min` for the description of `fd`.

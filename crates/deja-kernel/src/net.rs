@@ -47,6 +47,102 @@ pub const MAX_DATAGRAM: usize = 65_507;
 /// First ephemeral port.
 pub const EPHEMERAL_FIRST: u16 = 49_152;
 
+/// Most bytes a Unix stream or seqpacket socket holds unread (Linux's default `wmem`).
+pub const UNIX_BUFFER: usize = 212_992;
+/// What one queued Unix datagram or seqpacket costs beside its bytes.
+pub const UNIX_MSG_COST: usize = 512;
+/// A Unix datagram socket's queue is full beyond this many datagrams from senders it is not
+/// connected to (Linux's `net.unix.max_dgram_qlen`).
+pub const UNIX_DGRAM_QLEN: usize = 10;
+
+/// What a Unix socket's name is bound to: a path's inode, or an abstract name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub(crate) enum UnixKey {
+    Inode(u64),
+    Abstract(Vec<u8>),
+}
+
+/// `RCV_SHUTDOWN`: nothing more will arrive.
+pub(crate) const SHUT_RCV: u8 = 1;
+/// `SEND_SHUTDOWN`: nothing more may be sent.
+pub(crate) const SHUT_SEND: u8 = 2;
+
+/// A Unix-domain socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct UnixSock {
+    /// `SOCK_STREAM`, `SOCK_DGRAM` or `SOCK_SEQPACKET`.
+    pub ty: u64,
+    /// The name it is bound to, as given (`sun_path`; abstract names start with a NUL).
+    pub name: Option<Vec<u8>>,
+    /// What the name is registered under in [`Net::unix_names`].
+    pub key: Option<UnixKey>,
+    /// The connected peer (a datagram socket's default destination).
+    pub peer: Option<u64>,
+    /// `listen`ed: the backlog and the connections waiting for `accept`.
+    pub listen: Option<(u32, VecDeque<u64>)>,
+    /// Stream bytes not read yet.
+    pub bytes: VecDeque<u8>,
+    /// Datagrams or seqpackets not read yet.
+    pub msgs: VecDeque<UnixMsg>,
+    /// Stream bytes ever queued and ever read: the positions [`UnixSock::rights`] refer to.
+    pub queued: u64,
+    pub taken: u64,
+    /// Descriptions in flight with the stream bytes `[start, end)` of one write.
+    pub rights: VecDeque<(u64, u64, Vec<u64>)>,
+    /// [`SHUT_RCV`] and [`SHUT_SEND`].
+    pub shut: u8,
+    /// A pending error (`ECONNRESET` when the peer closed with data unread).
+    pub error: i32,
+}
+
+impl UnixSock {
+    pub fn new(ty: u64) -> Self {
+        UnixSock {
+            ty,
+            name: None,
+            key: None,
+            peer: None,
+            listen: None,
+            bytes: VecDeque::new(),
+            msgs: VecDeque::new(),
+            queued: 0,
+            taken: 0,
+            rights: VecDeque::new(),
+            shut: 0,
+            error: 0,
+        }
+    }
+
+    /// True for the connection-oriented types.
+    pub fn connection(&self) -> bool {
+        self.ty != 2
+    }
+
+    /// Bytes held unread; each message also costs [`UNIX_MSG_COST`], as a buffer does in
+    /// Linux, so that empty datagrams fill a queue too.
+    pub fn held(&self) -> usize {
+        self.bytes.len() + self.msgs.iter().map(|m| m.data.len() + UNIX_MSG_COST).sum::<usize>()
+    }
+
+    /// True if a message of `len` bytes from `from` (an object id) does not fit now.
+    pub fn full(&self, len: usize, from: u64) -> bool {
+        if self.ty == 2 && self.peer != Some(from) && self.msgs.len() > UNIX_DGRAM_QLEN {
+            return true;
+        }
+        self.held() > 0 && self.held() + len > UNIX_BUFFER
+    }
+}
+
+/// One Unix datagram or seqpacket.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct UnixMsg {
+    /// The sender's name, if it had one.
+    pub from: Option<Vec<u8>>,
+    pub data: Vec<u8>,
+    /// Descriptions in flight with it (`SCM_RIGHTS`).
+    pub fds: Vec<u64>,
+}
+
 /// An IPv4 socket address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct SockAddr {
@@ -200,6 +296,7 @@ pub(crate) enum ObjKind {
     Pipe { buf: VecDeque<u8>, readers: u32, writers: u32 },
     EventFd { value: u64, semaphore: bool },
     Epoll { interests: BTreeMap<i32, Interest> },
+    Unix(UnixSock),
 }
 
 /// An object and its options.
@@ -236,6 +333,12 @@ pub struct Net {
     pub(crate) bound_streams: BTreeMap<SockAddr, u64>,
     /// Bound UDP sockets.
     pub(crate) dgrams: BTreeMap<SockAddr, u64>,
+    /// Bound Unix sockets by name.
+    pub(crate) unix_names: BTreeMap<UnixKey, u64>,
+    /// The next abstract name an autobind gives.
+    pub(crate) next_autobind: u32,
+    /// Descriptions in flight in messages that were dropped unread: for the kernel to let go.
+    pub(crate) orphans: Vec<u64>,
     /// Packets for the network.
     pub(crate) outbox: Vec<Packet>,
     /// Packets for this node not yet delivered (loopback, within one syscall).
@@ -256,7 +359,13 @@ impl Persist for Net {
         let last = self.objects.keys().next_back().copied();
         ensure(last.is_none_or(|id| id < self.next_obj), || {
             format!("object {last:?} not below the next id {}", self.next_obj)
-        })
+        })?;
+        for (key, id) in &self.unix_names {
+            let ok =
+                matches!(&self.objects.get(id).map(|o| &o.kind), Some(ObjKind::Unix(u)) if u.key.as_ref() == Some(key));
+            ensure(ok, || format!("the Unix name {key:?} names object {id}, which is not bound to it"))?;
+        }
+        Ok(())
     }
 }
 
@@ -509,6 +618,34 @@ impl Net {
                     }
                 }
             }
+            ObjKind::Unix(u) => {
+                self.orphans.extend(u.msgs.iter().flat_map(|m| m.fds.iter().copied()));
+                self.orphans.extend(u.rights.iter().flat_map(|r| r.2.iter().copied()));
+                if let Some(k) = &u.key {
+                    if self.unix_names.get(k) == Some(&id) {
+                        self.unix_names.remove(k);
+                    }
+                }
+                if let Some((_, queue)) = &u.listen {
+                    for c in queue.clone() {
+                        self.release(c, None);
+                    }
+                }
+                // The peer of a connection sees both directions shut, and a reset if this end
+                // closed with data unread (as Linux does).
+                let unread = u.held() > 0;
+                if let (true, Some(p)) = (u.connection(), u.peer) {
+                    if let Some(Obj { kind: ObjKind::Unix(pu), .. }) = self.objects.get_mut(&p) {
+                        if pu.peer == Some(id) {
+                            pu.shut = SHUT_RCV | SHUT_SEND;
+                            if unread {
+                                pu.error = crate::errno::ECONNRESET;
+                            }
+                        }
+                    }
+                    self.touch(p);
+                }
+            }
             _ => {}
         }
         self.dirty = true;
@@ -551,6 +688,7 @@ impl Net {
                 }
             },
             ObjKind::Dgram(d) => EPOLLOUT | if d.queue.is_empty() { 0 } else { EPOLLIN },
+            ObjKind::Unix(u) => self.unix_readiness(id, u),
             ObjKind::Pipe { buf, readers, writers } => {
                 let mut r = 0;
                 if !buf.is_empty() || *writers == 0 {
@@ -600,6 +738,35 @@ impl Net {
                 }
             }
         }
+    }
+
+    /// Readiness of the Unix socket `id`, as Linux's `unix_poll` and `unix_dgram_poll` give it.
+    fn unix_readiness(&self, id: u64, u: &UnixSock) -> u32 {
+        if let Some((_, queue)) = &u.listen {
+            return if queue.is_empty() { 0 } else { EPOLLIN };
+        }
+        let mut r = 0;
+        if u.held() > 0 || u.error != 0 {
+            r |= EPOLLIN;
+        }
+        if u.error != 0 {
+            r |= EPOLLERR;
+        }
+        if u.shut & SHUT_RCV != 0 {
+            r |= EPOLLIN | EPOLLRDHUP;
+        }
+        // Linux: a connection-type socket not connected yet hangs up.
+        if u.shut == SHUT_RCV | SHUT_SEND || (u.connection() && u.peer.is_none()) {
+            r |= EPOLLHUP;
+        }
+        let peer = u.peer.and_then(|p| match self.objects.get(&p).map(|o| &o.kind) {
+            Some(ObjKind::Unix(pu)) => Some(pu),
+            _ => None,
+        });
+        if peer.is_none_or(|pu| !pu.full(1, id)) {
+            r |= EPOLLOUT;
+        }
+        r
     }
 
     /// The generation of object `id` (0 if gone).

@@ -13,6 +13,8 @@ pub const NSIG: u64 = 64;
 pub const SIGKILL: i32 = 9;
 /// `SIGSTOP`.
 pub const SIGSTOP: i32 = 19;
+/// `SIGPIPE`.
+pub const SIGPIPE: i32 = 13;
 /// `SIG_DFL`.
 pub const SIG_DFL: u64 = 0;
 /// `SIG_IGN`.

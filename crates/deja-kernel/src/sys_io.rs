@@ -29,12 +29,18 @@ impl Kernel {
     }
 
     /// Releases what a dropped description held.
+    /// A Unix socket released with descriptions in flight lets go of them in turn.
     pub(crate) fn dropped(&mut self, f: Option<OpenFile>) {
-        let Some(f) = f else { return };
-        if let Some(id) = f.kind.inode() {
-            self.files.fs.closed(id);
-        } else if let Some((obj, end)) = object_of(&f.kind) {
-            self.net.release(obj, end);
+        let mut work: Vec<OpenFile> = f.into_iter().collect();
+        while let Some(f) = work.pop() {
+            if let Some(id) = f.kind.inode() {
+                self.files.fs.closed(id);
+            } else if let Some((obj, end)) = object_of(&f.kind) {
+                self.net.release(obj, end);
+                for desc in std::mem::take(&mut self.net.orphans) {
+                    work.extend(self.files.fds.unhold(desc));
+                }
+            }
         }
     }
 

@@ -267,6 +267,9 @@ impl Kernel {
             }
         };
         let node = self.files.fs.get(id).ok_or(ENOENT)?;
+        if matches!(node.kind, Kind::Socket) && flags & O_PATH == 0 {
+            return Err(ENXIO.into());
+        }
         let opened_path = match &w.name {
             Some(n) => self.files.fs.path_in(w.parent, n),
             None => self.files.fs.dir_path(id).unwrap_or_default(),

@@ -134,6 +134,19 @@ impl Kernel {
         Ok(0)
     }
 
+    /// Makes `sig` pending for the thread whose call is being served (the current one, or the
+    /// one whose blocked call is served again), unless it is ignored: a signal the call itself
+    /// raises (SIGPIPE), taken on the thread's way back to ring 3.
+    pub(crate) fn raise_for_caller(&mut self, sig: i32) {
+        if matches!(self.process.signals.action(sig), Action::Ignore) {
+            return;
+        }
+        let tid = self.sched.threads.retrying.map_or(self.sched.threads.current, |(t, _)| t);
+        if let Some(p) = self.thread_pending(tid) {
+            *p |= bit(sig);
+        }
+    }
+
     pub(crate) fn sys_kill(&mut self, pid: u64, sig: u64) -> SysResult {
         let sig = Self::signal_arg(sig)?;
         if !matches!(pid as i32, -1..=1) {

@@ -24,6 +24,7 @@ mod net;
 mod persist;
 mod signals;
 mod threads;
+mod unix;
 
 /// One segment of a test image.
 struct Seg {

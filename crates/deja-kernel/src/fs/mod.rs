@@ -82,7 +82,7 @@ use serde::{Deserialize, Serialize};
 use crate::disk::{parent_of, Disk, DiskEntry};
 use crate::errno::*;
 use crate::faults::FaultKind;
-use crate::fd::{ino_of, Stat, S_IFCHR, S_IFDIR, S_IFLNK, S_IFREG};
+use crate::fd::{ino_of, Stat, S_IFCHR, S_IFDIR, S_IFLNK, S_IFREG, S_IFSOCK};
 use crate::persist::{ensure, RestoreError};
 
 mod durable;
@@ -334,6 +334,9 @@ pub enum Kind {
     DevNull,
     /// `/dev/random` (8) or `/dev/urandom` (9).
     Random(u32),
+    /// A Unix-domain socket's name (`bind` to a path). It holds no data, and like a socket
+    /// under `/run` or `/tmp` on tmpfs it does not outlive a crash.
+    Socket,
 }
 
 /// One inode.
@@ -374,6 +377,7 @@ impl Inode {
             Kind::Dir(_) => 4,
             Kind::Symlink(_) | Kind::ExeLink => 10,
             Kind::DevNull | Kind::Random(_) => 2,
+            Kind::Socket => 12,
         }
     }
 }

@@ -146,6 +146,7 @@ impl Fs {
             Kind::ExeLink => (S_IFLNK, 0, 0),
             Kind::DevNull => (S_IFCHR, 0, (1 << 8) | 3),
             Kind::Random(m) => (S_IFCHR, 0, (1 << 8) | u64::from(*m)),
+            Kind::Socket => (S_IFSOCK, 0, 0),
         };
         let dev = match i.kind {
             Kind::ProcMaps | Kind::ExeLink => 0x16,
@@ -377,6 +378,19 @@ impl Fs {
         self.writable_dir(w.parent)?;
         let ino = self.fresh_ino("", false);
         let id = self.insert(ino, mode & 0o7777, Kind::Dir(DirData::default_for(w.parent)), true, false, now);
+        self.add_entry(w.parent, &name, id, now);
+        Ok(id)
+    }
+
+    /// A Unix socket's name `w` (`bind`): a node outside the durable layer.
+    pub fn socket_node(&mut self, w: &Walked, mode: u32, now: u64) -> Result<u64, i32> {
+        if w.id.is_some() {
+            return Err(EADDRINUSE);
+        }
+        let name = Self::check_name(&w.name)?.to_string();
+        self.writable_dir(w.parent)?;
+        let ino = self.fresh_ino("", false);
+        let id = self.insert(ino, mode & 0o7777, Kind::Socket, false, false, now);
         self.add_entry(w.parent, &name, id, now);
         Ok(id)
     }

@@ -21,6 +21,7 @@ use crate::Memory;
 
 mod ready;
 mod transfer;
+pub(crate) mod unix;
 
 const AF_UNSPEC: u16 = 0;
 const AF_INET: u64 = 2;
@@ -32,6 +33,8 @@ const MSG_PEEK: u32 = 0x2;
 const MSG_TRUNC: u32 = 0x20;
 const MSG_DONTWAIT: u32 = 0x40;
 const MSG_WAITALL: u32 = 0x100;
+const MSG_CMSG_CLOEXEC: u32 = 0x4000_0000;
+const MSG_NOSIGNAL: u32 = 0x4000;
 const SOL_SOCKET: i32 = 1;
 const SO_TYPE: i32 = 3;
 const SO_ERROR: i32 = 4;
@@ -132,7 +135,10 @@ impl Kernel {
     }
 
     pub(crate) fn sys_socket(&mut self, domain: u64, ty: u64, proto: u64) -> SysResult {
-        // AF_UNIX, AF_INET6 and every other family.
+        if domain == unix::AF_UNIX {
+            return self.unix_socket(ty, proto);
+        }
+        // AF_INET6 and every other family.
         if domain != AF_INET {
             return Err(EAFNOSUPPORT.into());
         }
@@ -165,6 +171,9 @@ impl Kernel {
 
     pub(crate) fn sys_bind(&mut self, mem: &mut dyn Memory, fd: u64, addr: u64, len: u64) -> SysResult {
         let (id, _) = self.socket(fd)?;
+        if self.unix(id).is_some() {
+            return self.unix_bind(mem, id, addr, len);
+        }
         if len < u64::from(SOCKADDR_IN) {
             return Err(EINVAL.into());
         }
@@ -215,6 +224,9 @@ impl Kernel {
     pub(crate) fn sys_listen(&mut self, fd: u64, backlog: u64) -> SysResult {
         let (id, _) = self.socket(fd)?;
         let backlog = (backlog as i32).clamp(1, 4096) as u32;
+        if self.unix(id).is_some() {
+            return self.unix_listen(id, backlog);
+        }
         let local = match &self.obj(id)?.kind {
             ObjKind::Stream(s) => match s.state {
                 StreamState::Fresh => s.local,
@@ -248,6 +260,9 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let (id, fl) = self.socket(fd)?;
+        if self.unix(id).is_some() {
+            return self.unix_accept(mem, id, fl, addr, lenp, flags);
+        }
         let timeout = self.obj(id)?.rcvtimeo;
         let conn = match &mut self.obj_mut(id)?.kind {
             ObjKind::Stream(StreamSock { state: StreamState::Listening { queue, .. }, .. }) => queue.pop_front(),
@@ -295,6 +310,9 @@ impl Kernel {
 
     pub(crate) fn sys_connect(&mut self, mem: &mut dyn Memory, fd: u64, addr: u64, len: u64) -> SysResult {
         let (id, fl) = self.socket(fd)?;
+        if self.unix(id).is_some() {
+            return self.unix_connect(mem, id, fl, addr, len);
+        }
         let (family, mut dst) = self.read_sockaddr(mem, addr, len)?;
         if dst.is_unspecified() {
             dst.ip = [127, 0, 0, 1];
@@ -398,6 +416,9 @@ impl Kernel {
         if how > 2 {
             return Err(EINVAL.into());
         }
+        if self.unix(id).is_some() {
+            return self.unix_shutdown(id, how);
+        }
         let mut fin = None;
         match &mut self.obj_mut(id)?.kind {
             ObjKind::Stream(s) if s.state == StreamState::Connected => {
@@ -430,6 +451,9 @@ impl Kernel {
         peer: bool,
     ) -> SysResult {
         let (id, _) = self.socket(fd)?;
+        if self.unix(id).is_some() {
+            return self.unix_getname(mem, id, addr, lenp, peer);
+        }
         let (local, remote, connected) = match &self.obj(id)?.kind {
             ObjKind::Stream(s) => (s.local, s.remote, s.state == StreamState::Connected),
             ObjKind::Dgram(d) => (d.local, d.remote, d.remote.is_some()),
@@ -510,7 +534,13 @@ impl Kernel {
         if len < 0 {
             return Err(EINVAL.into());
         }
-        let bytes: Vec<u8> = if level == SOL_SOCKET && (name == SO_RCVTIMEO || name == SO_SNDTIMEO) {
+        let unix = match level {
+            SOL_SOCKET if self.unix(id).is_some() => self.unix_sockopt(id, name)?,
+            _ => None,
+        };
+        let bytes: Vec<u8> = if let Some(b) = unix {
+            b
+        } else if level == SOL_SOCKET && (name == SO_RCVTIMEO || name == SO_SNDTIMEO) {
             let o = &self.obj(id)?;
             let ns = if name == SO_RCVTIMEO { o.rcvtimeo } else { o.sndtimeo };
             let mut b = (ns / 1_000_000_000).to_le_bytes().to_vec();

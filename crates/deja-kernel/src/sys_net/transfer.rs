@@ -24,6 +24,11 @@ impl Kernel {
         }
         let nonblock = fl & O_NONBLOCK != 0 || flags & MSG_DONTWAIT != 0;
         let peek = flags & MSG_PEEK != 0;
+        if self.unix(id).is_some() {
+            let r = self.unix_recv(mem, id, iov, flags, nonblock)?;
+            self.unix_fds(&r.fds, None, r.peeked)?; // no room for descriptors: dropped
+            return Ok((r.n, None, r.trunc));
+        }
         let timeout = self.net.objects.get(&id).map_or(0, |o| o.rcvtimeo);
         let obj = self.net.objects.get_mut(&id).ok_or(EBADF)?;
         let (data, from, trunc): (Vec<u8>, Option<SockAddr>, bool) = match &mut obj.kind {
@@ -122,7 +127,7 @@ impl Kernel {
                 *value -= v;
                 (v.to_le_bytes().to_vec(), None, false)
             }
-            ObjKind::Epoll { .. } => return Err(EINVAL.into()),
+            ObjKind::Epoll { .. } | ObjKind::Unix(_) => return Err(EINVAL.into()),
         };
         self.scatter(mem, iov, &data)?;
         if !peek {
@@ -132,7 +137,7 @@ impl Kernel {
     }
 
     /// Copies `data` into the buffers of `iov` in order.
-    fn scatter(&mut self, mem: &mut dyn Memory, iov: &[(u64, u64)], data: &[u8]) -> Result<(), i32> {
+    pub(super) fn scatter(&mut self, mem: &mut dyn Memory, iov: &[(u64, u64)], data: &[u8]) -> Result<(), i32> {
         let mut off = 0usize;
         for &(base, len) in iov {
             if off >= data.len() {
@@ -145,13 +150,31 @@ impl Kernel {
         Ok(())
     }
 
-    /// Sends `data` on an object (to `to` for an unconnected datagram socket).
+    /// Sends `data` on an object (to `to` for an unconnected datagram socket). `EPIPE` comes
+    /// with SIGPIPE, as in Linux, unless `flags` has `MSG_NOSIGNAL`.
     pub(crate) fn obj_send(&mut self, fd: i32, data: &[u8], flags: u32, to: Option<SockAddr>) -> SysResult {
+        let r = self.obj_send_quiet(fd, data, flags, to);
+        self.sigpipe(r, flags)
+    }
+
+    /// SIGPIPE to the calling thread for a write that failed with `EPIPE` without
+    /// `MSG_NOSIGNAL`; the result stays (a handled or ignored SIGPIPE leaves `EPIPE`).
+    fn sigpipe(&mut self, r: SysResult, flags: u32) -> SysResult {
+        if matches!(r, Err(SysStop::Err(EPIPE))) && flags & MSG_NOSIGNAL == 0 {
+            self.raise_for_caller(crate::signal::SIGPIPE);
+        }
+        r
+    }
+
+    fn obj_send_quiet(&mut self, fd: i32, data: &[u8], flags: u32, to: Option<SockAddr>) -> SysResult {
         let (id, end, fl) = self.object(fd)?;
         if end == Some(false) {
             return Err(EBADF.into());
         }
         let nonblock = fl & O_NONBLOCK != 0 || flags & MSG_DONTWAIT != 0;
+        if self.unix(id).is_some() {
+            return self.unix_send(id, data, nonblock, None, &[]);
+        }
         let timeout = self.net.objects.get(&id).map_or(0, |o| o.sndtimeo);
         let dgram_info = match &self.net.objects.get(&id).ok_or(EBADF)?.kind {
             ObjKind::Dgram(d) => Some((d.local, d.remote)),
@@ -250,7 +273,7 @@ impl Kernel {
                 self.net.touch(id);
                 Ok(8)
             }
-            ObjKind::Epoll { .. } => Err(EINVAL.into()),
+            ObjKind::Epoll { .. } | ObjKind::Unix(_) => Err(EINVAL.into()),
         }
     }
 
@@ -262,6 +285,13 @@ impl Kernel {
         self.process.mappings.check(buf, len, Access::Read)?;
         let mut data = vec![0u8; len as usize];
         self.process.mappings.copy_in(mem, buf, &mut data)?;
+        let (id, fl) = self.socket(fd)?;
+        if self.unix(id).is_some() {
+            let to = if addr != 0 { self.read_sockaddr_un(mem, addr, alen)? } else { None };
+            let nonblock = fl & O_NONBLOCK != 0 || flags as u32 & MSG_DONTWAIT != 0;
+            let r = self.unix_send(id, &data, nonblock, to.as_deref(), &[]);
+            return self.sigpipe(r, flags as u32);
+        }
         let to = if addr != 0 { Some(self.read_sockaddr(mem, addr, alen)?.1) } else { None };
         self.obj_send(fd as i32, &data, flags as u32, to)
     }
@@ -270,6 +300,10 @@ impl Kernel {
         let [fd, buf, len, flags, addr, lenp] = a;
         self.socket(fd)?;
         access_ok_len(buf, len)?;
+        if let Some(r) = self.unix_recv_named(mem, fd, &[(buf, len)], flags, addr, lenp)? {
+            self.unix_fds(&r.fds, None, r.peeked)?;
+            return Ok(r.n);
+        }
         let (n, from, _) = self.obj_recv(mem, fd as i32, &[(buf, len)], flags as u32)?;
         if let Some(src) = from {
             self.write_sockaddr(mem, addr, lenp, src)?;
@@ -298,6 +332,14 @@ impl Kernel {
             data.resize(start + n as usize, 0);
             self.process.mappings.copy_in(mem, base, &mut data[start..])?;
         }
+        let (id, fl) = self.socket(fd)?;
+        if self.unix(id).is_some() {
+            let rights = self.unix_control(mem, msg)?;
+            let to = if name != 0 { self.read_sockaddr_un(mem, name, namelen)? } else { None };
+            let nonblock = fl & O_NONBLOCK != 0 || flags as u32 & MSG_DONTWAIT != 0;
+            let r = self.unix_send(id, &data, nonblock, to.as_deref(), &rights);
+            return self.sigpipe(r, flags as u32);
+        }
         let to = if name != 0 { Some(self.read_sockaddr(mem, name, namelen)?.1) } else { None };
         self.obj_send(fd as i32, &data, flags as u32, to)
     }
@@ -305,15 +347,54 @@ impl Kernel {
     pub(crate) fn sys_recvmsg(&mut self, mem: &mut dyn Memory, fd: u64, msg: u64, flags: u64) -> SysResult {
         self.socket(fd)?;
         let (name, _, iov) = self.msghdr(mem, msg)?;
-        let (n, from, trunc) = self.obj_recv(mem, fd as i32, &iov, flags as u32)?;
-        if let (Some(src), true) = (from, name != 0) {
-            self.write_sockaddr(mem, name, msg + 8, src)?;
+        let (n, trunc) = if let Some(r) = self.unix_recv_named(mem, fd, &iov, flags, name, msg + 8)? {
+            let ctrunc = self.unix_recv_control(mem, msg, &r, flags as u32)?;
+            let mf = if r.trunc { MSG_TRUNC as i32 } else { 0 } | ctrunc | (flags as u32 & MSG_CMSG_CLOEXEC) as i32;
+            self.process.mappings.copy_out(mem, msg + 48, &mf.to_le_bytes())?;
+            return Ok(r.n);
         } else {
-            self.process.mappings.copy_out(mem, msg + 8, &0u32.to_le_bytes())?;
-        }
+            let (n, from, trunc) = self.obj_recv(mem, fd as i32, &iov, flags as u32)?;
+            if let (Some(src), true) = (from, name != 0) {
+                self.write_sockaddr(mem, name, msg + 8, src)?;
+            } else {
+                self.process.mappings.copy_out(mem, msg + 8, &0u32.to_le_bytes())?;
+            }
+            (n, trunc)
+        };
         self.process.mappings.copy_out(mem, msg + 40, &0u64.to_le_bytes())?;
-        let mf: i32 = if trunc { MSG_TRUNC as i32 } else { 0 };
+        // Linux hands MSG_CMSG_CLOEXEC back in msg_flags.
+        let mf: i32 = if trunc { MSG_TRUNC as i32 } else { 0 } | (flags as u32 & MSG_CMSG_CLOEXEC) as i32;
         self.process.mappings.copy_out(mem, msg + 48, &mf.to_le_bytes())?;
         Ok(n)
+    }
+
+    /// `recvfrom`/`recvmsg` on a Unix socket (`None` for other kinds): what it received; the
+    /// sender's name goes to `addr`, its length to `lenp` (0 for an unnamed sender, as Linux
+    /// reports it).
+    fn unix_recv_named(
+        &mut self,
+        mem: &mut dyn Memory,
+        fd: u64,
+        iov: &[(u64, u64)],
+        flags: u64,
+        addr: u64,
+        lenp: u64,
+    ) -> Result<Option<unix::Received>, SysStop> {
+        let (id, fl) = self.socket(fd)?;
+        if self.unix(id).is_none() {
+            return Ok(None);
+        }
+        let nonblock = fl & O_NONBLOCK != 0 || flags as u32 & MSG_DONTWAIT != 0;
+        let r = self.unix_recv(mem, id, iov, flags as u32, nonblock)?;
+        let named = match &r.from {
+            Some(name) if addr != 0 => self.write_sockaddr_un(mem, addr, lenp, Some(name)),
+            _ if lenp != 0 => self.process.mappings.copy_out(mem, lenp, &0u32.to_le_bytes()),
+            _ => Ok(()),
+        };
+        if let Err(e) = named {
+            self.unix_fds(&r.fds, None, r.peeked)?;
+            return Err(e.into());
+        }
+        Ok(Some(r))
     }
 }

@@ -161,7 +161,7 @@ syscall_table! {
     50     "listen"            [Fd, Int] => |k, _, a| k.sys_listen(a[0], a[1]);
     51     "getsockname"       [Fd, Ptr, Ptr] => |k, m, a| k.sys_getsockname(m, a[0], a[1], a[2], false);
     52     "getpeername"       [Fd, Ptr, Ptr] => |k, m, a| k.sys_getsockname(m, a[0], a[1], a[2], true);
-    53     "socketpair";
+    53     "socketpair"        [Int, Int, Int, Ptr] => |k, m, a| k.sys_socketpair(m, a[0], a[1], a[2], a[3]);
     54     "setsockopt"        [Fd, Int, Int, Ptr, Len] => |k, m, a| k.sys_setsockopt(m, a[0], a[1], a[2], a[3], a[4]);
     55     "getsockopt"        [Fd, Int, Int, Ptr, Ptr] => |k, m, a| k.sys_getsockopt(m, a[0], a[1], a[2], a[3], a[4]);
     56     "clone"             [Flags, Ptr, Ptr, Ptr, Ptr] => |k, m, a| k.sys_clone(m, a);
@@ -590,7 +590,7 @@ mod tests {
                 assert!(handler(nr).is_none() && args(nr).is_none());
             }
         }
-        assert_eq!(TABLE.iter().filter(|e| e.served()).count(), 149);
+        assert_eq!(TABLE.iter().filter(|e| e.served()).count(), 150);
         assert_eq!(args(0), Some(&[Arg::Fd, Arg::Ptr, Arg::Len][..]));
         assert_eq!(args(257), Some(&[Arg::Fd, Arg::Path, Arg::Flags, Arg::Mode][..]));
         assert!(entry(334).is_some_and(Entry::served), "rseq is answered on purpose");

@@ -1,0 +1,3 @@
+module deja.example/unixsock
+
+go 1.19
