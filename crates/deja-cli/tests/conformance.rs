@@ -181,6 +181,42 @@ fn a_go_program_serves_on_unix_sockets_as_natively() {
 }
 
 #[test]
+fn copies_between_descriptors_ownership_and_mincore_match_linux() {
+    let seen = case("conformance-files", &[], same);
+    printed(
+        &seen,
+        &[
+            "position now 26, source offset still 10",
+            "the socket gave pqrs",
+            "positions now 26 and 13, offsets still 5 and 5",
+            "overlapping within one file: EINVAL",
+            "chown to our own ids: 0",
+            "mincore over a hole: ENOMEM",
+            "rmdir base: 0",
+        ],
+    );
+    assert_eq!(seen.status, 0);
+}
+
+#[test]
+fn waiting_for_signals_matches_linux() {
+    let seen = case("conformance-sigwait", &[], same);
+    printed(
+        &seen,
+        &[
+            "sigsuspend: EINTR",
+            "handled 1, SIGUSR1 blocked inside the handler 1",
+            "after: SIGUSR1 blocked again 1",
+            "pause ended after the handler of SIGUSR2",
+            "sigtimedwait, nothing pending, 10 ms: EAGAIN",
+            "si_code 0 (SI_USER), si_pid is ours 1, si_uid is ours 1",
+            "handlers ran: 0",
+        ],
+    );
+    assert_eq!(seen.status, 0);
+}
+
+#[test]
 fn a_program_starts_in_the_directory_it_is_given() {
     let dir = std::env::temp_dir().join(format!("deja-conformance-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

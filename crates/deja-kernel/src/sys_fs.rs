@@ -488,6 +488,45 @@ impl Kernel {
         Ok(0)
     }
 
+    /// `fchownat`, `chown`, `lchown`: the program's own uid and gid (or -1, unchanged) are
+    /// accepted and change nothing; any other owner is `EPERM`, as for an unprivileged process.
+    pub(crate) fn sys_fchownat(
+        &mut self,
+        mem: &mut dyn Memory,
+        dirfd: u64,
+        path: u64,
+        ids: (u64, u64),
+        flags: u64,
+    ) -> SysResult {
+        if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+            return Err(EINVAL.into());
+        }
+        let id = match self.resolve(mem, dirfd, path, flags, flags & AT_SYMLINK_NOFOLLOW == 0)? {
+            Target::Path(w) => Some(self.target_id(&w)?),
+            Target::Fd(fd) => self.files.fds.get(fd)?.kind.inode(),
+        };
+        self.chown_id(id, ids)
+    }
+
+    /// `fchown`.
+    pub(crate) fn sys_fchown(&mut self, fd: u64, uid: u64, gid: u64) -> SysResult {
+        let id = self.files.fds.get(fd as i32)?.kind.inode();
+        self.chown_id(id, (uid, gid))
+    }
+
+    fn chown_id(&mut self, id: Option<u64>, (uid, gid): (u64, u64)) -> SysResult {
+        let own = |v: u64| v as u32 == u32::MAX || u64::from(v as u32) == crate::stack::GUEST_UID;
+        if !own(uid) || !own(gid) {
+            return Err(EPERM.into());
+        }
+        if let Some(node) = id.and_then(|id| self.files.fs.get(id)) {
+            if node.readonly && !node.is_dir() && !matches!(node.kind, Kind::DevNull | Kind::Random(_)) {
+                return Err(EROFS.into());
+            }
+        }
+        Ok(0)
+    }
+
     /// `umask`: sets the permission bits masked from new files and returns the old mask.
     pub(crate) fn sys_umask(&mut self, mask: u64) -> SysResult {
         let old = self.process.umask;

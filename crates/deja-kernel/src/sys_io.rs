@@ -53,11 +53,23 @@ impl Kernel {
     /// Reads up to `count` bytes from `fd` into guest memory at `buf`, at `pos` (or the file
     /// offset).
     fn do_read(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64, count: u64, pos: Option<u64>) -> Result<u64, i32> {
+        if !self.files.fds.get(fd as i32)?.readable() {
+            return Err(EBADF);
+        }
+        access_ok(buf, count)?;
+        let data = self.read_bytes(fd, count, pos)?;
+        self.process.mappings.copy_out(mem, buf, &data)?;
+        self.advance(fd, pos, data.len() as u64)?;
+        Ok(data.len() as u64)
+    }
+
+    /// What a read of up to `count` bytes of the file `fd` at `pos` (or its offset) gives,
+    /// without moving the offset ([`Kernel::advance`] does).
+    fn read_bytes(&mut self, fd: u64, count: u64, pos: Option<u64>) -> Result<Vec<u8>, i32> {
         let f = self.files.fds.get(fd as i32)?;
         if !f.readable() {
             return Err(EBADF);
         }
-        access_ok(buf, count)?;
         let count = count.min(MAX_IO);
         let off = pos.unwrap_or(f.offset);
         let held;
@@ -73,24 +85,129 @@ impl Kernel {
                 self.io_point(crate::faults::IoOp::Read, &path, Some((off, off.saturating_add(count.max(1)))), (0, 0))?;
                 self.files.fs.contents(id).ok_or(EINVAL)?
             }
-            ReadSource::Empty => return Ok(0),
+            ReadSource::Empty => return Ok(Vec::new()),
             ReadSource::Random => {
-                self.process.mappings.check(buf, count, Access::Write)?;
                 let mut b = vec![0u8; count as usize];
                 self.rng.fill(&mut b);
-                self.process.mappings.copy_out(mem, buf, &b)?;
-                return Ok(count);
+                return Ok(b);
             }
         };
         let avail = (data.len() as u64).saturating_sub(off);
         let n = count.min(avail);
-        if n > 0 {
-            self.process.mappings.copy_out(mem, buf, &data[off as usize..(off + n) as usize])?;
+        if n == 0 {
+            return Ok(Vec::new());
         }
+        Ok(data[off as usize..(off + n) as usize].to_vec())
+    }
+
+    /// Moves `fd`'s offset past `n` bytes read, unless the read was positioned.
+    fn advance(&mut self, fd: u64, pos: Option<u64>, n: u64) -> Result<(), i32> {
         if pos.is_none() {
-            self.files.fds.get_mut(fd as i32)?.offset = off + n;
+            let f = self.files.fds.get_mut(fd as i32)?;
+            if !matches!(f.kind.read_source(false), Ok(ReadSource::Random | ReadSource::Empty)) {
+                f.offset += n;
+            }
         }
+        Ok(())
+    }
+
+    /// `sendfile`: copies up to `count` bytes of the file `inp` (at `*offp` if given, which
+    /// then moves instead of the file offset) to `out`, any writable descriptor.
+    pub(crate) fn sys_sendfile(
+        &mut self,
+        mem: &mut dyn Memory,
+        out: u64,
+        inp: u64,
+        offp: u64,
+        count: u64,
+    ) -> SysResult {
+        let fin = self.files.fds.get(inp as i32)?;
+        if !fin.readable() {
+            return Err(EBADF.into());
+        }
+        if fin.kind.is_stream() {
+            return Err(EINVAL.into());
+        }
+        let fout = self.files.fds.get(out as i32)?;
+        if !fout.writable() {
+            return Err(EBADF.into());
+        }
+        if fout.flags & O_APPEND != 0 {
+            return Err(EINVAL.into());
+        }
+        let pos = self.offset_arg(mem, offp)?;
+        let data = self.read_bytes(inp, count, pos)?;
+        let n = if data.is_empty() {
+            0
+        } else if self.is_object(out as i32) {
+            self.obj_send(out as i32, &data, 0, None)?
+        } else {
+            self.do_write(out, &data, None)?
+        };
+        self.moved(mem, inp, offp, pos, n)?;
         Ok(n)
+    }
+
+    /// `copy_file_range`: copies up to `len` bytes between two regular files, each at its
+    /// offset or at the position its pointer gives (which then moves instead).
+    pub(crate) fn sys_copy_file_range(&mut self, mem: &mut dyn Memory, a: [u64; 6]) -> SysResult {
+        let [inp, offp_in, out, offp_out, len, flags] = a;
+        if flags != 0 {
+            return Err(EINVAL.into());
+        }
+        let (fin, fout) = (self.files.fds.get(inp as i32)?, self.files.fds.get(out as i32)?);
+        if !fin.readable() || !fout.writable() || fout.flags & O_APPEND != 0 {
+            return Err(EBADF.into());
+        }
+        let regular = |f: &OpenFile| {
+            let st = f.kind.stat(&self.files.fs);
+            (st.mode & 0o170000 == S_IFREG, st.mode & 0o170000 == S_IFDIR)
+        };
+        let (r_in, d_in) = regular(fin);
+        let (r_out, d_out) = regular(fout);
+        if d_in || d_out {
+            return Err(EISDIR.into());
+        }
+        if !r_in || !r_out {
+            return Err(EINVAL.into());
+        }
+        let (same, off_in, off_out) = (fin.kind.inode() == fout.kind.inode(), fin.offset, fout.offset);
+        let pos_in = self.offset_arg(mem, offp_in)?;
+        let pos_out = self.offset_arg(mem, offp_out)?;
+        let (start_in, start_out) = (pos_in.unwrap_or(off_in), pos_out.unwrap_or(off_out));
+        if same && start_in < start_out.saturating_add(len) && start_out < start_in.saturating_add(len) {
+            return Err(EINVAL.into());
+        }
+        let data = self.read_bytes(inp, len, pos_in)?;
+        let n = if data.is_empty() { 0 } else { self.do_write(out, &data, Some(start_out))? };
+        if pos_out.is_none() {
+            self.files.fds.get_mut(out as i32)?.offset = start_out + n;
+        } else {
+            self.process.mappings.copy_out(mem, offp_out, &(start_out + n).to_le_bytes())?;
+        }
+        self.moved(mem, inp, offp_in, pos_in, n)?;
+        Ok(n)
+    }
+
+    /// The position an `loff_t *` argument gives (`None` for a null pointer).
+    fn offset_arg(&self, mem: &mut dyn Memory, p: u64) -> Result<Option<u64>, i32> {
+        if p == 0 {
+            return Ok(None);
+        }
+        let v = self.process.mappings.read_u64(mem, p)?;
+        if (v as i64) < 0 {
+            return Err(EINVAL);
+        }
+        Ok(Some(v))
+    }
+
+    /// After `n` bytes were copied out of `fd`: moves `*p` if the copy started at a position
+    /// it gave, the file offset otherwise.
+    fn moved(&mut self, mem: &mut dyn Memory, fd: u64, p: u64, pos: Option<u64>, n: u64) -> Result<(), i32> {
+        match pos {
+            Some(at) => self.process.mappings.copy_out(mem, p, &(at + n).to_le_bytes()),
+            None => self.advance(fd, None, n),
+        }
     }
 
     /// Writes `data` to `fd`, at `pos` or the file offset.

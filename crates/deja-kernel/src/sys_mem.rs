@@ -287,6 +287,19 @@ impl Kernel {
         Ok(0)
     }
 
+    /// `mincore`: every page of a mapped range reads as resident (deja pages memory in on its
+    /// own schedule, which the program must not observe); `ENOMEM` for a hole.
+    pub(crate) fn sys_mincore(&mut self, mem: &mut dyn Memory, addr: u64, len: u64, vec: u64) -> SysResult {
+        let end = user_range(addr, len)?;
+        if !self.process.mappings.fully_mapped(addr, end) {
+            return Err(ENOMEM.into());
+        }
+        let pages = ((end - addr) / crate::PAGE_SIZE) as usize;
+        self.process.mappings.check(vec, pages as u64, crate::mappings::Access::Write)?;
+        self.process.mappings.copy_out(mem, vec, &vec![1u8; pages])?;
+        Ok(0)
+    }
+
     /// Moves the mapping `[old, old+old_len)` to `new` and sizes it to `new_len`.
     fn move_mapping(
         &mut self,

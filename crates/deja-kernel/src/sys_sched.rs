@@ -149,6 +149,7 @@ impl Kernel {
             // Like Linux, a thread starts without an alternate stack.
             altstack: crate::signal::DISABLED_ALTSTACK,
             pending: 0,
+            suspended_mask: None,
             state: ThreadState::Runnable,
         };
         self.sched.threads.threads.insert(tid, t);

@@ -20,6 +20,10 @@
 //!   futex waits may always wake early). A thread asleep or waiting for I/O takes it when it
 //!   wakes. A thread that runs without making a syscall does not enter the monitor, and so
 //!   takes a signal only at its next syscall or fault.
+//! - **A wait for a signal** (`pause`, `rt_sigsuspend`, `rt_sigtimedwait`) blocks like I/O:
+//!   sending a signal makes every blocked call look again. `rt_sigsuspend` keeps the mask it
+//!   replaced on the thread, and the handler's frame saves that one, so `rt_sigreturn` puts it
+//!   back (or the thread's next return to ring 3 does, if another thread took the signal).
 //!
 //! # The handler's frame
 //!
@@ -124,6 +128,8 @@ impl Kernel {
             }
             None => self.process.signals.pending |= bit(sig),
         }
+        // A thread in pause, rt_sigsuspend or rt_sigtimedwait looks again.
+        self.net.dirty = true;
         if let Some(t) = taker.filter(|&t| t != cur) {
             let waiting =
                 self.sched.threads.threads.get(&t).is_some_and(|x| matches!(x.state, ThreadState::Futex { .. }));
@@ -145,6 +151,95 @@ impl Kernel {
         if let Some(p) = self.thread_pending(tid) {
             *p |= bit(sig);
         }
+    }
+
+    /// The thread whose call is being served: the current one, or the one whose blocked call
+    /// is served again.
+    fn caller(&self) -> u64 {
+        self.sched.threads.retrying.map_or(self.sched.threads.current, |(t, _)| t)
+    }
+
+    /// Signals pending for thread `tid` (its own and the process's).
+    fn pending_for(&self, tid: u64) -> u64 {
+        self.sched.threads.threads.get(&tid).map_or(0, |t| t.pending) | self.process.signals.pending
+    }
+
+    /// True if thread `tid` has a pending signal it does not block and does not ignore: one
+    /// that ends a `pause` or `rt_sigsuspend`.
+    fn interrupting(&self, tid: u64) -> bool {
+        let set = self.pending_for(tid) & !self.thread_sigmask(tid);
+        (1..=NSIG as i32).any(|s| set & bit(s) != 0 && !matches!(self.process.signals.action(s), Action::Ignore))
+    }
+
+    /// `pause`: waits until a signal runs a handler (or ends the program), then `EINTR`.
+    pub(crate) fn sys_pause(&mut self) -> SysResult {
+        if self.interrupting(self.caller()) {
+            return Err(EINTR.into());
+        }
+        self.block_io(None, Err(EINTR.into()))
+    }
+
+    /// `rt_sigsuspend`: waits with `*set` as the mask until a signal runs a handler, which
+    /// saves the old mask in its frame, so that `rt_sigreturn` puts it back; then `EINTR`.
+    pub(crate) fn sys_rt_sigsuspend(&mut self, mem: &mut dyn Memory, set: u64, size: u64) -> SysResult {
+        if size != 8 {
+            return Err(EINVAL.into());
+        }
+        let tid = self.caller();
+        if !self.retrying() {
+            let mask = self.process.mappings.read_u64(mem, set)? & !unmaskable();
+            let old = std::mem::replace(&mut self.process.signals.mask, mask);
+            if let Some(t) = self.sched.threads.threads.get_mut(&tid) {
+                t.suspended_mask = Some(old);
+            }
+        }
+        if self.interrupting(tid) {
+            return Err(EINTR.into());
+        }
+        self.block_io(None, Err(EINTR.into()))
+    }
+
+    /// `rt_sigtimedwait`: takes a pending signal of `*set` without running its handler and
+    /// returns its number (its `siginfo_t` to `info`); waits for one until `*timeout` on the
+    /// virtual clock (`EAGAIN`), or for ever without one.
+    pub(crate) fn sys_rt_sigtimedwait(&mut self, mem: &mut dyn Memory, a: [u64; 6]) -> SysResult {
+        let [set, info, timeout, size, ..] = a;
+        if size != 8 {
+            return Err(EINVAL.into());
+        }
+        let want = self.process.mappings.read_u64(mem, set)? & !unmaskable();
+        let wait = if timeout == 0 {
+            None
+        } else {
+            let sec = self.process.mappings.read_u64(mem, timeout)? as i64;
+            let nsec = self.process.mappings.read_u64(mem, timeout + 8)? as i64;
+            if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
+                return Err(EINVAL.into());
+            }
+            Some((sec as u64).saturating_mul(1_000_000_000).saturating_add(nsec as u64))
+        };
+        let tid = self.caller();
+        let own = self.sched.threads.threads.get(&tid).map_or(0, |t| t.pending) & want;
+        let shared = self.process.signals.pending & want;
+        if own | shared != 0 {
+            let (sig, code) = if own != 0 { (lowest(own), SI_TKILL) } else { (lowest(shared), SI_USER) };
+            if info != 0 {
+                let i = sigframe::info_sent(sig, code, GUEST_PID as u32, GUEST_UID as u32);
+                self.process.mappings.copy_out(mem, info, &i)?;
+            }
+            if own != 0 {
+                if let Some(p) = self.thread_pending(tid) {
+                    *p &= !bit(sig);
+                }
+            } else {
+                self.process.signals.pending &= !bit(sig);
+            }
+            return Ok(sig as u64);
+        }
+        if wait == Some(0) {
+            return Err(EAGAIN.into());
+        }
+        self.block_io(wait, Err(EAGAIN.into()))
     }
 
     pub(crate) fn sys_kill(&mut self, pid: u64, sig: u64) -> SysResult {
@@ -376,7 +471,12 @@ impl Kernel {
     /// Whether the current thread has a signal to take on its way back to ring 3: if so, the
     /// shell reads the thread's context and calls [`Kernel::deliver_signal`].
     pub fn signal_due(&self) -> bool {
-        self.process.signals.forced.is_some() || self.next_signal().is_some()
+        self.process.signals.forced.is_some() || self.next_signal().is_some() || self.suspended().is_some()
+    }
+
+    /// The mask an `rt_sigsuspend` of the current thread replaced, while it lasts.
+    fn suspended(&self) -> Option<u64> {
+        self.sched.threads.threads.get(&self.sched.threads.current).and_then(|t| t.suspended_mask)
     }
 
     /// Gives the current thread the signal it has to take: writes the handler's frame, changes
@@ -387,7 +487,16 @@ impl Kernel {
             let (sig, info, trap) = match self.process.signals.forced.take() {
                 Some(f) => (f.sig, sigframe::info_fault(f.sig, f.code, f.addr), f.trap),
                 None => {
-                    let Some((sig, own)) = self.next_signal() else { return Ok(None) };
+                    let Some((sig, own)) = self.next_signal() else {
+                        // An rt_sigsuspend whose signal another thread took: its mask goes back.
+                        let cur = self.sched.threads.current;
+                        if let Some(old) =
+                            self.sched.threads.threads.get_mut(&cur).and_then(|t| t.suspended_mask.take())
+                        {
+                            self.process.signals.mask = old;
+                        }
+                        return Ok(None);
+                    };
                     let cur = self.sched.threads.current;
                     if own {
                         if let Some(p) = self.thread_pending(cur) {
@@ -427,7 +536,9 @@ impl Kernel {
         let on_alt = self.on_altstack(sp);
         let switch = flags & SA_ONSTACK != 0 && ss_size != 0 && !on_alt;
         let (frame, fpstate) = sigframe::place(sp, switch.then(|| ss_sp.wrapping_add(ss_size)));
-        let old_mask = self.process.signals.mask;
+        let cur = self.sched.threads.current;
+        let suspended = self.sched.threads.threads.get_mut(&cur).and_then(|t| t.suspended_mask.take());
+        let old_mask = suspended.unwrap_or(self.process.signals.mask);
         let parts = FrameParts {
             info,
             restorer,
@@ -457,7 +568,10 @@ impl Kernel {
         }
         sigframe::enter(ctx, handler, sig, frame);
         let defer = if flags & SA_NODEFER == 0 { bit(sig) } else { 0 };
-        self.process.signals.mask = (old_mask | sa_mask | defer) & !unmaskable();
+        // The handler runs with the mask of the moment (rt_sigsuspend's) and restores the
+        // one the frame saved.
+        let during = self.process.signals.mask;
+        self.process.signals.mask = (during | sa_mask | defer) & !unmaskable();
         if flags & SA_RESETHAND != 0 {
             self.process.signals.actions[idx][0] = SIG_DFL;
         }

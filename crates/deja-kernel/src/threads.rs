@@ -152,6 +152,9 @@ pub(crate) struct Thread {
     pub altstack: (u64, u32, u64),
     /// Signals sent to this thread alone, not yet taken (kept here for every thread).
     pub pending: u64,
+    /// The mask `rt_sigsuspend` replaced, which the handler's frame saves instead of the
+    /// temporary one (kept here for every thread).
+    pub suspended_mask: Option<u64>,
     pub state: ThreadState,
 }
 
@@ -194,6 +197,7 @@ impl Default for Threads {
             sigmask: 0,
             altstack: crate::signal::DISABLED_ALTSTACK,
             pending: 0,
+            suspended_mask: None,
             state: ThreadState::Runnable,
         };
         Threads {

@@ -135,20 +135,20 @@ syscall_table! {
     24     "sched_yield"       [] => |k, _, _| k.sys_sched_yield();
     25     "mremap"            [Ptr, Len, Len, Flags, Ptr] => |k, m, a| k.sys_mremap(m, a);
     26     "msync"             [Ptr, Len, Flags] => |k, _, a| k.sys_msync(a[0], a[1], a[2]);
-    27     "mincore";
+    27     "mincore"           [Ptr, Len, Ptr] => |k, m, a| k.sys_mincore(m, a[0], a[1], a[2]);
     28     "madvise"           [Ptr, Len, Int] => |k, m, a| k.sys_madvise(m, a[0], a[1], a[2]);
     29     "shmget";
     30     "shmat";
     31     "shmctl";
     32     "dup"               [Fd] => |k, _, a| k.sys_dup(a[0]);
     33     "dup2"              [Fd, Fd] => |k, _, a| k.sys_dup2(a[0], a[1]);
-    34     "pause";
+    34     "pause"             [] => |k, _, _| k.sys_pause();
     35     "nanosleep"         [Ptr, Ptr] => |k, m, a| k.sys_nanosleep(m, a[0], a[1]);
     36     "getitimer";
     37     "alarm";
     38     "setitimer";
     39     "getpid"            [] => |k, _, _| k.sys_getpid();
-    40     "sendfile";
+    40     "sendfile"          [Fd, Fd, Ptr, Len] => |k, m, a| k.sys_sendfile(m, a[0], a[1], a[2], a[3]);
     41     "socket"            [Int, Flags, Int] => |k, _, a| k.sys_socket(a[0], a[1], a[2]);
     42     "connect"           [Fd, Ptr, Len] => |k, m, a| k.sys_connect(m, a[0], a[1], a[2]);
     43     "accept"            [Fd, Ptr, Ptr] => |k, m, a| k.sys_accept4(m, a[0], a[1], a[2], 0);
@@ -200,9 +200,9 @@ syscall_table! {
     89     "readlink"          [Path, Ptr, Len] => |k, m, a| k.sys_readlinkat(m, AT_FDCWD, a[0], a[1], a[2]);
     90     "chmod"             [Path, Mode] => |k, m, a| k.sys_fchmodat(m, AT_FDCWD, a[0], a[1]);
     91     "fchmod"            [Fd, Mode] => |k, _, a| k.sys_fchmod(a[0], a[1]);
-    92     "chown";
-    93     "fchown";
-    94     "lchown";
+    92     "chown"             [Path, Int, Int] => |k, m, a| k.sys_fchownat(m, AT_FDCWD, a[0], (a[1], a[2]), 0);
+    93     "fchown"            [Fd, Int, Int] => |k, _, a| k.sys_fchown(a[0], a[1], a[2]);
+    94     "lchown"            [Path, Int, Int] => |k, m, a| k.sys_fchownat(m, AT_FDCWD, a[0], (a[1], a[2]), 0x100);
     95     "umask"             [Mode] => |k, _, a| k.sys_umask(a[0]);
     96     "gettimeofday"      [Ptr, Ptr] => |k, m, a| k.sys_gettimeofday(m, a[0], a[1]);
     97     "getrlimit"         [Int, Ptr] => |k, m, a| k.sys_prlimit(m, 0, a[0], 0, a[1]);
@@ -236,9 +236,9 @@ syscall_table! {
     125    "capget";
     126    "capset";
     127    "rt_sigpending"     [Ptr, Len] => |k, m, a| k.sys_rt_sigpending(m, a[0], a[1]);
-    128    "rt_sigtimedwait";
+    128    "rt_sigtimedwait"   [Ptr, Ptr, Ptr, Len] => |k, m, a| k.sys_rt_sigtimedwait(m, a);
     129    "rt_sigqueueinfo";
-    130    "rt_sigsuspend";
+    130    "rt_sigsuspend"     [Ptr, Len] => |k, m, a| k.sys_rt_sigsuspend(m, a[0], a[1]);
     131    "sigaltstack"       [Ptr, Ptr] => |k, m, a| k.sys_sigaltstack(m, a[0], a[1]);
     132    "utime";
     133    "mknod";
@@ -369,7 +369,7 @@ syscall_table! {
     257    "openat"            [Fd, Path, Flags, Mode] => |k, m, a| k.sys_openat(m, a[0], a[1], a[2], a[3]);
     258    "mkdirat"           [Fd, Path, Mode] => |k, m, a| k.sys_mkdirat(m, a[0], a[1], a[2]);
     259    "mknodat";
-    260    "fchownat";
+    260    "fchownat"          [Fd, Path, Int, Int, Flags] => |k, m, a| k.sys_fchownat(m, a[0], a[1], (a[2], a[3]), a[4]);
     261    "futimesat";
     262    "newfstatat"        [Fd, Path, Ptr, Flags] => |k, m, a| k.sys_fstatat(m, a[0], a[1], a[2], a[3]);
     263    "unlinkat"          [Fd, Path, Flags] => |k, m, a| k.sys_unlinkat(m, a[0], a[1], a[2]);
@@ -437,7 +437,7 @@ syscall_table! {
     323    "userfaultfd";
     324    "membarrier"        [Int, Flags, Int] => |k, _, a| k.sys_membarrier(a[0], a[1]);
     325    "mlock2"            [Ptr, Len, Flags] => |k, _, _| k.sys_mlock();
-    326    "copy_file_range";
+    326    "copy_file_range"   [Fd, Ptr, Fd, Ptr, Len, Flags] => |k, m, a| k.sys_copy_file_range(m, a);
     327    "preadv2";
     328    "pwritev2";
     329    "pkey_mprotect";
@@ -590,7 +590,7 @@ mod tests {
                 assert!(handler(nr).is_none() && args(nr).is_none());
             }
         }
-        assert_eq!(TABLE.iter().filter(|e| e.served()).count(), 150);
+        assert_eq!(TABLE.iter().filter(|e| e.served()).count(), 160);
         assert_eq!(args(0), Some(&[Arg::Fd, Arg::Ptr, Arg::Len][..]));
         assert_eq!(args(257), Some(&[Arg::Fd, Arg::Path, Arg::Flags, Arg::Mode][..]));
         assert!(entry(334).is_some_and(Entry::served), "rseq is answered on purpose");

@@ -2152,3 +2152,19 @@ fn a_failed_fsync_may_have_persisted_any_subset_of_what_it_covered() {
     assert!(ErrorRule::parse("write:/x:2:eio:keep=0").is_err());
     assert!(ErrorRule::parse("fsync:/x:2:eio:keep=a").is_err());
 }
+
+#[test]
+fn ownership_changes_only_to_the_programs_own_ids() {
+    let (mut k, _, mut m) = boot();
+    let buf = scratch(&mut k, &mut m, 4096);
+    let p = path(&k, &mut m, buf, "/tmp/owned");
+    assert_eq!(sc(&mut k, &mut m, "openat", &[AT_FDCWD, p, 0o101, 0o644]), 3);
+    assert_eq!(sc(&mut k, &mut m, "chown", &[p, 1000, 1000]), 0);
+    assert_eq!(sc(&mut k, &mut m, "fchown", &[3, u64::from(u32::MAX), 1000]), 0);
+    assert_eq!(sc(&mut k, &mut m, "chown", &[p, 0, 1000]), -1, "EPERM: root's uid");
+    assert_eq!(sc(&mut k, &mut m, "fchown", &[3, 1000, 0]), -1, "EPERM: another group");
+    assert_eq!(sc(&mut k, &mut m, "fchownat", &[AT_FDCWD, p, 1000, 1000, 0x8000]), EINVAL);
+    let input = path(&k, &mut m, buf + 256, "/data/input.txt");
+    assert_eq!(sc(&mut k, &mut m, "chown", &[input, 1000, 1000]), -30, "EROFS: a declared input");
+    assert_eq!(sc(&mut k, &mut m, "fchown", &[99, 1000, 1000]), EBADF);
+}

@@ -210,3 +210,29 @@ fn a_signal_to_a_thread_waiting_on_a_futex_interrupts_the_wait() {
     assert_eq!(k.current_tid(), 2);
     assert!(k.signal_due(), "thread 2 takes it on its way back");
 }
+
+#[test]
+fn waits_for_signals_check_their_arguments_and_report_a_deadlock() {
+    let (mut k, _, mut m) = boot();
+    let buf = scratch(&mut k, &mut m, 4096);
+    poke(&k, &mut m, buf, &0u64.to_le_bytes());
+    assert_eq!(sc(&mut k, &mut m, "rt_sigsuspend", &[buf, 4]), EINVAL);
+    assert_eq!(sc(&mut k, &mut m, "rt_sigsuspend", &[0x10, 8]), EFAULT);
+    assert_eq!(sc(&mut k, &mut m, "rt_sigtimedwait", &[buf, 0, 0, 4]), EINVAL);
+    poke(&k, &mut m, buf + 64, &[0u64.to_le_bytes(), 1_000_000_000u64.to_le_bytes()].concat());
+    assert_eq!(sc(&mut k, &mut m, "rt_sigtimedwait", &[buf, 0, buf + 64, 8]), EINVAL);
+    // A blocked SIGUSR1 sent to itself is taken by rt_sigtimedwait, not by a handler.
+    poke(&k, &mut m, buf, &bit(10).to_le_bytes());
+    assert_eq!(sc(&mut k, &mut m, "rt_sigprocmask", &[0, buf, 0, 8]), 0);
+    assert_eq!(sc(&mut k, &mut m, "tgkill", &[1, 1, 10]), 0);
+    assert_eq!(sc(&mut k, &mut m, "rt_sigtimedwait", &[buf, buf + 128, 0, 8]), 10);
+    assert_eq!(peek(&k, &mut m, buf + 136, 4), (-6i32).to_le_bytes(), "SI_TKILL");
+    assert!(k.pending_signals().is_empty() && !k.signal_due());
+    // With nothing pending and no other thread, waiting for ever is a deadlock.
+    match sc_exit(&mut k, &mut m, "pause", &[]) {
+        SyscallOutcome::Exit(ExitStatus::Signaled { signal: 9, fault: Some(f), .. }) => {
+            assert!(f.description.contains("deadlock"), "{}", f.description)
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -1,0 +1,118 @@
+/* Conformance case: copying between descriptors and asking about memory. Every line it
+ * prints is the same under Linux and under deja: sendfile from a file to a file, a pipe and a
+ * socket, with and without an offset pointer; copy_file_range with its offsets and errors;
+ * chown and fchown to the program's own ids; mincore's answers for mapped, unmapped and
+ * unaligned ranges (not which pages are resident, which is the host's). It works in a fresh
+ * directory under /tmp and prints nothing of its name. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void show(const char *what, long r) {
+    if (r < 0)
+        printf("%s: %s\n", what, strerrorname_np(errno));
+    else
+        printf("%s: %ld\n", what, r);
+}
+
+static void contents(const char *path) {
+    char buf[128] = {0};
+    int fd = open(path, O_RDONLY);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    printf("%s holds %zd: %s\n", path, n, buf);
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IONBF, 0);
+    char base[] = "/tmp/conf-files-XXXXXX";
+    if (!mkdtemp(base) || chdir(base) < 0) {
+        perror("mkdtemp");
+        return 2;
+    }
+    int src = open("src", O_CREAT | O_RDWR, 0644);
+    write(src, "abcdefghijklmnopqrstuvwxyz", 26);
+    lseek(src, 0, SEEK_SET);
+
+    int dst = open("dst", O_CREAT | O_RDWR | O_TRUNC, 0644);
+    show("sendfile 10 at the offset", sendfile(dst, src, NULL, 10));
+    printf("source offset now %ld\n", (long)lseek(src, 0, SEEK_CUR));
+    off_t at = 20;
+    show("sendfile 10 from position 20", sendfile(dst, src, &at, 10));
+    printf("position now %ld, source offset still %ld\n", (long)at, (long)lseek(src, 0, SEEK_CUR));
+    show("sendfile at the end", sendfile(dst, src, &at, 10));
+    contents("dst");
+    int p[2];
+    pipe(p);
+    show("sendfile to a pipe", sendfile(p[1], src, NULL, 5));
+    char buf[64];
+    ssize_t n = read(p[0], buf, sizeof buf);
+    printf("the pipe gave %.*s\n", (int)n, buf);
+    show("sendfile from a pipe", sendfile(dst, p[0], NULL, 5));
+    int sv[2];
+    socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
+    show("sendfile to a socket", sendfile(sv[0], src, NULL, 4));
+    n = read(sv[1], buf, sizeof buf);
+    printf("the socket gave %.*s\n", (int)n, buf);
+    int app = open("app", O_CREAT | O_WRONLY | O_APPEND, 0644);
+    show("sendfile to an O_APPEND file", sendfile(app, src, NULL, 4));
+    show("sendfile from a write-only file", sendfile(dst, app, NULL, 4));
+    at = -1;
+    show("sendfile from a negative position", sendfile(dst, src, &at, 4));
+
+    int cp = open("copy", O_CREAT | O_RDWR | O_TRUNC, 0644);
+    lseek(src, 0, SEEK_SET);
+    show("copy_file_range 5", copy_file_range(src, NULL, cp, NULL, 5, 0));
+    printf("offsets now %ld and %ld\n", (long)lseek(src, 0, SEEK_CUR), (long)lseek(cp, 0, SEEK_CUR));
+    loff_t in = 23, out = 10;
+    show("copy_file_range from 23 to 10", copy_file_range(src, &in, cp, &out, 10, 0));
+    printf("positions now %ld and %ld, offsets still %ld and %ld\n", (long)in, (long)out,
+           (long)lseek(src, 0, SEEK_CUR), (long)lseek(cp, 0, SEEK_CUR));
+    contents("copy");
+    in = 0;
+    out = 2;
+    show("overlapping within one file", copy_file_range(src, &in, src, &out, 5, 0));
+    show("flags", copy_file_range(src, NULL, cp, NULL, 5, 1));
+    show("to an O_APPEND file", copy_file_range(src, NULL, app, NULL, 5, 0));
+    show("from a pipe", copy_file_range(p[0], NULL, cp, NULL, 5, 0));
+    int dir = open(".", O_RDONLY | O_DIRECTORY);
+    show("from a directory", copy_file_range(dir, NULL, cp, NULL, 5, 0));
+
+    show("chown to our own ids", chown("src", getuid(), getgid()));
+    show("fchown unchanged (-1)", fchown(src, -1, -1));
+    show("lchown", lchown("src", -1, getgid()));
+    show("fchownat AT_EMPTY_PATH", fchownat(src, "", getuid(), -1, AT_EMPTY_PATH));
+    show("chown a missing file", chown("missing", getuid(), getgid()));
+    show("fchownat bad flags", fchownat(AT_FDCWD, "src", -1, -1, 0x8000));
+
+    long page = sysconf(_SC_PAGESIZE);
+    char *m = mmap(NULL, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    unsigned char vec[4];
+    show("mincore of a mapping", mincore(m, 4 * page, vec));
+    show("mincore of a partial last page", mincore(m, 3 * page + 1, vec));
+    show("mincore unaligned", mincore(m + 1, page, vec));
+    munmap(m + 2 * page, page);
+    show("mincore over a hole", mincore(m, 4 * page, vec));
+    show("mincore into a bad vector", mincore(m, page, (unsigned char *)8));
+
+    close(src);
+    close(dst);
+    close(cp);
+    close(app);
+    close(dir);
+    unlink("src");
+    unlink("dst");
+    unlink("copy");
+    unlink("app");
+    chdir("/");
+    show("rmdir base", rmdir(base));
+    return 0;
+}
