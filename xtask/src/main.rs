@@ -137,7 +137,8 @@ fn guests() -> Result<(), String> {
 /// The guests written in other languages, built static with their own toolchains: `hostchan`
 /// (C: every host-channel instruction in inline assembly), `go-goroutines` (Go: goroutines,
 /// timers, a loopback socket and an fsynced file), `go-recover` (Go: faults turned into
-/// panics and recovered), `go-unix` (Go: serving on Unix-domain sockets) and the C cases of the conformance suite (`guest/conformance/*.c`,
+/// panics and recovered), `go-unix` (Go: serving on Unix-domain sockets), `go-nettest` (the
+/// tests of Go's own `net` package) and the C cases of the conformance suite (`guest/conformance/*.c`,
 /// as `conformance-<name>`). A missing toolchain is an error that says what to install.
 fn foreign_guests(out: &Path) -> Result<(), String> {
     let root = root();
@@ -183,6 +184,19 @@ fn foreign_guests(out: &Path) -> Result<(), String> {
                 .arg("."),
         )?;
     }
+    // Go's own `net` package tests, as the toolchain ships them: a real runtime's standard
+    // library suite, run natively and under deja by the conformance suite.
+    status(
+        "building Go's net package tests (Go: Debian's golang-go)",
+        Command::new("go")
+            .current_dir(root.join("guest/go/unixsock"))
+            .env("CGO_ENABLED", "0")
+            .env("GOCACHE", &cache)
+            .env("GOTOOLCHAIN", "local")
+            .args(["test", "-c", "-o"])
+            .arg(out.join("go-nettest"))
+            .arg("net"),
+    )?;
     Ok(())
 }
 

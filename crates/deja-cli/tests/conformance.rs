@@ -216,6 +216,27 @@ fn waiting_for_signals_matches_linux() {
     assert_eq!(seen.status, 0);
 }
 
+/// Go's verdicts: each test's result line without its duration (the host's, natively), and
+/// the final one. The logs between them name temporary paths the host draws natively.
+fn go_results(s: &str) -> String {
+    s.lines()
+        .filter(|l| l.starts_with("--- ") || *l == "PASS" || *l == "FAIL")
+        .map(|l| l.rfind(" (").map_or(l, |i| &l[..i]))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn gos_own_net_tests_of_unix_sockets_pass_as_natively() {
+    let seen = case("go-nettest", &["-test.run", "Unix|NotTemporaryRead", "-test.v"], go_results);
+    let passed = seen.stdout.lines().filter(|l| l.starts_with("--- PASS")).count();
+    assert_eq!(passed, 16, "{}", seen.stdout);
+    assert!(seen.stdout.contains("--- PASS: TestUnixConnReadMsgUnixSCMRightsCloseOnExec"), "{}", seen.stdout);
+    assert!(seen.stdout.contains("--- PASS: TestNotTemporaryRead"), "a zero SO_LINGER resets");
+    assert!(!seen.stdout.contains("--- FAIL"));
+    assert_eq!(seen.status, 0);
+}
+
 #[test]
 fn a_program_starts_in_the_directory_it_is_given() {
     let dir = std::env::temp_dir().join(format!("deja-conformance-{}", std::process::id()));

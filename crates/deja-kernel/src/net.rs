@@ -17,8 +17,13 @@
 //! yet; a write beyond it is partial, `EAGAIN`, or blocks. The receiver returns credit with an
 //! `Ack` each time its program has read [`ACK_EVERY`] bytes (or emptied its buffer after reading
 //! some), so a fast writer never loses data to a slow reader. A pipe holds at most
-//! [`MAX_BUFFERED`] bytes. There is no urgent data, no `SO_LINGER` reset, no IPv6 and no
-//! UNIX sockets (`EAFNOSUPPORT`).
+//! [`MAX_BUFFERED`] bytes. Closing a connection whose `SO_LINGER` is on with a zero timeout
+//! resets it (`Rst`) instead of finishing it, as in Linux. There is no urgent data and no IPv6.
+//!
+//! Unix-domain sockets ([`UnixSock`]) never leave the node: a connection is a pair of objects
+//! that point at each other, and a write lands in the peer's receive buffer within the same
+//! syscall, as in Linux. A name is a path (a [`crate::fs::Kind::Socket`] node) or an abstract
+//! name.
 //!
 //! # Readiness
 //!
@@ -309,11 +314,13 @@ pub(crate) struct Obj {
     /// `SO_RCVTIMEO` and `SO_SNDTIMEO` in ns (0: none).
     pub rcvtimeo: u64,
     pub sndtimeo: u64,
+    /// `SO_LINGER`: its timeout in seconds when on.
+    pub linger: Option<u32>,
 }
 
 impl Obj {
     pub fn new(kind: ObjKind) -> Self {
-        Obj { kind, gen: 1, options: BTreeMap::new(), rcvtimeo: 0, sndtimeo: 0 }
+        Obj { kind, gen: 1, options: BTreeMap::new(), rcvtimeo: 0, sndtimeo: 0, linger: None }
     }
 }
 
@@ -582,6 +589,7 @@ impl Net {
             return;
         }
         let Some(obj) = self.objects.remove(&id) else { return };
+        let abort = obj.linger == Some(0);
         match obj.kind {
             ObjKind::Stream(s) => {
                 if let Some(l) = s.local {
@@ -601,6 +609,7 @@ impl Net {
                     if self.streams.get(&(l, r)) == Some(&id) {
                         self.streams.remove(&(l, r));
                         let payload = match s.state {
+                            StreamState::Connected if abort && !s.reset => Some(Payload::Rst),
                             StreamState::Connected if !s.reset && !s.shut_wr => Some(Payload::Fin),
                             StreamState::Connecting => Some(Payload::Rst),
                             _ => None,

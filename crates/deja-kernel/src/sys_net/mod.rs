@@ -508,7 +508,9 @@ impl Kernel {
             let mut b = [0u8; 8];
             self.process.mappings.copy_in(mem, val, &mut b)?;
             let on = i32::from_le_bytes(b[..4].try_into().unwrap_or_default());
-            self.obj_mut(id)?.options.insert((level, name), on);
+            let secs = i32::from_le_bytes(b[4..].try_into().unwrap_or_default());
+            let o = self.obj_mut(id)?;
+            o.linger = (on != 0).then_some(secs.max(0) as u32);
             return Ok(0);
         }
         if len < 4 {
@@ -547,9 +549,9 @@ impl Kernel {
             b.extend_from_slice(&((ns % 1_000_000_000) / 1000).to_le_bytes());
             b
         } else if level == SOL_SOCKET && name == SO_LINGER {
-            let on = self.obj(id)?.options.get(&(level, name)).copied().unwrap_or(0);
-            let mut b = on.to_le_bytes().to_vec();
-            b.extend_from_slice(&0i32.to_le_bytes());
+            let linger = self.obj(id)?.linger;
+            let mut b = i32::from(linger.is_some()).to_le_bytes().to_vec();
+            b.extend_from_slice(&(linger.unwrap_or(0) as i32).to_le_bytes());
             b
         } else {
             let o = &self.obj(id)?;

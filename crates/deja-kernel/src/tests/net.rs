@@ -446,3 +446,25 @@ fn a_fast_writer_is_held_back_by_the_window_and_loses_nothing() {
     assert_eq!(received.len(), pattern.len());
     assert!(received == pattern, "every byte arrived, in order");
 }
+
+#[test]
+fn closing_with_a_zero_linger_resets_the_connection() {
+    let (mut k, _, mut m) = boot();
+    let buf = scratch(&mut k, &mut m, 4096);
+    poke(&k, &mut m, buf + 128, &16u32.to_le_bytes());
+    let (_, c, s) = tcp_pair(&mut k, &mut m, buf, 7100);
+    poke(&k, &mut m, buf + 512, &[1i32.to_le_bytes(), 0i32.to_le_bytes()].concat());
+    assert_eq!(sc(&mut k, &mut m, "setsockopt", &[c, 1, 13, buf + 512, 8]), 0);
+    poke(&k, &mut m, buf + 600, &8u32.to_le_bytes());
+    assert_eq!(sc(&mut k, &mut m, "getsockopt", &[c, 1, 13, buf + 608, buf + 600]), 0);
+    assert_eq!(peek(&k, &mut m, buf + 608, 8), [1i32.to_le_bytes(), 0i32.to_le_bytes()].concat());
+    assert_eq!(sc(&mut k, &mut m, "close", &[c]), 0);
+    assert_eq!(sc(&mut k, &mut m, "read", &[s, buf + 256, 16]), -104, "ECONNRESET, not end of file");
+    assert_eq!(sc(&mut k, &mut m, "read", &[s, buf + 256, 16]), 0);
+    // A linger with a timeout still finishes the connection.
+    let (_, c, s) = tcp_pair(&mut k, &mut m, buf, 7101);
+    poke(&k, &mut m, buf + 512, &[1i32.to_le_bytes(), 5i32.to_le_bytes()].concat());
+    assert_eq!(sc(&mut k, &mut m, "setsockopt", &[c, 1, 13, buf + 512, 8]), 0);
+    assert_eq!(sc(&mut k, &mut m, "close", &[c]), 0);
+    assert_eq!(sc(&mut k, &mut m, "read", &[s, buf + 256, 16]), 0, "end of file");
+}

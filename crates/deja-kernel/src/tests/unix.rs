@@ -191,3 +191,26 @@ fn descriptors_in_flight_are_bounded_and_let_go_with_their_socket() {
     assert_eq!(k.net.objects.len(), objects - 2);
     assert_eq!(k.files.fds.validate(), Ok(()));
 }
+
+#[test]
+fn a_socket_file_is_not_part_of_any_crash_image() {
+    let (mut k, _, mut m) = boot();
+    let buf = scratch(&mut k, &mut m, 0x1000);
+    let s = sc(&mut k, &mut m, "socket", &[AF_UNIX, SOCK_STREAM, 0]) as u64;
+    let len = sun(&k, &mut m, buf, b"/data/s.sock");
+    assert_eq!(sc(&mut k, &mut m, "bind", &[s, buf, len]), 0);
+    let p = path(&k, &mut m, buf + 0x100, "/data/kept");
+    let f = sc(&mut k, &mut m, "openat", &[AT_FDCWD, p, 0o101, 0o644]) as u64;
+    assert_eq!(sc(&mut k, &mut m, "fsync", &[f]), 0);
+    let d = path(&k, &mut m, buf + 0x200, "/data");
+    let dir = sc(&mut k, &mut m, "openat", &[AT_FDCWD, d, 0o200000, 0]) as u64;
+    assert_eq!(sc(&mut k, &mut m, "fsync", &[dir]), 0);
+    assert!(k.disk().entries.contains_key("/data/kept"));
+    assert!(!k.disk().entries.contains_key("/data/s.sock"), "not in the exported file system");
+    let states = k.crash_states(16, 1);
+    assert!(!states.states.is_empty());
+    let image = k.crash_image();
+    assert!(image.entries.contains_key("/data/kept"));
+    assert!(!image.entries.contains_key("/data/s.sock"));
+    assert_eq!(k.files.fs.validate(), Ok(()));
+}
