@@ -55,7 +55,12 @@ pub fn run_child(argv: &[String], core: u32, n: u32) -> Result<RunRecord, Failur
     let record: PathBuf = std::env::temp_dir().join(format!("deja-audit-{}-{n}.json", std::process::id()));
     // The hidden flags go right after the subcommand, before the program and its arguments.
     let (sub, rest) = argv.split_first().ok_or_else(|| Failure::new(Exit::DejaFailed, "empty audit command"))?;
-    let out = Command::new(&exe)
+    let mut cmd = Command::new(&exe);
+    // `--no-vdso` reaches the child as the environment variable it stands for.
+    if matches!(deja_vmm::identity::vdso_from_env(), Ok(false)) {
+        cmd.env(deja_vmm::identity::VDSO_ENV, "off");
+    }
+    let out = cmd
         .arg(sub)
         .args(["--on-core".to_string(), core.to_string(), "--audit-record".to_string()])
         .arg(&record)

@@ -24,6 +24,10 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "deja", version, about, long_about = None)]
 struct Cli {
+    /// Give programs no vDSO: every clock read is a syscall (as `DEJA_VDSO=off`; for
+    /// comparison, recorded in every artifact's fingerprint).
+    #[arg(long, global = true)]
+    no_vdso: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -68,6 +72,9 @@ fn main() {
     // Before any vCPU thread is pinned: the cores an audit spreads its processes over.
     deja_vmm::identity::remember_initial_cores();
     let cli = Cli::parse();
+    if cli.no_vdso {
+        deja_vmm::identity::disable_vdso();
+    }
     let code = match cli.command {
         Command::Run(args) => run::main(*args),
         Command::Doctor(args) => doctor::main(args),

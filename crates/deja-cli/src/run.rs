@@ -281,6 +281,7 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
         seed: args.seed.unwrap_or(0),
         record_trace: args.trace_out.is_some(),
         rewrite: Default::default(),
+        vdso: Default::default(),
         cwd: args.cwd.clone().unwrap_or_default(),
     })
 }

@@ -64,6 +64,8 @@ pub struct RunSummary<'a> {
     pub trace_digest: &'a str,
     /// Unsupported syscalls by name.
     pub unsupported_syscalls: &'a BTreeMap<String, u64>,
+    /// Calls (clock reads, `getcpu`) served by the vDSO without an exit (`None`: no vDSO).
+    pub vdso_calls: Option<u64>,
     /// Virtual time at the end, in ns.
     pub virtual_time_ns: u64,
     /// The VM's counters.
@@ -103,6 +105,7 @@ impl<'a> RunSummary<'a> {
             syscalls: report.syscalls,
             trace_digest: &report.trace_digest,
             unsupported_syscalls: &report.unsupported,
+            vdso_calls: report.vdso_calls,
             virtual_time_ns: report.virtual_time_ns,
             vm: &run.stats,
         }
@@ -206,6 +209,14 @@ pub(crate) fn print_text_summary(
     } else {
         let list: Vec<String> = report.unsupported.iter().map(|(n, c)| format!("{n} ×{c}")).collect();
         let _ = writeln!(e, "deja: unsupported syscalls (answered ENOSYS): {}", list.join(", "));
+    }
+    match report.vdso_calls {
+        Some(n) => {
+            let _ = writeln!(e, "deja: vDSO calls (clock reads, getcpu) served without an exit: {n}");
+        }
+        None => {
+            let _ = writeln!(e, "deja: vDSO: off (every clock read is a syscall)");
+        }
     }
     let vt = report.virtual_time_ns;
     let _ = writeln!(e, "deja: virtual time {}.{:06} s", vt / 1_000_000_000, (vt % 1_000_000_000) / 1000);

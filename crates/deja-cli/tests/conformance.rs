@@ -181,6 +181,24 @@ fn a_go_program_serves_on_unix_sockets_as_natively() {
 }
 
 #[test]
+fn the_clock_read_through_the_vdso_matches_linux() {
+    let seen = case("conformance-clock", &["2"], same);
+    printed(
+        &seen,
+        &[
+            "vdso: present",
+            "spin to a 2 ms deadline: ended, time never went back",
+            "time, gettimeofday and CLOCK_REALTIME agree: yes",
+            "timezone: 0 minutes west, dst 0",
+            "resolution: 0.000000001 s",
+            "clock_gettime(CLOCK_THREAD_CPUTIME_ID): 0",
+            "clock_gettime(10): EINVAL",
+            "getcpu(NULL, NULL): 0",
+        ],
+    );
+}
+
+#[test]
 fn copies_between_descriptors_ownership_and_mincore_match_linux() {
     let seen = case("conformance-files", &[], same);
     printed(

@@ -223,6 +223,7 @@ mod tests {
                         cpuid: deja_vmm::identity::CpuidSource::Faulting,
                         pinned_core: None,
                         rewrite: false,
+                        vdso: true,
                     },
                     cpuid_blake3: String::new(),
                     xcr0: 7,

@@ -143,6 +143,7 @@ pub mod syscalls;
 pub mod threads;
 pub mod trace;
 pub mod user_layout;
+pub mod vdso;
 
 #[cfg(test)]
 mod tests;
@@ -201,6 +202,8 @@ pub struct ProgramSpec {
     /// The starting working directory, an absolute guest path to a directory that exists at
     /// start (empty: `/`).
     pub cwd: String,
+    /// Whether the program gets deja's vDSO ([`vdso`]); on by default.
+    pub vdso: vdso::VdsoMode,
 }
 
 impl ProgramSpec {
@@ -643,6 +646,10 @@ pub struct RunReport {
     /// is not a failure by itself.
     #[serde(default)]
     pub stopped_after_fault: Option<String>,
+    /// Calls (clock reads, `getcpu`) the program made through deja's vDSO, without an exit
+    /// ([`vdso`]); `None` when it had no vDSO.
+    #[serde(default)]
+    pub vdso_calls: Option<u64>,
 }
 
 impl RunReport {

@@ -58,12 +58,19 @@ pub enum VmaKind {
         /// Inode number shown in `/proc/self/maps`.
         ino: u64,
     },
+    /// deja's vDSO ([`crate::vdso`]), mapped at load.
+    Vdso {
+        /// Offset in the vDSO image of the VMA's first byte.
+        offset: u64,
+    },
+    /// The page the vDSO reads the clock from and counts its reads in.
+    Vvar,
 }
 
 impl VmaKind {
     /// True for kinds whose pages are all populated when mapped.
     pub fn eager(&self) -> bool {
-        matches!(self, VmaKind::Image { .. } | VmaKind::File { .. })
+        matches!(self, VmaKind::Image { .. } | VmaKind::File { .. } | VmaKind::Vdso { .. } | VmaKind::Vvar)
     }
 }
 
@@ -109,7 +116,7 @@ impl Vma {
     fn split_off(&mut self, at: u64) -> Vma {
         let mut right = self.clone();
         right.start = at;
-        if let VmaKind::File { offset, .. } | VmaKind::Image { offset } = &mut right.kind {
+        if let VmaKind::File { offset, .. } | VmaKind::Image { offset } | VmaKind::Vdso { offset } = &mut right.kind {
             *offset += at - self.start;
         }
         self.end = at;
@@ -218,14 +225,14 @@ impl Mappings {
             ensure(v.prot.0 & !7 == 0, || format!("{} has protection {:#x}", at(), v.prot.0))?;
             let len = v.end - v.start;
             match &v.kind {
-                VmaKind::Image { offset } => {
+                VmaKind::Image { offset } | VmaKind::Vdso { offset } => {
                     ensure(offset.checked_add(len).is_some(), || format!("{} has offset {offset:#x}", at()))?
                 }
                 VmaKind::File { data, offset, size, .. } => {
                     ensure(*size == data.0.len() as u64, || format!("{} has size {size} for its data", at()))?;
                     ensure(offset.checked_add(len).is_some(), || format!("{} has offset {offset:#x}", at()))?;
                 }
-                VmaKind::Heap | VmaKind::Stack | VmaKind::Anon => {}
+                VmaKind::Heap | VmaKind::Stack | VmaKind::Anon | VmaKind::Vvar => {}
             }
             prev_end = v.end;
         }
@@ -508,6 +515,8 @@ impl Mappings {
                 VmaKind::Heap => (0, "00:00", 0, Some("[heap]".to_string())),
                 VmaKind::Stack => (0, "00:00", 0, Some("[stack]".to_string())),
                 VmaKind::Anon => (0, "00:00", 0, None),
+                VmaKind::Vdso { .. } => (0, "00:00", 0, Some("[vdso]".to_string())),
+                VmaKind::Vvar => (0, "00:00", 0, Some("[vvar]".to_string())),
                 VmaKind::File { path, offset, ino, .. } => (*offset, "00:01", *ino, Some(path.clone())),
             };
             let mut line = String::new();

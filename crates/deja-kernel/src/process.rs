@@ -60,6 +60,8 @@ pub(crate) struct Process {
     pub(crate) coverage: Option<CoverageRegion>,
     /// The code sites rewritten to traps, and what rewriting did.
     pub(crate) host: HostChannels,
+    /// The vDSO, when the program has one.
+    pub(crate) vdso: Option<crate::vdso::VdsoState>,
 }
 
 impl Persist for Process {
@@ -76,6 +78,9 @@ impl Persist for Process {
         })?;
         ensure(self.fault_repeats <= MAX_FAULT_REPEATS, || format!("{} fault repeats", self.fault_repeats))?;
         self.host.validate()?;
+        if let Some(v) = &self.vdso {
+            v.validate()?;
+        }
         match &self.coverage {
             Some(c) => c.validate(),
             None => Ok(()),

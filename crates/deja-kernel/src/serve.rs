@@ -15,12 +15,14 @@ use crate::signal;
 use crate::threads::BLOCKED_RETURN;
 use crate::trace::{DataHasher, ExceptionRecord};
 use crate::user_layout::*;
+use crate::vdso;
 use crate::{Exception, ExceptionOutcome, ExitStatus, FaultInfo, Gpr, Memory, SyscallOutcome};
 use deja_rewrite::Channel;
 
 impl Kernel {
     /// Serves one syscall: `nr` from RAX, `args` from RDI, RSI, RDX, R10, R8, R9.
     pub fn syscall(&mut self, mem: &mut dyn Memory, nr: u64, args: [u64; 6]) -> SyscallOutcome {
+        self.fold_clock_reads(mem);
         self.sched.clock.advance(SYSCALL_COST_NS);
         self.faults.log.set_time(self.sched.clock.now_ns());
         self.process.last_fault = None;
@@ -99,8 +101,88 @@ impl Kernel {
         } else {
             (outcome, ret)
         };
+        self.publish_clock(mem);
         self.record.tracer.syscall(nr, &paths, args, ret, self.sched.clock.now_ns(), data);
         outcome
+    }
+
+    /// Folds the calls the program made through the vDSO since its last exit into the virtual
+    /// clock: each costs [`vdso::CALL_COST_NS`], and there are at most as many as the published
+    /// limit allowed, whatever the program wrote in the vvar.
+    fn fold_clock_reads(&mut self, mem: &mut dyn Memory) {
+        let Some(mut v) = self.process.vdso else { return };
+        if !self.vvar_mapped(v.vvar) {
+            return;
+        }
+        let mut b = [0u8; 8];
+        if mem.read(v.vvar + vdso::VV_CALLS, &mut b).is_err() {
+            return;
+        }
+        let n = u64::from_le_bytes(b).min(vdso::calls_allowed(v.base, v.limit));
+        if n > 0 {
+            self.sched.clock.advance(n * vdso::CALL_COST_NS);
+            v.calls = v.calls.saturating_add(n);
+            v.base = v.base.saturating_add(n * vdso::CALL_COST_NS);
+            let _ = mem.write(v.vvar + vdso::VV_CALLS, &0u64.to_le_bytes());
+            self.record.tracer.clock_reads(n, self.sched.clock.now_ns());
+        }
+        self.process.vdso = Some(v);
+    }
+
+    /// Writes the vvar for the program's next stretch in ring 3: the local time now, the wall
+    /// clock's offset, and the limit up to which calls need no exit (see [`vdso`]).
+    pub(crate) fn publish_clock(&mut self, mem: &mut dyn Memory) {
+        let Some(mut v) = self.process.vdso else { return };
+        if !self.vvar_mapped(v.vvar) {
+            return;
+        }
+        let base = self.sched.clock.local_ns();
+        let limit = self.clock_read_limit(base);
+        let vv = vdso::Vvar {
+            calls: 0,
+            limit,
+            base,
+            realtime: self.sched.clock.realtime_ns().wrapping_sub(base),
+            cost: vdso::CALL_COST_NS,
+        };
+        if mem.write(v.vvar, &vv.encode()).is_ok() {
+            v.base = base;
+            v.limit = limit;
+            self.process.vdso = Some(v);
+        }
+    }
+
+    /// The latest local time a vDSO call may show before the program must enter deja: the
+    /// point where the syscall the call stands for would have done more than advance the
+    /// clock. Nothing while another thread could run (the scheduler may switch at any
+    /// syscall); otherwise just before the earliest deadline of a blocked thread and just
+    /// before a cluster node's yield point.
+    fn clock_read_limit(&self, base: u64) -> u64 {
+        let threads = &self.sched.threads;
+        if threads.runnable().iter().any(|&t| t != threads.current) {
+            return base;
+        }
+        let local = |t: u64| t.saturating_add(base - self.sched.clock.now_ns().min(base));
+        threads
+            .earliest_deadline()
+            .into_iter()
+            .chain(self.net.yield_at)
+            .map(|t| local(t).saturating_sub(1))
+            .fold(u64::MAX, u64::min)
+    }
+
+    /// True while the vvar is still the page deja mapped (the program may have unmapped it or
+    /// mapped something else there).
+    fn vvar_mapped(&self, vvar: u64) -> bool {
+        self.process.mappings.find(vvar).is_some_and(|v| v.kind == crate::mappings::VmaKind::Vvar)
+    }
+
+    /// Called by the shell before the program runs again after the shell itself changed the
+    /// kernel (a cluster driver's new yield point, a resume): folds the reads made since the
+    /// last exit and publishes the clock again, so the vvar's limit reflects the new state.
+    pub fn before_run(&mut self, mem: &mut dyn Memory) {
+        self.fold_clock_reads(mem);
+        self.publish_clock(mem);
     }
 
     /// Serves syscall `nr` with the handler of its row in [`crate::syscalls::TABLE`]; a number
@@ -128,7 +210,7 @@ impl Kernel {
                     .take_while(|&i| self.process.mappings.copy_in(mem, rip + i as u64, &mut code[i..=i]).is_ok())
                     .count();
                 if let Some((channel, len)) = crate::cpuid::decode(&code[..n]) {
-                    return self.emulate(channel, (0, 0), eax, ecx, (rip, 13, error_code), len);
+                    return self.emulate(mem, channel, (0, 0), (eax, ecx), (rip, 13, error_code), len);
                 }
                 if let Some(how) = entry_attempt(&code[..n]) {
                     return self.entry_attempt(how, rip);
@@ -139,7 +221,14 @@ impl Kernel {
             Exception::InvalidOpcode { rip, eax, ecx } => {
                 if let Some(site) = self.process.host.site_at(&*mem, rip).cloned() {
                     self.process.host.count_trap(site.channel);
-                    return self.emulate(site.channel, (site.reg, site.width), eax, ecx, (rip, 6, 0), site.len.into());
+                    return self.emulate(
+                        mem,
+                        site.channel,
+                        (site.reg, site.width),
+                        (eax, ecx),
+                        (rip, 6, 0),
+                        site.len.into(),
+                    );
                 }
                 match self.entry_at(mem, rip) {
                     Some(how) => self.entry_attempt(how, rip),
@@ -185,20 +274,22 @@ impl Kernel {
     /// `rdrand`, `rdseed` and `rdpid`.
     pub(crate) fn emulate(
         &mut self,
+        mem: &mut dyn Memory,
         channel: Channel,
         dest: (Gpr, u8),
-        eax: u32,
-        ecx: u32,
+        (eax, ecx): (u32, u32),
         at: (u64, u8, u64),
         len: u64,
     ) -> ExceptionOutcome {
         let (rip, vector, error_code) = at;
         let mut tsc = 0;
         if matches!(channel, Channel::Rdtsc | Channel::Rdtscp) {
+            self.fold_clock_reads(mem);
             self.sched.clock.advance(RDTSC_COST_NS);
             tsc = self.sched.clock.tsc();
             let now = self.sched.clock.now_ns();
             self.record.tracer.exception(vector, rip, 0, error_code, ExceptionRecord::Emulated(tsc), now);
+            self.publish_clock(mem);
         }
         let mut random = 0;
         if matches!(channel, Channel::Rdrand | Channel::Rdseed) {

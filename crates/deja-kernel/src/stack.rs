@@ -39,6 +39,8 @@ pub const AT_CLKTCK: u64 = 17;
 pub const AT_SECURE: u64 = 23;
 /// `AT_RANDOM`.
 pub const AT_RANDOM: u64 = 25;
+/// `AT_SYSINFO_EHDR`: where the vDSO is.
+pub const AT_SYSINFO_EHDR: u64 = 33;
 /// `AT_HWCAP2`.
 pub const AT_HWCAP2: u64 = 26;
 /// `AT_EXECFN`.
@@ -63,6 +65,8 @@ pub struct AuxInfo {
     pub phnum: u64,
     /// Entry point.
     pub entry: u64,
+    /// Where the vDSO's ELF header is (`AT_SYSINFO_EHDR`), if the program has one.
+    pub vdso: Option<u64>,
 }
 
 /// The built stack: its bytes live at `[rsp, top)`.
@@ -86,7 +90,8 @@ pub fn build(
 ) -> Option<InitialStack> {
     let strings: u64 = argv.iter().chain(env).map(|s| s.len() as u64 + 1).sum();
     let fixed = 8 + execfn.len() as u64 + 1 + 7 + 16;
-    let words = 1 + argv.len() as u64 + 1 + env.len() as u64 + 1 + 2 * 20;
+    let aux_entries = 20 + u64::from(aux.vdso.is_some());
+    let words = 1 + argv.len() as u64 + 1 + env.len() as u64 + 1 + 2 * aux_entries;
     let total = strings.checked_add(fixed)?.checked_add(words * 8)?.checked_add(16)?;
     if total > limit {
         return None;
@@ -115,7 +120,9 @@ pub fn build(
     p -= 16;
     let random_addr = p;
     put(p, &random);
-    let auxv: [(u64, u64); 20] = [
+    // Linux puts the vDSO first.
+    let vdso = aux.vdso.map(|a| (AT_SYSINFO_EHDR, a));
+    let auxv = vdso.into_iter().chain([
         (AT_MINSIGSTKSZ, MINSIGSTKSZ),
         (AT_HWCAP, HWCAP),
         (AT_PAGESZ, crate::PAGE_SIZE),
@@ -136,7 +143,7 @@ pub fn build(
         (AT_EXECFN, execfn_addr),
         (AT_PLATFORM, platform),
         (AT_NULL, 0),
-    ];
+    ]);
     let mut table: Vec<u64> = Vec::with_capacity(words as usize);
     table.push(argv.len() as u64);
     table.extend(&ptrs[..argv.len()]);

@@ -68,7 +68,7 @@ impl Kernel {
             let (s, e) = (v.start.max(a), v.end.min(b));
             let host = &mut self.process.host;
             match &v.kind {
-                VmaKind::Image { .. } => host.repatch(mem, s, e),
+                VmaKind::Image { .. } | VmaKind::Vdso { .. } => host.repatch(mem, s, e),
                 VmaKind::File { path, data, offset, .. } => {
                     let at = Placement {
                         name: path.clone(),
@@ -254,7 +254,7 @@ impl Kernel {
             for v in pieces {
                 let (s, e) = (v.start.max(addr), v.end.min(end));
                 match v.kind {
-                    VmaKind::Image { .. } => {}
+                    VmaKind::Image { .. } | VmaKind::Vdso { .. } | VmaKind::Vvar => {}
                     VmaKind::File { .. } => {
                         mem.unmap(s, e - s);
                         self.load_file_pages(mem, s, e)?;
@@ -322,7 +322,7 @@ impl Kernel {
             let mut e = v.clone();
             e.start = new + old_len;
             e.end = new + new_len;
-            if let VmaKind::File { offset, .. } | VmaKind::Image { offset } = &mut e.kind {
+            if let VmaKind::File { offset, .. } | VmaKind::Image { offset } | VmaKind::Vdso { offset } = &mut e.kind {
                 *offset += old_len;
             }
             e
@@ -387,7 +387,7 @@ impl Kernel {
             let mut e = v.clone();
             e.start = grow_start;
             e.end = old + new_len;
-            if let VmaKind::File { offset, .. } | VmaKind::Image { offset } = &mut e.kind {
+            if let VmaKind::File { offset, .. } | VmaKind::Image { offset } | VmaKind::Vdso { offset } = &mut e.kind {
                 *offset += grow_start - v.start;
             }
             let (s, t) = (e.start, e.end);

@@ -318,7 +318,7 @@ impl Kernel {
         if self.process.exit.is_some() {
             return false;
         }
-        match self.pick_next(mem) {
+        let run = match self.pick_next(mem) {
             Ok(Some(t)) => {
                 self.switch_to(t);
                 true
@@ -329,7 +329,9 @@ impl Kernel {
                 false
             }
             Err(_) => false,
-        }
+        };
+        self.publish_clock(mem);
+        run
     }
 
     /// Asks [`Kernel::yield_due`] to say true once virtual time reaches `t` (`None`: never).

@@ -25,6 +25,7 @@ mod persist;
 mod signals;
 mod threads;
 mod unix;
+mod vdso;
 
 /// One segment of a test image.
 struct Seg {
@@ -210,7 +211,7 @@ fn path(k: &Kernel, m: &mut FakeMemory, at: u64, p: &str) -> u64 {
 
 #[test]
 fn exec_layout_and_initial_stack() {
-    let (k, e, m) = boot();
+    let (k, e, mut m) = boot();
     assert_eq!(e.rip, 0x40_1000);
     assert_eq!(e.rsp % 16, 0);
     assert!(e.rsp < STACK_TOP && e.rsp > STACK_TOP - STACK_EAGER);
@@ -246,7 +247,9 @@ fn exec_layout_and_initial_stack() {
     assert_eq!(aux[&AT_SECURE], 0);
     assert_eq!(aux[&AT_CLKTCK], 100);
     assert_eq!(aux[&AT_HWCAP], HWCAP);
-    assert!(!aux.contains_key(&33), "no AT_SYSINFO_EHDR: no vDSO");
+    // The vDSO: an ELF header where AT_SYSINFO_EHDR says.
+    assert_eq!(aux[&33], crate::vdso::VDSO_ADDR);
+    assert_eq!(&peek(&k, &mut m, aux[&33], 4)[..], b"\x7fELF");
     assert_eq!(cstr_at(&m, aux[&AT_PLATFORM]), "x86_64");
     assert_eq!(cstr_at(&m, aux[&AT_EXECFN]), "/bin/prog");
     let mut random = [0u8; 16];
@@ -1013,7 +1016,9 @@ fn rewritten_sites_trap_and_are_answered_from_deja_model() {
     assert_eq!(peek(&k, &mut m, 0x40_1000, 9), vec![0x0f, 0x0b, 0xf4, 0x0f, 0x0b, 0xcc, 0x0f, 0x0b, 0xcc]);
     let r = k.finish(&m, ExitStatus::Exited { code: 0 }).host_channels;
     assert_eq!(r.rewrite, Rewrite::On);
-    assert_eq!((r.objects.len(), r.objects[0].name.as_str()), (1, "/bin/prog"));
+    assert_eq!((r.objects.len(), r.objects[0].name.as_str()), (2, "/bin/prog"));
+    // The vDSO is planned like the program, and has nothing to rewrite.
+    assert_eq!((r.objects[1].name.as_str(), r.objects[1].rewritten.total()), ("[vdso]", 0));
     let counts = r.rewritten();
     assert_eq!((counts.rdtsc, counts.rdtscp, counts.cpuid, counts.total()), (1, 1, 1, 3));
     let (mut k, _, mut m) = boot();

@@ -49,6 +49,31 @@ pub fn rewrite_from_env() -> Result<bool, VmError> {
     }
 }
 
+/// The environment variable that turns deja's vDSO off (`off`) or on (`on`, the default).
+pub const VDSO_ENV: &str = "DEJA_VDSO";
+
+/// Set by [`disable_vdso`] (the CLI's `--no-vdso`).
+static VDSO_DISABLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Turns deja's vDSO off for this process, as `DEJA_VDSO=off` does. Call it before anything
+/// boots a VM: the setting is measured once, with the rest of the remedy.
+pub fn disable_vdso() {
+    VDSO_DISABLED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether programs get deja's vDSO ([`deja_kernel::vdso`]), as `DEJA_VDSO` and
+/// [`disable_vdso`] say (on unless either says off).
+pub fn vdso_from_env() -> Result<bool, VmError> {
+    if VDSO_DISABLED.load(std::sync::atomic::Ordering::SeqCst) {
+        return Ok(false);
+    }
+    match std::env::var(VDSO_ENV).as_deref() {
+        Err(_) | Ok("") | Ok("on") => Ok(true),
+        Ok("off") => Ok(false),
+        Ok(other) => Err(VmError::Config { message: format!("{VDSO_ENV}={other:?}: use on or off") }),
+    }
+}
+
 /// What `DEJA_CPU_IDENTITY` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -101,6 +126,10 @@ pub struct Remedy {
     /// that did not rewrite.
     #[serde(default)]
     pub rewrite: bool,
+    /// Programs get deja's vDSO, and read the clock through it without an exit
+    /// ([`deja_kernel::vdso`]). Absent in artifacts of a deja without one.
+    #[serde(default)]
+    pub vdso: bool,
 }
 
 impl std::fmt::Display for Remedy {
@@ -120,6 +149,9 @@ impl std::fmt::Display for Remedy {
         }
         if let Some(c) = self.pinned_core {
             write!(f, "; every vCPU thread pinned to host core {c}")?;
+        }
+        if !self.vdso {
+            write!(f, "; no vDSO (every clock read is a syscall)")?;
         }
         Ok(())
     }
@@ -429,6 +461,7 @@ pub fn remedy() -> Result<Remedy, VmError> {
 fn measure() -> Result<HostProfile, VmError> {
     let policy = Policy::from_env()?;
     let rewrite = rewrite_from_env()?;
+    let vdso = vdso_from_env()?;
     let faulting_offered = crate::probe::faulting_offered()?;
     // Offered is not honoured: some hosts accept the MSR bit and still answer ring-3 `cpuid`
     // themselves. Faulting counts only where the probe's `cpuid` trapped; that probe is also
@@ -456,7 +489,7 @@ fn measure() -> Result<HostProfile, VmError> {
         }
         _ => None,
     };
-    let remedy = Remedy { cpuid, pinned_core, rewrite };
+    let remedy = Remedy { cpuid, pinned_core, rewrite, vdso };
     let hardware = match (pinned_core, faulting_probe) {
         (Some(c), _) => crate::probe::probe_on_core(c, cpuid)?,
         (None, Some(p)) if cpuid == CpuidSource::Faulting => p,
@@ -634,7 +667,7 @@ mod tests {
         }
     }
 
-    const FAULTING: Remedy = Remedy { cpuid: CpuidSource::Faulting, pinned_core: None, rewrite: false };
+    const FAULTING: Remedy = Remedy { cpuid: CpuidSource::Faulting, pinned_core: None, rewrite: false, vdso: true };
 
     #[test]
     fn fingerprints_are_stable_and_name_what_differs() {

@@ -9,6 +9,7 @@
 //! a parent state it resets to; a cluster node is a session the cluster driver steps.
 
 use deja_kernel::hostchan::Rewrite;
+use deja_kernel::vdso::VdsoMode;
 use deja_kernel::{Disk, ExitStatus, FaultInfo, Kernel, ProgramSpec, Stream};
 
 use std::sync::Arc;
@@ -39,17 +40,23 @@ impl Default for BootOptions {
 /// The program's code is rewritten ([`deja_kernel::hostchan`]) when this process's remedy says
 /// so ([`crate::identity::remedy`], `DEJA_REWRITE`), whatever `spec.rewrite` says: like the
 /// CPUID source, it is a property of the process, recorded in every artifact's fingerprint.
+/// So is whether the program gets deja's vDSO (`DEJA_VDSO`, `--no-vdso`).
 pub fn boot(spec: &ProgramSpec, memory: u64, opts: BootOptions) -> Result<(Vm, Kernel), RunError> {
     let mut vm = Vm::new(memory)?;
     vm.set_register_path(opts.register_path);
     if opts.dirty_log {
         vm.enable_dirty_log()?;
     }
-    let rewrite = match crate::identity::remedy()?.rewrite {
+    let remedy = crate::identity::remedy()?;
+    let rewrite = match remedy.rewrite {
         true => Rewrite::On,
         false => Rewrite::Off,
     };
-    let (kernel, entry) = Kernel::load(ProgramSpec { rewrite, ..spec.clone() }, &mut vm.space)?;
+    let vdso = match remedy.vdso {
+        true => VdsoMode::On,
+        false => VdsoMode::Off,
+    };
+    let (kernel, entry) = Kernel::load(ProgramSpec { rewrite, vdso, ..spec.clone() }, &mut vm.space)?;
     // Loading may have narrowed fresh pages; nothing ran yet, so nothing is cached.
     vm.space.take_stale();
     vm.enter_user(entry.rip, entry.rsp, 0)?;

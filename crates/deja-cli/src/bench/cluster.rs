@@ -120,12 +120,26 @@ pub(super) fn forked_cluster_figures(file: &Path) -> Result<serde_json::Value, S
     let steering = |k: u64| Steering { at: SteerAt::Setup, reseed: Some(1000 + k), ..Steering::default() };
     let start = Instant::now();
     let mut booted = Vec::new();
+    // Exits by kind over the booted rounds: every syscall, the clock reads among them, and the
+    // clock reads the vDSO served without one.
+    let (mut syscalls, mut clock_syscalls, mut vdso_calls, mut exits) = (0u64, 0u64, 0u64, 0u64);
     for k in 0..rounds {
         let r = deja_cluster::run(
             cfg.clone(),
             RunOptions { sink: &mut |_, _, _| {}, steering: steering(k), record_trace: false },
         )
         .map_err(|e| e.to_string())?;
+        for n in &r.nodes {
+            exits += n.vm_exits;
+            for l in &n.lives {
+                syscalls += l.syscalls;
+                clock_syscalls += ["clock_gettime", "gettimeofday", "time"]
+                    .iter()
+                    .map(|c| l.syscall_counts.get(*c).copied().unwrap_or(0))
+                    .sum::<u64>();
+                vdso_calls += l.vdso_calls.unwrap_or(0);
+            }
+        }
         booted.push(r.digest);
     }
     let booted_s = start.elapsed().as_secs_f64();
@@ -135,9 +149,25 @@ pub(super) fn forked_cluster_figures(file: &Path) -> Result<serde_json::Value, S
         .ok_or("the register cluster never had every node call setup_complete")?;
     let fork_s = start.elapsed().as_secs_f64();
     let (mut reset_ns, mut frames, mut resets) = (0u64, 0u64, 0u64);
+    // Where the forked rounds' wall time went: inside KVM_RUN, in deja's syscall and exception
+    // handling (and per syscall name), in resets; the rest is the cluster driver's.
+    let (mut kvm_ns, mut syscall_ns, mut exception_ns, mut forked_exits) = (0u64, 0u64, 0u64, 0u64);
+    let mut by_kind: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    let at_fork = fork.costs_at_fork();
     let start = Instant::now();
     for k in 0..rounds {
         let r = fork.run_child(&steering(k), &mut |_, _, _| {}).map_err(|e| e.to_string())?;
+        for (n, (kvm, exits, m)) in r.nodes.iter().zip(&at_fork) {
+            kvm_ns += n.host_run_ns - kvm;
+            forked_exits += n.vm_exits - exits;
+            syscall_ns += n.monitor.syscall_ns - m.syscall_ns;
+            exception_ns += n.monitor.exception_ns - m.exception_ns;
+            for (name, (count, ns)) in &n.monitor.syscall_time {
+                let (c0, ns0) = m.syscall_time.get(name).copied().unwrap_or_default();
+                let t = by_kind.entry(name.clone()).or_default();
+                *t = (t.0 + count - c0, t.1 + ns - ns0);
+            }
+        }
         if r.digest != booted[k as usize] {
             return Err(format!(
                 "forked round {k} gave digest {} where the booted one gave {}",
@@ -151,7 +181,31 @@ pub(super) fn forked_cluster_figures(file: &Path) -> Result<serde_json::Value, S
         }
     }
     let forked_s = start.elapsed().as_secs_f64();
+    let wall_ns = forked_s * 1e9;
+    let share = |ns: u64| ns as f64 / wall_ns;
+    let mut kinds: Vec<(String, (u64, u64))> = by_kind.into_iter().collect();
+    kinds.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then(a.0.cmp(&b.0)));
+    let top: Vec<serde_json::Value> = kinds
+        .iter()
+        .take(5)
+        .map(|(name, (count, ns))| {
+            serde_json::json!({ "syscall": name, "count": count, "share": share(*ns), "us_each": *ns as f64 / 1e3 / (*count).max(1) as f64 })
+        })
+        .collect();
+    let other = wall_ns - (kvm_ns + syscall_ns + exception_ns + reset_ns) as f64;
+    // What a round would cost where an exit's round trip is 1 µs: KVM_RUN time beyond 1 µs per
+    // exit is the nested hypervisor's (guest code is in it too, so this is a bound).
+    let bare_ns = wall_ns - kvm_ns as f64 + forked_exits as f64 * 1e3;
+    let time_split = serde_json::json!({
+        "round_ms": wall_ns / 1e6 / rounds as f64,
+        "kvm_run": share(kvm_ns), "syscalls": share(syscall_ns), "exceptions": share(exception_ns),
+        "resets": share(reset_ns), "driver_and_rest": other / wall_ns,
+        "exits_per_round": forked_exits / rounds, "kvm_run_us_per_exit": kvm_ns as f64 / 1e3 / forked_exits.max(1) as f64,
+        "top_syscalls": top,
+        "rounds_per_s_with_1us_exits_at_most": rounds as f64 / (bare_ns / 1e9),
+    });
     Ok(serde_json::json!({
+        "time_split": time_split,
         "file": file.display().to_string(), "rounds": rounds, "nodes": cfg.nodes.len(),
         "fork_point_virtual_ms": fork.virtual_time_ns as f64 / 1e6,
         "booted_rounds_per_s": rounds as f64 / booted_s, "forked_rounds_per_s": rounds as f64 / forked_s,
@@ -159,6 +213,57 @@ pub(super) fn forked_cluster_figures(file: &Path) -> Result<serde_json::Value, S
         "us_per_node_reset": reset_ns as f64 / 1e3 / resets.max(1) as f64,
         "frames_per_node_reset": frames as f64 / resets.max(1) as f64,
         "digests_compared": rounds,
+        "vdso": deja_vmm::identity::remedy().map(|r| r.vdso).unwrap_or(false),
+        "exits": exits, "syscalls": syscalls, "clock_syscalls": clock_syscalls, "vdso_calls": vdso_calls,
+        "clock_share_of_syscalls": clock_syscalls as f64 / syscalls.max(1) as f64,
+    }))
+}
+
+/// The register cluster's rounds with deja's vDSO off and on, each in a process of its own
+/// (the setting belongs to the process): `deja bench --forked-cluster-only` under
+/// `DEJA_VDSO=off` and `on`, alternated `repeat` times; the medians side by side.
+pub(super) fn vdso_figures(exe: &Path, guests: &Path, repeat: u32) -> Result<serde_json::Value, String> {
+    let run = |setting: &str| -> Result<serde_json::Value, String> {
+        let out = std::process::Command::new(exe)
+            .env(deja_vmm::identity::VDSO_ENV, setting)
+            .args(["bench", "--forked-cluster-only", "--json", "--guests"])
+            .arg(guests)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "deja bench --forked-cluster-only (vDSO {setting}) failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("deja bench --forked-cluster-only: {e}"))
+    };
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for _ in 0..repeat.max(1) {
+        off.push(run("off")?);
+        on.push(run("on")?);
+    }
+    let median_of = |v: &[serde_json::Value], key: &str| {
+        let mut xs: Vec<f64> = v.iter().map(|r| r[key].as_f64().unwrap_or(0.0)).collect();
+        xs.sort_by(f64::total_cmp);
+        xs[xs.len() / 2]
+    };
+    let side = |v: &[serde_json::Value]| {
+        serde_json::json!({
+            "booted_rounds_per_s": median_of(v, "booted_rounds_per_s"),
+            "forked_rounds_per_s": median_of(v, "forked_rounds_per_s"),
+            "exits": v[0]["exits"], "syscalls": v[0]["syscalls"], "clock_syscalls": v[0]["clock_syscalls"],
+            "vdso_calls": v[0]["vdso_calls"], "clock_share_of_syscalls": v[0]["clock_share_of_syscalls"],
+            "digests_compared": v[0]["digests_compared"],
+        })
+    };
+    let (off, on) = (side(&off), side(&on));
+    let speedup = |key: &str| on[key].as_f64().unwrap_or(0.0) / off[key].as_f64().unwrap_or(1.0).max(1e-9);
+    Ok(serde_json::json!({
+        "repeat": repeat.max(1),
+        "booted_speedup": speedup("booted_rounds_per_s"),
+        "forked_speedup": speedup("forked_rounds_per_s"),
+        "off": off, "on": on,
     }))
 }
 

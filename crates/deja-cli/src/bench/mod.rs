@@ -36,6 +36,10 @@ pub struct BenchArgs {
     /// Print the figures as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Measure only the register cluster's booted and forked rounds (what the vDSO figures
+    /// run in a process of their own for each setting).
+    #[arg(long, hide = true)]
+    pub forked_cluster_only: bool,
 }
 
 /// SDK calls timed natively, where one call costs nanoseconds.
@@ -483,12 +487,13 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     let root = dir.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
     let register = root.join("examples/clusters/register-fixed.toml");
     let forked_cluster = forked_cluster_figures(&register)?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let vdso = cluster::vdso_figures(&exe, &dir, repeat)?;
     let scale = scale_figures(&dir, &register)?;
     let cluster_check = cluster_check_figures(&dir, &root.join("examples/clusters/register-buggy.toml"))?;
     let history = history_figures()?;
 
     // 9. The whole CLI on hello, as a user runs it (including the hazard probe).
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut hello_times = Vec::new();
     let mut hello_native = Vec::new();
     for _ in 0..repeat {
@@ -535,6 +540,7 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
         "fork_reset": { "guest_memory_mib": 256, "rows": fork_rows },
         "cluster": cluster,
         "forked_cluster": forked_cluster,
+        "vdso": vdso,
         "scale": scale,
         "cluster_check": cluster_check,
         "history": history,
@@ -543,9 +549,17 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     }))
 }
 
+/// The register cluster's rounds alone (`--forked-cluster-only`).
+fn register_rounds(args: &BenchArgs) -> Result<serde_json::Value, String> {
+    let dir = args.guests.clone().unwrap_or_else(default_guest_dir);
+    let root = dir.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
+    forked_cluster_figures(&root.join("examples/clusters/register-fixed.toml"))
+}
+
 /// `deja bench`.
 pub fn main(args: BenchArgs) -> Exit {
-    match figures(&args) {
+    let result = if args.forked_cluster_only { register_rounds(&args) } else { figures(&args) };
+    match result {
         Ok(v) => {
             if args.json {
                 println!("{v:#}");

@@ -72,6 +72,55 @@ pub(super) fn text(v: &serde_json::Value) {
         f["us_per_node_reset"].as_f64().unwrap_or(0.0),
         f["frames_per_node_reset"].as_f64().unwrap_or(0.0)
     );
+    let t = &f["time_split"];
+    let kinds: Vec<String> = t["top_syscalls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|k| {
+            format!(
+                "{} {:.1}% ({:.0} us each)",
+                k["syscall"].as_str().unwrap_or(""),
+                100.0 * k["share"].as_f64().unwrap_or(0.0),
+                k["us_each"].as_f64().unwrap_or(0.0)
+            )
+        })
+        .collect();
+    let pct = |k: &str| 100.0 * t[k].as_f64().unwrap_or(0.0);
+    println!(
+        "  round      a forked round, {:.1} ms: KVM_RUN {:.0}% ({} exits, {:.1} us each with the guest's code), deja's syscalls {:.1}%, exceptions {:.1}%, resets {:.1}%, the cluster driver and the rest {:.0}%",
+        t["round_ms"].as_f64().unwrap_or(0.0),
+        pct("kvm_run"),
+        t["exits_per_round"],
+        t["kvm_run_us_per_exit"].as_f64().unwrap_or(0.0),
+        pct("syscalls"),
+        pct("exceptions"),
+        pct("resets"),
+        pct("driver_and_rest")
+    );
+    println!("             deja's syscall time by kind: {}", kinds.join(", "));
+    println!(
+        "             where an exit costs 1 us (bare metal), at most {:.1} rounds/s",
+        t["rounds_per_s_with_1us_exits_at_most"].as_f64().unwrap_or(0.0)
+    );
+    let d = &v["vdso"];
+    for (label, s) in [("vDSO off", &d["off"]), ("vDSO on ", &d["on"])] {
+        println!(
+            "  clock      {label}: {:.1} rounds/s booted, {:.1} forked (median of {}); {} syscalls of which {} clock reads ({:.0}%), {} reads without an exit",
+            s["booted_rounds_per_s"].as_f64().unwrap_or(0.0),
+            s["forked_rounds_per_s"].as_f64().unwrap_or(0.0),
+            d["repeat"],
+            s["syscalls"],
+            s["clock_syscalls"],
+            100.0 * s["clock_share_of_syscalls"].as_f64().unwrap_or(0.0),
+            s["vdso_calls"]
+        );
+    }
+    println!(
+        "             the vDSO: {:.2}x booted, {:.2}x forked (each setting's forked rounds checked against its booted ones, digest by digest)",
+        d["booted_speedup"].as_f64().unwrap_or(0.0),
+        d["forked_speedup"].as_f64().unwrap_or(0.0)
+    );
     for r in v["scale"]["rows"].as_array().into_iter().flatten() {
         println!(
             "  workers    {:<18} {} rounds: 1 worker {:>6.1} rounds/s, {} workers {:>6.1} rounds/s: {:.2}x",

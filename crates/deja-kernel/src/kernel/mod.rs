@@ -64,6 +64,7 @@ use crate::signal::Signals;
 use crate::stack::{self, AuxInfo};
 use crate::trace::memory_digest;
 use crate::user_layout::*;
+use crate::vdso::{self, VdsoMode, VDSO_ADDR, VVAR_ADDR};
 use crate::{
     ArgsTooBigSnafu, CwdSnafu, DiskOverCapacitySnafu, GuestPathSnafu, InvalidDiskSnafu, MalformedSnafu,
     OutOfMemorySnafu, TooBigSnafu,
@@ -245,6 +246,19 @@ impl Kernel {
             mappings.insert(Vma { start: a, end: b, prot, kind: VmaKind::Image { offset }, shared: false });
         }
         let brk_start = segs.iter().map(|s| s.3).max().unwrap_or(USER_START).max(USER_START);
+        let vdso = match spec.vdso {
+            VdsoMode::On if mappings.is_free(VVAR_ADDR, VDSO_ADDR + vdso::image().pages() * PAGE_SIZE) => {
+                let state = vdso::map(mem, &mut mappings).context(OutOfMemorySnafu { what: "the vDSO" })?;
+                if spec.rewrite == Rewrite::On {
+                    let img = vdso::image();
+                    let end = VDSO_ADDR + img.pages() * PAGE_SIZE;
+                    let at = Placement { name: "[vdso]".into(), start: VDSO_ADDR, end, base: VDSO_ADDR, by_addr: true };
+                    host.apply(mem, &plan_file(&img.bytes), &at).context(OutOfMemorySnafu { what: "the vDSO" })?;
+                }
+                Some(state)
+            }
+            _ => None,
+        };
 
         // The stack.
         mappings.insert(Vma {
@@ -259,7 +273,7 @@ impl Kernel {
         rng.fill(&mut random);
         let entry_rip = reloc(img.entry).unwrap_or(0);
         let phdr = reloc(img.phdr_vaddr()).unwrap_or(0);
-        let aux = AuxInfo { phdr, phnum: img.phdrs.len() as u64, entry: entry_rip };
+        let aux = AuxInfo { phdr, phnum: img.phdrs.len() as u64, entry: entry_rip, vdso: vdso.map(|_| VDSO_ADDR) };
         let st = stack::build(STACK_TOP, &spec.argv, &spec.env, &spec.exe_path, random, aux, STACK_SIZE / 4)
             .context(ArgsTooBigSnafu)?;
         let eager = page_up(STACK_TOP - st.rsp).unwrap_or(STACK_SIZE).max(STACK_EAGER);
@@ -319,6 +333,7 @@ impl Kernel {
             fault_repeats: 0,
             coverage,
             host,
+            vdso,
         };
         let cwd = if spec.cwd.is_empty() || spec.cwd == "/" {
             crate::fs::ROOT
@@ -332,7 +347,7 @@ impl Kernel {
             }
         };
         let files = Files { fs, locks: BTreeMap::new(), fds: FdTable::new(&spec.stdin), cwd };
-        let kernel = Kernel {
+        let mut kernel = Kernel {
             process,
             files,
             net: Net::default(),
@@ -342,6 +357,7 @@ impl Kernel {
             faults,
             rng,
         };
+        kernel.publish_clock(mem);
         Ok((kernel, entry))
     }
 

@@ -397,6 +397,7 @@ impl Kernel {
             after_fault: self.faults.after_fault.clone(),
             files: self.files.fs.volatile_disk().entries.into_keys().take(256).collect(),
             host_channels: self.process.host.report(),
+            vdso_calls: self.process.vdso.map(|v| v.calls),
         };
         self.oracle.fill_report(&mut report);
         report

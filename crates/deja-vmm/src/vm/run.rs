@@ -261,6 +261,7 @@ impl Vm {
         r.rflags = (r.r11 & !RFLAGS_RF) | RFLAGS_FIXED;
         self.mark_dirty(SyncReg::Register);
         self.switch_threads(kernel)?;
+        kernel.before_run(&mut self.space);
         self.apply_bases(kernel.fs_base(), kernel.gs_base());
         Ok(())
     }
@@ -370,7 +371,12 @@ impl Vm {
                 }
                 let args = [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9];
                 kernel.set_user_sp(regs.rsp);
+                let served = Instant::now();
                 let outcome = kernel.syscall(&mut self.space, regs.rax, args);
+                let ns = served.elapsed().as_nanos() as u64;
+                self.stats.syscall_ns += ns;
+                let kind = self.stats.syscall_time.entry(deja_kernel::syscalls::display_name(regs.rax)).or_default();
+                *kind = (kind.0 + 1, kind.1 + ns);
                 for (stream, bytes) in kernel.take_output() {
                     sink(stream, &bytes);
                 }
@@ -429,7 +435,12 @@ impl Vm {
                         self.hit_block(id, kernel.decision_count());
                         ExceptionOutcome::Retry
                     }
-                    None => kernel.exception(&mut self.space, exc),
+                    None => {
+                        let served = Instant::now();
+                        let outcome = kernel.exception(&mut self.space, exc);
+                        self.stats.exception_ns += served.elapsed().as_nanos() as u64;
+                        outcome
+                    }
                 };
                 for (stream, bytes) in kernel.take_output() {
                     sink(stream, &bytes);
