@@ -16,12 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void show(const char *what, long r) {
-    if (r < 0)
-        printf("%s: %s\n", what, strerrorname_np(errno));
-    else
-        printf("%s: %ld\n", what, r);
-}
+#include "case.h"
 
 static void contents(const char *path) {
     char buf[128] = {0};

@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "case.h"
+
 static volatile sig_atomic_t handled, mask_in_handler;
 static pthread_t main_thread;
 
@@ -20,13 +22,6 @@ static void on_usr(int sig) {
     pthread_sigmask(SIG_BLOCK, NULL, &now);
     mask_in_handler = sigismember(&now, SIGUSR1) * 10 + sigismember(&now, SIGUSR2);
     handled = sig;
-}
-
-static void show(const char *what, long r) {
-    if (r < 0)
-        printf("%s: %s\n", what, strerrorname_np(errno));
-    else
-        printf("%s: %ld\n", what, r);
 }
 
 static void *send_usr1(void *arg) {

@@ -23,12 +23,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-static void show(const char *what, long r) {
-    if (r < 0)
-        printf("%s: %s\n", what, strerrorname_np(errno));
-    else
-        printf("%s: %ld\n", what, r);
-}
+#include "case.h"
 
 static socklen_t addr_of(struct sockaddr_un *a, const char *path, int abstract) {
     memset(a, 0, sizeof *a);

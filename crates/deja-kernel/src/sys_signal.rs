@@ -147,7 +147,7 @@ impl Kernel {
         if matches!(self.process.signals.action(sig), Action::Ignore) {
             return;
         }
-        let tid = self.sched.threads.retrying.map_or(self.sched.threads.current, |(t, _)| t);
+        let tid = self.caller();
         if let Some(p) = self.thread_pending(tid) {
             *p |= bit(sig);
         }

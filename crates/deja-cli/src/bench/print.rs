@@ -106,7 +106,7 @@ pub(super) fn text(v: &serde_json::Value) {
     let d = &v["vdso"];
     for (label, s) in [("vDSO off", &d["off"]), ("vDSO on ", &d["on"])] {
         println!(
-            "  clock      {label}: {:.1} rounds/s booted, {:.1} forked (median of {}); {} syscalls of which {} clock reads ({:.0}%), {} reads without an exit",
+            "  clock      {label}: {:.1} rounds/s booted, {:.1} forked (median of {}); {} syscalls of which {} clock reads ({:.0}%); {} vDSO calls served without an exit",
             s["booted_rounds_per_s"].as_f64().unwrap_or(0.0),
             s["forked_rounds_per_s"].as_f64().unwrap_or(0.0),
             d["repeat"],

@@ -264,7 +264,9 @@ impl Kernel {
             (u.ty, u.peer.is_some(), u.listen.is_some())
         };
         if ty == SOCK_DGRAM && len >= 2 {
-            let family = self.process.mappings.read_u32(mem, addr)? as u16;
+            let mut b = [0u8; 2];
+            self.process.mappings.copy_in(mem, addr, &mut b)?;
+            let family = u16::from_le_bytes(b);
             if family == AF_UNSPEC {
                 self.unix_mut(id)?.peer = None;
                 self.net.touch(id);

@@ -134,6 +134,13 @@ fn hostile_unix_socket_arguments_get_errors() {
     assert_eq!(sc(&mut k, &mut m, "socketpair", &[AF_UNIX, SOCK_STREAM, 0, u64::MAX - 3]), EFAULT);
     let s = sc(&mut k, &mut m, "socket", &[AF_UNIX, SOCK_STREAM, 0]);
     assert_eq!(s, 3, "the failed calls left no descriptor behind");
+    // AF_UNSPEC in the last two bytes of the highest mapping: a datagram socket reads the family
+    // alone, as Linux does, and dissolves its association.
+    assert_eq!(buf + 0x1000, MMAP_TOP, "the scratch page is the highest mapping");
+    let d = sc(&mut k, &mut m, "socket", &[AF_UNIX, SOCK_DGRAM, 0]) as u64;
+    poke(&k, &mut m, buf + 0xffe, &0u16.to_le_bytes());
+    assert_eq!(sc(&mut k, &mut m, "connect", &[d, buf + 0xffe, 2]), 0);
+    assert_eq!(sc(&mut k, &mut m, "close", &[d]), 0);
     let s = s as u64;
     let len = sun(&k, &mut m, buf, b"/tmp/x.sock");
     assert_eq!(sc(&mut k, &mut m, "bind", &[s, buf, 1]), EINVAL);

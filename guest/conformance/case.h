@@ -1,0 +1,18 @@
+/* Shared by the conformance cases: how each prints a call's result, the same way natively and
+ * under deja. */
+#ifndef DEJA_CONFORMANCE_CASE_H
+#define DEJA_CONFORMANCE_CASE_H
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+/* `what: N` for a result, `what: ENAME` for a failure (errno's name, not its text). */
+static void show(const char *what, long r) {
+    if (r < 0)
+        printf("%s: %s\n", what, strerrorname_np(errno));
+    else
+        printf("%s: %ld\n", what, r);
+}
+
+#endif
