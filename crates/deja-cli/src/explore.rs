@@ -53,6 +53,11 @@ pub struct ExploreArgs {
     /// No progress display.
     #[arg(long)]
     pub quiet: bool,
+    /// At the end, print where the campaign's wall time went: inside `KVM_RUN`, in deja's
+    /// syscall handling (per syscall kind), exceptions, fork resets, and the rest (planning,
+    /// learning, checkpoints, the cluster driver).
+    #[arg(long)]
+    pub profile: bool,
     /// End the campaign at the first confirmed bug.
     #[arg(long)]
     pub stop_at_first_bug: bool,
@@ -164,6 +169,43 @@ fn config(args: &ExploreArgs, strategy: Strategy, out: PathBuf) -> CampaignConfi
 
 /// `deja explore`: [`Exit::Clean`] when no bug was found, [`Exit::Failure`] when bugs were found,
 /// [`Exit::Incomplete`] when the campaign ran no round, [`Exit::DejaFailed`] when deja failed.
+/// `--profile`: where the campaign's time went, over its workers' time (wall × workers).
+fn print_profile(
+    err: &mut impl Write,
+    p: &deja_vmm::profile::Profile,
+    wall: std::time::Duration,
+    jobs: u64,
+    rounds: u64,
+) {
+    let total = wall.as_nanos() as f64 * jobs.max(1) as f64;
+    let pct = |ns: u64| 100.0 * ns as f64 / total.max(1.0);
+    let rest = total - (p.kvm_run_ns + p.syscall_ns + p.exception_ns + p.reset_ns) as f64;
+    let _ = writeln!(
+        err,
+        "deja: profile: {:.2} s wall x {} worker(s), {} rounds ({:.1} ms each): KVM_RUN {:.1}% ({} exits, {:.1} us each with the guest's code), syscall handling {:.1}%, exceptions {:.1}%, fork resets {:.1}%, the rest (planning, learning, checkpoints, the cluster driver) {:.1}%",
+        wall.as_secs_f64(),
+        jobs.max(1),
+        rounds,
+        wall.as_secs_f64() * 1e3 * jobs.max(1) as f64 / rounds.max(1) as f64,
+        pct(p.kvm_run_ns),
+        p.exits,
+        p.kvm_run_ns as f64 / 1e3 / p.exits.max(1) as f64,
+        pct(p.syscall_ns),
+        pct(p.exception_ns),
+        pct(p.reset_ns),
+        100.0 * rest.max(0.0) / total.max(1.0)
+    );
+    let kinds: Vec<String> = p
+        .by_syscall
+        .iter()
+        .take(6)
+        .map(|(name, count, ns)| {
+            format!("{name} {:.1}% ({count}, {:.1} us each)", pct(*ns), *ns as f64 / 1e3 / (*count).max(1) as f64)
+        })
+        .collect();
+    let _ = writeln!(err, "deja: profile: syscall handling by kind: {}", kinds.join(", "));
+}
+
 pub fn main(args: ExploreArgs) -> Exit {
     if args.runs.is_none() && args.budget.is_none() {
         eprintln!("deja: error: give a budget: --runs N or --budget 10m");
@@ -258,7 +300,10 @@ pub fn main(args: ExploreArgs) -> Exit {
             );
         }
     }
+    let (profiled, started) = (deja_vmm::profile::snapshot(), std::time::Instant::now());
     let result = run_campaign(&cfg, &mut show);
+    let profile = deja_vmm::profile::snapshot().since(&profiled);
+    let wall = started.elapsed();
     bar.finish_and_clear();
     let mut campaign = match result {
         Ok(c) => c,
@@ -316,6 +361,9 @@ pub fn main(args: ExploreArgs) -> Exit {
             campaign.corpus_size,
             campaign.bugs.len()
         );
+    }
+    if args.profile {
+        print_profile(&mut err, &profile, wall, cfg.jobs, campaign.rounds);
     }
     if campaign.no_progress_rounds > 0 {
         let _ = writeln!(

@@ -96,9 +96,20 @@ fn exploring_crash_points_finds_the_lost_write_and_the_files_say_so() {
 fn the_fixed_store_survives_exploration() {
     let kv = guest("kv").to_string_lossy().into_owned();
     let out = out_dir("kv-fixed");
-    let o = explore(&out, &["--runs", "40", "--mode", "faults"], &kv, &["--variant", "fixed", "6"]);
+    let o = explore(&out, &["--runs", "40", "--mode", "faults", "--profile"], &kv, &["--variant", "fixed", "6"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(bug_files(&out).is_empty());
+    // --profile: where the campaign's time went, with the store's own syscalls by kind.
+    let err = stderr(&o);
+    let line = err.lines().find(|l| l.starts_with("deja: profile: ") && l.contains("KVM_RUN")).expect(&err);
+    let share = |what: &str| -> f64 {
+        let at = line.find(what).unwrap_or_else(|| panic!("no {what} in {line}")) + what.len();
+        line[at..].trim_start().split('%').next().unwrap().parse().unwrap_or_else(|e| panic!("{e}: {line}"))
+    };
+    let (kvm, sys, rest) = (share("KVM_RUN"), share("syscall handling"), share("the cluster driver)"));
+    assert!(kvm > 0.0 && sys > 0.0 && kvm + sys + rest <= 100.5, "{line}");
+    let kinds = err.lines().find(|l| l.starts_with("deja: profile: syscall handling by kind: ")).expect(&err);
+    assert!(kinds.contains("fsync") || kinds.contains("fdatasync") || kinds.contains("write"), "{kinds}");
     std::fs::remove_dir_all(&out).ok();
 }
 

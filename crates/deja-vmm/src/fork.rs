@@ -101,11 +101,9 @@ impl Parent {
         vm.space.take_host_dirty();
         vm.set_thread_contexts(self.threads.0, &self.threads.1);
         vm.set_child_state(&self.vcpu, self.bases.0, self.bases.1)?;
-        Ok(ResetStats {
-            dirty_frames: frames.len() as u64,
-            resynced_entries: resync.len() as u64,
-            reset_ns: start.elapsed().as_nanos() as u64,
-        })
+        let reset_ns = start.elapsed().as_nanos() as u64;
+        crate::profile::reset(reset_ns);
+        Ok(ResetStats { dirty_frames: frames.len() as u64, resynced_entries: resync.len() as u64, reset_ns })
     }
 
     /// BLAKE3 (hex) of the guest RAM the parent had in a VM of `size` bytes: its image, then

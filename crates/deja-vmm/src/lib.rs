@@ -14,6 +14,7 @@ pub mod identity;
 pub mod layout;
 pub mod paging;
 pub mod probe;
+pub mod profile;
 pub mod session;
 pub mod snapshot;
 pub mod vm;

@@ -56,7 +56,9 @@ impl Vm {
             Err(e) if e.errno() == libc::EINTR => Exit::Interrupted,
             Err(source) => return Err(VmError::Ioctl { what: "KVM_RUN", source }),
         };
-        self.stats.host_run_ns += start.elapsed().as_nanos() as u64;
+        let ns = start.elapsed().as_nanos() as u64;
+        self.stats.host_run_ns += ns;
+        crate::profile::kvm_run(ns);
         self.stats.exits += 1;
         if matches!(exit, Exit::Interrupted) {
             self.stats.interrupted_exits += 1;
@@ -375,6 +377,7 @@ impl Vm {
                 let outcome = kernel.syscall(&mut self.space, regs.rax, args);
                 let ns = served.elapsed().as_nanos() as u64;
                 self.stats.syscall_ns += ns;
+                crate::profile::syscall(regs.rax, ns);
                 let kind = self.stats.syscall_time.entry(deja_kernel::syscalls::display_name(regs.rax)).or_default();
                 *kind = (kind.0 + 1, kind.1 + ns);
                 for (stream, bytes) in kernel.take_output() {
@@ -438,7 +441,9 @@ impl Vm {
                     None => {
                         let served = Instant::now();
                         let outcome = kernel.exception(&mut self.space, exc);
-                        self.stats.exception_ns += served.elapsed().as_nanos() as u64;
+                        let ns = served.elapsed().as_nanos() as u64;
+                        self.stats.exception_ns += ns;
+                        crate::profile::exception(ns);
                         outcome
                     }
                 };
