@@ -142,20 +142,6 @@ pub struct NodeReport {
     pub host_cores: Vec<u32>,
     /// Storage faults may strike it (`[faults.storage] nodes`).
     pub storage_faults: bool,
-    /// Where the monitor's own time went (display only).
-    #[serde(default)]
-    pub monitor: MonitorTime,
-}
-
-/// The wall time deja's core spent serving one node (host time; display only, in no digest).
-#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
-pub struct MonitorTime {
-    /// Serving syscalls, ns.
-    pub syscall_ns: u64,
-    /// Serving exceptions (demand paging, emulated instructions, signals), ns.
-    pub exception_ns: u64,
-    /// Per syscall name: how many were served and the ns they took.
-    pub syscall_time: BTreeMap<String, (u64, u64)>,
 }
 
 /// How many durable operations on each path the `lives` of a node made, over all of them:

@@ -22,7 +22,7 @@ use deja_rewrite::Channel;
 impl Kernel {
     /// Serves one syscall: `nr` from RAX, `args` from RDI, RSI, RDX, R10, R8, R9.
     pub fn syscall(&mut self, mem: &mut dyn Memory, nr: u64, args: [u64; 6]) -> SyscallOutcome {
-        self.fold_clock_reads(mem);
+        self.fold_vdso_calls(mem);
         self.sched.clock.advance(SYSCALL_COST_NS);
         self.faults.log.set_time(self.sched.clock.now_ns());
         self.process.last_fault = None;
@@ -108,8 +108,9 @@ impl Kernel {
 
     /// Folds the calls the program made through the vDSO since its last exit into the virtual
     /// clock: each costs [`vdso::CALL_COST_NS`], and there are at most as many as the published
-    /// limit allowed, whatever the program wrote in the vvar.
-    fn fold_clock_reads(&mut self, mem: &mut dyn Memory) {
+    /// limit allowed, whatever the program wrote in the vvar. The publish that always follows
+    /// resets the counter.
+    fn fold_vdso_calls(&mut self, mem: &mut dyn Memory) {
         let Some(mut v) = self.process.vdso else { return };
         if !self.vvar_mapped(v.vvar) {
             return;
@@ -123,8 +124,7 @@ impl Kernel {
             self.sched.clock.advance(n * vdso::CALL_COST_NS);
             v.calls = v.calls.saturating_add(n);
             v.base = v.base.saturating_add(n * vdso::CALL_COST_NS);
-            let _ = mem.write(v.vvar + vdso::VV_CALLS, &0u64.to_le_bytes());
-            self.record.tracer.clock_reads(n, self.sched.clock.now_ns());
+            self.record.tracer.vdso_calls(n, self.sched.clock.now_ns());
         }
         self.process.vdso = Some(v);
     }
@@ -159,7 +159,7 @@ impl Kernel {
     /// before a cluster node's yield point.
     fn clock_read_limit(&self, base: u64) -> u64 {
         let threads = &self.sched.threads;
-        if threads.runnable().iter().any(|&t| t != threads.current) {
+        if threads.another_runnable() {
             return base;
         }
         let local = |t: u64| t.saturating_add(base - self.sched.clock.now_ns().min(base));
@@ -181,7 +181,7 @@ impl Kernel {
     /// kernel (a cluster driver's new yield point, a resume): folds the reads made since the
     /// last exit and publishes the clock again, so the vvar's limit reflects the new state.
     pub fn before_run(&mut self, mem: &mut dyn Memory) {
-        self.fold_clock_reads(mem);
+        self.fold_vdso_calls(mem);
         self.publish_clock(mem);
     }
 
@@ -284,7 +284,7 @@ impl Kernel {
         let (rip, vector, error_code) = at;
         let mut tsc = 0;
         if matches!(channel, Channel::Rdtsc | Channel::Rdtscp) {
-            self.fold_clock_reads(mem);
+            self.fold_vdso_calls(mem);
             self.sched.clock.advance(RDTSC_COST_NS);
             tsc = self.sched.clock.tsc();
             let now = self.sched.clock.now_ns();

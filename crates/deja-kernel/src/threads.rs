@@ -331,6 +331,12 @@ impl Threads {
         self.threads.iter().filter(|(_, t)| t.state == ThreadState::Runnable).map(|(&tid, _)| tid).collect()
     }
 
+    /// True if a thread other than the current one could run (no allocation: asked at every
+    /// syscall by the vDSO's limit).
+    pub fn another_runnable(&self) -> bool {
+        self.threads.iter().any(|(&tid, t)| tid != self.current && t.state == ThreadState::Runnable)
+    }
+
     /// The earliest deadline of a blocked thread.
     pub fn earliest_deadline(&self) -> Option<u64> {
         self.threads.values().filter_map(|t| t.state.deadline()).min()

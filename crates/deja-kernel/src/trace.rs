@@ -18,9 +18,9 @@
 //! see [`Kernel::reseed`]): `tag u8, seed u64, syscalls u64, vtime u64` where `syscalls` is
 //! the number of syscalls recorded before it. Encoding of an I/O completion (tag 4, a blocked
 //! socket/pipe/poll call served later): `tag u8, tid u64, nr u64, ret u64, syscalls u64, vtime
-//! u64, has_data u8, data [u8; 32]`. Encoding of the clock reads the program made through the
-//! vDSO since its last entry (tag 5, see [`crate::vdso`]): `tag u8, reads u64, syscalls u64,
-//! vtime u64`.
+//! u64, has_data u8, data [u8; 32]`. Encoding of the calls the program made through the vDSO
+//! since its last entry (tag 5, see [`crate::vdso`]): `tag u8, calls u64, syscalls u64, vtime
+//! u64`.
 //!
 //! The saved state of a [`Tracer`] is the chain value, the entry hashes, the recorded entries
 //! (when recording) and the counters. A recorded entry also carries its rendering
@@ -41,8 +41,8 @@ const TAG_EXCEPTION: u8 = 2;
 const TAG_RESEED: u8 = 3;
 /// Tag of an I/O completion pseudo-entry.
 const TAG_COMPLETION: u8 = 4;
-/// Tag of a clock-reads pseudo-entry.
-const TAG_CLOCK_READS: u8 = 5;
+/// Tag of a vDSO-calls pseudo-entry.
+const TAG_VDSO_CALLS: u8 = 5;
 
 /// How an exception was resolved, for the digest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,21 +65,12 @@ pub struct Tracer {
     record: bool,
     syscalls: u64,
     exceptions: u64,
-    clock_reads: u64,
 }
 
 impl Tracer {
     /// A fresh trace; `record` keeps the full entries.
     pub fn new(record: bool) -> Self {
-        Tracer {
-            chain: [0; 32],
-            entry_hashes: Vec::new(),
-            trace: Vec::new(),
-            record,
-            syscalls: 0,
-            exceptions: 0,
-            clock_reads: 0,
-        }
+        Tracer { chain: [0; 32], entry_hashes: Vec::new(), trace: Vec::new(), record, syscalls: 0, exceptions: 0 }
     }
 
     /// Number of syscalls recorded.
@@ -177,21 +168,15 @@ impl Tracer {
         self.chain_in(&enc);
     }
 
-    /// Records that the program read the clock `reads` times through the vDSO since its last
-    /// entry into deja (counted, not traced one by one: they are not syscalls).
-    pub fn clock_reads(&mut self, reads: u64, vtime: u64) {
+    /// Records that the program made `calls` calls through the vDSO since its last entry into
+    /// deja (counted, not traced one by one: they are not syscalls).
+    pub fn vdso_calls(&mut self, calls: u64, vtime: u64) {
         let mut enc = Vec::with_capacity(25);
-        enc.push(TAG_CLOCK_READS);
-        for v in [reads, self.syscalls, vtime] {
+        enc.push(TAG_VDSO_CALLS);
+        for v in [calls, self.syscalls, vtime] {
             enc.extend_from_slice(&v.to_le_bytes());
         }
         self.chain_in(&enc);
-        self.clock_reads = self.clock_reads.saturating_add(reads);
-    }
-
-    /// Clock reads served by the vDSO so far.
-    pub fn clock_reads_total(&self) -> u64 {
-        self.clock_reads
     }
 
     /// `chain = BLAKE3(chain || enc)`.

@@ -193,9 +193,15 @@ pub fn image() -> &'static Image {
     IMAGE.get_or_init(|| build().unwrap_or_else(|e| panic!("deja's vDSO does not build: {e}")))
 }
 
-/// The names deja exports, in symbol-table order, each once with the `__vdso_` prefix (global)
-/// and once without (weak), as Linux does.
-const EXPORTS: [&str; 5] = ["clock_gettime", "gettimeofday", "time", "getcpu", "clock_getres"];
+/// The functions deja exports, in symbol-table order, each under Linux's `__vdso_` name
+/// (global) and its plain name (weak), as Linux does.
+const EXPORTS: [(&str, &str); 5] = [
+    ("__vdso_clock_gettime", "clock_gettime"),
+    ("__vdso_gettimeofday", "gettimeofday"),
+    ("__vdso_time", "time"),
+    ("__vdso_getcpu", "getcpu"),
+    ("__vdso_clock_getres", "clock_getres"),
+];
 
 /// Why the image could not be built (a bug in this module, never the program's doing).
 type BuildError = Box<dyn std::error::Error>;
@@ -240,11 +246,30 @@ fn assemble(text: u64) -> Result<Assembled, BuildError> {
         a.mov(ecx, 1_000_000_000u32)?;
         a.div(rcx)
     }
-    // The syscall the function stands for, with the caller's arguments untouched.
-    fn fallback(a: &mut CodeAssembler, nr: u32) -> Result<(), IcedError> {
+    // At `sys`: the syscall the function stands for, with the caller's arguments untouched.
+    fn syscall_at(a: &mut CodeAssembler, sys: &mut CodeLabel, nr: u32) -> Result<(), IcedError> {
+        a.set_label(sys)?;
         a.mov(eax, nr)?;
         a.syscall()?;
         a.ret()
+    }
+    // Returns 0; at `sys`, the syscall instead.
+    fn zero_or_syscall(a: &mut CodeAssembler, sys: &mut CodeLabel, nr: u32) -> Result<(), IcedError> {
+        a.xor(eax, eax)?;
+        a.ret()?;
+        syscall_at(a, sys, nr)
+    }
+    // Runs `body` unless the pointer in `reg` is NULL.
+    fn if_given(
+        a: &mut CodeAssembler,
+        reg: AsmRegister64,
+        body: impl FnOnce(&mut CodeAssembler) -> Result<(), IcedError>,
+    ) -> Result<(), IcedError> {
+        let mut skip = a.create_label();
+        a.test(reg, reg)?;
+        a.jz(skip)?;
+        body(a)?;
+        a.set_label(&mut skip)
     }
     // Jumps to `other` unless EDI is a clock id in `mask`.
     fn unless_clock(a: &mut CodeAssembler, mask: u32, other: CodeLabel) -> Result<(), IcedError> {
@@ -256,6 +281,7 @@ fn assemble(text: u64) -> Result<Assembled, BuildError> {
         a.test(eax, mask)?;
         a.jz(other)
     }
+    let realtime = qword_ptr(r11 + to_vvar(VV_REALTIME));
 
     // clock_gettime(clockid_t id /* EDI */, struct timespec *tp /* RSI */)
     {
@@ -266,7 +292,7 @@ fn assemble(text: u64) -> Result<Assembled, BuildError> {
         a.jnz(mono)?;
         a.call(tick)?;
         a.jc(sys)?;
-        a.add(rax, qword_ptr(r11 + to_vvar(VV_REALTIME)))?;
+        a.add(rax, realtime)?;
         a.jmp(store)?;
         a.set_label(&mut mono)?;
         a.call(tick)?;
@@ -275,88 +301,61 @@ fn assemble(text: u64) -> Result<Assembled, BuildError> {
         split(&mut a)?;
         a.mov(qword_ptr(rsi), rax)?;
         a.mov(qword_ptr(rsi + 8), rdx)?;
-        a.xor(eax, eax)?;
-        a.ret()?;
-        a.set_label(&mut sys)?;
-        fallback(&mut a, 228)?;
+        zero_or_syscall(&mut a, &mut sys, 228)?;
     }
     // gettimeofday(struct timeval *tv /* RDI */, struct timezone *tz /* RSI */)
     {
-        let (mut sys, mut zone, mut done) = (a.create_label(), a.create_label(), a.create_label());
+        let mut sys = a.create_label();
         a.set_label(&mut labels[1])?;
         a.call(tick)?;
         a.jc(sys)?;
-        a.test(rdi, rdi)?;
-        a.jz(zone)?;
-        a.add(rax, qword_ptr(r11 + to_vvar(VV_REALTIME)))?;
-        split(&mut a)?;
-        a.mov(qword_ptr(rdi), rax)?;
-        a.mov(rax, rdx)?;
-        a.xor(edx, edx)?;
-        a.mov(ecx, 1000u32)?;
-        a.div(rcx)?;
-        a.mov(qword_ptr(rdi + 8), rax)?;
-        a.set_label(&mut zone)?;
-        a.test(rsi, rsi)?;
-        a.jz(done)?;
-        a.mov(qword_ptr(rsi), 0)?;
-        a.set_label(&mut done)?;
-        a.xor(eax, eax)?;
-        a.ret()?;
-        a.set_label(&mut sys)?;
-        fallback(&mut a, 96)?;
+        if_given(&mut a, rdi, |a| {
+            a.add(rax, realtime)?;
+            split(a)?;
+            a.mov(qword_ptr(rdi), rax)?;
+            a.mov(rax, rdx)?;
+            a.xor(edx, edx)?;
+            a.mov(ecx, 1000u32)?;
+            a.div(rcx)?;
+            a.mov(qword_ptr(rdi + 8), rax)
+        })?;
+        if_given(&mut a, rsi, |a| a.mov(qword_ptr(rsi), 0))?;
+        zero_or_syscall(&mut a, &mut sys, 96)?;
     }
     // time(time_t *tloc /* RDI */)
     {
-        let (mut sys, mut done) = (a.create_label(), a.create_label());
+        let mut sys = a.create_label();
         a.set_label(&mut labels[2])?;
         a.call(tick)?;
         a.jc(sys)?;
-        a.add(rax, qword_ptr(r11 + to_vvar(VV_REALTIME)))?;
+        a.add(rax, realtime)?;
         split(&mut a)?;
-        a.test(rdi, rdi)?;
-        a.jz(done)?;
-        a.mov(qword_ptr(rdi), rax)?;
-        a.set_label(&mut done)?;
+        if_given(&mut a, rdi, |a| a.mov(qword_ptr(rdi), rax))?;
         a.ret()?;
-        a.set_label(&mut sys)?;
-        fallback(&mut a, 201)?;
+        syscall_at(&mut a, &mut sys, 201)?;
     }
     // getcpu(unsigned *cpu /* RDI */, unsigned *node /* RSI */, void *cache): CPU 0, node 0.
     {
-        let (mut sys, mut node, mut done) = (a.create_label(), a.create_label(), a.create_label());
+        let mut sys = a.create_label();
         a.set_label(&mut labels[3])?;
         a.call(tick)?;
         a.jc(sys)?;
-        a.test(rdi, rdi)?;
-        a.jz(node)?;
-        a.mov(dword_ptr(rdi), 0)?;
-        a.set_label(&mut node)?;
-        a.test(rsi, rsi)?;
-        a.jz(done)?;
-        a.mov(dword_ptr(rsi), 0)?;
-        a.set_label(&mut done)?;
-        a.xor(eax, eax)?;
-        a.ret()?;
-        a.set_label(&mut sys)?;
-        fallback(&mut a, 309)?;
+        if_given(&mut a, rdi, |a| a.mov(dword_ptr(rdi), 0))?;
+        if_given(&mut a, rsi, |a| a.mov(dword_ptr(rsi), 0))?;
+        zero_or_syscall(&mut a, &mut sys, 309)?;
     }
     // clock_getres(clockid_t id /* EDI */, struct timespec *res /* RSI */): 1 ns.
     {
-        let (mut sys, mut done) = (a.create_label(), a.create_label());
+        let mut sys = a.create_label();
         a.set_label(&mut labels[4])?;
         unless_clock(&mut a, MONOTONIC_IDS | REALTIME_IDS, sys)?;
         a.call(tick)?;
         a.jc(sys)?;
-        a.test(rsi, rsi)?;
-        a.jz(done)?;
-        a.mov(qword_ptr(rsi), 0)?;
-        a.mov(qword_ptr(rsi + 8), 1)?;
-        a.set_label(&mut done)?;
-        a.xor(eax, eax)?;
-        a.ret()?;
-        a.set_label(&mut sys)?;
-        fallback(&mut a, 229)?;
+        if_given(&mut a, rsi, |a| {
+            a.mov(qword_ptr(rsi), 0)?;
+            a.mov(qword_ptr(rsi + 8), 1)
+        })?;
+        zero_or_syscall(&mut a, &mut sys, 229)?;
     }
     let result = a.assemble_options(ip, iced_x86::BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
     let code = result.inner.code_buffer.clone();
@@ -373,8 +372,7 @@ const HASH_BUCKETS: u32 = 5;
 
 fn build() -> Result<Image, BuildError> {
     // Symbols: null, then per export the global `__vdso_` name and the weak plain name.
-    let names: Vec<(String, bool)> =
-        EXPORTS.iter().flat_map(|n| [(format!("__vdso_{n}"), true), (n.to_string(), false)]).collect();
+    let names: Vec<(&str, bool)> = EXPORTS.iter().flat_map(|&(vdso, plain)| [(vdso, true), (plain, false)]).collect();
     let mut out = Vec::new();
     let mut w = Writer::new(Endianness::Little, true, &mut out);
     // Phase one: reserve every range, in file order.
@@ -517,18 +515,7 @@ fn build() -> Result<Image, BuildError> {
     w.write_shstrtab_section_header();
     debug_assert_eq!(w.len(), len);
     let functions =
-        EXPORTS.iter().zip(&spans).map(|(n, &(offset, len))| Function { name: leak_name(n), offset, len }).collect();
+        EXPORTS.iter().zip(&spans).map(|(&(name, _), &(offset, len))| Function { name, offset, len }).collect();
     drop(w);
     Ok(Image { bytes: out, functions })
-}
-
-/// `__vdso_` and `name` as a static string (the five exports, built once).
-fn leak_name(name: &str) -> &'static str {
-    match name {
-        "clock_gettime" => "__vdso_clock_gettime",
-        "gettimeofday" => "__vdso_gettimeofday",
-        "time" => "__vdso_time",
-        "getcpu" => "__vdso_getcpu",
-        _ => "__vdso_clock_getres",
-    }
 }

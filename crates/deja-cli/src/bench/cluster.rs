@@ -149,25 +149,13 @@ pub(super) fn forked_cluster_figures(file: &Path) -> Result<serde_json::Value, S
         .ok_or("the register cluster never had every node call setup_complete")?;
     let fork_s = start.elapsed().as_secs_f64();
     let (mut reset_ns, mut frames, mut resets) = (0u64, 0u64, 0u64);
-    // Where the forked rounds' wall time went: inside KVM_RUN, in deja's syscall and exception
-    // handling (and per syscall name), in resets; the rest is the cluster driver's.
-    let (mut kvm_ns, mut syscall_ns, mut exception_ns, mut forked_exits) = (0u64, 0u64, 0u64, 0u64);
-    let mut by_kind: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
-    let at_fork = fork.costs_at_fork();
+    // Where the forked rounds' wall time went (this process's counters over them alone):
+    // inside KVM_RUN, in deja's syscall and exception handling (per syscall name), in resets;
+    // the rest is the cluster driver's.
+    let profiled = deja_vmm::profile::snapshot();
     let start = Instant::now();
     for k in 0..rounds {
         let r = fork.run_child(&steering(k), &mut |_, _, _| {}).map_err(|e| e.to_string())?;
-        for (n, (kvm, exits, m)) in r.nodes.iter().zip(&at_fork) {
-            kvm_ns += n.host_run_ns - kvm;
-            forked_exits += n.vm_exits - exits;
-            syscall_ns += n.monitor.syscall_ns - m.syscall_ns;
-            exception_ns += n.monitor.exception_ns - m.exception_ns;
-            for (name, (count, ns)) in &n.monitor.syscall_time {
-                let (c0, ns0) = m.syscall_time.get(name).copied().unwrap_or_default();
-                let t = by_kind.entry(name.clone()).or_default();
-                *t = (t.0 + count - c0, t.1 + ns - ns0);
-            }
-        }
         if r.digest != booted[k as usize] {
             return Err(format!(
                 "forked round {k} gave digest {} where the booted one gave {}",
@@ -181,25 +169,26 @@ pub(super) fn forked_cluster_figures(file: &Path) -> Result<serde_json::Value, S
         }
     }
     let forked_s = start.elapsed().as_secs_f64();
+    let p = deja_vmm::profile::snapshot().since(&profiled);
+    let (kvm_ns, forked_exits) = (p.kvm_run_ns, p.exits);
     let wall_ns = forked_s * 1e9;
     let share = |ns: u64| ns as f64 / wall_ns;
-    let mut kinds: Vec<(String, (u64, u64))> = by_kind.into_iter().collect();
-    kinds.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then(a.0.cmp(&b.0)));
-    let top: Vec<serde_json::Value> = kinds
+    let top: Vec<serde_json::Value> = p
+        .by_syscall
         .iter()
         .take(5)
-        .map(|(name, (count, ns))| {
+        .map(|(name, count, ns)| {
             serde_json::json!({ "syscall": name, "count": count, "share": share(*ns), "us_each": *ns as f64 / 1e3 / (*count).max(1) as f64 })
         })
         .collect();
-    let other = wall_ns - (kvm_ns + syscall_ns + exception_ns + reset_ns) as f64;
+    let other = wall_ns - (kvm_ns + p.syscall_ns + p.exception_ns + p.reset_ns) as f64;
     // What a round would cost where an exit's round trip is 1 µs: KVM_RUN time beyond 1 µs per
     // exit is the nested hypervisor's (guest code is in it too, so this is a bound).
     let bare_ns = wall_ns - kvm_ns as f64 + forked_exits as f64 * 1e3;
     let time_split = serde_json::json!({
         "round_ms": wall_ns / 1e6 / rounds as f64,
-        "kvm_run": share(kvm_ns), "syscalls": share(syscall_ns), "exceptions": share(exception_ns),
-        "resets": share(reset_ns), "driver_and_rest": other / wall_ns,
+        "kvm_run": share(kvm_ns), "syscalls": share(p.syscall_ns), "exceptions": share(p.exception_ns),
+        "resets": share(p.reset_ns), "driver_and_rest": other / wall_ns,
         "exits_per_round": forked_exits / rounds, "kvm_run_us_per_exit": kvm_ns as f64 / 1e3 / forked_exits.max(1) as f64,
         "top_syscalls": top,
         "rounds_per_s_with_1us_exits_at_most": rounds as f64 / (bare_ns / 1e9),

@@ -82,12 +82,6 @@ impl Fork {
         }))
     }
 
-    /// What each node had cost by the fork point (KVM_RUN ns, exits, the monitor's time): a
-    /// child's report counts from boot, so these are what to subtract for the child's own.
-    pub fn costs_at_fork(&self) -> Vec<(u64, u64, crate::MonitorTime)> {
-        self.frozen.nodes.iter().map(|n| (n.host_run_ns, n.exits, n.monitor.clone())).collect()
-    }
-
     /// Resets every node to the fork, applies `steering` (its `at` must be the fork's) and runs
     /// the cluster to its end: the same run as [`run`] with the same steering.
     pub fn run_child(&mut self, steering: &Steering, sink: Sink<'_>) -> Result<ClusterReport, ClusterError> {

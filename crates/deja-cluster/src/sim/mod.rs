@@ -133,8 +133,6 @@ struct Node {
     min_exit_ns: u64,
     host_cores: Vec<u32>,
     seed: u64,
-    /// Wall time deja's core spent on its syscalls and exceptions, and per syscall name.
-    monitor: crate::MonitorTime,
 }
 
 impl Node {
@@ -154,7 +152,6 @@ impl Node {
             min_exit_ns: self.min_exit_ns,
             host_cores: self.host_cores.clone(),
             seed: self.seed,
-            monitor: self.monitor.clone(),
         }
     }
 }
@@ -331,7 +328,6 @@ impl Sim {
                 min_exit_ns: u64::MAX,
                 host_cores: Vec::new(),
                 seed: node_seed(cfg.seed, i),
-                monitor: crate::MonitorTime::default(),
             })
             .collect();
         let mut sim = Sim {
@@ -631,7 +627,6 @@ impl Sim {
             sink(&name, s, b);
         };
         let before = (live.vm.stats.exits, live.vm.stats.host_run_ns);
-        let monitor_before = (live.vm.stats.syscall_ns, live.vm.stats.exception_ns);
         let stop = live.vm.run_until(&mut live.kernel, &mut out, None).map_err(|source| match source {
             deja_vmm::VmError::NoProgress { syscalls, .. } => {
                 ClusterError::NoProgress { node: name.clone(), source, syscalls }
@@ -642,12 +637,6 @@ impl Sim {
         let ns = live.vm.stats.host_run_ns - before.1;
         n.exits += runs;
         n.host_run_ns += ns;
-        n.monitor.syscall_ns += live.vm.stats.syscall_ns - monitor_before.0;
-        n.monitor.exception_ns += live.vm.stats.exception_ns - monitor_before.1;
-        for (name, (count, ns)) in std::mem::take(&mut live.vm.stats.syscall_time) {
-            let t = n.monitor.syscall_time.entry(name).or_default();
-            *t = (t.0 + count, t.1 + ns);
-        }
         for c in &live.vm.stats.host_cores {
             if let Err(at) = n.host_cores.binary_search(c) {
                 n.host_cores.insert(at, *c);
@@ -886,7 +875,6 @@ impl Sim {
                 min_exit_ns: if n.min_exit_ns == u64::MAX { 0 } else { n.min_exit_ns },
                 host_cores: n.host_cores,
                 storage_faults: self.cfg.storage.targets_node(&n.cfg.name),
-                monitor: n.monitor,
             })
             .collect();
         ClusterReport {

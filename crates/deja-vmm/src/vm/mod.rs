@@ -149,13 +149,6 @@ pub struct VmStats {
     pub interrupted_exits: u64,
     /// Wall time spent inside `KVM_RUN`, in nanoseconds (host time; display only).
     pub host_run_ns: u64,
-    /// Wall time deja's core spent serving syscalls (`Kernel::syscall`), in ns (display only).
-    pub syscall_ns: u64,
-    /// Wall time it spent on exceptions (demand paging, emulated instructions, signals), in ns
-    /// (display only).
-    pub exception_ns: u64,
-    /// Per syscall name: how many the core served and the wall ns they took (display only).
-    pub syscall_time: std::collections::BTreeMap<String, (u64, u64)>,
     /// The host cores the vCPU thread was seen on after its exits, in order (display only).
     pub host_cores: Vec<u32>,
 }

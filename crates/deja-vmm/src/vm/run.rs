@@ -375,11 +375,7 @@ impl Vm {
                 kernel.set_user_sp(regs.rsp);
                 let served = Instant::now();
                 let outcome = kernel.syscall(&mut self.space, regs.rax, args);
-                let ns = served.elapsed().as_nanos() as u64;
-                self.stats.syscall_ns += ns;
-                crate::profile::syscall(regs.rax, ns);
-                let kind = self.stats.syscall_time.entry(deja_kernel::syscalls::display_name(regs.rax)).or_default();
-                *kind = (kind.0 + 1, kind.1 + ns);
+                crate::profile::syscall(regs.rax, served.elapsed().as_nanos() as u64);
                 for (stream, bytes) in kernel.take_output() {
                     sink(stream, &bytes);
                 }
@@ -441,9 +437,7 @@ impl Vm {
                     None => {
                         let served = Instant::now();
                         let outcome = kernel.exception(&mut self.space, exc);
-                        let ns = served.elapsed().as_nanos() as u64;
-                        self.stats.exception_ns += ns;
-                        crate::profile::exception(ns);
+                        crate::profile::exception(served.elapsed().as_nanos() as u64);
                         outcome
                     }
                 };
