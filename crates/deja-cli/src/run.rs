@@ -51,6 +51,11 @@ pub struct RunArgs {
     /// (default `/`). Relative paths resolve from it; `chdir` moves it.
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<String>,
+    /// How many CPUs the program sees (`sched_getaffinity`, which glibc's `get_nprocs`, Go's
+    /// `GOMAXPROCS` and Rust's `available_parallelism` read). deja still runs one thread at a
+    /// time, deterministically.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(deja_kernel::MAX_CPUS)))]
+    pub cpus: u32,
     /// Guest RAM in MiB.
     #[arg(long, default_value_t = 1024, value_name = "MiB")]
     pub memory: u64,
@@ -283,6 +288,7 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
         rewrite: Default::default(),
         vdso: Default::default(),
         cwd: args.cwd.clone().unwrap_or_default(),
+        cpus: args.cpus,
     })
 }
 
@@ -522,6 +528,12 @@ pub fn replay_argv(args: &RunArgs, extra: &[String]) -> Vec<String> {
         }
         for kv in &args.env {
             parts.extend(["--env".to_string(), kv.clone()]);
+        }
+        if let Some(cwd) = &args.cwd {
+            parts.extend(["--cwd".to_string(), cwd.clone()]);
+        }
+        if args.cpus != 1 {
+            parts.extend(["--cpus".to_string(), args.cpus.to_string()]);
         }
         for c in &args.copy_in {
             parts.extend(["--copy-in".to_string(), c.clone()]);

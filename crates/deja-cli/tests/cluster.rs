@@ -46,6 +46,40 @@ fn echo_server_and_client_on_two_nodes() {
 }
 
 #[test]
+fn nodes_reach_each_other_over_ipv6_and_a_dual_stack_listener_takes_ipv4_too() {
+    let p = temp_cluster(
+        "ipv6",
+        r#"
+seed = 2
+time_limit_ms = 10000
+[[node]]
+name = "server"
+address = "10.0.0.1"
+binary = "GUESTS/echo-server"
+args = ["--listen", "[::]:7000", "--connections", "2"]
+[[node]]
+name = "six"
+address = "10.0.0.2"
+binary = "GUESTS/echo-client"
+args = ["--connect", "[fd00:6465:6a61::10.0.0.1]:7000", "--messages", "2", "--retry-for-ms", "2000"]
+[[node]]
+name = "four"
+address = "10.0.0.3"
+binary = "GUESTS/echo-client"
+args = ["--connect", "10.0.0.1:7000", "--messages", "2", "--retry-for-ms", "2000"]
+"#,
+    );
+    let (out, r) = run_json(&[&p.to_string_lossy()]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(text.contains("[six] echoed: hello 2") && text.contains("[four] echoed: hello 2"), "{text}");
+    // Each client as the server sees it: by its node's IPv6 address, and IPv4-mapped.
+    assert!(text.contains("[server] accepted [fd00:6465:6a61::a00:2]:"), "{text}");
+    assert!(text.contains("[server] accepted [::ffff:10.0.0.3]:"), "{text}");
+    assert_eq!(r["outcome"]["kind"], "completed");
+}
+
+#[test]
 fn tokio_echo_on_current_and_multi_thread_runtimes() {
     for flavor in ["current", "multi"] {
         let p = temp_cluster(

@@ -256,6 +256,79 @@ fn gos_own_net_tests_of_unix_sockets_pass_as_natively() {
 }
 
 #[test]
+fn ipv6_loopback_dual_stack_sockets_and_netlink_match_linux() {
+    let seen = case("conformance-inet6", &[], same);
+    printed(
+        &seen,
+        &[
+            "client peer: family 10 len 28 ::1 port 47311",
+            "got: hello",
+            "connect to nobody: ECONNREFUSED",
+            "bind 0.0.0.0 beside it: EADDRINUSE",
+            "v4 peer as v6 sees it: family 10 len 28 ::ffff:127.0.0.1 port set",
+            "bind 0.0.0.0 beside v6only: 0",
+            "the v4 listener has it: 1",
+            "connect it to a mapped address: ENETUNREACH",
+            "from: family 10 len 28 ::ffff:127.0.0.1 port set",
+            "  recv: ECONNREFUSED",
+            "lo inet6 ::1 mask ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff flags UP LOOPBACK RUNNING",
+            "address of lo: ::1/128 family 10 scope 254 multi 1",
+            "link 999: error ENODEV, seq 9",
+            "netlink socket of another protocol: EPROTONOSUPPORT",
+        ],
+    );
+    assert_eq!(seen.status, 0);
+}
+
+#[test]
+fn gos_own_net_tests_of_interfaces_and_dual_stack_pass_as_natively() {
+    let seen = case("go-nettest", &["-test.run", "Interface|DualStack|IPv6", "-test.v", "-test.short"], go_results);
+    for test in [
+        "TestInterfaces",
+        "TestInterfaceAddrs",
+        "TestInterfaceUnicastAddrs",
+        "TestInterfaceMulticastAddrs",
+        "TestDualStackTCPListener",
+        "TestDualStackUDPListener",
+        "TestDialerDualStackFDLeak",
+        "TestIPv6WriteMsgUDPAddrPortTargetAddrIPVersion",
+    ] {
+        assert!(seen.stdout.contains(&format!("--- PASS: {test}\n")), "{test}:\n{}", seen.stdout);
+    }
+    assert!(!seen.stdout.contains("--- FAIL"), "{}", seen.stdout);
+    assert_eq!(seen.status, 0);
+}
+
+#[test]
+fn a_program_shown_the_hosts_cpus_counts_them_as_natively() {
+    let host = std::thread::available_parallelism().map_or(1, |n| n.get()).to_string();
+    let prog = guest("conformance-cpus").to_string_lossy().into_owned();
+    let n = native("conformance-cpus", &[]);
+    let out = deja(&["run", "--no-probe", "--audit", "3", "--cpus", &host, &prog]);
+    assert!(stderr(&out).contains("deja: audit: identical over 3 runs"), "{}", stderr(&out));
+    assert_eq!(stdout(&out), n.stdout, "under deja --cpus {host} (left) and natively (right) differ");
+    assert!(n.stdout.contains(&format!("get_nprocs: {host}\n")), "{}", n.stdout);
+    // And the default: one CPU, whatever the host has.
+    let one = deja(&["run", "--no-probe", &prog]);
+    assert!(stdout(&one).contains("CPUs in the mask: 1\nget_nprocs: 1\n"), "{}", stdout(&one));
+    assert!(stdout(&one).contains("sched_setaffinity past the last CPU: EINVAL"), "{}", stdout(&one));
+    // Go sizes its scheduler from the same mask.
+    let go = guest("go-goroutines").to_string_lossy().into_owned();
+    for cpus in ["1", "3"] {
+        let out = deja(&["run", "--no-probe", "--cpus", cpus, "--env", "GODEBUG=schedtrace=1", &go]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert!(stderr(&out).contains(&format!("gomaxprocs={cpus} ")), "{}", stderr(&out));
+    }
+    // The replay command carries it, and the working directory.
+    let (_, r) = run_json(&["--cwd", "/data", "--cpus", "3", &prog]);
+    let replay = r["replay"].as_str().unwrap_or_default();
+    assert!(replay.contains("--cwd /data --cpus 3"), "{replay}");
+    // Out of range is refused before the program runs.
+    let out = deja(&["run", "--no-probe", "--cpus", "0", &prog]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+#[test]
 fn a_program_starts_in_the_directory_it_is_given() {
     let dir = std::env::temp_dir().join(format!("deja-conformance-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -140,6 +140,14 @@ pub enum InvalidCluster {
         /// The name.
         name: String,
     },
+    /// A node's CPU count out of range.
+    #[snafu(display("node {node}: cpus = {cpus}; a program may be shown 1 to {}", deja_kernel::MAX_CPUS))]
+    Cpus {
+        /// The node.
+        node: String,
+        /// What the file says.
+        cpus: u32,
+    },
     /// Two nodes of one name.
     #[snafu(display("node name {name:?} appears twice"))]
     DuplicateName {
@@ -640,6 +648,9 @@ pub struct NodeFile {
     /// The starting working directory (an absolute guest path; default `/`), in every life.
     #[serde(default)]
     pub cwd: Option<String>,
+    /// How many CPUs the node's program sees (default 1).
+    #[serde(default)]
+    pub cpus: Option<u32>,
     /// The run waits for this node to exit.
     #[serde(default = "yes")]
     pub wait: bool,
@@ -668,6 +679,8 @@ pub struct NodeConfig {
     pub files: BTreeMap<String, Vec<u8>>,
     /// The starting working directory (empty: `/`).
     pub cwd: String,
+    /// How many CPUs its program sees.
+    pub cpus: u32,
     /// The run waits for it.
     pub wait: bool,
 }
@@ -775,6 +788,9 @@ impl ClusterConfig {
                 ReservedAddressSnafu { node: &n.name, address: &n.address }
             );
             ensure!(addrs.insert(ip), AddressTakenSnafu { node: &n.name, address: &n.address });
+            if let Some(cpus) = n.cpus {
+                ensure!((1..=deja_kernel::MAX_CPUS).contains(&cpus), CpusSnafu { node: &n.name, cpus });
+            }
             let bin = base.join(&n.binary);
             let image =
                 read(&n.name, HostFile::Binary, &bin).context(ReadNodeFileSnafu { node: &n.name, path: &bin })?;
@@ -799,6 +815,7 @@ impl ClusterConfig {
                 env: n.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
                 files,
                 cwd: n.cwd.clone().unwrap_or_default(),
+                cpus: n.cpus.unwrap_or(1),
                 wait: n.wait,
             });
         }
@@ -957,6 +974,26 @@ mod tests {
         );
         assert!(err(&crash("server", "/data/wal", 0)).contains("nth from 1"));
         assert!(err(&crash("server", "data/wal", 1)).contains("absolute"));
+    }
+
+    #[test]
+    fn a_nodes_cpus_are_read_and_bounded() {
+        let dir = std::env::temp_dir().join(format!("deja-cluster-cpus-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("s.bin"), b"server").unwrap();
+        let with = |cpus: &str| {
+            let text = format!(
+                "[[node]]\nname = \"a\"\naddress = \"10.0.0.1\"\nbinary = \"s.bin\"\n{cpus}\n\
+                 [[node]]\nname = \"b\"\naddress = \"10.0.0.2\"\nbinary = \"s.bin\"\n"
+            );
+            ClusterConfig::from_file(toml::from_str(&text).unwrap(), &dir)
+        };
+        let c = with("cpus = 8").unwrap();
+        assert_eq!((c.nodes[0].cpus, c.nodes[1].cpus), (8, 1), "given, and the default");
+        for bad in ["cpus = 0", "cpus = 1025"] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains("node a: ") && e.contains("1 to 1024"), "{e}");
+        }
     }
 
     #[test]

@@ -167,9 +167,10 @@ impl Network {
         }
     }
 
-    /// The node with address `ip`.
-    pub fn node_of(&self, ip: [u8; 4]) -> Option<usize> {
-        self.addrs.get(&ip).copied()
+    /// The node `a` names: by its IPv4 address, or its IPv6 one (see
+    /// [`deja_kernel::net::NODE_PREFIX6`]).
+    pub fn node_of(&self, a: SockAddr) -> Option<usize> {
+        a.node_v4().and_then(|ip| self.addrs.get(&ip).copied())
     }
 
     /// True if traffic from `a` to `b` is cut.
@@ -262,7 +263,7 @@ impl Network {
             }
             _ => {}
         }
-        let Some(to) = self.node_of(p.dst.ip) else {
+        let Some(to) = self.node_of(p.dst) else {
             self.stats.unroutable += 1;
             return Vec::new();
         };
@@ -414,7 +415,7 @@ mod tests {
     const C: [u8; 4] = [10, 0, 0, 3];
 
     fn addr(ip: [u8; 4], port: u16) -> SockAddr {
-        SockAddr { ip, port }
+        SockAddr::new(ip, port)
     }
 
     fn packet(src: SockAddr, dst: SockAddr, payload: Payload) -> Packet {

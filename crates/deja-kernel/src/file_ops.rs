@@ -117,6 +117,7 @@ impl FileKind {
             k => match object_of(k).and_then(|(o, _)| net.objects.get(&o)).map(|o| &o.kind) {
                 Some(ObjKind::Stream(st)) => st.rx.len() as u64,
                 Some(ObjKind::Dgram(d)) => d.queue.front().map_or(0, |m| m.1.len() as u64),
+                Some(ObjKind::Netlink(n)) => n.queue.front().map_or(0, |m| m.len() as u64),
                 Some(ObjKind::Pipe { buf, .. }) => buf.len() as u64,
                 Some(ObjKind::Unix(u)) if u.ty == 1 => u.bytes.len() as u64,
                 Some(ObjKind::Unix(u)) => u.msgs.front().map_or(0, |m| m.data.len() as u64),

@@ -204,7 +204,14 @@ pub struct ProgramSpec {
     pub cwd: String,
     /// Whether the program gets deja's vDSO ([`vdso`]); on by default.
     pub vdso: vdso::VdsoMode,
+    /// How many CPUs the program sees (`sched_getaffinity`), 1 to [`MAX_CPUS`]; 0 counts as 1.
+    /// deja still runs one thread at a time: this sizes the program's thread pools, nothing
+    /// else.
+    pub cpus: u32,
 }
+
+/// The most CPUs a program may be shown.
+pub const MAX_CPUS: u32 = 1024;
 
 impl ProgramSpec {
     /// The spec of a program named `name` (it sees itself as `/bin/<name>`) with arguments
@@ -307,6 +314,12 @@ pub enum LoadError {
         bytes: u64,
         /// The file system's capacity in bytes.
         capacity: u64,
+    },
+    /// More CPUs asked for than deja shows.
+    #[snafu(display("{cpus} CPUs asked for; a program may be shown 1 to {MAX_CPUS}"))]
+    Cpus {
+        /// What was asked for.
+        cpus: u32,
     },
     /// The starting working directory cannot be used.
     #[snafu(display("working directory {path:?}: {problem}; give an absolute path to a directory the program has"))]

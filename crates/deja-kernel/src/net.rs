@@ -18,7 +18,13 @@
 //! `Ack` each time its program has read [`ACK_EVERY`] bytes (or emptied its buffer after reading
 //! some), so a fast writer never loses data to a slow reader. A pipe holds at most
 //! [`MAX_BUFFERED`] bytes. Closing a connection whose `SO_LINGER` is on with a zero timeout
-//! resets it (`Rst`) instead of finishing it, as in Linux. There is no urgent data and no IPv6.
+//! resets it (`Rst`) instead of finishing it, as in Linux. There is no urgent data.
+//!
+//! IPv6: addresses are kept in IPv6 form ([`SockAddr`]), IPv4 ones IPv4-mapped. `::1` is
+//! loopback; a node with address `a.b.c.d` also has `fd00:6465:6a61::a.b.c.d`
+//! ([`NODE_PREFIX6`]), which the cluster routes like its IPv4 address. An `AF_INET6` socket
+//! bound to `::` takes IPv4 traffic too unless `IPV6_V6ONLY` is set, and sees IPv4 peers as
+//! `::ffff:a.b.c.d`.
 //!
 //! Unix-domain sockets ([`UnixSock`]) never leave the node: a connection is a pair of objects
 //! that point at each other, and a write lands in the peer's receive buffer within the same
@@ -66,6 +72,9 @@ pub(crate) enum UnixKey {
     Inode(u64),
     Abstract(Vec<u8>),
 }
+
+/// `(IPPROTO_IPV6, IPV6_V6ONLY)`, as a socket option key.
+pub(crate) const IPV6_V6ONLY: (i32, i32) = (41, 26);
 
 /// `RCV_SHUTDOWN`: nothing more will arrive.
 pub(crate) const SHUT_RCV: u8 = 1;
@@ -148,31 +157,84 @@ pub(crate) struct UnixMsg {
     pub fds: Vec<u64>,
 }
 
-/// An IPv4 socket address.
+/// The prefix of a node's IPv6 address on the simulated network: `fd00:6465:6a61::/96` (a
+/// unique local prefix, `6465:6a61` spelling "deja") followed by the node's IPv4 address.
+pub const NODE_PREFIX6: [u8; 12] = [0xfd, 0, 0x64, 0x65, 0x6a, 0x61, 0, 0, 0, 0, 0, 0];
+/// `::ffff:0:0/96`: an IPv4 address as an IPv6 socket sees it.
+const MAPPED_PREFIX: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+/// `::1`.
+pub const LOOPBACK6: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+
+/// A socket address. Addresses are kept in their IPv6 form, an IPv4 address as its IPv4-mapped
+/// IPv6 address (`::ffff:a.b.c.d`), so that a dual-stack IPv6 socket and an IPv4 socket meet
+/// in one table, as they do in Linux.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct SockAddr {
-    /// Address, network order bytes.
-    pub ip: [u8; 4],
+    /// Address, network order bytes, IPv4 as IPv4-mapped.
+    pub ip: [u8; 16],
     /// Port.
     pub port: u16,
 }
 
 impl SockAddr {
-    /// `ip:port`.
+    /// `a.b.c.d:port`.
     pub fn new(ip: [u8; 4], port: u16) -> Self {
+        SockAddr { ip: mapped(ip), port }
+    }
+
+    /// `[ip]:port`, an IPv6 address (an IPv4-mapped one is the IPv4 address).
+    pub fn v6(ip: [u8; 16], port: u16) -> Self {
         SockAddr { ip, port }
     }
 
-    /// True for `0.0.0.0`.
-    pub fn is_unspecified(&self) -> bool {
-        self.ip == [0; 4]
+    /// The IPv4 address, if this is one.
+    pub fn v4(&self) -> Option<[u8; 4]> {
+        self.ip.starts_with(&MAPPED_PREFIX).then(|| last4(&self.ip))
     }
+
+    /// The IPv4 address of the node this address names on the simulated network: an IPv4
+    /// address, or a node's IPv6 address ([`NODE_PREFIX6`]).
+    pub fn node_v4(&self) -> Option<[u8; 4]> {
+        (self.ip.starts_with(&MAPPED_PREFIX) || self.ip.starts_with(&NODE_PREFIX6)).then(|| last4(&self.ip))
+    }
+
+    /// True for `0.0.0.0` and `::`.
+    pub fn is_unspecified(&self) -> bool {
+        self.ip == [0; 16] || self.v4() == Some([0; 4])
+    }
+
+    /// True for an IPv6 address that is not IPv4-mapped.
+    pub fn is_v6(&self) -> bool {
+        self.v4().is_none()
+    }
+}
+
+/// `::ffff:a.b.c.d`.
+pub fn mapped(ip: [u8; 4]) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[..12].copy_from_slice(&MAPPED_PREFIX);
+    b[12..].copy_from_slice(&ip);
+    b
+}
+
+/// A node's IPv6 address on the simulated network.
+pub fn node_v6(ip: [u8; 4]) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[..12].copy_from_slice(&NODE_PREFIX6);
+    b[12..].copy_from_slice(&ip);
+    b
+}
+
+fn last4(b: &[u8; 16]) -> [u8; 4] {
+    [b[12], b[13], b[14], b[15]]
 }
 
 impl std::fmt::Display for SockAddr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let [a, b, c, d] = self.ip;
-        write!(f, "{a}.{b}.{c}.{d}:{}", self.port)
+        match self.v4() {
+            Some(ip) => write!(f, "{}:{}", std::net::Ipv4Addr::from(ip), self.port),
+            None => write!(f, "[{}]:{}", std::net::Ipv6Addr::from(self.ip), self.port),
+        }
     }
 }
 
@@ -278,6 +340,21 @@ pub(crate) struct DgramSock {
     pub local: Option<SockAddr>,
     pub remote: Option<SockAddr>,
     pub queue: VecDeque<(SockAddr, Vec<u8>)>,
+    /// A pending error: `ECONNREFUSED` once a datagram it sent to its connected peer on this
+    /// node found no socket (Linux's ICMP port unreachable).
+    #[serde(default)]
+    pub error: i32,
+}
+
+/// An `AF_NETLINK` route socket (see `sys_net::netlink`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct NetlinkSock {
+    /// Its port id (0: not bound yet).
+    pub port: u32,
+    /// The multicast groups it joined (nothing is ever sent to them).
+    pub groups: u32,
+    /// Datagrams from the kernel not read yet.
+    pub queue: VecDeque<Vec<u8>>,
 }
 
 /// One epoll registration.
@@ -302,6 +379,7 @@ pub(crate) enum ObjKind {
     EventFd { value: u64, semaphore: bool },
     Epoll { interests: BTreeMap<i32, Interest> },
     Unix(UnixSock),
+    Netlink(NetlinkSock),
 }
 
 /// An object and its options.
@@ -316,11 +394,14 @@ pub(crate) struct Obj {
     pub sndtimeo: u64,
     /// `SO_LINGER`: its timeout in seconds when on.
     pub linger: Option<u32>,
+    /// An `AF_INET6` socket: its addresses are `sockaddr_in6`, IPv4 ones as IPv4-mapped.
+    #[serde(default)]
+    pub inet6: bool,
 }
 
 impl Obj {
     pub fn new(kind: ObjKind) -> Self {
-        Obj { kind, gen: 1, options: BTreeMap::new(), rcvtimeo: 0, sndtimeo: 0, linger: None }
+        Obj { kind, gen: 1, options: BTreeMap::new(), rcvtimeo: 0, sndtimeo: 0, linger: None, inet6: false }
     }
 }
 
@@ -393,22 +474,49 @@ impl Net {
         self.dirty = true;
     }
 
-    /// True if `a` names this node (loopback, unspecified or its own address).
-    pub(crate) fn is_local(&self, ip: [u8; 4]) -> bool {
-        ip[0] == 127 || ip == [0; 4] || Some(ip) == self.address
+    /// True if `ip` names this node: loopback (`127.0.0.0/8`, `::1`), unspecified, or its own
+    /// address (IPv4, or IPv6 under [`NODE_PREFIX6`]).
+    pub(crate) fn is_local(&self, ip: [u8; 16]) -> bool {
+        let sa = SockAddr::v6(ip, 0);
+        match sa.v4() {
+            Some(v4) => v4[0] == 127 || v4 == [0; 4] || Some(v4) == self.address,
+            None => ip == LOOPBACK6 || ip == [0; 16] || self.address.is_some_and(|a| ip == node_v6(a)),
+        }
     }
 
-    /// True if a packet to `ip` can leave: the node itself, or anywhere once it has a network.
-    pub(crate) fn reachable(&self, ip: [u8; 4]) -> bool {
-        self.is_local(ip) || self.address.is_some()
+    /// True if a packet to `ip` can leave: the node itself, or once it has a network, any IPv4
+    /// address and the IPv6 addresses of nodes.
+    pub(crate) fn reachable(&self, ip: [u8; 16]) -> bool {
+        self.is_local(ip) || (self.address.is_some() && SockAddr::v6(ip, 0).node_v4().is_some())
     }
 
     /// The address this node sends from towards `dst`.
-    pub(crate) fn source_ip(&self, dst: [u8; 4]) -> [u8; 4] {
-        if dst[0] == 127 || dst == [0; 4] {
-            [127, 0, 0, 1]
+    pub(crate) fn source_ip(&self, dst: [u8; 16]) -> [u8; 16] {
+        match SockAddr::v6(dst, 0).v4() {
+            Some(d) if d[0] == 127 || d == [0; 4] => mapped([127, 0, 0, 1]),
+            Some(_) => mapped(self.address.unwrap_or([127, 0, 0, 1])),
+            None if dst == LOOPBACK6 || dst == [0; 16] => LOOPBACK6,
+            None => self.address.map_or(LOOPBACK6, node_v6),
+        }
+    }
+
+    /// True if object `id` is an IPv6 socket that takes IPv6 traffic only (`IPV6_V6ONLY`).
+    pub(crate) fn v6only(&self, id: u64) -> bool {
+        self.objects.get(&id).is_some_and(|o| o.inet6 && o.options.get(&IPV6_V6ONLY).is_some_and(|v| *v != 0))
+    }
+
+    /// The socket bound in `table` that takes packets for `dst`: the exact address first, then
+    /// the wildcard of its family, then for IPv4 a dual-stack IPv6 wildcard.
+    fn bound_for(&self, table: &BTreeMap<SockAddr, u64>, dst: SockAddr) -> Option<u64> {
+        if let Some(id) = table.get(&dst) {
+            return Some(*id);
+        }
+        let any6 = table.get(&SockAddr::v6([0; 16], dst.port)).copied();
+        if dst.v4().is_some() {
+            let any4 = table.get(&SockAddr::new([0; 4], dst.port)).copied();
+            any4.or(any6.filter(|id| !self.v6only(*id)))
         } else {
-            self.address.unwrap_or([127, 0, 0, 1])
+            any6
         }
     }
 
@@ -446,14 +554,14 @@ impl Net {
         }
     }
 
-    /// The listener for `dst`, exact address first, then the wildcard.
+    /// The listener for `dst`.
     fn listener(&self, dst: SockAddr) -> Option<u64> {
-        self.listeners.get(&dst).or_else(|| self.listeners.get(&SockAddr::new([0; 4], dst.port))).copied()
+        self.bound_for(&self.listeners, dst)
     }
 
     /// The UDP socket for `dst`.
     fn dgram_for(&self, dst: SockAddr) -> Option<u64> {
-        self.dgrams.get(&dst).or_else(|| self.dgrams.get(&SockAddr::new([0; 4], dst.port))).copied()
+        self.bound_for(&self.dgrams, dst)
     }
 
     fn stream_mut(&mut self, id: u64) -> Option<&mut StreamSock> {
@@ -486,6 +594,10 @@ impl Net {
                     return;
                 }
                 let conn = self.add(ObjKind::Stream(StreamSock::new(Some(p.dst), Some(p.src), StreamState::Connected)));
+                let inet6 = self.objects.get(&lid).is_some_and(|o| o.inet6);
+                if let Some(o) = self.objects.get_mut(&conn) {
+                    o.inet6 = inet6;
+                }
                 self.streams.insert(key, conn);
                 if let Some(StreamSock { state: StreamState::Listening { queue, .. }, .. }) = self.stream_mut(lid) {
                     queue.push_back(conn);
@@ -552,13 +664,31 @@ impl Net {
                 self.touch(id);
             }
             Payload::Datagram(bytes) => {
-                let Some(id) = self.dgram_for(p.dst) else { return };
+                let Some(id) = self.dgram_for(p.dst) else {
+                    if self.is_local(p.src.ip) {
+                        self.port_unreachable(p.src, p.dst);
+                    }
+                    return;
+                };
                 if let Some(ObjKind::Dgram(d)) = self.objects.get_mut(&id).map(|o| &mut o.kind) {
                     if d.remote.is_some_and(|r| r != p.src) || d.queue.len() >= MAX_DATAGRAMS {
                         return;
                     }
                     d.queue.push_back((p.src, bytes));
                 }
+                self.touch(id);
+            }
+        }
+    }
+
+    /// A datagram from `src` on this node found no socket at `dst`: a sender connected to
+    /// `dst` learns it (`ECONNREFUSED`), as Linux tells it through ICMP; an unconnected one
+    /// does not. Across nodes the datagram is lost without a word, as behind a firewall.
+    fn port_unreachable(&mut self, src: SockAddr, dst: SockAddr) {
+        let Some(id) = self.dgram_for(src) else { return };
+        if let Some(ObjKind::Dgram(d)) = self.objects.get_mut(&id).map(|o| &mut o.kind) {
+            if d.remote == Some(dst) {
+                d.error = crate::errno::ECONNREFUSED;
                 self.touch(id);
             }
         }
@@ -696,7 +826,10 @@ impl Net {
                     r
                 }
             },
-            ObjKind::Dgram(d) => EPOLLOUT | if d.queue.is_empty() { 0 } else { EPOLLIN },
+            ObjKind::Dgram(d) => {
+                EPOLLOUT | if d.queue.is_empty() { 0 } else { EPOLLIN } | if d.error != 0 { EPOLLERR } else { 0 }
+            }
+            ObjKind::Netlink(n) => EPOLLOUT | if n.queue.is_empty() { 0 } else { EPOLLIN },
             ObjKind::Unix(u) => self.unix_readiness(id, u),
             ObjKind::Pipe { buf, readers, writers } => {
                 let mut r = 0;

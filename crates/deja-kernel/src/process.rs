@@ -62,6 +62,13 @@ pub(crate) struct Process {
     pub(crate) host: HostChannels,
     /// The vDSO, when the program has one.
     pub(crate) vdso: Option<crate::vdso::VdsoState>,
+    /// How many CPUs the program sees (1 to [`crate::MAX_CPUS`]).
+    #[serde(default = "one_cpu")]
+    pub(crate) cpus: u32,
+}
+
+fn one_cpu() -> u32 {
+    1
 }
 
 impl Persist for Process {
@@ -78,6 +85,7 @@ impl Persist for Process {
         })?;
         ensure(self.fault_repeats <= MAX_FAULT_REPEATS, || format!("{} fault repeats", self.fault_repeats))?;
         self.host.validate()?;
+        ensure((1..=crate::MAX_CPUS).contains(&self.cpus), || format!("{} CPUs", self.cpus))?;
         if let Some(v) = &self.vdso {
             v.validate()?;
         }

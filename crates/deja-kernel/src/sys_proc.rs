@@ -321,20 +321,44 @@ impl Kernel {
         Ok(0)
     }
 
-    /// `sched_setaffinity`: accepted and ignored (one CPU).
-    pub(crate) fn sys_sched_setaffinity(&mut self) -> SysResult {
+    /// Bytes of a CPU mask for the program's CPUs (Linux's `cpumask_size()`).
+    fn cpumask_size(&self) -> u64 {
+        u64::from(self.process.cpus).div_ceil(64) * 8
+    }
+
+    /// `sched_setaffinity`: a mask that names at least one of the program's CPUs is accepted
+    /// and changes nothing (deja runs one thread at a time whatever the mask).
+    pub(crate) fn sys_sched_setaffinity(&mut self, mem: &mut dyn Memory, pid: u64, len: u64, mask: u64) -> SysResult {
+        if pid as i32 != 0 && !self.thread_exists(u64::from(pid as u32)) {
+            return Err(ESRCH.into());
+        }
+        let n = len.min(self.cpumask_size()) as usize;
+        let mut b = vec![0u8; n];
+        self.process.mappings.copy_in(mem, mask, &mut b)?;
+        let cpus = self.process.cpus as usize;
+        let any = b.iter().enumerate().any(|(i, byte)| (0..8).any(|bit| byte >> bit & 1 == 1 && i * 8 + bit < cpus));
+        if !any {
+            return Err(EINVAL.into());
+        }
         Ok(0)
     }
 
+    /// `sched_getaffinity`: every one of the program's CPUs.
     pub(crate) fn sys_sched_getaffinity(&mut self, mem: &mut dyn Memory, pid: u64, len: u64, mask: u64) -> SysResult {
         if pid as i32 != 0 && !self.thread_exists(u64::from(pid as u32)) {
             return Err(ESRCH.into());
         }
-        if len < 8 || !len.is_multiple_of(8) {
+        let size = self.cpumask_size();
+        if len.saturating_mul(8) < u64::from(self.process.cpus) || !len.is_multiple_of(8) {
             return Err(EINVAL.into());
         }
-        self.process.mappings.copy_out(mem, mask, &1u64.to_le_bytes())?;
-        Ok(8)
+        let cpus = self.process.cpus as usize;
+        let mut b = vec![0u8; size as usize];
+        for cpu in 0..cpus {
+            b[cpu / 8] |= 1 << (cpu % 8);
+        }
+        self.process.mappings.copy_out(mem, mask, &b)?;
+        Ok(size)
     }
 
     pub(crate) fn sys_getcpu(&mut self, mem: &mut dyn Memory, cpu: u64, node: u64) -> SysResult {

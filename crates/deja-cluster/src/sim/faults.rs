@@ -79,7 +79,7 @@ impl Sim {
             for (x, y) in [(*a, *b), (*b, *a)] {
                 if let Some(live) = self.nodes[x].live.as_ref() {
                     for (local, remote) in live.kernel.connections() {
-                        if self.net.node_of(remote.ip) == Some(y) {
+                        if self.net.node_of(remote) == Some(y) {
                             resets.push((x, Packet { src: remote, dst: local, payload: Payload::Rst }));
                         }
                     }

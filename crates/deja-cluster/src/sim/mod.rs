@@ -506,6 +506,7 @@ impl Sim {
         let mut spec = ProgramSpec::for_program(n.cfg.image.clone(), &n.cfg.program, n.cfg.args.clone(), seed);
         spec.env = n.cfg.env.clone();
         spec.cwd = n.cfg.cwd.clone();
+        spec.cpus = n.cfg.cpus;
         spec.files = n.cfg.files.clone();
         spec.disk = n.disk.take();
         spec.record_trace = self.record_trace;
@@ -744,7 +745,7 @@ impl Sim {
     /// Sends an RST to the peer of each connection of node `i` on other nodes.
     fn reset_peers(&mut self, i: usize, conns: Vec<(SockAddr, SockAddr)>) {
         for (local, remote) in conns {
-            if self.net.node_of(remote.ip).is_some_and(|j| j != i) {
+            if self.net.node_of(remote).is_some_and(|j| j != i) {
                 self.send(self.now, i, Packet { src: local, dst: remote, payload: Payload::Rst });
             }
         }

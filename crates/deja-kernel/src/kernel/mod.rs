@@ -334,7 +334,9 @@ impl Kernel {
             coverage,
             host,
             vdso,
+            cpus: spec.cpus.max(1),
         };
+        snafu::ensure!(spec.cpus <= crate::MAX_CPUS, crate::CpusSnafu { cpus: spec.cpus });
         let cwd = if spec.cwd.is_empty() || spec.cwd == "/" {
             crate::fs::ROOT
         } else {

@@ -19,12 +19,15 @@ use crate::mappings::Access;
 use crate::net::*;
 use crate::Memory;
 
+mod netlink;
 mod ready;
 mod transfer;
 pub(crate) mod unix;
 
 const AF_UNSPEC: u16 = 0;
 const AF_INET: u64 = 2;
+const AF_INET6: u64 = 10;
+const IPPROTO_IPV6: i32 = 41;
 const SOCK_STREAM: u64 = 1;
 const SOCK_DGRAM: u64 = 2;
 const SOCK_NONBLOCK: u64 = 0o4000;
@@ -52,6 +55,10 @@ const EPOLL_CTL_DEL: u64 = 2;
 const EPOLL_CTL_MOD: u64 = 3;
 /// Size of `struct sockaddr_in`.
 const SOCKADDR_IN: u32 = 16;
+/// Size of `struct sockaddr_in6`.
+const SOCKADDR_IN6: u32 = 28;
+/// The shortest `sockaddr_in6` Linux takes (RFC 2133's, without `sin6_scope_id`).
+const SOCKADDR_IN6_MIN: u64 = 24;
 
 /// A timeval (`{sec, usec}`) or timespec in ns, from 16 bytes.
 fn duration_ns(b: &[u8; 16], nanos: bool) -> Result<u64, i32> {
@@ -95,16 +102,45 @@ impl Kernel {
         self.net.objects.get_mut(&id).ok_or(EBADF)
     }
 
-    fn read_sockaddr(&self, mem: &mut dyn Memory, addr: u64, len: u64) -> Result<(u16, SockAddr), i32> {
+    /// True if object `id` is an `AF_INET6` socket.
+    fn inet6(&self, id: u64) -> bool {
+        self.net.objects.get(&id).is_some_and(|o| o.inet6)
+    }
+
+    /// The unspecified address of the family of socket `id`, at `port`.
+    fn any_addr(&self, id: u64, port: u16) -> SockAddr {
+        if self.inet6(id) {
+            SockAddr::v6([0; 16], port)
+        } else {
+            SockAddr::new([0; 4], port)
+        }
+    }
+
+    /// Reads the address a program gives socket `id`: a `sockaddr_in` for an `AF_INET` socket,
+    /// a `sockaddr_in6` for an `AF_INET6` one; `AF_UNSPEC` is returned as such for the callers
+    /// that give it a meaning.
+    fn read_sockaddr(&self, mem: &mut dyn Memory, id: u64, addr: u64, len: u64) -> Result<(u16, SockAddr), i32> {
         if (len as i64) < 2 {
             return Err(EINVAL);
         }
-        let mut b = [0u8; 16];
-        let n = len.min(16) as usize;
+        let mut b = [0u8; SOCKADDR_IN6 as usize];
+        let n = len.min(u64::from(SOCKADDR_IN6)) as usize;
         self.process.mappings.copy_in(mem, addr, &mut b[..n])?;
         let family = u16::from_le_bytes([b[0], b[1]]);
+        let port = u16::from_be_bytes([b[2], b[3]]);
         if family == AF_UNSPEC {
-            return Ok((family, SockAddr::new([0; 4], 0)));
+            return Ok((family, self.any_addr(id, 0)));
+        }
+        if self.inet6(id) {
+            if u64::from(family) != AF_INET6 {
+                return Err(EAFNOSUPPORT);
+            }
+            if len < SOCKADDR_IN6_MIN {
+                return Err(EINVAL);
+            }
+            let mut ip = [0u8; 16];
+            ip.copy_from_slice(&b[8..24]);
+            return Ok((family, SockAddr::v6(ip, port)));
         }
         if u64::from(family) != AF_INET {
             return Err(EAFNOSUPPORT);
@@ -112,11 +148,12 @@ impl Kernel {
         if len < u64::from(SOCKADDR_IN) {
             return Err(EINVAL);
         }
-        Ok((family, SockAddr::new([b[4], b[5], b[6], b[7]], u16::from_be_bytes([b[2], b[3]]))))
+        Ok((family, SockAddr::new([b[4], b[5], b[6], b[7]], port)))
     }
 
-    /// Writes `sa` as a `sockaddr_in` to `addr` (truncated to `*lenp`) and sets `*lenp` to 16.
-    fn write_sockaddr(&self, mem: &mut dyn Memory, addr: u64, lenp: u64, sa: SockAddr) -> Result<(), i32> {
+    /// Writes `sa` as socket `id`'s family gives it (a `sockaddr_in`, or a `sockaddr_in6` with
+    /// IPv4 addresses IPv4-mapped) to `addr`, truncated to `*lenp`, and sets `*lenp` to its size.
+    fn write_sockaddr(&self, mem: &mut dyn Memory, id: u64, addr: u64, lenp: u64, sa: SockAddr) -> Result<(), i32> {
         if addr == 0 || lenp == 0 {
             return Ok(());
         }
@@ -124,22 +161,48 @@ impl Kernel {
         if (len as i32) < 0 {
             return Err(EINVAL);
         }
-        let mut b = [0u8; 16];
-        b[..2].copy_from_slice(&(AF_INET as u16).to_le_bytes());
+        let mut b = [0u8; SOCKADDR_IN6 as usize];
         b[2..4].copy_from_slice(&sa.port.to_be_bytes());
-        b[4..8].copy_from_slice(&sa.ip);
-        let n = (len as usize).min(16);
+        let size = if self.inet6(id) {
+            b[..2].copy_from_slice(&(AF_INET6 as u16).to_le_bytes());
+            b[8..24].copy_from_slice(&sa.ip);
+            SOCKADDR_IN6
+        } else {
+            b[..2].copy_from_slice(&(AF_INET as u16).to_le_bytes());
+            b[4..8].copy_from_slice(&sa.v4().unwrap_or_default());
+            SOCKADDR_IN
+        };
+        let n = (len as usize).min(size as usize);
         self.process.mappings.copy_out(mem, addr, &b[..n])?;
-        self.process.mappings.copy_out(mem, lenp, &SOCKADDR_IN.to_le_bytes())?;
+        self.process.mappings.copy_out(mem, lenp, &size.to_le_bytes())?;
         Ok(())
+    }
+
+    /// Where a packet for `dst` from socket `id` goes: the unspecified address is loopback of
+    /// its family; an IPv4 address is unreachable from an `IPV6_V6ONLY` socket.
+    fn destination(&self, id: u64, dst: SockAddr) -> Result<SockAddr, i32> {
+        let dst = match dst.v4() {
+            Some([0, 0, 0, 0]) => SockAddr::new([127, 0, 0, 1], dst.port),
+            None if dst.ip == [0; 16] => SockAddr::v6(LOOPBACK6, dst.port),
+            _ => dst,
+        };
+        if dst.v4().is_some() && self.net.v6only(id) {
+            return Err(ENETUNREACH);
+        }
+        if !self.net.reachable(dst.ip) {
+            return Err(ENETUNREACH);
+        }
+        Ok(dst)
     }
 
     pub(crate) fn sys_socket(&mut self, domain: u64, ty: u64, proto: u64) -> SysResult {
         if domain == unix::AF_UNIX {
             return self.unix_socket(ty, proto);
         }
-        // AF_INET6 and every other family.
-        if domain != AF_INET {
+        if domain == netlink::AF_NETLINK {
+            return self.netlink_socket(ty, proto);
+        }
+        if domain != AF_INET && domain != AF_INET6 {
             return Err(EAFNOSUPPORT.into());
         }
         if ty & !(0xf | SOCK_NONBLOCK | SOCK_CLOEXEC) != 0 {
@@ -147,11 +210,20 @@ impl Kernel {
         }
         let kind = match (ty & 0xf, proto) {
             (SOCK_STREAM, 0 | 6) => ObjKind::Stream(StreamSock::new(None, None, StreamState::Fresh)),
-            (SOCK_DGRAM, 0 | 17) => ObjKind::Dgram(DgramSock { local: None, remote: None, queue: VecDeque::new() }),
+            (SOCK_DGRAM, 0 | 17) => {
+                ObjKind::Dgram(DgramSock { local: None, remote: None, queue: VecDeque::new(), error: 0 })
+            }
             (SOCK_STREAM | SOCK_DGRAM, _) => return Err(EPROTONOSUPPORT.into()),
             _ => return Err(EINVAL.into()),
         };
-        self.new_object(kind, O_RDWR | if ty & SOCK_NONBLOCK != 0 { O_NONBLOCK } else { 0 }, ty & SOCK_CLOEXEC != 0)
+        let fd = self.new_object(
+            kind,
+            O_RDWR | if ty & SOCK_NONBLOCK != 0 { O_NONBLOCK } else { 0 },
+            ty & SOCK_CLOEXEC != 0,
+        )?;
+        let (id, _) = self.socket(fd)?;
+        self.obj_mut(id)?.inet6 = domain == AF_INET6;
+        Ok(fd)
     }
 
     /// Installs a description for a new object.
@@ -174,12 +246,18 @@ impl Kernel {
         if self.unix(id).is_some() {
             return self.unix_bind(mem, id, addr, len);
         }
-        if len < u64::from(SOCKADDR_IN) {
+        if self.netlink(id).is_some() {
+            return self.netlink_bind(mem, id, addr, len);
+        }
+        if len < if self.inet6(id) { SOCKADDR_IN6_MIN } else { u64::from(SOCKADDR_IN) } {
             return Err(EINVAL.into());
         }
-        let (family, mut sa) = self.read_sockaddr(mem, addr, len)?;
+        let (family, mut sa) = self.read_sockaddr(mem, id, addr, len)?;
         if family == AF_UNSPEC {
             return Err(EAFNOSUPPORT.into());
+        }
+        if sa.v4().is_some() && self.net.v6only(id) {
+            return Err(EINVAL.into());
         }
         if !self.net.is_local(sa.ip) {
             return Err(EADDRNOTAVAIL.into());
@@ -195,7 +273,7 @@ impl Kernel {
         }
         if sa.port == 0 {
             sa.port = self.net.ephemeral(stream).ok_or(EADDRINUSE)?;
-        } else if self.addr_conflict(sa, stream) {
+        } else if self.addr_conflict(sa, self.net.v6only(id), stream) {
             return Err(EADDRINUSE.into());
         }
         match &mut self.obj_mut(id)?.kind {
@@ -211,13 +289,14 @@ impl Kernel {
         Ok(0)
     }
 
-    /// True if binding `sa` would clash with a socket of the same kind.
-    fn addr_conflict(&self, sa: SockAddr, stream: bool) -> bool {
-        let clash = |a: &SockAddr| a.port == sa.port && (a.ip == sa.ip || a.is_unspecified() || sa.is_unspecified());
+    /// True if binding `sa` (`only6`: from an `IPV6_V6ONLY` socket) would clash with a socket
+    /// of the same kind: their sets of addresses meet on the same port.
+    fn addr_conflict(&self, sa: SockAddr, only6: bool, stream: bool) -> bool {
+        let clash = |(a, id): (&SockAddr, &u64)| a.port == sa.port && overlap(*a, self.net.v6only(*id), sa, only6);
         if stream {
-            self.net.listeners.keys().chain(self.net.bound_streams.keys()).any(clash)
+            self.net.listeners.iter().chain(self.net.bound_streams.iter()).any(clash)
         } else {
-            self.net.dgrams.keys().any(clash)
+            self.net.dgrams.iter().any(clash)
         }
     }
 
@@ -244,7 +323,10 @@ impl Kernel {
         };
         let local = match local {
             Some(l) => l,
-            None => SockAddr::new([0; 4], self.net.ephemeral(true).ok_or(EADDRINUSE)?),
+            None => {
+                let port = self.net.ephemeral(true).ok_or(EADDRINUSE)?;
+                self.any_addr(id, port)
+            }
         };
         self.net.bound_streams.remove(&local);
         self.net.listeners.insert(local, id);
@@ -295,11 +377,11 @@ impl Kernel {
             }
         };
         let peer = match &self.obj(conn)?.kind {
-            ObjKind::Stream(s) => s.remote.unwrap_or(SockAddr::new([0; 4], 0)),
-            _ => SockAddr::new([0; 4], 0),
+            ObjKind::Stream(StreamSock { remote: Some(r), .. }) => *r,
+            _ => self.any_addr(conn, 0),
         };
         if addr != 0 {
-            if let Err(e) = self.write_sockaddr(mem, addr, lenp, peer) {
+            if let Err(e) = self.write_sockaddr(mem, conn, addr, lenp, peer) {
                 let f = self.files.fds.close(newfd).ok().flatten();
                 self.dropped(f);
                 return Err(e.into());
@@ -313,10 +395,7 @@ impl Kernel {
         if self.unix(id).is_some() {
             return self.unix_connect(mem, id, fl, addr, len);
         }
-        let (family, mut dst) = self.read_sockaddr(mem, addr, len)?;
-        if dst.is_unspecified() {
-            dst.ip = [127, 0, 0, 1];
-        }
+        let (family, dst) = self.read_sockaddr(mem, id, addr, len)?;
         let retry = self.retrying();
         let obj = self.net.objects.get(&id).ok_or(EBADF)?;
         let stream = match &obj.kind {
@@ -329,9 +408,7 @@ impl Kernel {
                     }
                     return Ok(0);
                 }
-                if !self.net.reachable(dst.ip) {
-                    return Err(ENETUNREACH.into());
-                }
+                let dst = self.destination(id, dst)?;
                 if local.is_none() {
                     self.autobind_dgram(id)?;
                 }
@@ -357,16 +434,14 @@ impl Kernel {
         if family == AF_UNSPEC {
             return Ok(0);
         }
-        if !self.net.reachable(dst.ip) {
-            return Err(ENETUNREACH.into());
-        }
+        let dst = self.destination(id, dst)?;
         let src_ip = self.net.source_ip(dst.ip);
         let local = match stream.local {
             Some(l) => {
                 self.net.bound_streams.remove(&l);
-                SockAddr::new(if l.is_unspecified() { src_ip } else { l.ip }, l.port)
+                SockAddr::v6(if l.is_unspecified() { src_ip } else { l.ip }, l.port)
             }
-            None => SockAddr::new(src_ip, self.net.ephemeral(true).ok_or(EADDRNOTAVAIL)?),
+            None => SockAddr::v6(src_ip, self.net.ephemeral(true).ok_or(EADDRNOTAVAIL)?),
         };
         if self.net.streams.contains_key(&(local, dst)) {
             return Err(EADDRINUSE.into());
@@ -403,7 +478,8 @@ impl Kernel {
 
     /// Binds an unbound UDP socket to an ephemeral port on every address.
     fn autobind_dgram(&mut self, id: u64) -> Result<SockAddr, i32> {
-        let sa = SockAddr::new([0; 4], self.net.ephemeral(false).ok_or(EAGAIN)?);
+        let port = self.net.ephemeral(false).ok_or(EAGAIN)?;
+        let sa = self.any_addr(id, port);
         if let ObjKind::Dgram(d) = &mut self.obj_mut(id)?.kind {
             d.local = Some(sa);
         }
@@ -454,6 +530,9 @@ impl Kernel {
         if self.unix(id).is_some() {
             return self.unix_getname(mem, id, addr, lenp, peer);
         }
+        if self.netlink(id).is_some() {
+            return self.netlink_getname(mem, id, addr, lenp, peer);
+        }
         let (local, remote, connected) = match &self.obj(id)?.kind {
             ObjKind::Stream(s) => (s.local, s.remote, s.state == StreamState::Connected),
             ObjKind::Dgram(d) => (d.local, d.remote, d.remote.is_some()),
@@ -465,10 +544,10 @@ impl Kernel {
                 _ => return Err(ENOTCONN.into()),
             }
         } else {
-            local.unwrap_or(SockAddr::new([0; 4], 0))
+            local.unwrap_or(self.any_addr(id, 0))
         };
         access_nonnull(addr)?;
-        self.write_sockaddr(mem, addr, lenp, sa)?;
+        self.write_sockaddr(mem, id, addr, lenp, sa)?;
         Ok(0)
     }
 
@@ -516,6 +595,20 @@ impl Kernel {
         if len < 4 {
             return Err(EINVAL.into());
         }
+        if level == IPPROTO_IPV6 && self.unix(id).is_none() {
+            if !self.inet6(id) {
+                return Err(ENOPROTOOPT.into());
+            }
+            let bound = match &self.obj(id)?.kind {
+                ObjKind::Stream(s) => s.local.is_some(),
+                ObjKind::Dgram(d) => d.local.is_some(),
+                _ => false,
+            };
+            // Linux: a socket's family of addresses is fixed once it has a port.
+            if (level, name) == IPV6_V6ONLY && bound {
+                return Err(EINVAL.into());
+            }
+        }
         let v = self.process.mappings.read_u32(mem, val)? as i32;
         self.obj_mut(id)?.options.insert((level, name), v);
         Ok(0)
@@ -560,6 +653,7 @@ impl Kernel {
                 (SOL_SOCKET, SO_ERROR) => {
                     let e = match &mut self.obj_mut(id)?.kind {
                         ObjKind::Stream(s) => std::mem::take(&mut s.error),
+                        ObjKind::Dgram(d) => std::mem::take(&mut d.error),
                         _ => 0,
                     };
                     e
@@ -571,7 +665,14 @@ impl Kernel {
                         SOCK_DGRAM as i32
                     }
                 }
-                (SOL_SOCKET, SO_DOMAIN) => AF_INET as i32,
+                (SOL_SOCKET, SO_DOMAIN) => {
+                    if o.inet6 {
+                        AF_INET6 as i32
+                    } else {
+                        AF_INET as i32
+                    }
+                }
+                (IPPROTO_IPV6, _) if !o.inet6 => return Err(ENOPROTOOPT.into()),
                 (SOL_SOCKET, SO_PROTOCOL) => {
                     if stream {
                         6
@@ -610,6 +711,39 @@ impl Kernel {
     /// The (local, remote) addresses of the node's open TCP connections.
     pub fn connections(&self) -> Vec<(SockAddr, SockAddr)> {
         self.net.streams.keys().copied().collect()
+    }
+}
+
+/// The addresses a bound socket takes: every one, every IPv6 one, every IPv4 one, or one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Takes {
+    All,
+    All6,
+    All4,
+    One([u8; 16]),
+}
+
+fn takes(a: SockAddr, only6: bool) -> Takes {
+    match a.v4() {
+        Some([0, 0, 0, 0]) => Takes::All4,
+        Some(_) => Takes::One(a.ip),
+        None if a.ip == [0; 16] && only6 => Takes::All6,
+        None if a.ip == [0; 16] => Takes::All,
+        None => Takes::One(a.ip),
+    }
+}
+
+/// True if two bound addresses share an address (their ports aside), as Linux decides whether
+/// two binds clash: `::` without `IPV6_V6ONLY` holds `0.0.0.0` too.
+fn overlap(a: SockAddr, a_only6: bool, b: SockAddr, b_only6: bool) -> bool {
+    let v6 = |ip: &[u8; 16]| SockAddr::v6(*ip, 0).is_v6();
+    match (takes(a, a_only6), takes(b, b_only6)) {
+        (Takes::All, _) | (_, Takes::All) => true,
+        (Takes::All6, Takes::All6) | (Takes::All4, Takes::All4) => true,
+        (Takes::All6, Takes::All4) | (Takes::All4, Takes::All6) => false,
+        (Takes::All6, Takes::One(ip)) | (Takes::One(ip), Takes::All6) => v6(&ip),
+        (Takes::All4, Takes::One(ip)) | (Takes::One(ip), Takes::All4) => !v6(&ip),
+        (Takes::One(x), Takes::One(y)) => x == y,
     }
 }
 

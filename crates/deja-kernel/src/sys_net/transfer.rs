@@ -73,7 +73,29 @@ impl Kernel {
                 }
                 (data, None, false)
             }
+            ObjKind::Netlink(n) => {
+                if n.queue.is_empty() {
+                    if nonblock {
+                        return Err(EAGAIN.into());
+                    }
+                    return self
+                        .block_io((timeout > 0).then_some(timeout), Err(EAGAIN.into()))
+                        .map(|v| (v, None, false));
+                }
+                let mut msg = if peek { n.queue.front().cloned() } else { n.queue.pop_front() }.unwrap_or_default();
+                let full = msg.len() as u64;
+                let trunc = full > want;
+                msg.truncate(want as usize);
+                if trunc && flags & MSG_TRUNC != 0 {
+                    self.scatter(mem, iov, &msg)?;
+                    return Ok((full, None, true));
+                }
+                (msg, None, trunc)
+            }
             ObjKind::Dgram(d) => {
+                if d.error != 0 {
+                    return Err(std::mem::take(&mut d.error).into());
+                }
                 let Some((src, _)) = d.queue.front() else {
                     if nonblock {
                         return Err(EAGAIN.into());
@@ -93,9 +115,7 @@ impl Kernel {
                 let full = msg.len();
                 msg.truncate(want as usize);
                 if trunc && flags & MSG_TRUNC != 0 {
-                    let n = msg.len();
                     self.scatter(mem, iov, &msg)?;
-                    let _ = n;
                     return Ok((full as u64, Some(src), true));
                 }
                 (msg, Some(src), trunc)
@@ -188,21 +208,21 @@ impl Kernel {
             if data.len() > MAX_DATAGRAM {
                 return Err(EMSGSIZE.into());
             }
-            let dst = if dst.is_unspecified() { SockAddr::new([127, 0, 0, 1], dst.port) } else { dst };
-            if !self.net.reachable(dst.ip) {
-                return Err(ENETUNREACH.into());
-            }
+            let dst = self.destination(id, dst)?;
             let local = match local {
                 Some(l) => l,
                 None => self.autobind_dgram(id)?,
             };
             let src_ip = if local.is_unspecified() { self.net.source_ip(dst.ip) } else { local.ip };
             self.net.send(Packet {
-                src: SockAddr::new(src_ip, local.port),
+                src: SockAddr::v6(src_ip, local.port),
                 dst,
                 payload: Payload::Datagram(data.to_vec()),
             });
             return Ok(data.len() as u64);
+        }
+        if self.netlink(id).is_some() {
+            return self.netlink_send(id, data);
         }
         let obj = self.net.objects.get_mut(&id).ok_or(EBADF)?;
         match &mut obj.kind {
@@ -273,7 +293,7 @@ impl Kernel {
                 self.net.touch(id);
                 Ok(8)
             }
-            ObjKind::Epoll { .. } | ObjKind::Unix(_) => Err(EINVAL.into()),
+            ObjKind::Epoll { .. } | ObjKind::Unix(_) | ObjKind::Netlink(_) => Err(EINVAL.into()),
         }
     }
 
@@ -292,7 +312,13 @@ impl Kernel {
             let r = self.unix_send(id, &data, nonblock, to.as_deref(), &[]);
             return self.sigpipe(r, flags as u32);
         }
-        let to = if addr != 0 { Some(self.read_sockaddr(mem, addr, alen)?.1) } else { None };
+        if self.netlink(id).is_some() {
+            if addr != 0 {
+                self.netlink_destination(mem, addr, alen)?;
+            }
+            return self.obj_send(fd as i32, &data, flags as u32, None);
+        }
+        let to = if addr != 0 { Some(self.read_sockaddr(mem, id, addr, alen)?.1) } else { None };
         self.obj_send(fd as i32, &data, flags as u32, to)
     }
 
@@ -305,8 +331,11 @@ impl Kernel {
             return Ok(r.n);
         }
         let (n, from, _) = self.obj_recv(mem, fd as i32, &[(buf, len)], flags as u32)?;
+        let (id, _) = self.socket(fd)?;
         if let Some(src) = from {
-            self.write_sockaddr(mem, addr, lenp, src)?;
+            self.write_sockaddr(mem, id, addr, lenp, src)?;
+        } else if self.netlink(id).is_some() {
+            self.netlink_source(mem, addr, lenp)?;
         }
         Ok(n)
     }
@@ -340,7 +369,13 @@ impl Kernel {
             let r = self.unix_send(id, &data, nonblock, to.as_deref(), &rights);
             return self.sigpipe(r, flags as u32);
         }
-        let to = if name != 0 { Some(self.read_sockaddr(mem, name, namelen)?.1) } else { None };
+        if self.netlink(id).is_some() {
+            if name != 0 {
+                self.netlink_destination(mem, name, namelen)?;
+            }
+            return self.obj_send(fd as i32, &data, flags as u32, None);
+        }
+        let to = if name != 0 { Some(self.read_sockaddr(mem, id, name, namelen)?.1) } else { None };
         self.obj_send(fd as i32, &data, flags as u32, to)
     }
 
@@ -354,8 +389,11 @@ impl Kernel {
             return Ok(r.n);
         } else {
             let (n, from, trunc) = self.obj_recv(mem, fd as i32, &iov, flags as u32)?;
+            let (id, _) = self.socket(fd)?;
             if let (Some(src), true) = (from, name != 0) {
-                self.write_sockaddr(mem, name, msg + 8, src)?;
+                self.write_sockaddr(mem, id, name, msg + 8, src)?;
+            } else if self.netlink(id).is_some() && name != 0 {
+                self.netlink_source(mem, name, msg + 8)?;
             } else {
                 self.process.mappings.copy_out(mem, msg + 8, &0u32.to_le_bytes())?;
             }

@@ -311,7 +311,7 @@ syscall_table! {
     200    "tkill"             [Int, Int] => |k, _, a| k.sys_tgkill(GUEST_PID, a[0], a[1]);
     201    "time"              [Ptr] => |k, m, a| k.sys_time(m, a[0]);
     202    "futex"             [Ptr, Int, Int, Ptr, Ptr, Int] => |k, m, a| k.sys_futex(m, a);
-    203    "sched_setaffinity" [Int, Len, Ptr] => |k, _, _| k.sys_sched_setaffinity();
+    203    "sched_setaffinity" [Int, Len, Ptr] => |k, m, a| k.sys_sched_setaffinity(m, a[0], a[1], a[2]);
     204    "sched_getaffinity" [Int, Len, Ptr] => |k, m, a| k.sys_sched_getaffinity(m, a[0], a[1], a[2]);
     205    "set_thread_area";
     206    "io_setup";

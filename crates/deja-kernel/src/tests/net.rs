@@ -56,7 +56,7 @@ fn tcp_over_loopback_in_one_thread() {
     poke(&k, &mut m, buf + 128, &16u32.to_le_bytes());
     let (l, c, s) = tcp_pair(&mut k, &mut m, buf, 7000);
     let peer = read_sockaddr(&k, &mut m, buf + 64);
-    assert_eq!(peer.ip, [127, 0, 0, 1]);
+    assert_eq!(peer.v4(), Some([127, 0, 0, 1]));
     assert!(peer.port >= crate::net::EPHEMERAL_FIRST);
     poke(&k, &mut m, buf + 256, b"hello");
     assert_eq!(sc(&mut k, &mut m, "sendto", &[c, buf + 256, 5, 0, 0, 0]), 5);
@@ -297,8 +297,9 @@ fn a_networked_node_goes_idle_and_resumes_with_packets() {
 fn hostile_socket_arguments_get_errors() {
     let (mut k, _, mut m) = boot();
     let buf = scratch(&mut k, &mut m, 4096);
-    assert_eq!(sc(&mut k, &mut m, "socket", &[10, SOCK_STREAM, 0]), EAFNOSUPPORT);
-    assert_eq!(sc(&mut k, &mut m, "socket", &[16, SOCK_STREAM, 0]), EAFNOSUPPORT, "netlink");
+    assert_eq!(sc(&mut k, &mut m, "socket", &[5, SOCK_STREAM, 0]), EAFNOSUPPORT, "AppleTalk");
+    assert_eq!(sc(&mut k, &mut m, "socket", &[16, SOCK_STREAM, 0]), -94, "a netlink stream: ESOCKTNOSUPPORT");
+    assert_eq!(sc(&mut k, &mut m, "socket", &[16, 3, 16]), -93, "generic netlink: EPROTONOSUPPORT");
     assert_eq!(sc(&mut k, &mut m, "socket", &[AF_INET, 0xff00, 0]), EINVAL);
     assert_eq!(sc(&mut k, &mut m, "socket", &[AF_INET, SOCK_STREAM, 17]), -93, "EPROTONOSUPPORT");
     let s = sc(&mut k, &mut m, "socket", &[AF_INET, SOCK_STREAM, 0]) as u64;
@@ -467,4 +468,97 @@ fn closing_with_a_zero_linger_resets_the_connection() {
     assert_eq!(sc(&mut k, &mut m, "setsockopt", &[c, 1, 13, buf + 512, 8]), 0);
     assert_eq!(sc(&mut k, &mut m, "close", &[c]), 0);
     assert_eq!(sc(&mut k, &mut m, "read", &[s, buf + 256, 16]), 0, "end of file");
+}
+
+/// A `nlmsghdr` of `len` bytes (its header's length field says `said`) with `body`.
+fn nlmsg(said: u32, ty: u16, flags: u16, seq: u32, body: &[u8]) -> Vec<u8> {
+    let mut b = said.to_le_bytes().to_vec();
+    b.extend_from_slice(&ty.to_le_bytes());
+    b.extend_from_slice(&flags.to_le_bytes());
+    b.extend_from_slice(&seq.to_le_bytes());
+    b.extend_from_slice(&0u32.to_le_bytes());
+    b.extend_from_slice(body);
+    b
+}
+
+#[test]
+fn netlink_answers_what_it_can_and_survives_what_it_cannot_parse() {
+    let (mut k, _, mut m) = boot();
+    k.attach_network([10, 0, 0, 7]);
+    let buf = scratch(&mut k, &mut m, 8192);
+    let fd = sc(&mut k, &mut m, "socket", &[16, 3, 0]) as u64;
+    let second = sc(&mut k, &mut m, "socket", &[16, 3, 0]) as u64;
+    // Sending autobinds: the first socket gets the pid, the next Linux's -4096.
+    let dump = nlmsg(20, 22, 0x301, 5, &[0, 0, 0, 0]);
+    poke(&k, &mut m, buf, &dump);
+    assert_eq!(sc(&mut k, &mut m, "sendto", &[fd, buf, 20, 0, 0, 0]), 20);
+    assert_eq!(sc(&mut k, &mut m, "sendto", &[second, buf, 20, 0, 0, 0]), 20);
+    poke(&k, &mut m, buf + 4000, &12u32.to_le_bytes());
+    assert_eq!(sc(&mut k, &mut m, "getsockname", &[second, buf + 4100, buf + 4000]), 0);
+    assert_eq!(peek_u32(&k, &mut m, buf + 4104), 0xffff_f000);
+    // The dump: lo's and eth0's addresses, IPv4 first, each stamped with the request's
+    // sequence number and the socket's port; then NLMSG_DONE on its own.
+    let n = sc(&mut k, &mut m, "recvfrom", &[fd, buf + 1000, 2000, 0, 0, 0]);
+    let got = peek(&k, &mut m, buf + 1000, n as usize);
+    let mut at = 0;
+    let mut families = Vec::new();
+    while at < got.len() {
+        let len = u32::from_le_bytes(got[at..at + 4].try_into().unwrap()) as usize;
+        assert_eq!(u16::from_le_bytes([got[at + 4], got[at + 5]]), 20, "RTM_NEWADDR");
+        assert_eq!(u32::from_le_bytes(got[at + 8..at + 12].try_into().unwrap()), 5, "seq");
+        assert_eq!(u32::from_le_bytes(got[at + 12..at + 16].try_into().unwrap()), 1, "port");
+        families.push((got[at + 16], got[at + 17], got[at + 20]));
+        at += len.next_multiple_of(4);
+    }
+    assert_eq!(families, [(2, 8, 1), (2, 24, 2), (10, 128, 1), (10, 96, 2)]);
+    let n = sc(&mut k, &mut m, "recvfrom", &[fd, buf + 1000, 2000, 0, 0, 0]);
+    assert_eq!(n, 20);
+    assert_eq!(u16::from_le_bytes(peek(&k, &mut m, buf + 1004, 2).try_into().unwrap()), 3, "NLMSG_DONE");
+    // Malformed requests: a length below the header, beyond the datagram, a huge one, a
+    // datagram shorter than a header, an empty one. None is answered; none stops the next.
+    for bad in [
+        nlmsg(8, 22, 0x301, 1, &[]),
+        nlmsg(400, 22, 0x301, 1, &[0; 4]),
+        nlmsg(u32::MAX, 18, 0x301, 1, &[0; 4]),
+        vec![1, 2, 3],
+        vec![],
+    ] {
+        poke(&k, &mut m, buf, &bad);
+        assert_eq!(sc(&mut k, &mut m, "sendto", &[fd, buf, bad.len() as u64, 0, 0, 0]), bad.len() as i64);
+    }
+    assert_eq!(sc(&mut k, &mut m, "recvfrom", &[fd, buf + 1000, 2000, 0x40, 0, 0]), EAGAIN, "nothing answered");
+    // A request the kernel does not serve (RTM_GETROUTE): NLMSG_ERROR, EOPNOTSUPP.
+    let route = nlmsg(20, 26, 0x301, 9, &[0; 4]);
+    poke(&k, &mut m, buf, &route);
+    sc(&mut k, &mut m, "sendto", &[fd, buf, 20, 0, 0, 0]);
+    let n = sc(&mut k, &mut m, "recvfrom", &[fd, buf + 1000, 2000, 0, 0, 0]);
+    assert_eq!(n, 36);
+    let e = peek(&k, &mut m, buf + 1000, 20);
+    assert_eq!(u16::from_le_bytes([e[4], e[5]]), 2, "NLMSG_ERROR");
+    assert_eq!(i32::from_le_bytes(e[16..20].try_into().unwrap()), -95);
+}
+
+#[test]
+fn ipv6_sockets_on_a_networked_node_send_from_its_node_address() {
+    let (mut k, _, mut m) = boot();
+    k.attach_network([10, 0, 0, 7]);
+    let buf = scratch(&mut k, &mut m, 4096);
+    let s = sc(&mut k, &mut m, "socket", &[10, SOCK_STREAM | SOCK_NONBLOCK, 0]) as u64;
+    // connect to [fd00:6465:6a61::10.0.0.9]:80
+    let mut a = [0u8; 28];
+    a[..2].copy_from_slice(&10u16.to_le_bytes());
+    a[2..4].copy_from_slice(&80u16.to_be_bytes());
+    a[8..24].copy_from_slice(&crate::net::node_v6([10, 0, 0, 9]));
+    poke(&k, &mut m, buf, &a);
+    assert_eq!(sc(&mut k, &mut m, "connect", &[s, buf, 28]), EINPROGRESS);
+    let out = k.take_packets();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].src.ip, crate::net::node_v6([10, 0, 0, 7]));
+    assert_eq!(out[0].dst.node_v4(), Some([10, 0, 0, 9]));
+    assert_eq!(out[0].payload, Payload::Syn);
+    // An IPv6 address outside the simulated network has no route.
+    let t = sc(&mut k, &mut m, "socket", &[10, SOCK_STREAM, 0]) as u64;
+    a[8..24].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    poke(&k, &mut m, buf, &a);
+    assert_eq!(sc(&mut k, &mut m, "connect", &[t, buf, 28]), ENETUNREACH);
 }
