@@ -234,6 +234,26 @@ fn waiting_for_signals_matches_linux() {
     assert_eq!(seen.status, 0);
 }
 
+#[test]
+fn a_signal_ends_or_restarts_a_blocked_call_as_linux_does() {
+    let seen = case("conformance-eintr", &[], same);
+    printed(
+        &seen,
+        &[
+            "read, handler without SA_RESTART",
+            "  the call: EINTR, handler ran 1",
+            "read, handler with SA_RESTART",
+            "  the call: 5 data, handler ran 1",
+            "poll, handler with SA_RESTART",
+            "recv with SO_RCVTIMEO, handler with SA_RESTART",
+            "  the call: 1 (accepted), handler ran 1",
+            "  unblocked: handler ran 1",
+        ],
+    );
+    assert_eq!(seen.stdout.matches("the call: EINTR").count(), 3, "{}", seen.stdout);
+    assert_eq!(seen.status, 0);
+}
+
 /// Go's verdicts: each test's result line without its duration (the host's, natively), and
 /// the final one. The logs between them name temporary paths the host draws natively.
 fn go_results(s: &str) -> String {

@@ -150,6 +150,8 @@ impl Kernel {
             altstack: crate::signal::DISABLED_ALTSTACK,
             pending: 0,
             suspended_mask: None,
+            kicked: false,
+            interrupted: None,
             state: ThreadState::Runnable,
         };
         self.sched.threads.threads.insert(tid, t);
@@ -290,9 +292,18 @@ impl Kernel {
                 let data = hashed.finish();
                 self.sched.threads.retrying = None;
                 self.net.flush_local();
+                let kicked = self.sched.threads.threads.get_mut(&tid).map(|t| std::mem::take(&mut t.kicked));
                 let ret = match res {
                     Ok(v) => v,
                     Err(SysStop::Err(e)) => (-i64::from(e)) as u64,
+                    Err(SysStop::Block) if kicked == Some(true) && interruptible(nr) => {
+                        // A signal it takes arrived while it waited: the wait ends.
+                        let restarts = restartable(nr) && !has_deadline(&self.sched.threads, tid);
+                        if let Some(t) = self.sched.threads.threads.get_mut(&tid) {
+                            t.interrupted = restarts.then_some(nr);
+                        }
+                        (-i64::from(EINTR)) as u64
+                    }
                     Err(SysStop::Block) => continue,
                     Err(_) => (-i64::from(EINVAL)) as u64,
                 };
@@ -393,4 +404,22 @@ impl Kernel {
             self.sched.threads.current = tid;
         }
     }
+}
+
+/// True for the I/O waits a signal ends (`EINTR`); the waits for a signal (`pause`,
+/// `rt_sigsuspend`, `rt_sigtimedwait`) end by themselves when one arrives.
+fn interruptible(nr: u64) -> bool {
+    !matches!(nr, 34 | 130 | 128)
+}
+
+/// True for the calls Linux restarts after a handler with `SA_RESTART` (`-ERESTARTSYS`): reads,
+/// writes, `accept`, sends and receives, a FIFO's `open`, a lock wait. Not restarted: `poll`,
+/// `select`, `epoll_wait`, `connect`, sleeps, and any call with a timeout of its own.
+fn restartable(nr: u64) -> bool {
+    matches!(nr, 0 | 1 | 2 | 17 | 18 | 19 | 20 | 43 | 44 | 45 | 46 | 47 | 72 | 73 | 257 | 288 | 295 | 296)
+}
+
+/// True if thread `tid` waits with a deadline (a socket timeout).
+fn has_deadline(t: &crate::threads::Threads, tid: u64) -> bool {
+    t.threads.get(&tid).is_some_and(|t| matches!(t.state, ThreadState::Io { deadline: Some(_), .. }))
 }

@@ -17,9 +17,15 @@
 //!   runs its handler before `tgkill` returns to the caller), after `rt_sigprocmask` unblocks
 //!   it, after `rt_sigreturn`, or when the scheduler switches to it. A thread waiting on a
 //!   futex that is sent a signal it handles wakes with `-EINTR` (whatever `SA_RESTART` says;
-//!   futex waits may always wake early). A thread asleep or waiting for I/O takes it when it
-//!   wakes. A thread that runs without making a syscall does not enter the monitor, and so
-//!   takes a signal only at its next syscall or fault.
+//!   futex waits may always wake early). A thread waiting for I/O that is sent a signal it
+//!   handles has its call served again at once: if the call still cannot complete, it ends
+//!   with `-EINTR`, and when the thread takes the signal, a call Linux restarts (a read, a
+//!   write, `accept`, a send or receive without a timeout of its own, a FIFO's `open`, a lock
+//!   wait) runs again after the handler if the handler has `SA_RESTART` (RIP back on the
+//!   `syscall`, RAX its number, as Linux's `-ERESTARTSYS` does); `poll`, `select`,
+//!   `epoll_wait`, `connect` and calls with a timeout stay `-EINTR`. A thread asleep
+//!   (`nanosleep`) takes a signal when it wakes. A thread that runs without making a syscall
+//!   does not enter the monitor, and so takes a signal only at its next syscall or fault.
 //! - **A wait for a signal** (`pause`, `rt_sigsuspend`, `rt_sigtimedwait`) blocks like I/O:
 //!   sending a signal makes every blocked call look again. `rt_sigsuspend` keeps the mask it
 //!   replaced on the thread, and the handler's frame saves that one, so `rt_sigreturn` puts it
@@ -56,6 +62,7 @@ const SA_ONSTACK: u64 = 0x0800_0000;
 const SA_RESTORER: u64 = 0x0400_0000;
 const SA_NODEFER: u64 = 0x4000_0000;
 const SA_RESETHAND: u64 = 0x8000_0000;
+const SA_RESTART: u64 = 0x1000_0000;
 const SS_ONSTACK: u32 = 1;
 const SS_DISABLE: u32 = 2;
 const SS_AUTODISARM: u32 = 1 << 31;
@@ -131,10 +138,11 @@ impl Kernel {
         // A thread in pause, rt_sigsuspend or rt_sigtimedwait looks again.
         self.net.dirty = true;
         if let Some(t) = taker.filter(|&t| t != cur) {
-            let waiting =
-                self.sched.threads.threads.get(&t).is_some_and(|x| matches!(x.state, ThreadState::Futex { .. }));
-            if waiting {
-                self.sched.threads.wake(t, (-i64::from(EINTR)) as u64);
+            match self.sched.threads.threads.get_mut(&t).map(|x| (x.state, x)) {
+                Some((ThreadState::Futex { .. }, _)) => self.sched.threads.wake(t, (-i64::from(EINTR)) as u64),
+                // Its I/O wait ends when it is served again, unless the call completes then.
+                Some((ThreadState::Io { .. }, x)) => x.kicked = true,
+                _ => {}
             }
         }
         Ok(0)
@@ -471,7 +479,24 @@ impl Kernel {
     /// Whether the current thread has a signal to take on its way back to ring 3: if so, the
     /// shell reads the thread's context and calls [`Kernel::deliver_signal`].
     pub fn signal_due(&self) -> bool {
-        self.process.signals.forced.is_some() || self.next_signal().is_some() || self.suspended().is_some()
+        self.process.signals.forced.is_some()
+            || self.next_signal().is_some()
+            || self.suspended().is_some()
+            || self.sched.threads.threads.get(&self.sched.threads.current).is_some_and(|t| t.interrupted.is_some())
+    }
+
+    /// Settles a call of the current thread that a signal interrupted ([`Thread::interrupted`]):
+    /// the call runs again (RIP back on its `syscall`, RAX its number) when no handler runs
+    /// (`handler_flags` `None`) or the handler has `SA_RESTART`; otherwise it stays `EINTR`.
+    ///
+    /// [`Thread::interrupted`]: crate::threads::Thread::interrupted
+    fn settle_interrupted(&mut self, ctx: &mut UserContext, handler_flags: Option<u64>) {
+        let cur = self.sched.threads.current;
+        let Some(nr) = self.sched.threads.threads.get_mut(&cur).and_then(|t| t.interrupted.take()) else { return };
+        if handler_flags.is_none_or(|f| f & SA_RESTART != 0) {
+            ctx.rip = ctx.rip.wrapping_sub(2);
+            ctx.gprs[0] = nr;
+        }
     }
 
     /// The mask an `rt_sigsuspend` of the current thread replaced, while it lasts.
@@ -488,6 +513,7 @@ impl Kernel {
                 Some(f) => (f.sig, sigframe::info_fault(f.sig, f.code, f.addr), f.trap),
                 None => {
                     let Some((sig, own)) = self.next_signal() else {
+                        self.settle_interrupted(ctx, None);
                         // An rt_sigsuspend whose signal another thread took: its mask goes back.
                         let cur = self.sched.threads.current;
                         if let Some(old) =
@@ -516,7 +542,11 @@ impl Kernel {
                     self.process.exit = Some(st.clone());
                     return Err(st);
                 }
-                Action::Handle => return self.run_handler(mem, ctx, sig, info, trap).map(Some),
+                Action::Handle => {
+                    let flags = self.process.signals.actions[(sig - 1) as usize][1];
+                    self.settle_interrupted(ctx, Some(flags));
+                    return self.run_handler(mem, ctx, sig, info, trap).map(Some);
+                }
             }
         }
     }

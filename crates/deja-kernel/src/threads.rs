@@ -156,6 +156,15 @@ pub(crate) struct Thread {
     /// temporary one (kept here for every thread).
     pub suspended_mask: Option<u64>,
     pub state: ThreadState,
+    /// A signal it takes was sent while it waited in I/O: its call ends with `EINTR` unless it
+    /// completes when served again.
+    #[serde(default)]
+    pub kicked: bool,
+    /// Its I/O call `nr` ended with `EINTR` because of a signal and is one Linux restarts: the
+    /// handler's `SA_RESTART` decides, when the thread takes the signal, whether the program
+    /// sees `EINTR` or the call again.
+    #[serde(default)]
+    pub interrupted: Option<u64>,
 }
 
 /// The thread table (saved with the kernel).
@@ -198,6 +207,8 @@ impl Default for Threads {
             altstack: crate::signal::DISABLED_ALTSTACK,
             pending: 0,
             suspended_mask: None,
+            kicked: false,
+            interrupted: None,
             state: ThreadState::Runnable,
         };
         Threads {
