@@ -148,7 +148,7 @@ impl Kernel {
             sigmask: self.process.signals.mask,
             // Like Linux, a thread starts without an alternate stack.
             altstack: crate::signal::DISABLED_ALTSTACK,
-            pending: 0,
+            pending: crate::signal::Pending::default(),
             suspended_mask: None,
             state: ThreadState::Runnable,
         };
