@@ -1,7 +1,8 @@
 /* Conformance case: a signal that reaches a thread blocked in a call. Every line it prints is
  * the same under Linux and under deja: a read of an empty pipe ends with EINTR when the
  * handler lacks SA_RESTART and goes on to return the data when it has it; poll ends with EINTR
- * either way; a receive with SO_RCVTIMEO ends with EINTR even with SA_RESTART; accept restarts;
+ * either way; a receive with SO_RCVTIMEO ends with EINTR even with SA_RESTART; accept restarts,
+ * and so does the open of a FIFO that waits for a writer (which ends with EINTR without it);
  * a thread that blocks the signal keeps waiting and takes it later; an ignored signal does not
  * end a wait. The sender waits until the receiver is asleep in its call (natively it watches
  * /proc/self/task/TID/stat; under deja, where that file is not served, the receiver is asleep
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -60,9 +62,10 @@ static void until_asleep(pid_t tid) {
     }
 }
 
-enum what { READ, POLL, RECV_TIMEO, ACCEPT, READ_BLOCKED };
+enum what { READ, POLL, RECV_TIMEO, ACCEPT, READ_BLOCKED, FIFO_OPEN };
 static int fds[2];
 static int lfd;
+static char fifo[64];
 
 static void *wait_in(void *arg) {
     enum what w = (enum what)(long)arg;
@@ -93,6 +96,14 @@ static void *wait_in(void *arg) {
         r = accept(lfd, NULL, NULL);
         if (r >= 0)
             close(r), r = 1;
+        break;
+    case FIFO_OPEN:
+        r = open(fifo, O_RDONLY);
+        if (r >= 0) {
+            int n = read(r, b, sizeof b);
+            close(r);
+            r = n;
+        }
         break;
     }
     int e = errno;
@@ -136,6 +147,16 @@ static void round_of(const char *title, enum what w, int flags, int sig_handled)
     syscall(SYS_tgkill, getpid(), waiter, SIGUSR1);
     until_asleep(waiter);
     printf("  sent; the sender's handler count %d\n", handled);
+    if (w == FIFO_OPEN) {
+        int wr = open(fifo, O_WRONLY | O_NONBLOCK);
+        printf("  a writer opens: %s\n", wr >= 0 ? "yes" : strerrorname_np(errno));
+        if (wr >= 0) {
+            write(wr, "fifo", 5);
+            close(wr);
+        }
+        pthread_join(t, NULL);
+        return;
+    }
     if (w == ACCEPT) {
         struct sockaddr_storage name;
         socklen_t len = sizeof name;
@@ -162,5 +183,14 @@ int main(void) {
     round_of("accept, handler with SA_RESTART", ACCEPT, SA_RESTART, 1);
     round_of("read in a thread that blocks the signal", READ_BLOCKED, 0, 1);
     round_of("read, the signal ignored", READ, 0, 0);
+    char dir[] = "/tmp/deja-eintr-XXXXXX";
+    if (!mkdtemp(dir))
+        return 1;
+    snprintf(fifo, sizeof fifo, "%s/f", dir);
+    show("mkfifo", mkfifo(fifo, 0600));
+    round_of("open of a FIFO, handler without SA_RESTART", FIFO_OPEN, 0, 1);
+    round_of("open of a FIFO, handler with SA_RESTART", FIFO_OPEN, SA_RESTART, 1);
+    unlink(fifo);
+    rmdir(dir);
     return 0;
 }

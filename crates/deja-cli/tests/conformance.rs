@@ -248,9 +248,63 @@ fn a_signal_ends_or_restarts_a_blocked_call_as_linux_does() {
             "recv with SO_RCVTIMEO, handler with SA_RESTART",
             "  the call: 1 (accepted), handler ran 1",
             "  unblocked: handler ran 1",
+            "open of a FIFO, handler without SA_RESTART",
+            "  a writer opens: ENXIO",
+            "  the call: 5 fifo, handler ran 1",
         ],
     );
-    assert_eq!(seen.stdout.matches("the call: EINTR").count(), 3, "{}", seen.stdout);
+    assert_eq!(seen.stdout.matches("the call: EINTR").count(), 4, "{}", seen.stdout);
+    assert_eq!(seen.status, 0);
+}
+
+#[test]
+fn queued_signals_match_linux() {
+    let seen = case("conformance-sigqueue", &[], same);
+    printed(
+        &seen,
+        &[
+            "handler: signal +0, value 42, si_code -1 (SI_QUEUE -1), from us 1",
+            "third: signal +1, si_code -1, value 3, from us 1, si_pid 0 0",
+            "a fourth: EAGAIN",
+            "SIGUSR1 sent twice: taken 1 with value 5",
+            "kill, second: signal +1, si_code 0, value 0, from us 1, si_pid 0 0",
+            "the thread took signal +2, si_code -1, value 77",
+            "claiming SI_USER to another process: EPERM",
+            "taken: si_code 0, si_pid 4242, value 8",
+            "an si_code Linux does not know, with bytes past 48: E2BIG",
+            "rt_sigqueueinfo claiming SI_USER from a thread that is not the process: EPERM",
+            "the process's, from the thread: signal +1, si_code -1, value 2, from us 1, si_pid 0 0",
+            "sigqueue of a real-time signal: EAGAIN",
+            "taken: signal +1, si_code 0, value 0, from us 0, si_pid 0 1",
+            "sigqueue again: 0",
+        ],
+    );
+    assert_eq!(seen.status, 0);
+}
+
+#[test]
+fn fifos_and_mknod_match_linux() {
+    let seen = case("conformance-fifo", &[], same);
+    printed(
+        &seen,
+        &[
+            "stat f: FIFO, mode 0644, size 0, links 1",
+            "stat r0: regular, mode 0644, size 0, links 1",
+            "connect to it: ECONNREFUSED",
+            "mknod of a directory: EPERM",
+            "getdents: 3 FIFOs, 2 regular, 1 sockets",
+            "open for writing, no reader, O_NONBLOCK: ENXIO",
+            "poll, no writer yet: none",
+            "poll of the reader: IN HUP",
+            "the second reader reads 1: a",
+            "SIGPIPE handled: 1",
+            "read after every opener closed: a new pipe: EAGAIN",
+            "the reader thread read \"to the reader thread\"",
+            "read \"from the writer thread\"",
+            "read: 5 \"still\"",
+            "rmdir base: 0",
+        ],
+    );
     assert_eq!(seen.status, 0);
 }
 

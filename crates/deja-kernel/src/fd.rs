@@ -13,12 +13,16 @@ use serde::{Deserialize, Serialize};
 use crate::errno::*;
 use crate::persist::{arc_bytes, ensure, RestoreError};
 
+/// `S_IFMT`: the type bits of a mode.
+pub const S_IFMT: u32 = 0o170000;
 /// `S_IFIFO`.
 pub const S_IFIFO: u32 = 0o010000;
 /// `S_IFCHR`.
 pub const S_IFCHR: u32 = 0o020000;
 /// `S_IFDIR`.
 pub const S_IFDIR: u32 = 0o040000;
+/// `S_IFBLK`.
+pub const S_IFBLK: u32 = 0o060000;
 /// `S_IFREG`.
 pub const S_IFREG: u32 = 0o100000;
 /// `S_IFSOCK`.
@@ -175,14 +179,30 @@ pub enum FileKind {
     EventFd(u64),
     /// An epoll instance.
     Epoll(u64),
+    /// An open FIFO: its inode, and the pipe every opener of it shares while any is open.
+    Fifo {
+        /// Inode id in [`crate::fs::Fs`].
+        id: u64,
+        /// The pipe's object id in [`crate::net::Net`].
+        obj: u64,
+        /// Opened for reading.
+        read: bool,
+        /// Opened for writing.
+        write: bool,
+        /// Opened for reading only, without blocking, when no writer had come: the count of
+        /// writers that had opened the FIFO then ([`crate::net::Fifo::opened`]). Until another
+        /// comes, no hang-up is reported (0: none held back).
+        quiet: u64,
+    },
 }
 
 /// The [`crate::net`] object behind a description, and for a pipe end whether it is the
-/// write end.
+/// write end (`None` for a FIFO opened for both).
 pub fn object_of(kind: &FileKind) -> Option<(u64, Option<bool>)> {
     match kind {
         FileKind::Socket(o) | FileKind::EventFd(o) | FileKind::Epoll(o) => Some((*o, None)),
         FileKind::Pipe { obj, write } => Some((*obj, Some(*write))),
+        FileKind::Fifo { obj, read, write, .. } => Some((*obj, (read != write).then_some(*write))),
         _ => None,
     }
 }

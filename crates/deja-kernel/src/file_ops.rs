@@ -55,10 +55,21 @@ pub enum WriteTarget {
 }
 
 impl FileKind {
-    /// The inode of the file system behind the description: a file's or a directory's.
+    /// The inode of the file system behind the description: a file's, a directory's or a
+    /// FIFO's.
     pub fn inode(&self) -> Option<u64> {
         match self {
-            FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => Some(*id),
+            FileKind::Inode { id, .. } | FileKind::Dir { id, .. } | FileKind::Fifo { id, .. } => Some(*id),
+            _ => None,
+        }
+    }
+
+    /// The pipe behind a pipe end or an open FIFO, and whether the description reads it and
+    /// writes it (what closing it takes from the pipe).
+    pub fn pipe_end(&self) -> Option<(u64, bool, bool)> {
+        match self {
+            FileKind::Pipe { obj, write } => Some((*obj, !*write, *write)),
+            FileKind::Fifo { obj, read, write, .. } => Some((*obj, *read, *write)),
             _ => None,
         }
     }
@@ -76,7 +87,7 @@ impl FileKind {
     }
 
     /// What `fstat` reports for the description: the inode's status for a file of the file
-    /// system (`fs`) or a device, the status fixed at open for a generated file, and a
+    /// system (`fs`), a FIFO or a device, the status fixed at open for a generated file, and a
     /// synthetic one (a pipe, a socket or an anonymous inode, never changing) otherwise.
     pub fn stat(&self, fs: &Fs) -> Stat {
         match self {
@@ -86,7 +97,7 @@ impl FileKind {
                 Stat { dev: 0xd, ino, mode: S_IFIFO | 0o600, nlink: 1, size: 0, rdev: 0, times: [t; 3] }
             }
             FileKind::Regular { stat, .. } => *stat,
-            FileKind::Inode { id, .. } | FileKind::Dir { id, .. } => fs.stat(*id),
+            FileKind::Inode { id, .. } | FileKind::Dir { id, .. } | FileKind::Fifo { id, .. } => fs.stat(*id),
             FileKind::DevNull => fs.stat(fs.lookup_abs("/dev/null").unwrap_or(ROOT)),
             FileKind::Random(m) => {
                 let p = if *m == 8 { "/dev/random" } else { "/dev/urandom" };
@@ -138,7 +149,11 @@ impl FileKind {
             FileKind::DevNull => Ok(ReadSource::Empty),
             FileKind::Random(_) => Ok(ReadSource::Random),
             FileKind::Stdout | FileKind::Stderr => Err(EBADF),
-            FileKind::Socket(_) | FileKind::Pipe { .. } | FileKind::EventFd(_) | FileKind::Epoll(_) => Err(ESPIPE),
+            FileKind::Socket(_)
+            | FileKind::Pipe { .. }
+            | FileKind::Fifo { .. }
+            | FileKind::EventFd(_)
+            | FileKind::Epoll(_) => Err(ESPIPE),
         }
     }
 
@@ -167,25 +182,26 @@ impl FileKind {
     }
 
     /// Whether `sync_file_range` applies to the description: to a file of the file system
-    /// and a generated file; `ESPIPE` for the standard streams, `EINVAL` for the other kinds.
+    /// and a generated file; `ESPIPE` for the standard streams and FIFOs, `EINVAL` for the
+    /// other kinds.
     pub fn sync_range(&self) -> Result<(), i32> {
         match self {
             FileKind::Inode { .. } | FileKind::Regular { .. } => Ok(()),
-            FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => Err(ESPIPE),
+            FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr | FileKind::Fifo { .. } => Err(ESPIPE),
             _ => Err(EINVAL),
         }
     }
 
     /// The file `fallocate` extends, and its path: a file of the file system whose inode (in
-    /// `fs`) is a regular file; `EISDIR` for a directory, `ESPIPE` for the standard streams,
-    /// `ENODEV` for the other kinds and for an inode that is not a regular file.
+    /// `fs`) is a regular file; `EISDIR` for a directory, `ESPIPE` for the standard streams
+    /// and FIFOs, `ENODEV` for the other kinds and for an inode that is not a regular file.
     pub fn allocate_target(&self, fs: &Fs) -> Result<(u64, String), i32> {
         match self {
             FileKind::Inode { id, path } if matches!(fs.get(*id).map(|i| &i.kind), Some(Kind::File(_))) => {
                 Ok((*id, path.clone()))
             }
             FileKind::Dir { .. } => Err(EISDIR),
-            FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => Err(ESPIPE),
+            FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr | FileKind::Fifo { .. } => Err(ESPIPE),
             _ => Err(ENODEV),
         }
     }
@@ -255,8 +271,10 @@ impl OpenFile {
 
     /// The readiness (`EPOLL*`/`POLL*` bits) of the description and the generation of its
     /// object in `net` (0 for the descriptions that are always ready): an object's own,
-    /// limited to the bits of its end for a pipe; stdin readable, and hung up once read to
-    /// the end; stdout and stderr writable; anything else readable and writable.
+    /// limited to the bits of its end for a pipe or a FIFO opened for one side (a FIFO opened
+    /// for reading without blocking before any writer came does not hang up until one has);
+    /// stdin readable, and hung up once read to the end; stdout and stderr writable; anything
+    /// else readable and writable.
     pub fn readiness(&self, net: &Net, fds: &FdTable) -> (u32, u64) {
         match (object_of(&self.kind), &self.kind) {
             (Some((o, end)), _) => {
@@ -265,6 +283,11 @@ impl OpenFile {
                     Some(true) => r &= EPOLLOUT | EPOLLERR,
                     Some(false) => r &= EPOLLIN | EPOLLHUP,
                     None => {}
+                }
+                if let FileKind::Fifo { id, quiet, .. } = self.kind {
+                    if quiet != 0 && net.fifo_quiet(id, quiet) {
+                        r &= !EPOLLHUP;
+                    }
                 }
                 (r, net.gen(o))
             }
@@ -311,9 +334,11 @@ impl OpenFile {
                 return Ok(0);
             }
             FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr => return Err(ESPIPE),
-            FileKind::Socket(_) | FileKind::Pipe { .. } | FileKind::EventFd(_) | FileKind::Epoll(_) => {
-                return Err(ESPIPE)
-            }
+            FileKind::Socket(_)
+            | FileKind::Pipe { .. }
+            | FileKind::Fifo { .. }
+            | FileKind::EventFd(_)
+            | FileKind::Epoll(_) => return Err(ESPIPE),
         };
         let off = off as i64;
         let cur = self.offset as i64;
@@ -353,6 +378,8 @@ mod tests {
         let dir = fs.lookup_abs("/data").expect("/data");
         let file = fs.create_file(dir, "w", 0o644, 0).expect("a new file");
         assert_eq!(fs.write(file, 0, b"hello", 0), Ok(5));
+        let w = fs.walk(dir, b"p", false).expect("a new name");
+        let fifo = fs.special_node(&w, Kind::Fifo, 0o600, 0).expect("a new FIFO");
         let stat = fs.stat(file);
         let kinds = vec![
             ("stdin", FileKind::Stdin(Arc::from(&b"in"[..]))),
@@ -367,6 +394,7 @@ mod tests {
             ("pipe", FileKind::Pipe { obj: 2, write: false }),
             ("eventfd", FileKind::EventFd(3)),
             ("epoll", FileKind::Epoll(4)),
+            ("fifo", FileKind::Fifo { id: fifo, obj: 5, read: true, write: false, quiet: 0 }),
         ];
         (fs, kinds)
     }
@@ -470,7 +498,7 @@ mod tests {
             assert_eq!(OpenFile::new(kind.clone(), O_PATH).sync_target(&fs), Err(EBADF), "sync of {name} by O_PATH");
             let range = match name {
                 "inode" | "regular" => Ok(()),
-                "stdin" | "stdout" | "stderr" => Err(ESPIPE),
+                "stdin" | "stdout" | "stderr" | "fifo" => Err(ESPIPE),
                 _ => Err(EINVAL),
             };
             assert_eq!(kind.sync_range(), range, "sync_file_range of {name}");
@@ -480,7 +508,7 @@ mod tests {
             let allocate = match name {
                 "inode" => Ok((file, "/data/w".to_string())),
                 "dir" => Err(EISDIR),
-                "stdin" | "stdout" | "stderr" => Err(ESPIPE),
+                "stdin" | "stdout" | "stderr" | "fifo" => Err(ESPIPE),
                 _ => Err(ENODEV),
             };
             assert_eq!(kind.allocate_target(&fs), allocate, "fallocate of {name}");
@@ -553,7 +581,7 @@ mod tests {
                 "stdout" | "stderr" => EPOLLOUT,
                 // The objects are not in `net`: an error and a hang-up, each end keeping its own.
                 "socket" | "eventfd" | "epoll" => EPOLLERR | EPOLLHUP,
-                "pipe" => EPOLLHUP,
+                "pipe" | "fifo" => EPOLLHUP,
                 _ => EPOLLIN | EPOLLOUT,
             };
             assert_eq!(OpenFile::new(kind.clone(), 0).readiness(&net, &fds), (want, 0), "readiness of {name}");
@@ -567,5 +595,20 @@ mod tests {
         assert_eq!(net.readiness(id, &fds), EPOLLIN | EPOLLOUT);
         assert_eq!(end(false), (EPOLLIN, net.gen(id)), "the read end of a pipe holding a byte");
         assert_eq!(end(true), (EPOLLOUT, net.gen(id)), "its write end");
+        // A FIFO opened for reading, without blocking, before any writer: no hang-up until one
+        // comes; once one came and went, a hang-up; its reader and writer both, never.
+        let obj = net.fifo_pipe(7);
+        net.join_pipe(7, obj, true, false);
+        let quiet = net.fifos[&7].opened[1];
+        let fifo = |net: &Net, read, write, quiet| {
+            OpenFile::new(FileKind::Fifo { id: 7, obj, read, write, quiet }, 0).readiness(net, &fds).0
+        };
+        assert_eq!(fifo(&net, true, false, quiet), 0, "no writer came yet");
+        assert_eq!(fifo(&net, true, false, 0), EPOLLHUP, "opened while a writer was there, which left");
+        net.join_pipe(7, obj, false, true);
+        net.leave_pipe(obj, false, true);
+        assert_eq!(fifo(&net, true, false, quiet), EPOLLHUP, "a writer came and left");
+        net.join_pipe(7, obj, true, true);
+        assert_eq!(fifo(&net, true, true, 0), EPOLLOUT, "open for both: nothing to read, room to write");
     }
 }

@@ -31,6 +31,12 @@
 //! syscall, as in Linux. A name is a path (a [`crate::fs::Kind::Socket`] node) or an abstract
 //! name.
 //!
+//! A FIFO's bytes go through a pipe too ([`Fifo`]): the first opener of a FIFO makes it, later
+//! openers share it, and it goes when the last of them closes, as Linux's `fifo_open` keeps
+//! one pipe per inode while it is open. Opening for reading waits for a writer and opening for
+//! writing for a reader (a count of each that ever opened it moves when one comes), unless
+//! the open is `O_RDWR` or does not block.
+//!
 //! # Readiness
 //!
 //! Every object carries a generation number bumped whenever its readiness may have grown
@@ -382,6 +388,20 @@ pub(crate) enum ObjKind {
     Netlink(NetlinkSock),
 }
 
+/// A FIFO while it is open (or being opened), by its inode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Fifo {
+    /// The pipe its openers share ([`ObjKind::Pipe`], whose counts of readers and writers
+    /// include the opens still waiting).
+    pub obj: u64,
+    /// How many readers and how many writers ever opened it, from 1 (Linux's `r_counter` and
+    /// `w_counter`): a waiting open is done once the other side's count moved.
+    pub opened: [u64; 2],
+    /// The threads blocked opening it: tid → whether it waits for a writer (else for a
+    /// reader), and that side's count when it began.
+    pub waiting: BTreeMap<u64, (bool, u64)>,
+}
+
 /// An object and its options.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Obj {
@@ -423,6 +443,8 @@ pub struct Net {
     pub(crate) dgrams: BTreeMap<SockAddr, u64>,
     /// Bound Unix sockets by name.
     pub(crate) unix_names: BTreeMap<UnixKey, u64>,
+    /// Open FIFOs by inode id.
+    pub(crate) fifos: BTreeMap<u64, Fifo>,
     /// The next abstract name an autobind gives.
     pub(crate) next_autobind: u32,
     /// Descriptions in flight in messages that were dropped unread: for the kernel to let go.
@@ -452,6 +474,14 @@ impl Persist for Net {
             let ok =
                 matches!(&self.objects.get(id).map(|o| &o.kind), Some(ObjKind::Unix(u)) if u.key.as_ref() == Some(key));
             ensure(ok, || format!("the Unix name {key:?} names object {id}, which is not bound to it"))?;
+        }
+        let mut pipes = std::collections::BTreeSet::new();
+        for (inode, f) in &self.fifos {
+            let ok = matches!(self.objects.get(&f.obj).map(|o| &o.kind), Some(ObjKind::Pipe { .. }));
+            ensure(ok && pipes.insert(f.obj), || {
+                format!("FIFO {inode} names object {}, not a pipe of its own", f.obj)
+            })?;
+            ensure(f.opened.iter().all(|&n| n >= 1), || format!("FIFO {inode} counts no opener"))?;
         }
         Ok(())
     }
@@ -701,23 +731,62 @@ impl Net {
         }
     }
 
-    /// Releases an object whose last description was closed (pipes: one end of it).
-    pub(crate) fn release(&mut self, id: u64, pipe_write_end: Option<bool>) {
-        if let Some(write) = pipe_write_end {
-            if let Some(Obj { kind: ObjKind::Pipe { readers, writers, .. }, .. }) = self.objects.get_mut(&id) {
-                if write {
-                    *writers = writers.saturating_sub(1);
-                } else {
-                    *readers = readers.saturating_sub(1);
-                }
-                let gone = *readers == 0 && *writers == 0;
-                self.touch(id);
-                if gone {
-                    self.objects.remove(&id);
-                }
-            }
-            return;
+    /// The pipe of the FIFO whose inode is `inode`, made for its first opener.
+    pub(crate) fn fifo_pipe(&mut self, inode: u64) -> u64 {
+        if let Some(f) = self.fifos.get(&inode) {
+            return f.obj;
         }
+        let obj = self.add(ObjKind::Pipe { buf: VecDeque::new(), readers: 0, writers: 0 });
+        self.fifos.insert(inode, Fifo { obj, opened: [1, 1], waiting: BTreeMap::new() });
+        obj
+    }
+
+    /// The readers and writers a pipe has now (a FIFO's that is not open: none).
+    pub(crate) fn pipe_ends(&self, obj: u64) -> (u32, u32) {
+        match self.objects.get(&obj).map(|o| &o.kind) {
+            Some(ObjKind::Pipe { readers, writers, .. }) => (*readers, *writers),
+            _ => (0, 0),
+        }
+    }
+
+    /// Whether a read-only FIFO description opened with `quiet` holds back its hang-up: no
+    /// writer is there and none came since it opened.
+    pub(crate) fn fifo_quiet(&self, inode: u64, quiet: u64) -> bool {
+        self.fifos.get(&inode).is_some_and(|f| f.opened[1] == quiet && self.pipe_ends(f.obj).1 == 0)
+    }
+
+    /// A pipe gains a reader and/or a writer (a FIFO's opener, who may be waiting).
+    pub(crate) fn join_pipe(&mut self, inode: u64, obj: u64, read: bool, write: bool) {
+        if let Some(Obj { kind: ObjKind::Pipe { readers, writers, .. }, .. }) = self.objects.get_mut(&obj) {
+            *readers += u32::from(read);
+            *writers += u32::from(write);
+        }
+        if let Some(f) = self.fifos.get_mut(&inode) {
+            f.opened[0] += u64::from(read);
+            f.opened[1] += u64::from(write);
+        }
+        self.touch(obj);
+    }
+
+    /// A pipe loses a reader and/or a writer (a description of one end closed, or of a FIFO);
+    /// with neither left it goes, and a FIFO's next opener gets a new one.
+    pub(crate) fn leave_pipe(&mut self, obj: u64, read: bool, write: bool) {
+        let Some(Obj { kind: ObjKind::Pipe { readers, writers, .. }, .. }) = self.objects.get_mut(&obj) else {
+            return;
+        };
+        *readers = readers.saturating_sub(u32::from(read));
+        *writers = writers.saturating_sub(u32::from(write));
+        let gone = *readers == 0 && *writers == 0;
+        self.touch(obj);
+        if gone {
+            self.objects.remove(&obj);
+            self.fifos.retain(|_, f| f.obj != obj);
+        }
+    }
+
+    /// Releases an object whose last description was closed (a pipe: see
+    /// [`Net::leave_pipe`]).
+    pub(crate) fn release(&mut self, id: u64) {
         let Some(obj) = self.objects.remove(&id) else { return };
         let abort = obj.linger == Some(0);
         match obj.kind {
@@ -732,7 +801,7 @@ impl Net {
                 }
                 if let StreamState::Listening { queue, .. } = &s.state {
                     for c in queue.clone() {
-                        self.release(c, None);
+                        self.release(c);
                     }
                 }
                 if let (Some(l), Some(r)) = (s.local, s.remote) {
@@ -767,7 +836,7 @@ impl Net {
                 }
                 if let Some((_, queue)) = &u.listen {
                     for c in queue.clone() {
-                        self.release(c, None);
+                        self.release(c);
                     }
                 }
                 // The peer of a connection sees both directions shut, and a reset if this end
@@ -832,8 +901,9 @@ impl Net {
             ObjKind::Netlink(n) => EPOLLOUT | if n.queue.is_empty() { 0 } else { EPOLLIN },
             ObjKind::Unix(u) => self.unix_readiness(id, u),
             ObjKind::Pipe { buf, readers, writers } => {
+                // Linux's `pipe_poll`: readable with bytes in it, hung up without writers.
                 let mut r = 0;
-                if !buf.is_empty() || *writers == 0 {
+                if !buf.is_empty() {
                     r |= EPOLLIN;
                 }
                 if *writers == 0 {

@@ -76,8 +76,8 @@ impl Persist for Process {
     type Context = ();
 
     /// Checks the invariants of a restored process: sorted, non-overlapping VMAs within the
-    /// commit capacity, a break at or above its start, the fault-repeat bound and a coverage
-    /// region inside the user half.
+    /// commit capacity, a break at or above its start, the fault-repeat bound, pending signals
+    /// that are queued as they can be, and a coverage region inside the user half.
     fn validate(&self, _: &()) -> Result<(), RestoreError> {
         self.mappings.validate()?;
         ensure(USER_START <= self.brk_start && self.brk_start <= self.brk_cur, || {
@@ -86,6 +86,7 @@ impl Persist for Process {
         ensure(self.fault_repeats <= MAX_FAULT_REPEATS, || format!("{} fault repeats", self.fault_repeats))?;
         self.host.validate()?;
         ensure((1..=crate::MAX_CPUS).contains(&self.cpus), || format!("{} CPUs", self.cpus))?;
+        self.signals.pending.validate("the process")?;
         if let Some(v) = &self.vdso {
             v.validate()?;
         }

@@ -48,16 +48,6 @@ const SIGCONTEXT_ORDER: [usize; 16] = [8, 9, 10, 11, 12, 13, 14, 15, 7, 6, 5, 3,
 /// `siginfo_t`, 128 bytes.
 pub(crate) type SigInfo = [u8; 128];
 
-/// A `siginfo_t` for a signal sent by a process (`kill`: `SI_USER`, `tgkill`: `SI_TKILL`).
-pub(crate) fn info_sent(sig: i32, code: i32, pid: u32, uid: u32) -> SigInfo {
-    let mut i = [0u8; 128];
-    i[0..4].copy_from_slice(&sig.to_le_bytes());
-    i[8..12].copy_from_slice(&code.to_le_bytes());
-    i[16..20].copy_from_slice(&pid.to_le_bytes());
-    i[20..24].copy_from_slice(&uid.to_le_bytes());
-    i
-}
-
 /// A `siginfo_t` for a fault: `si_code` and `si_addr`.
 pub(crate) fn info_fault(sig: i32, code: i32, addr: u64) -> SigInfo {
     let mut i = [0u8; 128];
@@ -296,7 +286,7 @@ mod tests {
         let (_, mut x) = encode(
             &ctx(),
             &FrameParts {
-                info: info_sent(10, -6, 1, 0),
+                info: crate::signal::Queued::sent(10, -6, 1, 0).info(),
                 restorer: 1,
                 old_mask: 0,
                 uc_stack: (0, 2, 0),

@@ -1,6 +1,6 @@
 //! File system syscalls beyond open/read/write: writes to files with fault injection, the sync
-//! family (durable writes), truncation, `fallocate`, the namespace calls (`mkdir`, `unlink`,
-//! `rename`, `link`, `symlink`, ...), modes, times and locks.
+//! family (durable writes), truncation, `fallocate`, the namespace calls (`mkdir`, `mknod`,
+//! `unlink`, `rename`, `link`, `symlink`, ...), modes, times and locks.
 //!
 //! `sync_file_range` with `SYNC_FILE_RANGE_WRITE` (2) is an `fdatasync` of the whole file (a
 //! durable write); without it (only the WAIT flags) it does nothing. Locks (`fcntl` record
@@ -407,6 +407,45 @@ impl Kernel {
         let now = self.sched.clock.realtime_ns();
         let perm = (mode as u32) & 0o7777 & !self.process.umask;
         self.files.fs.mkdir(&w, perm, now)?;
+        Ok(0)
+    }
+
+    /// `mknodat` and `mknod`: a FIFO (`S_IFIFO`), a socket's name (`S_IFSOCK`, which nothing
+    /// listens on), or an empty regular file (`S_IFREG` or no type, created as `open` with
+    /// `O_CREAT | O_EXCL` creates it). FIFOs and sockets' names live outside the durable layer:
+    /// no crash image has them. A device is `EPERM`, as for a program without `CAP_MKNOD`; a
+    /// directory is `EPERM` and any other type `EINVAL`, before the path is looked at.
+    pub(crate) fn sys_mknodat(
+        &mut self,
+        mem: &mut dyn Memory,
+        dirfd: u64,
+        path: u64,
+        mode: u64,
+        _dev: u64,
+    ) -> SysResult {
+        // `umode_t` is 16 bits.
+        let mode = u32::from(mode as u16);
+        let kind = match mode & S_IFMT {
+            S_IFIFO => Some(Kind::Fifo),
+            S_IFSOCK => Some(Kind::Socket),
+            0 | S_IFREG | S_IFCHR | S_IFBLK => None,
+            S_IFDIR => return Err(EPERM.into()),
+            _ => return Err(EINVAL.into()),
+        };
+        let w = self.walk_nofollow(mem, dirfd, path)?;
+        let now = self.sched.clock.realtime_ns();
+        let perm = mode & 0o7777 & !self.process.umask;
+        if let Some(kind) = kind {
+            self.files.fs.special_node(&w, kind, perm, now)?;
+            return Ok(0);
+        }
+        let name = self.files.fs.may_create(&w)?.to_string();
+        if matches!(mode & S_IFMT, S_IFCHR | S_IFBLK) {
+            return Err(EPERM.into());
+        }
+        let p = self.files.fs.path_in(w.parent, &name);
+        self.io_point(IoOp::Create, &p, None, (0, 0))?;
+        self.files.fs.create_file(w.parent, &name, perm, now)?;
         Ok(0)
     }
 

@@ -28,15 +28,19 @@ impl Kernel {
         self.process.rlimits[7].0.min(1 << 20)
     }
 
-    /// Releases what a dropped description held.
-    /// A Unix socket released with descriptions in flight lets go of them in turn.
+    /// Releases what a dropped description held: its inode, its end of a pipe (a FIFO: both),
+    /// or its object. A Unix socket released with descriptions in flight lets go of them in
+    /// turn.
     pub(crate) fn dropped(&mut self, f: Option<OpenFile>) {
         let mut work: Vec<OpenFile> = f.into_iter().collect();
         while let Some(f) = work.pop() {
             if let Some(id) = f.kind.inode() {
                 self.files.fs.closed(id);
-            } else if let Some((obj, end)) = object_of(&f.kind) {
-                self.net.release(obj, end);
+            }
+            if let Some((obj, read, write)) = f.kind.pipe_end() {
+                self.net.leave_pipe(obj, read, write);
+            } else if let Some((obj, _)) = object_of(&f.kind) {
+                self.net.release(obj);
                 for desc in std::mem::take(&mut self.net.orphans) {
                     work.extend(self.files.fds.unhold(desc));
                 }

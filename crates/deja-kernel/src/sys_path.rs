@@ -1,6 +1,7 @@
 //! Naming and finding files: how the path argument of a syscall resolves (the `*at` family's
-//! directory fds, `AT_EMPTY_PATH`, symlinks), `openat`, the `stat` family (`fstat` included: one
-//! encoding), `access`, `getcwd`, `readlink` and `getdents64`.
+//! directory fds, `AT_EMPTY_PATH`, symlinks), `openat` (a FIFO's open is in
+//! [`crate::sys_net`]), the `stat` family (`fstat` included: one encoding), `access`,
+//! `getcwd`, `readlink` and `getdents64`.
 //!
 //! Paths resolve in [`crate::fs`]; declared input files and the executable are read-only
 //! (`EROFS` when opened for writing), `/proc/self/maps` gives `EACCES`. Relative paths and
@@ -197,6 +198,11 @@ impl Kernel {
         mode: u64,
     ) -> SysResult {
         let flags = flags as u32;
+        // A FIFO's open served again while it waits for the other side.
+        if let Some(id) = self.fifo_waited() {
+            let limit = self.nofile();
+            return self.fifo_open_again(id, flags, limit);
+        }
         let acc = flags & O_ACCMODE;
         let excl = flags & (O_CREAT | O_EXCL) == O_CREAT | O_EXCL;
         let follow = flags & O_NOFOLLOW == 0 && !excl;
@@ -269,6 +275,9 @@ impl Kernel {
         let node = self.files.fs.get(id).ok_or(ENOENT)?;
         if matches!(node.kind, Kind::Socket) && flags & O_PATH == 0 {
             return Err(ENXIO.into());
+        }
+        if matches!(node.kind, Kind::Fifo) && flags & O_PATH == 0 {
+            return self.open_fifo(id, flags, limit);
         }
         let opened_path = match &w.name {
             Some(n) => self.files.fs.path_in(w.parent, n),

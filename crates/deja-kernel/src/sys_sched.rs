@@ -148,7 +148,7 @@ impl Kernel {
             sigmask: self.process.signals.mask,
             // Like Linux, a thread starts without an alternate stack.
             altstack: crate::signal::DISABLED_ALTSTACK,
-            pending: 0,
+            pending: crate::signal::Pending::default(),
             suspended_mask: None,
             kicked: false,
             interrupted: None,
@@ -299,6 +299,7 @@ impl Kernel {
                     Err(SysStop::Block) if kicked == Some(true) && interruptible(nr) => {
                         // A signal it takes arrived while it waited: the wait ends.
                         let restarts = restartable(nr) && !has_deadline(&self.sched.threads, tid);
+                        self.abandon_fifo_wait(tid);
                         if let Some(t) = self.sched.threads.threads.get_mut(&tid) {
                             t.interrupted = restarts.then_some(nr);
                         }

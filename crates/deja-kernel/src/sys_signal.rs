@@ -1,5 +1,6 @@
-//! Signals: sending them (`kill`, `tgkill`, `tkill`), dispositions (`rt_sigaction`), masks
-//! (`rt_sigprocmask`), alternate stacks (`sigaltstack`), and running handlers.
+//! Signals: sending them (`kill`, `tgkill`, `tkill`, `rt_sigqueueinfo`, `rt_tgsigqueueinfo`),
+//! dispositions (`rt_sigaction`), masks (`rt_sigprocmask`), alternate stacks (`sigaltstack`),
+//! and running handlers.
 //!
 //! # When a handler runs
 //!
@@ -9,10 +10,16 @@
 //!   not block it, [`Kernel::exception`] answers [`ExceptionOutcome::Deliver`] and the handler
 //!   runs at once, on that thread; otherwise the program dies of it, as before (Linux, too,
 //!   kills a thread whose synchronous signal is blocked or ignored).
-//! - **A signal sent** (`kill` to the process, `tgkill`/`tkill`/`raise` to a thread). A fatal
-//!   default action ends the program in the sending call, unless every thread blocks the
-//!   signal; an ignored signal is dropped; a handled one becomes pending for the process or
-//!   the thread. A pending signal runs its handler when a thread that does not block it next
+//! - **A signal sent** (`kill` or `rt_sigqueueinfo` to the process, `tgkill`/`tkill`/`raise`
+//!   or `rt_tgsigqueueinfo` to a thread). A fatal default action ends the program in the
+//!   sending call, unless every thread blocks the signal; an ignored signal is dropped; a
+//!   handled one becomes pending for the process or the thread, with its `siginfo_t`: the
+//!   sender's (`SI_USER` for `kill`, `SI_TKILL` for `tgkill`, `SI_USER` for SIGPIPE), or the
+//!   one `rt_sigqueueinfo` was given. A standard signal already pending is not queued again; a
+//!   real-time one queues each instance, up to `RLIMIT_SIGPENDING` (and at most
+//!   [`MAX_QUEUED`]) instances in all, beyond which `rt_sigqueueinfo` and `tgkill` fail with
+//!   `EAGAIN` and `kill` leaves it pending without a `siginfo_t` (see [`signal::Pending`]).
+//!   A pending signal runs its handler when a thread that does not block it next
 //!   returns from the monitor to ring 3: after any syscall it made (the signal it sent itself
 //!   runs its handler before `tgkill` returns to the caller), after `rt_sigprocmask` unblocks
 //!   it, after `rt_sigreturn`, or when the scheduler switches to it. A thread waiting on a
@@ -51,7 +58,10 @@
 use crate::errno::*;
 use crate::kernel::{Kernel, SysResult, SysStop};
 use crate::sigframe::{self, FrameParts};
-use crate::signal::{self, bit, Action, Forced, DISABLED_ALTSTACK, NSIG, SIGKILL, SIGSTOP, SIG_DFL};
+use crate::signal::{
+    self, bit, Action, Forced, Pending, Queued, DISABLED_ALTSTACK, INFO_BYTES, MAX_QUEUED, NSIG, SIGKILL, SIGRTMIN,
+    SIGSTOP, SIG_DFL,
+};
 use crate::stack::GUEST_UID;
 use crate::sys_proc::GUEST_PID;
 use crate::threads::ThreadState;
@@ -72,6 +82,32 @@ const MIN_ALTSTACK: u64 = 2048;
 const SI_USER: i32 = 0;
 /// `si_code` of a signal sent with `tgkill` or `tkill`.
 const SI_TKILL: i32 = -6;
+/// `si_code` of the kernel (a signal a program may not claim to send as it).
+const SI_KERNEL: i32 = 0x80;
+/// `RLIMIT_SIGPENDING`.
+const RLIMIT_SIGPENDING: usize = 11;
+
+/// Whether Linux knows how many bytes a `siginfo_t` of `sig` with `code` uses (its
+/// `known_siginfo_layout`): one it does not know must hold zeros past the first
+/// [`INFO_BYTES`].
+fn known_layout(sig: i32, code: i32) -> bool {
+    // The codes each signal with codes of its own has (NSIGILL, NSIGFPE, ...), and NSIGPOLL.
+    let own = match sig {
+        4 => Some(11),
+        5 => Some(6),
+        7 => Some(5),
+        8 => Some(15),
+        11 => Some(10),
+        17 | 29 => Some(6),
+        31 => Some(2),
+        _ => None,
+    };
+    match code {
+        SI_KERNEL => true,
+        c if c > SI_USER => c <= own.unwrap_or(6),
+        c => c >= -7 || c == -60,
+    }
+}
 
 /// Signals no mask can block.
 fn unmaskable() -> u64 {
@@ -80,6 +116,12 @@ fn unmaskable() -> u64 {
 
 fn lowest(set: u64) -> i32 {
     set.trailing_zeros() as i32 + 1
+}
+
+/// The `siginfo_t` a taken signal shows: the one it was sent with, or for an instance sent
+/// without room for one, Linux's: `SI_USER` and nothing else.
+fn info_of(sig: i32, taken: Option<Queued>) -> sigframe::SigInfo {
+    taken.map_or_else(|| Queued::sent(sig, SI_USER, 0, 0).info(), |q| q.info())
 }
 
 fn killed_by(sig: i32, fault: Option<FaultInfo>) -> ExitStatus {
@@ -104,12 +146,19 @@ impl Kernel {
     }
 
     /// Signals pending for live thread `tid` alone.
-    fn thread_pending(&mut self, tid: u64) -> Option<&mut u64> {
+    fn thread_pending(&mut self, tid: u64) -> Option<&mut Pending> {
         self.sched.threads.threads.get_mut(&tid).map(|t| &mut t.pending)
     }
 
-    /// Sends `sig` to thread `tid`, or to the process when `None` (see the module docs).
-    fn send_signal(&mut self, sig: i32, tid: Option<u64>) -> SysResult {
+    /// Signal instances queued with their `siginfo_t`, the process's and every thread's.
+    fn queued(&self) -> usize {
+        self.process.signals.pending.queue.len()
+            + self.sched.threads.threads.values().map(|t| t.pending.queue.len()).sum::<usize>()
+    }
+
+    /// Sends `sig` with `info` to thread `tid`, or to the process when `None` (see the
+    /// module docs).
+    fn send_signal(&mut self, sig: i32, tid: Option<u64>, info: Queued) -> SysResult {
         if sig == 0 {
             return Ok(0);
         }
@@ -122,18 +171,33 @@ impl Kernel {
             None if !blocks(self, cur) => Some(cur),
             None => self.sched.threads.threads.keys().copied().find(|&t| !blocks(self, t)),
         };
-        match (self.process.signals.action(sig), taker) {
-            (Action::Kill, Some(_)) => return Err(SysStop::Exit(killed_by(sig, None))),
-            (Action::Ignore, Some(_)) => return Ok(0),
-            _ => {}
+        let action = self.process.signals.action(sig);
+        if action == Action::Ignore && taker.is_some() {
+            return Ok(0);
         }
-        match tid {
-            Some(t) => {
-                if let Some(p) = self.thread_pending(t) {
-                    *p |= bit(sig);
-                }
+        // Room for its siginfo: a real-time signal beyond the limit is refused, unless `kill`
+        // sent it; a standard signal a process sent with `kill` always has room, as in Linux.
+        let limit = (self.process.rlimits[RLIMIT_SIGPENDING].0.min(MAX_QUEUED as u64)) as usize;
+        let code = info.code();
+        let info = if self.queued() < limit || (sig < SIGRTMIN && code >= 0) {
+            Some(info)
+        } else if sig >= SIGRTMIN && code != SI_USER {
+            return Err(EAGAIN.into());
+        } else {
+            None
+        };
+        if action == Action::Kill && taker.is_some() {
+            return Err(SysStop::Exit(killed_by(sig, None)));
+        }
+        let pending = match tid {
+            Some(t) => self.thread_pending(t),
+            None => Some(&mut self.process.signals.pending),
+        };
+        if let Some(p) = pending {
+            if p.coalesces(sig) {
+                return Ok(0);
             }
-            None => self.process.signals.pending |= bit(sig),
+            p.add(sig, info);
         }
         // A thread in pause, rt_sigsuspend or rt_sigtimedwait looks again.
         self.net.dirty = true;
@@ -157,19 +221,19 @@ impl Kernel {
         }
         let tid = self.caller();
         if let Some(p) = self.thread_pending(tid) {
-            *p |= bit(sig);
+            p.add(sig, Some(Queued::sent(sig, SI_USER, GUEST_PID as u32, GUEST_UID as u32)));
         }
     }
 
     /// The thread whose call is being served: the current one, or the one whose blocked call
     /// is served again.
-    fn caller(&self) -> u64 {
+    pub(crate) fn caller(&self) -> u64 {
         self.sched.threads.retrying.map_or(self.sched.threads.current, |(t, _)| t)
     }
 
     /// Signals pending for thread `tid` (its own and the process's).
     fn pending_for(&self, tid: u64) -> u64 {
-        self.sched.threads.threads.get(&tid).map_or(0, |t| t.pending) | self.process.signals.pending
+        self.sched.threads.threads.get(&tid).map_or(0, |t| t.pending.set) | self.process.signals.pending.set
     }
 
     /// True if thread `tid` has a pending signal it does not block and does not ignore: one
@@ -227,20 +291,18 @@ impl Kernel {
             Some((sec as u64).saturating_mul(1_000_000_000).saturating_add(nsec as u64))
         };
         let tid = self.caller();
-        let own = self.sched.threads.threads.get(&tid).map_or(0, |t| t.pending) & want;
-        let shared = self.process.signals.pending & want;
+        let own = self.sched.threads.threads.get(&tid).map_or(0, |t| t.pending.set) & want;
+        let shared = self.process.signals.pending.set & want;
         if own | shared != 0 {
-            let (sig, code) = if own != 0 { (lowest(own), SI_TKILL) } else { (lowest(shared), SI_USER) };
-            if info != 0 {
-                let i = sigframe::info_sent(sig, code, GUEST_PID as u32, GUEST_UID as u32);
-                self.process.mappings.copy_out(mem, info, &i)?;
-            }
-            if own != 0 {
-                if let Some(p) = self.thread_pending(tid) {
-                    *p &= !bit(sig);
-                }
+            let sig = if own != 0 { lowest(own) } else { lowest(shared) };
+            // Taken even if its siginfo cannot be written (`EFAULT`), as in Linux.
+            let taken = if own != 0 {
+                self.thread_pending(tid).and_then(|p| p.take(sig))
             } else {
-                self.process.signals.pending &= !bit(sig);
+                self.process.signals.pending.take(sig)
+            };
+            if info != 0 {
+                self.process.mappings.copy_out(mem, info, &info_of(sig, taken))?;
             }
             return Ok(sig as u64);
         }
@@ -255,7 +317,7 @@ impl Kernel {
         if !matches!(pid as i32, -1..=1) {
             return Err(ESRCH.into());
         }
-        self.send_signal(sig, None)
+        self.send_signal(sig, None, Queued::sent(sig, SI_USER, GUEST_PID as u32, GUEST_UID as u32))
     }
 
     pub(crate) fn sys_tgkill(&mut self, tgid: u64, tid: u64, sig: u64) -> SysResult {
@@ -267,7 +329,64 @@ impl Kernel {
         if tgid != GUEST_PID as i32 || !self.thread_exists(tid as u64) {
             return Err(ESRCH.into());
         }
-        self.send_signal(sig, Some(tid as u64))
+        self.send_signal(sig, Some(tid as u64), Queued::sent(sig, SI_TKILL, GUEST_PID as u32, GUEST_UID as u32))
+    }
+
+    /// The `siginfo_t` a program passes to `rt_sigqueueinfo` or `rt_tgsigqueueinfo` for `sig`:
+    /// its first [`INFO_BYTES`] with `si_signo` set to `sig`. A `siginfo_t` whose layout Linux
+    /// does not know must hold zeros after them (`E2BIG`).
+    fn siginfo_arg(&self, mem: &mut dyn Memory, sig: u64, at: u64) -> Result<Queued, i32> {
+        let mut b = [0u8; INFO_BYTES];
+        self.process.mappings.copy_in(mem, at, &mut b)?;
+        b[0..4].copy_from_slice(&(sig as i32).to_le_bytes());
+        let q = Queued(b);
+        if !known_layout(sig as i32, q.code()) {
+            let mut rest = [0u8; 128 - INFO_BYTES];
+            self.process.mappings.copy_in(mem, at.wrapping_add(INFO_BYTES as u64), &mut rest)?;
+            if rest.iter().any(|&x| x != 0) {
+                return Err(E2BIG);
+            }
+        }
+        Ok(q)
+    }
+
+    /// Whether the caller may send a signal claiming `code` to `target` (a pid or a tid): only
+    /// to itself may it claim to be the kernel or `kill`/`tgkill` (a non-negative code or
+    /// `SI_TKILL`), as Linux rules.
+    fn may_claim(&self, code: i32, target: i32) -> Result<(), i32> {
+        if (code >= 0 || code == SI_TKILL) && i64::from(target) != self.caller() as i64 {
+            return Err(EPERM);
+        }
+        Ok(())
+    }
+
+    /// `rt_sigqueueinfo`: sends `sig` to the process with the `siginfo_t` at `uinfo`.
+    pub(crate) fn sys_rt_sigqueueinfo(&mut self, mem: &mut dyn Memory, pid: u64, sig: u64, uinfo: u64) -> SysResult {
+        let info = self.siginfo_arg(mem, sig, uinfo)?;
+        let pid = pid as i32;
+        self.may_claim(info.code(), pid)?;
+        if pid != GUEST_PID as i32 {
+            return Err(ESRCH.into());
+        }
+        let sig = Self::signal_arg(sig)?;
+        self.send_signal(sig, None, info)
+    }
+
+    /// `rt_tgsigqueueinfo`: sends `sig` to thread `tid` of `tgid` with the `siginfo_t` at
+    /// `uinfo`.
+    pub(crate) fn sys_rt_tgsigqueueinfo(&mut self, mem: &mut dyn Memory, a: [u64; 6]) -> SysResult {
+        let [tgid, tid, sig, uinfo, ..] = a;
+        let info = self.siginfo_arg(mem, sig, uinfo)?;
+        let (tgid, tid) = (tgid as i32, tid as i32);
+        if tgid <= 0 || tid <= 0 {
+            return Err(EINVAL.into());
+        }
+        self.may_claim(info.code(), tid)?;
+        if tgid != GUEST_PID as i32 || !self.thread_exists(tid as u64) {
+            return Err(ESRCH.into());
+        }
+        let sig = Self::signal_arg(sig)?;
+        self.send_signal(sig, Some(tid as u64), info)
     }
 
     pub(crate) fn sys_rt_sigaction(
@@ -298,9 +417,9 @@ impl Kernel {
             self.process.signals.actions[idx] = new;
             // Setting an ignoring disposition discards the pending signal everywhere.
             if self.process.signals.action(sig) == Action::Ignore {
-                self.process.signals.pending &= !bit(sig);
+                self.process.signals.pending.discard(sig);
                 for t in self.sched.threads.threads.values_mut() {
-                    t.pending &= !bit(sig);
+                    t.pending.discard(sig);
                 }
             }
         }
@@ -355,7 +474,7 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let own = self.own_pending();
-        let pending = (own | self.process.signals.pending) & self.process.signals.mask;
+        let pending = (own | self.process.signals.pending.set) & self.process.signals.mask;
         self.process.mappings.copy_out(mem, set, &pending.to_le_bytes()[..size as usize])?;
         Ok(0)
     }
@@ -447,7 +566,7 @@ impl Kernel {
 
     /// Signals sent to the current thread alone, not yet taken.
     fn own_pending(&self) -> u64 {
-        self.sched.threads.threads.get(&self.sched.threads.current).map_or(0, |t| t.pending)
+        self.sched.threads.threads.get(&self.sched.threads.current).map_or(0, |t| t.pending.set)
     }
 
     /// The next signal the current thread would take: its own pending ones first, then the
@@ -458,7 +577,7 @@ impl Kernel {
         if own != 0 {
             return Some((lowest(own), true));
         }
-        let shared = self.process.signals.pending & !mask;
+        let shared = self.process.signals.pending.set & !mask;
         (shared != 0).then(|| (lowest(shared), false))
     }
 
@@ -472,7 +591,7 @@ impl Kernel {
     /// process's), lowest first.
     pub fn pending_signals(&self) -> Vec<i32> {
         let own = self.own_pending();
-        let set = (own | self.process.signals.pending) & !self.process.signals.mask;
+        let set = (own | self.process.signals.pending.set) & !self.process.signals.mask;
         (1..=NSIG as i32).filter(|&s| set & bit(s) != 0).collect()
     }
 
@@ -524,15 +643,12 @@ impl Kernel {
                         return Ok(None);
                     };
                     let cur = self.sched.threads.current;
-                    if own {
-                        if let Some(p) = self.thread_pending(cur) {
-                            *p &= !bit(sig);
-                        }
+                    let taken = if own {
+                        self.thread_pending(cur).and_then(|p| p.take(sig))
                     } else {
-                        self.process.signals.pending &= !bit(sig);
-                    }
-                    let code = if own { SI_TKILL } else { SI_USER };
-                    (sig, sigframe::info_sent(sig, code, GUEST_PID as u32, GUEST_UID as u32), (0, 0, 0))
+                        self.process.signals.pending.take(sig)
+                    };
+                    (sig, info_of(sig, taken), (0, 0, 0))
                 }
             };
             match self.process.signals.action(sig) {

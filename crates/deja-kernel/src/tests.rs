@@ -3,8 +3,8 @@
 //!
 //! This file holds the shared harness (image builders, [`FakeMemory`], the run helpers) and the
 //! tests of loading, memory, exceptions and the basic syscalls; the larger subjects have files
-//! of their own under `tests/` (the file system, sockets, threads, decisions, deja's syscall,
-//! the parts of the saved state).
+//! of their own under `tests/` (the file system, FIFOs, sockets, threads, signals, decisions,
+//! deja's syscall, the parts of the saved state).
 
 use std::collections::BTreeMap;
 
@@ -19,6 +19,7 @@ use crate::*;
 
 mod decisions;
 mod deja_syscall;
+mod fifo;
 mod fs;
 mod net;
 mod persist;

@@ -122,7 +122,7 @@ pub(crate) enum ThreadState {
     /// Sleeping until `deadline`.
     Sleep { deadline: u64 },
     /// Blocked in I/O syscall `nr` with `args` (a socket, pipe, eventfd, `poll` or `epoll`
-    /// wait): the call is served again whenever an I/O object changed, and once more with
+    /// wait, a FIFO's open, a wait for a signal): the call is served again whenever an I/O object changed, and once more with
     /// `timed_out` when `deadline` passes (see [`crate::net`]).
     Io { nr: u64, args: [u64; 6], deadline: Option<u64> },
 }
@@ -151,7 +151,7 @@ pub(crate) struct Thread {
     /// The alternate signal stack (see [`crate::signal::Signals::altstack`]).
     pub altstack: (u64, u32, u64),
     /// Signals sent to this thread alone, not yet taken (kept here for every thread).
-    pub pending: u64,
+    pub pending: crate::signal::Pending,
     /// The mask `rt_sigsuspend` replaced, which the handler's frame saves instead of the
     /// temporary one (kept here for every thread).
     pub suspended_mask: Option<u64>,
@@ -205,7 +205,7 @@ impl Default for Threads {
             robust_list: (0, 0),
             sigmask: 0,
             altstack: crate::signal::DISABLED_ALTSTACK,
-            pending: 0,
+            pending: crate::signal::Pending::default(),
             suspended_mask: None,
             kicked: false,
             interrupted: None,
@@ -381,6 +381,7 @@ impl Threads {
             if let ThreadState::Futex { seq, .. } = t.state {
                 ensure(seq < self.next_seq, || format!("futex queue position {seq} of tid {tid}"))?;
             }
+            t.pending.validate(&format!("thread {tid}"))?;
         }
         let cur = self.threads.get(&self.current);
         ensure(cur.is_some(), || format!("current thread {} does not exist", self.current))?;

@@ -39,6 +39,9 @@
 //!   the case of a page evicted in between). See [`crate::faults`] for the I/O error model.
 //! - Modes, timestamps and link identity are outside the model: a crash image carries the
 //!   current mode, and a file with several durable links appears as separate copies.
+//! - FIFOs and sockets' names are not on the disk at all ([`Inode::persist`] is false, as for a
+//!   tmpfs): no crash image and no export has them, though their directory entries are pending
+//!   operations like any other.
 //! - **Named models.** posix-weak is the outer bound; [`models`] states which of its states
 //!   xfs, ext4 `data=ordered` and a process kill can leave, labels each state with them and
 //!   projects decisions onto one of them (`FaultConfig::crash_model`).
@@ -82,7 +85,7 @@ use serde::{Deserialize, Serialize};
 use crate::disk::{parent_of, Disk, DiskEntry};
 use crate::errno::*;
 use crate::faults::FaultKind;
-use crate::fd::{ino_of, Stat, S_IFCHR, S_IFDIR, S_IFLNK, S_IFREG, S_IFSOCK};
+use crate::fd::{ino_of, Stat, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFREG, S_IFSOCK};
 use crate::persist::{ensure, RestoreError};
 
 mod durable;
@@ -334,9 +337,12 @@ pub enum Kind {
     DevNull,
     /// `/dev/random` (8) or `/dev/urandom` (9).
     Random(u32),
-    /// A Unix-domain socket's name (`bind` to a path). It holds no data, and like a socket
-    /// under `/run` or `/tmp` on tmpfs it does not outlive a crash.
+    /// A Unix-domain socket's name (`bind` to a path, or `mknod` with `S_IFSOCK`). It holds no
+    /// data, and like a socket under `/run` or `/tmp` on tmpfs it does not outlive a crash.
     Socket,
+    /// A FIFO (`mknod` with `S_IFIFO`, `mkfifo`). While it is open its bytes are in a pipe of
+    /// [`crate::net`]; like a socket's name it holds no data and does not outlive a crash.
+    Fifo,
 }
 
 /// One inode.
@@ -378,6 +384,7 @@ impl Inode {
             Kind::Symlink(_) | Kind::ExeLink => 10,
             Kind::DevNull | Kind::Random(_) => 2,
             Kind::Socket => 12,
+            Kind::Fifo => 1,
         }
     }
 }

@@ -147,6 +147,7 @@ impl Fs {
             Kind::DevNull => (S_IFCHR, 0, (1 << 8) | 3),
             Kind::Random(m) => (S_IFCHR, 0, (1 << 8) | u64::from(*m)),
             Kind::Socket => (S_IFSOCK, 0, 0),
+            Kind::Fifo => (S_IFIFO, 0, 0),
         };
         let dev = match i.kind {
             Kind::ProcMaps | Kind::ExeLink => 0x16,
@@ -389,10 +390,40 @@ impl Fs {
         }
         let name = Self::check_name(&w.name)?.to_string();
         self.writable_dir(w.parent)?;
+        Ok(self.add_outside(w.parent, &name, Kind::Socket, mode, now))
+    }
+
+    /// Whether `mknod` may create `w`, and its name: `EEXIST` if it names something (`.` and
+    /// `..` included), `ENOENT` for a missing name ending with `/`, and the parent's own
+    /// errors (`EACCES` for a read-only directory, `ENOENT` for a removed one).
+    pub fn may_create<'w>(&self, w: &'w Walked) -> Result<&'w str, i32> {
+        if w.id.is_some() {
+            return Err(EEXIST);
+        }
+        let name = Self::check_name(&w.name)?;
+        if w.trailing {
+            return Err(ENOENT);
+        }
+        self.writable_dir(w.parent)?;
+        Ok(name)
+    }
+
+    /// `mknod` of a FIFO or a socket's name at `w` ([`Kind::Fifo`] or [`Kind::Socket`]): a
+    /// node outside the durable layer.
+    pub fn special_node(&mut self, w: &Walked, kind: Kind, mode: u32, now: u64) -> Result<u64, i32> {
+        if !matches!(kind, Kind::Fifo | Kind::Socket) {
+            return Err(EINVAL);
+        }
+        let name = self.may_create(w)?.to_string();
+        Ok(self.add_outside(w.parent, &name, kind, mode, now))
+    }
+
+    /// A new node named `name` in `dir` that is not part of the disk (no crash image has it).
+    fn add_outside(&mut self, dir: u64, name: &str, kind: Kind, mode: u32, now: u64) -> u64 {
         let ino = self.fresh_ino("", false);
-        let id = self.insert(ino, mode & 0o7777, Kind::Socket, false, false, now);
-        self.add_entry(w.parent, &name, id, now);
-        Ok(id)
+        let id = self.insert(ino, mode & 0o7777, kind, false, false, now);
+        self.add_entry(dir, name, id, now);
+        id
     }
 
     /// `symlink`.
@@ -414,7 +445,9 @@ impl Fs {
         if t.is_dir() {
             return Err(EPERM);
         }
-        if !t.persist {
+        // Another file system (the declared inputs, `/proc`, `/dev`); a FIFO or a socket's
+        // name is not on the disk, but it is in this file system.
+        if !t.persist && !matches!(t.kind, Kind::Fifo | Kind::Socket) {
             return Err(EXDEV);
         }
         if t.nlink == 0 {

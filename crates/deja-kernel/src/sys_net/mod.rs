@@ -7,8 +7,8 @@
 //!
 //! This module holds the socket calls themselves (create, bind, listen, accept, connect,
 //! shutdown, names and options) and the helpers the others share; [`transfer`] moves bytes
-//! (`send*`/`recv*` and the shared receive and send paths), and [`ready`] holds pipes,
-//! eventfds, epoll and the readiness waits (`poll`, `select`).
+//! (`send*`/`recv*` and the shared receive and send paths), [`ready`] holds pipes,
+//! eventfds, epoll and the readiness waits (`poll`, `select`), and [`fifo`] opens FIFOs.
 
 use std::collections::VecDeque;
 
@@ -19,6 +19,7 @@ use crate::mappings::Access;
 use crate::net::*;
 use crate::Memory;
 
+mod fifo;
 mod netlink;
 mod ready;
 mod transfer;

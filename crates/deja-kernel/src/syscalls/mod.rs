@@ -237,11 +237,11 @@ syscall_table! {
     126    "capset";
     127    "rt_sigpending"     [Ptr, Len] => |k, m, a| k.sys_rt_sigpending(m, a[0], a[1]);
     128    "rt_sigtimedwait"   [Ptr, Ptr, Ptr, Len] => |k, m, a| k.sys_rt_sigtimedwait(m, a);
-    129    "rt_sigqueueinfo";
+    129    "rt_sigqueueinfo"   [Int, Int, Ptr] => |k, m, a| k.sys_rt_sigqueueinfo(m, a[0], a[1], a[2]);
     130    "rt_sigsuspend"     [Ptr, Len] => |k, m, a| k.sys_rt_sigsuspend(m, a[0], a[1]);
     131    "sigaltstack"       [Ptr, Ptr] => |k, m, a| k.sys_sigaltstack(m, a[0], a[1]);
     132    "utime";
-    133    "mknod";
+    133    "mknod"             [Path, Mode, Int] => |k, m, a| k.sys_mknodat(m, AT_FDCWD, a[0], a[1], a[2]);
     134    "uselib";
     135    "personality";
     136    "ustat";
@@ -368,7 +368,7 @@ syscall_table! {
     256    "migrate_pages";
     257    "openat"            [Fd, Path, Flags, Mode] => |k, m, a| k.sys_openat(m, a[0], a[1], a[2], a[3]);
     258    "mkdirat"           [Fd, Path, Mode] => |k, m, a| k.sys_mkdirat(m, a[0], a[1], a[2]);
-    259    "mknodat";
+    259    "mknodat"           [Fd, Path, Mode, Int] => |k, m, a| k.sys_mknodat(m, a[0], a[1], a[2], a[3]);
     260    "fchownat"          [Fd, Path, Int, Int, Flags] => |k, m, a| k.sys_fchownat(m, a[0], a[1], (a[2], a[3]), a[4]);
     261    "futimesat";
     262    "newfstatat"        [Fd, Path, Ptr, Flags] => |k, m, a| k.sys_fstatat(m, a[0], a[1], a[2], a[3]);
@@ -407,7 +407,7 @@ syscall_table! {
     294    "inotify_init1";
     295    "preadv";
     296    "pwritev";
-    297    "rt_tgsigqueueinfo";
+    297    "rt_tgsigqueueinfo" [Int, Int, Int, Ptr] => |k, m, a| k.sys_rt_tgsigqueueinfo(m, a);
     298    "perf_event_open";
     299    "recvmmsg";
     300    "fanotify_init";
@@ -590,7 +590,7 @@ mod tests {
                 assert!(handler(nr).is_none() && args(nr).is_none());
             }
         }
-        assert_eq!(TABLE.iter().filter(|e| e.served()).count(), 160);
+        assert_eq!(TABLE.iter().filter(|e| e.served()).count(), 164);
         assert_eq!(args(0), Some(&[Arg::Fd, Arg::Ptr, Arg::Len][..]));
         assert_eq!(args(257), Some(&[Arg::Fd, Arg::Path, Arg::Flags, Arg::Mode][..]));
         assert!(entry(334).is_some_and(Entry::served), "rseq is answered on purpose");

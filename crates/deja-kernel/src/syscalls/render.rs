@@ -218,7 +218,7 @@ mod tests {
             render(1000, &[1, 2, 3, 4, 5, 6], &[], err(ENOSYS)),
             "unknown_1000(0x1, 0x2, 0x3, 0x4, 0x5, 0x6) = -ENOSYS"
         );
-        assert_eq!(render(133, &[0; 6], &[], err(ENOSYS)), "mknod(0x0, 0x0, 0x0, 0x0, 0x0, 0x0) = -ENOSYS");
+        assert_eq!(render(134, &[0; 6], &[], err(ENOSYS)), "uselib(0x0, 0x0, 0x0, 0x0, 0x0, 0x0) = -ENOSYS");
         assert_eq!(render(15, &[0; 6], &[], Some(7)), "rt_sigreturn() = 7");
     }
 }

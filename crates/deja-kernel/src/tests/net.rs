@@ -81,7 +81,7 @@ fn tcp_over_loopback_in_one_thread() {
     assert_eq!(sc(&mut k, &mut m, "write", &[c, buf + 256, 5]), EPIPE);
     assert!(k.signal_due(), "with SIGPIPE, taken on the way back to ring 3");
     assert_eq!(k.pending_signals(), vec![13]);
-    k.sched.threads.threads.values_mut().for_each(|t| t.pending = 0);
+    k.sched.threads.threads.values_mut().for_each(|t| t.pending = Default::default());
     assert_eq!(sc(&mut k, &mut m, "sendto", &[c, buf + 256, 5, 0x4000, 0, 0]), EPIPE);
     assert!(!k.signal_due(), "MSG_NOSIGNAL");
     // The port is taken while the listener lives; refused once it is closed.

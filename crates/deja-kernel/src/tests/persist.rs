@@ -1,7 +1,8 @@
 //! Each part of the kernel state saved and restored on its own: a kernel with open files,
-//! pending writes, a lock, a connected socket with unread data, two threads, assertions and
-//! pending output has every part round-trip to the same bytes, keeps running as before with
-//! any one part restored, and refuses damaged encodings of every part.
+//! pending writes, a lock, a connected socket with unread data, an open FIFO holding bytes,
+//! a queued signal, two threads, assertions and pending output has every part round-trip to
+//! the same bytes, keeps running as before with any one part restored, and refuses damaged
+//! encodings of every part.
 
 use deja_protocol::{AssertKind, Request};
 
@@ -45,12 +46,24 @@ fn busy_kernel() -> (Kernel, FakeMemory, u64) {
     assert_eq!(deja(&mut k, &mut m, Request::Catalog, &[cat, 2]), 0);
     assert_eq!(deja(&mut k, &mut m, Request::Assert, &[ids[0], 1, buf, 0]), 0);
     assert_eq!(deja(&mut k, &mut m, Request::Assert, &[ids[1], 0, buf, 0]), 0);
-    // Process: a grown break, a blocked signal left pending.
+    // Files and net: a FIFO open for reading and writing, holding bytes.
+    let p = path(&k, &mut m, buf + 0x200, "/data/fifo");
+    assert_eq!(sc(&mut k, &mut m, "mknodat", &[AT_FDCWD, p, 0o010600, 0]), 0);
+    assert_eq!(sc(&mut k, &mut m, "openat", &[AT_FDCWD, p, 2, 0]), 8);
+    assert_eq!(sc(&mut k, &mut m, "write", &[8, buf + 0x300, 7]), 7);
+    // Process: a grown break, blocked signals left pending, one queued with its value.
     let top = sc(&mut k, &mut m, "brk", &[0]) as u64;
     assert_eq!(sc(&mut k, &mut m, "brk", &[top + 0x3000]), (top + 0x3000) as i64);
-    poke(&k, &mut m, buf + 0x700, &(1u64 << 9).to_le_bytes());
+    poke(&k, &mut m, buf + 0x700, &((1u64 << 9) | (1 << 33)).to_le_bytes());
     assert_eq!(sc(&mut k, &mut m, "rt_sigprocmask", &[0, buf + 0x700, 0, 8]), 0);
     assert_eq!(sc(&mut k, &mut m, "kill", &[1, 10]), 0);
+    let mut info = [0u8; 128];
+    info[8..12].copy_from_slice(&(-1i32).to_le_bytes());
+    info[24..32].copy_from_slice(&0x5eed_u64.to_le_bytes());
+    poke(&k, &mut m, buf + 0x780, &info);
+    assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 34, buf + 0x780]), 0);
+    poke(&k, &mut m, buf + 0x710, &(1u64 << 33).to_le_bytes());
+    poke(&k, &mut m, buf + 0x720, &[0u8; 16]);
     // Sched: a second thread, the clock moved by a sleep.
     override_next(&mut k, vec![0]);
     assert_eq!(sc(&mut k, &mut m, "clone", &[GLIBC_FLAGS, buf + 0x8000, buf + 0x500, buf + 0x504, 0x7000_0000]), 2);
@@ -79,6 +92,8 @@ fn finish_busy(mut k: Kernel, mut m: FakeMemory, buf: u64) -> Finished {
         ("rt_sigpending", vec![buf + 0xc00, 8]),
         ("clock_gettime", vec![1, buf + 0xd00]),
         ("write", vec![2, buf + 0x900, 20]),
+        ("read", vec![8, buf + 0xe00, 64]),
+        ("rt_sigtimedwait", vec![buf + 0x710, buf + 0xe80, buf + 0x720, 8]),
     ] {
         returns.push(sc(&mut k, &mut m, name, &args));
     }
@@ -127,6 +142,7 @@ fn every_part_round_trips_and_runs_on_the_same() {
     let (want, want_out, want_returns) = finish_busy(k.clone(), m.clone(), buf);
     assert!(want.assertions.iter().any(|a| a.failures == 1));
     assert_eq!(want_returns[..5], [13, 15, 20, 0, 15], "the continuation reads the files and the socket");
+    assert_eq!(want_returns[11..], [7, 34], "and the FIFO and the queued signal");
     for (name, restored) in each_part_restored(&k) {
         assert_eq!(restored.save(), k.save(), "{name}: the whole state saves the same");
         let (got, out, returns) = finish_busy(restored, m.clone(), buf);

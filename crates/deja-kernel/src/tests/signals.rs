@@ -236,3 +236,223 @@ fn waits_for_signals_check_their_arguments_and_report_a_deadlock() {
         other => panic!("{other:?}"),
     }
 }
+
+/// `SI_QUEUE`, the code `sigqueue` gives.
+const SI_QUEUE: i32 = -1;
+const EPERM: i64 = -1;
+const ESRCH: i64 = -3;
+const EAGAIN: i64 = -11;
+const E2BIG: i64 = -7;
+
+/// Writes a `siginfo_t` at `at` as `sigqueue` fills it: `code`, `pid`, `uid` and `value`
+/// (`si_value`), `si_signo` left for the kernel to set; bytes 48 and on hold `tail`.
+fn siginfo(k: &Kernel, m: &mut FakeMemory, at: u64, code: i32, pid: u32, value: u64, tail: u8) {
+    let mut b = [0u8; 128];
+    b[0..4].copy_from_slice(&99i32.to_le_bytes());
+    b[8..12].copy_from_slice(&code.to_le_bytes());
+    b[16..20].copy_from_slice(&pid.to_le_bytes());
+    b[20..24].copy_from_slice(&1000u32.to_le_bytes());
+    b[24..32].copy_from_slice(&value.to_le_bytes());
+    b[48..].fill(tail);
+    poke(k, m, at, &b);
+}
+
+/// Takes one pending signal of `set` with `rt_sigtimedwait` (no waiting): its number and
+/// the `siginfo_t` written for it, or the error.
+fn take(k: &mut Kernel, m: &mut FakeMemory, buf: u64, set: u64) -> Result<(i64, Vec<u8>), i64> {
+    poke(k, m, buf + 0x800, &set.to_le_bytes());
+    poke(k, m, buf + 0x810, &[0u8; 16]);
+    poke(k, m, buf + 0x900, &[0xeeu8; 128]);
+    match sc(k, m, "rt_sigtimedwait", &[buf + 0x800, buf + 0x900, buf + 0x810, 8]) {
+        s if s > 0 => Ok((s, peek(k, m, buf + 0x900, 128))),
+        e => Err(e),
+    }
+}
+
+fn int_at(info: &[u8], at: usize) -> i64 {
+    i64::from(i32::from_le_bytes(info[at..at + 4].try_into().unwrap()))
+}
+
+/// `(si_code, si_pid, si_value)` of a `siginfo_t`.
+fn code_pid_value(info: &[u8]) -> (i64, i64, u64) {
+    (int_at(info, 8), int_at(info, 16), u64::from_le_bytes(info[24..32].try_into().unwrap()))
+}
+
+fn block(k: &mut Kernel, m: &mut FakeMemory, buf: u64, set: u64) {
+    poke(k, m, buf + 0x7f0, &set.to_le_bytes());
+    assert_eq!(sc(k, m, "rt_sigprocmask", &[0, buf + 0x7f0, 0, 8]), 0);
+}
+
+#[test]
+fn queued_signals_keep_their_siginfo_and_real_time_ones_every_instance() {
+    let (mut k, _, mut m) = boot();
+    let buf = scratch(&mut k, &mut m, 0x1000);
+    let (rt, usr1) = (bit(34), bit(10));
+    block(&mut k, &mut m, buf, rt | usr1);
+    for value in [1, 2, 3] {
+        siginfo(&k, &mut m, buf, SI_QUEUE, 1, value, 0);
+        assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 34, buf]), 0);
+    }
+    for value in [7, 8] {
+        siginfo(&k, &mut m, buf, SI_QUEUE, 1, value, 0);
+        assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 10, buf]), 0);
+    }
+    // Real-time: each instance in order, its siginfo as sent (si_signo the kernel's), the
+    // rest zeros.
+    for value in [1, 2, 3] {
+        let (sig, info) = take(&mut k, &mut m, buf, rt).expect("an instance of SIGRTMIN+2");
+        assert_eq!(sig, 34);
+        assert_eq!(int_at(&info, 0), 34, "si_signo");
+        assert_eq!(code_pid_value(&info), (i64::from(SI_QUEUE), 1, value));
+        assert!(info[48..].iter().all(|&b| b == 0), "past the kernel's siginfo: zeros");
+    }
+    assert_eq!(take(&mut k, &mut m, buf, rt), Err(EAGAIN), "three sent, three taken");
+    // Standard: the second is not queued; the first keeps its value.
+    let (_, info) = take(&mut k, &mut m, buf, usr1).expect("SIGUSR1");
+    assert_eq!(code_pid_value(&info).2, 7);
+    assert_eq!(take(&mut k, &mut m, buf, usr1), Err(EAGAIN));
+    // kill and tgkill of a real-time signal queue each instance too, with their own codes.
+    assert_eq!(sc(&mut k, &mut m, "kill", &[1, 34]), 0);
+    assert_eq!(sc(&mut k, &mut m, "tgkill", &[1, 1, 34]), 0);
+    assert_eq!(sc(&mut k, &mut m, "kill", &[1, 34]), 0);
+    assert_eq!(take(&mut k, &mut m, buf, rt).map(|(_, i)| code_pid_value(&i)), Ok((-6, 1, 0)), "the thread's first");
+    assert_eq!(take(&mut k, &mut m, buf, rt).map(|(_, i)| code_pid_value(&i)), Ok((0, 1, 0)));
+    assert_eq!(take(&mut k, &mut m, buf, rt).map(|(_, i)| code_pid_value(&i)), Ok((0, 1, 0)));
+    assert_eq!(take(&mut k, &mut m, buf, rt), Err(EAGAIN));
+    // A SIGPIPE a write raises says SI_USER, as Linux's does.
+    let fds = buf + 0x100;
+    assert_eq!(sc(&mut k, &mut m, "pipe2", &[fds, 0]), 0);
+    let (r, w) = (u64::from(peek(&k, &mut m, fds, 1)[0]), u64::from(peek(&k, &mut m, fds + 4, 1)[0]));
+    assert_eq!(sc(&mut k, &mut m, "close", &[r]), 0);
+    block(&mut k, &mut m, buf, bit(13));
+    assert_eq!(sc(&mut k, &mut m, "write", &[w, buf, 1]), -32);
+    assert_eq!(take(&mut k, &mut m, buf, bit(13)).map(|(_, i)| code_pid_value(&i)), Ok((0, 1, 0)));
+}
+
+#[test]
+fn a_queued_signal_reaches_its_handler_with_its_value() {
+    let (mut k, _, mut m) = boot();
+    let buf = scratch(&mut k, &mut m, 0x1000);
+    let stack = scratch(&mut k, &mut m, 0x4000);
+    sigaction(&mut k, &mut m, buf + 0x400, 40, SA_SIGINFO | SA_RESTORER, 0);
+    siginfo(&k, &mut m, buf, SI_QUEUE, 1, 0xfeed, 0);
+    assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 40, buf]), 0);
+    assert!(k.signal_due());
+    let mut ctx = context(stack + 0x3000);
+    assert_eq!(k.deliver_signal(&mut m, &mut ctx), Ok(Some(40)));
+    let info = peek(&k, &mut m, ctx.gprs[6], 128);
+    assert_eq!((int_at(&info, 0), code_pid_value(&info)), (40, (i64::from(SI_QUEUE), 1, 0xfeed)));
+}
+
+#[test]
+fn rt_sigqueueinfo_checks_its_target_its_claim_and_its_siginfo() {
+    let (mut k, _, mut m) = boot();
+    let buf = scratch(&mut k, &mut m, 0x1000);
+    block(&mut k, &mut m, buf, bit(34) | bit(10));
+    siginfo(&k, &mut m, buf, SI_QUEUE, 1, 5, 0);
+    assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 34, 0x10]), EFAULT);
+    assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[2, 34, buf]), ESRCH, "another process");
+    assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[0, 34, buf]), ESRCH);
+    assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[u64::MAX, 34, buf]), ESRCH);
+    assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 65, buf]), EINVAL);
+    assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 0, buf]), 0, "signal 0 checks only");
+    assert!(k.pending_signals().is_empty() && take(&mut k, &mut m, buf, bit(34)).is_err());
+    // Claiming SI_USER, SI_KERNEL or SI_TKILL is for a signal to oneself only.
+    for code in [0, 0x80, -6] {
+        siginfo(&k, &mut m, buf, code, 4242, 6, 0);
+        assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[2, 34, buf]), EPERM, "code {code} to another");
+        assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 34, buf]), 0, "code {code} to itself");
+        let (_, info) = take(&mut k, &mut m, buf, bit(34)).expect("taken");
+        assert_eq!(code_pid_value(&info), (i64::from(code), 4242, 6), "delivered as claimed");
+    }
+    // A siginfo of a layout Linux knows may hold anything past its 48 bytes; one it does not
+    // know must hold zeros there.
+    siginfo(&k, &mut m, buf, SI_QUEUE, 1, 5, 0xaa);
+    assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 34, buf]), 0);
+    assert!(take(&mut k, &mut m, buf, bit(34)).expect("taken").1[48..].iter().all(|&b| b == 0));
+    siginfo(&k, &mut m, buf, -100, 1, 5, 0xaa);
+    assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 34, buf]), E2BIG);
+    siginfo(&k, &mut m, buf, 50, 1, 5, 0xaa);
+    assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 10, buf]), E2BIG);
+    siginfo(&k, &mut m, buf, -100, 1, 5, 0);
+    assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 34, buf]), 0);
+    // Its last 48 bytes out of reach: EFAULT only when they are read.
+    let end = buf + 0x1000 - 48;
+    siginfo(&k, &mut m, buf, SI_QUEUE, 1, 5, 0);
+    let head = peek(&k, &mut m, buf, 48);
+    poke(&k, &mut m, end, &head);
+    assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 34, end]), 0);
+    poke(&k, &mut m, end + 8, &(-100i32).to_le_bytes());
+    assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 34, end]), EFAULT);
+}
+
+#[test]
+fn only_a_bounded_number_of_signals_queue() {
+    let (mut k, _, mut m) = boot();
+    let buf = scratch(&mut k, &mut m, 0x1000);
+    block(&mut k, &mut m, buf, bit(34) | bit(35) | bit(10));
+    siginfo(&k, &mut m, buf, SI_QUEUE, 1, 5, 0);
+    for _ in 0..crate::signal::MAX_QUEUED {
+        assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 34, buf]), 0);
+    }
+    assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 34, buf]), EAGAIN);
+    assert_eq!(sc(&mut k, &mut m, "tgkill", &[1, 1, 35]), EAGAIN);
+    assert_eq!(sc(&mut k, &mut m, "kill", &[1, 10]), 0, "a standard signal kill sends always has room");
+    assert_eq!(take(&mut k, &mut m, buf, bit(10)).map(|(_, i)| code_pid_value(&i)), Ok((0, 1, 0)));
+
+    // RLIMIT_SIGPENDING lower: nothing queues. kill of a real-time signal leaves it pending
+    // without its siginfo (Linux's SI_USER with no sender), sigqueue of a standard one too.
+    let (mut k, _, mut m) = boot();
+    let buf = scratch(&mut k, &mut m, 0x1000);
+    block(&mut k, &mut m, buf, bit(34) | bit(10));
+    poke(&k, &mut m, buf + 0x200, &[0u64.to_le_bytes(), u64::MAX.to_le_bytes()].concat());
+    assert_eq!(sc(&mut k, &mut m, "prlimit64", &[0, 11, buf + 0x200, 0]), 0);
+    siginfo(&k, &mut m, buf, SI_QUEUE, 1, 5, 0);
+    assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 34, buf]), EAGAIN);
+    assert_eq!(sc(&mut k, &mut m, "tgkill", &[1, 1, 34]), EAGAIN);
+    assert_eq!(sc(&mut k, &mut m, "kill", &[1, 34]), 0);
+    assert_eq!(sc(&mut k, &mut m, "kill", &[1, 34]), 0);
+    assert_eq!(take(&mut k, &mut m, buf, bit(34)).map(|(_, i)| code_pid_value(&i)), Ok((0, 0, 0)));
+    assert_eq!(take(&mut k, &mut m, buf, bit(34)), Err(EAGAIN), "one pending, however many were sent");
+    assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 10, buf]), 0);
+    assert_eq!(take(&mut k, &mut m, buf, bit(10)).map(|(_, i)| code_pid_value(&i)), Ok((0, 0, 0)));
+    assert_eq!(sc(&mut k, &mut m, "kill", &[1, 10]), 0);
+    assert_eq!(take(&mut k, &mut m, buf, bit(10)).map(|(_, i)| code_pid_value(&i)), Ok((0, 1, 0)));
+}
+
+#[test]
+fn rt_tgsigqueueinfo_queues_for_one_thread() {
+    let (mut k, mut m, buf) = super::threads::two_threads();
+    siginfo(&k, &mut m, buf + 0x100, SI_QUEUE, 1, 9, 0);
+    let info = buf + 0x100;
+    // Thread 1 keeps running.
+    override_next(&mut k, vec![0; 9]);
+    assert_eq!(sc(&mut k, &mut m, "rt_tgsigqueueinfo", &[1, 0, 34, info]), EINVAL);
+    assert_eq!(sc(&mut k, &mut m, "rt_tgsigqueueinfo", &[0, 2, 34, info]), EINVAL);
+    assert_eq!(sc(&mut k, &mut m, "rt_tgsigqueueinfo", &[1, 9, 34, info]), ESRCH);
+    assert_eq!(sc(&mut k, &mut m, "rt_tgsigqueueinfo", &[2, 2, 34, info]), ESRCH, "another thread group");
+    assert_eq!(sc(&mut k, &mut m, "rt_tgsigqueueinfo", &[1, 2, 65, info]), EINVAL);
+    assert_eq!(sc(&mut k, &mut m, "rt_tgsigqueueinfo", &[1, 2, 34, 0x10]), EFAULT);
+    siginfo(&k, &mut m, buf + 0x200, 0, 1, 9, 0);
+    assert_eq!(sc(&mut k, &mut m, "rt_tgsigqueueinfo", &[1, 2, 34, buf + 0x200]), EPERM, "SI_USER to another");
+    // Thread 2 blocks SIGRTMIN+2, so the instances wait for it, queued in order.
+    k.sched.threads.threads.get_mut(&2).expect("thread 2").sigmask = bit(34);
+    assert_eq!(sc(&mut k, &mut m, "rt_tgsigqueueinfo", &[1, 2, 34, info]), 0);
+    siginfo(&k, &mut m, info, SI_QUEUE, 1, 10, 0);
+    assert_eq!(sc(&mut k, &mut m, "rt_tgsigqueueinfo", &[1, 2, 34, info]), 0);
+    let queued = &k.sched.threads.threads[&2].pending.queue;
+    assert_eq!(queued.iter().map(|q| q.info()[24]).collect::<Vec<_>>(), [9, 10]);
+    assert!(k.pending_signals().is_empty(), "not thread 1's");
+    // A thread may claim SI_USER for itself, and a queued signal from another thread for the
+    // process may not.
+    override_next(&mut k, vec![1]);
+    assert_eq!(sc(&mut k, &mut m, "gettid", &[]), 1);
+    assert_eq!(k.current_tid(), 2);
+    siginfo(&k, &mut m, buf + 0x200, 0, 1, 11, 0);
+    override_next(&mut k, vec![1]);
+    assert_eq!(sc(&mut k, &mut m, "rt_tgsigqueueinfo", &[1, 2, 34, buf + 0x200]), 0);
+    override_next(&mut k, vec![1]);
+    assert_eq!(sc(&mut k, &mut m, "rt_sigqueueinfo", &[1, 34, buf + 0x200]), EPERM, "thread 2 is not pid 1");
+    assert_eq!(k.current_tid(), 2);
+    assert_eq!(take(&mut k, &mut m, buf, bit(34)).map(|(_, i)| code_pid_value(&i).2), Ok(9));
+}
