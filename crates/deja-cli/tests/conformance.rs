@@ -308,6 +308,28 @@ fn fifos_and_mknod_match_linux() {
     assert_eq!(seen.status, 0);
 }
 
+#[test]
+fn the_interval_timer_matches_linux() {
+    let seen = case("conformance-timers", &[], same);
+    printed(
+        &seen,
+        &[
+            "alarm(2), 5 s were left: 5",
+            "armed for 1.5 s: left between 1 and 1.5 s 1, interval 0.250000",
+            "pause: EINTR",
+            "  ticks 1, si_code 128 (SI_KERNEL 128)",
+            "  ticks 2, what was left between 0.9 and 1 s: 1",
+            "read of an empty pipe, handler without SA_RESTART: EINTR",
+            "an interval timer ticked: 3",
+            "a loop reading the clock took the alarm: 1",
+            "setitimer with 1000000 us: EINVAL",
+            "waiting on a pipe no one writes",
+        ],
+    );
+    assert!(!seen.stdout.contains("not reached"));
+    assert_eq!(seen.status, 128 + 14, "SIGALRM's default action ends it");
+}
+
 /// Go's verdicts: each test's result line without its duration (the host's, natively), and
 /// the final one. The logs between them name temporary paths the host draws natively.
 fn go_results(s: &str) -> String {

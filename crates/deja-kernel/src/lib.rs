@@ -139,6 +139,7 @@ mod sys_path;
 mod sys_proc;
 mod sys_sched;
 mod sys_signal;
+mod sys_timer;
 pub mod syscalls;
 pub mod threads;
 pub mod trace;

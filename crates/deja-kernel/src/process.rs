@@ -65,6 +65,9 @@ pub(crate) struct Process {
     /// How many CPUs the program sees (1 to [`crate::MAX_CPUS`]).
     #[serde(default = "one_cpu")]
     pub(crate) cpus: u32,
+    /// The interval timer (`ITIMER_REAL`): its deadline in virtual ns and its interval.
+    #[serde(default)]
+    pub(crate) itimer_real: Option<(u64, u64)>,
 }
 
 fn one_cpu() -> u32 {

@@ -166,6 +166,7 @@ impl Kernel {
         threads
             .earliest_deadline()
             .into_iter()
+            .chain(self.timer_deadline())
             .chain(self.net.yield_at)
             .map(|t| local(t).saturating_sub(1))
             .fold(u64::MAX, u64::min)

@@ -91,9 +91,9 @@ impl Kernel {
         Ok(s)
     }
 
-    pub(crate) fn sys_nanosleep(&mut self, mem: &mut dyn Memory, req: u64, _rem: u64) -> SysResult {
+    pub(crate) fn sys_nanosleep(&mut self, mem: &mut dyn Memory, req: u64, rem: u64) -> SysResult {
         let ns = self.read_timespec(mem, req)?;
-        self.sched.threads.block_sleep(self.sched.clock.now_ns().saturating_add(ns));
+        self.sched.threads.block_sleep(self.sched.clock.now_ns().saturating_add(ns), rem);
         Err(SysStop::Block)
     }
 
@@ -103,15 +103,17 @@ impl Kernel {
         clk: u64,
         flags: u64,
         req: u64,
-        _rem: u64,
+        rem: u64,
     ) -> SysResult {
         let kind = clock_kind(clk).ok_or(EINVAL)?;
         if kind == ClockKind::ThreadCpu {
             return Err(EINVAL.into());
         }
         let t = self.read_timespec(mem, req)?;
-        let ns = if flags & 1 != 0 { t.saturating_sub(self.sched.clock.read(kind)) } else { t };
-        self.sched.threads.block_sleep(self.sched.clock.now_ns().saturating_add(ns));
+        let absolute = flags & 1 != 0;
+        let ns = if absolute { t.saturating_sub(self.sched.clock.read(kind)) } else { t };
+        // An absolute sleep a signal ends has nothing left to say.
+        self.sched.threads.block_sleep(self.sched.clock.now_ns().saturating_add(ns), if absolute { 0 } else { rem });
         Err(SysStop::Block)
     }
 

@@ -202,6 +202,8 @@ impl Kernel {
         let mut runnable;
         loop {
             self.net.flush_local();
+            self.fire_timer()?;
+            self.interrupt_sleepers(mem);
             self.retry_io(mem);
             self.sched.threads.expire(self.sched.clock.now_ns());
             runnable = self.sched.threads.runnable();
@@ -212,7 +214,7 @@ impl Kernel {
                 self.sched.threads.idle = true;
                 return Ok(None);
             }
-            match self.sched.threads.earliest_deadline() {
+            match self.next_deadline() {
                 Some(d) => self.sched.clock.advance_to(d),
                 None => {
                     let caller = self.sched.threads.current;
@@ -376,9 +378,10 @@ impl Kernel {
         self.sched.threads.idle
     }
 
-    /// The earliest deadline of a blocked thread (a timeout, a sleep), in virtual ns.
+    /// The earliest deadline of a blocked thread (a timeout, a sleep) or of the interval
+    /// timer, in virtual ns.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.sched.threads.earliest_deadline()
+        self.sched.threads.earliest_deadline().into_iter().chain(self.timer_deadline()).min()
     }
 
     /// Makes `tid` the current thread, swapping the per-thread registers.

@@ -30,8 +30,8 @@
 //!   write, `accept`, a send or receive without a timeout of its own, a FIFO's `open`, a lock
 //!   wait) runs again after the handler if the handler has `SA_RESTART` (RIP back on the
 //!   `syscall`, RAX its number, as Linux's `-ERESTARTSYS` does); `poll`, `select`,
-//!   `epoll_wait`, `connect` and calls with a timeout stay `-EINTR`. A thread asleep
-//!   (`nanosleep`) takes a signal when it wakes. A thread that runs without making a syscall
+//!   `epoll_wait`, `connect` and calls with a timeout stay `-EINTR`. A sleep (`nanosleep`,
+//!   `clock_nanosleep`) ends with `-EINTR` and what was left of it. A thread that runs without making a syscall
 //!   does not enter the monitor, and so takes a signal only at its next syscall or fault.
 //! - **A wait for a signal** (`pause`, `rt_sigsuspend`, `rt_sigtimedwait`) blocks like I/O:
 //!   sending a signal makes every blocked call look again. `rt_sigsuspend` keeps the mask it
@@ -201,15 +201,52 @@ impl Kernel {
         }
         // A thread in pause, rt_sigsuspend or rt_sigtimedwait looks again.
         self.net.dirty = true;
-        if let Some(t) = taker.filter(|&t| t != cur) {
+        // The taker's wait ends (a thread making a call is runnable: nothing to end).
+        if let Some(t) = taker {
             match self.sched.threads.threads.get_mut(&t).map(|x| (x.state, x)) {
                 Some((ThreadState::Futex { .. }, _)) => self.sched.threads.wake(t, (-i64::from(EINTR)) as u64),
-                // Its I/O wait ends when it is served again, unless the call completes then.
-                Some((ThreadState::Io { .. }, x)) => x.kicked = true,
+                // Its I/O wait ends when it is served again, unless the call completes then; a
+                // sleep ends when the scheduler next runs ([`Kernel::interrupt_sleepers`]).
+                Some((ThreadState::Io { .. } | ThreadState::Sleep { .. }, x)) => x.kicked = true,
                 _ => {}
             }
         }
         Ok(0)
+    }
+
+    /// Sends `sig` to the process from the kernel itself (a timer), with `info`.
+    pub(crate) fn send_signal_from_kernel(&mut self, sig: i32, info: Queued) -> SysResult {
+        self.send_signal(sig, None, info)
+    }
+
+    /// Ends the sleeps a signal reached: `EINTR`, with what was left written to `rem` (a
+    /// relative `nanosleep` or `clock_nanosleep`; a `rem` that cannot be written is skipped).
+    /// A sleep is never restarted, whatever `SA_RESTART` says, as on Linux.
+    pub(crate) fn interrupt_sleepers(&mut self, mem: &mut dyn Memory) {
+        let now = self.sched.clock.now_ns();
+        let kicked: Vec<(u64, u64, u64)> = self
+            .sched
+            .threads
+            .threads
+            .iter()
+            .filter_map(|(&tid, t)| match t.state {
+                ThreadState::Sleep { deadline, rem } if t.kicked => Some((tid, deadline, rem)),
+                _ => None,
+            })
+            .collect();
+        for (tid, deadline, rem) in kicked {
+            if let Some(t) = self.sched.threads.threads.get_mut(&tid) {
+                t.kicked = false;
+            }
+            if rem != 0 {
+                let left = deadline.saturating_sub(now);
+                let mut b = [0u8; 16];
+                b[..8].copy_from_slice(&(left / 1_000_000_000).to_le_bytes());
+                b[8..].copy_from_slice(&(left % 1_000_000_000).to_le_bytes());
+                let _ = self.process.mappings.copy_out(mem, rem, &b);
+            }
+            self.sched.threads.wake(tid, (-i64::from(EINTR)) as u64);
+        }
     }
 
     /// Makes `sig` pending for the thread whose call is being served (the current one, or the

@@ -119,8 +119,13 @@ pub(crate) enum ThreadState {
     /// Waiting on a futex word: queued at `seq`, woken by a matching `bitset`, until `deadline`
     /// (virtual ns since boot).
     Futex { uaddr: u64, bitset: u32, seq: u64, deadline: Option<u64> },
-    /// Sleeping until `deadline`.
-    Sleep { deadline: u64 },
+    /// Sleeping until `deadline`; `rem`: where a relative sleep a signal ends writes what was
+    /// left (0: nowhere).
+    Sleep {
+        deadline: u64,
+        #[serde(default)]
+        rem: u64,
+    },
     /// Blocked in I/O syscall `nr` with `args` (a socket, pipe, eventfd, `poll` or `epoll`
     /// wait, a FIFO's open, a wait for a signal): the call is served again whenever an I/O object changed, and once more with
     /// `timed_out` when `deadline` passes (see [`crate::net`]).
@@ -132,7 +137,7 @@ impl ThreadState {
         match *self {
             ThreadState::Runnable => None,
             ThreadState::Futex { deadline, .. } => deadline,
-            ThreadState::Sleep { deadline } => Some(deadline),
+            ThreadState::Sleep { deadline, .. } => Some(deadline),
             ThreadState::Io { deadline, .. } => deadline,
         }
     }
@@ -246,10 +251,10 @@ impl Threads {
         }
     }
 
-    /// Puts the current thread to sleep until `deadline`.
-    pub fn block_sleep(&mut self, deadline: u64) {
+    /// Puts the current thread to sleep until `deadline` (`rem`: see [`ThreadState::Sleep`]).
+    pub fn block_sleep(&mut self, deadline: u64, rem: u64) {
         if let Some(t) = self.threads.get_mut(&self.current) {
-            t.state = ThreadState::Sleep { deadline };
+            t.state = ThreadState::Sleep { deadline, rem };
         }
     }
 
@@ -360,7 +365,7 @@ impl Threads {
             .iter()
             .map(|(tid, t)| match t.state {
                 ThreadState::Futex { uaddr, .. } => format!("tid {tid} in futex wait on {uaddr:#x}"),
-                ThreadState::Sleep { deadline } => format!("tid {tid} sleeping until {deadline} ns"),
+                ThreadState::Sleep { deadline, .. } => format!("tid {tid} sleeping until {deadline} ns"),
                 ThreadState::Io { nr, .. } => {
                     format!("tid {tid} waiting for I/O in {}", crate::syscalls::display_name(nr))
                 }

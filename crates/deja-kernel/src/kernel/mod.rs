@@ -335,6 +335,7 @@ impl Kernel {
             host,
             vdso,
             cpus: spec.cpus.max(1),
+            itimer_real: None,
         };
         snafu::ensure!(spec.cpus <= crate::MAX_CPUS, crate::CpusSnafu { cpus: spec.cpus });
         let cwd = if spec.cwd.is_empty() || spec.cwd == "/" {

@@ -144,9 +144,9 @@ syscall_table! {
     33     "dup2"              [Fd, Fd] => |k, _, a| k.sys_dup2(a[0], a[1]);
     34     "pause"             [] => |k, _, _| k.sys_pause();
     35     "nanosleep"         [Ptr, Ptr] => |k, m, a| k.sys_nanosleep(m, a[0], a[1]);
-    36     "getitimer";
-    37     "alarm";
-    38     "setitimer";
+    36     "getitimer"         [Int, Ptr] => |k, m, a| k.sys_getitimer(m, a[0], a[1]);
+    37     "alarm"             [Int] => |k, _, a| k.sys_alarm(a[0]);
+    38     "setitimer"         [Int, Ptr, Ptr] => |k, m, a| k.sys_setitimer(m, a[0], a[1], a[2]);
     39     "getpid"            [] => |k, _, _| k.sys_getpid();
     40     "sendfile"          [Fd, Fd, Ptr, Len] => |k, m, a| k.sys_sendfile(m, a[0], a[1], a[2], a[3]);
     41     "socket"            [Int, Flags, Int] => |k, _, a| k.sys_socket(a[0], a[1], a[2]);
@@ -590,7 +590,7 @@ mod tests {
                 assert!(handler(nr).is_none() && args(nr).is_none());
             }
         }
-        assert_eq!(TABLE.iter().filter(|e| e.served()).count(), 164);
+        assert_eq!(TABLE.iter().filter(|e| e.served()).count(), 167);
         assert_eq!(args(0), Some(&[Arg::Fd, Arg::Ptr, Arg::Len][..]));
         assert_eq!(args(257), Some(&[Arg::Fd, Arg::Path, Arg::Flags, Arg::Mode][..]));
         assert!(entry(334).is_some_and(Entry::served), "rseq is answered on purpose");

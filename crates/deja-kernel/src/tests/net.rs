@@ -562,3 +562,21 @@ fn ipv6_sockets_on_a_networked_node_send_from_its_node_address() {
     poke(&k, &mut m, buf, &a);
     assert_eq!(sc(&mut k, &mut m, "connect", &[t, buf, 28]), ENETUNREACH);
 }
+
+#[test]
+fn an_idle_node_wakes_at_its_interval_timer() {
+    let (mut k, _, mut m) = boot();
+    k.attach_network([10, 0, 0, 1]);
+    let buf = scratch(&mut k, &mut m, 4096);
+    let s = sc(&mut k, &mut m, "socket", &[AF_INET, SOCK_DGRAM, 0]) as u64;
+    let me = sockaddr(&k, &mut m, buf, [10, 0, 0, 1], 5000);
+    assert_eq!(sc(&mut k, &mut m, "bind", &[s, me, 16]), 0);
+    assert_eq!(sc(&mut k, &mut m, "alarm", &[2]), 0);
+    let start = k.virtual_time_ns();
+    assert_eq!(sc_exit(&mut k, &mut m, "recvfrom", &[s, buf + 512, 64, 0, 0, 0]), SyscallOutcome::Idle);
+    let at = k.next_deadline().expect("the timer is a deadline");
+    assert!(at >= start + 2_000_000_000 && at < start + 2_001_000_000, "{at} vs {start}");
+    // The cluster brings the clock there: SIGALRM's default action ends the program.
+    assert!(!k.resume(&mut m, at, vec![]));
+    assert_eq!(k.exit_status().map(|e| e.code()), Some(128 + 14));
+}
