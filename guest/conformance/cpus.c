@@ -1,6 +1,7 @@
 /* Conformance case: how many CPUs a program sees. Run natively and under deja with `--cpus` set
  * to the host's count, every line is the same: the affinity mask and the counts glibc derives
- * from it (`get_nprocs`, `sysconf`), the room the mask needs, and the masks `sched_setaffinity` takes
+ * from it and from /sys (`get_nprocs`, `sysconf`), the CPU lists in /sys/devices/system/cpu,
+ * the processors of /proc/cpuinfo, the room the mask needs, and the masks `sched_setaffinity` takes
  * or refuses. It prints no CPU number a thread happens to run on. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -23,6 +24,31 @@ int main(void) {
     printf("get_nprocs_conf: %d\n", get_nprocs_conf());
     printf("sysconf online: %ld\n", sysconf(_SC_NPROCESSORS_ONLN));
     printf("sysconf configured: %ld\n", sysconf(_SC_NPROCESSORS_CONF));
+    /* The files that describe them. */
+    const char *lists[] = {"/sys/devices/system/cpu/online", "/sys/devices/system/cpu/possible",
+                           "/sys/devices/system/cpu/present"};
+    for (int i = 0; i < 3; i++) {
+        char buf[64] = {0};
+        FILE *f = fopen(lists[i], "r");
+        if (f) {
+            fgets(buf, sizeof buf, f);
+            fclose(f);
+        }
+        printf("%s: %s", lists[i], f ? buf : "missing\n");
+    }
+    FILE *info = fopen("/proc/cpuinfo", "r");
+    int processors = 0, last = -1, flags = 0;
+    char line[4096];
+    while (info && fgets(line, sizeof line, info)) {
+        if (!strncmp(line, "processor", 9) && sscanf(strchr(line, ':') + 1, "%d", &last) == 1)
+            processors++;
+        if (!strncmp(line, "flags", 5))
+            flags++;
+    }
+    if (info)
+        fclose(info);
+    printf("/proc/cpuinfo: %d processors, the last numbered %d, every block has a flags line: %d\n", processors,
+           last, flags == processors);
     /* The kernel's answer is the size of its mask, whatever room it was given. */
     unsigned long raw[16];
     /* (Its size is the kernel's: 8 bytes per 64 CPUs, or the size its build allows.) */

@@ -404,9 +404,12 @@ fn a_program_shown_the_hosts_cpus_counts_them_as_natively() {
     assert!(stderr(&out).contains("deja: audit: identical over 3 runs"), "{}", stderr(&out));
     assert_eq!(stdout(&out), n.stdout, "under deja --cpus {host} (left) and natively (right) differ");
     assert!(n.stdout.contains(&format!("get_nprocs: {host}\n")), "{}", n.stdout);
+    assert!(n.stdout.contains(&format!("/proc/cpuinfo: {host} processors")), "{}", n.stdout);
     // And the default: one CPU, whatever the host has.
     let one = deja(&["run", "--no-probe", &prog]);
     assert!(stdout(&one).contains("CPUs in the mask: 1\nget_nprocs: 1\n"), "{}", stdout(&one));
+    assert!(stdout(&one).contains("/sys/devices/system/cpu/online: 0\n"), "{}", stdout(&one));
+    assert!(stdout(&one).contains("/proc/cpuinfo: 1 processors, the last numbered 0"), "{}", stdout(&one));
     assert!(stdout(&one).contains("sched_setaffinity past the last CPU: EINVAL"), "{}", stdout(&one));
     // Go sizes its scheduler from the same mask.
     let go = guest("go-goroutines").to_string_lossy().into_owned();

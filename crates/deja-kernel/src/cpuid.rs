@@ -182,9 +182,125 @@ pub fn decode(code: &[u8]) -> Option<(Channel, u64)> {
     Some((insn, (prefixes + len) as u64))
 }
 
+/// Linux's `/proc/cpuinfo` names of the feature bits of leaf 1 EDX, leaf 1 ECX, leaf 7 EBX, leaf
+/// 0x8000_0001 EDX and ECX (in Linux's order), for the bits the table may set.
+const FLAG_NAMES: [(u32, u32, u32, &str); 44] = [
+    (1, 3, 0, "fpu"),
+    (1, 3, 2, "de"),
+    (1, 3, 3, "pse"),
+    (1, 3, 4, "tsc"),
+    (1, 3, 5, "msr"),
+    (1, 3, 6, "pae"),
+    (1, 3, 7, "mce"),
+    (1, 3, 8, "cx8"),
+    (1, 3, 11, "sep"),
+    (1, 3, 12, "mtrr"),
+    (1, 3, 13, "pge"),
+    (1, 3, 14, "mca"),
+    (1, 3, 15, "cmov"),
+    (1, 3, 16, "pat"),
+    (1, 3, 17, "pse36"),
+    (1, 3, 19, "clflush"),
+    (1, 3, 23, "mmx"),
+    (1, 3, 24, "fxsr"),
+    (1, 3, 25, "sse"),
+    (1, 3, 26, "sse2"),
+    (0x8000_0001, 3, 11, "syscall"),
+    (0x8000_0001, 3, 20, "nx"),
+    (0x8000_0001, 3, 27, "rdtscp"),
+    (0x8000_0001, 3, 29, "lm"),
+    (1, 2, 0, "pni"),
+    (1, 2, 1, "pclmulqdq"),
+    (1, 2, 9, "ssse3"),
+    (1, 2, 12, "fma"),
+    (1, 2, 13, "cx16"),
+    (1, 2, 19, "sse4_1"),
+    (1, 2, 20, "sse4_2"),
+    (1, 2, 22, "movbe"),
+    (1, 2, 23, "popcnt"),
+    (1, 2, 25, "aes"),
+    (1, 2, 26, "xsave"),
+    (1, 2, 28, "avx"),
+    (1, 2, 29, "f16c"),
+    (1, 2, 30, "rdrand"),
+    (0x8000_0001, 2, 0, "lahf_lm"),
+    (0x8000_0001, 2, 5, "abm"),
+    (0x8000_0001, 2, 8, "3dnowprefetch"),
+    (7, 1, 3, "bmi1"),
+    (7, 1, 5, "avx2"),
+    (7, 1, 8, "bmi2"),
+];
+
+/// `/proc/cpuinfo` for `cpus` CPUs of the table's kind, in Linux's layout: one block per
+/// CPU, each a core of its own in one package (APIC ID = CPU number), with the flags the table
+/// sets (and `erms` and `adx` of leaf 7).
+pub fn proc_cpuinfo(cpus: u32) -> String {
+    let sig = SIGNATURE;
+    let family = ((sig >> 8) & 0xf) + if (sig >> 8) & 0xf == 0xf { (sig >> 20) & 0xff } else { 0 };
+    let model = ((sig >> 4) & 0xf) | (((sig >> 16) & 0xf) << 4);
+    let name: Vec<u8> = (0x8000_0002..=0x8000_0004u32)
+        .flat_map(|l| answer(l, 0).into_iter().flat_map(u32::to_le_bytes))
+        .take_while(|&b| b != 0)
+        .collect();
+    let name = String::from_utf8_lossy(&name).trim().to_string();
+    let mut flags: Vec<&str> = FLAG_NAMES
+        .iter()
+        .filter(|&&(l, r, bit, _)| answer(l, 0)[r as usize] >> bit & 1 == 1)
+        .map(|&(_, _, _, n)| n)
+        .collect();
+    for (bit, n) in [(9, "erms"), (19, "adx")] {
+        if answer(7, 0)[1] >> bit & 1 == 1 {
+            flags.push(n);
+        }
+    }
+    let flags = flags.join(" ");
+    let mut out = String::new();
+    for cpu in 0..cpus {
+        out.push_str(&format!(
+            "processor\t: {cpu}\nvendor_id\t: GenuineIntel\ncpu family\t: {family}\nmodel\t\t: {model}\n\
+             model name\t: {name}\nstepping\t: {}\ncpu MHz\t\t: 3000.000\ncache size\t: 32768 KB\n\
+             physical id\t: 0\nsiblings\t: {cpus}\ncore id\t\t: {cpu}\ncpu cores\t: {cpus}\napicid\t\t: {cpu}\n\
+             initial apicid\t: {cpu}\nfpu\t\t: yes\nfpu_exception\t: yes\ncpuid level\t: {}\nwp\t\t: yes\n\
+             flags\t\t: {flags}\nbogomips\t: 6000.00\nclflush size\t: 64\ncache_alignment\t: 64\n\
+             address sizes\t: 39 bits physical, 48 bits virtual\npower management:\n\n",
+            sig & 0xf,
+            answer(0, 0)[0],
+        ));
+    }
+    out
+}
+
+/// A CPU list as `/sys/devices/system/cpu/online` writes it: `0` or `0-N`.
+pub fn cpu_list(cpus: u32) -> String {
+    if cpus <= 1 {
+        "0\n".to_string()
+    } else {
+        format!("0-{}\n", cpus - 1)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpuinfo_names_each_cpu_and_the_tables_features() {
+        let one = proc_cpuinfo(1);
+        assert_eq!(one.matches("processor\t: ").count(), 1);
+        assert!(one.contains("model name\t: deja virtual CPU @ 3.00GHz\n"), "{one}");
+        assert!(one.contains("cpu family\t: 6\nmodel\t\t: 85\n"), "{one}");
+        let flags = one.lines().find(|l| l.starts_with("flags")).unwrap();
+        for f in [" sse2 ", " avx2", " bmi2", " lm ", " popcnt "] {
+            assert!(flags.contains(f), "{f} in {flags}");
+        }
+        for f in ["rdrand", "rdtscp", "hypervisor", "avx512"] {
+            assert!(!flags.contains(f), "{f} is not in the table: {flags}");
+        }
+        let four = proc_cpuinfo(4);
+        assert_eq!(four.matches("processor\t: ").count(), 4);
+        assert!(four.contains("processor\t: 3\n") && four.contains("siblings\t: 4\n"));
+        assert_eq!((cpu_list(1), cpu_list(4)), ("0\n".to_string(), "0-3\n".to_string()));
+    }
 
     #[test]
     fn hazards_are_absent() {

@@ -434,13 +434,16 @@ fn static_time() -> u64 {
 impl Fs {
     /// The file system of a new run: the `disk` (or `/`, `/tmp`, `/data`), then the declared
     /// `files` (read-only, replacing whatever the disk had there), the executable at
-    /// `exe_path`, `/proc/self/{maps,exe}` and `/dev/{null,random,urandom}`.
+    /// `exe_path`, `/proc/self/{maps,exe}`, `/dev/{null,random,urandom}`, and what describes
+    /// the program's `cpus` CPUs: `/proc/cpuinfo` and `/sys/devices/system/cpu/{online,
+    /// possible,present}`.
     pub fn new(
         config: FsConfig,
         disk: Option<&Disk>,
         files: &BTreeMap<String, Vec<u8>>,
         exe_path: &str,
         image: &[u8],
+        cpus: u32,
     ) -> Fs {
         let t = static_time();
         let root = Inode {
@@ -511,7 +514,20 @@ impl Fs {
         ] {
             fs.place(p, kind, mode, false, true);
         }
-        for d in ["/proc", "/proc/self", "/dev"] {
+        let list = crate::cpuid::cpu_list(cpus);
+        for (p, text) in [
+            ("/proc/cpuinfo", crate::cpuid::proc_cpuinfo(cpus)),
+            ("/sys/devices/system/cpu/online", list.clone()),
+            ("/sys/devices/system/cpu/possible", list.clone()),
+            ("/sys/devices/system/cpu/present", list),
+        ] {
+            if fs.lookup_abs(p).is_none() {
+                fs.place(p, Kind::Static(Arc::from(text.into_bytes())), 0o444, false, true);
+            }
+        }
+        for d in
+            ["/proc", "/proc/self", "/dev", "/sys", "/sys/devices", "/sys/devices/system", "/sys/devices/system/cpu"]
+        {
             if let Some(id) = fs.lookup_abs(d) {
                 if let Some(i) = fs.inodes.get_mut(&id) {
                     i.persist = false;

@@ -290,7 +290,8 @@ impl Kernel {
         {
             return GuestPathSnafu { path, problem }.fail();
         }
-        let fs = Fs::new(spec.fs, spec.disk.as_ref(), &spec.files, &spec.exe_path, &spec.image);
+        snafu::ensure!(spec.cpus <= crate::MAX_CPUS, crate::CpusSnafu { cpus: spec.cpus });
+        let fs = Fs::new(spec.fs, spec.disk.as_ref(), &spec.files, &spec.exe_path, &spec.image, spec.cpus.max(1));
         let faults = FaultState::new(spec.faults.clone(), spec.seed);
         let exe_name = spec.exe_path.rsplit('/').next().unwrap_or("");
         let mut comm = [0u8; 16];
@@ -337,7 +338,6 @@ impl Kernel {
             cpus: spec.cpus.max(1),
             itimer_real: None,
         };
-        snafu::ensure!(spec.cpus <= crate::MAX_CPUS, crate::CpusSnafu { cpus: spec.cpus });
         let cwd = if spec.cwd.is_empty() || spec.cwd == "/" {
             crate::fs::ROOT
         } else {
