@@ -418,6 +418,21 @@ fn a_program_shown_the_hosts_cpus_counts_them_as_natively() {
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         assert!(stderr(&out).contains(&format!("gomaxprocs={cpus} ")), "{}", stderr(&out));
     }
+    // CPUID agrees: leaf 1 counts 4 logical processors (HTT set), leaf 0xb's core level 4,
+    // whether deja answers a rewritten `cpuid` or a trapped one (CPUID faulting; on a host
+    // without it the vCPU asks KVM, whose table deja sets to the same).
+    let info = guest("hostinfo").to_string_lossy().into_owned();
+    for env in [None, Some(("DEJA_REWRITE", "off"))] {
+        let mut cmd = std::process::Command::new(deja_bin());
+        cmd.args(["run", "--no-probe", "--cpus", "4", &info]);
+        if let Some((k, v)) = env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        let text = stdout(&out);
+        assert!(text.contains("cpuid 0x00000001.0: 00050654 00040800 3ed83203 178bf9fd\n"), "{env:?}: {text}");
+        assert!(text.contains("cpuid 0x0000000b.1: 00000002 00000004 00000201 00000000\n"), "{env:?}: {text}");
+    }
     // The replay command carries it, and the working directory.
     let (_, r) = run_json(&["--cwd", "/data", "--cpus", "3", &prog]);
     let replay = r["replay"].as_str().unwrap_or_default();

@@ -13,6 +13,9 @@
 //! emulated `cpuid` is neither traced nor charged virtual time, so a run is the same whether the
 //! host's KVM or the core answered.
 //!
+//! A program shown more than one CPU (`--cpus`) gets the same table with its topology leaves
+//! counting them ([`table_for`]).
+//!
 //! A leaf the table does not list answers all zeros, and so does an unlisted subleaf, except for
 //! the topology leaf `0xb`, whose subleaves past the last level report an invalid level with the
 //! subleaf number in ECX\[7:0\], as hardware does.
@@ -104,6 +107,49 @@ fn brand() -> [u32; 12] {
         *w = u32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]]);
     }
     words
+}
+
+/// The table of a program shown `cpus` CPUs ([`crate::ProgramSpec::cpus`]): [`table`] with
+/// its topology saying `cpus` cores of one thread each in one package (leaf 1's count of
+/// logical processors and HTT, leaf 4's cores per package and the threads that share the L3,
+/// leaf `0xb`'s core level), so that CPUID agrees with the affinity mask and `/proc/cpuinfo`.
+/// Every CPU has APIC ID 0 as far as CPUID tells: threads take turns on one.
+pub fn table_for(cpus: u32) -> Vec<Leaf> {
+    let mut t = table();
+    if cpus <= 1 {
+        return t;
+    }
+    let pow2 = cpus.next_power_of_two();
+    let shift = pow2.trailing_zeros();
+    for l in &mut t {
+        match (l.function, l.index) {
+            (1, _) => {
+                l.ebx = (l.ebx & !0x00ff_0000) | (pow2.min(255) << 16);
+                l.edx |= 1 << 28;
+            }
+            (4, i @ 0..=3) => {
+                let sharing = if i == 3 { pow2 - 1 } else { 0 };
+                l.eax = (l.eax & 0x3fff) | ((sharing.min(0xfff)) << 14) | ((pow2 - 1).min(63) << 26);
+            }
+            (0xb, 1) => {
+                l.eax = shift;
+                l.ebx = cpus;
+            }
+            _ => {}
+        }
+    }
+    t
+}
+
+/// What `cpuid` answers to a program shown `cpus` CPUs (see [`table_for`] and [`answer`]).
+pub fn answer_for(cpus: u32, function: u32, index: u32) -> [u32; 4] {
+    if cpus <= 1 {
+        return answer(function, index);
+    }
+    match table_for(cpus).into_iter().find(|l| l.function == function && (!l.indexed || l.index == index)) {
+        Some(l) => [l.eax, l.ebx, l.ecx, l.edx],
+        None => answer(function, index),
+    }
 }
 
 /// The table, in the order it is installed.
@@ -282,6 +328,23 @@ pub fn cpu_list(cpus: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_topology_counts_the_cpus_a_program_is_shown() {
+        assert_eq!(table_for(1), table());
+        let [_, b, _, d] = answer_for(6, 1, 0);
+        assert_eq!((b >> 16) & 0xff, 8, "logical processors, a power of two");
+        assert_eq!(d >> 28 & 1, 1, "HTT: the count is valid");
+        assert_eq!(b >> 24, 0, "APIC ID 0");
+        let [a, ..] = answer_for(6, 4, 0);
+        assert_eq!((a >> 26) + 1, 8, "cores per package");
+        assert_eq!((a >> 14) & 0xfff, 0, "the L1 is a core's own");
+        assert_eq!((answer_for(6, 4, 3)[0] >> 14) & 0xfff, 7, "the L3 is shared");
+        assert_eq!(answer_for(6, 0xb, 1)[..2], [3, 6], "the core level: shift and count");
+        assert_eq!(answer_for(6, 0xb, 0)[1], 1, "one thread per core");
+        assert_eq!(answer_for(6, 7, 0), answer(7, 0), "features do not change");
+        assert_eq!(answer_for(6, 0x4000_0000, 0), [0; 4]);
+    }
 
     #[test]
     fn cpuinfo_names_each_cpu_and_the_tables_features() {

@@ -434,14 +434,22 @@ pub fn image_blocks(image: &[u8]) -> ImageBlocks {
 
 /// What `channel` answers in deja's model: the registers it writes and the arithmetic flags it
 /// sets, given EAX and ECX at the trap, the destination register and operand size (`dest`) of
-/// `rdrand`, `rdseed` and `rdpid`, the virtual TSC and the next 8 random bytes of the seeded
-/// stream (the caller draws them only for the channels that read them). `None`: the
-/// instruction raises #GP (`xgetbv` of an XCR other than XCR0).
-pub fn answer(channel: Channel, dest: (Gpr, u8), eax: u32, ecx: u32, tsc: u64, random: u64) -> Option<Answer> {
+/// `rdrand`, `rdseed` and `rdpid`, the virtual TSC, the next 8 random bytes of the seeded
+/// stream (the caller draws them only for the channels that read them) and the CPUs the
+/// program is shown (for `cpuid`'s topology). `None`: the instruction raises #GP (`xgetbv` of
+/// an XCR other than XCR0).
+pub fn answer(
+    channel: Channel,
+    dest: (Gpr, u8),
+    (eax, ecx): (u32, u32),
+    tsc: u64,
+    random: u64,
+    cpus: u32,
+) -> Option<Answer> {
     let w32 = |reg, v: u32| RegWrite { reg, value: u64::from(v), width: 4 };
     Some(match channel {
         Channel::Cpuid => {
-            let [a, b, c, d] = crate::cpuid::answer(eax, ecx);
+            let [a, b, c, d] = crate::cpuid::answer_for(cpus, eax, ecx);
             (vec![w32(RAX, a), w32(RBX, b), w32(RCX, c), w32(RDX, d)], None)
         }
         Channel::Xgetbv if ecx != 0 => return None,

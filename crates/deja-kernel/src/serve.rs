@@ -300,7 +300,8 @@ impl Kernel {
             let now = self.sched.clock.now_ns();
             self.record.tracer.exception(vector, rip, 0, error_code, ExceptionRecord::Emulated(random), now);
         }
-        let Some((writes, flags)) = crate::hostchan::answer(channel, dest, eax, ecx, tsc, random) else {
+        let Some((writes, flags)) = crate::hostchan::answer(channel, dest, (eax, ecx), tsc, random, self.process.cpus)
+        else {
             let what = format!("general protection fault: xgetbv of XCR{ecx} (deja's CPU has XCR0 only)");
             return self.fault(Fault::at(11, SI_KERNEL, 13, rip), what);
         };

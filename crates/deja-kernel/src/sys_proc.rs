@@ -323,6 +323,11 @@ impl Kernel {
         Ok(0)
     }
 
+    /// How many CPUs the program is shown.
+    pub fn cpus(&self) -> u32 {
+        self.process.cpus
+    }
+
     /// Bytes of a CPU mask for the program's CPUs (Linux's `cpumask_size()`).
     fn cpumask_size(&self) -> u64 {
         u64::from(self.process.cpus).div_ceil(64) * 8

@@ -281,7 +281,8 @@ pub fn run(source: CpuidSource, rewrite: bool) -> Result<HostProbe, VmError> {
         let (_, len, what) = code.marks.iter().find(|(off, _, _)| CODE_VA + off == rip)?;
         let (eax, ecx) = (gprs[0] as u32, gprs[1] as u32);
         if let Some(site) = plan.sites.iter().find(|s| s.addr == rip).filter(|_| vector == 6) {
-            let (writes, flags) = deja_kernel::hostchan::answer(site.channel, (site.reg, site.width), eax, ecx, 0, 0)?;
+            let (writes, flags) =
+                deja_kernel::hostchan::answer(site.channel, (site.reg, site.width), (eax, ecx), 0, 0, 1)?;
             return Some(ProbeAnswer { writes, flags, len: *len });
         }
         let w = |reg, value| RegWrite { reg, value, width: 8 };

@@ -57,6 +57,7 @@ pub fn boot(spec: &ProgramSpec, memory: u64, opts: BootOptions) -> Result<(Vm, K
         false => VdsoMode::Off,
     };
     let (kernel, entry) = Kernel::load(ProgramSpec { rewrite, vdso, ..spec.clone() }, &mut vm.space)?;
+    vm.show_cpus(kernel.cpus())?;
     // Loading may have narrowed fresh pages; nothing ran yet, so nothing is cached.
     vm.space.take_stale();
     vm.enter_user(entry.rip, entry.rsp, 0)?;

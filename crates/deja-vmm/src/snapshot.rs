@@ -275,6 +275,7 @@ impl Snapshot {
             });
         }
         let mut vm = Vm::new(self.memory_size)?;
+        vm.show_cpus(kernel.cpus())?;
         vm.space.write_phys(0, &self.ram);
         vm.space.set_frame_state(&self.frames);
         vm.space.take_host_dirty();

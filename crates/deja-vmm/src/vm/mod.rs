@@ -445,8 +445,18 @@ impl Vm {
         }
     }
 
-    fn setup_cpu(&mut self) -> Result<(), VmError> {
-        let entries: Vec<kvm_cpuid_entry2> = deja_kernel::cpuid::table()
+    /// Gives KVM the CPUID table of a program shown `cpus` CPUs
+    /// ([`deja_kernel::cpuid::table_for`]), so that a `cpuid` the vCPU runs itself answers what
+    /// deja's own answers say. Only before the vCPU first runs (a VM is made with one CPU's).
+    pub fn show_cpus(&mut self, cpus: u32) -> Result<(), VmError> {
+        if cpus > 1 {
+            self.set_cpuid_table(cpus)?;
+        }
+        Ok(())
+    }
+
+    fn set_cpuid_table(&mut self, cpus: u32) -> Result<(), VmError> {
+        let entries: Vec<kvm_cpuid_entry2> = deja_kernel::cpuid::table_for(cpus)
             .iter()
             .map(|l| kvm_cpuid_entry2 {
                 function: l.function,
@@ -462,6 +472,11 @@ impl Vm {
         let cpuid = CpuId::from_entries(&entries)
             .map_err(|_| VmError::Unexpected { what: "CPUID table too large".into(), rip: 0 })?;
         ioctl("KVM_SET_CPUID2", self.vcpu.set_cpuid2(&cpuid))?;
+        Ok(())
+    }
+
+    fn setup_cpu(&mut self) -> Result<(), VmError> {
+        self.set_cpuid_table(1)?;
 
         let mut sregs = ioctl("KVM_GET_SREGS", self.vcpu.get_sregs())?;
         sregs.cr0 = CR0_PE | CR0_MP | CR0_ET | CR0_NE | CR0_WP | CR0_PG;
