@@ -10,7 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -24,6 +27,51 @@ static void contents(const char *path) {
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
     printf("%s holds %zd: %s\n", path, n, buf);
+}
+
+/* A pipe's size: 64 KiB, what fills it (in whole pages, which Linux counts), what F_SETPIPE_SZ
+ * makes of a size, and PIPE_BUF writes whole. */
+static void pipe_size(void) {
+    int p[2];
+    pipe2(p, O_NONBLOCK);
+    show("F_GETPIPE_SZ", fcntl(p[1], F_GETPIPE_SZ));
+    show("F_GETPIPE_SZ of the read end", fcntl(p[0], F_GETPIPE_SZ));
+    static char big[1 << 16];
+    long total = 0, n;
+    while ((n = write(p[1], big, 4096)) > 0)
+        total += n;
+    printf("4096-byte writes until EAGAIN: %ld bytes, then %s\n", total, strerrorname_np(errno));
+    show("F_SETPIPE_SZ below what it holds", fcntl(p[1], F_SETPIPE_SZ, 4096));
+    show("F_SETPIPE_SZ 100000", fcntl(p[1], F_SETPIPE_SZ, 100000));
+    show("a write of 10 pages", write(p[1], big, 40960));
+    show("a write of 7 pages, 6 fit", write(p[1], big, 28672));
+    show("a 4096-byte write into a full pipe", write(p[1], big, 4096));
+    char buf[8192];
+    show("read 8192", read(p[0], buf, sizeof buf));
+    show("now 4096 fit", write(p[1], big, 4096));
+    show("and 100 more", write(p[1], big, 100));
+    int f = open("/dev/null", O_RDONLY);
+    show("F_GETPIPE_SZ of a file", fcntl(f, F_GETPIPE_SZ));
+    close(f);
+    close(p[0]);
+    close(p[1]);
+}
+
+/* Capabilities as a program asks about them: none to keep, the header's version checked. */
+static void capabilities(void) {
+    show("prctl(PR_GET_KEEPCAPS)", prctl(PR_GET_KEEPCAPS, 0, 0, 0, 0));
+    show("prctl(PR_SET_KEEPCAPS, 0)", prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0));
+    show("prctl(PR_SET_KEEPCAPS, 2)", prctl(PR_SET_KEEPCAPS, 2, 0, 0, 0));
+    show("capget(NULL, NULL)", syscall(SYS_capget, NULL, NULL));
+    struct __user_cap_header_struct h = {0x12345, 0};
+    show("capget of an unknown version, no data", syscall(SYS_capget, &h, NULL));
+    printf("  the version it prefers: %#x\n", h.version);
+    struct __user_cap_data_struct d[2];
+    h.version = 0x12345;
+    show("capget of an unknown version", syscall(SYS_capget, &h, d));
+    h.version = _LINUX_CAPABILITY_VERSION_3;
+    h.pid = 99999;
+    show("capget of a process that does not exist", syscall(SYS_capget, &h, d));
 }
 
 int main(void) {
@@ -109,5 +157,7 @@ int main(void) {
     unlink("app");
     chdir("/");
     show("rmdir base", rmdir(base));
+    capabilities();
+    pipe_size();
     return 0;
 }

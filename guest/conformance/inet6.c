@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "case.h"
@@ -119,6 +120,28 @@ static void tcp_loopback(void) {
     struct sockaddr_in6 none = six("::1", P4);
     c = socket(AF_INET6, SOCK_STREAM, 0);
     show("connect to nobody", connect(c, (void *)&none, sizeof none));
+    close(c);
+    close(l);
+}
+
+/* A connection closed with bytes its program never read is reset: the peer's next send says
+ * ECONNRESET, the one after EPIPE. */
+static void reset_on_unread(void) {
+    int l = tcp(AF_INET6);
+    struct sockaddr_in6 a = six("::1", P1);
+    bind(l, (void *)&a, sizeof a);
+    listen(l, 4);
+    int c = socket(AF_INET6, SOCK_STREAM, 0);
+    connect(c, (void *)&a, sizeof a);
+    int sv = accept(l, NULL, NULL);
+    show("send what the server will not read", send(c, "unread", 6, MSG_NOSIGNAL));
+    char b[8];
+    show("the server reads nothing, closes", close(sv));
+    struct timespec ms = {0, 10000000};
+    nanosleep(&ms, NULL);
+    show("send after the reset", send(c, "more", 4, MSG_NOSIGNAL));
+    show("send again", send(c, "more", 4, MSG_NOSIGNAL));
+    show("recv", recv(c, b, sizeof b, 0));
     close(c);
     close(l);
 }
@@ -404,6 +427,7 @@ static void raw_netlink(void) {
 int main(void) {
     setvbuf(stdout, NULL, _IONBF, 0);
     tcp_loopback();
+    reset_on_unread();
     dual_stack();
     udp();
     interfaces();

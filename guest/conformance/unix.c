@@ -482,6 +482,39 @@ static void rights(void) {
     unlink("passed.txt");
 }
 
+/* SO_PASSCRED: each message comes with the sender's credentials, which are ours. */
+static void passcred(void) {
+    int sv[2];
+    socketpair(AF_UNIX, SOCK_DGRAM, 0, sv);
+    int one = 1;
+    show("SO_PASSCRED", setsockopt(sv[1], SOL_SOCKET, SO_PASSCRED, &one, sizeof one));
+    send(sv[0], "c", 1, 0);
+    char b[4];
+    char ctl[CMSG_SPACE(sizeof(struct ucred))];
+    struct iovec iov = {b, sizeof b};
+    struct msghdr m = {0};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof ctl;
+    show("recvmsg", recvmsg(sv[1], &m, 0));
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    if (c && c->cmsg_type == SCM_CREDENTIALS) {
+        struct ucred u;
+        memcpy(&u, CMSG_DATA(c), sizeof u);
+        printf("credentials: controllen %zu, pid ours %d, uid ours %d, gid ours %d\n", (size_t)m.msg_controllen,
+               u.pid == getpid(), u.uid == getuid(), u.gid == getgid());
+    } else {
+        printf("no credentials\n");
+    }
+    send(sv[0], "d", 1, 0);
+    m.msg_controllen = 8;
+    show("recvmsg with no room for them", recvmsg(sv[1], &m, 0));
+    printf("  MSG_CTRUNC %d\n", !!(m.msg_flags & MSG_CTRUNC));
+    close(sv[0]);
+    close(sv[1]);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IONBF, 0);
     char base[] = "/tmp/conf-unix-XXXXXX";
@@ -494,6 +527,7 @@ int main(void) {
     named();
     abstract_and_dgram();
     rights();
+    passcred();
     chdir("/");
     show("rmdir base", rmdir(base));
     return 0;

@@ -41,7 +41,7 @@ pub struct ExploreArgs {
     /// Also run the random strategy on the same number of rounds and compare in the report.
     #[arg(long)]
     pub baseline: bool,
-    /// Declare an input file the program may open read-only.
+    /// Declare an input file the program may open read-only (a directory: every file below it).
     #[arg(long = "file", value_name = "HOST[:GUEST]")]
     pub files: Vec<String>,
     /// An environment variable for the program.
@@ -121,27 +121,13 @@ fn default_jobs() -> u64 {
     std::thread::available_parallelism().map(|n| n.get() as u64).unwrap_or(1)
 }
 
-fn read_files(decls: &[String]) -> Result<BTreeMap<String, Vec<u8>>, Failure> {
-    let mut files = BTreeMap::new();
-    for decl in decls {
-        let (host, guest) = match decl.split_once(':') {
-            Some((h, g)) => (h.to_string(), g.to_string()),
-            None => (decl.clone(), format!("/{}", decl.trim_start_matches("./").trim_start_matches('/'))),
-        };
-        let data = std::fs::read(&host)
-            .map_err(|e| Failure::new(Exit::NotFound, format!("cannot read declared file {host}: {e}")))?;
-        files.insert(guest, data);
-    }
-    Ok(files)
-}
-
 fn target(args: &ExploreArgs) -> Result<Target, Failure> {
     let image = std::fs::read(&args.program)
         .map_err(|e| Failure::new(Exit::NotFound, format!("cannot read program {}: {e}", args.program.display())))?;
     let name = args.program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut spec = deja_kernel::ProgramSpec::for_program(image, &name, args.args.iter().cloned(), args.seed);
     spec.env = args.env.clone();
-    spec.files = read_files(&args.files)?;
+    spec.files = crate::run::read_declared(&args.files)?;
     spec.faults.crash_model = args.crash_model;
     Ok(Target { spec, memory: args.memory << 20, path: args.program.display().to_string() })
 }
@@ -599,7 +585,7 @@ fn load_bug(bug: &Path, program: &[String], files: &[String]) -> Result<(BugFile
         )
     })?;
     let t = b
-        .target(image, read_files(files)?, &path.display().to_string())
+        .target(image, crate::run::read_declared(files)?, &path.display().to_string())
         .map_err(|e| Failure::new(Exit::Incomplete, e.to_string()))?;
     Ok((b, t))
 }

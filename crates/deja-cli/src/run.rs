@@ -38,7 +38,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub trace_out: Option<PathBuf>,
     /// Declare an input file the program may open read-only, at GUEST (default: the same path,
-    /// made absolute under `/`).
+    /// made absolute under `/`); a directory declares every file below it.
     #[arg(long = "file", value_name = "HOST[:GUEST]")]
     pub files: Vec<String>,
     /// The program's stdin (empty if not given).
@@ -187,6 +187,65 @@ fn guest_path(host: &str) -> String {
     }
 }
 
+/// The most bytes a run's declared inputs may hold together.
+const DECLARED_MAX: u64 = 1 << 30;
+
+/// Reads every `--file HOST[:GUEST]`: a file, or a directory with every regular file below it
+/// (symlinks followed, in name order), each at its place under GUEST. Directories with no file
+/// below them are not made. A run's declared inputs hold at most [`DECLARED_MAX`] bytes.
+pub fn read_declared(decls: &[String]) -> Result<BTreeMap<String, Vec<u8>>, Failure> {
+    let mut files = BTreeMap::new();
+    let mut total = 0u64;
+    for decl in decls {
+        let (host, guest) = match decl.split_once(':') {
+            Some((h, g)) => (h.to_string(), g.to_string()),
+            None => (decl.clone(), guest_path(decl)),
+        };
+        if let Some(problem) = deja_kernel::fs::guest_path_problem(&guest) {
+            return Err(Failure::new(Exit::Usage, format!("--file {decl}: {problem}")));
+        }
+        let unreadable = |path: &Path, e: std::io::Error| {
+            let code = if e.kind() == std::io::ErrorKind::NotFound { Exit::NotFound } else { Exit::Usage };
+            Failure::new(code, format!("cannot read declared file {}: {e}", path.display()))
+        };
+        let mut todo = vec![(PathBuf::from(&host), guest.trim_end_matches('/').to_string())];
+        let mut dirs = 0usize;
+        while let Some((path, at)) = todo.pop() {
+            let meta = std::fs::metadata(&path).map_err(|e| unreadable(&path, e))?;
+            if meta.is_dir() {
+                dirs += 1;
+                if dirs > 100_000 {
+                    return Err(Failure::new(Exit::Usage, format!("--file {decl}: more than 100000 directories")));
+                }
+                let mut names: Vec<_> = std::fs::read_dir(&path)
+                    .map_err(|e| unreadable(&path, e))?
+                    .filter_map(|e| e.ok().map(|e| e.file_name()))
+                    .collect();
+                names.sort();
+                // Popped last first: pushed in reverse so the files are read in name order.
+                for n in names.into_iter().rev() {
+                    let name = n.to_string_lossy().into_owned();
+                    todo.push((path.join(&n), format!("{at}/{name}")));
+                }
+                continue;
+            }
+            if !meta.is_file() {
+                continue; // a device, socket or FIFO of the host: never an input
+            }
+            total += meta.len();
+            if total > DECLARED_MAX {
+                return Err(Failure::new(
+                    Exit::Usage,
+                    format!("--file {decl}: the declared inputs come to more than {} MiB", DECLARED_MAX >> 20),
+                ));
+            }
+            let data = std::fs::read(&path).map_err(|e| unreadable(&path, e))?;
+            files.insert(if at.is_empty() { "/".to_string() } else { at }, data);
+        }
+    }
+    Ok(files)
+}
+
 /// Builds the run's spec from the command line, reading every declared input.
 pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure> {
     let image = std::fs::read(program).map_err(|e| {
@@ -195,21 +254,7 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
     })?;
     let name = program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
     let exe_path = format!("/bin/{name}");
-    let mut files = BTreeMap::new();
-    for decl in &args.files {
-        let (host, guest) = match decl.split_once(':') {
-            Some((h, g)) => (h.to_string(), g.to_string()),
-            None => (decl.clone(), guest_path(decl)),
-        };
-        if let Some(problem) = deja_kernel::fs::guest_path_problem(&guest) {
-            return Err(Failure::new(Exit::Usage, format!("--file {decl}: {problem}")));
-        }
-        let data = std::fs::read(&host).map_err(|e| {
-            let code = if e.kind() == std::io::ErrorKind::NotFound { Exit::NotFound } else { Exit::Usage };
-            Failure::new(code, format!("cannot read declared file {host}: {e}"))
-        })?;
-        files.insert(guest, data);
-    }
+    let files = read_declared(&args.files)?;
     let stdin = match &args.stdin {
         Some(p) => std::fs::read(p).map_err(|e| {
             let code = if e.kind() == std::io::ErrorKind::NotFound { Exit::NotFound } else { Exit::Usage };

@@ -211,6 +211,9 @@ fn copies_between_descriptors_ownership_and_mincore_match_linux() {
             "chown to our own ids: 0",
             "mincore over a hole: ENOMEM",
             "rmdir base: 0",
+            "4096-byte writes until EAGAIN: 65536 bytes, then EAGAIN",
+            "F_SETPIPE_SZ 100000: 131072",
+            "a write of 7 pages, 6 fit: 24576",
         ],
     );
     assert_eq!(seen.status, 0);
@@ -360,6 +363,8 @@ fn ipv6_loopback_dual_stack_sockets_and_netlink_match_linux() {
             "client peer: family 10 len 28 ::1 port 47311",
             "got: hello",
             "connect to nobody: ECONNREFUSED",
+            "send after the reset: ECONNRESET",
+            "send again: EPIPE",
             "bind 0.0.0.0 beside it: EADDRINUSE",
             "v4 peer as v6 sees it: family 10 len 28 ::ffff:127.0.0.1 port set",
             "bind 0.0.0.0 beside v6only: 0",
@@ -458,4 +463,51 @@ fn a_program_starts_in_the_directory_it_is_given() {
     assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
     assert!(stderr(&out).contains("working directory \"/data/nope\": no such directory"), "{}", stderr(&out));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn splice_tee_and_vmsplice_match_linux() {
+    let seen = case("conformance-splice", &[], same);
+    printed(
+        &seen,
+        &[
+            "socket to pipe: 13",
+            "offset pointer now 108, file offset 5",
+            "client reads: 8 \", shello\"",
+            "second pipe: 10 \"abcdabcdef\"",
+            "got vms|plice",
+            "splice into a full pipe, SPLICE_F_NONBLOCK: EAGAIN",
+            "waiting splice: 4",
+            "file at 200: late",
+            "offset on a socket: EINVAL",
+            "to a pipe without readers: EPIPE",
+        ],
+    );
+    assert_eq!(seen.status, 0);
+}
+
+#[test]
+fn permission_bits_and_memory_devices_match_linux() {
+    let seen = case("conformance-perms", &[], same);
+    printed(
+        &seen,
+        &[
+            "setuid to root: EPERM",
+            "setresuid(own, -1, root): EPERM",
+            "setgroups: EPERM",
+            "setfsuid to root gives the one before: 1000",
+            "read-only file, O_WRONLY: EACCES",
+            "access f: F ok, R EACCES, W ok, X EACCES",
+            "write through it: 3",
+            "open it again: EACCES",
+            "create in a read-only directory: EACCES",
+            "rename in it: EACCES",
+            "chdir into it: EACCES",
+            "its listing: EACCES",
+            "mapped: 0, written: 7",
+            "/dev/zero: char 1, rdev 1:5, mode 666",
+            "write /dev/full: ENOSPC",
+        ],
+    );
+    assert_eq!(seen.status, 0);
 }

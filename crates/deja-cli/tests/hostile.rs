@@ -63,6 +63,16 @@ fn the_message_names_the_spinning_thread_and_the_threads_behind_it() {
         None => panic!("no spinning thread named: {err}"),
     };
     assert!(err.contains(&format!("runnable thread(s) {other} never got a turn")), "{err}");
+    assert!(!err.contains("CPUs"), "one CPU: no word of them: {err}");
+    // Shown more CPUs, the program may be a runtime that spin-waits for another thread: the
+    // message says what to try.
+    let o = deja_on(0, "0.5", &["run", "--cpus", "2", &spin, "--", "threaded"]);
+    assert_eq!(o.status.code(), Some(122), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the program is shown 2 CPUs") && stderr(&o).contains("try --cpus 1"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -165,6 +165,32 @@ fn declared_files_stdin_env_and_args_reach_the_program() {
 }
 
 #[test]
+fn a_declared_directory_brings_every_file_below_it() {
+    let dir = std::env::temp_dir().join(format!("deja-tree-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("sub/deeper")).unwrap();
+    std::fs::write(dir.join("a.txt"), "top").unwrap();
+    std::fs::write(dir.join("sub/deeper/b.txt"), "below").unwrap();
+    let decl = format!("{}:/srv/tree", dir.display());
+    let (out, v) =
+        run_json(&["--file", &decl, &s(&guest("cat")), "--", "/srv/tree/a.txt", "/srv/tree/sub/deeper/b.txt"]);
+    let text = stdout(&out);
+    assert_eq!(v["exit_code"], 0, "{text}{}", stderr(&out));
+    assert!(text.contains(r#"/srv/tree/a.txt: "top""#), "{text}");
+    assert!(text.contains(r#"/srv/tree/sub/deeper/b.txt: "below""#), "{text}");
+    // Only what is below the directory: its siblings stay invisible.
+    let sibling = dir.with_extension("other");
+    std::fs::write(&sibling, "not declared").unwrap();
+    let (out, v) = run_json(&["--file", &decl, &s(&guest("cat")), "--", "/srv/tree/../tree.other", &s(&sibling)]);
+    assert_eq!(v["exit_code"], 1, "{}", stdout(&out));
+    std::fs::remove_file(&sibling).ok();
+    // A missing directory is a clear error before the run.
+    let out = deja(&["run", "--no-probe", "--file", "/nonexistent-deja-dir:/x", &s(&guest("cat"))]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("cannot read declared file /nonexistent-deja-dir"), "{}", stderr(&out));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn unsupported_syscalls_are_listed_by_name() {
     let out = deja(&["run", "--no-probe", &s(&guest("syscalls")), "--", "10"]);
     let err = stderr(&out);

@@ -166,6 +166,8 @@ pub enum FileKind {
     DevNull,
     /// `/dev/urandom`.
     Random(u32),
+    /// `/dev/zero` (5) or `/dev/full` (7).
+    MemDev(u32),
     /// A socket: object id in [`crate::net::Net`].
     Socket(u64),
     /// One end of a pipe.

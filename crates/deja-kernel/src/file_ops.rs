@@ -36,6 +36,8 @@ pub enum ReadSource {
     Empty,
     /// The random stream: every read gives as many bytes as asked.
     Random,
+    /// Zeros, as many as asked (`/dev/zero`, `/dev/full`).
+    Zero,
 }
 
 /// Where a write to a description goes.
@@ -99,8 +101,13 @@ impl FileKind {
             FileKind::Regular { stat, .. } => *stat,
             FileKind::Inode { id, .. } | FileKind::Dir { id, .. } | FileKind::Fifo { id, .. } => fs.stat(*id),
             FileKind::DevNull => fs.stat(fs.lookup_abs("/dev/null").unwrap_or(ROOT)),
-            FileKind::Random(m) => {
-                let p = if *m == 8 { "/dev/random" } else { "/dev/urandom" };
+            FileKind::Random(m) | FileKind::MemDev(m) => {
+                let p = match m {
+                    5 => "/dev/zero",
+                    7 => "/dev/full",
+                    8 => "/dev/random",
+                    _ => "/dev/urandom",
+                };
                 fs.stat(fs.lookup_abs(p).unwrap_or(ROOT))
             }
             FileKind::Socket(o) | FileKind::Pipe { obj: o, .. } | FileKind::EventFd(o) | FileKind::Epoll(o) => {
@@ -148,6 +155,7 @@ impl FileKind {
             FileKind::Dir { .. } => Err(EISDIR),
             FileKind::DevNull => Ok(ReadSource::Empty),
             FileKind::Random(_) => Ok(ReadSource::Random),
+            FileKind::MemDev(_) => Ok(ReadSource::Zero),
             FileKind::Stdout | FileKind::Stderr => Err(EBADF),
             FileKind::Socket(_)
             | FileKind::Pipe { .. }
@@ -163,7 +171,8 @@ impl FileKind {
         match self {
             FileKind::Stdout => Ok(WriteTarget::Output(Stream::Stdout)),
             FileKind::Stderr => Ok(WriteTarget::Output(Stream::Stderr)),
-            FileKind::DevNull | FileKind::Random(_) => Ok(WriteTarget::Discard),
+            FileKind::DevNull | FileKind::Random(_) | FileKind::MemDev(5) => Ok(WriteTarget::Discard),
+            FileKind::MemDev(_) => Err(ENOSPC),
             FileKind::Inode { id, path } => Ok(WriteTarget::File { id: *id, path: path.clone() }),
             _ => Err(EBADF),
         }
@@ -322,7 +331,7 @@ impl OpenFile {
     /// its listing), anything else being `EINVAL`. Returns the new position.
     pub fn seek(&mut self, off: u64, whence: u64, fs: &Fs) -> Result<u64, i32> {
         let size = match &mut self.kind {
-            FileKind::DevNull | FileKind::Random(_) => return Ok(0),
+            FileKind::DevNull | FileKind::Random(_) | FileKind::MemDev(_) => return Ok(0),
             FileKind::Regular { data, .. } => data.len() as i64,
             FileKind::Inode { id, .. } => fs.size(*id) as i64,
             FileKind::Dir { after, .. } => {
@@ -374,7 +383,7 @@ mod tests {
     /// read-only file).
     fn every_kind() -> (Fs, Vec<(&'static str, FileKind)>) {
         let files = BTreeMap::from([("/data/f".to_string(), b"static".to_vec())]);
-        let mut fs = Fs::new(FsConfig::default(), None, &files, "/bin/exe", b"\x7fELF", 1);
+        let mut fs = Fs::new(FsConfig::default(), None, &files, "/bin/exe", b"\x7fELF", 1, &[]);
         let dir = fs.lookup_abs("/data").expect("/data");
         let file = fs.create_file(dir, "w", 0o644, 0).expect("a new file");
         assert_eq!(fs.write(file, 0, b"hello", 0), Ok(5));
@@ -390,6 +399,8 @@ mod tests {
             ("dir", FileKind::Dir { id: dir, after: Some("f".into()) }),
             ("null", FileKind::DevNull),
             ("random", FileKind::Random(9)),
+            ("zero", FileKind::MemDev(5)),
+            ("full", FileKind::MemDev(7)),
             ("socket", FileKind::Socket(1)),
             ("pipe", FileKind::Pipe { obj: 2, write: false }),
             ("eventfd", FileKind::EventFd(3)),
@@ -411,6 +422,7 @@ mod tests {
                 "dir" => Err(EISDIR),
                 "null" => Ok(ReadSource::Empty),
                 "random" => Ok(ReadSource::Random),
+                "zero" | "full" => Ok(ReadSource::Zero),
                 "stdout" | "stderr" => Err(EBADF),
                 _ => Err(ESPIPE),
             };
@@ -428,7 +440,8 @@ mod tests {
             let want = match *name {
                 "stdout" => Ok(WriteTarget::Output(Stream::Stdout)),
                 "stderr" => Ok(WriteTarget::Output(Stream::Stderr)),
-                "null" | "random" => Ok(WriteTarget::Discard),
+                "null" | "random" | "zero" => Ok(WriteTarget::Discard),
+                "full" => Err(ENOSPC),
                 "inode" => Ok(WriteTarget::File { id: file, path: "/data/w".into() }),
                 _ => Err(EBADF),
             };
@@ -450,7 +463,7 @@ mod tests {
             let want_end = match name {
                 "regular" => Ok(5),
                 "inode" => Ok(6),
-                "null" | "random" => Ok(0),
+                "null" | "random" | "zero" | "full" => Ok(0),
                 "dir" => Err(EINVAL),
                 _ => Err(ESPIPE),
             };
@@ -461,7 +474,9 @@ mod tests {
             let mut f = at(3);
             let rewind = f.seek(0, 0, &fs);
             match name {
-                "regular" | "inode" | "null" | "random" => assert_eq!(rewind, Ok(0), "rewind of {name}"),
+                "regular" | "inode" | "null" | "random" | "zero" | "full" => {
+                    assert_eq!(rewind, Ok(0), "rewind of {name}")
+                }
                 "dir" => {
                     assert_eq!(rewind, Ok(0), "rewind of {name}");
                     assert_eq!(
@@ -590,7 +605,12 @@ mod tests {
         stdin.offset = 2;
         assert_eq!(stdin.readiness(&net, &fds), (EPOLLIN | EPOLLHUP, 0), "stdin read to the end");
         let mut net = Net::default();
-        let id = net.add(ObjKind::Pipe { buf: b"x".iter().copied().collect(), readers: 1, writers: 1 });
+        let id = net.add(ObjKind::Pipe {
+            buf: b"x".iter().copied().collect(),
+            readers: 1,
+            writers: 1,
+            cap: crate::net::PIPE_SIZE,
+        });
         let end = |write| OpenFile::new(FileKind::Pipe { obj: id, write }, 0).readiness(&net, &fds);
         assert_eq!(net.readiness(id, &fds), EPOLLIN | EPOLLOUT);
         assert_eq!(end(false), (EPOLLIN, net.gen(id)), "the read end of a pipe holding a byte");

@@ -16,9 +16,12 @@
 //! Flow control: a sender may have at most [`WINDOW`] bytes that its peer's program has not read
 //! yet; a write beyond it is partial, `EAGAIN`, or blocks. The receiver returns credit with an
 //! `Ack` each time its program has read [`ACK_EVERY`] bytes (or emptied its buffer after reading
-//! some), so a fast writer never loses data to a slow reader. A pipe holds at most
-//! [`MAX_BUFFERED`] bytes. Closing a connection whose `SO_LINGER` is on with a zero timeout
-//! resets it (`Rst`) instead of finishing it, as in Linux. There is no urgent data.
+//! some), so a fast writer never loses data to a slow reader. A pipe holds [`PIPE_SIZE`] bytes
+//! unless `F_SETPIPE_SZ` changes it; a write of at most [`PIPE_BUF`] bytes goes in whole or
+//! waits, a longer one goes in as far as there is room (a blocking one returns then, where
+//! Linux's would wait to write the rest: callers write the rest again). Closing a connection whose `SO_LINGER` is on with a zero timeout
+//! resets it (`Rst`) instead of finishing it, as in Linux, and so does closing one whose program left
+//! received bytes unread. There is no urgent data.
 //!
 //! IPv6: addresses are kept in IPv6 form ([`SockAddr`]), IPv4 ones IPv4-mapped. `::1` is
 //! loopback; a node with address `a.b.c.d` also has `fd00:6465:6a61::a.b.c.d`
@@ -51,8 +54,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::persist::{ensure, Persist, RestoreError};
 
-/// Most bytes buffered in a pipe.
-pub const MAX_BUFFERED: usize = 4 << 20;
+/// Bytes a pipe holds unless `F_SETPIPE_SZ` changes it: Linux's 16 pages.
+pub const PIPE_SIZE: usize = 65_536;
+/// The most `F_SETPIPE_SZ` gives a program without privileges (Linux's `pipe-max-size`).
+pub const PIPE_MAX_SIZE: usize = 1 << 20;
+/// A pipe write of at most this many bytes is all or nothing (`PIPE_BUF`).
+pub const PIPE_BUF: usize = 4096;
 /// Most bytes a connection's sender may have that the receiving program has not read.
 pub const WINDOW: u64 = 4 << 20;
 /// The receiver returns credit after its program read this many bytes.
@@ -381,9 +388,21 @@ pub(crate) struct Interest {
 pub(crate) enum ObjKind {
     Stream(StreamSock),
     Dgram(DgramSock),
-    Pipe { buf: VecDeque<u8>, readers: u32, writers: u32 },
-    EventFd { value: u64, semaphore: bool },
-    Epoll { interests: BTreeMap<i32, Interest> },
+    Pipe {
+        buf: VecDeque<u8>,
+        readers: u32,
+        writers: u32,
+        /// How many bytes it holds at most ([`PIPE_SIZE`], or what `F_SETPIPE_SZ` set).
+        #[serde(default = "pipe_size")]
+        cap: usize,
+    },
+    EventFd {
+        value: u64,
+        semaphore: bool,
+    },
+    Epoll {
+        interests: BTreeMap<i32, Interest>,
+    },
     Unix(UnixSock),
     Netlink(NetlinkSock),
 }
@@ -400,6 +419,10 @@ pub(crate) struct Fifo {
     /// The threads blocked opening it: tid → whether it waits for a writer (else for a
     /// reader), and that side's count when it began.
     pub waiting: BTreeMap<u64, (bool, u64)>,
+}
+
+fn pipe_size() -> usize {
+    PIPE_SIZE
 }
 
 /// An object and its options.
@@ -736,7 +759,7 @@ impl Net {
         if let Some(f) = self.fifos.get(&inode) {
             return f.obj;
         }
-        let obj = self.add(ObjKind::Pipe { buf: VecDeque::new(), readers: 0, writers: 0 });
+        let obj = self.add(ObjKind::Pipe { buf: VecDeque::new(), readers: 0, writers: 0, cap: PIPE_SIZE });
         self.fifos.insert(inode, Fifo { obj, opened: [1, 1], waiting: BTreeMap::new() });
         obj
     }
@@ -807,8 +830,10 @@ impl Net {
                 if let (Some(l), Some(r)) = (s.local, s.remote) {
                     if self.streams.get(&(l, r)) == Some(&id) {
                         self.streams.remove(&(l, r));
+                        // Linux resets a connection closed with data its program never read
+                        // (RFC 2525, 2.17), as it does one closed with a zero linger.
                         let payload = match s.state {
-                            StreamState::Connected if abort && !s.reset => Some(Payload::Rst),
+                            StreamState::Connected if (abort || !s.rx.is_empty()) && !s.reset => Some(Payload::Rst),
                             StreamState::Connected if !s.reset && !s.shut_wr => Some(Payload::Fin),
                             StreamState::Connecting => Some(Payload::Rst),
                             _ => None,
@@ -900,7 +925,7 @@ impl Net {
             }
             ObjKind::Netlink(n) => EPOLLOUT | if n.queue.is_empty() { 0 } else { EPOLLIN },
             ObjKind::Unix(u) => self.unix_readiness(id, u),
-            ObjKind::Pipe { buf, readers, writers } => {
+            ObjKind::Pipe { buf, readers, writers, cap } => {
                 // Linux's `pipe_poll`: readable with bytes in it, hung up without writers.
                 let mut r = 0;
                 if !buf.is_empty() {
@@ -909,7 +934,7 @@ impl Net {
                 if *writers == 0 {
                     r |= EPOLLHUP;
                 }
-                if buf.len() < MAX_BUFFERED {
+                if buf.len() < *cap {
                     r |= EPOLLOUT;
                 }
                 if *readers == 0 {

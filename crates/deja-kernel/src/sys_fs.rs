@@ -349,6 +349,10 @@ impl Kernel {
             Some(n) => self.files.fs.path_in(w.parent, n),
             None => self.files.fs.dir_path(id).unwrap_or_default(),
         };
+        let node = self.files.fs.get(id).ok_or(ENOENT)?;
+        if !node.readonly && !node.is_dir() && node.mode & 0o200 == 0 {
+            return Err(EACCES.into());
+        }
         self.truncate_id(id, &p, len)
     }
 
@@ -559,7 +563,10 @@ impl Kernel {
             return Err(EPERM.into());
         }
         if let Some(node) = id.and_then(|id| self.files.fs.get(id)) {
-            if node.readonly && !node.is_dir() && !matches!(node.kind, Kind::DevNull | Kind::Random(_)) {
+            if node.readonly
+                && !node.is_dir()
+                && !matches!(node.kind, Kind::DevNull | Kind::Random(_) | Kind::MemDev(_))
+            {
                 return Err(EROFS.into());
             }
         }

@@ -69,7 +69,7 @@ impl Kernel {
 
     /// What a read of up to `count` bytes of the file `fd` at `pos` (or its offset) gives,
     /// without moving the offset ([`Kernel::advance`] does).
-    fn read_bytes(&mut self, fd: u64, count: u64, pos: Option<u64>) -> Result<Vec<u8>, i32> {
+    pub(crate) fn read_bytes(&mut self, fd: u64, count: u64, pos: Option<u64>) -> Result<Vec<u8>, i32> {
         let f = self.files.fds.get(fd as i32)?;
         if !f.readable() {
             return Err(EBADF);
@@ -95,6 +95,7 @@ impl Kernel {
                 self.rng.fill(&mut b);
                 return Ok(b);
             }
+            ReadSource::Zero => return Ok(vec![0u8; count as usize]),
         };
         let avail = (data.len() as u64).saturating_sub(off);
         let n = count.min(avail);
@@ -108,7 +109,7 @@ impl Kernel {
     fn advance(&mut self, fd: u64, pos: Option<u64>, n: u64) -> Result<(), i32> {
         if pos.is_none() {
             let f = self.files.fds.get_mut(fd as i32)?;
-            if !matches!(f.kind.read_source(false), Ok(ReadSource::Random | ReadSource::Empty)) {
+            if !matches!(f.kind.read_source(false), Ok(ReadSource::Random | ReadSource::Empty | ReadSource::Zero)) {
                 f.offset += n;
             }
         }
@@ -194,7 +195,7 @@ impl Kernel {
     }
 
     /// The position an `loff_t *` argument gives (`None` for a null pointer).
-    fn offset_arg(&self, mem: &mut dyn Memory, p: u64) -> Result<Option<u64>, i32> {
+    pub(crate) fn offset_arg(&self, mem: &mut dyn Memory, p: u64) -> Result<Option<u64>, i32> {
         if p == 0 {
             return Ok(None);
         }
@@ -207,7 +208,7 @@ impl Kernel {
 
     /// After `n` bytes were copied out of `fd`: moves `*p` if the copy started at a position
     /// it gave, the file offset otherwise.
-    fn moved(&mut self, mem: &mut dyn Memory, fd: u64, p: u64, pos: Option<u64>, n: u64) -> Result<(), i32> {
+    pub(crate) fn moved(&mut self, mem: &mut dyn Memory, fd: u64, p: u64, pos: Option<u64>, n: u64) -> Result<(), i32> {
         match pos {
             Some(at) => self.process.mappings.copy_out(mem, p, &(at + n).to_le_bytes()),
             None => self.advance(fd, None, n),
@@ -215,7 +216,7 @@ impl Kernel {
     }
 
     /// Writes `data` to `fd`, at `pos` or the file offset.
-    fn do_write(&mut self, fd: u64, data: &[u8], pos: Option<u64>) -> Result<u64, i32> {
+    pub(crate) fn do_write(&mut self, fd: u64, data: &[u8], pos: Option<u64>) -> Result<u64, i32> {
         let f = self.files.fds.get(fd as i32)?;
         if !f.writable() {
             return Err(EBADF);
@@ -431,9 +432,41 @@ impl Kernel {
             // F_GETLK, F_SETLK, F_SETLKW and the OFD forms: one process, no contention.
             5 | 6 | 7 | 36 | 37 | 38 => self.fcntl_lock(mem, fd, cmd as u32, arg),
             1032 if self.files.fds.get(fd)?.kind.is_std_stream() => Ok(65536),
-            1032 => Err(EBADF.into()),
+            // F_GETPIPE_SZ and F_SETPIPE_SZ of a pipe or FIFO.
+            1031 | 1032 => self.pipe_size(fd, (cmd == 1031).then_some(arg)),
             _ => Err(EINVAL.into()),
         }
+    }
+
+    /// A pipe's size, after setting it to `set` (rounded up to a power of two pages, at most
+    /// [`crate::net::PIPE_MAX_SIZE`]: `EPERM` above, `EBUSY` below what it holds).
+    fn pipe_size(&mut self, fd: i32, set: Option<u64>) -> SysResult {
+        let kind = &self.files.fds.get(fd)?.kind;
+        let obj = match crate::fd::object_of(kind) {
+            Some((obj, Some(_))) => obj,
+            _ => return Err(EBADF.into()),
+        };
+        let Some(crate::net::Obj { kind: crate::net::ObjKind::Pipe { buf, cap, .. }, .. }) =
+            self.net.objects.get_mut(&obj)
+        else {
+            return Err(EBADF.into());
+        };
+        if let Some(want) = set {
+            let want = (want as u32 as usize).max(crate::PAGE_SIZE as usize).next_power_of_two();
+            if want > crate::net::PIPE_MAX_SIZE {
+                return Err(EPERM.into());
+            }
+            if want < buf.len() {
+                return Err(EBUSY.into());
+            }
+            *cap = want;
+            self.net.touch(obj);
+        }
+        let cap = match self.net.objects.get(&obj).map(|o| &o.kind) {
+            Some(crate::net::ObjKind::Pipe { cap, .. }) => *cap,
+            _ => 0,
+        };
+        Ok(cap as u64)
     }
 
     pub(crate) fn sys_ioctl(&mut self, mem: &mut dyn Memory, fd: u64, req: u64, arg: u64) -> SysResult {

@@ -131,7 +131,12 @@ impl Kernel {
         let len = page_up(len).filter(|l| *l <= USER_END).ok_or(ENOMEM)?;
         let anon = flags & MAP_ANONYMOUS != 0;
         let shared = flags & 3 != 2 && flags & MAP_SHARED != 0;
-        let kind = if anon {
+        // A mapping of /dev/zero is anonymous memory, private or shared, as on Linux.
+        let zero = !anon && self.files.fds.get(fd as i32).is_ok_and(|f| f.kind == crate::fd::FileKind::MemDev(5));
+        if zero && !self.files.fds.get(fd as i32).is_ok_and(|f| f.readable()) {
+            return Err(EACCES.into());
+        }
+        let kind = if anon || zero {
             VmaKind::Anon
         } else {
             if off & (PAGE_SIZE - 1) != 0 {

@@ -66,7 +66,7 @@ impl Kernel {
         } else {
             self.files.fds.get(dirfd as i32)?.kind.listing().ok_or(ENOTDIR)?.0
         };
-        let w = self.files.fs.walk(start, &p, follow)?;
+        let w = self.files.fs.walk_checked(start, &p, follow)?;
         if !self.faults.previous.is_empty() {
             let abs = match (&w.name, w.id) {
                 (Some(n), _) => Some(self.files.fs.path_in(w.parent, n)),
@@ -257,6 +257,16 @@ impl Kernel {
                     Kind::ProcMaps if writing => return Err(EACCES.into()),
                     _ => {}
                 }
+                // The owner's permission bits (the program owns every file): reading needs
+                // `r`, writing or truncating `w`.
+                let need = if flags & O_PATH != 0 {
+                    0
+                } else {
+                    (if acc != O_WRONLY { 0o400 } else { 0 }) | (if writing { 0o200 } else { 0 })
+                };
+                if node.mode & need != need {
+                    return Err(EACCES.into());
+                }
                 if flags & O_TRUNC != 0
                     && matches!(node.kind, Kind::File(_))
                     && flags & O_PATH == 0
@@ -293,6 +303,7 @@ impl Kernel {
             }
             Kind::DevNull => FileKind::DevNull,
             Kind::Random(m) => FileKind::Random(*m),
+            Kind::MemDev(m) => FileKind::MemDev(*m),
             Kind::ExeLink => {
                 FileKind::Regular { path: opened_path, data: Arc::from(&[][..]), stat: self.files.fs.stat(id) }
             }
@@ -335,11 +346,15 @@ impl Kernel {
         if mode & 2 != 0 {
             match node {
                 Some(n) if n.readonly && n.is_dir() => return Err(EACCES.into()),
-                Some(n) if n.readonly && !matches!(n.kind, Kind::DevNull | Kind::Random(_)) => return Err(EROFS.into()),
+                Some(n) if n.readonly && !matches!(n.kind, Kind::DevNull | Kind::Random(_) | Kind::MemDev(_)) => {
+                    return Err(EROFS.into())
+                }
                 _ => {}
             }
         }
-        if mode & 1 != 0 && st.mode & 0o111 == 0 {
+        // The owner's bits: the program owns every file and has no privileges.
+        let need = (mode as u32 & 7) << 6;
+        if st.mode & need != need {
             return Err(EACCES.into());
         }
         Ok(0)
@@ -376,7 +391,7 @@ impl Kernel {
         if !inode.is_dir() {
             return Err(ENOTDIR.into());
         }
-        if self.files.fs.stat(id).mode & 0o111 == 0 {
+        if self.files.fs.stat(id).mode & 0o100 == 0 {
             return Err(EACCES.into());
         }
         self.files.cwd = id;

@@ -187,6 +187,28 @@ impl Kernel {
         Ok(GUEST_UID)
     }
 
+    /// `setuid`, `setgid`, `setreuid`, `setregid`, `setresuid`, `setresgid`: a program without
+    /// privileges may only set each id to one it already has (every one is [`GUEST_UID`]) or
+    /// leave it (-1); anything else is `EPERM`, as on Linux.
+    pub(crate) fn sys_set_ids(&self, ids: &[u64]) -> SysResult {
+        if ids.iter().all(|&id| id as u32 == u32::MAX || u64::from(id as u32) == GUEST_UID) {
+            Ok(0)
+        } else {
+            Err(EPERM.into())
+        }
+    }
+
+    /// `setfsuid`, `setfsgid`: the id before the call, which a program without privileges
+    /// cannot change to anything but its own.
+    pub(crate) fn sys_setfsid(&self) -> SysResult {
+        Ok(GUEST_UID)
+    }
+
+    /// `setgroups`: `EPERM` without `CAP_SETGID`.
+    pub(crate) fn sys_setgroups(&self) -> SysResult {
+        Err(EPERM.into())
+    }
+
     /// `getgroups`: no supplementary groups.
     pub(crate) fn sys_getgroups(&self) -> SysResult {
         Ok(0)
@@ -296,6 +318,16 @@ impl Kernel {
             }
             3 => Ok(1),  // PR_GET_DUMPABLE
             39 => Ok(0), // PR_GET_NO_NEW_PRIVS
+            // PR_GET_KEEPCAPS and PR_SET_KEEPCAPS (0 or 1) of the calling thread: a program
+            // without capabilities has none to keep, but the flag is kept as Linux keeps it.
+            7 => Ok(u64::from(self.current_thread().is_some_and(|t| t.keepcaps))),
+            8 if a[1] <= 1 => {
+                let tid = self.caller_tid();
+                if let Some(t) = self.sched.threads.threads.get_mut(&tid) {
+                    t.keepcaps = a[1] == 1;
+                }
+                Ok(0)
+            }
             15 => {
                 let mut name = [0u8; 16];
                 for (i, b) in name.iter_mut().take(15).enumerate() {
@@ -318,9 +350,71 @@ impl Kernel {
         }
     }
 
+    /// `capget`: a program that is not root has no capabilities. The header's version is
+    /// checked as Linux checks it (an unknown one is answered with the preferred version and
+    /// `EINVAL`), its pid must be the program's (or 0), and every set is empty.
+    pub(crate) fn sys_capget(&mut self, mem: &mut dyn Memory, header: u64, data: u64) -> SysResult {
+        let Some(words) = self.cap_header(mem, header, data)? else { return Ok(0) };
+        if data != 0 {
+            self.process.mappings.copy_out(mem, data, &vec![0u8; 12 * words])?;
+        }
+        Ok(0)
+    }
+
+    /// `capset`: a program without capabilities may only keep having none (`EPERM`).
+    pub(crate) fn sys_capset(&mut self, mem: &mut dyn Memory, header: u64, data: u64) -> SysResult {
+        if data == 0 {
+            return Err(EFAULT.into());
+        }
+        let Some(words) = self.cap_header(mem, header, data)? else { return Ok(0) };
+        let mut sets = vec![0u8; 12 * words];
+        self.process.mappings.copy_in(mem, data, &mut sets)?;
+        if sets.iter().any(|&b| b != 0) {
+            return Err(EPERM.into());
+        }
+        Ok(0)
+    }
+
+    /// Reads a `__user_cap_header_struct`: the number of 32-bit words of each set its version
+    /// means; `None` for an unknown version asked about with no data (Linux answers 0 after
+    /// writing the version it prefers).
+    fn cap_header(&mut self, mem: &mut dyn Memory, header: u64, data: u64) -> Result<Option<usize>, SysStop> {
+        const V1: u32 = 0x1998_0330;
+        const V2: u32 = 0x2007_1026;
+        const V3: u32 = 0x2008_0522;
+        let version = self.process.mappings.read_u32(mem, header)?;
+        let words = match version {
+            V1 => 1,
+            V2 | V3 => 2,
+            _ => {
+                self.process.mappings.copy_out(mem, header, &V3.to_le_bytes())?;
+                return if data == 0 { Ok(None) } else { Err(EINVAL.into()) };
+            }
+        };
+        if data == 0 {
+            return Ok(None);
+        }
+        let pid = self.process.mappings.read_u32(mem, header + 4)?;
+        if pid as i32 != 0 && u64::from(pid) != GUEST_PID && !self.thread_exists(u64::from(pid)) {
+            return Err(ESRCH.into());
+        }
+        if (pid as i32) < 0 {
+            return Err(EINVAL.into());
+        }
+        Ok(Some(words))
+    }
+
     /// `sched_yield`: nothing to do; the scheduler runs after every syscall anyway.
     pub(crate) fn sys_sched_yield(&mut self) -> SysResult {
         Ok(0)
+    }
+
+    fn caller_tid(&self) -> u64 {
+        self.sched.threads.current
+    }
+
+    fn current_thread(&self) -> Option<&crate::threads::Thread> {
+        self.sched.threads.threads.get(&self.caller_tid())
     }
 
     /// How many CPUs the program is shown.

@@ -152,6 +152,7 @@ impl Kernel {
             suspended_mask: None,
             kicked: false,
             interrupted: None,
+            keepcaps: self.sched.threads.threads.get(&self.sched.threads.current).is_some_and(|t| t.keepcaps),
             state: ThreadState::Runnable,
         };
         self.sched.threads.threads.insert(tid, t);

@@ -170,6 +170,10 @@ pub(crate) struct Thread {
     /// sees `EINTR` or the call again.
     #[serde(default)]
     pub interrupted: Option<u64>,
+    /// `PR_SET_KEEPCAPS`: a thread's credentials are its own in Linux, and so is this flag
+    /// (kept here for every thread; a new thread starts with its creator's).
+    #[serde(default)]
+    pub keepcaps: bool,
 }
 
 /// The thread table (saved with the kernel).
@@ -214,6 +218,7 @@ impl Default for Threads {
             suspended_mask: None,
             kicked: false,
             interrupted: None,
+            keepcaps: false,
             state: ThreadState::Runnable,
         };
         Threads {

@@ -24,7 +24,7 @@ use crate::paging::FrameState;
 use crate::vm::{Vm, VmError};
 
 /// Schema version of the snapshot payload inside its envelope.
-pub const SNAPSHOT_SCHEMA: u32 = 13;
+pub const SNAPSHOT_SCHEMA: u32 = 14;
 
 /// MSRs a snapshot carries: the syscall MSRs, the FS/GS bases, the TSC and SYSENTER state.
 pub const SNAPSHOT_MSRS: [u32; 11] = [

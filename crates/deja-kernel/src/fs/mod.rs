@@ -337,6 +337,8 @@ pub enum Kind {
     DevNull,
     /// `/dev/random` (8) or `/dev/urandom` (9).
     Random(u32),
+    /// `/dev/zero` (5) or `/dev/full` (7).
+    MemDev(u32),
     /// A Unix-domain socket's name (`bind` to a path, or `mknod` with `S_IFSOCK`). It holds no
     /// data, and like a socket under `/run` or `/tmp` on tmpfs it does not outlive a crash.
     Socket,
@@ -382,7 +384,7 @@ impl Inode {
             Kind::File(_) | Kind::Static(_) | Kind::ProcMaps => 8,
             Kind::Dir(_) => 4,
             Kind::Symlink(_) | Kind::ExeLink => 10,
-            Kind::DevNull | Kind::Random(_) => 2,
+            Kind::DevNull | Kind::Random(_) | Kind::MemDev(_) => 2,
             Kind::Socket => 12,
             Kind::Fifo => 1,
         }
@@ -436,7 +438,7 @@ impl Fs {
     /// `files` (read-only, replacing whatever the disk had there), the executable at
     /// `exe_path`, `/proc/self/{maps,exe}`, `/dev/{null,random,urandom}`, and what describes
     /// the program's `cpus` CPUs: `/proc/cpuinfo` and `/sys/devices/system/cpu/{online,
-    /// possible,present}`.
+    /// possible,present}`, its `argv` in `/proc/self/cmdline`, and `/proc/sys/fs/pipe-max-size`.
     pub fn new(
         config: FsConfig,
         disk: Option<&Disk>,
@@ -444,6 +446,7 @@ impl Fs {
         exe_path: &str,
         image: &[u8],
         cpus: u32,
+        argv: &[String],
     ) -> Fs {
         let t = static_time();
         let root = Inode {
@@ -511,12 +514,17 @@ impl Fs {
             ("/dev/null", Kind::DevNull, 0o666),
             ("/dev/random", Kind::Random(8), 0o666),
             ("/dev/urandom", Kind::Random(9), 0o666),
+            ("/dev/zero", Kind::MemDev(5), 0o666),
+            ("/dev/full", Kind::MemDev(7), 0o666),
         ] {
             fs.place(p, kind, mode, false, true);
         }
         let list = crate::cpuid::cpu_list(cpus);
+        let cmdline: String = argv.iter().flat_map(|a| [a.as_str(), "\0"]).collect();
         for (p, text) in [
             ("/proc/cpuinfo", crate::cpuid::proc_cpuinfo(cpus)),
+            ("/proc/self/cmdline", cmdline),
+            ("/proc/sys/fs/pipe-max-size", format!("{}\n", crate::net::PIPE_MAX_SIZE)),
             ("/sys/devices/system/cpu/online", list.clone()),
             ("/sys/devices/system/cpu/possible", list.clone()),
             ("/sys/devices/system/cpu/present", list),
@@ -525,9 +533,17 @@ impl Fs {
                 fs.place(p, Kind::Static(Arc::from(text.into_bytes())), 0o444, false, true);
             }
         }
-        for d in
-            ["/proc", "/proc/self", "/dev", "/sys", "/sys/devices", "/sys/devices/system", "/sys/devices/system/cpu"]
-        {
+        for d in [
+            "/proc",
+            "/proc/self",
+            "/proc/sys",
+            "/proc/sys/fs",
+            "/dev",
+            "/sys",
+            "/sys/devices",
+            "/sys/devices/system",
+            "/sys/devices/system/cpu",
+        ] {
             if let Some(id) = fs.lookup_abs(d) {
                 if let Some(i) = fs.inodes.get_mut(&id) {
                     i.persist = false;

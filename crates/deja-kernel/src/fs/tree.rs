@@ -41,6 +41,17 @@ impl Fs {
     /// Intermediate symlinks are always followed, the last one when `follow` (or the path ends
     /// with `/`).
     pub fn walk(&self, start: u64, path: &[u8], follow: bool) -> Result<Walked, i32> {
+        self.walk_as(start, path, follow, false)
+    }
+
+    /// [`Fs::walk`] for the program: each directory it looks a name up in must give it search
+    /// permission (`EACCES` otherwise), as Linux's `may_lookup` asks. The program owns every
+    /// file, so the owner's bits are the ones that count.
+    pub fn walk_checked(&self, start: u64, path: &[u8], follow: bool) -> Result<Walked, i32> {
+        self.walk_as(start, path, follow, true)
+    }
+
+    fn walk_as(&self, start: u64, path: &[u8], follow: bool, search: bool) -> Result<Walked, i32> {
         if path.is_empty() {
             return Err(ENOENT);
         }
@@ -55,6 +66,9 @@ impl Fs {
         let mut links = 0u32;
         while let Some(c) = comps.pop_front() {
             let d = self.dir(cur).ok_or(ENOTDIR)?;
+            if search && self.inodes.get(&cur).is_none_or(|i| i.mode & 0o100 == 0) {
+                return Err(EACCES);
+            }
             let last = comps.is_empty();
             if c == "." || c == ".." {
                 let next = if c == "." { cur } else { d.parent };
@@ -145,13 +159,13 @@ impl Fs {
             Kind::Symlink(t) => (S_IFLNK, t.len() as u64, 0),
             Kind::ExeLink => (S_IFLNK, 0, 0),
             Kind::DevNull => (S_IFCHR, 0, (1 << 8) | 3),
-            Kind::Random(m) => (S_IFCHR, 0, (1 << 8) | u64::from(*m)),
+            Kind::Random(m) | Kind::MemDev(m) => (S_IFCHR, 0, (1 << 8) | u64::from(*m)),
             Kind::Socket => (S_IFSOCK, 0, 0),
             Kind::Fifo => (S_IFIFO, 0, 0),
         };
         let dev = match i.kind {
             Kind::ProcMaps | Kind::ExeLink => 0x16,
-            Kind::DevNull | Kind::Random(_) => 0x5,
+            Kind::DevNull | Kind::Random(_) | Kind::MemDev(_) => 0x5,
             _ => 0x801,
         };
         let nlink = match &i.kind {
@@ -285,7 +299,9 @@ impl Fs {
         if !d.is_dir() {
             return Err(ENOTDIR);
         }
-        if d.readonly {
+        // Changing a directory's entries takes write and search permission (the owner's bits:
+        // the program owns every file).
+        if d.readonly || d.mode & 0o300 != 0o300 {
             return Err(EACCES);
         }
         if d.nlink == 0 && dir != ROOT {

@@ -291,7 +291,15 @@ impl Kernel {
             return GuestPathSnafu { path, problem }.fail();
         }
         snafu::ensure!(spec.cpus <= crate::MAX_CPUS, crate::CpusSnafu { cpus: spec.cpus });
-        let fs = Fs::new(spec.fs, spec.disk.as_ref(), &spec.files, &spec.exe_path, &spec.image, spec.cpus.max(1));
+        let fs = Fs::new(
+            spec.fs,
+            spec.disk.as_ref(),
+            &spec.files,
+            &spec.exe_path,
+            &spec.image,
+            spec.cpus.max(1),
+            &spec.argv,
+        );
         let faults = FaultState::new(spec.faults.clone(), spec.seed);
         let exe_name = spec.exe_path.rsplit('/').next().unwrap_or("");
         let mut comm = [0u8; 16];

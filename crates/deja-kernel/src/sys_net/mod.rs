@@ -22,6 +22,7 @@ use crate::Memory;
 mod fifo;
 mod netlink;
 mod ready;
+mod splice;
 mod transfer;
 pub(crate) mod unix;
 
@@ -45,6 +46,7 @@ const SO_ERROR: i32 = 4;
 const SO_SNDBUF: i32 = 7;
 const SO_RCVBUF: i32 = 8;
 const SO_LINGER: i32 = 13;
+const SO_PASSCRED: i32 = 16;
 const SO_RCVTIMEO: i32 = 20;
 const SO_SNDTIMEO: i32 = 21;
 const SO_ACCEPTCONN: i32 = 30;

@@ -13,7 +13,7 @@ impl Kernel {
         let limit = self.nofile();
         let nb = flags as u32 & O_NONBLOCK;
         let cloexec = flags & u64::from(O_CLOEXEC) != 0;
-        let id = self.net.add(ObjKind::Pipe { buf: VecDeque::new(), readers: 1, writers: 1 });
+        let id = self.net.add(ObjKind::Pipe { buf: VecDeque::new(), readers: 1, writers: 1, cap: PIPE_SIZE });
         let r = self.files.fds.install(OpenFile::new(FileKind::Pipe { obj: id, write: false }, nb), 0, limit, cloexec);
         let r = match r {
             Ok(r) => r,

@@ -32,44 +32,10 @@ impl Kernel {
         let timeout = self.net.objects.get(&id).map_or(0, |o| o.rcvtimeo);
         let obj = self.net.objects.get_mut(&id).ok_or(EBADF)?;
         let (data, from, trunc): (Vec<u8>, Option<SockAddr>, bool) = match &mut obj.kind {
-            ObjKind::Stream(s) => {
-                if s.state != StreamState::Connected {
-                    return Err(ENOTCONN.into());
-                }
-                if flags & MSG_WAITALL != 0 && (s.rx.len() as u64) < want && !s.peer_fin && !s.reset && !nonblock {
-                    return self
-                        .block_io((timeout > 0).then_some(timeout), Err(EAGAIN.into()))
-                        .map(|v| (v, None, false));
-                }
-                if s.rx.is_empty() {
-                    if s.reset {
-                        if s.error != 0 {
-                            s.error = 0;
-                            return Err(ECONNRESET.into());
-                        }
-                        return Ok((0, None, false));
-                    }
-                    if s.peer_fin || s.shut_rd || want == 0 {
-                        return Ok((0, None, false));
-                    }
-                    if nonblock {
-                        return Err(EAGAIN.into());
-                    }
-                    return self
-                        .block_io((timeout > 0).then_some(timeout), Err(EAGAIN.into()))
-                        .map(|v| (v, None, false));
-                }
-                let n = (want as usize).min(s.rx.len());
-                let data: Vec<u8> =
-                    if peek { s.rx.iter().take(n).copied().collect() } else { s.rx.drain(..n).collect() };
-                if !peek {
-                    s.consumed += n as u64;
-                    if s.consumed >= ACK_EVERY || (s.rx.is_empty() && s.consumed > 0) {
-                        if let (Some(src), Some(dst)) = (s.local, s.remote) {
-                            let credit = std::mem::take(&mut s.consumed);
-                            self.net.send(Packet { src, dst, payload: Payload::Ack(credit) });
-                        }
-                    }
+            ObjKind::Stream(_) => {
+                let data = self.stream_take(id, want, flags, nonblock, timeout)?;
+                if data.is_empty() {
+                    return Ok((0, None, false));
                 }
                 (data, None, false)
             }
@@ -156,6 +122,59 @@ impl Kernel {
         Ok((data.len() as u64, from, trunc))
     }
 
+    /// Takes up to `want` bytes a connected TCP socket received and its program has not read
+    /// (copies them with `MSG_PEEK`), returning credit to the sender as reading does; empty at
+    /// the end of the stream. Blocks (or `EAGAIN`) when nothing is there yet.
+    pub(crate) fn stream_take(
+        &mut self,
+        id: u64,
+        want: u64,
+        flags: u32,
+        nonblock: bool,
+        timeout: u64,
+    ) -> Result<Vec<u8>, SysStop> {
+        let Some(ObjKind::Stream(s)) = self.net.objects.get_mut(&id).map(|o| &mut o.kind) else {
+            return Err(EINVAL.into());
+        };
+        if s.state != StreamState::Connected {
+            return Err(ENOTCONN.into());
+        }
+        let peek = flags & MSG_PEEK != 0;
+        let wait =
+            |k: &mut Kernel| k.block_io((timeout > 0).then_some(timeout), Err(EAGAIN.into())).map(|_| Vec::new());
+        if flags & MSG_WAITALL != 0 && (s.rx.len() as u64) < want && !s.peer_fin && !s.reset && !nonblock {
+            return wait(self);
+        }
+        if s.rx.is_empty() {
+            if s.reset {
+                if s.error != 0 {
+                    s.error = 0;
+                    return Err(ECONNRESET.into());
+                }
+                return Ok(Vec::new());
+            }
+            if s.peer_fin || s.shut_rd || want == 0 {
+                return Ok(Vec::new());
+            }
+            if nonblock {
+                return Err(EAGAIN.into());
+            }
+            return wait(self);
+        }
+        let n = (want as usize).min(s.rx.len());
+        let data: Vec<u8> = if peek { s.rx.iter().take(n).copied().collect() } else { s.rx.drain(..n).collect() };
+        if !peek {
+            s.consumed += n as u64;
+            if s.consumed >= ACK_EVERY || (s.rx.is_empty() && s.consumed > 0) {
+                if let (Some(src), Some(dst)) = (s.local, s.remote) {
+                    let credit = std::mem::take(&mut s.consumed);
+                    self.net.send(Packet { src, dst, payload: Payload::Ack(credit) });
+                }
+            }
+        }
+        Ok(data)
+    }
+
     /// Copies `data` into the buffers of `iov` in order.
     pub(super) fn scatter(&mut self, mem: &mut dyn Memory, iov: &[(u64, u64)], data: &[u8]) -> Result<(), i32> {
         let mut off = 0usize;
@@ -179,7 +198,7 @@ impl Kernel {
 
     /// SIGPIPE to the calling thread for a write that failed with `EPIPE` without
     /// `MSG_NOSIGNAL`; the result stays (a handled or ignored SIGPIPE leaves `EPIPE`).
-    fn sigpipe(&mut self, r: SysResult, flags: u32) -> SysResult {
+    pub(super) fn sigpipe(&mut self, r: SysResult, flags: u32) -> SysResult {
         if matches!(r, Err(SysStop::Err(EPIPE))) && flags & MSG_NOSIGNAL == 0 {
             self.raise_for_caller(crate::signal::SIGPIPE);
         }
@@ -239,6 +258,10 @@ impl Kernel {
                     }
                     _ => return Err(ENOTCONN.into()),
                 }
+                // A reset connection reports ECONNRESET once, then EPIPE, as Linux's send does.
+                if s.reset && s.error != 0 {
+                    return Err(std::mem::take(&mut s.error).into());
+                }
                 if s.reset || s.shut_wr {
                     return Err(EPIPE.into());
                 }
@@ -259,12 +282,13 @@ impl Kernel {
                 Ok(n)
             }
             ObjKind::Dgram(_) => Err(EINVAL.into()),
-            ObjKind::Pipe { buf, readers, .. } => {
+            ObjKind::Pipe { buf, readers, cap, .. } => {
                 if *readers == 0 {
                     return Err(EPIPE.into());
                 }
-                let room = MAX_BUFFERED.saturating_sub(buf.len());
-                if room == 0 {
+                let room = cap.saturating_sub(buf.len());
+                // Up to PIPE_BUF bytes go in whole or wait; more go in as far as there is room.
+                if room == 0 || (data.len() <= PIPE_BUF && room < data.len()) {
                     if nonblock {
                         return Err(EAGAIN.into());
                     }
@@ -383,7 +407,9 @@ impl Kernel {
         self.socket(fd)?;
         let (name, _, iov) = self.msghdr(mem, msg)?;
         let (n, trunc) = if let Some(r) = self.unix_recv_named(mem, fd, &iov, flags, name, msg + 8)? {
-            let ctrunc = self.unix_recv_control(mem, msg, &r, flags as u32)?;
+            let (id, _) = self.socket(fd)?;
+            let passcred = self.obj(id)?.options.get(&(SOL_SOCKET, SO_PASSCRED)).is_some_and(|v| *v != 0);
+            let ctrunc = self.unix_recv_control(mem, msg, &r, flags as u32, passcred)?;
             let mf = if r.trunc { MSG_TRUNC as i32 } else { 0 } | ctrunc | (flags as u32 & MSG_CMSG_CLOEXEC) as i32;
             self.process.mappings.copy_out(mem, msg + 48, &mf.to_le_bytes())?;
             return Ok(r.n);

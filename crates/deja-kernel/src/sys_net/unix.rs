@@ -24,6 +24,7 @@ const SOCK_SEQPACKET: u64 = 5;
 const SOCK_RAW: u64 = 3;
 const SO_PEERCRED: i32 = 17;
 const SCM_RIGHTS: i32 = 1;
+const SCM_CREDENTIALS: i32 = 2;
 /// Most descriptors in one `SCM_RIGHTS` message.
 pub(super) const SCM_MAX_FD: usize = 253;
 /// `MSG_CTRUNC`.
@@ -184,7 +185,7 @@ impl Kernel {
         let key = if name.first() == Some(&0) {
             UnixKey::Abstract(name.to_vec())
         } else {
-            let w = self.files.fs.walk(self.files.cwd, name, true)?;
+            let w = self.files.fs.walk_checked(self.files.cwd, name, true)?;
             let id = w.id.ok_or(ENOENT)?;
             if !matches!(self.files.fs.get(id).map(|n| &n.kind), Some(Kind::Socket)) {
                 return Err(ECONNREFUSED);
@@ -220,7 +221,7 @@ impl Kernel {
                 (n, key)
             }
             Some(n) => {
-                let w = self.files.fs.walk(self.files.cwd, &n, false)?;
+                let w = self.files.fs.walk_checked(self.files.cwd, &n, false)?;
                 if w.trailing {
                     return Err(if w.id.is_some() { EADDRINUSE } else { ENOENT }.into());
                 }
@@ -411,8 +412,10 @@ impl Kernel {
         Ok(Some(v.to_le_bytes().to_vec()))
     }
 
-    /// The descriptors a `sendmsg`'s control messages pass (`SCM_RIGHTS`); other control
-    /// messages (`SCM_CREDENTIALS`) are accepted and have no effect.
+    /// The descriptors a `sendmsg`'s control messages pass (`SCM_RIGHTS`). `SCM_CREDENTIALS`
+    /// is checked as Linux checks it for a program without privileges (its own pid, uid and
+    /// gid, or `EPERM`; a short one is `EINVAL`) and has no other effect; other control
+    /// messages are ignored.
     pub(super) fn unix_control(&self, mem: &mut dyn Memory, msg: u64) -> Result<Vec<i32>, i32> {
         let mut fds = Vec::new();
         let mut b = [0u8; 16];
@@ -444,6 +447,20 @@ impl Kernel {
                     let fd = i32::from_le_bytes(c.try_into().unwrap_or_default());
                     self.files.fds.entry(fd)?;
                     fds.push(fd);
+                }
+            }
+            if level == SOL_SOCKET && ty == SCM_CREDENTIALS {
+                if clen < 16 + 12 {
+                    return Err(EINVAL);
+                }
+                let mut c = [0u8; 12];
+                self.process.mappings.copy_in(mem, at + 16, &mut c)?;
+                let word = |i: usize| u32::from_le_bytes(c[i..i + 4].try_into().unwrap_or_default());
+                let own = u64::from(word(0)) == crate::sys_proc::GUEST_PID
+                    && u64::from(word(4)) == crate::stack::GUEST_UID
+                    && u64::from(word(8)) == crate::stack::GUEST_UID;
+                if !own {
+                    return Err(EPERM);
                 }
             }
             at = at.saturating_add((clen + 7) & !7);
@@ -666,14 +683,37 @@ impl Kernel {
         msg: u64,
         r: &Received,
         flags: u32,
+        passcred: bool,
     ) -> Result<i32, i32> {
         let mut b = [0u8; 16];
         self.process.mappings.copy_in(mem, msg + 32, &mut b)?;
         let ctl = u64::from_le_bytes(b[..8].try_into().unwrap_or_default());
         let space = u64::from_le_bytes(b[8..].try_into().unwrap_or_default());
+        // SO_PASSCRED: the sender's credentials come first (`SCM_CREDENTIALS`, a `struct
+        // ucred`): in deja every sender is the one process, pid 1, uid and gid 1000.
+        let mut creds_trunc = false;
+        let (ctl, space, creds) = if passcred {
+            if ctl != 0 && space >= 28 {
+                let mut c = 28u64.to_le_bytes().to_vec();
+                c.extend_from_slice(&SOL_SOCKET.to_le_bytes());
+                c.extend_from_slice(&SCM_CREDENTIALS.to_le_bytes());
+                c.extend_from_slice(&(crate::sys_proc::GUEST_PID as u32).to_le_bytes());
+                c.extend_from_slice(&(crate::stack::GUEST_UID as u32).to_le_bytes());
+                c.extend_from_slice(&(crate::stack::GUEST_UID as u32).to_le_bytes());
+                self.process.mappings.copy_out(mem, ctl, &c)?;
+                let used = 32u64.min(space);
+                (ctl + used, space - used, used)
+            } else {
+                creds_trunc = true;
+                (ctl, space, 0)
+            }
+        } else {
+            (ctl, space, 0)
+        };
+        let trunc_flag = if creds_trunc { MSG_CTRUNC } else { 0 };
         if r.fds.is_empty() {
-            self.process.mappings.copy_out(mem, msg + 40, &0u64.to_le_bytes())?;
-            return Ok(0);
+            self.process.mappings.copy_out(mem, msg + 40, &creds.to_le_bytes())?;
+            return Ok(trunc_flag);
         }
         let fit = if ctl == 0 { 0 } else { (space.saturating_sub(16) / 4).min(r.fds.len() as u64) as usize };
         if fit > 0 {
@@ -693,7 +733,7 @@ impl Kernel {
             self.process.mappings.copy_out(mem, ctl, &c)?;
             ((len + 7) & !7).min(space)
         };
-        self.process.mappings.copy_out(mem, msg + 40, &used.to_le_bytes())?;
-        Ok(if dropped { MSG_CTRUNC } else { 0 })
+        self.process.mappings.copy_out(mem, msg + 40, &(creds + used).to_le_bytes())?;
+        Ok(if dropped { MSG_CTRUNC } else { trunc_flag })
     }
 }

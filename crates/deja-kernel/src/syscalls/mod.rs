@@ -213,28 +213,28 @@ syscall_table! {
     102    "getuid"            [] => |k, _, _| k.sys_getuid();
     103    "syslog";
     104    "getgid"            [] => |k, _, _| k.sys_getuid();
-    105    "setuid";
-    106    "setgid";
+    105    "setuid"            [Int] => |k, _, a| k.sys_set_ids(&a[..1]);
+    106    "setgid"            [Int] => |k, _, a| k.sys_set_ids(&a[..1]);
     107    "geteuid"           [] => |k, _, _| k.sys_getuid();
     108    "getegid"           [] => |k, _, _| k.sys_getuid();
     109    "setpgid";
     110    "getppid"           [] => |k, _, _| k.sys_getppid();
     111    "getpgrp"           [] => |k, _, _| k.sys_getpgrp();
     112    "setsid";
-    113    "setreuid";
-    114    "setregid";
+    113    "setreuid"          [Int, Int] => |k, _, a| k.sys_set_ids(&a[..2]);
+    114    "setregid"          [Int, Int] => |k, _, a| k.sys_set_ids(&a[..2]);
     115    "getgroups"         [Int, Ptr] => |k, _, _| k.sys_getgroups();
-    116    "setgroups";
-    117    "setresuid";
+    116    "setgroups"         [Len, Ptr] => |k, _, _| k.sys_setgroups();
+    117    "setresuid"         [Int, Int, Int] => |k, _, a| k.sys_set_ids(&a[..3]);
     118    "getresuid"         [Ptr, Ptr, Ptr] => |k, m, a| k.sys_getresuid(m, a[0], a[1], a[2]);
-    119    "setresgid";
+    119    "setresgid"         [Int, Int, Int] => |k, _, a| k.sys_set_ids(&a[..3]);
     120    "getresgid"         [Ptr, Ptr, Ptr] => |k, m, a| k.sys_getresuid(m, a[0], a[1], a[2]);
     121    "getpgid"           [Int] => |k, _, _| k.sys_getpgrp();
-    122    "setfsuid";
-    123    "setfsgid";
+    122    "setfsuid"          [Int] => |k, _, _| k.sys_setfsid();
+    123    "setfsgid"          [Int] => |k, _, _| k.sys_setfsid();
     124    "getsid"            [Int] => |k, _, _| k.sys_getpgrp();
-    125    "capget";
-    126    "capset";
+    125    "capget"            [Ptr, Ptr] => |k, m, a| k.sys_capget(m, a[0], a[1]);
+    126    "capset"            [Ptr, Ptr] => |k, m, a| k.sys_capset(m, a[0], a[1]);
     127    "rt_sigpending"     [Ptr, Len] => |k, m, a| k.sys_rt_sigpending(m, a[0], a[1]);
     128    "rt_sigtimedwait"   [Ptr, Ptr, Ptr, Len] => |k, m, a| k.sys_rt_sigtimedwait(m, a);
     129    "rt_sigqueueinfo"   [Int, Int, Ptr] => |k, m, a| k.sys_rt_sigqueueinfo(m, a[0], a[1], a[2]);
@@ -384,10 +384,10 @@ syscall_table! {
     272    "unshare";
     273    "set_robust_list"   [Ptr, Len] => |k, _, a| k.sys_set_robust_list(a[0], a[1]);
     274    "get_robust_list";
-    275    "splice";
-    276    "tee";
+    275    "splice"            [Fd, Ptr, Fd, Ptr, Len, Flags] => |k, m, a| k.sys_splice(m, a);
+    276    "tee"               [Fd, Fd, Len, Flags] => |k, _, a| k.sys_tee([a[0], a[1], a[2], a[3]]);
     277    "sync_file_range"   [Fd, Int, Len, Flags] => |k, _, a| k.sys_sync_file_range(a[0], a[1], a[2], a[3]);
-    278    "vmsplice";
+    278    "vmsplice"          [Fd, Ptr, Len, Flags] => |k, m, a| k.sys_vmsplice(m, [a[0], a[1], a[2], a[3]]);
     279    "move_pages";
     280    "utimensat"         [Fd, Path, Ptr, Flags] => |k, m, a| k.sys_utimensat(m, a[0], a[1], a[2], a[3]);
     281    "epoll_pwait"       [Fd, Ptr, Int, Int, Ptr, Len]
@@ -590,7 +590,7 @@ mod tests {
                 assert!(handler(nr).is_none() && args(nr).is_none());
             }
         }
-        assert_eq!(TABLE.iter().filter(|e| e.served()).count(), 167);
+        assert_eq!(TABLE.iter().filter(|e| e.served()).count(), 181);
         assert_eq!(args(0), Some(&[Arg::Fd, Arg::Ptr, Arg::Len][..]));
         assert_eq!(args(257), Some(&[Arg::Fd, Arg::Path, Arg::Flags, Arg::Mode][..]));
         assert!(entry(334).is_some_and(Entry::served), "rseq is answered on purpose");

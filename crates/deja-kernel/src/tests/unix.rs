@@ -119,7 +119,7 @@ fn a_restored_name_must_belong_to_a_socket_bound_to_it() {
     bad.unix_names.insert(UnixKey::Abstract(b"\0other".to_vec()), id);
     assert!(bad.validate(&()).unwrap_err().to_string().contains("not bound to it"));
     let mut bad = k.net.clone();
-    let pipe = bad.add(ObjKind::Pipe { buf: Default::default(), readers: 1, writers: 1 });
+    let pipe = bad.add(ObjKind::Pipe { buf: Default::default(), readers: 1, writers: 1, cap: crate::net::PIPE_SIZE });
     bad.unix_names.insert(key, pipe);
     assert!(bad.validate(&()).is_err());
 }

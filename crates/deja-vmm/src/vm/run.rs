@@ -325,6 +325,14 @@ impl Vm {
                                 "; runnable thread(s) {} never got a turn (deja switches threads only at a syscall)",
                                 others.join(", ")
                             ));
+                            if kernel.cpus() > 1 {
+                                signals.push_str(&format!(
+                                    "; the program is shown {} CPUs, and a runtime that spin-waits for another \
+                                     thread (Go's garbage collector with GOMAXPROCS > 1) waits forever without \
+                                     preemption: try --cpus 1",
+                                    kernel.cpus()
+                                ));
+                            }
                         }
                         let pending = kernel.pending_signals();
                         if !pending.is_empty() {
