@@ -37,15 +37,6 @@ static const char *events(int fd) {
     return b;
 }
 
-static void show_read(const char *what, int fd) {
-    char b[64];
-    ssize_t n = read(fd, b, sizeof b);
-    if (n < 0)
-        show(what, n);
-    else
-        printf("%s: %zd \"%.*s\"\n", what, n, (int)n, b);
-}
-
 static const char *type_of(mode_t m) {
     if (S_ISFIFO(m)) return "FIFO";
     if (S_ISREG(m)) return "regular";

@@ -6,6 +6,7 @@
  * again); a directory without write permission (create, unlink, rename, mkdir, link, symlink:
  * EACCES), one without search permission (names in it cannot be reached, chdir refused, its
  * listing still read), one with search permission only (its names reached, its listing not);
+ * a socket's name without write permission (connect: EACCES);
  * setuid and its kin to the program's own ids and to root, setgroups;
  * /dev/zero and /dev/full read, written, seeked, stat'ed and /dev/zero mapped. It works in a
  * fresh directory under /tmp and prints nothing of its name. */
@@ -19,6 +20,8 @@
 #include <grp.h>
 #include <sys/fsuid.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -59,6 +62,7 @@ int main(void) {
     /* ids: a program without privileges keeps its own */
     show("setuid to its own uid", setuid(1000));
     show("setuid to root", setuid(0));
+    show("setuid(-1)", setuid(-1));
     show("setgid to its own gid", setgid(1000));
     show("setreuid(-1, own)", setreuid(-1, 1000));
     show("setresuid(own, -1, root)", setresuid(1000, -1, 0));
@@ -83,6 +87,7 @@ int main(void) {
     show_open("read-only file, O_RDONLY | O_TRUNC", "f", O_RDONLY | O_TRUNC);
     show_open("read-only file, O_PATH", "f", O_PATH);
     show("truncate a read-only file", truncate("f", 0));
+    show("truncate it to a negative length", truncate("f", -1));
     show_access("f");
     chmod("f", 0200);
     show_open("write-only file, O_RDONLY", "f", O_RDONLY);
@@ -102,6 +107,21 @@ int main(void) {
     show_open("open it again", "new", O_RDONLY);
     show("unlink it", unlink("new"));
 
+    /* a socket's name without write permission */
+    int srv = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    strcpy(sa.sun_path, "sock");
+    bind(srv, (struct sockaddr *)&sa, sizeof sa);
+    listen(srv, 1);
+    chmod("sock", 0555);
+    int cl = socket(AF_UNIX, SOCK_STREAM, 0);
+    show("connect to a socket without write permission", connect(cl, (struct sockaddr *)&sa, sizeof sa));
+    chmod("sock", 0755);
+    show("connect once writable", connect(cl, (struct sockaddr *)&sa, sizeof sa));
+    close(cl);
+    close(srv);
+    unlink("sock");
+
     /* a directory without write permission */
     mkdir("d", 0755);
     close(open("d/f", O_WRONLY | O_CREAT, 0644));
@@ -117,6 +137,16 @@ int main(void) {
     show("symlink in it", symlink("f", "d/s"));
     show("mkfifo in it", mkfifo("d/p", 0644));
     show_access("d");
+
+    /* a directory without write permission moving to another parent */
+    mkdir("a", 0755);
+    mkdir("b", 0755);
+    mkdir("a/m", 0555);
+    show("rename a read-only directory to another parent", rename("a/m", "b/m"));
+    show("rename it within its parent", rename("a/m", "a/n"));
+    rmdir("a/n");
+    rmdir("a");
+    rmdir("b");
 
     /* a directory without search permission */
     chmod("d", 0644);

@@ -21,15 +21,6 @@
 
 #include "case.h"
 
-static void show_read(const char *what, int fd) {
-    char b[128];
-    ssize_t n = read(fd, b, sizeof b);
-    if (n < 0)
-        show(what, n);
-    else
-        printf("%s: %zd \"%.*s\"\n", what, n, (int)n, b);
-}
-
 static int tcp_pair(int *client, int *server) {
     int l = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};

@@ -89,7 +89,7 @@ impl Exit {
         ),
         (
             Exit::NotLoadable,
-            "the program or artifact could not be loaded (not ELF, dynamically linked, 32-bit, \
+            "the program or artifact could not be loaded (not ELF, a dynamic loader or library that cannot be found, 32-bit, \
                       malformed; a damaged, truncated or newer snapshot, capsule, bug file, cluster bug file or \
                       checkpoint)",
         ),

@@ -11,6 +11,7 @@ mod cluster;
 mod crash;
 mod doctor;
 mod dogfood;
+mod dynlink;
 mod exit;
 mod explore;
 mod inspect;

@@ -208,13 +208,22 @@ pub fn read_declared(decls: &[String]) -> Result<BTreeMap<String, Vec<u8>>, Fail
             let code = if e.kind() == std::io::ErrorKind::NotFound { Exit::NotFound } else { Exit::Usage };
             Failure::new(code, format!("cannot read declared file {}: {e}", path.display()))
         };
-        let mut todo = vec![(PathBuf::from(&host), guest.trim_end_matches('/').to_string())];
-        let mut dirs = 0usize;
-        while let Some((path, at)) = todo.pop() {
-            let meta = std::fs::metadata(&path).map_err(|e| unreadable(&path, e))?;
+        let mut todo = vec![(PathBuf::from(&host), guest.trim_end_matches('/').to_string(), true)];
+        let mut seen_dirs = std::collections::BTreeSet::new();
+        while let Some((path, at, top)) = todo.pop() {
+            let meta = match std::fs::metadata(&path) {
+                Ok(m) => m,
+                // Below the top, a dangling symlink is not an input.
+                Err(e) if !top && e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(unreadable(&path, e)),
+            };
             if meta.is_dir() {
-                dirs += 1;
-                if dirs > 100_000 {
+                // Each directory once: a symlink back up the tree would never end.
+                let real = std::fs::canonicalize(&path).map_err(|e| unreadable(&path, e))?;
+                if !seen_dirs.insert(real) {
+                    continue;
+                }
+                if seen_dirs.len() > 100_000 {
                     return Err(Failure::new(Exit::Usage, format!("--file {decl}: more than 100000 directories")));
                 }
                 let mut names: Vec<_> = std::fs::read_dir(&path)
@@ -224,13 +233,18 @@ pub fn read_declared(decls: &[String]) -> Result<BTreeMap<String, Vec<u8>>, Fail
                 names.sort();
                 // Popped last first: pushed in reverse so the files are read in name order.
                 for n in names.into_iter().rev() {
-                    let name = n.to_string_lossy().into_owned();
-                    todo.push((path.join(&n), format!("{at}/{name}")));
+                    // A name that is not UTF-8 cannot be a guest path.
+                    let Some(name) = n.to_str() else { continue };
+                    todo.push((path.join(&n), format!("{at}/{name}"), false));
                 }
                 continue;
             }
             if !meta.is_file() {
                 continue; // a device, socket or FIFO of the host: never an input
+            }
+            let at = if at.is_empty() { "/".to_string() } else { at };
+            if let Some(problem) = deja_kernel::fs::guest_path_problem(&at) {
+                return Err(Failure::new(Exit::Usage, format!("--file {decl}: {at}: {problem}")));
             }
             total += meta.len();
             if total > DECLARED_MAX {
@@ -240,7 +254,7 @@ pub fn read_declared(decls: &[String]) -> Result<BTreeMap<String, Vec<u8>>, Fail
                 ));
             }
             let data = std::fs::read(&path).map_err(|e| unreadable(&path, e))?;
-            files.insert(if at.is_empty() { "/".to_string() } else { at }, data);
+            files.insert(at, data);
         }
     }
     Ok(files)
@@ -254,7 +268,13 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
     })?;
     let name = program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
     let exe_path = format!("/bin/{name}");
-    let files = read_declared(&args.files)?;
+    let mut files = read_declared(&args.files)?;
+    // A dynamically linked program brings its loader and libraries from the host, unless the
+    // command line declared them itself.
+    let needs = crate::dynlink::host_closure(&image, program).map_err(|e| Failure::new(Exit::NotLoadable, e))?;
+    for (path, data) in needs {
+        files.entry(path).or_insert(data);
+    }
     let stdin = match &args.stdin {
         Some(p) => std::fs::read(p).map_err(|e| {
             let code = if e.kind() == std::io::ErrorKind::NotFound { Exit::NotFound } else { Exit::Usage };

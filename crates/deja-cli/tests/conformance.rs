@@ -493,6 +493,8 @@ fn permission_bits_and_memory_devices_match_linux() {
         &seen,
         &[
             "setuid to root: EPERM",
+            "setuid(-1): EINVAL",
+            "connect to a socket without write permission: EACCES",
             "setresuid(own, -1, root): EPERM",
             "setgroups: EPERM",
             "setfsuid to root gives the one before: 1000",
@@ -502,6 +504,9 @@ fn permission_bits_and_memory_devices_match_linux() {
             "open it again: EACCES",
             "create in a read-only directory: EACCES",
             "rename in it: EACCES",
+            "truncate it to a negative length: EINVAL",
+            "rename a read-only directory to another parent: EACCES",
+            "rename it within its parent: 0",
             "chdir into it: EACCES",
             "its listing: EACCES",
             "mapped: 0, written: 7",

@@ -167,9 +167,13 @@ fn declared_files_stdin_env_and_args_reach_the_program() {
 #[test]
 fn a_declared_directory_brings_every_file_below_it() {
     let dir = std::env::temp_dir().join(format!("deja-tree-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
     std::fs::create_dir_all(dir.join("sub/deeper")).unwrap();
     std::fs::write(dir.join("a.txt"), "top").unwrap();
     std::fs::write(dir.join("sub/deeper/b.txt"), "below").unwrap();
+    // A symlink back up the tree is followed once, a dangling one is no input.
+    std::os::unix::fs::symlink("..", dir.join("sub/up")).unwrap();
+    std::os::unix::fs::symlink("/nonexistent-deja-target", dir.join("dangling")).unwrap();
     let decl = format!("{}:/srv/tree", dir.display());
     let (out, v) =
         run_json(&["--file", &decl, &s(&guest("cat")), "--", "/srv/tree/a.txt", "/srv/tree/sub/deeper/b.txt"]);
@@ -188,6 +192,25 @@ fn a_declared_directory_brings_every_file_below_it() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("cannot read declared file /nonexistent-deja-dir"), "{}", stderr(&out));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_dynamically_linked_debian_binary_runs_with_its_loader_and_libraries() {
+    // /bin/echo as the host has it: glibc's loader and libc come from the host, declared as
+    // inputs, and the run is the same in fresh processes on every core.
+    let out = deja(&["run", "--no-probe", "--audit", "3", "/bin/echo", "--", "hello", "from", "ld.so"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(stdout(&out), "hello from ld.so\n");
+    assert!(err.contains("deja: audit: identical over 3 runs"), "{err}");
+    assert!(err.contains("code rewritten: /lib64/ld-linux-x86-64.so.2"), "the loader's code is rewritten: {err}");
+    assert!(err.contains("libc.so.6"), "so is libc's: {err}");
+    // The report names the loader and libc among the code it rewrote.
+    let (_, v) = run_json(&["/bin/echo", "--", "x"]);
+    let objects = v["host_channels"]["objects"].as_array().expect("objects").clone();
+    let names: Vec<&str> = objects.iter().filter_map(|o| o["name"].as_str()).collect();
+    assert!(names.contains(&"/lib64/ld-linux-x86-64.so.2"), "{names:?}");
+    assert!(names.iter().any(|n| n.ends_with("/libc.so.6")), "{names:?}");
 }
 
 #[test]
@@ -266,10 +289,15 @@ fn bad_programs_get_clear_errors() {
     std::fs::write(&trunc, &hello[..200]).unwrap();
     let out = deja(&["run", "--no-probe", &s(&trunc)]);
     assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
-    // Dynamically linked (the host's own /bin/true on glibc distributions).
-    let out = deja(&["run", "--no-probe", "/bin/true"]);
-    assert_eq!(out.status.code(), Some(126));
-    assert!(stderr(&out).contains("+crt-static"), "{}", stderr(&out));
+    // Dynamically linked, with a loader that is not there.
+    let mut dynamic = std::fs::read("/bin/true").unwrap();
+    let at = dynamic.windows(27).position(|w| w == b"/lib64/ld-linux-x86-64.so.2").expect("PT_INTERP");
+    dynamic[at..at + 27].copy_from_slice(b"/lib64/ld-deja-missing.so.2");
+    let nold = dir.join("noloader");
+    std::fs::write(&nold, &dynamic).unwrap();
+    let out = deja(&["run", "--no-probe", &s(&nold)]);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    assert!(stderr(&out).contains("cannot read the interpreter /lib64/ld-deja-missing.so.2"), "{}", stderr(&out));
     // Missing.
     let out = deja(&["run", "--no-probe", "/nonexistent/program"]);
     assert_eq!(out.status.code(), Some(127));

@@ -152,6 +152,15 @@ pub fn answer_for(cpus: u32, function: u32, index: u32) -> [u32; 4] {
     }
 }
 
+/// The size of the XSAVE area leaf 0xd gives (`EBX`, `ECX`): the standard-format size of every
+/// component an x86-64 host enables today, through AMX's tile data (bit 18, ending at 11,008
+/// bytes), although deja's XCR0 is x87 | SSE | AVX (832 bytes). Where the host does not enforce
+/// the XCR0 deja sets (nested PVM, whose guests run with the host's, 0x602e7 on the Intel
+/// hosts), `xsave` writes the host's components; a program that sizes its save area by this
+/// leaf (glibc's loader, saving registers around lazy binding) must not be overrun by it. The
+/// number is the same on every host.
+pub const XSAVE_AREA: u32 = 11_008;
+
 /// The table, in the order it is installed.
 pub fn table() -> Vec<Leaf> {
     let b = brand();
@@ -177,8 +186,8 @@ pub fn table() -> Vec<Leaf> {
         sub(0xb, 0, 0, 1, 0x100, 0),
         sub(0xb, 1, 0, 1, 0x201, 0),
         sub(0xb, 2, 0, 0, 2, 0),
-        // XSAVE: x87 + SSE + AVX, 832 bytes; no XSAVEOPT/XSAVEC/XSAVES.
-        sub(0xd, 0, XCR0 as u32, 832, 832, 0),
+        // XSAVE: x87 + SSE + AVX; no XSAVEOPT/XSAVEC/XSAVES; the area's size is XSAVE_AREA.
+        sub(0xd, 0, XCR0 as u32, XSAVE_AREA, XSAVE_AREA, 0),
         sub(0xd, 1, 0, 0, 0, 0),
         sub(0xd, 2, 256, 576, 0, 0),
         leaf(0x8000_0000, 0x8000_0008, 0, 0, 0),

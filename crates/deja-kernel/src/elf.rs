@@ -81,6 +81,8 @@ pub struct ElfImage {
     pub phdrs: Vec<Phdr>,
     /// True if `PT_GNU_STACK` asks for an executable stack (noted only).
     pub exec_stack: bool,
+    /// The dynamic loader `PT_INTERP` names, for a dynamically linked program.
+    pub interp: Option<String>,
 }
 
 /// What is damaged in an ELF image that is otherwise one deja would run.
@@ -267,15 +269,21 @@ pub fn parse(image: &[u8]) -> Result<ElfImage, LoadError> {
             ph.ok().map(Phdr::read).context(PhdrSnafu { index }).context(MalformedSnafu)
         })
         .collect::<Result<Vec<_>, _>>()?;
-    if let Some(interp) = phdrs.iter().find(|p| p.p_type == PT_INTERP) {
-        let bytes = image.read_bytes_at(interp.p_offset, interp.p_filesz).unwrap_or(&[]);
-        let bytes = bytes.split(|b| *b == 0).next().unwrap_or(&[]);
-        let mut name = String::from_utf8_lossy(bytes).into_owned();
-        if name.is_empty() {
-            name = "<unreadable>".to_string();
+    let interp = match phdrs.iter().find(|p| p.p_type == PT_INTERP) {
+        Some(p) => {
+            let bytes = image.read_bytes_at(p.p_offset, p.p_filesz).unwrap_or(&[]);
+            let bytes = bytes.split(|b| *b == 0).next().unwrap_or(&[]);
+            match std::str::from_utf8(bytes) {
+                Ok(name) if name.starts_with('/') => Some(name.to_string()),
+                _ => {
+                    let name = String::from_utf8_lossy(bytes).into_owned();
+                    let interpreter = if name.is_empty() { "<unreadable>".to_string() } else { name };
+                    return DynamicSnafu { interpreter }.fail();
+                }
+            }
         }
-        return DynamicSnafu { interpreter: name }.fail();
-    }
+        None => None,
+    };
     if e_type == ET_DYN && entry == 0 {
         return Err(LoadError::NotExecutable { e_type });
     }
@@ -301,7 +309,7 @@ pub fn parse(image: &[u8]) -> Result<ElfImage, LoadError> {
         elf_check(first + w[0].p_memsz <= second, OverlapSnafu { first, second })?;
     }
     let exec_stack = phdrs.iter().any(|p| p.p_type == PT_GNU_STACK && p.p_flags & PF_X != 0);
-    Ok(ElfImage { e_type, entry, phoff, phdrs, exec_stack })
+    Ok(ElfImage { e_type, entry, phoff, phdrs, exec_stack, interp })
 }
 
 impl ElfImage {
@@ -344,4 +352,42 @@ pub fn find_section(image: &[u8], name: &[u8]) -> Option<(u64, u64)> {
         let (addr, size) = (s.sh_addr(LE), s.sh_size(LE));
         (s.sh_flags(LE).0 & defs::SHF_ALLOC.0 != 0 && size > 0).then_some((addr, size))
     })
+}
+
+/// What a dynamically linked program or library asks of the loader besides itself: the
+/// libraries it needs (`DT_NEEDED`, in order) and the directories to look in first
+/// (`DT_RUNPATH`, or `DT_RPATH` without one; `:`-separated, `$ORIGIN` unexpanded).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DynamicNeeds {
+    /// `DT_NEEDED` names.
+    pub needed: Vec<String>,
+    /// `DT_RUNPATH` (or `DT_RPATH`) directories.
+    pub search: Vec<String>,
+}
+
+/// The dynamic section's needs of `image` (through its section headers); empty for an image
+/// without one, and for a damaged table.
+pub fn dynamic_needs(image: &[u8]) -> DynamicNeeds {
+    use object::read::elf::Dyn as _;
+    let mut needs = DynamicNeeds::default();
+    let Ok(header) = image.read_at::<FileHeader64<LittleEndian>>(0) else { return needs };
+    let Ok(sections) = header.sections(LE, image) else { return needs };
+    let Ok(table) = sections.dynamic_table(LE, image) else { return needs };
+    let (mut runpath, mut rpath) = (Vec::new(), Vec::new());
+    for d in table.dynamics() {
+        let tag = d.tag(LE);
+        if tag == defs::DT_NULL {
+            break;
+        }
+        let Ok(s) = d.string(LE, *table.strings()) else { continue };
+        let s = String::from_utf8_lossy(s).into_owned();
+        match tag {
+            defs::DT_NEEDED => needs.needed.push(s),
+            defs::DT_RUNPATH => runpath.extend(s.split(':').filter(|p| !p.is_empty()).map(String::from)),
+            defs::DT_RPATH => rpath.extend(s.split(':').filter(|p| !p.is_empty()).map(String::from)),
+            _ => {}
+        }
+    }
+    needs.search = if runpath.is_empty() { rpath } else { runpath };
+    needs
 }

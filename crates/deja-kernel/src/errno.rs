@@ -48,6 +48,7 @@ errnos! {
     ELOOP = 40;
     ENXIO = 6;
     EOPNOTSUPP = 95;
+    ENODATA = 61;
     ETIMEDOUT = 110;
     E2BIG = 7;
     ERESTARTSYS = 512;

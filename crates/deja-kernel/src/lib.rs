@@ -155,6 +155,13 @@ pub use coverage::{bucket, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
 pub use disk::{Disk, DiskEntry, DiskError};
 pub use elf::find_section as elf_section;
 pub use elf::ElfError;
+pub use elf::{dynamic_needs, DynamicNeeds};
+
+/// The dynamic loader a program's `PT_INTERP` names (`None` for a static program, or an image
+/// deja would not load).
+pub fn elf_interpreter(image: &[u8]) -> Option<String> {
+    elf::parse(image).ok()?.interp
+}
 pub use faults::under;
 pub use faults::{
     CrashAt, CrashState, DecisionLog, DecisionPoint, DecisionRecord, DurableOp, ErrorRule, FailedSync, FaultConfig,
@@ -239,7 +246,7 @@ pub struct Entry {
 #[snafu(visibility(pub(crate)))]
 pub enum LoadError {
     /// Not an ELF file at all.
-    #[snafu(display("not an ELF executable (bad magic); deja runs static x86-64 Linux ELF programs"))]
+    #[snafu(display("not an ELF executable (bad magic); deja runs x86-64 Linux ELF programs"))]
     NotElf,
     /// A 32-bit ELF.
     #[snafu(display(
@@ -252,12 +259,18 @@ pub enum LoadError {
         /// `e_machine`.
         machine: u16,
     },
-    /// A dynamically linked ELF (has `PT_INTERP`).
+    /// A dynamically linked ELF (has `PT_INTERP`) whose loader is not among the run's files.
     #[snafu(display(
-        "dynamically linked ELF (it asks for the interpreter {interpreter}); rebuild it static with \
-         RUSTFLAGS=\"-C target-feature=+crt-static\""
+        "dynamically linked ELF (it asks for the interpreter {interpreter}, which the run was not given): \
+         declare it and the libraries, or rebuild it static with RUSTFLAGS=\"-C target-feature=+crt-static\""
     ))]
     Dynamic {
+        /// The interpreter `PT_INTERP` names.
+        interpreter: String,
+    },
+    /// The loader a dynamically linked ELF names is not a shared object of its own.
+    #[snafu(display("the interpreter {interpreter} is not an ELF shared object without an interpreter of its own"))]
+    BadInterpreter {
         /// The interpreter `PT_INTERP` names.
         interpreter: String,
     },

@@ -65,6 +65,8 @@ pub struct AuxInfo {
     pub phnum: u64,
     /// Entry point.
     pub entry: u64,
+    /// The dynamic loader's load bias (`AT_BASE`; 0 for a static program).
+    pub base: u64,
     /// Where the vDSO's ELF header is (`AT_SYSINFO_EHDR`), if the program has one.
     pub vdso: Option<u64>,
 }
@@ -130,7 +132,7 @@ pub fn build(
         (AT_PHDR, aux.phdr),
         (AT_PHENT, crate::elf::PHDR_SIZE),
         (AT_PHNUM, aux.phnum),
-        (AT_BASE, 0),
+        (AT_BASE, aux.base),
         (AT_FLAGS, 0),
         (AT_ENTRY, aux.entry),
         (AT_UID, GUEST_UID),

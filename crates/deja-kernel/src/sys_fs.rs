@@ -340,6 +340,76 @@ impl Kernel {
         Ok(0)
     }
 
+    /// `statfs`: [`Kernel::write_statfs`] for the file system `path` is on.
+    pub(crate) fn sys_statfs(&mut self, mem: &mut dyn Memory, path: u64, buf: u64) -> SysResult {
+        let Target::Path(w) = self.resolve(mem, crate::kernel::AT_FDCWD, path, 0, true)? else {
+            return Err(ENOENT.into());
+        };
+        self.target_id(&w)?;
+        self.write_statfs(mem, buf)
+    }
+
+    /// `fstatfs`: [`Kernel::write_statfs`] for the file system `fd` is on.
+    pub(crate) fn sys_fstatfs(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64) -> SysResult {
+        self.files.fds.get(fd as i32)?;
+        self.write_statfs(mem, buf)
+    }
+
+    /// A `struct statfs` of deja's one file system, the same whatever the path (`/proc` and
+    /// `/dev` included): ext4's magic, 4 KiB blocks, the run's capacity and what its files hold,
+    /// 255-byte names, mounted `relatime`.
+    fn write_statfs(&mut self, mem: &mut dyn Memory, buf: u64) -> SysResult {
+        const EXT4_SUPER_MAGIC: u64 = 0xef53;
+        const ST_VALID_RELATIME: u64 = 0x20 | 0x1000;
+        let blocks = self.files.fs.capacity() / 4096;
+        let free = blocks.saturating_sub(self.files.fs.used().div_ceil(4096));
+        let files = 1 << 20;
+        let mut b = [0u8; 120];
+        let words = [EXT4_SUPER_MAGIC, 4096, blocks, free, free, files, files - self.files.fs.inode_count() as u64];
+        for (i, w) in words.iter().enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        // f_fsid (two ints) stays 0; then f_namelen, f_frsize, f_flags.
+        for (o, w) in [(64, 255u64), (72, 4096), (80, ST_VALID_RELATIME)] {
+            b[o..o + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        self.process.mappings.copy_out(mem, buf, &b)?;
+        Ok(0)
+    }
+
+    /// The inode an extended-attribute call names: a path (followed unless `nofollow`) or a
+    /// descriptor.
+    fn xattr_target(&mut self, mem: &mut dyn Memory, path: Option<u64>, fd: u64, nofollow: bool) -> Result<(), i32> {
+        match path {
+            Some(p) => {
+                let Target::Path(w) = self.resolve(mem, crate::kernel::AT_FDCWD, p, 0, !nofollow)? else {
+                    return Err(ENOENT);
+                };
+                self.target_id(&w).map(|_| ())
+            }
+            None => self.files.fds.get(fd as i32).map(|_| ()),
+        }
+    }
+
+    /// The extended-attribute calls: no file has any, and none can be set, as on a file system
+    /// without them: `getxattr` and `removexattr` say `ENODATA`, `listxattr` lists nothing,
+    /// `setxattr` is `EOPNOTSUPP`. `which` is 0 for get, 1 for list, 2 for set, 3 for remove.
+    pub(crate) fn sys_xattr(
+        &mut self,
+        mem: &mut dyn Memory,
+        which: u8,
+        path: Option<u64>,
+        fd: u64,
+        nofollow: bool,
+    ) -> SysResult {
+        self.xattr_target(mem, path, fd, nofollow)?;
+        match which {
+            1 => Ok(0),
+            2 => Err(EOPNOTSUPP.into()),
+            _ => Err(ENODATA.into()),
+        }
+    }
+
     pub(crate) fn sys_truncate(&mut self, mem: &mut dyn Memory, path: u64, len: u64) -> SysResult {
         let Target::Path(w) = self.resolve(mem, crate::kernel::AT_FDCWD, path, 0, true)? else {
             return Err(ENOENT.into());
@@ -349,8 +419,10 @@ impl Kernel {
             Some(n) => self.files.fs.path_in(w.parent, n),
             None => self.files.fs.dir_path(id).unwrap_or_default(),
         };
+        // Write permission, once Linux's earlier checks (a negative length, a directory, a
+        // file that is not regular, a read-only one) found nothing.
         let node = self.files.fs.get(id).ok_or(ENOENT)?;
-        if !node.readonly && !node.is_dir() && node.mode & 0o200 == 0 {
+        if (len as i64) >= 0 && !node.readonly && matches!(node.kind, Kind::File(_)) && node.mode & 0o200 == 0 {
             return Err(EACCES.into());
         }
         self.truncate_id(id, &p, len)
@@ -403,6 +475,9 @@ impl Kernel {
     pub(crate) fn sys_mkdirat(&mut self, mem: &mut dyn Memory, dirfd: u64, path: u64, mode: u64) -> SysResult {
         let w = self.walk_nofollow(mem, dirfd, path)?;
         if w.id.is_none() {
+            // Permission before the fault point: a directory the program may not change
+            // refuses before anything is written.
+            self.files.fs.writable_dir(w.parent)?;
             if let Some(name) = &w.name {
                 let p = self.files.fs.path_in(w.parent, name);
                 self.io_point(IoOp::Create, &p, None, (0, 0))?;

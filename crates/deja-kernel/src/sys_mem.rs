@@ -133,8 +133,14 @@ impl Kernel {
         let shared = flags & 3 != 2 && flags & MAP_SHARED != 0;
         // A mapping of /dev/zero is anonymous memory, private or shared, as on Linux.
         let zero = !anon && self.files.fds.get(fd as i32).is_ok_and(|f| f.kind == crate::fd::FileKind::MemDev(5));
-        if zero && !self.files.fds.get(fd as i32).is_ok_and(|f| f.readable()) {
-            return Err(EACCES.into());
+        if zero {
+            let f = self.files.fds.get(fd as i32)?;
+            if off & (PAGE_SIZE - 1) != 0 {
+                return Err(EINVAL.into());
+            }
+            if !f.readable() || (shared && prot.writable() && !f.writable()) {
+                return Err(EACCES.into());
+            }
         }
         let kind = if anon || zero {
             VmaKind::Anon

@@ -231,6 +231,7 @@ impl Kernel {
                     return Err(EISDIR.into());
                 }
                 let Some(name) = &w.name else { return Err(ENOENT.into()) };
+                self.files.fs.may_create(&w)?;
                 let p = self.files.fs.path_in(w.parent, name);
                 self.io_point(crate::faults::IoOp::Create, &p, None, (0, 0))?;
                 let perm = (mode as u32) & 0o7777 & !self.process.umask;

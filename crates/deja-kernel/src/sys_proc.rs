@@ -198,6 +198,14 @@ impl Kernel {
         }
     }
 
+    /// `setuid`, `setgid`: -1 is not an id (`EINVAL`); otherwise as [`Kernel::sys_set_ids`].
+    pub(crate) fn sys_setuid(&self, id: u64) -> SysResult {
+        if id as u32 == u32::MAX {
+            return Err(EINVAL.into());
+        }
+        self.sys_set_ids(&[id])
+    }
+
     /// `setfsuid`, `setfsgid`: the id before the call, which a program without privileges
     /// cannot change to anything but its own.
     pub(crate) fn sys_setfsid(&self) -> SysResult {

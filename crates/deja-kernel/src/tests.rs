@@ -1726,3 +1726,73 @@ fn hostile_states_never_panic() {
     }
     assert!(ok > 0, "some corruptions (inside file contents) still decode");
 }
+
+#[test]
+fn statfs_and_extended_attributes_answer_for_a_file_system_without_them() {
+    let (mut k, _, mut m) = boot();
+    let buf = scratch(&mut k, &mut m, 8192);
+    let p = path(&k, &mut m, buf + 4096, "/data/input.txt");
+    let missing = path(&k, &mut m, buf + 4500, "/data/missing");
+    let name = path(&k, &mut m, buf + 5000, "user.x");
+    assert_eq!(sc(&mut k, &mut m, "statfs", &[p, buf]), 0);
+    let st = peek(&k, &mut m, buf, 120);
+    let word = |i: usize| u64::from_le_bytes(st[i * 8..i * 8 + 8].try_into().unwrap());
+    assert_eq!((word(0), word(1), word(8), word(9)), (0xef53, 4096, 255, 4096), "ext4, 4 KiB blocks, 255-byte names");
+    assert!(word(3) <= word(2) && word(2) > 0, "free blocks within the total");
+    assert_eq!(sc(&mut k, &mut m, "statfs", &[missing, buf]), -2, "ENOENT");
+    assert_eq!(sc(&mut k, &mut m, "fstatfs", &[99, buf]), EBADF);
+    assert_eq!(sc(&mut k, &mut m, "getxattr", &[p, name, buf, 64]), -61, "ENODATA");
+    assert_eq!(sc(&mut k, &mut m, "lgetxattr", &[missing, name, buf, 64]), -2, "ENOENT");
+    assert_eq!(sc(&mut k, &mut m, "listxattr", &[p, buf, 64]), 0);
+    assert_eq!(sc(&mut k, &mut m, "setxattr", &[p, name, buf, 1, 0]), -95, "EOPNOTSUPP");
+    assert_eq!(sc(&mut k, &mut m, "removexattr", &[p, name]), -61, "ENODATA");
+    assert_eq!(sc(&mut k, &mut m, "fgetxattr", &[99, name, buf, 64]), EBADF);
+}
+
+#[test]
+fn a_dynamic_program_starts_in_its_declared_loader() {
+    let loader_path = "/lib64/ld-linux-x86-64.so.2";
+    let program = build_elf(3, 62, 0, &segs(0), Some(loader_path));
+    // The loader is a shared object: its code at 0x1000 relative to wherever it lands.
+    let loader = build_elf(3, 62, 0, &segs(0), None);
+    let mut spec = spec_with(program.clone(), 0);
+    spec.files.insert(loader_path.to_string(), loader.clone());
+    let mut m = FakeMemory::new(FRAMES);
+    let (k, e) = Kernel::load(spec, &mut m).expect("a dynamic program with its loader loads");
+    let mut aux = BTreeMap::new();
+    let argc = peek_u64(&m, e.rsp);
+    let mut a = e.rsp + 8 * (argc + 2);
+    while peek_u64(&m, a) != 0 {
+        a += 8;
+    }
+    a += 8;
+    loop {
+        let (key, val) = (peek_u64(&m, a), peek_u64(&m, a + 8));
+        a += 16;
+        if key == AT_NULL {
+            break;
+        }
+        aux.insert(key, val);
+    }
+    let base = aux[&AT_BASE];
+    assert_ne!(base, 0, "AT_BASE is the loader's load address");
+    assert_eq!(base % 4096, 0);
+    assert!(base < crate::user_layout::MMAP_TOP, "in the mmap area");
+    assert_eq!(e.rip, base + 0x1000, "the run starts at the loader's entry");
+    assert_eq!(aux[&AT_ENTRY], crate::user_layout::PIE_BASE + 0x1000, "AT_ENTRY is the program's own entry");
+    // The loader's bytes are in memory, its code rewritten like the program's.
+    assert_eq!(peek(&k, &mut m, base + 0x2010, 10), b"hello data");
+    assert_eq!(&peek(&k, &mut m, base + 0x1000, 2)[..], &deja_rewrite::TRAP, "its rdtsc is rewritten");
+    // /proc/self/maps names it.
+    assert!(k.proc_maps().contains(loader_path), "{}", k.proc_maps());
+    // Without it the program is refused, naming the loader; a loader that is a program is refused.
+    match load_err(program.clone()) {
+        LoadError::Dynamic { interpreter } => assert_eq!(interpreter, loader_path),
+        e => panic!("{e:?}"),
+    }
+    let mut spec = spec_with(program, 0);
+    spec.files.insert(loader_path.to_string(), exec_image());
+    let mut m = FakeMemory::new(FRAMES);
+    let e = Kernel::load(spec, &mut m).expect_err("an executable is no loader");
+    assert!(matches!(e, LoadError::BadInterpreter { .. }), "{e:?}");
+}

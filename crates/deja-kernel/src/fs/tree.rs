@@ -32,6 +32,16 @@ impl Fs {
         }
     }
 
+    /// How many inodes there are.
+    pub fn inode_count(&self) -> usize {
+        self.inodes.len()
+    }
+
+    /// Bytes the file system may hold ([`super::FsConfig::capacity_bytes`]).
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
     /// Bytes of file contents held (the volatile view).
     pub fn used(&self) -> u64 {
         self.used
@@ -294,7 +304,9 @@ impl Fs {
         }
     }
 
-    fn writable_dir(&self, dir: u64) -> Result<(), i32> {
+    /// `Ok` if the program may change `dir`'s entries: a live, writable directory it may write
+    /// and search (`ENOTDIR`, `EACCES`, `ENOENT` otherwise).
+    pub fn writable_dir(&self, dir: u64) -> Result<(), i32> {
         let d = self.inodes.get(&dir).ok_or(ENOENT)?;
         if !d.is_dir() {
             return Err(ENOTDIR);
@@ -526,6 +538,16 @@ impl Fs {
         self.writable_dir(from.parent)?;
         self.writable_dir(to.parent)?;
         let exchange = flags & 2 != 0;
+        // A directory moving to another parent changes its `..`: it must be writable too (and,
+        // exchanged, so must the one it swaps with).
+        if from.parent != to.parent {
+            let moved = std::iter::once(src).chain(to.id.filter(|_| exchange));
+            for d in moved {
+                if self.inodes.get(&d).is_some_and(|i| i.is_dir() && !i.readonly && i.mode & 0o200 == 0) {
+                    return Err(EACCES);
+                }
+            }
+        }
         if flags & 1 != 0 && to.id.is_some() {
             return Err(EEXIST);
         }

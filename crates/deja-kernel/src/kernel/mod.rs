@@ -66,8 +66,8 @@ use crate::trace::memory_digest;
 use crate::user_layout::*;
 use crate::vdso::{self, VdsoMode, VDSO_ADDR, VVAR_ADDR};
 use crate::{
-    ArgsTooBigSnafu, CwdSnafu, DiskOverCapacitySnafu, GuestPathSnafu, InvalidDiskSnafu, MalformedSnafu,
-    OutOfMemorySnafu, TooBigSnafu,
+    ArgsTooBigSnafu, BadInterpreterSnafu, CwdSnafu, DiskOverCapacitySnafu, DynamicSnafu, GuestPathSnafu,
+    InvalidDiskSnafu, MalformedSnafu, OutOfMemorySnafu, TooBigSnafu,
 };
 use crate::{AssertionReport, Entry, ExitStatus, LoadError, Memory, ProgramSpec, Prot, RunReport, Stream, PAGE_SIZE};
 use crate::{DecisionRecord, Disk};
@@ -151,10 +151,83 @@ impl std::fmt::Debug for Kernel {
     }
 }
 
+/// Maps the dynamic loader `path` (its bytes `bytes`, parsed as `img`) below the mmap area's top,
+/// as a private mapping of the file, its code rewritten like the program's. Returns its load
+/// bias (`AT_BASE`) and its entry point.
+fn map_loader(
+    mem: &mut dyn Memory,
+    mappings: &mut Mappings,
+    host: &mut HostChannels,
+    rewrite: Rewrite,
+    path: &str,
+    bytes: &std::sync::Arc<[u8]>,
+    img: &elf::ElfImage,
+) -> Result<(u64, u64), LoadError> {
+    let malformed = |vaddr: u64, memsz: u64| BiasOverflowsSnafu { vaddr, memsz };
+    let low = page_down(img.min_vaddr());
+    let high = img.loads().map(|p| p.p_vaddr.saturating_add(p.p_memsz)).max().unwrap_or(low);
+    let span = page_up(high - low).context(malformed(low, high - low)).context(MalformedSnafu)?;
+    let base = mappings
+        .find_free(span, crate::user_layout::MMAP_TOP)
+        .ok_or(crate::mem::MemError::OutOfFrames)
+        .context(OutOfMemorySnafu { what: "the loader" })?;
+    let bias = base - low;
+    let mut page_prot: BTreeMap<u64, (Prot, u64)> = BTreeMap::new();
+    let mut exec: Option<(u64, u64)> = None;
+    for p in img.loads() {
+        let start = bias + p.p_vaddr;
+        let (ps, pe) = (page_down(start), page_up(start + p.p_memsz).unwrap_or(base + span));
+        mem.populate(ps, pe - ps, Prot::RW).context(OutOfMemorySnafu { what: "the loader" })?;
+        let data = &bytes[p.p_offset as usize..(p.p_offset + p.p_filesz) as usize];
+        mem.write(start, data).context(OutOfMemorySnafu { what: "the loader" })?;
+        let prot = Prot(
+            (if p.p_flags & PF_R != 0 { Prot::READ.0 } else { 0 })
+                | (if p.p_flags & PF_W != 0 { Prot::WRITE.0 } else { 0 })
+                | (if p.p_flags & PF_X != 0 { Prot::EXEC.0 } else { 0 }),
+        );
+        if p.p_flags & PF_X != 0 {
+            exec = Some(exec.map_or((ps, pe), |(a, b)| (a.min(ps), b.max(pe))));
+        }
+        let mut a = ps;
+        while a < pe {
+            let e = page_prot.entry(a).or_insert((Prot::NONE, page_down(p.p_offset) + (a - ps)));
+            e.0 .0 |= prot.0;
+            a += PAGE_SIZE;
+        }
+    }
+    if let (Rewrite::On, Some((start, end))) = (rewrite, exec) {
+        let at = Placement { name: path.to_string(), start, end, base: bias, by_addr: true };
+        host.apply(mem, &plan_file(bytes), &at).context(OutOfMemorySnafu { what: "the loader" })?;
+    }
+    for (a, (prot, offset)) in page_prot {
+        mem.protect(a, PAGE_SIZE, prot);
+        let kind = VmaKind::File {
+            path: path.to_string(),
+            data: crate::mappings::FileBytes(bytes.clone()),
+            offset,
+            size: bytes.len() as u64,
+            ino: 0,
+        };
+        mappings.insert(Vma { start: a, end: a + PAGE_SIZE, prot, kind, shared: false });
+    }
+    Ok((bias, bias + img.entry))
+}
+
 impl Kernel {
     /// Loads the ELF image into `mem`, builds the initial stack and returns the entry state.
     pub fn load(spec: ProgramSpec, mem: &mut dyn Memory) -> Result<(Kernel, Entry), LoadError> {
         let img = elf::parse(&spec.image)?;
+        // A dynamically linked program starts in its loader, which must be among the run's files.
+        let interp = match &img.interp {
+            Some(path) => {
+                let bytes = spec.files.get(path).context(DynamicSnafu { interpreter: path.clone() })?;
+                let loader = elf::parse(bytes)?;
+                let shared = loader.e_type == ET_DYN && loader.interp.is_none();
+                snafu::ensure!(shared, BadInterpreterSnafu { interpreter: path.clone() });
+                Some((path.clone(), loader))
+            }
+            None => None,
+        };
         let free = mem.free_frames();
         let capacity = free - free / 100 * PAGE_TABLE_MARGIN_PERCENT - (free % 100) * PAGE_TABLE_MARGIN_PERCENT / 100;
         let mut mappings = Mappings::new(capacity);
@@ -246,6 +319,15 @@ impl Kernel {
             mappings.insert(Vma { start: a, end: b, prot, kind: VmaKind::Image { offset }, shared: false });
         }
         let brk_start = segs.iter().map(|s| s.3).max().unwrap_or(USER_START).max(USER_START);
+        // The loader, where Linux's `load_elf_binary` puts it: in the mmap area, top-down.
+        let loader = match &interp {
+            Some((path, loader)) => {
+                let bytes =
+                    spec.files.get(path).map(|b| std::sync::Arc::<[u8]>::from(b.as_slice())).unwrap_or_default();
+                Some(map_loader(mem, &mut mappings, &mut host, spec.rewrite, path, &bytes, loader)?)
+            }
+            None => None,
+        };
         let vdso = match spec.vdso {
             VdsoMode::On if mappings.is_free(VVAR_ADDR, VDSO_ADDR + vdso::image().pages() * PAGE_SIZE) => {
                 let state = vdso::map(mem, &mut mappings).context(OutOfMemorySnafu { what: "the vDSO" })?;
@@ -271,9 +353,16 @@ impl Kernel {
         let mut rng = RandomStream::new(spec.seed);
         let mut random = [0u8; 16];
         rng.fill(&mut random);
-        let entry_rip = reloc(img.entry).unwrap_or(0);
+        let program_entry = reloc(img.entry).unwrap_or(0);
         let phdr = reloc(img.phdr_vaddr()).unwrap_or(0);
-        let aux = AuxInfo { phdr, phnum: img.phdrs.len() as u64, entry: entry_rip, vdso: vdso.map(|_| VDSO_ADDR) };
+        let aux = AuxInfo {
+            phdr,
+            phnum: img.phdrs.len() as u64,
+            entry: program_entry,
+            base: loader.map_or(0, |l| l.0),
+            vdso: vdso.map(|_| VDSO_ADDR),
+        };
+        let entry_rip = loader.map_or(program_entry, |l| l.1);
         let st = stack::build(STACK_TOP, &spec.argv, &spec.env, &spec.exe_path, random, aux, STACK_SIZE / 4)
             .context(ArgsTooBigSnafu)?;
         let eager = page_up(STACK_TOP - st.rsp).unwrap_or(STACK_SIZE).max(STACK_EAGER);

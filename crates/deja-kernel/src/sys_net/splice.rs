@@ -62,19 +62,31 @@ impl Kernel {
         self.block_io(None, Err(EAGAIN.into()))
     }
 
+    /// What `splice` and `tee` check first, in Linux's order: nothing to move (`None`), then
+    /// the flags, then the descriptors; the two ends and their description flags.
+    #[allow(clippy::type_complexity)]
+    fn splice_ends(
+        &self,
+        fd_in: u64,
+        fd_out: u64,
+        len: u64,
+        flags: u64,
+    ) -> Result<Option<((End, u32), (End, u32))>, i32> {
+        if len == 0 {
+            return Ok(None);
+        }
+        if flags & !SPLICE_FLAGS != 0 {
+            return Err(EINVAL);
+        }
+        Ok(Some((self.splice_end(fd_in as i32, false)?, self.splice_end(fd_out as i32, true)?)))
+    }
+
     /// `splice(fd_in, off_in, fd_out, off_out, len, flags)`.
     pub(crate) fn sys_splice(&mut self, mem: &mut dyn Memory, a: [u64; 6]) -> SysResult {
         let [fd_in, off_in, fd_out, off_out, len, flags] = a;
-        let (src, fl_in) = self.splice_end(fd_in as i32, false)?;
-        let (dst, fl_out) = self.splice_end(fd_out as i32, true)?;
-        if flags & !SPLICE_FLAGS != 0 {
-            return Err(EINVAL.into());
-        }
+        let Some(((src, fl_in), (dst, fl_out))) = self.splice_ends(fd_in, fd_out, len, flags)? else { return Ok(0) };
         let (pipe_in, pipe_out) = (matches!(src, End::Pipe(_)), matches!(dst, End::Pipe(_)));
-        if !pipe_in && !pipe_out {
-            return Err(EINVAL.into());
-        }
-        if src == dst {
+        if (!pipe_in && !pipe_out) || src == dst {
             return Err(EINVAL.into());
         }
         // Only a file has a position to splice at: ESPIPE for a pipe's, EINVAL for a socket's.
@@ -88,24 +100,43 @@ impl Kernel {
         if dst == End::File && fl_out & O_APPEND != 0 {
             return Err(EINVAL.into());
         }
-        let len = len.min(MAX_IO);
-        if len == 0 {
-            return Ok(0);
+        if let End::Socket(id) = src {
+            if self.unix(id).is_some() || !matches!(self.obj(id)?.kind, ObjKind::Stream(_)) {
+                return Err(EINVAL.into());
+            }
         }
-        let nonblock = flags & SPLICE_F_NONBLOCK != 0 || (fl_in | fl_out) & O_NONBLOCK != 0;
+        let len = len.min(MAX_IO);
+        // SPLICE_F_NONBLOCK and a pipe's O_NONBLOCK keep the call from waiting on the pipe (on
+        // either pipe between two); a socket waits as its own O_NONBLOCK says.
+        let nb = |fl: u32| fl & O_NONBLOCK != 0;
+        let pipe_nb = flags & SPLICE_F_NONBLOCK != 0
+            || match (pipe_in, pipe_out) {
+                (true, true) => nb(fl_in | fl_out),
+                (true, false) => nb(fl_in),
+                _ => nb(fl_out),
+            };
         let pos_in = if src == End::File { self.offset_arg(mem, off_in)? } else { None };
         let pos_out = if dst == End::File { self.offset_arg(mem, off_out)? } else { None };
 
+        // A pipe to read from must have something in it (Linux looks at the input first).
+        if let End::Pipe(p) = src {
+            let (buf, _, _, writers) = self.pipe_state(p)?;
+            if buf.is_empty() {
+                if writers == 0 {
+                    return Ok(0);
+                }
+                return self.splice_wait(pipe_nb);
+            }
+        }
         // How much the destination takes now.
         let mut want = len;
         if let End::Pipe(p) = dst {
             let (_, room, readers, _) = self.pipe_state(p)?;
             if readers == 0 {
-                let r = Err(EPIPE.into());
-                return self.sigpipe(r, 0);
+                return self.sigpipe(Err(EPIPE.into()), 0);
             }
             if room == 0 {
-                return self.splice_wait(nonblock);
+                return self.splice_wait(pipe_nb);
             }
             want = want.min(room as u64);
         }
@@ -114,21 +145,12 @@ impl Kernel {
         // the destination took them.
         let data: Vec<u8> = match src {
             End::Pipe(p) => {
-                let (buf, _, _, writers) = self.pipe_state(p)?;
-                if buf.is_empty() {
-                    if writers == 0 {
-                        return Ok(0);
-                    }
-                    return self.splice_wait(nonblock);
-                }
+                let (buf, _, _, _) = self.pipe_state(p)?;
                 buf.iter().take(want as usize).copied().collect()
             }
             End::Socket(id) => {
-                if self.unix(id).is_some() || !matches!(self.obj(id)?.kind, ObjKind::Stream(_)) {
-                    return Err(EINVAL.into());
-                }
                 let timeout = self.obj(id)?.rcvtimeo;
-                let data = self.stream_take(id, want, 0, nonblock, timeout)?;
+                let data = self.stream_take(id, want, 0, nb(fl_in), timeout)?;
                 if !data.is_empty() {
                     self.net.touch(id);
                 }
@@ -148,16 +170,10 @@ impl Kernel {
                 data.len() as u64
             }
             End::Socket(_) => {
-                let flags = if nonblock { MSG_DONTWAIT } else { 0 };
+                let flags = if nb(fl_out) { MSG_DONTWAIT } else { 0 };
                 self.obj_send(fd_out as i32, &data, flags, None)?
             }
-            End::File => {
-                let n = self.do_write(fd_out, &data, pos_out)?;
-                if let Some(at) = pos_out {
-                    self.process.mappings.copy_out(mem, off_out, &(at + n).to_le_bytes())?;
-                }
-                n
-            }
+            End::File => self.do_write(fd_out, &data, pos_out)?,
         };
         match src {
             End::Pipe(p) => {
@@ -168,6 +184,10 @@ impl Kernel {
             End::File => self.moved(mem, fd_in, off_in, pos_in, n)?,
             End::Socket(_) => {}
         }
+        // The bytes moved; a position that cannot be written back is EFAULT, as on Linux.
+        if let Some(at) = pos_out {
+            self.process.mappings.copy_out(mem, off_out, &(at + n).to_le_bytes())?;
+        }
         Ok(n)
     }
 
@@ -175,31 +195,29 @@ impl Kernel {
     /// leaving them in the first.
     pub(crate) fn sys_tee(&mut self, a: [u64; 4]) -> SysResult {
         let [fd_in, fd_out, len, flags] = a;
-        let (src, fl_in) = self.splice_end(fd_in as i32, false)?;
-        let (dst, fl_out) = self.splice_end(fd_out as i32, true)?;
+        let Some(((src, fl_in), (dst, fl_out))) = self.splice_ends(fd_in, fd_out, len, flags)? else { return Ok(0) };
         let (End::Pipe(from), End::Pipe(to)) = (src, dst) else { return Err(EINVAL.into()) };
-        if flags & !SPLICE_FLAGS != 0 || from == to {
+        if from == to {
             return Err(EINVAL.into());
         }
         let nonblock = flags & SPLICE_F_NONBLOCK != 0 || (fl_in | fl_out) & O_NONBLOCK != 0;
-        let (_, room, readers, _) = self.pipe_state(to)?;
-        if readers == 0 {
-            return self.sigpipe(Err(EPIPE.into()), 0);
-        }
-        let want = len.min(MAX_IO).min(room as u64) as usize;
+        // The input first, as Linux's `link_ipipe_prep`.
         let (buf, _, _, writers) = self.pipe_state(from)?;
         if buf.is_empty() {
-            if writers == 0 || len == 0 {
+            if writers == 0 {
                 return Ok(0);
             }
             return self.splice_wait(nonblock);
         }
-        if len == 0 {
-            return Ok(0);
+        let (_, room, readers, _) = self.pipe_state(to)?;
+        if readers == 0 {
+            return self.sigpipe(Err(EPIPE.into()), 0);
         }
-        if want == 0 {
+        if room == 0 {
             return self.splice_wait(nonblock);
         }
+        let want = len.min(MAX_IO).min(room as u64) as usize;
+        let (buf, _, _, _) = self.pipe_state(from)?;
         let data: Vec<u8> = buf.iter().take(want).copied().collect();
         let (buf, _, _, _) = self.pipe_state(to)?;
         buf.extend(&data);
@@ -208,7 +226,7 @@ impl Kernel {
     }
 
     /// `vmsplice(fd, iov, nr_segs, flags)`: the program's buffers into a pipe it writes, or
-    /// out of a pipe it reads, as `writev` and `readv` do.
+    /// out of a pipe it reads, as `writev` and `readv` do (`SPLICE_F_NONBLOCK` as `O_NONBLOCK`).
     pub(crate) fn sys_vmsplice(&mut self, mem: &mut dyn Memory, a: [u64; 4]) -> SysResult {
         let [fd, iov, segs, flags] = a;
         let f = self.files.fds.get(fd as i32)?;
@@ -218,10 +236,18 @@ impl Kernel {
         if flags & !SPLICE_FLAGS != 0 {
             return Err(EINVAL.into());
         }
-        if f.writable() {
-            self.sys_writev(mem, fd, iov, segs)
-        } else {
-            self.sys_readv(mem, fd, iov, segs)
+        let write = f.writable();
+        // The flag stands for O_NONBLOCK for this call only.
+        let nonblock = flags & SPLICE_F_NONBLOCK != 0 && f.flags & O_NONBLOCK == 0;
+        if nonblock {
+            self.files.fds.get_mut(fd as i32)?.flags |= O_NONBLOCK;
         }
+        let r = if write { self.sys_writev(mem, fd, iov, segs) } else { self.sys_readv(mem, fd, iov, segs) };
+        if nonblock {
+            if let Ok(f) = self.files.fds.get_mut(fd as i32) {
+                f.flags &= !O_NONBLOCK;
+            }
+        }
+        r
     }
 }

@@ -179,14 +179,18 @@ impl Kernel {
         Ok(())
     }
 
-    /// The socket bound to `name`: `ENOENT` for a missing path, `ECONNREFUSED` for a path that
-    /// is not a socket or a name nothing is bound to.
+    /// The socket bound to `name`: `ENOENT` for a missing path, `EACCES` for a path the program
+    /// may not write (Linux's `unix_find_bsd` asks that of any file first), `ECONNREFUSED` for a
+    /// path that is not a socket or a name nothing is bound to.
     fn unix_lookup(&self, name: &[u8]) -> Result<u64, i32> {
         let key = if name.first() == Some(&0) {
             UnixKey::Abstract(name.to_vec())
         } else {
             let w = self.files.fs.walk_checked(self.files.cwd, name, true)?;
             let id = w.id.ok_or(ENOENT)?;
+            if self.files.fs.get(id).is_some_and(|n| n.mode & 0o200 == 0) {
+                return Err(EACCES);
+            }
             if !matches!(self.files.fs.get(id).map(|n| &n.kind), Some(Kind::Socket)) {
                 return Err(ECONNREFUSED);
             }

@@ -213,8 +213,8 @@ syscall_table! {
     102    "getuid"            [] => |k, _, _| k.sys_getuid();
     103    "syslog";
     104    "getgid"            [] => |k, _, _| k.sys_getuid();
-    105    "setuid"            [Int] => |k, _, a| k.sys_set_ids(&a[..1]);
-    106    "setgid"            [Int] => |k, _, a| k.sys_set_ids(&a[..1]);
+    105    "setuid"            [Int] => |k, _, a| k.sys_setuid(a[0]);
+    106    "setgid"            [Int] => |k, _, a| k.sys_setuid(a[0]);
     107    "geteuid"           [] => |k, _, _| k.sys_getuid();
     108    "getegid"           [] => |k, _, _| k.sys_getuid();
     109    "setpgid";
@@ -245,8 +245,8 @@ syscall_table! {
     134    "uselib";
     135    "personality";
     136    "ustat";
-    137    "statfs";
-    138    "fstatfs";
+    137    "statfs"            [Path, Ptr] => |k, m, a| k.sys_statfs(m, a[0], a[1]);
+    138    "fstatfs"           [Fd, Ptr] => |k, m, a| k.sys_fstatfs(m, a[0], a[1]);
     139    "sysfs";
     140    "getpriority";
     141    "setpriority";
@@ -296,18 +296,18 @@ syscall_table! {
     185    "security";
     186    "gettid"            [] => |k, _, _| k.sys_gettid();
     187    "readahead";
-    188    "setxattr";
-    189    "lsetxattr";
-    190    "fsetxattr";
-    191    "getxattr";
-    192    "lgetxattr";
-    193    "fgetxattr";
-    194    "listxattr";
-    195    "llistxattr";
-    196    "flistxattr";
-    197    "removexattr";
-    198    "lremovexattr";
-    199    "fremovexattr";
+    188    "setxattr"          [Path, Ptr, Ptr, Len, Flags] => |k, m, a| k.sys_xattr(m, 2, Some(a[0]), 0, false);
+    189    "lsetxattr"         [Path, Ptr, Ptr, Len, Flags] => |k, m, a| k.sys_xattr(m, 2, Some(a[0]), 0, true);
+    190    "fsetxattr"         [Fd, Ptr, Ptr, Len, Flags] => |k, m, a| k.sys_xattr(m, 2, None, a[0], false);
+    191    "getxattr"          [Path, Ptr, Ptr, Len] => |k, m, a| k.sys_xattr(m, 0, Some(a[0]), 0, false);
+    192    "lgetxattr"         [Path, Ptr, Ptr, Len] => |k, m, a| k.sys_xattr(m, 0, Some(a[0]), 0, true);
+    193    "fgetxattr"         [Fd, Ptr, Ptr, Len] => |k, m, a| k.sys_xattr(m, 0, None, a[0], false);
+    194    "listxattr"         [Path, Ptr, Len] => |k, m, a| k.sys_xattr(m, 1, Some(a[0]), 0, false);
+    195    "llistxattr"        [Path, Ptr, Len] => |k, m, a| k.sys_xattr(m, 1, Some(a[0]), 0, true);
+    196    "flistxattr"        [Fd, Ptr, Len] => |k, m, a| k.sys_xattr(m, 1, None, a[0], false);
+    197    "removexattr"       [Path, Ptr] => |k, m, a| k.sys_xattr(m, 3, Some(a[0]), 0, false);
+    198    "lremovexattr"      [Path, Ptr] => |k, m, a| k.sys_xattr(m, 3, Some(a[0]), 0, true);
+    199    "fremovexattr"      [Fd, Ptr] => |k, m, a| k.sys_xattr(m, 3, None, a[0], false);
     200    "tkill"             [Int, Int] => |k, _, a| k.sys_tgkill(GUEST_PID, a[0], a[1]);
     201    "time"              [Ptr] => |k, m, a| k.sys_time(m, a[0]);
     202    "futex"             [Ptr, Int, Int, Ptr, Ptr, Int] => |k, m, a| k.sys_futex(m, a);
@@ -590,7 +590,7 @@ mod tests {
                 assert!(handler(nr).is_none() && args(nr).is_none());
             }
         }
-        assert_eq!(TABLE.iter().filter(|e| e.served()).count(), 181);
+        assert_eq!(TABLE.iter().filter(|e| e.served()).count(), 195);
         assert_eq!(args(0), Some(&[Arg::Fd, Arg::Ptr, Arg::Len][..]));
         assert_eq!(args(257), Some(&[Arg::Fd, Arg::Path, Arg::Flags, Arg::Mode][..]));
         assert!(entry(334).is_some_and(Entry::served), "rseq is answered on purpose");

@@ -1,0 +1,64 @@
+//! The host files a dynamically linked program needs, found the way glibc's loader finds them,
+//! so that `deja run` can declare them: the loader its `PT_INTERP` names and, transitively, every
+//! library a `DT_NEEDED` entry names, looked up in the object's `DT_RUNPATH`/`DT_RPATH`
+//! (`$ORIGIN` expanded) and then in the loader's default directories. Each is declared at the
+//! path the loader will open, with the host file's bytes (symlinks followed), and so becomes an
+//! input of the run like any declared file: hashed, and nothing else of the host is visible.
+//! `/etc/ld.so.cache` is not declared: without it the loader searches the default directories,
+//! in the same order as here.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The directories glibc's loader searches after an object's own, on x86-64 Debian and
+/// derivatives (multiarch first), then the generic ones.
+pub const DEFAULT_DIRS: [&str; 6] =
+    ["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"];
+
+/// The most objects one program may pull in.
+const MAX_OBJECTS: usize = 512;
+
+/// Every host file `image` needs at its guest path (the loader and the libraries), read from the
+/// host; empty for a static program. An object that cannot be found is an error naming it and
+/// the object that needs it.
+pub fn host_closure(image: &[u8], exe: &Path) -> Result<BTreeMap<String, Vec<u8>>, String> {
+    let Some(interp) = deja_kernel::elf_interpreter(image) else { return Ok(BTreeMap::new()) };
+    let mut files = BTreeMap::new();
+    let loader = std::fs::read(&interp).map_err(|e| format!("cannot read the interpreter {interp}: {e}"))?;
+    files.insert(interp.clone(), loader);
+    // (object's host path, its bytes): the program first, then each library found.
+    let mut todo: Vec<(String, Vec<u8>)> = vec![(exe.display().to_string(), image.to_vec())];
+    let mut found: BTreeMap<String, String> = BTreeMap::new(); // soname -> guest path
+    while let Some((path, bytes)) = todo.pop() {
+        let needs = deja_kernel::dynamic_needs(&bytes);
+        let origin = Path::new(&path).parent().map(|p| p.display().to_string()).unwrap_or_default();
+        for name in needs.needed {
+            if found.contains_key(&name) {
+                continue;
+            }
+            let candidates: Vec<String> = if name.contains('/') {
+                vec![name.clone()]
+            } else {
+                needs
+                    .search
+                    .iter()
+                    .map(|d| d.replace("$ORIGIN", &origin).replace("${ORIGIN}", &origin))
+                    .chain(DEFAULT_DIRS.iter().map(|d| d.to_string()))
+                    .map(|d| format!("{}/{name}", d.trim_end_matches('/')))
+                    .collect()
+            };
+            let Some((at, data)) = candidates.iter().find_map(|c| Some((c.clone(), std::fs::read(c).ok()?))) else {
+                return Err(format!("{path} needs {name}, which is in none of {}", candidates.join(", ")));
+            };
+            if files.len() >= MAX_OBJECTS {
+                return Err(format!("{} needs more than {MAX_OBJECTS} shared objects", exe.display()));
+            }
+            found.insert(name, at.clone());
+            if !files.contains_key(&at) {
+                files.insert(at.clone(), data.clone());
+                todo.push((at, data));
+            }
+        }
+    }
+    Ok(files)
+}
