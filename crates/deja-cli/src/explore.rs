@@ -128,8 +128,8 @@ fn target(args: &ExploreArgs) -> Result<Target, Failure> {
     let mut spec = deja_kernel::ProgramSpec::for_program(image, &name, args.args.iter().cloned(), args.seed);
     spec.env = args.env.clone();
     spec.files = crate::run::read_declared(&args.files)?;
-    let needs =
-        crate::dynlink::host_closure(&spec.image, &args.program).map_err(|e| Failure::new(Exit::NotLoadable, e))?;
+    let needs = crate::dynlink::host_closure(&spec.image, &args.program, &spec.exe_path)
+        .map_err(|e| Failure::new(Exit::NotLoadable, e))?;
     for (path, data) in needs {
         spec.files.entry(path).or_insert(data);
     }

@@ -271,7 +271,8 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
     let mut files = read_declared(&args.files)?;
     // A dynamically linked program brings its loader and libraries from the host, unless the
     // command line declared them itself.
-    let needs = crate::dynlink::host_closure(&image, program).map_err(|e| Failure::new(Exit::NotLoadable, e))?;
+    let needs =
+        crate::dynlink::host_closure(&image, program, &exe_path).map_err(|e| Failure::new(Exit::NotLoadable, e))?;
     for (path, data) in needs {
         files.entry(path).or_insert(data);
     }

@@ -214,6 +214,37 @@ fn a_dynamically_linked_debian_binary_runs_with_its_loader_and_libraries() {
 }
 
 #[test]
+fn a_programs_own_library_is_found_through_its_origin_relative_run_path() {
+    // A C program and its shared library, as a project ships them: the library beside the
+    // program (in lib/), found through DT_RUNPATH $ORIGIN/lib, and glibc's from the host.
+    let dir = std::env::temp_dir().join(format!("deja-origin-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(dir.join("lib")).unwrap();
+    std::fs::write(dir.join("greet.c"), "const char *greeting(void) { return \"hello from libgreet\"; }\n").unwrap();
+    std::fs::write(
+        dir.join("main.c"),
+        "#include <stdio.h>\nconst char *greeting(void);\nint main(void) { puts(greeting()); return 0; }\n",
+    )
+    .unwrap();
+    let cc = |args: &[&str]| {
+        let out = std::process::Command::new("gcc").args(args).current_dir(&dir).output().expect("gcc");
+        assert!(out.status.success(), "gcc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    cc(&["-shared", "-fPIC", "-o", "lib/libgreet.so", "greet.c"]);
+    cc(&["-o", "prog", "main.c", "-Llib", "-lgreet", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/lib"]);
+    let prog = s(&dir.join("prog"));
+    let out = deja(&["run", "--no-probe", "--audit", "2", &prog]);
+    assert_eq!(stdout(&out), "hello from libgreet\n", "{}", stderr(&out));
+    assert!(stderr(&out).contains("deja: audit: identical over 2 runs"), "{}", stderr(&out));
+    // Without the library, the run is refused before it starts, naming what is missing.
+    std::fs::remove_file(dir.join("lib/libgreet.so")).unwrap();
+    let out = deja(&["run", "--no-probe", &prog]);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    assert!(stderr(&out).contains("needs libgreet.so, which is in none of"), "{}", stderr(&out));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn unsupported_syscalls_are_listed_by_name() {
     let out = deja(&["run", "--no-probe", &s(&guest("syscalls")), "--", "10"]);
     let err = stderr(&out);
