@@ -100,6 +100,7 @@ int main(void) {
     show("vmsplice out of a pipe", vmsplice(p[0], out, 2, 0));
     printf("got %.3s|%.5s\n", r1, r2);
     show("vmsplice on a file", vmsplice(f, iov, 1, 0));
+    show("vmsplice out of an empty pipe, SPLICE_F_NONBLOCK", vmsplice(p[0], out, 2, SPLICE_F_NONBLOCK));
 
     /* a full pipe */
     fcntl(q[1], F_SETPIPE_SZ, 4096);

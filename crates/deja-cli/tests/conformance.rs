@@ -476,6 +476,7 @@ fn splice_tee_and_vmsplice_match_linux() {
             "client reads: 8 \", shello\"",
             "second pipe: 10 \"abcdabcdef\"",
             "got vms|plice",
+            "vmsplice out of an empty pipe, SPLICE_F_NONBLOCK: EAGAIN",
             "splice into a full pipe, SPLICE_F_NONBLOCK: EAGAIN",
             "waiting splice: 4",
             "file at 200: late",

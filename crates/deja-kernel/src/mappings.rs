@@ -240,12 +240,14 @@ impl Mappings {
     }
 
     /// Replaces the contents of every file mapping by the equal contents of the declared file
-    /// in `fs` (so a restored state shares them instead of holding copies).
+    /// in `fs` (so a loaded or restored state shares them instead of holding copies), and
+    /// gives the mapping that file's inode number.
     pub fn share_file_data(&mut self, fs: &crate::fs::Fs) {
         for v in self.vmas.values_mut() {
-            if let VmaKind::File { path, data, .. } = &mut v.kind {
-                if let Some(d) = fs.same_static(path, &data.0) {
+            if let VmaKind::File { path, data, ino, .. } = &mut v.kind {
+                if let Some((d, n)) = fs.same_static(path, &data.0) {
                     data.0 = d;
+                    *ino = n;
                 }
             }
         }

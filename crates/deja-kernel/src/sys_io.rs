@@ -309,13 +309,19 @@ impl Kernel {
     }
 
     pub(crate) fn sys_readv(&mut self, mem: &mut dyn Memory, fd: u64, iov: u64, cnt: u64) -> SysResult {
+        self.readv_flags(mem, fd, iov, cnt, 0)
+    }
+
+    /// `readv` with the `MSG_*` flags an object's receive takes (`vmsplice` passes
+    /// `MSG_DONTWAIT` for `SPLICE_F_NONBLOCK`).
+    pub(crate) fn readv_flags(&mut self, mem: &mut dyn Memory, fd: u64, iov: u64, cnt: u64, flags: u32) -> SysResult {
         let f = self.files.fds.get(fd as i32)?;
         if !f.readable() {
             return Err(EBADF.into());
         }
         let iovs = self.iovecs(mem, iov, cnt)?;
         if self.is_object(fd as i32) {
-            return self.obj_recv(mem, fd as i32, &iovs, 0).map(|r| r.0);
+            return self.obj_recv(mem, fd as i32, &iovs, flags).map(|r| r.0);
         }
         let mut done = 0u64;
         for (base, len) in iovs {
@@ -337,6 +343,11 @@ impl Kernel {
     }
 
     pub(crate) fn sys_writev(&mut self, mem: &mut dyn Memory, fd: u64, iov: u64, cnt: u64) -> SysResult {
+        self.writev_flags(mem, fd, iov, cnt, 0)
+    }
+
+    /// `writev` with the `MSG_*` flags an object's send takes (as [`Kernel::readv_flags`]).
+    pub(crate) fn writev_flags(&mut self, mem: &mut dyn Memory, fd: u64, iov: u64, cnt: u64, flags: u32) -> SysResult {
         let f = self.files.fds.get(fd as i32)?;
         if !f.writable() {
             return Err(EBADF.into());
@@ -362,7 +373,7 @@ impl Kernel {
             }
         }
         if self.is_object(fd as i32) {
-            return self.obj_send(fd as i32, &data, 0, None);
+            return self.obj_send(fd as i32, &data, flags, None);
         }
         Ok(self.do_write(fd, &data, None)?)
     }

@@ -211,10 +211,11 @@ impl Fs {
     }
 
     /// The static contents at `path`, if equal to `data` (to share them after a restore).
-    pub fn same_static(&self, path: &str, data: &Arc<[u8]>) -> Option<Arc<[u8]>> {
+    pub fn same_static(&self, path: &str, data: &Arc<[u8]>) -> Option<(Arc<[u8]>, u64)> {
         let id = self.walk(ROOT, path.as_bytes(), true).ok()?.id?;
-        match &self.inodes.get(&id)?.kind {
-            Kind::Static(d) if d[..] == data[..] => Some(d.clone()),
+        let node = self.inodes.get(&id)?;
+        match &node.kind {
+            Kind::Static(d) if d[..] == data[..] => Some((d.clone(), node.ino)),
             _ => None,
         }
     }

@@ -151,6 +151,41 @@ impl std::fmt::Debug for Kernel {
     }
 }
 
+/// A segment's protection from its `p_flags`.
+fn segment_prot(flags: u32) -> Prot {
+    let bit = |f: u32, p: Prot| if flags & f != 0 { p.0 } else { 0 };
+    Prot(bit(PF_R, Prot::READ) | bit(PF_W, Prot::WRITE) | bit(PF_X, Prot::EXEC))
+}
+
+/// Adds the pages `[ps, pe)` of a segment at file offset `p_offset` to `pages` (page → its
+/// protection, the union of every segment on it, and the file offset of the page).
+fn add_segment_pages(pages: &mut BTreeMap<u64, (Prot, u64)>, ps: u64, pe: u64, prot: Prot, p_offset: u64) {
+    let mut a = ps;
+    while a < pe {
+        let e = pages.entry(a).or_insert((Prot::NONE, page_down(p_offset) + (a - ps)));
+        e.0 .0 |= prot.0;
+        a += PAGE_SIZE;
+    }
+}
+
+/// `pages` as runs `(start, end, prot, file offset)` of adjacent pages with one protection and
+/// consecutive file offsets: one mapping each.
+fn page_runs(pages: &BTreeMap<u64, (Prot, u64)>) -> Vec<(u64, u64, Prot, u64)> {
+    let mut run: Option<(u64, u64, Prot, u64)> = None;
+    let mut runs = Vec::new();
+    for (&a, &(prot, off)) in pages {
+        match &mut run {
+            Some((s, end, p, o)) if *end == a && *p == prot && *o + (a - *s) == off => *end += PAGE_SIZE,
+            _ => {
+                runs.extend(run.take());
+                run = Some((a, a + PAGE_SIZE, prot, off));
+            }
+        }
+    }
+    runs.extend(run);
+    runs
+}
+
 /// Maps the dynamic loader `path` (its bytes `bytes`, parsed as `img`) below the mmap area's top,
 /// as a private mapping of the file, its code rewritten like the program's. Returns its load
 /// bias (`AT_BASE`) and its entry point.
@@ -180,35 +215,25 @@ fn map_loader(
         mem.populate(ps, pe - ps, Prot::RW).context(OutOfMemorySnafu { what: "the loader" })?;
         let data = &bytes[p.p_offset as usize..(p.p_offset + p.p_filesz) as usize];
         mem.write(start, data).context(OutOfMemorySnafu { what: "the loader" })?;
-        let prot = Prot(
-            (if p.p_flags & PF_R != 0 { Prot::READ.0 } else { 0 })
-                | (if p.p_flags & PF_W != 0 { Prot::WRITE.0 } else { 0 })
-                | (if p.p_flags & PF_X != 0 { Prot::EXEC.0 } else { 0 }),
-        );
         if p.p_flags & PF_X != 0 {
             exec = Some(exec.map_or((ps, pe), |(a, b)| (a.min(ps), b.max(pe))));
         }
-        let mut a = ps;
-        while a < pe {
-            let e = page_prot.entry(a).or_insert((Prot::NONE, page_down(p.p_offset) + (a - ps)));
-            e.0 .0 |= prot.0;
-            a += PAGE_SIZE;
-        }
+        add_segment_pages(&mut page_prot, ps, pe, segment_prot(p.p_flags), p.p_offset);
     }
     if let (Rewrite::On, Some((start, end))) = (rewrite, exec) {
         let at = Placement { name: path.to_string(), start, end, base: bias, by_addr: true };
         host.apply(mem, &plan_file(bytes), &at).context(OutOfMemorySnafu { what: "the loader" })?;
     }
-    for (a, (prot, offset)) in page_prot {
-        mem.protect(a, PAGE_SIZE, prot);
+    for (a, b, prot, offset) in page_runs(&page_prot) {
+        mem.protect(a, b - a, prot);
         let kind = VmaKind::File {
             path: path.to_string(),
             data: crate::mappings::FileBytes(bytes.clone()),
             offset,
             size: bytes.len() as u64,
-            ino: 0,
+            ino: 0, // the file's, once the file system exists (`Mappings::share_file_data`)
         };
-        mappings.insert(Vma { start: a, end: a + PAGE_SIZE, prot, kind, shared: false });
+        mappings.insert(Vma { start: a, end: b, prot, kind, shared: false });
     }
     Ok((bias, bias + img.entry))
 }
@@ -254,17 +279,7 @@ impl Kernel {
             }
             let (ps, pe) = (page_down(start), page_up(end).unwrap_or(limit));
             total_pages += (pe - ps) / PAGE_SIZE;
-            let mut prot = 0;
-            if p.p_flags & PF_R != 0 {
-                prot |= Prot::READ.0;
-            }
-            if p.p_flags & PF_W != 0 {
-                prot |= Prot::WRITE.0;
-            }
-            if p.p_flags & PF_X != 0 {
-                prot |= Prot::EXEC.0;
-            }
-            segs.push((start, *p, ps, pe, Prot(prot)));
+            segs.push((start, *p, ps, pe, segment_prot(p.p_flags)));
         }
         let stack_pages = STACK_SIZE / PAGE_SIZE;
         if total_pages.saturating_add(stack_pages) > capacity {
@@ -280,27 +295,9 @@ impl Kernel {
             let off = p.p_offset as usize;
             let data = &spec.image[off..off + p.p_filesz as usize];
             mem.write(*start, data).context(OutOfMemorySnafu { what: "the image" })?;
-            let mut a = *ps;
-            while a < *pe {
-                let e = page_prot.entry(a).or_insert((Prot::NONE, page_down(p.p_offset) + (a - ps)));
-                e.0 .0 |= prot.0;
-                a += PAGE_SIZE;
-            }
+            add_segment_pages(&mut page_prot, *ps, *pe, *prot, p.p_offset);
         }
-        let mut run: Option<(u64, u64, Prot, u64)> = None;
-        let mut runs = Vec::new();
-        for (&a, &(prot, off)) in &page_prot {
-            match &mut run {
-                Some((s, end, p, o)) if *end == a && *p == prot && *o + (a - *s) == off => *end += PAGE_SIZE,
-                _ => {
-                    if let Some(r) = run.take() {
-                        runs.push(r);
-                    }
-                    run = Some((a, a + PAGE_SIZE, prot, off));
-                }
-            }
-        }
-        runs.extend(run);
+        let runs = page_runs(&page_prot);
         // Close the host channels in the code before it can run: rewrite the planned sites of
         // the executable segments (their pages are still writable here).
         let mut host = HostChannels::new(spec.rewrite);
@@ -389,6 +386,8 @@ impl Kernel {
             spec.cpus.max(1),
             &spec.argv,
         );
+        // The loader's mappings share the file system's copy of its bytes, and its inode.
+        mappings.share_file_data(&fs);
         let faults = FaultState::new(spec.faults.clone(), spec.seed);
         let exe_name = spec.exe_path.rsplit('/').next().unwrap_or("");
         let mut comm = [0u8; 16];

@@ -26,6 +26,9 @@ enum End {
     File,
 }
 
+/// The input and output ends of a call, each with its description's flags.
+type Ends = ((End, u32), (End, u32));
+
 impl Kernel {
     /// Which kind of end `fd` is, and its description's flags; `EBADF` unless it reads (or
     /// writes, with `write`).
@@ -64,14 +67,7 @@ impl Kernel {
 
     /// What `splice` and `tee` check first, in Linux's order: nothing to move (`None`), then
     /// the flags, then the descriptors; the two ends and their description flags.
-    #[allow(clippy::type_complexity)]
-    fn splice_ends(
-        &self,
-        fd_in: u64,
-        fd_out: u64,
-        len: u64,
-        flags: u64,
-    ) -> Result<Option<((End, u32), (End, u32))>, i32> {
+    fn splice_ends(&self, fd_in: u64, fd_out: u64, len: u64, flags: u64) -> Result<Option<Ends>, i32> {
         if len == 0 {
             return Ok(None);
         }
@@ -226,7 +222,7 @@ impl Kernel {
     }
 
     /// `vmsplice(fd, iov, nr_segs, flags)`: the program's buffers into a pipe it writes, or
-    /// out of a pipe it reads, as `writev` and `readv` do (`SPLICE_F_NONBLOCK` as `O_NONBLOCK`).
+    /// out of a pipe it reads, as `writev` and `readv` do (`SPLICE_F_NONBLOCK` as `MSG_DONTWAIT`).
     pub(crate) fn sys_vmsplice(&mut self, mem: &mut dyn Memory, a: [u64; 4]) -> SysResult {
         let [fd, iov, segs, flags] = a;
         let f = self.files.fds.get(fd as i32)?;
@@ -236,18 +232,11 @@ impl Kernel {
         if flags & !SPLICE_FLAGS != 0 {
             return Err(EINVAL.into());
         }
-        let write = f.writable();
-        // The flag stands for O_NONBLOCK for this call only.
-        let nonblock = flags & SPLICE_F_NONBLOCK != 0 && f.flags & O_NONBLOCK == 0;
-        if nonblock {
-            self.files.fds.get_mut(fd as i32)?.flags |= O_NONBLOCK;
+        let msg = if flags & SPLICE_F_NONBLOCK != 0 { MSG_DONTWAIT } else { 0 };
+        if f.writable() {
+            self.writev_flags(mem, fd, iov, segs, msg)
+        } else {
+            self.readv_flags(mem, fd, iov, segs, msg)
         }
-        let r = if write { self.sys_writev(mem, fd, iov, segs) } else { self.sys_readv(mem, fd, iov, segs) };
-        if nonblock {
-            if let Ok(f) = self.files.fds.get_mut(fd as i32) {
-                f.flags &= !O_NONBLOCK;
-            }
-        }
-        r
     }
 }
