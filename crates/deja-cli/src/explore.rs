@@ -128,7 +128,7 @@ fn target(args: &ExploreArgs) -> Result<Target, Failure> {
     let mut spec = deja_kernel::ProgramSpec::for_program(image, &name, args.args.iter().cloned(), args.seed);
     spec.env = args.env.clone();
     spec.files = crate::run::read_declared(&args.files)?;
-    let needs = crate::dynlink::host_closure(&spec.image, &args.program, &spec.exe_path)
+    let needs = deja_cluster::dynlink::host_closure(&spec.image, &args.program, &spec.exe_path)
         .map_err(|e| Failure::new(Exit::NotLoadable, e))?;
     for (path, data) in needs {
         spec.files.entry(path).or_insert(data);
@@ -589,10 +589,42 @@ fn load_bug(bug: &Path, program: &[String], files: &[String]) -> Result<(BugFile
             ),
         )
     })?;
+    let files = bug_inputs(&b, bug, &image, &path, crate::run::read_declared(files)?);
     let t = b
-        .target(image, crate::run::read_declared(files)?, &path.display().to_string())
+        .target(image, files, &path.display().to_string())
         .map_err(|e| Failure::new(Exit::Incomplete, e.to_string()))?;
     Ok((b, t))
+}
+
+/// The declared files a program bug is replayed with: those given, then a dynamically linked
+/// program's loader and libraries from this host, and for each file whose BLAKE3 is not the one
+/// the bug records, the recorded file from `inputs/` beside the bug file if it is there.
+fn bug_inputs(
+    b: &BugFile,
+    bug: &Path,
+    image: &[u8],
+    program: &Path,
+    mut files: BTreeMap<String, Vec<u8>>,
+) -> BTreeMap<String, Vec<u8>> {
+    let exe_guest = b.argv.first().cloned().unwrap_or_default();
+    // A closure that cannot be found here is not an error yet: `inputs/` may hold it.
+    for (path, data) in deja_cluster::dynlink::host_closure(image, program, &exe_guest).unwrap_or_default() {
+        files.entry(path).or_insert(data);
+    }
+    let kept = beside(bug).join(deja_explore::INPUTS_DIR);
+    for (guest, want) in &b.files {
+        let hash = |d: &[u8]| blake3::hash(d).to_hex().to_string();
+        if files.get(guest).is_some_and(|d| hash(d) == *want) {
+            continue;
+        }
+        if let Ok(data) = std::fs::read(kept.join(want)) {
+            if hash(&data) == *want {
+                eprintln!("deja: note: {guest} differs on this host; replaying with the recorded one ({want})");
+                files.insert(guest.clone(), data);
+            }
+        }
+    }
+    files
 }
 
 /// `deja replay`: [`Exit::Failure`] when the failure reproduced (same signature and digest),

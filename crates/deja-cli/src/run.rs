@@ -153,8 +153,22 @@ pub struct RunArgs {
     /// Continue a run from a snapshot instead of starting a program.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["program", "snapshot_at", "files", "stdin", "env", "seed", "memory"])]
     pub from_snapshot: Option<PathBuf>,
-    /// The static x86-64 program to run, or a cluster file (`*.toml`, see docs/CLUSTERS.md).
-    #[arg(required_unless_present = "from_snapshot")]
+    /// Run a container image: an OCI image layout or a `docker save` archive. Its layers make
+    /// the read-only root; its entrypoint, command, environment and working directory are the
+    /// run's (PROGRAM and the arguments after `--` replace the command, as in `docker run`).
+    #[arg(long, value_name = "IMAGE.tar", conflicts_with_all = ["root", "from_snapshot"])]
+    pub image: Option<PathBuf>,
+    /// With --image: the program to run instead of the image's entrypoint (its command is
+    /// dropped, as `docker run --entrypoint` drops it).
+    #[arg(long, value_name = "PROGRAM", requires = "image")]
+    pub entrypoint: Option<String>,
+    /// Run inside DIR, a directory tree (an unpacked image) that becomes the read-only root:
+    /// PROGRAM is a path in it or a name in its PATH, and its loader and libraries come from it.
+    #[arg(long, value_name = "DIR", conflicts_with = "from_snapshot")]
+    pub root: Option<PathBuf>,
+    /// The x86-64 program to run (static or dynamically linked), or a cluster file (`*.toml`,
+    /// see docs/CLUSTERS.md). Under --root or --image, a path or name in the root.
+    #[arg(required_unless_present_any = ["from_snapshot", "image"])]
     pub program: Option<PathBuf>,
     /// Arguments for the program (after `--`).
     #[arg(last = true)]
@@ -261,21 +275,45 @@ pub fn read_declared(decls: &[String]) -> Result<BTreeMap<String, Vec<u8>>, Fail
 }
 
 /// Builds the run's spec from the command line, reading every declared input.
-pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure> {
-    let image = std::fs::read(program).map_err(|e| {
-        let code = if e.kind() == std::io::ErrorKind::NotFound { Exit::NotFound } else { Exit::NotLoadable };
-        Failure::new(code, format!("cannot read program {}: {e}", program.display()))
-    })?;
-    let name = program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
-    let exe_path = format!("/bin/{name}");
+pub fn build_spec(
+    args: &RunArgs,
+    program: Option<&Path>,
+) -> Result<(ProgramSpec, Option<crate::rootfs::RootInput>), Failure> {
+    let ask = crate::rootfs::Ask {
+        image: args.image.as_deref(),
+        dir: args.root.as_deref(),
+        entrypoint: args.entrypoint.as_deref(),
+        program,
+        args: &args.args,
+        env: &args.env,
+        cwd: args.cwd.as_deref(),
+    };
     let mut files = read_declared(&args.files)?;
-    // A dynamically linked program brings its loader and libraries from the host, unless the
-    // command line declared them itself.
-    let needs =
-        crate::dynlink::host_closure(&image, program, &exe_path).map_err(|e| Failure::new(Exit::NotLoadable, e))?;
-    for (path, data) in needs {
-        files.entry(path).or_insert(data);
-    }
+    let (image, exe_path, argv, env, cwd, root, root_input) = match crate::rootfs::open(&ask)? {
+        Some(crate::rootfs::Rooted { rooted: r, input }) => {
+            (r.image, r.exe_path, r.argv, r.env, r.cwd, Some(r.root), Some(input))
+        }
+        None => {
+            let program = program.ok_or_else(|| Failure::new(Exit::Usage, "name a program"))?;
+            let image = std::fs::read(program).map_err(|e| {
+                let code = if e.kind() == std::io::ErrorKind::NotFound { Exit::NotFound } else { Exit::NotLoadable };
+                Failure::new(code, format!("cannot read program {}: {e}", program.display()))
+            })?;
+            let name =
+                program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
+            let exe_path = format!("/bin/{name}");
+            // A dynamically linked program brings its loader and libraries from the host, unless
+            // the command line declared them itself.
+            let needs = deja_cluster::dynlink::host_closure(&image, program, &exe_path)
+                .map_err(|e| Failure::new(Exit::NotLoadable, e))?;
+            for (path, data) in needs {
+                files.entry(path).or_insert(data);
+            }
+            let mut argv = vec![exe_path.clone()];
+            argv.extend(args.args.iter().cloned());
+            (image, exe_path, argv, args.env.clone(), args.cwd.clone().unwrap_or_default(), None, None)
+        }
+    };
     let stdin = match &args.stdin {
         Some(p) => std::fs::read(p).map_err(|e| {
             let code = if e.kind() == std::io::ErrorKind::NotFound { Exit::NotFound } else { Exit::Usage };
@@ -294,8 +332,6 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
             return Err(Failure::new(Exit::Usage, format!("--env {kv}: expected KEY=VALUE")));
         }
     }
-    let mut argv = vec![exe_path.clone()];
-    argv.extend(args.args.iter().cloned());
     let errors = args
         .fail
         .iter()
@@ -339,23 +375,25 @@ pub fn build_spec(args: &RunArgs, program: &Path) -> Result<ProgramSpec, Failure
         let d: &mut deja_kernel::Disk = disk.get_or_insert_with(deja_kernel::Disk::default);
         d.insert_file(guest, data).map_err(|e| Failure::new(Exit::Usage, format!("--copy-in {decl}: {e}")))?;
     }
-    Ok(ProgramSpec {
+    let spec = ProgramSpec {
         faults,
         disk,
         fs: Default::default(),
         image,
         exe_path,
         argv,
-        env: args.env.clone(),
+        env,
         files,
+        root,
         stdin,
         seed: args.seed.unwrap_or(0),
         record_trace: args.trace_out.is_some(),
         rewrite: Default::default(),
         vdso: Default::default(),
-        cwd: args.cwd.clone().unwrap_or_default(),
+        cwd,
         cpus: args.cpus,
-    })
+    };
+    Ok((spec, root_input))
 }
 
 /// Parses `none`, `all`, or `P,P,...[+T:K]` (see `--crash-state`). `all` becomes every
@@ -586,6 +624,15 @@ pub fn replay_argv(args: &RunArgs, extra: &[String]) -> Vec<String> {
         if args.memory != 1024 {
             parts.extend(["--memory".to_string(), args.memory.to_string()]);
         }
+        if let Some(image) = &args.image {
+            parts.extend(["--image".to_string(), image.display().to_string()]);
+        }
+        if let Some(e) = &args.entrypoint {
+            parts.extend(["--entrypoint".to_string(), e.clone()]);
+        }
+        if let Some(root) = &args.root {
+            parts.extend(["--root".to_string(), root.display().to_string()]);
+        }
         for f in &args.files {
             parts.extend(["--file".to_string(), f.clone()]);
         }
@@ -678,11 +725,12 @@ pub fn main(args: RunArgs) -> Exit {
 }
 
 fn run_main(args: &RunArgs) -> Result<Exit, Failure> {
-    if let (None, Some(p)) = (&args.from_snapshot, &args.program) {
+    if let (None, None, None, Some(p)) = (&args.from_snapshot, &args.image, &args.root, &args.program) {
         if p.extension().is_some_and(|e| e == "toml") {
             return crate::cluster::run(args, p);
         }
     }
+    let mut inputs = None;
     let source = match (&args.from_snapshot, &args.program) {
         (Some(path), _) => {
             let bytes = std::fs::read(path).map_err(|e| {
@@ -693,8 +741,12 @@ fn run_main(args: &RunArgs) -> Result<Exit, Failure> {
                 .map_err(|e| Failure::new(Exit::NotLoadable, format!("cannot restore {}: {e}", path.display())))?;
             Source::Snapshot(Box::new(snap))
         }
-        (None, Some(program)) => Source::Program(Box::new(build_spec(args, program)?)),
-        (None, None) => return Err(Failure::new(Exit::Usage, "name a program or --from-snapshot FILE")),
+        (None, program) if program.is_some() || args.image.is_some() => {
+            let (spec, root) = build_spec(args, program.as_deref())?;
+            inputs = Some(crate::run_report::RunInputs::of(&spec, root.as_ref()));
+            Source::Program(Box::new(spec))
+        }
+        (None, _) => return Err(Failure::new(Exit::Usage, "name a program or --from-snapshot FILE")),
     };
     let auditing = args.audit.is_some_and(|k| k > 1) || args.audit_record.is_some();
     let source = match source {
@@ -753,7 +805,7 @@ fn run_main(args: &RunArgs) -> Result<Exit, Failure> {
         })?;
     }
     let replay = replay_command(args);
-    let json = RunSummary::new(&first.report, &first, host, audit.as_ref(), &replay).to_json();
+    let json = RunSummary::new(&first.report, &first, host, audit.as_ref(), &replay, inputs.as_ref()).to_json();
     if let Some(path) = &args.report_out {
         std::fs::write(path, serde_json::to_vec_pretty(&json).unwrap_or_default()).map_err(|e| {
             Failure::new(Exit::DejaFailed, format!("cannot write the report to {}: {e}", path.display()))

@@ -42,6 +42,8 @@ pub struct RunSummary<'a> {
     pub faults: &'a [deja_kernel::FaultRecord],
     /// The host's identity.
     pub host: HostSummary<'a>,
+    /// What the run was made of, by BLAKE3 (`None` for a run continued from a snapshot).
+    pub inputs: Option<&'a RunInputs>,
     /// What code rewriting did: the code objects, sites rewritten and refused, traps answered.
     pub host_channels: &'a deja_kernel::hostchan::HostChannelReport,
     /// The host's determinism hazards under the remedy in force.
@@ -72,6 +74,36 @@ pub struct RunSummary<'a> {
     pub vm: &'a deja_vmm::VmStats,
 }
 
+/// Every input of a run by BLAKE3: what a replay must be given again.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunInputs {
+    /// The program's path in the guest.
+    pub program: String,
+    /// BLAKE3 of the program's bytes.
+    pub program_blake3: String,
+    /// Each declared file (with a dynamically linked program's loader and libraries from the
+    /// host): guest path → BLAKE3 of its bytes.
+    pub files: BTreeMap<String, String>,
+    /// The root the run had (`--image` or `--root`).
+    pub root: Option<crate::rootfs::RootInput>,
+    /// BLAKE3 of the bytes on stdin.
+    pub stdin_blake3: String,
+}
+
+impl RunInputs {
+    /// The inputs of `spec`, whose root came from `root`.
+    pub fn of(spec: &deja_kernel::ProgramSpec, root: Option<&crate::rootfs::RootInput>) -> RunInputs {
+        let hash = |b: &[u8]| blake3::hash(b).to_hex().to_string();
+        RunInputs {
+            program: spec.exe_path.clone(),
+            program_blake3: hash(&spec.image),
+            files: spec.files.iter().map(|(p, d)| (p.clone(), hash(d))).collect(),
+            root: root.cloned(),
+            stdin_blake3: hash(&spec.stdin),
+        }
+    }
+}
+
 impl<'a> RunSummary<'a> {
     /// The summary of `report`, a life of `run` on `host`.
     pub fn new(
@@ -80,6 +112,7 @@ impl<'a> RunSummary<'a> {
         host: &'a deja_vmm::HostProfile,
         audit: Option<&'a serde_json::Value>,
         replay: &'a str,
+        inputs: Option<&'a RunInputs>,
     ) -> RunSummary<'a> {
         RunSummary {
             assertion_failed: report.assertion_failed(),
@@ -94,6 +127,7 @@ impl<'a> RunSummary<'a> {
             exit_code: report.exit.code(),
             faults: &report.faults,
             host: HostSummary::new(host),
+            inputs,
             host_channels: &report.host_channels,
             host_hazards: host.hazards(),
             memory_digest: &report.memory_digest,

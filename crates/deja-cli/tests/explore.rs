@@ -272,3 +272,43 @@ fn a_campaign_killed_mid_way_resumes_without_losing_anything() {
     std::fs::remove_dir_all(&whole).ok();
     std::fs::remove_dir_all(&killed).ok();
 }
+
+#[test]
+fn a_bug_of_a_dynamically_linked_program_replays_with_its_inputs_kept_by_hash() {
+    // grep as Debian ships it, failing on a declared file: the bug file records the file's and
+    // the host libraries' BLAKE3, and the campaign keeps each of them under inputs/.
+    let out = out_dir("dynamic-inputs");
+    std::fs::create_dir_all(&out).unwrap();
+    let data = out.join("in.txt");
+    std::fs::write(&data, "hello\n").unwrap();
+    let decl = format!("{}:/in.txt", data.display());
+    let o = explore(&out, &["--runs", "3", "--file", &decl], "/bin/grep", &["-q", "nomatch", "/in.txt"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let bug = bug_file(&out);
+    let recorded = deja_explore::BugFile::read(&bug).unwrap().files;
+    let want = blake3::hash(b"hello\n").to_hex().to_string();
+    assert_eq!(recorded["/in.txt"], want);
+    assert!(recorded.keys().any(|k| k.ends_with("/libc.so.6")), "{recorded:?}");
+    assert_eq!(std::fs::read(out.join("inputs").join(&want)).unwrap(), b"hello\n");
+    let bug = bug.to_str().unwrap();
+    // The replay finds the libraries on the host and the declared file by its hash, even with
+    // the file on the host changed and none given.
+    std::fs::write(&data, "changed\n").unwrap();
+    let r = deja(&["replay", bug]);
+    assert_eq!(r.status.code(), Some(1), "{}", stderr(&r));
+    assert!(stderr(&r).contains("reproduced bug"), "{}", stderr(&r));
+    // Without the kept copy, the replay refuses, naming the file and both hashes.
+    std::fs::remove_dir_all(out.join("inputs")).unwrap();
+    let r = deja(&["replay", "--file", &decl, bug]);
+    assert_eq!(r.status.code(), Some(3), "{}", stderr(&r));
+    let got = blake3::hash(b"changed\n").to_hex().to_string();
+    let err = stderr(&r);
+    assert!(
+        err.contains(&format!("the declared file /in.txt has BLAKE3 {got} here; the bug needs BLAKE3 {want}")),
+        "{err}"
+    );
+    let r = deja(&["replay", bug]);
+    assert_eq!(r.status.code(), Some(3), "{}", stderr(&r));
+    assert!(stderr(&r).contains("the declared file /in.txt is missing"), "{}", stderr(&r));
+    std::fs::remove_dir_all(&out).ok();
+}

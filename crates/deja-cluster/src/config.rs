@@ -178,6 +178,30 @@ pub enum InvalidCluster {
         /// The address.
         address: String,
     },
+    /// A node names neither a binary nor an image, or both.
+    #[snafu(display("node {node}: give it exactly one of binary = \"PATH\" and image = \"IMAGE.tar\""))]
+    NodeProgram {
+        /// The node.
+        node: String,
+    },
+    /// A node's image is malformed, or its program cannot be found in it.
+    #[snafu(display("node {node}: image {}: {problem}", path.display()))]
+    NodeImage {
+        /// The node.
+        node: String,
+        /// The image file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A dynamically linked binary's loader or libraries cannot be found on the host.
+    #[snafu(display("node {node}: {problem}"))]
+    NodeLibraries {
+        /// The node.
+        node: String,
+        /// What is missing.
+        problem: String,
+    },
     /// A node's binary or one of its files cannot be read.
     #[snafu(display("node {node}: cannot read {}: {source}", path.display()))]
     ReadNodeFile {
@@ -634,8 +658,18 @@ pub struct NodeFile {
     pub name: String,
     /// IPv4 address (unique, not loopback).
     pub address: String,
-    /// The static executable, relative to the cluster file.
-    pub binary: PathBuf,
+    /// The executable (static or dynamically linked, its loader and libraries then taken from
+    /// the host), relative to the cluster file.
+    #[serde(default)]
+    pub binary: Option<PathBuf>,
+    /// Instead of a binary: a container image (OCI layout or `docker save` archive), relative to
+    /// the cluster file. It is the node's read-only root, and gives its command, environment and
+    /// working directory; `args` replace its command, `entrypoint` its entrypoint.
+    #[serde(default)]
+    pub image: Option<PathBuf>,
+    /// With `image`: the program to run instead of the image's entrypoint.
+    #[serde(default)]
+    pub entrypoint: Option<String>,
     /// Arguments (after argv\[0\]).
     #[serde(default)]
     pub args: Vec<String>,
@@ -669,10 +703,16 @@ pub struct NodeConfig {
     pub address: [u8; 4],
     /// The executable's bytes.
     pub image: Vec<u8>,
-    /// Its file name (argv\[0\] is `/bin/<name>`).
+    /// Its file name (a binary is `/bin/<name>` in the guest).
     pub program: String,
+    /// Where the executable is in the guest.
+    pub exe_path: String,
+    /// argv\[0\].
+    pub argv0: String,
     /// Arguments.
     pub args: Vec<String>,
+    /// The read-only root of an image node.
+    pub root: Option<std::sync::Arc<deja_kernel::fs::Root>>,
     /// Environment (`KEY=VALUE`).
     pub env: Vec<String>,
     /// Files copied in.
@@ -791,10 +831,14 @@ impl ClusterConfig {
             if let Some(cpus) = n.cpus {
                 ensure!((1..=deja_kernel::MAX_CPUS).contains(&cpus), CpusSnafu { node: &n.name, cpus });
             }
-            let bin = base.join(&n.binary);
-            let image =
+            let named = match (&n.binary, &n.image) {
+                (Some(p), None) | (None, Some(p)) => p,
+                _ => return NodeProgramSnafu { node: &n.name }.fail(),
+            };
+            let bin = base.join(named);
+            let bytes =
                 read(&n.name, HostFile::Binary, &bin).context(ReadNodeFileSnafu { node: &n.name, path: &bin })?;
-            hashes.insert(n.name.clone(), blake3::hash(&image).to_hex().to_string());
+            hashes.insert(n.name.clone(), blake3::hash(&bytes).to_hex().to_string());
             let mut files = BTreeMap::new();
             for (guest, host) in &n.files {
                 if let Some(problem) = deja_kernel::fs::guest_path_problem(guest) {
@@ -805,16 +849,42 @@ impl ClusterConfig {
                     read(&n.name, HostFile::File(guest), &p).context(ReadNodeFileSnafu { node: &n.name, path: &p })?;
                 files.insert(guest.clone(), data);
             }
-            let program = n.binary.file_name().and_then(|s| s.to_str()).unwrap_or("program").to_string();
+            let mut env: Vec<String> = n.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let mut cwd = n.cwd.clone().unwrap_or_default();
+            let node = if n.image.is_some() {
+                let problem = |e: crate::image::OpenError| {
+                    NodeImageSnafu { node: &n.name, path: &bin, problem: e.to_string() }.build()
+                };
+                let img = crate::image::open(&bytes, n.entrypoint.as_deref(), &n.args, &env, n.cwd.as_deref())
+                    .map_err(problem)?;
+                (env, cwd) = (img.env, img.cwd);
+                let program = img.exe_path.rsplit('/').next().unwrap_or("program").to_string();
+                let (argv0, args) = img.argv.split_first().map(|(a, r)| (a.clone(), r.to_vec())).unwrap_or_default();
+                (img.image, program, img.exe_path, argv0, args, Some(img.root))
+            } else {
+                let program = named.file_name().and_then(|s| s.to_str()).unwrap_or("program").to_string();
+                let exe_path = format!("/bin/{program}");
+                // A dynamically linked binary brings its loader and libraries from the host.
+                let needs = crate::dynlink::host_closure(&bytes, &bin, &exe_path)
+                    .map_err(|problem| NodeLibrariesSnafu { node: &n.name, problem }.build())?;
+                for (path, data) in needs {
+                    files.entry(path).or_insert(data);
+                }
+                (bytes, program, exe_path.clone(), exe_path, n.args.clone(), None)
+            };
+            let (image, program, exe_path, argv0, args, root) = node;
             nodes.push(NodeConfig {
                 name: n.name.clone(),
                 address: ip,
                 image,
                 program,
-                args: n.args.clone(),
-                env: n.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+                exe_path,
+                argv0,
+                args,
+                root,
+                env,
                 files,
-                cwd: n.cwd.clone().unwrap_or_default(),
+                cwd,
                 cpus: n.cpus.unwrap_or(1),
                 wait: n.wait,
             });

@@ -618,6 +618,10 @@ impl Subject for ClusterSubject<'_> {
         Program { path: self.target.path.clone(), blake3: self.target.file_blake3.clone() }
     }
 
+    fn input_files(&self) -> Vec<&[u8]> {
+        self.target.cfg.nodes.iter().flat_map(|n| n.files.values().map(Vec::as_slice)).collect()
+    }
+
     fn bug_subject(&self) -> String {
         cluster_subject(&self.target.cfg.binary_hashes)
     }

@@ -458,7 +458,10 @@ impl BugFile {
         );
         for (guest, want) in &self.files {
             let got = files.get(guest).map(|d| blake3::hash(d).to_hex().to_string());
-            ensure!(got.as_deref() == Some(want.as_str()), crate::DeclaredFileSnafu { guest });
+            ensure!(
+                got.as_deref() == Some(want.as_str()),
+                crate::DeclaredFileSnafu { guest, expected: want, found: got.clone() }
+            );
         }
         let spec = ProgramSpec {
             image,

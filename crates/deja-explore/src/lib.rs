@@ -35,7 +35,7 @@ pub mod minimize;
 pub mod program;
 pub mod signature;
 
-pub use campaign::{saved, write_reports, Campaign, CampaignConfig, Mode, Progress, Strategy, Subject};
+pub use campaign::{saved, write_reports, Campaign, CampaignConfig, Mode, Progress, Strategy, Subject, INPUTS_DIR};
 pub use cluster::{explore_cluster, minimize_cluster, ClusterBug, ClusterInput, ClusterSubject, ClusterTarget};
 pub use input::{first_restart_difference, BugFile, Input, Outcome, Target};
 pub use merge::merge;
@@ -124,10 +124,18 @@ pub enum ExploreError {
         expected: String,
     },
     /// A file the bug declares is missing or differs.
-    #[snafu(display("the declared file {guest} is missing or differs"))]
+    #[snafu(display(
+        "the declared file {guest} {}; the bug needs BLAKE3 {expected} (give the file with --file HOST:{guest}, or put it in {} beside the bug file, named by that hash)",
+        found.as_ref().map_or("is missing".to_string(), |h| format!("has BLAKE3 {h} here")),
+        crate::campaign::INPUTS_DIR
+    ))]
     DeclaredFile {
         /// Its guest path.
         guest: String,
+        /// BLAKE3 of the file the bug was found with.
+        expected: String,
+        /// BLAKE3 of the file given now, if one was.
+        found: Option<String>,
     },
     /// A cluster's binaries are not those of the bug.
     #[snafu(display("the binaries of {} are not the ones of this bug: {why}", path.display()))]

@@ -97,6 +97,10 @@ impl Subject for ProgramSubject<'_> {
         Program { path: self.target.path.clone(), blake3: self.blake3.clone() }
     }
 
+    fn input_files(&self) -> Vec<&[u8]> {
+        self.target.spec.files.values().map(Vec::as_slice).collect()
+    }
+
     fn bug_subject(&self) -> String {
         self.blake3.clone()
     }

@@ -383,7 +383,15 @@ mod tests {
     /// read-only file).
     fn every_kind() -> (Fs, Vec<(&'static str, FileKind)>) {
         let files = BTreeMap::from([("/data/f".to_string(), b"static".to_vec())]);
-        let mut fs = Fs::new(FsConfig::default(), None, &files, "/bin/exe", b"\x7fELF", 1, &[]);
+        let mut fs = Fs::new(
+            FsConfig::default(),
+            None,
+            crate::fs::Inputs { root: None, files: &files },
+            "/bin/exe",
+            b"\x7fELF",
+            1,
+            &[],
+        );
         let dir = fs.lookup_abs("/data").expect("/data");
         let file = fs.create_file(dir, "w", 0o644, 0).expect("a new file");
         assert_eq!(fs.write(file, 0, b"hello", 0), Ok(5));

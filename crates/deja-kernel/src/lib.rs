@@ -191,6 +191,8 @@ pub struct ProgramSpec {
     pub env: Vec<String>,
     /// Declared read-only input files: absolute guest path → contents.
     pub files: BTreeMap<String, Vec<u8>>,
+    /// A read-only root under the declared files (an unpacked image or directory tree), if any.
+    pub root: Option<std::sync::Arc<fs::Root>>,
     /// The bytes the guest reads from fd 0.
     pub stdin: Vec<u8>,
     /// Seed of every random byte the guest sees.
@@ -261,7 +263,7 @@ pub enum LoadError {
     },
     /// A dynamically linked ELF (has `PT_INTERP`) whose loader is not among the run's files.
     #[snafu(display(
-        "dynamically linked ELF (it asks for the interpreter {interpreter}, which the run was not given): \
+        "dynamically linked ELF (it asks for the interpreter {interpreter}, which is not among the run's files): \
          declare it and the libraries, or rebuild it static with RUSTFLAGS=\"-C target-feature=+crt-static\""
     ))]
     Dynamic {

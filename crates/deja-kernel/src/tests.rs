@@ -1799,3 +1799,39 @@ fn a_dynamic_program_starts_in_its_declared_loader() {
     let e = Kernel::load(spec, &mut m).expect_err("an executable is no loader");
     assert!(matches!(e, LoadError::BadInterpreter { .. }), "{e:?}");
 }
+
+/// The loader may come from a read-only root, through its symlinks, as in a Debian image
+/// (`/lib64/ld-linux-x86-64.so.2` → `/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2`, `/lib` →
+/// `usr/lib`); its mappings are named by the path the program gave.
+#[test]
+fn a_dynamic_program_finds_its_loader_in_the_root_through_symlinks() {
+    use crate::fs::{Root, RootNode};
+    let loader_path = "/lib64/ld-linux-x86-64.so.2";
+    let program = build_elf(3, 62, 0, &segs(0), Some(loader_path));
+    let loader = build_elf(3, 62, 0, &segs(0), None);
+    let nodes = BTreeMap::from([
+        ("/lib".to_string(), RootNode::Symlink("usr/lib".into())),
+        ("/lib64".to_string(), RootNode::Dir { mode: 0o755 }),
+        (loader_path.to_string(), RootNode::Symlink("/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2".into())),
+        ("/usr/lib/x86_64-linux-gnu".to_string(), RootNode::Dir { mode: 0o755 }),
+        (
+            "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2".to_string(),
+            RootNode::File { mode: 0o755, data: std::sync::Arc::from(loader.as_slice()) },
+        ),
+    ]);
+    let mut spec = spec_with(program.clone(), 0);
+    spec.root = Some(std::sync::Arc::new(Root { nodes }));
+    let mut m = FakeMemory::new(FRAMES);
+    let (k, e) = Kernel::load(spec, &mut m).expect("the loader is found in the root");
+    assert_ne!(e.rip, crate::user_layout::PIE_BASE + 0x1000, "the run starts in the loader");
+    assert_eq!(e.rip % 0x1000, 0);
+    let maps = k.proc_maps();
+    assert_eq!(maps.lines().filter(|l| l.ends_with(loader_path)).count(), 3, "{maps}");
+    // A dangling link is no loader.
+    let nodes = BTreeMap::from([(loader_path.to_string(), RootNode::Symlink("/nowhere/ld.so".into()))]);
+    let mut spec = spec_with(program, 0);
+    spec.root = Some(std::sync::Arc::new(Root { nodes }));
+    let mut m = FakeMemory::new(FRAMES);
+    let e = Kernel::load(spec, &mut m).expect_err("no loader");
+    assert!(matches!(e, LoadError::Dynamic { .. }), "{e:?}");
+}

@@ -504,6 +504,9 @@ impl Sim {
         let life = n.lives.len() as u64;
         let seed = if life == 0 { n.seed } else { deja_vmm::restart_seed(n.seed, life) };
         let mut spec = ProgramSpec::for_program(n.cfg.image.clone(), &n.cfg.program, n.cfg.args.clone(), seed);
+        spec.exe_path = n.cfg.exe_path.clone();
+        spec.argv[0] = n.cfg.argv0.clone();
+        spec.root = n.cfg.root.clone();
         spec.env = n.cfg.env.clone();
         spec.cwd = n.cfg.cwd.clone();
         spec.cpus = n.cfg.cpus;

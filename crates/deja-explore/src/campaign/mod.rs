@@ -315,6 +315,11 @@ pub trait Subject: Sync {
     /// name and binary BLAKE3.
     fn bug_subject(&self) -> String;
 
+    /// The bytes of every declared input file (a dynamically linked program's loader and
+    /// libraries among them), kept by BLAKE3 under the campaign's `inputs/` so that its bug
+    /// files replay on a host whose files differ ([`INPUTS_DIR`]).
+    fn input_files(&self) -> Vec<&[u8]>;
+
     /// The bootstrap: what rounds need to know before they start, and the outcomes of the runs
     /// it made (learned before the first round).
     fn bootstrap(&self, cfg: &CampaignConfig) -> Result<(Self::Reference, Vec<Self::Outcome>), ExploreError>;
@@ -490,6 +495,29 @@ pub enum Phase {
     Done,
 }
 
+/// Where a campaign keeps its input files, each named by its BLAKE3 (hex): a replay that finds
+/// a declared file changed on its host takes the recorded one from here.
+pub const INPUTS_DIR: &str = "inputs";
+
+/// Writes each of `files` under `out/inputs/` by BLAKE3, unless a file of that name is there.
+fn keep_inputs(out: &std::path::Path, files: &[&[u8]]) -> Result<(), ExploreError> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    let dir = out.join(INPUTS_DIR);
+    std::fs::create_dir_all(&dir).context(crate::CreateDirSnafu { path: &dir })?;
+    for data in files {
+        let path = dir.join(blake3::hash(data).to_hex().as_str());
+        if !path.exists() {
+            let tmp = path.with_extension("part");
+            std::fs::write(&tmp, data)
+                .and_then(|()| std::fs::rename(&tmp, &path))
+                .context(crate::CreateDirSnafu { path: &path })?;
+        }
+    }
+    Ok(())
+}
+
 /// Runs a campaign over `subject` (or continues one) and writes its files under `cfg.out`.
 pub fn explore<S: Subject>(
     subject: &S,
@@ -498,6 +526,7 @@ pub fn explore<S: Subject>(
 ) -> Result<Campaign, ExploreError> {
     let started = Instant::now();
     std::fs::create_dir_all(cfg.out.join("corpus")).context(crate::CreateDirSnafu { path: &cfg.out })?;
+    keep_inputs(&cfg.out, &subject.input_files())?;
     let checkpoint = cfg.out.join("checkpoint.json");
     let identity = subject.identity();
     let jobs = cfg.jobs.max(1);

@@ -90,11 +90,13 @@ use crate::persist::{ensure, RestoreError};
 
 mod durable;
 mod models;
+mod root;
 mod tree;
 
 pub use durable::diff_paths;
 use durable::simulate;
 pub use models::{CrashModel, OpClass};
+pub use root::{Root, RootNode};
 pub use tree::{guest_path_problem, parent_path};
 
 /// Id of `/` in the inode table.
@@ -404,6 +406,15 @@ pub struct Walked {
     pub trailing: bool,
 }
 
+/// What a new run's file system is made from besides its disk.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    /// The read-only root under everything (an image), if any.
+    pub root: Option<&'a Root>,
+    /// The declared read-only files: absolute guest path → contents.
+    pub files: &'a BTreeMap<String, Vec<u8>>,
+}
+
 /// A per-file crash decision maker: `(point, options) → choice`.
 pub type Decide<'a> = dyn FnMut(String, u64) -> u64 + 'a;
 
@@ -434,15 +445,16 @@ fn static_time() -> u64 {
 }
 
 impl Fs {
-    /// The file system of a new run: the `disk` (or `/`, `/tmp`, `/data`), then the declared
-    /// `files` (read-only, replacing whatever the disk had there), the executable at
+    /// The file system of a new run: the `disk` (or `/`, `/tmp`, `/data`), then the read-only
+    /// root's entries where the disk has none (a directory both have stays the disk's), then the
+    /// declared `files` (read-only, replacing whatever was there), the executable at
     /// `exe_path`, `/proc/self/{maps,exe}`, `/dev/{null,random,urandom}`, and what describes
     /// the program's `cpus` CPUs: `/proc/cpuinfo` and `/sys/devices/system/cpu/{online,
     /// possible,present}`, its `argv` in `/proc/self/cmdline`, and `/proc/sys/fs/pipe-max-size`.
     pub fn new(
         config: FsConfig,
         disk: Option<&Disk>,
-        files: &BTreeMap<String, Vec<u8>>,
+        inputs: Inputs<'_>,
         exe_path: &str,
         image: &[u8],
         cpus: u32,
@@ -495,7 +507,29 @@ impl Fs {
                 fs.place("/data", Kind::Dir(DirData::default_for(ROOT)), 0o755, true, false);
             }
         }
-        for (p, data) in files {
+        if let Some(root) = inputs.root {
+            for (p, node) in root.nodes.iter().filter(|(p, _)| p.as_str() != "/") {
+                let Ok((norm, _)) = crate::fd::normalize("/", p.as_bytes()) else { continue };
+                // Below a symlink of the root: not reachable by that name.
+                let mut above = crate::fs::parent_path(&norm);
+                let mut hidden = false;
+                while above != "/" && !hidden {
+                    hidden = matches!(root.nodes.get(above), Some(RootNode::Symlink(_)));
+                    above = crate::fs::parent_path(above);
+                }
+                if hidden || fs.lookup_abs(&norm).is_some() {
+                    continue; // the disk's (after a crash, or `/tmp` and `/data`)
+                }
+                let (kind, mode) = match node {
+                    RootNode::File { mode, data } => (Kind::Static(data.clone()), *mode),
+                    RootNode::Dir { mode } => (Kind::Dir(DirData::default_for(ROOT)), *mode),
+                    RootNode::Symlink(t) if !t.is_empty() => (Kind::Symlink(t.clone()), 0o777),
+                    RootNode::Symlink(_) => continue,
+                };
+                fs.place(&norm, kind, mode & 0o7777, false, true);
+            }
+        }
+        for (p, data) in inputs.files {
             if let Ok((norm, _)) = crate::fd::normalize("/", p.as_bytes()) {
                 fs.place(&norm, Kind::Static(Arc::from(data.as_slice())), 0o644, false, true);
             }

@@ -210,6 +210,16 @@ impl Fs {
         }
     }
 
+    /// The read-only contents at the absolute `path`, symlinks followed (a declared file, a
+    /// file of the root, or the executable).
+    pub fn static_at(&self, path: &str) -> Option<Arc<[u8]>> {
+        let id = self.walk(ROOT, path.as_bytes(), true).ok()?.id?;
+        match &self.inodes.get(&id)?.kind {
+            Kind::Static(d) => Some(d.clone()),
+            _ => None,
+        }
+    }
+
     /// The static contents at `path`, if equal to `data` (to share them after a restore).
     pub fn same_static(&self, path: &str, data: &Arc<[u8]>) -> Option<(Arc<[u8]>, u64)> {
         let id = self.walk(ROOT, path.as_bytes(), true).ok()?.id?;

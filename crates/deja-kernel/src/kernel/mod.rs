@@ -243,13 +243,35 @@ impl Kernel {
     pub fn load(spec: ProgramSpec, mem: &mut dyn Memory) -> Result<(Kernel, Entry), LoadError> {
         let img = elf::parse(&spec.image)?;
         // A dynamically linked program starts in its loader, which must be among the run's files.
+        if let Some(d) = &spec.disk {
+            d.validate().context(InvalidDiskSnafu)?;
+            let (bytes, capacity) = (d.data_bytes(), spec.fs.capacity_bytes);
+            snafu::ensure!(bytes <= capacity, DiskOverCapacitySnafu { bytes, capacity });
+        }
+        if let Some((path, problem)) =
+            spec.files.keys().find_map(|p| crate::fs::guest_path_problem(p).map(|why| (p.clone(), why)))
+        {
+            return GuestPathSnafu { path, problem }.fail();
+        }
+        snafu::ensure!(spec.cpus <= crate::MAX_CPUS, crate::CpusSnafu { cpus: spec.cpus });
+        let fs = Fs::new(
+            spec.fs,
+            spec.disk.as_ref(),
+            crate::fs::Inputs { root: spec.root.as_deref(), files: &spec.files },
+            &spec.exe_path,
+            &spec.image,
+            spec.cpus.max(1),
+            &spec.argv,
+        );
+        // A dynamically linked program starts in its loader, found in the run's file system as
+        // the program would find it (declared, or in the root, through its symlinks).
         let interp = match &img.interp {
             Some(path) => {
-                let bytes = spec.files.get(path).context(DynamicSnafu { interpreter: path.clone() })?;
-                let loader = elf::parse(bytes)?;
+                let bytes = fs.static_at(path).context(DynamicSnafu { interpreter: path.clone() })?;
+                let loader = elf::parse(&bytes)?;
                 let shared = loader.e_type == ET_DYN && loader.interp.is_none();
                 snafu::ensure!(shared, BadInterpreterSnafu { interpreter: path.clone() });
-                Some((path.clone(), loader))
+                Some((path.clone(), loader, bytes))
             }
             None => None,
         };
@@ -318,10 +340,8 @@ impl Kernel {
         let brk_start = segs.iter().map(|s| s.3).max().unwrap_or(USER_START).max(USER_START);
         // The loader, where Linux's `load_elf_binary` puts it: in the mmap area, top-down.
         let loader = match &interp {
-            Some((path, loader)) => {
-                let bytes =
-                    spec.files.get(path).map(|b| std::sync::Arc::<[u8]>::from(b.as_slice())).unwrap_or_default();
-                Some(map_loader(mem, &mut mappings, &mut host, spec.rewrite, path, &bytes, loader)?)
+            Some((path, loader, bytes)) => {
+                Some(map_loader(mem, &mut mappings, &mut host, spec.rewrite, path, bytes, loader)?)
             }
             None => None,
         };
@@ -366,26 +386,6 @@ impl Kernel {
         mem.populate(STACK_TOP - eager, eager, Prot::RW).context(OutOfMemorySnafu { what: "the stack" })?;
         mem.write(st.rsp, &st.bytes).context(OutOfMemorySnafu { what: "the stack" })?;
 
-        if let Some(d) = &spec.disk {
-            d.validate().context(InvalidDiskSnafu)?;
-            let (bytes, capacity) = (d.data_bytes(), spec.fs.capacity_bytes);
-            snafu::ensure!(bytes <= capacity, DiskOverCapacitySnafu { bytes, capacity });
-        }
-        if let Some((path, problem)) =
-            spec.files.keys().find_map(|p| crate::fs::guest_path_problem(p).map(|why| (p.clone(), why)))
-        {
-            return GuestPathSnafu { path, problem }.fail();
-        }
-        snafu::ensure!(spec.cpus <= crate::MAX_CPUS, crate::CpusSnafu { cpus: spec.cpus });
-        let fs = Fs::new(
-            spec.fs,
-            spec.disk.as_ref(),
-            &spec.files,
-            &spec.exe_path,
-            &spec.image,
-            spec.cpus.max(1),
-            &spec.argv,
-        );
         // The loader's mappings share the file system's copy of its bytes, and its inode.
         mappings.share_file_data(&fs);
         let faults = FaultState::new(spec.faults.clone(), spec.seed);

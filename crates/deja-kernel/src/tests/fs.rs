@@ -2168,3 +2168,54 @@ fn ownership_changes_only_to_the_programs_own_ids() {
     assert_eq!(sc(&mut k, &mut m, "chown", &[input, 1000, 1000]), -30, "EROFS: a declared input");
     assert_eq!(sc(&mut k, &mut m, "fchown", &[99, 1000, 1000]), EBADF);
 }
+
+/// A read-only root (an image): its files read through its symlinks, nothing in it changes,
+/// `/data` and `/tmp` stay the disk's, declared files sit on top, and none of it is on the disk.
+#[test]
+fn a_read_only_root_sits_under_the_disk_and_the_declared_files() {
+    use crate::fs::{Root, RootNode};
+    let file = |mode: u32, s: &str| RootNode::File { mode, data: std::sync::Arc::from(s.as_bytes()) };
+    let nodes = BTreeMap::from([
+        ("/etc".to_string(), RootNode::Dir { mode: 0o755 }),
+        ("/etc/os-release".to_string(), file(0o644, "ID=img\n")),
+        ("/etc/hosts".to_string(), file(0o644, "from the image\n")),
+        ("/usr".to_string(), RootNode::Dir { mode: 0o755 }),
+        ("/usr/lib".to_string(), RootNode::Dir { mode: 0o755 }),
+        ("/usr/lib/tool".to_string(), file(0o750, "#!tool")),
+        ("/lib".to_string(), RootNode::Symlink("usr/lib".into())),
+        // Below a symlink: not reachable by that name, and it must not replace the link.
+        ("/lib/hidden".to_string(), file(0o644, "no")),
+        ("/tmp".to_string(), RootNode::Dir { mode: 0o755 }),
+        ("/tmp/img".to_string(), file(0o644, "tmp file of the image")),
+    ]);
+    let mut spec = spec_with(exec_image(), 42);
+    spec.root = Some(std::sync::Arc::new(Root { nodes }));
+    spec.files.insert("/etc/hosts".into(), b"declared\n".to_vec());
+    let mut h = H::with(spec);
+    let fd = h.open("/lib/tool", 0);
+    assert!(fd > 0, "through the root's symlink: {fd}");
+    assert_eq!(h.read(fd, 100), b"#!tool");
+    assert_eq!(h.stat("/usr/lib/tool").unwrap().0, 0o100750, "the image's mode");
+    assert_eq!(h.open("/lib/hidden", 0), ENOENT);
+    let fd = h.open("/etc/hosts", 0);
+    assert_eq!(h.read(fd, 100), b"declared\n", "a declared file over the image's");
+    // Nothing of the image changes.
+    assert_eq!(h.open("/etc/os-release", O_RDWR), EROFS);
+    assert_eq!(h.call1("unlink", "/etc/os-release", &[]), EROFS);
+    assert_eq!(h.open("/etc/new", O_CREAT | O_WRONLY), EACCES);
+    assert_eq!(h.call1("mkdir", "/usr/x", &[0o755]), EACCES);
+    // /tmp is the disk's (writable), and the image's files under it are there, read-only.
+    let fd = h.open("/tmp/mine", O_CREAT | O_WRONLY);
+    assert!(fd > 0, "{fd}");
+    assert_eq!(h.write(fd, b"x"), 1);
+    let fd = h.open("/tmp/img", 0);
+    assert_eq!(h.read(fd, 100), b"tmp file of the image");
+    assert_eq!(h.fsync_path("/tmp/mine"), 0);
+    assert_eq!(h.fsync_path("/tmp"), 0);
+    // The disk holds what the program wrote, none of the image.
+    let disk = h.k.disk();
+    assert!(disk.get("/tmp/mine").is_some());
+    for p in ["/etc", "/etc/os-release", "/usr/lib/tool", "/lib", "/tmp/img"] {
+        assert!(disk.get(p).is_none(), "{p} is not the disk's");
+    }
+}

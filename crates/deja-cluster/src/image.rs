@@ -1,0 +1,132 @@
+//! A program in a root: a container image (`deja run --image`, a node's `image =`) or a
+//! directory tree (`deja run --root`), read into a `deja-image` tree. The tree becomes the run's
+//! read-only root ([`deja_kernel::fs::Root`]); the program is a path in it, or a name looked up
+//! in the root's `PATH`, and its loader and libraries come from it, not from the host. An image
+//! also gives the command, environment and working directory, replaced as `docker run`
+//! replaces them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use deja_image::Node;
+use deja_kernel::fs::{Root, RootNode};
+
+/// The most bytes and entries a root may hold.
+pub const LIMITS: deja_image::Limits = deja_image::Limits { max_bytes: 1 << 30, max_entries: 200_000 };
+
+/// A program in a root, ready to become a spec.
+#[derive(Debug, Clone)]
+pub struct Rooted {
+    /// The root.
+    pub root: Arc<Root>,
+    /// The program's ELF bytes.
+    pub image: Vec<u8>,
+    /// Where the program is in the root.
+    pub exe_path: String,
+    /// argv (argv\[0\] as the command gave it).
+    pub argv: Vec<String>,
+    /// The environment: the image's, then the ones given (replacing the image's of that name).
+    pub env: Vec<String>,
+    /// The working directory (empty: `/`).
+    pub cwd: String,
+    /// The image's content address (`sha256:…`; empty for a directory tree).
+    pub digest: String,
+}
+
+/// Why a program in a root cannot run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpenError {
+    /// The image archive is malformed or of another platform.
+    Image(String),
+    /// The command names no program, or none that is a file in the root.
+    Program(String),
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::Image(m) | OpenError::Program(m) => f.write_str(m),
+        }
+    }
+}
+
+/// The program of the image archive `bytes`: `entrypoint` replaces the image's (and drops its
+/// command), non-empty `args` replace its command, `env` (`KEY=VALUE`) is added over its
+/// environment, `cwd` replaces its working directory.
+pub fn open(
+    bytes: &[u8],
+    entrypoint: Option<&str>,
+    args: &[String],
+    env: &[String],
+    cwd: Option<&str>,
+) -> Result<Rooted, OpenError> {
+    let img = deja_image::read(bytes, &LIMITS).map_err(|e| OpenError::Image(e.to_string()))?;
+    let argv = match entrypoint {
+        Some(e) => std::iter::once(e.to_string()).chain(args.iter().cloned()).collect(),
+        None => img.command(None, args).map_err(|e| OpenError::Program(format!("{e}; name a program")))?,
+    };
+    in_tree(img, argv, env, cwd)
+}
+
+/// The program `argv[0]` in the tree of `img` (an image, or a directory tree with an empty
+/// config), with `env` over the image's and `cwd` over its working directory.
+pub fn in_tree(
+    mut img: deja_image::Image,
+    argv: Vec<String>,
+    env: &[String],
+    cwd: Option<&str>,
+) -> Result<Rooted, OpenError> {
+    let name = argv.first().cloned().ok_or_else(|| OpenError::Program("no program to run in the root".into()))?;
+    let key = |kv: &str| kv.split_once('=').map_or(kv, |(k, _)| k).to_string();
+    let mut all = img.config.env.clone();
+    for kv in env {
+        all.retain(|e| key(e) != key(kv));
+        all.push(kv.clone());
+    }
+    let cwd = cwd.map(str::to_string).unwrap_or_else(|| img.config.working_dir.clone());
+    img.config.working_dir = cwd.clone();
+    img.config.env = all.clone();
+    let found =
+        img.which(&name).ok_or_else(|| OpenError::Program(format!("{name} is not a file in it (nor in its PATH)")))?;
+    let Some((_, Node::File { data, .. })) = img.resolve(&found) else {
+        return Err(OpenError::Program(format!("{found} is not a regular file in it")));
+    };
+    let image = data.to_vec();
+    Ok(Rooted { root: Arc::new(to_root(&img.tree)), image, exe_path: found, argv, env: all, cwd, digest: img.digest })
+}
+
+/// The kernel's root of a tree (the bytes are shared, not copied).
+pub fn to_root(tree: &BTreeMap<String, Node>) -> Root {
+    let nodes = tree
+        .iter()
+        .map(|(p, n)| {
+            let node = match n {
+                Node::File { mode, data } => RootNode::File { mode: *mode, data: data.clone() },
+                Node::Dir { mode } => RootNode::Dir { mode: *mode },
+                Node::Symlink(t) => RootNode::Symlink(t.clone()),
+            };
+            (p.clone(), node)
+        })
+        .collect();
+    Root { nodes }
+}
+
+/// BLAKE3 over a tree, entry by entry in path order: the path, the kind, the mode and the
+/// contents (a file's bytes, a link's target).
+pub fn tree_digest(tree: &BTreeMap<String, Node>) -> String {
+    let mut h = blake3::Hasher::new();
+    for (path, node) in tree {
+        h.update(&(path.len() as u64).to_le_bytes());
+        h.update(path.as_bytes());
+        let (tag, mode, body): (u8, u32, &[u8]) = match node {
+            Node::File { mode, data } => (b'f', *mode, data),
+            Node::Dir { mode } => (b'd', *mode, &[]),
+            Node::Symlink(t) => (b'l', 0o777, t.as_bytes()),
+        };
+        h.update(&[tag]);
+        h.update(&mode.to_le_bytes());
+        h.update(&(body.len() as u64).to_le_bytes());
+        h.update(body);
+    }
+    h.finalize().to_hex().to_string()
+}
