@@ -31,7 +31,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 43] = [
+const GUESTS: [&str; 44] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -75,6 +75,7 @@ const GUESTS: [&str; 43] = [
     "spin",
     "attack",
     "overflow",
+    "etcd-client",
 ];
 
 /// Flags every guest is built with: a static executable.

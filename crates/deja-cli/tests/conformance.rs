@@ -517,3 +517,22 @@ fn permission_bits_and_memory_devices_match_linux() {
     );
     assert_eq!(seen.status, 0);
 }
+
+#[test]
+fn shared_file_mappings_follow_their_files_as_linux_s_page_cache() {
+    let seen = case("conformance-mmap", &[], same);
+    printed(
+        &seen,
+        &[
+            "after a pwrite over it: B B",
+            "after the file grew: C C",
+            "appended: DDDD then 0",
+            "what was cut is gone: 0, the rest stays: B",
+            "an unlinked file's mapping still follows it: E",
+            "mmap 16 GiB of it: 0",
+            "and it follows too: F",
+            "a writable shared mapping of a read-only descriptor: EACCES",
+        ],
+    );
+    assert_eq!(seen.status, 0);
+}

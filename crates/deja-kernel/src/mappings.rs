@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -90,14 +91,29 @@ pub struct Vma {
 }
 
 impl Vma {
-    /// Number of pages.
-    pub fn pages(&self) -> u64 {
-        (self.end - self.start) / PAGE_SIZE
+    /// True if all of this VMA's pages count against the commit capacity with protection
+    /// `prot`: writable memory, and memory populated when mapped. A read-only file mapping
+    /// counts only the pages that hold file bytes ([`Vma::committed_pages_in`]): a mapping far
+    /// larger than its file (bbolt maps its database with room to grow, 10 GiB at once) takes
+    /// frames for the file alone, as the page cache does on Linux.
+    pub fn counts_with(&self, prot: Prot) -> bool {
+        prot.writable() || (self.kind.eager() && !matches!(self.kind, VmaKind::File { .. }))
     }
 
-    /// True if this VMA's pages count against the commit capacity with protection `prot`.
-    pub fn counts_with(&self, prot: Prot) -> bool {
-        prot.writable() || self.kind.eager()
+    /// The pages of `[a, b)` in this VMA that count against the commit capacity with
+    /// protection `prot`.
+    pub fn committed_pages_in(&self, a: u64, b: u64, prot: Prot) -> u64 {
+        let (s, e) = (self.start.max(a), self.end.min(b));
+        if s >= e {
+            return 0;
+        }
+        if self.counts_with(prot) {
+            return (e - s) / PAGE_SIZE;
+        }
+        match self.file_backed_range() {
+            Some((fs, fe)) if s.max(fs) < e.min(fe) => (e.min(fe) - s.max(fs)) / PAGE_SIZE,
+            _ => 0,
+        }
     }
 
     /// The `[start, end)` of the part of this VMA that holds file bytes (page-rounded).
@@ -190,15 +206,12 @@ impl Mappings {
 
     /// Committed pages.
     pub fn committed(&self) -> u64 {
-        self.vmas.values().filter(|v| v.counts_with(v.prot)).map(Vma::pages).sum()
+        self.vmas.values().map(|v| v.committed_pages_in(v.start, v.end, v.prot)).sum()
     }
 
     /// Committed pages inside `[a, b)`.
     pub fn committed_in(&self, a: u64, b: u64) -> u64 {
-        self.overlapping(a, b)
-            .filter(|v| v.counts_with(v.prot))
-            .map(|v| (v.end.min(b) - v.start.max(a)) / PAGE_SIZE)
-            .sum()
+        self.overlapping(a, b).map(|v| v.committed_pages_in(a, b, v.prot)).sum()
     }
 
     /// Fails with `ENOMEM` if adding `add` pages and removing `remove` would exceed capacity.
@@ -237,6 +250,14 @@ impl Mappings {
             prev_end = v.end;
         }
         Ok(())
+    }
+
+    /// The file mapping starting at `start` now maps `data` (its file changed).
+    pub fn set_file_data(&mut self, start: u64, data: Arc<[u8]>) {
+        if let Some(Vma { kind: VmaKind::File { data: d, size, .. }, .. }) = self.vmas.get_mut(&start) {
+            *size = data.len() as u64;
+            *d = FileBytes(data);
+        }
     }
 
     /// Replaces the contents of every file mapping by the equal contents of the declared file

@@ -189,10 +189,12 @@ impl Kernel {
     /// Serves syscall `nr` with the handler of its row in [`crate::syscalls::TABLE`]; a number
     /// without a handler is unsupported (`-ENOSYS`, counted by name).
     pub(crate) fn dispatch(&mut self, mem: &mut dyn Memory, nr: u64, a: [u64; 6]) -> SysResult {
-        match crate::syscalls::handler(nr) {
+        let r = match crate::syscalls::handler(nr) {
             Some(serve) => serve(self, mem, a),
             None => Err(SysStop::Unsupported),
-        }
+        };
+        self.sync_shared_mappings(mem);
+        r
     }
 
     /// Decides what a CPU exception of ring-3 code means.

@@ -47,6 +47,41 @@ impl Kernel {
         Ok(())
     }
 
+    /// Keeps shared file mappings coherent with their files, as Linux's page cache does: after
+    /// a call that changed files (a write, a truncate, a growing `fallocate`), every `MAP_SHARED`
+    /// mapping of a changed file maps its new contents. Pages past the new end of the file are
+    /// dropped (touching one again gives a zero page), pages the file grew into are filled.
+    pub(crate) fn sync_shared_mappings(&mut self, mem: &mut dyn Memory) {
+        let changed = self.files.fs.take_changed();
+        let shared = |v: &&Vma| v.shared && matches!(v.kind, VmaKind::File { .. });
+        if changed.is_empty() || !self.process.mappings.iter().any(|v| shared(&v)) {
+            return;
+        }
+        for id in changed {
+            let Some(ino) = self.files.fs.get(id).map(|i| i.ino) else { continue };
+            let starts: Vec<(u64, u64)> = self
+                .process
+                .mappings
+                .iter()
+                .filter(|v| shared(v) && matches!(v.kind, VmaKind::File { ino: i, .. } if i == ino))
+                .map(|v| (v.start, v.end))
+                .collect();
+            if starts.is_empty() {
+                continue;
+            }
+            let Some(data) = self.files.fs.snapshot(id) else { continue };
+            for (a, b) in starts {
+                self.process.mappings.set_file_data(a, data.clone());
+                let backed = self.process.mappings.find(a).and_then(Vma::file_backed_range).map_or(a, |r| r.1);
+                if backed < b {
+                    mem.unmap(backed, b - backed);
+                }
+                // Out of frames: the pages keep what they had; the next fault fills them.
+                let _ = self.load_file_pages(mem, a, b);
+            }
+        }
+    }
+
     /// Removes every mapping in `[a, b)` and frees its pages.
     fn unmap_range(&mut self, mem: &mut dyn Memory, a: u64, b: u64) {
         self.process.mappings.remove(a, b);
@@ -186,7 +221,7 @@ impl Kernel {
         };
         let end = start + len;
         let vma = Vma { start, end, prot, kind, shared };
-        let add = if vma.counts_with(prot) { len / PAGE_SIZE } else { 0 };
+        let add = vma.committed_pages_in(start, end, prot);
         let remove = if fixed { self.process.mappings.committed_in(start, end) } else { 0 };
         self.process.mappings.check_commit(add, remove)?;
         if fixed {
@@ -230,13 +265,8 @@ impl Kernel {
             return Err(ENOMEM.into());
         }
         let prot = Prot(prot as u32 & 7);
-        let add: u64 = self
-            .process
-            .mappings
-            .overlapping(addr, end)
-            .filter(|v| v.counts_with(prot))
-            .map(|v| (v.end.min(end) - v.start.max(addr)) / PAGE_SIZE)
-            .sum();
+        let add: u64 =
+            self.process.mappings.overlapping(addr, end).map(|v| v.committed_pages_in(addr, end, prot)).sum();
         self.process.mappings.check_commit(add, self.process.mappings.committed_in(addr, end))?;
         self.process.mappings.set_prot(addr, end, prot);
         if prot.executable() {

@@ -438,6 +438,10 @@ pub struct Fs {
     /// The place in program order of the last successful sync that had something to make
     /// durable: journaled changes before it are committed on ext4 and XFS.
     journal_mark: u64,
+    /// Files whose contents changed during the current syscall, for the shared mappings that
+    /// must follow them ([`Fs::take_changed`]); empty between syscalls.
+    #[serde(skip)]
+    changed: std::collections::BTreeSet<u64>,
 }
 
 fn static_time() -> u64 {
@@ -483,6 +487,7 @@ impl Fs {
             exe_path: exe_path.to_string(),
             joined: BTreeMap::new(),
             journal_mark: 0,
+            changed: Default::default(),
         };
         match disk {
             Some(d) => {

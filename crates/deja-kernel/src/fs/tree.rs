@@ -703,7 +703,13 @@ impl Fs {
         self.seq += 1;
         self.used += grown;
         self.touch(id, now, true);
+        self.changed.insert(id);
         Ok(n)
+    }
+
+    /// The files whose contents changed since the last call.
+    pub fn take_changed(&mut self) -> std::collections::BTreeSet<u64> {
+        std::mem::take(&mut self.changed)
     }
 
     /// Sets the size (`truncate`, `O_TRUNC`, growing `fallocate`).
@@ -720,6 +726,7 @@ impl Fs {
             f.push(seq, op);
             self.seq += 1;
             self.used = used - size + len;
+            self.changed.insert(id);
         }
         self.touch(id, now, true);
         Ok(())

@@ -2219,3 +2219,32 @@ fn a_read_only_root_sits_under_the_disk_and_the_declared_files() {
         assert!(disk.get(p).is_none(), "{p} is not the disk's");
     }
 }
+
+/// A read-only shared mapping follows its file (writes, growth, truncation), and one far
+/// larger than its file costs only the file's pages.
+#[test]
+fn a_shared_file_mapping_follows_its_file_and_costs_only_its_pages() {
+    let mut h = H::new();
+    let fd = h.open("/data/db", O_CREAT | O_RDWR);
+    assert_eq!(h.pwrite(fd, &[b'A'; 4096], 0), 4096);
+    let small = h.sc("mmap", &[0, 1 << 20, 1, 1, fd as u64, 0]);
+    assert!(small > 0);
+    assert_eq!(h.call1("unlink", "/data/db", &[]), 0, "an unlinked file's mappings follow it too");
+    assert_eq!(h.sc("munmap", &[small as u64, 1 << 20]), 0);
+    let (committed, _) = h.k.commit();
+    let big = h.sc("mmap", &[0, 16 << 30, 1, 1, fd as u64, 0]);
+    assert!(big > 0, "a 16 GiB mapping of a 4 KiB file: {big}");
+    let big = big as u64;
+    assert_eq!(h.k.commit().0, committed + 1, "one page of file");
+    assert_eq!(peek(&h.k, &mut h.m, big, 2), b"AA");
+    assert_eq!(h.pwrite(fd, b"BC", 4095), 2);
+    assert_eq!(peek(&h.k, &mut h.m, big + 4094, 3), b"ABC", "the write and the growth show");
+    assert_eq!(h.k.commit().0, committed + 2);
+    assert_eq!(h.sc("ftruncate", &[fd as u64, 100]), 0);
+    assert_eq!(h.pwrite(fd, b"Z", 0), 1);
+    assert_eq!(peek(&h.k, &mut h.m, big, 1), b"Z");
+    assert_eq!(h.sc("ftruncate", &[fd as u64, 8192]), 0);
+    assert_eq!(peek(&h.k, &mut h.m, big + 4096, 2), [0, 0], "cut, then grown again: zeros");
+    assert_eq!(h.sc("munmap", &[big, 16 << 30]), 0);
+    assert_eq!(h.k.commit().0, committed);
+}
