@@ -141,6 +141,12 @@ fn every_cluster_has_one_digest_on_every_core() {
     files.sort();
     assert!(files.len() >= 5, "the bundled clusters");
     for (f, (mode, env)) in files.iter().flat_map(|f| MODES.iter().map(move |m| (f, m))) {
+        // etcd is a Go program: without rewriting, `rdtsc` runs natively, and the Go runtime
+        // reads it (cputicks seeds its random scheduling choices), so two runs differ even on
+        // one core. That is the host channel rewriting closes, and `deja doctor` names it.
+        if mode.starts_with("no ") && f.ends_with("etcd.toml") {
+            continue;
+        }
         let runs: Vec<(u32, Output)> =
             cores().into_iter().map(|c| (c, deja_on(c, env, &["run", "--json", "--no-probe", &s(f)]))).collect();
         let f = &f.with_extension(format!("toml ({mode})"));
