@@ -236,6 +236,10 @@ fn a_programs_own_library_is_found_through_its_origin_relative_run_path() {
     let out = deja(&["run", "--no-probe", "--audit", "2", &prog]);
     assert_eq!(stdout(&out), "hello from libgreet\n", "{}", stderr(&out));
     assert!(stderr(&out).contains("deja: audit: identical over 2 runs"), "{}", stderr(&out));
+    // Named relatively, from its own directory: $ORIGIN is that directory, not the host's `/`.
+    let out =
+        std::process::Command::new(deja_bin()).args(["run", "--no-probe", "prog"]).current_dir(&dir).output().unwrap();
+    assert_eq!(stdout(&out), "hello from libgreet\n", "{}", stderr(&out));
     // Without the library, the run is refused before it starts, naming what is missing.
     std::fs::remove_file(dir.join("lib/libgreet.so")).unwrap();
     let out = deja(&["run", "--no-probe", &prog]);

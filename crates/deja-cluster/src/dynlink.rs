@@ -27,7 +27,11 @@ pub fn host_closure(image: &[u8], exe: &Path, exe_guest: &str) -> Result<BTreeMa
     let mut files = BTreeMap::new();
     let loader = std::fs::read(&interp).map_err(|e| format!("cannot read the interpreter {interp}: {e}"))?;
     files.insert(interp.clone(), loader);
-    let dir = |p: &str| Path::new(p).parent().map(|d| d.display().to_string()).unwrap_or_default();
+    // The directory of an object (`.` for a bare file name, as the host sees it).
+    let dir = |p: &str| match Path::new(p).parent().map(|d| d.display().to_string()) {
+        Some(d) if !d.is_empty() => d,
+        _ => ".".to_string(),
+    };
     // (where the object is on the host, where the loader sees it, its bytes): the program first
     // (at its guest path), then each library found (at the same path on both sides).
     let mut todo: Vec<(String, String, Vec<u8>)> =
