@@ -135,7 +135,9 @@ fn guests() -> Result<(), String> {
     foreign_guests(&out)
 }
 
-/// The guests written in other languages, built static with their own toolchains: `hostchan`
+/// The guests written in other languages, built static with their own toolchains (except
+/// `store-buggy` and `store-fixed`, C linked dynamically against the host's libc, as most C
+/// programs ship: a record saved by rename, without and with an fsync before it): `hostchan`
 /// (C: every host-channel instruction in inline assembly), `go-goroutines` (Go: goroutines,
 /// timers, a loopback socket and an fsynced file), `go-recover` (Go: faults turned into
 /// panics and recovered), `go-unix` (Go: serving on Unix-domain sockets), `go-nettest` (the
@@ -149,6 +151,14 @@ fn foreign_guests(out: &Path) -> Result<(), String> {
         "building guest/c/hostchan.c (a C compiler and static libc: Debian's gcc and libc6-dev)",
         Command::new(&cc).args(["-static", "-O2", "-o"]).arg(out.join("hostchan")).arg(&c),
     )?;
+    // A record saved by rename, as C programs ship: dynamically linked against the host's libc.
+    let store = root.join("guest/c/store.c");
+    for (name, flags) in [("store-buggy", &[][..]), ("store-fixed", &["-DFIXED"][..])] {
+        status(
+            &format!("building guest/c/store.c as {name} (dynamically linked)"),
+            Command::new(&cc).args(["-O2"]).args(flags).arg("-o").arg(out.join(name)).arg(&store),
+        )?;
+    }
     let dir = root.join("guest/conformance");
     let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?

@@ -2,20 +2,33 @@
 
 use crate::exit::Exit;
 use crate::run::Failure;
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use deja_judge::{Capsule, Certificate, CheckInput, CheckStatus};
 
 /// Arguments of `deja check`.
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
-    /// The program with the bug (for a cluster bug file: not needed, the bug names its cluster).
-    #[arg(long, value_name = "PROGRAM")]
+    /// The program with the bug: an x86-64 program (static, or dynamically linked with its
+    /// loader and libraries from the host), a container image (OCI layout or `docker save`
+    /// archive: its program runs in its layers), or a directory tree (the program named after
+    /// `--` runs in it). For a cluster bug file: not needed, the bug names its cluster.
+    #[arg(long, value_name = "PROGRAM|IMAGE|DIR")]
     pub base: Option<PathBuf>,
-    /// The patched program to judge; for a cluster bug file, the nodes' patched binaries as
+    /// The patched program to judge, of the same kind as the base (an image or tree runs the
+    /// base's command); for a cluster bug file, the nodes' patched binaries as
     /// `NODE=PATH,NODE=PATH`, or a cluster file that names them.
-    #[arg(long, value_name = "PROGRAM")]
+    #[arg(long, value_name = "PROGRAM|IMAGE|DIR")]
     pub candidate: PathBuf,
+    /// For images: the program to run instead of the base image's entrypoint.
+    #[arg(long, value_name = "PROGRAM")]
+    pub entrypoint: Option<String>,
+    /// Declare an input file both programs may open read-only (a directory: every file below
+    /// it), as `deja run --file`.
+    #[arg(long = "file", value_name = "HOST[:GUEST]")]
+    pub files: Vec<String>,
     /// A frozen failure to judge against (default: hunt one on the base: every crash point with
     /// its crash states, then an error on each file operation).
     #[arg(long, value_name = "FILE")]
@@ -71,11 +84,96 @@ pub struct CheckArgs {
     pub args: Vec<String>,
 }
 
-fn program(path: &std::path::Path) -> deja_judge::judge::Program {
-    deja_judge::judge::Program {
-        path: path.display().to_string(),
-        image: std::fs::read(path).map_err(std::sync::Arc::new),
+/// The workload both programs run: the command (argv\[0\] empty for programs from the host,
+/// which run as `/bin/NAME` of their own file), the environment and the working directory.
+struct Workload {
+    argv0: String,
+    args: Vec<String>,
+    env: Vec<String>,
+    cwd: Option<String>,
+}
+
+/// A program the check is given, as the judge runs it: from the host (with its loader and
+/// libraries when dynamically linked), or the command of `work` in an image or a tree. A file
+/// that is neither an ELF program nor an image, or a program that cannot be set up, is given as
+/// unreadable, with why: its check is then incomplete evidence, not a verdict.
+fn program(path: &Path, work: &Workload, declared: &BTreeMap<String, Vec<u8>>) -> deja_judge::Program {
+    let setup = || -> Result<deja_judge::Program, String> {
+        let at = path.display().to_string();
+        let (img, input) = if path.is_dir() {
+            crate::rootfs::read_dir(path).map_err(|f| f.message)?
+        } else {
+            let bytes = std::fs::read(path).map_err(|e| format!("{at}: {e}"))?;
+            if bytes.starts_with(b"\x7fELF") {
+                if !work.argv0.is_empty() {
+                    return Err(format!("{at} is a program from the host, and the base is an image or a tree"));
+                }
+                let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                let mut files = declared.clone();
+                for (p, d) in deja_cluster::dynlink::host_closure(&bytes, path, &format!("/bin/{name}"))? {
+                    files.entry(p).or_insert(d);
+                }
+                let setting = deja_judge::judge::Setting {
+                    files,
+                    cwd: work.cwd.clone().unwrap_or_default(),
+                    ..Default::default()
+                };
+                return Ok(deja_judge::Program { path: at, image: Ok(bytes), setting });
+            }
+            crate::rootfs::read_image(path).map_err(|f| format!("not an x86-64 program, and {}", f.message))?
+        };
+        if work.argv0.is_empty() {
+            return Err(format!("{at} is an image or a tree, and the base is a program from the host"));
+        }
+        let argv: Vec<String> = std::iter::once(work.argv0.clone()).chain(work.args.iter().cloned()).collect();
+        let r = deja_cluster::image::in_tree(img, argv, &work.env, work.cwd.as_deref())
+            .map_err(|e| format!("{at}: {e}"))?;
+        let setting = deja_judge::judge::Setting {
+            argv0: Some(r.argv[0].clone()).filter(|a| *a != r.exe_path),
+            exe_path: r.exe_path,
+            files: declared.clone(),
+            root: Some(r.root),
+            root_input: Some(input),
+            env: r.env,
+            cwd: r.cwd,
+        };
+        Ok(deja_judge::Program { path: at, image: Ok(r.image), setting })
+    };
+    setup().unwrap_or_else(|e| {
+        deja_judge::Program::plain(&path.display().to_string(), Err(Arc::new(std::io::Error::other(e))))
+    })
+}
+
+/// The workload of a check: the capsule's, or the command line's (for an image base, its
+/// command, with the arguments after `--` replacing the image's, as `docker run` does).
+fn workload(args: &CheckArgs, base: &Path, capsule: Option<&Capsule>) -> Result<Workload, Failure> {
+    if let Some(c) = capsule {
+        let cwd = Some(c.cwd.clone()).filter(|d| !d.is_empty());
+        return Ok(Workload { argv0: c.program.clone(), args: c.args.clone(), env: c.env.clone(), cwd });
     }
+    let host =
+        |args: &CheckArgs| Workload { argv0: String::new(), args: args.args.clone(), env: args.env.clone(), cwd: None };
+    if base.is_dir() {
+        let Some((first, rest)) = args.args.split_first() else {
+            return Err(Failure::new(
+                Exit::Usage,
+                format!("--base {}: a tree: name the program in it after --", base.display()),
+            ));
+        };
+        return Ok(Workload { argv0: first.clone(), args: rest.to_vec(), env: args.env.clone(), cwd: None });
+    }
+    let bytes = std::fs::read(base).map_err(|e| Failure::new(Exit::Incomplete, format!("{}: {e}", base.display())))?;
+    if bytes.starts_with(b"\x7fELF") {
+        if args.entrypoint.is_some() {
+            return Err(Failure::new(Exit::Usage, "--entrypoint is for an image base"));
+        }
+        return Ok(host(args));
+    }
+    let (img, _) = crate::rootfs::read_image(base)?;
+    let argv = deja_cluster::image::command(&img, args.entrypoint.as_deref(), &args.args)
+        .map_err(|e| Failure::new(Exit::NotFound, format!("{}: {e}", base.display())))?;
+    let (first, rest) = argv.split_first().expect("a command has a program");
+    Ok(Workload { argv0: first.clone(), args: rest.to_vec(), env: args.env.clone(), cwd: None })
 }
 
 /// `deja check`: [`Exit::Clean`] FIXED_FOR_THIS_CAPSULE, [`Exit::Failure`] STILL_REPRODUCES /
@@ -110,8 +208,15 @@ pub fn main(args: CheckArgs) -> Exit {
         },
         None => None,
     };
+    let declared = match crate::run::read_declared(&args.files) {
+        Ok(d) => d,
+        Err(Failure { code, message: e }) => {
+            eprintln!("deja: error: {e}");
+            return code;
+        }
+    };
     let capsule = match (&args.bug, capsule) {
-        (Some(path), _) => match capsule_from_bug(path, base) {
+        (Some(path), _) => match capsule_from_bug(path, base, &args.files) {
             Ok(c) => Some(c),
             Err(Failure { code, message: e }) => {
                 eprintln!("deja: error: the bug file cannot be used: {e}");
@@ -120,13 +225,20 @@ pub fn main(args: CheckArgs) -> Exit {
         },
         (None, c) => c,
     };
+    let work = match workload(&args, base, capsule.as_ref()) {
+        Ok(w) => w,
+        Err(Failure { code, message: e }) => {
+            eprintln!("deja: error: {e}");
+            return code;
+        }
+    };
     let input = CheckInput {
-        base: program(base),
-        candidate: program(&args.candidate),
-        corrected: args.corrected.as_deref().map(program),
+        base: program(base, &work, &declared),
+        candidate: program(&args.candidate, &work, &declared),
+        corrected: args.corrected.as_deref().map(|p| program(p, &work, &declared)),
         capsule: capsule.clone(),
-        args: capsule.as_ref().map(|c| c.args.clone()).unwrap_or_else(|| args.args.clone()),
-        env: capsule.as_ref().map(|c| c.env.clone()).unwrap_or_else(|| args.env.clone()),
+        args: work.args.clone(),
+        env: work.env.clone(),
         seed: capsule.as_ref().map(|c| c.seed).unwrap_or(args.seed),
         memory_mib: capsule.as_ref().map(|c| c.memory_mib).unwrap_or(args.memory),
         max_kill_points: args.max_kill_points,
@@ -251,15 +363,17 @@ fn check_cluster(args: &CheckArgs, bug_path: &std::path::Path) -> Exit {
     code
 }
 
-/// Replays an explore bug file on the base and freezes the failing run as a capsule (minimized
-/// first when it was not); the exit with the error: [`Exit::NotLoadable`] when the bug file fails
-/// its checks, [`Exit::Incomplete`] when it cannot be judged on this base.
-fn capsule_from_bug(path: &std::path::Path, base: &std::path::Path) -> Result<Capsule, Failure> {
-    let bug = deja_explore::BugFile::read(path).map_err(|e| Failure::new(Exit::NotLoadable, e.to_string()))?;
-    let image = std::fs::read(base).map_err(|e| Failure::new(Exit::Incomplete, format!("{}: {e}", base.display())))?;
-    let target = bug
-        .target(image, Default::default(), &base.display().to_string())
-        .map_err(|e| Failure::new(Exit::Incomplete, e.to_string()))?;
+/// Replays an explore bug file on the base (for a bug of a program in a root: `base` is the
+/// image or tree, else the bug's own, found as `deja replay` finds it) and freezes the failing
+/// run as a capsule (minimized first when it was not); the exit with the error:
+/// [`Exit::NotLoadable`] when the bug file fails its checks, [`Exit::Incomplete`] when it cannot
+/// be judged on this base.
+fn capsule_from_bug(path: &Path, base: &Path, files: &[String]) -> Result<Capsule, Failure> {
+    let given = [base.display().to_string()];
+    let (bug, target) = crate::explore::load_bug(path, &given, files).map_err(|f| match f.code {
+        Exit::NotLoadable | Exit::Usage => f,
+        _ => Failure::new(Exit::Incomplete, f.message),
+    })?;
     deja_judge::judge::freeze_bug(&bug, &target).map_err(|e| Failure::new(Exit::Incomplete, e))
 }
 

@@ -89,7 +89,7 @@ fn first_bug_with(
 /// The reference workload `guest` (its `image`) with `args`, seeded with `seed`.
 fn program_target(image: &[u8], guest: &str, args: &[&str], seed: u64) -> Target {
     let spec = deja_kernel::ProgramSpec::for_program(image.to_vec(), guest, args.iter().map(|a| a.to_string()), seed);
-    Target { spec, memory: 1 << 30, path: guest.to_string() }
+    Target { spec, memory: 1 << 30, path: guest.to_string(), root: None }
 }
 
 fn median(mut v: Vec<u64>) -> u64 {

@@ -87,8 +87,27 @@ pub struct ExploreArgs {
     /// matches any run of characters; Rust names demangled, e.g. `ackstore::*`). Repeatable.
     #[arg(long = "cover", value_name = "PATTERN", requires = "block_coverage")]
     pub cover: Vec<String>,
-    /// The static program to explore, or a cluster file (`*.toml`).
-    pub program: PathBuf,
+    /// Explore a program in a container image (an OCI image layout or a `docker save`
+    /// archive), as `deja run --image` runs it: its entrypoint and command (PROGRAM and the
+    /// arguments replace the command), environment and working directory, its layers the
+    /// read-only root. The image is kept under `inputs/` by BLAKE3.
+    #[arg(long, value_name = "IMAGE.tar", conflicts_with = "root")]
+    pub image: Option<PathBuf>,
+    /// With --image: the program to run instead of the image's entrypoint.
+    #[arg(long, value_name = "PROGRAM", requires = "image")]
+    pub entrypoint: Option<String>,
+    /// Explore PROGRAM inside DIR, a directory tree that becomes the read-only root (as
+    /// `deja run --root`).
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// The program's starting working directory (an absolute guest path; default `/`, or the
+    /// image's).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<String>,
+    /// The program to explore (static or dynamically linked), or a cluster file (`*.toml`).
+    /// Under --root or --image, a path or name in the root.
+    #[arg(required_unless_present = "image")]
+    pub program: Option<PathBuf>,
     /// Arguments for the program (after `--`).
     #[arg(last = true)]
     pub args: Vec<String>,
@@ -122,19 +141,71 @@ fn default_jobs() -> u64 {
 }
 
 fn target(args: &ExploreArgs) -> Result<Target, Failure> {
-    let image = std::fs::read(&args.program)
-        .map_err(|e| Failure::new(Exit::NotFound, format!("cannot read program {}: {e}", args.program.display())))?;
-    let name = args.program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut spec = deja_kernel::ProgramSpec::for_program(image, &name, args.args.iter().cloned(), args.seed);
-    spec.env = args.env.clone();
-    spec.files = crate::run::read_declared(&args.files)?;
-    let needs = deja_cluster::dynlink::host_closure(&spec.image, &args.program, &spec.exe_path)
-        .map_err(|e| Failure::new(Exit::NotLoadable, e))?;
-    for (path, data) in needs {
-        spec.files.entry(path).or_insert(data);
-    }
+    let ask = crate::rootfs::Ask {
+        image: args.image.as_deref(),
+        dir: args.root.as_deref(),
+        entrypoint: args.entrypoint.as_deref(),
+        program: args.program.as_deref(),
+        args: &args.args,
+        env: &args.env,
+        cwd: args.cwd.as_deref(),
+    };
+    let files = crate::run::read_declared(&args.files)?;
+    let (mut spec, path, root) = match crate::rootfs::open(&ask)? {
+        Some(crate::rootfs::Rooted { rooted: r, input }) => {
+            let spec = deja_kernel::ProgramSpec {
+                image: r.image,
+                exe_path: r.exe_path,
+                argv: r.argv,
+                env: r.env,
+                cwd: r.cwd,
+                root: Some(r.root),
+                files,
+                seed: args.seed,
+                ..Default::default()
+            };
+            (spec, input.path.clone(), Some(input))
+        }
+        None => {
+            let program = args.program.as_deref().ok_or_else(|| Failure::new(Exit::Usage, "name a program"))?;
+            let image = std::fs::read(program)
+                .map_err(|e| Failure::new(Exit::NotFound, format!("cannot read program {}: {e}", program.display())))?;
+            let name = program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let mut spec = deja_kernel::ProgramSpec::for_program(image, &name, args.args.iter().cloned(), args.seed);
+            spec.env = args.env.clone();
+            spec.cwd = args.cwd.clone().unwrap_or_default();
+            spec.files = files;
+            let needs = deja_cluster::dynlink::host_closure(&spec.image, program, &spec.exe_path)
+                .map_err(|e| Failure::new(Exit::NotLoadable, e))?;
+            for (path, data) in needs {
+                spec.files.entry(path).or_insert(data);
+            }
+            (spec, program.display().to_string(), None)
+        }
+    };
     spec.faults.crash_model = args.crash_model;
-    Ok(Target { spec, memory: args.memory << 20, path: args.program.display().to_string() })
+    Ok(Target { spec, memory: args.memory << 20, path, root })
+}
+
+/// Keeps the image a campaign's program runs in under `out/inputs/` by BLAKE3, as the campaign
+/// keeps its declared files, so that its bugs replay when the image is gone from where it was
+/// (a hard link where the file system allows one).
+fn keep_image(out: &Path, root: &deja_cluster::image::RootInput) -> Result<(), String> {
+    if root.kind != "image" {
+        return Ok(());
+    }
+    let dir = out.join(deja_explore::INPUTS_DIR);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let kept = dir.join(&root.blake3);
+    if kept.exists() {
+        return Ok(());
+    }
+    let part = kept.with_extension("part");
+    let _ = std::fs::remove_file(&part);
+    std::fs::hard_link(&root.path, &part)
+        .or_else(|_| std::fs::copy(&root.path, &part).map(|_| ()))
+        .and_then(|()| std::fs::rename(&part, &kept))
+        .map_err(|e| format!("cannot keep the image {} in {}: {e}", root.path, dir.display()))
 }
 
 fn config(args: &ExploreArgs, strategy: Strategy, out: PathBuf) -> CampaignConfig {
@@ -207,9 +278,19 @@ pub fn main(args: ExploreArgs) -> Exit {
         return Exit::Usage;
     }
     let strategy = if args.strategy == "random" { Strategy::Random } else { Strategy::Coverage };
-    let cluster = args.program.extension().is_some_and(|e| e == "toml");
-    if cluster && (!args.files.is_empty() || !args.env.is_empty() || !args.args.is_empty()) {
-        eprintln!("deja: error: --file, --env and program arguments do not apply to a cluster file");
+    let cluster =
+        args.image.is_none() && args.program.as_ref().is_some_and(|p| p.extension().is_some_and(|e| e == "toml"));
+    if cluster
+        && (!args.files.is_empty()
+            || !args.env.is_empty()
+            || !args.args.is_empty()
+            || args.root.is_some()
+            || args.cwd.is_some())
+    {
+        eprintln!(
+            "deja: error: --file, --env, --root, --cwd and program arguments do not apply to a cluster file (its nodes \
+             say what they run)"
+        );
         return Exit::Usage;
     }
     let cluster_target = if cluster {
@@ -219,11 +300,12 @@ pub fn main(args: ExploreArgs) -> Exit {
             );
             return Exit::Usage;
         }
-        if !args.program.exists() {
-            eprintln!("deja: error: cannot read cluster file {}", args.program.display());
+        let file = args.program.as_deref().unwrap_or(Path::new(""));
+        if !file.exists() {
+            eprintln!("deja: error: cannot read cluster file {}", file.display());
             return Exit::NotFound;
         }
-        match deja_explore::ClusterTarget::load(&args.program) {
+        match deja_explore::ClusterTarget::load(file) {
             Ok(t) => Some(t),
             Err(e) => {
                 eprintln!("deja: error: {e}");
@@ -243,6 +325,12 @@ pub fn main(args: ExploreArgs) -> Exit {
             }
         },
     };
+    if let Some(root) = target.as_ref().and_then(|t| t.root.as_ref()) {
+        if let Err(e) = keep_image(&args.out, root) {
+            eprintln!("deja: error: {e}");
+            return Exit::DejaFailed;
+        }
+    }
     let run_campaign =
         |cfg: &CampaignConfig, show: &mut dyn FnMut(&deja_explore::Progress)| match (&cluster_target, &target) {
             (Some(c), _) => deja_explore::explore_cluster(c, cfg, show),
@@ -393,7 +481,7 @@ fn serve_live(
     cfg: &CampaignConfig,
 ) -> Result<(crate::serve::Live, crate::serve::Feed), String> {
     let header = deja_explore::Campaign {
-        program: args.program.display().to_string(),
+        program: args.image.as_ref().or(args.program.as_ref()).map(|p| p.display().to_string()).unwrap_or_default(),
         program_blake3: String::new(),
         strategy: cfg.strategy.name().into(),
         mode: cfg.mode.name().into(),
@@ -562,9 +650,22 @@ fn beside(bug: &Path) -> PathBuf {
 
 /// Reads a program bug file and its program: `--program PATH`, else where the bug says, else
 /// a file of the same name beside the bug file that has the BLAKE3 the bug records.
-fn load_bug(bug: &Path, program: &[String], files: &[String]) -> Result<(BugFile, Target), Failure> {
+pub(crate) fn load_bug(bug: &Path, program: &[String], files: &[String]) -> Result<(BugFile, Target), Failure> {
     let b = BugFile::read(bug).map_err(|e| Failure::new(Exit::NotLoadable, e.to_string()))?;
     let (_, given) = program_args(program)?;
+    if let Some(root) = &b.root {
+        // The program is in its root: the image or tree is read again and the program found
+        // in it as the bug's command found it.
+        let kept = beside(bug).join(deja_explore::INPUTS_DIR);
+        let crate::rootfs::Rooted { rooted, input } =
+            crate::rootfs::reopen(root, given.as_deref(), &kept, &b.argv, &b.env, &b.cwd)?;
+        let files = bug_inputs(&b, bug, None, crate::run::read_declared(files)?);
+        let path = input.path.clone();
+        let t = b
+            .target(rooted.image, files, Some((rooted.root, input)), &path)
+            .map_err(|e| Failure::new(Exit::Incomplete, e.to_string()))?;
+        return Ok((b, t));
+    }
     let recorded = PathBuf::from(&b.program);
     let path = match given {
         Some(p) => p,
@@ -589,27 +690,29 @@ fn load_bug(bug: &Path, program: &[String], files: &[String]) -> Result<(BugFile
             ),
         )
     })?;
-    let files = bug_inputs(&b, bug, &image, &path, crate::run::read_declared(files)?);
+    let files = bug_inputs(&b, bug, Some((&image, &path)), crate::run::read_declared(files)?);
     let t = b
-        .target(image, files, &path.display().to_string())
+        .target(image, files, None, &path.display().to_string())
         .map_err(|e| Failure::new(Exit::Incomplete, e.to_string()))?;
     Ok((b, t))
 }
 
-/// The declared files a program bug is replayed with: those given, then a dynamically linked
-/// program's loader and libraries from this host, and for each file whose BLAKE3 is not the one
-/// the bug records, the recorded file from `inputs/` beside the bug file if it is there.
+/// The declared files a program bug is replayed with: those given, then (for a program from the
+/// host, `host`: its bytes and path) a dynamically linked program's loader and libraries from
+/// this host, and for each file whose BLAKE3 is not the one the bug records, the recorded file
+/// from `inputs/` beside the bug file if it is there.
 fn bug_inputs(
     b: &BugFile,
     bug: &Path,
-    image: &[u8],
-    program: &Path,
+    host: Option<(&[u8], &Path)>,
     mut files: BTreeMap<String, Vec<u8>>,
 ) -> BTreeMap<String, Vec<u8>> {
-    let exe_guest = b.argv.first().cloned().unwrap_or_default();
+    let exe_guest = b.exe_path.clone().or_else(|| b.argv.first().cloned()).unwrap_or_default();
     // A closure that cannot be found here is not an error yet: `inputs/` may hold it.
-    for (path, data) in deja_cluster::dynlink::host_closure(image, program, &exe_guest).unwrap_or_default() {
-        files.entry(path).or_insert(data);
+    if let Some((image, program)) = host {
+        for (path, data) in deja_cluster::dynlink::host_closure(image, program, &exe_guest).unwrap_or_default() {
+            files.entry(path).or_insert(data);
+        }
     }
     let kept = beside(bug).join(deja_explore::INPUTS_DIR);
     for (guest, want) in &b.files {

@@ -14,19 +14,7 @@ use deja_image::Node;
 use crate::exit::Exit;
 use crate::run::Failure;
 
-/// Where a run's root came from, as its reports and artifacts record it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RootInput {
-    /// `image` or `dir`.
-    pub kind: String,
-    /// The host path it was read from.
-    pub path: String,
-    /// BLAKE3 of the image file's bytes, or of the tree ([`image::tree_digest`]).
-    pub blake3: String,
-    /// The image's own content address (its manifest's `sha256:` digest), for an image.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image_digest: Option<String>,
-}
+pub use deja_cluster::image::RootInput;
 
 /// A program in a root, and where the root came from.
 pub struct Rooted {
@@ -65,42 +53,99 @@ pub fn open(ask: &Ask) -> Result<Option<Rooted>, Failure> {
     // under --root, the program and its arguments.
     let given: Vec<String> =
         ask.program.map(|p| p.display().to_string()).into_iter().chain(ask.args.iter().cloned()).collect();
-    let (rooted, input) = match (ask.image, ask.dir) {
+    let (img, input, argv) = match (ask.image, ask.dir) {
         (Some(path), _) => {
-            let bytes = std::fs::read(path).map_err(|e| unreadable("the image", path, e))?;
-            let r = image::open(&bytes, ask.entrypoint, &given, ask.env, ask.cwd).map_err(|e| {
-                let code = if matches!(e, image::OpenError::Program(_)) { Exit::NotFound } else { Exit::NotLoadable };
-                Failure::new(code, format!("{}: {e}", path.display()))
-            })?;
-            let input = RootInput {
-                kind: "image".into(),
-                path: path.display().to_string(),
-                blake3: blake3::hash(&bytes).to_hex().to_string(),
-                image_digest: Some(r.digest.clone()),
-            };
-            (r, input)
+            let (img, input) = read_image(path)?;
+            let argv = image::command(&img, ask.entrypoint, &given).map_err(|e| in_root(path, e))?;
+            (img, input, argv)
         }
         (None, Some(dir)) => {
-            let tree = read_dir_tree(dir)?;
-            let input = RootInput {
-                kind: "dir".into(),
-                path: dir.display().to_string(),
-                blake3: image::tree_digest(&tree),
-                image_digest: None,
-            };
-            let img = deja_image::Image { tree, config: Default::default(), digest: String::new() };
-            let r = image::in_tree(img, given, ask.env, ask.cwd)
-                .map_err(|e| Failure::new(Exit::NotFound, format!("--root {}: {e}", dir.display())))?;
-            (r, input)
+            let (img, input) = read_dir(dir)?;
+            (img, input, given)
         }
         (None, None) => return Ok(None),
     };
+    let at = Path::new(&input.path).to_path_buf();
+    let rooted = image::in_tree(img, argv, ask.env, ask.cwd).map_err(|e| in_root(&at, e))?;
     Ok(Some(Rooted { rooted, input }))
+}
+
+/// The root a bug file records, read again with the bug's command: from `given` (`--program`),
+/// else from where it was read, else (an image) from `kept` (a campaign's `inputs/`) by its
+/// BLAKE3. A root whose BLAKE3 differs everywhere is refused, naming both hashes.
+pub fn reopen(
+    record: &RootInput,
+    given: Option<&Path>,
+    kept: &Path,
+    argv: &[String],
+    env: &[String],
+    cwd: &str,
+) -> Result<Rooted, Failure> {
+    let first = given.map_or_else(|| Path::new(&record.path).to_path_buf(), Path::to_path_buf);
+    let mut places = vec![(first, false)];
+    if record.kind == "image" {
+        places.push((kept.join(&record.blake3), true));
+    }
+    let mut found = None;
+    for (place, is_kept) in places {
+        let read = if record.kind == "image" { read_image(&place) } else { read_dir(&place) };
+        match read {
+            Ok((img, mut input)) if input.blake3 == record.blake3 => {
+                if is_kept {
+                    eprintln!("deja: note: replaying with the image kept as {}", place.display());
+                    input.path = record.path.clone();
+                }
+                let rooted = image::in_tree(img, argv.to_vec(), env, Some(cwd)).map_err(|e| in_root(&place, e))?;
+                return Ok(Rooted { rooted, input });
+            }
+            Ok((_, input)) => {
+                found.get_or_insert(input.blake3);
+            }
+            Err(_) => {}
+        }
+    }
+    let e = deja_explore::ExploreError::NotTheRoot {
+        path: given.map_or_else(|| record.path.clone(), |p| p.display().to_string()),
+        expected: record.blake3.clone(),
+        found,
+    };
+    Err(Failure::new(Exit::Incomplete, e.to_string()))
+}
+
+/// A failure to run the command in the root at `path`.
+fn in_root(path: &Path, e: image::OpenError) -> Failure {
+    let code = if matches!(e, image::OpenError::Program(_)) { Exit::NotFound } else { Exit::NotLoadable };
+    Failure::new(code, format!("{}: {e}", path.display()))
+}
+
+/// The image archive at `path`, and its record.
+pub fn read_image(path: &Path) -> Result<(deja_image::Image, RootInput), Failure> {
+    let bytes = std::fs::read(path).map_err(|e| unreadable("the image", path, e))?;
+    let img = image::read(&bytes).map_err(|e| in_root(path, e))?;
+    let input = RootInput {
+        kind: "image".into(),
+        path: path.display().to_string(),
+        blake3: blake3::hash(&bytes).to_hex().to_string(),
+        image_digest: Some(img.digest.clone()),
+    };
+    Ok((img, input))
+}
+
+/// The directory tree at `dir` as an image with an empty config, and its record.
+pub fn read_dir(dir: &Path) -> Result<(deja_image::Image, RootInput), Failure> {
+    let tree = read_dir_tree(dir)?;
+    let input = RootInput {
+        kind: "dir".into(),
+        path: dir.display().to_string(),
+        blake3: image::tree_digest(&tree),
+        image_digest: None,
+    };
+    Ok((deja_image::Image { tree, config: Default::default(), digest: String::new() }, input))
 }
 
 /// A host directory as a tree: directories, regular files and symlinks (kept as links, never
 /// followed) with their permission bits; devices, sockets, FIFOs and names that are not UTF-8
-/// are left out. At most [`LIMITS`].
+/// are left out. At most [`image::LIMITS`].
 pub fn read_dir_tree(dir: &Path) -> Result<BTreeMap<String, Node>, Failure> {
     use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::metadata(dir).map_err(|e| unreadable("the root", dir, e))?;

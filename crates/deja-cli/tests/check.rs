@@ -184,3 +184,54 @@ fn a_bug_found_by_explore_can_be_judged() {
     assert!(stderr(&o).contains("cannot be used"), "{}", stderr(&o));
     std::fs::remove_dir_all(&campaign).ok();
 }
+
+#[test]
+fn dynamically_linked_programs_are_judged_with_their_libraries_on_record() {
+    // store-buggy and store-fixed are C, linked against the host's libc: the judge declares
+    // each one's loader and libraries, and records them by BLAKE3 in the capsule and certificate.
+    let (buggy, fixed) = (guest("store-buggy").display().to_string(), guest("store-fixed").display().to_string());
+    let hunt = out("dyn-hunt");
+    let (o, cert) = check(&buggy, &fixed, &[], &hunt);
+    assert_eq!(
+        (o.status.code(), cert["verdict"].as_str()),
+        (Some(0), Some("FIXED_FOR_THIS_CAPSULE")),
+        "{}",
+        stderr(&o)
+    );
+    let libc = std::fs::read("/lib/x86_64-linux-gnu/libc.so.6").unwrap();
+    let libc = blake3::hash(&libc).to_hex().to_string();
+    for inputs in [&cert["base_inputs"], &cert["candidate_inputs"]] {
+        assert_eq!(inputs["files"]["/lib/x86_64-linux-gnu/libc.so.6"], libc.as_str(), "{cert}");
+        assert!(inputs["files"]["/lib64/ld-linux-x86-64.so.2"].is_string(), "{cert}");
+    }
+    let capsule = hunt.join("capsule.json");
+    let c: serde_json::Value = serde_json::from_slice(&std::fs::read(&capsule).unwrap()).unwrap();
+    assert_eq!(c["signature"], "exit code 1");
+    assert_eq!(c["base_inputs"], cert["base_inputs"]);
+    let cap = capsule.to_str().unwrap();
+    let (o, cert) = check(&buggy, &buggy, &["--capsule", cap], &out("dyn-same"));
+    assert_eq!((o.status.code(), cert["verdict"].as_str()), (Some(1), Some("STILL_REPRODUCES")), "{}", stderr(&o));
+    // A base with other inputs than the capsule's (one more declared file) is not judged.
+    let (o, cert) =
+        check(&buggy, &fixed, &["--capsule", cap, "--file", &format!("{buggy}:/etc/extra")], &out("dyn-other"));
+    assert_eq!((o.status.code(), cert["verdict"].as_str()), (Some(3), Some("EVIDENCE_INCOMPLETE")), "{}", stderr(&o));
+    assert!(stderr(&o).contains("/etc/extra is declared here, not in the capsule"), "{}", stderr(&o));
+    // A bug explore finds in it is judged from its bug file.
+    let campaign = out("dyn-explore");
+    let o =
+        deja(&["explore", "--quiet", "--runs", "30", "--mode", "faults", "--out", campaign.to_str().unwrap(), &buggy]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let bug = bug_file(&campaign);
+    let (o, cert) = check(&buggy, &fixed, &["--bug", bug.to_str().unwrap()], &out("dyn-bug"));
+    assert_eq!(
+        (o.status.code(), cert["verdict"].as_str()),
+        (Some(0), Some("FIXED_FOR_THIS_CAPSULE")),
+        "{}",
+        stderr(&o)
+    );
+    let (o, cert) = check(&buggy, &buggy, &["--bug", bug.to_str().unwrap()], &out("dyn-bug2"));
+    assert_eq!((o.status.code(), cert["verdict"].as_str()), (Some(1), Some("STILL_REPRODUCES")), "{}", stderr(&o));
+    for d in ["dyn-hunt", "dyn-same", "dyn-other", "dyn-explore", "dyn-bug", "dyn-bug2"] {
+        std::fs::remove_dir_all(out(d)).ok();
+    }
+}

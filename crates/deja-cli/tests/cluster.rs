@@ -737,3 +737,102 @@ fn deja_check_judges_a_cluster_bug_by_meaning() {
     assert!(stderr(&o).contains("which the cluster does not have"), "{}", stderr(&o));
     std::fs::remove_dir_all(&campaign).ok();
 }
+
+/// `deja explore` on a cluster file, killed if it has not ended after `limit`: a campaign that
+/// hangs fails the test instead of hanging it.
+fn explore_cluster_within(
+    limit: std::time::Duration,
+    out: &std::path::Path,
+    file: &str,
+    flags: &[&str],
+) -> std::process::Output {
+    let logs = out.with_extension("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let (o, e) = (logs.join("stdout"), logs.join("stderr"));
+    let mut child = std::process::Command::new(deja_bin())
+        .args(["explore", "--quiet", "--out", out.to_str().unwrap()])
+        .args(flags)
+        .arg(file)
+        .stdout(std::fs::File::create(&o).unwrap())
+        .stderr(std::fs::File::create(&e).unwrap())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > limit {
+            child.kill().ok();
+            child.wait().ok();
+            panic!(
+                "deja explore {flags:?} {file} did not end within {limit:?}; its stderr:\n{}",
+                std::fs::read_to_string(&e).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let output =
+        std::process::Output { status, stdout: std::fs::read(&o).unwrap(), stderr: std::fs::read(&e).unwrap() };
+    std::fs::remove_dir_all(&logs).ok();
+    output
+}
+
+#[test]
+fn a_cluster_whose_only_node_reads_files_and_fails_at_once_is_explored_to_its_budget() {
+    // One node, no cluster decision, no durable operation and no write: only reads (a
+    // dynamically linked /bin/false reads its libraries; the static cat, the file it is given).
+    // The storage menu drew a fault for a fresh round until one came, and none could: the
+    // campaign hung before its first round. Now such a node offers nothing, and the campaign
+    // runs its rounds and reports the failure of its first one as a bug, as a program's does.
+    let data = root().join("target/test-clusters/read-only-input.txt");
+    std::fs::create_dir_all(data.parent().unwrap()).unwrap();
+    std::fs::write(&data, "read, never written\n").unwrap();
+    let files = format!("files = {{ \"/in.txt\" = \"{}\" }}", data.display());
+    let cases = [
+        ("false", "binary = \"/bin/false\"".to_string(), Some("node a exited with 1")),
+        (
+            "cat-fails",
+            format!("binary = \"GUESTS/cat\"\nargs = [\"/in.txt\", \"/missing\"]\n{files}"),
+            Some("node a exited with 1"),
+        ),
+        ("cat-passes", format!("binary = \"GUESTS/cat\"\nargs = [\"/in.txt\"]\n{files}"), None),
+    ];
+    for (name, node, failure) in cases {
+        let file = temp_cluster(
+            &format!("read-only-{name}"),
+            &format!("seed = 1\ntime_limit_ms = 5000\n[[node]]\nname = \"a\"\naddress = \"10.0.0.1\"\n{node}\n"),
+        );
+        for jobs in ["1", "2"] {
+            let out = out_dir(&format!("read-only-{name}-{jobs}"));
+            // Fresh rounds (every third round, and with two workers the first round beside the
+            // seed round) are the ones that drew storage faults.
+            let o = explore_cluster_within(
+                std::time::Duration::from_secs(240),
+                &out,
+                file.to_str().unwrap(),
+                &["--runs", "12", "--jobs", jobs, "--seed", "3"],
+            );
+            let err = stderr(&o);
+            let r: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+            assert_eq!(r["campaign"]["rounds"], 12, "{name}, {jobs} job(s): the whole budget ran: {err}");
+            match failure {
+                Some(words) => {
+                    assert_eq!(o.status.code(), Some(1), "{name}, {jobs} job(s): a bug: {err}");
+                    assert!(err.contains(&format!("(round 1): {words}")), "{name}, {jobs} job(s): {err}");
+                    let bug = bug_file(&out);
+                    let b: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&bug).unwrap()).unwrap();
+                    assert_eq!(b["signature"], words, "{name}");
+                    let replay = deja(&["replay", bug.to_str().unwrap()]);
+                    assert_eq!(replay.status.code(), Some(1), "{name}: the bug replays: {}", stderr(&replay));
+                }
+                None => {
+                    assert_eq!(o.status.code(), Some(0), "{name}, {jobs} job(s): no bug: {err}");
+                    assert!(bug_files(&out).is_empty(), "{name}, {jobs} job(s): {err}");
+                }
+            }
+            std::fs::remove_dir_all(&out).ok();
+        }
+    }
+}

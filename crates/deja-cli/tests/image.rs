@@ -323,3 +323,129 @@ fn a_cluster_node_runs_from_an_image() {
     assert!(stderr(&out).contains("give it exactly one of binary"), "{}", stderr(&out));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// An image of one credit variant: the program at /app/credit, found through the image's PATH,
+/// in /app as its working directory.
+fn credit_image(dir: &Path, variant: &str, extra: &[E]) -> PathBuf {
+    let mut entries = vec![
+        E::Dir("app"),
+        E::File("app/credit".into(), 0o755, std::fs::read(guest(&format!("credit-{variant}"))).unwrap()),
+    ];
+    entries.extend(extra.iter().map(|e| match e {
+        E::Dir(p) => E::Dir(p),
+        E::File(p, m, d) => E::File(p.clone(), *m, d.clone()),
+        E::Link(p, t) => E::Link(p, t),
+    }));
+    let config = serde_json::json!({"Entrypoint": ["credit"], "Env": ["PATH=/app"], "WorkingDir": "/app"});
+    let path = dir.join(format!("credit-{variant}{}.tar", if extra.is_empty() { "" } else { "-extra" }));
+    std::fs::write(&path, oci(&[layer(&entries)], config)).unwrap();
+    path
+}
+
+fn blake3_of(path: &Path) -> String {
+    blake3::hash(&std::fs::read(path).unwrap()).to_hex().to_string()
+}
+
+#[test]
+fn a_program_in_an_image_is_explored_replayed_from_its_kept_image_and_judged() {
+    let dir = scratch("judge");
+    let buggy = credit_image(&dir, "buggy", &[]);
+    let (atomic, green) = (credit_image(&dir, "atomic", &[]), credit_image(&dir, "misleading-green", &[]));
+    let campaign = dir.join("campaign");
+    let o = deja(&[
+        "explore",
+        "--quiet",
+        "--runs",
+        "40",
+        "--mode",
+        "faults",
+        "--out",
+        &s(&campaign),
+        "--image",
+        &s(&buggy),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let bug = bug_file(&campaign);
+    let b: serde_json::Value = serde_json::from_slice(&std::fs::read(&bug).unwrap()).unwrap();
+    assert_eq!(b["root"]["kind"], "image", "{b}");
+    assert_eq!(b["root"]["blake3"], blake3_of(&buggy));
+    assert_eq!(
+        (b["argv"][0].as_str(), b["exe_path"].as_str(), b["cwd"].as_str()),
+        (Some("credit"), Some("/app/credit"), Some("/app"))
+    );
+    // The campaign keeps the image by hash, and a replay takes it from there once it is gone.
+    assert_eq!(blake3_of(&campaign.join("inputs").join(blake3_of(&buggy))), blake3_of(&buggy));
+    let o = deja(&["replay", &s(&bug)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("reproduced bug"), "{}", stderr(&o));
+    let moved = dir.join("elsewhere.tar");
+    std::fs::rename(&buggy, &moved).unwrap();
+    let o = deja(&["replay", &s(&bug)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("replaying with the image kept as") && stderr(&o).contains("reproduced bug"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::rename(&moved, &buggy).unwrap();
+    // Another image in its place gives way to the kept one; without that, it is refused by name
+    // with both hashes, and nothing runs.
+    let o = deja(&["replay", "--program", &s(&atomic), &s(&bug)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("replaying with the image kept as"), "{}", stderr(&o));
+    let kept = campaign.join("inputs").join(blake3_of(&buggy));
+    std::fs::rename(&kept, dir.join("kept.tar")).unwrap();
+    let o = deja(&["replay", "--program", &s(&atomic), &s(&bug)]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains(&blake3_of(&atomic)) && err.contains(&blake3_of(&buggy)), "{err}");
+    assert!(!err.contains("reproduced"), "{err}");
+    std::fs::rename(dir.join("kept.tar"), &kept).unwrap();
+
+    // The judge runs the bug's command in each image.
+    let check = |base: &Path, cand: &Path, extra: &[&str], out: &str| {
+        let out = dir.join(out);
+        let mut args = vec!["check", "--json", "--base", s(base).leak(), "--candidate", s(cand).leak()];
+        args.extend(["--out", s(&out).leak()]);
+        args.extend_from_slice(extra);
+        let o = deja(&args);
+        let cert: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        (o, cert, out)
+    };
+    let (o, cert, out) = check(&buggy, &atomic, &["--bug", s(&bug).leak()], "fixed");
+    assert_eq!(
+        (o.status.code(), cert["verdict"].as_str()),
+        (Some(0), Some("FIXED_FOR_THIS_CAPSULE")),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(cert["base_inputs"]["root"]["blake3"], blake3_of(&buggy));
+    assert_eq!(cert["candidate_inputs"]["root"]["blake3"], blake3_of(&atomic));
+    assert_eq!(deja(&["verify-certificate", &s(&out.join("certificate.json"))]).status.code(), Some(0));
+    let (o, cert, _) = check(&buggy, &green, &["--bug", s(&bug).leak()], "green");
+    assert_eq!((o.status.code(), cert["verdict"].as_str()), (Some(1), Some("STILL_REPRODUCES")), "{}", stderr(&o));
+
+    // Without a bug file the hunt finds the failure in the image, and the capsule records it.
+    let (o, cert, out) = check(&buggy, &atomic, &[], "hunt");
+    assert_eq!(
+        (o.status.code(), cert["verdict"].as_str()),
+        (Some(0), Some("FIXED_FOR_THIS_CAPSULE")),
+        "{}",
+        stderr(&o)
+    );
+    let capsule = out.join("capsule.json");
+    let c: serde_json::Value = serde_json::from_slice(&std::fs::read(&capsule).unwrap()).unwrap();
+    assert_eq!((c["program"].as_str(), c["cwd"].as_str()), (Some("credit"), Some("/app")), "{c}");
+    assert_eq!(c["base_inputs"]["root"]["blake3"], blake3_of(&buggy));
+    let (o, cert, _) = check(&buggy, &buggy, &["--capsule", s(&capsule).leak()], "same");
+    assert_eq!((o.status.code(), cert["verdict"].as_str()), (Some(1), Some("STILL_REPRODUCES")), "{}", stderr(&o));
+    // The same program in another root is not the base the capsule was frozen on.
+    let other = credit_image(&dir, "buggy", &[E::File("app/extra".into(), 0o644, b"x".to_vec())]);
+    let (o, cert, _) = check(&other, &atomic, &["--capsule", s(&capsule).leak()], "other-root");
+    assert_eq!((o.status.code(), cert["verdict"].as_str()), (Some(3), Some("EVIDENCE_INCOMPLETE")), "{}", stderr(&o));
+    assert!(stderr(&o).contains("the capsule was frozen with other inputs of the base"), "{}", stderr(&o));
+    // A base image against a candidate from the host is refused, not judged.
+    let (o, cert, _) = check(&buggy, &guest("credit-atomic"), &[], "mixed");
+    assert_eq!((o.status.code(), cert["verdict"].as_str()), (Some(3), Some("EVIDENCE_INCOMPLETE")), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -249,6 +249,107 @@ fn a_programs_own_library_is_found_through_its_origin_relative_run_path() {
 }
 
 #[test]
+fn a_library_found_only_through_ld_so_cache_runs_with_the_cache_declared() {
+    // A program needing libgreet.so.1, which is only in /opt/lib, a directory that only the
+    // root's /etc/ld.so.conf lists: `ldconfig -r` writes the root's /etc/ld.so.cache (the
+    // host's /etc is not touched), glibc's loader and libc come from the host.
+    let dir = std::env::temp_dir().join(format!("deja-ldcache-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    let root = dir.join("root");
+    for d in ["opt/lib/glibc-hwcaps/x86-64-v3", "opt/bin", "etc"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    let greet = |text: &str| format!("const char *greeting(void) {{ return \"{text}\"; }}\n");
+    std::fs::write(dir.join("greet.c"), greet("hello from the cache")).unwrap();
+    std::fs::write(dir.join("greet-v3.c"), greet("hello from x86-64-v3")).unwrap();
+    std::fs::write(
+        dir.join("main.c"),
+        "#include <stdio.h>\nconst char *greeting(void);\nint main(void) { puts(greeting()); return 0; }\n",
+    )
+    .unwrap();
+    let cc = |args: &[&str]| {
+        let out = Command::new("gcc").args(args).current_dir(&dir).output().expect("gcc");
+        assert!(out.status.success(), "gcc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    cc(&["-shared", "-fPIC", "-Wl,-soname,libgreet.so.1", "-o", "root/opt/lib/libgreet.so.1", "greet.c"]);
+    cc(&["-o", "root/opt/bin/prog", "main.c", "root/opt/lib/libgreet.so.1"]);
+    let echo = std::fs::read("/bin/echo").unwrap();
+    for (path, data) in deja_cluster::dynlink::host_closure(&echo, "/bin/echo".as_ref(), "/bin/echo").unwrap() {
+        let at = root.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::fs::write(at, data).unwrap();
+    }
+    std::fs::write(root.join("etc/ld.so.conf"), "/opt/lib\n").unwrap();
+    let ldconfig = ["/usr/sbin/ldconfig", "/sbin/ldconfig"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("glibc's ldconfig");
+    let ldconfig = |extra: &[&str]| {
+        let out = Command::new(ldconfig).arg("-r").arg(&root).args(extra).output().unwrap();
+        assert!(out.status.success(), "ldconfig: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    ldconfig(&[]);
+    let native = Command::new(root.join("opt/bin/prog")).env("LD_LIBRARY_PATH", root.join("opt/lib")).output().unwrap();
+    assert_eq!(stdout(&native), "hello from the cache\n");
+
+    // The root as it is: the loader in the guest reads the root's cache.
+    let out = deja(&["run", "--no-probe", "--root", &s(&root), "/opt/bin/prog"]);
+    assert_eq!(stdout(&out), stdout(&native), "{}", stderr(&out));
+
+    // The closure of the program, found in the root as on a host with that cache, holds the
+    // cache and the library; a root of nothing but those files runs the program, and does not
+    // without the cache.
+    let prog = std::fs::read(root.join("opt/bin/prog")).unwrap();
+    let closure = |cache_format: &[&str]| {
+        ldconfig(cache_format);
+        let cache = std::fs::read(root.join("etc/ld.so.cache")).unwrap();
+        let read = |p: &str| std::fs::read(root.join(p.trim_start_matches('/')));
+        deja_cluster::dynlink::closure(&prog, "/opt/bin/prog".as_ref(), "/opt/bin/prog", Some(&cache), &read).unwrap()
+    };
+    let declared = dir.join("declared");
+    let run_declared = |files: &std::collections::BTreeMap<String, Vec<u8>>, leave_out: &str| {
+        std::fs::remove_dir_all(&declared).ok();
+        for (path, data) in files.iter().filter(|f| f.0 != leave_out) {
+            let at = declared.join(path.trim_start_matches('/'));
+            std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+            std::fs::write(at, data).unwrap();
+        }
+        std::fs::create_dir_all(declared.join("opt/bin")).unwrap();
+        std::fs::write(declared.join("opt/bin/prog"), &prog).unwrap();
+        deja(&["run", "--no-probe", "--root", &s(&declared), "/opt/bin/prog"])
+    };
+    for format in [&[][..], &["-c", "compat"]] {
+        let files = closure(format);
+        assert!(files.contains_key("/etc/ld.so.cache"), "{format:?}: {:?}", files.keys());
+        assert!(files.contains_key("/opt/lib/libgreet.so.1"), "{format:?}: {:?}", files.keys());
+        let out = run_declared(&files, "");
+        assert_eq!(stdout(&out), "hello from the cache\n", "{format:?}: {}", stderr(&out));
+        let out = run_declared(&files, "/etc/ld.so.cache");
+        assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
+        assert!(stderr(&out).contains("libgreet.so.1: cannot open shared object file"), "{}", stderr(&out));
+    }
+
+    // A build for x86-64-v3 beside it, in the cache as a glibc-hwcaps entry (glibc 2.33 on).
+    // deja's CPU is x86-64-v3 on every host, so the loader takes that build: it is declared
+    // too, and without it the loader, not finding the file the cache names, goes on to the
+    // default directories and fails.
+    let v3 = "/opt/lib/glibc-hwcaps/x86-64-v3/libgreet.so.1";
+    cc(&["-shared", "-fPIC", "-Wl,-soname,libgreet.so.1", "-o", &format!("root{v3}"), "greet-v3.c"]);
+    let files = closure(&[]);
+    let cache = deja_cluster::ldcache::LdCache::parse(&files["/etc/ld.so.cache"]).unwrap();
+    if !cache.lookup("libgreet.so.1").choices.contains(&v3) {
+        eprintln!("this ldconfig writes no glibc-hwcaps entries: the hwcaps part is skipped");
+    } else {
+        assert!(files.contains_key(v3) && files.contains_key("/opt/lib/libgreet.so.1"), "{:?}", files.keys());
+        let out = run_declared(&files, "");
+        assert_eq!(stdout(&out), "hello from x86-64-v3\n", "{}", stderr(&out));
+        let out = run_declared(&files, v3);
+        assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn unsupported_syscalls_are_listed_by_name() {
     let out = deja(&["run", "--no-probe", &s(&guest("syscalls")), "--", "10"]);
     let err = stderr(&out);

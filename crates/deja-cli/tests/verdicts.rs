@@ -251,7 +251,7 @@ fn program_bug(dir: &Path, program: &str, args: &[&str], input: deja_explore::In
     let image = std::fs::read(program).unwrap();
     let name = Path::new(program).file_name().unwrap().to_string_lossy().into_owned();
     let spec = deja_kernel::ProgramSpec::for_program(image, &name, args.iter().map(|s| s.to_string()), 0);
-    let target = deja_explore::Target { spec, memory: 1024 << 20, path: program.to_string() };
+    let target = deja_explore::Target { spec, memory: 1024 << 20, path: program.to_string(), root: None };
     let plain =
         deja_explore::input::run_fresh(&target, u64::MAX, &deja_explore::Input::default(), &mut |_, _| {}).unwrap();
     let setup = plain.lives[0].run.report.setup_complete.as_ref().map_or(0, |s| s.syscall_index + 1);

@@ -60,12 +60,23 @@ pub fn open(
     env: &[String],
     cwd: Option<&str>,
 ) -> Result<Rooted, OpenError> {
-    let img = deja_image::read(bytes, &LIMITS).map_err(|e| OpenError::Image(e.to_string()))?;
-    let argv = match entrypoint {
-        Some(e) => std::iter::once(e.to_string()).chain(args.iter().cloned()).collect(),
-        None => img.command(None, args).map_err(|e| OpenError::Program(format!("{e}; name a program")))?,
-    };
+    let img = read(bytes)?;
+    let argv = command(&img, entrypoint, args)?;
     in_tree(img, argv, env, cwd)
+}
+
+/// The image archive `bytes`, read within [`LIMITS`].
+pub fn read(bytes: &[u8]) -> Result<deja_image::Image, OpenError> {
+    deja_image::read(bytes, &LIMITS).map_err(|e| OpenError::Image(e.to_string()))
+}
+
+/// The command `img` runs: `entrypoint` replaces the image's (and drops its command), non-empty
+/// `args` replace its command.
+pub fn command(img: &deja_image::Image, entrypoint: Option<&str>, args: &[String]) -> Result<Vec<String>, OpenError> {
+    match entrypoint {
+        Some(e) => Ok(std::iter::once(e.to_string()).chain(args.iter().cloned()).collect()),
+        None => img.command(None, args).map_err(|e| OpenError::Program(format!("{e}; name a program"))),
+    }
 }
 
 /// The program `argv[0]` in the tree of `img` (an image, or a directory tree with an empty
@@ -129,4 +140,46 @@ pub fn tree_digest(tree: &BTreeMap<String, Node>) -> String {
         h.update(body);
     }
     h.finalize().to_hex().to_string()
+}
+
+/// Where a run's root came from, as its reports and artifacts record it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RootInput {
+    /// `image` or `dir`.
+    pub kind: String,
+    /// The host path it was read from.
+    pub path: String,
+    /// BLAKE3 of the image file's bytes, or of the tree ([`tree_digest`]).
+    pub blake3: String,
+    /// The image's own content address (its manifest's `sha256:` digest), for an image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_digest: Option<String>,
+}
+
+/// The inputs of a program's run besides the program and its workload, by BLAKE3, as artifacts
+/// record them: the declared files (a dynamically linked program's loader and libraries from
+/// the host among them) and the root.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct InputRecord {
+    /// Guest path → BLAKE3 of the file's bytes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, String>,
+    /// The root (`--image` or `--root`), if the run had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<RootInput>,
+}
+
+impl InputRecord {
+    /// The record of `files` under `root`.
+    pub fn of(files: &BTreeMap<String, Vec<u8>>, root: Option<&RootInput>) -> InputRecord {
+        InputRecord {
+            files: files.iter().map(|(p, d)| (p.clone(), blake3::hash(d).to_hex().to_string())).collect(),
+            root: root.cloned(),
+        }
+    }
+
+    /// Whether there is nothing on record (a static program with no files and no root).
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.root.is_none()
+    }
 }

@@ -11,6 +11,7 @@
 pub mod config;
 pub mod dynlink;
 pub mod image;
+pub mod ldcache;
 pub mod network;
 pub mod sim;
 

@@ -579,9 +579,10 @@ pub struct ClusterReference {
     pub nodes: Vec<crate::menu::NodeMenu>,
 }
 
-/// What each node of a round offers to storage faults: the durable operations and the writes
-/// and fsyncs of the nodes storage faults may strike, each durable operation with the cluster
-/// decision index at its time.
+/// What each node of a round offers to storage faults: the durable operations and the file
+/// operations of the nodes storage faults may strike, each durable operation with the cluster
+/// decision index at its time. A node that [offers](crate::menu::NodeMenu::offers) nothing
+/// (it only read files) is left out.
 pub fn node_menus(report: &ClusterReport) -> Vec<crate::menu::NodeMenu> {
     let index_at = |t: u64| report.decisions.iter().filter(|d| d.time_ns <= t).count() as u64;
     report
@@ -603,7 +604,7 @@ pub fn node_menus(report: &ClusterReport) -> Vec<crate::menu::NodeMenu> {
                 .collect(),
             io_ops: n.io_ops(),
         })
-        .filter(|m| !m.durable.is_empty() || !m.io_ops.is_empty())
+        .filter(crate::menu::NodeMenu::offers)
         .collect()
 }
 
@@ -769,8 +770,9 @@ impl Subject for ClusterSubject<'_> {
         mode: Mode,
         changed: bool,
     ) {
-        // The storage menu: always when the decisions did not change, else half the time.
-        let offered = mode.faults() && !parent.nodes.is_empty();
+        // The storage menu: always when the decisions did not change, else half the time. (A
+        // checkpoint of an older deja may keep nodes that offer nothing: they do not count.)
+        let offered = mode.faults() && parent.nodes.iter().any(crate::menu::NodeMenu::offers);
         let storage = offered && (!changed || crate::menu::below(rng, 2) == 0);
         if storage {
             crate::menu::mutate_storage(rng, &mut input.storage, &parent.nodes, parent.focus);

@@ -19,8 +19,11 @@ pub struct Target {
     pub spec: ProgramSpec,
     /// Guest RAM in bytes.
     pub memory: u64,
-    /// The program's host path, for messages and reproduce commands.
+    /// The program's host path, for messages and reproduce commands (for a program in an
+    /// image or a directory tree: the image or the tree).
     pub path: String,
+    /// Where `spec.root` came from, for the bug files' record.
+    pub root: Option<deja_cluster::image::RootInput>,
 }
 
 /// How a child is steered away from the parent's course.
@@ -401,6 +404,16 @@ pub struct BugFile {
     /// The CPU fingerprint of the host that found it (absent in bug files of older deja).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<deja_vmm::Fingerprint>,
+    /// The root the program ran in (`--image` or `--root`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<deja_cluster::image::RootInput>,
+    /// Where the program is in the guest, when it is not argv\[0\] (a program in a root found
+    /// through its `PATH`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exe_path: Option<String>,
+    /// The program's starting working directory, when it is not `/`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cwd: String,
 }
 
 impl BugFile {
@@ -429,6 +442,9 @@ impl BugFile {
             minimized_from: None,
             removed: Vec::new(),
             host: deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone()),
+            root: target.root.clone(),
+            exe_path: Some(target.spec.exe_path.clone()).filter(|p| target.spec.argv.first() != Some(p)),
+            cwd: target.spec.cwd.clone(),
         }
     }
 
@@ -448,9 +464,15 @@ impl BugFile {
         Ok(BUG_SCHEMA.write(path, self)?)
     }
 
-    /// The target this bug file describes, with the program image and declared files given
-    /// again; refuses images or files whose hashes differ.
-    pub fn target(&self, image: Vec<u8>, files: BTreeMap<String, Vec<u8>>, path: &str) -> Result<Target, ExploreError> {
+    /// The target this bug file describes, with the program image, the declared files and the
+    /// root given again; refuses an image, a file or a root whose hash differs.
+    pub fn target(
+        &self,
+        image: Vec<u8>,
+        files: BTreeMap<String, Vec<u8>>,
+        root: Option<(std::sync::Arc<deja_kernel::fs::Root>, deja_cluster::image::RootInput)>,
+        path: &str,
+    ) -> Result<Target, ExploreError> {
         let hash = blake3::hash(&image).to_hex().to_string();
         ensure!(
             hash == self.program_blake3,
@@ -463,16 +485,29 @@ impl BugFile {
                 crate::DeclaredFileSnafu { guest, expected: want, found: got.clone() }
             );
         }
+        let given = root.as_ref().map(|(_, r)| r.blake3.clone());
+        if let Some(want) = &self.root {
+            ensure!(
+                given.as_deref() == Some(want.blake3.as_str()),
+                crate::NotTheRootSnafu { path: &want.path, expected: &want.blake3, found: given.clone() }
+            );
+        }
+        let (root, root_input) = match (root, &self.root) {
+            (Some((tree, input)), Some(_)) => (Some(tree), Some(input)),
+            _ => (None, None),
+        };
         let spec = ProgramSpec {
             image,
-            exe_path: self.argv.first().cloned().unwrap_or_default(),
+            exe_path: self.exe_path.clone().or_else(|| self.argv.first().cloned()).unwrap_or_default(),
             argv: self.argv.clone(),
             env: self.env.clone(),
             files,
+            root,
+            cwd: self.cwd.clone(),
             seed: self.seed,
             ..Default::default()
         };
-        Ok(Target { spec, memory: self.memory_mib << 20, path: path.to_string() })
+        Ok(Target { spec, memory: self.memory_mib << 20, path: path.to_string(), root: root_input })
     }
 }
 
@@ -504,6 +539,9 @@ mod tests {
             minimized_from: None,
             removed: Vec::new(),
             host: None,
+            root: None,
+            exe_path: None,
+            cwd: String::new(),
         };
         let doc = crate::signature::as_older_deja_wrote_it(serde_json::to_value(&bug).unwrap(), signature);
         BUG_SCHEMA.to_bytes(&doc)

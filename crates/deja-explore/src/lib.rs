@@ -137,6 +137,21 @@ pub enum ExploreError {
         /// BLAKE3 of the file given now, if one was.
         found: Option<String>,
     },
+    /// The root given (an image or a directory tree) is not the one of the bug.
+    #[snafu(display(
+        "the root {path} {}; the bug needs BLAKE3 {expected} (give it with --image or --root, or put an image in {} \
+         beside the bug file, named by that hash)",
+        found.as_ref().map_or("is missing".to_string(), |h| format!("has BLAKE3 {h} here")),
+        crate::campaign::INPUTS_DIR
+    ))]
+    NotTheRoot {
+        /// Where the bug's root was read from.
+        path: String,
+        /// BLAKE3 of the root the bug was found with.
+        expected: String,
+        /// BLAKE3 of the root given now, if one was.
+        found: Option<String>,
+    },
     /// A cluster's binaries are not those of the bug.
     #[snafu(display("the binaries of {} are not the ones of this bug: {why}", path.display()))]
     NotTheBinaries {

@@ -253,8 +253,18 @@ pub struct NodeMenu {
     pub node: String,
     /// Its durable operations, numbered over its run, at most [`MAX_NODE_POINTS`].
     pub durable: Vec<DurablePoint>,
-    /// Its writes and fsyncs by path, counted over its run.
+    /// Its file operations by kind and path, counted over its run (errors are drawn on its
+    /// writes and fsyncs).
     pub io_ops: Vec<IoCount>,
+}
+
+impl NodeMenu {
+    /// A storage fault can be drawn from it: it has a durable operation to crash at, or a write
+    /// or fsync to fail. A node that only read files (a dynamically linked binary's libraries,
+    /// its declared inputs) offers nothing.
+    pub fn offers(&self) -> bool {
+        !self.durable.is_empty() || self.io_ops.iter().any(|c| matches!(c.op, IoOp::Write | IoOp::Fsync))
+    }
 }
 
 /// One durable operation a crash can be placed at.
@@ -333,9 +343,9 @@ fn node_error(rng: &mut ChaCha20Rng, menu: &NodeMenu) -> Option<StorageFault> {
 /// I/O error (one in ten), or the removal of one; a quarter of the time it starts over from
 /// none. Crash points come first: they are what a cluster cannot reach otherwise (a kill lands
 /// on a whole millisecond, an fsync takes one microsecond). Nothing is drawn when no
-/// node offers anything.
+/// node [offers](NodeMenu::offers) anything.
 pub fn mutate_storage(rng: &mut ChaCha20Rng, plan: &mut Vec<StorageFault>, nodes: &[NodeMenu], focus: Option<u64>) {
-    let offered: Vec<&NodeMenu> = nodes.iter().filter(|n| !n.durable.is_empty() || !n.io_ops.is_empty()).collect();
+    let offered: Vec<&NodeMenu> = nodes.iter().filter(|n| n.offers()).collect();
     if offered.is_empty() {
         return;
     }
@@ -367,10 +377,12 @@ pub fn mutate_storage(rng: &mut ChaCha20Rng, plan: &mut Vec<StorageFault>, nodes
 }
 
 /// Storage faults drawn from scratch for a fresh cluster round: half the time one, from the
-/// nodes' menus.
+/// nodes' menus; none, and no draw, when no node [offers](NodeMenu::offers) anything. (Every
+/// pass of the loop picks a node that offers something, and nine passes in ten draw a fault
+/// from it, so it ends.)
 pub fn random_storage(rng: &mut ChaCha20Rng, nodes: &[NodeMenu]) -> Vec<StorageFault> {
     let mut plan = Vec::new();
-    if nodes.iter().any(|n| !n.durable.is_empty() || !n.io_ops.is_empty()) && one_in(rng, 2) {
+    if nodes.iter().any(NodeMenu::offers) && one_in(rng, 2) {
         while plan.is_empty() {
             mutate_storage(rng, &mut plan, nodes, None);
         }
@@ -574,6 +586,39 @@ mod tests {
         mutate_storage(&mut a, &mut plan, &nodes[1..], None);
         assert!(plan.is_empty() && random_storage(&mut a, &[]).is_empty());
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn a_node_that_only_read_files_offers_nothing() {
+        // A dynamically linked `/bin/false`: it read its libraries, wrote nothing, made nothing
+        // durable. `random_storage` once looped forever on it, waiting for a fault no draw could
+        // give; the draws run on a thread of their own so that a regression fails here.
+        let reader = NodeMenu {
+            node: "a".into(),
+            durable: vec![],
+            io_ops: vec![
+                IoCount { op: IoOp::Read, path: "/lib/x86_64-linux-gnu/libc.so.6".into(), count: 3 },
+                IoCount { op: IoOp::Create, path: "/tmp/x".into(), count: 1 },
+            ],
+        };
+        assert!(!reader.offers() && server_menu().offers());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let nodes = vec![reader];
+        std::thread::spawn(move || {
+            for seed in 0..64 {
+                let mut a = ChaCha20Rng::seed_from_u64(seed);
+                let b = a.clone();
+                let fresh = random_storage(&mut a, &nodes);
+                let mut plan = Vec::new();
+                mutate_storage(&mut a, &mut plan, &nodes, None);
+                // Nothing drawn, and no draw taken.
+                tx.send(fresh.is_empty() && plan.is_empty() && a == b).unwrap();
+            }
+        });
+        for seed in 0..64 {
+            let ok = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("the storage draws never ended");
+            assert!(ok, "seed {seed}: a storage fault drawn from a node that offers none");
+        }
     }
 
     #[test]

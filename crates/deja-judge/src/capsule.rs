@@ -41,6 +41,18 @@ pub struct Capsule {
     pub args: Vec<String>,
     /// Its environment.
     pub env: Vec<String>,
+    /// argv\[0\]: the program's path in the guest, or a name its root's `PATH` resolves (empty:
+    /// `/bin/NAME`, as capsules of older deja had it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub program: String,
+    /// The starting working directory, when it is not `/` (an image's, or one given).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cwd: String,
+    /// The base's inputs besides the program: its declared files (a dynamically linked
+    /// program's loader and libraries) and root, by BLAKE3. A check refuses a base whose inputs
+    /// differ.
+    #[serde(default, skip_serializing_if = "deja_cluster::image::InputRecord::is_empty")]
+    pub base_inputs: deja_cluster::image::InputRecord,
     /// The run's seed.
     pub seed: u64,
     /// Guest RAM in MiB.

@@ -56,6 +56,13 @@ pub struct Certificate {
     pub base_blake3: String,
     /// BLAKE3 of the candidate program.
     pub candidate_blake3: String,
+    /// The base's inputs besides the program (declared files, root) by BLAKE3; part of the
+    /// chain's header when there are any.
+    #[serde(default, skip_serializing_if = "deja_cluster::image::InputRecord::is_empty")]
+    pub base_inputs: deja_cluster::image::InputRecord,
+    /// The candidate's, the same way.
+    #[serde(default, skip_serializing_if = "deja_cluster::image::InputRecord::is_empty")]
+    pub candidate_inputs: deja_cluster::image::InputRecord,
     /// The CPU fingerprint of the host the checks ran on (absent in certificates of older deja);
     /// part of the chain's header.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -85,6 +92,14 @@ fn header_hash(c: &Certificate) -> String {
     for part in [&c.schema, &c.deja_version, &c.capsule_id, &c.base_blake3, &c.candidate_blake3] {
         h.update(part.as_bytes());
         h.update(&[0]);
+    }
+    // Absent in certificates of older deja, and then not hashed, so that theirs still verify.
+    for (tag, inputs) in [(2u8, &c.base_inputs), (3u8, &c.candidate_inputs)] {
+        if !inputs.is_empty() {
+            h.update(&[tag]);
+            h.update(serde_json::to_string(inputs).expect("plain data serializes").as_bytes());
+            h.update(&[0]);
+        }
     }
     if let Some(host) = &c.host {
         h.update(serde_json::to_string(host).expect("plain data serializes").as_bytes());
@@ -127,6 +142,8 @@ impl Certificate {
             capsule_id: capsule_id.into(),
             base_blake3: base.into(),
             candidate_blake3: candidate.into(),
+            base_inputs: Default::default(),
+            candidate_inputs: Default::default(),
             host: None,
             crash_model: None,
             models: Vec::new(),

@@ -56,13 +56,52 @@ impl Verdict {
     }
 }
 
-/// A program given to the check: where it came from and its bytes (`None`: unreadable).
+/// A program given to the check: where it came from and its bytes (`None`: unreadable), and
+/// where it runs.
 #[derive(Debug, Clone)]
 pub struct Program {
-    /// Host path.
+    /// Host path (of the program, or of the image or tree it is in).
     pub path: String,
     /// The image, or why it could not be read.
     pub image: Result<Vec<u8>, std::sync::Arc<std::io::Error>>,
+    /// Where it runs beyond the workload: declared files, root, its path in the guest.
+    pub setting: Setting,
+}
+
+impl Program {
+    /// A program from the host with nothing declared (a static program).
+    pub fn plain(path: &str, image: Result<Vec<u8>, std::sync::Arc<std::io::Error>>) -> Program {
+        Program { path: path.to_string(), image, setting: Setting::default() }
+    }
+}
+
+/// Where a program runs, beyond the check's workload (arguments, environment, seed).
+#[derive(Debug, Clone, Default)]
+pub struct Setting {
+    /// Its path in the guest, which is also argv\[0\] (empty: `/bin/NAME`); under a root, where
+    /// the command's program is in it.
+    pub exe_path: String,
+    /// argv\[0\] when it is not `exe_path` (a name the root's `PATH` resolves).
+    pub argv0: Option<String>,
+    /// Declared read-only files: a dynamically linked program's loader and libraries from the
+    /// host, or files given.
+    pub files: BTreeMap<String, Vec<u8>>,
+    /// The read-only root it runs in (an image's layers or a directory tree).
+    pub root: Option<std::sync::Arc<deja_kernel::fs::Root>>,
+    /// Where the root came from.
+    pub root_input: Option<deja_cluster::image::RootInput>,
+    /// The environment under the workload's (an image's), each replaced by a workload variable
+    /// of the same name.
+    pub env: Vec<String>,
+    /// The starting working directory (empty: `/`).
+    pub cwd: String,
+}
+
+impl Setting {
+    /// What artifacts record of it.
+    pub fn record(&self) -> deja_cluster::image::InputRecord {
+        deja_cluster::image::InputRecord::of(&self.files, self.root_input.as_ref())
+    }
 }
 
 /// Everything a check needs.
@@ -106,10 +145,24 @@ pub struct Judgement {
     pub certificate: Certificate,
 }
 
-fn spec(image: &[u8], path: &str, input: &CheckInput) -> ProgramSpec {
-    let name = std::path::Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+fn spec(image: &[u8], p: &Program, input: &CheckInput) -> ProgramSpec {
+    let name = std::path::Path::new(&p.path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut s = ProgramSpec::for_program(image.to_vec(), &name, input.args.iter().cloned(), input.seed);
-    s.env = input.env.clone();
+    let set = &p.setting;
+    if !set.exe_path.is_empty() {
+        s.exe_path = set.exe_path.clone();
+        s.argv[0] = set.argv0.clone().unwrap_or_else(|| set.exe_path.clone());
+    }
+    let key = |kv: &str| kv.split_once('=').map_or(kv, |(k, _)| k).to_string();
+    let mut env = set.env.clone();
+    for kv in &input.env {
+        env.retain(|e| key(e) != key(kv));
+        env.push(kv.clone());
+    }
+    s.env = env;
+    s.files = set.files.clone();
+    s.root = set.root.clone();
+    s.cwd = set.cwd.clone();
     s.faults.crash_model = input.crash_model;
     s
 }
@@ -121,7 +174,7 @@ fn run(
     faults: &FaultConfig,
     overrides: &BTreeMap<u64, u64>,
 ) -> Result<Outcome, RunFailure> {
-    let target = deja_explore::Target { spec: spec.clone(), memory: memory_mib << 20, path: String::new() };
+    let target = deja_explore::Target { spec: spec.clone(), memory: memory_mib << 20, path: String::new(), root: None };
     let input = deja_explore::Input { overrides: overrides.clone(), faults: faults.clone(), ..Default::default() };
     Ok(deja_explore::input::run_fresh(&target, 0, &input, &mut |_, _| {})?)
 }
@@ -231,7 +284,7 @@ pub fn check(input: &CheckInput) -> Judgement {
                 return Verdict::EvidenceIncomplete;
             }
         };
-        let base = spec(base_image, &input.base.path, input);
+        let base = spec(base_image, &input.base, input);
         let plain = match run(&base, input.memory_mib, &FaultConfig::default(), &BTreeMap::new()) {
             Ok(o) => o,
             Err(e) => {
@@ -246,6 +299,16 @@ pub fn check(input: &CheckInput) -> Judgement {
                     names[0],
                     CheckStatus::Incomplete,
                     "the capsule was frozen on another base binary".into(),
+                    vec![],
+                ));
+                return Verdict::EvidenceIncomplete;
+            }
+            Some(c) if c.base_inputs != input.base.setting.record() => {
+                let why = inputs_difference(&c.base_inputs, &input.base.setting.record());
+                steps.push((
+                    names[0],
+                    CheckStatus::Incomplete,
+                    format!("the capsule was frozen with other inputs of the base: {why}"),
                     vec![],
                 ));
                 return Verdict::EvidenceIncomplete;
@@ -363,7 +426,7 @@ pub fn check(input: &CheckInput) -> Judgement {
                 steps.push((names[3], CheckStatus::Incomplete, "the corrected program cannot be read".into(), vec![]));
                 return Verdict::EvidenceIncomplete;
             };
-            let s = spec(image, &corr.path, input);
+            let s = spec(image, corr, input);
             let ok = run(&s, input.memory_mib, &FaultConfig::default(), &BTreeMap::new()).ok().and_then(|plain| {
                 let at = steer.fork_at(&plain);
                 let ctl = run_steered(&s, input.memory_mib, &steer, at).ok()?;
@@ -395,7 +458,7 @@ pub fn check(input: &CheckInput) -> Judgement {
                 return Verdict::EvidenceIncomplete;
             }
         };
-        let cand = spec(cand_image, &input.candidate.path, input);
+        let cand = spec(cand_image, &input.candidate, input);
         let cand_control = match run(&cand, input.memory_mib, &FaultConfig::default(), &BTreeMap::new()) {
             Ok(o) => o,
             Err(e) => {
@@ -590,6 +653,8 @@ pub fn check(input: &CheckInput) -> Judgement {
     })();
 
     let mut cert = Certificate::new(capsule.as_ref().map(|c| c.id.as_str()).unwrap_or(""), &base_hash, &cand_hash);
+    cert.base_inputs = input.base.setting.record();
+    cert.candidate_inputs = input.candidate.setting.record();
     cert.host = deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone());
     if let Some(c) = &capsule {
         cert.crash_model = Some(c.faults.crash_model);
@@ -658,8 +723,19 @@ pub fn freeze_bug(bug: &deja_explore::BugFile, target: &deja_explore::Target) ->
     let steer =
         Steer { at_setup: bug.fork_at_syscall > 0, overrides: bug.input.overrides.clone(), reseed: bug.input.reseed };
     let input = CheckInput {
-        base: Program { path: String::new(), image: Ok(Vec::new()) },
-        candidate: Program { path: String::new(), image: Ok(Vec::new()) },
+        base: Program {
+            path: target.path.clone(),
+            image: Ok(Vec::new()),
+            setting: Setting {
+                exe_path: target.spec.exe_path.clone(),
+                argv0: target.spec.argv.first().filter(|a| **a != target.spec.exe_path).cloned(),
+                files: target.spec.files.clone(),
+                root_input: target.root.clone(),
+                cwd: target.spec.cwd.clone(),
+                ..Setting::default()
+            },
+        },
+        candidate: Program::plain("", Ok(Vec::new())),
         corrected: None,
         capsule: None,
         args: bug.argv.iter().skip(1).cloned().collect(),
@@ -735,6 +811,14 @@ pub fn capsule_from(
             base_blake3: base_blake3.into(),
             args: input.args.clone(),
             env: input.env.clone(),
+            // A program from the host runs as /bin/NAME of its own file; one in a root, where the
+            // command finds it.
+            program: match &input.base.setting.root_input {
+                Some(_) => input.base.setting.argv0.clone().unwrap_or_else(|| input.base.setting.exe_path.clone()),
+                None => String::new(),
+            },
+            cwd: input.base.setting.cwd.clone(),
+            base_inputs: input.base.setting.record(),
             seed: input.seed,
             memory_mib: input.memory_mib,
             base_crash_after_durable_write: k,
@@ -753,4 +837,25 @@ pub fn capsule_from(
         }
         .seal(),
     )
+}
+
+/// The first way two records of a program's inputs differ, in words.
+pub fn inputs_difference(want: &deja_cluster::image::InputRecord, got: &deja_cluster::image::InputRecord) -> String {
+    let root = |r: &Option<deja_cluster::image::RootInput>| {
+        r.as_ref().map_or("no root".to_string(), |r| format!("the {} {} (BLAKE3 {})", r.kind, r.path, r.blake3))
+    };
+    if want.root.as_ref().map(|r| &r.blake3) != got.root.as_ref().map(|r| &r.blake3) {
+        return format!("it needs {}, given {}", root(&want.root), root(&got.root));
+    }
+    for (path, hash) in &want.files {
+        match got.files.get(path) {
+            Some(h) if h == hash => {}
+            Some(h) => return format!("{path} has BLAKE3 {h} here, the capsule needs {hash}"),
+            None => return format!("{path} (BLAKE3 {hash}) is not declared here"),
+        }
+    }
+    match got.files.keys().find(|p| !want.files.contains_key(*p)) {
+        Some(p) => format!("{p} is declared here, not in the capsule"),
+        None => "they differ".to_string(),
+    }
 }

@@ -135,7 +135,7 @@ impl Steer {
 /// Runs `spec` with no fault, steered by `steer` from syscall `fork_at`: the run a capsule's
 /// triggers are mapped on.
 pub fn run_steered(spec: &ProgramSpec, memory_mib: u64, steer: &Steer, fork_at: u64) -> Result<Outcome, RunFailure> {
-    let target = deja_explore::Target { spec: spec.clone(), memory: memory_mib << 20, path: String::new() };
+    let target = deja_explore::Target { spec: spec.clone(), memory: memory_mib << 20, path: String::new(), root: None };
     Ok(deja_explore::input::run_fresh(&target, fork_at, &steer.input(FaultConfig::default()), &mut |_, _| {})?)
 }
 
@@ -150,7 +150,8 @@ pub fn run_plan(
 ) -> Result<Outcome, RunFailure> {
     let input = steer.input(plan.config());
     let Some(kept) = plan.kept.as_ref().filter(|_| plan.crash != CrashKind::None) else {
-        let target = deja_explore::Target { spec: spec.clone(), memory: memory_mib << 20, path: String::new() };
+        let target =
+            deja_explore::Target { spec: spec.clone(), memory: memory_mib << 20, path: String::new(), root: None };
         return Ok(deja_explore::input::run_fresh(&target, fork_at, &input, &mut |_, _| {})?);
     };
     let mut c = Session::boot(spec.clone(), memory_mib << 20)?;

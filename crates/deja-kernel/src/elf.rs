@@ -356,13 +356,17 @@ pub fn find_section(image: &[u8], name: &[u8]) -> Option<(u64, u64)> {
 
 /// What a dynamically linked program or library asks of the loader besides itself: the
 /// libraries it needs (`DT_NEEDED`, in order) and the directories to look in first
-/// (`DT_RUNPATH`, or `DT_RPATH` without one; `:`-separated, `$ORIGIN` unexpanded).
+/// (`:`-separated in the file, `$ORIGIN` unexpanded). The two lists are kept apart because the
+/// loader treats them differently: an object's `DT_RPATH` is searched only when it has no
+/// `DT_RUNPATH`, but it is also searched for the libraries its dependencies need.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DynamicNeeds {
     /// `DT_NEEDED` names.
     pub needed: Vec<String>,
-    /// `DT_RUNPATH` (or `DT_RPATH`) directories.
-    pub search: Vec<String>,
+    /// `DT_RUNPATH` directories.
+    pub runpath: Vec<String>,
+    /// `DT_RPATH` directories (kept even when a `DT_RUNPATH` overrides them).
+    pub rpath: Vec<String>,
 }
 
 /// The dynamic section's needs of `image` (through its section headers); empty for an image
@@ -373,7 +377,6 @@ pub fn dynamic_needs(image: &[u8]) -> DynamicNeeds {
     let Ok(header) = image.read_at::<FileHeader64<LittleEndian>>(0) else { return needs };
     let Ok(sections) = header.sections(LE, image) else { return needs };
     let Ok(table) = sections.dynamic_table(LE, image) else { return needs };
-    let (mut runpath, mut rpath) = (Vec::new(), Vec::new());
     for d in table.dynamics() {
         let tag = d.tag(LE);
         if tag == defs::DT_NULL {
@@ -383,11 +386,10 @@ pub fn dynamic_needs(image: &[u8]) -> DynamicNeeds {
         let s = String::from_utf8_lossy(s).into_owned();
         match tag {
             defs::DT_NEEDED => needs.needed.push(s),
-            defs::DT_RUNPATH => runpath.extend(s.split(':').filter(|p| !p.is_empty()).map(String::from)),
-            defs::DT_RPATH => rpath.extend(s.split(':').filter(|p| !p.is_empty()).map(String::from)),
+            defs::DT_RUNPATH => needs.runpath.extend(s.split(':').filter(|p| !p.is_empty()).map(String::from)),
+            defs::DT_RPATH => needs.rpath.extend(s.split(':').filter(|p| !p.is_empty()).map(String::from)),
             _ => {}
         }
     }
-    needs.search = if runpath.is_empty() { rpath } else { runpath };
     needs
 }

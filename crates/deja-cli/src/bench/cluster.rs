@@ -302,6 +302,7 @@ pub(super) fn scale_figures(dir: &Path, register: &Path) -> Result<serde_json::V
                     spec: spec(&path, &args)?,
                     memory: deja_vmm::DEFAULT_MEMORY,
                     path: path.display().to_string(),
+                    root: None,
                 };
                 deja_explore::explore(&target, &cfg, &mut |_| {})
             }

@@ -90,6 +90,7 @@ fn storage_figures(exe: &Path, dir: &Path) -> Result<serde_json::Value, String> 
             spec: ProgramSpec::for_program(image, program, args.iter().map(|a| a.to_string()), 0),
             memory: deja_vmm::DEFAULT_MEMORY,
             path: program.to_string(),
+            root: None,
         };
         target.spec.seed = 0;
         let out = std::env::temp_dir().join(format!("deja-bench-storage-{}-{program}", std::process::id()));
@@ -418,14 +419,14 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
 
     // 6. A full `deja check` on the credit scenario (hunt, control, replay in 3 worlds, sweep).
     let judge_input = |cand: &str| deja_judge::CheckInput {
-        base: deja_judge::Program {
-            path: dir.join("credit-buggy").display().to_string(),
-            image: std::fs::read(dir.join("credit-buggy")).map_err(std::sync::Arc::new),
-        },
-        candidate: deja_judge::Program {
-            path: dir.join(cand).display().to_string(),
-            image: std::fs::read(dir.join(cand)).map_err(std::sync::Arc::new),
-        },
+        base: deja_judge::Program::plain(
+            &dir.join("credit-buggy").display().to_string(),
+            std::fs::read(dir.join("credit-buggy")).map_err(std::sync::Arc::new),
+        ),
+        candidate: deja_judge::Program::plain(
+            &dir.join(cand).display().to_string(),
+            std::fs::read(dir.join(cand)).map_err(std::sync::Arc::new),
+        ),
         corrected: None,
         capsule: None,
         args: vec![],
