@@ -836,3 +836,62 @@ fn a_cluster_whose_only_node_reads_files_and_fails_at_once_is_explored_to_its_bu
         }
     }
 }
+
+#[test]
+fn a_cluster_bug_replays_with_the_libraries_it_was_found_with() {
+    // A node's binary of a C project: its own library beside it (found through $ORIGIN) and
+    // glibc's from the host. The library changes after the bug was found: the replay takes the
+    // recorded one from the campaign's inputs/, and without it refuses, naming both hashes.
+    let dir = root().join("target/test-clusters/origin-node");
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(dir.join("lib")).unwrap();
+    let lib = |words: &str| {
+        let src = format!("const char *greeting(void) {{ return \"{words}\"; }}\n");
+        std::fs::write(dir.join("greet.c"), src).unwrap();
+        let o = std::process::Command::new("gcc")
+            .args(["-shared", "-fPIC", "-o", "lib/libgreet.so", "greet.c"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        blake3::hash(&std::fs::read(dir.join("lib/libgreet.so")).unwrap()).to_hex().to_string()
+    };
+    let first = lib("hello from the first build");
+    let main = "#include <stdio.h>\nconst char *greeting(void);\nint main(void) { puts(greeting()); return 1; }\n";
+    std::fs::write(dir.join("main.c"), main).unwrap();
+    let o = std::process::Command::new("gcc")
+        .args(["-o", "prog", "main.c", "-Llib", "-lgreet", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/lib"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let file = temp_cluster(
+        "origin-node",
+        &format!(
+            "seed = 1\ntime_limit_ms = 5000\n[[node]]\nname = \"a\"\naddress = \"10.0.0.1\"\nbinary = \"{}\"\n",
+            dir.join("prog").display()
+        ),
+    );
+    let out = out_dir("origin-node");
+    let o = explore_cluster_within(std::time::Duration::from_secs(240), &out, file.to_str().unwrap(), &["--runs", "3"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let bug = bug_file(&out);
+    let recorded: serde_json::Value = serde_json::from_slice(&std::fs::read(&bug).unwrap()).unwrap();
+    assert_eq!(recorded["node_files"]["a"]["/bin/lib/libgreet.so"], first.as_str(), "{recorded}");
+    let replay = || deja(&["replay", bug.to_str().unwrap()]);
+    let o = replay();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("reproduced bug"), "{}", stderr(&o));
+    let second = lib("hello from the second build");
+    assert_ne!(first, second);
+    let o = replay();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("node a's /bin/lib/libgreet.so differs on this host"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("reproduced bug"), "{}", stderr(&o));
+    std::fs::remove_file(out.join("inputs").join(&first)).unwrap();
+    let o = replay();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains(&first) && err.contains(&second) && err.contains("/bin/lib/libgreet.so"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

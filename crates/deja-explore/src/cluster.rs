@@ -525,7 +525,40 @@ impl ClusterBug {
                 .collect();
             return crate::NotTheBinariesSnafu { path, why: why.join("; ") }.fail();
         }
+        let mut cfg = cfg;
+        self.same_files(&mut cfg, beside)?;
         Ok(ClusterTarget { file_blake3: cfg.file_blake3.clone(), cfg, path: path.display().to_string(), text, dir })
+    }
+
+    /// Holds each node's declared files to the BLAKE3 the bug records, those deja declares
+    /// itself included (a dynamically linked binary's loader and libraries, found on this host
+    /// again): a file that differs is taken from the campaign's `inputs/` beside the bug file
+    /// by its BLAKE3, else refused with both hashes. (Bug files of older deja record none.)
+    fn same_files(&self, cfg: &mut ClusterConfig, beside: Option<&Path>) -> Result<(), ExploreError> {
+        let hash = |d: &[u8]| blake3::hash(d).to_hex().to_string();
+        for n in &mut cfg.nodes {
+            let Some(want) = self.node_files.get(&n.name) else { continue };
+            for (guest, expected) in want {
+                let found = n.files.get(guest).map(|d| hash(d));
+                if found.as_ref() == Some(expected) {
+                    continue;
+                }
+                let kept = beside.map(|d| d.join(crate::campaign::INPUTS_DIR).join(expected));
+                match kept.and_then(|k| std::fs::read(k).ok()).filter(|d| hash(d) == *expected) {
+                    Some(data) => {
+                        eprintln!(
+                            "deja: note: node {}'s {guest} differs on this host; replaying with the recorded one ({expected})",
+                            n.name
+                        );
+                        n.files.insert(guest.clone(), data);
+                    }
+                    None => {
+                        return crate::NodeFileSnafu { node: &n.name, guest, expected, found: found.clone() }.fail()
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -160,6 +160,23 @@ pub enum ExploreError {
         /// Which differ, and how.
         why: String,
     },
+    /// A file of a cluster node (declared, or a library deja declared for its binary) differs
+    /// from the one the bug records, and the campaign's `inputs/` does not have it.
+    #[snafu(display(
+        "node {node}'s file {guest} {}; the bug needs BLAKE3 {expected} (put that file in {} beside the bug file, named by its hash)",
+        found.as_ref().map_or("is missing".to_string(), |h| format!("has BLAKE3 {h} here")),
+        crate::campaign::INPUTS_DIR
+    ))]
+    NodeFile {
+        /// The node.
+        node: String,
+        /// The file's guest path.
+        guest: String,
+        /// BLAKE3 of the file the bug was found with.
+        expected: String,
+        /// BLAKE3 of the file here, if there is one.
+        found: Option<String>,
+    },
     /// A node's binary (or file) with the BLAKE3 the bug records is nowhere to be found.
     #[snafu(display("node {node} needs {what} with BLAKE3 {blake3}: {looked}; give it with --program {node}=PATH"))]
     BinaryNotFound {
