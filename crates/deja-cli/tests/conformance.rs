@@ -536,3 +536,108 @@ fn shared_file_mappings_follow_their_files_as_linux_s_page_cache() {
     );
     assert_eq!(seen.status, 0);
 }
+
+#[test]
+fn proc_self_fd_matches_linux() {
+    let seen = case("conformance-procfd", &[], same);
+    printed(
+        &seen,
+        &[
+            "inherited fds closed",
+            "listing: . .. 0 1 2 3 4 5 6 7 8 9 10 11 12 13 (2 directories, 14 links; the listing's own fd 13)",
+            "readlink 1: pipe:[=fstat]",
+            "readlink 3: BASE/f",
+            "lstat 3: link 0700 size 64 nlink 1",
+            "stat 3: file, as fstat",
+            "readlink 4: pipe:[=fstat]",
+            "lstat 5: link 0300 size 64 nlink 1",
+            "readlink 6: socket:[=fstat]",
+            "stat 8: socket, as fstat",
+            "readlink 9: anon_inode:[eventfd]",
+            "readlink 10: anon_inode:[eventpoll]",
+            "stat 10: anonymous, as fstat",
+            "readlink 11: /dev/null",
+            "readlink 12: BASE",
+            "read: hello",
+            "the first fd's offset: 5",
+            "read: through",
+            "open entry 6: ENXIO",
+            "open entry 9: ENXIO",
+            "open entry 12: ok",
+            "open with O_NOFOLLOW: ELOOP",
+            "readlink after rename: BASE/g",
+            "readlink after unlink: BASE/f (deleted)",
+            "read the unlinked file through it: 5",
+            "stat a closed fd's entry: ENOENT",
+            "stat /proc/self/fd/03: ENOENT",
+            "first 6: . .. 0 1 2 3",
+            "the rest: 4 6 7 8 9 10 11 12",
+            "opened after the listing ended: 5",
+            "at the end:",
+            "rewound, no room: EINVAL",
+            "readlink /dev/fd: /proc/self/fd",
+            "readlink /dev/stdin: /proc/self/fd/0",
+            "written to /dev/stdout",
+            "it is a directory",
+        ],
+    );
+    assert_eq!(seen.status, 0);
+}
+
+/// The routes deja gives a node at 10.0.0.5, as `conformance-procfd routes` prints them (a host
+/// has its own routes: this is compared with deja's model, not with Linux's output; the
+/// layout, the attributes and their order are Linux's, which the native run shows).
+const ROUTES_OF_10_0_0_5: &[&str] = &[
+    "inet main unicast default dev 2 proto 3 scope 253 table 254 attrs 15,4 multi 1",
+    "inet main unicast 10.0.0.0/24 src 10.0.0.5 dev 2 proto 2 scope 253 table 254 attrs 15,1,7,4 multi 1",
+    "inet local local 10.0.0.5/32 src 10.0.0.5 dev 2 proto 2 scope 254 table 255 attrs 15,1,7,4 multi 1",
+    "inet local broadcast 10.0.0.255/32 src 10.0.0.5 dev 2 proto 2 scope 253 table 255 attrs 15,1,7,4 multi 1",
+    "inet local local 127.0.0.0/8 src 127.0.0.1 dev 1 proto 2 scope 254 table 255 attrs 15,1,7,4 multi 1",
+    "inet local local 127.0.0.1/32 src 127.0.0.1 dev 1 proto 2 scope 254 table 255 attrs 15,1,7,4 multi 1",
+    "inet local broadcast 127.255.255.255/32 src 127.0.0.1 dev 1 proto 2 scope 253 table 255 attrs 15,1,7,4 multi 1",
+    "inet6 main unicast ::1/128 metric 256 dev 1 proto 2 scope 0 table 254 attrs 15,1,6,4,12,20 multi 1",
+    "inet6 main unicast fd00:6465:6a61::/96 metric 256 dev 2 proto 2 scope 0 table 254 attrs 15,1,6,4,12,20 multi 1",
+    "inet6 main unicast default metric 1024 dev 2 proto 3 scope 0 table 254 attrs 15,6,4,12,20 multi 1",
+    "inet6 local local ::1/128 metric 0 dev 1 proto 2 scope 0 table 255 attrs 15,1,6,4,12,20 multi 1",
+    "inet6 local local fd00:6465:6a61::a00:5/128 metric 0 dev 2 proto 2 scope 0 table 255 attrs 15,1,6,4,12,20 multi 1",
+];
+
+#[test]
+fn a_node_dumps_its_routes_and_finds_its_default_host() {
+    // Natively: the host's routes, in the same layout; the case parses them to the end.
+    let n = native("conformance-procfd", &["routes"]);
+    assert!(n.stdout.starts_with("netlink socket: ok\ninet "), "{}", n.stdout);
+    assert!(n.stdout.contains("\none route: "), "{}", n.stdout);
+    // Under deja, on a cluster's network.
+    let dir = std::env::temp_dir().join(format!("deja-conformance-routes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let toml = format!(
+        "seed = 1\n[[node]]\nname = \"n\"\naddress = \"10.0.0.5\"\nbinary = \"{}\"\nargs = [\"routes\"]\n",
+        guest("conformance-procfd").display()
+    );
+    std::fs::write(dir.join("routes.toml"), toml).unwrap();
+    let out = deja(&["run", "--no-probe", "--audit", "2", dir.join("routes.toml").to_str().unwrap()]);
+    std::fs::remove_dir_all(&dir).ok();
+    let err = stderr(&out);
+    assert!(err.contains("deja: audit: identical over 2 runs"), "{err}");
+    let printed = stdout(&out);
+    let lines: Vec<&str> = printed.lines().map(|l| l.strip_prefix("[n] ").unwrap_or(l)).collect();
+    let mut want = vec!["netlink socket: ok"];
+    want.extend_from_slice(ROUTES_OF_10_0_0_5);
+    want.extend(["default route's interface: 2", "default host: 10.0.0.5", "IPv4 only:"]);
+    want.extend_from_slice(&ROUTES_OF_10_0_0_5[..7]);
+    want.push("one route: error EOPNOTSUPP");
+    assert_eq!(lines, want);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    // Alone, without a network: loopback's routes and no default route.
+    let d = under_deja("conformance-procfd", &["routes"]);
+    let mut want = vec!["netlink socket: ok"];
+    want.extend_from_slice(&ROUTES_OF_10_0_0_5[4..7]);
+    want.push(ROUTES_OF_10_0_0_5[7]);
+    want.push(ROUTES_OF_10_0_0_5[10]);
+    want.extend(["default route's interface: 0", "IPv4 only:"]);
+    want.extend_from_slice(&ROUTES_OF_10_0_0_5[4..7]);
+    want.push("one route: error EOPNOTSUPP");
+    assert_eq!(d.stdout.lines().collect::<Vec<_>>(), want);
+    assert_eq!(d.status, 0);
+}

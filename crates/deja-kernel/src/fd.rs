@@ -317,6 +317,11 @@ impl FdTable {
         self.descs.values()
     }
 
+    /// The open fds from `from` up, in ascending order.
+    pub fn open_fds(&self, from: i32) -> impl Iterator<Item = i32> + '_ {
+        self.fds.range(from..).map(|(fd, _)| *fd)
+    }
+
     /// True if an fd below `limit` is free.
     pub fn has_free(&self, limit: u64) -> bool {
         self.lowest_free(0, limit).is_ok()

@@ -137,6 +137,7 @@ mod sys_mem;
 mod sys_net;
 mod sys_path;
 mod sys_proc;
+mod sys_procfd;
 mod sys_sched;
 mod sys_signal;
 mod sys_timer;

@@ -791,6 +791,16 @@ impl Net {
         self.touch(obj);
     }
 
+    /// An anonymous pipe gains a reader or a writer (an end opened again through
+    /// `/proc/self/fd`).
+    pub(crate) fn reopen_pipe(&mut self, obj: u64, write: bool) {
+        if let Some(Obj { kind: ObjKind::Pipe { readers, writers, .. }, .. }) = self.objects.get_mut(&obj) {
+            *readers += u32::from(!write);
+            *writers += u32::from(write);
+        }
+        self.touch(obj);
+    }
+
     /// A pipe loses a reader and/or a writer (a description of one end closed, or of a FIFO);
     /// with neither left it goes, and a FIFO's next opener gets a new one.
     pub(crate) fn leave_pipe(&mut self, obj: u64, read: bool, write: bool) {

@@ -415,10 +415,7 @@ impl Kernel {
             return Err(ENOENT.into());
         };
         let id = self.target_id(&w)?;
-        let p = match &w.name {
-            Some(n) => self.files.fs.path_in(w.parent, n),
-            None => self.files.fs.dir_path(id).unwrap_or_default(),
-        };
+        let p = self.walked_path(&w, id);
         // Write permission, once Linux's earlier checks (a negative length, a directory, a
         // file that is not regular, a read-only one) found nothing.
         let node = self.files.fs.get(id).ok_or(ENOENT)?;
@@ -464,9 +461,11 @@ impl Kernel {
         Ok(0)
     }
 
-    /// Walks a path argument without following the last symlink (namespace calls).
+    /// Walks a path argument without following the last symlink (namespace calls). An entry
+    /// of `/proc/self/fd` is in a directory the program may not change (`EACCES`).
     fn walk_nofollow(&mut self, mem: &mut dyn Memory, dirfd: u64, path: u64) -> Result<crate::fs::Walked, i32> {
         match self.resolve(mem, dirfd, path, 0, false)? {
+            Target::Path(w) if w.proc_fd.is_some() => Err(EACCES),
             Target::Path(w) => Ok(w),
             Target::Fd(_) => Err(ENOENT),
         }

@@ -1,7 +1,8 @@
 //! Naming and finding files: how the path argument of a syscall resolves (the `*at` family's
 //! directory fds, `AT_EMPTY_PATH`, symlinks), `openat` (a FIFO's open is in
 //! [`crate::sys_net`]), the `stat` family (`fstat` included: one encoding), `access`,
-//! `getcwd`, `readlink` and `getdents64`.
+//! `getcwd`, `readlink` and `getdents64`. What `/proc/self/fd` answers to them is in
+//! [`crate::sys_procfd`].
 //!
 //! Paths resolve in [`crate::fs`]; declared input files and the executable are read-only
 //! (`EROFS` when opened for writing), `/proc/self/maps` gives `EACCES`. Relative paths and
@@ -15,6 +16,7 @@ use crate::errno::*;
 use crate::fd::*;
 use crate::fs::{Kind, Walked, ROOT};
 use crate::kernel::{Kernel, SysResult, AT_FDCWD, MAX_IO};
+use crate::sys_procfd::push_dirent;
 use crate::Memory;
 
 /// Longest path accepted (`PATH_MAX`).
@@ -66,7 +68,8 @@ impl Kernel {
         } else {
             self.files.fds.get(dirfd as i32)?.kind.listing().ok_or(ENOTDIR)?.0
         };
-        let w = self.files.fs.walk_checked(start, &p, follow)?;
+        let fds = &self.files.fds;
+        let w = self.files.fs.walk_fds(start, &p, follow, &|fd| crate::sys_procfd::fd_target(fds, fd))?;
         if !self.faults.previous.is_empty() {
             let abs = match (&w.name, w.id) {
                 (Some(n), _) => Some(self.files.fs.path_in(w.parent, n)),
@@ -100,7 +103,28 @@ impl Kernel {
     fn stat_of(&self, t: &Target) -> Result<Stat, i32> {
         match t {
             Target::Fd(fd) => self.stat_of_fd(*fd),
+            // An entry of `/proc/self/fd`: the link, or what its fd has open.
+            Target::Path(Walked { proc_fd: Some(p), id: None, trailing, .. }) => match p.followed {
+                false => self.fd_link_stat(p.fd),
+                true if *trailing => Err(ENOTDIR),
+                true => self.stat_of_fd(p.fd),
+            },
             Target::Path(w) => Ok(self.files.fs.stat(self.target_id(w)?)),
+        }
+    }
+
+    /// The path of the inode `id` a walk led to, as the fault rules and the description name
+    /// it: the path it was reached by, or for an entry of `/proc/self/fd` the path its fd was
+    /// opened by.
+    pub(crate) fn walked_path(&self, w: &Walked, id: u64) -> String {
+        if let Some(FileKind::Inode { path, .. }) =
+            w.proc_fd.and_then(|p| self.files.fds.get(p.fd).ok()).map(|f| &f.kind)
+        {
+            return path.clone();
+        }
+        match &w.name {
+            Some(n) => self.files.fs.path_in(w.parent, n),
+            None => self.files.fs.dir_path(id).unwrap_or_default(),
         }
     }
 
@@ -216,6 +240,14 @@ impl Kernel {
         if flags & O_TMPFILE == O_TMPFILE {
             return Err(EOPNOTSUPP.into());
         }
+        // An entry of `/proc/self/fd`: the link itself, or what it leads to outside the tree.
+        match (w.proc_fd, w.id) {
+            (Some(p), _) if !p.followed && excl => return Err(EEXIST.into()),
+            (Some(p), _) if !p.followed && flags & O_PATH != 0 => return self.open_fd_link(p.fd, flags),
+            (Some(p), _) if !p.followed => return Err(ELOOP.into()),
+            (Some(p), None) => return self.reopen_fd(p.fd, flags, w.trailing),
+            _ => {}
+        }
         let limit = self.nofile();
         if !self.files.fds.has_free(limit) {
             return Err(EMFILE.into());
@@ -273,10 +305,7 @@ impl Kernel {
                     && flags & O_PATH == 0
                     && self.files.fs.size(id) > 0
                 {
-                    let p = match &w.name {
-                        Some(n) => self.files.fs.path_in(w.parent, n),
-                        None => self.files.fs.dir_path(id).unwrap_or_default(),
-                    };
+                    let p = self.walked_path(&w, id);
                     self.io_point(crate::faults::IoOp::Truncate, &p, None, (0, 0))?;
                     self.files.fs.set_size(id, 0, now)?;
                 }
@@ -290,10 +319,7 @@ impl Kernel {
         if matches!(node.kind, Kind::Fifo) && flags & O_PATH == 0 {
             return self.open_fifo(id, flags, limit);
         }
-        let opened_path = match &w.name {
-            Some(n) => self.files.fs.path_in(w.parent, n),
-            None => self.files.fs.dir_path(id).unwrap_or_default(),
-        };
+        let opened_path = self.walked_path(&w, id);
         let kind = match &node.kind {
             Kind::Dir(_) => FileKind::Dir { id, after: None },
             Kind::ProcMaps => {
@@ -414,6 +440,12 @@ impl Kernel {
         let Target::Path(w) = self.resolve(mem, dirfd, path, 0, false)? else {
             return Err(ENOENT.into());
         };
+        if let Some(p) = w.proc_fd.filter(|p| !p.followed) {
+            let target = self.fd_link_text(p.fd)?.into_bytes();
+            let n = target.len().min(size as usize);
+            self.process.mappings.copy_out(mem, buf, &target[..n])?;
+            return Ok(n as u64);
+        }
         let id = self.target_id(&w)?;
         let target = match self.files.fs.get(id).map(|i| &i.kind) {
             Some(Kind::ExeLink) => self.files.fs.exe_path().as_bytes().to_vec(),
@@ -428,6 +460,9 @@ impl Kernel {
     pub(crate) fn sys_getdents64(&mut self, mem: &mut dyn Memory, fd: u64, buf: u64, count: u64) -> SysResult {
         let f = self.files.fds.get(fd as i32)?;
         let (id, after) = f.kind.listing().ok_or(ENOTDIR)?;
+        if self.files.fs.proc_fd_dir() == Some(id) {
+            return self.list_fds(mem, fd as i32, id, buf, count);
+        }
         let entries = self.files.fs.list(id);
         let count = count.min(MAX_IO) as usize;
         // Position: `.` and `..` by the offset (0, 1), then the names after `after`.
@@ -440,21 +475,13 @@ impl Kernel {
         let mut out = Vec::new();
         let mut last = after.map(str::to_string);
         for (name, dtype, ino) in entries.iter().skip(start) {
-            let reclen = (19 + name.len() + 1).div_ceil(8) * 8;
-            if out.len() + reclen > count {
+            if !push_dirent(&mut out, count, *ino, pos + 1, *dtype, name) {
                 if out.is_empty() {
                     return Err(EINVAL.into());
                 }
                 break;
             }
-            let rec = out.len();
             pos += 1;
-            out.extend_from_slice(&ino.to_le_bytes());
-            out.extend_from_slice(&pos.to_le_bytes());
-            out.extend_from_slice(&(reclen as u16).to_le_bytes());
-            out.push(*dtype);
-            out.extend_from_slice(name.as_bytes());
-            out.resize(rec + reclen, 0);
             if pos > 2 {
                 last = Some(name.clone());
             }

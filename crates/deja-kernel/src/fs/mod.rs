@@ -115,6 +115,8 @@ pub const MAX_PENDING: usize = 256;
 pub const MAX_PENDING_BYTES: usize = 64 << 20;
 /// First inode number of created files (below: hashed numbers of the static files).
 const FIRST_INO: u64 = 1 << 32;
+/// The directory of the program's open fds.
+pub const PROC_FD: &str = "/proc/self/fd";
 
 /// File system settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -404,7 +406,35 @@ pub struct Walked {
     pub id: Option<u64>,
     /// The path ended with `/`.
     pub trailing: bool,
+    /// The last component was an entry of `/proc/self/fd` (walked by [`Fs::walk_fds`]).
+    pub proc_fd: Option<ProcFd>,
 }
+
+/// A path whose last component was an entry of `/proc/self/fd`, the link Linux shows for an
+/// open fd. Followed, it leads to what the fd has open: [`Walked::id`] is then the inode of a
+/// file, a directory or a FIFO of the tree, and `None` for a socket, a pipe, a device or
+/// anything else the fd table alone describes. Not followed (`lstat`, `readlink`,
+/// `O_NOFOLLOW`), [`Walked::id`] is `None` and the entry is the link itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcFd {
+    /// The fd the entry names.
+    pub fd: i32,
+    /// The walk went through the link to what it leads to.
+    pub followed: bool,
+}
+
+/// What an entry of `/proc/self/fd` leads to, as the fd table says at the moment of a walk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FdTarget {
+    /// An inode of the tree (a file, a directory, a FIFO, even one no longer named): a walk
+    /// may go on from it.
+    Inode(u64),
+    /// Something the tree does not hold (a socket, a pipe, a device, a generated file).
+    Other,
+}
+
+/// The fd table as a walk sees it: the target of an open fd, `None` for a closed one.
+pub type FdLookup<'a> = &'a dyn Fn(i32) -> Option<FdTarget>;
 
 /// What a new run's file system is made from besides its disk.
 #[derive(Debug, Clone, Copy)]
@@ -452,7 +482,8 @@ impl Fs {
     /// The file system of a new run: the `disk` (or `/`, `/tmp`, `/data`), then the read-only
     /// root's entries where the disk has none (a directory both have stays the disk's), then the
     /// declared `files` (read-only, replacing whatever was there), the executable at
-    /// `exe_path`, `/proc/self/{maps,exe}`, `/dev/{null,random,urandom}`, and what describes
+    /// `exe_path`, `/proc/self/{maps,exe,fd}`, `/dev/{null,random,urandom,zero,full}`, the
+    /// links `/dev/fd` (to `/proc/self/fd`) and `/dev/std{in,out,err}`, and what describes
     /// the program's `cpus` CPUs: `/proc/cpuinfo` and `/sys/devices/system/cpu/{online,
     /// possible,present}`, its `argv` in `/proc/self/cmdline`, and `/proc/sys/fs/pipe-max-size`.
     pub fn new(
@@ -550,6 +581,12 @@ impl Fs {
         for (p, kind, mode) in [
             ("/proc/self/maps", Kind::ProcMaps, 0o444),
             ("/proc/self/exe", Kind::ExeLink, 0o777),
+            // Its entries are the fd table's, read at each walk and listing (`Fs::walk_fds`).
+            (PROC_FD, Kind::Dir(DirData::default_for(ROOT)), 0o500),
+            ("/dev/fd", Kind::Symlink(PROC_FD.into()), 0o777),
+            ("/dev/stdin", Kind::Symlink("/proc/self/fd/0".into()), 0o777),
+            ("/dev/stdout", Kind::Symlink("/proc/self/fd/1".into()), 0o777),
+            ("/dev/stderr", Kind::Symlink("/proc/self/fd/2".into()), 0o777),
             ("/dev/null", Kind::DevNull, 0o666),
             ("/dev/random", Kind::Random(8), 0o666),
             ("/dev/urandom", Kind::Random(9), 0o666),
@@ -575,6 +612,7 @@ impl Fs {
         for d in [
             "/proc",
             "/proc/self",
+            PROC_FD,
             "/proc/sys",
             "/proc/sys/fs",
             "/dev",

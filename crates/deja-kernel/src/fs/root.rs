@@ -34,10 +34,3 @@ pub struct Root {
     /// Every entry by path; `/` itself is ignored (the disk's root is the run's `/`).
     pub nodes: BTreeMap<String, RootNode>,
 }
-
-impl Root {
-    /// The bytes of every regular file together.
-    pub fn bytes(&self) -> u64 {
-        self.nodes.values().map(|n| if let RootNode::File { data, .. } = n { data.len() as u64 } else { 0 }).sum()
-    }
-}

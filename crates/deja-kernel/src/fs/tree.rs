@@ -51,17 +51,41 @@ impl Fs {
     /// Intermediate symlinks are always followed, the last one when `follow` (or the path ends
     /// with `/`).
     pub fn walk(&self, start: u64, path: &[u8], follow: bool) -> Result<Walked, i32> {
-        self.walk_as(start, path, follow, false)
+        self.walk_as(start, path, follow, false, None)
     }
 
     /// [`Fs::walk`] for the program: each directory it looks a name up in must give it search
     /// permission (`EACCES` otherwise), as Linux's `may_lookup` asks. The program owns every
     /// file, so the owner's bits are the ones that count.
     pub fn walk_checked(&self, start: u64, path: &[u8], follow: bool) -> Result<Walked, i32> {
-        self.walk_as(start, path, follow, true)
+        self.walk_as(start, path, follow, true, None)
     }
 
-    fn walk_as(&self, start: u64, path: &[u8], follow: bool, search: bool) -> Result<Walked, i32> {
+    /// [`Fs::walk_checked`] with `/proc/self/fd` holding the entries `fds` gives: a decimal
+    /// name (no sign, no leading zero, as Linux parses it) of an open fd is a link that
+    /// counts as a symlink followed ([`MAX_SYMLINKS`]) and leads straight to what the fd has
+    /// open, not to a path ([`ProcFd`]). Any other name there does not exist.
+    pub fn walk_fds(&self, start: u64, path: &[u8], follow: bool, fds: FdLookup<'_>) -> Result<Walked, i32> {
+        self.walk_as(start, path, follow, true, Some(fds))
+    }
+
+    /// `/proc/self/fd`'s inode, if the tree has it where [`Fs::new`] put it.
+    pub fn proc_fd_dir(&self) -> Option<u64> {
+        let mut id = ROOT;
+        for c in ["proc", "self", "fd"] {
+            id = *self.dir(id)?.entries.get(c)?;
+        }
+        self.inodes.get(&id).filter(|i| i.readonly && !i.persist && i.is_dir()).map(|_| id)
+    }
+
+    fn walk_as(
+        &self,
+        start: u64,
+        path: &[u8],
+        follow: bool,
+        search: bool,
+        fds: Option<FdLookup<'_>>,
+    ) -> Result<Walked, i32> {
         if path.is_empty() {
             return Err(ENOENT);
         }
@@ -74,6 +98,9 @@ impl Fs {
         let mut cur = if path.starts_with('/') { ROOT } else { start };
         push_front_all(&mut comps, path)?;
         let mut links = 0u32;
+        // `/proc/self/fd`'s inode, looked up the first time a name is missing (where its
+        // entries are: it has none of its own).
+        let mut proc_fd: Option<Option<u64>> = None;
         while let Some(c) = comps.pop_front() {
             let d = self.dir(cur).ok_or(ENOTDIR)?;
             if search && self.inodes.get(&cur).is_none_or(|i| i.mode & 0o100 == 0) {
@@ -84,16 +111,44 @@ impl Fs {
                 let next = if c == "." { cur } else { d.parent };
                 if last {
                     let parent = self.dir(next).map_or(next, |nd| nd.parent);
-                    return Ok(Walked { parent, name: None, id: Some(next), trailing });
+                    return Ok(Walked { parent, name: None, id: Some(next), trailing, proc_fd: None });
                 }
                 cur = next;
                 continue;
             }
             let Some(&child) = d.entries.get(&c) else {
-                if last {
-                    return Ok(Walked { parent: cur, name: Some(c), id: None, trailing });
+                let entry = match (fds, fd_name(&c)) {
+                    (Some(fds), Some(fd)) if *proc_fd.get_or_insert_with(|| self.proc_fd_dir()) == Some(cur) => {
+                        fds(fd).map(|t| (fd, t))
+                    }
+                    _ => None,
+                };
+                let Some((fd, target)) = entry else {
+                    if last {
+                        return Ok(Walked { parent: cur, name: Some(c), id: None, trailing, proc_fd: None });
+                    }
+                    return Err(ENOENT);
+                };
+                if last && !follow && !trailing {
+                    let proc_fd = Some(ProcFd { fd, followed: false });
+                    return Ok(Walked { parent: cur, name: Some(c), id: None, trailing, proc_fd });
                 }
-                return Err(ENOENT);
+                links += 1;
+                if links > MAX_SYMLINKS {
+                    return Err(ELOOP);
+                }
+                let proc_fd = Some(ProcFd { fd, followed: true });
+                match target {
+                    FdTarget::Inode(id) if !last => cur = id,
+                    FdTarget::Inode(id) => {
+                        // A directory's own parent, as for `.`; a file's is not known.
+                        let parent = self.dir(id).map_or(cur, |d| d.parent);
+                        return Ok(Walked { parent, name: None, id: Some(id), trailing, proc_fd });
+                    }
+                    FdTarget::Other if !last => return Err(ENOTDIR),
+                    FdTarget::Other => return Ok(Walked { parent: cur, name: None, id: None, trailing, proc_fd }),
+                }
+                continue;
             };
             let node = self.inodes.get(&child).ok_or(ENOENT)?;
             let target = match &node.kind {
@@ -113,13 +168,32 @@ impl Fs {
                 continue;
             }
             if last {
-                return Ok(Walked { parent: cur, name: Some(c), id: Some(child), trailing });
+                return Ok(Walked { parent: cur, name: Some(c), id: Some(child), trailing, proc_fd: None });
             }
             cur = child;
         }
         // No component left: `/`, or a symlink to `/`.
         let parent = self.dir(cur).ok_or(ENOTDIR)?.parent;
-        Ok(Walked { parent, name: None, id: Some(cur), trailing })
+        Ok(Walked { parent, name: None, id: Some(cur), trailing, proc_fd: None })
+    }
+
+    /// A path naming inode `id` now, for what `/proc/self/fd` shows of a description opened as
+    /// `opened`: `opened` while it still names `id`, else the first name that does (a
+    /// rename), else `opened` with Linux's ` (deleted)` once no name is left.
+    pub fn path_now(&self, id: u64, opened: &str) -> String {
+        if self.walk(ROOT, opened.as_bytes(), false).is_ok_and(|w| w.id == Some(id)) {
+            return opened.to_string();
+        }
+        if self.inodes.get(&id).is_some_and(|i| i.nlink > 0) {
+            let named = self.inodes.iter().find_map(|(&dir, i)| match &i.kind {
+                Kind::Dir(d) => d.entries.iter().find(|(_, c)| **c == id).map(|(n, _)| (dir, n)),
+                _ => None,
+            });
+            if let Some(p) = named.and_then(|(dir, n)| self.dir_path(dir).map(|_| self.path_in(dir, n))) {
+                return p;
+            }
+        }
+        format!("{opened} (deleted)")
     }
 
     /// The id at the absolute path `path` (no symlinks followed at the end).
@@ -759,6 +833,15 @@ impl Fs {
             i.times[2] = now;
         }
     }
+}
+
+/// The fd a name of `/proc/self/fd` stands for: a decimal number without sign or leading zero
+/// that fits an `int`, as Linux's `name_to_int` reads it.
+fn fd_name(c: &str) -> Option<i32> {
+    if c.is_empty() || !c.bytes().all(|b| b.is_ascii_digit()) || (c.len() > 1 && c.starts_with('0')) {
+        return None;
+    }
+    c.parse().ok()
 }
 
 /// Puts the components of `path` in front of `comps`.

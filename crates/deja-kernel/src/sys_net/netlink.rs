@@ -1,13 +1,41 @@
-//! `AF_NETLINK` route sockets, as far as a program asks what its interfaces are: the
-//! `RTM_GETLINK` and `RTM_GETADDR` dumps glibc's `getifaddrs`, Go's `net.Interfaces` and
-//! `ip addr` send, answered from the node's own addresses.
+//! `AF_NETLINK` route sockets, as far as a program asks what its interfaces and routes are:
+//! the `RTM_GETLINK` and `RTM_GETADDR` dumps glibc's `getifaddrs`, Go's `net.Interfaces` and
+//! `ip addr` send, and the `RTM_GETROUTE` dump of `ip route` and of Go programs that look for
+//! the default route (etcd's default host), answered from the node's own addresses.
 //!
 //! A node has `lo` (index 1: `127.0.0.1/8` and `::1/128`) and, when it is on a cluster's
 //! network, `eth0` (index 2: its IPv4 address as a `/24`, and its IPv6 address
 //! `fd00:6465:6a61::a.b.c.d/96`, with the MAC address `02:00:a:b:c:d`). A dump comes back as
 //! Linux sends it: the messages in one datagram (`NLM_F_MULTI`), then `NLMSG_DONE` in the next.
-//! Any other request gets `NLMSG_ERROR` with `EOPNOTSUPP`: deja's network has no routes,
-//! neighbours or rules to show or change. No notifications are ever sent to multicast groups.
+//!
+//! Its routes are those Linux makes for these addresses, in the order Linux dumps them (the
+//! main table, then the local one; by destination within a table; IPv4 before IPv6):
+//!
+//! ```text
+//! default dev eth0 proto boot scope link                      (main)
+//! a.b.c.0/24 dev eth0 proto kernel scope link src a.b.c.d
+//! local a.b.c.d dev eth0 proto kernel scope host src a.b.c.d  (local)
+//! broadcast a.b.c.255 dev eth0 proto kernel scope link src a.b.c.d
+//! local 127.0.0.0/8 dev lo proto kernel scope host src 127.0.0.1
+//! local 127.0.0.1 dev lo proto kernel scope host src 127.0.0.1
+//! broadcast 127.255.255.255 dev lo proto kernel scope link src 127.0.0.1
+//! ::1 dev lo proto kernel metric 256                          (main)
+//! fd00:6465:6a61::/96 dev eth0 proto kernel metric 256
+//! default dev eth0 proto boot metric 1024
+//! local ::1 dev lo proto kernel metric 0                      (local)
+//! local fd00:6465:6a61::a.b.c.d dev eth0 proto kernel metric 0
+//! ```
+//!
+//! The default routes have no gateway: deja's network delivers every address it knows
+//! directly, whatever the prefix, so the honest description is a default route on the link
+//! (`ip route add default dev eth0`), and no address stands for a router that does not exist
+//! (the subnet's first address is often a node's own). A node without a network has only
+//! `lo`'s routes, and no default route, as a Linux host without one. Dumps filter by family
+//! only (not by table or interface, as Linux does for a socket with `NETLINK_GET_STRICT_CHK`).
+//!
+//! Any other request (a single route, `RTM_GETROUTE` without `NLM_F_DUMP`, neighbours, rules,
+//! any change) gets `NLMSG_ERROR` with `EOPNOTSUPP`. No notifications are ever sent to
+//! multicast groups.
 
 use super::*;
 
@@ -29,6 +57,8 @@ const RTM_NEWLINK: u16 = 16;
 const RTM_GETLINK: u16 = 18;
 const RTM_NEWADDR: u16 = 20;
 const RTM_GETADDR: u16 = 22;
+const RTM_NEWROUTE: u16 = 24;
+const RTM_GETROUTE: u16 = 26;
 
 const IFLA_ADDRESS: u16 = 1;
 const IFLA_BROADCAST: u16 = 2;
@@ -40,8 +70,25 @@ const IFA_LOCAL: u16 = 2;
 const IFA_LABEL: u16 = 3;
 const IFA_BROADCAST: u16 = 4;
 const IFA_F_PERMANENT: u8 = 0x80;
+const RTA_DST: u16 = 1;
+const RTA_OIF: u16 = 4;
+const RTA_PRIORITY: u16 = 6;
+const RTA_PREFSRC: u16 = 7;
+const RTA_CACHEINFO: u16 = 12;
+const RTA_TABLE: u16 = 15;
+const RTA_PREF: u16 = 20;
+const RT_TABLE_MAIN: u8 = 254;
+const RT_TABLE_LOCAL: u8 = 255;
+const RTPROT_KERNEL: u8 = 2;
+const RTPROT_BOOT: u8 = 3;
+const RTN_UNICAST: u8 = 1;
+const RTN_LOCAL: u8 = 2;
+const RTN_BROADCAST: u8 = 3;
 const RT_SCOPE_UNIVERSE: u8 = 0;
+const RT_SCOPE_LINK: u8 = 253;
 const RT_SCOPE_HOST: u8 = 254;
+/// Size of `struct rta_cacheinfo`.
+const RTA_CACHEINFO_LEN: usize = 32;
 const AF_INET_BYTE: u8 = 2;
 const AF_INET6_BYTE: u8 = 10;
 
@@ -71,6 +118,27 @@ struct Address {
     scope: u8,
     ip: Vec<u8>,
     broadcast: Option<[u8; 4]>,
+}
+
+/// One route of a node.
+struct Route {
+    /// `RT_TABLE_*`.
+    table: u8,
+    /// `RTN_*`.
+    ty: u8,
+    /// `RTPROT_*`.
+    protocol: u8,
+    /// `RT_SCOPE_*`.
+    scope: u8,
+    /// The destination: 4 bytes (IPv4) or 16 (IPv6), and its prefix length.
+    dst: Vec<u8>,
+    dst_len: u8,
+    /// The preferred source address (IPv4 routes to the node's own subnets).
+    prefsrc: Option<[u8; 4]>,
+    /// The interface's index.
+    oif: i32,
+    /// The metric (IPv6 routes always have one; deja's IPv4 routes none).
+    priority: Option<u32>,
 }
 
 /// Appends a route attribute, padded to 4 bytes.
@@ -140,6 +208,43 @@ impl Address {
     }
 }
 
+impl Route {
+    fn family(&self) -> u8 {
+        if self.dst.len() == 4 {
+            AF_INET_BYTE
+        } else {
+            AF_INET6_BYTE
+        }
+    }
+
+    /// The body of its `RTM_NEWROUTE`: `struct rtmsg`, then the attributes in the order Linux's
+    /// `fib_dump_info` (IPv4) and `rt6_fill_node` (IPv6) put them.
+    fn new_route(&self) -> Vec<u8> {
+        // family, dst_len, src_len, tos, table, protocol, scope, type; flags.
+        let mut b = vec![self.family(), self.dst_len, 0, 0, self.table, self.protocol, self.scope, self.ty];
+        b.extend_from_slice(&0u32.to_le_bytes());
+        attr(&mut b, RTA_TABLE, &u32::from(self.table).to_le_bytes());
+        if self.dst_len > 0 {
+            attr(&mut b, RTA_DST, &self.dst);
+        }
+        if self.family() == AF_INET_BYTE {
+            if let Some(p) = self.priority {
+                attr(&mut b, RTA_PRIORITY, &p.to_le_bytes());
+            }
+            if let Some(src) = self.prefsrc {
+                attr(&mut b, RTA_PREFSRC, &src);
+            }
+            attr(&mut b, RTA_OIF, &self.oif.to_le_bytes());
+        } else {
+            attr(&mut b, RTA_PRIORITY, &self.priority.unwrap_or(0).to_le_bytes());
+            attr(&mut b, RTA_OIF, &self.oif.to_le_bytes());
+            attr(&mut b, RTA_CACHEINFO, &[0; RTA_CACHEINFO_LEN]);
+            attr(&mut b, RTA_PREF, &[0]); // ICMPV6_ROUTER_PREF_MEDIUM
+        }
+        b
+    }
+}
+
 impl Net {
     /// The node's interfaces, by index.
     fn links(&self) -> Vec<Link> {
@@ -204,6 +309,57 @@ impl Net {
         ]
     }
 
+    /// The node's routes, in the order Linux dumps them (see the module's doc).
+    fn routes(&self) -> Vec<Route> {
+        let v4 = |table, ty, protocol, scope, dst: [u8; 4], dst_len, prefsrc, oif| Route {
+            table,
+            ty,
+            protocol,
+            scope,
+            dst: dst.to_vec(),
+            dst_len,
+            prefsrc,
+            oif,
+            priority: None,
+        };
+        let v6 = |table, ty, protocol, dst: [u8; 16], dst_len, oif, metric| Route {
+            table,
+            ty,
+            protocol,
+            scope: RT_SCOPE_UNIVERSE,
+            dst: dst.to_vec(),
+            dst_len,
+            prefsrc: None,
+            oif,
+            priority: Some(metric),
+        };
+        let lo = Some([127, 0, 0, 1]);
+        let mut local4 = vec![
+            v4(RT_TABLE_LOCAL, RTN_LOCAL, RTPROT_KERNEL, RT_SCOPE_HOST, [127, 0, 0, 0], 8, lo, 1),
+            v4(RT_TABLE_LOCAL, RTN_LOCAL, RTPROT_KERNEL, RT_SCOPE_HOST, [127, 0, 0, 1], 32, lo, 1),
+            v4(RT_TABLE_LOCAL, RTN_BROADCAST, RTPROT_KERNEL, RT_SCOPE_LINK, [127, 255, 255, 255], 32, lo, 1),
+        ];
+        let mut main6 = vec![v6(RT_TABLE_MAIN, RTN_UNICAST, RTPROT_KERNEL, LOOPBACK6, 128, 1, 256)];
+        let mut local6 = vec![v6(RT_TABLE_LOCAL, RTN_LOCAL, RTPROT_KERNEL, LOOPBACK6, 128, 1, 0)];
+        let mut main4 = Vec::new();
+        if let Some(me @ [a, b, c, _]) = self.address {
+            let src = Some(me);
+            main4.push(v4(RT_TABLE_MAIN, RTN_UNICAST, RTPROT_BOOT, RT_SCOPE_LINK, [0; 4], 0, None, 2));
+            main4.push(v4(RT_TABLE_MAIN, RTN_UNICAST, RTPROT_KERNEL, RT_SCOPE_LINK, [a, b, c, 0], 24, src, 2));
+            local4.push(v4(RT_TABLE_LOCAL, RTN_LOCAL, RTPROT_KERNEL, RT_SCOPE_HOST, me, 32, src, 2));
+            local4.push(v4(RT_TABLE_LOCAL, RTN_BROADCAST, RTPROT_KERNEL, RT_SCOPE_LINK, [a, b, c, 255], 32, src, 2));
+            // The /96 prefix route: the node's address with its last 32 bits cleared.
+            let mut net6 = node_v6(me);
+            net6[12..].fill(0);
+            main6.push(v6(RT_TABLE_MAIN, RTN_UNICAST, RTPROT_KERNEL, net6, 96, 2, 256));
+            main6.push(v6(RT_TABLE_MAIN, RTN_UNICAST, RTPROT_BOOT, [0; 16], 0, 2, 1024));
+            local6.push(v6(RT_TABLE_LOCAL, RTN_LOCAL, RTPROT_KERNEL, node_v6(me), 128, 2, 0));
+        }
+        // Linux's IPv4 tables are tries: a dump walks each in the order of its keys.
+        local4.sort_by_key(|r| (u32::from_be_bytes([r.dst[0], r.dst[1], r.dst[2], r.dst[3]]), r.dst_len));
+        [main4, local4, main6, local6].into_iter().flatten().collect()
+    }
+
     /// The answers to one datagram of requests sent to the kernel by the socket with port id
     /// `port`: the datagrams to queue for it.
     fn answer(&self, port: u32, data: &[u8]) -> Vec<Vec<u8>> {
@@ -226,7 +382,11 @@ impl Net {
             let dump = flags & NLM_F_DUMP == NLM_F_DUMP;
             // The family a dump asks for: the first byte of its `rtgenmsg`/`ifaddrmsg`.
             let family = body.first().copied().unwrap_or(0);
-            let new = if ty == RTM_GETLINK { RTM_NEWLINK } else { RTM_NEWADDR };
+            let new = match ty {
+                RTM_GETLINK => RTM_NEWLINK,
+                RTM_GETROUTE => RTM_NEWROUTE,
+                _ => RTM_NEWADDR,
+            };
             let parts: Vec<Vec<u8>> = match ty {
                 RTM_GETLINK if dump => self.links().iter().map(|l| l.new_link()).collect(),
                 RTM_GETADDR if dump => self
@@ -234,6 +394,12 @@ impl Net {
                     .iter()
                     .filter(|a| family == 0 || a.family() == family)
                     .map(|a| a.new_addr())
+                    .collect(),
+                RTM_GETROUTE if dump => self
+                    .routes()
+                    .iter()
+                    .filter(|r| family == 0 || r.family() == family)
+                    .map(|r| r.new_route())
                     .collect(),
                 RTM_GETLINK if body.len() >= 8 => {
                     let index = i32::from_le_bytes([body[4], body[5], body[6], body[7]]);

@@ -398,6 +398,177 @@ fn getdents64_real_directories() {
     assert_eq!(h.sc("getdents64", &[f as u64, h.buf, 4096]), ENOTDIR);
 }
 
+impl H {
+    /// `readlink` of `p` into a 256-byte buffer.
+    fn readlink(&mut self, p: &str) -> Result<String, i64> {
+        let a = self.s(p);
+        let n = self.sc("readlink", &[a, self.buf, 256]);
+        if n < 0 {
+            return Err(n);
+        }
+        Ok(String::from_utf8(peek(&self.k, &mut self.m, self.buf, n as usize)).unwrap())
+    }
+
+    /// `lstat`: (mode, size, ino).
+    fn lstat(&mut self, p: &str) -> Result<(u32, u64, u64), i64> {
+        let a = self.s(p);
+        let r = self.sc("newfstatat", &[AT_FDCWD, a, self.buf, 0x100]);
+        if r < 0 {
+            return Err(r);
+        }
+        let b = peek(&self.k, &mut self.m, self.buf, 144);
+        let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        Ok((u32::from_le_bytes(b[24..28].try_into().unwrap()), u(48), u(8)))
+    }
+
+    /// `fstat`'s `st_ino` of `fd`.
+    fn fstat_ino(&mut self, fd: i64) -> u64 {
+        assert_eq!(self.sc("fstat", &[fd as u64, self.buf]), 0);
+        u64::from_le_bytes(peek(&self.k, &mut self.m, self.buf + 8, 8).try_into().unwrap())
+    }
+
+    /// The names a listing of the directory open on `fd` gives, read `count` bytes at a time.
+    fn names(&mut self, fd: i64, count: u64) -> Vec<String> {
+        let mut out = Vec::new();
+        loop {
+            let batch = self.dents(fd, count);
+            if batch.is_empty() {
+                return out;
+            }
+            out.extend(batch.into_iter().map(|e| e.3));
+        }
+    }
+}
+
+#[test]
+fn proc_self_fd_is_the_fd_table_at_each_call() {
+    const ENXIO: i64 = -6;
+    let mut h = H::new();
+    let file = h.open("/data/a", O_CREAT | O_RDWR);
+    assert_eq!(file, 3);
+    let pipe = h.buf + 0x7_0000;
+    assert_eq!(h.sc("pipe2", &[pipe, 0]), 0);
+    let ends = peek(&h.k, &mut h.m, pipe, 8);
+    let (r, w) = (i32::from_le_bytes(ends[..4].try_into().unwrap()), i32::from_le_bytes(ends[4..].try_into().unwrap()));
+    assert_eq!((r, w), (4, 5));
+    assert_eq!(h.sc("socket", &[2, 1, 0]), 6);
+    assert_eq!(h.sc("eventfd2", &[0, 0]), 7);
+    assert_eq!(h.sc("epoll_create1", &[0]), 8);
+    assert_eq!(h.open("/dev/null", O_WRONLY), 9);
+    assert_eq!(h.open("/data", O_DIRECTORY), 10);
+    let dir = h.open("/proc/self/fd", O_DIRECTORY);
+    assert_eq!(dir, 11);
+    // Every open fd, in numeric order (10 and 11 after 9, not after 1), each a link.
+    let all = h.dents(dir, 4096);
+    let names: Vec<&str> = all.iter().map(|e| e.3.as_str()).collect();
+    assert_eq!(names, [".", "..", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11"]);
+    assert!(all[2..].iter().all(|e| e.2 == 10), "DT_LNK");
+    assert_eq!(all[0].0, h.stat("/proc/self/fd").unwrap().3);
+    assert_eq!(all[1].0, h.stat("/proc/self").unwrap().3);
+    assert_eq!(all[5].0, h.lstat("/proc/self/fd/3").unwrap().2, "d_ino is the link's st_ino");
+    // A listing reads the table as it is when it is read: after ".", "..", "0" to "3", fds 3
+    // and 5 close and a new file takes fd 3, behind the listing: the rest lists neither.
+    assert_eq!(h.sc("lseek", &[dir as u64, 0, 0]), 0);
+    let first: Vec<String> = h.dents(dir, 144).into_iter().map(|e| e.3).collect();
+    assert_eq!(first, [".", "..", "0", "1", "2", "3"]);
+    assert_eq!(h.sc("close", &[3]), 0);
+    assert_eq!(h.sc("close", &[5]), 0);
+    assert_eq!(h.open("/data/b", O_CREAT | O_RDWR), 3);
+    let rest = h.names(dir, 4096);
+    assert_eq!(rest, ["4", "6", "7", "8", "9", "10", "11"]);
+    // Past the last fd the listing is over: an fd opened now shows after a rewind.
+    assert_eq!(h.open("/data/e", O_CREAT | O_RDWR), 5);
+    assert_eq!(h.open("/data/f", O_CREAT | O_RDWR), 12);
+    assert_eq!(h.dents(dir, 4096), vec![]);
+    assert_eq!(h.sc("lseek", &[dir as u64, 0, 0]), 0);
+    assert_eq!(h.names(dir, 4096).len(), 2 + 13);
+    assert_eq!(h.sc("close", &[12]), 0);
+    assert_eq!(h.sc("close", &[5]), 0);
+    assert_eq!(h.sc("lseek", &[dir as u64, 0, 0]), 0);
+    assert_eq!(h.names(dir, 48).len(), 2 + 11, "read one entry at a time: every open fd once");
+    assert_eq!(h.sc("getdents64", &[dir as u64, h.buf, 8]), 0, "at the end: nothing to list");
+    assert_eq!(h.sc("lseek", &[dir as u64, 0, 0]), 0);
+    assert_eq!(h.sc("getdents64", &[dir as u64, h.buf, 8]), EINVAL, "no room for one");
+    // What each link says.
+    let pipe_ino = h.fstat_ino(4);
+    let sock_ino = h.fstat_ino(6);
+    assert_eq!(h.readlink("/proc/self/fd/3").unwrap(), "/data/b");
+    assert_eq!(h.readlink("/proc/self/fd/4").unwrap(), format!("pipe:[{pipe_ino}]"));
+    assert_eq!(h.readlink("/proc/self/fd/6").unwrap(), format!("socket:[{sock_ino}]"));
+    assert_eq!(h.readlink("/proc/self/fd/7").unwrap(), "anon_inode:[eventfd]");
+    assert_eq!(h.readlink("/proc/self/fd/8").unwrap(), "anon_inode:[eventpoll]");
+    assert_eq!(h.readlink("/proc/self/fd/9").unwrap(), "/dev/null");
+    assert_eq!(h.readlink("/proc/self/fd/10").unwrap(), "/data");
+    assert_eq!(h.readlink("/proc/self/fd/11").unwrap(), "/proc/self/fd");
+    assert_eq!(h.readlink("/proc/self/fd/0").unwrap(), format!("pipe:[{}]", h.fstat_ino(0)));
+    assert_eq!(h.readlink("/dev/fd/1").unwrap(), format!("pipe:[{}]", h.fstat_ino(1)));
+    assert_eq!(h.readlink("/dev/stdin").unwrap(), "/proc/self/fd/0");
+    // lstat: a link whose bits are the fd's access mode; stat: what the fd has open.
+    assert_eq!(h.lstat("/proc/self/fd/3").unwrap().0, 0o120700);
+    assert_eq!(h.lstat("/proc/self/fd/4").unwrap().0, 0o120500);
+    assert_eq!(h.lstat("/proc/self/fd/9").unwrap().0, 0o120300);
+    assert_eq!(h.lstat("/proc/self/fd/3").unwrap().1, 64);
+    assert_eq!(h.stat("/proc/self/fd/3").unwrap().0, 0o100644);
+    assert_eq!(h.stat("/proc/self/fd/6").unwrap().0 & 0o170000, 0o140000);
+    assert_eq!(h.stat("/proc/self/fd/6").unwrap().3, sock_ino);
+    assert_eq!(h.stat("/proc/self/fd/10").unwrap().0 & 0o170000, 0o040000);
+    // Closed fds and names that are not fds do not exist.
+    for p in ["/proc/self/fd/5", "/proc/self/fd/99", "/proc/self/fd/03", "/proc/self/fd/x", "/proc/self/fd/-1"] {
+        assert_eq!(h.stat(p), Err(ENOENT), "{p}");
+        assert_eq!(h.readlink(p), Err(ENOENT), "{p}");
+        assert_eq!(h.open(p, 0), ENOENT, "{p}");
+    }
+    assert_eq!(h.stat("/proc/self/fd/3/x"), Err(ENOTDIR), "through a file");
+    assert_eq!(h.stat("/proc/self/fd/6/"), Err(ENOTDIR), "through a socket");
+    // Through a directory's link, and through /dev/fd.
+    assert_eq!(h.stat("/proc/self/fd/10/b").unwrap().3, h.stat("/data/b").unwrap().3);
+    assert_eq!(h.stat("/dev/fd/10/b/"), Err(ENOTDIR));
+    assert_eq!(h.stat("/dev/fd/10/../data/b").unwrap().3, h.stat("/data/b").unwrap().3);
+    // Opening a file's link opens the file again: its own offset.
+    assert_eq!(h.write(3, b"hello"), 5);
+    let again = h.open("/proc/self/fd/3", 0);
+    assert_eq!(again, 5, "the lowest free fd");
+    assert_eq!(h.read(again, 100), b"hello");
+    assert_eq!(h.sc("lseek", &[3, 0, 1]), 5, "the first description's offset stays");
+    assert_eq!(h.readlink(&format!("/proc/self/fd/{again}")).unwrap(), "/data/b");
+    // Renamed, then unlinked: the link follows the file, and still opens it.
+    assert_eq!(h.call2("rename", "/data/b", "/data/c"), 0);
+    assert_eq!(h.readlink("/proc/self/fd/3").unwrap(), "/data/c");
+    assert_eq!(h.call1("unlink", "/data/c", &[]), 0);
+    assert_eq!(h.readlink("/proc/self/fd/3").unwrap(), "/data/b (deleted)");
+    let gone = h.open("/proc/self/fd/3", O_RDWR);
+    assert_eq!(h.read(gone, 100), b"hello");
+    // A pipe end opened for writing is one more writer of the same pipe.
+    let wr = h.open("/proc/self/fd/4", O_WRONLY);
+    assert_eq!(h.write(wr, b"through"), 7);
+    assert_eq!(h.read(4, 100), b"through");
+    assert_eq!(h.open("/proc/self/fd/4", O_RDWR), ENXIO);
+    // Sockets, eventfds and epoll instances cannot be opened; O_PATH can have them.
+    assert_eq!(h.open("/proc/self/fd/6", 0), ENXIO);
+    assert_eq!(h.open("/proc/self/fd/7", O_RDWR), ENXIO);
+    assert_eq!(h.open("/proc/self/fd/8", 0), ENXIO);
+    let o_path = 0o10000000;
+    let p = h.open("/proc/self/fd/6", o_path);
+    assert_eq!(h.fstat_ino(p), sock_ino);
+    // The link itself: O_NOFOLLOW refuses, with O_PATH it is an fd on the link.
+    assert_eq!(h.open("/proc/self/fd/3", O_NOFOLLOW), ELOOP);
+    let l = h.open("/proc/self/fd/3", O_NOFOLLOW | o_path);
+    assert!(l > 0);
+    assert_eq!(h.sc("fstat", &[l as u64, h.buf]), 0);
+    assert_eq!(u32::from_le_bytes(peek(&h.k, &mut h.m, h.buf + 24, 4).try_into().unwrap()), 0o120700);
+    assert_eq!(h.open("/proc/self/fd/3", O_CREAT | O_EXCL | O_RDWR), EEXIST);
+    // /dev/stdout writes to the run's stdout; stdin cannot be written, stdout not read.
+    let out = h.open("/dev/stdout", O_WRONLY | O_CREAT | O_TRUNC);
+    h.k.take_output();
+    assert_eq!(h.write(out, b"via /dev/stdout"), 15);
+    assert_eq!(h.k.take_output(), vec![(Stream::Stdout, b"via /dev/stdout".to_vec())]);
+    assert_eq!(h.open("/dev/stdin", O_WRONLY), ENXIO);
+    assert_eq!(h.open("/dev/stdout", 0), ENXIO);
+    // The directory's own entries cannot be made or removed.
+    assert_eq!(h.call1("unlink", "/proc/self/fd/3", &[]), EACCES);
+    assert_eq!(h.call1("mkdir", "/proc/self/fd/77", &[0o755]), EACCES);
+}
+
 #[test]
 fn limits_emfile_enospc() {
     let mut spec = spec_with(exec_image(), 1);
@@ -1731,6 +1902,9 @@ fn hostile_fs_syscalls_never_panic() {
             "/",
             "/data/..",
             "/proc/self/exe",
+            "/proc/self/fd/3",
+            "/dev/fd/0/",
+            "/proc/self/fd",
             "/dev/null",
             "/data/l",
             "",

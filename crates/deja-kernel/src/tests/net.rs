@@ -527,8 +527,9 @@ fn netlink_answers_what_it_can_and_survives_what_it_cannot_parse() {
         assert_eq!(sc(&mut k, &mut m, "sendto", &[fd, buf, bad.len() as u64, 0, 0, 0]), bad.len() as i64);
     }
     assert_eq!(sc(&mut k, &mut m, "recvfrom", &[fd, buf + 1000, 2000, 0x40, 0, 0]), EAGAIN, "nothing answered");
-    // A request the kernel does not serve (RTM_GETROUTE): NLMSG_ERROR, EOPNOTSUPP.
-    let route = nlmsg(20, 26, 0x301, 9, &[0; 4]);
+    // A request the kernel does not serve (one route, RTM_GETROUTE without NLM_F_DUMP):
+    // NLMSG_ERROR, EOPNOTSUPP.
+    let route = nlmsg(20, 26, 0x1, 9, &[0; 4]);
     poke(&k, &mut m, buf, &route);
     sc(&mut k, &mut m, "sendto", &[fd, buf, 20, 0, 0, 0]);
     let n = sc(&mut k, &mut m, "recvfrom", &[fd, buf + 1000, 2000, 0, 0, 0]);
@@ -536,6 +537,147 @@ fn netlink_answers_what_it_can_and_survives_what_it_cannot_parse() {
     let e = peek(&k, &mut m, buf + 1000, 20);
     assert_eq!(u16::from_le_bytes([e[4], e[5]]), 2, "NLMSG_ERROR");
     assert_eq!(i32::from_le_bytes(e[16..20].try_into().unwrap()), -95);
+}
+
+/// Sends one dump request of type `ty` for `family` on the netlink socket `fd` and reads the
+/// answers up to `NLMSG_DONE`: each message's type, flags and body.
+fn netlink_dump(
+    k: &mut Kernel,
+    m: &mut FakeMemory,
+    buf: u64,
+    fd: u64,
+    ty: u16,
+    family: u8,
+) -> Vec<(u16, u16, Vec<u8>)> {
+    // A 17-byte request, `rtgenmsg` alone, as Go's `syscall.NetlinkRIB` sends it.
+    let req = nlmsg(17, ty, 0x301, 1, &[family]);
+    poke(k, m, buf, &req);
+    assert_eq!(sc(k, m, "sendto", &[fd, buf, 17, 0, 0, 0]), 17);
+    let mut out = Vec::new();
+    loop {
+        let n = sc(k, m, "recvfrom", &[fd, buf + 1000, 8000, 0, 0, 0]);
+        assert!(n > 0, "recvfrom: {n}");
+        let got = peek(k, m, buf + 1000, n as usize);
+        let mut at = 0;
+        while at < got.len() {
+            let len = u32::from_le_bytes(got[at..at + 4].try_into().unwrap()) as usize;
+            let ty = u16::from_le_bytes([got[at + 4], got[at + 5]]);
+            let flags = u16::from_le_bytes([got[at + 6], got[at + 7]]);
+            assert_eq!(u32::from_le_bytes(got[at + 8..at + 12].try_into().unwrap()), 1, "seq");
+            if ty == 3 {
+                return out;
+            }
+            out.push((ty, flags, got[at + 16..at + len].to_vec()));
+            at += len.next_multiple_of(4);
+        }
+    }
+}
+
+/// A route message's `rtmsg` fields (family, dst_len, table, protocol, scope, type) and its
+/// attributes (type, value) in order.
+fn route_of(body: &[u8]) -> ([u8; 6], Vec<(u16, Vec<u8>)>) {
+    assert_eq!(u32::from_le_bytes(body[8..12].try_into().unwrap()), 0, "rtm_flags");
+    assert_eq!((body[2], body[3]), (0, 0), "no source prefix, no tos");
+    let head = [body[0], body[1], body[4], body[5], body[6], body[7]];
+    let mut attrs = Vec::new();
+    let mut at = 12;
+    while at < body.len() {
+        let len = u16::from_le_bytes([body[at], body[at + 1]]) as usize;
+        let ty = u16::from_le_bytes([body[at + 2], body[at + 3]]);
+        assert!(len >= 4 && at + len <= body.len(), "attribute of {len} bytes at {at}");
+        attrs.push((ty, body[at + 4..at + len].to_vec()));
+        at += len.next_multiple_of(4);
+    }
+    (head, attrs)
+}
+
+#[test]
+fn netlink_dumps_the_routes_of_the_nodes_addresses() {
+    const TABLE: u16 = 15;
+    const DST: u16 = 1;
+    const PREFSRC: u16 = 7;
+    const OIF: u16 = 4;
+    const PRIORITY: u16 = 6;
+    let u32b = |v: u32| v.to_le_bytes().to_vec();
+    let (mut k, _, mut m) = boot();
+    k.attach_network([10, 0, 0, 7]);
+    let buf = scratch(&mut k, &mut m, 16384);
+    let fd = sc(&mut k, &mut m, "socket", &[16, 3, 0]) as u64;
+    let v4 = netlink_dump(&mut k, &mut m, buf, fd, 26, 2);
+    assert!(v4.iter().all(|(ty, flags, _)| *ty == 24 && *flags == 2), "RTM_NEWROUTE, NLM_F_MULTI");
+    let routes: Vec<_> = v4.iter().map(|(_, _, b)| route_of(b)).collect();
+    let route = |dst: &[u8], src: Option<[u8; 4]>, oif: u32, table: u32| {
+        let mut a = vec![(TABLE, u32b(table))];
+        if !dst.is_empty() {
+            a.push((DST, dst.to_vec()));
+        }
+        if let Some(s) = src {
+            a.push((PREFSRC, s.to_vec()));
+        }
+        a.push((OIF, u32b(oif)));
+        a
+    };
+    let me = Some([10, 0, 0, 7]);
+    let lo = Some([127, 0, 0, 1]);
+    assert_eq!(
+        routes,
+        vec![
+            // main: the default route on eth0 (no gateway: every address is on the link), the subnet
+            ([2, 0, 254, 3, 253, 1], route(&[], None, 2, 254)),
+            ([2, 24, 254, 2, 253, 1], route(&[10, 0, 0, 0], me, 2, 254)),
+            // local, by destination: the node's own address and broadcast, then loopback's
+            ([2, 32, 255, 2, 254, 2], route(&[10, 0, 0, 7], me, 2, 255)),
+            ([2, 32, 255, 2, 253, 3], route(&[10, 0, 0, 255], me, 2, 255)),
+            ([2, 8, 255, 2, 254, 2], route(&[127, 0, 0, 0], lo, 1, 255)),
+            ([2, 32, 255, 2, 254, 2], route(&[127, 0, 0, 1], lo, 1, 255)),
+            ([2, 32, 255, 2, 253, 3], route(&[127, 255, 255, 255], lo, 1, 255)),
+        ]
+    );
+    // What etcd's GetDefaultHost does: the main table's route with no destination names an
+    // interface, whose IPv4 address RTM_GETADDR gives.
+    let default = routes.iter().find(|(h, _)| h[1] == 0 && h[2] == 254).expect("a default route");
+    let oif = default.1.iter().find(|a| a.0 == OIF).map(|a| u32::from_le_bytes(a.1[..].try_into().unwrap()));
+    let addrs = netlink_dump(&mut k, &mut m, buf, fd, 22, 2);
+    let addr = addrs.iter().find(|(_, _, b)| Some(u32::from_le_bytes(b[4..8].try_into().unwrap())) == oif).unwrap();
+    assert_eq!(&addr.2[12..16], &[10, 0, 0, 7], "IFA_ADDRESS of the default route's interface");
+    // IPv6: metrics, cache info and the preference Linux adds; main, then local.
+    let v6 = netlink_dump(&mut k, &mut m, buf, fd, 26, 10);
+    let heads: Vec<[u8; 6]> = v6.iter().map(|(_, _, b)| route_of(b).0).collect();
+    assert_eq!(
+        heads,
+        [
+            [10, 128, 254, 2, 0, 1],
+            [10, 96, 254, 2, 0, 1],
+            [10, 0, 254, 3, 0, 1],
+            [10, 128, 255, 2, 0, 2],
+            [10, 128, 255, 2, 0, 2]
+        ]
+    );
+    let prefix = route_of(&v6[1].2).1;
+    let types: Vec<u16> = prefix.iter().map(|a| a.0).collect();
+    assert_eq!(types, [TABLE, DST, PRIORITY, OIF, 12, 20]);
+    assert_eq!(prefix[1].1, [0xfd, 0, 0x64, 0x65, 0x6a, 0x61, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(prefix[2].1, u32b(256));
+    assert_eq!(route_of(&v6[2].2).1[1], (PRIORITY, u32b(1024)), "the default route has no destination");
+    assert_eq!(route_of(&v6[4].2).1[1].1, crate::net::node_v6([10, 0, 0, 7]).to_vec());
+    // Both families, IPv4 first; another family has none.
+    assert_eq!(netlink_dump(&mut k, &mut m, buf, fd, 26, 0).len(), 12);
+    assert_eq!(netlink_dump(&mut k, &mut m, buf, fd, 26, 7).len(), 0);
+    // A node without a network: loopback's routes, and no default route.
+    let (mut k, _, mut m) = boot();
+    let buf = scratch(&mut k, &mut m, 16384);
+    let fd = sc(&mut k, &mut m, "socket", &[16, 3, 0]) as u64;
+    let all: Vec<_> = netlink_dump(&mut k, &mut m, buf, fd, 26, 0).iter().map(|(_, _, b)| route_of(b).0).collect();
+    assert_eq!(
+        all,
+        [
+            [2, 8, 255, 2, 254, 2],
+            [2, 32, 255, 2, 254, 2],
+            [2, 32, 255, 2, 253, 3],
+            [10, 128, 254, 2, 0, 1],
+            [10, 128, 255, 2, 0, 2]
+        ]
+    );
 }
 
 #[test]
