@@ -235,3 +235,35 @@ fn dynamically_linked_programs_are_judged_with_their_libraries_on_record() {
         std::fs::remove_dir_all(out(d)).ok();
     }
 }
+
+#[test]
+fn sqlite_holds_through_the_hunt_and_is_caught_without_its_journal() {
+    // A real storage engine, as Debian ships it (dynamically linked, with libsqlite3 from the
+    // host). Configured as shipped, a rollback journal and full syncs, it survives every crash
+    // point of the hunt with its crash states and an error on each file operation: no failure,
+    // so no verdict but incomplete evidence. Without the journal and the syncs, the hunt finds
+    // the crash that leaves the database malformed (SQLITE_CORRUPT, exit code 11).
+    assert!(
+        std::path::Path::new("/usr/bin/sqlite3").exists(),
+        "this test runs Debian's sqlite3: apt-get install sqlite3 (.ci/run does)"
+    );
+    let check_sql = "select case when (select count(*) from pragma_integrity_check where integrity_check != 'ok') > 0 \
+                     then abs(-9223372036854775808) end;";
+    let work =
+        "create table if not exists t(x integer primary key, v text); insert into t(v) select hex(randomblob(200)) \
+                from (with recursive c(n) as (select 1 union all select n + 1 from c where n < 50) select n from c);";
+    let shipped = format!("{work} {check_sql}");
+    let (o, cert) =
+        check("/usr/bin/sqlite3", "/usr/bin/sqlite3", &["--", "-bail", "/data/db", &shipped], &out("sqlite-shipped"));
+    assert_eq!((o.status.code(), cert["verdict"].as_str()), (Some(3), Some("EVIDENCE_INCOMPLETE")), "{}", stderr(&o));
+    let hunt = &cert["checks"][0]["detail"];
+    assert!(hunt.as_str().unwrap().starts_with("no failure found on the base"), "{hunt}");
+    let unsafe_sql = format!("pragma journal_mode=off; pragma synchronous=off; {work} {check_sql}");
+    let (o, cert) =
+        check("/usr/bin/sqlite3", "/usr/bin/sqlite3", &["--", "-bail", "/data/db", &unsafe_sql], &out("sqlite-unsafe"));
+    assert_eq!((o.status.code(), cert["verdict"].as_str()), (Some(1), Some("STILL_REPRODUCES")), "{}", stderr(&o));
+    assert!(stderr(&o).contains("FAILED: exit code 11"), "{}", stderr(&o));
+    for d in ["sqlite-shipped", "sqlite-unsafe"] {
+        std::fs::remove_dir_all(out(d)).ok();
+    }
+}

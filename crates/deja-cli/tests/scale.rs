@@ -296,3 +296,51 @@ fn a_sharded_cluster_campaign_finds_the_split_brain_and_its_merged_bug_replays_a
     assert_eq!(r.status.code(), Some(1), "the minimized bug fails the same way: {}", stderr(&r));
     std::fs::remove_dir_all(&root).ok();
 }
+
+#[test]
+fn merged_shards_keep_the_inputs_their_bugs_replay_with() {
+    // store-buggy is linked against the host's libc: each shard keeps its loader and libraries
+    // under inputs/ by BLAKE3, and the merge brings them along with the bugs.
+    let store = s(&guest("store-buggy"));
+    let root = dir("merge-inputs");
+    let mut dirs = Vec::new();
+    for shard in ["0/2", "1/2"] {
+        let out = root.join(shard.replace('/', "-"));
+        let o = deja(&[
+            "explore",
+            "--quiet",
+            "--out",
+            &s(&out),
+            "--runs",
+            "20",
+            "--jobs",
+            "1",
+            "--mode",
+            "faults",
+            "--shard",
+            shard,
+            &store,
+        ]);
+        assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+        dirs.push(out);
+    }
+    let merged = root.join("merged");
+    let o = deja(&["merge", "--out", &s(&merged), &s(&dirs[0]), &s(&dirs[1])]);
+    assert_eq!(o.status.code(), Some(1), "the shards found the torn record: {}", stderr(&o));
+    let libc = blake3::hash(&std::fs::read("/lib/x86_64-linux-gnu/libc.so.6").unwrap()).to_hex().to_string();
+    let kept = merged.join("inputs").join(&libc);
+    assert_eq!(blake3::hash(&std::fs::read(&kept).unwrap()).to_hex().to_string(), libc);
+    let files = |d: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(d.join("inputs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(files(&merged), files(&dirs[0]), "every input, once");
+    let bug = bug_file(&merged);
+    let r = deja(&["replay", &s(&bug)]);
+    assert_eq!(r.status.code(), Some(1), "a merged bug replays: {}", stderr(&r));
+    std::fs::remove_dir_all(&root).ok();
+}

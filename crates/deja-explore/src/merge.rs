@@ -39,6 +39,26 @@ pub(crate) fn read_state(dir: &Path) -> Result<AnyState, ExploreError> {
     Ok(CHECKPOINT_SCHEMA.read(&path)?)
 }
 
+/// Brings the input files a campaign in `dir` kept (`inputs/`, each named by its BLAKE3) into
+/// `out`'s, so that the merged bugs replay where the shards' did: a hard link where the file
+/// system allows one, else a copy; a file of that name already there is kept.
+fn merge_inputs(dir: &Path, out: &Path) -> Result<(), ExploreError> {
+    let from = dir.join(crate::campaign::INPUTS_DIR);
+    let Ok(entries) = std::fs::read_dir(&from) else { return Ok(()) };
+    let to = out.join(crate::campaign::INPUTS_DIR);
+    std::fs::create_dir_all(&to).context(crate::CreateDirSnafu { path: &to })?;
+    for entry in entries.flatten() {
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        if !src.is_file() || dst.exists() {
+            continue;
+        }
+        std::fs::hard_link(&src, &dst)
+            .or_else(|_| std::fs::copy(&src, &dst).map(|_| ()))
+            .context(crate::CreateDirSnafu { path: &dst })?;
+    }
+    Ok(())
+}
+
 /// Merges the campaigns in `dirs` into `out` and writes its checkpoint, corpus, bug files and
 /// reports; returns the merged campaign.
 pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Campaign, ExploreError> {
@@ -72,6 +92,9 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Campaign, ExploreError> {
         }
     }
     std::fs::create_dir_all(out.join("corpus")).context(crate::CreateDirSnafu { path: out })?;
+    for dir in dirs {
+        merge_inputs(dir, out)?;
+    }
 
     let hosts: Vec<&deja_vmm::Fingerprint> = states.iter().filter_map(|s| s.books.host.as_ref()).collect();
     let one_host = hosts.windows(2).all(|w| w[0] == w[1]);
