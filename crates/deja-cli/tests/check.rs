@@ -267,3 +267,59 @@ fn sqlite_holds_through_the_hunt_and_is_caught_without_its_journal() {
         std::fs::remove_dir_all(out(d)).ok();
     }
 }
+
+#[test]
+fn a_bug_is_judged_with_the_libraries_it_was_found_with_when_they_changed_since() {
+    // store.c with its own library beside it ($ORIGIN/lib), as a project ships it. The library
+    // is rebuilt after explore found the bug: the check takes the recorded one from the
+    // campaign's inputs/ for the base and the candidate alike, and without it refuses to judge.
+    let dir = out("dyn-origin");
+    std::fs::create_dir_all(dir.join("lib")).unwrap();
+    let cc = |args: &[&str]| {
+        let o = std::process::Command::new("gcc").args(args).current_dir(&dir).output().unwrap();
+        assert!(o.status.success(), "gcc {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    let lib = |words: &str| {
+        std::fs::write(dir.join("greet.c"), format!("const char *greeting(void) {{ return \"{words}\"; }}\n")).unwrap();
+        cc(&["-shared", "-fPIC", "-o", "lib/libgreet.so", "greet.c"]);
+        blake3::hash(&std::fs::read(dir.join("lib/libgreet.so")).unwrap()).to_hex().to_string()
+    };
+    let first = lib("the first build");
+    let store = root().join("guest/c/store.c").display().to_string();
+    for (name, fixed) in [("buggy", false), ("fixed", true)] {
+        let mut args =
+            vec!["-DGREET", "-o", name, &store, "-Llib", "-lgreet", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/lib"];
+        if fixed {
+            args.insert(0, "-DFIXED");
+        }
+        cc(&args);
+    }
+    let (buggy, fixed) = (dir.join("buggy").display().to_string(), dir.join("fixed").display().to_string());
+    let campaign = dir.join("campaign");
+    let flags = ["--runs", "200", "--seed", "1", "--stop-at-first-bug", "--mode", "faults"];
+    let o =
+        deja(&[&["explore", "--quiet", "--out", campaign.to_str().unwrap()][..], &flags, &[buggy.as_str()]].concat());
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let bug = bug_file(&campaign);
+    let second = lib("the second build");
+    assert_ne!(first, second);
+    let (o, cert) = check(&buggy, &fixed, &["--bug", bug.to_str().unwrap()], &dir.join("judged"));
+    assert_eq!(
+        (o.status.code(), cert["verdict"].as_str()),
+        (Some(0), Some("FIXED_FOR_THIS_CAPSULE")),
+        "{}",
+        stderr(&o)
+    );
+    for side in ["base_inputs", "candidate_inputs"] {
+        assert_eq!(cert[side]["files"]["/bin/lib/libgreet.so"], first.as_str(), "{side}: {cert}");
+    }
+    assert!(stderr(&o).contains("/bin/lib/libgreet.so differs on this host"), "{}", stderr(&o));
+    let (o, cert) = check(&buggy, &buggy, &["--bug", bug.to_str().unwrap()], &dir.join("same"));
+    assert_eq!((o.status.code(), cert["verdict"].as_str()), (Some(1), Some("STILL_REPRODUCES")), "{}", stderr(&o));
+    // Without the recorded library there is nothing to judge with: incomplete, both hashes named.
+    std::fs::remove_file(campaign.join("inputs").join(&first)).unwrap();
+    let (o, _) = check(&buggy, &fixed, &["--bug", bug.to_str().unwrap()], &dir.join("gone"));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&first) && stderr(&o).contains(&second), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).ok();
+}
