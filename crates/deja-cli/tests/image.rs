@@ -17,6 +17,7 @@ fn s(p: &Path) -> String {
 }
 
 /// One entry of a layer.
+#[derive(Clone)]
 enum E {
     Dir(&'static str),
     File(String, u32, Vec<u8>),
@@ -324,22 +325,22 @@ fn a_cluster_node_runs_from_an_image() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// An image of one credit variant: the program at /app/credit, found through the image's PATH,
-/// in /app as its working directory.
-fn credit_image(dir: &Path, variant: &str, extra: &[E]) -> PathBuf {
+/// An image of one variant of a guest: the program at /app/PROGRAM, found through the image's
+/// PATH, in /app as its working directory, with `cmd` as the image's command.
+fn app_image(dir: &Path, program: &str, variant: &str, cmd: &[&str], extra: &[E]) -> PathBuf {
     let mut entries = vec![
         E::Dir("app"),
-        E::File("app/credit".into(), 0o755, std::fs::read(guest(&format!("credit-{variant}"))).unwrap()),
+        E::File(format!("app/{program}"), 0o755, std::fs::read(guest(&format!("{program}-{variant}"))).unwrap()),
     ];
-    entries.extend(extra.iter().map(|e| match e {
-        E::Dir(p) => E::Dir(p),
-        E::File(p, m, d) => E::File(p.clone(), *m, d.clone()),
-        E::Link(p, t) => E::Link(p, t),
-    }));
-    let config = serde_json::json!({"Entrypoint": ["credit"], "Env": ["PATH=/app"], "WorkingDir": "/app"});
-    let path = dir.join(format!("credit-{variant}{}.tar", if extra.is_empty() { "" } else { "-extra" }));
+    entries.extend_from_slice(extra);
+    let config = serde_json::json!({"Entrypoint": [program], "Cmd": cmd, "Env": ["PATH=/app"], "WorkingDir": "/app"});
+    let path = dir.join(format!("{program}-{variant}{}.tar", if extra.is_empty() { "" } else { "-extra" }));
     std::fs::write(&path, oci(&[layer(&entries)], config)).unwrap();
     path
+}
+
+fn credit_image(dir: &Path, variant: &str, extra: &[E]) -> PathBuf {
+    app_image(dir, "credit", variant, &[], extra)
 }
 
 fn blake3_of(path: &Path) -> String {
@@ -447,5 +448,21 @@ fn a_program_in_an_image_is_explored_replayed_from_its_kept_image_and_judged() {
     // A base image against a candidate from the host is refused, not judged.
     let (o, cert, _) = check(&buggy, &guest("credit-atomic"), &[], "mixed");
     assert_eq!((o.status.code(), cert["verdict"].as_str()), (Some(3), Some("EVIDENCE_INCOMPLETE")), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_fix_that_stops_at_its_first_failed_write_is_judged_fixed_in_its_image() {
+    // The acknowledging store swallows an I/O error (the bug); its fix stops at the first failed
+    // write instead: a correct fail-stop, never a failure, judged through the image path too.
+    let dir = scratch("failstop");
+    let buggy = app_image(&dir, "ackstore", "buggy", &["6"], &[]);
+    let fixed = app_image(&dir, "ackstore", "fixed", &["6"], &[]);
+    for (cand, code, verdict) in [(&fixed, 0, "FIXED_FOR_THIS_CAPSULE"), (&buggy, 1, "STILL_REPRODUCES")] {
+        let out = dir.join(format!("check-{code}"));
+        let o = deja(&["check", "--json", "--base", &s(&buggy), "--candidate", &s(cand), "--out", &s(&out)]);
+        let cert: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        assert_eq!((o.status.code(), cert["verdict"].as_str()), (Some(code), Some(verdict)), "{}", stderr(&o));
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

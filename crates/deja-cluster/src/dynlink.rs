@@ -356,31 +356,11 @@ mod tests {
 
     /// A cache file (new format) with `rows` (name, path, hwcap), sorted as `ldconfig` sorts.
     fn cache(rows: &[(&str, &str, u64)]) -> Vec<u8> {
-        let mut rows = rows.to_vec();
+        let mut rows: Vec<ldcache::tests::Row> =
+            rows.iter().map(|&(name, path, hwcap)| (ldcache::X86_64_LIBC6, name, path, 0, hwcap)).collect();
         // Stable: entries of one name keep their order (hwcaps builds before the plain one).
-        rows.sort_by(|a, b| ldcache::libcmp(b.0.as_bytes(), a.0.as_bytes()));
-        let table = 48 + rows.len() * 24;
-        let mut strings = Vec::new();
-        let mut entries = Vec::new();
-        for (name, path, hwcap) in &rows {
-            let key = (table + strings.len()) as u32;
-            strings.extend_from_slice(name.as_bytes());
-            strings.push(0);
-            let value = (table + strings.len()) as u32;
-            strings.extend_from_slice(path.as_bytes());
-            strings.push(0);
-            for word in [ldcache::X86_64_LIBC6 as u32, key, value, 0] {
-                entries.extend_from_slice(&word.to_le_bytes());
-            }
-            entries.extend_from_slice(&hwcap.to_le_bytes());
-        }
-        let mut out = b"glibc-ld.so.cache1.1".to_vec();
-        out.extend_from_slice(&(rows.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(strings.len() as u32).to_le_bytes());
-        out.resize(48, 0);
-        out.extend_from_slice(&entries);
-        out.extend_from_slice(&strings);
-        out
+        rows.sort_by(|a, b| ldcache::libcmp(b.1.as_bytes(), a.1.as_bytes()));
+        ldcache::tests::build(&rows, false)
     }
 
     /// A file system of `files` (path, bytes).

@@ -88,12 +88,7 @@ pub fn in_tree(
     cwd: Option<&str>,
 ) -> Result<Rooted, OpenError> {
     let name = argv.first().cloned().ok_or_else(|| OpenError::Program("no program to run in the root".into()))?;
-    let key = |kv: &str| kv.split_once('=').map_or(kv, |(k, _)| k).to_string();
-    let mut all = img.config.env.clone();
-    for kv in env {
-        all.retain(|e| key(e) != key(kv));
-        all.push(kv.clone());
-    }
+    let all = env_over(img.config.env.clone(), env);
     let cwd = cwd.map(str::to_string).unwrap_or_else(|| img.config.working_dir.clone());
     img.config.working_dir = cwd.clone();
     img.config.env = all.clone();
@@ -104,6 +99,18 @@ pub fn in_tree(
     };
     let image = data.to_vec();
     Ok(Rooted { root: Arc::new(to_root(&img.tree)), image, exe_path: found, argv, env: all, cwd, digest: img.digest })
+}
+
+/// The environment `base` with each `KEY=VALUE` of `over` added, replacing the variable of that
+/// name (as `docker run --env` over an image's `Env`). Applying it twice with the same `over`
+/// gives the same list.
+pub fn env_over(mut base: Vec<String>, over: &[String]) -> Vec<String> {
+    let key = |kv: &str| kv.split_once('=').map_or(kv, |(k, _)| k).to_string();
+    for kv in over {
+        base.retain(|e| key(e) != key(kv));
+        base.push(kv.clone());
+    }
+    base
 }
 
 /// The kernel's root of a tree (the bytes are shared, not copied).

@@ -284,15 +284,15 @@ pub fn libcmp(a: &[u8], b: &[u8]) -> Ordering {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// (flags, name, path, osversion, hwcap)
-    type Row<'a> = (i32, &'a str, &'a str, u32, u64);
+    pub(crate) type Row<'a> = (i32, &'a str, &'a str, u32, u64);
 
     /// A cache file with `rows` in the given order, in the new format, or after an old-format
     /// table of the same entries when `old` is set.
-    fn build(rows: &[Row], old: bool) -> Vec<u8> {
+    pub(crate) fn build(rows: &[Row], old: bool) -> Vec<u8> {
         let mut strings = Vec::new();
         let mut offsets = Vec::new();
         let table = NEW_HEADER + rows.len() * NEW_ENTRY;

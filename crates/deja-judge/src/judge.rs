@@ -153,13 +153,7 @@ fn spec(image: &[u8], p: &Program, input: &CheckInput) -> ProgramSpec {
         s.exe_path = set.exe_path.clone();
         s.argv[0] = set.argv0.clone().unwrap_or_else(|| set.exe_path.clone());
     }
-    let key = |kv: &str| kv.split_once('=').map_or(kv, |(k, _)| k).to_string();
-    let mut env = set.env.clone();
-    for kv in &input.env {
-        env.retain(|e| key(e) != key(kv));
-        env.push(kv.clone());
-    }
-    s.env = env;
+    s.env = deja_cluster::image::env_over(set.env.clone(), &input.env);
     s.files = set.files.clone();
     s.root = set.root.clone();
     s.cwd = set.cwd.clone();
