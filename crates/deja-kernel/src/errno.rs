@@ -51,6 +51,8 @@ errnos! {
     ENODATA = 61;
     ETIMEDOUT = 110;
     E2BIG = 7;
+    ENOEXEC = 8;
+    ECHILD = 10;
     ERESTARTSYS = 512;
     EPIPE = 32;
     ENOTSOCK = 88;

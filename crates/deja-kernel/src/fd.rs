@@ -250,12 +250,16 @@ pub struct FdEntry {
     pub cloexec: bool,
 }
 
-/// The fd table.
+/// The fd tables of a node's processes over their shared open file descriptions: the
+/// current process's fds, and the other processes' (their descriptions' reference counts
+/// count every table).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FdTable {
     fds: BTreeMap<i32, FdEntry>,
     descs: BTreeMap<u64, OpenFile>,
     next_desc: u64,
+    /// The fds of the processes that are not current, by pid.
+    parked: BTreeMap<u64, BTreeMap<i32, FdEntry>>,
 }
 
 impl FdTable {
@@ -293,12 +297,45 @@ impl FdTable {
         Ok(fd)
     }
 
+    /// A copy of the current fds for process `pid` (`fork`): each fd names the same
+    /// description, with its `FD_CLOEXEC`.
+    pub fn fork_for(&mut self, pid: u64) {
+        for e in self.fds.values() {
+            if let Some(d) = self.descs.get_mut(&e.desc) {
+                d.refs += 1;
+            }
+        }
+        self.parked.insert(pid, self.fds.clone());
+    }
+
+    /// Makes process `to`'s fds current, keeping the current ones as `from`'s (unless
+    /// `from` is gone: then it must have closed them all).
+    pub fn switch(&mut self, from: Option<u64>, to: u64) {
+        let incoming = self.parked.remove(&to).unwrap_or_default();
+        let outgoing = std::mem::replace(&mut self.fds, incoming);
+        if let Some(from) = from {
+            self.parked.insert(from, outgoing);
+        }
+    }
+
+    /// The pids whose fds are parked.
+    pub fn parked_pids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.parked.keys().copied()
+    }
+
+    /// Closes every fd of the current process that has `FD_CLOEXEC` (`execve`), or every fd
+    /// when `all` (the process ended); the descriptions no fd names any more.
+    pub fn close_many(&mut self, all: bool) -> Vec<OpenFile> {
+        let fds: Vec<i32> = self.fds.iter().filter(|(_, e)| all || e.cloexec).map(|(fd, _)| *fd).collect();
+        fds.into_iter().filter_map(|fd| self.close(fd).ok().flatten()).collect()
+    }
+
     /// Checks the invariants of a restored table: fds are non-negative and name existing
     /// descriptions, each description's reference count is its number of fds, and the next
     /// description index is unused.
     pub fn validate(&self) -> Result<(), RestoreError> {
         let mut refs: BTreeMap<u64, u32> = BTreeMap::new();
-        for (&fd, e) in &self.fds {
+        for (&fd, e) in self.fds.iter().chain(self.parked.values().flatten()) {
             ensure(fd >= 0, || format!("fd {fd} is negative"))?;
             ensure(self.descs.contains_key(&e.desc), || format!("fd {fd} names a missing description {}", e.desc))?;
             *refs.entry(e.desc).or_default() += 1;

@@ -123,6 +123,7 @@ pub mod net;
 mod oracle;
 mod persist;
 mod process;
+mod procs;
 mod record;
 mod rng;
 mod sched;
@@ -137,6 +138,7 @@ mod sys_mem;
 mod sys_net;
 mod sys_path;
 mod sys_proc;
+mod sys_process;
 mod sys_procfd;
 mod sys_sched;
 mod sys_signal;
@@ -530,6 +532,12 @@ pub enum ExceptionOutcome {
     Deliver,
     /// The program dies with this status.
     Fatal(ExitStatus),
+    /// The faulting process (not the node's first) died of it, and the core moved on as after
+    /// a syscall: create the threads [`Kernel::take_spawned`] names, apply
+    /// [`Kernel::take_wakeup_returns`] and switch the vCPU to [`Kernel::current_tid`] (the
+    /// faulting thread is gone; its registers may be dropped). If [`Kernel::is_idle`], nothing
+    /// can run until the cluster driver resumes the node.
+    ProcessEnded,
 }
 
 /// The registers of a thread in ring 3, as a signal handler's frame saves them and

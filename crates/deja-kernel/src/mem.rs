@@ -85,21 +85,61 @@ pub trait Memory {
     fn for_each_page(&self, f: &mut dyn FnMut(u64, &[u8]));
     /// Number of free frames the shell still has for user pages and page tables.
     fn free_frames(&self) -> u64;
+
+    /// The address space every other method acts on: an id the shell chose (the first space
+    /// is the one the memory started with). Processes of one node each have one; the shell
+    /// runs the guest in the current one.
+    fn space(&self) -> u64;
+    /// A new address space holding a copy of the current one's user pages (`fork`): pages in
+    /// the ranges of `shared` are the same frames in both spaces (`MAP_SHARED`), every other
+    /// page is copied. The current space is unchanged and stays current.
+    fn fork_space(&mut self, shared: &[(u64, u64)]) -> Result<u64, MemError>;
+    /// A new address space with no user pages (`execve`). The current space stays current.
+    fn new_space(&mut self) -> Result<u64, MemError>;
+    /// Makes `id` current: later calls act on it, and the guest runs in it from its next
+    /// entry. An id that is no live space is ignored.
+    fn switch_space(&mut self, id: u64);
+    /// Frees every user page (a frame shared with another space stays while that space maps
+    /// it) and every page table of space `id`. The current space is never dropped.
+    fn drop_space(&mut self, id: u64);
 }
 
-/// An in-memory [`Memory`] for tests: pages in a map, a fixed frame budget.
+/// Pages of a [`FakeMemory`] space: address → (protection, contents).
+pub type FakePages = BTreeMap<u64, (Prot, Box<[u8]>)>;
+
+/// An in-memory [`Memory`] for tests: pages in a map, a fixed frame budget. Shared ranges of
+/// a forked space are copied like the rest (the fake has no frames to share).
 #[derive(Debug, Clone, Default)]
 pub struct FakeMemory {
-    /// Present pages: address → (protection, contents).
-    pub pages: BTreeMap<u64, (Prot, Box<[u8]>)>,
+    /// Present pages of the current space: address → (protection, contents).
+    pub pages: FakePages,
     /// Frames the fake may still hand out.
     pub frames_left: u64,
+    /// The current space's id.
+    pub current: u64,
+    /// The other spaces' pages, by id.
+    pub others: BTreeMap<u64, FakePages>,
+    /// The next id to hand out (0: 1).
+    pub next_space: u64,
 }
 
 impl FakeMemory {
     /// A fake with room for `frames` pages.
     pub fn new(frames: u64) -> Self {
-        FakeMemory { pages: BTreeMap::new(), frames_left: frames }
+        FakeMemory { pages: BTreeMap::new(), frames_left: frames, ..Default::default() }
+    }
+
+    fn alloc_space(&mut self, pages: FakePages) -> Result<u64, MemError> {
+        let n = pages.len() as u64;
+        if self.frames_left < n {
+            return OutOfFramesSnafu.fail();
+        }
+        self.frames_left -= n;
+        self.next_space = self.next_space.max(self.current + 1).max(1);
+        let id = self.next_space;
+        self.next_space += 1;
+        self.others.insert(id, pages);
+        Ok(id)
     }
 
     fn page_mut(&mut self, addr: u64) -> Result<&mut [u8], MemError> {
@@ -183,5 +223,37 @@ impl Memory for FakeMemory {
 
     fn free_frames(&self) -> u64 {
         self.frames_left
+    }
+
+    fn space(&self) -> u64 {
+        self.current
+    }
+
+    fn fork_space(&mut self, _shared: &[(u64, u64)]) -> Result<u64, MemError> {
+        let copy = self.pages.clone();
+        self.alloc_space(copy)
+    }
+
+    fn new_space(&mut self) -> Result<u64, MemError> {
+        self.alloc_space(BTreeMap::new())
+    }
+
+    fn switch_space(&mut self, id: u64) {
+        if id == self.current {
+            return;
+        }
+        if let Some(pages) = self.others.remove(&id) {
+            let old = std::mem::replace(&mut self.pages, pages);
+            self.others.insert(self.current, old);
+            self.current = id;
+        }
+    }
+
+    fn drop_space(&mut self, id: u64) {
+        if id != self.current {
+            if let Some(p) = self.others.remove(&id) {
+                self.frames_left += p.len() as u64;
+            }
+        }
     }
 }

@@ -36,8 +36,9 @@ impl Kernel {
             Vec::new()
         };
         let mut hashed = DataHasher::new(mem);
-        let mut res = self.dispatch(&mut hashed, nr, args);
+        let res = self.dispatch(&mut hashed, nr, args);
         let data = hashed.finish();
+        let mut res = self.process_exit(mem, res);
         // A crash at exit: the program exits believing its data is safe; the node dies there.
         if self.faults.config.crash_at_exit && !self.faults.crash_due {
             if let Err(SysStop::Exit(ExitStatus::Exited { code })) = &res {
@@ -205,6 +206,16 @@ impl Kernel {
     /// `rdtsc`/`rdtscp`/`cpuid` under `#GP` (CR4.TSD, CPUID faulting) are answered by
     /// [`Kernel::emulate`]; everything else ends the program with the signal Linux would send.
     pub fn exception(&mut self, mem: &mut dyn Memory, exc: Exception) -> ExceptionOutcome {
+        match self.exception_in_process(mem, exc) {
+            ExceptionOutcome::Fatal(st) if self.procs.current != 1 => match self.current_died(mem, st) {
+                Ok(()) => ExceptionOutcome::ProcessEnded,
+                Err(st) => ExceptionOutcome::Fatal(st),
+            },
+            o => o,
+        }
+    }
+
+    fn exception_in_process(&mut self, mem: &mut dyn Memory, exc: Exception) -> ExceptionOutcome {
         match exc {
             Exception::PageFault { addr, error_code, rip } => self.page_fault(mem, addr, error_code, rip),
             Exception::GeneralProtection { rip, error_code, eax, ecx } => {

@@ -16,6 +16,8 @@ pub const SIGKILL: i32 = 9;
 pub const SIGSTOP: i32 = 19;
 /// `SIGPIPE`.
 pub const SIGPIPE: i32 = 13;
+/// `SIGCHLD`.
+pub const SIGCHLD: i32 = 17;
 /// `SIG_DFL`.
 pub const SIG_DFL: u64 = 0;
 /// `SIG_IGN`.

@@ -81,16 +81,16 @@ pub struct InitialStack {
 }
 
 /// Builds the stack image below `top`; `None` if it would not fit in `limit` bytes.
-pub fn build(
+pub fn build<S: AsRef<[u8]>>(
     top: u64,
-    argv: &[String],
-    env: &[String],
+    argv: &[S],
+    env: &[S],
     execfn: &str,
     random: [u8; 16],
     aux: AuxInfo,
     limit: u64,
 ) -> Option<InitialStack> {
-    let strings: u64 = argv.iter().chain(env).map(|s| s.len() as u64 + 1).sum();
+    let strings: u64 = argv.iter().chain(env).map(|s| s.as_ref().len() as u64 + 1).sum();
     let fixed = 8 + execfn.len() as u64 + 1 + 7 + 16;
     let aux_entries = 20 + u64::from(aux.vdso.is_some());
     let words = 1 + argv.len() as u64 + 1 + env.len() as u64 + 1 + 2 * aux_entries;
@@ -113,8 +113,8 @@ pub fn build(
     let mut q = p;
     for s in argv.iter().chain(env) {
         ptrs.push(q);
-        put(q, s.as_bytes());
-        q += s.len() as u64 + 1;
+        put(q, s.as_ref());
+        q += s.as_ref().len() as u64 + 1;
     }
     p -= 7;
     let platform = p;

@@ -21,8 +21,6 @@ const ARCH_GET_FS: u64 = 0x1003;
 const ARCH_GET_GS: u64 = 0x1004;
 const ARCH_GET_CPUID: u64 = 0x1011;
 const ARCH_SET_CPUID: u64 = 0x1012;
-/// The program's pid: one process, whose main thread is tid 1.
-pub(crate) const GUEST_PID: u64 = 1;
 /// `sizeof(struct robust_list_head)`, the only length `set_robust_list` accepts.
 const ROBUST_LIST_HEAD_SIZE: u64 = 24;
 /// First address above the canonical user half.
@@ -166,22 +164,6 @@ impl Kernel {
         Ok(0)
     }
 
-    /// `getpid`: the one process is [`GUEST_PID`].
-    pub(crate) fn sys_getpid(&self) -> SysResult {
-        Ok(GUEST_PID)
-    }
-
-    /// `getppid`: the parent is outside the simulation, 0.
-    pub(crate) fn sys_getppid(&self) -> SysResult {
-        Ok(0)
-    }
-
-    /// `getpgrp`, `getpgid`, `getsid`: the process leads its own group and session, whatever
-    /// pid is asked about.
-    pub(crate) fn sys_getpgrp(&self) -> SysResult {
-        Ok(GUEST_PID)
-    }
-
     /// `getuid`, `geteuid`, `getgid`, `getegid`: every id is [`GUEST_UID`].
     pub(crate) fn sys_getuid(&self) -> SysResult {
         Ok(GUEST_UID)
@@ -243,7 +225,8 @@ impl Kernel {
         Ok(0)
     }
 
-    /// `exit_group`: the whole program ends with the low byte of `code` as its status.
+    /// `exit_group`: the process ends with the low byte of `code` as its status (pid 1: the
+    /// whole node; see [`Kernel::end_process`] for the others).
     pub(crate) fn sys_exit_group(&mut self, code: u64) -> SysResult {
         Err(SysStop::Exit(ExitStatus::Exited { code: i32::from(code as u8) }))
     }
@@ -319,9 +302,11 @@ impl Kernel {
 
     pub(crate) fn sys_prctl(&mut self, mem: &mut dyn Memory, a: [u64; 6]) -> SysResult {
         match a[0] {
-            1 | 4 | 38 => Ok(0), // PDEATHSIG, SET_DUMPABLE, SET_NO_NEW_PRIVS
+            1 => self.set_pdeathsig(a[1]),
+            4 | 38 => Ok(0), // SET_DUMPABLE, SET_NO_NEW_PRIVS
             2 => {
-                self.process.mappings.copy_out(mem, a[1], &0u32.to_le_bytes())?;
+                let sig = self.pdeathsig();
+                self.process.mappings.copy_out(mem, a[1], &sig.to_le_bytes())?;
                 Ok(0)
             }
             3 => Ok(1),  // PR_GET_DUMPABLE
@@ -403,7 +388,7 @@ impl Kernel {
             return Ok(None);
         }
         let pid = self.process.mappings.read_u32(mem, header + 4)?;
-        if pid as i32 != 0 && u64::from(pid) != GUEST_PID && !self.thread_exists(u64::from(pid)) {
+        if pid as i32 != 0 && !self.procs.table.contains_key(&u64::from(pid)) && !self.thread_exists(u64::from(pid)) {
             return Err(ESRCH.into());
         }
         if (pid as i32) < 0 {
@@ -542,7 +527,7 @@ impl Kernel {
                 aligned(uaddr)?;
                 let bitset = if cmd == 10 { val3 as u32 } else { u32::MAX };
                 // Like Linux, a count of 0 (or less) still wakes one.
-                Ok(self.sched.threads.futex_wake(uaddr, bitset, count(val).max(1)))
+                Ok(self.sched.threads.futex_wake(self.sched.threads.space(), uaddr, bitset, count(val).max(1)))
             }
             3 | 4 => {
                 aligned(uaddr)?;
@@ -553,7 +538,13 @@ impl Kernel {
                 if cmd == 4 && self.process.mappings.read_u32(mem, uaddr)? != val3 as u32 {
                     return Err(EAGAIN.into());
                 }
-                Ok(self.sched.threads.futex_requeue(uaddr, uaddr2, count(val), count(timeout)))
+                Ok(self.sched.threads.futex_requeue(
+                    self.sched.threads.space(),
+                    uaddr,
+                    uaddr2,
+                    count(val),
+                    count(timeout),
+                ))
             }
             5 => {
                 aligned(uaddr)?;
@@ -584,9 +575,15 @@ impl Kernel {
                     _ => return Err(ENOSYS.into()),
                 };
                 self.process.mappings.copy_out(mem, uaddr2, &new.to_le_bytes())?;
-                let mut n = self.sched.threads.futex_wake(uaddr, u32::MAX, count(val).max(1));
+                let mut n =
+                    self.sched.threads.futex_wake(self.sched.threads.space(), uaddr, u32::MAX, count(val).max(1));
                 if hit {
-                    n += self.sched.threads.futex_wake(uaddr2, u32::MAX, count(timeout).max(1));
+                    n += self.sched.threads.futex_wake(
+                        self.sched.threads.space(),
+                        uaddr2,
+                        u32::MAX,
+                        count(timeout).max(1),
+                    );
                 }
                 Ok(n)
             }

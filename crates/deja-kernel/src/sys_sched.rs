@@ -50,6 +50,15 @@ impl Kernel {
         std::mem::take(&mut self.sched.threads.wakeups)
     }
 
+    /// After a syscall: `Some(entry)` if the calling thread's call was an `execve` that
+    /// replaced its program. The shell then starts that thread afresh in the (already current)
+    /// new address space: every general register 0, RIP and RSP from `entry`, RFLAGS as at
+    /// boot, the FPU/SSE/AVX state as at boot, FS and GS base 0. Call it before
+    /// [`Kernel::take_spawned`].
+    pub fn take_exec(&mut self) -> Option<crate::Entry> {
+        self.take_exec_entry()
+    }
+
     /// The live threads' tids, sorted.
     pub fn thread_ids(&self) -> Vec<u64> {
         self.sched.threads.threads.keys().copied().collect()
@@ -71,7 +80,7 @@ impl Kernel {
 
     /// The signal mask of live thread `tid`.
     pub(crate) fn thread_sigmask(&self, tid: u64) -> u64 {
-        if tid == self.sched.threads.current {
+        if self.is_current(tid) {
             self.process.signals.mask
         } else {
             self.sched.threads.threads.get(&tid).map_or(0, |t| t.sigmask)
@@ -120,6 +129,10 @@ impl Kernel {
         tls: u64,
         exit_signal: u64,
     ) -> SysResult {
+        if flags & CLONE_THREAD == 0 {
+            // A new process (`fork`, `vfork`, `posix_spawn`'s clone).
+            return self.new_process(mem, flags | exit_signal, stack, parent_tid, child_tid, tls);
+        }
         let flags = flags & !0xff; // CSIGNAL: the exit signal of a child process
         if flags & (CLONE_VM | CLONE_THREAD) != CLONE_VM | CLONE_THREAD || flags & !THREAD_FLAGS != 0 {
             return Err(SysStop::Unsupported);
@@ -153,6 +166,8 @@ impl Kernel {
             kicked: false,
             interrupted: None,
             keepcaps: self.sched.threads.threads.get(&self.sched.threads.current).is_some_and(|t| t.keepcaps),
+            pid: self.procs.current,
+            space: self.sched.threads.space(),
             state: ThreadState::Runnable,
         };
         self.sched.threads.threads.insert(tid, t);
@@ -162,14 +177,15 @@ impl Kernel {
 
     /// `exit(60)`: the thread ends; the program ends with the last one.
     pub(crate) fn sys_exit_thread(&mut self, mem: &mut dyn Memory, code: u64) -> SysResult {
-        if self.sched.threads.threads.len() <= 1 {
+        let pid = self.procs.current;
+        if self.sched.threads.threads.values().filter(|t| t.pid == pid).count() <= 1 {
             return Err(SysStop::Exit(crate::ExitStatus::Exited { code: (code & 0xff) as i32 }));
         }
         let addr = self.process.clear_child_tid;
         self.sched.threads.threads.remove(&self.sched.threads.current);
         self.sched.threads.spawned.retain(|s| s.tid != self.sched.threads.current);
         if addr != 0 && self.process.mappings.copy_out(mem, addr, &0u32.to_le_bytes()).is_ok() {
-            self.sched.threads.futex_wake(addr, u32::MAX, 1);
+            self.sched.threads.futex_wake(self.sched.threads.space(), addr, u32::MAX, 1);
         }
         Err(SysStop::Block)
     }
@@ -183,7 +199,7 @@ impl Kernel {
             Ok(None) => return Err(SysStop::Block),
             Err(e) => return Err(e),
         };
-        self.switch_to(next);
+        self.switch_to(mem, next);
         match res {
             Err(SysStop::Block) if next == caller => {
                 // Woken within its own call: the value goes back as the call's return.
@@ -199,7 +215,7 @@ impl Kernel {
     /// Delivers loopback packets, serves blocked I/O calls again, wakes expired waits and picks
     /// the thread to run: `Ok(None)` when a networked node has nothing to run (it is idle),
     /// `Err(Exit)` on a deadlock.
-    fn pick_next(&mut self, mem: &mut dyn Memory) -> Result<Option<u64>, SysStop> {
+    pub(crate) fn pick_next(&mut self, mem: &mut dyn Memory) -> Result<Option<u64>, SysStop> {
         let mut runnable;
         loop {
             self.net.flush_local();
@@ -288,12 +304,20 @@ impl Kernel {
                 return;
             }
             for (tid, nr, args, expired) in due {
+                if !self.thread_exists(tid) {
+                    continue; // its process ended while another call was served
+                }
+                // The call is served in its own process.
+                let (home, pid) = (self.procs.current, self.pid_of(tid));
+                self.enter(mem, pid);
                 self.sched.threads.retrying = Some((tid, expired));
                 self.sched.threads.call = (nr, args);
                 let mut hashed = crate::trace::DataHasher::new(mem);
                 let res = self.dispatch(&mut hashed, nr, args);
                 let data = hashed.finish();
                 self.sched.threads.retrying = None;
+                let res = self.process_exit(mem, res);
+                self.enter(mem, home);
                 self.net.flush_local();
                 let kicked = self.sched.threads.threads.get_mut(&tid).map(|t| std::mem::take(&mut t.kicked));
                 let ret = match res {
@@ -335,7 +359,7 @@ impl Kernel {
         }
         let run = match self.pick_next(mem) {
             Ok(Some(t)) => {
-                self.switch_to(t);
+                self.switch_to(mem, t);
                 true
             }
             Ok(None) => false,
@@ -385,19 +409,24 @@ impl Kernel {
         self.sched.threads.earliest_deadline().into_iter().chain(self.timer_deadline()).min()
     }
 
-    /// Makes `tid` the current thread, swapping the per-thread registers.
-    pub(crate) fn switch_to(&mut self, tid: u64) {
+    /// Makes `tid` the current thread, swapping the per-thread registers, and its process the
+    /// current process.
+    pub(crate) fn switch_to(&mut self, mem: &mut dyn Memory, tid: u64) {
         let cur = self.sched.threads.current;
         if tid == cur {
             return;
         }
-        if let Some(t) = self.sched.threads.threads.get_mut(&cur) {
+        let pid = self.pid_of(tid);
+        if let Some(t) = self.sched.threads.threads.get_mut(&cur).filter(|t| t.pid == self.procs.current) {
             t.fs_base = self.process.fs_base;
             t.gs_base = self.process.gs_base;
             t.clear_child_tid = self.process.clear_child_tid;
             t.robust_list = self.process.robust_list;
             t.sigmask = self.process.signals.mask;
             t.altstack = self.process.signals.altstack;
+        }
+        if pid != self.procs.current {
+            self.enter(mem, pid);
         }
         if let Some(t) = self.sched.threads.threads.get(&tid) {
             self.process.fs_base = t.fs_base;

@@ -63,7 +63,6 @@ use crate::signal::{
     SIGSTOP, SIG_DFL,
 };
 use crate::stack::GUEST_UID;
-use crate::sys_proc::GUEST_PID;
 use crate::threads::ThreadState;
 use crate::trace::ExceptionRecord;
 use crate::{ExitStatus, FaultInfo, Memory, UserContext};
@@ -136,7 +135,7 @@ impl Kernel {
         self.sched.threads.sp = sp;
     }
 
-    fn signal_arg(sig: u64) -> Result<i32, i32> {
+    pub(crate) fn signal_arg(sig: u64) -> Result<i32, i32> {
         let sig = sig as i32;
         if (0..=NSIG as i32).contains(&sig) {
             Ok(sig)
@@ -163,13 +162,22 @@ impl Kernel {
             return Ok(0);
         }
         let cur = self.sched.threads.current;
+        let pid = self.procs.current;
         let blocks = |k: &Self, t: u64| sig != SIGKILL && k.thread_sigmask(t) & bit(sig) != 0;
         // The thread that takes it: the target, or for the process the current thread unless
-        // it blocks the signal, then the first thread that does not.
+        // it blocks the signal (or belongs to another process), then the first thread of the
+        // process that does not.
         let taker = match tid {
             Some(t) => (!blocks(self, t)).then_some(t),
-            None if !blocks(self, cur) => Some(cur),
-            None => self.sched.threads.threads.keys().copied().find(|&t| !blocks(self, t)),
+            None if self.is_current(cur) && !blocks(self, cur) => Some(cur),
+            None => self
+                .sched
+                .threads
+                .threads
+                .iter()
+                .filter(|(_, th)| th.pid == pid)
+                .map(|(&t, _)| t)
+                .find(|&t| !blocks(self, t)),
         };
         let action = self.process.signals.action(sig);
         if action == Action::Ignore && taker.is_some() {
@@ -212,6 +220,12 @@ impl Kernel {
             }
         }
         Ok(0)
+    }
+
+    /// Sends `sig` with `info` to the current process (see [`Kernel::signal_process`] for
+    /// any process).
+    pub(crate) fn send_signal_to(&mut self, sig: i32, tid: Option<u64>, info: Queued) -> SysResult {
+        self.send_signal(sig, tid, info)
     }
 
     /// Sends `sig` to the process from the kernel itself (a timer), with `info`.
@@ -257,8 +271,9 @@ impl Kernel {
             return;
         }
         let tid = self.caller();
+        let pid = self.procs.current as u32;
         if let Some(p) = self.thread_pending(tid) {
-            p.add(sig, Some(Queued::sent(sig, SI_USER, GUEST_PID as u32, GUEST_UID as u32)));
+            p.add(sig, Some(Queued::sent(sig, SI_USER, pid, GUEST_UID as u32)));
         }
     }
 
@@ -349,24 +364,25 @@ impl Kernel {
         self.block_io(wait, Err(EAGAIN.into()))
     }
 
-    pub(crate) fn sys_kill(&mut self, pid: u64, sig: u64) -> SysResult {
-        let sig = Self::signal_arg(sig)?;
-        if !matches!(pid as i32, -1..=1) {
-            return Err(ESRCH.into());
-        }
-        self.send_signal(sig, None, Queued::sent(sig, SI_USER, GUEST_PID as u32, GUEST_UID as u32))
-    }
-
-    pub(crate) fn sys_tgkill(&mut self, tgid: u64, tid: u64, sig: u64) -> SysResult {
+    /// `tgkill` (and `tkill`, whose `tgid` is the thread's own process): `sig` to thread `tid`
+    /// of process `tgid`, which may be another process of the node.
+    pub(crate) fn sys_tgkill(&mut self, mem: &mut dyn Memory, tgid: u64, tid: u64, sig: u64) -> SysResult {
         let (tgid, tid) = (tgid as i32, tid as i32);
         if tgid <= 0 || tid <= 0 {
             return Err(EINVAL.into());
         }
         let sig = Self::signal_arg(sig)?;
-        if tgid != GUEST_PID as i32 || !self.thread_exists(tid as u64) {
+        if !self.thread_exists(tid as u64) || self.pid_of(tid as u64) != tgid as u64 {
             return Err(ESRCH.into());
         }
-        self.send_signal(sig, Some(tid as u64), Queued::sent(sig, SI_TKILL, GUEST_PID as u32, GUEST_UID as u32))
+        let info = Queued::sent(sig, SI_TKILL, self.procs.current as u32, GUEST_UID as u32);
+        self.signal_process_thread(mem, tgid as u64, Some(tid as u64), sig, info)
+    }
+
+    /// `tkill`.
+    pub(crate) fn sys_tkill(&mut self, mem: &mut dyn Memory, tid: u64, sig: u64) -> SysResult {
+        let pid = self.pid_of(tid as i32 as u64);
+        self.sys_tgkill(mem, pid, tid, sig)
     }
 
     /// The `siginfo_t` a program passes to `rt_sigqueueinfo` or `rt_tgsigqueueinfo` for `sig`:
@@ -402,7 +418,7 @@ impl Kernel {
         let info = self.siginfo_arg(mem, sig, uinfo)?;
         let pid = pid as i32;
         self.may_claim(info.code(), pid)?;
-        if pid != GUEST_PID as i32 {
+        if pid as u64 != self.procs.current {
             return Err(ESRCH.into());
         }
         let sig = Self::signal_arg(sig)?;
@@ -419,7 +435,7 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         self.may_claim(info.code(), tid)?;
-        if tgid != GUEST_PID as i32 || !self.thread_exists(tid as u64) {
+        if tgid as u64 != self.procs.current || self.pid_of(tid as u64) != tgid as u64 {
             return Err(ESRCH.into());
         }
         let sig = Self::signal_arg(sig)?;
@@ -691,9 +707,9 @@ impl Kernel {
             match self.process.signals.action(sig) {
                 Action::Ignore => continue,
                 Action::Kill => {
-                    let st = killed_by(sig, None);
-                    self.process.exit = Some(st.clone());
-                    return Err(st);
+                    // The process dies of it: the node with pid 1, else the process alone (the
+                    // current thread then changes, see `ExceptionOutcome::ProcessEnded`).
+                    return self.current_died(mem, killed_by(sig, None)).map(|()| None);
                 }
                 Action::Handle => {
                     let flags = self.process.signals.actions[(sig - 1) as usize][1];

@@ -126,6 +126,9 @@ pub(crate) enum ThreadState {
         #[serde(default)]
         rem: u64,
     },
+    /// Waiting in `vfork` (or `clone` with `CLONE_VFORK`) until process `child` calls `execve`
+    /// or ends.
+    Vfork { child: u64 },
     /// Blocked in I/O syscall `nr` with `args` (a socket, pipe, eventfd, `poll` or `epoll`
     /// wait, a FIFO's open, a wait for a signal): the call is served again whenever an I/O object changed, and once more with
     /// `timed_out` when `deadline` passes (see [`crate::net`]).
@@ -135,7 +138,7 @@ pub(crate) enum ThreadState {
 impl ThreadState {
     fn deadline(&self) -> Option<u64> {
         match *self {
-            ThreadState::Runnable => None,
+            ThreadState::Runnable | ThreadState::Vfork { .. } => None,
             ThreadState::Futex { deadline, .. } => deadline,
             ThreadState::Sleep { deadline, .. } => Some(deadline),
             ThreadState::Io { deadline, .. } => deadline,
@@ -174,6 +177,10 @@ pub(crate) struct Thread {
     /// (kept here for every thread; a new thread starts with its creator's).
     #[serde(default)]
     pub keepcaps: bool,
+    /// The process it belongs to (see [`crate::procs`]).
+    pub pid: u64,
+    /// The address space it runs in ([`crate::Memory::space`]): futex words are keyed by it.
+    pub space: u64,
 }
 
 /// The thread table (saved with the kernel).
@@ -219,6 +226,8 @@ impl Default for Threads {
             kicked: false,
             interrupted: None,
             keepcaps: false,
+            pid: 1,
+            space: 0,
             state: ThreadState::Runnable,
         };
         Threads {
@@ -247,7 +256,7 @@ impl Threads {
         Some(t)
     }
 
-    /// Queues the current thread on a futex word.
+    /// Queues the current thread on a futex word of its address space.
     pub fn block_futex(&mut self, uaddr: u64, bitset: u32, deadline: Option<u64>) {
         let seq = self.next_seq;
         self.next_seq = self.next_seq.saturating_add(1);
@@ -263,13 +272,15 @@ impl Threads {
         }
     }
 
-    /// Waiters on `uaddr` matching `bitset`, in FIFO order.
-    fn waiters(&self, uaddr: u64, bitset: u32) -> Vec<u64> {
+    /// Waiters on `uaddr` of address space `space` matching `bitset`, in FIFO order.
+    fn waiters(&self, space: u64, uaddr: u64, bitset: u32) -> Vec<u64> {
         let mut w: Vec<(u64, u64)> = self
             .threads
             .iter()
             .filter_map(|(&tid, t)| match t.state {
-                ThreadState::Futex { uaddr: u, bitset: b, seq, .. } if u == uaddr && b & bitset != 0 => {
+                ThreadState::Futex { uaddr: u, bitset: b, seq, .. }
+                    if u == uaddr && b & bitset != 0 && t.space == space =>
+                {
                     Some((seq, tid))
                 }
                 _ => None,
@@ -287,10 +298,11 @@ impl Threads {
         }
     }
 
-    /// Wakes up to `n` waiters on `uaddr` matching `bitset` (FIFO); the number woken.
-    pub fn futex_wake(&mut self, uaddr: u64, bitset: u32, n: u64) -> u64 {
+    /// Wakes up to `n` waiters on `uaddr` of space `space` matching `bitset` (FIFO); the
+    /// number woken.
+    pub fn futex_wake(&mut self, space: u64, uaddr: u64, bitset: u32, n: u64) -> u64 {
         let mut woken = 0;
-        for tid in self.waiters(uaddr, bitset) {
+        for tid in self.waiters(space, uaddr, bitset) {
             if woken >= n {
                 break;
             }
@@ -302,10 +314,10 @@ impl Threads {
 
     /// Wakes up to `n_wake` waiters on `uaddr`, moves up to `n_requeue` more to the end of
     /// `uaddr2`'s queue; the number woken plus requeued.
-    pub fn futex_requeue(&mut self, uaddr: u64, uaddr2: u64, n_wake: u64, n_requeue: u64) -> u64 {
+    pub fn futex_requeue(&mut self, space: u64, uaddr: u64, uaddr2: u64, n_wake: u64, n_requeue: u64) -> u64 {
         let mut woken = 0;
         let mut moved = 0;
-        for tid in self.waiters(uaddr, u32::MAX) {
+        for tid in self.waiters(space, uaddr, u32::MAX) {
             if woken < n_wake {
                 self.wake(tid, 0);
                 woken += 1;
@@ -358,6 +370,11 @@ impl Threads {
         self.threads.iter().any(|(&tid, t)| tid != self.current && t.state == ThreadState::Runnable)
     }
 
+    /// The space of the current thread (the one futex calls act on).
+    pub fn space(&self) -> u64 {
+        self.threads.get(&self.current).map_or(0, |t| t.space)
+    }
+
     /// The earliest deadline of a blocked thread.
     pub fn earliest_deadline(&self) -> Option<u64> {
         self.threads.values().filter_map(|t| t.state.deadline()).min()
@@ -374,6 +391,7 @@ impl Threads {
                 ThreadState::Io { nr, .. } => {
                     format!("tid {tid} waiting for I/O in {}", crate::syscalls::display_name(nr))
                 }
+                ThreadState::Vfork { child } => format!("tid {tid} waiting in vfork for process {child}"),
                 ThreadState::Runnable => format!("tid {tid} runnable"),
             })
             .collect();

@@ -313,6 +313,21 @@ impl Memory for DataHasher<'_> {
     fn free_frames(&self) -> u64 {
         self.inner.free_frames()
     }
+    fn space(&self) -> u64 {
+        self.inner.space()
+    }
+    fn fork_space(&mut self, shared: &[(u64, u64)]) -> Result<u64, MemError> {
+        self.inner.fork_space(shared)
+    }
+    fn new_space(&mut self) -> Result<u64, MemError> {
+        self.inner.new_space()
+    }
+    fn switch_space(&mut self, id: u64) {
+        self.inner.switch_space(id)
+    }
+    fn drop_space(&mut self, id: u64) {
+        self.inner.drop_space(id)
+    }
 }
 
 #[cfg(test)]

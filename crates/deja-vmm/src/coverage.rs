@@ -96,6 +96,14 @@ impl BlockImage {
         Arc::new(out)
     }
 
+    /// An image of blocks at `addrs` (ascending) with their original bytes, without
+    /// functions (for tests).
+    #[cfg(test)]
+    pub(crate) fn from_blocks(addrs: Vec<u64>, originals: Vec<u8>) -> BlockImage {
+        let owner = vec![u32::MAX; addrs.len()];
+        BlockImage { addrs, originals, functions: Vec::new(), owner }
+    }
+
     /// The functions holding blocks, by address ([`BlockImage::function_of`] indexes them).
     pub fn functions(&self) -> &[Function] {
         &self.functions

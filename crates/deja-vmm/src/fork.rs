@@ -16,7 +16,7 @@ use deja_kernel::{Kernel, ProgramSpec, Stream, PAGE_SIZE};
 use std::sync::Arc;
 
 use crate::coverage::{BlockHit, BlockImage, Seen};
-use crate::paging::{canonical, FrameState, PTE_P};
+use crate::paging::{canonical, lookup_with, FrameState, PTE_ADDR, PTE_P};
 use crate::session::{BootOptions, Session};
 use crate::snapshot::VcpuState;
 use crate::vm::{Vm, VmError};
@@ -53,6 +53,15 @@ impl Parent {
         let threads = vm.thread_contexts(kernel);
         let vcpu = vm.vcpu_state()?;
         let frames = vm.space.frame_state();
+        if vcpu.sregs.cr3 != frames.root {
+            return Err(VmError::Unexpected {
+                what: format!(
+                    "the vCPU runs in space {:#x}, the page tables' current is {:#x}",
+                    vcpu.sregs.cr3, frames.root
+                ),
+                rip: vcpu.regs.rip,
+            });
+        }
         let mut ram = vec![0u8; frames.bump as usize];
         vm.space.read_phys(0, &mut ram);
         vm.take_guest_dirty()?;
@@ -75,7 +84,9 @@ impl Parent {
         frames.dedup();
         let zero = [0u8; PAGE_SIZE as usize];
         let mut current = [0u8; PAGE_SIZE as usize];
-        let mut resync = Vec::new();
+        // Entries the child removed and the guest has not seen replayed yet (a space dropped
+        // just before the child ended) are replayed with the parent's values.
+        let mut resync = vm.space.take_stale();
         for &frame in &frames {
             let parent: &[u8] =
                 if frame < self.frames.bump { &self.ram[frame as usize..(frame + PAGE_SIZE) as usize] } else { &zero };
@@ -93,6 +104,8 @@ impl Parent {
             vm.space.write_phys(frame, parent);
         }
         vm.space.set_frame_state(&self.frames);
+        resync.sort_unstable();
+        resync.dedup();
         if !resync.is_empty() {
             vm.pt_sync_entries(&resync)?;
             // The routine's own writes are the parent's values; forget them.
@@ -120,6 +133,16 @@ impl Parent {
         }
         h.finalize().to_hex().to_string()
     }
+}
+
+/// The guest-physical address of user address `va` in the space at `root` of a RAM image.
+fn translate_image(ram: &[u8], root: u64, va: u64) -> Option<u64> {
+    let read = |gpa: u64| {
+        let at = gpa as usize;
+        ram.get(at..at + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+    };
+    let page = va & !(PAGE_SIZE - 1);
+    lookup_with(read, root, page).map(|(_, pte)| (pte & PTE_ADDR) | (va & (PAGE_SIZE - 1)))
 }
 
 /// A parent state in memory and the session its children run in.
@@ -178,11 +201,15 @@ impl Fork {
     pub fn disarm_blocks(&mut self, ids: &[u32]) {
         let fresh = self.session.disarm_blocks(ids);
         let (vm, _) = self.session.parts();
-        let Some(blocks) = vm.space.blocks().cloned() else { return };
+        let Some(blocks) = vm.space.armed_blocks().cloned() else { return };
+        // Addresses are translated in the parent's own page tables (its image): a child's
+        // spaces and frames need not be the parent's.
+        let ram = &mut self.parent.ram;
         for id in fresh {
             let Some(addr) = blocks.addr(id as usize) else { continue };
-            if let Some(gpa) = vm.space.translate(addr) {
-                if let Some(b) = self.parent.ram.get_mut(gpa as usize) {
+            for &root in &self.parent.frames.blocks_spaces {
+                let at = translate_image(ram, root, addr);
+                if let Some(b) = at.and_then(|gpa| ram.get_mut(gpa as usize)) {
                     *b = blocks.original(id as usize);
                 }
             }

@@ -8,6 +8,15 @@
 //! VM replays it from ring 0 (a write of the entry to itself, then `invlpg`), the way a guest
 //! kernel would. Frames are handed out deterministically (lowest free first), so two runs of the
 //! same program produce identical guest-physical layouts.
+//!
+//! Each process of the guest has an address space of its own: a PML4 whose upper half (the
+//! direct map and the syscall stub) is a copy of the boot PML4's, whose lower half is the
+//! process's. A space's id is the frame of its PML4 (the first space's is [`PML4_PHYS`]); every
+//! [`Memory`] call acts on the current one, and the VM runs the guest with CR3 = the current
+//! one ([`AddressSpace::root`]). Forked spaces copy every user page except those in shared
+//! ranges, which map the same frame in both (counted, so a frame is freed with its last
+//! mapping). Dropping a space zeroes every entry of its user half at every level and queues
+//! each for the ring-0 replay before its frames can serve again.
 
 use deja_kernel::{MemError, Memory, Prot, PAGE_SIZE};
 use std::collections::{BTreeMap, BTreeSet};
@@ -68,12 +77,24 @@ pub struct AddressSpace {
     /// One bit per frame the monitor wrote since the last [`AddressSpace::take_host_dirty`]
     /// (KVM's dirty log only sees the guest's own writes).
     host_dirty: Vec<u64>,
-    /// The blocks that may carry a coverage breakpoint: reads through [`Memory`] show their
-    /// original bytes ([`crate::coverage`]).
+    /// The blocks that may carry a coverage breakpoint: reads through [`Memory`] in the spaces
+    /// of `blocks_spaces` show their original bytes ([`crate::coverage`]).
     blocks: Option<Arc<BlockImage>>,
+    /// The spaces the blocks overlay applies to: the one armed and those forked from it.
+    blocks_spaces: BTreeSet<u64>,
+    /// The current space: the frame of its PML4.
+    root: u64,
+    /// The live spaces, by the frame of their PML4.
+    spaces: BTreeSet<u64>,
+    /// Frames mapped more than once (shared pages of forked spaces): frame → mappings (≥ 2).
+    shared: BTreeMap<u64, u64>,
 }
 
 /// The allocator's state, saved in snapshots and restored on forks.
+///
+/// The fields after `pt_frames` came with processes; state written before them has one
+/// space, [`PML4_PHYS`] (postcard, which snapshots use, is not self-describing: an artifact of
+/// the previous layout is read through [`FrameStateV1`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FrameState {
     /// Next never-used frame.
@@ -82,6 +103,51 @@ pub struct FrameState {
     pub free: Vec<u64>,
     /// Page-table frames: (frame, level, first address mapped).
     pub pt_frames: Vec<(u64, u32, u64)>,
+    /// The current space (the frame of its PML4: what CR3 holds).
+    #[serde(default = "first_space")]
+    pub root: u64,
+    /// Every live space, ascending.
+    #[serde(default = "first_spaces")]
+    pub spaces: Vec<u64>,
+    /// Frames mapped by more than one space, with their number of mappings.
+    #[serde(default)]
+    pub shared: Vec<(u64, u64)>,
+    /// The spaces the coverage blocks overlay applies to.
+    #[serde(default = "first_spaces")]
+    pub blocks_spaces: Vec<u64>,
+}
+
+fn first_space() -> u64 {
+    PML4_PHYS
+}
+
+fn first_spaces() -> Vec<u64> {
+    vec![PML4_PHYS]
+}
+
+/// [`FrameState`] as snapshots of schema 14 and earlier hold it (one address space).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FrameStateV1 {
+    /// Next never-used frame.
+    pub bump: u64,
+    /// Freed frames.
+    pub free: Vec<u64>,
+    /// Page-table frames: (frame, level, first address mapped).
+    pub pt_frames: Vec<(u64, u32, u64)>,
+}
+
+impl From<FrameStateV1> for FrameState {
+    fn from(v: FrameStateV1) -> FrameState {
+        FrameState {
+            bump: v.bump,
+            free: v.free,
+            pt_frames: v.pt_frames,
+            root: first_space(),
+            spaces: first_spaces(),
+            shared: Vec::new(),
+            blocks_spaces: first_spaces(),
+        }
+    }
 }
 
 /// Sign-extends a 48-bit address to canonical form.
@@ -116,6 +182,22 @@ fn index(va: u64, level: u32) -> u64 {
     (va >> (12 + 9 * level)) & 0x1ff
 }
 
+/// Walks the four levels from the PML4 at `root` to the leaf of `va`, reading entries with
+/// `read(gpa)`: the leaf's slot and value, if present. For guest RAM and for RAM images.
+pub fn lookup_with(read: impl Fn(u64) -> u64, root: u64, va: u64) -> Option<(u64, u64)> {
+    let mut table = root;
+    for level in (1..=3).rev() {
+        let entry = read(table + index(va, level) * 8);
+        if entry & PTE_P == 0 {
+            return None;
+        }
+        table = entry & PTE_ADDR;
+    }
+    let slot = table + index(va, 0) * 8;
+    let pte = read(slot);
+    (pte & PTE_P != 0).then_some((slot, pte))
+}
+
 impl AddressSpace {
     /// Allocates `size` bytes of zeroed guest RAM.
     pub fn new(size: u64) -> Result<Self, RamError> {
@@ -137,20 +219,41 @@ impl AddressSpace {
             pt_frames,
             host_dirty,
             blocks: None,
+            blocks_spaces: BTreeSet::new(),
+            root: PML4_PHYS,
+            spaces: BTreeSet::from([PML4_PHYS]),
+            shared: BTreeMap::new(),
         })
     }
 
-    /// Shows the core every block of `blocks` with its original byte, breakpoint or not.
+    /// Shows the core every block of `blocks` with its original byte, breakpoint or not, in
+    /// the current space and the spaces later forked from it.
     pub fn set_blocks(&mut self, blocks: Option<Arc<BlockImage>>) {
+        self.blocks_spaces.clear();
+        if blocks.is_some() {
+            self.blocks_spaces.insert(self.root);
+        }
         self.blocks = blocks;
     }
 
-    /// The blocks set with [`AddressSpace::set_blocks`].
+    /// The blocks set with [`AddressSpace::set_blocks`], if they apply to the current space
+    /// (a space made by `execve` runs another program).
     pub fn blocks(&self) -> Option<&Arc<BlockImage>> {
+        self.blocks.as_ref().filter(|_| self.blocks_spaces.contains(&self.root))
+    }
+
+    /// The blocks set with [`AddressSpace::set_blocks`], whichever space is current.
+    pub fn armed_blocks(&self) -> Option<&Arc<BlockImage>> {
         self.blocks.as_ref()
     }
 
-    /// Writes `byte` at user address `va` (a present page), as the monitor: for breakpoints.
+    /// The spaces the blocks apply to (the one armed and those forked from it), ascending.
+    pub fn blocks_spaces(&self) -> Vec<u64> {
+        self.blocks_spaces.iter().copied().collect()
+    }
+
+    /// Writes `byte` at user address `va` (a present page) of the current space, as the
+    /// monitor: for breakpoints.
     pub fn poke(&mut self, va: u64, byte: u8) -> bool {
         match self.translate(va) {
             Some(gpa) => {
@@ -159,6 +262,34 @@ impl AddressSpace {
             }
             None => false,
         }
+    }
+
+    /// Writes `byte` at user address `va` in every space the blocks apply to (where it is
+    /// present): a breakpoint taken out of every process running the armed program.
+    pub fn poke_blocks(&mut self, va: u64, byte: u8) -> bool {
+        let mut any = false;
+        for root in self.blocks_spaces() {
+            if let Some(gpa) = self.translate_in(root, va) {
+                self.write_phys(gpa, &[byte]);
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// The current space: the guest-physical address of its PML4, which CR3 must hold.
+    pub fn root(&self) -> u64 {
+        self.root
+    }
+
+    /// The live spaces, ascending.
+    pub fn spaces(&self) -> Vec<u64> {
+        self.spaces.iter().copied().collect()
+    }
+
+    /// How many spaces map `frame`, if more than one does.
+    pub fn shared_count(&self, frame: u64) -> Option<u64> {
+        self.shared.get(&frame).copied()
     }
 
     /// The guest RAM.
@@ -215,6 +346,10 @@ impl AddressSpace {
             bump: self.bump,
             free: self.free.iter().copied().collect(),
             pt_frames: self.pt_frames.iter().map(|(f, (l, b))| (*f, *l, *b)).collect(),
+            root: self.root,
+            spaces: self.spaces(),
+            shared: self.shared.iter().map(|(f, n)| (*f, *n)).collect(),
+            blocks_spaces: self.blocks_spaces(),
         }
     }
 
@@ -223,6 +358,11 @@ impl AddressSpace {
         self.bump = st.bump;
         self.free = st.free.iter().copied().collect();
         self.pt_frames = st.pt_frames.iter().map(|(f, l, b)| (*f, (*l, *b))).collect();
+        self.root = st.root;
+        self.spaces = st.spaces.iter().copied().collect();
+        self.spaces.insert(st.root);
+        self.shared = st.shared.iter().copied().filter(|(_, n)| *n > 1).collect();
+        self.blocks_spaces = st.blocks_spaces.iter().copied().collect();
         self.stale.clear();
     }
 
@@ -256,20 +396,38 @@ impl AddressSpace {
 
     /// Allocates a zeroed frame.
     pub fn alloc_frame(&mut self) -> Result<u64, MemError> {
-        let frame = if let Some(f) = self.free.pop_first() {
-            f
-        } else if self.bump + PAGE_SIZE <= self.size {
-            self.bump += PAGE_SIZE;
-            self.bump - PAGE_SIZE
-        } else {
-            return Err(MemError::OutOfFrames);
-        };
+        let frame = self.take_frame()?;
         self.write_phys(frame, &[0u8; PAGE_SIZE as usize]);
         Ok(frame)
     }
 
+    /// Allocates a frame whose contents the caller overwrites whole.
+    fn take_frame(&mut self) -> Result<u64, MemError> {
+        if let Some(f) = self.free.pop_first() {
+            Ok(f)
+        } else if self.bump + PAGE_SIZE <= self.size {
+            self.bump += PAGE_SIZE;
+            Ok(self.bump - PAGE_SIZE)
+        } else {
+            Err(MemError::OutOfFrames)
+        }
+    }
+
     fn free_frame(&mut self, frame: u64) {
         self.free.insert(frame);
+    }
+
+    /// Drops one mapping of the data frame `frame`: freed with its last one.
+    fn release(&mut self, frame: u64) {
+        match self.shared.get_mut(&frame) {
+            Some(n) => {
+                *n -= 1;
+                if *n <= 1 {
+                    self.shared.remove(&frame);
+                }
+            }
+            None => self.free_frame(frame),
+        }
     }
 
     /// Frames not yet handed out.
@@ -277,10 +435,15 @@ impl AddressSpace {
         (self.size - self.bump) / PAGE_SIZE + self.free.len() as u64
     }
 
-    /// Walks to the leaf entry of `va`, creating intermediate tables when `create` is set.
-    /// Returns the guest-physical address of the leaf PTE.
+    /// Walks the current space to the leaf entry of `va`, creating intermediate tables when
+    /// `create` is set. Returns the guest-physical address of the leaf PTE.
     fn walk(&mut self, va: u64, create: bool) -> Result<Option<u64>, MemError> {
-        let mut table = PML4_PHYS;
+        self.walk_in(self.root, va, create)
+    }
+
+    /// [`AddressSpace::walk`] in the space whose PML4 is `root`.
+    fn walk_in(&mut self, root: u64, va: u64, create: bool) -> Result<Option<u64>, MemError> {
+        let mut table = root;
         for level in (1..=3).rev() {
             let slot = table + index(va, level) * 8;
             let entry = self.read_u64(slot);
@@ -300,18 +463,13 @@ impl AddressSpace {
         Ok(Some(table + index(va, 0) * 8))
     }
 
+    #[cfg(test)]
     fn lookup(&self, va: u64) -> Option<(u64, u64)> {
-        let mut table = PML4_PHYS;
-        for level in (1..=3).rev() {
-            let entry = self.read_u64(table + index(va, level) * 8);
-            if entry & PTE_P == 0 {
-                return None;
-            }
-            table = entry & PTE_ADDR;
-        }
-        let slot = table + index(va, 0) * 8;
-        let pte = self.read_u64(slot);
-        (pte & PTE_P != 0).then_some((slot, pte))
+        self.lookup_in(self.root, va)
+    }
+
+    fn lookup_in(&self, root: u64, va: u64) -> Option<(u64, u64)> {
+        lookup_with(|gpa| self.read_u64(gpa), root, va)
     }
 
     /// Maps one page of the monitor (outside the user half) with explicit entry bits.
@@ -321,12 +479,17 @@ impl AddressSpace {
         Ok(())
     }
 
-    /// Guest-physical address backing user address `va`, if present.
+    /// Guest-physical address backing user address `va` in the current space, if present.
     pub fn translate(&self, va: u64) -> Option<u64> {
+        self.translate_in(self.root, va)
+    }
+
+    /// Guest-physical address backing user address `va` in space `root`, if present.
+    pub fn translate_in(&self, root: u64, va: u64) -> Option<u64> {
         if va >= USER_END {
             return None;
         }
-        self.lookup(va & !(PAGE_SIZE - 1)).map(|(_, pte)| (pte & PTE_ADDR) | (va & (PAGE_SIZE - 1)))
+        self.lookup_in(root, va & !(PAGE_SIZE - 1)).map(|(_, pte)| (pte & PTE_ADDR) | (va & (PAGE_SIZE - 1)))
     }
 
     /// Takes the leaf entries that must be re-written from ring 0 before the guest runs again.
@@ -350,7 +513,7 @@ impl AddressSpace {
     /// tables quickly.
     fn for_each_present(&self, addr: u64, len: u64, f: &mut dyn FnMut(u64, u64, u64)) {
         let end = addr.saturating_add(len).min(USER_END);
-        self.visit(PML4_PHYS, 3, 0, addr, end, f);
+        self.visit(self.root, 3, 0, addr, end, f);
     }
 
     fn visit(&self, table: u64, level: u32, base: u64, lo: u64, hi: u64, f: &mut dyn FnMut(u64, u64, u64)) {
@@ -380,6 +543,71 @@ impl AddressSpace {
         let mut out = Vec::new();
         self.for_each_present(addr, len, &mut |va, slot, pte| out.push((va, slot, pte)));
         out
+    }
+
+    /// The blocks overlay, if it applies to the current space.
+    fn overlay(&self) -> Option<&BlockImage> {
+        self.blocks().map(|b| &**b)
+    }
+
+    /// Maps into the space `to` every present user page of the current one: a copy in a
+    /// fresh frame, or for a page inside a range of `shared`, the same frame.
+    fn copy_user_half(&mut self, to: u64, shared: &[(u64, u64)]) -> Result<(), MemError> {
+        let mut buf = vec![0u8; PAGE_SIZE as usize];
+        for (va, _, pte) in self.collect_present(0, USER_END) {
+            let slot = self.walk_in(to, va, true)?.ok_or(MemError::OutOfFrames)?;
+            let frame = pte & PTE_ADDR;
+            if shared.iter().any(|&(start, end)| (start..end).contains(&va)) {
+                *self.shared.entry(frame).or_insert(1) += 1;
+                self.write_u64(slot, pte);
+            } else {
+                let copy = self.take_frame()?;
+                self.read_phys(frame, &mut buf);
+                self.write_phys(copy, &buf);
+                self.write_u64(slot, copy | (pte & !PTE_ADDR));
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees space `id`: its user pages (a shared frame with its last mapping), its page
+    /// tables and its PML4 (except the boot PML4, the template of every kernel half). Every
+    /// present entry of its user half is zeroed and, when `queue` is set, queued for the
+    /// ring-0 replay: a shadow MMU may still hold it, and its frame may serve as anything next.
+    fn drop_inner(&mut self, id: u64, queue: bool) {
+        self.clear_table(id, 3, 0, queue);
+        self.spaces.remove(&id);
+        self.blocks_spaces.remove(&id);
+        if id != PML4_PHYS {
+            self.pt_frames.remove(&id);
+            self.free_frame(id);
+        }
+    }
+
+    fn clear_table(&mut self, table: u64, level: u32, base: u64, queue: bool) {
+        let span = 1u64 << (12 + 9 * level);
+        // The upper half of a PML4 is the monitor's, shared by every space.
+        let entries = if level == 3 { 256 } else { 512 };
+        for i in 0..entries {
+            let slot = table + i * 8;
+            let entry = self.read_u64(slot);
+            if entry & PTE_P == 0 {
+                continue;
+            }
+            let va = base + i * span;
+            let frame = entry & PTE_ADDR;
+            if level == 0 {
+                self.release(frame);
+            } else if entry & PTE_PS == 0 {
+                self.clear_table(frame, level - 1, va, queue);
+                self.pt_frames.remove(&frame);
+                self.free_frame(frame);
+            }
+            self.write_u64(slot, 0);
+            if queue {
+                self.stale.push((slot, canonical(va)));
+            }
+        }
     }
 }
 
@@ -421,7 +649,7 @@ impl Memory for AddressSpace {
     fn unmap(&mut self, addr: u64, len: u64) {
         for (va, slot, pte) in self.collect_present(addr, len) {
             self.write_u64(slot, 0);
-            self.free_frame(pte & PTE_ADDR);
+            self.release(pte & PTE_ADDR);
             self.stale.push((slot, va));
         }
     }
@@ -448,7 +676,7 @@ impl Memory for AddressSpace {
             self.read_phys(gpa, &mut buf[done..done + n]);
             done += n;
         }
-        if let Some(b) = &self.blocks {
+        if let Some(b) = self.overlay() {
             b.overlay(addr, buf);
         }
         Ok(())
@@ -469,9 +697,10 @@ impl Memory for AddressSpace {
 
     fn for_each_page(&self, f: &mut dyn FnMut(u64, &[u8])) {
         let mut buf = vec![0u8; PAGE_SIZE as usize];
+        let overlay = self.overlay();
         self.for_each_present(0, USER_END, &mut |va, _slot, pte| {
             self.read_phys(pte & PTE_ADDR, &mut buf);
-            if let Some(b) = &self.blocks {
+            if let Some(b) = overlay {
                 b.overlay(va, &mut buf);
             }
             f(va, &buf);
@@ -480,6 +709,46 @@ impl Memory for AddressSpace {
 
     fn free_frames(&self) -> u64 {
         self.frames_left()
+    }
+
+    fn space(&self) -> u64 {
+        self.root
+    }
+
+    fn fork_space(&mut self, shared: &[(u64, u64)]) -> Result<u64, MemError> {
+        let id = self.new_space()?;
+        if let Err(e) = self.copy_user_half(id, shared) {
+            // Never run: nothing can cache its entries.
+            self.drop_inner(id, true);
+            return Err(e);
+        }
+        if self.blocks_spaces.contains(&self.root) {
+            self.blocks_spaces.insert(id);
+        }
+        Ok(id)
+    }
+
+    fn new_space(&mut self) -> Result<u64, MemError> {
+        let root = self.alloc_frame()?;
+        // The kernel half: the boot PML4's, complete since `write_monitor_structures`.
+        let mut half = [0u8; (PAGE_SIZE / 2) as usize];
+        self.read_phys(PML4_PHYS + PAGE_SIZE / 2, &mut half);
+        self.write_phys(root + PAGE_SIZE / 2, &half);
+        self.pt_frames.insert(root, (3, 0));
+        self.spaces.insert(root);
+        Ok(root)
+    }
+
+    fn switch_space(&mut self, id: u64) {
+        if self.spaces.contains(&id) {
+            self.root = id;
+        }
+    }
+
+    fn drop_space(&mut self, id: u64) {
+        if id != self.root && self.spaces.contains(&id) {
+            self.drop_inner(id, true);
+        }
     }
 }
 
@@ -564,6 +833,247 @@ mod tests {
         let mut s = space();
         assert!(s.populate(USER_END, PAGE_SIZE, Prot::RW).is_err());
         assert!(s.write(u64::MAX - 2, b"abc").is_err());
+    }
+
+    /// A space whose boot PML4 has a kernel half (the stub mapping), as the VM builds it.
+    fn booted() -> AddressSpace {
+        let mut s = space();
+        s.map_page(crate::layout::STUB_VA, crate::layout::USER_STUB_PHYS, PTE_P | PTE_U | PTE_A).unwrap();
+        s
+    }
+
+    fn read_str(s: &AddressSpace, va: u64, n: usize) -> Vec<u8> {
+        let mut buf = vec![0u8; n];
+        s.read(va, &mut buf).unwrap();
+        buf
+    }
+
+    #[test]
+    fn a_forked_space_is_an_independent_copy_but_for_shared_ranges() {
+        let mut s = booted();
+        s.populate(0x40_0000, 2 * PAGE_SIZE, Prot::RW).unwrap();
+        s.write(0x40_1000, b"parent").unwrap();
+        s.populate(0x70_0000, PAGE_SIZE, Prot::RW).unwrap();
+        s.write(0x70_0000, b"shared").unwrap();
+        s.populate(0x80_0000, PAGE_SIZE, Prot::READ).unwrap();
+        let before = s.frames_left();
+        let child = s.fork_space(&[(0x70_0000, 0x70_1000)]).unwrap();
+        assert_eq!(s.space(), PML4_PHYS, "forking leaves the current space current");
+        assert_ne!(child, PML4_PHYS);
+        assert_eq!(s.spaces(), vec![PML4_PHYS, child]);
+        assert!(!s.has_stale(), "a new space needs no ring-0 sync");
+        assert_eq!(s.page_table(child), Some((3, 0)));
+
+        // Copied pages: same bits, other frames; the shared page: the same frame, counted.
+        for va in [0x40_0000, 0x40_1000, 0x80_0000] {
+            let (_, p) = s.lookup_in(PML4_PHYS, va).unwrap();
+            let (_, c) = s.lookup_in(child, va).unwrap();
+            assert_eq!(p & !PTE_ADDR, c & !PTE_ADDR);
+            assert_ne!(p & PTE_ADDR, c & PTE_ADDR);
+        }
+        let frame = s.translate(0x70_0000).unwrap();
+        assert_eq!(s.translate_in(child, 0x70_0000), Some(frame));
+        assert_eq!(s.shared_count(frame), Some(2));
+
+        // Writes in one space show in the other only through the shared page.
+        s.switch_space(child);
+        assert_eq!(s.space(), child);
+        assert_eq!(read_str(&s, 0x40_1000, 6), b"parent");
+        s.write(0x40_1000, b"child!").unwrap();
+        s.write(0x70_0000, b"SHARED").unwrap();
+        s.switch_space(PML4_PHYS);
+        assert_eq!(read_str(&s, 0x40_1000, 6), b"parent");
+        assert_eq!(read_str(&s, 0x70_0000, 6), b"SHARED");
+        let mut seen = Vec::new();
+        s.for_each_page(&mut |va, _| seen.push(va));
+        assert_eq!(seen, vec![0x40_0000, 0x40_1000, 0x70_0000, 0x80_0000]);
+
+        // The child's unmap of the shared page frees nothing: the parent still maps it.
+        s.switch_space(child);
+        s.unmap(0x70_0000, PAGE_SIZE);
+        assert_eq!(s.take_stale().len(), 1);
+        assert_eq!(s.shared_count(frame), None);
+        s.switch_space(PML4_PHYS);
+        assert_eq!(read_str(&s, 0x70_0000, 6), b"SHARED");
+
+        // Dropping the child gives back every frame the fork took, and queues every entry of
+        // its user half, at every level, for the ring-0 replay.
+        let root_entry = (child, 0u64);
+        s.drop_space(child);
+        assert_eq!(s.frames_left(), before);
+        assert_eq!(s.spaces(), vec![PML4_PHYS]);
+        assert_eq!(s.page_table(child), None);
+        let stale = s.take_stale();
+        // Leaves 0x40_0000, 0x40_1000, 0x80_0000; the PD's entries of three PTs (the one of
+        // the unmapped page too); one PDPT entry; one PML4 entry.
+        assert_eq!(stale.len(), 3 + 3 + 1 + 1, "{stale:x?}");
+        assert!(stale.contains(&root_entry));
+        assert!(stale.iter().all(|(slot, _)| s.read_u64(*slot) == 0));
+        assert_eq!(read_str(&s, 0x40_1000, 6), b"parent", "the parent keeps its pages");
+        // A dropped space is gone: switching to it is ignored.
+        s.switch_space(child);
+        assert_eq!(s.space(), PML4_PHYS);
+    }
+
+    #[test]
+    fn a_shared_frame_is_freed_with_its_last_mapping() {
+        let mut s = booted();
+        s.populate(0x70_0000, PAGE_SIZE, Prot::RW).unwrap();
+        let before = s.frames_left();
+        let frame = s.translate(0x70_0000).unwrap();
+        let child = s.fork_space(&[(0x70_0000, 0x70_1000)]).unwrap();
+        s.unmap(0x70_0000, PAGE_SIZE);
+        assert!(!s.free.contains(&frame), "the child still maps it");
+        assert_eq!(s.translate_in(child, 0x70_0000), Some(frame));
+        s.drop_space(child);
+        assert!(s.free.contains(&frame));
+        assert_eq!(s.frames_left(), before + 1);
+
+        // Three spaces share it: dropping two keeps it for the third.
+        s.populate(0x70_0000, PAGE_SIZE, Prot::RW).unwrap();
+        let frame = s.translate(0x70_0000).unwrap();
+        let a = s.fork_space(&[(0x70_0000, 0x70_1000)]).unwrap();
+        let b = s.fork_space(&[(0x70_0000, 0x70_1000)]).unwrap();
+        assert_eq!(s.shared_count(frame), Some(3));
+        s.drop_space(a);
+        s.switch_space(b);
+        s.drop_space(PML4_PHYS);
+        assert_eq!(s.spaces(), vec![b]);
+        assert!(!s.free.contains(&frame));
+        s.write(0x70_0000, b"last").unwrap();
+        s.unmap(0x70_0000, PAGE_SIZE);
+        assert!(s.free.contains(&frame));
+    }
+
+    #[test]
+    fn the_current_space_and_unknown_ids_are_never_dropped() {
+        let mut s = booted();
+        s.populate(0x40_0000, PAGE_SIZE, Prot::RW).unwrap();
+        let child = s.fork_space(&[]).unwrap();
+        let left = s.frames_left();
+        s.drop_space(PML4_PHYS);
+        s.drop_space(0x1234_5000);
+        s.switch_space(0x1234_5000);
+        assert_eq!(s.space(), PML4_PHYS);
+        assert_eq!(s.frames_left(), left);
+        assert_eq!(s.spaces(), vec![PML4_PHYS, child]);
+        assert!(!s.has_stale());
+    }
+
+    #[test]
+    fn a_new_space_has_the_kernel_half_and_an_empty_user_half() {
+        let mut s = booted();
+        s.populate(0x40_0000, PAGE_SIZE, Prot::RW).unwrap();
+        let before = s.frames_left();
+        let id = s.new_space().unwrap();
+        assert_eq!(s.frames_left(), before - 1, "one frame: its PML4");
+        assert_eq!(s.space(), PML4_PHYS);
+        for i in 256..512 {
+            assert_eq!(s.read_u64(id + 8 * i), s.read_u64(PML4_PHYS + 8 * i), "entry {i}");
+        }
+        assert_ne!(s.read_u64(id + 8 * 511), 0, "the stub's entry is there");
+        assert!((0..256).all(|i| s.read_u64(id + 8 * i) == 0));
+        s.switch_space(id);
+        let mut buf = [0u8; 4];
+        assert!(matches!(s.read(0x40_0000, &mut buf), Err(MemError::NotPresent { .. })));
+        let mut pages = 0;
+        s.for_each_page(&mut |_, _| pages += 1);
+        assert_eq!(pages, 0);
+        s.populate(0x40_0000, PAGE_SIZE, Prot::RW).unwrap();
+        s.write(0x40_0000, b"exec").unwrap();
+        s.switch_space(PML4_PHYS);
+        assert_eq!(read_str(&s, 0x40_0000, 4), [0; 4]);
+
+        // The boot PML4 dropped (the first process exec'd) stays the kernel half's template.
+        s.switch_space(id);
+        s.drop_space(PML4_PHYS);
+        assert_eq!(s.spaces(), vec![id]);
+        assert!((0..256).all(|i| s.read_u64(PML4_PHYS + 8 * i) == 0));
+        let next = s.new_space().unwrap();
+        assert_ne!(next, PML4_PHYS);
+        assert_eq!(s.read_u64(next + 8 * 511), s.read_u64(PML4_PHYS + 8 * 511));
+    }
+
+    #[test]
+    fn the_blocks_overlay_follows_the_armed_space_and_its_forks() {
+        let mut s = booted();
+        s.populate(0x40_0000, PAGE_SIZE, Prot::RW).unwrap();
+        s.write(0x40_0010, &[0x55]).unwrap();
+        s.set_blocks(Some(Arc::new(BlockImage::from_blocks(vec![0x40_0010], vec![0x55]))));
+        assert!(s.poke(0x40_0010, crate::coverage::INT3));
+        assert_eq!(read_str(&s, 0x40_0010, 1), [0x55], "reads show the original byte");
+        let forked = s.fork_space(&[]).unwrap();
+        let exec = s.new_space().unwrap();
+        s.switch_space(forked);
+        assert!(s.blocks().is_some());
+        assert_eq!(read_str(&s, 0x40_0010, 1), [0x55]);
+        s.switch_space(exec);
+        assert!(s.blocks().is_none() && s.armed_blocks().is_some());
+        s.populate(0x40_0000, PAGE_SIZE, Prot::RW).unwrap();
+        s.write(0x40_0010, &[crate::coverage::INT3]).unwrap();
+        assert_eq!(read_str(&s, 0x40_0010, 1), [crate::coverage::INT3], "another program's own bytes");
+        assert_eq!(s.blocks_spaces(), vec![PML4_PHYS, forked]);
+        // Disarming reaches every space of the armed program, and no other.
+        assert!(s.poke_blocks(0x40_0010, 0x55));
+        let raw = |s: &AddressSpace, root| {
+            let mut b = [0u8];
+            s.read_phys(s.translate_in(root, 0x40_0010).unwrap(), &mut b);
+            b[0]
+        };
+        assert_eq!((raw(&s, PML4_PHYS), raw(&s, forked), raw(&s, exec)), (0x55, 0x55, crate::coverage::INT3));
+        s.switch_space(PML4_PHYS);
+        s.drop_space(forked);
+        assert_eq!(s.blocks_spaces(), vec![PML4_PHYS]);
+    }
+
+    #[test]
+    fn frame_state_round_trips_several_spaces() {
+        let mut s = booted();
+        s.populate(0x40_0000, 2 * PAGE_SIZE, Prot::RW).unwrap();
+        s.populate(0x70_0000, PAGE_SIZE, Prot::RW).unwrap();
+        s.write(0x40_0000, b"first").unwrap();
+        s.set_blocks(Some(Arc::new(BlockImage::default())));
+        let forked = s.fork_space(&[(0x70_0000, 0x70_1000)]).unwrap();
+        let exec = s.new_space().unwrap();
+        s.switch_space(exec);
+        s.populate(0x50_0000, PAGE_SIZE, Prot::READ).unwrap();
+        s.switch_space(forked);
+        s.write(0x40_0000, b"forkd").unwrap();
+        let st = s.frame_state();
+        assert_eq!(st.root, forked);
+        assert_eq!(st.spaces, vec![PML4_PHYS, forked, exec]);
+        assert_eq!(st.shared, vec![(s.translate(0x70_0000).unwrap(), 2)]);
+        assert_eq!(st.blocks_spaces, vec![PML4_PHYS, forked]);
+        let bytes = postcard::to_stdvec(&st).unwrap();
+        let back: FrameState = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(back, st);
+
+        // Into another RAM holding the same image: the same spaces, current one and pages.
+        let mut t = space();
+        let mut ram = vec![0u8; st.bump as usize];
+        s.read_phys(0, &mut ram);
+        t.write_phys(0, &ram);
+        t.set_frame_state(&back);
+        assert_eq!(t.frame_state(), st);
+        assert_eq!(t.space(), forked);
+        assert_eq!(read_str(&t, 0x40_0000, 5), b"forkd");
+        t.switch_space(PML4_PHYS);
+        assert_eq!(read_str(&t, 0x40_0000, 5), b"first");
+        t.switch_space(exec);
+        assert!(t.translate(0x40_0000).is_none() && t.translate(0x50_0000).is_some());
+
+        // State of the one-space layout reads as that space.
+        let old = FrameStateV1 { bump: st.bump, free: st.free.clone(), pt_frames: st.pt_frames.clone() };
+        let old: FrameStateV1 = postcard::from_bytes(&postcard::to_stdvec(&old).unwrap()).unwrap();
+        let new = FrameState::from(old);
+        assert_eq!((new.root, new.spaces.clone(), new.shared.clone()), (PML4_PHYS, vec![PML4_PHYS], vec![]));
+        t.set_frame_state(&new);
+        assert_eq!(t.space(), PML4_PHYS);
+        assert_eq!(t.spaces(), vec![PML4_PHYS]);
+        // Through serde's defaults, in a self-describing format, as well.
+        let json = serde_json::json!({"bump": st.bump, "free": [], "pt_frames": []});
+        let new: FrameState = serde_json::from_value(json).unwrap();
+        assert_eq!((new.root, new.spaces, new.blocks_spaces), (PML4_PHYS, vec![PML4_PHYS], vec![PML4_PHYS]));
     }
 
     #[test]

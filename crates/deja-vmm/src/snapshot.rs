@@ -20,11 +20,15 @@ use kvm_bindings::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::paging::FrameState;
+use crate::paging::{FrameState, FrameStateV1};
 use crate::vm::{Vm, VmError};
 
-/// Schema version of the snapshot payload inside its envelope.
-pub const SNAPSHOT_SCHEMA: u32 = 14;
+/// Schema version of the snapshot payload inside its envelope (15: the frames carry the
+/// address spaces of processes).
+pub const SNAPSHOT_SCHEMA: u32 = 15;
+
+/// The previous schema, still read: one address space, [`FrameStateV1`].
+const SNAPSHOT_SCHEMA_ONE_SPACE: u32 = 14;
 
 /// MSRs a snapshot carries: the syscall MSRs, the FS/GS bases, the TSC and SYSENTER state.
 pub const SNAPSHOT_MSRS: [u32; 11] = [
@@ -145,6 +149,40 @@ pub struct Snapshot {
     pub threads: Vec<(u64, crate::vm::ThreadContext)>,
 }
 
+/// [`Snapshot`] as schema 14 holds it: the same but for the frames.
+#[derive(Serialize, Deserialize)]
+struct SnapshotV14 {
+    meta: SnapshotMeta,
+    memory_size: u64,
+    vcpu: VcpuState,
+    frames: FrameStateV1,
+    #[serde(with = "bytes")]
+    ram: Vec<u8>,
+    #[serde(with = "bytes")]
+    kernel: Vec<u8>,
+    fs_base: u64,
+    gs_base: u64,
+    current_tid: u64,
+    threads: Vec<(u64, crate::vm::ThreadContext)>,
+}
+
+impl From<SnapshotV14> for Snapshot {
+    fn from(v: SnapshotV14) -> Snapshot {
+        Snapshot {
+            meta: v.meta,
+            memory_size: v.memory_size,
+            vcpu: v.vcpu,
+            frames: v.frames.into(),
+            ram: v.ram,
+            kernel: v.kernel,
+            fs_base: v.fs_base,
+            gs_base: v.gs_base,
+            current_tid: v.current_tid,
+            threads: v.threads,
+        }
+    }
+}
+
 /// Errors restoring a snapshot.
 #[derive(Debug, snafu::Snafu)]
 pub enum SnapshotError {
@@ -225,8 +263,15 @@ impl Snapshot {
 
     /// Decodes and validates a snapshot artifact.
     pub fn from_artifact(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
-        let payload = deja_format::decode(bytes)?.expect(deja_format::Kind::Snapshot, SNAPSHOT_SCHEMA)?;
-        let snap: Snapshot = postcard::from_bytes(&payload).map_err(|source| SnapshotError::Decode { source })?;
+        let envelope = deja_format::decode(bytes)?;
+        let decode = |e: postcard::Error| SnapshotError::Decode { source: e };
+        let snap: Snapshot = if envelope.schema == SNAPSHOT_SCHEMA_ONE_SPACE {
+            let payload = envelope.expect(deja_format::Kind::Snapshot, SNAPSHOT_SCHEMA_ONE_SPACE)?;
+            postcard::from_bytes::<SnapshotV14>(&payload).map_err(decode)?.into()
+        } else {
+            let payload = envelope.expect(deja_format::Kind::Snapshot, SNAPSHOT_SCHEMA)?;
+            postcard::from_bytes(&payload).map_err(decode)?
+        };
         snap.validate()?;
         Ok(snap)
     }
@@ -248,6 +293,18 @@ impl Snapshot {
             || !self.frames.pt_frames.iter().all(|(f, l, _)| in_use(*f) && *l <= 3)
         {
             return bad("frame lists point outside the RAM image".into());
+        }
+        let f = &self.frames;
+        let is_root = |r: &u64| *r == crate::layout::PML4_PHYS || f.pt_frames.iter().any(|(p, l, _)| p == r && *l == 3);
+        if !f.spaces.contains(&f.root)
+            || !f.spaces.iter().all(is_root)
+            || !f.blocks_spaces.iter().all(|s| f.spaces.contains(s))
+            || !f.shared.iter().all(|(fr, n)| in_use(*fr) && *n > 1)
+        {
+            return bad("the address spaces do not fit the frame lists".into());
+        }
+        if self.vcpu.sregs.cr3 != f.root {
+            return bad(format!("the vCPU runs in space {:#x}, the frames say {:#x}", self.vcpu.sregs.cr3, f.root));
         }
         if self.vcpu.msrs.len() != SNAPSHOT_MSRS.len() {
             return bad(format!("{} MSRs instead of {}", self.vcpu.msrs.len(), SNAPSHOT_MSRS.len()));
@@ -282,5 +339,92 @@ impl Snapshot {
         vm.set_vcpu_state(&self.vcpu, self.fs_base, self.gs_base)?;
         vm.set_thread_contexts(self.current_tid, &self.threads);
         Ok((vm, kernel))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::PML4_PHYS;
+
+    fn snapshot() -> Snapshot {
+        let mut vcpu = VcpuState {
+            regs: kvm_regs::default(),
+            sregs: kvm_sregs::default(),
+            xsave: kvm_xsave::default(),
+            xcrs: kvm_xcrs::default(),
+            debugregs: kvm_debugregs::default(),
+            events: kvm_vcpu_events::default(),
+            mp_state: kvm_mp_state::default(),
+            msrs: SNAPSHOT_MSRS.map(|index| kvm_msr_entry { index, ..Default::default() }).to_vec(),
+        };
+        vcpu.sregs.cr3 = PML4_PHYS;
+        let bump = 0x14000;
+        Snapshot {
+            meta: SnapshotMeta {
+                deja_version: "test".into(),
+                program_blake3: String::new(),
+                exe_path: "/bin/t".into(),
+                argv: vec![],
+                seed: 1,
+                syscall_index: 3,
+                virtual_time_ns: 0,
+                host: None,
+            },
+            memory_size: 16 << 20,
+            vcpu,
+            frames: FrameStateV1 { bump, free: vec![0x13000], pt_frames: vec![(PML4_PHYS, 3, 0), (0x11000, 2, 0)] }
+                .into(),
+            ram: vec![0; bump as usize],
+            kernel: vec![1, 2, 3],
+            fs_base: 0,
+            gs_base: 0,
+            current_tid: 1,
+            threads: vec![],
+        }
+    }
+
+    #[test]
+    fn a_one_space_snapshot_of_schema_14_reads_as_one_space() {
+        let snap = snapshot();
+        let old = SnapshotV14 {
+            meta: snap.meta.clone(),
+            memory_size: snap.memory_size,
+            vcpu: snap.vcpu.clone(),
+            frames: FrameStateV1 {
+                bump: snap.frames.bump,
+                free: snap.frames.free.clone(),
+                pt_frames: snap.frames.pt_frames.clone(),
+            },
+            ram: snap.ram.clone(),
+            kernel: snap.kernel.clone(),
+            fs_base: 0,
+            gs_base: 0,
+            current_tid: 1,
+            threads: vec![],
+        };
+        let payload = postcard::to_stdvec(&old).unwrap();
+        let artifact = deja_format::encode(deja_format::Kind::Snapshot, SNAPSHOT_SCHEMA_ONE_SPACE, &payload);
+        let back = Snapshot::from_artifact(&artifact).unwrap();
+        assert_eq!(back.frames, snap.frames);
+        assert_eq!((back.frames.root, back.frames.spaces.clone()), (PML4_PHYS, vec![PML4_PHYS]));
+        assert_eq!(back.to_artifact(), snap.to_artifact());
+        let again = Snapshot::from_artifact(&snap.to_artifact()).unwrap();
+        assert_eq!(again.frames, snap.frames);
+    }
+
+    #[test]
+    fn a_snapshot_whose_cr3_is_not_its_current_space_is_refused() {
+        let mut snap = snapshot();
+        snap.frames.spaces.push(0x12000);
+        snap.frames.pt_frames.push((0x12000, 3, 0));
+        assert!(Snapshot::from_artifact(&snap.to_artifact()).is_ok());
+        snap.frames.root = 0x12000;
+        let err = Snapshot::from_artifact(&snap.to_artifact()).unwrap_err().to_string();
+        assert!(err.contains("the vCPU runs in space 0x10000"), "{err}");
+        snap.frames.spaces.push(0x13000);
+        snap.vcpu.sregs.cr3 = 0x12000;
+        let err = Snapshot::from_artifact(&snap.to_artifact()).unwrap_err().to_string();
+        assert!(err.contains("address spaces"), "{err}");
     }
 }

@@ -567,7 +567,10 @@ impl Fs {
         }
         for (p, data) in inputs.files {
             if let Ok((norm, _)) = crate::fd::normalize("/", p.as_bytes()) {
-                fs.place(&norm, Kind::Static(Arc::from(data.as_slice())), 0o644, false, true);
+                // A program or a script may be run (`execve`); other files are read.
+                let runnable = data.starts_with(b"\x7fELF") || data.starts_with(b"#!");
+                let mode = if runnable { 0o755 } else { 0o644 };
+                fs.place(&norm, Kind::Static(Arc::from(data.as_slice())), mode, false, true);
             }
         }
         if let Ok((norm, _)) = crate::fd::normalize("/", exe_path.as_bytes()) {

@@ -13,6 +13,13 @@ impl Fs {
         &self.exe_path
     }
 
+    /// Makes `path` what `/proc/self/exe` names (the running process's program).
+    pub(crate) fn set_exe_path(&mut self, path: &str) {
+        if self.exe_path != path {
+            self.exe_path = path.to_string();
+        }
+    }
+
     /// The inode `id`.
     pub fn get(&self, id: u64) -> Option<&Inode> {
         self.inodes.get(&id)

@@ -57,6 +57,7 @@ use crate::net::Net;
 use crate::oracle::Oracle;
 use crate::persist::{DecodeSnafu, Persist, RawBytes, RestoreError, TrailingBytesSnafu};
 use crate::process::Process;
+use crate::procs::Procs;
 use crate::record::RunRecord;
 use crate::rng::RandomStream;
 use crate::sched::Sched;
@@ -134,6 +135,8 @@ pub struct Kernel {
     pub(crate) faults: FaultState,
     /// The program's random bytes (`getrandom`, `/dev/urandom`, `AT_RANDOM`).
     pub(crate) rng: RandomStream,
+    /// The node's processes: parents, groups, address spaces, the ones not running, zombies.
+    pub(crate) procs: Procs,
 }
 
 impl std::fmt::Debug for Kernel {
@@ -238,6 +241,171 @@ fn map_loader(
     Ok((bias, bias + img.entry))
 }
 
+/// A program to map: its bytes, parsed, and the path it runs as.
+pub(crate) struct Image<'a> {
+    pub(crate) bytes: &'a [u8],
+    pub(crate) img: &'a elf::ElfImage,
+    pub(crate) path: &'a str,
+}
+
+/// Maps a program into the current (empty) address space of `mem`, as Linux's
+/// `load_elf_binary` does: its segments (code rewritten), its loader from `fs` when it is
+/// dynamically linked, the vDSO, and a stack holding `argv`, `env` and the auxiliary vector.
+/// Returns the address space's description and where the program starts.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn map_program<S: AsRef<[u8]>>(
+    mem: &mut dyn Memory,
+    fs: &Fs,
+    image: &Image<'_>,
+    argv: &[S],
+    env: &[S],
+    rewrite: Rewrite,
+    vdso_mode: VdsoMode,
+    capacity: u64,
+    random: [u8; 16],
+) -> Result<(crate::procs::Mm, Entry), LoadError> {
+    let img = image.img;
+    // A dynamically linked program starts in its loader, found in the run's file system as
+    // the program would find it (declared, or in the root, through its symlinks).
+    let interp = match &img.interp {
+        Some(path) => {
+            let bytes = fs.static_at(path).context(DynamicSnafu { interpreter: path.clone() })?;
+            let loader = elf::parse(&bytes)?;
+            let shared = loader.e_type == ET_DYN && loader.interp.is_none();
+            snafu::ensure!(shared, BadInterpreterSnafu { interpreter: path.clone() });
+            Some((path.clone(), loader, bytes))
+        }
+        None => None,
+    };
+    let mut mappings = Mappings::new(capacity);
+
+    // Where each segment goes.
+    let min_page = page_down(img.min_vaddr());
+    let reloc = |v: u64| -> Option<u64> {
+        if img.e_type == ET_DYN {
+            PIE_BASE.checked_add(v.checked_sub(min_page)?)
+        } else {
+            Some(v)
+        }
+    };
+    let limit = STACK_TOP - STACK_SIZE;
+    let mut segs = Vec::new();
+    let mut total_pages = 0u64;
+    for p in img.loads() {
+        let (vaddr, memsz) = (p.p_vaddr, p.p_memsz);
+        let end = reloc(vaddr).and_then(|start| Some((start, start.checked_add(memsz)?)));
+        let (start, end) = end.context(BiasOverflowsSnafu { vaddr, memsz }).context(MalformedSnafu)?;
+        if start < USER_START || end > limit {
+            let outside = OutsideLoadableSnafu { start, end, low: USER_START, high: limit };
+            return Err(outside.build()).context(MalformedSnafu);
+        }
+        let (ps, pe) = (page_down(start), page_up(end).unwrap_or(limit));
+        total_pages += (pe - ps) / PAGE_SIZE;
+        segs.push((start, *p, ps, pe, segment_prot(p.p_flags)));
+    }
+    let stack_pages = STACK_SIZE / PAGE_SIZE;
+    if total_pages.saturating_add(stack_pages) > capacity {
+        return TooBigSnafu { image_kib: total_pages * 4, stack_kib: stack_pages * 4, available_kib: capacity * 4 }
+            .fail();
+    }
+
+    // Populate writable, copy file bytes, then compute the final per-page protection.
+    // Page → (protection, file offset of the page).
+    let mut page_prot: BTreeMap<u64, (Prot, u64)> = BTreeMap::new();
+    for (start, p, ps, pe, prot) in &segs {
+        mem.populate(*ps, pe - ps, Prot::RW).context(OutOfMemorySnafu { what: "the image" })?;
+        let off = p.p_offset as usize;
+        let data = &image.bytes[off..off + p.p_filesz as usize];
+        mem.write(*start, data).context(OutOfMemorySnafu { what: "the image" })?;
+        add_segment_pages(&mut page_prot, *ps, *pe, *prot, p.p_offset);
+    }
+    let runs = page_runs(&page_prot);
+    // Close the host channels in the code before it can run: rewrite the planned sites of
+    // the executable segments (their pages are still writable here).
+    let mut host = HostChannels::new(rewrite);
+    if rewrite == Rewrite::On {
+        let exec: Vec<(u64, u64)> =
+            segs.iter().filter(|(_, p, ..)| p.p_flags & PF_X != 0).map(|(_, _, ps, pe, _)| (*ps, *pe)).collect();
+        if let (Some(start), Some(end)) = (exec.iter().map(|r| r.0).min(), exec.iter().map(|r| r.1).max()) {
+            let plan = plan_file(image.bytes);
+            let base = if img.e_type == ET_DYN { PIE_BASE.wrapping_sub(min_page) } else { 0 };
+            let at = Placement { name: image.path.to_string(), start, end, base, by_addr: true };
+            host.apply(mem, &plan, &at).context(OutOfMemorySnafu { what: "the image" })?;
+        }
+    }
+    for (a, b, prot, offset) in runs {
+        mem.protect(a, b - a, prot);
+        mappings.insert(Vma { start: a, end: b, prot, kind: VmaKind::Image { offset }, shared: false });
+    }
+    let brk_start = segs.iter().map(|s| s.3).max().unwrap_or(USER_START).max(USER_START);
+    // The loader, where Linux's `load_elf_binary` puts it: in the mmap area, top-down.
+    let loader = match &interp {
+        Some((path, loader, bytes)) => Some(map_loader(mem, &mut mappings, &mut host, rewrite, path, bytes, loader)?),
+        None => None,
+    };
+    let vdso = match vdso_mode {
+        VdsoMode::On if mappings.is_free(VVAR_ADDR, VDSO_ADDR + vdso::image().pages() * PAGE_SIZE) => {
+            let state = vdso::map(mem, &mut mappings).context(OutOfMemorySnafu { what: "the vDSO" })?;
+            if rewrite == Rewrite::On {
+                let img = vdso::image();
+                let end = VDSO_ADDR + img.pages() * PAGE_SIZE;
+                let at = Placement { name: "[vdso]".into(), start: VDSO_ADDR, end, base: VDSO_ADDR, by_addr: true };
+                host.apply(mem, &plan_file(&img.bytes), &at).context(OutOfMemorySnafu { what: "the vDSO" })?;
+            }
+            Some(state)
+        }
+        _ => None,
+    };
+
+    // The stack.
+    mappings.insert(Vma {
+        start: STACK_TOP - STACK_SIZE,
+        end: STACK_TOP,
+        prot: Prot::RW,
+        kind: VmaKind::Stack,
+        shared: false,
+    });
+    let program_entry = reloc(img.entry).unwrap_or(0);
+    let phdr = reloc(img.phdr_vaddr()).unwrap_or(0);
+    let aux = AuxInfo {
+        phdr,
+        phnum: img.phdrs.len() as u64,
+        entry: program_entry,
+        base: loader.map_or(0, |l| l.0),
+        vdso: vdso.map(|_| VDSO_ADDR),
+    };
+    let entry_rip = loader.map_or(program_entry, |l| l.1);
+    let st = stack::build(STACK_TOP, argv, env, image.path, random, aux, STACK_SIZE / 4).context(ArgsTooBigSnafu)?;
+    let eager = page_up(STACK_TOP - st.rsp).unwrap_or(STACK_SIZE).max(STACK_EAGER);
+    mem.populate(STACK_TOP - eager, eager, Prot::RW).context(OutOfMemorySnafu { what: "the stack" })?;
+    mem.write(st.rsp, &st.bytes).context(OutOfMemorySnafu { what: "the stack" })?;
+
+    // The loader's mappings share the file system's copy of its bytes, and its inode.
+    mappings.share_file_data(fs);
+    let entry = Entry { rip: entry_rip, rsp: st.rsp };
+    // The coverage counters: an allocated section inside one loaded segment, not too big.
+    let coverage = elf::find_section(image.bytes, SANCOV_SECTION.as_bytes())
+        .filter(|&(addr, len)| {
+            len <= MAX_COVERAGE_COUNTERS
+                && img
+                    .loads()
+                    .any(|p| addr >= p.p_vaddr && addr.checked_add(len).is_some_and(|e| e <= p.p_vaddr + p.p_memsz))
+        })
+        .and_then(|(addr, len)| Some(CoverageRegion { addr: reloc(addr)?, len }))
+        .filter(|r| r.validate().is_ok());
+    let mm = crate::procs::Mm {
+        mappings,
+        brk_start,
+        brk_cur: brk_start,
+        exec_stack: img.exec_stack,
+        entry,
+        coverage,
+        host,
+        vdso,
+    };
+    Ok((mm, entry))
+}
+
 impl Kernel {
     /// Loads the ELF image into `mem`, builds the initial stack and returns the entry state.
     pub fn load(spec: ProgramSpec, mem: &mut dyn Memory) -> Result<(Kernel, Entry), LoadError> {
@@ -263,131 +431,14 @@ impl Kernel {
             spec.cpus.max(1),
             &spec.argv,
         );
-        // A dynamically linked program starts in its loader, found in the run's file system as
-        // the program would find it (declared, or in the root, through its symlinks).
-        let interp = match &img.interp {
-            Some(path) => {
-                let bytes = fs.static_at(path).context(DynamicSnafu { interpreter: path.clone() })?;
-                let loader = elf::parse(&bytes)?;
-                let shared = loader.e_type == ET_DYN && loader.interp.is_none();
-                snafu::ensure!(shared, BadInterpreterSnafu { interpreter: path.clone() });
-                Some((path.clone(), loader, bytes))
-            }
-            None => None,
-        };
         let free = mem.free_frames();
         let capacity = free - free / 100 * PAGE_TABLE_MARGIN_PERCENT - (free % 100) * PAGE_TABLE_MARGIN_PERCENT / 100;
-        let mut mappings = Mappings::new(capacity);
-
-        // Where each segment goes.
-        let min_page = page_down(img.min_vaddr());
-        let reloc = |v: u64| -> Option<u64> {
-            if img.e_type == ET_DYN {
-                PIE_BASE.checked_add(v.checked_sub(min_page)?)
-            } else {
-                Some(v)
-            }
-        };
-        let limit = STACK_TOP - STACK_SIZE;
-        let mut segs = Vec::new();
-        let mut total_pages = 0u64;
-        for p in img.loads() {
-            let (vaddr, memsz) = (p.p_vaddr, p.p_memsz);
-            let end = reloc(vaddr).and_then(|start| Some((start, start.checked_add(memsz)?)));
-            let (start, end) = end.context(BiasOverflowsSnafu { vaddr, memsz }).context(MalformedSnafu)?;
-            if start < USER_START || end > limit {
-                let outside = OutsideLoadableSnafu { start, end, low: USER_START, high: limit };
-                return Err(outside.build()).context(MalformedSnafu);
-            }
-            let (ps, pe) = (page_down(start), page_up(end).unwrap_or(limit));
-            total_pages += (pe - ps) / PAGE_SIZE;
-            segs.push((start, *p, ps, pe, segment_prot(p.p_flags)));
-        }
-        let stack_pages = STACK_SIZE / PAGE_SIZE;
-        if total_pages.saturating_add(stack_pages) > capacity {
-            return TooBigSnafu { image_kib: total_pages * 4, stack_kib: stack_pages * 4, available_kib: capacity * 4 }
-                .fail();
-        }
-
-        // Populate writable, copy file bytes, then compute the final per-page protection.
-        // Page → (protection, file offset of the page).
-        let mut page_prot: BTreeMap<u64, (Prot, u64)> = BTreeMap::new();
-        for (start, p, ps, pe, prot) in &segs {
-            mem.populate(*ps, pe - ps, Prot::RW).context(OutOfMemorySnafu { what: "the image" })?;
-            let off = p.p_offset as usize;
-            let data = &spec.image[off..off + p.p_filesz as usize];
-            mem.write(*start, data).context(OutOfMemorySnafu { what: "the image" })?;
-            add_segment_pages(&mut page_prot, *ps, *pe, *prot, p.p_offset);
-        }
-        let runs = page_runs(&page_prot);
-        // Close the host channels in the code before it can run: rewrite the planned sites of
-        // the executable segments (their pages are still writable here).
-        let mut host = HostChannels::new(spec.rewrite);
-        if spec.rewrite == Rewrite::On {
-            let exec: Vec<(u64, u64)> =
-                segs.iter().filter(|(_, p, ..)| p.p_flags & PF_X != 0).map(|(_, _, ps, pe, _)| (*ps, *pe)).collect();
-            if let (Some(start), Some(end)) = (exec.iter().map(|r| r.0).min(), exec.iter().map(|r| r.1).max()) {
-                let plan = plan_file(&spec.image);
-                let base = if img.e_type == ET_DYN { PIE_BASE.wrapping_sub(min_page) } else { 0 };
-                let at = Placement { name: spec.exe_path.clone(), start, end, base, by_addr: true };
-                host.apply(mem, &plan, &at).context(OutOfMemorySnafu { what: "the image" })?;
-            }
-        }
-        for (a, b, prot, offset) in runs {
-            mem.protect(a, b - a, prot);
-            mappings.insert(Vma { start: a, end: b, prot, kind: VmaKind::Image { offset }, shared: false });
-        }
-        let brk_start = segs.iter().map(|s| s.3).max().unwrap_or(USER_START).max(USER_START);
-        // The loader, where Linux's `load_elf_binary` puts it: in the mmap area, top-down.
-        let loader = match &interp {
-            Some((path, loader, bytes)) => {
-                Some(map_loader(mem, &mut mappings, &mut host, spec.rewrite, path, bytes, loader)?)
-            }
-            None => None,
-        };
-        let vdso = match spec.vdso {
-            VdsoMode::On if mappings.is_free(VVAR_ADDR, VDSO_ADDR + vdso::image().pages() * PAGE_SIZE) => {
-                let state = vdso::map(mem, &mut mappings).context(OutOfMemorySnafu { what: "the vDSO" })?;
-                if spec.rewrite == Rewrite::On {
-                    let img = vdso::image();
-                    let end = VDSO_ADDR + img.pages() * PAGE_SIZE;
-                    let at = Placement { name: "[vdso]".into(), start: VDSO_ADDR, end, base: VDSO_ADDR, by_addr: true };
-                    host.apply(mem, &plan_file(&img.bytes), &at).context(OutOfMemorySnafu { what: "the vDSO" })?;
-                }
-                Some(state)
-            }
-            _ => None,
-        };
-
-        // The stack.
-        mappings.insert(Vma {
-            start: STACK_TOP - STACK_SIZE,
-            end: STACK_TOP,
-            prot: Prot::RW,
-            kind: VmaKind::Stack,
-            shared: false,
-        });
         let mut rng = RandomStream::new(spec.seed);
         let mut random = [0u8; 16];
         rng.fill(&mut random);
-        let program_entry = reloc(img.entry).unwrap_or(0);
-        let phdr = reloc(img.phdr_vaddr()).unwrap_or(0);
-        let aux = AuxInfo {
-            phdr,
-            phnum: img.phdrs.len() as u64,
-            entry: program_entry,
-            base: loader.map_or(0, |l| l.0),
-            vdso: vdso.map(|_| VDSO_ADDR),
-        };
-        let entry_rip = loader.map_or(program_entry, |l| l.1);
-        let st = stack::build(STACK_TOP, &spec.argv, &spec.env, &spec.exe_path, random, aux, STACK_SIZE / 4)
-            .context(ArgsTooBigSnafu)?;
-        let eager = page_up(STACK_TOP - st.rsp).unwrap_or(STACK_SIZE).max(STACK_EAGER);
-        mem.populate(STACK_TOP - eager, eager, Prot::RW).context(OutOfMemorySnafu { what: "the stack" })?;
-        mem.write(st.rsp, &st.bytes).context(OutOfMemorySnafu { what: "the stack" })?;
-
-        // The loader's mappings share the file system's copy of its bytes, and its inode.
-        mappings.share_file_data(&fs);
+        let image = Image { bytes: &spec.image, img: &img, path: &spec.exe_path };
+        let (mm, entry) =
+            map_program(mem, &fs, &image, &spec.argv, &spec.env, spec.rewrite, spec.vdso, capacity, random)?;
         let faults = FaultState::new(spec.faults.clone(), spec.seed);
         let exe_name = spec.exe_path.rsplit('/').next().unwrap_or("");
         let mut comm = [0u8; 16];
@@ -400,22 +451,11 @@ impl Kernel {
         rlimits[7] = (1024, 4096); // RLIMIT_NOFILE
         rlimits[13] = (0, 0); // RLIMIT_NICE
         rlimits[14] = (0, 0); // RLIMIT_RTPRIO
-        let entry = Entry { rip: entry_rip, rsp: st.rsp };
-        // The coverage counters: an allocated section inside one loaded segment, not too big.
-        let coverage = elf::find_section(&spec.image, SANCOV_SECTION.as_bytes())
-            .filter(|&(addr, len)| {
-                len <= MAX_COVERAGE_COUNTERS
-                    && img
-                        .loads()
-                        .any(|p| addr >= p.p_vaddr && addr.checked_add(len).is_some_and(|e| e <= p.p_vaddr + p.p_memsz))
-            })
-            .and_then(|(addr, len)| Some(CoverageRegion { addr: reloc(addr)?, len }))
-            .filter(|r| r.validate().is_ok());
-        let process = Process {
-            mappings,
-            brk_start,
-            brk_cur: brk_start,
-            exec_stack: img.exec_stack,
+        let mut process = Process {
+            mappings: Mappings::default(),
+            brk_start: USER_START,
+            brk_cur: USER_START,
+            exec_stack: false,
             entry,
             exit: None,
             fs_base: 0,
@@ -428,12 +468,13 @@ impl Kernel {
             comm,
             last_fault: None,
             fault_repeats: 0,
-            coverage,
-            host,
-            vdso,
+            coverage: None,
+            host: HostChannels::new(spec.rewrite),
+            vdso: None,
             cpus: spec.cpus.max(1),
             itimer_real: None,
         };
+        mm.put(&mut process);
         let cwd = if spec.cwd.is_empty() || spec.cwd == "/" {
             crate::fs::ROOT
         } else {
@@ -446,15 +487,21 @@ impl Kernel {
             }
         };
         let files = Files { fs, locks: BTreeMap::new(), fds: FdTable::new(&spec.stdin), cwd };
+        let mut sched = Sched { clock: Clock::new(spec.seed), ..Sched::default() };
+        for t in sched.threads.threads.values_mut() {
+            t.space = mem.space();
+        }
+        let procs = Procs::first(mem.space(), &spec.exe_path);
         let mut kernel = Kernel {
             process,
             files,
             net: Net::default(),
-            sched: Sched { clock: Clock::new(spec.seed), ..Sched::default() },
+            sched,
             record: RunRecord::new(spec.record_trace),
             oracle: Oracle::default(),
             faults,
             rng,
+            procs,
         };
         kernel.publish_clock(mem);
         Ok((kernel, entry))
@@ -484,6 +531,7 @@ impl Kernel {
             self.oracle.save(),
             self.faults.save(),
             self.rng.save(),
+            self.procs.save(),
         ];
         let mut out = Vec::with_capacity(parts.iter().map(|p| p.len() + 10).sum());
         for p in &parts {
@@ -513,9 +561,19 @@ impl Kernel {
         let oracle = Oracle::restore(part()?, &record.syscalls())?;
         let faults = FaultState::restore(part()?, &())?;
         let rng = RandomStream::restore(part()?, &())?;
+        let mut procs = Procs::restore(part()?, &())?;
         snafu::ensure!(rest.is_empty(), TrailingBytesSnafu { count: rest.len() });
         process.mappings.share_file_data(&files.fs);
-        Ok(Kernel { process, files, net, sched, record, oracle, faults, rng })
+        for mm in procs.spaces.values_mut() {
+            mm.mappings.share_file_data(&files.fs);
+        }
+        for p in procs.table.values_mut() {
+            if let Some(q) = &mut p.parked {
+                q.mappings.share_file_data(&files.fs);
+            }
+        }
+        crate::procs::check_against(&procs, &sched, &files)?;
+        Ok(Kernel { process, files, net, sched, record, oracle, faults, rng, procs })
     }
 
     /// From now on random bytes (`getrandom`, `/dev/urandom`) come from the stream of `seed`,

@@ -404,11 +404,8 @@ impl Kernel {
             SO_ERROR => std::mem::take(&mut u.error),
             SO_PEERCRED => {
                 // `struct ucred` of the peer: this process, or nobody before a connection.
-                let (pid, id) = if u.peer.is_some() {
-                    (crate::sys_proc::GUEST_PID as u32, crate::stack::GUEST_UID as u32)
-                } else {
-                    (0, 65_534)
-                };
+                let (pid, id) =
+                    if u.peer.is_some() { (self.pid() as u32, crate::stack::GUEST_UID as u32) } else { (0, 65_534) };
                 return Ok(Some([pid, id, id].iter().flat_map(|v| v.to_le_bytes()).collect()));
             }
             _ => return Ok(None),
@@ -460,7 +457,7 @@ impl Kernel {
                 let mut c = [0u8; 12];
                 self.process.mappings.copy_in(mem, at + 16, &mut c)?;
                 let word = |i: usize| u32::from_le_bytes(c[i..i + 4].try_into().unwrap_or_default());
-                let own = u64::from(word(0)) == crate::sys_proc::GUEST_PID
+                let own = u64::from(word(0)) == self.pid()
                     && u64::from(word(4)) == crate::stack::GUEST_UID
                     && u64::from(word(8)) == crate::stack::GUEST_UID;
                 if !own {
@@ -701,7 +698,7 @@ impl Kernel {
                 let mut c = 28u64.to_le_bytes().to_vec();
                 c.extend_from_slice(&SOL_SOCKET.to_le_bytes());
                 c.extend_from_slice(&SCM_CREDENTIALS.to_le_bytes());
-                c.extend_from_slice(&(crate::sys_proc::GUEST_PID as u32).to_le_bytes());
+                c.extend_from_slice(&(self.pid() as u32).to_le_bytes());
                 c.extend_from_slice(&(crate::stack::GUEST_UID as u32).to_le_bytes());
                 c.extend_from_slice(&(crate::stack::GUEST_UID as u32).to_le_bytes());
                 self.process.mappings.copy_out(mem, ctl, &c)?;

@@ -20,7 +20,6 @@
 
 use crate::kernel::{Kernel, SysResult, AT_FDCWD, AT_SYMLINK_NOFOLLOW};
 use crate::sys_fs::AT_REMOVEDIR;
-use crate::sys_proc::GUEST_PID;
 use crate::Memory;
 
 mod render;
@@ -165,12 +164,12 @@ syscall_table! {
     54     "setsockopt"        [Fd, Int, Int, Ptr, Len] => |k, m, a| k.sys_setsockopt(m, a[0], a[1], a[2], a[3], a[4]);
     55     "getsockopt"        [Fd, Int, Int, Ptr, Ptr] => |k, m, a| k.sys_getsockopt(m, a[0], a[1], a[2], a[3], a[4]);
     56     "clone"             [Flags, Ptr, Ptr, Ptr, Ptr] => |k, m, a| k.sys_clone(m, a);
-    57     "fork";
-    58     "vfork";
-    59     "execve";
+    57     "fork"              [] => |k, m, _| k.sys_fork(m);
+    58     "vfork"             [] => |k, m, _| k.sys_vfork(m);
+    59     "execve"            [Path, Ptr, Ptr] => |k, m, a| k.sys_execve(m, a[0], a[1], a[2]);
     60     "exit"              [Int] => |k, m, a| k.sys_exit_thread(m, a[0]);
-    61     "wait4";
-    62     "kill"              [Int, Int] => |k, _, a| k.sys_kill(a[0], a[1]);
+    61     "wait4"             [Int, Ptr, Flags, Ptr] => |k, m, a| k.sys_wait4(m, a);
+    62     "kill"              [Int, Int] => |k, m, a| k.sys_kill_process(m, a[0], a[1]);
     63     "uname"             [Ptr] => |k, m, a| k.sys_uname(m, a[0]);
     64     "semget";
     65     "semop";
@@ -217,10 +216,10 @@ syscall_table! {
     106    "setgid"            [Int] => |k, _, a| k.sys_setuid(a[0]);
     107    "geteuid"           [] => |k, _, _| k.sys_getuid();
     108    "getegid"           [] => |k, _, _| k.sys_getuid();
-    109    "setpgid";
+    109    "setpgid"           [Int, Int] => |k, _, a| k.sys_setpgid(a[0], a[1]);
     110    "getppid"           [] => |k, _, _| k.sys_getppid();
     111    "getpgrp"           [] => |k, _, _| k.sys_getpgrp();
-    112    "setsid";
+    112    "setsid"            [] => |k, _, _| k.sys_setsid();
     113    "setreuid"          [Int, Int] => |k, _, a| k.sys_set_ids(&a[..2]);
     114    "setregid"          [Int, Int] => |k, _, a| k.sys_set_ids(&a[..2]);
     115    "getgroups"         [Int, Ptr] => |k, _, _| k.sys_getgroups();
@@ -229,10 +228,10 @@ syscall_table! {
     118    "getresuid"         [Ptr, Ptr, Ptr] => |k, m, a| k.sys_getresuid(m, a[0], a[1], a[2]);
     119    "setresgid"         [Int, Int, Int] => |k, _, a| k.sys_set_ids(&a[..3]);
     120    "getresgid"         [Ptr, Ptr, Ptr] => |k, m, a| k.sys_getresuid(m, a[0], a[1], a[2]);
-    121    "getpgid"           [Int] => |k, _, _| k.sys_getpgrp();
+    121    "getpgid"           [Int] => |k, _, a| k.sys_getpgid(a[0]);
     122    "setfsuid"          [Int] => |k, _, _| k.sys_setfsid();
     123    "setfsgid"          [Int] => |k, _, _| k.sys_setfsid();
-    124    "getsid"            [Int] => |k, _, _| k.sys_getpgrp();
+    124    "getsid"            [Int] => |k, _, a| k.sys_getsid(a[0]);
     125    "capget"            [Ptr, Ptr] => |k, m, a| k.sys_capget(m, a[0], a[1]);
     126    "capset"            [Ptr, Ptr] => |k, m, a| k.sys_capset(m, a[0], a[1]);
     127    "rt_sigpending"     [Ptr, Len] => |k, m, a| k.sys_rt_sigpending(m, a[0], a[1]);
@@ -308,7 +307,7 @@ syscall_table! {
     197    "removexattr"       [Path, Ptr] => |k, m, a| k.sys_xattr(m, 3, Some(a[0]), 0, false);
     198    "lremovexattr"      [Path, Ptr] => |k, m, a| k.sys_xattr(m, 3, Some(a[0]), 0, true);
     199    "fremovexattr"      [Fd, Ptr] => |k, m, a| k.sys_xattr(m, 3, None, a[0], false);
-    200    "tkill"             [Int, Int] => |k, _, a| k.sys_tgkill(GUEST_PID, a[0], a[1]);
+    200    "tkill"             [Int, Int] => |k, m, a| k.sys_tkill(m, a[0], a[1]);
     201    "time"              [Ptr] => |k, m, a| k.sys_time(m, a[0]);
     202    "futex"             [Ptr, Int, Int, Ptr, Ptr, Int] => |k, m, a| k.sys_futex(m, a);
     203    "sched_setaffinity" [Int, Len, Ptr] => |k, m, a| k.sys_sched_setaffinity(m, a[0], a[1], a[2]);
@@ -343,7 +342,7 @@ syscall_table! {
     232    "epoll_wait"        [Fd, Ptr, Int, Int]
            => |k, m, a| k.sys_epoll_wait(m, a[0], a[1], a[2], Kernel::ms_timeout(a[3]));
     233    "epoll_ctl"         [Fd, Int, Fd, Ptr] => |k, m, a| k.sys_epoll_ctl(m, a[0], a[1], a[2], a[3]);
-    234    "tgkill"            [Int, Int, Int] => |k, _, a| k.sys_tgkill(a[0], a[1], a[2]);
+    234    "tgkill"            [Int, Int, Int] => |k, m, a| k.sys_tgkill(m, a[0], a[1], a[2]);
     235    "utimes";
     236    "vserver";
     237    "mbind";
@@ -356,7 +355,7 @@ syscall_table! {
     244    "mq_notify";
     245    "mq_getsetattr";
     246    "kexec_load";
-    247    "waitid";
+    247    "waitid"            [Int, Int, Ptr, Flags, Ptr] => |k, m, a| k.sys_waitid(m, a);
     248    "add_key";
     249    "request_key";
     250    "keyctl";
@@ -433,7 +432,7 @@ syscall_table! {
     319    "memfd_create";
     320    "kexec_file_load";
     321    "bpf";
-    322    "execveat";
+    322    "execveat"          [Fd, Path, Ptr, Ptr, Flags] => |k, m, a| k.sys_execveat(m, a[0], a[1], a[2], a[3], a[4]);
     323    "userfaultfd";
     324    "membarrier"        [Int, Flags, Int] => |k, _, a| k.sys_membarrier(a[0], a[1]);
     325    "mlock2"            [Ptr, Len, Flags] => |k, _, _| k.sys_mlock();
@@ -590,7 +589,7 @@ mod tests {
                 assert!(handler(nr).is_none() && args(nr).is_none());
             }
         }
-        assert_eq!(TABLE.iter().filter(|e| e.served()).count(), 195);
+        assert_eq!(TABLE.iter().filter(|e| e.served()).count(), 203);
         assert_eq!(args(0), Some(&[Arg::Fd, Arg::Ptr, Arg::Len][..]));
         assert_eq!(args(257), Some(&[Arg::Fd, Arg::Path, Arg::Flags, Arg::Mode][..]));
         assert!(entry(334).is_some_and(Entry::served), "rseq is answered on purpose");

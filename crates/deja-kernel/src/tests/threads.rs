@@ -47,9 +47,10 @@ fn clone_writes_tids_and_spawns() {
     assert_eq!(sc(&mut k, &mut m, "gettid", &[]), 3);
     assert_eq!(k.current_tid(), 1);
     assert_eq!(k.fs_base(), 0);
-    // fork and vfork are unsupported; bad combinations are EINVAL / EPERM / EFAULT.
-    assert_eq!(sc(&mut k, &mut m, "clone", &[17, 0, 0, 0, 0]), -38);
-    assert_eq!(sc(&mut k, &mut m, "clone", &[0x4111, 0, 0, 0, 0]), -38);
+    // Processes sharing fds (CLONE_FILES) or the working directory (CLONE_FS) are not
+    // modelled; bad combinations are EINVAL / EPERM / EFAULT.
+    assert_eq!(sc(&mut k, &mut m, "clone", &[0x400 | 17, 0, 0, 0, 0]), -38);
+    assert_eq!(sc(&mut k, &mut m, "clone", &[0x200 | 17, 0, 0, 0, 0]), -38);
     assert_eq!(sc(&mut k, &mut m, "clone", &[0x10100, 0, 0, 0, 0]), EINVAL, "THREAD without SIGHAND");
     assert_eq!(sc(&mut k, &mut m, "clone", &[GLIBC_FLAGS, 0, buf, buf, 1 << 63]), -1);
     assert!(k.take_spawned().is_empty(), "nothing created by failed clones");
@@ -72,7 +73,7 @@ fn clone3_creates_threads() {
     assert_eq!(sc(&mut k, &mut m, "clone3", &[buf + 0x100, 8]), EINVAL);
     assert_eq!(sc(&mut k, &mut m, "clone3", &[buf + 0x100, 8192]), -7);
     assert_eq!(sc(&mut k, &mut m, "clone3", &[0x10, 64]), EFAULT);
-    let fork: Vec<u8> = [0u64, 0, 0, 0, 17, 0, 0, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
+    let fork: Vec<u8> = [0x200u64, 0, 0, 0, 17, 0, 0, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
     poke(&k, &mut m, buf + 0x200, &fork);
     assert_eq!(sc(&mut k, &mut m, "clone3", &[buf + 0x200, 64]), -38);
 }

@@ -307,6 +307,18 @@ pub struct Vm {
     setup: CpuSetup,
     /// Coverage breakpoints hit since the last [`Vm::take_block_hits`].
     block_hits: Vec<BlockHit>,
+    /// The XSAVE image of a fresh vCPU: what a program starts with (at boot and after
+    /// `execve`).
+    boot_xsave: XsaveImage,
+}
+
+/// A whole XSAVE region (4 KiB), kept without printing it.
+struct XsaveImage(Box<[u32; 1024]>);
+
+impl std::fmt::Debug for XsaveImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("XsaveImage")
+    }
 }
 
 impl Vm {
@@ -364,8 +376,10 @@ impl Vm {
             dirty_sregs: false,
             setup,
             block_hits: Vec::new(),
+            boot_xsave: XsaveImage(Box::new([0; 1024])),
         };
         vmx.setup_cpu()?;
+        vmx.boot_xsave = XsaveImage(Box::new(ioctl("KVM_GET_XSAVE", vmx.vcpu.get_xsave())?.region));
         if setup.faulting && !vmx.try_enable_cpuid_faulting()? {
             return Err(VmError::Config { message: "this host stopped offering CPUID faulting to a new VM".into() });
         }
@@ -389,12 +403,13 @@ impl Vm {
         armed
     }
 
-    /// Puts back the original byte of each block of `ids` (seen by the campaign).
+    /// Puts back the original byte of each block of `ids` (seen by the campaign), in every
+    /// space running the armed program.
     pub fn disarm_blocks(&mut self, ids: &[u32]) {
-        let Some(blocks) = self.space.blocks().cloned() else { return };
+        let Some(blocks) = self.space.armed_blocks().cloned() else { return };
         for &id in ids {
             if let Some(addr) = blocks.addr(id as usize) {
-                self.space.poke(addr, blocks.original(id as usize));
+                self.space.poke_blocks(addr, blocks.original(id as usize));
             }
         }
     }
@@ -405,7 +420,7 @@ impl Vm {
         self.stats.breakpoint_exits += 1;
         if let Some(blocks) = self.space.blocks().cloned() {
             if let Some(addr) = blocks.addr(id) {
-                self.space.poke(addr, blocks.original(id));
+                self.space.poke_blocks(addr, blocks.original(id));
             }
         }
         self.block_hits.push(BlockHit { block: id as u32, decision });
@@ -535,6 +550,12 @@ impl Vm {
     pub fn enter_user(&mut self, rip: u64, rsp: u64, rbp: u64) -> Result<(), VmError> {
         let regs = kvm_regs { rip, rsp, rbp, rflags: RFLAGS_FIXED | RFLAGS_IF, ..Default::default() };
         ioctl("KVM_SET_REGS", self.vcpu.set_regs(&regs))?;
+        let sregs = ioctl("KVM_GET_SREGS", self.vcpu.get_sregs())?;
+        // The sync area holds the vCPU's registers from here on, before any exit fills it: a
+        // change made before the first run (CR3 following the current space) starts from them.
+        let sync = self.vcpu.sync_regs_mut();
+        sync.regs = regs;
+        sync.sregs = sregs;
         if self.path == RegisterPath::SyncRegs {
             self.vcpu.set_sync_valid_reg(SyncReg::Register);
             self.vcpu.set_sync_valid_reg(SyncReg::SystemRegister);
@@ -675,5 +696,86 @@ impl Clone for ThreadContext {
 impl std::fmt::Debug for ThreadContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ThreadContext").field("rip", &self.regs.rip).field("fs_base", &self.fs_base).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CODE_VA: u64 = 0x40_0000;
+    const DATA_VA: u64 = 0x60_0000;
+
+    /// `movl $v, DATA_VA; syscall`
+    fn store(v: u32) -> Vec<u8> {
+        let mut code = vec![0xc7, 0x04, 0x25];
+        code.extend_from_slice(&(DATA_VA as u32).to_le_bytes());
+        code.extend_from_slice(&v.to_le_bytes());
+        code.extend_from_slice(&[0x0f, 0x05]);
+        code
+    }
+
+    fn word(vm: &Vm, space: u64) -> u32 {
+        let gpa = vm.space.translate_in(space, DATA_VA).unwrap();
+        let mut b = [0u8; 4];
+        vm.space.read_phys(gpa, &mut b);
+        u32::from_le_bytes(b)
+    }
+
+    /// Runs the raw code at `CODE_VA` to its syscall (no exception expected).
+    fn run(vm: &mut Vm) {
+        vm.enter_user(CODE_VA, DATA_VA + 0x800, 0).unwrap();
+        let none = |_: u64, _: u8, _: &[u64; 16]| None;
+        assert_eq!(vm.run_probe(&none).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn the_guest_runs_in_the_space_switched_to() {
+        if !std::path::Path::new("/dev/kvm").exists() {
+            eprintln!("skipped: no /dev/kvm");
+            return;
+        }
+        let mut vm = Vm::with_setup(16 << 20, CpuSetup { faulting: false, pin: None }).unwrap();
+        vm.load_raw(CODE_VA, &store(0x1111), DATA_VA).unwrap();
+        let first = vm.space.space();
+        let second = vm.space.fork_space(&[]).unwrap();
+        vm.space.switch_space(second);
+        vm.space.write(CODE_VA, &store(0x2222)).unwrap();
+
+        run(&mut vm);
+        assert_eq!(vm.vcpu.sync_regs().sregs.cr3, second);
+        assert_eq!((word(&vm, first), word(&vm, second)), (0, 0x2222));
+
+        vm.space.switch_space(first);
+        run(&mut vm);
+        assert_eq!(vm.vcpu.sync_regs().sregs.cr3, first);
+        assert_eq!((word(&vm, first), word(&vm, second)), (0x1111, 0x2222));
+
+        // A dropped space's entries are replayed from ring 0 before the guest runs again, in
+        // the current space, which the vCPU stays in.
+        vm.space.drop_space(second);
+        assert!(vm.space.has_stale());
+        let syncs = vm.stats.pt_syncs;
+        // The next space takes the dropped one's frames: its PML4 is the dropped PML4.
+        let third = vm.space.fork_space(&[]).unwrap();
+        assert_eq!(third, second);
+        vm.space.switch_space(third);
+        vm.space.write(CODE_VA, &store(0x3333)).unwrap();
+        run(&mut vm);
+        assert_eq!(vm.stats.pt_syncs, syncs + 1);
+        assert!(!vm.space.has_stale());
+        assert_eq!(vm.vcpu.sync_regs().sregs.cr3, third);
+        assert_eq!((word(&vm, first), word(&vm, third)), (0x1111, 0x3333));
+
+        // `execve`'s reset: the program's first registers and the boot XSAVE image.
+        let mut x = vm.vcpu.get_xsave().unwrap();
+        x.region[6] = 0x9f80; // MXCSR with FZ
+                              // SAFETY: a whole 4 KiB `kvm_xsave` read back from this vCPU, one MXCSR bit changed.
+        unsafe { vm.vcpu.set_xsave(&x) }.unwrap();
+        vm.start_program(deja_kernel::Entry { rip: CODE_VA, rsp: DATA_VA + 0x100 }).unwrap();
+        let r = vm.vcpu.sync_regs().regs;
+        assert_eq!((r.rip, r.rsp, r.rax, r.rcx, r.rflags), (CODE_VA, DATA_VA + 0x100, 0, 0, RFLAGS_FIXED | RFLAGS_IF));
+        assert_eq!(vm.vcpu.get_xsave().unwrap().region[..], vm.boot_xsave.0[..]);
+        assert_eq!(vm.bases(), (0, 0));
     }
 }

@@ -72,6 +72,18 @@ impl Vm {
         self.vcpu.sync_regs().regs.rip
     }
 
+    /// Makes CR3 the current address space's ([`AddressSpace::root`]) for the next entry: the
+    /// core may have switched spaces (a process switch, `execve`) since the guest last ran.
+    pub(super) fn follow_space(&mut self) {
+        let root = self.space.root();
+        // Through the mutable view: no copy of the sync area per entry.
+        let sregs = &mut self.vcpu.sync_regs_mut().sregs;
+        if sregs.cr3 != root {
+            sregs.cr3 = root;
+            self.mark_dirty(SyncReg::SystemRegister);
+        }
+    }
+
     /// Replays stale page-table entries from ring 0 so that no CPU or shadow-MMU cache keeps a
     /// mapping the monitor removed or narrowed.
     fn pt_sync(&mut self) -> Result<(), VmError> {
@@ -86,7 +98,11 @@ impl Vm {
             return Ok(());
         }
         self.stats.pt_syncs += 1;
-        let saved = self.vcpu.sync_regs();
+        // The routine runs in the current space (any live space maps the monitor) and leaves
+        // the vCPU in it: the space it ran in last may be one the entries come from, dropped.
+        let root = self.space.root();
+        let mut saved = self.vcpu.sync_regs();
+        saved.sregs.cr3 = root;
         let per_batch = (CMD_SIZE / 16) as usize;
         for batch in entries.chunks(per_batch) {
             for (i, (slot, va)) in batch.iter().enumerate() {
@@ -104,6 +120,7 @@ impl Vm {
                     ..Default::default()
                 };
                 set_kernel_segments(&mut sync.sregs);
+                sync.sregs.cr3 = root;
             }
             self.mark_dirty(SyncReg::Register);
             self.mark_dirty(SyncReg::SystemRegister);
@@ -236,35 +253,81 @@ impl Vm {
     }
 
     /// On the current thread's way back to ring 3 (its registers are in the vCPU): runs the
-    /// handler of the signal it has to take, if any. `Some` if the signal ended the program.
+    /// handler of the signal it has to take, if any. `Some` if the signal ended the program. A
+    /// signal that ends a process other than the node's first moves the vCPU to the thread
+    /// the core runs next, which may have a signal of its own to take.
     fn take_signal(&mut self, kernel: &mut Kernel) -> Result<Option<ExitStatus>, VmError> {
-        if !kernel.signal_due() {
-            return Ok(None);
-        }
-        let r = self.vcpu.sync_regs().regs;
-        let mut ctx = self.user_context(gprs_of(&r), r.rip, r.rflags)?;
-        match kernel.deliver_signal(&mut self.space, &mut ctx) {
-            Ok(Some(_)) => {
-                self.stats.signals += 1;
-                self.install_context(&ctx)?;
-                Ok(None)
+        loop {
+            if !kernel.signal_due() {
+                return Ok(None);
             }
-            Ok(None) => Ok(None),
-            Err(status) => Ok(Some(status)),
+            let r = self.vcpu.sync_regs().regs;
+            let mut ctx = self.user_context(gprs_of(&r), r.rip, r.rflags)?;
+            let tid = self.current_tid;
+            match kernel.deliver_signal(&mut self.space, &mut ctx) {
+                Ok(Some(_)) => {
+                    self.stats.signals += 1;
+                    self.install_context(&ctx)?;
+                    return Ok(None);
+                }
+                Ok(None) if kernel.current_tid() != tid && !kernel.is_idle() => {
+                    self.switch_threads(kernel)?;
+                    kernel.before_run(&mut self.space);
+                    self.apply_bases(kernel.fs_base(), kernel.gs_base());
+                }
+                Ok(None) => return Ok(None),
+                Err(status) => return Ok(Some(status)),
+            }
         }
     }
 
+    /// After the process of the current thread ended outside a syscall (a fault, a signal taken
+    /// on the way back to ring 3): the vCPU leaves ring 0 in the thread the core runs next.
+    /// `Some` if the run stops there (the node is idle, or a signal ended it).
+    fn after_process_end(&mut self, kernel: &mut Kernel) -> Result<Option<Stop>, VmError> {
+        self.switch_threads(kernel)?;
+        {
+            let sync = self.vcpu.sync_regs_mut();
+            set_user_segments(&mut sync.sregs);
+        }
+        self.fs_base = u64::MAX; // reload the bases with the user segments
+        self.mark_dirty(SyncReg::SystemRegister);
+        kernel.before_run(&mut self.space);
+        self.apply_bases(kernel.fs_base(), kernel.gs_base());
+        if kernel.is_idle() {
+            return Ok(Some(Stop::Idle));
+        }
+        Ok(self.take_signal(kernel)?.map(Stop::Exited))
+    }
+
     /// Puts a syscall's return value in RAX, resumes after the `syscall` instruction and applies
-    /// the core's thread changes.
+    /// the core's thread changes; after an `execve`, starts the new program instead.
     fn finish_syscall(&mut self, kernel: &mut Kernel, value: u64) -> Result<(), VmError> {
         let r = &mut self.vcpu.sync_regs_mut().regs;
         r.rax = value;
         r.rip = r.rcx;
         r.rflags = (r.r11 & !RFLAGS_RF) | RFLAGS_FIXED;
         self.mark_dirty(SyncReg::Register);
+        if let Some(entry) = kernel.take_exec() {
+            self.start_program(entry)?;
+        }
         self.switch_threads(kernel)?;
         kernel.before_run(&mut self.space);
         self.apply_bases(kernel.fs_base(), kernel.gs_base());
+        Ok(())
+    }
+
+    /// Resets the running thread to a program's first instruction (`execve`): every GPR 0,
+    /// RIP and RSP from `entry`, RFLAGS, XSAVE and the FS/GS bases as at boot.
+    pub(super) fn start_program(&mut self, entry: deja_kernel::Entry) -> Result<(), VmError> {
+        let x = kvm_xsave { region: *self.boot_xsave.0, ..Default::default() };
+        // SAFETY: a whole 4 KiB `kvm_xsave` read back from this vCPU when it was set up (see
+        // `set_vcpu_state`).
+        ioctl("KVM_SET_XSAVE", unsafe { self.vcpu.set_xsave(&x) })?;
+        self.vcpu.sync_regs_mut().regs =
+            kvm_regs { rip: entry.rip, rsp: entry.rsp, rflags: RFLAGS_FIXED | RFLAGS_IF, ..Default::default() };
+        self.mark_dirty(SyncReg::Register);
+        self.apply_bases(0, 0);
         Ok(())
     }
 
@@ -308,6 +371,7 @@ impl Vm {
         }
         loop {
             self.pt_sync()?;
+            self.follow_space();
             let exit = self.kvm_run()?;
             let port = match exit {
                 Exit::Out(port) => port,
@@ -489,9 +553,19 @@ impl Vm {
                             rflags = (rflags & !ARITH_FLAGS) | (f & ARITH_FLAGS);
                         }
                     }
+                    ExceptionOutcome::ProcessEnded => match self.after_process_end(kernel)? {
+                        Some(stop) => return Ok(stop),
+                        None => continue,
+                    },
                     ExceptionOutcome::Deliver => {
                         let mut ctx = self.user_context(gprs, rip, rflags)?;
+                        let tid = self.current_tid;
                         match kernel.deliver_signal(&mut self.space, &mut ctx) {
+                            // The signal ended the faulting process: another thread runs.
+                            Ok(None) if kernel.current_tid() != tid => match self.after_process_end(kernel)? {
+                                Some(stop) => return Ok(stop),
+                                None => continue,
+                            },
                             Ok(_) => {
                                 self.stats.signals += 1;
                                 self.install_fpu(&ctx)?;
@@ -584,6 +658,8 @@ impl Vm {
         self.pin_thread()?;
         let mut seen = Vec::new();
         for _ in 0..256 {
+            self.pt_sync()?;
+            self.follow_space();
             let port = match self.kvm_run()? {
                 Exit::Out(p) => p,
                 Exit::Interrupted => continue,

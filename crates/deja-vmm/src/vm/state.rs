@@ -11,6 +11,8 @@ impl Vm {
 
     /// The vCPU's complete state, as a snapshot holds it.
     pub fn vcpu_state(&mut self) -> Result<crate::snapshot::VcpuState, VmError> {
+        // CR3 as the guest will run: the core may have switched spaces since its last exit.
+        self.follow_space();
         let sync = self.vcpu.sync_regs();
         let mut msrs = Msrs::from_entries(
             &crate::snapshot::SNAPSHOT_MSRS.map(|index| kvm_msr_entry { index, ..Default::default() }),
@@ -42,6 +44,7 @@ impl Vm {
         fs_base: u64,
         gs_base: u64,
     ) -> Result<(), VmError> {
+        self.check_root(st)?;
         ioctl("KVM_SET_SREGS", self.vcpu.set_sregs(&st.sregs))?;
         ioctl("KVM_SET_REGS", self.vcpu.set_regs(&st.regs))?;
         // SAFETY: `st.xsave` is a whole `kvm_xsave` (4 KiB, the size KVM_SET_XSAVE reads when
@@ -88,6 +91,7 @@ impl Vm {
         fs_base: u64,
         gs_base: u64,
     ) -> Result<(), VmError> {
+        self.check_root(st)?;
         // SAFETY: as in `set_vcpu_state`: a whole 4 KiB `kvm_xsave` read back from this VM.
         ioctl("KVM_SET_XSAVE", unsafe { self.vcpu.set_xsave(&st.xsave) })?;
         {
@@ -99,6 +103,21 @@ impl Vm {
         self.mark_dirty(SyncReg::SystemRegister);
         self.fs_base = fs_base;
         self.gs_base = gs_base;
+        Ok(())
+    }
+
+    /// The address space restored with the frames must be the one the vCPU state runs in.
+    fn check_root(&self, st: &crate::snapshot::VcpuState) -> Result<(), VmError> {
+        if st.sregs.cr3 != self.space.root() {
+            return Err(VmError::Unexpected {
+                what: format!(
+                    "the saved vCPU runs in the address space at {:#x}, the saved page tables say {:#x}",
+                    st.sregs.cr3,
+                    self.space.root()
+                ),
+                rip: st.regs.rip,
+            });
+        }
         Ok(())
     }
 
