@@ -206,6 +206,7 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<Exit, Failure> {
         (args.crash_before_durable_write.is_some(), "--crash-before-durable-write"),
         (args.crash_at_exit, "--crash-at-exit"),
         (!args.crash_at.is_empty(), "--crash-at"),
+        (!args.kill_process.is_empty(), "--kill-process"),
         (args.crash_state.is_some(), "--crash-state"),
         (!args.fail.is_empty(), "--fail"),
         (args.torn_writes || args.reordered_writes, "--torn-writes and --reordered-writes"),

@@ -86,6 +86,12 @@ pub struct RunArgs {
     /// then restart on what survived.
     #[arg(long, value_name = "WHEN:PATH:NTH")]
     pub crash_at: Vec<String>,
+    /// Kill a process of the program (not the first) with SIGKILL before or after the NTH
+    /// durable operation processes of that name make: `worker:before:2`. The program's other
+    /// processes go on, and what the killed one wrote stays in the page cache (see
+    /// docs/PROCESSES.md).
+    #[arg(long, value_name = "NAME:WHEN:NTH")]
+    pub kill_process: Vec<String>,
     /// Exactly which pending operations the crash keeps: `none`, `all`, or positions
     /// (0-based, in program order) such as `0,2,3`, optionally with one write torn: `0,2+5:3`
     /// (operation 5 cut after 3 sectors). Without it, decisions choose as --torn-writes and
@@ -342,6 +348,13 @@ pub fn build_spec(
         .iter()
         .map(|c| deja_kernel::OpCrash::parse(c).map_err(|e| Failure::new(Exit::Usage, format!("--crash-at {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
+    let kill_process = args
+        .kill_process
+        .iter()
+        .map(|c| {
+            deja_kernel::ProcessKill::parse(c).map_err(|e| Failure::new(Exit::Usage, format!("--kill-process {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let crash_state = match &args.crash_state {
         None => None,
         Some(text) => {
@@ -362,6 +375,7 @@ pub fn build_spec(
         crash_at,
         fault_paths: Vec::new(),
         crash_model: args.crash_model,
+        kill_process,
     };
     let mut disk = None;
     for decl in &args.copy_in {
@@ -662,6 +676,9 @@ pub fn replay_argv(args: &RunArgs, extra: &[String]) -> Vec<String> {
         }
         for c in &args.crash_at {
             parts.push(format!("--crash-at={c}"));
+        }
+        for c in &args.kill_process {
+            parts.push(format!("--kill-process={c}"));
         }
         if let Some(s) = &args.crash_state {
             parts.push(format!("--crash-state={s}"));

@@ -16,7 +16,7 @@
 //! parent made progress.
 
 use deja_cluster::{NodeFault, StorageFault};
-use deja_kernel::{CrashState, ErrorRule, FaultConfig, IoCount, IoErrno, IoOp, OpCrash, When};
+use deja_kernel::{CrashState, ErrorRule, FaultConfig, IoCount, IoErrno, IoOp, OpCrash, ProcessKill, When};
 use rand_chacha::rand_core::Rng;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -31,6 +31,9 @@ pub struct Menu<'a> {
     pub io_ops: &'a [IoCount],
     /// Operations pending at its crash, if it crashed.
     pub pending_at_crash: Option<u64>,
+    /// Durable operations of the program's other processes, by name (where a process kill can
+    /// be placed).
+    pub processes: &'a [(String, u64)],
 }
 
 /// Placed errors an input carries at most.
@@ -145,6 +148,11 @@ pub fn mutate(rng: &mut ChaCha20Rng, f: &mut FaultConfig, menu: &Menu) {
     if one_in(rng, 4) {
         *f = FaultConfig::default();
     }
+    // A program of one process draws exactly what it drew before processes existed.
+    if !menu.processes.is_empty() && one_in(rng, 6) {
+        process_kill(rng, f, menu.processes);
+        return;
+    }
     let pending = menu.pending_at_crash.filter(|n| *n > 0).unwrap_or(ASSUMED_PENDING);
     match below(rng, 10) {
         0..=2 => {
@@ -196,6 +204,18 @@ pub fn mutate(rng: &mut ChaCha20Rng, f: &mut FaultConfig, menu: &Menu) {
             _ => f.eio_on_fsync_ppm = if f.eio_on_fsync_ppm == 0 { 200_000 } else { 0 },
         },
     }
+}
+
+/// Kills a process of the program at one of its durable operations (or takes the kill
+/// away): supervisors and their restarts.
+fn process_kill(rng: &mut ChaCha20Rng, f: &mut FaultConfig, processes: &[(String, u64)]) {
+    if !f.kill_process.is_empty() && one_in(rng, 3) {
+        f.kill_process.clear();
+        return;
+    }
+    let (name, ops) = &processes[below(rng, processes.len() as u64) as usize];
+    let when = if one_in(rng, 2) { When::Before } else { When::After };
+    f.kill_process = vec![ProcessKill { name: name.clone(), when, nth: 1 + below(rng, (*ops).max(1)) }];
 }
 
 /// A fault configuration drawn from scratch (the random baseline): a crash point half the
@@ -493,9 +513,38 @@ mod tests {
     }
 
     #[test]
+    fn a_program_with_other_processes_gets_kills_of_them_and_one_without_gets_none() {
+        let ops = ops();
+        let processes = [("worker".to_string(), 3)];
+        let menu = Menu { durable_writes: 5, io_ops: &ops, pending_at_crash: None, processes: &processes };
+        let mut rng = ChaCha20Rng::seed_from_u64(3);
+        let (mut before, mut after) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
+        let mut f = FaultConfig::default();
+        for _ in 0..600 {
+            mutate(&mut rng, &mut f, &menu);
+            for k in &f.kill_process {
+                assert_eq!(k.name, "worker");
+                match k.when {
+                    When::Before => before.insert(k.nth),
+                    When::After => after.insert(k.nth),
+                };
+            }
+        }
+        let all: std::collections::BTreeSet<u64> = (1..=3).collect();
+        assert_eq!((before, after), (all.clone(), all), "every durable op of the worker, both sides");
+        // Alone, the draws are the ones a program of one process always made.
+        let alone = Menu { processes: &[], ..menu };
+        let (mut a, mut b) = (ChaCha20Rng::seed_from_u64(9), FaultConfig::default());
+        for _ in 0..200 {
+            mutate(&mut a, &mut b, &alone);
+            assert!(b.kill_process.is_empty());
+        }
+    }
+
+    #[test]
     fn mutations_reach_every_kind_of_fault() {
         let ops = ops();
-        let menu = Menu { durable_writes: 5, io_ops: &ops, pending_at_crash: Some(3) };
+        let menu = Menu { durable_writes: 5, io_ops: &ops, pending_at_crash: Some(3), processes: &[] };
         let mut rng = ChaCha20Rng::seed_from_u64(7);
         let (mut before, mut after, mut exit, mut state, mut eio, mut enospc, mut fsync) =
             (false, false, false, false, false, false, false);
@@ -520,7 +569,7 @@ mod tests {
     #[test]
     fn the_baseline_draws_from_the_same_menu() {
         let ops = ops();
-        let menu = Menu { durable_writes: 2, io_ops: &ops, pending_at_crash: None };
+        let menu = Menu { durable_writes: 2, io_ops: &ops, pending_at_crash: None, processes: &[] };
         let mut rng = ChaCha20Rng::seed_from_u64(3);
         let drawn: Vec<FaultConfig> = (0..400).map(|_| random(&mut rng, &menu)).collect();
         assert!(drawn.iter().any(|f| f.crash_before_durable_write.is_some()));
@@ -624,7 +673,7 @@ mod tests {
     #[test]
     fn the_hunt_tries_each_single_fault_once() {
         let ops = ops();
-        let menu = Menu { durable_writes: 2, io_ops: &ops, pending_at_crash: None };
+        let menu = Menu { durable_writes: 2, io_ops: &ops, pending_at_crash: None, processes: &[] };
         let all = hunt(&menu, 1000);
         // 2 × (after, before) + exit + writes 4 × (EIO, ENOSPC) + fsyncs 2 × EIO.
         assert_eq!(all.len(), 5 + 8 + 2);

@@ -84,6 +84,10 @@ pub struct ProgramReference {
     /// The image's blocks when the campaign measures block coverage, else 0.
     #[serde(default)]
     pub blocks: u64,
+    /// Durable operations of the reference run's other processes, by name (where process
+    /// kills are placed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<(String, u64)>,
 }
 
 impl Subject for ProgramSubject<'_> {
@@ -115,6 +119,7 @@ impl Subject for ProgramSubject<'_> {
             durable_writes: reference.durable_writes,
             io_ops: reference.io_ops.clone(),
             blocks: blocks.as_ref().map_or(0, |b| b.len() as u64),
+            processes: report.process_ops.clone(),
         };
         if cfg.strategy == Strategy::Coverage {
             r.fork_at = report.setup_complete.as_ref().map(|s| s.syscall_index + 1).unwrap_or(0);
@@ -244,6 +249,7 @@ impl Subject for ProgramSubject<'_> {
             durable_writes: parent.durable_writes.max(r.durable_writes),
             io_ops,
             pending_at_crash: parent.pending_at_crash,
+            processes: &r.processes,
         };
         // One or two changes from the fault menu (always one when nothing else changed).
         let n = if changed { below(rng, 2) } else { 1 + below(rng, 2) };
@@ -256,7 +262,12 @@ impl Subject for ProgramSubject<'_> {
     fn fresh(&self, rng: &mut ChaCha20Rng, seed: u64, r: &ProgramReference, _s: Strategy, mode: Mode) -> Input {
         let mut input = Input { seed: Some(seed), ..Input::default() };
         if mode.faults() {
-            let menu = Menu { durable_writes: r.durable_writes, io_ops: &r.io_ops, pending_at_crash: None };
+            let menu = Menu {
+                durable_writes: r.durable_writes,
+                io_ops: &r.io_ops,
+                pending_at_crash: None,
+                processes: &r.processes,
+            };
             input.faults = crate::menu::random(rng, &menu);
         }
         input.faults.crash_model = self.target.spec.faults.crash_model;

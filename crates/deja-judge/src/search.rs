@@ -239,7 +239,8 @@ pub fn search(
             }
         }
     }
-    let menu = deja_explore::menu::Menu { durable_writes: 0, io_ops: &control.io_ops, pending_at_crash: None };
+    let menu =
+        deja_explore::menu::Menu { durable_writes: 0, io_ops: &control.io_ops, pending_at_crash: None, processes: &[] };
     for faults in deja_explore::menu::hunt(&menu, usize::MAX) {
         let plan = Plan {
             crash: CrashKind::None,

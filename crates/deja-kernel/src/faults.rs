@@ -86,6 +86,45 @@ pub struct FaultConfig {
     /// decisions pick is projected onto the states it allows, and a sweep offers only those.
     #[serde(default)]
     pub crash_model: crate::fs::CrashModel,
+    /// Processes killed (`SIGKILL`) at a durable operation they make, by name: the node and
+    /// its other processes go on, with everything the killed one wrote still in the page cache.
+    #[serde(default)]
+    pub kill_process: Vec<ProcessKill>,
+}
+
+/// A process killed by meaning: the process named `name` (its `comm`: the file name of the
+/// program it runs) gets `SIGKILL` before or after the `nth` durable operation it makes
+/// (counted from 1 over the processes of that name in the life). Pid 1 is never killed this
+/// way: its end is the node's, which a crash models.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ProcessKill {
+    /// The process's name.
+    pub name: String,
+    /// Before or after the operation.
+    pub when: When,
+    /// Which durable operation of processes of that name, from 1.
+    pub nth: u64,
+}
+
+impl ProcessKill {
+    /// In words: `worker killed before its durable op #2`.
+    pub fn point(&self) -> String {
+        format!("{} killed {} its durable op #{}", self.name, self.when.name(), self.nth)
+    }
+
+    /// Parses `NAME:WHEN:NTH` (`worker:before:2`).
+    pub fn parse(text: &str) -> Result<ProcessKill, String> {
+        let bad = || format!("{text:?}: expected NAME:before:NTH or NAME:after:NTH");
+        let mut parts = text.rsplitn(3, ':');
+        let nth = parts.next().and_then(|n| n.parse::<u64>().ok()).filter(|&n| n >= 1).ok_or_else(bad)?;
+        let when = match parts.next() {
+            Some("before") => When::Before,
+            Some("after") => When::After,
+            _ => return Err(bad()),
+        };
+        let name = parts.next().filter(|n| !n.is_empty() && n.len() <= 15).ok_or_else(bad)?;
+        Ok(ProcessKill { name: name.to_string(), when, nth })
+    }
 }
 
 impl FaultConfig {
@@ -107,6 +146,7 @@ impl FaultConfig {
             crash_state: None,
             errors: Vec::new(),
             crash_at: Vec::new(),
+            kill_process: Vec::new(),
             ..self.clone()
         }
     }
@@ -556,6 +596,8 @@ pub enum FaultKind {
     Crash,
     /// A crash lost unsynced data or directory changes of a path.
     LostUnsynced,
+    /// A process of the node was killed (`SIGKILL`); the node went on.
+    Kill,
     /// A crash kept a sector prefix of a pending write.
     TornWrite,
     /// A crash kept a subset of the pending operations.
@@ -567,12 +609,13 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    /// Its name, as serialized (`crash`, `lost_unsynced`, `torn_write`, `reordered_writes`, `eio`,
+    /// Its name, as serialized (`crash`, `lost_unsynced`, `kill`, `torn_write`, `reordered_writes`, `eio`,
     /// `enospc`).
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::Crash => "crash",
             FaultKind::LostUnsynced => "lost_unsynced",
+            FaultKind::Kill => "kill",
             FaultKind::TornWrite => "torn_write",
             FaultKind::ReorderedWrites => "reordered_writes",
             FaultKind::Eio => "eio",
@@ -834,6 +877,13 @@ pub(crate) struct FaultState {
     /// The crash armed now is a fail-stop's restart: its image keeps everything pending.
     #[serde(default)]
     pub fail_stopped: bool,
+    /// Durable operations made by processes of each name (but pid 1), in the life.
+    #[serde(default)]
+    pub process_ops: BTreeMap<String, u64>,
+    /// A [`ProcessKill`] struck in the syscall being served: the calling process dies of
+    /// `SIGKILL` when it returns, with these words.
+    #[serde(default)]
+    pub kill_due: Option<String>,
 }
 
 /// Durable operations a life's report lists, at most.
@@ -888,6 +938,8 @@ impl FaultState {
             fail_stop_is_failure: false,
             stopped_after_fault: None,
             fail_stopped: false,
+            process_ops: BTreeMap::new(),
+            kill_due: None,
         }
     }
 

@@ -168,7 +168,7 @@ pub fn elf_interpreter(image: &[u8]) -> Option<String> {
 pub use faults::under;
 pub use faults::{
     CrashAt, CrashState, DecisionLog, DecisionPoint, DecisionRecord, DurableOp, ErrorRule, FailedSync, FaultConfig,
-    FaultKind, FaultRecord, IoCount, IoErrno, IoOp, KeptOps, OpCrash, RandomFault, When, MAX_DURABLE_LOG,
+    FaultKind, FaultRecord, IoCount, IoErrno, IoOp, KeptOps, OpCrash, ProcessKill, RandomFault, When, MAX_DURABLE_LOG,
     MAX_FAIL_STOP_LIVES,
 };
 pub use fs::{CrashModel, FsConfig};
@@ -658,6 +658,10 @@ pub struct RunReport {
     /// The file operations of this life by kind and path: where errors can be placed.
     #[serde(default)]
     pub io_ops: Vec<IoCount>,
+    /// Durable operations made by the processes of each name other than the first program's
+    /// (where a process kill can be placed: [`ProcessKill`]), by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub process_ops: Vec<(String, u64)>,
     /// When this life crashed: the crash state its image took, and what was pending.
     #[serde(default)]
     pub crash_state: Option<CrashAt>,
@@ -750,12 +754,22 @@ pub struct AssertionContext {
     /// Decisions taken before it: where in the decision log the run stood.
     #[serde(default)]
     pub decision_index: u64,
-    /// The node (always 0: one program per run).
+    /// The node (0 for a program alone; the cluster names nodes by index).
     pub node: u32,
-    /// The thread (always 1: the guest is single-threaded).
+    /// The thread that evaluated it (its tid).
     pub thread: u32,
     /// The details the SDK sent (UTF-8 JSON text, at most [`deja_protocol::MAX_DETAILS`] bytes).
     pub details: String,
+    /// The process that evaluated it (its pid: 1 is the node's first program).
+    #[serde(default = "first_pid")]
+    pub pid: u64,
+    /// That process's name (its `comm`).
+    #[serde(default)]
+    pub process: String,
+}
+
+fn first_pid() -> u64 {
+    1
 }
 
 /// One assertion site with its counts and verdict.

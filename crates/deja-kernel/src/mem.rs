@@ -124,9 +124,10 @@ pub struct FakeMemory {
 }
 
 impl FakeMemory {
-    /// A fake with room for `frames` pages.
+    /// A fake with room for `frames` pages; its first space is 1 (no thread's space is 0, so
+    /// a missing one never matches it by accident).
     pub fn new(frames: u64) -> Self {
-        FakeMemory { pages: BTreeMap::new(), frames_left: frames, ..Default::default() }
+        FakeMemory { pages: BTreeMap::new(), frames_left: frames, current: 1, next_space: 2, ..Default::default() }
     }
 
     fn alloc_space(&mut self, pages: FakePages) -> Result<u64, MemError> {

@@ -45,8 +45,6 @@ use crate::{AssertionContext, AssertionReport, AssertionStatus, EventRecord, Lif
 pub const MAX_EVENTS: usize = 10_000;
 /// The node every context names (one program per run).
 pub(crate) const NODE: u32 = 0;
-/// The thread every context names (the guest is single-threaded).
-pub(crate) const THREAD: u32 = 1;
 
 /// One catalogued assertion site and what the run saw of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -196,6 +194,8 @@ mod tests {
             node: 0,
             thread: 1,
             details: "{}".into(),
+            pid: 1,
+            process: "prog".into(),
         };
         let satisfiable = matches!(kind, AssertKind::Sometimes | AssertKind::Reachable);
         Site {

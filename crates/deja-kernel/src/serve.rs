@@ -38,6 +38,15 @@ impl Kernel {
         let mut hashed = DataHasher::new(mem);
         let res = self.dispatch(&mut hashed, nr, args);
         let data = hashed.finish();
+        // A process killed by meaning at the durable operation it made dies of it now.
+        let res = match self.faults.kill_due.take() {
+            Some(point) => Err(SysStop::Exit(ExitStatus::Signaled {
+                signal: signal::SIGKILL,
+                name: signal::name(signal::SIGKILL),
+                fault: Some(FaultInfo { description: point, vector: 0, rip: 0, addr: None }),
+            })),
+            None => res,
+        };
         let mut res = self.process_exit(mem, res);
         // A crash at exit: the program exits believing its data is safe; the node dies there.
         if self.faults.config.crash_at_exit && !self.faults.crash_due {

@@ -7,7 +7,7 @@ use deja_protocol::{
 
 use crate::errno::{EFAULT, EINVAL};
 use crate::kernel::{Kernel, SysResult, SysStop};
-use crate::oracle::{Site, MAX_EVENTS, NODE, THREAD};
+use crate::oracle::{Site, MAX_EVENTS, NODE};
 use crate::{AssertionContext, EventRecord, LifecycleRecord, Memory};
 
 /// Path prefixes a program may exclude from storage faults, at most.
@@ -149,14 +149,27 @@ impl Kernel {
         let details = self.guest_text(mem, ptr, len, MAX_DETAILS)?;
         let (syscall_index, virtual_time_ns) = self.deja_now();
         let decision_index = self.faults.log.len();
+        let (tid, pid) = (self.caller(), self.pid_of(self.caller()));
+        let process = {
+            let c = &self.process.comm;
+            String::from_utf8_lossy(&c[..c.iter().position(|&b| b == 0).unwrap_or(c.len())]).into_owned()
+        };
         let Some(site) = self.oracle.sites.get_mut(&id) else { return Err(EINVAL.into()) };
         let held = match site.kind() {
             AssertKind::Always | AssertKind::AlwaysOrUnreachable | AssertKind::Sometimes => cond == 1,
             AssertKind::Reachable => true,
             AssertKind::Unreachable => false,
         };
-        let ctx =
-            || AssertionContext { syscall_index, virtual_time_ns, decision_index, node: NODE, thread: THREAD, details };
+        let ctx = || AssertionContext {
+            syscall_index,
+            virtual_time_ns,
+            decision_index,
+            node: NODE,
+            thread: tid as u32,
+            details,
+            pid,
+            process,
+        };
         site.hits = site.hits.saturating_add(1);
         if held {
             site.passes = site.passes.saturating_add(1);

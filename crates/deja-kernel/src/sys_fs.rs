@@ -49,7 +49,16 @@ impl Kernel {
             self.faults.crash_point = format!("before durable write {next}");
             return true;
         }
-        self.crash_by_meaning(When::Before, path, nth)
+        // The count of the processes of its name (not pid 1: its end is the node's), for
+        // kills by meaning.
+        let mine = if self.procs.current == 1 {
+            0
+        } else {
+            let c = self.faults.process_ops.entry(self.process_name()).or_default();
+            *c += 1;
+            *c
+        };
+        self.crash_by_meaning(When::Before, path, nth) || self.kill_by_meaning(When::Before, mine)
     }
 
     /// The durable operation on `path` took effect: counts the durable write and arms the crash
@@ -63,7 +72,43 @@ impl Kernel {
             return;
         }
         let nth = self.faults.durable_ops.get(path).copied().unwrap_or(0);
-        self.crash_by_meaning(When::After, path, nth);
+        if !self.crash_by_meaning(When::After, path, nth) {
+            let mine = self.faults.process_ops.get(&self.process_name()).copied().unwrap_or(0);
+            self.kill_by_meaning(When::After, mine);
+        }
+    }
+
+    /// The current process's name (its `comm`).
+    fn process_name(&self) -> String {
+        let c = &self.process.comm;
+        String::from_utf8_lossy(&c[..c.iter().position(|&b| b == 0).unwrap_or(c.len())]).into_owned()
+    }
+
+    /// Arms the kill placed on the current process's `mine`-th durable operation at `when`,
+    /// if there is one (never for pid 1). True if it struck: the operation does not happen
+    /// when it struck before it.
+    fn kill_by_meaning(&mut self, when: When, mine: u64) -> bool {
+        if self.procs.current == 1 || self.faults.kill_due.is_some() {
+            return false;
+        }
+        let name = self.process_name();
+        let Some(k) =
+            self.faults.config.kill_process.iter().find(|k| k.when == when && k.nth == mine && k.name == name)
+        else {
+            return false;
+        };
+        let point = k.point();
+        self.faults.ledger.push(crate::faults::FaultRecord {
+            kind: crate::faults::FaultKind::Kill,
+            point: point.clone(),
+            syscall_index: self.record.tracer.syscalls(),
+            path: None,
+            selected: true,
+            applied: true,
+            observed: false,
+        });
+        self.faults.kill_due = Some(point);
+        true
     }
 
     /// Arms the crash placed by meaning on the `nth` durable operation on `path`, at `when`, if

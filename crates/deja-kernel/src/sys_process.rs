@@ -334,6 +334,13 @@ impl Kernel {
             return Err(E2BIG.into());
         }
         let target = self.resolve(mem, dirfd, path, flags, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+        // The process's name is the last component of the path as given, as on Linux
+        // (`/proc/self/exe` makes `exe`); `/proc/self/exe` names the file it resolved to.
+        let given = match &target {
+            Target::Fd(fd) => fd.to_string().into_bytes(),
+            Target::Path(_) => self.process.mappings.read_cstr(mem, path, 4096)?,
+        };
+        let given = given.rsplit(|&b| b == b'/').next().unwrap_or_default().to_vec();
         let (id, mut exe) = match &target {
             Target::Fd(fd) => {
                 let id = self.files.fds.get(*fd)?.kind.inode().ok_or(EACCES)?;
@@ -441,10 +448,9 @@ impl Kernel {
         self.process.robust_list = (0, 0);
         self.process.last_fault = None;
         self.process.fault_repeats = 0;
-        let name = exe.rsplit('/').next().unwrap_or("").as_bytes();
         self.process.comm = [0; 16];
-        let n = name.len().min(15);
-        self.process.comm[..n].copy_from_slice(&name[..n]);
+        let n = given.len().min(15);
+        self.process.comm[..n].copy_from_slice(&given[..n]);
         self.process.mappings.share_file_data(&self.files.fs);
         self.files.fs.set_exe_path(&exe);
         self.procs.exec = Some(entry);

@@ -182,10 +182,12 @@ impl Kernel {
             return Err(SysStop::Exit(crate::ExitStatus::Exited { code: (code & 0xff) as i32 }));
         }
         let addr = self.process.clear_child_tid;
+        // Its address space, while it is still in the table: the joiner waits in it.
+        let space = self.sched.threads.space();
         self.sched.threads.threads.remove(&self.sched.threads.current);
         self.sched.threads.spawned.retain(|s| s.tid != self.sched.threads.current);
         if addr != 0 && self.process.mappings.copy_out(mem, addr, &0u32.to_le_bytes()).is_ok() {
-            self.sched.threads.futex_wake(self.sched.threads.space(), addr, u32::MAX, 1);
+            self.sched.threads.futex_wake(space, addr, u32::MAX, 1);
         }
         Err(SysStop::Block)
     }

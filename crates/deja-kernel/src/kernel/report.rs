@@ -390,6 +390,7 @@ impl Kernel {
                 .filter(|((_, path), _)| self.faults.faultable(path))
                 .map(|((op, path), count)| crate::IoCount { op: *op, path: path.clone(), count: *count })
                 .collect(),
+            process_ops: self.faults.process_ops.iter().map(|(n, c)| (n.clone(), *c)).collect(),
             durable_ops: self.faults.durable_log.clone(),
             stopped_after_fault: self.faults.stopped_after_fault.clone(),
             crash_state: self.faults.last_crash_state.clone(),
