@@ -45,6 +45,12 @@
 //! path = "/data/wal"
 //! nth = 3                      # its 3rd durable operation on /data/wal over the run
 //!
+//! [[faults.storage.kill]]      # kill a process of a node at a durable operation it makes
+//! node = "a"
+//! process = "worker"           # its name (comm); never the node's first program
+//! when = "before"              # before | after
+//! nth = 2                      # the 2nd durable operation of processes of that name, over the run
+//!
 //! [[faults.storage.error]]     # an I/O error on a node's operation
 //! node = "a"
 //! op = "fsync"                 # write, fsync, truncate, fallocate, create, rename, read
@@ -419,6 +425,24 @@ pub struct StorageFile {
     /// I/O errors on chosen operations.
     #[serde(default)]
     pub error: Vec<ErrorFile>,
+    /// Processes killed at durable operations they make.
+    #[serde(default)]
+    pub kill: Vec<KillFile>,
+}
+
+/// `[[faults.storage.kill]]`: a process of a node (not its first program) killed with
+/// `SIGKILL` at a durable operation it makes; the node goes on.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KillFile {
+    /// The node.
+    pub node: String,
+    /// The process's name (its `comm`).
+    pub process: String,
+    /// `before` or `after` the operation.
+    pub when: deja_kernel::When,
+    /// Which durable operation of processes of that name over the node's run, from 1.
+    pub nth: u64,
 }
 
 /// `[[faults.storage.crash]]`.
@@ -477,6 +501,8 @@ pub enum NodeFault {
     Crash(deja_kernel::OpCrash),
     /// An I/O error.
     Error(deja_kernel::ErrorRule),
+    /// A process of the node killed at a durable operation it makes.
+    Kill(deja_kernel::ProcessKill),
 }
 
 impl StorageFault {
@@ -489,6 +515,7 @@ impl StorageFault {
                 None => format!("crash {} {}", self.node, c.point()),
             },
             NodeFault::Error(r) => format!("{} on {}", r.describe(), self.node),
+            NodeFault::Kill(k) => format!("{} on {}", k.point(), self.node),
         }
     }
 
@@ -497,6 +524,8 @@ impl StorageFault {
         match &self.fault {
             NodeFault::Crash(c) => &c.path,
             NodeFault::Error(r) => &r.path,
+            // Wherever the process writes: the node's paths decide.
+            NodeFault::Kill(_) => "",
         }
     }
 }
@@ -954,7 +983,12 @@ impl ClusterConfig {
 
 /// Checks `[faults.storage]` against the nodes `known` names.
 fn storage_config(f: &StorageFile, known: &dyn Fn(&String) -> bool) -> Result<StorageConfig, InvalidCluster> {
-    let named = f.nodes.iter().chain(f.crash.iter().map(|c| &c.node)).chain(f.error.iter().map(|e| &e.node));
+    let named = f
+        .nodes
+        .iter()
+        .chain(f.crash.iter().map(|c| &c.node))
+        .chain(f.error.iter().map(|e| &e.node))
+        .chain(f.kill.iter().map(|k| &k.node));
     for name in named {
         ensure!(known(name), UnknownStorageNodeSnafu { name });
     }
@@ -980,6 +1014,12 @@ fn storage_config(f: &StorageFile, known: &dyn Fn(&String) -> bool) -> Result<St
         let rule = deja_kernel::ErrorRule::at(e.op, &e.path, e.nth, e.errno);
         faults.push(StorageFault { node: e.node.clone(), fault: NodeFault::Error(rule) });
     }
+    for k in &f.kill {
+        let text = format!("{}:{}:{}", k.process, k.when.name(), k.nth);
+        let kill = deja_kernel::ProcessKill::parse(&text)
+            .map_err(|why| StorageFaultSnafu { what: format!("kill on {}: {why}", k.node) }.build())?;
+        faults.push(StorageFault { node: k.node.clone(), fault: NodeFault::Kill(kill) });
+    }
     let cfg = StorageConfig {
         nodes: f.nodes.clone(),
         paths: f.paths.clone(),
@@ -988,7 +1028,11 @@ fn storage_config(f: &StorageFile, known: &dyn Fn(&String) -> bool) -> Result<St
         crash_model: f.crash_model,
         faults,
     };
-    if let Some(bad) = cfg.faults.iter().find(|s| !cfg.targets(&s.node, s.path())) {
+    let outside = |s: &StorageFault| match s.fault {
+        NodeFault::Kill(_) => !cfg.targets_node(&s.node),
+        _ => !cfg.targets(&s.node, s.path()),
+    };
+    if let Some(bad) = cfg.faults.iter().find(|s| outside(s)) {
         return StorageOutsideTargetsSnafu { what: bad.describe() }.fail();
     }
     Ok(cfg)
@@ -1044,6 +1088,29 @@ mod tests {
         );
         assert!(err(&crash("server", "/data/wal", 0)).contains("nth from 1"));
         assert!(err(&crash("server", "data/wal", 1)).contains("absolute"));
+    }
+
+    #[test]
+    fn process_kills_are_read_for_their_node_whatever_the_paths() {
+        let c = parse(
+            "[faults.storage]\nnodes = [\"server\"]\npaths = [\"/data\"]\n\
+             [[faults.storage.kill]]\nnode = \"server\"\nprocess = \"worker\"\nwhen = \"after\"\nnth = 2\n",
+        )
+        .unwrap();
+        let words: Vec<String> = c.storage.faults.iter().map(StorageFault::describe).collect();
+        assert_eq!(words, ["worker killed after its durable op #2 on server"]);
+        let json = serde_json::to_value(&c.storage.faults[0]).unwrap();
+        assert_eq!(serde_json::from_value::<StorageFault>(json).unwrap(), c.storage.faults[0]);
+        let err = |extra: &str| parse(extra).unwrap_err().to_string();
+        let kill = |node: &str, nth: u64| {
+            format!(
+                "[[faults.storage.kill]]\nnode = \"{node}\"\nprocess = \"worker\"\nwhen = \"before\"\nnth = {nth}\n"
+            )
+        };
+        assert!(err(&kill("server", 0)).contains("NAME:before:NTH"), "{}", err(&kill("server", 0)));
+        assert!(err(&kill("nobody", 1)).contains("unknown node"));
+        let outside = format!("[faults.storage]\nnodes = [\"server\"]\n{}", kill("client", 1));
+        assert!(err(&outside).contains("is outside"), "{}", err(&outside));
     }
 
     #[test]

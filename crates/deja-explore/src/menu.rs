@@ -607,6 +607,7 @@ mod tests {
                         before |= c.when == When::Before;
                         after |= c.when == When::After;
                     }
+                    NodeFault::Kill(_) => panic!("no process to kill"),
                     NodeFault::Error(r) => {
                         assert_ne!(r.op, IoOp::Read, "errors go on writes and fsyncs");
                         assert!(r.nth >= 1 && r.nth <= 6);

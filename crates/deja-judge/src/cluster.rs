@@ -304,6 +304,11 @@ fn storage_unreached<'a>(out: &ClusterOutcome, faults: &'a [BugFault]) -> Option
         BugFault::Storage(s) => {
             let struck = match &s.fault {
                 NodeFault::Crash(c) => out.report.crashes.iter().any(|r| r.node == s.node && r.point == c.point()),
+                NodeFault::Kill(k) => out.report.faults.iter().any(|r| {
+                    r.kind == deja_kernel::FaultKind::Kill.name()
+                        && r.detail.starts_with(&format!("{} ", s.node))
+                        && r.detail.ends_with(&k.point())
+                }),
                 NodeFault::Error(e) => out.report.faults.iter().any(|r| {
                     r.kind == e.errno.name()
                         && r.detail.starts_with(&format!("{} ", s.node))

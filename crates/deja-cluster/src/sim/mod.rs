@@ -469,6 +469,19 @@ impl Sim {
                         f.errors.push(deja_kernel::ErrorRule { nth: r.nth - done, ..r.clone() });
                     }
                 }
+                NodeFault::Kill(k) => {
+                    // Counted over the node's lives, as crashes are.
+                    let done: u64 = n
+                        .lives
+                        .iter()
+                        .flat_map(|l| &l.process_ops)
+                        .filter(|(name, _)| *name == k.name)
+                        .map(|(_, c)| c)
+                        .sum();
+                    if k.nth > done {
+                        f.kill_process.push(deja_kernel::ProcessKill { nth: k.nth - done, ..k.clone() });
+                    }
+                }
             }
         }
         live.kernel.set_fault_config(f);
@@ -898,12 +911,18 @@ impl Sim {
     }
 }
 
-/// The I/O errors injected into a life, as (kind, point) for the cluster's ledger.
+/// The I/O errors and process kills injected into a life, as (kind, point) for the cluster's
+/// ledger.
 pub(super) fn injected_errors(report: &RunReport) -> Vec<(String, String)> {
     report
         .faults
         .iter()
-        .filter(|f| matches!(f.kind, deja_kernel::FaultKind::Eio | deja_kernel::FaultKind::Enospc))
+        .filter(|f| {
+            matches!(
+                f.kind,
+                deja_kernel::FaultKind::Eio | deja_kernel::FaultKind::Enospc | deja_kernel::FaultKind::Kill
+            )
+        })
         .map(|f| (f.kind.name().to_string(), f.point.clone()))
         .collect()
 }

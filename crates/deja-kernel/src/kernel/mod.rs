@@ -491,7 +491,7 @@ impl Kernel {
         for t in sched.threads.threads.values_mut() {
             t.space = mem.space();
         }
-        let procs = Procs::first(mem.space(), &spec.exe_path);
+        let procs = Procs::first(mem.space(), files.fs.exe_path());
         let mut kernel = Kernel {
             process,
             files,

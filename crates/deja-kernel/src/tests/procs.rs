@@ -258,3 +258,30 @@ fn processes_save_and_restore_with_their_parts() {
     }
     assert_eq!(a.save(), b.save());
 }
+
+#[test]
+fn a_process_killed_at_its_durable_operation_dies_alone_and_its_writes_stay_cached() {
+    let mut spec = spec_with(exec_image(), 42);
+    spec.faults.kill_process = vec![crate::ProcessKill::parse("prog:before:2").unwrap()];
+    let (mut k, _, mut m) = boot_spec(spec);
+    let buf = scratch(&mut k, &mut m, 4096);
+    poke(&k, &mut m, buf, b"/data/f\0");
+    // Pid 1's own durable operations never count for a kill.
+    let fd = sc(&mut k, &mut m, "open", &[buf, 0o102, 0o644]) as u64;
+    assert_eq!(sc(&mut k, &mut m, "fsync", &[fd]), 0);
+    run_next_after_fork(&mut k, &mut m, 2);
+    poke(&k, &mut m, buf + 64, b"abc");
+    assert_eq!(sc(&mut k, &mut m, "write", &[fd, buf + 64, 3]), 3);
+    assert_eq!(sc(&mut k, &mut m, "fsync", &[fd]), 0, "the child's first durable op");
+    assert_eq!(sc(&mut k, &mut m, "fsync", &[fd]), BLOCKED_RETURN as i64, "killed before its second");
+    assert_eq!(k.thread_ids(), vec![1]);
+    assert_eq!(sc(&mut k, &mut m, "wait4", &[u64::MAX, buf + 128, 0, 0]), 2);
+    assert_eq!(u32::from_le_bytes(peek(&k, &mut m, buf + 128, 4).try_into().unwrap()), 9, "SIGKILL");
+    assert_eq!(sc(&mut k, &mut m, "pread64", &[fd, buf + 256, 16, 0]), 3, "the node went on with its page cache");
+    let r = k.finish(&m, ExitStatus::Exited { code: 0 });
+    assert_eq!(r.process_ops, vec![("prog".to_string(), 2)]);
+    assert!(r
+        .faults
+        .iter()
+        .any(|f| f.kind == crate::FaultKind::Kill && f.point == "prog killed before its durable op #2"));
+}
