@@ -159,6 +159,17 @@ fn foreign_guests(out: &Path) -> Result<(), String> {
             Command::new(&cc).args(["-O2"]).args(flags).arg("-o").arg(out.join(name)).arg(&store),
         )?;
     }
+    // Multi-process programs: a supervisor that restarts its worker, and a server with a
+    // process per connection.
+    for name in ["supervisor", "forkserver"] {
+        status(
+            &format!("building guest/c/{name}.c"),
+            Command::new(&cc)
+                .args(["-static", "-O2", "-o"])
+                .arg(out.join(name))
+                .arg(root.join(format!("guest/c/{name}.c"))),
+        )?;
+    }
     let dir = root.join("guest/conformance");
     let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?
@@ -181,6 +192,7 @@ fn foreign_guests(out: &Path) -> Result<(), String> {
         ("go-goroutines-stripped", "goroutines", "-s -w"),
         ("go-recover", "recover", ""),
         ("go-unix", "unixsock", ""),
+        ("go-exec", "exec", ""),
     ] {
         status(
             &format!("building guest/go/{dir} (Go: Debian's golang-go)"),

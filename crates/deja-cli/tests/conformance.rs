@@ -220,6 +220,22 @@ fn copies_between_descriptors_ownership_and_mincore_match_linux() {
 }
 
 #[test]
+fn waits_with_a_signal_mask_of_their_own_match_linux() {
+    let seen = case("conformance-pwait", &[], same);
+    printed(
+        &seen,
+        &[
+            "ppoll, pending and let through: -1 Interrupted system call, handler ran 1, blocked after 1",
+            "pselect, pending and blocked by its mask: 0, handler ran 0, still pending 1",
+            "epoll_pwait, ready and nothing pending: 1, handler ran 0, blocked after 1",
+            "epoll_pwait, sent while waiting: -1 Interrupted system call, handler ran 1, blocked after 1",
+            "ppoll, no mask: 0, handler ran 0",
+            "sigsuspend: -1 Interrupted system call, handler ran 1, blocked after 1",
+        ],
+    );
+}
+
+#[test]
 fn waiting_for_signals_matches_linux() {
     let seen = case("conformance-sigwait", &[], same);
     printed(
@@ -640,4 +656,97 @@ fn a_node_dumps_its_routes_and_finds_its_default_host() {
     want.push("one route: error EOPNOTSUPP");
     assert_eq!(d.stdout.lines().collect::<Vec<_>>(), want);
     assert_eq!(d.status, 0);
+}
+
+#[test]
+fn processes_match_linux() {
+    let n = native("conformance-procs", &[]);
+    let seen = under_deja("conformance-procs", &[]);
+    assert_eq!(seen, n, "under deja (left) and natively (right) differ");
+    printed(
+        &seen,
+        &[
+            "_exit(263), wait4 gave the child 1: exited 7 (status 0x700)",
+            "_exit(42), wait4 gave the child 1: exited 42 (status 0x2a00)",
+            "  it: killed by SIGTERM, core 0 (status 0xf)",
+            "SIGTERM ignored, WNOHANG: 0",
+            "then SIGKILL: killed by SIGKILL, core 0 (status 0x9)",
+            "abort(): killed by SIGABRT, core 0 (status 0x6)",
+            "a store to address 16: killed by SIGSEGV, core 0 (status 0xb)",
+            "a division by zero: killed by SIGFPE, core 0 (status 0x8)",
+            "a write to a pipe without readers: killed by SIGPIPE, core 0 (status 0xd)",
+            "before it ends: 0, status untouched 1",
+            "after it ended, WNOHANG gives the child: 1",
+            "  si_pid is the child 1, si_signo 17, si_code 1 (CLD_EXITED 1), si_status 5, si_uid ours 1",
+            "  si_pid is the child 1, si_code 2 (CLD_KILLED 2), si_status 15",
+            "waitpid of a grandchild: ECHILD",
+            "exit(3): handled 1, signo 17, si_code 1 (CLD_EXITED), si_status 3, si_pid is the child 1, si_uid ours 1",
+            "two children ended while blocked: SIGCHLD pending 1",
+            "wait: ECHILD",
+            "MAP_SHARED 2, MAP_PRIVATE 1, a global 1, the heap parent",
+            "the file offset the child moved: 3",
+            "exit_group(11): exited 11 (status 0xb00)",
+            "execve with another thread: exited 12 (status 0xc00)",
+            "a child another thread forked, reaped by the main thread: exited 21 (status 0x1500)",
+            "through two children: HELLO FROM THE FIRST CHILD",
+            "after we closed it: TWO, then 0",
+            "  O_CLOEXEC: EBADF",
+            "  dup: open, FD_CLOEXEC 0",
+            "  read from the shared offset: 6 \"456789\"",
+            "our offset after the program read: 10",
+            "  argv[0] custom-name",
+            "  env DEJA_TWO=two words",
+            "  the pid it had before execve: 1, its parent still: 1",
+            "  SIGUSR2 still blocked: 1, still pending: 1",
+            "  the alarm still set: 1",
+            "two scripts naming each other: ELOOP",
+            "a text file without #!: ENOEXEC",
+            "  argv[1] interp with  spaces",
+            "  argv[2] BASE/with-arg",
+            "vfork and _exit: the child wrote our memory 1",
+            "vfork and a failed execve: ENOENT",
+            "clone(CLONE_VM | CLONE_VFORK): the child wrote our memory 1",
+            "  fd 26, a file action's dup2: 4 \"data\"",
+            "posix_spawn with an open that fails: ENOENT",
+            "child: setsid as a group leader: EPERM",
+            "parent: setpgid of a child in another session: EPERM",
+            "setpgid of a grandchild: ESRCH",
+            "leader: second child: killed by SIGUSR1, core 0 (status 0xa)",
+            "  second: killed by SIGTERM, core 0 (status 0xf)",
+            "  after execve, PR_GET_PDEATHSIG: 10",
+            "grandchild: its parent was the middle process 1; got signal 10, si_code 0; now getppid is the subreaper 1",
+            "the orphan, reaped by us: exited 17 (status 0x1100)",
+            "wait: no child left: ECHILD",
+            "rmdir base: 0",
+        ],
+    );
+    assert_eq!(seen.status, 0);
+}
+
+#[test]
+fn a_go_program_runs_itself_through_os_exec_as_natively() {
+    let seen = case("go-exec", &[], same);
+    printed(
+        &seen,
+        &[
+            "Output: \"hello|two words|\\n\"",
+            "  read: \"THROUGH A STDIN PIPE\"",
+            "  its error: exit status 3 (ExitCode 3, Exited true, Signaled false)",
+            "Env: \"DEJA_GO=1\\nEMPTY=\\nTWO=two words\\n\"",
+            "ExitError's Stderr when Output captured it: \"stderr before exit 4\\n\"",
+            "  Wait: signal: killed (ExitCode -1, Exited false, Signaled true, killed)",
+            "  Signal after Wait: os: process already finished",
+            "  Wait after cancel: signal: killed (ExitCode -1, Exited false, Signaled true, killed)",
+            "a missing program: fork/exec /deja/no/such/program: no such file or directory",
+            "  fd 3 gave: \"written to fd 3 by the child\"",
+            "Dir /tmp: \"/tmp\\n\"",
+            "Setsid: group is its pid true, session is its pid true, parent is true",
+            "  gave \"DOWN|THE|PIPELINE\\n\"",
+            "four children at once: 12 lines, first \"line 1 of child 0\", last \"line 3 of child 3\"",
+            "  Wait4: the child true, exited true, status 0, err <nil>",
+            "  Wait: exit status 7, code 7, err <nil>",
+            "done",
+        ],
+    );
+    assert_eq!(seen.status, 0);
 }

@@ -106,6 +106,8 @@ pub(crate) struct Proc {
     /// How it ended, once it has: a zombie until reaped.
     #[serde(with = "crate::persist::exit_status")]
     pub(crate) status: Option<ExitStatus>,
+    /// It called `execve` (its parent may no longer move it to another group).
+    pub(crate) execed: bool,
 }
 
 impl Proc {
@@ -149,6 +151,7 @@ impl Procs {
             pdeathsig: 0,
             exe: exe.to_string(),
             status: None,
+            execed: false,
         };
         Procs { table: BTreeMap::from([(1, init)]), current: 1, ..Procs::default() }
     }

@@ -527,7 +527,7 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let timeout = if tsp == 0 { None } else { Some(self.read_timespec(mem, tsp)?) };
-        let r = self.do_poll(mem, fds, nfds, timeout)?;
+        let r = self.with_wait_mask(mem, sigmask, |k, mem| k.do_poll(mem, fds, nfds, timeout))?;
         if r == 0 && tsp != 0 {
             self.process.mappings.copy_out(mem, tsp, &[0u8; 16])?;
         }

@@ -281,6 +281,7 @@ impl Kernel {
                 pdeathsig: 0,
                 exe: parent.exe.clone(),
                 status: None,
+                execed: false,
             },
         );
         self.files.fds.fork_for(tid);
@@ -334,17 +335,23 @@ impl Kernel {
             return Err(E2BIG.into());
         }
         let target = self.resolve(mem, dirfd, path, flags, flags & AT_SYMLINK_NOFOLLOW == 0)?;
-        // The process's name is the last component of the path as given, as on Linux
-        // (`/proc/self/exe` makes `exe`); `/proc/self/exe` names the file it resolved to.
-        let given = match &target {
-            Target::Fd(fd) => fd.to_string().into_bytes(),
-            Target::Path(_) => self.process.mappings.read_cstr(mem, path, 4096)?,
+        // The path as given is `AT_EXECFN` and a script's argument; its last component is the
+        // process's name, as on Linux (`/proc/self/exe` makes `exe`); `/proc/self/exe` names
+        // the file it resolved to.
+        let execfn = match &target {
+            Target::Fd(fd) => format!("/dev/fd/{fd}"),
+            Target::Path(_) => String::from_utf8_lossy(&self.process.mappings.read_cstr(mem, path, 4096)?).into_owned(),
         };
-        let given = given.rsplit(|&b| b == b'/').next().unwrap_or_default().to_vec();
+        let given = execfn.rsplit('/').next().unwrap_or_default().as_bytes().to_vec();
         let (id, mut exe) = match &target {
             Target::Fd(fd) => {
-                let id = self.files.fds.get(*fd)?.kind.inode().ok_or(EACCES)?;
-                (id, format!("/dev/fd/{fd}"))
+                let f = self.files.fds.get(*fd)?;
+                let id = f.kind.inode().ok_or(EACCES)?;
+                let path = match &f.kind {
+                    crate::fd::FileKind::Inode { path, .. } => path.clone(),
+                    _ => execfn.clone(),
+                };
+                (id, path)
             }
             Target::Path(w) => {
                 let id = self.target_id(w)?;
@@ -352,6 +359,7 @@ impl Kernel {
             }
         };
         let mut bytes = self.executable(id)?;
+        let mut script = execfn.clone();
         // `#!` lines: the interpreter runs with the script's path as its argument.
         for depth in 0.. {
             if !bytes.starts_with(b"#!") {
@@ -371,7 +379,9 @@ impl Kernel {
             }
             let mut new_args = vec![interp.clone().into_bytes()];
             new_args.extend(arg.map(String::into_bytes));
-            new_args.push(exe.clone().into_bytes());
+            // The script as it was executed (`./script`), as Linux passes it.
+            new_args.push(script.clone().into_bytes());
+            script = interp.clone();
             new_args.extend(args.into_iter().skip(1));
             args = new_args;
             let start = if interp.starts_with('/') { crate::fs::ROOT } else { self.files.cwd };
@@ -389,7 +399,7 @@ impl Kernel {
         let capacity = free - free / 100 * crate::kernel::PAGE_TABLE_MARGIN_PERCENT;
         let mut random = [0u8; 16];
         self.rng.fill(&mut random);
-        let image = Image { bytes: &bytes, img: &img, path: &exe };
+        let image = Image { bytes: &bytes, img: &img, path: &exe, execfn: &execfn };
         let rewrite = self.process.host.mode;
         let vdso = if self.process.vdso.is_some() { crate::vdso::VdsoMode::On } else { crate::vdso::VdsoMode::Off };
         let loaded = map_program(mem, &self.files.fs, &image, &args, &env, rewrite, vdso, capacity, random);
@@ -428,6 +438,7 @@ impl Kernel {
         if let Some(p) = self.procs.table.get_mut(&pid) {
             p.space = new_space;
             p.exe = exe.clone();
+            p.execed = true;
         }
         if let Some(t) = self.sched.threads.threads.get_mut(&me) {
             t.space = new_space;
@@ -540,13 +551,16 @@ impl Kernel {
         if home != pid {
             self.enter(mem, home);
         }
-        let parent_ignores = self.signals_of(ppid).is_some_and(|s| {
+        // A parent that ignores SIGCHLD or set SA_NOCLDWAIT leaves no zombie; only one that
+        // ignores it gets no signal either.
+        let (ignores, nowait) = self.signals_of(ppid).map_or((false, false), |s| {
             let [handler, flags, ..] = s.actions[(SIGCHLD - 1) as usize];
-            handler == SIG_IGN || flags & SA_NOCLDWAIT != 0
+            (handler == SIG_IGN, flags & SA_NOCLDWAIT != 0)
         });
-        if parent_ignores {
+        if ignores || nowait {
             self.procs.table.remove(&pid);
-        } else if exit_signal != 0 {
+        }
+        if exit_signal != 0 && !ignores {
             let _ = self.signal_process(mem, ppid, exit_signal, child_info(exit_signal, pid, &status));
         }
         for (c, sig) in orphans {
@@ -773,7 +787,7 @@ impl Kernel {
         let pid = match pid as i32 {
             0 => self.pid_of(self.caller()),
             p if p > 0 => p as u64,
-            _ => return Err(EINVAL),
+            _ => return Err(ESRCH),
         };
         self.procs.table.get(&pid).map(|p| (pid, p)).ok_or(ESRCH)
     }
@@ -796,10 +810,16 @@ impl Kernel {
     /// `setpgid`: moves the caller or one of its children (in its session) to group `pgid` (0:
     /// its own pid), which must exist in the session unless it is the process's own pid.
     pub(crate) fn sys_setpgid(&mut self, pid: u64, pgid: u64) -> SysResult {
+        if (pid as i32) < 0 {
+            return Err(EINVAL.into());
+        }
         let me = self.pid_of(self.caller());
         let (target, p) = self.proc_arg(pid)?;
         if target != me && p.ppid != me {
             return Err(ESRCH.into());
+        }
+        if target != me && p.execed {
+            return Err(EACCES.into());
         }
         if pgid as i32 > 0 && pgid as i32 as u64 != pgid {
             return Err(EINVAL.into());

@@ -295,6 +295,47 @@ impl Kernel {
         (1..=NSIG as i32).any(|s| set & bit(s) != 0 && !matches!(self.process.signals.action(s), Action::Ignore))
     }
 
+    /// A wait that runs with a temporary signal mask (`ppoll`, `pselect6`, `epoll_pwait`,
+    /// `epoll_pwait2`), as Linux does: `*sigmask` replaces the caller's mask for the wait; a
+    /// signal it lets through ends the wait with `EINTR` and its handler's frame saves the old
+    /// mask, as for `rt_sigsuspend` (`Thread::suspended_mask`); a wait that ends otherwise puts
+    /// the old mask back before it returns. `sigmask` 0: the caller's own mask.
+    pub(crate) fn with_wait_mask(
+        &mut self,
+        mem: &mut dyn Memory,
+        sigmask: u64,
+        wait: impl FnOnce(&mut Self, &mut dyn Memory) -> SysResult,
+    ) -> SysResult {
+        if sigmask == 0 {
+            return wait(self, mem);
+        }
+        let tid = self.caller();
+        if !self.retrying() {
+            let mask = self.process.mappings.read_u64(mem, sigmask)? & !unmaskable();
+            let old = std::mem::replace(&mut self.process.signals.mask, mask);
+            if let Some(t) = self.sched.threads.threads.get_mut(&tid) {
+                t.suspended_mask = Some(old);
+            }
+            if self.interrupting(tid) {
+                return Err(EINTR.into());
+            }
+        }
+        let r = wait(self, mem);
+        if !matches!(r, Err(SysStop::Block) | Err(SysStop::Err(EINTR))) {
+            let current = self.is_current(tid);
+            if let Some(t) = self.sched.threads.threads.get_mut(&tid) {
+                if let Some(old) = t.suspended_mask.take() {
+                    if current {
+                        self.process.signals.mask = old;
+                    } else {
+                        t.sigmask = old;
+                    }
+                }
+            }
+        }
+        r
+    }
+
     /// `pause`: waits until a signal runs a handler (or ends the program), then `EINTR`.
     pub(crate) fn sys_pause(&mut self) -> SysResult {
         if self.interrupting(self.caller()) {

@@ -88,6 +88,12 @@ pub struct AddressSpace {
     spaces: BTreeSet<u64>,
     /// Frames mapped more than once (shared pages of forked spaces): frame → mappings (≥ 2).
     shared: BTreeMap<u64, u64>,
+    /// Frames that held page tables of a dropped space, by the level of their entries: reused
+    /// only as page tables of that level. A shadow MMU (nested hosts) may keep a frame that was
+    /// a page table write-protected: a program's store to it, were it reused as a data page,
+    /// would be emulated by KVM, which cannot emulate every instruction (AVX stores); and a
+    /// table of another level would meet a stale shadow of the old role.
+    pt_pool: BTreeMap<u32, BTreeSet<u64>>,
 }
 
 /// The allocator's state, saved in snapshots and restored on forks.
@@ -112,6 +118,9 @@ pub struct FrameState {
     /// Frames mapped by more than one space, with their number of mappings.
     #[serde(default)]
     pub shared: Vec<(u64, u64)>,
+    /// Frames kept for page tables of one level: (frame, level).
+    #[serde(default)]
+    pub pt_pool: Vec<(u64, u32)>,
     /// The spaces the coverage blocks overlay applies to.
     #[serde(default = "first_spaces")]
     pub blocks_spaces: Vec<u64>,
@@ -146,6 +155,7 @@ impl From<FrameStateV1> for FrameState {
             spaces: first_spaces(),
             shared: Vec::new(),
             blocks_spaces: first_spaces(),
+            pt_pool: Vec::new(),
         }
     }
 }
@@ -223,6 +233,7 @@ impl AddressSpace {
             root: PML4_PHYS,
             spaces: BTreeSet::from([PML4_PHYS]),
             shared: BTreeMap::new(),
+            pt_pool: BTreeMap::new(),
         })
     }
 
@@ -350,6 +361,7 @@ impl AddressSpace {
             spaces: self.spaces(),
             shared: self.shared.iter().map(|(f, n)| (*f, *n)).collect(),
             blocks_spaces: self.blocks_spaces(),
+            pt_pool: self.pt_pool.iter().flat_map(|(l, fs)| fs.iter().map(move |f| (*f, *l))).collect(),
         }
     }
 
@@ -363,6 +375,10 @@ impl AddressSpace {
         self.spaces.insert(st.root);
         self.shared = st.shared.iter().copied().filter(|(_, n)| *n > 1).collect();
         self.blocks_spaces = st.blocks_spaces.iter().copied().collect();
+        self.pt_pool.clear();
+        for &(f, l) in &st.pt_pool {
+            self.pt_pool.entry(l).or_default().insert(f);
+        }
         self.stale.clear();
     }
 
@@ -401,6 +417,24 @@ impl AddressSpace {
         Ok(frame)
     }
 
+    /// Allocates a zeroed frame for a page table of `level`: one that was a table of that
+    /// level before if there is one (see `pt_pool`).
+    fn alloc_table_frame(&mut self, level: u32) -> Result<u64, MemError> {
+        match self.pt_pool.get_mut(&level).and_then(BTreeSet::pop_first) {
+            Some(f) => {
+                self.write_phys(f, &[0u8; PAGE_SIZE as usize]);
+                Ok(f)
+            }
+            None => self.alloc_frame(),
+        }
+    }
+
+    /// Keeps `frame`, a page table of `level` no space uses any more, for tables of that level.
+    fn pool_table_frame(&mut self, frame: u64, level: u32) {
+        self.pt_frames.remove(&frame);
+        self.pt_pool.entry(level).or_default().insert(frame);
+    }
+
     /// Allocates a frame whose contents the caller overwrites whole.
     fn take_frame(&mut self) -> Result<u64, MemError> {
         if let Some(f) = self.free.pop_first() {
@@ -432,7 +466,8 @@ impl AddressSpace {
 
     /// Frames not yet handed out.
     pub fn frames_left(&self) -> u64 {
-        (self.size - self.bump) / PAGE_SIZE + self.free.len() as u64
+        let pooled: usize = self.pt_pool.values().map(BTreeSet::len).sum();
+        (self.size - self.bump) / PAGE_SIZE + self.free.len() as u64 + pooled as u64
     }
 
     /// Walks the current space to the leaf entry of `va`, creating intermediate tables when
@@ -451,7 +486,7 @@ impl AddressSpace {
                 if !create {
                     return Ok(None);
                 }
-                let frame = self.alloc_frame()?;
+                let frame = self.alloc_table_frame(level - 1)?;
                 self.write_u64(slot, frame | PTE_P | PTE_W | PTE_U | PTE_A);
                 let span = 1u64 << (12 + 9 * level);
                 self.pt_frames.insert(frame, (level - 1, canonical(va & !(span - 1))));
@@ -579,8 +614,7 @@ impl AddressSpace {
         self.spaces.remove(&id);
         self.blocks_spaces.remove(&id);
         if id != PML4_PHYS {
-            self.pt_frames.remove(&id);
-            self.free_frame(id);
+            self.pool_table_frame(id, 3);
         }
     }
 
@@ -600,8 +634,7 @@ impl AddressSpace {
                 self.release(frame);
             } else if entry & PTE_PS == 0 {
                 self.clear_table(frame, level - 1, va, queue);
-                self.pt_frames.remove(&frame);
-                self.free_frame(frame);
+                self.pool_table_frame(frame, level - 1);
             }
             self.write_u64(slot, 0);
             if queue {
@@ -729,7 +762,7 @@ impl Memory for AddressSpace {
     }
 
     fn new_space(&mut self) -> Result<u64, MemError> {
-        let root = self.alloc_frame()?;
+        let root = self.alloc_table_frame(3)?;
         // The kernel half: the boot PML4's, complete since `write_monitor_structures`.
         let mut half = [0u8; (PAGE_SIZE / 2) as usize];
         self.read_phys(PML4_PHYS + PAGE_SIZE / 2, &mut half);
@@ -943,6 +976,42 @@ mod tests {
         s.write(0x70_0000, b"last").unwrap();
         s.unmap(0x70_0000, PAGE_SIZE);
         assert!(s.free.contains(&frame));
+    }
+
+    #[test]
+    fn a_dropped_spaces_page_tables_are_only_ever_page_tables_of_their_level_again() {
+        let mut s = space();
+        s.populate(0x40_0000, 4 * PAGE_SIZE, Prot::RW).unwrap();
+        let child = s.fork_space(&[]).unwrap();
+        // Every table of either space, by level (the boot PML4 is never dropped).
+        let tables: BTreeMap<u64, u32> =
+            s.pt_frames.iter().filter(|(f, _)| **f != PML4_PHYS).map(|(f, (l, _))| (*f, *l)).collect();
+        s.drop_space(child);
+        let pooled: Vec<(u64, u32)> = s.frame_state().pt_pool;
+        assert_eq!(pooled.len(), 4, "the child's PML4 and three tables: {pooled:?}");
+        for (f, l) in &pooled {
+            assert_eq!(tables.get(f), Some(l), "frame {f:#x} was a table of level {l}");
+        }
+        // Data pages never take them, however many are made.
+        s.populate(0x80_0000, 64 * PAGE_SIZE, Prot::RW).unwrap();
+        for va in (0x80_0000..0x80_0000 + 64 * PAGE_SIZE).step_by(PAGE_SIZE as usize) {
+            let frame = s.translate(va).unwrap();
+            assert!(!pooled.iter().any(|(f, _)| *f == frame), "data page at {va:#x} in a former table");
+        }
+        // A new space's tables do, each at its own level.
+        let again = s.fork_space(&[]).unwrap();
+        assert_eq!(again, pooled.iter().find(|(_, l)| *l == 3).unwrap().0, "the PML4 comes back as a PML4");
+        assert!(s.frame_state().pt_pool.is_empty(), "{:?}", s.frame_state().pt_pool);
+        for (f, l) in &pooled {
+            assert_eq!(s.page_table(*f).map(|p| p.0), Some(*l), "frame {f:#x} is a level-{l} table again");
+        }
+        // The pool travels with the allocator's state.
+        s.drop_space(again);
+        let st = s.frame_state();
+        let mut t = space();
+        t.set_frame_state(&st);
+        assert_eq!(t.frame_state(), st);
+        assert_eq!(t.frames_left(), s.frames_left());
     }
 
     #[test]

@@ -291,6 +291,7 @@ impl Snapshot {
         let in_use = |f: u64| f.is_multiple_of(PAGE_SIZE) && f < self.frames.bump;
         if !self.frames.free.iter().all(|f| in_use(*f))
             || !self.frames.pt_frames.iter().all(|(f, l, _)| in_use(*f) && *l <= 3)
+            || !self.frames.pt_pool.iter().all(|(f, l)| in_use(*f) && *l <= 3)
         {
             return bad("frame lists point outside the RAM image".into());
         }

@@ -241,11 +241,13 @@ fn map_loader(
     Ok((bias, bias + img.entry))
 }
 
-/// A program to map: its bytes, parsed, and the path it runs as.
+/// A program to map: its bytes, parsed, the path it runs as (`/proc/self/exe`, the maps) and
+/// the path it was executed by (`AT_EXECFN`).
 pub(crate) struct Image<'a> {
     pub(crate) bytes: &'a [u8],
     pub(crate) img: &'a elf::ElfImage,
     pub(crate) path: &'a str,
+    pub(crate) execfn: &'a str,
 }
 
 /// Maps a program into the current (empty) address space of `mem`, as Linux's
@@ -375,7 +377,7 @@ pub(crate) fn map_program<S: AsRef<[u8]>>(
         vdso: vdso.map(|_| VDSO_ADDR),
     };
     let entry_rip = loader.map_or(program_entry, |l| l.1);
-    let st = stack::build(STACK_TOP, argv, env, image.path, random, aux, STACK_SIZE / 4).context(ArgsTooBigSnafu)?;
+    let st = stack::build(STACK_TOP, argv, env, image.execfn, random, aux, STACK_SIZE / 4).context(ArgsTooBigSnafu)?;
     let eager = page_up(STACK_TOP - st.rsp).unwrap_or(STACK_SIZE).max(STACK_EAGER);
     mem.populate(STACK_TOP - eager, eager, Prot::RW).context(OutOfMemorySnafu { what: "the stack" })?;
     mem.write(st.rsp, &st.bytes).context(OutOfMemorySnafu { what: "the stack" })?;
@@ -436,7 +438,7 @@ impl Kernel {
         let mut rng = RandomStream::new(spec.seed);
         let mut random = [0u8; 16];
         rng.fill(&mut random);
-        let image = Image { bytes: &spec.image, img: &img, path: &spec.exe_path };
+        let image = Image { bytes: &spec.image, img: &img, path: &spec.exe_path, execfn: &spec.exe_path };
         let (mm, entry) =
             map_program(mem, &fs, &image, &spec.argv, &spec.env, spec.rewrite, spec.vdso, capacity, random)?;
         let faults = FaultState::new(spec.faults.clone(), spec.seed);

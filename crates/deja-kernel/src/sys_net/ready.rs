@@ -194,7 +194,19 @@ impl Kernel {
             self.process.mappings.copy_in(mem, a[3], &mut b)?;
             Some(duration_ns(&b, true)?)
         };
-        self.sys_epoll_wait(mem, a[0], a[1], a[2], timeout)
+        if a[4] != 0 && a[5] != 8 {
+            return Err(EINVAL.into());
+        }
+        self.with_wait_mask(mem, a[4], |k, mem| k.sys_epoll_wait(mem, a[0], a[1], a[2], timeout))
+    }
+
+    /// `epoll_pwait`: `epoll_wait` with a temporary signal mask.
+    pub(crate) fn sys_epoll_pwait(&mut self, mem: &mut dyn Memory, a: [u64; 6]) -> SysResult {
+        if a[4] != 0 && a[5] != 8 {
+            return Err(EINVAL.into());
+        }
+        let timeout = Kernel::ms_timeout(a[3]);
+        self.with_wait_mask(mem, a[4], |k, mem| k.sys_epoll_wait(mem, a[0], a[1], a[2], timeout))
     }
 
     /// `poll`/`ppoll` over `nfds` `struct pollfd` at `fds`.
@@ -303,6 +315,16 @@ impl Kernel {
             self.process.mappings.copy_in(mem, a[4], &mut b)?;
             Some(duration_ns(&b, true)?)
         };
-        self.do_select(mem, a[0], [a[1], a[2], a[3]], timeout)
+        // The sixth argument: { const sigset_t *ss; size_t ss_len }.
+        let mut sigmask = 0;
+        if a[5] != 0 {
+            let ss = self.process.mappings.read_u64(mem, a[5])?;
+            let len = self.process.mappings.read_u64(mem, a[5] + 8)?;
+            if ss != 0 && len != 8 {
+                return Err(EINVAL.into());
+            }
+            sigmask = ss;
+        }
+        self.with_wait_mask(mem, sigmask, |k, mem| k.do_select(mem, a[0], [a[1], a[2], a[3]], timeout))
     }
 }

@@ -389,8 +389,7 @@ syscall_table! {
     278    "vmsplice"          [Fd, Ptr, Len, Flags] => |k, m, a| k.sys_vmsplice(m, [a[0], a[1], a[2], a[3]]);
     279    "move_pages";
     280    "utimensat"         [Fd, Path, Ptr, Flags] => |k, m, a| k.sys_utimensat(m, a[0], a[1], a[2], a[3]);
-    281    "epoll_pwait"       [Fd, Ptr, Int, Int, Ptr, Len]
-           => |k, m, a| k.sys_epoll_wait(m, a[0], a[1], a[2], Kernel::ms_timeout(a[3]));
+    281    "epoll_pwait"       [Fd, Ptr, Int, Int, Ptr, Len] => |k, m, a| k.sys_epoll_pwait(m, a);
     282    "signalfd";
     283    "timerfd_create";
     284    "eventfd"           [Int] => |k, _, a| k.sys_eventfd2(a[0], 0);

@@ -1,0 +1,3 @@
+module deja.example/exec
+
+go 1.19
