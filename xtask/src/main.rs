@@ -31,7 +31,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 44] = [
+const GUESTS: [&str; 45] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -76,6 +76,7 @@ const GUESTS: [&str; 44] = [
     "attack",
     "overflow",
     "etcd-client",
+    "spawner",
 ];
 
 /// Flags every guest is built with: a static executable.

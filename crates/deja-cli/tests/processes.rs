@@ -574,3 +574,65 @@ for i in 1 2 3 4 5 6; do sh -c "exit $i" & done; wait; echo all
     let Some(ran) = sh(script) else { return };
     assert_eq!(ran.stdout, "a\n2\nboth: 0\nA\nall\n");
 }
+
+/// A Rust program that runs itself with `std::process::Command` (`clone(CLONE_VM |
+/// CLONE_VFORK)`, `execve` of `/proc/self/exe`, the child's output through a pipe): the run is
+/// the same over 3 runs, and an SDK assertion that fails in the child names the child's pid,
+/// its name and its thread, while the parent's holds.
+#[test]
+fn assertions_name_the_process_that_made_them() {
+    let spawner = guest("spawner");
+    let spawner = spawner.to_string_lossy();
+    let audit = deja(&["run", "--no-probe", "--audit", "3", &spawner]);
+    assert!(stderr(&audit).contains("deja: audit: identical over 3 runs"), "{}", stderr(&audit));
+    assert_eq!(stdout(&audit), "child 2: parent 1\nparent 1: the child exited with Some(7)\n");
+    let (out, r) = run_json(&[&spawner, "--", "--fail"]);
+    assert_eq!(stdout(&out), "child 2: parent 1\nparent 1: the child exited with Some(7)\n");
+    let site = |m: &str| {
+        r["assertions"].as_array().unwrap().iter().find(|a| a["message"] == m).cloned().unwrap_or_else(|| panic!("{m}"))
+    };
+    let child = site("the child's books balance");
+    assert_eq!(child["failures"], 1, "{child}");
+    let at = &child["first_failure"];
+    assert_eq!((at["pid"].as_u64(), at["process"].as_str(), at["thread"].as_u64()), (Some(2), Some("exe"), Some(2)));
+    assert_eq!(at["details"], "{\"pid\":2}");
+    assert_eq!(site("the parent runs")["passes"], 1);
+}
+
+/// A snapshot taken in the middle of a pipeline (several processes alive, each in its own
+/// address space) continues to the same end: the same output and the same digest as the run
+/// it was taken from, in a fresh VM.
+#[test]
+fn a_snapshot_in_the_middle_of_a_pipeline_continues_to_the_same_end() {
+    let Some(bb) = busybox() else { return };
+    let dir = scratch();
+    let script = "echo one > /tmp/f; cat /tmp/f | tr a-z A-Z | while read l; do echo \"got $l\"; done; \
+                  (sleep 0.01; echo late) & wait; echo end";
+    let whole = deja(&["run", "--no-probe", "--json", bb, "--", "sh", "-c", script]);
+    let want: serde_json::Value = serde_json::from_str(stderr(&whole).lines().last().unwrap()).unwrap();
+    assert_eq!(stdout(&whole), "got ONE\nlate\nend\n");
+    let syscalls = want["syscalls"].as_u64().unwrap();
+    assert!(syscalls > 100, "{want}");
+    for at in [syscalls / 3, syscalls / 2, 2 * syscalls / 3] {
+        let snap = dir.join(format!("at-{at}.snap"));
+        let (snap_s, at_s) = (snap.to_string_lossy().into_owned(), at.to_string());
+        let taken = deja(&[
+            "run",
+            "--no-probe",
+            "--snapshot-at",
+            &at_s,
+            "--snapshot-out",
+            &snap_s,
+            bb,
+            "--",
+            "sh",
+            "-c",
+            script,
+        ]);
+        assert_eq!(stdout(&taken), stdout(&whole), "{}", stderr(&taken));
+        let resumed = deja(&["run", "--no-probe", "--json", "--from-snapshot", &snap_s]);
+        let got: serde_json::Value = serde_json::from_str(stderr(&resumed).lines().last().unwrap()).unwrap();
+        assert_eq!(got["digest"], want["digest"], "from syscall {at}: {}", stderr(&resumed));
+        assert_eq!(got["exit_code"], 0);
+    }
+}
