@@ -636,3 +636,24 @@ fn a_snapshot_in_the_middle_of_a_pipeline_continues_to_the_same_end() {
         assert_eq!(got["exit_code"], 0);
     }
 }
+
+/// A shell in a directory tree given as the root (`--root`): the programs it runs are the
+/// root's, found through `PATH` and their symbolic links (`/bin/cat` → `busybox`, as busybox
+/// images ship), and a program the root does not have is not found, whatever the host has.
+#[test]
+fn a_shell_in_a_root_runs_the_roots_programs_through_their_links() {
+    let Some(bb) = busybox() else { return };
+    let root = scratch();
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::copy(bb, root.join("bin/busybox")).unwrap();
+    for applet in ["sh", "cat", "tr"] {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
+    }
+    let r = root.to_string_lossy();
+    let script = "echo hello | cat | tr a-z A-Z; /usr/bin/perl -e 1; echo \"status $?\"";
+    let out =
+        deja(&["run", "--no-probe", "--audit", "3", "--root", &r, "--env", "PATH=/bin", "/bin/sh", "--", "-c", script]);
+    assert_eq!(stdout(&out), "HELLO\nstatus 127\n", "{}", stderr(&out));
+    assert!(stderr(&out).contains("deja: audit: identical over 3 runs"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("/usr/bin/perl: not found"), "{}", stderr(&out));
+}
