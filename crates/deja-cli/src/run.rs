@@ -832,6 +832,19 @@ fn run_main(args: &RunArgs) -> Result<Exit, Failure> {
         eprintln!("{json}");
     } else {
         print_text_summary(&first.report, &first, (!args.no_probe).then_some(host), &replay);
+        // A kill placed where no process came: say so, rather than let it look survived.
+        for rule in &args.kill_process {
+            let Ok(k) = deja_kernel::ProcessKill::parse(rule) else { continue };
+            let struck =
+                first.report.faults.iter().any(|f| f.kind == deja_kernel::FaultKind::Kill && f.point == k.point());
+            if !struck {
+                let made = first.report.process_ops.iter().find(|(n, _)| *n == k.name).map_or(0, |(_, c)| *c);
+                eprintln!(
+                    "deja: note: --kill-process {rule} never struck: processes named {:?} made {made} durable operation(s) (pid 1 never counts)",
+                    k.name
+                );
+            }
+        }
     }
     if diverged {
         return Ok(Exit::AuditDiverged);

@@ -108,6 +108,17 @@ fn the_supervisor_restarts_its_killed_worker_and_runs_are_identical() {
         "{}",
         stdout(&killed)
     );
+    assert!(!stderr(&killed).contains("never struck"), "{}", stderr(&killed));
+    // A kill placed on a name no process has is said to have never struck.
+    let missed = deja(&["run", "--no-probe", "--kill-process", "worker:before:1", &s, "--", "fixed"]);
+    assert_eq!(missed.status.code(), Some(0), "{}", stderr(&missed));
+    assert!(
+        stderr(&missed).contains(
+            "deja: note: --kill-process worker:before:1 never struck: processes named \"worker\" made 0 durable operation(s)"
+        ),
+        "{}",
+        stderr(&missed)
+    );
 
     // Three runs, two of them in fresh processes on other cores, give one digest.
     let audit = deja(&["run", "--no-probe", "--audit", "3", &s, "--", "fixed"]);
