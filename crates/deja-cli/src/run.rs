@@ -87,9 +87,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "WHEN:PATH:NTH")]
     pub crash_at: Vec<String>,
     /// Kill a process of the program (not the first) with SIGKILL before or after the NTH
-    /// durable operation processes of that name make: `worker:before:2`. The program's other
-    /// processes go on, and what the killed one wrote stays in the page cache (see
-    /// docs/PROCESSES.md).
+    /// durable operation processes of that name make: `worker:before:2`; a NAME of digits is
+    /// a pid, whose own operations count (`3:after:1`). The program's other processes go on,
+    /// and what the killed one wrote stays in the page cache (see docs/PROCESSES.md).
     #[arg(long, value_name = "NAME:WHEN:NTH")]
     pub kill_process: Vec<String>,
     /// Exactly which pending operations the crash keeps: `none`, `all`, or positions
@@ -837,12 +837,20 @@ fn run_main(args: &RunArgs) -> Result<Exit, Failure> {
             let Ok(k) = deja_kernel::ProcessKill::parse(rule) else { continue };
             let struck =
                 first.report.faults.iter().any(|f| f.kind == deja_kernel::FaultKind::Kill && f.point == k.point());
-            if !struck {
-                let made = first.report.process_ops.iter().find(|(n, _)| *n == k.name).map_or(0, |(_, c)| *c);
-                eprintln!(
-                    "deja: note: --kill-process {rule} never struck: processes named {:?} made {made} durable operation(s) (pid 1 never counts)",
-                    k.name
-                );
+            if struck {
+                continue;
+            }
+            match k.pid() {
+                Some(pid) => eprintln!(
+                    "deja: note: --kill-process {rule} never struck: process {pid} made fewer durable operations, or never ran (pid 1 never counts)"
+                ),
+                None => {
+                    let made = first.report.process_ops.iter().find(|(n, _)| *n == k.name).map_or(0, |(_, c)| *c);
+                    eprintln!(
+                        "deja: note: --kill-process {rule} never struck: processes named {:?} made {made} durable operation(s) (pid 1 never counts)",
+                        k.name
+                    );
+                }
             }
         }
     }

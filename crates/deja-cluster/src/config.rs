@@ -47,7 +47,7 @@
 //!
 //! [[faults.storage.kill]]      # kill a process of a node at a durable operation it makes
 //! node = "a"
-//! process = "worker"           # its name (comm); never the node's first program
+//! process = "worker"           # its name (comm), or its pid; never the node's first program
 //! when = "before"              # before | after
 //! nth = 2                      # the 2nd durable operation of processes of that name, over the run
 //!
@@ -437,7 +437,7 @@ pub struct StorageFile {
 pub struct KillFile {
     /// The node.
     pub node: String,
-    /// The process's name (its `comm`).
+    /// The process's name (its `comm`), or its pid.
     pub process: String,
     /// `before` or `after` the operation.
     pub when: deja_kernel::When,

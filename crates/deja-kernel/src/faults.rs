@@ -94,8 +94,9 @@ pub struct FaultConfig {
 
 /// A process killed by meaning: the process named `name` (its `comm`: the file name of the
 /// program it runs) gets `SIGKILL` before or after the `nth` durable operation it makes
-/// (counted from 1 over the processes of that name in the life). Pid 1 is never killed this
-/// way: its end is the node's, which a crash models.
+/// (counted from 1 over the processes of that name in the life); a `name` of digits is a pid,
+/// whose own operations count. Pid 1 is never killed this way: its end is the node's, which a
+/// crash models.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ProcessKill {
     /// The process's name.
@@ -107,9 +108,18 @@ pub struct ProcessKill {
 }
 
 impl ProcessKill {
-    /// In words: `worker killed before its durable op #2`.
+    /// The pid it names, when its name is one.
+    pub fn pid(&self) -> Option<u64> {
+        self.name.bytes().all(|b| b.is_ascii_digit()).then(|| self.name.parse().ok()).flatten()
+    }
+
+    /// In words: `worker killed before its durable op #2`, `pid 3 killed after its durable op #1`.
     pub fn point(&self) -> String {
-        format!("{} killed {} its durable op #{}", self.name, self.when.name(), self.nth)
+        let who = match self.pid() {
+            Some(p) => format!("pid {p}"),
+            None => self.name.clone(),
+        };
+        format!("{who} killed {} its durable op #{}", self.when.name(), self.nth)
     }
 
     /// Parses `NAME:WHEN:NTH` (`worker:before:2`).
@@ -880,6 +890,9 @@ pub(crate) struct FaultState {
     /// Durable operations made by processes of each name (but pid 1), in the life.
     #[serde(default)]
     pub process_ops: BTreeMap<String, u64>,
+    /// Durable operations made by each process (but pid 1), in the life.
+    #[serde(default)]
+    pub pid_ops: BTreeMap<u64, u64>,
     /// A [`ProcessKill`] struck in the syscall being served: the calling process dies of
     /// `SIGKILL` when it returns, with these words.
     #[serde(default)]
@@ -939,6 +952,7 @@ impl FaultState {
             stopped_after_fault: None,
             fail_stopped: false,
             process_ops: BTreeMap::new(),
+            pid_ops: BTreeMap::new(),
             kill_due: None,
         }
     }

@@ -349,6 +349,11 @@ impl FdTable {
         Ok(())
     }
 
+    /// True while description `desc` is open (named by an fd of any process, or in flight).
+    pub fn holds(&self, desc: u64) -> bool {
+        self.descs.contains_key(&desc)
+    }
+
     /// Every open file description.
     pub fn descriptions(&self) -> impl Iterator<Item = &OpenFile> {
         self.descs.values()

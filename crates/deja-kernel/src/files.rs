@@ -14,14 +14,18 @@ use crate::persist::{ensure, Persist, RestoreError};
 
 /// Record locks kept at most.
 pub(crate) const MAX_LOCKS: usize = 4096;
+/// The owner bit of a lock held by an open file description rather than a process.
+pub(crate) const OFD_OWNER: u64 = 1 << 63;
 
 /// The file system and the process's view of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Files {
     /// Every inode with its volatile and durable layers, pending writes, link and open counts.
     pub(crate) fs: Fs,
-    /// Record locks by (inode, start): (type, length).
-    pub(crate) locks: BTreeMap<(u64, u64), (u16, u64)>,
+    /// Record locks by (inode number, owner, start): (type, end). The owner is the pid for a
+    /// process's lock (`F_SETLK`), or [`OFD_OWNER`] with the open file description's index for
+    /// one of a description (`F_OFD_SETLK`); the end is exclusive, `u64::MAX` to the end of file.
+    pub(crate) locks: BTreeMap<(u64, u64, u64), (u16, u64)>,
     /// The fds, the open descriptions they name, and stdin.
     pub(crate) fds: FdTable,
     /// The working directory's inode (shared by every thread, as with `CLONE_FS`). It may
@@ -45,6 +49,10 @@ impl Persist for Files {
             }
         }
         self.fs.validate_open(&refs)?;
-        ensure(self.locks.len() <= MAX_LOCKS, || format!("{} locks", self.locks.len()))
+        ensure(self.locks.len() <= MAX_LOCKS, || format!("{} locks", self.locks.len()))?;
+        for ((_, _, start), (ty, end)) in &self.locks {
+            ensure(*ty <= 1 && start < end, || format!("a lock of type {ty} over [{start}, {end})"))?;
+        }
+        Ok(())
     }
 }

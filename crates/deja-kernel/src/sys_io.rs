@@ -49,8 +49,13 @@ impl Kernel {
     }
 
     pub(crate) fn sys_close(&mut self, fd: u64) -> SysResult {
+        self.release_locks_at_close(fd as i32);
         let f = self.files.fds.close(fd as i32)?;
+        let gone = f.is_some();
         self.dropped(f);
+        if gone {
+            self.release_locks_of(None);
+        }
         Ok(0)
     }
 
@@ -440,7 +445,7 @@ impl Kernel {
                 f.flags = (f.flags & !settable) | (arg as u32 & settable);
                 Ok(0)
             }
-            // F_GETLK, F_SETLK, F_SETLKW and the OFD forms: one process, no contention.
+            // F_GETLK, F_SETLK, F_SETLKW and the OFD forms: locks of processes and descriptions.
             5 | 6 | 7 | 36 | 37 | 38 => self.fcntl_lock(mem, fd, cmd as u32, arg),
             1032 if self.files.fds.get(fd)?.kind.is_std_stream() => Ok(65536),
             // F_GETPIPE_SZ and F_SETPIPE_SZ of a pipe or FIFO.

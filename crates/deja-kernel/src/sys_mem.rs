@@ -51,13 +51,39 @@ impl Kernel {
     /// a call that changed files (a write, a truncate, a growing `fallocate`), every `MAP_SHARED`
     /// mapping of a changed file maps its new contents. Pages past the new end of the file are
     /// dropped (touching one again gives a zero page), pages the file grew into are filled.
+    ///
+    /// Every process's mappings: the other address spaces' are entered in turn.
     pub(crate) fn sync_shared_mappings(&mut self, mem: &mut dyn Memory) {
-        let changed = self.files.fs.take_changed();
-        let shared = |v: &&Vma| v.shared && matches!(v.kind, VmaKind::File { .. });
-        if changed.is_empty() || !self.process.mappings.iter().any(|v| shared(&v)) {
+        let changed: Vec<u64> = self.files.fs.take_changed().into_iter().collect();
+        if changed.is_empty() {
             return;
         }
-        for id in changed {
+        let shared = |v: &Vma| v.shared && matches!(v.kind, VmaKind::File { .. });
+        self.sync_shared_in(mem, &changed);
+        let others: Vec<u64> = self
+            .procs
+            .spaces
+            .iter()
+            .filter(|(_, mm)| mm.mappings.iter().any(shared))
+            .filter_map(|(space, _)| {
+                self.procs.table.iter().find(|(_, p)| p.live() && p.space == *space).map(|(&pid, _)| pid)
+            })
+            .collect();
+        let home = self.procs.current;
+        for pid in others {
+            self.enter(mem, pid);
+            self.sync_shared_in(mem, &changed);
+        }
+        self.enter(mem, home);
+    }
+
+    /// [`Kernel::sync_shared_mappings`] in the current address space, for the files `changed`.
+    fn sync_shared_in(&mut self, mem: &mut dyn Memory, changed: &[u64]) {
+        let shared = |v: &&Vma| v.shared && matches!(v.kind, VmaKind::File { .. });
+        if !self.process.mappings.iter().any(|v| shared(&v)) {
+            return;
+        }
+        for &id in changed {
             let Some(ino) = self.files.fs.get(id).map(|i| i.ino) else { continue };
             let starts: Vec<(u64, u64)> = self
                 .process

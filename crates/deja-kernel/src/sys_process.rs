@@ -447,6 +447,7 @@ impl Kernel {
         for d in self.files.fds.close_many(false) {
             self.dropped(Some(d));
         }
+        self.release_locks_of(None);
         for a in self.process.signals.actions.iter_mut() {
             if a[0] != SIG_IGN {
                 *a = [0; 4];
@@ -529,6 +530,7 @@ impl Kernel {
         for d in self.files.fds.close_many(true) {
             self.dropped(Some(d));
         }
+        self.release_locks_of(Some(pid));
         self.release_vfork(pid);
         let mut orphans = Vec::new();
         for (&c, p) in self.procs.table.iter_mut() {

@@ -180,7 +180,7 @@ fn every_part_refuses_damaged_bytes() {
     process.brk_cur = process.brk_start - 1;
     refuses_damage("process", &k.process, Some(&process), &());
     let mut files = k.files.clone();
-    files.locks.extend((0..crate::files::MAX_LOCKS as u64).map(|i| ((u64::MAX, i), (1, 1))));
+    files.locks.extend((0..crate::files::MAX_LOCKS as u64).map(|i| ((u64::MAX, 1, i), (1, i + 1))));
     refuses_damage("files", &k.files, Some(&files), &());
     let mut net = k.net.clone();
     net.next_obj = 0;

@@ -285,3 +285,52 @@ fn a_process_killed_at_its_durable_operation_dies_alone_and_its_writes_stay_cach
         .iter()
         .any(|f| f.kind == crate::FaultKind::Kill && f.point == "prog killed before its durable op #2"));
 }
+
+#[test]
+fn record_locks_are_each_processs_own_and_conflict_across_processes() {
+    let (mut k, _, mut m) = boot();
+    let buf = scratch(&mut k, &mut m, 4096);
+    poke(&k, &mut m, buf, b"/data/l\0");
+    let fd = sc(&mut k, &mut m, "open", &[buf, 0o102, 0o644]) as u64;
+    let flock = |ty: u16, start: i64, len: i64| {
+        let mut b = vec![0u8; 32];
+        b[0..2].copy_from_slice(&ty.to_le_bytes());
+        b[8..16].copy_from_slice(&start.to_le_bytes());
+        b[16..24].copy_from_slice(&len.to_le_bytes());
+        b
+    };
+    let fl = buf + 512;
+    // The parent write-locks [10, 15) and [15, 20): one lock of [10, 20).
+    poke(&k, &mut m, fl, &flock(1, 10, 5));
+    assert_eq!(sc(&mut k, &mut m, "fcntl", &[fd, 6, fl]), 0);
+    poke(&k, &mut m, fl, &flock(1, 15, 5));
+    assert_eq!(sc(&mut k, &mut m, "fcntl", &[fd, 6, fl]), 0);
+    assert_eq!(k.files.locks.len(), 1, "{:?}", k.files.locks);
+    run_next_after_fork(&mut k, &mut m, 2);
+    // The child sees the parent's lock, with its pid, and cannot take a read lock under it.
+    poke(&k, &mut m, fl, &flock(0, 12, 1));
+    assert_eq!(sc(&mut k, &mut m, "fcntl", &[fd, 5, fl]), 0);
+    let got = peek(&k, &mut m, fl, 32);
+    assert_eq!(u16::from_le_bytes([got[0], got[1]]), 1, "F_WRLCK");
+    assert_eq!(i64::from_le_bytes(got[8..16].try_into().unwrap()), 10);
+    assert_eq!(i64::from_le_bytes(got[16..24].try_into().unwrap()), 10);
+    assert_eq!(i32::from_le_bytes(got[24..28].try_into().unwrap()), 1, "the parent's pid");
+    poke(&k, &mut m, fl, &flock(0, 12, 1));
+    assert_eq!(sc(&mut k, &mut m, "fcntl", &[fd, 6, fl]), -11, "EAGAIN");
+    poke(&k, &mut m, fl, &flock(0, 30, 0));
+    assert_eq!(sc(&mut k, &mut m, "fcntl", &[fd, 6, fl]), 0, "past the parent's range: granted");
+    // F_SETLKW waits until the parent unlocks part of its range.
+    poke(&k, &mut m, fl, &flock(1, 18, 2));
+    assert_eq!(sc(&mut k, &mut m, "fcntl", &[fd, 7, fl]), BLOCKED_RETURN as i64);
+    assert_eq!(k.current_tid(), 1);
+    poke(&k, &mut m, fl, &flock(2, 16, 4));
+    assert_eq!(sc(&mut k, &mut m, "fcntl", &[fd, 6, fl]), 0, "the parent unlocks [16, 20)");
+    assert_eq!(k.take_wakeup_returns(), vec![(2, 0)], "the child's wait ends with its lock");
+    let owners: Vec<(u64, u64, u64)> = k.files.locks.iter().map(|((_, o, s), (_, e))| (*o, *s, *e)).collect();
+    assert_eq!(owners, vec![(1, 10, 16), (2, 18, 20), (2, 30, u64::MAX)]);
+    // The child's end lets its locks go.
+    assert_eq!(k.current_tid(), 2);
+    assert_eq!(sc(&mut k, &mut m, "exit_group", &[0]), BLOCKED_RETURN as i64);
+    let owners: Vec<u64> = k.files.locks.keys().map(|(_, o, _)| *o).collect();
+    assert_eq!(owners, vec![1]);
+}
