@@ -14,6 +14,10 @@ use crate::persist::{ensure, Persist, RestoreError};
 
 /// Record locks kept at most.
 pub(crate) const MAX_LOCKS: usize = 4096;
+/// A record lock's key (inode number, owner, start) and value (type, end): see
+/// [`Files::locks`].
+pub(crate) type Lock = ((u64, u64, u64), (u16, u64));
+
 /// The owner bit of a lock held by an open file description rather than a process.
 pub(crate) const OFD_OWNER: u64 = 1 << 63;
 

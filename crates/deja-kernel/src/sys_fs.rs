@@ -856,7 +856,7 @@ impl Kernel {
             return Err(EAGAIN.into());
         }
         // The owner's locks under the range (and, of the same type, touching it) make way.
-        let mine: Vec<((u64, u64, u64), (u16, u64))> = self
+        let mine: Vec<crate::files::Lock> = self
             .files
             .locks
             .range((key, owner, 0)..=(key, owner, u64::MAX))
