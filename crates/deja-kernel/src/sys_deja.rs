@@ -150,10 +150,7 @@ impl Kernel {
         let (syscall_index, virtual_time_ns) = self.deja_now();
         let decision_index = self.faults.log.len();
         let (tid, pid) = (self.caller(), self.pid_of(self.caller()));
-        let process = {
-            let c = &self.process.comm;
-            String::from_utf8_lossy(&c[..c.iter().position(|&b| b == 0).unwrap_or(c.len())]).into_owned()
-        };
+        let process = self.process_name();
         let Some(site) = self.oracle.sites.get_mut(&id) else { return Err(EINVAL.into()) };
         let held = match site.kind() {
             AssertKind::Always | AssertKind::AlwaysOrUnreachable | AssertKind::Sometimes => cond == 1,

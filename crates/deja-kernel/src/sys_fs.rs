@@ -74,12 +74,6 @@ impl Kernel {
         }
     }
 
-    /// The current process's name (its `comm`).
-    fn process_name(&self) -> String {
-        let c = &self.process.comm;
-        String::from_utf8_lossy(&c[..c.iter().position(|&b| b == 0).unwrap_or(c.len())]).into_owned()
-    }
-
     /// Arms the kill placed at `when` on the durable operation the current process just made
     /// (counted over the processes of its name, or its pid's own), if there is one (never for
     /// pid 1). True if it struck: the operation does not happen when it struck before it.

@@ -17,11 +17,11 @@ use crate::{ExitStatus, Memory};
 /// `CLONE_VM`.
 pub(crate) const CLONE_VM: u64 = 0x100;
 /// `CLONE_FS`.
-const CLONE_FS: u64 = 0x200;
+pub(crate) const CLONE_FS: u64 = 0x200;
 /// `CLONE_FILES`.
-const CLONE_FILES: u64 = 0x400;
+pub(crate) const CLONE_FILES: u64 = 0x400;
 /// `CLONE_SIGHAND`.
-const CLONE_SIGHAND: u64 = 0x800;
+pub(crate) const CLONE_SIGHAND: u64 = 0x800;
 /// `CLONE_PIDFD`.
 const CLONE_PIDFD: u64 = 0x1000;
 /// `CLONE_PTRACE`.
@@ -31,15 +31,17 @@ const CLONE_VFORK: u64 = 0x4000;
 /// `CLONE_PARENT`.
 const CLONE_PARENT: u64 = 0x8000;
 /// `CLONE_THREAD`.
-const CLONE_THREAD: u64 = 0x1_0000;
+pub(crate) const CLONE_THREAD: u64 = 0x1_0000;
+/// `CLONE_SYSVSEM`: no System V semaphores to share.
+pub(crate) const CLONE_SYSVSEM: u64 = 0x4_0000;
 /// `CLONE_SETTLS`.
-const CLONE_SETTLS: u64 = 0x8_0000;
+pub(crate) const CLONE_SETTLS: u64 = 0x8_0000;
 /// `CLONE_PARENT_SETTID`.
-const CLONE_PARENT_SETTID: u64 = 0x10_0000;
+pub(crate) const CLONE_PARENT_SETTID: u64 = 0x10_0000;
 /// `CLONE_CHILD_CLEARTID`.
-const CLONE_CHILD_CLEARTID: u64 = 0x20_0000;
+pub(crate) const CLONE_CHILD_CLEARTID: u64 = 0x20_0000;
 /// `CLONE_CHILD_SETTID`.
-const CLONE_CHILD_SETTID: u64 = 0x100_0000;
+pub(crate) const CLONE_CHILD_SETTID: u64 = 0x100_0000;
 /// The flags a process-creating clone may carry.
 const PROCESS_FLAGS: u64 = CLONE_VM
     | CLONE_VFORK
@@ -48,7 +50,7 @@ const PROCESS_FLAGS: u64 = CLONE_VM
     | CLONE_PARENT_SETTID
     | CLONE_CHILD_CLEARTID
     | CLONE_CHILD_SETTID
-    | 0x4_0000; // CLONE_SYSVSEM: no System V semaphores to share
+    | CLONE_SYSVSEM;
 
 /// `WNOHANG`.
 const WNOHANG: u64 = 1;
@@ -97,6 +99,12 @@ fn child_info(sig: i32, pid: u64, st: &ExitStatus) -> Queued {
 }
 
 impl Kernel {
+    /// The current process's name (its `comm`).
+    pub(crate) fn process_name(&self) -> String {
+        let c = &self.process.comm;
+        String::from_utf8_lossy(&c[..c.iter().position(|&b| b == 0).unwrap_or(c.len())]).into_owned()
+    }
+
     /// The current process's pid.
     pub(crate) fn pid(&self) -> u64 {
         self.procs.current
@@ -668,7 +676,7 @@ impl Kernel {
         if options & !(WNOHANG | WAIT_IGNORED) != 0 {
             return Err(EINVAL.into());
         }
-        match self.reap(pid as i32 as i64, options & WNOHANG != 0, false)? {
+        match self.reap(pid as i32 as i64, options & WNOHANG != 0)? {
             Some((child, st)) => {
                 if status != 0 {
                     self.process.mappings.copy_out(mem, status, &wait_status(&st).to_le_bytes())?;
@@ -697,7 +705,7 @@ impl Kernel {
             2 if id as i32 == 0 => 0,
             _ => return Err(EINVAL.into()),
         };
-        let found = self.reap(which, options & WNOHANG != 0, options & WNOWAIT != 0)?;
+        let found = self.reap(which, options & WNOHANG != 0)?;
         let mut info = [0u8; 128];
         if let Some((child, st)) = &found {
             let q = child_info(SIGCHLD, *child, st);
@@ -717,7 +725,7 @@ impl Kernel {
 
     /// The first child `which` selects that ended, with its status; `None` with `nohang` if
     /// none has yet; blocks otherwise. `ECHILD` if there is no such child.
-    fn reap(&mut self, which: i64, nohang: bool, _keep: bool) -> Result<Option<(u64, ExitStatus)>, SysStop> {
+    fn reap(&mut self, which: i64, nohang: bool) -> Result<Option<(u64, ExitStatus)>, SysStop> {
         let me = self.pid_of(self.caller());
         let children = self.procs.children(me, which);
         if children.is_empty() {

@@ -8,16 +8,11 @@ use crate::kernel::{Kernel, SysResult, SysStop};
 use crate::threads::{SpawnedThread, Thread, ThreadState};
 use crate::Memory;
 
-const CLONE_VM: u64 = 0x100;
-const CLONE_FS: u64 = 0x200;
-const CLONE_FILES: u64 = 0x400;
-const CLONE_SIGHAND: u64 = 0x800;
-const CLONE_THREAD: u64 = 0x1_0000;
-const CLONE_SYSVSEM: u64 = 0x4_0000;
-const CLONE_SETTLS: u64 = 0x8_0000;
-const CLONE_PARENT_SETTID: u64 = 0x10_0000;
-const CLONE_CHILD_CLEARTID: u64 = 0x20_0000;
-const CLONE_CHILD_SETTID: u64 = 0x100_0000;
+use crate::sys_process::{
+    CLONE_CHILD_CLEARTID, CLONE_CHILD_SETTID, CLONE_FILES, CLONE_FS, CLONE_PARENT_SETTID, CLONE_SETTLS, CLONE_SIGHAND,
+    CLONE_SYSVSEM, CLONE_THREAD, CLONE_VM,
+};
+
 /// The flags a thread-creating clone may carry.
 const THREAD_FLAGS: u64 = CLONE_VM
     | CLONE_FS
