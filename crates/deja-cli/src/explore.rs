@@ -441,6 +441,9 @@ pub fn main(args: ExploreArgs) -> Exit {
             campaign.bugs.len()
         );
     }
+    if let Some(f) = campaign.frontier {
+        let _ = writeln!(err, "deja:   frontier: {} of {} single faults tried", f.tried, f.total);
+    }
     if args.profile {
         print_profile(&mut err, &profile, wall, cfg.jobs, campaign.rounds);
     }
@@ -505,6 +508,7 @@ fn serve_live(
         no_progress_rounds: 0,
         no_progress: Vec::new(),
         blocks: None,
+        frontier: None,
     };
     let (live, feed) = crate::serve::Live::start(addr, &cfg.out, &header)?;
     announce(&live.server().url, addr);

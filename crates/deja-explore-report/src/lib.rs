@@ -89,6 +89,19 @@ pub struct Campaign {
     /// `edges_total` and `edges_hit` count blocks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocks: Option<BlockCoverage>,
+    /// The coverage strategy's frontier of single faults (a program in a faults mode): how
+    /// many it holds and how many were tried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frontier: Option<Frontier>,
+}
+
+/// The frontier of single faults a coverage campaign tries once each ([`Campaign::frontier`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Frontier {
+    /// Single faults tried.
+    pub tried: u64,
+    /// Single faults it holds.
+    pub total: u64,
 }
 
 /// What block coverage measured ([`Campaign::blocks`]).

@@ -61,6 +61,7 @@ pub(crate) fn sample() -> Campaign {
         no_progress_rounds: 0,
         no_progress: Vec::new(),
         blocks: None,
+        frontier: None,
     };
     Campaign {
         program: "guests/bank".into(),
@@ -97,6 +98,7 @@ pub(crate) fn sample() -> Campaign {
         no_progress_rounds: 0,
         no_progress: Vec::new(),
         blocks: None,
+        frontier: None,
     }
 }
 
@@ -126,6 +128,7 @@ fn empty() -> Campaign {
         no_progress_rounds: 0,
         no_progress: Vec::new(),
         blocks: None,
+        frontier: None,
     }
 }
 
@@ -278,6 +281,12 @@ fn text_shows_the_fault_mix() {
     assert!(t.contains("faults (the rounds in which each kind happened):"), "{t}");
     assert!(t.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["crash", "201", "40.2%"]), "{t}");
     assert!(render_text(&empty()).contains("faults: none happened"));
+    assert!(!t.contains("frontier:"), "a campaign without a frontier says nothing of one");
+    let mut c = sample();
+    c.frontier = Some(Frontier { tried: 40, total: 1_061 });
+    assert!(render_text(&c).contains("frontier: 40 of 1,061 single faults tried"), "{}", render_text(&c));
+    let back = parse_json(&render_json(&c)).unwrap();
+    assert_eq!(back.frontier, c.frontier);
 }
 
 #[test]

@@ -162,6 +162,14 @@ pub fn render_text(c: &Campaign) -> String {
     }
 
     out.push('\n');
+    if let Some(f) = c.frontier {
+        let _ = writeln!(
+            out,
+            "frontier: {} of {} single faults tried (each once, on three rounds in four)",
+            thousands(f.tried),
+            thousands(f.total)
+        );
+    }
     if c.faults.is_empty() {
         out.push_str("faults: none happened\n");
     } else {

@@ -17,7 +17,7 @@
 
 use deja_cluster::{NodeFault, StorageFault};
 use deja_kernel::{CrashState, ErrorRule, FaultConfig, IoCount, IoErrno, IoOp, OpCrash, ProcessKill, When};
-use rand_chacha::rand_core::Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -239,6 +239,90 @@ pub fn random(rng: &mut ChaCha20Rng, menu: &Menu) -> FaultConfig {
     f
 }
 
+/// The most single faults a frontier holds.
+pub const MAX_FRONTIER: usize = 1024;
+
+/// Of each kind of operation on each path, the frontier fails the first this many.
+pub const FRONTIER_PER_OPERATION: u64 = 64;
+
+/// The frontier's single faults, in the order a campaign of stream seed `seed` tries them, at
+/// most [`MAX_FRONTIER`]: three kinds taken in turn, each in a seeded order of its own (so
+/// every crash point is tried once within the first rounds whatever the number of operations
+/// the run made):
+/// - a crash before and after each durable write, and at exit (each with its state left open:
+///   [`frontier_round`] names one);
+/// - EIO on every operation of the run (and ENOSPC where it applies), up to the
+///   [`FRONTIER_PER_OPERATION`]-th of each kind on each path;
+/// - a kill of each other process before and after each of its durable operations.
+pub fn frontier(menu: &Menu, seed: u64) -> Vec<FaultConfig> {
+    let mut crashes = Vec::new();
+    for k in 1..=menu.durable_writes {
+        crashes.push(FaultConfig { crash_before_durable_write: Some(k), ..Default::default() });
+        crashes.push(FaultConfig { crash_after_durable_write: Some(k), ..Default::default() });
+    }
+    crashes.push(FaultConfig { crash_at_exit: true, ..Default::default() });
+    let mut errors = Vec::new();
+    for c in menu.io_ops {
+        for nth in 1..=c.count.min(FRONTIER_PER_OPERATION) {
+            for errno in [IoErrno::Eio, IoErrno::Enospc] {
+                if errno == IoErrno::Enospc && !matches!(c.op, IoOp::Write | IoOp::Fallocate | IoOp::Create) {
+                    continue;
+                }
+                errors
+                    .push(FaultConfig { errors: vec![ErrorRule::at(c.op, &c.path, nth, errno)], ..Default::default() });
+            }
+        }
+    }
+    let mut kills = Vec::new();
+    for (name, ops) in menu.processes {
+        for nth in 1..=*ops {
+            for when in [When::Before, When::After] {
+                let kill = ProcessKill { name: name.clone(), when, nth };
+                kills.push(FaultConfig { kill_process: vec![kill], ..Default::default() });
+            }
+        }
+    }
+    let mut rng = ChaCha20Rng::seed_from_u64(seed ^ 0x6672_6f6e_7469_6572);
+    let mut kinds: Vec<std::vec::IntoIter<FaultConfig>> = [crashes, errors, kills]
+        .into_iter()
+        .map(|mut kind| {
+            shuffle(&mut rng, &mut kind);
+            kind.into_iter()
+        })
+        .collect();
+    let mut out = Vec::new();
+    while out.len() < MAX_FRONTIER {
+        let before = out.len();
+        out.extend(kinds.iter_mut().filter_map(Iterator::next));
+        if out.len() == before {
+            break;
+        }
+    }
+    out.truncate(MAX_FRONTIER);
+    out
+}
+
+/// Fisher–Yates over `rng`.
+fn shuffle<T>(rng: &mut ChaCha20Rng, v: &mut [T]) {
+    for i in (1..v.len()).rev() {
+        let j = modulo_below(rng, i as u64 + 1) as usize;
+        v.swap(i, j);
+    }
+}
+
+/// A frontier fault as a round runs it: a crash keeps a uniformly drawn subset of the
+/// operations pending at it (each kept or dropped with even odds, over
+/// [`ASSUMED_PENDING`] positions: those past the real count are ignored), so that each crash
+/// point is tried in a state of its own rather than the one the campaign seed's decisions would
+/// pick every time.
+pub fn frontier_round(rng: &mut ChaCha20Rng, mut f: FaultConfig) -> FaultConfig {
+    if f.crashes() {
+        f.crash_state =
+            Some(CrashState { kept: (0..ASSUMED_PENDING as u32).filter(|_| one_in(rng, 2)).collect(), torn: None });
+    }
+    f
+}
+
 /// The single faults a hunt tries, in order, at most `budget`: the crash points (before and
 /// after each durable write, at exit) with the weakest crash model, then EIO (and ENOSPC where
 /// it applies) on each operation of the run, first occurrence first.
@@ -420,6 +504,49 @@ mod tests {
             IoCount { op: IoOp::Write, path: "/data/wal".into(), count: 4 },
             IoCount { op: IoOp::Fsync, path: "/data/wal".into(), count: 2 },
         ]
+    }
+
+    #[test]
+    fn the_frontier_holds_every_single_fault_once_kinds_in_turn_in_an_order_of_each_seed() {
+        let io = ops();
+        let processes = vec![("worker".to_string(), 2)];
+        let menu = Menu { durable_writes: 3, io_ops: &io, pending_at_crash: None, processes: &processes };
+        let f = frontier(&menu, 1);
+        // 7 crash points (before and after 3 writes, at exit), 4 writes × EIO and ENOSPC plus 2
+        // fsyncs × EIO, 2 durable operations × before and after for the kill.
+        assert_eq!(f.len(), 7 + 10 + 4);
+        let mut keys: Vec<String> = f.iter().map(|c| format!("{c:?}")).collect();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), f.len(), "a single fault came twice");
+        // The kinds in turn while each lasts: crash, error, kill.
+        let kind = |c: &FaultConfig| match (c.crashes(), c.errors.is_empty()) {
+            (true, _) => 'c',
+            (false, false) => 'e',
+            _ => 'k',
+        };
+        let kinds: String = f.iter().map(kind).collect();
+        assert_eq!(&kinds[..12], "cekcekcekcek");
+        assert!(f.iter().all(|c| c.crash_state.is_none() && !c.reordered_writes));
+        // The same seed, the same order; another seed, another.
+        assert_eq!(format!("{:?}", frontier(&menu, 1)), format!("{f:?}"));
+        assert_ne!(format!("{:?}", frontier(&menu, 2)), format!("{f:?}"));
+        // A round names a crash's state, leaves an error as it is.
+        let mut r = ChaCha20Rng::seed_from_u64(3);
+        let crash = f.iter().find(|c| c.crashes()).unwrap().clone();
+        assert!(frontier_round(&mut r, crash).crash_state.is_some());
+        let error = f.iter().find(|c| !c.errors.is_empty()).unwrap().clone();
+        assert_eq!(frontier_round(&mut r, error.clone()), error);
+        // Bounded: a run of a million writes gives the first 64 of each, and at most 1024 in all.
+        let many = vec![
+            IoCount { op: IoOp::Write, path: "/a".into(), count: 1_000_000 },
+            IoCount { op: IoOp::Write, path: "/b".into(), count: 1_000_000 },
+            IoCount { op: IoOp::Fsync, path: "/a".into(), count: 1_000_000 },
+        ];
+        let big = Menu { durable_writes: 1_000_000, io_ops: &many, pending_at_crash: None, processes: &[] };
+        let f = frontier(&big, 1);
+        assert_eq!(f.len(), MAX_FRONTIER);
+        assert!(f.iter().flat_map(|c| &c.errors).all(|e| e.nth <= FRONTIER_PER_OPERATION));
     }
 
     #[test]

@@ -117,6 +117,10 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Campaign, ExploreError> {
         earliest: BTreeMap::new(),
         corpus: Vec::new(),
         pending: Vec::new(),
+        // The shards went through the frontier in orders of their own: the merged campaign
+        // goes on from the furthest.
+        frontier: states.iter().map(|s| s.frontier.clone()).max_by_key(Vec::len).unwrap_or_default(),
+        frontier_plans: None,
         merged_from: dirs.iter().map(|d| d.display().to_string()).collect(),
     };
     let mut shards = Vec::new();

@@ -212,6 +212,7 @@ impl Subject for ProgramSubject<'_> {
             failure: out.failure.clone(),
             coverage: out.coverage.clone(),
             coverage_at: out.coverage_at.clone(),
+            blocks: self.blocks.is_some(),
             semantic: out.semantic.clone(),
             decisions,
             durable_writes: out.durable_writes,
@@ -257,6 +258,28 @@ impl Subject for ProgramSubject<'_> {
             crate::menu::mutate(rng, &mut input.faults, &menu);
         }
         input.faults.crash_model = self.target.spec.faults.crash_model;
+    }
+
+    fn frontier(&self, r: &ProgramReference, mode: Mode, seed: u64) -> Vec<Input> {
+        if !mode.faults() {
+            return Vec::new();
+        }
+        let menu = Menu {
+            durable_writes: r.durable_writes,
+            io_ops: &r.io_ops,
+            pending_at_crash: None,
+            processes: &r.processes,
+        };
+        let crash_model = self.target.spec.faults.crash_model;
+        crate::menu::frontier(&menu, seed)
+            .into_iter()
+            .map(|faults| Input { faults: deja_kernel::FaultConfig { crash_model, ..faults }, ..Input::default() })
+            .collect()
+    }
+
+    fn frontier_round(&self, rng: &mut ChaCha20Rng, mut input: Input) -> Input {
+        input.faults = crate::menu::frontier_round(rng, input.faults);
+        input
     }
 
     fn fresh(&self, rng: &mut ChaCha20Rng, seed: u64, r: &ProgramReference, _s: Strategy, mode: Mode) -> Input {

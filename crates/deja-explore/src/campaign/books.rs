@@ -35,6 +35,13 @@ pub(crate) struct State<I, R> {
     /// Inputs of the current epoch not run yet.
     #[serde(default)]
     pub(crate) pending: Vec<I>,
+    /// The rounds that took the frontier's plans, in order: the `k`-th took plan `k`
+    /// ([`super::Subject::frontier`]). Planned rounds count; the reports count those learned.
+    #[serde(default)]
+    pub(crate) frontier: Vec<u64>,
+    /// The frontier, once drawn (a function of the reference and the campaign's seed).
+    #[serde(skip)]
+    pub(crate) frontier_plans: Option<Vec<I>>,
     /// For a merged campaign: the directories it was merged from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) merged_from: Vec<String>,
@@ -185,6 +192,10 @@ impl Books {
                 .map(|(round, why)| report::NoProgress { round: *round, why: why.clone() })
                 .collect(),
             blocks: None,
+            frontier: state.frontier_plans.as_ref().filter(|p| !p.is_empty()).map(|p| report::Frontier {
+                tried: state.frontier.iter().filter(|r| **r <= self.round).count() as u64,
+                total: p.len() as u64,
+            }),
         }
     }
 }
@@ -229,19 +240,20 @@ pub(super) fn learn<I, R>(state: &mut State<I, R>, facts: &Facts) -> Novelty {
     if state.virgin.len() < facts.coverage.len() {
         state.virgin.resize(facts.coverage.len(), 0);
     }
-    let (mut new, mut focus, mut new_coverage) = (0, None, Vec::new());
+    let (mut new_bits, mut bits_focus, mut new_coverage) = (0, None, Vec::new());
     for (i, (seen, b)) in state.virgin.iter_mut().zip(&facts.coverage).enumerate() {
         if b & !*seen != 0 {
-            new += 1;
+            new_bits += 1;
             if *seen == 0 {
                 new_coverage.push(i);
             }
             *seen |= b;
             if let Some(&at) = facts.coverage_at.get(&i) {
-                focus = focus.max(Some(at));
+                bits_focus = bits_focus.max(Some(at));
             }
         }
     }
+    let (mut new, mut focus) = (0, None);
     for (e, at) in &facts.semantic {
         *state.hits.entry(*e).or_default() += 1;
         let known = !state.semantic.insert(*e);
@@ -259,6 +271,20 @@ pub(super) fn learn<I, R>(state: &mut State<I, R>, facts: &Facts) -> Novelty {
             new += 1;
             focus = focus.max(*at);
         }
+    }
+    if facts.blocks {
+        // Block coverage: most new blocks are incidental (an error message formatted, an
+        // allocator's slow path), so a run's new blocks count as one thing new, and its focus
+        // is where new behaviour showed when it showed any.
+        if new_bits > 0 {
+            new += 1;
+            if focus.is_none() {
+                focus = bits_focus;
+            }
+        }
+    } else {
+        new += new_bits;
+        focus = focus.max(bits_focus);
     }
     fold_assertions(&mut state.books.assertions, &facts.assertions);
     for &i in &new_coverage {
@@ -319,6 +345,8 @@ pub(super) fn new_state<S: Subject>(cfg: &CampaignConfig, identity: &Program) ->
         earliest: BTreeMap::new(),
         corpus: Vec::new(),
         pending: Vec::new(),
+        frontier: Vec::new(),
+        frontier_plans: None,
         merged_from: Vec::new(),
     }
 }

@@ -243,6 +243,9 @@ pub struct Facts {
     /// For the blocks of `coverage`: the decision index at which the run first reached each
     /// (where its course made that block new).
     pub coverage_at: BTreeMap<usize, u64>,
+    /// `coverage` is block coverage of an uninstrumented program (one-shot breakpoints), not
+    /// SanitizerCoverage: new blocks then weigh less than new behaviour ([`books::learn`]).
+    pub blocks: bool,
     /// Semantic edges and behaviours, each with the decision index where the run first showed
     /// it, when that is progress.
     pub semantic: BTreeMap<u64, Option<u64>>,
@@ -400,6 +403,19 @@ pub trait Subject: Sync {
     /// mutation (0: never).
     fn fresh_every(&self) -> u64 {
         0
+    }
+
+    /// The coverage strategy's frontier: plans it tries once each, in this order (the
+    /// campaign's stream seed `seed` draws it), on three rounds in four until each was tried.
+    /// A program in a faults mode has one: every single fault its reference run offers
+    /// ([`crate::menu::frontier`]). None by default.
+    fn frontier(&self, _reference: &Self::Reference, _mode: Mode, _seed: u64) -> Vec<Self::Input> {
+        Vec::new()
+    }
+
+    /// A frontier plan as a round runs it: what the plan leaves open, drawn from `rng`.
+    fn frontier_round(&self, _rng: &mut ChaCha20Rng, input: Self::Input) -> Self::Input {
+        input
     }
 
     /// Writes the bug file of a confirmed failure at `path`; returns what the reports show of it.
@@ -706,6 +722,9 @@ fn plan_ahead<S: Subject>(
     }
 }
 
+/// While a frontier lasts, one round in this many is a mutation, the others take its next plan.
+const FRONTIER_ODDS: u64 = 4;
+
 /// One round's input: a fresh one, or a mutation of a corpus entry picked by energy.
 fn plan_round<S: Subject>(
     subject: &S,
@@ -723,6 +742,17 @@ fn plan_round<S: Subject>(
     if fresh {
         let seed = seeds.draw(&mut state.rng);
         return subject.fresh(&mut state.rng, seed, &state.reference, cfg.strategy, cfg.mode);
+    }
+    // The frontier, every other round until each of its plans was tried (no draw at all for a
+    // subject without one, or once it is done, so those campaigns keep their course).
+    let seed = books::stream_seed(cfg.seed, cfg.shard);
+    let frontier = state.frontier_plans.get_or_insert_with(|| subject.frontier(&state.reference, cfg.mode, seed));
+    if let Some(plan) = frontier.get(state.frontier.len()).cloned() {
+        if !state.rng.next_u64().is_multiple_of(FRONTIER_ODDS) {
+            // Rounds are planned in order, after those learned and those pending.
+            state.frontier.push(state.books.round + state.pending.len() as u64 + 1);
+            return subject.frontier_round(&mut state.rng, plan);
+        }
     }
     let weights: Vec<u64> = state.corpus.iter().map(|e| energy(&e.features, &state.hits, e.new, e.picks)).collect();
     let i = pick_weighted(&mut state.rng, &weights);

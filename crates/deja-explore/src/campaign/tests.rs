@@ -191,3 +191,55 @@ fn bug_ids_are_a_stable_function_of_the_signature_and_of_what_failed() {
         blake3::hash(b"deja bug v2\nn1=aa,client=bb\nassertion failed on n1: x").to_hex()[..12]
     );
 }
+
+/// A campaign state with nothing learned yet.
+fn blank_state() -> State<(), ()> {
+    State {
+        schema: String::new(),
+        kind: "program".into(),
+        subject: String::new(),
+        subject_blake3: String::new(),
+        strategy: Strategy::Coverage,
+        mode: Mode::Faults,
+        seed: 1,
+        jobs: 1,
+        shard: None,
+        books: Books::default(),
+        rng: rng(1),
+        reference: (),
+        virgin: Vec::new(),
+        semantic: BTreeSet::new(),
+        hits: BTreeMap::new(),
+        earliest: BTreeMap::new(),
+        corpus: Vec::new(),
+        pending: Vec::new(),
+        frontier: Vec::new(),
+        frontier_plans: None,
+        merged_from: Vec::new(),
+    }
+}
+
+#[test]
+fn new_blocks_count_once_and_give_way_to_new_behaviour_while_sanitizer_edges_count_each() {
+    // 40 new blocks, the last first reached at decision 30, and one new behaviour at 12.
+    let facts = |blocks: bool| Facts {
+        coverage: vec![1; 40],
+        coverage_at: (0..40).map(|i| (i, 30 - (i as u64 % 3))).collect(),
+        semantic: BTreeMap::from([(7, Some(12))]),
+        blocks,
+        ..Facts::default()
+    };
+    let n = books::learn(&mut blank_state(), &facts(true));
+    assert_eq!((n.new, n.focus, n.new_coverage.len()), (2, Some(12), 40), "blocks: one for the blocks, one behaviour");
+    // Blocks alone: one thing new, focused where the last of them was first reached.
+    let only = Facts { semantic: BTreeMap::new(), ..facts(true) };
+    let n = books::learn(&mut blank_state(), &only);
+    assert_eq!((n.new, n.focus), (1, Some(30)));
+    // SanitizerCoverage: every new edge counts, and the focus is the latest of all.
+    let n = books::learn(&mut blank_state(), &facts(false));
+    assert_eq!((n.new, n.focus), (41, Some(30)));
+    // Nothing new the second time.
+    let mut s = blank_state();
+    books::learn(&mut s, &facts(true));
+    assert_eq!(books::learn(&mut s, &facts(true)).new, 0);
+}
