@@ -429,6 +429,18 @@ pub fn main(args: ExploreArgs) -> Exit {
             campaign.corpus_size,
             campaign.bugs.len()
         );
+    } else if campaign.edges_total == 0 {
+        // No SanitizerCoverage and no block coverage: what guided it is behaviour.
+        let _ = writeln!(
+            err,
+            "deja: explored {} rounds ({} strategy): {} behaviours seen (no code coverage: the program has no \
+             SanitizerCoverage, and --block-coverage measures its blocks), corpus {}, {} bug(s)",
+            campaign.rounds,
+            campaign.strategy,
+            campaign.timeline.last().map_or(0, |p| p.semantic),
+            campaign.corpus_size,
+            campaign.bugs.len()
+        );
     } else {
         let _ = writeln!(
             err,
