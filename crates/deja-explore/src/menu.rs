@@ -239,6 +239,15 @@ pub fn random(rng: &mut ChaCha20Rng, menu: &Menu) -> FaultConfig {
     f
 }
 
+/// The errors a single fault places on an operation: EIO on any, and ENOSPC on those that can
+/// run out of space (the frontier and the hunt).
+fn single_errnos(op: IoOp) -> &'static [IoErrno] {
+    match op {
+        IoOp::Write | IoOp::Fallocate | IoOp::Create => &[IoErrno::Eio, IoErrno::Enospc],
+        _ => &[IoErrno::Eio],
+    }
+}
+
 /// The most single faults a frontier holds.
 pub const MAX_FRONTIER: usize = 1024;
 
@@ -264,10 +273,7 @@ pub fn frontier(menu: &Menu, seed: u64) -> Vec<FaultConfig> {
     let mut errors = Vec::new();
     for c in menu.io_ops {
         for nth in 1..=c.count.min(FRONTIER_PER_OPERATION) {
-            for errno in [IoErrno::Eio, IoErrno::Enospc] {
-                if errno == IoErrno::Enospc && !matches!(c.op, IoOp::Write | IoOp::Fallocate | IoOp::Create) {
-                    continue;
-                }
+            for &errno in single_errnos(c.op) {
                 errors
                     .push(FaultConfig { errors: vec![ErrorRule::at(c.op, &c.path, nth, errno)], ..Default::default() });
             }
@@ -337,10 +343,7 @@ pub fn hunt(menu: &Menu, budget: usize) -> Vec<FaultConfig> {
     let most = menu.io_ops.iter().map(|c| c.count).max().unwrap_or(0);
     for nth in 1..=most {
         for c in menu.io_ops.iter().filter(|c| c.count >= nth) {
-            for errno in [IoErrno::Eio, IoErrno::Enospc] {
-                if errno == IoErrno::Enospc && !matches!(c.op, IoOp::Write | IoOp::Fallocate | IoOp::Create) {
-                    continue;
-                }
+            for &errno in single_errnos(c.op) {
                 let rule = ErrorRule::at(c.op, &c.path, nth, errno);
                 out.push(FaultConfig { errors: vec![rule], ..Default::default() });
             }

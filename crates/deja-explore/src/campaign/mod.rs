@@ -743,8 +743,8 @@ fn plan_round<S: Subject>(
         let seed = seeds.draw(&mut state.rng);
         return subject.fresh(&mut state.rng, seed, &state.reference, cfg.strategy, cfg.mode);
     }
-    // The frontier, every other round until each of its plans was tried (no draw at all for a
-    // subject without one, or once it is done, so those campaigns keep their course).
+    // The frontier, three rounds in four until each of its plans was tried (no draw at all for
+    // a subject without one, or once it is done, so those campaigns keep their course).
     let seed = books::stream_seed(cfg.seed, cfg.shard);
     let frontier = state.frontier_plans.get_or_insert_with(|| subject.frontier(&state.reference, cfg.mode, seed));
     if let Some(plan) = frontier.get(state.frontier.len()).cloned() {
