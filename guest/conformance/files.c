@@ -74,6 +74,29 @@ static void capabilities(void) {
     show("capget of a process that does not exist", syscall(SYS_capget, &h, d));
 }
 
+/* close_range: closing a range, marking one close-on-exec, and its errors. */
+static void close_ranges(void) {
+    int fds[6];
+    int null = open("/dev/null", O_RDONLY);
+    for (int i = 0; i < 6; i++)
+        fds[i] = dup2(null, 200 + i);
+    close(null);
+    printf("six fds from 200: %d\n", fds[0] == 200 && fds[5] == 205);
+    show("close_range of the middle two", syscall(SYS_close_range, fds[2], fds[3], 0));
+    show("  fcntl of the first of them", fcntl(fds[2], F_GETFD));
+    show("  fcntl of the one after", fcntl(fds[4], F_GETFD));
+    show("close_range CLOEXEC of the last two", syscall(SYS_close_range, fds[4], fds[5], 4));
+    show("  its FD_CLOEXEC", fcntl(fds[5], F_GETFD));
+    show("close_range with first after last", syscall(SYS_close_range, fds[1], fds[0], 0));
+    show("close_range with an unknown flag", syscall(SYS_close_range, fds[0], fds[0], 1));
+    show("close_range of a range with nothing open", syscall(SYS_close_range, fds[2], fds[3], 0));
+    show("close_range UNSHARE of the first, one thread", syscall(SYS_close_range, fds[0], fds[0], 2));
+    show("  fcntl of it", fcntl(fds[0], F_GETFD));
+    show("close_range from the first to ~0U", syscall(SYS_close_range, fds[0], ~0U, 0));
+    show("  fcntl of the first", fcntl(fds[0], F_GETFD));
+    show("  fcntl of the last", fcntl(fds[5], F_GETFD));
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IONBF, 0);
     char base[] = "/tmp/conf-files-XXXXXX";
@@ -159,5 +182,6 @@ int main(void) {
     show("rmdir base", rmdir(base));
     capabilities();
     pipe_size();
+    close_ranges();
     return 0;
 }

@@ -750,3 +750,27 @@ fn a_go_program_runs_itself_through_os_exec_as_natively() {
     );
     assert_eq!(seen.status, 0);
 }
+
+/// A fork of a process with 560 MiB of private memory written (more than half of the default
+/// guest memory, so only copy-on-write lets it happen), both sides writing after it; then the
+/// monitor's own write into a child's page, protections changed after the fork, a read-only
+/// page written (SIGSEGV), a private file mapping, a shared mapping and a fork of a fork.
+#[test]
+fn fork_copies_on_write_as_linux_does() {
+    let seen = case("conformance-cow", &[], same);
+    assert_eq!(
+        seen.stdout.lines().collect::<Vec<_>>(),
+        [
+            "big: fork with 560 MiB written: ok",
+            "big: the child saw its own writes and the memory as at the fork (0: yes): exit 0",
+            "big: pages of the parent the child changed: 0",
+            "child: its buffer \"from the pipe\", its page \"child's page\", the grandchild kept to its own",
+            "small: the child: killed by SEGV",
+            "parent: its buffer \"parent's buffer\", its page \"parent's page\", its read-only page \"read-only\"",
+            "parent: the private file mapping \"file as written\"",
+            "parent: the file \"file as written\"",
+            "parent: the shared mapping \"grandchild\"",
+        ]
+    );
+    assert_eq!(seen.status, 0);
+}

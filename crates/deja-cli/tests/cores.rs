@@ -109,6 +109,10 @@ fn every_bundled_guest_has_one_digest_on_every_core() {
         ("credit-buggy", vec![g("credit-buggy")]),
         ("threads (several threads, scheduled by the seed)", vec!["--seed".into(), "4".into(), g("threads")]),
         ("loopback sockets", vec![g("loopback")]),
+        (
+            "processes: a supervisor restarting its forked worker, killed by a fault",
+            vec!["--kill-process".into(), "exe:before:3".into(), g("supervisor"), "--".into(), "fixed".into()],
+        ),
         ("hostinfo", vec![g("hostinfo")]),
     ];
     for (mode, env) in MODES {

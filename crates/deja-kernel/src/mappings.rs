@@ -509,6 +509,15 @@ impl Mappings {
         if !access.allowed(v.prot) || !v.prot.readable() {
             return Err(FaultError::Protection(v.prot));
         }
+        // A write to a page shared copy-on-write since a fork: a frame of its own.
+        if access == Access::Write {
+            match mem.unshare(addr) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(MemError::OutOfFrames) => return Err(FaultError::OutOfMemory),
+                Err(_) => return Err(FaultError::Unmapped),
+            }
+        }
         let window = FAULT_AROUND_PAGES * PAGE_SIZE;
         let a = (addr & !(window - 1)).max(v.start);
         let b = (addr & !(window - 1)).saturating_add(window).min(v.end);

@@ -83,6 +83,9 @@ pub trait Memory {
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError>;
     /// Calls `f(address, contents)` for every present user page, in address order.
     fn for_each_page(&self, f: &mut dyn FnMut(u64, &[u8]));
+    /// [`Memory::for_each_page`] in the address space `space` (nothing for an id that is no
+    /// live space); the current space stays current.
+    fn for_each_page_in(&self, space: u64, f: &mut dyn FnMut(u64, &[u8]));
     /// Number of free frames the shell still has for user pages and page tables.
     fn free_frames(&self) -> u64;
 
@@ -92,8 +95,15 @@ pub trait Memory {
     fn space(&self) -> u64;
     /// A new address space holding a copy of the current one's user pages (`fork`): pages in
     /// the ranges of `shared` are the same frames in both spaces (`MAP_SHARED`), every other
-    /// page is copied. The current space is unchanged and stays current.
+    /// page is a copy (the shell may share its frame copy-on-write until either space writes
+    /// it: see [`Memory::unshare`]). The current space's contents are unchanged and it stays
+    /// current.
     fn fork_space(&mut self, shared: &[(u64, u64)]) -> Result<u64, MemError>;
+    /// Serves a write fault of the program at `addr` on a copy-on-write page that it may
+    /// write: gives the current space a writable frame of its own with the same contents, and
+    /// returns true. Returns false for any other page (absent, not copy-on-write, or not
+    /// writable), which the core then serves as usual.
+    fn unshare(&mut self, addr: u64) -> Result<bool, MemError>;
     /// A new address space with no user pages (`execve`). The current space stays current.
     fn new_space(&mut self) -> Result<u64, MemError>;
     /// Makes `id` current: later calls act on it, and the guest runs in it from its next
@@ -149,6 +159,11 @@ impl FakeMemory {
 }
 
 impl Memory for FakeMemory {
+    fn unshare(&mut self, _addr: u64) -> Result<bool, MemError> {
+        // Its forks copy every page at once: nothing is ever copy-on-write.
+        Ok(false)
+    }
+
     fn populate(&mut self, addr: u64, len: u64, prot: Prot) -> Result<(), MemError> {
         let mut a = addr;
         while a < addr + len {
@@ -218,6 +233,13 @@ impl Memory for FakeMemory {
 
     fn for_each_page(&self, f: &mut dyn FnMut(u64, &[u8])) {
         for (addr, (_, data)) in &self.pages {
+            f(*addr, data);
+        }
+    }
+
+    fn for_each_page_in(&self, space: u64, f: &mut dyn FnMut(u64, &[u8])) {
+        let pages = if space == self.current { Some(&self.pages) } else { self.others.get(&space) };
+        for (addr, (_, data)) in pages.into_iter().flatten() {
             f(*addr, data);
         }
     }

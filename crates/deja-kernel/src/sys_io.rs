@@ -10,7 +10,7 @@ use crate::errno::*;
 use crate::fd::*;
 use crate::file_ops::{ReadSource, WriteTarget};
 use crate::files::Files;
-use crate::kernel::{Kernel, SysResult, MAX_IO};
+use crate::kernel::{Kernel, SysResult, SysStop, MAX_IO};
 use crate::mappings::Access;
 use crate::user_layout::USER_END;
 use crate::Memory;
@@ -55,6 +55,36 @@ impl Kernel {
         self.dropped(f);
         if gone {
             self.release_locks_of(None);
+        }
+        Ok(0)
+    }
+
+    /// `close_range(first, last, flags)`: closes every open fd of `[first, last]`, or with
+    /// `CLOSE_RANGE_CLOEXEC` marks them close-on-exec. `CLOSE_RANGE_UNSHARE` asks for an fd
+    /// table of the caller's own: a process's is already its own unless it has other threads,
+    /// which share it and cannot be given one apart (`ENOSYS`, counted as unsupported).
+    pub(crate) fn sys_close_range(&mut self, first: u64, last: u64, flags: u64) -> SysResult {
+        const UNSHARE: u64 = 2;
+        const CLOEXEC: u64 = 4;
+        // Both bounds are `unsigned int`s.
+        let (first, last) = (first as u32, last as u32);
+        if flags & !(UNSHARE | CLOEXEC) != 0 || first > last {
+            return Err(EINVAL.into());
+        }
+        if flags & UNSHARE != 0 {
+            let pid = self.procs.current;
+            if self.sched.threads.threads.values().filter(|t| t.pid == pid).count() > 1 {
+                return Err(SysStop::Unsupported);
+            }
+        }
+        let Ok(from) = i32::try_from(first) else { return Ok(0) };
+        let fds: Vec<i32> = self.files.fds.open_fds(from).take_while(|&fd| fd as u32 <= last).collect();
+        for fd in fds {
+            if flags & CLOEXEC != 0 {
+                self.files.fds.set_cloexec(fd, true)?;
+            } else {
+                self.sys_close(fd as u64)?;
+            }
         }
         Ok(0)
     }

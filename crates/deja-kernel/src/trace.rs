@@ -245,13 +245,24 @@ pub fn page_hashes(mem: &dyn crate::Memory) -> (Vec<(u64, u64)>, Vec<Vec<u16>>) 
 /// The granularity of [`page_hashes`]' line hashes, in bytes.
 pub const PAGE_LINE: usize = 64;
 
-/// BLAKE3 over every present page: `address u64 LE || 4096 bytes`, in address order.
-pub fn memory_digest(mem: &dyn crate::Memory) -> blake3::Hash {
+/// BLAKE3 over every present page of the current space: `address u64 LE || 4096 bytes`, in
+/// address order; then, for each of `others` (a process's pid and the space it runs in, the
+/// current one excluded), `b"process" || pid u64 LE` and its pages the same way. A lone
+/// process's digest is its own pages'.
+pub fn memory_digest(mem: &dyn crate::Memory, others: &[(u64, u64)]) -> blake3::Hash {
     let mut h = blake3::Hasher::new();
     mem.for_each_page(&mut |addr, data| {
         h.update(&addr.to_le_bytes());
         h.update(data);
     });
+    for &(pid, space) in others {
+        h.update(b"process");
+        h.update(&pid.to_le_bytes());
+        mem.for_each_page_in(space, &mut |addr, data| {
+            h.update(&addr.to_le_bytes());
+            h.update(data);
+        });
+    }
     h.finalize()
 }
 
@@ -310,6 +321,9 @@ impl Memory for DataHasher<'_> {
     fn for_each_page(&self, f: &mut dyn FnMut(u64, &[u8])) {
         self.inner.for_each_page(f)
     }
+    fn for_each_page_in(&self, space: u64, f: &mut dyn FnMut(u64, &[u8])) {
+        self.inner.for_each_page_in(space, f)
+    }
     fn free_frames(&self) -> u64 {
         self.inner.free_frames()
     }
@@ -318,6 +332,9 @@ impl Memory for DataHasher<'_> {
     }
     fn fork_space(&mut self, shared: &[(u64, u64)]) -> Result<u64, MemError> {
         self.inner.fork_space(shared)
+    }
+    fn unshare(&mut self, addr: u64) -> Result<bool, MemError> {
+        self.inner.unshare(addr)
     }
     fn new_space(&mut self) -> Result<u64, MemError> {
         self.inner.new_space()

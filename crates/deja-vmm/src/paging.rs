@@ -13,10 +13,16 @@
 //! direct map and the syscall stub) is a copy of the boot PML4's, whose lower half is the
 //! process's. A space's id is the frame of its PML4 (the first space's is [`PML4_PHYS`]); every
 //! [`Memory`] call acts on the current one, and the VM runs the guest with CR3 = the current
-//! one ([`AddressSpace::root`]). Forked spaces copy every user page except those in shared
-//! ranges, which map the same frame in both (counted, so a frame is freed with its last
-//! mapping). Dropping a space zeroes every entry of its user half at every level and queues
-//! each for the ring-0 replay before its frames can serve again.
+//! one ([`AddressSpace::root`]). A forked space maps the same frames as its parent (counted,
+//! so a frame is freed with its last mapping): the pages of shared ranges as they are, every
+//! other page copy-on-write. A copy-on-write page's entry is never writable and carries
+//! [`PTE_COW`] (and [`PTE_COW_W`] while the program may write it); the first write, by the
+//! program ([`Memory::unshare`], from the core's page-fault path) or by the monitor
+//! ([`Memory::write`]), gives the writing space a copy of its own, or the frame itself once
+//! no other space maps it. The parent's entries that lose their write bit at the fork are
+//! queued for the ring-0 replay like any narrowing. Dropping a space zeroes every entry of
+//! its user half at every level and queues each for the ring-0 replay before its frames can
+//! serve again.
 
 use deja_kernel::{MemError, Memory, Prot, PAGE_SIZE};
 use std::collections::{BTreeMap, BTreeSet};
@@ -40,6 +46,12 @@ pub const PTE_D: u64 = 1 << 6;
 pub const PTE_PS: u64 = 1 << 7;
 /// No-execute.
 pub const PTE_NX: u64 = 1 << 63;
+/// Software bit (ignored by the CPU): a private page whose frame other spaces may map too,
+/// copy-on-write since a `fork`. Its entry is never writable.
+pub const PTE_COW: u64 = 1 << 9;
+/// Software bit of a [`PTE_COW`] page: the program may write it (the write bit comes back
+/// with a frame of its own).
+pub const PTE_COW_W: u64 = 1 << 10;
 /// Physical-address bits of an entry.
 pub const PTE_ADDR: u64 = 0x000f_ffff_ffff_f000;
 
@@ -181,6 +193,26 @@ fn leaf_bits(prot: Prot) -> u64 {
     bits
 }
 
+/// Leaf bits for `prot` on a copy-on-write page: never writable, the right to write kept in
+/// [`PTE_COW_W`].
+fn cow_bits(prot: Prot) -> u64 {
+    let bits = (leaf_bits(prot) & !PTE_W) | PTE_COW;
+    if prot.writable() {
+        bits | PTE_COW_W
+    } else {
+        bits
+    }
+}
+
+/// The entry `pte` made copy-on-write (for both spaces of a `fork`), its rights kept.
+fn to_cow(pte: u64) -> u64 {
+    if pte & PTE_W != 0 {
+        (pte & !PTE_W) | PTE_COW | PTE_COW_W
+    } else {
+        pte | PTE_COW
+    }
+}
+
 /// True if changing a leaf from `old` to `new` bits takes a right away from ring 3.
 fn narrows(old: u64, new: u64) -> bool {
     (old & PTE_W != 0 && new & PTE_W == 0)
@@ -265,7 +297,12 @@ impl AddressSpace {
 
     /// Writes `byte` at user address `va` (a present page) of the current space, as the
     /// monitor: for breakpoints.
+    /// A copy-on-write page gets a frame of its own first: a space the blocks do not apply
+    /// to may share it.
     pub fn poke(&mut self, va: u64, byte: u8) -> bool {
+        if va >= USER_END || self.end_cow_range(va, 1).is_err() {
+            return false;
+        }
         match self.translate(va) {
             Some(gpa) => {
                 self.write_phys(gpa, &[byte]);
@@ -585,21 +622,68 @@ impl AddressSpace {
         self.blocks().map(|b| &**b)
     }
 
-    /// Maps into the space `to` every present user page of the current one: a copy in a
-    /// fresh frame, or for a page inside a range of `shared`, the same frame.
-    fn copy_user_half(&mut self, to: u64, shared: &[(u64, u64)]) -> Result<(), MemError> {
-        let mut buf = vec![0u8; PAGE_SIZE as usize];
-        for (va, _, pte) in self.collect_present(0, USER_END) {
-            let slot = self.walk_in(to, va, true)?.ok_or(MemError::OutOfFrames)?;
-            let frame = pte & PTE_ADDR;
+    /// Maps into the space `to` every present user page of the current one, on the same
+    /// frame: as it is in a range of `shared`, copy-on-write in both spaces otherwise. The
+    /// current space's entries that lose their write bit are queued for the ring-0 replay.
+    fn share_user_half(&mut self, to: u64, shared: &[(u64, u64)]) -> Result<(), MemError> {
+        for (va, slot, pte) in self.collect_present(0, USER_END) {
+            let child = self.walk_in(to, va, true)?.ok_or(MemError::OutOfFrames)?;
+            *self.shared.entry(pte & PTE_ADDR).or_insert(1) += 1;
             if shared.iter().any(|&(start, end)| (start..end).contains(&va)) {
-                *self.shared.entry(frame).or_insert(1) += 1;
-                self.write_u64(slot, pte);
-            } else {
-                let copy = self.take_frame()?;
-                self.read_phys(frame, &mut buf);
-                self.write_phys(copy, &buf);
-                self.write_u64(slot, copy | (pte & !PTE_ADDR));
+                self.write_u64(child, pte);
+                continue;
+            }
+            let cow = to_cow(pte);
+            self.write_u64(child, cow);
+            if cow != pte {
+                self.write_u64(slot, cow);
+                if narrows(pte, cow) {
+                    self.stale.push((slot, va));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends copy-on-write for the page whose entry is at `slot` (value `pte`, with
+    /// [`PTE_COW`]): a copy of the frame if another space still maps it, the frame itself
+    /// otherwise, writable if the page may be written. A copy moves a present entry to
+    /// another frame: queued for the ring-0 replay when `queue` is set (the page-fault path
+    /// needs none: the fault took the entry out of every cache).
+    fn end_cow(&mut self, slot: u64, va: u64, pte: u64, queue: bool) -> Result<(), MemError> {
+        let frame = pte & PTE_ADDR;
+        let mut bits = pte & !PTE_ADDR & !(PTE_COW | PTE_COW_W);
+        if pte & PTE_COW_W != 0 {
+            bits |= PTE_W;
+        }
+        if self.shared.contains_key(&frame) {
+            let copy = self.take_frame()?;
+            let mut buf = vec![0u8; PAGE_SIZE as usize];
+            self.read_phys(frame, &mut buf);
+            self.write_phys(copy, &buf);
+            self.release(frame);
+            self.write_u64(slot, copy | bits);
+            if queue {
+                self.stale.push((slot, va));
+            }
+        } else {
+            self.write_u64(slot, frame | bits);
+        }
+        Ok(())
+    }
+
+    /// Ends copy-on-write for every page `[addr, addr+len)` touches (see
+    /// [`AddressSpace::end_cow`]), for a write of the monitor.
+    fn end_cow_range(&mut self, addr: u64, len: u64) -> Result<(), MemError> {
+        if len == 0 {
+            return Ok(());
+        }
+        let first = addr & !(PAGE_SIZE - 1);
+        for va in (first..addr + len).step_by(PAGE_SIZE as usize) {
+            if let Some((slot, pte)) = self.lookup_in(self.root, va) {
+                if pte & PTE_COW != 0 {
+                    self.end_cow(slot, va, pte, true)?;
+                }
             }
         }
         Ok(())
@@ -655,6 +739,16 @@ impl Memory for AddressSpace {
             if pte & PTE_P == 0 {
                 let frame = self.alloc_frame()?;
                 self.write_u64(slot, frame | bits);
+            } else if pte & PTE_COW != 0 {
+                // Still shared: its first write (the program's fault, or the monitor's)
+                // gives it a frame of its own.
+                let want = cow_bits(prot);
+                if pte & !PTE_ADDR != want {
+                    if narrows(pte, want) {
+                        self.stale.push((slot, va));
+                    }
+                    self.write_u64(slot, (pte & PTE_ADDR) | want);
+                }
             } else if pte & !PTE_ADDR != bits {
                 if narrows(pte, bits) {
                     self.stale.push((slot, va));
@@ -667,8 +761,8 @@ impl Memory for AddressSpace {
     }
 
     fn protect(&mut self, addr: u64, len: u64, prot: Prot) {
-        let bits = leaf_bits(prot);
         for (va, slot, pte) in self.collect_present(addr, len) {
+            let bits = if pte & PTE_COW != 0 { cow_bits(prot) } else { leaf_bits(prot) };
             if pte & !PTE_ADDR == bits {
                 continue;
             }
@@ -717,6 +811,7 @@ impl Memory for AddressSpace {
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError> {
         Self::check_range(addr, data.len() as u64)?;
+        self.end_cow_range(addr, data.len() as u64)?;
         let mut done = 0usize;
         while done < data.len() {
             let va = addr + done as u64;
@@ -740,6 +835,21 @@ impl Memory for AddressSpace {
         });
     }
 
+    fn for_each_page_in(&self, space: u64, f: &mut dyn FnMut(u64, &[u8])) {
+        if !self.spaces.contains(&space) {
+            return;
+        }
+        let mut buf = vec![0u8; PAGE_SIZE as usize];
+        let overlay = self.blocks.as_deref().filter(|_| self.blocks_spaces.contains(&space));
+        self.visit(space, 3, 0, 0, USER_END, &mut |va, _slot, pte| {
+            self.read_phys(pte & PTE_ADDR, &mut buf);
+            if let Some(b) = overlay {
+                b.overlay(va, &mut buf);
+            }
+            f(va, &buf);
+        });
+    }
+
     fn free_frames(&self) -> u64 {
         self.frames_left()
     }
@@ -750,7 +860,7 @@ impl Memory for AddressSpace {
 
     fn fork_space(&mut self, shared: &[(u64, u64)]) -> Result<u64, MemError> {
         let id = self.new_space()?;
-        if let Err(e) = self.copy_user_half(id, shared) {
+        if let Err(e) = self.share_user_half(id, shared) {
             // Never run: nothing can cache its entries.
             self.drop_inner(id, true);
             return Err(e);
@@ -759,6 +869,20 @@ impl Memory for AddressSpace {
             self.blocks_spaces.insert(id);
         }
         Ok(id)
+    }
+
+    fn unshare(&mut self, addr: u64) -> Result<bool, MemError> {
+        if addr >= USER_END {
+            return Ok(false);
+        }
+        let va = addr & !(PAGE_SIZE - 1);
+        match self.lookup_in(self.root, va) {
+            Some((slot, pte)) if pte & PTE_COW_W != 0 => {
+                self.end_cow(slot, va, pte, false)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     fn new_space(&mut self) -> Result<u64, MemError> {
@@ -894,32 +1018,79 @@ mod tests {
         assert_eq!(s.space(), PML4_PHYS, "forking leaves the current space current");
         assert_ne!(child, PML4_PHYS);
         assert_eq!(s.spaces(), vec![PML4_PHYS, child]);
-        assert!(!s.has_stale(), "a new space needs no ring-0 sync");
         assert_eq!(s.page_table(child), Some((3, 0)));
+        assert_eq!(before - s.frames_left(), 6, "the fork takes page tables only (a PML4, a PDPT, a PD, three PTs)");
+        // The parent's two writable private pages lost their write bit: replayed from ring 0.
+        let mut stale: Vec<u64> = s.take_stale().into_iter().map(|(_, va)| va).collect();
+        stale.sort_unstable();
+        assert_eq!(stale, vec![0x40_0000, 0x40_1000]);
 
-        // Copied pages: same bits, other frames; the shared page: the same frame, counted.
-        for va in [0x40_0000, 0x40_1000, 0x80_0000] {
+        // Private pages: the same frame, copy-on-write in both spaces, the right to write kept
+        // aside; the shared page: the same frame, writable, as it was. Every frame counted.
+        for va in [0x40_0000, 0x40_1000, 0x80_0000, 0x70_0000] {
             let (_, p) = s.lookup_in(PML4_PHYS, va).unwrap();
             let (_, c) = s.lookup_in(child, va).unwrap();
-            assert_eq!(p & !PTE_ADDR, c & !PTE_ADDR);
-            assert_ne!(p & PTE_ADDR, c & PTE_ADDR);
+            assert_eq!(p, c, "{va:#x}");
+            assert_eq!(s.shared_count(p & PTE_ADDR), Some(2));
+            let writable = va != 0x80_0000;
+            if va == 0x70_0000 {
+                assert_eq!(p & (PTE_W | PTE_COW | PTE_COW_W), PTE_W);
+            } else {
+                assert_eq!(p & (PTE_W | PTE_COW), PTE_COW, "{va:#x}");
+                assert_eq!(p & PTE_COW_W != 0, writable, "{va:#x}");
+            }
         }
         let frame = s.translate(0x70_0000).unwrap();
-        assert_eq!(s.translate_in(child, 0x70_0000), Some(frame));
-        assert_eq!(s.shared_count(frame), Some(2));
+        let private = s.translate(0x40_1000).unwrap();
 
-        // Writes in one space show in the other only through the shared page.
+        // Writes in one space show in the other only through the shared page. The monitor's
+        // write gives the child a copy of its own (queued: the old entry may be cached).
         s.switch_space(child);
         assert_eq!(s.space(), child);
         assert_eq!(read_str(&s, 0x40_1000, 6), b"parent");
         s.write(0x40_1000, b"child!").unwrap();
+        let copy = s.translate(0x40_1000).unwrap();
+        assert_ne!(copy & PTE_ADDR, private & PTE_ADDR);
+        assert_eq!(s.lookup_in(child, 0x40_1000).unwrap().1 & (PTE_W | PTE_COW | PTE_COW_W), PTE_W);
+        assert_eq!(s.take_stale().len(), 1);
+        assert_eq!(s.shared_count(private & PTE_ADDR), None, "the parent is its only mapping now");
         s.write(0x70_0000, b"SHARED").unwrap();
         s.switch_space(PML4_PHYS);
         assert_eq!(read_str(&s, 0x40_1000, 6), b"parent");
         assert_eq!(read_str(&s, 0x70_0000, 6), b"SHARED");
+        // The parent's write fault on its page, the last mapping: the same frame, writable
+        // again, nothing to replay; a page the program may not write is left alone.
+        assert!(s.unshare(0x40_1234).unwrap());
+        assert_eq!(s.translate(0x40_1000), Some(private));
+        assert_eq!(s.lookup_in(PML4_PHYS, 0x40_1000).unwrap().1 & (PTE_W | PTE_COW | PTE_COW_W), PTE_W);
+        assert!(!s.unshare(0x40_1000).unwrap(), "no longer copy-on-write");
+        assert!(!s.unshare(0x80_0000).unwrap(), "read-only");
+        assert!(!s.unshare(0x90_0000).unwrap(), "absent");
+        assert!(!s.has_stale());
+        // The parent's fault on a page the child still maps: a copy, the child keeps its frame.
+        let both = s.translate(0x40_0000).unwrap();
+        assert!(s.unshare(0x40_0000).unwrap());
+        assert_ne!(s.translate(0x40_0000), Some(both));
+        assert_eq!(s.translate_in(child, 0x40_0000), Some(both));
         let mut seen = Vec::new();
         s.for_each_page(&mut |va, _| seen.push(va));
         assert_eq!(seen, vec![0x40_0000, 0x40_1000, 0x70_0000, 0x80_0000]);
+        // Another space's pages, read without switching to it.
+        let mut theirs = Vec::new();
+        s.for_each_page_in(child, &mut |va, data| theirs.push((va, data[..6].to_vec())));
+        assert_eq!(s.space(), PML4_PHYS);
+        assert_eq!(theirs.len(), 4);
+        assert_eq!(theirs[1], (0x40_1000, b"child!".to_vec()));
+        let mut none = 0;
+        s.for_each_page_in(0x1234_5000, &mut |_, _| none += 1);
+        assert_eq!(none, 0, "no such space");
+
+        // Making a copy-on-write page writable keeps it shared until it is written.
+        s.protect(0x80_0000, PAGE_SIZE, Prot::RW);
+        let (_, p) = s.lookup_in(PML4_PHYS, 0x80_0000).unwrap();
+        assert_eq!(p & (PTE_W | PTE_COW | PTE_COW_W), PTE_COW | PTE_COW_W);
+        s.populate(0x80_0000, PAGE_SIZE, Prot::RW).unwrap();
+        assert_eq!(s.lookup_in(PML4_PHYS, 0x80_0000).unwrap().1, p, "populating does not copy");
 
         // The child's unmap of the shared page frees nothing: the parent still maps it.
         s.switch_space(child);
@@ -929,23 +1100,68 @@ mod tests {
         s.switch_space(PML4_PHYS);
         assert_eq!(read_str(&s, 0x70_0000, 6), b"SHARED");
 
-        // Dropping the child gives back every frame the fork took, and queues every entry of
-        // its user half, at every level, for the ring-0 replay.
+        // Dropping the child gives back every frame it holds alone, and queues every entry of
+        // its user half, at every level, for the ring-0 replay; the parent's copy-on-write
+        // pages are its own again.
         let root_entry = (child, 0u64);
         s.drop_space(child);
-        assert_eq!(s.frames_left(), before);
         assert_eq!(s.spaces(), vec![PML4_PHYS]);
         assert_eq!(s.page_table(child), None);
+        assert_eq!(s.frames_left(), before, "the parent's four pages, as before the fork");
         let stale = s.take_stale();
         // Leaves 0x40_0000, 0x40_1000, 0x80_0000; the PD's entries of three PTs (the one of
         // the unmapped page too); one PDPT entry; one PML4 entry.
         assert_eq!(stale.len(), 3 + 3 + 1 + 1, "{stale:x?}");
         assert!(stale.contains(&root_entry));
         assert!(stale.iter().all(|(slot, _)| s.read_u64(*slot) == 0));
+        assert!(s.shared.is_empty(), "{:x?}", s.shared);
         assert_eq!(read_str(&s, 0x40_1000, 6), b"parent", "the parent keeps its pages");
+        assert!(s.unshare(0x80_0000).unwrap(), "its last mapping: writable in place");
+        assert_eq!(s.frames_left(), before);
         // A dropped space is gone: switching to it is ignored.
         s.switch_space(child);
         assert_eq!(s.space(), PML4_PHYS);
+    }
+
+    #[test]
+    fn copy_on_write_pages_stay_apart_through_forks_of_forks() {
+        let mut s = booted();
+        s.populate(0x40_0000, PAGE_SIZE, Prot::RW).unwrap();
+        s.write(0x40_0000, b"0").unwrap();
+        let a = s.fork_space(&[]).unwrap();
+        s.switch_space(a);
+        let b = s.fork_space(&[]).unwrap();
+        let frame = s.translate(0x40_0000).unwrap();
+        assert_eq!(s.shared_count(frame), Some(3));
+        for (space, text) in [(b, b"b"), (PML4_PHYS, b"p"), (a, b"a")] {
+            s.switch_space(space);
+            assert!(s.unshare(0x40_0000).unwrap());
+            s.write(0x40_0000, text).unwrap();
+        }
+        assert_eq!(s.translate(0x40_0000), Some(frame), "the last writer keeps the frame");
+        for (space, text) in [(b, b"b"), (PML4_PHYS, b"p"), (a, b"a")] {
+            s.switch_space(space);
+            assert_eq!(read_str(&s, 0x40_0000, 1), text);
+        }
+        assert!(s.shared.is_empty());
+    }
+
+    #[test]
+    fn a_breakpoint_poked_into_a_shared_page_stays_in_its_space() {
+        let mut s = booted();
+        s.populate(0x40_0000, PAGE_SIZE, Prot(Prot::READ.0 | Prot::EXEC.0)).unwrap();
+        s.write(0x40_0010, &[0x55]).unwrap();
+        let other = s.fork_space(&[]).unwrap();
+        assert!(s.poke(0x40_0010, 0xcc));
+        let mut b = [0u8; 1];
+        s.switch_space(other);
+        s.read(0x40_0010, &mut b).unwrap();
+        assert_eq!(b, [0x55]);
+        s.switch_space(PML4_PHYS);
+        s.read_phys(s.translate(0x40_0010).unwrap(), &mut b);
+        assert_eq!(b, [0xcc]);
+        let (_, pte) = s.lookup_in(PML4_PHYS, 0x40_0000).unwrap();
+        assert_eq!(pte & (PTE_W | PTE_COW), 0, "its own frame, still read-only");
     }
 
     #[test]
@@ -1019,6 +1235,7 @@ mod tests {
         let mut s = booted();
         s.populate(0x40_0000, PAGE_SIZE, Prot::RW).unwrap();
         let child = s.fork_space(&[]).unwrap();
+        s.take_stale();
         let left = s.frames_left();
         s.drop_space(PML4_PHYS);
         s.drop_space(0x1234_5000);
@@ -1111,7 +1328,9 @@ mod tests {
         let st = s.frame_state();
         assert_eq!(st.root, forked);
         assert_eq!(st.spaces, vec![PML4_PHYS, forked, exec]);
-        assert_eq!(st.shared, vec![(s.translate(0x70_0000).unwrap(), 2)]);
+        // The shared page, and the copy-on-write page neither space wrote (0x40_0000 now has a
+        // copy in the forked space, the parent keeping the frame).
+        assert_eq!(st.shared, vec![(s.translate(0x40_1000).unwrap(), 2), (s.translate(0x70_0000).unwrap(), 2)]);
         assert_eq!(st.blocks_spaces, vec![PML4_PHYS, forked]);
         let bytes = postcard::to_stdvec(&st).unwrap();
         let back: FrameState = postcard::from_bytes(&bytes).unwrap();

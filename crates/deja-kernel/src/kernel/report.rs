@@ -349,10 +349,17 @@ impl Kernel {
         &self.process.signals.caught
     }
 
-    /// Ends the run: computes the memory digest over `mem` and returns the report.
+    /// Ends the run: computes the memory digest over `mem` (the current space, then each other
+    /// space a live process runs in, by the lowest such pid) and returns the report.
     pub fn finish(&mut self, mem: &dyn Memory, exit: ExitStatus) -> RunReport {
         let trace = self.record.tracer.digest();
-        let memory = memory_digest(mem);
+        let mut others: Vec<(u64, u64)> = Vec::new();
+        for (&pid, p) in &self.procs.table {
+            if p.live() && p.space != mem.space() && !others.iter().any(|&(_, s)| s == p.space) {
+                others.push((pid, p.space));
+            }
+        }
+        let memory = memory_digest(mem, &others);
         let mut h = blake3::Hasher::new();
         h.update(trace.as_bytes());
         h.update(memory.as_bytes());

@@ -457,7 +457,7 @@ syscall_table! {
     433    "fspick";
     434    "pidfd_open";
     435    "clone3"            [Ptr, Len] => |k, m, a| k.sys_clone3(m, a[0], a[1]);
-    436    "close_range";
+    436    "close_range"       [Fd, Fd, Flags] => |k, _, a| k.sys_close_range(a[0], a[1], a[2]);
     437    "openat2";
     438    "pidfd_getfd";
     439    "faccessat2"        [Fd, Path, Int, Flags] => |k, m, a| k.sys_faccessat(m, a[0], a[1], a[2], a[3]);
@@ -588,7 +588,7 @@ mod tests {
                 assert!(handler(nr).is_none() && args(nr).is_none());
             }
         }
-        assert_eq!(TABLE.iter().filter(|e| e.served()).count(), 203);
+        assert_eq!(TABLE.iter().filter(|e| e.served()).count(), 204);
         assert_eq!(args(0), Some(&[Arg::Fd, Arg::Ptr, Arg::Len][..]));
         assert_eq!(args(257), Some(&[Arg::Fd, Arg::Path, Arg::Flags, Arg::Mode][..]));
         assert!(entry(334).is_some_and(Entry::served), "rseq is answered on purpose");

@@ -334,3 +334,25 @@ fn record_locks_are_each_processs_own_and_conflict_across_processes() {
     let owners: Vec<u64> = k.files.locks.keys().map(|(_, o, _)| *o).collect();
     assert_eq!(owners, vec![1]);
 }
+
+#[test]
+fn the_memory_digest_covers_every_live_process() {
+    // The parent runs when the node ends; the child, still live, wrote `text` into its copy.
+    let digest = |text: &[u8]| {
+        let (mut k, mut m, buf) = forked();
+        run_next(&mut k, 2);
+        sc(&mut k, &mut m, "getpid", &[]);
+        assert_eq!(k.current_tid(), 2);
+        poke(&k, &mut m, buf, text);
+        run_next(&mut k, 1);
+        sc(&mut k, &mut m, "getpid", &[]);
+        assert_eq!(k.current_tid(), 1);
+        k.finish(&m, ExitStatus::Exited { code: 0 }).memory_digest
+    };
+    assert_eq!(digest(b"child!"), digest(b"child!"));
+    assert_ne!(digest(b"child!"), digest(b"other!"), "the child's pages are in the digest");
+    // A lone process's digest is its pages' alone.
+    let (mut k, _, m) = boot();
+    let own = crate::trace::memory_digest(&m, &[]).to_hex().to_string();
+    assert_eq!(k.finish(&m, ExitStatus::Exited { code: 0 }).memory_digest, own);
+}

@@ -741,12 +741,17 @@ mod tests {
         let second = vm.space.fork_space(&[]).unwrap();
         vm.space.switch_space(second);
         vm.space.write(CODE_VA, &store(0x2222)).unwrap();
+        // The data page is copy-on-write in both spaces: what the core's page-fault path
+        // does for a store, each space's frame of its own, done ahead (the raw code has no
+        // fault handler).
+        assert!(vm.space.unshare(DATA_VA).unwrap());
 
         run(&mut vm);
         assert_eq!(vm.vcpu.sync_regs().sregs.cr3, second);
         assert_eq!((word(&vm, first), word(&vm, second)), (0, 0x2222));
 
         vm.space.switch_space(first);
+        assert!(vm.space.unshare(DATA_VA).unwrap());
         run(&mut vm);
         assert_eq!(vm.vcpu.sync_regs().sregs.cr3, first);
         assert_eq!((word(&vm, first), word(&vm, second)), (0x1111, 0x2222));
@@ -761,6 +766,7 @@ mod tests {
         assert_eq!(third, second);
         vm.space.switch_space(third);
         vm.space.write(CODE_VA, &store(0x3333)).unwrap();
+        assert!(vm.space.unshare(DATA_VA).unwrap());
         run(&mut vm);
         assert_eq!(vm.stats.pt_syncs, syncs + 1);
         assert!(!vm.space.has_stale());
