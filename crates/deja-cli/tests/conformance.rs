@@ -774,3 +774,124 @@ fn fork_copies_on_write_as_linux_does() {
     );
     assert_eq!(seen.status, 0);
 }
+
+/// The script of [`redis_saves_in_the_background_and_loads_what_it_saved_as_natively`]: a
+/// server started in the background, 100,001 keys, `BGSAVE` (the server forks a child that
+/// writes the snapshot while the parent serves), the snapshot loaded by a second server.
+/// It waits by asking the server, never by sleeping a guessed time. `$D` is the data directory,
+/// `$P` the port.
+const REDIS_SCRIPT: &str = r#"
+up() { until redis-cli -p $P ping 2>/dev/null | grep -q PONG; do sleep 0.05; done; }
+redis-server --port $P --save "" --dir $D --logfile $D/first.log --enable-debug-command yes &
+up
+redis-cli -p $P set greeting hello
+redis-cli -p $P debug populate 100000
+redis-cli -p $P bgsave
+while redis-cli -p $P info persistence | grep -q rdb_bgsave_in_progress:1; do sleep 0.05; done
+redis-cli -p $P set after the-save
+redis-cli -p $P info persistence | grep -E "^rdb_(last_bgsave_status|saves|changes_since_last_save)"
+redis-cli -p $P shutdown nosave
+wait
+redis-server --port $P --save "" --dir $D --logfile $D/second.log &
+up
+redis-cli -p $P dbsize
+redis-cli -p $P get greeting
+redis-cli -p $P get key:99999
+redis-cli -p $P exists after
+redis-cli -p $P shutdown nosave
+wait
+echo "servers: ended"
+"#;
+
+/// A multi-process server no one here wrote: Debian's Redis (dynamically linked, jemalloc)
+/// saving in the background, as it ships. Its `BGSAVE` forks a child that writes the snapshot
+/// of the 100,001 keys the fork froze (copy-on-write), while the parent goes on and changes
+/// them; the second server loads the snapshot. Compared with the same script run natively by
+/// the same binaries (`redis-server` from Debian's package, which `.ci/run` installs).
+#[test]
+fn redis_saves_in_the_background_and_loads_what_it_saved_as_natively() {
+    let (server, cli, bb) = ("/usr/bin/redis-server", "/usr/bin/redis-cli", "/usr/bin/busybox");
+    if [server, cli, bb].iter().any(|p| !std::path::Path::new(p).exists()) {
+        eprintln!("skipped: no {server}, {cli} or {bb} (Debian's redis-server, redis-tools and busybox-static)");
+        return;
+    }
+    // A root with busybox and its applets, both Redis programs and their libraries.
+    let root = std::env::temp_dir().join(format!("deja-redis-root-{}", std::process::id()));
+    std::fs::remove_dir_all(&root).ok();
+    let put = |path: &str, bytes: &[u8], mode: u32| {
+        use std::os::unix::fs::PermissionsExt;
+        let at = root.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::fs::write(&at, bytes).unwrap();
+        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    put("/bin/busybox", &std::fs::read(bb).unwrap(), 0o755);
+    for applet in ["sh", "grep", "sleep"] {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
+    }
+    for prog in [server, cli] {
+        let bytes = std::fs::read(prog).unwrap();
+        put(prog, &bytes, 0o755);
+        for (path, data) in deja_cluster::dynlink::host_closure(&bytes, std::path::Path::new(prog), prog).unwrap() {
+            put(&path, &data, 0o755);
+        }
+    }
+    std::fs::create_dir_all(root.join("data")).unwrap();
+
+    // Natively: the same busybox shell and Redis binaries, a fresh directory, a free port.
+    let data = std::env::temp_dir().join(format!("deja-redis-data-{}", std::process::id()));
+    std::fs::remove_dir_all(&data).ok();
+    std::fs::create_dir_all(&data).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let native = Command::new(bb)
+        .args(["sh", "-c", REDIS_SCRIPT])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("D", &data)
+        .env("P", &port)
+        .output()
+        .expect("run busybox natively");
+    std::fs::remove_dir_all(&data).ok();
+
+    let r = root.to_string_lossy().into_owned();
+    let out = deja(&[
+        "run",
+        "--no-probe",
+        "--audit",
+        "3",
+        "--root",
+        &r,
+        "--env",
+        "PATH=/usr/bin:/bin",
+        "--env",
+        "D=/data",
+        "--env",
+        "P=6379",
+        "sh",
+        "--",
+        "-c",
+        REDIS_SCRIPT,
+    ]);
+    std::fs::remove_dir_all(&root).ok();
+    let err = stderr(&out);
+    assert!(err.contains("deja: audit: identical over 3 runs"), "Redis is not deterministic under deja:\n{err}");
+    assert_eq!(stdout(&out), stdout(&native), "under deja (left) and natively (right) differ; deja said:\n{err}");
+    assert_eq!(
+        stdout(&out).lines().collect::<Vec<_>>(),
+        [
+            "OK",
+            "OK",
+            "Background saving started",
+            "OK",
+            "rdb_changes_since_last_save:1",
+            "rdb_last_bgsave_status:ok",
+            "rdb_saves:1",
+            "100001",
+            "hello",
+            "value:99999",
+            "0",
+            "servers: ended",
+        ]
+    );
+    assert_eq!(out.status.code(), Some(0));
+}
