@@ -775,6 +775,37 @@ fn fork_copies_on_write_as_linux_does() {
     assert_eq!(seen.status, 0);
 }
 
+/// Debian's static busybox (the `busybox-static` package `.ci/run` installs).
+const BUSYBOX: &str = "/usr/bin/busybox";
+
+/// A fresh directory tree to run as `--root`: busybox at `/bin/busybox` with each of
+/// `applets` linked to it in `/bin`, and each host program of `programs` at its own path with
+/// the loader and libraries it needs. An empty `/data` is the programs' to write in.
+fn root_of(name: &str, applets: &[&str], programs: &[&str]) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let root = std::env::temp_dir().join(format!("deja-{name}-root-{}", std::process::id()));
+    std::fs::remove_dir_all(&root).ok();
+    let put = |path: &str, bytes: &[u8]| {
+        let at = root.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::fs::write(&at, bytes).unwrap();
+        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    put("/bin/busybox", &std::fs::read(BUSYBOX).unwrap());
+    for applet in applets {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
+    }
+    for prog in programs {
+        let bytes = std::fs::read(prog).unwrap();
+        put(prog, &bytes);
+        for (path, data) in deja_cluster::dynlink::host_closure(&bytes, std::path::Path::new(prog), prog).unwrap() {
+            put(&path, &data);
+        }
+    }
+    std::fs::create_dir_all(root.join("data")).unwrap();
+    root
+}
+
 /// The script of [`redis_saves_in_the_background_and_loads_what_it_saved_as_natively`]: a
 /// server started in the background, 100,001 keys, `BGSAVE` (the server forks a child that
 /// writes the snapshot while the parent serves), the snapshot loaded by a second server.
@@ -810,33 +841,13 @@ echo "servers: ended"
 /// the same binaries (`redis-server` from Debian's package, which `.ci/run` installs).
 #[test]
 fn redis_saves_in_the_background_and_loads_what_it_saved_as_natively() {
-    let (server, cli, bb) = ("/usr/bin/redis-server", "/usr/bin/redis-cli", "/usr/bin/busybox");
+    let (server, cli, bb) = ("/usr/bin/redis-server", "/usr/bin/redis-cli", BUSYBOX);
     if [server, cli, bb].iter().any(|p| !std::path::Path::new(p).exists()) {
         eprintln!("skipped: no {server}, {cli} or {bb} (Debian's redis-server, redis-tools and busybox-static)");
         return;
     }
     // A root with busybox and its applets, both Redis programs and their libraries.
-    let root = std::env::temp_dir().join(format!("deja-redis-root-{}", std::process::id()));
-    std::fs::remove_dir_all(&root).ok();
-    let put = |path: &str, bytes: &[u8], mode: u32| {
-        use std::os::unix::fs::PermissionsExt;
-        let at = root.join(path.trim_start_matches('/'));
-        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
-        std::fs::write(&at, bytes).unwrap();
-        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode)).unwrap();
-    };
-    put("/bin/busybox", &std::fs::read(bb).unwrap(), 0o755);
-    for applet in ["sh", "grep", "sleep"] {
-        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
-    }
-    for prog in [server, cli] {
-        let bytes = std::fs::read(prog).unwrap();
-        put(prog, &bytes, 0o755);
-        for (path, data) in deja_cluster::dynlink::host_closure(&bytes, std::path::Path::new(prog), prog).unwrap() {
-            put(&path, &data, 0o755);
-        }
-    }
-    std::fs::create_dir_all(root.join("data")).unwrap();
+    let root = root_of("redis", &["sh", "grep", "sleep"], &[server, cli]);
 
     // Natively: the same busybox shell and Redis binaries, a fresh directory, a free port.
     let data = std::env::temp_dir().join(format!("deja-redis-data-{}", std::process::id()));
@@ -891,6 +902,100 @@ fn redis_saves_in_the_background_and_loads_what_it_saved_as_natively() {
             "value:99999",
             "0",
             "servers: ended",
+        ]
+    );
+    assert_eq!(out.status.code(), Some(0));
+}
+
+/// The script of [`perl_starts_processes_as_natively`].
+const PERL_SCRIPT: &str = r#"
+$| = 1;
+my $x = qx(echo hi | tr a-z A-Z);
+print "qx: $x";
+print "qx status: ", $? >> 8, "\n";
+my $me = $$;
+my $p = fork();
+if ($p == 0) { print "child: its parent is us ", (getppid() == $me ? 1 : 0), "\n"; exit 3 }
+waitpid($p, 0);
+print "fork: the child exited ", $? >> 8, "\n";
+system("sh", "-c", "exit 5");
+print "system: ", $? >> 8, "\n";
+open(my $fh, "-|", "echo", "piped") or die "open: $!";
+my $l = <$fh>;
+close $fh;
+print "open -|: $l";
+open(my $out, "|-", "tr", "a-z", "A-Z") or die "open: $!";
+print $out "to a pipe\n";
+close $out;
+pipe(my $r, my $w) or die "pipe: $!";
+my $k = fork();
+if (!$k) { close $r; print $w "through pipe()\n"; close $w; exit 0 }
+close $w;
+my $got = <$r>;
+print "pipe: $got";
+waitpid($k, 0);
+my @kids = map { my $c = fork(); if (!$c) { exit $_ } $c } 1 .. 3;
+print "three children: ", join(" ", map { waitpid($_, 0); $? >> 8 } @kids), "\n";
+my $s = fork();
+if (!$s) { sleep 100; exit 0 }
+kill 'TERM', $s;
+waitpid($s, 0);
+print "killed by signal ", $? & 127, "\n";
+my $e = fork();
+if (!$e) { exec("sh", "-c", "echo exec replaced the child; exit 9") or die "exec: $!" }
+waitpid($e, 0);
+print "exec: ", $? >> 8, "\n";
+print "wait with no child left: ", wait(), "\n";
+"#;
+
+/// An interpreter no one here wrote: Debian's perl (dynamically linked, from `perl-base`)
+/// running commands through `qx`, `system`, pipes opened both ways, `pipe` and `fork`, `kill`
+/// and `exec`, with busybox as its `/bin/sh`, against the same script run natively.
+#[test]
+fn perl_starts_processes_as_natively() {
+    let perl = "/usr/bin/perl";
+    if [perl, BUSYBOX].iter().any(|p| !std::path::Path::new(p).exists()) {
+        eprintln!("skipped: no {perl} or {BUSYBOX}");
+        return;
+    }
+    let root = root_of("perl", &["sh", "echo", "tr"], &[perl]);
+    let native =
+        Command::new(perl).args(["-e", PERL_SCRIPT]).env_clear().env("PATH", "/usr/bin:/bin").output().unwrap();
+    let r = root.to_string_lossy().into_owned();
+    let out = deja(&[
+        "run",
+        "--no-probe",
+        "--audit",
+        "3",
+        "--root",
+        &r,
+        "--env",
+        "PATH=/usr/bin:/bin",
+        perl,
+        "--",
+        "-e",
+        PERL_SCRIPT,
+    ]);
+    std::fs::remove_dir_all(&root).ok();
+    let err = stderr(&out);
+    assert!(err.contains("deja: audit: identical over 3 runs"), "perl is not deterministic under deja:\n{err}");
+    assert_eq!(stdout(&out), stdout(&native), "under deja (left) and natively (right) differ; deja said:\n{err}");
+    assert_eq!(
+        stdout(&out).lines().collect::<Vec<_>>(),
+        [
+            "qx: HI",
+            "qx status: 0",
+            "child: its parent is us 1",
+            "fork: the child exited 3",
+            "system: 5",
+            "open -|: piped",
+            "TO A PIPE",
+            "pipe: through pipe()",
+            "three children: 1 2 3",
+            "killed by signal 15",
+            "exec replaced the child",
+            "exec: 9",
+            "wait with no child left: -1",
         ]
     );
     assert_eq!(out.status.code(), Some(0));
