@@ -657,3 +657,39 @@ fn a_shell_in_a_root_runs_the_roots_programs_through_their_links() {
     assert!(stderr(&out).contains("deja: audit: identical over 3 runs"), "{}", stderr(&out));
     assert!(stderr(&out).contains("/usr/bin/perl: not found"), "{}", stderr(&out));
 }
+
+/// `/proc/<pid>` of every process of the node, and `/proc/self` a link to the caller's pid.
+/// A command reading its own `comm`, state and status prints what it prints natively; and
+/// under deja, where pids are the same in every run (the shell is pid 1, each process it
+/// starts the next pid), busybox reads its own directory and its children's: `readlink
+/// /proc/self` in a child names the child, `stat` names the parent, `cmdline` is the argv the
+/// shell was started with, a reaped child is gone, the shell's glob of `/proc` lists the pids
+/// alive, and the shell waiting for `grep` is asleep.
+#[test]
+fn proc_shows_every_process_by_its_pid() {
+    let Some(bb) = busybox() else { return };
+    let Some(ran) = sh("cat /proc/self/comm; cut -d' ' -f3 /proc/self/stat; grep -c '^Pid:' /proc/self/status") else {
+        return;
+    };
+    assert_eq!(ran.stdout, "cat\nR\n1\n");
+    let script = r#"echo $$
+readlink /proc/self
+cat /proc/$$/comm
+cut -d' ' -f1-6 /proc/self/stat
+tr '\0' '\n' < /proc/$$/cmdline | head -n 3
+sleep 0 & p=$!
+wait
+test -e /proc/$p/stat || echo "$p reaped"
+readlink /proc/$$/exe
+echo /proc/[0-9]*
+grep -E '^(Name|State|Pid|PPid)' /proc/$$/status
+echo end"#;
+    let (ran, err) = under_deja(bb, &[], &["sh", "-c", script]);
+    assert_eq!(ran.status, 0, "{err}");
+    assert_eq!(
+        ran.stdout,
+        "1\n2\nbusybox\n4 (cut) R 1 1 1\n/bin/busybox\nsh\n-c\n7 reaped\n/bin/busybox\n/proc/1\n\
+         Name:\tbusybox\nState:\tS (sleeping)\nPid:\t1\nPPid:\t0\nend\n",
+        "{err}"
+    );
+}

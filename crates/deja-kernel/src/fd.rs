@@ -161,6 +161,9 @@ pub enum FileKind {
         id: u64,
         /// The last name `getdents64` returned (`None`: start).
         after: Option<String>,
+        /// The process whose `/proc/<pid>` directory (or its `fd` directory) this is, when it
+        /// was opened by a pid's name (see [`crate::fs::Walked::pid`]).
+        pid: Option<u64>,
     },
     /// `/dev/null`.
     DevNull,

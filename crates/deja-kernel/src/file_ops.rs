@@ -99,6 +99,7 @@ impl FileKind {
                 Stat { dev: 0xd, ino, mode: S_IFIFO | 0o600, nlink: 1, size: 0, rdev: 0, times: [t; 3] }
             }
             FileKind::Regular { stat, .. } => *stat,
+            FileKind::Dir { id, pid: Some(pid), .. } => fs.proc_stat(*id, *pid),
             FileKind::Inode { id, .. } | FileKind::Dir { id, .. } | FileKind::Fifo { id, .. } => fs.stat(*id),
             FileKind::DevNull => fs.stat(fs.lookup_abs("/dev/null").unwrap_or(ROOT)),
             FileKind::Random(m) | FileKind::MemDev(m) => {
@@ -262,7 +263,16 @@ impl FileKind {
     /// yet); `None` for the other kinds (`ENOTDIR` where a directory is needed).
     pub fn listing(&self) -> Option<(u64, Option<&str>)> {
         match self {
-            FileKind::Dir { id, after } => Some((*id, after.as_deref())),
+            FileKind::Dir { id, after, .. } => Some((*id, after.as_deref())),
+            _ => None,
+        }
+    }
+
+    /// The process whose `/proc/<pid>` directory (or its `fd` directory) a directory opened by
+    /// a pid's name is; `None` for any other description.
+    pub fn proc_pid(&self) -> Option<u64> {
+        match self {
+            FileKind::Dir { pid, .. } => *pid,
             _ => None,
         }
     }
@@ -390,7 +400,6 @@ mod tests {
             "/bin/exe",
             b"\x7fELF",
             1,
-            &[],
         );
         let dir = fs.lookup_abs("/data").expect("/data");
         let file = fs.create_file(dir, "w", 0o644, 0).expect("a new file");
@@ -404,7 +413,7 @@ mod tests {
             ("stderr", FileKind::Stderr),
             ("regular", FileKind::Regular { path: "/proc/self/maps".into(), data: Arc::from(&b"maps"[..]), stat }),
             ("inode", FileKind::Inode { id: file, path: "/data/w".into() }),
-            ("dir", FileKind::Dir { id: dir, after: Some("f".into()) }),
+            ("dir", FileKind::Dir { id: dir, after: Some("f".into()), pid: None }),
             ("null", FileKind::DevNull),
             ("random", FileKind::Random(9)),
             ("zero", FileKind::MemDev(5)),
@@ -489,7 +498,7 @@ mod tests {
                     assert_eq!(rewind, Ok(0), "rewind of {name}");
                     assert_eq!(
                         (f.offset, &f.kind),
-                        (0, &FileKind::Dir { id: fs.lookup_abs("/data").unwrap(), after: None })
+                        (0, &FileKind::Dir { id: fs.lookup_abs("/data").unwrap(), after: None, pid: None })
                     );
                 }
                 _ => assert_eq!(rewind, Err(ESPIPE), "rewind of {name}"),

@@ -2,10 +2,12 @@
 //! directory fds, `AT_EMPTY_PATH`, symlinks), `openat` (a FIFO's open is in
 //! [`crate::sys_net`]), the `stat` family (`fstat` included: one encoding), `access`,
 //! `getcwd`, `readlink` and `getdents64`. What `/proc/self/fd` answers to them is in
-//! [`crate::sys_procfd`].
+//! [`crate::sys_procfd`]; what `/proc/<pid>` holds for each process is in [`crate::procs`]
+//! (a directory fd opened on `/proc/<pid>` keeps its pid for the `*at` calls; a working
+//! directory there does not: relative paths then name the caller's own files).
 //!
 //! Paths resolve in [`crate::fs`]; declared input files and the executable are read-only
-//! (`EROFS` when opened for writing), `/proc/self/maps` gives `EACCES`. Relative paths and
+//! (`EROFS` when opened for writing), the generated files of `/proc/<pid>` give `EACCES`. Relative paths and
 //! `AT_FDCWD` resolve from the working directory (`chdir`, `fchdir`; `/` unless the program
 //! was started elsewhere, see [`crate::ProgramSpec::cwd`]), which `getcwd` names. Reading and writing what is open is in [`crate::sys_io`]; namespace and sync calls
 //! are in [`crate::sys_fs`].
@@ -14,7 +16,7 @@ use std::sync::Arc;
 
 use crate::errno::*;
 use crate::fd::*;
-use crate::fs::{Kind, Walked, ROOT};
+use crate::fs::{Kind, ProcView, Walked, ROOT};
 use crate::kernel::{Kernel, SysResult, AT_FDCWD, MAX_IO};
 use crate::sys_procfd::push_dirent;
 use crate::Memory;
@@ -61,15 +63,22 @@ impl Kernel {
             }
             return Err(ENOENT);
         }
-        let start = if p[0] == b'/' {
-            ROOT
+        let (start, start_pid) = if p[0] == b'/' {
+            (ROOT, None)
         } else if dirfd as i32 == -100 {
-            self.files.cwd
+            (self.files.cwd, None)
         } else {
-            self.files.fds.get(dirfd as i32)?.kind.listing().ok_or(ENOTDIR)?.0
+            let kind = &self.files.fds.get(dirfd as i32)?.kind;
+            (kind.listing().ok_or(ENOTDIR)?.0, kind.proc_pid())
         };
         let fds = &self.files.fds;
-        let w = self.files.fs.walk_fds(start, &p, follow, &|fd| crate::sys_procfd::fd_target(fds, fd))?;
+        let view = ProcView {
+            current: self.procs.current,
+            start_pid,
+            exe: &|pid| self.proc_exe(pid),
+            fds: &|fd| crate::sys_procfd::fd_target(fds, fd),
+        };
+        let w = self.files.fs.walk_fds(start, &p, follow, &view)?;
         if !self.faults.previous.is_empty() {
             let abs = match (&w.name, w.id) {
                 (Some(n), _) => Some(self.files.fs.path_in(w.parent, n)),
@@ -109,7 +118,25 @@ impl Kernel {
                 true if *trailing => Err(ENOTDIR),
                 true => self.stat_of_fd(p.fd),
             },
-            Target::Path(w) => Ok(self.files.fs.stat(self.target_id(w)?)),
+            // `/proc/self` itself: a link to the pid's name.
+            Target::Path(w) if w.self_link => {
+                let mut st = self.files.fs.stat(self.target_id(w)?);
+                st.mode = S_IFLNK | 0o777;
+                st.size = self.procs.current.to_string().len() as u64;
+                st.nlink = 1;
+                st.ino = ino_of("/proc/self");
+                Ok(st)
+            }
+            Target::Path(w) => Ok(self.node_stat(self.target_id(w)?, w.pid)),
+        }
+    }
+
+    /// The status of inode `id`, reached in the `/proc/<pid>` of `pid` if `Some` (see
+    /// [`crate::fs::Fs::proc_stat`]).
+    fn node_stat(&self, id: u64, pid: Option<u64>) -> Stat {
+        match pid {
+            Some(pid) if pid != self.procs.current => self.files.fs.proc_stat(id, pid),
+            _ => self.files.fs.stat(id),
         }
     }
 
@@ -122,9 +149,14 @@ impl Kernel {
         {
             return path.clone();
         }
-        match &w.name {
+        let path = match &w.name {
             Some(n) => self.files.fs.path_in(w.parent, n),
             None => self.files.fs.dir_path(id).unwrap_or_default(),
+        };
+        // A file of `/proc/<pid>` by its pid's name, not the shared directory's.
+        match (w.pid, path.strip_prefix("/proc/self")) {
+            (Some(pid), Some(rest)) if rest.is_empty() || rest.starts_with('/') => format!("/proc/{pid}{rest}"),
+            _ => path,
         }
     }
 
@@ -275,7 +307,7 @@ impl Kernel {
                 }
                 let node = self.files.fs.get(id).ok_or(ENOENT)?;
                 let is_dir = node.is_dir();
-                let link = matches!(node.kind, Kind::Symlink(_) | Kind::ExeLink);
+                let link = matches!(node.kind, Kind::Symlink(_) | Kind::ExeLink) || w.self_link;
                 if link && flags & O_PATH == 0 {
                     return Err(ELOOP.into());
                 }
@@ -287,8 +319,12 @@ impl Kernel {
                 }
                 match node.kind {
                     Kind::File(_) | Kind::Static(_) if writing && node.readonly => return Err(EROFS.into()),
-                    Kind::ProcMaps if writing => return Err(EACCES.into()),
+                    Kind::ProcMaps | Kind::ProcInfo(_) if writing => return Err(EACCES.into()),
                     _ => {}
+                }
+                // Another process's fds are not listed (nor their links followed).
+                if Some(id) == self.files.fs.proc_fd_dir() && w.pid.is_some_and(|p| p != self.procs.current) {
+                    return Err(EACCES.into());
                 }
                 // The owner's permission bits (the program owns every file): reading needs
                 // `r`, writing or truncating `w`.
@@ -320,11 +356,17 @@ impl Kernel {
             return self.open_fifo(id, flags, limit);
         }
         let opened_path = self.walked_path(&w, id);
+        let pid = w.pid.unwrap_or(self.procs.current);
         let kind = match &node.kind {
-            Kind::Dir(_) => FileKind::Dir { id, after: None },
-            Kind::ProcMaps => {
-                let data: Arc<[u8]> = Arc::from(self.proc_maps().into_bytes());
-                let mut stat = self.files.fs.stat(id);
+            // The current process's `/proc/<pid>` is whichever process reads it, as `/proc/self`.
+            Kind::Dir(_) => FileKind::Dir { id, after: None, pid: w.pid.filter(|&p| p != self.procs.current) },
+            Kind::ProcMaps | Kind::ProcInfo(_) => {
+                let text = match node.kind {
+                    Kind::ProcInfo(what) => self.proc_file(pid, what)?,
+                    _ => self.proc_maps_of(pid).into_bytes(),
+                };
+                let data: Arc<[u8]> = Arc::from(text);
+                let mut stat = self.node_stat(id, Some(pid));
                 stat.size = 0;
                 FileKind::Regular { stat, path: opened_path, data }
             }
@@ -332,7 +374,7 @@ impl Kernel {
             Kind::Random(m) => FileKind::Random(*m),
             Kind::MemDev(m) => FileKind::MemDev(*m),
             Kind::ExeLink => {
-                FileKind::Regular { path: opened_path, data: Arc::from(&[][..]), stat: self.files.fs.stat(id) }
+                FileKind::Regular { path: opened_path, data: Arc::from(&[][..]), stat: self.node_stat(id, Some(pid)) }
             }
             Kind::Static(_) if opened_path == PROC_EXE => {
                 FileKind::Inode { id, path: self.files.fs.exe_path().to_string() }
@@ -448,7 +490,10 @@ impl Kernel {
         }
         let id = self.target_id(&w)?;
         let target = match self.files.fs.get(id).map(|i| &i.kind) {
-            Some(Kind::ExeLink) => self.files.fs.exe_path().as_bytes().to_vec(),
+            _ if w.self_link => self.procs.current.to_string().into_bytes(),
+            Some(Kind::ExeLink) => {
+                self.proc_exe(w.pid.unwrap_or(self.procs.current)).flatten().ok_or(ENOENT)?.into_bytes()
+            }
             Some(Kind::Symlink(t)) => t.as_bytes().to_vec(),
             _ => return Err(EINVAL.into()),
         };
@@ -461,9 +506,40 @@ impl Kernel {
         let f = self.files.fds.get(fd as i32)?;
         let (id, after) = f.kind.listing().ok_or(ENOTDIR)?;
         if self.files.fs.proc_fd_dir() == Some(id) {
+            // A listing opened for another process (inherited over a `fork`) lists none.
+            if f.kind.proc_pid().is_some_and(|p| p != self.procs.current) {
+                return Err(EACCES.into());
+            }
             return self.list_fds(mem, fd as i32, id, buf, count);
         }
-        let entries = self.files.fs.list(id);
+        let mut entries = self.files.fs.list(id);
+        // `/proc`: `self` is a link, and every process of the table a directory.
+        if self.files.fs.proc_dir() == Some(id) && self.files.fs.proc_self_dir().is_some() {
+            for e in entries.iter_mut().skip(2).filter(|e| e.0 == "self") {
+                e.1 = 10;
+                e.2 = ino_of("/proc/self");
+            }
+            let named: Vec<String> = entries.iter().skip(2).map(|e| e.0.clone()).collect();
+            for &pid in self.procs.table.keys() {
+                let name = pid.to_string();
+                if !named.contains(&name) {
+                    let dir = self.files.fs.proc_self_dir().unwrap_or(ROOT);
+                    entries.push((name, 4, self.node_stat(dir, Some(pid)).ino));
+                }
+            }
+            entries[2..].sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        // Another process's `/proc/<pid>`: its own inode numbers.
+        if let Some(pid) = f.kind.proc_pid() {
+            for e in entries.iter_mut().skip(2) {
+                if let Some(child) = self.files.fs.entry(id, &e.0) {
+                    e.2 = self.node_stat(child, Some(pid)).ino;
+                }
+            }
+            if let Some(dot) = entries.first_mut() {
+                dot.2 = self.node_stat(id, Some(pid)).ino;
+            }
+        }
         let count = count.min(MAX_IO) as usize;
         // Position: `.` and `..` by the offset (0, 1), then the names after `after`.
         let mut pos = f.offset;

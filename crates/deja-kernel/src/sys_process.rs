@@ -75,7 +75,7 @@ const ARG_MAX: usize = 2 << 20;
 const MAX_INTERPRETERS: usize = 4;
 
 /// The status `wait4` reports for `st`.
-fn wait_status(st: &ExitStatus) -> u32 {
+pub(crate) fn wait_status(st: &ExitStatus) -> u32 {
     match st {
         ExitStatus::Exited { code } => ((*code as u32) & 0xff) << 8,
         ExitStatus::Signaled { signal, .. } => (*signal as u32) & 0x7f,
@@ -290,6 +290,8 @@ impl Kernel {
                 exe: parent.exe.clone(),
                 status: None,
                 execed: false,
+                cmdline: parent.cmdline.clone(),
+                comm: [0; 16],
             },
         );
         self.files.fds.fork_for(tid);
@@ -447,6 +449,7 @@ impl Kernel {
             p.space = new_space;
             p.exe = exe.clone();
             p.execed = true;
+            p.cmdline = crate::procs::cmdline(&args);
         }
         if let Some(t) = self.sched.threads.threads.get_mut(&me) {
             t.space = new_space;
@@ -552,6 +555,9 @@ impl Kernel {
         let (ppid, exit_signal) = match self.procs.table.get_mut(&pid) {
             Some(p) => {
                 p.status = Some(status.clone());
+                // What `/proc/<pid>` keeps of a zombie: its name, not its argv.
+                p.comm = self.process.comm;
+                p.cmdline = Vec::new();
                 (p.ppid, p.exit_signal)
             }
             None => return,

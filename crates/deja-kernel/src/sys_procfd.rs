@@ -31,7 +31,8 @@
 //!   `fstat` is the fd's; with `O_PATH | O_NOFOLLOW` the link itself.
 //!
 //! `/dev/fd` links to `/proc/self/fd` and `/dev/stdin`, `/dev/stdout`, `/dev/stderr` to its
-//! entries 0, 1 and 2, as on Linux. `/proc/<pid>` is not served (only `/proc/self`).
+//! entries 0, 1 and 2, as on Linux. `/proc/<pid>/fd` is this table for the caller's own pid;
+//! another process's is `EACCES` (see [`crate::procs`]).
 
 use std::sync::Arc;
 

@@ -23,6 +23,7 @@ mod fifo;
 mod fs;
 mod net;
 mod persist;
+mod procfs;
 mod procs;
 mod signals;
 mod threads;

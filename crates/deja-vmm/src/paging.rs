@@ -110,9 +110,8 @@ pub struct AddressSpace {
 
 /// The allocator's state, saved in snapshots and restored on forks.
 ///
-/// The fields after `pt_frames` came with processes; state written before them has one
-/// space, [`PML4_PHYS`] (postcard, which snapshots use, is not self-describing: an artifact of
-/// the previous layout is read through [`FrameStateV1`]).
+/// The fields after `pt_frames` came with processes; in a self-describing format, state
+/// written without them reads as one space, [`PML4_PHYS`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FrameState {
     /// Next never-used frame.
@@ -144,32 +143,6 @@ fn first_space() -> u64 {
 
 fn first_spaces() -> Vec<u64> {
     vec![PML4_PHYS]
-}
-
-/// [`FrameState`] as snapshots of schema 14 and earlier hold it (one address space).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct FrameStateV1 {
-    /// Next never-used frame.
-    pub bump: u64,
-    /// Freed frames.
-    pub free: Vec<u64>,
-    /// Page-table frames: (frame, level, first address mapped).
-    pub pt_frames: Vec<(u64, u32, u64)>,
-}
-
-impl From<FrameStateV1> for FrameState {
-    fn from(v: FrameStateV1) -> FrameState {
-        FrameState {
-            bump: v.bump,
-            free: v.free,
-            pt_frames: v.pt_frames,
-            root: first_space(),
-            spaces: first_spaces(),
-            shared: Vec::new(),
-            blocks_spaces: first_spaces(),
-            pt_pool: Vec::new(),
-        }
-    }
 }
 
 /// Sign-extends a 48-bit address to canonical form.
@@ -1350,15 +1323,7 @@ mod tests {
         t.switch_space(exec);
         assert!(t.translate(0x40_0000).is_none() && t.translate(0x50_0000).is_some());
 
-        // State of the one-space layout reads as that space.
-        let old = FrameStateV1 { bump: st.bump, free: st.free.clone(), pt_frames: st.pt_frames.clone() };
-        let old: FrameStateV1 = postcard::from_bytes(&postcard::to_stdvec(&old).unwrap()).unwrap();
-        let new = FrameState::from(old);
-        assert_eq!((new.root, new.spaces.clone(), new.shared.clone()), (PML4_PHYS, vec![PML4_PHYS], vec![]));
-        t.set_frame_state(&new);
-        assert_eq!(t.space(), PML4_PHYS);
-        assert_eq!(t.spaces(), vec![PML4_PHYS]);
-        // Through serde's defaults, in a self-describing format, as well.
+        // State of the one-space layout, in a self-describing format, reads as that space.
         let json = serde_json::json!({"bump": st.bump, "free": [], "pt_frames": []});
         let new: FrameState = serde_json::from_value(json).unwrap();
         assert_eq!((new.root, new.spaces, new.blocks_spaces), (PML4_PHYS, vec![PML4_PHYS], vec![PML4_PHYS]));

@@ -20,15 +20,14 @@ use kvm_bindings::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::paging::{FrameState, FrameStateV1};
+use crate::paging::FrameState;
 use crate::vm::{Vm, VmError};
 
 /// Schema version of the snapshot payload inside its envelope (15: the frames carry the
-/// address spaces of processes).
-pub const SNAPSHOT_SCHEMA: u32 = 15;
-
-/// The previous schema, still read: one address space, [`FrameStateV1`].
-const SNAPSHOT_SCHEMA_ONE_SPACE: u32 = 14;
+/// address spaces of processes; 16: the core's process table holds each process's argv and
+/// name, and a directory's fd the process whose `/proc/<pid>` it is). The core's state inside
+/// is not self-describing, so an artifact of another schema is refused at its envelope.
+pub const SNAPSHOT_SCHEMA: u32 = 16;
 
 /// MSRs a snapshot carries: the syscall MSRs, the FS/GS bases, the TSC and SYSENTER state.
 pub const SNAPSHOT_MSRS: [u32; 11] = [
@@ -149,40 +148,6 @@ pub struct Snapshot {
     pub threads: Vec<(u64, crate::vm::ThreadContext)>,
 }
 
-/// [`Snapshot`] as schema 14 holds it: the same but for the frames.
-#[derive(Serialize, Deserialize)]
-struct SnapshotV14 {
-    meta: SnapshotMeta,
-    memory_size: u64,
-    vcpu: VcpuState,
-    frames: FrameStateV1,
-    #[serde(with = "bytes")]
-    ram: Vec<u8>,
-    #[serde(with = "bytes")]
-    kernel: Vec<u8>,
-    fs_base: u64,
-    gs_base: u64,
-    current_tid: u64,
-    threads: Vec<(u64, crate::vm::ThreadContext)>,
-}
-
-impl From<SnapshotV14> for Snapshot {
-    fn from(v: SnapshotV14) -> Snapshot {
-        Snapshot {
-            meta: v.meta,
-            memory_size: v.memory_size,
-            vcpu: v.vcpu,
-            frames: v.frames.into(),
-            ram: v.ram,
-            kernel: v.kernel,
-            fs_base: v.fs_base,
-            gs_base: v.gs_base,
-            current_tid: v.current_tid,
-            threads: v.threads,
-        }
-    }
-}
-
 /// Errors restoring a snapshot.
 #[derive(Debug, snafu::Snafu)]
 pub enum SnapshotError {
@@ -265,13 +230,8 @@ impl Snapshot {
     pub fn from_artifact(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
         let envelope = deja_format::decode(bytes)?;
         let decode = |e: postcard::Error| SnapshotError::Decode { source: e };
-        let snap: Snapshot = if envelope.schema == SNAPSHOT_SCHEMA_ONE_SPACE {
-            let payload = envelope.expect(deja_format::Kind::Snapshot, SNAPSHOT_SCHEMA_ONE_SPACE)?;
-            postcard::from_bytes::<SnapshotV14>(&payload).map_err(decode)?.into()
-        } else {
-            let payload = envelope.expect(deja_format::Kind::Snapshot, SNAPSHOT_SCHEMA)?;
-            postcard::from_bytes(&payload).map_err(decode)?
-        };
+        let payload = envelope.expect(deja_format::Kind::Snapshot, SNAPSHOT_SCHEMA)?;
+        let snap: Snapshot = postcard::from_bytes(&payload).map_err(decode)?;
         snap.validate()?;
         Ok(snap)
     }
@@ -374,8 +334,16 @@ mod tests {
             },
             memory_size: 16 << 20,
             vcpu,
-            frames: FrameStateV1 { bump, free: vec![0x13000], pt_frames: vec![(PML4_PHYS, 3, 0), (0x11000, 2, 0)] }
-                .into(),
+            frames: FrameState {
+                bump,
+                free: vec![0x13000],
+                pt_frames: vec![(PML4_PHYS, 3, 0), (0x11000, 2, 0)],
+                root: PML4_PHYS,
+                spaces: vec![PML4_PHYS],
+                shared: vec![],
+                pt_pool: vec![],
+                blocks_spaces: vec![PML4_PHYS],
+            },
             ram: vec![0; bump as usize],
             kernel: vec![1, 2, 3],
             fs_base: 0,
@@ -386,32 +354,15 @@ mod tests {
     }
 
     #[test]
-    fn a_one_space_snapshot_of_schema_14_reads_as_one_space() {
+    fn a_snapshot_of_an_earlier_schema_is_refused_at_its_envelope() {
         let snap = snapshot();
-        let old = SnapshotV14 {
-            meta: snap.meta.clone(),
-            memory_size: snap.memory_size,
-            vcpu: snap.vcpu.clone(),
-            frames: FrameStateV1 {
-                bump: snap.frames.bump,
-                free: snap.frames.free.clone(),
-                pt_frames: snap.frames.pt_frames.clone(),
-            },
-            ram: snap.ram.clone(),
-            kernel: snap.kernel.clone(),
-            fs_base: 0,
-            gs_base: 0,
-            current_tid: 1,
-            threads: vec![],
-        };
-        let payload = postcard::to_stdvec(&old).unwrap();
-        let artifact = deja_format::encode(deja_format::Kind::Snapshot, SNAPSHOT_SCHEMA_ONE_SPACE, &payload);
-        let back = Snapshot::from_artifact(&artifact).unwrap();
-        assert_eq!(back.frames, snap.frames);
-        assert_eq!((back.frames.root, back.frames.spaces.clone()), (PML4_PHYS, vec![PML4_PHYS]));
-        assert_eq!(back.to_artifact(), snap.to_artifact());
-        let again = Snapshot::from_artifact(&snap.to_artifact()).unwrap();
-        assert_eq!(again.frames, snap.frames);
+        let payload = postcard::to_stdvec(&snap).unwrap();
+        for schema in [14, 15] {
+            let artifact = deja_format::encode(deja_format::Kind::Snapshot, schema, &payload);
+            let err = Snapshot::from_artifact(&artifact).unwrap_err().to_string();
+            assert!(err.contains(&format!("{schema}")) && err.contains("16"), "{err}");
+        }
+        assert!(Snapshot::from_artifact(&snap.to_artifact()).is_ok());
     }
 
     #[test]

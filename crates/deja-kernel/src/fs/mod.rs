@@ -349,6 +349,22 @@ pub enum Kind {
     /// A FIFO (`mknod` with `S_IFIFO`, `mkfifo`). While it is open its bytes are in a pipe of
     /// [`crate::net`]; like a socket's name it holds no data and does not outlive a crash.
     Fifo,
+    /// A file of `/proc/<pid>` generated from the process table when it is opened.
+    ProcInfo(ProcFile),
+}
+
+/// Which generated file of `/proc/<pid>` a [`Kind::ProcInfo`] node is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProcFile {
+    /// `cmdline`: the process's argv, each argument followed by a NUL, as of its last
+    /// `execve` (empty for a zombie).
+    Cmdline,
+    /// `comm`: its name and a newline.
+    Comm,
+    /// `stat`: one line of 52 fields, in Linux's order.
+    Stat,
+    /// `status`: `Name:\t...` lines, in Linux's layout.
+    Status,
 }
 
 /// One inode.
@@ -385,7 +401,7 @@ impl Inode {
     /// The dirent type.
     pub fn dtype(&self) -> u8 {
         match self.kind {
-            Kind::File(_) | Kind::Static(_) | Kind::ProcMaps => 8,
+            Kind::File(_) | Kind::Static(_) | Kind::ProcMaps | Kind::ProcInfo(_) => 8,
             Kind::Dir(_) => 4,
             Kind::Symlink(_) | Kind::ExeLink => 10,
             Kind::DevNull | Kind::Random(_) | Kind::MemDev(_) => 2,
@@ -408,6 +424,15 @@ pub struct Walked {
     pub trailing: bool,
     /// The last component was an entry of `/proc/self/fd` (walked by [`Fs::walk_fds`]).
     pub proc_fd: Option<ProcFd>,
+    /// The process whose `/proc/<pid>` directory the walk ended in (the directory itself, its
+    /// `fd` directory or one of their entries), when a [`ProcView`] named it: `/proc/self`
+    /// names the current process. `None` elsewhere, and for a walk that reached that directory
+    /// without a pid (its name `/proc/self` in a walk without a view, a working directory):
+    /// the current process's then.
+    pub pid: Option<u64>,
+    /// The last component was the link `/proc/self` itself, not followed (`lstat`,
+    /// `readlink`, `O_NOFOLLOW`): [`Walked::id`] is the directory it leads to.
+    pub self_link: bool,
 }
 
 /// A path whose last component was an entry of `/proc/self/fd`, the link Linux shows for an
@@ -435,6 +460,21 @@ pub enum FdTarget {
 
 /// The fd table as a walk sees it: the target of an open fd, `None` for a closed one.
 pub type FdLookup<'a> = &'a dyn Fn(i32) -> Option<FdTarget>;
+
+/// The node's processes as a walk of the program's paths sees them (see [`Fs::walk_fds`]).
+#[derive(Clone, Copy)]
+pub struct ProcView<'a> {
+    /// The calling process's pid: what `/proc/self` links to.
+    pub current: u64,
+    /// The process a relative walk's start directory belongs to, when it starts in a
+    /// `/proc/<pid>` directory (a directory fd opened there).
+    pub start_pid: Option<u64>,
+    /// The program path of process `pid` (`/proc/<pid>/exe`): `None` if there is no such
+    /// process, `Some(None)` for a zombie (it has no program any more).
+    pub exe: &'a dyn Fn(u64) -> Option<Option<String>>,
+    /// The current process's fd table (`/proc/self/fd`).
+    pub fds: FdLookup<'a>,
+}
 
 /// What a new run's file system is made from besides its disk.
 #[derive(Debug, Clone, Copy)]
@@ -485,7 +525,12 @@ impl Fs {
     /// `exe_path`, `/proc/self/{maps,exe,fd}`, `/dev/{null,random,urandom,zero,full}`, the
     /// links `/dev/fd` (to `/proc/self/fd`) and `/dev/std{in,out,err}`, and what describes
     /// the program's `cpus` CPUs: `/proc/cpuinfo` and `/sys/devices/system/cpu/{online,
-    /// possible,present}`, its `argv` in `/proc/self/cmdline`, and `/proc/sys/fs/pipe-max-size`.
+    /// possible,present}`, and `/proc/sys/fs/pipe-max-size`.
+    ///
+    /// `/proc/self` is the directory every `/proc/<pid>` shares: a walk with a [`ProcView`]
+    /// reads the name `self` in `/proc` as a link to the current pid, and a pid's name as that
+    /// directory for that process ([`Walked::pid`]); its files (`maps`, `exe`, `fd`,
+    /// `cmdline`, `comm`, `stat`, `status`) are generated for the process at each open.
     pub fn new(
         config: FsConfig,
         disk: Option<&Disk>,
@@ -493,7 +538,6 @@ impl Fs {
         exe_path: &str,
         image: &[u8],
         cpus: u32,
-        argv: &[String],
     ) -> Fs {
         let t = static_time();
         let root = Inode {
@@ -584,6 +628,10 @@ impl Fs {
         for (p, kind, mode) in [
             ("/proc/self/maps", Kind::ProcMaps, 0o444),
             ("/proc/self/exe", Kind::ExeLink, 0o777),
+            ("/proc/self/cmdline", Kind::ProcInfo(ProcFile::Cmdline), 0o444),
+            ("/proc/self/comm", Kind::ProcInfo(ProcFile::Comm), 0o444),
+            ("/proc/self/stat", Kind::ProcInfo(ProcFile::Stat), 0o444),
+            ("/proc/self/status", Kind::ProcInfo(ProcFile::Status), 0o444),
             // Its entries are the fd table's, read at each walk and listing (`Fs::walk_fds`).
             (PROC_FD, Kind::Dir(DirData::default_for(ROOT)), 0o500),
             ("/dev/fd", Kind::Symlink(PROC_FD.into()), 0o777),
@@ -599,10 +647,8 @@ impl Fs {
             fs.place(p, kind, mode, false, true);
         }
         let list = crate::cpuid::cpu_list(cpus);
-        let cmdline: String = argv.iter().flat_map(|a| [a.as_str(), "\0"]).collect();
         for (p, text) in [
             ("/proc/cpuinfo", crate::cpuid::proc_cpuinfo(cpus)),
-            ("/proc/self/cmdline", cmdline),
             ("/proc/sys/fs/pipe-max-size", format!("{}\n", crate::net::PIPE_MAX_SIZE)),
             ("/sys/devices/system/cpu/online", list.clone()),
             ("/sys/devices/system/cpu/possible", list.clone()),
@@ -611,6 +657,9 @@ impl Fs {
             if fs.lookup_abs(p).is_none() {
                 fs.place(p, Kind::Static(Arc::from(text.into_bytes())), 0o444, false, true);
             }
+        }
+        if let Some(id) = fs.lookup_abs("/proc/self") {
+            fs.set_mode(id, 0o555);
         }
         for d in [
             "/proc",

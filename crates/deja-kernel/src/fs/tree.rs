@@ -32,6 +32,11 @@ impl Fs {
         }
     }
 
+    /// The inode the entry `name` of directory `dir` names (the volatile layer).
+    pub fn entry(&self, dir: u64, name: &str) -> Option<u64> {
+        self.dir(dir)?.entries.get(name).copied()
+    }
+
     fn dir_mut(&mut self, id: u64) -> Option<&mut DirData> {
         match &mut self.inodes.get_mut(&id)?.kind {
             Kind::Dir(d) => Some(d),
@@ -68,20 +73,40 @@ impl Fs {
         self.walk_as(start, path, follow, true, None)
     }
 
-    /// [`Fs::walk_checked`] with `/proc/self/fd` holding the entries `fds` gives: a decimal
-    /// name (no sign, no leading zero, as Linux parses it) of an open fd is a link that
-    /// counts as a symlink followed ([`MAX_SYMLINKS`]) and leads straight to what the fd has
-    /// open, not to a path ([`ProcFd`]). Any other name there does not exist.
-    pub fn walk_fds(&self, start: u64, path: &[u8], follow: bool, fds: FdLookup<'_>) -> Result<Walked, i32> {
-        self.walk_as(start, path, follow, true, Some(fds))
+    /// [`Fs::walk_checked`] for the program, with its processes in `/proc` as `view` shows
+    /// them:
+    ///
+    /// - In `/proc`, the name `self` is a link to the current pid's name (`readlink` gives
+    ///   it; a walk that follows it counts one symlink, [`MAX_SYMLINKS`]), and the decimal
+    ///   name of a process of the table (no sign, no leading zero) is the directory every
+    ///   process shares, `/proc/self` of the tree, for that process ([`Walked::pid`]). A
+    ///   pid not in the table does not exist.
+    /// - In that directory, `exe` links to the process's program (a zombie's leads nowhere:
+    ///   `ENOENT`), and `fd` is the current process's fd table: a decimal name (no sign, no
+    ///   leading zero, as Linux parses it) of an open fd is a link that counts as a symlink
+    ///   followed and leads straight to what the fd has open, not to a path ([`ProcFd`]). Any
+    ///   other name there does not exist. Another process's `fd` directory may be named but
+    ///   not searched (`EACCES`).
+    pub fn walk_fds(&self, start: u64, path: &[u8], follow: bool, view: &ProcView<'_>) -> Result<Walked, i32> {
+        self.walk_as(start, path, follow, true, Some(view))
     }
 
     /// `/proc/self/fd`'s inode, if the tree has it where [`Fs::new`] put it.
     pub fn proc_fd_dir(&self) -> Option<u64> {
-        let mut id = ROOT;
-        for c in ["proc", "self", "fd"] {
-            id = *self.dir(id)?.entries.get(c)?;
-        }
+        let id = *self.dir(self.proc_self_dir()?)?.entries.get("fd")?;
+        self.inodes.get(&id).filter(|i| i.readonly && !i.persist && i.is_dir()).map(|_| id)
+    }
+
+    /// `/proc`'s inode, if the tree has it where [`Fs::new`] put it.
+    pub fn proc_dir(&self) -> Option<u64> {
+        let id = *self.dir(ROOT)?.entries.get("proc")?;
+        self.inodes.get(&id).filter(|i| i.readonly && !i.persist && i.is_dir()).map(|_| id)
+    }
+
+    /// `/proc/self`'s inode (the directory of every `/proc/<pid>`), if the tree has it where
+    /// [`Fs::new`] put it.
+    pub fn proc_self_dir(&self) -> Option<u64> {
+        let id = *self.dir(self.proc_dir()?)?.entries.get("self")?;
         self.inodes.get(&id).filter(|i| i.readonly && !i.persist && i.is_dir()).map(|_| id)
     }
 
@@ -91,7 +116,7 @@ impl Fs {
         path: &[u8],
         follow: bool,
         search: bool,
-        fds: Option<FdLookup<'_>>,
+        view: Option<&ProcView<'_>>,
     ) -> Result<Walked, i32> {
         if path.is_empty() {
             return Err(ENOENT);
@@ -105,10 +130,27 @@ impl Fs {
         let mut cur = if path.starts_with('/') { ROOT } else { start };
         push_front_all(&mut comps, path)?;
         let mut links = 0u32;
-        // `/proc/self/fd`'s inode, looked up the first time a name is missing (where its
-        // entries are: it has none of its own).
-        let mut proc_fd: Option<Option<u64>> = None;
+        // `/proc`, `/proc/self` and `/proc/self/fd`, where a view adds what the tree does not
+        // hold (the processes, the fds); and the process whose `/proc/<pid>` the walk is in.
+        let (proc_dir, pid_dir, fd_dir) = match view {
+            Some(_) => (self.proc_dir(), self.proc_self_dir(), self.proc_fd_dir()),
+            None => (None, None, None),
+        };
+        let in_pid_dir = |id: u64| pid_dir == Some(id) || fd_dir == Some(id);
+        let mut pid = view.and_then(|v| v.start_pid).filter(|_| !path.starts_with('/'));
+        let done = |parent: u64, name: Option<String>, id: Option<u64>, pid: Option<u64>| Walked {
+            parent,
+            name,
+            id,
+            trailing,
+            proc_fd: None,
+            pid: pid.filter(|_| id.is_some_and(in_pid_dir) || in_pid_dir(parent)),
+            self_link: false,
+        };
         while let Some(c) = comps.pop_front() {
+            if !in_pid_dir(cur) {
+                pid = None;
+            }
             let d = self.dir(cur).ok_or(ENOTDIR)?;
             if search && self.inodes.get(&cur).is_none_or(|i| i.mode & 0o100 == 0) {
                 return Err(EACCES);
@@ -118,27 +160,48 @@ impl Fs {
                 let next = if c == "." { cur } else { d.parent };
                 if last {
                     let parent = self.dir(next).map_or(next, |nd| nd.parent);
-                    return Ok(Walked { parent, name: None, id: Some(next), trailing, proc_fd: None });
+                    return Ok(done(parent, None, Some(next), pid));
                 }
                 cur = next;
                 continue;
             }
-            let Some(&child) = d.entries.get(&c) else {
-                let entry = match (fds, fd_name(&c)) {
-                    (Some(fds), Some(fd)) if *proc_fd.get_or_insert_with(|| self.proc_fd_dir()) == Some(cur) => {
-                        fds(fd).map(|t| (fd, t))
+            // The processes of `/proc`.
+            if let (Some(v), Some(pd), true) = (view, pid_dir, proc_dir == Some(cur)) {
+                if c == "self" {
+                    if last && !follow && !trailing {
+                        return Ok(Walked { self_link: true, ..done(cur, Some(c), Some(pd), Some(v.current)) });
                     }
+                    links += 1;
+                    if links > MAX_SYMLINKS {
+                        return Err(ELOOP);
+                    }
+                    comps.push_front(v.current.to_string());
+                    continue;
+                }
+                if let Some(p) = pid_name(&c).filter(|&p| (v.exe)(p).is_some()) {
+                    pid = Some(p);
+                    if last {
+                        return Ok(done(cur, Some(c), Some(pd), pid));
+                    }
+                    cur = pd;
+                    continue;
+                }
+            }
+            let Some(&child) = d.entries.get(&c) else {
+                let entry = match (view, fd_name(&c)) {
+                    (Some(v), _) if fd_dir == Some(cur) && pid.is_some_and(|p| p != v.current) => return Err(EACCES),
+                    (Some(v), Some(fd)) if fd_dir == Some(cur) => (v.fds)(fd).map(|t| (fd, t)),
                     _ => None,
                 };
                 let Some((fd, target)) = entry else {
                     if last {
-                        return Ok(Walked { parent: cur, name: Some(c), id: None, trailing, proc_fd: None });
+                        return Ok(done(cur, Some(c), None, pid));
                     }
                     return Err(ENOENT);
                 };
                 if last && !follow && !trailing {
                     let proc_fd = Some(ProcFd { fd, followed: false });
-                    return Ok(Walked { parent: cur, name: Some(c), id: None, trailing, proc_fd });
+                    return Ok(Walked { proc_fd, ..done(cur, Some(c), None, pid) });
                 }
                 links += 1;
                 if links > MAX_SYMLINKS {
@@ -150,17 +213,21 @@ impl Fs {
                     FdTarget::Inode(id) => {
                         // A directory's own parent, as for `.`; a file's is not known.
                         let parent = self.dir(id).map_or(cur, |d| d.parent);
-                        return Ok(Walked { parent, name: None, id: Some(id), trailing, proc_fd });
+                        return Ok(Walked { proc_fd, ..done(parent, None, Some(id), None) });
                     }
                     FdTarget::Other if !last => return Err(ENOTDIR),
-                    FdTarget::Other => return Ok(Walked { parent: cur, name: None, id: None, trailing, proc_fd }),
+                    FdTarget::Other => return Ok(Walked { proc_fd, ..done(cur, None, None, None) }),
                 }
                 continue;
             };
             let node = self.inodes.get(&child).ok_or(ENOENT)?;
-            let target = match &node.kind {
-                Kind::Symlink(t) => Some(t.clone()),
-                Kind::ExeLink if self.exe_path != "/proc/self/exe" => Some(self.exe_path.clone()),
+            let target = match (&node.kind, view) {
+                (Kind::Symlink(t), _) => Some(t.clone()),
+                // A process's program: the view's for a pid it named, else the current one's.
+                (Kind::ExeLink, Some(v)) if !last || follow || trailing => {
+                    Some((v.exe)(pid.unwrap_or(v.current)).flatten().ok_or(ENOENT)?)
+                }
+                (Kind::ExeLink, None) if self.exe_path != "/proc/self/exe" => Some(self.exe_path.clone()),
                 _ => None,
             };
             if let Some(t) = target.filter(|_| !last || follow || trailing) {
@@ -175,13 +242,13 @@ impl Fs {
                 continue;
             }
             if last {
-                return Ok(Walked { parent: cur, name: Some(c), id: Some(child), trailing, proc_fd: None });
+                return Ok(done(cur, Some(c), Some(child), pid));
             }
             cur = child;
         }
         // No component left: `/`, or a symlink to `/`.
         let parent = self.dir(cur).ok_or(ENOTDIR)?.parent;
-        Ok(Walked { parent, name: None, id: Some(cur), trailing, proc_fd: None })
+        Ok(done(parent, None, Some(cur), pid))
     }
 
     /// A path naming inode `id` now, for what `/proc/self/fd` shows of a description opened as
@@ -245,7 +312,7 @@ impl Fs {
         let (ty, size, rdev) = match &i.kind {
             Kind::File(f) => (S_IFREG, f.data.len() as u64, 0),
             Kind::Static(d) => (S_IFREG, d.len() as u64, 0),
-            Kind::ProcMaps => (S_IFREG, 0, 0),
+            Kind::ProcMaps | Kind::ProcInfo(_) => (S_IFREG, 0, 0),
             Kind::Dir(_) => (S_IFDIR, 4096, 0),
             Kind::Symlink(t) => (S_IFLNK, t.len() as u64, 0),
             Kind::ExeLink => (S_IFLNK, 0, 0),
@@ -255,7 +322,7 @@ impl Fs {
             Kind::Fifo => (S_IFIFO, 0, 0),
         };
         let dev = match i.kind {
-            Kind::ProcMaps | Kind::ExeLink => 0x16,
+            Kind::ProcMaps | Kind::ExeLink | Kind::ProcInfo(_) => 0x16,
             Kind::DevNull | Kind::Random(_) | Kind::MemDev(_) => 0x5,
             _ => 0x801,
         };
@@ -271,6 +338,32 @@ impl Fs {
             _ => i.nlink,
         };
         Stat { dev, ino: i.ino, mode: ty | i.mode, nlink, size, rdev, times: i.times }
+    }
+
+    /// [`Fs::stat`] of `id` as a node of `/proc/<pid>` for a process other than the current
+    /// one: the directory `/proc/self` of the tree, its `fd` directory and their entries have
+    /// the inode numbers of their names under the pid's directory, as each process's are its
+    /// own on Linux (the current process's are the tree's).
+    pub fn proc_stat(&self, id: u64, pid: u64) -> Stat {
+        let mut st = self.stat(id);
+        if let Some(ino) = self.proc_ino(id, pid) {
+            st.ino = ino;
+        }
+        st
+    }
+
+    /// The inode number of `id` as a node of `/proc/<pid>` (see [`Fs::proc_stat`]); `None`
+    /// for an inode outside `/proc/self`.
+    pub fn proc_ino(&self, id: u64, pid: u64) -> Option<u64> {
+        let dir = self.proc_self_dir()?;
+        let name = if id == dir {
+            String::new()
+        } else if Some(id) == self.proc_fd_dir() {
+            "/fd".to_string()
+        } else {
+            format!("/{}", self.dir(dir)?.entries.iter().find(|(_, c)| **c == id)?.0)
+        };
+        Some(ino_of(&format!("/proc/{pid}{name}")))
     }
 
     /// The contents of a regular file (volatile).
@@ -846,6 +939,15 @@ impl Fs {
 /// that fits an `int`, as Linux's `name_to_int` reads it.
 fn fd_name(c: &str) -> Option<i32> {
     if c.is_empty() || !c.bytes().all(|b| b.is_ascii_digit()) || (c.len() > 1 && c.starts_with('0')) {
+        return None;
+    }
+    c.parse().ok()
+}
+
+/// The pid a name of `/proc` stands for: a decimal number without sign or leading zero, as
+/// Linux's `name_to_int` reads it (0 and numbers past `u64` are no pid).
+fn pid_name(c: &str) -> Option<u64> {
+    if c.is_empty() || !c.bytes().all(|b| b.is_ascii_digit()) || c.starts_with('0') {
         return None;
     }
     c.parse().ok()

@@ -431,7 +431,6 @@ impl Kernel {
             &spec.exe_path,
             &spec.image,
             spec.cpus.max(1),
-            &spec.argv,
         );
         let free = mem.free_frames();
         let capacity = free - free / 100 * PAGE_TABLE_MARGIN_PERCENT - (free % 100) * PAGE_TABLE_MARGIN_PERCENT / 100;
@@ -493,7 +492,7 @@ impl Kernel {
         for t in sched.threads.threads.values_mut() {
             t.space = mem.space();
         }
-        let procs = Procs::first(mem.space(), files.fs.exe_path());
+        let procs = Procs::first(mem.space(), files.fs.exe_path(), &spec.argv);
         let mut kernel = Kernel {
             process,
             files,
