@@ -7,6 +7,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/ioctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +99,50 @@ static void close_ranges(void) {
     show("  fcntl of the last", fcntl(fds[5], F_GETFD));
 }
 
+/* Signal-driven I/O's settings: O_ASYNC by fcntl and FIOASYNC, the owner by F_SETOWN and
+ * F_SETOWN_EX, the signal by F_SETSIG, and their errors. SIGIO and SIGUSR1 are ignored: data that arrives
+ * while they are set is signalled on Linux, not under deja (its summary says so). */
+static void async_io(void) {
+    signal(SIGIO, SIG_IGN);
+    signal(SIGUSR1, SIG_IGN);
+    int sv[2];
+    socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
+    printf("O_ASYNC at first: %d\n", (fcntl(sv[0], F_GETFL) & O_ASYNC) != 0);
+    show("F_SETFL O_ASYNC", fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_ASYNC));
+    printf("  O_ASYNC now: %d\n", (fcntl(sv[0], F_GETFL) & O_ASYNC) != 0);
+    int off = 0, on = 1;
+    show("FIOASYNC off", ioctl(sv[0], FIOASYNC, &off));
+    printf("  O_ASYNC now: %d\n", (fcntl(sv[0], F_GETFL) & O_ASYNC) != 0);
+    show("FIOASYNC on", ioctl(sv[0], FIOASYNC, &on));
+    printf("  O_ASYNC now: %d\n", (fcntl(sv[0], F_GETFL) & O_ASYNC) != 0);
+    show("F_GETOWN at first", fcntl(sv[0], F_GETOWN));
+    show("F_SETOWN ourselves", fcntl(sv[0], F_SETOWN, getpid()));
+    printf("  F_GETOWN is our pid: %d\n", fcntl(sv[0], F_GETOWN) == getpid());
+    show("F_SETOWN our group", fcntl(sv[0], F_SETOWN, -getpgrp()));
+    printf("  F_GETOWN is minus our group: %d\n", fcntl(sv[0], F_GETOWN) == -getpgrp());
+    show("F_SETOWN a pid that does not exist", fcntl(sv[0], F_SETOWN, 999999));
+    struct f_owner_ex ex = {F_OWNER_TID, getpid()};
+    show("F_SETOWN_EX our thread", fcntl(sv[0], F_SETOWN_EX, &ex));
+    struct f_owner_ex back = {0, 0};
+    show("F_GETOWN_EX", fcntl(sv[0], F_GETOWN_EX, &back));
+    printf("  type %d, our tid %d\n", back.type, back.pid == getpid());
+    ex.type = 7;
+    show("F_SETOWN_EX of an unknown type", fcntl(sv[0], F_SETOWN_EX, &ex));
+    show("F_GETSIG at first", fcntl(sv[0], F_GETSIG));
+    show("F_SETSIG SIGUSR1", fcntl(sv[0], F_SETSIG, SIGUSR1));
+    show("F_GETSIG", fcntl(sv[0], F_GETSIG));
+    show("F_SETSIG 65", fcntl(sv[0], F_SETSIG, 65));
+    int dup_fd = dup(sv[0]);
+    printf("a dup shares them: O_ASYNC %d, F_GETSIG %d\n", (fcntl(dup_fd, F_GETFL) & O_ASYNC) != 0,
+           fcntl(dup_fd, F_GETSIG));
+    show("write while they are set", write(sv[1], "x", 1));
+    show("F_SETOWN none", fcntl(sv[0], F_SETOWN, 0));
+    show("  F_GETOWN", fcntl(sv[0], F_GETOWN));
+    close(dup_fd);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IONBF, 0);
     char base[] = "/tmp/conf-files-XXXXXX";
@@ -183,5 +229,6 @@ int main(void) {
     capabilities();
     pipe_size();
     close_ranges();
+    async_io();
     return 0;
 }

@@ -64,6 +64,9 @@ pub struct RunSummary<'a> {
     pub syscalls: u64,
     /// The digest of the syscall trace.
     pub trace_digest: &'a str,
+    /// Calls served without what Linux would add (see `RunReport::unmodelled`), when any.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub unmodelled: &'a BTreeMap<String, u64>,
     /// Unsupported syscalls by name.
     pub unsupported_syscalls: &'a BTreeMap<String, u64>,
     /// Calls (clock reads, `getcpu`) served by the vDSO without an exit (`None`: no vDSO).
@@ -138,6 +141,7 @@ impl<'a> RunSummary<'a> {
             syscall_counts: &report.syscall_counts,
             syscalls: report.syscalls,
             trace_digest: &report.trace_digest,
+            unmodelled: &report.unmodelled,
             unsupported_syscalls: &report.unsupported,
             vdso_calls: report.vdso_calls,
             virtual_time_ns: report.virtual_time_ns,
@@ -243,6 +247,10 @@ pub(crate) fn print_text_summary(
     } else {
         let list: Vec<String> = report.unsupported.iter().map(|(n, c)| format!("{n} ×{c}")).collect();
         let _ = writeln!(e, "deja: unsupported syscalls (answered ENOSYS): {}", list.join(", "));
+    }
+    if !report.unmodelled.is_empty() {
+        let list: Vec<String> = report.unmodelled.iter().map(|(n, c)| format!("{n} ×{c}")).collect();
+        let _ = writeln!(e, "deja: served without what Linux would add: {}", list.join(", "));
     }
     match report.vdso_calls {
         Some(n) => {

@@ -1000,3 +1000,132 @@ fn perl_starts_processes_as_natively() {
     );
     assert_eq!(out.status.code(), Some(0));
 }
+
+/// The configuration of [`nginx_serves_with_its_workers_and_shuts_down_as_natively`]: a master
+/// and two workers, everything it writes under `DIR`, pages from `WWW`, on `PORT`.
+const NGINX_CONF: &str = "daemon off;
+master_process on;
+worker_processes 2;
+user root;
+error_log DIR/error.log info;
+pid DIR/nginx.pid;
+events { worker_connections 64; }
+http {
+    access_log DIR/access.log;
+    client_body_temp_path DIR/body;
+    proxy_temp_path DIR/proxy;
+    fastcgi_temp_path DIR/fastcgi;
+    uwsgi_temp_path DIR/uwsgi;
+    scgi_temp_path DIR/scgi;
+    server {
+        listen 127.0.0.1:PORT;
+        root WWW;
+        location / { }
+    }
+}
+";
+
+/// The script: nginx started in the background and waited for by asking it, a page and a
+/// missing one, a graceful shutdown (`SIGQUIT`: the master tells its workers, reaps them and
+/// exits), and what its logs say of its workers. `$C` is the configuration, `$D` its
+/// directory, `$P` the port.
+const NGINX_SCRIPT: &str = r#"
+nginx -c $C &
+until wget -q -O /dev/null http://127.0.0.1:$P/ 2>/dev/null; do sleep 0.05; done
+wget -q -O - http://127.0.0.1:$P/
+wget -S -O /dev/null http://127.0.0.1:$P/nope 2>&1 | grep "HTTP/"
+kill -QUIT $(cat $D/nginx.pid)
+wait
+echo "nginx ended: $?"
+echo "workers started: $(grep -c 'start worker process [0-9]' $D/error.log)"
+echo "workers exited with 0: $(grep -c 'worker process [0-9]* exited with code 0' $D/error.log)"
+echo "requests logged: $(wc -l < $D/access.log)"
+"#;
+
+/// A multi-process server no one here wrote: Debian's nginx (`nginx-light`, dynamically
+/// linked) as it ships, a master and two workers forked from it, each with a socket pair to
+/// the master (which asks for signal-driven I/O on its end: recorded, no `SIGIO` sent, and the
+/// summary says so), the workers sharing the listening socket, served pages fetched by
+/// busybox's `wget`, and a graceful shutdown. Compared with the same script run natively.
+#[test]
+fn nginx_serves_with_its_workers_and_shuts_down_as_natively() {
+    let nginx = "/usr/sbin/nginx";
+    if [nginx, BUSYBOX].iter().any(|p| !std::path::Path::new(p).exists()) {
+        eprintln!("skipped: no {nginx} or {BUSYBOX} (Debian's nginx-light and busybox-static)");
+        return;
+    }
+    let applets = ["sh", "wget", "sleep", "grep", "cat", "kill", "wc"];
+    let conf =
+        |dir: &str, www: &str, port: &str| NGINX_CONF.replace("DIR", dir).replace("WWW", www).replace("PORT", port);
+    let page = b"hello from nginx\n";
+
+    // Natively: busybox's applets first in PATH, a fresh directory, a free port.
+    let base = std::env::temp_dir().join(format!("deja-nginx-native-{}", std::process::id()));
+    std::fs::remove_dir_all(&base).ok();
+    for d in ["bin", "data", "www"] {
+        std::fs::create_dir_all(base.join(d)).unwrap();
+    }
+    for applet in applets {
+        std::os::unix::fs::symlink(BUSYBOX, base.join("bin").join(applet)).unwrap();
+    }
+    std::fs::write(base.join("www/index.html"), page).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let data = base.join("data").to_string_lossy().into_owned();
+    let conf_path = base.join("nginx.conf");
+    std::fs::write(&conf_path, conf(&data, &base.join("www").to_string_lossy(), &port)).unwrap();
+    let native = Command::new(BUSYBOX)
+        .args(["sh", "-c", NGINX_SCRIPT])
+        .env_clear()
+        .env("PATH", format!("{}:/usr/sbin", base.join("bin").display()))
+        .env("C", &conf_path)
+        .env("D", &data)
+        .env("P", &port)
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&base).ok();
+
+    let root = root_of("nginx", &applets, &[nginx]);
+    std::fs::create_dir_all(root.join("www")).unwrap();
+    std::fs::write(root.join("www/index.html"), page).unwrap();
+    std::fs::create_dir_all(root.join("etc/nginx")).unwrap();
+    std::fs::write(root.join("etc/nginx/nginx.conf"), conf("/data", "/www", "8080")).unwrap();
+    let r = root.to_string_lossy().into_owned();
+    let out = deja(&[
+        "run",
+        "--no-probe",
+        "--audit",
+        "3",
+        "--root",
+        &r,
+        "--env",
+        "PATH=/bin:/usr/sbin",
+        "--env",
+        "C=/etc/nginx/nginx.conf",
+        "--env",
+        "D=/data",
+        "--env",
+        "P=8080",
+        "sh",
+        "--",
+        "-c",
+        NGINX_SCRIPT,
+    ]);
+    std::fs::remove_dir_all(&root).ok();
+    let err = stderr(&out);
+    assert!(err.contains("deja: audit: identical over 3 runs"), "nginx is not deterministic under deja:\n{err}");
+    assert_eq!(stdout(&out), stdout(&native), "under deja (left) and natively (right) differ; deja said:\n{err}");
+    assert_eq!(
+        stdout(&out).lines().collect::<Vec<_>>(),
+        [
+            "hello from nginx",
+            "  HTTP/1.1 404 Not Found",
+            "wget: server returned error: HTTP/1.1 404 Not Found",
+            "nginx ended: 0",
+            "workers started: 2",
+            "workers exited with 0: 2",
+            "requests logged: 3",
+        ]
+    );
+    assert!(err.contains("deja: served without what Linux would add: SIGIO (O_ASYNC with an owner) ×2"), "{err}");
+    assert_eq!(out.status.code(), Some(0));
+}

@@ -46,6 +46,9 @@ pub const O_TRUNC: u32 = 0o1000;
 pub const O_APPEND: u32 = 0o2000;
 /// `O_NONBLOCK`.
 pub const O_NONBLOCK: u32 = 0o4000;
+/// `O_ASYNC` (`FASYNC`): signal-driven I/O, recorded but not delivered (see
+/// [`OpenFile::owner`]).
+pub const O_ASYNC: u32 = 0o20000;
 /// `O_LARGEFILE` (always set by 64-bit `open`).
 pub const O_LARGEFILE: u32 = 0o100000;
 /// `O_DIRECTORY`.
@@ -225,12 +228,19 @@ pub struct OpenFile {
     /// Copies of it in flight in Unix socket messages (`SCM_RIGHTS`): it stays open while
     /// any is, even with no fd left.
     inflight: u32,
+    /// Who `SIGIO` is for (`F_SETOWN`, `F_SETOWN_EX`): the owner's kind (`F_OWNER_TID` 0,
+    /// `F_OWNER_PID` 1, `F_OWNER_PGRP` 2) and id, 0 for none. With [`O_ASYNC`] Linux signals
+    /// the owner when the file becomes ready; deja records both and answers them back, but
+    /// sends no signal (the run summary lists it).
+    pub owner: (u32, u64),
+    /// The signal of `F_SETSIG` (0: `SIGIO`).
+    pub owner_sig: i32,
 }
 
 impl OpenFile {
     /// A description with `flags`.
     pub fn new(kind: FileKind, flags: u32) -> Self {
-        OpenFile { kind, offset: 0, flags, refs: 0, inflight: 0 }
+        OpenFile { kind, offset: 0, flags, refs: 0, inflight: 0, owner: (0, 0), owner_sig: 0 }
     }
 
     /// True if opened for reading.

@@ -602,6 +602,10 @@ pub struct RunReport {
     pub syscall_counts: BTreeMap<String, u64>,
     /// Unsupported syscalls (answered with ENOSYS) by name and count.
     pub unsupported: BTreeMap<String, u64>,
+    /// Calls served without all Linux would do, by what deja left out (`SIGIO (O_ASYNC with
+    /// an owner)`: signal-driven I/O asked for, no signal sent) and count.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unmodelled: BTreeMap<String, u64>,
     /// Virtual time at the end, in nanoseconds since boot.
     pub virtual_time_ns: u64,
     /// BLAKE3 (hex) over the ordered syscall trace.

@@ -23,6 +23,9 @@ pub(crate) struct RunRecord {
     pub(crate) counts: BTreeMap<String, u64>,
     /// Syscalls answered `-ENOSYS`, by name.
     pub(crate) unsupported: BTreeMap<String, u64>,
+    /// Calls served without all Linux would do (signal-driven I/O's `SIGIO`), by what is
+    /// missing.
+    pub(crate) unmodelled: BTreeMap<String, u64>,
 }
 
 impl RunRecord {
@@ -33,6 +36,7 @@ impl RunRecord {
             output: Vec::new(),
             counts: BTreeMap::new(),
             unsupported: BTreeMap::new(),
+            unmodelled: BTreeMap::new(),
         }
     }
 

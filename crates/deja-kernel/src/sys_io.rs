@@ -12,6 +12,7 @@ use crate::file_ops::{ReadSource, WriteTarget};
 use crate::files::Files;
 use crate::kernel::{Kernel, SysResult, SysStop, MAX_IO};
 use crate::mappings::Access;
+use crate::procs::Proc;
 use crate::user_layout::USER_END;
 use crate::Memory;
 
@@ -471,8 +472,53 @@ impl Kernel {
             3 => Ok(u64::from(self.files.fds.get(fd)?.flags)),
             4 => {
                 let f = self.files.fds.get_mut(fd)?;
-                let settable = O_APPEND | O_NONBLOCK;
+                let settable = O_APPEND | O_NONBLOCK | O_ASYNC;
                 f.flags = (f.flags & !settable) | (arg as u32 & settable);
+                self.note_async(fd);
+                Ok(0)
+            }
+            // F_SETOWN: a process (> 0) or a process group (< 0).
+            8 => {
+                let who = arg as i32;
+                let owner = match who {
+                    0 => (1, 0),
+                    i32::MIN => return Err(EINVAL.into()),
+                    w if w < 0 => (2, u64::from(w.unsigned_abs())),
+                    w => (1, w as u64),
+                };
+                self.set_owner(fd, owner)
+            }
+            // F_GETOWN: the process, or minus the group.
+            9 => {
+                let (kind, id) = self.files.fds.get(fd)?.owner;
+                Ok(if kind == 2 { (id as i64).wrapping_neg() as u64 } else { id })
+            }
+            // F_SETSIG, F_GETSIG.
+            10 => {
+                if arg > 64 {
+                    return Err(EINVAL.into());
+                }
+                self.files.fds.get_mut(fd)?.owner_sig = arg as i32;
+                Ok(0)
+            }
+            11 => Ok(self.files.fds.get(fd)?.owner_sig as u64),
+            // F_SETOWN_EX, F_GETOWN_EX: `struct f_owner_ex { int type; pid_t pid; }`.
+            15 => {
+                let mut b = [0u8; 8];
+                self.process.mappings.copy_in(mem, arg, &mut b)?;
+                let kind = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                let who = i32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+                if kind > 2 || who < 0 {
+                    return Err(EINVAL.into());
+                }
+                self.set_owner(fd, (kind, who as u64))
+            }
+            16 => {
+                let (kind, id) = self.files.fds.get(fd)?.owner;
+                let mut b = [0u8; 8];
+                b[..4].copy_from_slice(&kind.to_le_bytes());
+                b[4..].copy_from_slice(&(id as u32).to_le_bytes());
+                self.process.mappings.copy_out(mem, arg, &b)?;
                 Ok(0)
             }
             // F_GETLK, F_SETLK, F_SETLKW and the OFD forms: locks of processes and descriptions.
@@ -515,6 +561,33 @@ impl Kernel {
         Ok(cap as u64)
     }
 
+    /// Sets the owner of `fd`'s description (`F_SETOWN`, `F_SETOWN_EX`): `(kind, id)` with kind
+    /// `F_OWNER_TID` 0, `F_OWNER_PID` 1 or `F_OWNER_PGRP` 2; id 0 clears it, one that names no
+    /// thread, process or group is `ESRCH`.
+    fn set_owner(&mut self, fd: i32, (kind, id): (u32, u64)) -> SysResult {
+        let exists = match kind {
+            _ if id == 0 => true,
+            0 => self.sched.threads.threads.contains_key(&id),
+            1 => self.procs.table.get(&id).is_some_and(Proc::live),
+            _ => self.procs.table.values().any(|p| p.live() && p.pgid == id),
+        };
+        if !exists {
+            return Err(ESRCH.into());
+        }
+        self.files.fds.get_mut(fd)?.owner = if id == 0 { (0, 0) } else { (kind, id) };
+        self.note_async(fd);
+        Ok(0)
+    }
+
+    /// Signal-driven I/O is not modelled: a description with `O_ASYNC` and an owner would get
+    /// `SIGIO` from Linux when it becomes ready, and gets none from deja. The run summary lists
+    /// each time a program asks for it ([`RunReport::unmodelled`](crate::RunReport)).
+    fn note_async(&mut self, fd: i32) {
+        if self.files.fds.get(fd).is_ok_and(|f| f.flags & O_ASYNC != 0 && f.owner.1 != 0) {
+            *self.record.unmodelled.entry("SIGIO (O_ASYNC with an owner)".into()).or_default() += 1;
+        }
+    }
+
     pub(crate) fn sys_ioctl(&mut self, mem: &mut dyn Memory, fd: u64, req: u64, arg: u64) -> SysResult {
         let fd = fd as i32;
         let f = self.files.fds.get(fd)?;
@@ -528,6 +601,18 @@ impl Kernel {
                 } else {
                     f.flags &= !O_NONBLOCK;
                 }
+                Ok(0)
+            }
+            0x5452 => {
+                // FIOASYNC
+                let on = self.process.mappings.read_u32(mem, arg)? != 0;
+                let f = self.files.fds.get_mut(fd)?;
+                if on {
+                    f.flags |= O_ASYNC;
+                } else {
+                    f.flags &= !O_ASYNC;
+                }
+                self.note_async(fd);
                 Ok(0)
             }
             0x5451 | 0x5450 => {

@@ -371,6 +371,7 @@ impl Kernel {
             syscalls: self.record.tracer.syscalls(),
             syscall_counts: self.record.counts.clone(),
             unsupported: self.record.unsupported.clone(),
+            unmodelled: self.record.unmodelled.clone(),
             virtual_time_ns: self.sched.clock.now_ns(),
             trace_digest: trace.to_hex().to_string(),
             memory_digest: memory.to_hex().to_string(),
