@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,6 +102,30 @@ int main(void) {
     struct itimerval bad = {{0, 0}, {0, 1000000}};
     show("setitimer with 1000000 us", setitimer(ITIMER_REAL, &bad, NULL));
     show("getitimer into a bad pointer", getitimer(ITIMER_REAL, (void *)8));
+
+    /* A process's timer runs while another process runs: the parent's alarm of 0.2 s fires
+     * while its child sleeps for 0.6 s, and the child's own timer of 0.1 s fires in the child
+     * while the parent waits. */
+    fflush(stdout);
+    handler(0);
+    ticks = 0;
+    pid_t child = fork();
+    if (child == 0) {
+        ticks = 0;
+        arm(100000, 0);
+        struct timespec tenth = {0, 100000000};
+        for (int i = 0; i < 6; i++)
+            nanosleep(&tenth, NULL);
+        printf("child: slept, its own alarm fired %d\n", ticks);
+        fflush(stdout);
+        _exit(0);
+    }
+    arm(200000, 0);
+    show("pause while a child runs", pause());
+    printf("  ticks %d, before the child ended: %d\n", ticks, waitpid(child, NULL, WNOHANG) == 0);
+    int st = 0;
+    waitpid(child, &st, 0);
+    printf("  the child exited %d\n", WEXITSTATUS(st));
 
     /* SIGALRM's default action: the program ends, 142 as a shell says it. */
     signal(SIGALRM, SIG_DFL);

@@ -216,7 +216,7 @@ impl Kernel {
         let mut runnable;
         loop {
             self.net.flush_local();
-            self.fire_timer()?;
+            self.fire_timers(mem)?;
             self.interrupt_sleepers(mem);
             self.retry_io(mem);
             self.sched.threads.expire(self.sched.clock.now_ns());

@@ -27,7 +27,8 @@ const NS_PER_US: u64 = 1000;
 impl Kernel {
     /// The interval timer's deadline, if it is armed.
     pub(crate) fn timer_deadline(&self) -> Option<u64> {
-        self.process.itimer_real.map(|(at, _)| at)
+        let parked = self.procs.table.values().filter(|p| p.live()).filter_map(|p| p.parked.as_ref()?.itimer_real);
+        self.process.itimer_real.into_iter().chain(parked).map(|(at, _)| at).min()
     }
 
     /// What is left of the timer, ns (at least 1 µs while it is armed, as Linux says), and
@@ -44,16 +45,40 @@ impl Kernel {
         self.process.itimer_real = (value > 0).then(|| (self.sched.clock.now_ns().saturating_add(value), interval));
     }
 
-    /// Sends `SIGALRM` if the clock reached the timer's deadline, and arms it again if it has
-    /// an interval. `Err(Exit)` if the signal ends the program.
-    pub(crate) fn fire_timer(&mut self) -> Result<(), SysStop> {
+    /// Sends `SIGALRM` to each process whose timer the clock reached, the current one first,
+    /// and arms each again if it has an interval: a process's timer runs whichever process
+    /// runs. `Err(Exit)` if the signal ends the current process or pid 1 (another process it
+    /// ends, ends here).
+    pub(crate) fn fire_timers(&mut self, mem: &mut dyn Memory) -> Result<(), SysStop> {
         let now = self.sched.clock.now_ns();
-        let Some((at, every)) = self.process.itimer_real.filter(|&(at, _)| at <= now) else { return Ok(()) };
-        self.process.itimer_real = (every > 0).then(|| {
+        if Self::fired(&mut self.process.itimer_real, now) {
+            self.send_signal_from_kernel(SIGALRM, Queued::sent(SIGALRM, SI_KERNEL, 0, 0))?;
+        }
+        let mut due = Vec::new();
+        for (&pid, p) in self.procs.table.iter_mut().filter(|(_, p)| p.live()) {
+            if p.parked.as_mut().is_some_and(|parked| Self::fired(&mut parked.itimer_real, now)) {
+                due.push(pid);
+            }
+        }
+        for pid in due {
+            if let Err(SysStop::Exit(st)) =
+                self.signal_process(mem, pid, SIGALRM, Queued::sent(SIGALRM, SI_KERNEL, 0, 0))
+            {
+                return Err(SysStop::Exit(st));
+            }
+        }
+        Ok(())
+    }
+
+    /// True if the timer `t` is due at `now`; it is then armed again a whole number of
+    /// intervals later, or disarmed.
+    fn fired(t: &mut Option<(u64, u64)>, now: u64) -> bool {
+        let Some((at, every)) = t.filter(|&(at, _)| at <= now) else { return false };
+        *t = (every > 0).then(|| {
             let missed = (now - at) / every + 1;
             (at.saturating_add(missed.saturating_mul(every)), every)
         });
-        self.send_signal_from_kernel(SIGALRM, Queued::sent(SIGALRM, SI_KERNEL, 0, 0)).map(|_| ())
+        true
     }
 
     /// `alarm`: the timer in `secs` seconds, no interval; what was left of the previous one in
