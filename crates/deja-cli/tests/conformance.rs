@@ -806,6 +806,33 @@ fn root_of(name: &str, applets: &[&str], programs: &[&str]) -> std::path::PathBu
     root
 }
 
+/// Runs `prog args` under deja, `--audit 3`, with `root` as its root and `envs` in its
+/// environment, then removes the root. The audit must find the runs identical and the
+/// program's stdout must equal `native`'s. Gives stdout, deja's stderr and the exit status.
+fn in_root(
+    what: &str,
+    root: &std::path::Path,
+    envs: &[(&str, &str)],
+    prog: &str,
+    args: &[&str],
+    native: &std::process::Output,
+) -> (String, String, Option<i32>) {
+    let r = root.to_string_lossy().into_owned();
+    let env: Vec<String> = envs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut full = vec!["run", "--no-probe", "--audit", "3", "--root", &r];
+    for e in &env {
+        full.extend_from_slice(&["--env", e]);
+    }
+    full.extend_from_slice(&[prog, "--"]);
+    full.extend_from_slice(args);
+    let out = deja(&full);
+    std::fs::remove_dir_all(root).ok();
+    let err = stderr(&out);
+    assert!(err.contains("deja: audit: identical over 3 runs"), "{what} is not deterministic under deja:\n{err}");
+    assert_eq!(stdout(&out), stdout(native), "under deja (left) and natively (right) differ; deja said:\n{err}");
+    (stdout(&out), err, out.status.code())
+}
+
 /// The script of [`redis_saves_in_the_background_and_loads_what_it_saved_as_natively`]: a
 /// server started in the background, 100,001 keys, `BGSAVE` (the server forks a child that
 /// writes the snapshot while the parent serves), the snapshot loaded by a second server.
@@ -864,31 +891,16 @@ fn redis_saves_in_the_background_and_loads_what_it_saved_as_natively() {
         .expect("run busybox natively");
     std::fs::remove_dir_all(&data).ok();
 
-    let r = root.to_string_lossy().into_owned();
-    let out = deja(&[
-        "run",
-        "--no-probe",
-        "--audit",
-        "3",
-        "--root",
-        &r,
-        "--env",
-        "PATH=/usr/bin:/bin",
-        "--env",
-        "D=/data",
-        "--env",
-        "P=6379",
+    let (out, _, status) = in_root(
+        "Redis",
+        &root,
+        &[("PATH", "/usr/bin:/bin"), ("D", "/data"), ("P", "6379")],
         "sh",
-        "--",
-        "-c",
-        REDIS_SCRIPT,
-    ]);
-    std::fs::remove_dir_all(&root).ok();
-    let err = stderr(&out);
-    assert!(err.contains("deja: audit: identical over 3 runs"), "Redis is not deterministic under deja:\n{err}");
-    assert_eq!(stdout(&out), stdout(&native), "under deja (left) and natively (right) differ; deja said:\n{err}");
+        &["-c", REDIS_SCRIPT],
+        &native,
+    );
     assert_eq!(
-        stdout(&out).lines().collect::<Vec<_>>(),
+        out.lines().collect::<Vec<_>>(),
         [
             "OK",
             "OK",
@@ -904,7 +916,7 @@ fn redis_saves_in_the_background_and_loads_what_it_saved_as_natively() {
             "servers: ended",
         ]
     );
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(status, Some(0));
 }
 
 /// The script of [`perl_starts_processes_as_natively`].
@@ -961,27 +973,9 @@ fn perl_starts_processes_as_natively() {
     let root = root_of("perl", &["sh", "echo", "tr"], &[perl]);
     let native =
         Command::new(perl).args(["-e", PERL_SCRIPT]).env_clear().env("PATH", "/usr/bin:/bin").output().unwrap();
-    let r = root.to_string_lossy().into_owned();
-    let out = deja(&[
-        "run",
-        "--no-probe",
-        "--audit",
-        "3",
-        "--root",
-        &r,
-        "--env",
-        "PATH=/usr/bin:/bin",
-        perl,
-        "--",
-        "-e",
-        PERL_SCRIPT,
-    ]);
-    std::fs::remove_dir_all(&root).ok();
-    let err = stderr(&out);
-    assert!(err.contains("deja: audit: identical over 3 runs"), "perl is not deterministic under deja:\n{err}");
-    assert_eq!(stdout(&out), stdout(&native), "under deja (left) and natively (right) differ; deja said:\n{err}");
+    let (out, _, status) = in_root("perl", &root, &[("PATH", "/usr/bin:/bin")], perl, &["-e", PERL_SCRIPT], &native);
     assert_eq!(
-        stdout(&out).lines().collect::<Vec<_>>(),
+        out.lines().collect::<Vec<_>>(),
         [
             "qx: HI",
             "qx status: 0",
@@ -998,7 +992,7 @@ fn perl_starts_processes_as_natively() {
             "wait with no child left: -1",
         ]
     );
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(status, Some(0));
 }
 
 /// The configuration of [`nginx_serves_with_its_workers_and_shuts_down_as_natively`]: a master
@@ -1089,33 +1083,16 @@ fn nginx_serves_with_its_workers_and_shuts_down_as_natively() {
     std::fs::write(root.join("www/index.html"), page).unwrap();
     std::fs::create_dir_all(root.join("etc/nginx")).unwrap();
     std::fs::write(root.join("etc/nginx/nginx.conf"), conf("/data", "/www", "8080")).unwrap();
-    let r = root.to_string_lossy().into_owned();
-    let out = deja(&[
-        "run",
-        "--no-probe",
-        "--audit",
-        "3",
-        "--root",
-        &r,
-        "--env",
-        "PATH=/bin:/usr/sbin",
-        "--env",
-        "C=/etc/nginx/nginx.conf",
-        "--env",
-        "D=/data",
-        "--env",
-        "P=8080",
+    let (out, err, status) = in_root(
+        "nginx",
+        &root,
+        &[("PATH", "/bin:/usr/sbin"), ("C", "/etc/nginx/nginx.conf"), ("D", "/data"), ("P", "8080")],
         "sh",
-        "--",
-        "-c",
-        NGINX_SCRIPT,
-    ]);
-    std::fs::remove_dir_all(&root).ok();
-    let err = stderr(&out);
-    assert!(err.contains("deja: audit: identical over 3 runs"), "nginx is not deterministic under deja:\n{err}");
-    assert_eq!(stdout(&out), stdout(&native), "under deja (left) and natively (right) differ; deja said:\n{err}");
+        &["-c", NGINX_SCRIPT],
+        &native,
+    );
     assert_eq!(
-        stdout(&out).lines().collect::<Vec<_>>(),
+        out.lines().collect::<Vec<_>>(),
         [
             "hello from nginx",
             "  HTTP/1.1 404 Not Found",
@@ -1127,5 +1104,5 @@ fn nginx_serves_with_its_workers_and_shuts_down_as_natively() {
         ]
     );
     assert!(err.contains("deja: served without what Linux would add: SIGIO (O_ASYNC with an owner) ×2"), "{err}");
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(status, Some(0));
 }

@@ -588,30 +588,28 @@ impl Kernel {
         }
     }
 
+    /// Sets `flag` of `fd`'s description if the `int` at `arg` is non-zero and clears it if
+    /// zero (`FIONBIO`, `FIOASYNC`).
+    fn set_flag(&mut self, mem: &mut dyn Memory, fd: i32, arg: u64, flag: u32) -> SysResult {
+        let on = self.process.mappings.read_u32(mem, arg)? != 0;
+        let f = self.files.fds.get_mut(fd)?;
+        if on {
+            f.flags |= flag;
+        } else {
+            f.flags &= !flag;
+        }
+        Ok(0)
+    }
+
     pub(crate) fn sys_ioctl(&mut self, mem: &mut dyn Memory, fd: u64, req: u64, arg: u64) -> SysResult {
         let fd = fd as i32;
         let f = self.files.fds.get(fd)?;
         match req as u32 {
-            0x5421 => {
-                // FIONBIO
-                let on = self.process.mappings.read_u32(mem, arg)? != 0;
-                let f = self.files.fds.get_mut(fd)?;
-                if on {
-                    f.flags |= O_NONBLOCK;
-                } else {
-                    f.flags &= !O_NONBLOCK;
-                }
-                Ok(0)
-            }
+            // FIONBIO
+            0x5421 => self.set_flag(mem, fd, arg, O_NONBLOCK),
+            // FIOASYNC
             0x5452 => {
-                // FIOASYNC
-                let on = self.process.mappings.read_u32(mem, arg)? != 0;
-                let f = self.files.fds.get_mut(fd)?;
-                if on {
-                    f.flags |= O_ASYNC;
-                } else {
-                    f.flags &= !O_ASYNC;
-                }
+                self.set_flag(mem, fd, arg, O_ASYNC)?;
                 self.note_async(fd);
                 Ok(0)
             }
