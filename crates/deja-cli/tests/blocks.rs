@@ -1,6 +1,6 @@
 //! Block coverage of programs built without SanitizerCoverage (`deja explore --block-coverage`):
 //! one-shot breakpoints at the blocks the code rewriter finds, reported as blocks and functions,
-//! scoped with `--cover`, invisible to the run (a bug found with breakpoints replays without
+//! scoped to the program's own code or with `--cover`, invisible to the run (a bug found with breakpoints replays without
 //! them), and the same campaign in processes on different host cores.
 
 mod common;
@@ -38,7 +38,7 @@ fn explore_args<'a>(out: &'a str, program: &'a str, extra: &[&'a str]) -> Vec<&'
 fn an_uninstrumented_store_reports_blocks_and_functions_and_its_bug_replays_without_breakpoints() {
     let out = dir("ackstore");
     let program = s(&guest("ackstore-buggy"));
-    let o = deja(&explore_args(&s(&out), &program, &["--block-coverage"]));
+    let o = deja(&explore_args(&s(&out), &program, &["--block-coverage", "--cover", "*"]));
     assert_eq!(o.status.code(), Some(1), "a bug in 120 rounds: {}", stderr(&o));
     let err = stderr(&o);
     let line = err.lines().find(|l| l.starts_with("deja: explored")).expect("a closing line");
@@ -85,6 +85,26 @@ fn the_scope_keeps_only_the_functions_it_names() {
     assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
     assert_eq!(campaign_report(&none)["blocks"], Value::Null);
     assert!(deja(&["explore", "--cover", "x::*", &program]).status.code() == Some(2), "--cover needs --block-coverage");
+}
+
+#[test]
+fn without_a_scope_coverage_is_the_programs_own_code() {
+    let out = dir("own");
+    let program = s(&guest("pagestore-buggy"));
+    let o = deja(&explore_args(&s(&out), &program, &["--block-coverage"]));
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+    let line = stderr(&o).lines().find(|l| l.starts_with("deja: explored")).expect("a closing line").to_string();
+    assert!(line.contains("(scope pagestore::*, <pagestore::*, pagestore_buggy::*, <pagestore_buggy::*)"), "{line}");
+    let b = campaign_report(&out)["blocks"].clone();
+    let names = listed_functions(&b);
+    let own = |n: &String| {
+        ["pagestore::", "<pagestore::", "pagestore_buggy::", "<pagestore_buggy::"].iter().any(|p| n.starts_with(p))
+    };
+    assert!(!names.is_empty() && names.iter().all(own), "the store's library and binary, nothing else: {names:?}");
+    assert!(names.iter().any(|n| n.starts_with("pagestore_buggy::")), "the binary's crate is in: {names:?}");
+    assert!(names.iter().any(|n| n.starts_with("pagestore::")), "so is its library: {names:?}");
+    let (total, hit) = (b["blocks_total"].as_u64().unwrap(), b["blocks_hit"].as_u64().unwrap());
+    assert!(hit > 0 && total < 5_000, "{hit} of {total} blocks: the store's, not std's or libc's");
 }
 
 #[test]

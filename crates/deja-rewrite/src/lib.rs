@@ -217,6 +217,74 @@ pub fn functions(image: &[u8]) -> Vec<Function> {
     elf::functions(image)
 }
 
+/// The crates of Rust's standard library and of what it links in: never a program's own code.
+const STD_CRATES: &[&str] = &[
+    "std",
+    "core",
+    "alloc",
+    "proc_macro",
+    "test",
+    "panic_unwind",
+    "panic_abort",
+    "unwind",
+    "compiler_builtins",
+    "std_detect",
+    "hashbrown",
+    "rustc_demangle",
+    "addr2line",
+    "gimli",
+    "object",
+    "miniz_oxide",
+    "adler",
+    "adler2",
+    "memchr",
+    "libc",
+    "cfg_if",
+];
+
+/// The first path segment of a Rust name (`ackstore` of `ackstore::log::append`, and of
+/// `<ackstore::Store as core::ops::drop::Drop>::drop`), if it is one.
+fn crate_of(name: &str) -> Option<&str> {
+    let name = name.strip_prefix('<').unwrap_or(name);
+    let (first, _) = name.split_once("::")?;
+    (!first.is_empty() && first.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')).then_some(first)
+}
+
+/// The coverage scope of a program's own code, as patterns of [`Function`] names (`*` any run
+/// of characters), from the names its symbols give:
+///
+/// - a Go program (it has `main.main`): its `main` package, `main.*`;
+/// - a Rust program: the crate that defines `main` and each crate whose name is a leading
+///   `_`-separated part of it or begins with it (a package's library `pagestore` beside its
+///   binary `pagestore_buggy`), each as `crate::*` and `<crate::*` (its impls);
+/// - anything else (a C program, a stripped image): empty, meaning every function.
+///
+/// Not the standard library, libc or a runtime: what a campaign's coverage is about by default.
+pub fn own_code(functions: &[Function]) -> Vec<String> {
+    if functions.iter().any(|f| f.name == "main.main") {
+        return vec!["main.*".into()];
+    }
+    if !functions.iter().any(|f| f.name.starts_with("std::")) {
+        return Vec::new();
+    }
+    let mains: std::collections::BTreeSet<&str> = functions
+        .iter()
+        .filter_map(|f| f.name.strip_suffix("::main"))
+        .filter(|c| !c.contains(':') && crate_of(&format!("{c}::main")).is_some() && !STD_CRATES.contains(c))
+        .collect();
+    let near = |c: &str, m: &str| {
+        c == m
+            || m.strip_prefix(c).is_some_and(|r| r.starts_with('_'))
+            || c.strip_prefix(m).is_some_and(|r| r.starts_with('_'))
+    };
+    let crates: std::collections::BTreeSet<&str> = functions
+        .iter()
+        .filter_map(|f| crate_of(&f.name))
+        .filter(|c| !STD_CRATES.contains(c) && mains.iter().any(|m| near(c, m)))
+        .collect();
+    crates.iter().flat_map(|c| [format!("{c}::*"), format!("<{c}::*")]).collect()
+}
+
 /// The rewriting plan for one image or region.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {

@@ -304,3 +304,39 @@ fn the_test_binary_itself_is_planned_with_every_site_agreed() {
         assert_eq!(&exe[off..off + usize::from(s.len)], &s.original[..]);
     }
 }
+
+fn named(names: &[&str]) -> Vec<Function> {
+    names.iter().enumerate().map(|(i, n)| Function { addr: i as u64 * 16, size: 16, name: n.to_string() }).collect()
+}
+
+#[test]
+fn a_rust_programs_own_code_is_its_main_crate_and_the_crates_named_like_it() {
+    let f = named(&[
+        "main",
+        "std::rt::lang_start_internal",
+        "pagestore_buggy::main",
+        "pagestore::Store::open",
+        "<pagestore::Store as core::ops::drop::Drop>::drop",
+        "<alloc::vec::Vec<pagestore::Page> as core::ops::drop::Drop>::drop",
+        "deja_sdk::assert_always",
+        "page::unrelated",
+        "core::fmt::write",
+        "memcpy",
+    ]);
+    assert_eq!(own_code(&f), ["pagestore::*", "<pagestore::*", "pagestore_buggy::*", "<pagestore_buggy::*"]);
+    let one = named(&[
+        "std::rt::lang_start_internal",
+        "bank::main",
+        "bank::transfer",
+        "tokio::runtime::Runtime::block_on",
+        "std::main",
+    ]);
+    assert_eq!(own_code(&one), ["bank::*", "<bank::*"], "no crate of the runtime or std, none named otherwise");
+}
+
+#[test]
+fn a_go_programs_own_code_is_its_main_package_and_a_c_programs_is_everything() {
+    assert_eq!(own_code(&named(&["runtime.main", "main.main", "main.(*server).serve", "net.Dial"])), ["main.*"]);
+    assert!(own_code(&named(&["main", "store_put", "malloc"])).is_empty(), "no Rust or Go names: no scope");
+    assert!(own_code(&[]).is_empty());
+}
