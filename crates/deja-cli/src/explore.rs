@@ -85,9 +85,11 @@ pub struct ExploreArgs {
     pub block_coverage: bool,
     /// With --block-coverage: count only blocks in functions whose name matches PATTERN (`*`
     /// matches any run of characters; Rust names demangled, e.g. `ackstore::*`). Repeatable.
-    /// Without it, the program's own code: a Rust program's crate of `main` and the crates
-    /// named like it, a Go program's `main` package, all of a C program; `--cover '*'` takes
-    /// every function, the standard library, libc and the runtime's included.
+    /// A PATTERN with a `/` names source files instead (`src/store/`, `/util.c`), where the
+    /// program has DWARF line tables. Without it, the program's own code: a Rust program's crate
+    /// of `main` and the crates named like it, a Go program's `main` package, the sources
+    /// outside `/usr/` that line tables name, else all; `--cover '*'` takes every function, the
+    /// standard library, libc and the runtime's included.
     #[arg(long = "cover", value_name = "PATTERN", requires = "block_coverage")]
     pub cover: Vec<String>,
     /// Explore a program in a container image (an OCI image layout or a `docker save`

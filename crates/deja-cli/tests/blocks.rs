@@ -105,6 +105,111 @@ fn without_a_scope_coverage_is_the_programs_own_code() {
     assert!(names.iter().any(|n| n.starts_with("pagestore::")), "so is its library: {names:?}");
     let (total, hit) = (b["blocks_total"].as_u64().unwrap(), b["blocks_hit"].as_u64().unwrap());
     assert!(hit > 0 && total < 5_000, "{hit} of {total} blocks: the store's, not std's or libc's");
+
+    // A Go program's own code is its main package, not the runtime.
+    let go = dir("own-go");
+    let program = s(&guest("go-goroutines"));
+    let o = deja(
+        &["explore", "--runs", "10", "--mode", "faults", "--seed", "1", "--jobs", "1", "--quiet"]
+            .into_iter()
+            .chain(["--block-coverage", "--out", &s(&go), &program])
+            .collect::<Vec<_>>(),
+    );
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+    let b = campaign_report(&go)["blocks"].clone();
+    assert_eq!(b["scope"], serde_json::json!(["main.*"]));
+    let names = listed_functions(&b);
+    assert!(names.contains(&"main.main".to_string()) && names.iter().all(|n| n.starts_with("main.")), "{names:?}");
+    for d in [out, go] {
+        std::fs::remove_dir_all(d).ok();
+    }
+}
+
+/// A C store in two source files, built static with debug information (Debian's gcc and libc6-dev,
+/// which `.ci/run` installs): its libc has none.
+const C_STORE: &str = r#"#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+int checksum(const char *s, int n);
+__attribute__((noinline)) static int save(const char *path, const char *data, int n) {
+    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    if (fd < 0) { perror("open"); return 2; }
+    if (write(fd, data, n) != n) { perror("write"); return 3; }
+    if (fsync(fd) != 0) { perror("fsync"); return 4; }
+    return close(fd) == 0 ? 0 : 5;
+}
+int main(void) {
+    const char rec[] = "complete";
+    int rc = save("/data/record", rec, 8);
+    printf("saved %d, checksum %d\n", rc, checksum(rec, 8));
+    return rc;
+}
+"#;
+const C_UTIL: &str = "__attribute__((noinline)) int checksum(const char *s, int n) {
+    int c = 0;
+    for (int i = 0; i < n; i++) c = c * 31 + s[i];
+    return c;
+}
+";
+
+#[test]
+fn a_c_program_with_debug_information_is_covered_by_its_source_files() {
+    let src = dir("c-src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("store.c"), C_STORE).unwrap();
+    std::fs::write(src.join("util.c"), C_UTIL).unwrap();
+    let cc = std::process::Command::new("gcc")
+        .args(["-g", "-O1", "-static", "-o", "store", "store.c", "util.c"])
+        .current_dir(&src)
+        .output()
+        .expect("gcc (Debian's gcc and libc6-dev)");
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let program = s(&src.join("store"));
+    let args = |out: &str, extra: &[&'static str]| {
+        let mut a = vec!["explore", "--runs", "40", "--mode", "faults", "--seed", "2", "--jobs", "1", "--quiet"];
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&["--out", out, &program]);
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let run = |a: Vec<String>| deja(&a.iter().map(String::as_str).collect::<Vec<_>>());
+
+    // By default: the functions whose sources the debug information puts in the program's
+    // directory, not libc's.
+    let out = dir("c-own");
+    let o = run(args(&s(&out), &["--block-coverage"]));
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+    let line = stderr(&o).lines().find(|l| l.starts_with("deja: explored")).expect("a closing line").to_string();
+    assert!(line.contains(&format!("(scope {}/)", src.display())), "{line}");
+    let b = campaign_report(&out)["blocks"].clone();
+    let names = listed_functions(&b);
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["checksum", "main", "save"], "the store's functions and only them");
+    let files: Vec<(String, u64)> = b["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["file"].as_str().unwrap().to_string(), f["functions"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(files, [(s(&src.join("store.c")), 2), (s(&src.join("util.c")), 1)]);
+    assert_eq!(b["functions_reached"].as_u64(), Some(3), "{b}");
+    let text = std::fs::read_to_string(out.join("report.txt")).unwrap();
+    assert!(text.contains("checksum (util.c)") && text.contains("source files (2 of 2 reached):"), "{text}");
+    // The page draws the functions with their files, and the files.
+    let dom = chromium_dom(&format!("file://{}", out.join("report.html").display()));
+    assert!(dom.contains("class=\"functions-files\"") && dom.contains("checksum (util.c)"), "{dom}");
+    assert!(dom.contains(&s(&src.join("util.c"))), "the source files' table");
+
+    // A pattern with a slash names source files.
+    let one = dir("c-file");
+    let o = run(args(&s(&one), &["--block-coverage", "--cover", "/util.c"]));
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+    let b = campaign_report(&one)["blocks"].clone();
+    assert_eq!(listed_functions(&b), ["checksum"], "{b}");
+    assert_eq!(b["scope"], serde_json::json!(["/util.c"]));
+    for d in [src, out, one] {
+        std::fs::remove_dir_all(d).ok();
+    }
 }
 
 #[test]

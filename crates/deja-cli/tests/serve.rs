@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::Value;
 
-const CHROMIUM: &str = "/usr/bin/chromium";
 /// The bank's rare bug: one large transfer out of account 2; seed 2 finds it in round 40.
 const FLAGS: [&str; 6] = ["--jobs", "2", "--mode", "random", "--seed", "2"];
 const ARGS: [&str; 2] = ["--rare-bug", "5"];
@@ -170,29 +169,6 @@ fn explore_args(runs: u64, serve: bool) -> Vec<String> {
     a.push("--".into());
     a.extend(ARGS.map(String::from));
     a
-}
-
-/// The page in headless Chromium once its scripts ran: the DOM.
-fn chromium_dom(url: &str) -> String {
-    assert!(
-        Path::new(CHROMIUM).exists(),
-        "{CHROMIUM} is missing: the live view's tests draw the pages in headless Chromium (Debian's package: \
-         apt-get install -y chromium; .ci/run installs it)"
-    );
-    static PROFILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let profile = dir(&format!("chromium-{}", PROFILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
-    let out = Command::new(CHROMIUM)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"])
-        .args(["--disable-background-networking", "--disable-component-update", "--disable-sync"])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        // Virtual time stands still while the event stream is open, so this is the page after `done`.
-        .args(["--virtual-time-budget=5000", "--dump-dom", url])
-        .stderr(Stdio::null())
-        .output()
-        .expect("run chromium");
-    std::fs::remove_dir_all(&profile).ok();
-    assert!(out.status.success(), "chromium failed on {url}: {:?}", out.status);
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// What the views must have drawn: the coverage line with its points, the bug's mark and its row.

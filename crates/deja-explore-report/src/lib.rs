@@ -125,6 +125,26 @@ pub struct BlockCoverage {
     pub latest: Vec<FunctionLine>,
     /// Functions never reached, largest first, at most [`BlockCoverage::LISTED`].
     pub never: Vec<FunctionLine>,
+    /// The source files of the functions in scope, by path, where the program's DWARF line
+    /// tables name them (empty without).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileLine>,
+}
+
+/// One source file in a block-coverage report: its functions and blocks in scope, and those
+/// reached.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FileLine {
+    /// Its path, as the line tables name it.
+    pub file: String,
+    /// Functions starting in it.
+    pub functions: u64,
+    /// Those with a block reached.
+    pub functions_reached: u64,
+    /// Their blocks.
+    pub blocks: u64,
+    /// Those reached.
+    pub blocks_reached: u64,
 }
 
 impl BlockCoverage {
@@ -143,6 +163,9 @@ pub struct FunctionLine {
     pub reached: u64,
     /// The round in which it was first reached (0: the bootstrap), if it was.
     pub first_round: Option<u64>,
+    /// Its source file, where the program's DWARF line tables name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
 }
 
 /// A round the no-progress watchdog stopped.

@@ -365,8 +365,13 @@ fn a_history_bug_shows_its_window_in_text_and_html() {
 
 #[test]
 fn block_coverage_reads_as_blocks_and_functions_in_every_form() {
-    let line =
-        |name: &str, blocks, reached, first_round| FunctionLine { name: name.into(), blocks, reached, first_round };
+    let line = |name: &str, blocks, reached, first_round| FunctionLine {
+        name: name.into(),
+        blocks,
+        reached,
+        first_round,
+        file: Some("/src/store/log.c".into()),
+    };
     let mut c = empty();
     c.edges_total = 900;
     c.edges_hit = 120;
@@ -379,11 +384,24 @@ fn block_coverage_reads_as_blocks_and_functions_in_every_form() {
         functions_over_rounds: vec![(0, 1), (7, 2)],
         latest: vec![line("store::commit", 10, 4, Some(7)), line("store::main", 30, 20, Some(0))],
         never: vec![line(&format!("store::{}", "recover_".repeat(20)), 50, 0, None)],
+        files: vec![FileLine {
+            file: "/src/store/log.c".into(),
+            functions: 3,
+            functions_reached: 2,
+            blocks: 90,
+            blocks_reached: 24,
+        }],
     });
     let text = render_text(&c);
     assert!(text.contains("120 / 900 blocks (13.3%), 2 / 3 functions (scope: store::*)"), "{text}");
     assert!(text.contains("functions reached last") && text.contains("store::commit"), "{text}");
     assert!(text.contains("functions never reached (1 of 3"), "{text}");
+    assert!(text.contains("store::commit (log.c)"), "a function names its source file: {text}");
+    assert!(text.contains("source files (1 of 1 reached):") && text.contains("/src/store/log.c"), "{text}");
+    assert!(
+        text.lines().any(|l| l.contains("/src/store/log.c") && l.contains("2 / 3") && l.contains("24 / 90")),
+        "{text}"
+    );
     assert!(text.lines().all(|l| l.chars().count() < 200), "long names are elided: {text}");
     assert!(!text.contains(" edges ("), "{text}");
     assert_eq!(parse_json(&render_json(&c)).unwrap(), c);

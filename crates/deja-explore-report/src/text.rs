@@ -136,8 +136,12 @@ pub fn render_text(c: &Campaign) -> String {
 
     if let Some(b) = &c.blocks {
         let row = |f: &crate::FunctionLine| {
+            let name = match &f.file {
+                Some(file) => format!("{} ({})", f.name, file.rsplit('/').next().unwrap_or(file)),
+                None => f.name.clone(),
+            };
             vec![
-                elide(&f.name, 96),
+                elide(&name, 96),
                 format!("{} / {}", thousands(f.reached), thousands(f.blocks)),
                 f.first_round.map_or_else(|| "-".into(), thousands),
             ]
@@ -158,6 +162,23 @@ pub fn render_text(c: &Campaign) -> String {
             );
             let rows: Vec<Vec<String>> = b.never.iter().map(row).collect();
             table(&mut out, &["FUNCTION", "BLOCKS", "FIRST ROUND"], &rows, &[1, 2]);
+        }
+        if !b.files.is_empty() {
+            out.push('\n');
+            let reached = b.files.iter().filter(|f| f.functions_reached > 0).count();
+            let _ = writeln!(out, "source files ({reached} of {} reached):", b.files.len());
+            let rows: Vec<Vec<String>> = b
+                .files
+                .iter()
+                .map(|f| {
+                    vec![
+                        elide(&f.file, 96),
+                        format!("{} / {}", thousands(f.functions_reached), thousands(f.functions)),
+                        format!("{} / {}", thousands(f.blocks_reached), thousands(f.blocks)),
+                    ]
+                })
+                .collect();
+            table(&mut out, &["FILE", "FUNCTIONS", "BLOCKS"], &rows, &[1, 2]);
         }
     }
 

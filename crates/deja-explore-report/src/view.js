@@ -431,7 +431,7 @@
       prev = n;
     }
     if (pts.length) pts.push([Math.max(m.rounds, pts[pts.length - 1][0]), prev]);
-    const row = (f) => h("tr", {}, h("td", { class: "sig" }, f.name), h("td", { class: "num" }, `${num(f.reached)} / ${num(f.blocks)}`),
+    const row = (f) => h("tr", {}, h("td", { class: "sig", title: f.file || "" }, f.file ? `${f.name} (${basename(f.file)})` : f.name), h("td", { class: "num" }, `${num(f.reached)} / ${num(f.blocks)}`),
       h("td", { class: "num" }, f.first_round === null || f.first_round === undefined ? "-" : num(f.first_round)));
     const heads = [["function"], ["blocks reached", 1], ["first round", 1]];
     return h("section", { class: "functions" },
@@ -443,7 +443,11 @@
         series: [{ cls: "coverage", area: true, pts }], bugs: [], empty: pts.length ? null : "no function reached",
       }),
       b.latest.length ? table("functions-latest", "Reached last (the rarest)", b.latest.length, heads, b.latest.map(row)) : null,
-      b.never.length ? table("functions-never", "Never reached (the largest)", num(b.functions_total - b.functions_reached), heads, b.never.map(row)) : null);
+      b.never.length ? table("functions-never", "Never reached (the largest)", num(b.functions_total - b.functions_reached), heads, b.never.map(row)) : null,
+      (b.files || []).length ? table("functions-files", "Source files", num(b.files.length),
+        [["file"], ["functions reached", 1], ["blocks reached", 1]],
+        b.files.map((f) => h("tr", {}, h("td", { class: "sig" }, f.file), h("td", { class: "num" }, `${num(f.functions_reached)} / ${num(f.functions)}`),
+          h("td", { class: "num" }, `${num(f.blocks_reached)} / ${num(f.blocks)}`)))) : null);
   }
 
   function render(model) {

@@ -3,14 +3,17 @@
 
 use std::collections::BTreeMap;
 
-use deja_explore_report::{BlockCoverage, FunctionLine};
+use deja_explore_report::{BlockCoverage, FileLine, FunctionLine};
 use deja_vmm::coverage::BlockImage;
 
 /// The report of block coverage over `blocks`, given the round in which each block id was first
 /// reached and the `--cover` patterns the blocks were chosen by.
 pub fn summarize(blocks: &BlockImage, first_reached: &BTreeMap<u32, u64>, scope: &[String]) -> BlockCoverage {
-    let mut lines: Vec<FunctionLine> =
-        blocks.functions().iter().map(|f| FunctionLine { name: f.name.clone(), ..FunctionLine::default() }).collect();
+    let mut lines: Vec<FunctionLine> = blocks
+        .functions()
+        .iter()
+        .map(|f| FunctionLine { name: f.name.clone(), file: f.file.clone(), ..FunctionLine::default() })
+        .collect();
     for id in 0..blocks.len() {
         let Some(f) = blocks.function_of(id) else { continue };
         let line = &mut lines[f];
@@ -35,7 +38,17 @@ pub fn summarize(blocks: &BlockImage, first_reached: &BTreeMap<u32, u64>, scope:
     let mut never: Vec<FunctionLine> = lines.iter().filter(|l| l.first_round.is_none()).cloned().collect();
     never.sort_by(|a, b| b.blocks.cmp(&a.blocks).then_with(|| a.name.cmp(&b.name)));
     never.truncate(BlockCoverage::LISTED);
+    let mut files: BTreeMap<&str, FileLine> = BTreeMap::new();
+    for l in &lines {
+        let Some(file) = l.file.as_deref() else { continue };
+        let e = files.entry(file).or_insert_with(|| FileLine { file: file.to_string(), ..FileLine::default() });
+        e.functions += 1;
+        e.functions_reached += u64::from(l.first_round.is_some());
+        e.blocks += l.blocks;
+        e.blocks_reached += l.reached;
+    }
     BlockCoverage {
+        files: files.into_values().collect(),
         blocks_total: blocks.len() as u64,
         blocks_hit: first_reached.keys().filter(|&&id| (id as usize) < blocks.len()).count() as u64,
         scope: scope.to_vec(),

@@ -3,7 +3,7 @@
 
 use gimli::{BaseAddresses, CieOrFde, EhFrame, UnwindSection as _};
 use object::elf::{self as defs, FileHeader64};
-use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _, Sym as _};
+use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _, SectionTable, Sym as _};
 use object::{LittleEndian, ReadRef as _};
 
 use crate::analysis::Region;
@@ -169,6 +169,7 @@ pub(crate) fn functions(image: &[u8]) -> Vec<crate::Function> {
                 addr: sym.st_value(LE),
                 size: sym.st_size(LE),
                 name: demangle(&String::from_utf8_lossy(name)),
+                file: None,
             });
         }
         if !out.is_empty() {
@@ -177,7 +178,31 @@ pub(crate) fn functions(image: &[u8]) -> Vec<crate::Function> {
     }
     out.sort_by(|a, b| (a.addr, &a.name).cmp(&(b.addr, &b.name)));
     out.dedup_by_key(|f| f.addr);
+    source_files(image, &sections, &mut out);
     out
+}
+
+/// Sets the source file of each of `funcs` from `image`'s DWARF line tables (`addr2line`), if
+/// it has them uncompressed; leaves them as they are otherwise.
+fn source_files(image: &[u8], sections: &SectionTable<'_, FileHeader64<LittleEndian>>, funcs: &mut [crate::Function]) {
+    let load = |id: gimli::SectionId| -> Result<gimli::EndianSlice<'_, gimli::LittleEndian>, gimli::Error> {
+        let data = sections
+            .section_by_name(LE, id.name().as_bytes())
+            .filter(|(_, s)| s.sh_flags(LE).0 & defs::SHF_COMPRESSED.0 == 0)
+            .and_then(|(_, s)| s.data(LE, image).ok())
+            .unwrap_or(&[]);
+        Ok(gimli::EndianSlice::new(data, gimli::LittleEndian))
+    };
+    if sections.section_by_name(LE, b".debug_line").is_none() {
+        return;
+    }
+    let Ok(dwarf) = gimli::Dwarf::load(load) else { return };
+    let Ok(ctx) = addr2line::Context::from_dwarf(dwarf) else { return };
+    for f in funcs {
+        if let Ok(Some(loc)) = ctx.find_location(f.addr) {
+            f.file = loc.file.map(str::to_string);
+        }
+    }
 }
 
 /// A Rust symbol's readable name (`std::io::stdio::print`), or the name as it is.

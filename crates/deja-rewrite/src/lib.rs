@@ -209,10 +209,14 @@ pub struct Function {
     pub size: u64,
     /// Its name: the symbol's, a Rust one demangled without its hash (`std::io::stdio::print`).
     pub name: String,
+    /// The source file of its first instruction, as the image's DWARF line tables name it
+    /// (none without them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
 }
 
 /// The functions `image`'s symbol table names, by address (none for a stripped or malformed
-/// image).
+/// image), each with its source file where the image has DWARF line tables.
 pub fn functions(image: &[u8]) -> Vec<Function> {
     elf::functions(image)
 }
@@ -257,7 +261,10 @@ fn crate_of(name: &str) -> Option<&str> {
 /// - a Rust program: the crate that defines `main` and each crate whose name is a leading
 ///   `_`-separated part of it or begins with it (a package's library `pagestore` beside its
 ///   binary `pagestore_buggy`), each as `crate::*` and `<crate::*` (its impls);
-/// - anything else (a C program, a stripped image): empty, meaning every function.
+/// - another program whose DWARF line tables name source files (a C program built with `-g`:
+///   a static libc has none): the directories of those files outside `/usr/`, each as `dir/`;
+/// - anything else (a C program without debug information, a stripped image): empty, meaning
+///   every function.
 ///
 /// Not the standard library, libc or a runtime: what a campaign's coverage is about by default.
 pub fn own_code(functions: &[Function]) -> Vec<String> {
@@ -265,7 +272,13 @@ pub fn own_code(functions: &[Function]) -> Vec<String> {
         return vec!["main.*".into()];
     }
     if !functions.iter().any(|f| f.name.starts_with("std::")) {
-        return Vec::new();
+        let dirs: std::collections::BTreeSet<String> = functions
+            .iter()
+            .filter_map(|f| f.file.as_deref())
+            .filter(|file| !file.starts_with("/usr/"))
+            .filter_map(|file| file.rsplit_once('/').map(|(dir, _)| format!("{dir}/")))
+            .collect();
+        return dirs.into_iter().collect();
     }
     let mains: std::collections::BTreeSet<&str> = functions
         .iter()

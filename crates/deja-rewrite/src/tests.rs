@@ -306,7 +306,11 @@ fn the_test_binary_itself_is_planned_with_every_site_agreed() {
 }
 
 fn named(names: &[&str]) -> Vec<Function> {
-    names.iter().enumerate().map(|(i, n)| Function { addr: i as u64 * 16, size: 16, name: n.to_string() }).collect()
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Function { addr: i as u64 * 16, size: 16, name: n.to_string(), file: None })
+        .collect()
 }
 
 #[test]
@@ -339,4 +343,14 @@ fn a_go_programs_own_code_is_its_main_package_and_a_c_programs_is_everything() {
     assert_eq!(own_code(&named(&["runtime.main", "main.main", "main.(*server).serve", "net.Dial"])), ["main.*"]);
     assert!(own_code(&named(&["main", "store_put", "malloc"])).is_empty(), "no Rust or Go names: no scope");
     assert!(own_code(&[]).is_empty());
+}
+
+#[test]
+fn a_c_programs_own_code_is_where_its_debug_information_puts_its_sources() {
+    let mut f = named(&["main", "store_put", "log_append", "memcpy", "vsnprintf"]);
+    f[0].file = Some("/home/me/store/src/main.c".into());
+    f[1].file = Some("/home/me/store/src/main.c".into());
+    f[2].file = Some("/home/me/store/lib/log.c".into());
+    f[3].file = Some("/usr/include/x86_64-linux-gnu/bits/string_fortified.h".into());
+    assert_eq!(own_code(&f), ["/home/me/store/lib/", "/home/me/store/src/"], "its directories, not the system's");
 }

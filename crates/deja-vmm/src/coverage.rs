@@ -41,6 +41,16 @@ pub fn glob(pattern: &str, name: &str) -> bool {
     rest.len() >= last.len() && rest.ends_with(last)
 }
 
+/// Whether function `f` is in the scope `pattern` names: a pattern with a `/` names source
+/// files (the file of the function's first instruction, as its DWARF line tables name it,
+/// matches `*pattern*`: `src/store/`, `/util.c`), any other pattern names functions ([`glob`]).
+pub fn in_scope(pattern: &str, f: &Function) -> bool {
+    match pattern.contains('/') {
+        true => f.file.as_deref().is_some_and(|file| glob(&format!("*{pattern}*"), file)),
+        false => glob(pattern, &f.name),
+    }
+}
+
 /// The breakpoint byte.
 pub const INT3: u8 = 0xcc;
 
@@ -58,8 +68,8 @@ pub struct BlockImage {
 
 impl BlockImage {
     /// The blocks of `image` (a program ELF), as [`deja_kernel::hostchan::image_blocks`] finds
-    /// them; with `scope` not empty, only those inside a function whose name matches one of its
-    /// patterns ([`glob`]).
+    /// them; with `scope` not empty, only those inside a function one of its patterns takes
+    /// ([`in_scope`]).
     pub fn of_image(image: &[u8], scope: &[String]) -> Arc<BlockImage> {
         let map = deja_kernel::hostchan::image_blocks(image);
         let funcs = map.functions;
@@ -78,8 +88,7 @@ impl BlockImage {
         let mut index: std::collections::BTreeMap<usize, u32> = std::collections::BTreeMap::new();
         for (addr, byte) in map.blocks {
             let f = holder(addr);
-            let name = f.map(|i| funcs[i].name.as_str());
-            if !scope.is_empty() && !name.is_some_and(|n| scope.iter().any(|p| glob(p, n))) {
+            if !scope.is_empty() && !f.is_some_and(|i| scope.iter().any(|p| in_scope(p, &funcs[i]))) {
                 continue;
             }
             let owner = match f {

@@ -190,3 +190,33 @@ pub fn doctor_json(env: &[(&str, &str)]) -> serde_json::Value {
         Command::new(deja_bin()).args(["doctor", "--json"]).envs(env.iter().copied()).output().expect("deja doctor");
     serde_json::from_slice(&out.stdout).expect("doctor --json")
 }
+
+/// Debian's Chromium, which `.ci/run` installs.
+pub const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// The page in headless Chromium once its scripts ran: the DOM.
+pub fn chromium_dom(url: &str) -> String {
+    assert!(
+        Path::new(CHROMIUM).exists(),
+        "{CHROMIUM} is missing: the live view's tests draw the pages in headless Chromium (Debian's package: \
+         apt-get install -y chromium; .ci/run installs it)"
+    );
+    static PROFILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let profile = std::env::temp_dir().join(format!(
+        "deja-chromium-{}-{}",
+        std::process::id(),
+        PROFILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let out = Command::new(CHROMIUM)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"])
+        .args(["--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        // Virtual time stands still while the event stream is open, so this is the page after `done`.
+        .args(["--virtual-time-budget=5000", "--dump-dom", url])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .expect("run chromium");
+    std::fs::remove_dir_all(&profile).ok();
+    assert!(out.status.success(), "chromium failed on {url}: {:?}", out.status);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
