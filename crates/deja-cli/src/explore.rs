@@ -79,18 +79,22 @@ pub struct ExploreArgs {
     #[arg(long, requires = "serve")]
     pub serve_wait: bool,
     /// Measure the blocks an uninstrumented program reaches (one-shot breakpoints at the blocks
-    /// the code rewriter finds) and guide on them. Programs built with `deja build --coverage`
-    /// use their own counters instead.
+    /// the code rewriter finds) and guide on them: the default. Programs built with `deja build
+    /// --coverage` use their own counters instead.
     #[arg(long)]
     pub block_coverage: bool,
-    /// With --block-coverage: count only blocks in functions whose name matches PATTERN (`*`
+    /// Guide an uninstrumented program on its behaviour alone (syscall outcomes, files, how the
+    /// run ended, output): no breakpoints, no block coverage.
+    #[arg(long, conflicts_with_all = ["block_coverage", "cover"])]
+    pub no_block_coverage: bool,
+    /// Block coverage counts only blocks in functions whose name matches PATTERN (`*`
     /// matches any run of characters; Rust names demangled, e.g. `ackstore::*`). Repeatable.
     /// A PATTERN with a `/` names source files instead (`src/store/`, `/util.c`), where the
     /// program has DWARF line tables. Without it, the program's own code: a Rust program's crate
     /// of `main` and the crates named like it, a Go program's `main` package, the sources
     /// outside `/usr/` that line tables name, else all; `--cover '*'` takes every function, the
     /// standard library, libc and the runtime's included.
-    #[arg(long = "cover", value_name = "PATTERN", requires = "block_coverage")]
+    #[arg(long = "cover", value_name = "PATTERN")]
     pub cover: Vec<String>,
     /// Explore a program in a container image (an OCI image layout or a `docker save`
     /// archive), as `deja run --image` runs it: its entrypoint and command (PROGRAM and the
@@ -229,7 +233,7 @@ fn config(args: &ExploreArgs, strategy: Strategy, out: PathBuf) -> CampaignConfi
         stop_at_first_bug: args.stop_at_first_bug,
         jobs: args.jobs.unwrap_or_else(default_jobs).max(1),
         shard: args.shard,
-        block_coverage: args.block_coverage,
+        block_coverage: !args.no_block_coverage,
         cover: args.cover.clone(),
     }
 }
@@ -439,7 +443,7 @@ pub fn main(args: ExploreArgs) -> Exit {
         let _ = writeln!(
             err,
             "deja: explored {} rounds ({} strategy): {} behaviours seen (no code coverage: the program has no \
-             SanitizerCoverage, and --block-coverage measures its blocks), corpus {}, {} bug(s)",
+             SanitizerCoverage, and no block in scope was measured), corpus {}, {} bug(s)",
             campaign.rounds,
             campaign.strategy,
             campaign.timeline.last().map_or(0, |p| p.semantic),

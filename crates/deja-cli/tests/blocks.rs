@@ -84,7 +84,8 @@ fn the_scope_keeps_only_the_functions_it_names() {
     let o = deja(&explore_args(&s(&none), &program, &["--block-coverage", "--cover", "no_such_crate::*"]));
     assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
     assert_eq!(campaign_report(&none)["blocks"], Value::Null);
-    assert!(deja(&["explore", "--cover", "x::*", &program]).status.code() == Some(2), "--cover needs --block-coverage");
+    let o = deja(&["explore", "--no-block-coverage", "--cover", "x::*", &program]);
+    assert_eq!(o.status.code(), Some(2), "--cover needs block coverage: {}", stderr(&o));
 }
 
 #[test]

@@ -77,8 +77,48 @@ pub(crate) struct Books {
     pub(crate) wall_timeline: report::WallTimeline,
     /// Under block coverage: the round in which each block was first reached (0: the
     /// bootstrap).
-    #[serde(default)]
+    #[serde(default, with = "pairs")]
     pub(crate) first_reached: BTreeMap<u32, u64>,
+}
+
+/// A map with integer keys kept as a list of `[key, value]` pairs. The books are flattened into
+/// the checkpoint, and serde hands a flattened struct's maps to their deserializer with string
+/// keys, which an integer key refuses; a map written that way (an empty one, as older
+/// checkpoints hold) still reads.
+mod pairs {
+    use std::collections::BTreeMap;
+
+    use serde::de::{Error as _, MapAccess, SeqAccess, Visitor};
+    use serde::{Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(m: &BTreeMap<u32, u64>, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(m.iter())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<u32, u64>, D::Error> {
+        struct Pairs;
+        impl<'de> Visitor<'de> for Pairs {
+            type Value = BTreeMap<u32, u64>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of [block, round] pairs")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+                let mut m = BTreeMap::new();
+                while let Some((k, v)) = a.next_element::<(u32, u64)>()? {
+                    m.insert(k, v);
+                }
+                Ok(m)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+                let mut m = BTreeMap::new();
+                while let Some((k, v)) = a.next_entry::<String, u64>()? {
+                    m.insert(k.parse().map_err(A::Error::custom)?, v);
+                }
+                Ok(m)
+            }
+        }
+        d.deserialize_any(Pairs)
+    }
 }
 
 impl Books {
@@ -233,6 +273,9 @@ pub(crate) struct Novelty {
     pub(crate) focus: Option<u64>,
     /// The coverage indices that were new.
     pub(crate) new_coverage: Vec<usize>,
+    /// Of `new`, what counts toward the entry's energy: new blocks alone keep a run in the
+    /// corpus but give it no more energy than its behaviours' rarity.
+    pub(crate) weight: u64,
 }
 
 /// Folds what a run showed into the coverage seen so far.
@@ -272,25 +315,29 @@ pub(super) fn learn<I, R>(state: &mut State<I, R>, facts: &Facts) -> Novelty {
             focus = focus.max(*at);
         }
     }
-    if facts.blocks {
+    let weight = if facts.blocks {
         // Block coverage: most new blocks are incidental (an error message formatted, an
-        // allocator's slow path), so a run's new blocks count as one thing new, and its focus
-        // is where new behaviour showed when it showed any.
+        // allocator's slow path), so a run's new blocks count as one thing new, its focus is
+        // where new behaviour showed when it showed any, and they keep the run in the corpus
+        // without adding to its energy (what new behaviour it showed does).
+        let weight = new;
         if new_bits > 0 {
             new += 1;
             if focus.is_none() {
                 focus = bits_focus;
             }
         }
+        weight
     } else {
         new += new_bits;
         focus = focus.max(bits_focus);
-    }
+        new
+    };
     fold_assertions(&mut state.books.assertions, &facts.assertions);
     for &i in &new_coverage {
         state.books.first_reached.entry(i as u32).or_insert(state.books.round);
     }
-    Novelty { new, focus, new_coverage }
+    Novelty { new, focus, new_coverage, weight }
 }
 
 /// Folds one run's assertion reports into a campaign's assertion lines.

@@ -480,7 +480,7 @@ impl<I> Entry<I> {
     fn new(input: I, facts: &Facts, novelty: &Novelty, round: u64) -> Entry<I> {
         Entry {
             input,
-            new: novelty.new,
+            new: novelty.weight,
             picks: 0,
             decisions: facts.decisions.clone(),
             focus: novelty.focus,
@@ -605,7 +605,12 @@ pub fn explore<S: Subject>(
                         let facts = subject.facts(&out);
                         let novelty = learn(&mut state, &facts);
                         subject.learned_coverage(&novelty.new_coverage);
-                        let novelty = Novelty { new: novelty.new.max(1), focus: None, new_coverage: Vec::new() };
+                        let novelty = Novelty {
+                            new: novelty.new.max(1),
+                            focus: None,
+                            new_coverage: Vec::new(),
+                            weight: novelty.weight.max(1),
+                        };
                         keep(&cfg.out, &mut state.corpus, Entry::new(origin, &facts, &novelty, 0))?;
                     }
                     CHECKPOINT_SCHEMA.write(&checkpoint, &state)?;

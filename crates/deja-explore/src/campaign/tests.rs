@@ -231,15 +231,32 @@ fn new_blocks_count_once_and_give_way_to_new_behaviour_while_sanitizer_edges_cou
     };
     let n = books::learn(&mut blank_state(), &facts(true));
     assert_eq!((n.new, n.focus, n.new_coverage.len()), (2, Some(12), 40), "blocks: one for the blocks, one behaviour");
-    // Blocks alone: one thing new, focused where the last of them was first reached.
+    assert_eq!(n.weight, 1, "the entry's energy counts the behaviour, not the blocks");
+    // Blocks alone: one thing new (the run is kept), focused where the last of them was first
+    // reached, and no energy beyond its behaviours' rarity.
     let only = Facts { semantic: BTreeMap::new(), ..facts(true) };
     let n = books::learn(&mut blank_state(), &only);
-    assert_eq!((n.new, n.focus), (1, Some(30)));
-    // SanitizerCoverage: every new edge counts, and the focus is the latest of all.
+    assert_eq!((n.new, n.focus, n.weight), (1, Some(30), 0));
+    // SanitizerCoverage: every new edge counts, toward the energy too, and the focus is the
+    // latest of all.
     let n = books::learn(&mut blank_state(), &facts(false));
-    assert_eq!((n.new, n.focus), (41, Some(30)));
+    assert_eq!((n.new, n.focus, n.weight), (41, Some(30), 41));
     // Nothing new the second time.
     let mut s = blank_state();
     books::learn(&mut s, &facts(true));
     assert_eq!(books::learn(&mut s, &facts(true)).new, 0);
+}
+
+#[test]
+fn the_rounds_blocks_were_first_reached_in_survive_the_checkpoint() {
+    let mut s = blank_state();
+    s.books.first_reached = BTreeMap::from([(3, 7), (40, 0)]);
+    let json = serde_json::to_string(&s).unwrap();
+    assert!(json.contains("\"first_reached\":[[3,7],[40,0]]"), "{json}");
+    let back: State<(), ()> = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.books.first_reached, s.books.first_reached);
+    // A checkpoint that wrote them as a map still reads.
+    let old = json.replace("\"first_reached\":[[3,7],[40,0]]", "\"first_reached\":{\"3\":7,\"40\":0}");
+    let back: State<(), ()> = serde_json::from_str(&old).unwrap();
+    assert_eq!(back.books.first_reached, s.books.first_reached);
 }
