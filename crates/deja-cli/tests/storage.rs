@@ -134,11 +134,12 @@ fn the_fixed_stores_hold_for_the_same_budget() {
 
 #[test]
 fn uninstrumented_programs_get_behaviour_feedback() {
-    // Without SanitizerCoverage the explorer still learns: syscall outcomes after a fault, the
-    // files left, how the run ended, the output lines.
+    // Without SanitizerCoverage and without block coverage the explorer still learns: syscall
+    // outcomes after a fault, the files left, how the run ended, the output lines.
     let d = dir("features");
     let o = deja(&[
         "explore",
+        "--no-block-coverage",
         "--runs",
         "40",
         "--mode",
