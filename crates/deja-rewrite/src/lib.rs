@@ -251,7 +251,12 @@ const STD_CRATES: &[&str] = &[
 fn crate_of(name: &str) -> Option<&str> {
     let name = name.strip_prefix('<').unwrap_or(name);
     let (first, _) = name.split_once("::")?;
-    (!first.is_empty() && first.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')).then_some(first)
+    is_ident(first).then_some(first)
+}
+
+/// Whether `s` can name a crate: one or more ASCII letters, digits or underscores.
+fn is_ident(s: &str) -> bool {
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// The coverage scope of a program's own code, as patterns of [`Function`] names (`*` any run
@@ -283,7 +288,7 @@ pub fn own_code(functions: &[Function]) -> Vec<String> {
     let mains: std::collections::BTreeSet<&str> = functions
         .iter()
         .filter_map(|f| f.name.strip_suffix("::main"))
-        .filter(|c| !c.contains(':') && crate_of(&format!("{c}::main")).is_some() && !STD_CRATES.contains(c))
+        .filter(|c| is_ident(c) && !STD_CRATES.contains(c))
         .collect();
     let near = |c: &str, m: &str| {
         c == m
