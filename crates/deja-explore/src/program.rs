@@ -41,22 +41,21 @@ pub struct ProgramSubject<'a> {
 impl<'a> ProgramSubject<'a> {
     /// The subject of `target`; `block_coverage` measures blocks with one-shot breakpoints when
     /// the program has no SanitizerCoverage counters of its own, in the functions `scope` names
-    /// or, when it names none, in the program's own code ([`deja_rewrite::own_code`]).
+    /// or, when it names none, in the program's own code ([`BlockImage::of_own_code`]).
     pub fn new(target: &'a Target, block_coverage: bool, scope: &[String]) -> ProgramSubject<'a> {
         let instrumented =
             deja_kernel::elf_section(&target.spec.image, deja_kernel::SANCOV_SECTION.as_bytes()).is_some();
         let (mut scope, mut blocks) = (scope.to_vec(), None);
         if block_coverage && !instrumented {
-            let own = scope.is_empty();
-            if own {
-                scope = deja_rewrite::own_code(&deja_rewrite::functions(&target.spec.image));
-            }
-            blocks = Some(BlockImage::of_image(&target.spec.image, &scope)).filter(|b| !b.is_empty());
-            // Own code that holds no block the rewriter found: the whole image instead.
-            if blocks.is_none() && own && !scope.is_empty() {
-                scope.clear();
-                blocks = Some(BlockImage::of_image(&target.spec.image, &[])).filter(|b| !b.is_empty());
-            }
+            let image = match scope.is_empty() {
+                true => {
+                    let (image, own) = BlockImage::of_own_code(&target.spec.image);
+                    scope = own;
+                    image
+                }
+                false => BlockImage::of_image(&target.spec.image, &scope),
+            };
+            blocks = Some(image).filter(|b| !b.is_empty());
         }
         ProgramSubject {
             target,

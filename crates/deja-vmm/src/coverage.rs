@@ -71,8 +71,28 @@ impl BlockImage {
     /// them; with `scope` not empty, only those inside a function one of its patterns takes
     /// ([`in_scope`]).
     pub fn of_image(image: &[u8], scope: &[String]) -> Arc<BlockImage> {
+        BlockImage::select(&deja_kernel::hostchan::image_blocks(image), scope)
+    }
+
+    /// The blocks of `image` in its own code ([`deja_rewrite::own_code`]) and that scope; the
+    /// whole image and an empty scope when its own code holds no block. The image is read and
+    /// planned once.
+    pub fn of_own_code(image: &[u8]) -> (Arc<BlockImage>, Vec<String>) {
         let map = deja_kernel::hostchan::image_blocks(image);
-        let funcs = map.functions;
+        let scope = deja_rewrite::own_code(&map.functions);
+        if !scope.is_empty() {
+            let own = BlockImage::select(&map, &scope);
+            if !own.is_empty() {
+                return (own, scope);
+            }
+        }
+        (BlockImage::select(&map, &[]), Vec::new())
+    }
+
+    /// The blocks of `map` inside a function one of `scope`'s patterns takes (all with
+    /// `scope` empty).
+    fn select(map: &deja_kernel::hostchan::ImageBlocks, scope: &[String]) -> Arc<BlockImage> {
+        let funcs = &map.functions;
         // The function holding `addr`: the last one starting at or before it, if `addr` is
         // inside its size (or, for a symbol without size, before the next one starts).
         let holder = |addr: u64| -> Option<usize> {
@@ -86,7 +106,7 @@ impl BlockImage {
         };
         let mut out = BlockImage::default();
         let mut index: std::collections::BTreeMap<usize, u32> = std::collections::BTreeMap::new();
-        for (addr, byte) in map.blocks {
+        for &(addr, byte) in &map.blocks {
             let f = holder(addr);
             if !scope.is_empty() && !f.is_some_and(|i| scope.iter().any(|p| in_scope(p, &funcs[i]))) {
                 continue;
