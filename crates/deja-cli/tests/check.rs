@@ -243,10 +243,7 @@ fn sqlite_holds_through_the_hunt_and_is_caught_without_its_journal() {
     // point of the hunt with its crash states and an error on each file operation: no failure,
     // so no verdict but incomplete evidence. Without the journal and the syncs, the hunt finds
     // the crash that leaves the database malformed (SQLITE_CORRUPT, exit code 11).
-    assert!(
-        std::path::Path::new("/usr/bin/sqlite3").exists(),
-        "this test runs Debian's sqlite3: apt-get install sqlite3 (.ci/run does)"
-    );
+    needs(&["/usr/bin/sqlite3"], "sqlite3");
     let check_sql = "select case when (select count(*) from pragma_integrity_check where integrity_check != 'ok') > 0 \
                      then abs(-9223372036854775808) end;";
     let work =

@@ -869,10 +869,7 @@ echo "servers: ended"
 #[test]
 fn redis_saves_in_the_background_and_loads_what_it_saved_as_natively() {
     let (server, cli, bb) = ("/usr/bin/redis-server", "/usr/bin/redis-cli", BUSYBOX);
-    if [server, cli, bb].iter().any(|p| !std::path::Path::new(p).exists()) {
-        eprintln!("skipped: no {server}, {cli} or {bb} (Debian's redis-server, redis-tools and busybox-static)");
-        return;
-    }
+    needs(&[server, cli, bb], "redis-server redis-tools busybox-static");
     // A root with busybox and its applets, both Redis programs and their libraries.
     let root = root_of("redis", &["sh", "grep", "sleep"], &[server, cli]);
 
@@ -966,10 +963,7 @@ print "wait with no child left: ", wait(), "\n";
 #[test]
 fn perl_starts_processes_as_natively() {
     let perl = "/usr/bin/perl";
-    if [perl, BUSYBOX].iter().any(|p| !std::path::Path::new(p).exists()) {
-        eprintln!("skipped: no {perl} or {BUSYBOX}");
-        return;
-    }
+    needs(&[perl, BUSYBOX], "perl-base busybox-static");
     let root = root_of("perl", &["sh", "echo", "tr"], &[perl]);
     let native =
         Command::new(perl).args(["-e", PERL_SCRIPT]).env_clear().env("PATH", "/usr/bin:/bin").output().unwrap();
@@ -1044,10 +1038,7 @@ echo "requests logged: $(wc -l < $D/access.log)"
 #[test]
 fn nginx_serves_with_its_workers_and_shuts_down_as_natively() {
     let nginx = "/usr/sbin/nginx";
-    if [nginx, BUSYBOX].iter().any(|p| !std::path::Path::new(p).exists()) {
-        eprintln!("skipped: no {nginx} or {BUSYBOX} (Debian's nginx-light and busybox-static)");
-        return;
-    }
+    needs(&[nginx, BUSYBOX], "nginx-light busybox-static");
     let applets = ["sh", "wget", "sleep", "grep", "cat", "kill", "wc"];
     let conf =
         |dir: &str, www: &str, port: &str| NGINX_CONF.replace("DIR", dir).replace("WWW", www).replace("PORT", port);

@@ -8,10 +8,7 @@ mod common;
 use common::*;
 
 fn etcd_cluster(crash_model: &str) -> std::path::PathBuf {
-    assert!(
-        std::path::Path::new("/usr/bin/etcd").exists(),
-        "these tests run Debian's etcd: apt-get install etcd-server (.ci/run does)"
-    );
+    needs(&["/usr/bin/etcd"], "etcd-server");
     guests();
     let text = std::fs::read_to_string(root().join("examples/clusters/etcd.toml")).unwrap();
     let client = guest("etcd-client").display().to_string();

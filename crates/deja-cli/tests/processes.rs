@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -25,14 +25,10 @@ struct Ran {
     status: i32,
 }
 
-/// Busybox, or `None` (and why, on stderr) if this host does not have it.
-fn busybox() -> Option<&'static str> {
-    if Path::new(BUSYBOX).exists() {
-        Some(BUSYBOX)
-    } else {
-        eprintln!("skipped: {BUSYBOX} is absent (Debian's busybox-static package; .ci/run installs it)");
-        None
-    }
+/// Busybox (the test fails without it).
+fn busybox() -> &'static str {
+    needs(&[BUSYBOX], "busybox-static");
+    BUSYBOX
 }
 
 /// A fresh directory under the host's temporary directory.
@@ -85,13 +81,12 @@ fn under_deja(prog: &str, files: &[&str], args: &[&str]) -> (Ran, String) {
 }
 
 /// Runs `busybox sh -c script` natively and under deja, and compares; returns what it printed
-/// (`None` without busybox).
-fn sh(script: &str) -> Option<Ran> {
-    let bb = busybox()?;
+fn sh(script: &str) -> Ran {
+    let bb = busybox();
     let n = native(bb, &["sh", "-c", script]);
     let (d, err) = under_deja(bb, &[], &["sh", "-c", script]);
     assert_eq!(d, n, "under deja (left) and natively (right) differ; deja said:\n{err}");
-    Some(d)
+    d
 }
 
 /// Each of `lines` is a whole line of what the script printed: it ran to there.
@@ -117,7 +112,7 @@ printf '1\n2\n3\n' | while read n; do echo "n=$n"; done
 seq 1 2000 | sort -rn | head -n 1
 seq 1 20000 | cat | wc -c
 "#;
-    let Some(ran) = sh(script) else { return };
+    let ran = sh(script);
     printed(&ran, &["B", "3", "19", "x", "false | true: 0", "true | false: 1", "pipefail: 1", "n=3", "2000", "108894"]);
     assert_eq!(ran.status, 0);
 }
@@ -143,7 +138,7 @@ echo "sum of 30 exit codes: $s"
 sh -c 'echo $0 $1 $2' zero one two
 exit 42
 "#;
-    let Some(ran) = sh(script) else { return };
+    let ran = sh(script);
     printed(
         &ran,
         &[
@@ -175,7 +170,7 @@ multi="$(printf 'a\nb\n\n\n')"; echo "trailing newlines dropped: [$multi]"
 echo "in a string: $(echo inner) and $(( $(echo 6) * 7 ))"
 files=$(for i in 1 2 3; do echo "f$i"; done); echo $files
 "#;
-    let Some(ran) = sh(script) else { return };
+    let ran = sh(script);
     printed(
         &ran,
         &[
@@ -215,7 +210,7 @@ from a here-doc
 EOF
 wait $!; echo "status: $?"
 "#;
-    let Some(ran) = sh(script) else { return };
+    let ran = sh(script);
     printed(
         &ran,
         &[
@@ -262,7 +257,7 @@ exit 3
 EOF
 echo "its status: $?"
 "#;
-    let Some(ran) = sh(script) else { return };
+    let ran = sh(script);
     printed(
         &ran,
         &[
@@ -300,7 +295,7 @@ echo "fd 2 to fd 1" 2>&1 >&2 | cat
 ls $T | sort
 rm -r $T; [ -e $T ] || echo removed
 "#;
-    let Some(ran) = sh(script) else { return };
+    let ran = sh(script);
     printed(
         &ran,
         &[
@@ -335,7 +330,7 @@ for i in 1 2 3; do echo "content $i" > $T/f$i; done
 find $T -type f | sort | xargs cat
 find $T -type f | xargs rm; rmdir $T && echo "emptied by xargs"
 "#;
-    let Some(ran) = sh(script) else { return };
+    let ran = sh(script);
     printed(
         &ran,
         &["got 1 2 3", "c d", "e", "item y", "xargs after a failing command: 123", "content 3", "emptied by xargs"],
@@ -355,7 +350,7 @@ sh -c 'trap "echo caught TERM; exit 9" TERM; kill -TERM $$; echo not reached'; e
 trap 'echo the outer exit trap' EXIT
 echo end of script
 "#;
-    let Some(ran) = sh(script) else { return };
+    let ran = sh(script);
     assert_eq!(
         ran.stdout,
         "body\nexit trap ran\nthe trap saw 4\nstatus: 4\ngot USR1\nafter\nin the subshell\nsubshell trap\n\
@@ -377,7 +372,7 @@ r() { if [ $1 -gt 0 ]; then echo "depth $1"; r $(($1 - 1)); fi; }; r 3 | cat
 h() { echo "from h"; exit 5; }; (h); echo "exit in a subshell function: $?"
 echo data | { read x; echo "a group read: $x"; }
 "#;
-    let Some(ran) = sh(script) else { return };
+    let ran = sh(script);
     printed(
         &ran,
         &[
@@ -414,7 +409,7 @@ sh -c 'echo "PATH: $PATH"'
 exec sh -c 'echo the script replaced by exec; exit 6'
 echo not reached
 "#;
-    let Some(ran) = sh(script) else { return };
+    let ran = sh(script);
     printed(
         &ran,
         &[
@@ -456,7 +451,7 @@ chmod 644 $T/s; $T/s 2>/dev/null; echo "not executable: $?"
 $T/missing 2>/dev/null; echo "missing: $?"
 rm -r $T
 "#;
-    let Some(ran) = sh(script) else { return };
+    let ran = sh(script);
     assert_eq!(
         ran.stdout,
         "script: 2 args: a b c\nstatus: 4\nscript: 1 args: relative\nstatus: 4\nscript: 1 args: found-on-path\n\
@@ -466,7 +461,7 @@ rm -r $T
 
 #[test]
 fn a_script_file_given_to_busybox_matches_linux() {
-    let Some(bb) = busybox() else { return };
+    let bb = busybox();
     let dir = scratch();
     let script = dir.join("t.sh");
     std::fs::write(
@@ -489,10 +484,8 @@ const BASH_COMMANDS: &[&str] = &["/usr/bin/cat", "/usr/bin/sleep", "/usr/bin/rm"
 #[test]
 fn a_bash_script_with_external_commands_matches_linux() {
     let bash = "/bin/bash";
-    if !Path::new(bash).exists() || BASH_COMMANDS.iter().any(|c| !Path::new(c).exists()) {
-        eprintln!("skipped: no {bash} or no {BASH_COMMANDS:?} on this host");
-        return;
-    }
+    needs(&[bash], "bash");
+    needs(BASH_COMMANDS, "coreutils");
     let dir = scratch();
     let script = dir.join("t.bash");
     std::fs::write(
@@ -571,7 +564,7 @@ sh -c 'exit 3' & sh -c 'exit 4' & wait; echo "both: $?"
 echo a | cat | cat | cat | cat | cat | cat | cat | tr a A
 for i in 1 2 3 4 5 6; do sh -c "exit $i" & done; wait; echo all
 "#;
-    let Some(ran) = sh(script) else { return };
+    let ran = sh(script);
     assert_eq!(ran.stdout, "a\n2\nboth: 0\nA\nall\n");
 }
 
@@ -604,7 +597,7 @@ fn assertions_name_the_process_that_made_them() {
 /// it was taken from, in a fresh VM.
 #[test]
 fn a_snapshot_in_the_middle_of_a_pipeline_continues_to_the_same_end() {
-    let Some(bb) = busybox() else { return };
+    let bb = busybox();
     let dir = scratch();
     let script = "echo one > /tmp/f; cat /tmp/f | tr a-z A-Z | while read l; do echo \"got $l\"; done; \
                   (sleep 0.01; echo late) & wait; echo end";
@@ -642,7 +635,7 @@ fn a_snapshot_in_the_middle_of_a_pipeline_continues_to_the_same_end() {
 /// images ship), and a program the root does not have is not found, whatever the host has.
 #[test]
 fn a_shell_in_a_root_runs_the_roots_programs_through_their_links() {
-    let Some(bb) = busybox() else { return };
+    let bb = busybox();
     let root = scratch();
     std::fs::create_dir_all(root.join("bin")).unwrap();
     std::fs::copy(bb, root.join("bin/busybox")).unwrap();
@@ -667,10 +660,8 @@ fn a_shell_in_a_root_runs_the_roots_programs_through_their_links() {
 /// alive, and the shell waiting for `grep` is asleep.
 #[test]
 fn proc_shows_every_process_by_its_pid() {
-    let Some(bb) = busybox() else { return };
-    let Some(ran) = sh("cat /proc/self/comm; cut -d' ' -f3 /proc/self/stat; grep -c '^Pid:' /proc/self/status") else {
-        return;
-    };
+    let bb = busybox();
+    let ran = sh("cat /proc/self/comm; cut -d' ' -f3 /proc/self/stat; grep -c '^Pid:' /proc/self/status");
     assert_eq!(ran.stdout, "cat\nR\n1\n");
     let script = r#"echo $$
 readlink /proc/self

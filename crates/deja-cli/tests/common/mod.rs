@@ -194,13 +194,17 @@ pub fn doctor_json(env: &[(&str, &str)]) -> serde_json::Value {
 /// Debian's Chromium, which `.ci/run` installs.
 pub const CHROMIUM: &str = "/usr/bin/chromium";
 
+/// Fails the test unless every one of `paths` exists: the host programs it runs, from Debian's
+/// `packages` (which `.ci/run` installs). A test of a real program never passes without it.
+pub fn needs(paths: &[&str], packages: &str) {
+    let missing: Vec<&str> = paths.iter().copied().filter(|p| !Path::new(p).exists()).collect();
+    assert!(missing.is_empty(), "missing {missing:?}: this test runs them (apt-get install {packages}; .ci/run does)");
+}
+
 /// The page in headless Chromium once its scripts ran: the DOM.
 pub fn chromium_dom(url: &str) -> String {
-    assert!(
-        Path::new(CHROMIUM).exists(),
-        "{CHROMIUM} is missing: the live view's tests draw the pages in headless Chromium (Debian's package: \
-         apt-get install -y chromium; .ci/run installs it)"
-    );
+    // The live view's tests draw the pages in headless Chromium.
+    needs(&[CHROMIUM], "chromium");
     static PROFILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let profile = std::env::temp_dir().join(format!(
         "deja-chromium-{}-{}",
