@@ -232,3 +232,155 @@ fn a_block_coverage_campaign_is_the_same_in_processes_on_different_cores() {
     };
     assert_eq!(strip(ra, &sa), strip(rb, &sb), "same blocks, functions, corpus and bugs");
 }
+
+/// A shared object a program loads, compiled without debug information: three functions, one
+/// never called (the program copies its code out through `write`).
+const KV_LIB: &str = r#"
+int kv_digest(const char *s, int n) {
+    int h = 7;
+    for (int i = 0; i < n; i++)
+        h = h * 31 + s[i];
+    return h;
+}
+
+int kv_records(const char *s, int n) {
+    int count = 0;
+    for (int i = 0; i + 3 < n; i++)
+        if (s[i] == 'r' && s[i + 1] == 'e' && s[i + 2] == 'c' && s[i + 3] == ' ')
+            count++;
+    return count;
+}
+
+int kv_never(int x) {
+    if (x > 100)
+        return x / 3;
+    return x * 3 + 1;
+}
+"#;
+
+/// A store linked against that object. It acknowledges its records (`/data/ack`, synced)
+/// before it syncs them (the bug: a crash between the two loses acknowledged records, and the
+/// restart exits with code 3). It first writes the code of the library's `kv_never` into its
+/// log through the kernel, which reads the mapping's original bytes whether breakpoints sit on
+/// them or not.
+const KV_STORE: &str = r#"
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+int kv_digest(const char *, int);
+int kv_records(const char *, int);
+int kv_never(int);
+
+int main(void) {
+    char buf[512];
+    int fd = open("/data/log", O_CREAT | O_RDWR, 0644);
+    if (fd < 0)
+        return 2;
+    if (access("/data/ack", F_OK) == 0) {
+        int n = pread(fd, buf, sizeof buf, 0);
+        if (n < 0)
+            return 2;
+        printf("%d\n", kv_digest(buf, n));
+        return n > 16 && kv_records(buf + 16, n - 16) == 4 ? 0 : 3;
+    }
+    if (pwrite(fd, (const void *)kv_never, 16, 0) != 16)
+        return 2;
+    for (int i = 0; i < 4; i++) {
+        char rec[32];
+        int len = snprintf(rec, sizeof rec, "rec %d\n", i);
+        if (pwrite(fd, rec, len, 16 + len * i) != len)
+            return 2;
+    }
+    int ack = open("/data/ack", O_CREAT | O_WRONLY, 0644);
+    int dir = open("/data", O_RDONLY | O_DIRECTORY);
+    if (ack < 0 || dir < 0 || fsync(ack) != 0 || fsync(dir) != 0)
+        return 2;
+    return fsync(fd) == 0 ? 0 : 2;
+}
+"#;
+
+#[test]
+fn a_shared_library_is_covered_where_the_loader_maps_it() {
+    let src = dir("dyn-src");
+    std::fs::create_dir_all(src.join("lib")).unwrap();
+    std::fs::write(src.join("kvlib.c"), KV_LIB).unwrap();
+    std::fs::write(src.join("kvstore.c"), KV_STORE).unwrap();
+    let cc = |args: &[&str]| {
+        let o = std::process::Command::new("gcc").args(args).current_dir(&src).output().expect("gcc");
+        assert!(o.status.success(), "gcc {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    cc(&["-shared", "-fPIC", "-O1", "-o", "lib/libkv.so", "kvlib.c"]);
+    cc(&["-O1", "-o", "kvstore", "kvstore.c", "-Llib", "-lkv", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/lib"]);
+    let program = s(&src.join("kvstore"));
+    let args = |out: &str, extra: &[&'static str]| {
+        let mut a = vec!["explore", "--runs", "60", "--mode", "faults", "--seed", "1", "--jobs", "1", "--quiet"];
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&["--out", out, &program]);
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let cores = host_cores();
+    let on = |core: u32, a: Vec<String>| deja_on(core, &[], &a.iter().map(String::as_str).collect::<Vec<_>>());
+
+    // By default: the program and its own library, not libc or the loader.
+    let (a, b) = (dir("dyn-a"), dir("dyn-b"));
+    let o = on(cores[0], args(&s(&a), &[]));
+    assert_eq!(o.status.code(), Some(1), "the lost acknowledged records in 60 rounds: {}", stderr(&o));
+    let report = campaign_report(&a);
+    let blocks = &report["blocks"];
+    assert_eq!(blocks["scope"], serde_json::json!(["/bin/kvstore", "/bin/lib/libkv.so"]), "{blocks}");
+    let files: Vec<(String, u64, u64)> = blocks["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["file"].as_str().unwrap().to_string(),
+                f["functions"].as_u64().unwrap(),
+                f["functions_reached"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // The library's three functions and what the compiler added (`frame_dummy`, `_init`, ...),
+    // each reached but kv_never.
+    assert!(
+        matches!(&files[..], [(f, n, r)] if f == "/bin/lib/libkv.so" && *n >= 3 && *r == n - 1),
+        "the library and only it, all its functions reached but one: {files:?}"
+    );
+    let never: Vec<&str> = blocks["never"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert!(never.contains(&"kv_never"), "{never:?}");
+    let latest: Vec<&str> = blocks["latest"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert!(latest.contains(&"kv_digest") && latest.contains(&"kv_records"), "{latest:?}");
+    // The bug's run wrote kv_never's code while its breakpoints were armed (it is never
+    // reached, so never disarmed); the replay, without breakpoints, gives the same run.
+    let r = deja(&["replay", &s(&bug_file(&a))]);
+    assert_eq!(r.status.code(), Some(1), "{}", stderr(&r));
+    assert!(stderr(&r).contains("reproduced bug"), "{}", stderr(&r));
+
+    // The same campaign in another process on another core: the same blocks, corpus and bug.
+    let o = on(*cores.last().unwrap(), args(&s(&b), &[]));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let strip = |v: Value, dir: &str| {
+        let mut v: Value = serde_json::from_str(&v.to_string().replace(dir, "OUT")).unwrap();
+        v["program"] = Value::Null;
+        v
+    };
+    assert_eq!(strip(report, &s(&a)), strip(campaign_report(&b), &s(&b)));
+
+    // Every function: libc and the loader too, each shown in its object.
+    let all = dir("dyn-all");
+    let o = on(cores[0], args(&s(&all), &["--cover", "*"]));
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+    let blocks = campaign_report(&all)["blocks"].clone();
+    let libc = blocks["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["file"].as_str().unwrap().contains("/libc.so."))
+        .unwrap_or_else(|| panic!("libc's functions: {blocks}"))
+        .clone();
+    assert!(libc["blocks_reached"].as_u64().unwrap() > 100, "{libc}");
+    for d in [src, a, b, all] {
+        std::fs::remove_dir_all(d).ok();
+    }
+}

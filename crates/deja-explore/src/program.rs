@@ -41,20 +41,17 @@ pub struct ProgramSubject<'a> {
 impl<'a> ProgramSubject<'a> {
     /// The subject of `target`; `block_coverage` measures blocks with one-shot breakpoints when
     /// the program has no SanitizerCoverage counters of its own, in the functions `scope` names
-    /// or, when it names none, in the program's own code ([`BlockImage::of_own_code`]).
+    /// or, when it names none, in the program's own code; in the program image and in the
+    /// shared objects among its files ([`BlockImage::of_program`]).
     pub fn new(target: &'a Target, block_coverage: bool, scope: &[String]) -> ProgramSubject<'a> {
         let instrumented =
             deja_kernel::elf_section(&target.spec.image, deja_kernel::SANCOV_SECTION.as_bytes()).is_some();
         let (mut scope, mut blocks) = (scope.to_vec(), None);
         if block_coverage && !instrumented {
-            let image = match scope.is_empty() {
-                true => {
-                    let (image, own) = BlockImage::of_own_code(&target.spec.image);
-                    scope = own;
-                    image
-                }
-                false => BlockImage::of_image(&target.spec.image, &scope),
-            };
+            let files: Vec<(&str, &[u8])> =
+                target.spec.files.iter().map(|(path, data)| (path.as_str(), data.as_slice())).collect();
+            let (image, taken) = BlockImage::of_program(&target.spec.image, &target.spec.exe_path, &files, &scope);
+            scope = taken;
             blocks = Some(image).filter(|b| !b.is_empty());
         }
         ProgramSubject {

@@ -432,6 +432,30 @@ pub fn image_blocks(image: &[u8]) -> ImageBlocks {
     ImageBlocks { blocks, functions }
 }
 
+/// The block map of a file the program maps as code (a shared object): each block's address
+/// as the file's own headers give it, its file offset (where a mapping places it: the
+/// mapping's base plus the offset) and its first byte, and the functions the file's symbols
+/// name, at their addresses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileBlocks {
+    /// `(address, file offset, first byte)` of each block, in address order.
+    pub blocks: Vec<(u64, u64, u8)>,
+    /// The functions its symbol table (or dynamic symbol table) names, by address.
+    pub functions: Vec<deja_rewrite::Function>,
+}
+
+/// The block map of the file `bytes` ([`FileBlocks`]), planned as the kernel plans it when a
+/// process maps it executable.
+pub fn file_blocks(bytes: &[u8]) -> FileBlocks {
+    let plan = plan_file(bytes);
+    let blocks = plan
+        .blocks
+        .iter()
+        .filter_map(|b| Some((b.addr, b.offset, *bytes.get(usize::try_from(b.offset).ok()?)?)))
+        .collect();
+    FileBlocks { blocks, functions: deja_rewrite::functions(bytes) }
+}
+
 /// What `channel` answers in deja's model: the registers it writes and the arithmetic flags it
 /// sets, given EAX and ECX at the trap, the destination register and operand size (`dest`) of
 /// `rdrand`, `rdseed` and `rdpid`, the virtual TSC, the next 8 random bytes of the seeded

@@ -112,6 +112,11 @@ pub trait Memory {
     /// Frees every user page (a frame shared with another space stays while that space maps
     /// it) and every page table of space `id`. The current space is never dropped.
     fn drop_space(&mut self, id: u64);
+    /// The code of the file `data` now fills `[start, end)` of the current space, executable,
+    /// its file offset 0 at `base` (a shared object mapped by the loader): a shell measuring
+    /// block coverage places the file's blocks there. Called after the pages are filled and
+    /// the host channels closed, again for every `mprotect` that makes part of it executable.
+    fn code_mapped(&mut self, data: &[u8], start: u64, end: u64, base: u64);
 }
 
 /// Pages of a [`FakeMemory`] space: address → (protection, contents).
@@ -131,6 +136,8 @@ pub struct FakeMemory {
     pub others: BTreeMap<u64, FakePages>,
     /// The next id to hand out (0: 1).
     pub next_space: u64,
+    /// Every [`Memory::code_mapped`] call: start, end, base and the file's size.
+    pub code: Vec<(u64, u64, u64, u64)>,
 }
 
 impl FakeMemory {
@@ -278,5 +285,8 @@ impl Memory for FakeMemory {
                 self.frames_left += p.len() as u64;
             }
         }
+    }
+    fn code_mapped(&mut self, data: &[u8], start: u64, end: u64, base: u64) {
+        self.code.push((start, end, base, data.len() as u64));
     }
 }

@@ -120,11 +120,22 @@ impl Kernel {
     /// sites get their traps again; a file is planned as a whole (once per content) and its
     /// sites in the range rewritten; other memory is planned from its current bytes.
     fn close_host_channels(&mut self, mem: &mut dyn Memory, a: u64, b: u64) -> Result<(), i32> {
+        let pieces: Vec<Vma> =
+            self.process.mappings.overlapping(a, b).filter(|v| v.prot.executable()).cloned().collect();
+        let closed = self.rewrite_pieces(mem, a, b, &pieces);
+        for v in &pieces {
+            if let VmaKind::File { data, offset, .. } = &v.kind {
+                mem.code_mapped(&data.0, v.start.max(a), v.end.min(b), v.start.wrapping_sub(*offset));
+            }
+        }
+        closed
+    }
+
+    /// [`Kernel::close_host_channels`] in the executable mappings `pieces` of `[a, b)`.
+    fn rewrite_pieces(&mut self, mem: &mut dyn Memory, a: u64, b: u64, pieces: &[Vma]) -> Result<(), i32> {
         if self.process.host.mode == Rewrite::Off {
             return Ok(());
         }
-        let pieces: Vec<Vma> =
-            self.process.mappings.overlapping(a, b).filter(|v| v.prot.executable()).cloned().collect();
         for v in pieces {
             let (s, e) = (v.start.max(a), v.end.min(b));
             let host = &mut self.process.host;

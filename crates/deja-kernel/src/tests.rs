@@ -1143,6 +1143,31 @@ fn code_made_executable_at_run_time_is_rewritten_and_forgotten_with_its_mapping(
     assert_eq!((last.start, last.end - last.start), (r + (32 << 20), 4096), "{last:?}");
 }
 
+#[test]
+fn the_memory_hears_where_file_code_becomes_executable_rewritten_or_not() {
+    for rewrite in [crate::hostchan::Rewrite::On, crate::hostchan::Rewrite::Off] {
+        let mut spec = spec_with(exec_image(), 1);
+        spec.rewrite = rewrite;
+        spec.files.insert("/lib/libx.so".into(), vec![0x90; 3 * 4096]);
+        let (mut k, _, mut m) = boot_spec(spec);
+        let buf = scratch(&mut k, &mut m, 4096);
+        let p = path(&k, &mut m, buf, "/lib/libx.so");
+        let fd = sc(&mut k, &mut m, "openat", &[AT_FDCWD, p, 0, 0]) as u64;
+        // Read-only: no code. Executable from file offset 4096: base is the start minus it.
+        let data = sc(&mut k, &mut m, "mmap", &[0, 4096, 1, 2, fd, 0]) as u64;
+        assert!(m.code.is_empty(), "{:?}", m.code);
+        let code = sc(&mut k, &mut m, "mmap", &[0, 8192, 5, 2, fd, 4096]) as u64;
+        assert_eq!(m.code, [(code, code + 8192, code - 4096, 3 * 4096)], "{rewrite:?}");
+        // Made executable again in part: told again for that part.
+        assert_eq!(sc(&mut k, &mut m, "mprotect", &[data, 4096, 5]), 0);
+        assert_eq!(sc(&mut k, &mut m, "mprotect", &[code + 4096, 4096, 5]), 0);
+        assert_eq!(
+            m.code[1..],
+            [(data, data + 4096, data, 3 * 4096), (code + 4096, code + 8192, code - 4096, 3 * 4096)]
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Randomness, time, identity, signals
 

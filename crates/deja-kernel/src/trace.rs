@@ -345,6 +345,9 @@ impl Memory for DataHasher<'_> {
     fn drop_space(&mut self, id: u64) {
         self.inner.drop_space(id)
     }
+    fn code_mapped(&mut self, data: &[u8], start: u64, end: u64, base: u64) {
+        self.inner.code_mapped(data, start, end, base)
+    }
 }
 
 #[cfg(test)]

@@ -54,16 +54,92 @@ pub fn in_scope(pattern: &str, f: &Function) -> bool {
 /// The breakpoint byte.
 pub const INT3: u8 = 0xcc;
 
-/// The blocks of one program image: addresses in order, and the original first byte of each.
-/// A block's id is its index.
+/// The blocks of one program image: addresses in order, and the original first byte of each,
+/// then the blocks of the shared objects it may map ([`ObjectBlocks`]). A block's id is its
+/// index: the image's first, then each object's in turn.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BlockImage {
     addrs: Vec<u64>,
     originals: Vec<u8>,
-    /// The functions the image's symbols name that hold at least one block, by address.
+    /// The shared objects, their ids after the image's.
+    objects: Vec<ObjectBlocks>,
+    /// The functions the image's and the objects' symbols name that hold at least one block,
+    /// by object and address.
     functions: Vec<Function>,
     /// For each block, the index in `functions` of the function holding it (`u32::MAX`: none).
     owner: Vec<u32>,
+}
+
+/// The blocks of one shared object, which have no address until a process maps the object's
+/// code ([`Placed`]): each block's file offset (ascending) and original first byte.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectBlocks {
+    /// The object's path in the run's file system.
+    pub path: String,
+    /// Its size and BLAKE3 hash: a mapping of the same bytes, by whatever name, is the object.
+    len: u64,
+    hash: [u8; 32],
+    /// The id of its first block.
+    first: u32,
+    offsets: Vec<u64>,
+    originals: Vec<u8>,
+}
+
+impl ObjectBlocks {
+    /// The ids of its blocks.
+    pub fn ids(&self) -> std::ops::Range<usize> {
+        self.first as usize..self.first as usize + self.offsets.len()
+    }
+}
+
+/// Where one process maps code of a shared object of the [`BlockImage`]: the object's blocks
+/// whose file offset falls in `[start - base, end - base)` are at `base + offset` in the space
+/// `space` (the frame of its PML4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Placed {
+    /// The address space.
+    pub space: u64,
+    /// The mapped code's first address.
+    pub start: u64,
+    /// Its end.
+    pub end: u64,
+    /// The address of the object's file offset 0.
+    pub base: u64,
+    /// The object's index in [`BlockImage::objects`].
+    pub object: u32,
+}
+
+/// The shared objects of the C and C++ runtimes, by the start of their file names: left out of
+/// a program's own code (`--cover '*'` takes them).
+const RUNTIME_OBJECTS: &[&str] = &[
+    "ld-linux",
+    "libc.so",
+    "libm.so",
+    "libmvec.so",
+    "libpthread.so",
+    "libdl.so",
+    "librt.so",
+    "libresolv.so",
+    "libutil.so",
+    "libanl.so",
+    "libgcc_s.so",
+    "libstdc++.so",
+    "libcrypt.so",
+    "libnss_",
+];
+
+/// Whether the file at `path` is a shared object a program may map: an ELF file whose name
+/// has `.so` in it (`libz.so.1`, `ld-linux-x86-64.so.2`).
+pub fn is_shared_object(path: &str, data: &[u8]) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    data.starts_with(b"\x7fELF") && (name.ends_with(".so") || name.contains(".so."))
+}
+
+/// Whether the shared object at `path` is part of the C or C++ runtime (libc, the loader,
+/// libm, libstdc++, ...), not a program's own code.
+pub fn is_runtime_object(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    RUNTIME_OBJECTS.iter().any(|r| name.starts_with(r))
 }
 
 impl BlockImage {
@@ -71,31 +147,71 @@ impl BlockImage {
     /// them; with `scope` not empty, only those inside a function one of its patterns takes
     /// ([`in_scope`]).
     pub fn of_image(image: &[u8], scope: &[String]) -> Arc<BlockImage> {
-        BlockImage::select(&deja_kernel::hostchan::image_blocks(image), scope)
+        let mut out = BlockImage::default();
+        out.add_image(&deja_kernel::hostchan::image_blocks(image), scope, "");
+        Arc::new(out)
     }
 
-    /// The blocks of `image` in its own code ([`deja_rewrite::own_code`]) and that scope; the
-    /// whole image and an empty scope when its own code holds no block. The image is read and
-    /// planned once.
-    pub fn of_own_code(image: &[u8]) -> (Arc<BlockImage>, Vec<String>) {
+    /// The blocks of the program `image` (at `exe_path`) and of the shared objects among
+    /// `files` (path and bytes: [`is_shared_object`]), in the functions `scope` takes, and that
+    /// scope. An empty `scope` means the program's own code: in the image, what
+    /// [`deja_rewrite::own_code`] names (the whole image when that holds no block), and every
+    /// object outside the C and C++ runtimes ([`is_runtime_object`]), each named by its path.
+    /// A pattern with a `/` takes an object's functions when it matches the object's path.
+    /// The image and each object are read and planned once.
+    pub fn of_program(
+        image: &[u8],
+        exe_path: &str,
+        files: &[(&str, &[u8])],
+        scope: &[String],
+    ) -> (Arc<BlockImage>, Vec<String>) {
         let map = deja_kernel::hostchan::image_blocks(image);
-        let scope = deja_rewrite::own_code(&map.functions);
-        if !scope.is_empty() {
-            let own = BlockImage::select(&map, &scope);
-            if !own.is_empty() {
-                return (own, scope);
+        let objects: Vec<(&str, &[u8])> = files.iter().copied().filter(|(p, d)| is_shared_object(p, d)).collect();
+        let mut out = BlockImage::default();
+        let mut scope = scope.to_vec();
+        if scope.is_empty() {
+            let own = deja_rewrite::own_code(&map.functions);
+            if !own.is_empty() && out.add_image(&map, &own, exe_path) > 0 {
+                scope = own;
+            } else {
+                out = BlockImage::default();
+                out.add_image(&map, &[], exe_path);
+            }
+            let own: Vec<&(&str, &[u8])> = objects.iter().filter(|(p, _)| !is_runtime_object(p)).collect();
+            if !own.is_empty() && scope.is_empty() {
+                scope.push(exe_path.to_string());
+            }
+            for (path, data) in own {
+                if out.add_object(path, data, &[]) > 0 {
+                    scope.push(path.to_string());
+                }
+            }
+        } else {
+            out.add_image(&map, &scope, exe_path);
+            for (path, data) in &objects {
+                out.add_object(path, data, &scope);
             }
         }
-        (BlockImage::select(&map, &[]), Vec::new())
+        (Arc::new(out), scope)
     }
 
-    /// The blocks of `map` inside a function one of `scope`'s patterns takes (all with
-    /// `scope` empty).
-    fn select(map: &deja_kernel::hostchan::ImageBlocks, scope: &[String]) -> Arc<BlockImage> {
-        let funcs = &map.functions;
+    /// Adds the function holding `addr` among `funcs` (by address) to the image's functions,
+    /// once, and returns its index (`u32::MAX`: no function holds it), given whether `scope`
+    /// takes it (false: `None`, the block is left out). `path` is the path of the image or
+    /// object, for patterns with a `/`; `shared` names a shared object's function without
+    /// line tables by it.
+    fn owner_of(
+        &mut self,
+        funcs: &[Function],
+        index: &mut std::collections::BTreeMap<usize, u32>,
+        addr: u64,
+        scope: &[String],
+        path: &str,
+        shared: bool,
+    ) -> Option<u32> {
         // The function holding `addr`: the last one starting at or before it, if `addr` is
         // inside its size (or, for a symbol without size, before the next one starts).
-        let holder = |addr: u64| -> Option<usize> {
+        let holder = || -> Option<usize> {
             let i = funcs.partition_point(|f| f.addr <= addr).checked_sub(1)?;
             let f = &funcs[i];
             let end = match f.size {
@@ -104,25 +220,144 @@ impl BlockImage {
             };
             (addr < end).then_some(i)
         };
-        let mut out = BlockImage::default();
-        let mut index: std::collections::BTreeMap<usize, u32> = std::collections::BTreeMap::new();
-        for &(addr, byte) in &map.blocks {
-            let f = holder(addr);
-            if !scope.is_empty() && !f.is_some_and(|i| scope.iter().any(|p| in_scope(p, &funcs[i]))) {
-                continue;
-            }
-            let owner = match f {
-                Some(i) => *index.entry(i).or_insert_with(|| {
-                    out.functions.push(funcs[i].clone());
-                    (out.functions.len() - 1) as u32
-                }),
-                None => u32::MAX,
-            };
-            out.addrs.push(addr);
-            out.originals.push(byte);
-            out.owner.push(owner);
+        let f = holder();
+        let taken = |p: &String| {
+            f.is_some_and(|i| in_scope(p, &funcs[i]))
+                || (p.contains('/') && !path.is_empty() && glob(&format!("*{p}*"), path))
+        };
+        if !scope.is_empty() && !scope.iter().any(taken) {
+            return None;
         }
-        Arc::new(out)
+        Some(match f {
+            Some(i) => *index.entry(i).or_insert_with(|| {
+                let mut f = funcs[i].clone();
+                // A function of an object without line tables is shown in the object.
+                if f.file.is_none() && shared {
+                    f.file = Some(path.to_string());
+                }
+                self.functions.push(f);
+                (self.functions.len() - 1) as u32
+            }),
+            None => u32::MAX,
+        })
+    }
+
+    /// Adds the blocks of `map` (the program image) that `scope` takes (all with `scope`
+    /// empty), the program at `path`; returns how many. Only before any object.
+    fn add_image(&mut self, map: &deja_kernel::hostchan::ImageBlocks, scope: &[String], path: &str) -> usize {
+        let mut index = std::collections::BTreeMap::new();
+        for &(addr, byte) in &map.blocks {
+            let Some(owner) = self.owner_of(&map.functions, &mut index, addr, scope, path, false) else { continue };
+            self.addrs.push(addr);
+            self.originals.push(byte);
+            self.owner.push(owner);
+        }
+        self.addrs.len()
+    }
+
+    /// Adds the blocks of the shared object `data` at `path` that `scope` takes; returns how
+    /// many. An object without any is not kept.
+    fn add_object(&mut self, path: &str, data: &[u8], scope: &[String]) -> usize {
+        let map = deja_kernel::hostchan::file_blocks(data);
+        let mut index = std::collections::BTreeMap::new();
+        let functions = self.functions.len();
+        let mut blocks: Vec<(u64, u8, u32)> = Vec::new();
+        for &(addr, offset, byte) in &map.blocks {
+            let Some(owner) = self.owner_of(&map.functions, &mut index, addr, scope, path, true) else { continue };
+            blocks.push((offset, byte, owner));
+        }
+        if blocks.is_empty() {
+            self.functions.truncate(functions);
+            return 0;
+        }
+        blocks.sort_unstable_by_key(|b| b.0);
+        blocks.dedup_by_key(|b| b.0);
+        let object = ObjectBlocks {
+            path: path.to_string(),
+            len: data.len() as u64,
+            hash: *blake3::hash(data).as_bytes(),
+            first: self.owner.len() as u32,
+            offsets: blocks.iter().map(|b| b.0).collect(),
+            originals: blocks.iter().map(|b| b.1).collect(),
+        };
+        self.owner.extend(blocks.iter().map(|b| b.2));
+        self.objects.push(object);
+        blocks.len()
+    }
+
+    /// The shared objects.
+    pub fn objects(&self) -> &[ObjectBlocks] {
+        &self.objects
+    }
+
+    /// The index of the shared object whose bytes are `data`, if one is.
+    pub fn object_of(&self, data: &[u8]) -> Option<u32> {
+        let len = data.len() as u64;
+        if !self.objects.iter().any(|o| o.len == len) {
+            return None;
+        }
+        let hash = *blake3::hash(data).as_bytes();
+        self.objects.iter().position(|o| o.len == len && o.hash == hash).map(|i| i as u32)
+    }
+
+    /// The blocks of `at`'s object inside its range: `(id, address)`, ascending.
+    pub fn placed_blocks(&self, at: &Placed) -> Vec<(usize, u64)> {
+        let Some(o) = self.objects.get(at.object as usize) else { return Vec::new() };
+        let (lo, hi) = (at.start.wrapping_sub(at.base), at.end.wrapping_sub(at.base));
+        let from = o.offsets.partition_point(|&off| off < lo);
+        o.offsets[from..]
+            .iter()
+            .take_while(|&&off| off < hi)
+            .enumerate()
+            .filter(|&(i, _)| o.originals[from + i] != INT3)
+            .map(|(i, &off)| (o.first as usize + from + i, at.base.wrapping_add(off)))
+            .collect()
+    }
+
+    /// The block of `at`'s object at `addr`, if one starts there inside its range and can carry
+    /// a breakpoint.
+    pub fn placed_find(&self, at: &Placed, addr: u64) -> Option<usize> {
+        let o = self.objects.get(at.object as usize)?;
+        if !(at.start..at.end).contains(&addr) {
+            return None;
+        }
+        let i = o.offsets.binary_search(&addr.wrapping_sub(at.base)).ok()?;
+        (o.originals[i] != INT3).then_some(o.first as usize + i)
+    }
+
+    /// The address of block `id` in `at`, if it is a block of `at`'s object inside its range.
+    pub fn placed_addr(&self, at: &Placed, id: usize) -> Option<u64> {
+        let o = self.objects.get(at.object as usize)?;
+        let i = id.checked_sub(o.first as usize).filter(|&i| i < o.offsets.len())?;
+        let addr = at.base.wrapping_add(o.offsets[i]);
+        (at.start..at.end).contains(&addr).then_some(addr)
+    }
+
+    /// The original byte of block `id`, wherever it is.
+    pub fn original_of(&self, id: usize) -> Option<u8> {
+        if let Some(&b) = self.originals.get(id) {
+            return Some(b);
+        }
+        let o = self.objects.iter().find(|o| o.ids().contains(&id))?;
+        Some(o.originals[id - o.first as usize])
+    }
+
+    /// Puts back the original byte of every block of `at`'s object inside `buf`, which holds
+    /// memory from `addr`.
+    pub fn placed_overlay(&self, at: &Placed, addr: u64, buf: &mut [u8]) {
+        let Some(o) = self.objects.get(at.object as usize) else { return };
+        let (lo, hi) = (at.start.max(addr), at.end.min(addr.saturating_add(buf.len() as u64)));
+        if lo >= hi {
+            return;
+        }
+        let from = o.offsets.partition_point(|&off| at.base.wrapping_add(off) < lo);
+        for (i, &off) in o.offsets.iter().enumerate().skip(from) {
+            let a = at.base.wrapping_add(off);
+            if a >= hi {
+                break;
+            }
+            buf[(a - addr) as usize] = o.originals[i];
+        }
     }
 
     /// An image of blocks at `addrs` (ascending) with their original bytes, without
@@ -130,7 +365,23 @@ impl BlockImage {
     #[cfg(test)]
     pub(crate) fn from_blocks(addrs: Vec<u64>, originals: Vec<u8>) -> BlockImage {
         let owner = vec![u32::MAX; addrs.len()];
-        BlockImage { addrs, originals, functions: Vec::new(), owner }
+        BlockImage { addrs, originals, objects: Vec::new(), functions: Vec::new(), owner }
+    }
+
+    /// An image without blocks of its own and one shared object, `data`, with blocks at the
+    /// file offsets `offsets` (ascending), without functions (for tests).
+    #[cfg(test)]
+    pub(crate) fn with_object(data: &[u8], offsets: Vec<u64>) -> BlockImage {
+        let object = ObjectBlocks {
+            path: "/lib/test.so".into(),
+            len: data.len() as u64,
+            hash: *blake3::hash(data).as_bytes(),
+            first: 0,
+            originals: offsets.iter().map(|&o| data[o as usize]).collect(),
+            offsets,
+        };
+        let owner = vec![u32::MAX; object.offsets.len()];
+        BlockImage { objects: vec![object], owner, ..BlockImage::default() }
     }
 
     /// The functions holding blocks, by address ([`BlockImage::function_of`] indexes them).
@@ -144,14 +395,19 @@ impl BlockImage {
         self.owner.get(id).filter(|&&o| o != u32::MAX).map(|&o| o as usize)
     }
 
-    /// How many blocks.
+    /// How many blocks: the image's and the objects'.
     pub fn len(&self) -> usize {
+        self.owner.len()
+    }
+
+    /// How many blocks the program image has (ids below it are the image's).
+    pub fn image_len(&self) -> usize {
         self.addrs.len()
     }
 
-    /// True when the image has no block.
+    /// True when neither the image nor an object has a block.
     pub fn is_empty(&self) -> bool {
-        self.addrs.is_empty()
+        self.owner.is_empty()
     }
 
     /// The address of block `id`.

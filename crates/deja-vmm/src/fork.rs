@@ -47,6 +47,33 @@ pub struct Parent {
 }
 
 impl Parent {
+    /// Puts the original byte of each block of `ids` of `blocks` back in the parent's image:
+    /// the program's blocks in the spaces running it, a shared object's where the parent had
+    /// placed it. A child reset to it no longer stops there.
+    pub fn disarm_blocks(&mut self, blocks: &BlockImage, ids: &[u32]) {
+        // Addresses are translated in the parent's own page tables (its image): a child's
+        // spaces and frames need not be the parent's.
+        let ram = &mut self.ram;
+        for &id in ids {
+            let id = id as usize;
+            let Some(original) = blocks.original_of(id) else { continue };
+            // The program's blocks in the spaces running it, a shared object's where the
+            // parent had placed it.
+            let mut at: Vec<(u64, u64)> = Vec::new();
+            if let Some(addr) = blocks.addr(id) {
+                at.extend(self.frames.blocks_spaces.iter().map(|&root| (root, addr)));
+            }
+            for p in &self.frames.placed {
+                at.extend(blocks.placed_addr(p, id).map(|addr| (p.space, addr)));
+            }
+            for (root, addr) in at {
+                if let Some(b) = translate_image(ram, root, addr).and_then(|gpa| ram.get_mut(gpa as usize)) {
+                    *b = original;
+                }
+            }
+        }
+    }
+
     /// Captures `vm` (stopped by [`Vm::run_until`], with its dirty log on) and `kernel`, and
     /// clears the dirty logs: from here on they hold what a child wrote.
     pub fn capture(vm: &mut Vm, kernel: &Kernel) -> Result<Parent, VmError> {
@@ -202,18 +229,7 @@ impl Fork {
         let fresh = self.session.disarm_blocks(ids);
         let (vm, _) = self.session.parts();
         let Some(blocks) = vm.space.armed_blocks().cloned() else { return };
-        // Addresses are translated in the parent's own page tables (its image): a child's
-        // spaces and frames need not be the parent's.
-        let ram = &mut self.parent.ram;
-        for id in fresh {
-            let Some(addr) = blocks.addr(id as usize) else { continue };
-            for &root in &self.parent.frames.blocks_spaces {
-                let at = translate_image(ram, root, addr);
-                if let Some(b) = at.and_then(|gpa| ram.get_mut(gpa as usize)) {
-                    *b = blocks.original(id as usize);
-                }
-            }
-        }
+        self.parent.disarm_blocks(&blocks, &fresh);
     }
 
     /// Resets the VM to the parent, rewriting only what changed since the last reset.

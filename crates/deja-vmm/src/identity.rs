@@ -413,9 +413,9 @@ pub const REWRITING_LEAVES_OPEN: [&str; 4] = [
     "code written into memory that is writable and executable at once, and run without a later mprotect, is not rewritten",
     "an instruction the rewriter cannot prove to be one (data, or code no decoding path reaches) runs natively; each \
      is listed in the run report (host_channels)",
-    "under `deja explore --block-coverage`, a program that reads its own code also sees a breakpoint (int3) on the \
-     first byte of each block the campaign has not reached yet; deja's own reads (digests, syscalls) see the original \
-     bytes",
+    "under `deja explore` with block coverage (the default), a program that reads its own code or its libraries' \
+     also sees a breakpoint (int3) on the first byte of each block in scope the campaign has not reached yet; deja's \
+     own reads (digests, syscalls) see the original bytes",
 ];
 
 impl HostProfile {

@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-use crate::coverage::BlockImage;
+use crate::coverage::{BlockImage, Placed, Seen, INT3};
 use crate::layout::{FRAME_BASE, PML4_PHYS, USER_END};
 
 /// Present.
@@ -94,6 +94,11 @@ pub struct AddressSpace {
     blocks: Option<Arc<BlockImage>>,
     /// The spaces the blocks overlay applies to: the one armed and those forked from it.
     blocks_spaces: BTreeSet<u64>,
+    /// Where the spaces map code of the blocks' shared objects: their blocks are overlaid and
+    /// carry breakpoints there.
+    placed: Vec<Placed>,
+    /// The blocks the campaign has seen: a shared object mapped later is armed for the others.
+    seen: Seen,
     /// The current space: the frame of its PML4.
     root: u64,
     /// The live spaces, by the frame of their PML4.
@@ -135,6 +140,9 @@ pub struct FrameState {
     /// The spaces the coverage blocks overlay applies to.
     #[serde(default = "first_spaces")]
     pub blocks_spaces: Vec<u64>,
+    /// Where the spaces map code of the coverage blocks' shared objects.
+    #[serde(default)]
+    pub placed: Vec<Placed>,
 }
 
 fn first_space() -> u64 {
@@ -235,6 +243,8 @@ impl AddressSpace {
             host_dirty,
             blocks: None,
             blocks_spaces: BTreeSet::new(),
+            placed: Vec::new(),
+            seen: Seen::default(),
             root: PML4_PHYS,
             spaces: BTreeSet::from([PML4_PHYS]),
             shared: BTreeMap::new(),
@@ -246,6 +256,7 @@ impl AddressSpace {
     /// the current space and the spaces later forked from it.
     pub fn set_blocks(&mut self, blocks: Option<Arc<BlockImage>>) {
         self.blocks_spaces.clear();
+        self.placed.clear();
         if blocks.is_some() {
             self.blocks_spaces.insert(self.root);
         }
@@ -261,6 +272,131 @@ impl AddressSpace {
     /// The blocks set with [`AddressSpace::set_blocks`], whichever space is current.
     pub fn armed_blocks(&self) -> Option<&Arc<BlockImage>> {
         self.blocks.as_ref()
+    }
+
+    /// The blocks the campaign has seen, which a shared object mapped from now on does not arm.
+    pub fn set_seen(&mut self, seen: Seen) {
+        self.seen = seen;
+    }
+
+    /// Block `id` is seen by the campaign: no shared object mapped from now on arms it.
+    pub fn see(&mut self, id: usize) {
+        self.seen.insert(id);
+    }
+
+    /// Where the spaces map code of the blocks' shared objects.
+    pub fn placed(&self) -> &[Placed] {
+        &self.placed
+    }
+
+    /// The block whose breakpoint would be at `addr` in the current space: the program's own
+    /// (in a space the blocks apply to) or a placed shared object's.
+    pub fn block_at(&self, addr: u64) -> Option<usize> {
+        let blocks = self.blocks.as_deref()?;
+        if self.blocks_spaces.contains(&self.root) {
+            if let Some(id) = blocks.find(addr) {
+                return Some(id);
+            }
+        }
+        self.placed.iter().filter(|p| p.space == self.root).find_map(|p| blocks.placed_find(p, addr))
+    }
+
+    /// Puts the original byte of block `id` back wherever it carries a breakpoint: in every
+    /// space the blocks apply to (the program's blocks) or where its object is placed.
+    pub fn restore_block(&mut self, id: usize) {
+        let Some(blocks) = self.blocks.clone() else { return };
+        if id < blocks.image_len() {
+            if let Some(addr) = blocks.addr(id) {
+                self.poke_blocks(addr, blocks.original(id));
+            }
+            return;
+        }
+        let Some(original) = blocks.original_of(id) else { return };
+        for p in self.placed.clone() {
+            let Some(gpa) = blocks.placed_addr(&p, id).and_then(|va| self.translate_in(p.space, va)) else { continue };
+            // A frame holding a breakpoint is mapped only by spaces with this placement (the
+            // object's pages are filled for one space; a fork copies the placements).
+            let mut byte = [0u8];
+            self.read_phys(gpa, &mut byte);
+            if byte[0] == INT3 {
+                self.write_phys(gpa, &[original]);
+            }
+        }
+    }
+
+    /// Places the shared object whose bytes are `data` (if it is one of the blocks' objects)
+    /// at `[start, end)` of the current space, file offset 0 at `base`, and arms its blocks
+    /// there that the campaign has not seen, a page at a time. A range already placed is
+    /// left as it is (its breakpoints may have been hit).
+    fn place(&mut self, data: &[u8], start: u64, end: u64, base: u64) {
+        let Some(blocks) = self.blocks.clone() else { return };
+        let Some(object) = blocks.object_of(data) else { return };
+        let root = self.root;
+        let same: Vec<Placed> =
+            self.placed.iter().filter(|p| p.space == root && p.object == object && p.base == base).copied().collect();
+        if same.iter().any(|p| p.start <= start && end <= p.end) {
+            return;
+        }
+        let at = Placed { space: root, start, end, base, object };
+        let arm: Vec<u64> = blocks
+            .placed_blocks(&at)
+            .into_iter()
+            .filter(|&(id, va)| !self.seen.contains(id) && !same.iter().any(|p| (p.start..p.end).contains(&va)))
+            .map(|(_, va)| va)
+            .collect();
+        let mut page = vec![0u8; PAGE_SIZE as usize];
+        for run in arm.chunk_by(|a, b| a & !(PAGE_SIZE - 1) == b & !(PAGE_SIZE - 1)) {
+            let va = run[0] & !(PAGE_SIZE - 1);
+            if self.end_cow_range(va, 1).is_err() {
+                continue;
+            }
+            let Some(gpa) = self.translate(va) else { continue };
+            self.read_phys(gpa, &mut page);
+            for a in run {
+                page[(a - va) as usize] = INT3;
+            }
+            self.write_phys(gpa, &page);
+        }
+        self.placed.push(at);
+    }
+
+    /// Drops the placements of the current space that meet `[a, b)` (code unmapped or moved):
+    /// their breakpoints outside `[a, b)`, and inside it too when `inside` (moved pages keep
+    /// their bytes), get their original bytes back.
+    fn unplace(&mut self, a: u64, b: u64, inside: bool) {
+        let root = self.root;
+        let (gone, keep): (Vec<Placed>, Vec<Placed>) =
+            self.placed.iter().partition(|p| p.space == root && p.start < b && a < p.end);
+        if gone.is_empty() {
+            return;
+        }
+        self.placed = keep;
+        let Some(blocks) = self.blocks.clone() else { return };
+        for p in gone {
+            for (id, va) in blocks.placed_blocks(&p) {
+                if !inside && (a..b).contains(&va) {
+                    continue;
+                }
+                let Some(gpa) = self.translate(va) else { continue };
+                let mut byte = [0u8];
+                self.read_phys(gpa, &mut byte);
+                if byte[0] == INT3 {
+                    self.poke(va, blocks.original_of(id).unwrap_or(INT3));
+                }
+            }
+        }
+    }
+
+    /// Puts back the original bytes of every block inside `buf` (memory from `addr` of space
+    /// `space`) that may carry a breakpoint.
+    fn overlay_in(&self, space: u64, addr: u64, buf: &mut [u8]) {
+        let Some(blocks) = self.blocks.as_deref() else { return };
+        if self.blocks_spaces.contains(&space) {
+            blocks.overlay(addr, buf);
+        }
+        for p in self.placed.iter().filter(|p| p.space == space) {
+            blocks.placed_overlay(p, addr, buf);
+        }
     }
 
     /// The spaces the blocks apply to (the one armed and those forked from it), ascending.
@@ -371,6 +507,7 @@ impl AddressSpace {
             spaces: self.spaces(),
             shared: self.shared.iter().map(|(f, n)| (*f, *n)).collect(),
             blocks_spaces: self.blocks_spaces(),
+            placed: self.placed.clone(),
             pt_pool: self.pt_pool.iter().flat_map(|(l, fs)| fs.iter().map(move |f| (*f, *l))).collect(),
         }
     }
@@ -385,6 +522,7 @@ impl AddressSpace {
         self.spaces.insert(st.root);
         self.shared = st.shared.iter().copied().filter(|(_, n)| *n > 1).collect();
         self.blocks_spaces = st.blocks_spaces.iter().copied().collect();
+        self.placed = st.placed.clone();
         self.pt_pool.clear();
         for &(f, l) in &st.pt_pool {
             self.pt_pool.entry(l).or_default().insert(f);
@@ -590,11 +728,6 @@ impl AddressSpace {
         out
     }
 
-    /// The blocks overlay, if it applies to the current space.
-    fn overlay(&self) -> Option<&BlockImage> {
-        self.blocks().map(|b| &**b)
-    }
-
     /// Maps into the space `to` every present user page of the current one, on the same
     /// frame: as it is in a range of `shared`, copy-on-write in both spaces otherwise. The
     /// current space's entries that lose their write bit are queued for the ring-0 replay.
@@ -670,6 +803,7 @@ impl AddressSpace {
         self.clear_table(id, 3, 0, queue);
         self.spaces.remove(&id);
         self.blocks_spaces.remove(&id);
+        self.placed.retain(|p| p.space != id);
         if id != PML4_PHYS {
             self.pool_table_frame(id, 3);
         }
@@ -747,6 +881,7 @@ impl Memory for AddressSpace {
     }
 
     fn unmap(&mut self, addr: u64, len: u64) {
+        self.unplace(addr, addr.saturating_add(len), false);
         for (va, slot, pte) in self.collect_present(addr, len) {
             self.write_u64(slot, 0);
             self.release(pte & PTE_ADDR);
@@ -758,6 +893,7 @@ impl Memory for AddressSpace {
         if Self::check_range(to, len).is_err() {
             return;
         }
+        self.unplace(from, from.saturating_add(len), true);
         for (va, slot, pte) in self.collect_present(from, len) {
             let Ok(Some(dst)) = self.walk(va - from + to, true) else { continue };
             self.write_u64(dst, pte);
@@ -776,9 +912,7 @@ impl Memory for AddressSpace {
             self.read_phys(gpa, &mut buf[done..done + n]);
             done += n;
         }
-        if let Some(b) = self.overlay() {
-            b.overlay(addr, buf);
-        }
+        self.overlay_in(self.root, addr, buf);
         Ok(())
     }
 
@@ -798,12 +932,9 @@ impl Memory for AddressSpace {
 
     fn for_each_page(&self, f: &mut dyn FnMut(u64, &[u8])) {
         let mut buf = vec![0u8; PAGE_SIZE as usize];
-        let overlay = self.overlay();
         self.for_each_present(0, USER_END, &mut |va, _slot, pte| {
             self.read_phys(pte & PTE_ADDR, &mut buf);
-            if let Some(b) = overlay {
-                b.overlay(va, &mut buf);
-            }
+            self.overlay_in(self.root, va, &mut buf);
             f(va, &buf);
         });
     }
@@ -813,12 +944,9 @@ impl Memory for AddressSpace {
             return;
         }
         let mut buf = vec![0u8; PAGE_SIZE as usize];
-        let overlay = self.blocks.as_deref().filter(|_| self.blocks_spaces.contains(&space));
         self.visit(space, 3, 0, 0, USER_END, &mut |va, _slot, pte| {
             self.read_phys(pte & PTE_ADDR, &mut buf);
-            if let Some(b) = overlay {
-                b.overlay(va, &mut buf);
-            }
+            self.overlay_in(space, va, &mut buf);
             f(va, &buf);
         });
     }
@@ -841,6 +969,10 @@ impl Memory for AddressSpace {
         if self.blocks_spaces.contains(&self.root) {
             self.blocks_spaces.insert(id);
         }
+        let root = self.root;
+        let copies: Vec<Placed> =
+            self.placed.iter().filter(|p| p.space == root).map(|p| Placed { space: id, ..*p }).collect();
+        self.placed.extend(copies);
         Ok(id)
     }
 
@@ -879,6 +1011,10 @@ impl Memory for AddressSpace {
         if id != self.root && self.spaces.contains(&id) {
             self.drop_inner(id, true);
         }
+    }
+
+    fn code_mapped(&mut self, data: &[u8], start: u64, end: u64, base: u64) {
+        self.place(data, start, end, base);
     }
 }
 
@@ -1283,6 +1419,79 @@ mod tests {
         s.switch_space(PML4_PHYS);
         s.drop_space(forked);
         assert_eq!(s.blocks_spaces(), vec![PML4_PHYS]);
+    }
+
+    #[test]
+    fn a_shared_objects_blocks_are_placed_where_its_code_is_mapped() {
+        use crate::coverage::INT3;
+        let mut s = booted();
+        // The object: three pages, code in the last two (file offsets 0x1000 to 0x3000),
+        // blocks at 0x1010, 0x1020 and 0x2ff0.
+        let mut data = vec![0x90u8; 3 * PAGE_SIZE as usize];
+        data[0x1010] = 0x55;
+        data[0x1020] = 0x48;
+        data[0x2ff0] = 0xc3;
+        let blocks = Arc::new(BlockImage::with_object(&data, vec![0x1010, 0x1020, 0x2ff0]));
+        s.set_blocks(Some(blocks.clone()));
+        let mut seen = Seen::default();
+        seen.insert(1);
+        s.set_seen(seen);
+        // The loader maps the code pages at 0x7000_1000: the base (offset 0) is 0x7000_0000.
+        let (base, code) = (0x7000_0000u64, 0x7000_1000u64);
+        s.populate(code, 2 * PAGE_SIZE, Prot::RW).unwrap();
+        s.write(code, &data[0x1000..]).unwrap();
+        // Bytes of another file: nothing placed.
+        s.code_mapped(&data[..100], code, code + 2 * PAGE_SIZE, base);
+        assert!(s.placed().is_empty());
+        s.code_mapped(&data, code, code + 2 * PAGE_SIZE, base);
+        assert_eq!(s.placed(), [Placed { space: PML4_PHYS, start: code, end: code + 2 * PAGE_SIZE, base, object: 0 }]);
+        let raw = |s: &AddressSpace, root, va| {
+            let mut b = [0u8];
+            s.read_phys(s.translate_in(root, va).unwrap(), &mut b);
+            b[0]
+        };
+        // Armed but the seen block; every read shows the original bytes.
+        assert_eq!([raw(&s, PML4_PHYS, 0x7000_1010), raw(&s, PML4_PHYS, 0x7000_1020)], [INT3, 0x48]);
+        assert_eq!(read_str(&s, code, 2 * PAGE_SIZE as usize), &data[0x1000..]);
+        let mut paged = Vec::new();
+        s.for_each_page(&mut |va, page| {
+            if va == code {
+                paged = page.to_vec();
+            }
+        });
+        assert_eq!(paged, &data[0x1000..0x2000]);
+        assert_eq!(
+            (s.block_at(0x7000_1010), s.block_at(0x7000_1020), s.block_at(0x7000_1011)),
+            (Some(0), Some(1), None)
+        );
+        // The same range again (an mprotect): nothing new armed, no second placement.
+        s.restore_block(0);
+        s.code_mapped(&data, code, code + 2 * PAGE_SIZE, base);
+        assert_eq!((s.placed().len(), raw(&s, PML4_PHYS, 0x7000_1010)), (1, 0x55));
+        // A fork keeps the placement and shares the frame; a hit puts the byte back in both.
+        s.poke(0x7000_1010, INT3);
+        let forked = s.fork_space(&[]).unwrap();
+        assert_eq!(s.placed().iter().filter(|p| p.space == forked).count(), 1);
+        s.switch_space(forked);
+        assert_eq!(s.block_at(0x7000_2ff0), Some(2));
+        s.restore_block(2);
+        s.restore_block(0);
+        assert_eq!([raw(&s, forked, 0x7000_2ff0), raw(&s, PML4_PHYS, 0x7000_2ff0)], [0xc3, 0xc3]);
+        assert_eq!([raw(&s, forked, 0x7000_1010), raw(&s, PML4_PHYS, 0x7000_1010)], [0x55, 0x55]);
+        // Unmapping part of the code drops the placement; what stays mapped gets its bytes back.
+        s.poke(0x7000_2ff0, INT3);
+        s.unmap(code, PAGE_SIZE);
+        assert!(s.placed().iter().all(|p| p.space != forked));
+        assert_eq!(raw(&s, forked, 0x7000_2ff0), 0xc3);
+        assert_eq!(s.block_at(0x7000_2ff0), None);
+        // A dropped space takes its placements with it; a moved range is restored and dropped.
+        s.switch_space(PML4_PHYS);
+        s.drop_space(forked);
+        assert_eq!(s.placed().len(), 1);
+        s.poke(0x7000_2ff0, INT3);
+        s.move_pages(code, 0x7100_1000, 2 * PAGE_SIZE);
+        assert!(s.placed().is_empty());
+        assert_eq!(raw(&s, PML4_PHYS, 0x7100_2ff0), 0xc3);
     }
 
     #[test]

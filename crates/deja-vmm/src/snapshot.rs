@@ -25,9 +25,10 @@ use crate::vm::{Vm, VmError};
 
 /// Schema version of the snapshot payload inside its envelope (15: the frames carry the
 /// address spaces of processes; 16: the core's process table holds each process's argv and
-/// name, and a directory's fd the process whose `/proc/<pid>` it is). The core's state inside
-/// is not self-describing, so an artifact of another schema is refused at its envelope.
-pub const SNAPSHOT_SCHEMA: u32 = 16;
+/// name, and a directory's fd the process whose `/proc/<pid>` it is; 17: the frames carry
+/// where the spaces place the coverage blocks of shared objects). The core's state inside is
+/// not self-describing, so an artifact of another schema is refused at its envelope.
+pub const SNAPSHOT_SCHEMA: u32 = 17;
 
 /// MSRs a snapshot carries: the syscall MSRs, the FS/GS bases, the TSC and SYSENTER state.
 pub const SNAPSHOT_MSRS: [u32; 11] = [
@@ -260,6 +261,7 @@ impl Snapshot {
         if !f.spaces.contains(&f.root)
             || !f.spaces.iter().all(is_root)
             || !f.blocks_spaces.iter().all(|s| f.spaces.contains(s))
+            || !f.placed.iter().all(|p| f.spaces.contains(&p.space) && p.start <= p.end)
             || !f.shared.iter().all(|(fr, n)| in_use(*fr) && *n > 1)
         {
             return bad("the address spaces do not fit the frame lists".into());
@@ -343,6 +345,7 @@ mod tests {
                 shared: vec![],
                 pt_pool: vec![],
                 blocks_spaces: vec![PML4_PHYS],
+                placed: vec![],
             },
             ram: vec![0; bump as usize],
             kernel: vec![1, 2, 3],
@@ -357,10 +360,10 @@ mod tests {
     fn a_snapshot_of_an_earlier_schema_is_refused_at_its_envelope() {
         let snap = snapshot();
         let payload = postcard::to_stdvec(&snap).unwrap();
-        for schema in [14, 15] {
+        for schema in [15, 16] {
             let artifact = deja_format::encode(deja_format::Kind::Snapshot, schema, &payload);
             let err = Snapshot::from_artifact(&artifact).unwrap_err().to_string();
-            assert!(err.contains(&format!("{schema}")) && err.contains("16"), "{err}");
+            assert!(err.contains(&format!("{schema}")) && err.contains("17"), "{err}");
         }
         assert!(Snapshot::from_artifact(&snap.to_artifact()).is_ok());
     }

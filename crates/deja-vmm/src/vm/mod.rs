@@ -391,7 +391,7 @@ impl Vm {
     /// Returns how many breakpoints were set.
     pub fn arm_blocks(&mut self, blocks: Arc<BlockImage>, seen: &Seen) -> usize {
         let mut armed = 0;
-        for id in 0..blocks.len() {
+        for id in 0..blocks.image_len() {
             if seen.contains(id) || blocks.find(blocks.addr(id).unwrap_or(0)) != Some(id) {
                 continue;
             }
@@ -400,17 +400,17 @@ impl Vm {
             }
         }
         self.space.set_blocks(Some(blocks));
+        self.space.set_seen(seen.clone());
         armed
     }
 
     /// Puts back the original byte of each block of `ids` (seen by the campaign), in every
-    /// space running the armed program.
+    /// space running the armed program or mapping the block's shared object, and keeps the
+    /// shared objects mapped from now on from arming them.
     pub fn disarm_blocks(&mut self, ids: &[u32]) {
-        let Some(blocks) = self.space.armed_blocks().cloned() else { return };
         for &id in ids {
-            if let Some(addr) = blocks.addr(id as usize) {
-                self.space.poke_blocks(addr, blocks.original(id as usize));
-            }
+            self.space.restore_block(id as usize);
+            self.space.see(id as usize);
         }
     }
 
@@ -418,11 +418,7 @@ impl Vm {
     /// back.
     fn hit_block(&mut self, id: usize, decision: u64) {
         self.stats.breakpoint_exits += 1;
-        if let Some(blocks) = self.space.blocks().cloned() {
-            if let Some(addr) = blocks.addr(id) {
-                self.space.poke_blocks(addr, blocks.original(id));
-            }
-        }
+        self.space.restore_block(id);
         self.block_hits.push(BlockHit { block: id as u32, decision });
     }
 

@@ -497,7 +497,7 @@ impl Vm {
                 // A coverage breakpoint is the monitor's own: the block is recorded, its byte put
                 // back and the instruction run; the core never hears of it.
                 let breakpoint = match vector {
-                    3 => self.space.blocks().and_then(|b| b.find(frame.rip.wrapping_sub(1))),
+                    3 => self.space.block_at(frame.rip.wrapping_sub(1)),
                     _ => None,
                 };
                 let outcome = match breakpoint {
