@@ -414,12 +414,23 @@ pub fn main(args: ExploreArgs) -> Exit {
         l.finish(&campaign);
     }
     let mut err = std::io::stderr().lock();
+    let blocks = |b: &deja_explore_report::BlockCoverage| {
+        format!(
+            "{} of {} blocks, {} of {} functions{}",
+            b.blocks_hit,
+            b.blocks_total,
+            b.functions_reached,
+            b.functions_total,
+            if b.scope.is_empty() { String::new() } else { format!(" (scope {})", b.scope.join(", ")) }
+        )
+    };
     if cluster {
         let _ = writeln!(
             err,
-            "deja: explored {} cluster rounds ({} strategy): {} behaviours seen, corpus {}, {} bug(s)",
+            "deja: explored {} cluster rounds ({} strategy): {}{} behaviours seen, corpus {}, {} bug(s)",
             campaign.rounds,
             campaign.strategy,
+            campaign.blocks.as_ref().map_or(String::new(), |b| format!("{}, ", blocks(b))),
             campaign.edges_hit,
             campaign.corpus_size,
             campaign.bugs.len()
@@ -427,14 +438,10 @@ pub fn main(args: ExploreArgs) -> Exit {
     } else if let Some(b) = &campaign.blocks {
         let _ = writeln!(
             err,
-            "deja: explored {} rounds ({} strategy): {} of {} blocks, {} of {} functions{}, corpus {}, {} bug(s)",
+            "deja: explored {} rounds ({} strategy): {}, corpus {}, {} bug(s)",
             campaign.rounds,
             campaign.strategy,
-            b.blocks_hit,
-            b.blocks_total,
-            b.functions_reached,
-            b.functions_total,
-            if b.scope.is_empty() { String::new() } else { format!(" (scope {})", b.scope.join(", ")) },
+            blocks(b),
             campaign.corpus_size,
             campaign.bugs.len()
         );

@@ -384,3 +384,43 @@ fn a_shared_library_is_covered_where_the_loader_maps_it() {
         std::fs::remove_dir_all(d).ok();
     }
 }
+
+#[test]
+fn a_clusters_nodes_are_covered_and_the_campaign_is_the_same_on_two_cores() {
+    let cores = host_cores();
+    let file = s(&root().join("examples/clusters/walkv-buggy.toml"));
+    guests();
+    let (a, b) = (dir("cluster-a"), dir("cluster-b"));
+    let args = |out: &Path| {
+        let out = s(out);
+        let a = [
+            "explore", "--runs", "40", "--mode", "faults", "--seed", "3", "--jobs", "1", "--quiet", "--out", &out,
+            &file,
+        ];
+        a.iter().map(|x| x.to_string()).collect::<Vec<_>>()
+    };
+    let on = |core: u32, a: Vec<String>| deja_on(core, &[], &a.iter().map(String::as_str).collect::<Vec<_>>());
+    let first = on(cores[0], args(&a));
+    assert_eq!(first.status.code(), Some(1), "the lost acknowledged write: {}", stderr(&first));
+    let line = stderr(&first).lines().find(|l| l.starts_with("deja: explored")).expect("a closing line").to_string();
+    assert!(line.contains(" blocks, ") && line.contains("(scope walkv::*"), "{line}");
+    let report = campaign_report(&a);
+    let blocks = &report["blocks"];
+    let (hit, total) = (blocks["blocks_hit"].as_u64().unwrap(), blocks["blocks_total"].as_u64().unwrap());
+    assert!(hit > 100 && hit < total, "blocks reached {hit} of {total}");
+    // The server's program and the client's, one id space, their functions by name.
+    let names = listed_functions(blocks);
+    assert!(
+        names.iter().any(|n| n == "walkv::Store::open") && names.iter().any(|n| n == "walkv::Client::put"),
+        "{names:?}"
+    );
+    let r = deja(&["replay", &s(&bug_file(&a))]);
+    assert_eq!(r.status.code(), Some(1), "the bug, found with breakpoints, replays without: {}", stderr(&r));
+    let second = on(*cores.last().unwrap(), args(&b));
+    assert_eq!(second.status.code(), Some(1), "{}", stderr(&second));
+    let strip = |v: Value, dir: &str| serde_json::from_str::<Value>(&v.to_string().replace(dir, "OUT")).unwrap();
+    assert_eq!(strip(report, &s(&a)), strip(campaign_report(&b), &s(&b)), "same blocks, corpus and bugs");
+    for d in [a, b] {
+        std::fs::remove_dir_all(d).ok();
+    }
+}

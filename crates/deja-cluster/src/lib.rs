@@ -145,6 +145,10 @@ pub struct NodeReport {
     pub host_cores: Vec<u32>,
     /// Storage faults may strike it (`[faults.storage] nodes`).
     pub storage_faults: bool,
+    /// Under block coverage ([`Fork::with_blocks`]): the blocks its lives reached while they
+    /// were armed, in the order reached. Outside the digest: the run is the same armed or not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<deja_vmm::coverage::BlockHit>,
 }
 
 /// How many durable operations on each path the `lives` of a node made, over all of them:

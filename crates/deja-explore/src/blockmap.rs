@@ -9,18 +9,37 @@ use deja_vmm::coverage::BlockImage;
 /// The report of block coverage over `blocks`, given the round in which each block id was first
 /// reached and the `--cover` patterns the blocks were chosen by.
 pub fn summarize(blocks: &BlockImage, first_reached: &BTreeMap<u32, u64>, scope: &[String]) -> BlockCoverage {
-    let mut lines: Vec<FunctionLine> = blocks
-        .functions()
-        .iter()
-        .map(|f| FunctionLine { name: f.name.clone(), file: f.file.clone(), ..FunctionLine::default() })
-        .collect();
-    for id in 0..blocks.len() {
-        let Some(f) = blocks.function_of(id) else { continue };
-        let line = &mut lines[f];
-        line.blocks += 1;
-        if let Some(&round) = first_reached.get(&(id as u32)) {
-            line.reached += 1;
-            line.first_round = Some(line.first_round.map_or(round, |r| r.min(round)));
+    summarize_all(&[(blocks, 0)], first_reached, scope)
+}
+
+/// [`summarize`] over several programs' blocks in one id space (a cluster's): each with the id
+/// of its first block.
+pub fn summarize_all(
+    parts: &[(&BlockImage, u32)],
+    first_reached: &BTreeMap<u32, u64>,
+    scope: &[String],
+) -> BlockCoverage {
+    let mut lines: Vec<FunctionLine> = Vec::new();
+    let mut total = 0u64;
+    let mut hit = 0u64;
+    for &(blocks, first) in parts {
+        let base = lines.len();
+        lines.extend(blocks.functions().iter().map(|f| FunctionLine {
+            name: f.name.clone(),
+            file: f.file.clone(),
+            ..FunctionLine::default()
+        }));
+        total += blocks.len() as u64;
+        for id in 0..blocks.len() {
+            let round = first_reached.get(&(first + id as u32));
+            hit += u64::from(round.is_some());
+            let Some(f) = blocks.function_of(id) else { continue };
+            let line = &mut lines[base + f];
+            line.blocks += 1;
+            if let Some(&round) = round {
+                line.reached += 1;
+                line.first_round = Some(line.first_round.map_or(round, |r| r.min(round)));
+            }
         }
     }
     let mut firsts: Vec<u64> = lines.iter().filter_map(|l| l.first_round).collect();
@@ -49,8 +68,8 @@ pub fn summarize(blocks: &BlockImage, first_reached: &BTreeMap<u32, u64>, scope:
     }
     BlockCoverage {
         files: files.into_values().collect(),
-        blocks_total: blocks.len() as u64,
-        blocks_hit: first_reached.keys().filter(|&&id| (id as usize) < blocks.len()).count() as u64,
+        blocks_total: total,
+        blocks_hit: hit,
         scope: scope.to_vec(),
         functions_total: lines.len() as u64,
         functions_reached: firsts.len() as u64,

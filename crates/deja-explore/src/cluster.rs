@@ -38,6 +38,7 @@ use crate::campaign::{
 };
 use crate::signature::FailureSignature;
 use crate::ExploreError;
+use deja_vmm::coverage::{BlockHit, BlockImage};
 use snafu::ensure;
 
 /// The cluster under exploration.
@@ -127,6 +128,9 @@ pub struct ClusterOutcome {
     pub features: BTreeMap<u64, Option<u64>>,
     /// The clients' history, checked, when they recorded one.
     pub history: Option<Result<deja_history::Verdict, deja_history::HistoryError>>,
+    /// Under block coverage: a 1 for each block of the campaign's id space the round's nodes
+    /// reached (empty without).
+    pub blocks: Vec<u8>,
 }
 
 use crate::features::{feature, template};
@@ -261,7 +265,7 @@ pub fn outcome(report: ClusterReport) -> ClusterOutcome {
     }
     let history = history_verdict(&report);
     let failure = failure_with(&report, &history);
-    ClusterOutcome { report, failure, features, history }
+    ClusterOutcome { report, failure, features, history, blocks: Vec::new() }
 }
 
 /// Where a cluster bug's run was forked (see [`deja_cluster::Fork`]).
@@ -580,12 +584,79 @@ fn find_by_hash(dir: &Path, want: &str) -> Option<Vec<u8>> {
 /// A cluster under exploration.
 pub struct ClusterSubject<'a> {
     target: &'a ClusterTarget,
+    /// Block coverage: the distinct programs of the nodes without SanitizerCoverage, in one id
+    /// space (empty without block coverage).
+    programs: Vec<NodeProgram>,
+    /// For each node, the index in `programs` of what it runs, if measured.
+    node_program: Vec<Option<usize>>,
+    /// The blocks the campaign has learned, by id, in the order learned.
+    learned: std::sync::Mutex<Vec<u32>>,
+}
+
+/// One program of a cluster's nodes under block coverage: its blocks, their scope and the id
+/// of its first block in the campaign's id space.
+struct NodeProgram {
+    blocks: std::sync::Arc<BlockImage>,
+    scope: Vec<String>,
+    first: u32,
 }
 
 impl<'a> ClusterSubject<'a> {
-    /// The subject of `target`.
-    pub fn new(target: &'a ClusterTarget) -> ClusterSubject<'a> {
-        ClusterSubject { target }
+    /// The subject of `target`; `block_coverage` measures blocks with one-shot breakpoints in
+    /// each node whose program has no SanitizerCoverage counters, in the functions `scope`
+    /// names or, when it names none, in its own code ([`BlockImage::of_program`]). Nodes
+    /// running the same program with the same shared objects share its blocks.
+    pub fn new(target: &'a ClusterTarget, block_coverage: bool, scope: &[String]) -> ClusterSubject<'a> {
+        let mut programs: Vec<NodeProgram> = Vec::new();
+        let mut keys: Vec<blake3::Hash> = Vec::new();
+        let mut node_program = Vec::new();
+        for n in &target.cfg.nodes {
+            let instrumented = deja_kernel::elf_section(&n.image, deja_kernel::SANCOV_SECTION.as_bytes()).is_some();
+            if !block_coverage || instrumented {
+                node_program.push(None);
+                continue;
+            }
+            let files: Vec<(&str, &[u8])> = n.files.iter().map(|(p, d)| (p.as_str(), d.as_slice())).collect();
+            let mut key = blake3::Hasher::new();
+            key.update(&n.image);
+            key.update(n.exe_path.as_bytes());
+            for (path, data) in files.iter().filter(|(p, d)| deja_vmm::coverage::is_shared_object(p, d)) {
+                key.update(path.as_bytes());
+                key.update(blake3::hash(data).as_bytes());
+            }
+            let key = key.finalize();
+            if let Some(i) = keys.iter().position(|k| *k == key) {
+                node_program.push(Some(i));
+                continue;
+            }
+            let (blocks, taken) = BlockImage::of_program(&n.image, &n.exe_path, &files, scope);
+            if blocks.is_empty() {
+                node_program.push(None);
+                continue;
+            }
+            let first = programs.last().map_or(0, |p| p.first + p.blocks.len() as u32);
+            keys.push(key);
+            programs.push(NodeProgram { blocks, scope: taken, first });
+            node_program.push(Some(programs.len() - 1));
+        }
+        ClusterSubject { target, programs, node_program, learned: std::sync::Mutex::new(Vec::new()) }
+    }
+
+    /// How many blocks the campaign's id space holds (0: no block coverage).
+    fn blocks_total(&self) -> u64 {
+        self.programs.last().map_or(0, |p| u64::from(p.first) + p.blocks.len() as u64)
+    }
+
+    /// The blocks to arm in each node, when `r` measures them.
+    fn node_blocks(&self, r: &ClusterReference) -> Option<Vec<Option<std::sync::Arc<BlockImage>>>> {
+        (r.blocks != 0 && r.blocks == self.blocks_total())
+            .then(|| self.node_program.iter().map(|p| p.map(|i| self.programs[i].blocks.clone())).collect())
+    }
+
+    /// The campaign's ids of the blocks `hits` of node `node`.
+    fn global_ids<'h>(&'h self, node: usize, hits: &'h [BlockHit]) -> impl Iterator<Item = usize> + 'h {
+        let first = self.node_program.get(node).copied().flatten().map(|i| self.programs[i].first);
+        hits.iter().filter_map(move |h| first.map(|f| (f + h.block) as usize))
     }
 
     fn config(&self, seed: u64) -> ClusterConfig {
@@ -610,6 +681,18 @@ pub struct ClusterReference {
     /// it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<crate::menu::NodeMenu>,
+    /// The blocks of the nodes' programs when the campaign measures block coverage, else 0.
+    #[serde(default)]
+    pub blocks: u64,
+}
+
+/// A worker of a cluster campaign: its fork (none for independent runs), the blocks (by the
+/// campaign's ids) its setup reached, which every round it forks reaches too, and how many of
+/// the learned blocks it has taken out of it.
+pub struct ClusterWorker {
+    fork: Option<Fork>,
+    setup: Vec<usize>,
+    applied: usize,
 }
 
 /// What each node of a round offers to storage faults: the durable operations and the file
@@ -644,7 +727,7 @@ pub fn node_menus(report: &ClusterReport) -> Vec<crate::menu::NodeMenu> {
 impl Subject for ClusterSubject<'_> {
     type Input = ClusterInput;
     type Outcome = ClusterOutcome;
-    type Worker = Option<Fork>;
+    type Worker = ClusterWorker;
     type Reference = ClusterReference;
     const KIND: &'static str = "cluster";
 
@@ -662,6 +745,9 @@ impl Subject for ClusterSubject<'_> {
 
     fn bootstrap(&self, cfg: &CampaignConfig) -> Result<(ClusterReference, Vec<ClusterOutcome>), ExploreError> {
         let mut r = ClusterReference { seed: cfg.seed, ..ClusterReference::default() };
+        if cfg.strategy == Strategy::Coverage {
+            r.blocks = self.blocks_total();
+        }
         // The untouched run: what its nodes offer to storage faults, for fresh rounds. It is not
         // learned (the seed round is the campaign's first). With several workers it runs on a
         // thread of its own beside the fork: the two are independent.
@@ -706,30 +792,91 @@ impl Subject for ClusterSubject<'_> {
         ClusterInput { seed: r.seed, steer_at: r.steer_at, ..ClusterInput::default() }
     }
 
-    fn worker(&self, r: &ClusterReference, strategy: Strategy) -> Result<Option<Fork>, ExploreError> {
+    fn worker(&self, r: &ClusterReference, strategy: Strategy) -> Result<ClusterWorker, ExploreError> {
         if strategy == Strategy::Random {
-            return Ok(None);
+            return Ok(ClusterWorker { fork: None, setup: Vec::new(), applied: 0 });
         }
-        let fork = Fork::new(self.config(r.seed), r.steer_at, &mut |_, _, _| {}).map_err(cluster_err)?;
+        let blocks = self.node_blocks(r).unwrap_or_default();
+        let fork =
+            Fork::with_blocks(self.config(r.seed), r.steer_at, blocks, &mut |_, _, _| {}).map_err(cluster_err)?;
         match fork {
-            Some(f) if f.base_decisions == r.base_decisions && f.virtual_time_ns == r.virtual_time_ns => Ok(Some(f)),
+            Some((f, hits)) if f.base_decisions == r.base_decisions && f.virtual_time_ns == r.virtual_time_ns => {
+                let mut setup: Vec<usize> =
+                    hits.iter().enumerate().flat_map(|(node, h)| self.global_ids(node, h)).collect();
+                setup.sort_unstable();
+                setup.dedup();
+                Ok(ClusterWorker { fork: Some(f), setup, applied: 0 })
+            }
             _ => Err(ExploreError::ClusterNotDeterministic),
         }
     }
 
     fn run(
         &self,
-        worker: &mut Option<Fork>,
+        worker: &mut ClusterWorker,
         r: &ClusterReference,
         input: &ClusterInput,
     ) -> Result<ClusterOutcome, ExploreError> {
-        match worker {
+        let measured = self.node_blocks(r).is_some();
+        match &mut worker.fork {
             Some(fork) if input.seed == r.seed && input.schedule.is_none() => {
+                if measured {
+                    // What the campaign learned since this worker's last round, out of every node
+                    // running the program it belongs to.
+                    let learned: Vec<u32> = match self.learned.lock() {
+                        Ok(l) => l[worker.applied..].to_vec(),
+                        Err(_) => Vec::new(),
+                    };
+                    worker.applied += learned.len();
+                    for (node, program) in self.node_program.iter().enumerate() {
+                        let Some(p) = program.map(|i| &self.programs[i]) else { continue };
+                        let ids: Vec<u32> = learned
+                            .iter()
+                            .filter_map(|&id| id.checked_sub(p.first).filter(|&l| (l as usize) < p.blocks.len()))
+                            .collect();
+                        fork.disarm_blocks(node, &ids);
+                    }
+                }
                 let report = fork.run_child(&input.steering(), &mut |_, _, _| {}).map_err(cluster_err)?;
-                Ok(outcome(report))
+                let mut out = outcome(report);
+                if measured {
+                    let mut map = vec![0u8; self.blocks_total() as usize];
+                    let reached = out.report.nodes.iter().enumerate().flat_map(|(i, n)| self.global_ids(i, &n.blocks));
+                    for id in worker.setup.iter().copied().chain(reached) {
+                        if let Some(b) = map.get_mut(id) {
+                            *b = 1;
+                        }
+                    }
+                    out.blocks = map;
+                }
+                Ok(out)
             }
             _ => run_cluster_input(self.target, input, &mut |_, _, _| {}),
         }
+    }
+
+    fn learned_coverage(&self, indices: &[usize]) {
+        if !self.programs.is_empty() {
+            if let Ok(mut l) = self.learned.lock() {
+                l.extend(indices.iter().map(|&i| i as u32));
+            }
+        }
+    }
+
+    fn block_coverage(
+        &self,
+        r: &ClusterReference,
+        first_reached: &BTreeMap<u32, u64>,
+    ) -> Option<deja_explore_report::BlockCoverage> {
+        self.node_blocks(r)?;
+        let parts: Vec<(&BlockImage, u32)> = self.programs.iter().map(|p| (&*p.blocks, p.first)).collect();
+        let mut scope: Vec<String> = Vec::new();
+        for s in self.programs.iter().flat_map(|p| p.scope.iter()) {
+            if !scope.contains(s) {
+                scope.push(s.clone());
+            }
+        }
+        Some(crate::blockmap::summarize_all(&parts, first_reached, &scope))
     }
 
     fn confirm(
@@ -773,7 +920,9 @@ impl Subject for ClusterSubject<'_> {
             })
             .collect();
         Facts {
+            coverage: out.blocks.clone(),
             coverage_at: BTreeMap::new(),
+            blocks: !out.blocks.is_empty(),
             failure: out.failure.clone(),
             semantic: out.features.clone(),
             decisions,
@@ -878,7 +1027,7 @@ pub fn explore_cluster(
     cfg: &CampaignConfig,
     progress: &mut dyn FnMut(&crate::Progress),
 ) -> Result<report::Campaign, ExploreError> {
-    crate::campaign::explore(&ClusterSubject::new(target), cfg, progress)
+    crate::campaign::explore(&ClusterSubject::new(target, cfg.block_coverage, &cfg.cover), cfg, progress)
 }
 
 /// A minimized cluster bug.

@@ -31,7 +31,22 @@ impl Fork {
     /// Boots `cfg` and keeps it at `at`; `None` when the run ended before every node had
     /// called `setup_complete` (a fork at [`SteerAt::Boot`] always exists).
     pub fn new(cfg: ClusterConfig, at: SteerAt, sink: Sink<'_>) -> Result<Option<Fork>, ClusterError> {
-        let mut sim = Sim::boot(cfg, false, true)?;
+        Ok(Fork::with_blocks(cfg, at, Vec::new(), sink)?.map(|(fork, _)| fork))
+    }
+
+    /// [`Fork::new`] with block coverage ([`deja_vmm::coverage`]): each node with blocks in
+    /// `blocks` (by node; a node without, or past its end, is not armed) is armed from its
+    /// first instruction, in every life, so the fork's parents keep a breakpoint on every block
+    /// the setup did not reach. Returns, by node, the blocks the run to the fork reached.
+    /// A child's [`crate::NodeReport::blocks`] are the blocks it reached that were still armed.
+    pub fn with_blocks(
+        cfg: ClusterConfig,
+        at: SteerAt,
+        blocks: Vec<Option<Arc<BlockImage>>>,
+        sink: Sink<'_>,
+    ) -> Result<Option<(Fork, Vec<Vec<BlockHit>>)>, ClusterError> {
+        let cover = blocks.into_iter().map(|b| b.map(|b| (b, Seen::default()))).collect();
+        let mut sim = Sim::boot(cfg, false, true, cover)?;
         match at {
             SteerAt::Setup => {
                 sim.arm();
@@ -57,7 +72,14 @@ impl Fork {
         }
         let mut parents = Vec::new();
         let mut vms = Vec::new();
+        let mut hits = Vec::new();
         for n in &mut sim.nodes {
+            // What the setup reached (earlier lives' blocks too); no child repeats it.
+            let mut reached = std::mem::take(&mut n.blocks);
+            if let Some(live) = n.live.as_mut() {
+                reached.extend(live.vm.take_block_hits());
+            }
+            hits.push(reached);
             match n.live.take() {
                 Some(mut live) => {
                     let name = n.cfg.name.clone();
@@ -71,7 +93,7 @@ impl Fork {
             }
         }
         let frozen = sim.clone_cold();
-        Ok(Some(Fork {
+        let fork = Fork {
             base_decisions: frozen.log.records().len() as u64,
             virtual_time_ns: frozen.now,
             frozen,
@@ -79,7 +101,22 @@ impl Fork {
             vms,
             at,
             last_reset: ClusterReset::default(),
-        }))
+        };
+        Ok(Some((fork, hits)))
+    }
+
+    /// The blocks `ids` of node `node` are seen by the campaign: their breakpoints come out of
+    /// its fork VM and its parent's image, and the VMs of later lives do not arm them.
+    pub fn disarm_blocks(&mut self, node: usize, ids: &[u32]) {
+        let Some(Some((blocks, seen))) = self.frozen.cover.get_mut(node) else { return };
+        let fresh: Vec<u32> = ids.iter().copied().filter(|&id| seen.insert(id as usize)).collect();
+        let blocks = blocks.clone();
+        if let Some(vm) = self.vms[node].as_mut() {
+            vm.disarm_blocks(&fresh);
+        }
+        if let Some(parent) = self.parents[node].as_mut() {
+            parent.disarm_blocks(&blocks, &fresh);
+        }
     }
 
     /// Resets every node to the fork, applies `steering` (its `at` must be the fork's) and runs
@@ -100,6 +137,8 @@ impl Fork {
             let mut vm = self.vms[i].take().context(ForkLostVmSnafu { node: name })?;
             stats.push(Some(parent.reset(&mut vm).context(VmSnafu { node: name })?));
             vm.stats.host_cores.clear();
+            // Hits of a round that ended in an error, never taken.
+            vm.take_block_hits();
             sim.nodes[i].live = Some(Live { vm, kernel: parent.kernel().clone(), forked: true });
         }
         self.last_reset = ClusterReset { nodes: stats };

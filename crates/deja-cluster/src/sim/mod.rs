@@ -72,6 +72,7 @@ use std::time::Instant;
 
 use deja_kernel::net::{Packet, Payload, SockAddr};
 use deja_kernel::{DecisionLog, DecisionPoint, ExitStatus, Kernel, ProgramSpec, RandomFault, RunReport, Stream};
+use deja_vmm::coverage::{BlockHit, BlockImage, Seen};
 use deja_vmm::{BootOptions, Parent, ResetStats, Stop, Vm};
 use serde::{Deserialize, Serialize};
 
@@ -133,6 +134,8 @@ struct Node {
     min_exit_ns: u64,
     host_cores: Vec<u32>,
     seed: u64,
+    /// The blocks its lives reached while armed (block coverage).
+    blocks: Vec<BlockHit>,
 }
 
 impl Node {
@@ -152,6 +155,7 @@ impl Node {
             min_exit_ns: self.min_exit_ns,
             host_cores: self.host_cores.clone(),
             seed: self.seed,
+            blocks: self.blocks.clone(),
         }
     }
 }
@@ -278,13 +282,16 @@ struct Sim {
     crash_states: usize,
     /// The crashes at durable operations so far.
     crashes: Vec<CrashRecord>,
+    /// Block coverage, by node (empty: none): the blocks to arm in each VM a life of the node
+    /// boots in, and those the campaign has seen.
+    cover: Vec<Option<(Arc<BlockImage>, Seen)>>,
 }
 
 /// Runs a cluster to its end.
 pub fn run(cfg: ClusterConfig, opts: RunOptions<'_>) -> Result<ClusterReport, ClusterError> {
     let wall = Instant::now();
     let steering = opts.steering;
-    let mut sim = Sim::boot(cfg, opts.record_trace, false)?;
+    let mut sim = Sim::boot(cfg, opts.record_trace, false, Vec::new())?;
     sim.crash_states = steering.crash_states;
     let outcome = match steering.at {
         SteerAt::Boot => {
@@ -306,8 +313,14 @@ pub fn run(cfg: ClusterConfig, opts: RunOptions<'_>) -> Result<ClusterReport, Cl
 }
 
 impl Sim {
-    /// Boots every node of `cfg`; nothing has run yet.
-    fn boot(cfg: ClusterConfig, record_trace: bool, dirty_log: bool) -> Result<Sim, ClusterError> {
+    /// Boots every node of `cfg`, each armed with its blocks in `cover` (if any); nothing has
+    /// run yet.
+    fn boot(
+        cfg: ClusterConfig,
+        record_trace: bool,
+        dirty_log: bool,
+        cover: Vec<Option<(Arc<BlockImage>, Seen)>>,
+    ) -> Result<Sim, ClusterError> {
         let addrs: Vec<[u8; 4]> = cfg.nodes.iter().map(|n| n.address).collect();
         let log = DecisionLog::new(CLUSTER_CONTEXT, cfg.seed);
         let nodes = cfg
@@ -328,6 +341,7 @@ impl Sim {
                 min_exit_ns: u64::MAX,
                 host_cores: Vec::new(),
                 seed: node_seed(cfg.seed, i),
+                blocks: Vec::new(),
             })
             .collect();
         let mut sim = Sim {
@@ -347,6 +361,7 @@ impl Sim {
             storage: Vec::new(),
             crash_states: 0,
             crashes: Vec::new(),
+            cover,
         };
         sim.storage = sim.cfg.storage.faults.clone();
         for i in 0..sim.nodes.len() {
@@ -374,6 +389,7 @@ impl Sim {
             storage: self.storage.clone(),
             crash_states: self.crash_states,
             crashes: self.crashes.clone(),
+            cover: self.cover.clone(),
         }
     }
 
@@ -493,7 +509,8 @@ impl Sim {
     }
 
     /// A life of node `i` ended: its VM goes back to the fork if it was the fork's.
-    fn retire(&mut self, i: usize, live: Live) {
+    fn retire(&mut self, i: usize, mut live: Live) {
+        self.nodes[i].blocks.extend(live.vm.take_block_hits());
         if live.forked {
             self.spare[i] = Some(live.vm);
         }
@@ -530,6 +547,9 @@ impl Sim {
         // VMs of their own.
         let opts = BootOptions { dirty_log: self.dirty_log, ..BootOptions::default() };
         let (mut vm, mut kernel) = deja_vmm::boot(&spec, memory, opts).context(BootSnafu { node: &n.cfg.name })?;
+        if let Some(Some((blocks, seen))) = self.cover.get(i) {
+            vm.arm_blocks(blocks.clone(), seen);
+        }
         kernel.attach_network(n.cfg.address);
         kernel.resume(&mut vm.space, self.now, Vec::new());
         n.live = Some(Live { vm, kernel, forked: self.dirty_log });
@@ -892,6 +912,7 @@ impl Sim {
                 min_exit_ns: if n.min_exit_ns == u64::MAX { 0 } else { n.min_exit_ns },
                 host_cores: n.host_cores,
                 storage_faults: self.cfg.storage.targets_node(&n.cfg.name),
+                blocks: n.blocks,
             })
             .collect();
         ClusterReport {
