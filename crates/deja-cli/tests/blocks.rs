@@ -424,3 +424,107 @@ fn a_clusters_nodes_are_covered_and_the_campaign_is_the_same_on_two_cores() {
         std::fs::remove_dir_all(d).ok();
     }
 }
+
+/// A program that executes itself again (with an argument that takes it to a function nothing
+/// else reaches) and another program, each in a forked child.
+const EXEC_MAIN: &str = r#"
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+__attribute__((noinline)) int only_in_the_child(int n) {
+    int s = 0;
+    for (int i = 0; i < n; i++)
+        s += i * 7;
+    return s;
+}
+
+static void run(const char *path, const char *name, const char *arg) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(path, name, arg, (char *)0);
+        _exit(127);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "child") == 0) {
+        printf("%d\n", only_in_the_child(10));
+        return 0;
+    }
+    run("/bin/execer", "execer", "child");
+    run("/bin/helper", "helper", (const char *)0);
+    return 0;
+}
+"#;
+
+const EXEC_HELPER: &str = r#"
+#include <stdio.h>
+
+__attribute__((noinline)) int helper_work(int x) {
+    return x * 2 + 1;
+}
+
+int main(int argc, char **argv) {
+    (void)argv;
+    printf("%d\n", helper_work(20 + argc));
+    return 0;
+}
+"#;
+
+#[test]
+fn code_a_process_executes_is_covered_the_program_itself_again_and_another() {
+    let src = dir("exec-src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("execer.c"), EXEC_MAIN).unwrap();
+    std::fs::write(src.join("helper.c"), EXEC_HELPER).unwrap();
+    for name in ["execer", "helper"] {
+        let o = std::process::Command::new("gcc")
+            .args(["-g", "-O1", "-static", "-o", name, &format!("{name}.c")])
+            .current_dir(&src)
+            .output()
+            .expect("gcc");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let out = dir("exec-out");
+    let helper = format!("{}:/bin/helper", src.join("helper").display());
+    let o = deja(&[
+        "explore",
+        "--runs",
+        "5",
+        "--mode",
+        "faults",
+        "--seed",
+        "1",
+        "--jobs",
+        "1",
+        "--quiet",
+        "--file",
+        &helper,
+        "--out",
+        &s(&out),
+        &s(&src.join("execer")),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let b = campaign_report(&out)["blocks"].clone();
+    // Both programs' own functions (their sources are in one directory), none of libc's.
+    assert_eq!(b["scope"], serde_json::json!([format!("{}/", src.display())]), "{b}");
+    assert_eq!(b["functions_total"].as_u64(), Some(5), "execer's main, run and only_in_the_child; helper's two: {b}");
+    let reached: Vec<String> = b["latest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| format!("{} ({})", f["name"].as_str().unwrap(), f["file"].as_str().unwrap_or("")))
+        .collect();
+    for f in ["only_in_the_child", "helper_work", "main", "run"] {
+        assert!(reached.iter().any(|r| r.starts_with(&format!("{f} ("))), "{f} reached: {reached:?}");
+    }
+    assert!(reached.iter().any(|r| r == &format!("helper_work ({})", src.join("helper.c").display())), "{reached:?}");
+    assert_eq!(b["never"].as_array().unwrap().len(), 0, "{b}");
+    for d in [src, out] {
+        std::fs::remove_dir_all(d).ok();
+    }
+}

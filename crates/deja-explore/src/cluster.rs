@@ -620,7 +620,7 @@ impl<'a> ClusterSubject<'a> {
             let mut key = blake3::Hasher::new();
             key.update(&n.image);
             key.update(n.exe_path.as_bytes());
-            for (path, data) in files.iter().filter(|(p, d)| deja_vmm::coverage::is_shared_object(p, d)) {
+            for (path, data) in files.iter().filter(|(_, d)| deja_vmm::coverage::is_code_object(d)) {
                 key.update(path.as_bytes());
                 key.update(blake3::hash(data).as_bytes());
             }

@@ -1149,7 +1149,11 @@ fn the_memory_hears_where_file_code_becomes_executable_rewritten_or_not() {
         let mut spec = spec_with(exec_image(), 1);
         spec.rewrite = rewrite;
         spec.files.insert("/lib/libx.so".into(), vec![0x90; 3 * 4096]);
+        let image_len = spec.image.len() as u64;
         let (mut k, _, mut m) = boot_spec(spec);
+        // The program's own code, at load.
+        assert!(!m.code.is_empty() && m.code.iter().all(|c| c.3 == image_len), "{:?}", m.code);
+        m.code.clear();
         let buf = scratch(&mut k, &mut m, 4096);
         let p = path(&k, &mut m, buf, "/lib/libx.so");
         let fd = sc(&mut k, &mut m, "openat", &[AT_FDCWD, p, 0, 0]) as u64;

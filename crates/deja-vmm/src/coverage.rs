@@ -61,6 +61,9 @@ pub const INT3: u8 = 0xcc;
 pub struct BlockImage {
     addrs: Vec<u64>,
     originals: Vec<u8>,
+    /// The program image's size and BLAKE3: a process that executes the same bytes (loaded at
+    /// the same addresses: the kernel's loader is a function of the image) runs these blocks.
+    image: (u64, [u8; 32]),
     /// The shared objects, their ids after the image's.
     objects: Vec<ObjectBlocks>,
     /// The functions the image's and the objects' symbols name that hold at least one block,
@@ -135,6 +138,12 @@ pub fn is_shared_object(path: &str, data: &[u8]) -> bool {
     data.starts_with(b"\x7fELF") && (name.ends_with(".so") || name.contains(".so."))
 }
 
+/// Whether the file `data` is code a process may map or execute: an ELF file (a shared object,
+/// or a program another one executes).
+pub fn is_code_object(data: &[u8]) -> bool {
+    data.starts_with(b"\x7fELF")
+}
+
 /// Whether the shared object at `path` is part of the C or C++ runtime (libc, the loader,
 /// libm, libstdc++, ...), not a program's own code.
 pub fn is_runtime_object(path: &str) -> bool {
@@ -147,18 +156,20 @@ impl BlockImage {
     /// them; with `scope` not empty, only those inside a function one of its patterns takes
     /// ([`in_scope`]).
     pub fn of_image(image: &[u8], scope: &[String]) -> Arc<BlockImage> {
-        let mut out = BlockImage::default();
+        let mut out =
+            BlockImage { image: (image.len() as u64, *blake3::hash(image).as_bytes()), ..BlockImage::default() };
         out.add_image(&deja_kernel::hostchan::image_blocks(image), scope, "");
         Arc::new(out)
     }
 
-    /// The blocks of the program `image` (at `exe_path`) and of the shared objects among
-    /// `files` (path and bytes: [`is_shared_object`]), in the functions `scope` takes, and that
-    /// scope. An empty `scope` means the program's own code: in the image, what
-    /// [`deja_rewrite::own_code`] names (the whole image when that holds no block), and every
-    /// object outside the C and C++ runtimes ([`is_runtime_object`]), each named by its path.
-    /// A pattern with a `/` takes an object's functions when it matches the object's path.
-    /// The image and each object are read and planned once.
+    /// The blocks of the program `image` (at `exe_path`) and of the code objects among `files`
+    /// (path and bytes: [`is_code_object`]: the shared objects it may load and the programs it
+    /// may execute), in the functions `scope` takes, and that scope. An empty `scope` means the
+    /// program's own code: in the image and in each program among the files, what
+    /// [`deja_rewrite::own_code`] names (all of it when that holds no block), and every shared
+    /// object outside the C and C++ runtimes ([`is_runtime_object`]), named by its path. A
+    /// pattern with a `/` takes an object's functions when it matches the object's path. The
+    /// image and each object are read and planned once.
     pub fn of_program(
         image: &[u8],
         exe_path: &str,
@@ -166,22 +177,34 @@ impl BlockImage {
         scope: &[String],
     ) -> (Arc<BlockImage>, Vec<String>) {
         let map = deja_kernel::hostchan::image_blocks(image);
-        let objects: Vec<(&str, &[u8])> = files.iter().copied().filter(|(p, d)| is_shared_object(p, d)).collect();
-        let mut out = BlockImage::default();
+        let objects: Vec<(&str, &[u8])> =
+            files.iter().copied().filter(|(_, d)| is_code_object(d) && *d != image).collect();
+        let fresh =
+            || BlockImage { image: (image.len() as u64, *blake3::hash(image).as_bytes()), ..BlockImage::default() };
+        let mut out = fresh();
         let mut scope = scope.to_vec();
         if scope.is_empty() {
             let own = deja_rewrite::own_code(&map.functions);
             if !own.is_empty() && out.add_image(&map, &own, exe_path) > 0 {
                 scope = own;
             } else {
-                out = BlockImage::default();
+                out = fresh();
                 out.add_image(&map, &[], exe_path);
             }
             let own: Vec<&(&str, &[u8])> = objects.iter().filter(|(p, _)| !is_runtime_object(p)).collect();
             if !own.is_empty() && scope.is_empty() {
                 scope.push(exe_path.to_string());
             }
-            for (path, data) in own {
+            for &&(path, data) in &own {
+                // A program it may execute: its own code, as the image's; a shared object (or
+                // a program whose own code holds nothing): all of it.
+                if !is_shared_object(path, data) {
+                    let mine = deja_rewrite::own_code(&deja_rewrite::functions(data));
+                    if !mine.is_empty() && out.add_object(path, data, &mine) > 0 {
+                        scope.extend(mine.into_iter().filter(|p| !scope.contains(p)).collect::<Vec<_>>());
+                        continue;
+                    }
+                }
                 if out.add_object(path, data, &[]) > 0 {
                     scope.push(path.to_string());
                 }
@@ -290,6 +313,11 @@ impl BlockImage {
         &self.objects
     }
 
+    /// Whether `data` is the program image's bytes.
+    pub fn is_image(&self, data: &[u8]) -> bool {
+        data.len() as u64 == self.image.0 && !self.addrs.is_empty() && *blake3::hash(data).as_bytes() == self.image.1
+    }
+
     /// The index of the shared object whose bytes are `data`, if one is.
     pub fn object_of(&self, data: &[u8]) -> Option<u32> {
         let len = data.len() as u64;
@@ -365,7 +393,7 @@ impl BlockImage {
     #[cfg(test)]
     pub(crate) fn from_blocks(addrs: Vec<u64>, originals: Vec<u8>) -> BlockImage {
         let owner = vec![u32::MAX; addrs.len()];
-        BlockImage { addrs, originals, objects: Vec::new(), functions: Vec::new(), owner }
+        BlockImage { addrs, originals, owner, ..BlockImage::default() }
     }
 
     /// An image without blocks of its own and one shared object, `data`, with blocks at the

@@ -330,6 +330,20 @@ impl AddressSpace {
     /// left as it is (its breakpoints may have been hit).
     fn place(&mut self, data: &[u8], start: u64, end: u64, base: u64) {
         let Some(blocks) = self.blocks.clone() else { return };
+        if blocks.is_image(data) && !self.blocks_spaces.contains(&self.root) {
+            // The program executed again (`execve`): its blocks at their addresses, in this
+            // space too, armed but those seen.
+            self.blocks_spaces.insert(self.root);
+            let arm: Vec<u64> = (0..blocks.image_len())
+                .filter(|&id| !self.seen.contains(id))
+                .filter_map(|id| blocks.addr(id).filter(|&a| blocks.find(a) == Some(id)))
+                .collect();
+            self.arm_pages(&arm);
+            return;
+        }
+        if blocks.is_image(data) {
+            return;
+        }
         let Some(object) = blocks.object_of(data) else { return };
         let root = self.root;
         let same: Vec<Placed> =
@@ -344,8 +358,15 @@ impl AddressSpace {
             .filter(|&(id, va)| !self.seen.contains(id) && !same.iter().any(|p| (p.start..p.end).contains(&va)))
             .map(|(_, va)| va)
             .collect();
+        self.arm_pages(&arm);
+        self.placed.push(at);
+    }
+
+    /// Writes a breakpoint at each of `addrs` (ascending) in the current space, a page at a time
+    /// (a copy-on-write page gets a frame of its own first).
+    fn arm_pages(&mut self, addrs: &[u64]) {
         let mut page = vec![0u8; PAGE_SIZE as usize];
-        for run in arm.chunk_by(|a, b| a & !(PAGE_SIZE - 1) == b & !(PAGE_SIZE - 1)) {
+        for run in addrs.chunk_by(|a, b| a & !(PAGE_SIZE - 1) == b & !(PAGE_SIZE - 1)) {
             let va = run[0] & !(PAGE_SIZE - 1);
             if self.end_cow_range(va, 1).is_err() {
                 continue;
@@ -357,7 +378,6 @@ impl AddressSpace {
             }
             self.write_phys(gpa, &page);
         }
-        self.placed.push(at);
     }
 
     /// Drops the placements of the current space that meet `[a, b)` (code unmapped or moved):

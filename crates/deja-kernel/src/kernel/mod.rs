@@ -192,6 +192,17 @@ fn page_runs(pages: &BTreeMap<u64, (Prot, u64)>) -> Vec<(u64, u64, Prot, u64)> {
 /// Maps the dynamic loader `path` (its bytes `bytes`, parsed as `img`) below the mmap area's top,
 /// as a private mapping of the file, its code rewritten like the program's. Returns its load
 /// bias (`AT_BASE`) and its entry point.
+/// Tells `mem` where the executable segments of the ELF `bytes` (parsed: `img`), loaded with
+/// `bias` added to its addresses, put its code ([`Memory::code_mapped`]): each segment's pages,
+/// with the address of file offset 0 as that segment places it.
+fn code_mapped(mem: &mut dyn Memory, bytes: &[u8], bias: u64, img: &elf::ElfImage) {
+    for p in img.loads().filter(|p| p.p_flags & PF_X != 0) {
+        let start = bias.wrapping_add(p.p_vaddr);
+        let Some(end) = page_up(start.saturating_add(p.p_memsz)) else { continue };
+        mem.code_mapped(bytes, page_down(start), end, start.wrapping_sub(p.p_offset));
+    }
+}
+
 fn map_loader(
     mem: &mut dyn Memory,
     mappings: &mut Mappings,
@@ -227,6 +238,7 @@ fn map_loader(
         let at = Placement { name: path.to_string(), start, end, base: bias, by_addr: true };
         host.apply(mem, &plan_file(bytes), &at).context(OutOfMemorySnafu { what: "the loader" })?;
     }
+    code_mapped(mem, bytes, bias, img);
     for (a, b, prot, offset) in page_runs(&page_prot) {
         mem.protect(a, b - a, prot);
         let kind = VmaKind::File {
@@ -335,6 +347,8 @@ pub(crate) fn map_program<S: AsRef<[u8]>>(
             host.apply(mem, &plan, &at).context(OutOfMemorySnafu { what: "the image" })?;
         }
     }
+    let bias = reloc(min_page).map_or(0, |b| b.wrapping_sub(min_page));
+    code_mapped(mem, image.bytes, bias, img);
     for (a, b, prot, offset) in runs {
         mem.protect(a, b - a, prot);
         mappings.insert(Vma { start: a, end: b, prot, kind: VmaKind::Image { offset }, shared: false });
