@@ -228,7 +228,7 @@ fn demo() -> Result<(), String> {
     guests()?;
     let root = root();
     status("building deja", cargo().current_dir(&root).args(["build", "--release", "--quiet", "-p", "deja-cli"]))?;
-    let deja = root.join("target/release/deja");
+    let deja = release_deja(&root);
     let g = root.join("target/guests");
     let step = |title: &str, args: &[&str]| -> Result<(), String> {
         println!("\n$ deja {}", args.join(" "));
@@ -304,9 +304,11 @@ fn dogfood() -> Result<(), String> {
     status("building deja", cargo().current_dir(&root).args(["build", "--release", "--quiet", "-p", "deja-cli"]))?;
     status(
         "deja dogfood",
-        Command::new(root.join("target/release/deja"))
+        Command::new(release_deja(&root))
             .args(["dogfood", "--out"])
-            .arg(root.join("dogfood-results/explore.md")),
+            .arg(root.join("dogfood-results/explore.md"))
+            .arg("--guests")
+            .arg(root.join("target/guests")),
     )
 }
 
@@ -325,4 +327,11 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The `deja` a release build of the workspace makes: under `CARGO_TARGET_DIR` when it is set
+/// (relative to the workspace root, as cargo takes it), `target/` otherwise.
+fn release_deja(root: &Path) -> PathBuf {
+    let dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |d| root.join(d));
+    dir.join("release/deja")
 }
