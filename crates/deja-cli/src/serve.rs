@@ -90,6 +90,9 @@ impl Round {
 struct Tables {
     faults: BTreeMap<String, u64>,
     assertions: Vec<AssertionLine>,
+    /// Block coverage so far (functions reached over rounds, the rarest), when measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    blocks: Option<deja_explore_report::BlockCoverage>,
 }
 
 /// What the campaign sends the hub.
@@ -140,7 +143,8 @@ impl Feed {
         if !fresh.is_empty() || self.tables_at.is_none_or(|t| t.elapsed() >= TABLES_EVERY) {
             self.tables_at = Some(Instant::now());
             let assertions = p.assertions.values().cloned().collect();
-            let _ = self.tx.send(Msg::Tables(Tables { faults: p.faults.clone(), assertions }));
+            let _ =
+                self.tx.send(Msg::Tables(Tables { faults: p.faults.clone(), assertions, blocks: p.blocks.clone() }));
         }
     }
 }
@@ -239,7 +243,8 @@ impl Book {
             b.rounds.record(Round { wall_seconds: wall.get(&p.round).copied(), ..round_of(p, c.edges_total) });
         }
         b.bugs = c.bugs.clone();
-        b.tables = Some(Tables { faults: c.faults.clone(), assertions: c.assertions.clone() });
+        b.tables =
+            Some(Tables { faults: c.faults.clone(), assertions: c.assertions.clone(), blocks: c.blocks.clone() });
         b.header = header_of(c);
         b.done = Some(if finished { "finished" } else { "checkpointed" });
         b
@@ -317,7 +322,11 @@ impl Book {
             }
             Msg::Done(c) => {
                 self.bugs = c.bugs.clone();
-                self.tables = Some(Tables { faults: c.faults.clone(), assertions: c.assertions.clone() });
+                self.tables = Some(Tables {
+                    faults: c.faults.clone(),
+                    assertions: c.assertions.clone(),
+                    blocks: c.blocks.clone(),
+                });
                 self.header = header_of(&c);
                 self.done = Some("finished");
                 let f = self.done_frame("finished");

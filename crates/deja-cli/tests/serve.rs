@@ -230,6 +230,15 @@ fn a_served_campaign_streams_its_rounds_and_its_bug_and_is_the_campaign_run_unwa
     let done = &e.last().unwrap().1;
     assert_eq!(done["state"], "finished");
     assert_eq!(done["campaign"]["rounds"], 120);
+    // Block coverage while it runs (the bank has no SanitizerCoverage): every table carries the
+    // blocks and functions reached so far, which only grow, up to the report's.
+    let live: Vec<(u64, u64)> = named(&e, "tables")
+        .map(|t| (t["blocks"]["blocks_hit"].as_u64().unwrap(), t["blocks"]["functions_reached"].as_u64().unwrap()))
+        .collect();
+    assert!(live.iter().all(|&(b, f)| b > 0 && f > 0), "{live:?}");
+    assert!(live.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1), "{live:?}");
+    let last = *live.last().unwrap();
+    assert!(last.0 <= done["campaign"]["blocks"]["blocks_hit"].as_u64().unwrap(), "{last:?}");
 
     // The files: the bug the stream named, and the same campaign as without --serve.
     let (a, b) = (tree(&watched.join("campaign")), tree(&unwatched.join("campaign")));

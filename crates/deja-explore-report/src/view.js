@@ -511,6 +511,7 @@
       if (!m) return;
       m.faults = d.faults || {};
       m.assertions = d.assertions || [];
+      if (d.blocks) m.blocks = d.blocks;
     });
     on("done", (d) => {
       es.close();

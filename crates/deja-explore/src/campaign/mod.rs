@@ -192,6 +192,8 @@ pub struct Progress<'a> {
     pub faults: &'a BTreeMap<String, u64>,
     /// The assertion lines so far.
     pub assertions: &'a BTreeMap<String, report::AssertionLine>,
+    /// Block coverage so far, when the campaign measures it.
+    pub blocks: Option<report::BlockCoverage>,
 }
 
 impl Progress<'_> {
@@ -653,7 +655,7 @@ pub fn explore<S: Subject>(
                             Ok(out) => learn_round(subject, cfg, &mut state, input, &out, wall)?,
                             Err(why) => state.books.no_progress(why, wall),
                         };
-                        progress(&figures::<S>(&state, &rates, wall));
+                        progress(&figures(subject, &state, &rates, wall));
                     }
                     if due {
                         CHECKPOINT_SCHEMA.write(&checkpoint, &state)?;
@@ -816,7 +818,12 @@ fn learn_round<S: Subject>(
 }
 
 /// What the progress callback is shown after a round.
-fn figures<'a, S: Subject>(state: &'a State<S::Input, S::Reference>, rates: &'a [f64], wall: f64) -> Progress<'a> {
+fn figures<'a, S: Subject>(
+    subject: &S,
+    state: &'a State<S::Input, S::Reference>,
+    rates: &'a [f64],
+    wall: f64,
+) -> Progress<'a> {
     let cluster = S::KIND == "cluster";
     Progress {
         round: state.books.round,
@@ -831,6 +838,7 @@ fn figures<'a, S: Subject>(state: &'a State<S::Input, S::Reference>, rates: &'a 
         found: &state.books.bugs,
         faults: &state.books.faults,
         assertions: &state.books.assertions,
+        blocks: subject.block_coverage(&state.reference, &state.books.first_reached),
     }
 }
 
