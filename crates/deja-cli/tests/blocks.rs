@@ -380,6 +380,15 @@ fn a_shared_library_is_covered_where_the_loader_maps_it() {
         .unwrap_or_else(|| panic!("libc's functions: {blocks}"))
         .clone();
     assert!(libc["blocks_reached"].as_u64().unwrap() > 100, "{libc}");
+    // The ELF interpreter too, which the kernel maps before the program runs.
+    let loader = blocks["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["file"].as_str().unwrap().contains("/ld-linux"))
+        .unwrap_or_else(|| panic!("the loader's functions: {blocks}"))
+        .clone();
+    assert!(loader["blocks_reached"].as_u64().unwrap() > 20, "{loader}");
     for d in [src, a, b, all] {
         std::fs::remove_dir_all(d).ok();
     }

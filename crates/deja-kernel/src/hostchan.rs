@@ -405,8 +405,8 @@ impl HostChannels {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ImageBlocks {
     /// The basic blocks its code's recursive descent found ([`deja_rewrite::Plan::blocks`]), in
-    /// order, each with its first byte as the image holds it.
-    pub blocks: Vec<(u64, u8)>,
+    /// order: `(address, file offset, first byte)`.
+    pub blocks: Vec<(u64, u64, u8)>,
     /// The functions its symbol table names, by address.
     pub functions: Vec<deja_rewrite::Function>,
 }
@@ -423,7 +423,7 @@ pub fn image_blocks(image: &[u8]) -> ImageBlocks {
     let blocks = plan
         .blocks
         .iter()
-        .filter_map(|b| Some((base.wrapping_add(b.addr), *image.get(usize::try_from(b.offset).ok()?)?)))
+        .filter_map(|b| Some((base.wrapping_add(b.addr), b.offset, *image.get(usize::try_from(b.offset).ok()?)?)))
         .collect();
     let functions = deja_rewrite::functions(image)
         .into_iter()

@@ -131,6 +131,17 @@ impl Kernel {
         closed
     }
 
+    /// Tells `mem` where the current process's executable file mappings are
+    /// ([`Memory::code_mapped`]), as when they were made: for a memory that starts measuring
+    /// block coverage after the program was loaded (the ELF interpreter is mapped at load).
+    pub fn announce_code(&self, mem: &mut dyn Memory) {
+        for v in self.process.mappings.iter().filter(|v| v.prot.executable()) {
+            if let VmaKind::File { data, offset, .. } = &v.kind {
+                mem.code_mapped(&data.0, v.start, v.end, v.start.wrapping_sub(*offset));
+            }
+        }
+    }
+
     /// [`Kernel::close_host_channels`] in the executable mappings `pieces` of `[a, b)`.
     fn rewrite_pieces(&mut self, mem: &mut dyn Memory, a: u64, b: u64, pieces: &[Vma]) -> Result<(), i32> {
         if self.process.host.mode == Rewrite::Off {

@@ -60,6 +60,8 @@ pub const INT3: u8 = 0xcc;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BlockImage {
     addrs: Vec<u64>,
+    /// The file offset of each of the image's blocks.
+    offsets: Vec<u64>,
     originals: Vec<u8>,
     /// The program image's size and BLAKE3: a process that executes the same bytes (loaded at
     /// the same addresses: the kernel's loader is a function of the image) runs these blocks.
@@ -269,9 +271,10 @@ impl BlockImage {
     /// empty), the program at `path`; returns how many. Only before any object.
     fn add_image(&mut self, map: &deja_kernel::hostchan::ImageBlocks, scope: &[String], path: &str) -> usize {
         let mut index = std::collections::BTreeMap::new();
-        for &(addr, byte) in &map.blocks {
+        for &(addr, offset, byte) in &map.blocks {
             let Some(owner) = self.owner_of(&map.functions, &mut index, addr, scope, path, false) else { continue };
             self.addrs.push(addr);
+            self.offsets.push(offset);
             self.originals.push(byte);
             self.owner.push(owner);
         }
@@ -316,6 +319,17 @@ impl BlockImage {
     /// Whether `data` is the program image's bytes.
     pub fn is_image(&self, data: &[u8]) -> bool {
         data.len() as u64 == self.image.0 && !self.addrs.is_empty() && *blake3::hash(data).as_bytes() == self.image.1
+    }
+
+    /// The ids of the image's blocks in `[start, end)` when code of the image mapped there with
+    /// its file offset 0 at `base` puts them at their addresses (the kernel's loader does; a
+    /// mapping of the program's file elsewhere, by a loader or another program, does not):
+    /// `None` otherwise, or when none is there.
+    pub fn image_in(&self, start: u64, end: u64, base: u64) -> Option<std::ops::Range<usize>> {
+        let from = self.addrs.partition_point(|&a| a < start);
+        let to = self.addrs.partition_point(|&a| a < end);
+        let fits = (from..to).all(|i| self.addrs[i].wrapping_sub(self.offsets[i]) == base);
+        (from < to && fits).then_some(from..to)
     }
 
     /// The index of the shared object whose bytes are `data`, if one is.
@@ -378,13 +392,15 @@ impl BlockImage {
         if lo >= hi {
             return;
         }
-        let from = o.offsets.partition_point(|&off| at.base.wrapping_add(off) < lo);
+        // In file offsets: a mapping's range is a contiguous run of them, whatever its base.
+        let first = lo.wrapping_sub(at.base);
+        let last = first.saturating_add(hi - lo);
+        let from = o.offsets.partition_point(|&off| off < first);
         for (i, &off) in o.offsets.iter().enumerate().skip(from) {
-            let a = at.base.wrapping_add(off);
-            if a >= hi {
+            if off >= last {
                 break;
             }
-            buf[(a - addr) as usize] = o.originals[i];
+            buf[(lo + (off - first) - addr) as usize] = o.originals[i];
         }
     }
 
@@ -393,7 +409,21 @@ impl BlockImage {
     #[cfg(test)]
     pub(crate) fn from_blocks(addrs: Vec<u64>, originals: Vec<u8>) -> BlockImage {
         let owner = vec![u32::MAX; addrs.len()];
-        BlockImage { addrs, originals, owner, ..BlockImage::default() }
+        BlockImage { offsets: addrs.clone(), addrs, originals, owner, ..BlockImage::default() }
+    }
+
+    /// A program image `data` with blocks at the file offsets `offsets` (ascending), loaded
+    /// with file offset 0 at `base`, without functions (for tests).
+    #[cfg(test)]
+    pub(crate) fn with_image(data: &[u8], offsets: Vec<u64>, base: u64) -> BlockImage {
+        BlockImage {
+            image: (data.len() as u64, *blake3::hash(data).as_bytes()),
+            addrs: offsets.iter().map(|&o| base + o).collect(),
+            originals: offsets.iter().map(|&o| data[o as usize]).collect(),
+            owner: vec![u32::MAX; offsets.len()],
+            offsets,
+            ..BlockImage::default()
+        }
     }
 
     /// An image without blocks of its own and one shared object, `data`, with blocks at the

@@ -330,18 +330,18 @@ impl AddressSpace {
     /// left as it is (its breakpoints may have been hit).
     fn place(&mut self, data: &[u8], start: u64, end: u64, base: u64) {
         let Some(blocks) = self.blocks.clone() else { return };
-        if blocks.is_image(data) && !self.blocks_spaces.contains(&self.root) {
-            // The program executed again (`execve`): its blocks at their addresses, in this
-            // space too, armed but those seen.
-            self.blocks_spaces.insert(self.root);
-            let arm: Vec<u64> = (0..blocks.image_len())
-                .filter(|&id| !self.seen.contains(id))
-                .filter_map(|id| blocks.addr(id).filter(|&a| blocks.find(a) == Some(id)))
-                .collect();
-            self.arm_pages(&arm);
-            return;
-        }
         if blocks.is_image(data) {
+            // The program executed again (`execve`): its blocks at their addresses, in this
+            // space too, armed but those seen. Its file mapped anywhere else (by a loader, or
+            // by another program) is just bytes.
+            if let Some(ids) = blocks.image_in(start, end, base) {
+                self.blocks_spaces.insert(self.root);
+                let arm: Vec<u64> = ids
+                    .filter(|&id| !self.seen.contains(id))
+                    .filter_map(|id| blocks.addr(id).filter(|&a| blocks.find(a) == Some(id)))
+                    .collect();
+                self.arm_pages(&arm);
+            }
             return;
         }
         let Some(object) = blocks.object_of(data) else { return };
@@ -1512,6 +1512,53 @@ mod tests {
         s.move_pages(code, 0x7100_1000, 2 * PAGE_SIZE);
         assert!(s.placed().is_empty());
         assert_eq!(raw(&s, PML4_PHYS, 0x7100_2ff0), 0xc3);
+    }
+
+    #[test]
+    fn the_program_executed_again_is_armed_at_its_addresses_and_nowhere_else() {
+        use crate::coverage::INT3;
+        let mut s = booted();
+        let mut data = vec![0x90u8; 2 * PAGE_SIZE as usize];
+        data[0x1010] = 0x55;
+        s.set_blocks(Some(Arc::new(BlockImage::with_image(&data, vec![0x1010], 0x40_0000))));
+        // A process that executes the program: a new space the kernel loads it into.
+        let exec = s.new_space().unwrap();
+        s.switch_space(exec);
+        for at in [0x40_1000, 0x7000_1000] {
+            s.populate(at, PAGE_SIZE, Prot::RW).unwrap();
+            s.write(at, &data[0x1000..]).unwrap();
+        }
+        let raw = |s: &AddressSpace, va| {
+            let mut b = [0u8];
+            s.read_phys(s.translate(va).unwrap(), &mut b);
+            b[0]
+        };
+        // The program's file mapped elsewhere (by an ELF interpreter, say): just bytes.
+        s.code_mapped(&data, 0x7000_1000, 0x7000_2000, 0x7000_0000);
+        assert_eq!((raw(&s, 0x7000_1010), s.blocks_spaces().contains(&exec)), (0x55, false));
+        // Loaded at its addresses: armed, and the space runs the program's blocks.
+        s.code_mapped(&data, 0x40_1000, 0x40_2000, 0x40_0000);
+        assert_eq!((raw(&s, 0x40_1010), s.blocks_spaces().contains(&exec)), (INT3, true));
+        assert_eq!((s.block_at(0x40_1010), s.block_at(0x7000_1010)), (Some(0), None));
+        assert_eq!(read_str(&s, 0x40_1010, 1), [0x55]);
+    }
+
+    #[test]
+    fn a_placement_below_its_file_offset_is_overlaid() {
+        use crate::coverage::INT3;
+        let mut s = booted();
+        // Code at file offset 0x20000 mapped at 0x10000: the base (offset 0) wraps.
+        let mut data = vec![0x90u8; 0x21000];
+        data[0x20010] = 0x55;
+        s.set_blocks(Some(Arc::new(BlockImage::with_object(&data, vec![0x20010]))));
+        s.populate(0x10000, PAGE_SIZE, Prot::RW).unwrap();
+        s.write(0x10000, &data[0x20000..]).unwrap();
+        s.code_mapped(&data, 0x10000, 0x11000, 0x10000u64.wrapping_sub(0x20000));
+        let mut b = [0u8];
+        s.read_phys(s.translate(0x10010).unwrap(), &mut b);
+        assert_eq!(b[0], INT3, "armed");
+        assert_eq!(read_str(&s, 0x10000, PAGE_SIZE as usize), &data[0x20000..], "every read shows the original");
+        assert_eq!(s.block_at(0x10010), Some(0));
     }
 
     #[test]

@@ -96,6 +96,7 @@ impl Session {
     /// life it boots after a crash: a breakpoint at each block of `blocks` not in `seen`.
     pub fn cover_blocks(&mut self, blocks: Arc<BlockImage>, seen: Seen) {
         self.vm.arm_blocks(blocks.clone(), &seen);
+        self.kernel.announce_code(&mut self.vm.space);
         self.cover = Some((blocks, seen));
     }
 
@@ -303,6 +304,7 @@ impl Session {
                     let (mut next, mut k) = boot(next_spec, self.memory, BootOptions::default())?;
                     if let Some((blocks, seen)) = &self.cover {
                         next.arm_blocks(blocks.clone(), seen);
+                        k.announce_code(&mut next.space);
                     }
                     k.note_previous_faults(previous_faults);
                     kernel = k;

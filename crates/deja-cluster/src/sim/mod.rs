@@ -549,6 +549,7 @@ impl Sim {
         let (mut vm, mut kernel) = deja_vmm::boot(&spec, memory, opts).context(BootSnafu { node: &n.cfg.name })?;
         if let Some(Some((blocks, seen))) = self.cover.get(i) {
             vm.arm_blocks(blocks.clone(), seen);
+            kernel.announce_code(&mut vm.space);
         }
         kernel.attach_network(n.cfg.address);
         kernel.resume(&mut vm.space, self.now, Vec::new());

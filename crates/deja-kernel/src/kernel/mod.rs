@@ -189,9 +189,6 @@ fn page_runs(pages: &BTreeMap<u64, (Prot, u64)>) -> Vec<(u64, u64, Prot, u64)> {
     runs
 }
 
-/// Maps the dynamic loader `path` (its bytes `bytes`, parsed as `img`) below the mmap area's top,
-/// as a private mapping of the file, its code rewritten like the program's. Returns its load
-/// bias (`AT_BASE`) and its entry point.
 /// Tells `mem` where the executable segments of the ELF `bytes` (parsed: `img`), loaded with
 /// `bias` added to its addresses, put its code ([`Memory::code_mapped`]): each segment's pages,
 /// with the address of file offset 0 as that segment places it.
@@ -203,6 +200,9 @@ fn code_mapped(mem: &mut dyn Memory, bytes: &[u8], bias: u64, img: &elf::ElfImag
     }
 }
 
+/// Maps the dynamic loader `path` (its bytes `bytes`, parsed as `img`) below the mmap area's top,
+/// as a private mapping of the file, its code rewritten like the program's. Returns its load
+/// bias (`AT_BASE`) and its entry point.
 fn map_loader(
     mem: &mut dyn Memory,
     mappings: &mut Mappings,
