@@ -372,22 +372,16 @@ fn a_shared_library_is_covered_where_the_loader_maps_it() {
     let o = on(cores[0], args(&s(&all), &["--cover", "*"]));
     assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
     let blocks = campaign_report(&all)["blocks"].clone();
-    let libc = blocks["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["file"].as_str().unwrap().contains("/libc.so."))
-        .unwrap_or_else(|| panic!("libc's functions: {blocks}"))
-        .clone();
+    // The report's line of the object whose path holds `name`.
+    let object = |name: &str| {
+        let files = blocks["files"].as_array().unwrap();
+        let line = files.iter().find(|f| f["file"].as_str().unwrap().contains(name));
+        line.unwrap_or_else(|| panic!("{name}'s functions: {blocks}")).clone()
+    };
+    let libc = object("/libc.so.");
     assert!(libc["blocks_reached"].as_u64().unwrap() > 100, "{libc}");
     // The ELF interpreter too, which the kernel maps before the program runs.
-    let loader = blocks["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["file"].as_str().unwrap().contains("/ld-linux"))
-        .unwrap_or_else(|| panic!("the loader's functions: {blocks}"))
-        .clone();
+    let loader = object("/ld-linux");
     assert!(loader["blocks_reached"].as_u64().unwrap() > 20, "{loader}");
     for d in [src, a, b, all] {
         std::fs::remove_dir_all(d).ok();
@@ -500,23 +494,10 @@ fn code_a_process_executes_is_covered_the_program_itself_again_and_another() {
     }
     let out = dir("exec-out");
     let helper = format!("{}:/bin/helper", src.join("helper").display());
-    let o = deja(&[
-        "explore",
-        "--runs",
-        "5",
-        "--mode",
-        "faults",
-        "--seed",
-        "1",
-        "--jobs",
-        "1",
-        "--quiet",
-        "--file",
-        &helper,
-        "--out",
-        &s(&out),
-        &s(&src.join("execer")),
-    ]);
+    let mut args: Vec<&str> = "explore --runs 5 --mode faults --seed 1 --jobs 1 --quiet --file".split(' ').collect();
+    let (out_s, program) = (s(&out), s(&src.join("execer")));
+    args.extend([helper.as_str(), "--out", &out_s, &program]);
+    let o = deja(&args);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let b = campaign_report(&out)["blocks"].clone();
     // Both programs' own functions (their sources are in one directory), none of libc's.

@@ -23,7 +23,7 @@ use snafu::Snafu;
 
 pub use config::{ClusterConfig, ConfigError, InvalidCluster, NodeFault, StorageConfig, StorageFault};
 pub use network::NetStats;
-pub use sim::{node_seed, run, ClusterReset, Fates, Fork, RunOptions, SteerAt, Steering};
+pub use sim::{node_seed, run, ClusterReset, Fates, Fork, RunOptions, SetupBlocks, SteerAt, Steering};
 
 /// Why a cluster could not run (a guest that crashes is not an error). Each names the node it
 /// concerns, where there is one, and keeps the error that stopped it.

@@ -10,6 +10,9 @@ pub struct ClusterReset {
     pub nodes: Vec<Option<ResetStats>>,
 }
 
+/// The blocks each node reached on the way to a fork point, by node ([`Fork::with_blocks`]).
+pub type SetupBlocks = Vec<Vec<BlockHit>>;
+
 /// A whole cluster kept at a point — every node's VM and core, the network in flight, the
 /// event queue, the scheduler, the decision log and the virtual clock — and children run from
 /// it. Each child starts by resetting each node's VM to the fork through its dirty pages.
@@ -44,7 +47,7 @@ impl Fork {
         at: SteerAt,
         blocks: Vec<Option<Arc<BlockImage>>>,
         sink: Sink<'_>,
-    ) -> Result<Option<(Fork, Vec<Vec<BlockHit>>)>, ClusterError> {
+    ) -> Result<Option<(Fork, SetupBlocks)>, ClusterError> {
         let cover = blocks.into_iter().map(|b| b.map(|b| (b, Seen::default()))).collect();
         let mut sim = Sim::boot(cfg, false, true, cover)?;
         match at {

@@ -87,7 +87,7 @@ use snafu::{OptionExt, ResultExt};
 mod faults;
 mod fork;
 
-pub use fork::{ClusterReset, Fork};
+pub use fork::{ClusterReset, Fork, SetupBlocks};
 
 /// BLAKE3 key-derivation context of the cluster's decision stream.
 const CLUSTER_CONTEXT: &str = "deja 2026 cluster decision stream v1";
