@@ -76,6 +76,7 @@ fn first_bug_with(
         shard: None,
         block_coverage,
         cover: Vec::new(),
+        late_forks: deja_cluster::LATE_FORKS,
     };
     let c = match target {
         Subject::Program(t) => deja_explore::explore(t, &cfg, &mut |_| {}),

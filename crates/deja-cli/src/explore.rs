@@ -61,6 +61,11 @@ pub struct ExploreArgs {
     /// End the campaign at the first confirmed bug.
     #[arg(long)]
     pub stop_at_first_bug: bool,
+    /// Later forks each worker of a cluster campaign keeps: whole clusters kept where a round's
+    /// course reached an anchor of its parent's, so that rounds changing only what comes after
+    /// run from there (0: every round runs from the fork point). The campaign is the same.
+    #[arg(long, value_name = "N", default_value_t = deja_cluster::LATE_FORKS)]
+    pub late_forks: usize,
     /// Workers running rounds in parallel, one VM (or one cluster) each, over one corpus
     /// (default: the machine's available parallelism). The campaign is a function of
     /// (program, seed, jobs, rounds).
@@ -235,6 +240,7 @@ fn config(args: &ExploreArgs, strategy: Strategy, out: PathBuf) -> CampaignConfi
         shard: args.shard,
         block_coverage: !args.no_block_coverage,
         cover: args.cover.clone(),
+        late_forks: args.late_forks,
     }
 }
 
@@ -275,6 +281,17 @@ fn print_profile(
         })
         .collect();
     let _ = writeln!(err, "deja: profile: syscall handling by kind: {}", kinds.join(", "));
+    if p.children > 0 {
+        let _ = writeln!(
+            err,
+            "deja: profile: later forks: {} kept ({:.1}% of the time capturing them), {} of {} forked rounds ran from one, skipping {:.0} decisions each on average",
+            p.late_taken,
+            pct(p.late_capture_ns),
+            p.late_children,
+            p.children,
+            p.late_skipped as f64 / p.late_children.max(1) as f64
+        );
+    }
 }
 
 pub fn main(args: ExploreArgs) -> Exit {

@@ -23,7 +23,9 @@ use snafu::Snafu;
 
 pub use config::{ClusterConfig, ConfigError, InvalidCluster, NodeFault, StorageConfig, StorageFault};
 pub use network::NetStats;
-pub use sim::{node_seed, run, ClusterReset, Fates, Fork, RunOptions, SetupBlocks, SteerAt, Steering};
+pub use sim::{
+    node_seed, run, ClusterReset, Fates, Fork, LateStats, RunOptions, SetupBlocks, SteerAt, Steering, LATE_FORKS,
+};
 
 /// Why a cluster could not run (a guest that crashes is not an error). Each names the node it
 /// concerns, where there is one, and keeps the error that stopped it.
@@ -287,6 +289,10 @@ pub struct ClusterReport {
     pub binary_hashes: BTreeMap<String, String>,
     /// The crashes at durable operations, in order.
     pub crashes: Vec<CrashRecord>,
+    /// Where a later fork of this course can be taken ([`Fork::run_child_at`]): each distinct
+    /// count of decisions taken at the top of a scheduler step, ascending (in process only).
+    #[serde(skip)]
+    pub cuts: Vec<u64>,
 }
 
 impl ClusterReport {

@@ -104,3 +104,125 @@ fn an_armed_child_is_the_booted_run_and_reports_only_blocks_not_yet_disarmed() {
     let other = Steering { at, reseed: Some(7), ..Steering::default() };
     same_run(&fork.run_child(&other, &mut |_, _, _| {}).expect("child"), &booted(&cfg, &other), "reseeded child");
 }
+
+/// A steering that overrides decision `i` of `r` with another of its choices.
+fn flipped(mut s: Steering, r: &ClusterReport, i: u64) -> Steering {
+    let d = &r.decisions[i as usize];
+    s.overrides.insert(i, (d.choice + 1) % d.options.max(2));
+    s
+}
+
+/// The first decision at or after `from` that has more than one option.
+fn choosable(r: &ClusterReport, from: u64) -> u64 {
+    (from..r.decisions.len() as u64).find(|&i| r.decisions[i as usize].options > 1).expect("a decision to change")
+}
+
+/// The latest cut of `r` at or below `at`.
+fn cut_below(r: &ClusterReport, at: u64) -> u64 {
+    r.cuts.iter().copied().filter(|&c| c <= at).max().expect("a cut")
+}
+
+/// Later forks: each child run from one is the booted run steered the same way, whether it
+/// left one, ran from one, ran from a later fork of a later fork, or could not use one (its
+/// steering differs before it), in any order, with nodes that crash and restart after the
+/// later fork (their VMs come back to the fork and are reset from another state next time).
+fn late_children_match(name: &str, kills: bool) {
+    let mut cfg = config(name);
+    if kills {
+        let r = cfg.random_faults.as_mut().expect("random faults");
+        r.kill_every_ms = Some([1500, 3000]);
+        r.down_for_ms = [50, 400];
+    }
+    let at = SteerAt::Setup;
+    let mut fork = Fork::new(cfg.clone(), at, &mut |_, _, _| {}).expect("fork").expect("the fork point is reached");
+    let plain = Steering { at, ..Steering::default() };
+    let base = booted(&cfg, &plain);
+    let n = base.decisions.len() as u64;
+    assert!(n > fork.base_decisions + 40, "{name}: {n} decisions, {} before the fork", fork.base_decisions);
+    assert!(base.cuts.len() > 10 && base.cuts.windows(2).all(|w| w[0] < w[1]), "{name}: cuts {:?}", base.cuts);
+    // Decisions taken before the first restart (all of them without one).
+    let index_at = |r: &ClusterReport, t: u64| r.decisions.iter().filter(|d| d.time_ns < t).count() as u64;
+    let restart = base.faults.iter().find(|f| f.kind == "restart").map(|f| f.time_ns);
+    assert_eq!(restart.is_some(), kills, "{name}: {:?}", base.faults);
+    let kill = base.faults.iter().find(|f| f.kind == "kill").map_or(n, |f| index_at(&base, f.time_ns));
+    let limit = (fork.base_decisions + (n - fork.base_decisions) / 3).min(kill.saturating_sub(1));
+    let k1 = cut_below(&base, fork.base_decisions + (limit - fork.base_decisions) / 2);
+    assert!(k1 > fork.base_decisions, "{name}: a cut before the first kill");
+
+    // The child that leaves the later fork is the booted run.
+    let first = fork.run_child_at(&plain, Some(k1), &mut |_, _, _| {}).expect("child");
+    same_run(&first, &base, &format!("{name}: the child leaving a later fork at {k1}"));
+    assert_eq!(fork.late_stats.taken, 1, "{name}: {:?}", fork.late_stats);
+
+    // Children that change a decision at or after it run from it.
+    let mut late_children = 0;
+    for (what, s) in [
+        ("a decision after the later fork changed", flipped(plain.clone(), &base, choosable(&base, k1 + 5))),
+        ("the first decision the later fork leaves open changed", flipped(plain.clone(), &base, choosable(&base, k1))),
+        ("the untouched course again", plain.clone()),
+    ] {
+        let child = fork.run_child(&s, &mut |_, _, _| {}).expect("child");
+        late_children += 1;
+        assert_eq!(fork.late_stats.children, late_children, "{name}: {what} ran from the later fork");
+        same_run(&child, &booted(&cfg, &s), &format!("{name}: {what}"));
+    }
+
+    // A child whose steering differs before it cannot use it; nor can a reseeded one.
+    let early = flipped(plain.clone(), &base, choosable(&base, fork.base_decisions));
+    assert!(early.overrides.keys().all(|&i| i < k1));
+    let reseeded = Steering { reseed: Some(11), ..plain.clone() };
+    for (what, s) in [("a decision before the later fork changed", &early), ("a reseeded child", &reseeded)] {
+        let child = fork.run_child(s, &mut |_, _, _| {}).expect("child");
+        assert_eq!(fork.late_stats.children, late_children, "{name}: {what} ran from the fork point");
+        same_run(&child, &booted(&cfg, s), &format!("{name}: {what}"));
+    }
+
+    // A later fork of a later fork: a child from the first leaves a second further on.
+    let d1 = choosable(&base, k1 + 2);
+    let second = flipped(plain.clone(), &base, d1);
+    let second_run = booted(&cfg, &second);
+    let n2 = second_run.decisions.len() as u64;
+    let kill2 = second_run.faults.iter().find(|f| f.kind == "kill").map_or(n2, |f| index_at(&second_run, f.time_ns));
+    let k2 = cut_below(&second_run, (d1 + (n2 - d1) / 2).min(kill2.saturating_sub(1)));
+    assert!(k2 > d1, "{name}: a cut after {d1}");
+    let child = fork.run_child_at(&second, Some(k2), &mut |_, _, _| {}).expect("child");
+    late_children += 1;
+    same_run(&child, &second_run, &format!("{name}: the child leaving a second later fork at {k2}"));
+    assert_eq!((fork.late_stats.taken, fork.late_stats.children), (2, late_children), "{name}");
+    let deep = flipped(second.clone(), &second_run, choosable(&second_run, k2));
+    let skipped = fork.late_stats.decisions_skipped;
+    let child = fork.run_child(&deep, &mut |_, _, _| {}).expect("child");
+    assert_eq!(fork.late_stats.decisions_skipped - skipped, k2 - fork.base_decisions, "{name}: from the second");
+    same_run(&child, &booted(&cfg, &deep), &format!("{name}: a child of the second later fork"));
+    // Back to the fork point, then to the first later fork: every VM is reset from wherever it was.
+    for s in [&reseeded, &plain, &deep, &early] {
+        let child = fork.run_child(s, &mut |_, _, _| {}).expect("child");
+        same_run(&child, &booted(&cfg, s), &format!("{name}: again, {s:?}"));
+    }
+    // After a restart a node runs in a VM of its own, which no later fork can keep.
+    if let Some(t) = restart {
+        let after = base.cuts.iter().copied().find(|&c| c > index_at(&base, t) + 2).expect("a cut after the restart");
+        let refused = fork.late_stats.refused;
+        let child = fork.run_child_at(&plain, Some(after), &mut |_, _, _| {}).expect("child");
+        assert_eq!(fork.late_stats.refused, refused + 1, "{name}: {:?}", fork.late_stats);
+        same_run(&child, &base, &format!("{name}: a later fork refused"));
+    }
+
+    // Without later forks none is taken or used, and the runs are the same.
+    let used = fork.late_stats.children;
+    fork.set_late_forks(0);
+    let child = fork.run_child_at(&deep, Some(k2), &mut |_, _, _| {}).expect("child");
+    same_run(&child, &booted(&cfg, &deep), &format!("{name}: no later forks"));
+    assert_eq!(fork.late_stats.children, used, "{name}: {:?}", fork.late_stats);
+    assert_eq!(fork.late_stats.taken, 2, "{name}: {:?}", fork.late_stats);
+}
+
+#[test]
+fn a_register_child_from_a_later_fork_is_the_booted_run() {
+    late_children_match("register-buggy.toml", false);
+}
+
+#[test]
+fn a_register_child_from_a_later_fork_with_kills_and_restarts_is_the_booted_run() {
+    late_children_match("register-fixed.toml", true);
+}

@@ -94,6 +94,10 @@ pub struct ClusterInput {
     /// the file's own; with a `schedule`, instead of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub storage: Vec<StorageFault>,
+    /// Where the round leaves a later fork of its worker's fork, if it runs from one
+    /// ([`Fork::run_child_at`]): planning only, never written, and no part of the run.
+    #[serde(skip)]
+    pub fork_at: Option<u64>,
 }
 
 impl ClusterInput {
@@ -591,6 +595,8 @@ pub struct ClusterSubject<'a> {
     node_program: Vec<Option<usize>>,
     /// The blocks the campaign has learned, by id, in the order learned.
     learned: std::sync::Mutex<Vec<u32>>,
+    /// How many later forks each worker keeps (0: none).
+    late_forks: usize,
 }
 
 /// One program of a cluster's nodes under block coverage: its blocks, their scope and the id
@@ -639,7 +645,19 @@ impl<'a> ClusterSubject<'a> {
             programs.push(NodeProgram { blocks, scope: taken, first });
             node_program.push(Some(programs.len() - 1));
         }
-        ClusterSubject { target, programs, node_program, learned: std::sync::Mutex::new(Vec::new()) }
+        ClusterSubject {
+            target,
+            programs,
+            node_program,
+            learned: std::sync::Mutex::new(Vec::new()),
+            late_forks: deja_cluster::LATE_FORKS,
+        }
+    }
+
+    /// Keeps at most `n` later forks in each worker (0: rounds always run from the fork point).
+    pub fn with_late_forks(mut self, n: usize) -> Self {
+        self.late_forks = n;
+        self
     }
 
     /// How many blocks the campaign's id space holds (0: no block coverage).
@@ -800,7 +818,8 @@ impl Subject for ClusterSubject<'_> {
         let fork =
             Fork::with_blocks(self.config(r.seed), r.steer_at, blocks, &mut |_, _, _| {}).map_err(cluster_err)?;
         match fork {
-            Some((f, hits)) if f.base_decisions == r.base_decisions && f.virtual_time_ns == r.virtual_time_ns => {
+            Some((mut f, hits)) if f.base_decisions == r.base_decisions && f.virtual_time_ns == r.virtual_time_ns => {
+                f.set_late_forks(self.late_forks);
                 let mut setup: Vec<usize> =
                     hits.iter().enumerate().flat_map(|(node, h)| self.global_ids(node, h)).collect();
                 setup.sort_unstable();
@@ -837,7 +856,8 @@ impl Subject for ClusterSubject<'_> {
                         fork.disarm_blocks(node, &ids);
                     }
                 }
-                let report = fork.run_child(&input.steering(), &mut |_, _, _| {}).map_err(cluster_err)?;
+                let report =
+                    fork.run_child_at(&input.steering(), input.fork_at, &mut |_, _, _| {}).map_err(cluster_err)?;
                 let mut out = outcome(report);
                 if measured {
                     let mut map = vec![0u8; self.blocks_total() as usize];
@@ -916,6 +936,7 @@ impl Subject for ClusterSubject<'_> {
                     random: !fault,
                     fault,
                     structural: d.point.is_structural(),
+                    cut: out.report.cuts.binary_search(&d.index).is_ok(),
                 }
             })
             .collect();
@@ -948,7 +969,7 @@ impl Subject for ClusterSubject<'_> {
         seeds: Seeds,
         input: &mut ClusterInput,
         parent: &Entry<ClusterInput>,
-        _r: &ClusterReference,
+        r: &ClusterReference,
         mode: Mode,
         changed: bool,
     ) {
@@ -964,6 +985,7 @@ impl Subject for ClusterSubject<'_> {
             input.overrides.clear();
             input.reseed = Some(seeds.draw(rng));
         }
+        input.fork_at = late_fork_at(parent, input, r.base_decisions);
     }
 
     fn fresh(
@@ -1012,6 +1034,39 @@ impl Subject for ClusterSubject<'_> {
     }
 }
 
+/// Where a round mutated from `parent` leaves a later fork, or runs from the one its siblings
+/// left: the latest anchor of the parent's course at or before the first decision the round
+/// changes, when everything else of its steering is the parent's (a reseed, other fates or
+/// other storage faults change the course from the fork point on). The anchors are few, so
+/// that siblings share them: the last cut at or before each eighth of the decisions after the
+/// fork point, and before the window of point mutations that lead to the parent's focus.
+pub fn late_fork_at(parent: &Entry<ClusterInput>, input: &ClusterInput, base: u64) -> Option<u64> {
+    let p = &parent.input;
+    let same = input.seed == p.seed
+        && input.reseed == p.reseed
+        && input.steer_at == p.steer_at
+        && input.fates == p.fates
+        && input.storage == p.storage
+        && input.schedule.is_none()
+        && p.schedule.is_none();
+    if !same {
+        return None;
+    }
+    let first = p
+        .overrides
+        .keys()
+        .chain(input.overrides.keys())
+        .copied()
+        .filter(|k| p.overrides.get(k) != input.overrides.get(k))
+        .min()?;
+    let count = parent.decisions.len() as u64;
+    let last_cut =
+        |at: u64| (base + 1..=at.min(count.saturating_sub(1))).rev().find(|&i| parent.decisions[i as usize].cut);
+    let eighths = (1..8).map(|j| base + (count.saturating_sub(base)) * j / 8);
+    let focus = parent.focus.map(|f| f.saturating_sub(crate::campaign::FOCUS_WINDOW));
+    eighths.chain(focus).filter_map(last_cut).filter(|&k| k <= first).max()
+}
+
 fn cluster_err(e: deja_cluster::ClusterError) -> ExploreError {
     match e {
         deja_cluster::ClusterError::NoProgress { node, syscalls, .. } => {
@@ -1027,7 +1082,8 @@ pub fn explore_cluster(
     cfg: &CampaignConfig,
     progress: &mut dyn FnMut(&crate::Progress),
 ) -> Result<report::Campaign, ExploreError> {
-    crate::campaign::explore(&ClusterSubject::new(target, cfg.block_coverage, &cfg.cover), cfg, progress)
+    let subject = ClusterSubject::new(target, cfg.block_coverage, &cfg.cover).with_late_forks(cfg.late_forks);
+    crate::campaign::explore(&subject, cfg, progress)
 }
 
 /// A minimized cluster bug.

@@ -213,7 +213,14 @@ impl Subject for ProgramSubject<'_> {
             .report
             .decisions
             .iter()
-            .map(|d| Decision { options: d.options, choice: d.choice, random: true, fault: false, structural: false })
+            .map(|d| Decision {
+                options: d.options,
+                choice: d.choice,
+                random: true,
+                fault: false,
+                structural: false,
+                cut: false,
+            })
             .collect();
         Facts {
             failure: out.failure.clone(),

@@ -9,6 +9,7 @@
 //! child had made present and the reset changed are replayed from ring 0 so that no shadow MMU
 //! or TLB keeps the child's mappings. Whole memory is never copied on a fork.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use deja_kernel::{Kernel, ProgramSpec, Stream, PAGE_SIZE};
@@ -44,6 +45,77 @@ pub struct Parent {
     bases: (u64, u64),
     /// The thread in the vCPU and the other threads' saved contexts.
     threads: (u64, Vec<(u64, crate::vm::ThreadContext)>),
+}
+
+/// A later state of a [`Parent`], kept as the pages where it differs from it
+/// ([`Parent::capture_late`]): a fork taken further down a child's course, whose own children
+/// reset the same VM to it ([`Parent::reset_to`]) and skip the course up to it.
+#[derive(Debug)]
+pub struct LateParent {
+    pages: BTreeMap<u64, Box<[u8]>>,
+    frames: FrameState,
+    vcpu: VcpuState,
+    kernel: Kernel,
+    bases: (u64, u64),
+    threads: (u64, Vec<(u64, crate::vm::ThreadContext)>),
+}
+
+impl LateParent {
+    /// The frames where it differs from its parent, ascending.
+    pub fn frames(&self) -> Vec<u64> {
+        self.pages.keys().copied().collect()
+    }
+
+    /// The core as it was at the capture.
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+
+    /// [`Parent::disarm_blocks`] for this state, whose parent is `root` (already disarmed):
+    /// the original byte goes back in the pages it keeps, and a frame it translates a block
+    /// to that it does not keep becomes one it keeps, copied from `root` and mended.
+    pub fn disarm_blocks(&mut self, root: &Parent, blocks: &BlockImage, ids: &[u32]) {
+        let mut mend: Vec<(u64, u8)> = Vec::new();
+        {
+            let read = |gpa: u64| {
+                let page = gpa & !(PAGE_SIZE - 1);
+                let off = (gpa - page) as usize;
+                let bytes = match self.pages.get(&page) {
+                    Some(p) => p.get(off..off + 8),
+                    None => root.ram.get(gpa as usize..gpa as usize + 8),
+                };
+                bytes.map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+            };
+            for &id in ids {
+                let id = id as usize;
+                let Some(original) = blocks.original_of(id) else { continue };
+                let mut at: Vec<(u64, u64)> = Vec::new();
+                if let Some(addr) = blocks.addr(id) {
+                    at.extend(self.frames.blocks_spaces.iter().map(|&root| (root, addr)));
+                }
+                for p in &self.frames.placed {
+                    at.extend(blocks.placed_addr(p, id).map(|addr| (p.space, addr)));
+                }
+                for (space, addr) in at {
+                    let page = addr & !(PAGE_SIZE - 1);
+                    if let Some((_, pte)) = lookup_with(read, space, page) {
+                        mend.push(((pte & PTE_ADDR) | (addr & (PAGE_SIZE - 1)), original));
+                    }
+                }
+            }
+        }
+        for (gpa, original) in mend {
+            let frame = gpa & !(PAGE_SIZE - 1);
+            let page = self.pages.entry(frame).or_insert_with(|| {
+                let mut p = vec![0u8; PAGE_SIZE as usize].into_boxed_slice();
+                if let Some(src) = root.ram.get(frame as usize..(frame + PAGE_SIZE) as usize) {
+                    p.copy_from_slice(src);
+                }
+                p
+            });
+            page[(gpa - frame) as usize] = original;
+        }
+    }
 }
 
 impl Parent {
@@ -104,9 +176,67 @@ impl Parent {
     /// Resets `vm` (the one captured) to the parent, rewriting only what changed since the
     /// last reset.
     pub fn reset(&self, vm: &mut Vm) -> Result<ResetStats, VmError> {
+        self.reset_to(vm, &[], None)
+    }
+
+    /// Captures `vm` as a later state of this parent: `vm` was captured as this parent, then
+    /// reset to it or to one of its later states whose pages are `based` (empty: to the parent
+    /// itself), and has run on to a stop. Only the frames that differ from the parent are kept:
+    /// `based` and what was written since the reset. The dirty logs are cleared, so `vm` is at
+    /// the new state, whose [`LateParent::frames`] are its new `based`.
+    pub fn capture_late(&self, vm: &mut Vm, kernel: &Kernel, based: &[u64]) -> Result<LateParent, VmError> {
+        let start = Instant::now();
+        let threads = vm.thread_contexts(kernel);
+        let vcpu = vm.vcpu_state()?;
+        let frames = vm.space.frame_state();
+        if vcpu.sregs.cr3 != frames.root {
+            return Err(VmError::Unexpected {
+                what: format!(
+                    "the vCPU runs in space {:#x}, the page tables' current is {:#x}",
+                    vcpu.sregs.cr3, frames.root
+                ),
+                rip: vcpu.regs.rip,
+            });
+        }
+        let mut written = vm.take_guest_dirty()?;
+        written.extend(vm.space.take_host_dirty());
+        written.extend_from_slice(based);
+        written.sort_unstable();
+        written.dedup();
+        let mut pages = BTreeMap::new();
+        for frame in written {
+            let mut page = vec![0u8; PAGE_SIZE as usize].into_boxed_slice();
+            vm.space.read_phys(frame, &mut page);
+            pages.insert(frame, page);
+        }
+        crate::profile::late_capture(start.elapsed().as_nanos() as u64);
+        Ok(LateParent { pages, frames, vcpu, kernel: kernel.clone(), bases: vm.bases(), threads })
+    }
+
+    /// The parent's page at `frame`, or a later state's (`to`) where that differs.
+    fn page<'a>(&'a self, to: Option<&'a LateParent>, frame: u64, zero: &'a [u8]) -> &'a [u8] {
+        if let Some(page) = to.and_then(|l| l.pages.get(&frame)) {
+            return page;
+        }
+        if frame < self.frames.bump {
+            &self.ram[frame as usize..(frame + PAGE_SIZE) as usize]
+        } else {
+            zero
+        }
+    }
+
+    /// Resets `vm` to the parent (`to` `None`) or to a later state of it ([`Parent::capture_late`]),
+    /// rewriting only what changed since the last reset. `based` are the frames where the state
+    /// `vm` was last reset to (or captured at) differs from the parent: empty for the parent
+    /// itself, else that later state's [`LateParent::frames`].
+    pub fn reset_to(&self, vm: &mut Vm, based: &[u64], to: Option<&LateParent>) -> Result<ResetStats, VmError> {
         let start = Instant::now();
         let mut frames = vm.take_guest_dirty()?;
         frames.extend(vm.space.take_host_dirty());
+        frames.extend_from_slice(based);
+        if let Some(l) = to {
+            frames.extend(l.pages.keys().copied());
+        }
         frames.sort_unstable();
         frames.dedup();
         let zero = [0u8; PAGE_SIZE as usize];
@@ -115,8 +245,7 @@ impl Parent {
         // just before the child ended) are replayed with the parent's values.
         let mut resync = vm.space.take_stale();
         for &frame in &frames {
-            let parent: &[u8] =
-                if frame < self.frames.bump { &self.ram[frame as usize..(frame + PAGE_SIZE) as usize] } else { &zero };
+            let parent = self.page(to, frame, &zero);
             if let Some((level, base)) = vm.space.page_table(frame) {
                 vm.space.read_phys(frame, &mut current);
                 let span = 1u64 << (12 + 9 * level);
@@ -130,7 +259,11 @@ impl Parent {
             }
             vm.space.write_phys(frame, parent);
         }
-        vm.space.set_frame_state(&self.frames);
+        let (state, threads, vcpu, bases) = match to {
+            Some(l) => (&l.frames, &l.threads, &l.vcpu, l.bases),
+            None => (&self.frames, &self.threads, &self.vcpu, self.bases),
+        };
+        vm.space.set_frame_state(state);
         resync.sort_unstable();
         resync.dedup();
         if !resync.is_empty() {
@@ -139,8 +272,8 @@ impl Parent {
             vm.take_guest_dirty()?;
         }
         vm.space.take_host_dirty();
-        vm.set_thread_contexts(self.threads.0, &self.threads.1);
-        vm.set_child_state(&self.vcpu, self.bases.0, self.bases.1)?;
+        vm.set_thread_contexts(threads.0, &threads.1);
+        vm.set_child_state(vcpu, bases.0, bases.1)?;
         let reset_ns = start.elapsed().as_nanos() as u64;
         crate::profile::reset(reset_ns);
         Ok(ResetStats { dirty_frames: frames.len() as u64, resynced_entries: resync.len() as u64, reset_ns })

@@ -23,7 +23,7 @@ pub mod watchdog;
 use deja_kernel::{LoadError, RunReport};
 
 pub use deja_kernel::cpuid;
-pub use fork::{Fork, Parent, ResetStats};
+pub use fork::{Fork, LateParent, Parent, ResetStats};
 pub use identity::{Fingerprint, HostProfile, Remedy};
 pub use probe::{check_host, probe, HostCheck, HostProbe};
 pub use session::{boot, BootOptions, Session};

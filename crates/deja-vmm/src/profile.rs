@@ -17,6 +17,11 @@ static EXITS: AtomicU64 = AtomicU64::new(0);
 static SYSCALL_NS: AtomicU64 = AtomicU64::new(0);
 static EXCEPTION_NS: AtomicU64 = AtomicU64::new(0);
 static RESET_NS: AtomicU64 = AtomicU64::new(0);
+static LATE_CAPTURE_NS: AtomicU64 = AtomicU64::new(0);
+static LATE_TAKEN: AtomicU64 = AtomicU64::new(0);
+static LATE_CHILDREN: AtomicU64 = AtomicU64::new(0);
+static LATE_SKIPPED: AtomicU64 = AtomicU64::new(0);
+static CHILDREN: AtomicU64 = AtomicU64::new(0);
 static BY_NR: [(AtomicU64, AtomicU64); SLOTS] = [const { (AtomicU64::new(0), AtomicU64::new(0)) }; SLOTS];
 
 pub(crate) fn kvm_run(ns: u64) {
@@ -39,6 +44,25 @@ pub(crate) fn reset(ns: u64) {
     RESET_NS.fetch_add(ns, Relaxed);
 }
 
+pub(crate) fn late_capture(ns: u64) {
+    LATE_CAPTURE_NS.fetch_add(ns, Relaxed);
+}
+
+/// A forked child started: from a later fork that had `skipped` decisions past its fork point
+/// (`Some`), or from the fork point (`None`). Called by the forks of programs and clusters.
+pub fn child(skipped: Option<u64>) {
+    CHILDREN.fetch_add(1, Relaxed);
+    if let Some(d) = skipped {
+        LATE_CHILDREN.fetch_add(1, Relaxed);
+        LATE_SKIPPED.fetch_add(d, Relaxed);
+    }
+}
+
+/// A later fork was kept.
+pub fn late_taken() {
+    LATE_TAKEN.fetch_add(1, Relaxed);
+}
+
 /// The counters at one moment; [`Profile::since`] gives what happened between two.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Profile {
@@ -52,6 +76,16 @@ pub struct Profile {
     pub exception_ns: u64,
     /// ns resetting forks.
     pub reset_ns: u64,
+    /// ns capturing later forks (the pages each VM's course changed).
+    pub late_capture_ns: u64,
+    /// Forked children.
+    pub children: u64,
+    /// Later forks kept.
+    pub late_taken: u64,
+    /// Forked children that started from a later fork.
+    pub late_children: u64,
+    /// Decisions those children did not run again.
+    pub late_skipped: u64,
     /// Per syscall name: count and ns, most expensive first.
     pub by_syscall: Vec<(String, u64, u64)>,
 }
@@ -74,6 +108,11 @@ pub fn snapshot() -> Profile {
         syscall_ns: SYSCALL_NS.load(Relaxed),
         exception_ns: EXCEPTION_NS.load(Relaxed),
         reset_ns: RESET_NS.load(Relaxed),
+        late_capture_ns: LATE_CAPTURE_NS.load(Relaxed),
+        children: CHILDREN.load(Relaxed),
+        late_taken: LATE_TAKEN.load(Relaxed),
+        late_children: LATE_CHILDREN.load(Relaxed),
+        late_skipped: LATE_SKIPPED.load(Relaxed),
         by_syscall,
     }
 }
@@ -97,6 +136,11 @@ impl Profile {
             syscall_ns: self.syscall_ns - earlier.syscall_ns,
             exception_ns: self.exception_ns - earlier.exception_ns,
             reset_ns: self.reset_ns - earlier.reset_ns,
+            late_capture_ns: self.late_capture_ns - earlier.late_capture_ns,
+            children: self.children - earlier.children,
+            late_taken: self.late_taken - earlier.late_taken,
+            late_children: self.late_children - earlier.late_children,
+            late_skipped: self.late_skipped - earlier.late_skipped,
             by_syscall,
         }
     }

@@ -271,6 +271,7 @@ pub(super) fn campaign(rounds: u64, out: &Path, mode: deja_explore::Mode, jobs: 
         shard: None,
         block_coverage: false,
         cover: Vec::new(),
+        late_forks: deja_cluster::LATE_FORKS,
     }
 }
 

@@ -2,6 +2,7 @@
 //! dirty pages.
 
 use super::*;
+use deja_vmm::LateParent;
 
 /// What one reset of a forked cluster did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -13,13 +14,71 @@ pub struct ClusterReset {
 /// The blocks each node reached on the way to a fork point, by node ([`Fork::with_blocks`]).
 pub type SetupBlocks = Vec<Vec<BlockHit>>;
 
+/// How many later forks a [`Fork`] keeps by default ([`Fork::set_late_forks`]).
+pub const LATE_FORKS: usize = 8;
+
+/// What a fork's later forks did ([`Fork::run_child_at`]).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct LateStats {
+    /// Later forks taken.
+    pub taken: u64,
+    /// Children run from a later fork.
+    pub children: u64,
+    /// Cluster decisions those children did not run again (each child's later fork's count,
+    /// less the fork point's).
+    pub decisions_skipped: u64,
+    /// Later forks dropped to keep within the cache.
+    pub evicted: u64,
+    /// Captures refused because a node's VM was not the fork's at that point (it had
+    /// restarted).
+    pub refused: u64,
+}
+
+/// A later fork: the cluster as a child left it at the top of a step, `at` decisions in.
+/// It serves every child whose steering is the same as its creator's up to there.
+struct Late {
+    /// Decisions taken at it.
+    at: u64,
+    /// Its creator's steering, overrides below `at` only.
+    steering: Steering,
+    frozen: Sim,
+    /// By node: the VM's state there, as pages over the fork's parent (`None`: the node had no
+    /// VM then, or none at the fork).
+    parents: Vec<Option<LateParent>>,
+    /// The last child that used it (for eviction).
+    used: u64,
+}
+
+impl Late {
+    /// Whether a child steered by `s` runs the same course as its creator up to it.
+    fn serves(&self, s: &Steering) -> bool {
+        s.reseed == self.steering.reseed
+            && s.fates == self.steering.fates
+            && s.storage == self.steering.storage
+            && s.crash_states == self.steering.crash_states
+            && s.overrides.range(..self.at).eq(self.steering.overrides.iter())
+    }
+}
+
 /// A whole cluster kept at a point — every node's VM and core, the network in flight, the
 /// event queue, the scheduler, the decision log and the virtual clock — and children run from
 /// it. Each child starts by resetting each node's VM to the fork through its dirty pages.
+///
+/// A child may also leave a *later fork* where its course is going ([`Fork::run_child_at`]):
+/// the whole cluster again, each node's VM kept as the pages where it differs from the fork's.
+/// A later child whose steering agrees with that child's up to there starts from it instead,
+/// and runs only the rest of the course.
 pub struct Fork {
     frozen: Sim,
     parents: Vec<Option<Parent>>,
     vms: Vec<Option<Vm>>,
+    /// By node: the frames where the state its VM was last reset to differs from its parent's.
+    based: Vec<Vec<u64>>,
+    late: Vec<Late>,
+    late_cap: usize,
+    children: u64,
+    /// What the later forks did.
+    pub late_stats: LateStats,
     /// Where the fork is.
     pub at: SteerAt,
     /// Cluster decisions taken before it.
@@ -100,8 +159,13 @@ impl Fork {
             base_decisions: frozen.log.records().len() as u64,
             virtual_time_ns: frozen.now,
             frozen,
+            based: vec![Vec::new(); parents.len()],
             parents,
             vms,
+            late: Vec::new(),
+            late_cap: LATE_FORKS,
+            children: 0,
+            late_stats: LateStats::default(),
             at,
             last_reset: ClusterReset::default(),
         };
@@ -119,35 +183,115 @@ impl Fork {
         }
         if let Some(parent) = self.parents[node].as_mut() {
             parent.disarm_blocks(&blocks, &fresh);
+            for late in &mut self.late {
+                if let Some(lp) = late.parents[node].as_mut() {
+                    lp.disarm_blocks(parent, &blocks, &fresh);
+                }
+            }
+        }
+    }
+
+    /// Keeps at most `n` later forks (0: none are taken, and those kept are dropped).
+    pub fn set_late_forks(&mut self, n: usize) {
+        self.late_cap = n;
+        self.evict();
+    }
+
+    /// Drops the least recently used later forks beyond the cache's size.
+    fn evict(&mut self) {
+        while self.late.len() > self.late_cap {
+            let Some(i) = self.late.iter().enumerate().min_by_key(|(_, l)| l.used).map(|(i, _)| i) else { break };
+            self.late.remove(i);
+            self.late_stats.evicted += 1;
         }
     }
 
     /// Resets every node to the fork, applies `steering` (its `at` must be the fork's) and runs
     /// the cluster to its end: the same run as [`run`] with the same steering.
     pub fn run_child(&mut self, steering: &Steering, sink: Sink<'_>) -> Result<ClusterReport, ClusterError> {
+        self.run_child_at(steering, None, sink)
+    }
+
+    /// [`Fork::run_child`], from the latest later fork whose creator's steering is the same as
+    /// `steering` up to it, if one is kept; and, when `take` names a count of decisions past
+    /// that point, leaving a later fork at the first top of a step with that many decisions
+    /// taken (one of [`ClusterReport::cuts`] of a run steered the same up to there), unless one
+    /// is kept there already. The report is the same whichever fork the child ran from.
+    pub fn run_child_at(
+        &mut self,
+        steering: &Steering,
+        take: Option<u64>,
+        sink: Sink<'_>,
+    ) -> Result<ClusterReport, ClusterError> {
         if steering.at != self.at {
             return SteeringSnafu { fork: self.at, steering: steering.at }.fail();
         }
         let wall = Instant::now();
-        let mut sim = self.frozen.clone_cold();
+        self.children += 1;
+        let from =
+            self.late.iter().enumerate().filter(|(_, l)| l.serves(steering)).max_by_key(|(_, l)| l.at).map(|(i, _)| i);
+        let mut sim = match from {
+            Some(j) => {
+                self.late[j].used = self.children;
+                self.late_stats.children += 1;
+                self.late_stats.decisions_skipped += self.late[j].at - self.base_decisions;
+                deja_vmm::profile::child(Some(self.late[j].at - self.base_decisions));
+                self.late[j].frozen.clone_cold()
+            }
+            None => {
+                deja_vmm::profile::child(None);
+                self.frozen.clone_cold()
+            }
+        };
         let mut stats = Vec::new();
         for (i, parent) in self.parents.iter().enumerate() {
             let Some(parent) = parent else {
                 stats.push(None);
                 continue;
             };
+            let to = match from {
+                Some(j) => match &self.late[j].parents[i] {
+                    Some(lp) => Some(lp),
+                    // No VM there: this one waits, as it was, for a later child.
+                    None => {
+                        stats.push(None);
+                        continue;
+                    }
+                },
+                None => None,
+            };
             let name = &sim.nodes[i].cfg.name;
             let mut vm = self.vms[i].take().context(ForkLostVmSnafu { node: name })?;
-            stats.push(Some(parent.reset(&mut vm).context(VmSnafu { node: name })?));
+            let reset = parent.reset_to(&mut vm, &self.based[i], to);
+            self.based[i] = to.map(LateParent::frames).unwrap_or_default();
+            stats.push(Some(reset.context(VmSnafu { node: name })?));
             vm.stats.host_cores.clear();
             // Hits of a round that ended in an error, never taken.
             vm.take_block_hits();
-            sim.nodes[i].live = Some(Live { vm, kernel: parent.kernel().clone(), forked: true });
+            let kernel = to.map_or(parent.kernel(), LateParent::kernel).clone();
+            sim.nodes[i].live = Some(Live { vm, kernel, forked: true });
         }
         self.last_reset = ClusterReset { nodes: stats };
-        sim.crash_states = steering.crash_states;
-        sim.steer(steering);
-        let result = sim.main_loop(sink, false);
+        match from {
+            // The rest was applied where the later fork's creator was steered, the same way.
+            Some(_) => sim.log.set_overrides(steering.overrides.clone()),
+            None => {
+                sim.crash_states = steering.crash_states;
+                sim.steer(steering);
+            }
+        }
+        let start = sim.log.records().len() as u64;
+        let wanted = take
+            .filter(|&t| self.late_cap > 0 && t > start && !self.late.iter().any(|l| l.at == t && l.serves(steering)));
+        sim.stop_at = wanted;
+        let mut result = sim.main_loop(sink, false);
+        // Stopped where a later fork was wanted (only a stop there ends the loop with `None`).
+        if let (Some(at), Ok(None)) = (wanted, &result) {
+            result = match self.keep_late(&mut sim, steering, at) {
+                Ok(()) => sim.main_loop(sink, false),
+                Err(e) => Err(e),
+            };
+        }
         let report = result.map(|o| sim.report(o.unwrap_or(Outcome::TimeLimit), wall.elapsed().as_nanos() as u64));
         // Every fork VM comes back, whatever happened to its node.
         for (i, spare) in sim.spare.iter_mut().enumerate() {
@@ -161,5 +305,39 @@ impl Fork {
             }
         }
         report
+    }
+
+    /// Keeps the child `sim`, stopped at the top of a step `at` decisions in, as a later fork;
+    /// the child then runs on. Nothing is kept when a node runs in a VM that is not the fork's
+    /// (it restarted on the way).
+    fn keep_late(&mut self, sim: &mut Sim, steering: &Steering, at: u64) -> Result<(), ClusterError> {
+        let capturable = sim.nodes.iter().enumerate().all(|(i, n)| match &n.live {
+            Some(live) => live.forked && self.parents[i].is_some(),
+            None => true,
+        });
+        if !capturable {
+            self.late_stats.refused += 1;
+            return Ok(());
+        }
+        let mut parents = Vec::new();
+        for (i, n) in sim.nodes.iter_mut().enumerate() {
+            let (Some(live), Some(root)) = (n.live.as_mut(), self.parents[i].as_ref()) else {
+                parents.push(None);
+                continue;
+            };
+            // What the way here reached stays the child's, and every later child's from here.
+            n.blocks.extend(live.vm.take_block_hits());
+            let lp =
+                root.capture_late(&mut live.vm, &live.kernel, &self.based[i]).context(VmSnafu { node: &n.cfg.name })?;
+            self.based[i] = lp.frames();
+            parents.push(Some(lp));
+        }
+        let mut kept = steering.clone();
+        kept.overrides = steering.overrides.range(..at).map(|(k, v)| (*k, *v)).collect();
+        self.late.push(Late { at, steering: kept, frozen: sim.clone_cold(), parents, used: self.children });
+        self.late_stats.taken += 1;
+        deja_vmm::profile::late_taken();
+        self.evict();
+        Ok(())
     }
 }

@@ -87,7 +87,7 @@ use snafu::{OptionExt, ResultExt};
 mod faults;
 mod fork;
 
-pub use fork::{ClusterReset, Fork, SetupBlocks};
+pub use fork::{ClusterReset, Fork, LateStats, SetupBlocks, LATE_FORKS};
 
 /// BLAKE3 key-derivation context of the cluster's decision stream.
 const CLUSTER_CONTEXT: &str = "deja 2026 cluster decision stream v1";
@@ -285,6 +285,10 @@ struct Sim {
     /// Block coverage, by node (empty: none): the blocks to arm in each VM a life of the node
     /// boots in, and those the campaign has seen.
     cover: Vec<Option<(Arc<BlockImage>, Seen)>>,
+    /// Each distinct count of decisions taken at the top of a step (see [`ClusterReport::cuts`]).
+    cuts: Vec<u64>,
+    /// Stop at the first top of a step with this many decisions taken ([`Fork::run_child_at`]).
+    stop_at: Option<u64>,
 }
 
 /// Runs a cluster to its end.
@@ -362,6 +366,8 @@ impl Sim {
             crash_states: 0,
             crashes: Vec::new(),
             cover,
+            cuts: Vec::new(),
+            stop_at: None,
         };
         sim.storage = sim.cfg.storage.faults.clone();
         for i in 0..sim.nodes.len() {
@@ -390,6 +396,8 @@ impl Sim {
             crash_states: self.crash_states,
             crashes: self.crashes.clone(),
             cover: self.cover.clone(),
+            cuts: self.cuts.clone(),
+            stop_at: None,
         }
     }
 
@@ -578,10 +586,19 @@ impl Sim {
     }
 
     /// Runs the cluster to its end (`Some`), or, with `stop_at_setup`, until every node has
-    /// called `setup_complete` (`None`).
+    /// called `setup_complete` (`None`), or until the first top of a step with
+    /// [`Sim::stop_at`] decisions taken (`None`, and `stop_at` is cleared).
     fn main_loop(&mut self, sink: Sink<'_>, stop_at_setup: bool) -> Result<Option<Outcome>, ClusterError> {
         self.arm();
         loop {
+            let taken = self.log.records().len() as u64;
+            if self.cuts.last() != Some(&taken) {
+                self.cuts.push(taken);
+            }
+            if self.stop_at == Some(taken) {
+                self.stop_at = None;
+                return Ok(None);
+            }
             if stop_at_setup && self.all_set_up() {
                 return Ok(None);
             }
@@ -929,6 +946,7 @@ impl Sim {
             network: self.net.stats.clone(),
             binary_hashes: self.cfg.binary_hashes.clone(),
             crashes: std::mem::take(&mut self.crashes),
+            cuts: std::mem::take(&mut self.cuts),
         }
     }
 }

@@ -62,7 +62,7 @@ mod pool;
 pub(crate) use books::{assertion_status, edges_hit, keep, Books, Novelty, State};
 pub use books::{bug_id, saved, write_reports};
 use books::{learn, new_state, resume};
-pub(crate) use mutate::{energy, mutate_decisions, pick_weighted};
+pub(crate) use mutate::{energy, mutate_decisions, pick_weighted, FOCUS_WINDOW};
 use pool::{worker_loop, Batch, Pool, Returned};
 
 /// The schema of campaign checkpoints: version 2 added the seal (`deja_format::json`); version
@@ -152,6 +152,10 @@ pub struct CampaignConfig {
     /// With block coverage: only blocks in functions whose (demangled) name matches one of
     /// these patterns (`*` matches any run of characters) count; empty for every block.
     pub cover: Vec<String>,
+    /// How many later forks each worker keeps: forks taken down a round's course, from which
+    /// rounds that change only what comes after run ([`deja_cluster::Fork::run_child_at`];
+    /// 0: every round runs from the fork point). The campaign is the same either way.
+    pub late_forks: usize,
 }
 
 impl CampaignConfig {
@@ -220,17 +224,28 @@ pub struct Decision {
     pub fault: bool,
     /// It chooses *which* fault happens (sides, direction, target), not when.
     pub structural: bool,
+    /// A later fork can be taken right before it: it is the first decision of a step of the
+    /// cluster's scheduler (always false for programs).
+    pub cut: bool,
 }
 
 impl From<(u64, u64, u8)> for Decision {
     fn from((options, choice, flags): (u64, u64, u8)) -> Decision {
-        Decision { options, choice, random: flags & 1 != 0, fault: flags & 2 != 0, structural: flags & 4 != 0 }
+        Decision {
+            options,
+            choice,
+            random: flags & 1 != 0,
+            fault: flags & 2 != 0,
+            structural: flags & 4 != 0,
+            cut: flags & 8 != 0,
+        }
     }
 }
 
 impl From<Decision> for (u64, u64, u8) {
     fn from(d: Decision) -> (u64, u64, u8) {
-        (d.options, d.choice, u8::from(d.random) | u8::from(d.fault) << 1 | u8::from(d.structural) << 2)
+        let flags = u8::from(d.random) | u8::from(d.fault) << 1 | u8::from(d.structural) << 2 | u8::from(d.cut) << 3;
+        (d.options, d.choice, flags)
     }
 }
 

@@ -23,7 +23,7 @@ pub(crate) fn energy(features: &[u64], hits: &BTreeMap<u64, u64>, new: u64, pick
 }
 
 /// How many decisions before a corpus entry's focus count as leading to it.
-pub(super) const FOCUS_WINDOW: u64 = 8;
+pub(crate) const FOCUS_WINDOW: u64 = 8;
 
 /// The decision mutations, the same for every subject: a tail cut (keep the parent's course up
 /// to a cut, draw everything after it afresh) or one to three point mutations. Returns whether

@@ -10,7 +10,7 @@ fn rng(seed: u64) -> ChaCha20Rng {
 
 /// A decision of `options` that chose `choice`, changeable by the modes its flags say.
 fn d(options: u64, choice: u64, random: bool, fault: bool, structural: bool) -> Decision {
-    Decision { options, choice, random, fault, structural }
+    Decision { options, choice, random, fault, structural, cut: false }
 }
 
 /// A corpus entry of `decisions`, focused at `focus`.
