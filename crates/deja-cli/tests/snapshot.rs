@@ -202,3 +202,71 @@ fn fork_reset_restores_the_parents_memory_bit_for_bit() {
         assert_eq!(child.report.digest, whole.report.digest);
     }
 }
+
+/// One child of a program's fork: its lives' digests, its decisions and its cuts.
+fn late_child(
+    fork: &mut deja_vmm::Fork,
+    overrides: &std::collections::BTreeMap<u64, u64>,
+    reseed: Option<u64>,
+    take: Option<u64>,
+) -> (Vec<String>, Vec<(u64, u64)>, Vec<u64>) {
+    let mut prepare = |k: &mut deja_kernel::Kernel| {
+        k.set_decision_overrides(overrides.clone());
+        if let Some(s) = reseed {
+            k.reseed_decisions(s);
+        }
+    };
+    let lives = fork.run_child_late(&mut prepare, b"faults", overrides, reseed, take, &mut |_, _| {}).unwrap();
+    let digests = lives.iter().map(|l| l.run.report.digest.clone()).collect();
+    let decisions = lives[0].run.report.decisions.iter().map(|d| (d.options, d.choice)).collect();
+    (digests, decisions, lives[0].run.cuts.clone())
+}
+
+#[test]
+fn a_programs_child_from_a_later_fork_is_the_child_of_the_fork_point() {
+    use std::collections::BTreeMap;
+    let fresh = || deja_vmm::Fork::new(spec("bank", &["20"], 4), 256 << 20, 1, &mut |_, _| {}).unwrap();
+    let (mut fork, mut plain) = (fresh(), fresh());
+    plain.set_late_forks(0);
+    let base = fork.parent_kernel().decision_count();
+    let none = BTreeMap::new();
+    let whole = late_child(&mut plain, &none, None, None);
+    let n = whole.1.len() as u64;
+    assert!(n > base + 20, "{n} decisions, {base} before the fork point");
+    let cuts = &whole.2;
+    assert!(cuts.windows(2).all(|w| w[0] < w[1]) && cuts.len() > 10, "{cuts:?}");
+    let k = cuts.iter().copied().filter(|&c| c > base && c <= base + (n - base) / 2).max().expect("a cut");
+
+    // The child that leaves the later fork is the fork point's child.
+    assert_eq!(late_child(&mut fork, &none, None, Some(k)), whole, "the child leaving a later fork at {k}");
+    assert_eq!((fork.late_forks(), fork.last_start), (1, base));
+    let flip = |at: u64| {
+        let (options, choice) = whole.1[at as usize];
+        BTreeMap::from([(at, (choice + 1) % options.max(2))])
+    };
+    let pinned = |to: u64| (base..to).map(|i| (i, whole.1[i as usize].1)).collect::<BTreeMap<u64, u64>>();
+    let later = (k..n).find(|&i| whole.1[i as usize].0 > 1).expect("a decision to change");
+    let earlier = (base..k).find(|&i| whole.1[i as usize].0 > 1).expect("a decision to change");
+    for (what, overrides, reseed, start) in [
+        ("a decision after it changed", flip(later), None, k),
+        ("a tail cut after it, reseeded", pinned(k + 3), Some(77), k),
+        ("the choices up to it pinned, the same stream", pinned(k), None, k),
+        ("the untouched course", none.clone(), None, k),
+        ("reseeded from the fork point", none.clone(), Some(77), base),
+        ("a decision before it changed", flip(earlier), None, base),
+        ("a tail cut before it, reseeded", pinned(k - 1), Some(78), base),
+    ] {
+        let expected = late_child(&mut plain, &overrides, reseed, None);
+        let child = late_child(&mut fork, &overrides, reseed, None);
+        assert_eq!(fork.last_start, start, "{what}: where the child started");
+        assert_eq!(child, expected, "{what}: the same lives, decisions and cuts");
+    }
+    // A later fork of a later fork, then its child.
+    let second = flip(later);
+    let course = late_child(&mut plain, &second, None, None);
+    let k2 = course.2.iter().copied().filter(|&c| c > later).min().expect("a cut after the change");
+    assert_eq!(late_child(&mut fork, &second, None, Some(k2)), course);
+    assert_eq!((fork.late_forks(), fork.last_start), (2, k));
+    assert_eq!(late_child(&mut fork, &second, None, None), course);
+    assert_eq!(fork.last_start, k2, "from the second later fork");
+}

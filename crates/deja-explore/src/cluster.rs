@@ -985,7 +985,7 @@ impl Subject for ClusterSubject<'_> {
             input.overrides.clear();
             input.reseed = Some(seeds.draw(rng));
         }
-        input.fork_at = late_fork_at(parent, input, r.base_decisions);
+        input.fork_at = late_fork_at(parent, input, r.base_decisions, mode);
     }
 
     fn fresh(
@@ -1035,12 +1035,9 @@ impl Subject for ClusterSubject<'_> {
 }
 
 /// Where a round mutated from `parent` leaves a later fork, or runs from the one its siblings
-/// left: the latest anchor of the parent's course at or before the first decision the round
-/// changes, when everything else of its steering is the parent's (a reseed, other fates or
-/// other storage faults change the course from the fork point on). The anchors are few, so
-/// that siblings share them: the last cut at or before each eighth of the decisions after the
-/// fork point, and before the window of point mutations that lead to the parent's focus.
-pub fn late_fork_at(parent: &Entry<ClusterInput>, input: &ClusterInput, base: u64) -> Option<u64> {
+/// left ([`crate::campaign::late_anchor`]), when everything but its overrides is the parent's
+/// (a reseed, other fates or other storage faults change the course from the fork point on).
+pub fn late_fork_at(parent: &Entry<ClusterInput>, input: &ClusterInput, base: u64, mode: Mode) -> Option<u64> {
     let p = &parent.input;
     let same = input.seed == p.seed
         && input.reseed == p.reseed
@@ -1052,19 +1049,7 @@ pub fn late_fork_at(parent: &Entry<ClusterInput>, input: &ClusterInput, base: u6
     if !same {
         return None;
     }
-    let first = p
-        .overrides
-        .keys()
-        .chain(input.overrides.keys())
-        .copied()
-        .filter(|k| p.overrides.get(k) != input.overrides.get(k))
-        .min()?;
-    let count = parent.decisions.len() as u64;
-    let last_cut =
-        |at: u64| (base + 1..=at.min(count.saturating_sub(1))).rev().find(|&i| parent.decisions[i as usize].cut);
-    let eighths = (1..8).map(|j| base + (count.saturating_sub(base)) * j / 8);
-    let focus = parent.focus.map(|f| f.saturating_sub(crate::campaign::FOCUS_WINDOW));
-    eighths.chain(focus).filter_map(last_cut).filter(|&k| k <= first).max()
+    crate::campaign::late_anchor(parent, crate::campaign::first_change(&p.overrides, &input.overrides)?, base, mode)
 }
 
 fn cluster_err(e: deja_cluster::ClusterError) -> ExploreError {

@@ -41,9 +41,19 @@ pub struct Input {
     /// independent runs; a fork child always has its parent's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// Where the round leaves a later fork of its worker's fork, if it runs from one
+    /// ([`deja_vmm::Fork::run_child_late`]): planning only, never written, and no part of the run.
+    #[serde(skip)]
+    pub fork_at: Option<u64>,
 }
 
 impl Input {
+    /// What determines a forked child's course besides its decisions: its faults and its seed
+    /// (the key of a later fork, [`deja_vmm::Fork::run_child_late`]).
+    pub fn course_key(&self) -> Vec<u8> {
+        serde_json::to_vec(&(&self.faults, self.seed)).unwrap_or_default()
+    }
+
     /// Applies this input to a core at the steering point.
     pub fn prepare(&self, kernel: &mut Kernel) {
         kernel.set_fault_config(self.faults.clone());
@@ -204,7 +214,14 @@ pub fn outcome(lives: Vec<Incarnation>, stdout: &[u8]) -> Outcome {
 /// Runs `input` as a child of `fork`.
 pub fn run_on_fork(fork: &mut Fork, input: &Input) -> Result<Outcome, ExploreError> {
     let mut stdout = Vec::new();
-    let lives = fork.run_child_with(&mut |k| input.prepare(k), &mut |s, b| keep_stdout(&mut stdout, s, b))?;
+    let lives = fork.run_child_late(
+        &mut |k| input.prepare(k),
+        &input.course_key(),
+        &input.overrides,
+        input.reseed,
+        input.fork_at,
+        &mut |s, b| keep_stdout(&mut stdout, s, b),
+    )?;
     Ok(outcome(lives, &stdout))
 }
 

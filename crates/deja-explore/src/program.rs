@@ -36,9 +36,35 @@ pub struct ProgramSubject<'a> {
     learned: Mutex<Vec<u32>>,
     /// The `--cover` patterns the blocks were chosen by.
     scope: Vec<String>,
+    /// How many later forks each worker keeps (0: none).
+    late_forks: usize,
 }
 
 impl<'a> ProgramSubject<'a> {
+    /// One or two changes of the input's fault plan from the fault menu (always one when the
+    /// decision mutations changed nothing).
+    fn mutate_faults(
+        &self,
+        rng: &mut ChaCha20Rng,
+        input: &mut Input,
+        parent: &Entry<Input>,
+        r: &ProgramReference,
+        changed: bool,
+    ) {
+        let io_ops = if parent.io_ops.is_empty() { &r.io_ops } else { &parent.io_ops };
+        let menu = Menu {
+            durable_writes: parent.durable_writes.max(r.durable_writes),
+            io_ops,
+            pending_at_crash: parent.pending_at_crash,
+            processes: &r.processes,
+        };
+        let n = if changed { below(rng, 2) } else { 1 + below(rng, 2) };
+        for _ in 0..n {
+            crate::menu::mutate(rng, &mut input.faults, &menu);
+        }
+        input.faults.crash_model = self.target.spec.faults.crash_model;
+    }
+
     /// The subject of `target`; `block_coverage` measures blocks with one-shot breakpoints when
     /// the program has no SanitizerCoverage counters of its own, in the functions `scope` names
     /// or, when it names none, in the program's own code; in the program image and in the
@@ -60,6 +86,7 @@ impl<'a> ProgramSubject<'a> {
             blocks,
             learned: Mutex::new(Vec::new()),
             scope,
+            late_forks: deja_vmm::LATE_FORKS,
         }
     }
 
@@ -148,7 +175,7 @@ impl Subject for ProgramSubject<'_> {
         if strategy == Strategy::Random {
             return Ok(ProgramWorker { fork: None, applied: 0 });
         }
-        let (fork, _) = Fork::with_blocks(
+        let (mut fork, _) = Fork::with_blocks(
             self.target.spec.clone(),
             self.target.memory,
             r.fork_at,
@@ -160,6 +187,7 @@ impl Subject for ProgramSubject<'_> {
             base == r.base_decisions,
             crate::ProgramNotDeterministicSnafu { fork_at: r.fork_at, found: base, expected: r.base_decisions }
         );
+        fork.set_late_forks(self.late_forks);
         Ok(ProgramWorker { fork: Some(fork), applied: 0 })
     }
 
@@ -219,7 +247,7 @@ impl Subject for ProgramSubject<'_> {
                 random: true,
                 fault: false,
                 structural: false,
-                cut: false,
+                cut: out.lives[0].run.cuts.binary_search(&d.index).is_ok(),
             })
             .collect();
         Facts {
@@ -256,22 +284,12 @@ impl Subject for ProgramSubject<'_> {
         mode: Mode,
         changed: bool,
     ) {
-        if !mode.faults() {
-            return;
+        if mode.faults() {
+            self.mutate_faults(rng, input, parent, r, changed);
         }
-        let io_ops = if parent.io_ops.is_empty() { &r.io_ops } else { &parent.io_ops };
-        let menu = Menu {
-            durable_writes: parent.durable_writes.max(r.durable_writes),
-            io_ops,
-            pending_at_crash: parent.pending_at_crash,
-            processes: &r.processes,
-        };
-        // One or two changes from the fault menu (always one when nothing else changed).
-        let n = if changed { below(rng, 2) } else { 1 + below(rng, 2) };
-        for _ in 0..n {
-            crate::menu::mutate(rng, &mut input.faults, &menu);
-        }
-        input.faults.crash_model = self.target.spec.faults.crash_model;
+        input.fork_at = (input.faults == parent.input.faults && input.seed == parent.input.seed)
+            .then(|| first_divergence(parent, input, r.base_decisions))
+            .and_then(|first| crate::campaign::late_anchor(parent, first, r.base_decisions, mode));
     }
 
     fn frontier(&self, r: &ProgramReference, mode: Mode, seed: u64) -> Vec<Input> {
@@ -355,11 +373,31 @@ fn crash_words(out: &Outcome, model: deja_kernel::CrashModel) -> Option<String> 
     (!lines.is_empty()).then(|| lines.join("\n"))
 }
 
+/// The first decision after the fork point's `base` whose choice in a child steered by `input`
+/// may differ from its parent's: one it overrides with another choice than the parent took, or
+/// one it does not override while its stream (its reseed) is not the parent's, or the parent's
+/// choice came from an override. A child whose overrides pin its parent's choices up to a tail
+/// cut keeps its parent's course up to there, whatever its reseed.
+fn first_divergence(parent: &Entry<Input>, input: &Input, base: u64) -> u64 {
+    let same_stream = input.reseed == parent.input.reseed;
+    (base..parent.decisions.len() as u64)
+        .find(|&i| {
+            let d = &parent.decisions[i as usize];
+            match input.overrides.get(&i) {
+                Some(&c) => (if d.options == 0 { c } else { c % d.options }) != d.choice,
+                None => !same_stream || parent.input.overrides.contains_key(&i),
+            }
+        })
+        .unwrap_or(parent.decisions.len() as u64)
+}
+
 /// Runs a campaign over one program (or continues one) and writes its files under `cfg.out`.
 pub fn explore(
     target: &Target,
     cfg: &CampaignConfig,
     progress: &mut dyn FnMut(&crate::Progress),
 ) -> Result<crate::Campaign, ExploreError> {
-    crate::campaign::explore(&ProgramSubject::new(target, cfg.block_coverage, &cfg.cover), cfg, progress)
+    let subject =
+        ProgramSubject { late_forks: cfg.late_forks, ..ProgramSubject::new(target, cfg.block_coverage, &cfg.cover) };
+    crate::campaign::explore(&subject, cfg, progress)
 }

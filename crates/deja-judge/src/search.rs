@@ -128,7 +128,7 @@ impl Steer {
 
     /// The explorer's input of this steering with `faults`.
     fn input(&self, faults: FaultConfig) -> deja_explore::Input {
-        deja_explore::Input { overrides: self.overrides.clone(), faults, reseed: self.reseed, seed: None }
+        deja_explore::Input { overrides: self.overrides.clone(), faults, reseed: self.reseed, ..Default::default() }
     }
 }
 

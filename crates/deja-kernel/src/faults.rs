@@ -796,6 +796,14 @@ impl DecisionLog {
         u64::from_le_bytes(b)
     }
 
+    /// Draws what [`decide`](DecisionLog::decide) draws for a decision among `options`, and
+    /// records nothing (the stream of a log that is not keyed by meaning).
+    pub(crate) fn redraw(&mut self, options: u64) {
+        if self.meaning_key.is_none() {
+            bounded(options, || self.next_u64());
+        }
+    }
+
     /// Steers decisions by index.
     pub fn set_overrides(&mut self, overrides: BTreeMap<u64, u64>) {
         self.overrides = overrides;

@@ -61,6 +61,11 @@ pub struct LateParent {
 }
 
 impl LateParent {
+    /// The bytes of guest memory it keeps.
+    pub fn bytes(&self) -> u64 {
+        self.pages.len() as u64 * PAGE_SIZE
+    }
+
     /// The frames where it differs from its parent, ascending.
     pub fn frames(&self) -> Vec<u64> {
         self.pages.keys().copied().collect()
@@ -274,6 +279,7 @@ impl Parent {
         vm.space.take_host_dirty();
         vm.set_thread_contexts(threads.0, &threads.1);
         vm.set_child_state(vcpu, bases.0, bases.1)?;
+        vm.cuts.clear();
         let reset_ns = start.elapsed().as_nanos() as u64;
         crate::profile::reset(reset_ns);
         Ok(ResetStats { dirty_frames: frames.len() as u64, resynced_entries: resync.len() as u64, reset_ns })
@@ -305,6 +311,30 @@ fn translate_image(ram: &[u8], root: u64, va: u64) -> Option<u64> {
     lookup_with(read, root, page).map(|(_, pte)| (pte & PTE_ADDR) | (va & (PAGE_SIZE - 1)))
 }
 
+/// How many later forks a program's [`Fork`] keeps by default ([`Fork::set_late_forks`]).
+pub const LATE_FORKS: usize = 8;
+
+/// The guest memory a fork's later forks may keep between them (of a program, or of every
+/// node of a cluster): beyond it the least recently used go, and a later fork that alone
+/// would pass it is not kept.
+pub const LATE_BYTES: u64 = 512 << 20;
+
+/// A later fork of a program: its state at the first syscall trap with `at` decisions taken,
+/// down a child's course. It serves every child whose course is its creator's up to there.
+#[derive(Debug)]
+struct Late {
+    at: u64,
+    /// What determined its creator's course besides its decisions (the caller's words for it).
+    key: Vec<u8>,
+    /// Its creator's reseed.
+    reseed: Option<u64>,
+    parent: LateParent,
+    /// The breakpoints its creator hit on the way, and its cuts.
+    hits: Vec<BlockHit>,
+    cuts: Vec<u64>,
+    used: u64,
+}
+
 /// A parent state in memory and the session its children run in.
 #[derive(Debug)]
 pub struct Fork {
@@ -314,6 +344,13 @@ pub struct Fork {
     pub at_syscall: u64,
     /// What the last reset did.
     pub last_reset: ResetStats,
+    /// The frames where the state the VM was last reset to differs from the parent's.
+    based: Vec<u64>,
+    late: Vec<Late>,
+    late_cap: usize,
+    children: u64,
+    /// The decisions taken where the last child started: the parent's, or a later fork's.
+    pub last_start: u64,
 }
 
 impl Fork {
@@ -353,7 +390,18 @@ impl Fork {
         let (vm, kernel) = session.parts();
         let hits = vm.take_block_hits();
         let parent = Parent::capture(vm, kernel)?;
-        Ok((Fork { session, parent, at_syscall, last_reset: ResetStats::default() }, hits))
+        let fork = Fork {
+            session,
+            parent,
+            at_syscall,
+            last_reset: ResetStats::default(),
+            based: Vec::new(),
+            late: Vec::new(),
+            late_cap: LATE_FORKS,
+            children: 0,
+            last_start: 0,
+        };
+        Ok((fork, hits))
     }
 
     /// The blocks `ids` are seen by the campaign: their breakpoints come out of the parent's
@@ -363,13 +411,129 @@ impl Fork {
         let (vm, _) = self.session.parts();
         let Some(blocks) = vm.space.armed_blocks().cloned() else { return };
         self.parent.disarm_blocks(&blocks, &fresh);
+        for late in &mut self.late {
+            late.parent.disarm_blocks(&self.parent, &blocks, &fresh);
+        }
     }
 
     /// Resets the VM to the parent, rewriting only what changed since the last reset.
     pub fn reset(&mut self) -> Result<ResetStats, VmError> {
-        self.last_reset = self.parent.reset(self.session.parts().0)?;
+        let vm = self.session.parts().0;
+        self.last_reset = self.parent.reset_to(vm, &self.based, None)?;
+        self.based.clear();
+        vm.take_block_hits();
         self.session.set_kernel(self.parent.kernel.clone());
         Ok(self.last_reset)
+    }
+
+    /// How many later forks it keeps now.
+    pub fn late_forks(&self) -> usize {
+        self.late.len()
+    }
+
+    /// Keeps at most `n` later forks (0: none are taken, and those kept are dropped), and
+    /// at most [`LATE_BYTES`] of guest memory in them.
+    pub fn set_late_forks(&mut self, n: usize) {
+        self.late_cap = n;
+        while self.late.len() > self.late_cap || self.late.iter().map(|l| l.parent.bytes()).sum::<u64>() > LATE_BYTES {
+            let Some(i) = self.late.iter().enumerate().min_by_key(|(_, l)| l.used).map(|(i, _)| i) else { break };
+            self.late.remove(i);
+        }
+    }
+
+    /// Whether `late` serves a child with `key`, `overrides` and `reseed`: the same key, and
+    /// the same choice at every decision between the fork point and the later fork — pinned by
+    /// an override that gives the choice its creator took, or drawn by both from the same
+    /// stream.
+    fn serves(&self, late: &Late, key: &[u8], overrides: &BTreeMap<u64, u64>, reseed: Option<u64>) -> bool {
+        let base = self.parent.kernel.decision_count() as usize;
+        let taken = late.parent.kernel.decisions();
+        key == late.key.as_slice()
+            && taken.get(base..late.at as usize).is_some_and(|span| {
+                span.iter().all(|d| match overrides.get(&d.index) {
+                    Some(&c) => (if d.options == 0 { c } else { c % d.options }) == d.choice,
+                    None => reseed == late.reseed && !d.overridden,
+                })
+            })
+    }
+
+    /// [`Fork::run_child_with`] from the latest later fork that serves the child (its course is
+    /// the child's up to there), if one is kept; and, when `take` names a count of decisions
+    /// past where the child starts, leaving a later fork at the first syscall trap with that
+    /// many decisions taken (one of [`Run::cuts`] of a run steered the same up to there),
+    /// unless one is kept there.
+    ///
+    /// `key` names what determines a child's course besides its decisions (its faults), and
+    /// `overrides` and `reseed` are what `prepare` gives the core. A later fork serves a child
+    /// with its creator's key whose every decision up to it has its creator's choice: pinned by
+    /// an override, or drawn from the same stream. From a later fork the child's core is the
+    /// fork's, with the child's overrides and its decision stream
+    /// ([`Kernel::restream_decisions`]); from the parent, `prepare` adjusts it. The lives are
+    /// the same whichever fork the child ran from, its breakpoint hits and cuts included.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_child_late(
+        &mut self,
+        prepare: &mut dyn FnMut(&mut Kernel),
+        key: &[u8],
+        overrides: &BTreeMap<u64, u64>,
+        reseed: Option<u64>,
+        take: Option<u64>,
+        sink: &mut dyn FnMut(Stream, &[u8]),
+    ) -> Result<Vec<crate::Incarnation>, RunError> {
+        self.children += 1;
+        let base = self.parent.kernel.decision_count();
+        let from = (0..self.late.len())
+            .filter(|&j| self.serves(&self.late[j], key, overrides, reseed))
+            .max_by_key(|&j| self.late[j].at);
+        match from {
+            Some(j) => {
+                let late = &mut self.late[j];
+                late.used = self.children;
+                let vm = self.session.parts().0;
+                self.last_reset = self.parent.reset_to(vm, &self.based, Some(&late.parent))?;
+                self.based = late.parent.frames();
+                vm.take_block_hits();
+                vm.block_hits = late.hits.clone();
+                vm.cuts = late.cuts.clone();
+                let mut kernel = late.parent.kernel.clone();
+                kernel.set_decision_overrides(overrides.clone());
+                if reseed != late.reseed {
+                    kernel.restream_decisions(&self.parent.kernel, reseed);
+                }
+                self.session.set_kernel(kernel);
+                crate::profile::child(Some(late.at - base));
+            }
+            None => {
+                self.reset()?;
+                prepare(self.session.kernel_mut());
+                crate::profile::child(None);
+            }
+        }
+        let start = self.session.parts().1.decision_count();
+        self.last_start = start;
+        let kept = |l: &Late| l.at == take.unwrap_or(0) && self.serves(l, key, overrides, reseed);
+        let wanted = take.filter(|&t| self.late_cap > 0 && t > start && !self.late.iter().any(kept));
+        if let Some(at) = wanted {
+            if self.session.run_to_decisions(at, sink)? {
+                let based = std::mem::take(&mut self.based);
+                let (vm, kernel) = self.session.parts();
+                let parent = self.parent.capture_late(vm, kernel, &based)?;
+                self.based = parent.frames();
+                let late = Late {
+                    at,
+                    key: key.to_vec(),
+                    reseed,
+                    parent,
+                    hits: vm.block_hits.clone(),
+                    cuts: vm.cuts.clone(),
+                    used: self.children,
+                };
+                self.late.push(late);
+                crate::profile::late_taken();
+                self.set_late_forks(self.late_cap);
+            }
+        }
+        self.session.lives(sink, None)
     }
 
     /// Resets to the parent, then runs one child to the end. `reseed` gives the child a random

@@ -23,7 +23,7 @@ pub mod watchdog;
 use deja_kernel::{LoadError, RunReport};
 
 pub use deja_kernel::cpuid;
-pub use fork::{Fork, LateParent, Parent, ResetStats};
+pub use fork::{Fork, LateParent, Parent, ResetStats, LATE_FORKS};
 pub use identity::{Fingerprint, HostProfile, Remedy};
 pub use probe::{check_host, probe, HostCheck, HostProbe};
 pub use session::{boot, BootOptions, Session};
@@ -43,6 +43,10 @@ pub struct Run {
     /// The coverage breakpoints the life hit, in order ([`coverage`]); empty when its VM was
     /// not armed.
     pub blocks: Vec<coverage::BlockHit>,
+    /// Each distinct count of decisions taken at a syscall's trap, ascending, since the run's
+    /// fork point (or its boot): where a later fork of this course can be taken
+    /// ([`Fork::run_child_late`]). Host-side only; no part of the report.
+    pub cuts: Vec<u64>,
 }
 
 /// Why a run could not happen. A guest that crashes is not an error: it has an exit status.

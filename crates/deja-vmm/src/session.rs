@@ -168,6 +168,27 @@ impl Session {
         }
     }
 
+    /// Runs until the first syscall trap with `k` of the core's decisions taken, and stays
+    /// there (`true`), as [`Session::run_to_syscall`] does; `false` when the program stopped
+    /// first, or when that syscall was not made by a `syscall` instruction (the run then went on
+    /// to its next stop, which it keeps).
+    pub fn run_to_decisions(&mut self, k: u64, sink: &mut dyn FnMut(Stream, &[u8])) -> Result<bool, RunError> {
+        if self.stopped.is_some() {
+            return Ok(false);
+        }
+        self.vm.stop_at_decisions = Some(k);
+        self.vm.late_refused = false;
+        let stop = self.vm.run_until(&mut self.kernel, sink, None);
+        self.vm.stop_at_decisions = None;
+        match stop? {
+            Stop::AtSyscall if !self.vm.late_refused => Ok(true),
+            other => {
+                self.stopped = Some(other);
+                Ok(false)
+            }
+        }
+    }
+
     /// Runs until the core injects the crash its fault configuration names, and stays there
     /// (`true`), so that each crash state can be tried ([`Session::restart_crashed`]); `false`
     /// when the program ended first.
@@ -197,7 +218,7 @@ impl Session {
             None => self.vm.run(&mut self.kernel, sink)?,
         };
         let report = self.kernel.finish(&self.vm.space, status);
-        Ok(Run { report, stats: self.vm.stats.clone(), blocks: self.vm.take_block_hits() })
+        Ok(Run { report, stats: self.vm.stats.clone(), blocks: self.vm.take_block_hits(), cuts: self.vm.take_cuts() })
     }
 
     /// Runs to the end of the last life: after every injected crash, the VM and all volatile
@@ -262,7 +283,12 @@ impl Session {
                     }
                     let report = kernel.finish(&vm.space, status);
                     lives.push(Incarnation {
-                        run: Run { report, stats: vm.stats.clone(), blocks: vm.take_block_hits() },
+                        run: Run {
+                            report,
+                            stats: vm.stats.clone(),
+                            blocks: vm.take_block_hits(),
+                            cuts: vm.take_cuts(),
+                        },
                         crashed: false,
                         seed,
                         crash_disk_digest: None,
@@ -292,7 +318,12 @@ impl Session {
                     let report = kernel.finish(&vm.space, status);
                     let previous_faults = report.faults.clone();
                     lives.push(Incarnation {
-                        run: Run { report, stats: vm.stats.clone(), blocks: vm.take_block_hits() },
+                        run: Run {
+                            report,
+                            stats: vm.stats.clone(),
+                            blocks: vm.take_block_hits(),
+                            cuts: vm.take_cuts(),
+                        },
                         crashed: true,
                         seed,
                         crash_disk_digest: Some(digest),

@@ -15,6 +15,7 @@ mod cluster;
 use cluster::{
     campaign, cluster_check_figures, cluster_figures, forked_cluster_figures, history_figures, scale_figures,
 };
+mod late;
 mod print;
 
 /// Arguments of `deja bench`.
@@ -40,6 +41,10 @@ pub struct BenchArgs {
     /// run in a process of their own for each setting).
     #[arg(long, hide = true)]
     pub forked_cluster_only: bool,
+    /// Measure only campaigns with later forks off and on (what the later-fork figures run in a
+    /// process of their own for each vDSO setting).
+    #[arg(long, hide = true)]
+    pub late_forks_only: bool,
 }
 
 /// SDK calls timed natively, where one call costs nanoseconds.
@@ -490,6 +495,7 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     let forked_cluster = forked_cluster_figures(&register)?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let vdso = cluster::vdso_figures(&exe, &dir, repeat)?;
+    let late_forks = late::late_fork_figures(&exe, &dir, repeat)?;
     let scale = scale_figures(&dir, &register)?;
     let cluster_check = cluster_check_figures(&dir, &root.join("examples/clusters/register-buggy.toml"))?;
     let history = history_figures()?;
@@ -542,6 +548,7 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
         "cluster": cluster,
         "forked_cluster": forked_cluster,
         "vdso": vdso,
+        "late_forks": late_forks,
         "scale": scale,
         "cluster_check": cluster_check,
         "history": history,
@@ -559,7 +566,15 @@ fn register_rounds(args: &BenchArgs) -> Result<serde_json::Value, String> {
 
 /// `deja bench`.
 pub fn main(args: BenchArgs) -> Exit {
-    let result = if args.forked_cluster_only { register_rounds(&args) } else { figures(&args) };
+    let result = if args.forked_cluster_only {
+        register_rounds(&args)
+    } else if args.late_forks_only {
+        let dir = args.guests.clone().unwrap_or_else(default_guest_dir);
+        let root = dir.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
+        late::campaigns(&dir, &root.join("examples/clusters/register-fixed.toml"))
+    } else {
+        figures(&args)
+    };
     match result {
         Ok(v) => {
             if args.json {

@@ -121,6 +121,32 @@ pub(super) fn text(v: &serde_json::Value) {
         d["booted_speedup"].as_f64().unwrap_or(0.0),
         d["forked_speedup"].as_f64().unwrap_or(0.0)
     );
+    let l = &v["late_forks"];
+    for r in l["rows"].as_array().into_iter().flatten() {
+        let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
+        println!(
+            "  late forks {:<9} {} rounds ({}, {} worker(s)), rounds/s: neither {:.1}, later forks {:.1}, vDSO {:.1}, both {:.1}: {:.2}x (median of {}; each pair the same campaign{})",
+            r["workload"].as_str().unwrap_or(""),
+            r["rounds"],
+            r["mode"].as_str().unwrap_or(""),
+            r["jobs"],
+            f("neither"),
+            f("late_forks"),
+            f("vdso"),
+            f("both"),
+            f("both_speedup"),
+            l["repeat"],
+            if r["same_campaign_with_the_vdso"].as_bool() == Some(true) { ", and the same with the vDSO off and on" } else { "" }
+        );
+        let s = &r["late"];
+        println!(
+            "             {} later forks kept; {} of {} forked rounds ran from one, skipping {:.0} decisions each",
+            s["kept"],
+            s["rounds_from_one"],
+            s["forked_rounds"],
+            s["decisions_skipped_per_round_from_one"].as_f64().unwrap_or(0.0)
+        );
+    }
     for r in v["scale"]["rows"].as_array().into_iter().flatten() {
         println!(
             "  workers    {:<18} {} rounds: 1 worker {:>6.1} rounds/s, {} workers {:>6.1} rounds/s: {:.2}x",

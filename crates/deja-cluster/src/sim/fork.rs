@@ -197,9 +197,11 @@ impl Fork {
         self.evict();
     }
 
-    /// Drops the least recently used later forks beyond the cache's size.
+    /// Drops the least recently used later forks beyond the cache's size, or beyond
+    /// [`deja_vmm::fork::LATE_BYTES`] of guest memory over every node.
     fn evict(&mut self) {
-        while self.late.len() > self.late_cap {
+        let bytes = |l: &Late| l.parents.iter().flatten().map(LateParent::bytes).sum::<u64>();
+        while self.late.len() > self.late_cap || self.late.iter().map(bytes).sum::<u64>() > deja_vmm::fork::LATE_BYTES {
             let Some(i) = self.late.iter().enumerate().min_by_key(|(_, l)| l.used).map(|(i, _)| i) else { break };
             self.late.remove(i);
             self.late_stats.evicted += 1;

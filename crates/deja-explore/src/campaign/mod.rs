@@ -62,7 +62,7 @@ mod pool;
 pub(crate) use books::{assertion_status, edges_hit, keep, Books, Novelty, State};
 pub use books::{bug_id, saved, write_reports};
 use books::{learn, new_state, resume};
-pub(crate) use mutate::{energy, mutate_decisions, pick_weighted, FOCUS_WINDOW};
+pub(crate) use mutate::{energy, first_change, late_anchor, mutate_decisions, pick_weighted};
 use pool::{worker_loop, Batch, Pool, Returned};
 
 /// The schema of campaign checkpoints: version 2 added the seal (`deja_format::json`); version

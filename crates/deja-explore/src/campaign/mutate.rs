@@ -23,7 +23,7 @@ pub(crate) fn energy(features: &[u64], hits: &BTreeMap<u64, u64>, new: u64, pick
 }
 
 /// How many decisions before a corpus entry's focus count as leading to it.
-pub(crate) const FOCUS_WINDOW: u64 = 8;
+pub(super) const FOCUS_WINDOW: u64 = 8;
 
 /// The decision mutations, the same for every subject: a tail cut (keep the parent's course up
 /// to a cut, draw everything after it afresh) or one to three point mutations. Returns whether
@@ -88,4 +88,39 @@ pub(crate) fn mutate_decisions<I>(
         overrides.insert(i, choice);
     }
     true
+}
+
+/// The first decision index whose override differs between `a` and `b` (`None`: none does).
+pub(crate) fn first_change(a: &BTreeMap<u64, u64>, b: &BTreeMap<u64, u64>) -> Option<u64> {
+    a.keys().chain(b.keys()).copied().filter(|k| a.get(k) != b.get(k)).min()
+}
+
+/// Up to this many changeable decisions, each has an anchor of its own ([`late_anchor`]).
+const FEW_ANCHORS: usize = 32;
+
+/// Where a round mutated from `parent` whose first changed decision is `first` leaves a later
+/// fork, or runs from the one a sibling left: the latest anchor of the parent's course at or
+/// before `first`, past the fork point's `base` decisions. An anchor is the last cut (a
+/// decision a later fork can be taken right before, [`Decision::cut`]) at or before a
+/// decision: each decision `mode` may change when there are few (a faults campaign of a
+/// cluster changes a dozen fault decisions, so a round starts right before the first it
+/// changes), else each eighth of the decisions after the fork point and the window of point
+/// mutations before the parent's focus, so that siblings share them.
+pub(crate) fn late_anchor<I>(parent: &Entry<I>, first: u64, base: u64, mode: Mode) -> Option<u64> {
+    let count = parent.decisions.len() as u64;
+    let last_cut =
+        |at: u64| (base + 1..=at.min(count.saturating_sub(1))).rev().find(|&i| parent.decisions[i as usize].cut);
+    let changeable: Vec<u64> = (base..count)
+        .filter(|&i| {
+            let d = &parent.decisions[i as usize];
+            d.options != 1 && ((mode.random() && d.random) || (mode.faults() && d.fault))
+        })
+        .collect();
+    let anchors: Vec<u64> = if changeable.len() <= FEW_ANCHORS {
+        changeable
+    } else {
+        let eighths = (1..8).map(|j| base + count.saturating_sub(base) * j / 8);
+        eighths.chain(parent.focus.map(|f| f.saturating_sub(FOCUS_WINDOW))).collect()
+    };
+    anchors.into_iter().filter_map(last_cut).filter(|&k| k <= first).max()
 }

@@ -609,6 +609,24 @@ impl Kernel {
     pub fn reseed_decisions(&mut self, seed: u64) {
         self.faults.log.stream.reseed_with_context(crate::faults::FAULT_CONTEXT, seed);
     }
+
+    /// Gives this core, a later state of `parent` down some course, the decision stream a child
+    /// of `parent` reseeded with `reseed` (`None`: not reseeded) would have here after taking the
+    /// same decisions: `parent`'s stream, reseeded, then advanced by the natural draw of every
+    /// decision taken since `parent` (each decision draws one, overridden or not). A later fork
+    /// whose course every decision of which a child pins with its overrides serves that child
+    /// whatever its reseed.
+    pub fn restream_decisions(&mut self, parent: &Kernel, reseed: Option<u64>) {
+        let mut log = parent.faults.log.clone();
+        if let Some(seed) = reseed {
+            log.stream.reseed_with_context(crate::faults::FAULT_CONTEXT, seed);
+        }
+        let from = parent.faults.log.decisions.len();
+        for d in self.faults.log.decisions.get(from..).unwrap_or_default() {
+            log.redraw(d.options);
+        }
+        self.faults.log.stream = log.stream;
+    }
 }
 
 /// `AT_FDCWD` as a register value.

@@ -306,7 +306,16 @@ pub struct Vm {
     dirty_sregs: bool,
     setup: CpuSetup,
     /// Coverage breakpoints hit since the last [`Vm::take_block_hits`].
-    block_hits: Vec<BlockHit>,
+    pub(crate) block_hits: Vec<BlockHit>,
+    /// Each distinct count of the core's decisions at a syscall's trap since the last reset,
+    /// ascending: where a later fork of this course can be taken.
+    pub(crate) cuts: Vec<u64>,
+    /// Stop at the first syscall trap with this many decisions taken, when the syscall can be
+    /// made again from there ([`crate::Session::run_to_decisions`]).
+    pub(crate) stop_at_decisions: Option<u64>,
+    /// The last stop at a decision count was not taken: its syscall was not made by a
+    /// `syscall` instruction.
+    pub(crate) late_refused: bool,
     /// The XSAVE image of a fresh vCPU: what a program starts with (at boot and after
     /// `execve`).
     boot_xsave: XsaveImage,
@@ -376,6 +385,9 @@ impl Vm {
             dirty_sregs: false,
             setup,
             block_hits: Vec::new(),
+            cuts: Vec::new(),
+            stop_at_decisions: None,
+            late_refused: false,
             boot_xsave: XsaveImage(Box::new([0; 1024])),
         };
         vmx.setup_cpu()?;
@@ -425,6 +437,11 @@ impl Vm {
     /// The coverage breakpoints hit since the last call.
     pub fn take_block_hits(&mut self) -> Vec<BlockHit> {
         std::mem::take(&mut self.block_hits)
+    }
+
+    /// The cuts of the course since the last reset (see [`crate::Run::cuts`]).
+    pub fn take_cuts(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.cuts)
     }
 
     /// Turns on CPUID faulting if the host offers it: returns whether ring-3 `cpuid` now traps.

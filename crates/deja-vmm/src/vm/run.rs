@@ -425,10 +425,25 @@ impl Vm {
                 // A fault that repeats across syscalls is a program retrying, not a mapping the
                 // shell failed to install.
                 last_fault = (0, 0, 0);
-                if stop_at == Some(kernel.syscall_count()) {
+                // Each distinct count of decisions taken at a syscall's trap is a cut: where a
+                // later fork of this course can be taken (`stop_at_decisions`).
+                let taken = kernel.decision_count();
+                if self.cuts.last() != Some(&taken) {
+                    self.cuts.push(taken);
+                }
+                let late = self.stop_at_decisions == Some(taken);
+                if late {
+                    self.stop_at_decisions = None;
+                }
+                let at_syscall = stop_at == Some(kernel.syscall_count());
+                if at_syscall || late {
                     let mut insn = [0u8; 2];
                     let at = regs.rcx.wrapping_sub(2);
-                    if self.space.read(at, &mut insn).is_err() || insn != [0x0f, 0x05] {
+                    let clean = self.space.read(at, &mut insn).is_ok() && insn == [0x0f, 0x05];
+                    if !clean && !at_syscall {
+                        // No clean stop here: no later fork (the run goes on as it would).
+                        self.late_refused = true;
+                    } else if !clean {
                         return Err(VmError::Unexpected {
                             what: format!(
                                 "syscall {} was not made by a syscall instruction; cannot stop there",
@@ -436,12 +451,13 @@ impl Vm {
                             ),
                             rip: at,
                         });
+                    } else {
+                        let r = &mut self.vcpu.sync_regs_mut().regs;
+                        r.rip = at;
+                        r.rflags = (r.r11 & !RFLAGS_RF) | RFLAGS_FIXED;
+                        self.mark_dirty(SyncReg::Register);
+                        return Ok(Stop::AtSyscall);
                     }
-                    let r = &mut self.vcpu.sync_regs_mut().regs;
-                    r.rip = at;
-                    r.rflags = (r.r11 & !RFLAGS_RF) | RFLAGS_FIXED;
-                    self.mark_dirty(SyncReg::Register);
-                    return Ok(Stop::AtSyscall);
                 }
                 let args = [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9];
                 kernel.set_user_sp(regs.rsp);
