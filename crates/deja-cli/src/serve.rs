@@ -143,8 +143,7 @@ impl Feed {
         if !fresh.is_empty() || self.tables_at.is_none_or(|t| t.elapsed() >= TABLES_EVERY) {
             self.tables_at = Some(Instant::now());
             let assertions = p.assertions.values().cloned().collect();
-            let _ =
-                self.tx.send(Msg::Tables(Tables { faults: p.faults.clone(), assertions, blocks: p.blocks.clone() }));
+            let _ = self.tx.send(Msg::Tables(Tables { faults: p.faults.clone(), assertions, blocks: (p.blocks)() }));
         }
     }
 }

@@ -480,11 +480,6 @@ impl BlockImage {
         (self.originals[i] != INT3).then_some(i)
     }
 
-    /// The original byte of block `id`.
-    pub fn original(&self, id: usize) -> u8 {
-        self.originals[id]
-    }
-
     /// Puts back the original byte of every block inside `buf`, which holds memory from
     /// `addr`.
     pub fn overlay(&self, addr: u64, buf: &mut [u8]) {

@@ -305,13 +305,13 @@ impl AddressSpace {
     /// space the blocks apply to (the program's blocks) or where its object is placed.
     pub fn restore_block(&mut self, id: usize) {
         let Some(blocks) = self.blocks.clone() else { return };
+        let Some(original) = blocks.original_of(id) else { return };
         if id < blocks.image_len() {
             if let Some(addr) = blocks.addr(id) {
-                self.poke_blocks(addr, blocks.original(id));
+                self.poke_blocks(addr, original);
             }
             return;
         }
-        let Some(original) = blocks.original_of(id) else { return };
         for p in self.placed.clone() {
             let Some(gpa) = blocks.placed_addr(&p, id).and_then(|va| self.translate_in(p.space, va)) else { continue };
             // A frame holding a breakpoint is mapped only by spaces with this placement (the

@@ -18,13 +18,15 @@ const CAMPAIGNS: [(&str, &[&str], deja_explore::Mode, u64, u64); 4] = [
     ("bank", &["20"], deja_explore::Mode::Both, 300, 1),
 ];
 
-/// A campaign's report without what the host's speed shapes (its wall times) or where it was
-/// written: two runs of one campaign give the same.
+/// A campaign's report without what the host's speed shapes (its wall times), where it was
+/// written, or the host's settings (the vDSO's among them): two runs of one campaign give the
+/// same.
 fn fingerprint(c: &deja_explore_report::Campaign, out: &Path) -> Result<String, String> {
     let mut v = serde_json::to_value(c).map_err(|e| e.to_string())?;
     if let Some(o) = v.as_object_mut() {
         o.remove("wall_timeline");
         o.remove("wall_seconds");
+        o.remove("host");
     }
     let text = v.to_string().replace(&out.display().to_string(), "OUT");
     Ok(blake3::hash(text.as_bytes()).to_hex().to_string())

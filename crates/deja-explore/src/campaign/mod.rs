@@ -170,7 +170,7 @@ impl CampaignConfig {
 
 /// Shown after every round: the campaign's figures, and borrowed views of its books. A callback
 /// only observes: nothing it does can change the campaign.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone)]
 pub struct Progress<'a> {
     /// Rounds done.
     pub round: u64,
@@ -196,8 +196,9 @@ pub struct Progress<'a> {
     pub faults: &'a BTreeMap<String, u64>,
     /// The assertion lines so far.
     pub assertions: &'a BTreeMap<String, report::AssertionLine>,
-    /// Block coverage so far, when the campaign measures it.
-    pub blocks: Option<report::BlockCoverage>,
+    /// Block coverage so far, when the campaign measures it: computed when asked (a pass over
+    /// every block), so a round nobody shows it to does not pay for it.
+    pub blocks: &'a dyn Fn() -> Option<report::BlockCoverage>,
 }
 
 impl Progress<'_> {
@@ -670,7 +671,8 @@ pub fn explore<S: Subject>(
                             Ok(out) => learn_round(subject, cfg, &mut state, input, &out, wall)?,
                             Err(why) => state.books.no_progress(why, wall),
                         };
-                        progress(&figures(subject, &state, &rates, wall));
+                        let blocks = || subject.block_coverage(&state.reference, &state.books.first_reached);
+                        progress(&figures::<S>(&state, &rates, wall, &blocks));
                     }
                     if due {
                         CHECKPOINT_SCHEMA.write(&checkpoint, &state)?;
@@ -834,10 +836,10 @@ fn learn_round<S: Subject>(
 
 /// What the progress callback is shown after a round.
 fn figures<'a, S: Subject>(
-    subject: &S,
     state: &'a State<S::Input, S::Reference>,
     rates: &'a [f64],
     wall: f64,
+    blocks: &'a dyn Fn() -> Option<report::BlockCoverage>,
 ) -> Progress<'a> {
     let cluster = S::KIND == "cluster";
     Progress {
@@ -853,7 +855,7 @@ fn figures<'a, S: Subject>(
         found: &state.books.bugs,
         faults: &state.books.faults,
         assertions: &state.books.assertions,
-        blocks: subject.block_coverage(&state.reference, &state.books.first_reached),
+        blocks,
     }
 }
 
