@@ -218,6 +218,13 @@ impl Parent {
         Ok(LateParent { pages, frames, vcpu, kernel: kernel.clone(), bases: vm.bases(), threads })
     }
 
+    /// Whether `vm` stands where a state can be captured: its vCPU runs in the space its page
+    /// tables name current (else [`Parent::capture_late`] refuses, and a later fork is not
+    /// taken there).
+    pub fn capturable(vm: &mut Vm) -> Result<bool, VmError> {
+        Ok(vm.vcpu_state()?.sregs.cr3 == vm.space.frame_state().root)
+    }
+
     /// The parent's page at `frame`, or a later state's (`to`) where that differs.
     fn page<'a>(&'a self, to: Option<&'a LateParent>, frame: u64, zero: &'a [u8]) -> &'a [u8] {
         if let Some(page) = to.and_then(|l| l.pages.get(&frame)) {
@@ -514,7 +521,7 @@ impl Fork {
         let kept = |l: &Late| l.at == take.unwrap_or(0) && self.serves(l, key, overrides, reseed);
         let wanted = take.filter(|&t| self.late_cap > 0 && t > start && !self.late.iter().any(kept));
         if let Some(at) = wanted {
-            if self.session.run_to_decisions(at, sink)? {
+            if self.session.run_to_decisions(at, sink)? && Parent::capturable(self.session.parts().0)? {
                 let based = std::mem::take(&mut self.based);
                 let (vm, kernel) = self.session.parts();
                 let parent = self.parent.capture_late(vm, kernel, &based)?;

@@ -311,12 +311,15 @@ impl Fork {
 
     /// Keeps the child `sim`, stopped at the top of a step `at` decisions in, as a later fork;
     /// the child then runs on. Nothing is kept when a node runs in a VM that is not the fork's
-    /// (it restarted on the way).
+    /// (it restarted on the way), or a node's vCPU is not in the space its page tables name.
     fn keep_late(&mut self, sim: &mut Sim, steering: &Steering, at: u64) -> Result<(), ClusterError> {
-        let capturable = sim.nodes.iter().enumerate().all(|(i, n)| match &n.live {
-            Some(live) => live.forked && self.parents[i].is_some(),
-            None => true,
-        });
+        let mut capturable = true;
+        for (i, n) in sim.nodes.iter_mut().enumerate() {
+            if let Some(live) = n.live.as_mut() {
+                let at_fork = live.forked && self.parents[i].is_some();
+                capturable &= at_fork && Parent::capturable(&mut live.vm).context(VmSnafu { node: &n.cfg.name })?;
+            }
+        }
         if !capturable {
             self.late_stats.refused += 1;
             return Ok(());
