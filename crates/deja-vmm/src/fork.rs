@@ -91,21 +91,10 @@ impl LateParent {
                 };
                 bytes.map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
             };
-            for &id in ids {
-                let id = id as usize;
-                let Some(original) = blocks.original_of(id) else { continue };
-                let mut at: Vec<(u64, u64)> = Vec::new();
-                if let Some(addr) = blocks.addr(id) {
-                    at.extend(self.frames.blocks_spaces.iter().map(|&root| (root, addr)));
-                }
-                for p in &self.frames.placed {
-                    at.extend(blocks.placed_addr(p, id).map(|addr| (p.space, addr)));
-                }
-                for (space, addr) in at {
-                    let page = addr & !(PAGE_SIZE - 1);
-                    if let Some((_, pte)) = lookup_with(read, space, page) {
-                        mend.push(((pte & PTE_ADDR) | (addr & (PAGE_SIZE - 1)), original));
-                    }
+            for (space, addr, original) in block_sites(&self.frames, blocks, ids) {
+                let page = addr & !(PAGE_SIZE - 1);
+                if let Some((_, pte)) = lookup_with(read, space, page) {
+                    mend.push(((pte & PTE_ADDR) | (addr & (PAGE_SIZE - 1)), original));
                 }
             }
         }
@@ -131,22 +120,9 @@ impl Parent {
         // Addresses are translated in the parent's own page tables (its image): a child's
         // spaces and frames need not be the parent's.
         let ram = &mut self.ram;
-        for &id in ids {
-            let id = id as usize;
-            let Some(original) = blocks.original_of(id) else { continue };
-            // The program's blocks in the spaces running it, a shared object's where the
-            // parent had placed it.
-            let mut at: Vec<(u64, u64)> = Vec::new();
-            if let Some(addr) = blocks.addr(id) {
-                at.extend(self.frames.blocks_spaces.iter().map(|&root| (root, addr)));
-            }
-            for p in &self.frames.placed {
-                at.extend(blocks.placed_addr(p, id).map(|addr| (p.space, addr)));
-            }
-            for (root, addr) in at {
-                if let Some(b) = translate_image(ram, root, addr).and_then(|gpa| ram.get_mut(gpa as usize)) {
-                    *b = original;
-                }
+        for (root, addr, original) in block_sites(&self.frames, blocks, ids) {
+            if let Some(b) = translate_image(ram, root, addr).and_then(|gpa| ram.get_mut(gpa as usize)) {
+                *b = original;
             }
         }
     }
@@ -154,18 +130,7 @@ impl Parent {
     /// Captures `vm` (stopped by [`Vm::run_until`], with its dirty log on) and `kernel`, and
     /// clears the dirty logs: from here on they hold what a child wrote.
     pub fn capture(vm: &mut Vm, kernel: &Kernel) -> Result<Parent, VmError> {
-        let threads = vm.thread_contexts(kernel);
-        let vcpu = vm.vcpu_state()?;
-        let frames = vm.space.frame_state();
-        if vcpu.sregs.cr3 != frames.root {
-            return Err(VmError::Unexpected {
-                what: format!(
-                    "the vCPU runs in space {:#x}, the page tables' current is {:#x}",
-                    vcpu.sregs.cr3, frames.root
-                ),
-                rip: vcpu.regs.rip,
-            });
-        }
+        let (threads, vcpu, frames) = stopped_state(vm, kernel)?;
         let mut ram = vec![0u8; frames.bump as usize];
         vm.space.read_phys(0, &mut ram);
         vm.take_guest_dirty()?;
@@ -191,18 +156,7 @@ impl Parent {
     /// the new state, whose [`LateParent::frames`] are its new `based`.
     pub fn capture_late(&self, vm: &mut Vm, kernel: &Kernel, based: &[u64]) -> Result<LateParent, VmError> {
         let start = Instant::now();
-        let threads = vm.thread_contexts(kernel);
-        let vcpu = vm.vcpu_state()?;
-        let frames = vm.space.frame_state();
-        if vcpu.sregs.cr3 != frames.root {
-            return Err(VmError::Unexpected {
-                what: format!(
-                    "the vCPU runs in space {:#x}, the page tables' current is {:#x}",
-                    vcpu.sregs.cr3, frames.root
-                ),
-                rip: vcpu.regs.rip,
-            });
-        }
+        let (threads, vcpu, frames) = stopped_state(vm, kernel)?;
         let mut written = vm.take_guest_dirty()?;
         written.extend(vm.space.take_host_dirty());
         written.extend_from_slice(based);
@@ -306,6 +260,46 @@ impl Parent {
         }
         h.finalize().to_hex().to_string()
     }
+}
+
+/// The threads, vCPU and allocator of `vm` at a stop, refused where the vCPU does not run in
+/// the space its page tables name current.
+#[allow(clippy::type_complexity)]
+fn stopped_state(
+    vm: &mut Vm,
+    kernel: &Kernel,
+) -> Result<((u64, Vec<(u64, crate::vm::ThreadContext)>), VcpuState, FrameState), VmError> {
+    let threads = vm.thread_contexts(kernel);
+    let vcpu = vm.vcpu_state()?;
+    let frames = vm.space.frame_state();
+    if vcpu.sregs.cr3 != frames.root {
+        return Err(VmError::Unexpected {
+            what: format!(
+                "the vCPU runs in space {:#x}, the page tables' current is {:#x}",
+                vcpu.sregs.cr3, frames.root
+            ),
+            rip: vcpu.regs.rip,
+        });
+    }
+    Ok((threads, vcpu, frames))
+}
+
+/// Where each block of `ids` carries a breakpoint in a state whose allocator is `frames`, as
+/// (space, address, original byte): the program's blocks in the spaces running it, a shared
+/// object's where the state had placed it.
+fn block_sites(frames: &FrameState, blocks: &BlockImage, ids: &[u32]) -> Vec<(u64, u64, u8)> {
+    let mut at = Vec::new();
+    for &id in ids {
+        let id = id as usize;
+        let Some(original) = blocks.original_of(id) else { continue };
+        if let Some(addr) = blocks.addr(id) {
+            at.extend(frames.blocks_spaces.iter().map(|&space| (space, addr, original)));
+        }
+        for p in &frames.placed {
+            at.extend(blocks.placed_addr(p, id).map(|addr| (p.space, addr, original)));
+        }
+    }
+    at
 }
 
 /// The guest-physical address of user address `va` in the space at `root` of a RAM image.

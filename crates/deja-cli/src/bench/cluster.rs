@@ -2,7 +2,7 @@
 //! forked rounds, campaigns on one worker against every core, cluster `deja check`, and the
 //! history checker.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::{median, spec};
@@ -208,29 +208,34 @@ pub(super) fn forked_cluster_figures(file: &Path) -> Result<serde_json::Value, S
     }))
 }
 
+/// `deja bench <part> --json` in a process of its own with `DEJA_VDSO=<setting>`: one part of
+/// the figures (`--forked-cluster-only`, `--late-forks-only`), under one vDSO setting.
+pub(super) fn bench_with_vdso(
+    exe: &Path,
+    guests: &Path,
+    part: &str,
+    setting: &str,
+) -> Result<serde_json::Value, String> {
+    let out = std::process::Command::new(exe)
+        .env(deja_vmm::identity::VDSO_ENV, setting)
+        .args(["bench", part, "--json", "--guests"])
+        .arg(guests)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!("deja bench {part} (vDSO {setting}) failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("deja bench {part}: {e}"))
+}
+
 /// The register cluster's rounds with deja's vDSO off and on, each in a process of its own
 /// (the setting belongs to the process): `deja bench --forked-cluster-only` under
 /// `DEJA_VDSO=off` and `on`, alternated `repeat` times; the medians side by side.
 pub(super) fn vdso_figures(exe: &Path, guests: &Path, repeat: u32) -> Result<serde_json::Value, String> {
-    let run = |setting: &str| -> Result<serde_json::Value, String> {
-        let out = std::process::Command::new(exe)
-            .env(deja_vmm::identity::VDSO_ENV, setting)
-            .args(["bench", "--forked-cluster-only", "--json", "--guests"])
-            .arg(guests)
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(format!(
-                "deja bench --forked-cluster-only (vDSO {setting}) failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("deja bench --forked-cluster-only: {e}"))
-    };
     let (mut off, mut on) = (Vec::new(), Vec::new());
     for _ in 0..repeat.max(1) {
-        off.push(run("off")?);
-        on.push(run("on")?);
+        off.push(bench_with_vdso(exe, guests, "--forked-cluster-only", "off")?);
+        on.push(bench_with_vdso(exe, guests, "--forked-cluster-only", "on")?);
     }
     let median_of = |v: &[serde_json::Value], key: &str| {
         let mut xs: Vec<f64> = v.iter().map(|r| r[key].as_f64().unwrap_or(0.0)).collect();
@@ -275,6 +280,31 @@ pub(super) fn campaign(rounds: u64, out: &Path, mode: deja_explore::Mode, jobs: 
     }
 }
 
+/// A campaign of `program` (its path and arguments) or, when `None`, of the cluster file
+/// `register`.
+pub(super) fn run_campaign(
+    program: Option<(PathBuf, &[&str])>,
+    register: &Path,
+    cfg: &deja_explore::CampaignConfig,
+) -> Result<deja_explore::Campaign, String> {
+    match program {
+        None => {
+            let target = deja_explore::ClusterTarget::load(register).map_err(|e| e.to_string())?;
+            deja_explore::explore_cluster(&target, cfg, &mut |_| {})
+        }
+        Some((path, args)) => {
+            let target = deja_explore::Target {
+                spec: spec(&path, args)?,
+                memory: deja_vmm::DEFAULT_MEMORY,
+                path: path.display().to_string(),
+                root: None,
+            };
+            deja_explore::explore(&target, cfg, &mut |_| {})
+        }
+    }
+    .map_err(|e| e.to_string())
+}
+
 /// Campaign rounds per second on one worker and on every core, side by side, per reference
 /// workload.
 pub(super) fn scale_figures(dir: &Path, register: &Path) -> Result<serde_json::Value, String> {
@@ -294,20 +324,8 @@ pub(super) fn scale_figures(dir: &Path, register: &Path) -> Result<serde_json::V
             let _ = std::fs::remove_dir_all(&out);
             let cfg = campaign(rounds, &out, mode, jobs);
             let start = Instant::now();
-            let c = if name.starts_with("register") {
-                let target = deja_explore::ClusterTarget::load(register).map_err(|e| e.to_string())?;
-                deja_explore::explore_cluster(&target, &cfg, &mut |_| {})
-            } else {
-                let path = dir.join(name);
-                let target = deja_explore::Target {
-                    spec: spec(&path, &args)?,
-                    memory: deja_vmm::DEFAULT_MEMORY,
-                    path: path.display().to_string(),
-                    root: None,
-                };
-                deja_explore::explore(&target, &cfg, &mut |_| {})
-            }
-            .map_err(|e| e.to_string())?;
+            let program = (!name.starts_with("register")).then(|| (dir.join(name), args.as_slice()));
+            let c = run_campaign(program, register, &cfg)?;
             let secs = start.elapsed().as_secs_f64();
             let _ = std::fs::remove_dir_all(&out);
             if c.rounds != rounds {

@@ -6,8 +6,7 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use super::cluster::campaign;
-use super::spec;
+use super::cluster::{bench_with_vdso, campaign, run_campaign};
 
 /// The campaigns measured: name, program arguments (none: the register cluster), mode, rounds
 /// and workers.
@@ -44,20 +43,8 @@ pub(super) fn campaigns(guests: &Path, register: &Path) -> Result<Value, String>
             let cfg = deja_explore::CampaignConfig { late_forks: late, ..campaign(rounds, &out, mode, jobs) };
             let profiled = deja_vmm::profile::snapshot();
             let start = Instant::now();
-            let c = if args.is_empty() {
-                let target = deja_explore::ClusterTarget::load(register).map_err(|e| e.to_string())?;
-                deja_explore::explore_cluster(&target, &cfg, &mut |_| {})
-            } else {
-                let path = guests.join(name);
-                let target = deja_explore::Target {
-                    spec: spec(&path, args)?,
-                    memory: deja_vmm::DEFAULT_MEMORY,
-                    path: path.display().to_string(),
-                    root: None,
-                };
-                deja_explore::explore(&target, &cfg, &mut |_| {})
-            }
-            .map_err(|e| e.to_string())?;
+            let program = (!args.is_empty()).then(|| (guests.join(name), args));
+            let c = run_campaign(program, register, &cfg)?;
             let secs = start.elapsed().as_secs_f64();
             let p = deja_vmm::profile::snapshot().since(&profiled);
             let print = fingerprint(&c, &out)?;
@@ -91,25 +78,10 @@ pub(super) fn campaigns(guests: &Path, register: &Path) -> Result<Value, String>
 /// per campaign the medians of the four settings side by side, and what both together give
 /// against neither.
 pub(super) fn late_fork_figures(exe: &Path, guests: &Path, repeat: u32) -> Result<Value, String> {
-    let run = |setting: &str| -> Result<Value, String> {
-        let out = std::process::Command::new(exe)
-            .env(deja_vmm::identity::VDSO_ENV, setting)
-            .args(["bench", "--late-forks-only", "--json", "--guests"])
-            .arg(guests)
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(format!(
-                "deja bench --late-forks-only (vDSO {setting}) failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("deja bench --late-forks-only: {e}"))
-    };
     let (mut off, mut on) = (Vec::new(), Vec::new());
     for _ in 0..repeat.max(1) {
-        off.push(run("off")?);
-        on.push(run("on")?);
+        off.push(bench_with_vdso(exe, guests, "--late-forks-only", "off")?);
+        on.push(bench_with_vdso(exe, guests, "--late-forks-only", "on")?);
     }
     let median = |runs: &[Value], row: usize, side: &str| {
         let mut xs: Vec<f64> =
