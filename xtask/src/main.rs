@@ -31,7 +31,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 45] = [
+const GUESTS: [&str; 46] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -77,6 +77,7 @@ const GUESTS: [&str; 45] = [
     "overflow",
     "etcd-client",
     "spawner",
+    "batchdb",
 ];
 
 /// Flags every guest is built with: a static executable.
@@ -117,6 +118,12 @@ const TARGET: &str = "x86_64-unknown-linux-gnu";
 /// Builds every guest into `target/guests/`: static-PIE executables, a non-PIE `hello` in
 /// `nopie/`, and a coverage-instrumented `bank` in `cov/`.
 fn guests() -> Result<(), String> {
+    // The C and Go guests need Go, a C compiler and a static libc: on a fresh Debian machine
+    // they are provisioned as the tests' other packages are.
+    let go = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
+    if !go || !Path::new("/usr/lib/x86_64-linux-gnu/libc.a").exists() {
+        provision(&["golang-go".into(), "gcc".into(), "libc6-dev".into()])?;
+    }
     let out = root().join("target/guests");
     build_flavour("static-pie", STATIC, &[], &GUESTS, &out)?;
     build_flavour(
@@ -318,7 +325,8 @@ fn main() -> ExitCode {
         "guests" => guests(),
         "demo" => demo(),
         "dogfood" => dogfood(),
-        _ => Err("usage: cargo xtask <guests|demo|dogfood>".to_string()),
+        "provision" => provision(&std::env::args().skip(2).collect::<Vec<_>>()),
+        _ => Err("usage: cargo xtask <guests|demo|dogfood|provision PACKAGE...>".to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -327,6 +335,45 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Installs the Debian packages some tests run (etcd-server, redis-server, nginx-light,
+/// busybox-static, sqlite3, chromium, ...) when they are not installed yet, so that the README's
+/// test command passes on a fresh Debian machine: `apt-get install`, waiting for the package
+/// lock when another test binary installs at the same time, then stopping the services a
+/// package starts on the host (the tests need only the binaries). Needs root; a user without it
+/// is told what to install.
+fn provision(packages: &[String]) -> Result<(), String> {
+    let installed = |p: &str| {
+        Command::new("dpkg-query")
+            .args(["-W", "-f=${Status}", p])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+    };
+    let missing: Vec<&str> = packages.iter().map(String::as_str).filter(|p| !installed(p)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !root {
+        return Err(format!("the tests need {}: apt-get install {} (as root)", missing.join(", "), missing.join(" ")));
+    }
+    let apt = |args: &[&str]| {
+        let mut c = Command::new("apt-get");
+        c.env("DEBIAN_FRONTEND", "noninteractive").args(["-o", "DPkg::Lock::Timeout=900", "-qq"]).args(args);
+        status(&format!("apt-get {}", args.join(" ")), &mut c)
+    };
+    apt(&["update"])?;
+    let mut install = vec!["install", "-y"];
+    install.extend(&missing);
+    apt(&install)?;
+    for (package, service) in [("etcd-server", "etcd"), ("redis-server", "redis-server"), ("nginx-light", "nginx")] {
+        if missing.contains(&package) {
+            let _ = Command::new("systemctl").args(["stop", service]).output();
+            let _ = Command::new("systemctl").args(["disable", service]).output();
+        }
+    }
+    Ok(())
 }
 
 /// The `deja` a release build of the workspace makes: under `CARGO_TARGET_DIR` when it is set

@@ -11,24 +11,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use deja_vmm::divergence::{first_difference, hash, LifeRecord, RunRecord};
+use deja_vmm::divergence::{first_difference, RunRecord};
 use serde::Serialize;
 
 use crate::exit::Exit;
 use crate::run::Failure;
-
-/// The record of a cluster run.
-pub fn cluster_record(r: &deja_cluster::ClusterReport, output: &[u8]) -> RunRecord {
-    let mut lives = Vec::new();
-    for n in &r.nodes {
-        for (i, l) in n.lives.iter().enumerate() {
-            lives.push(LifeRecord::new(format!("node {} life {i}", n.name), l, None));
-        }
-    }
-    let decisions = serde_json::to_vec(&(&r.decisions, &r.faults)).expect("plain data serializes");
-    let cores = r.nodes.iter().flat_map(|n| n.host_cores.iter().copied()).collect();
-    RunRecord::new(r.digest.clone(), lives, output, hash(&decisions), cores)
-}
 
 /// Writes a record for the parent (`--audit-record FILE`).
 pub fn write_record(record: &RunRecord, path: &Path) -> Result<(), Failure> {

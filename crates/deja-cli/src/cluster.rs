@@ -247,7 +247,7 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<Exit, Failure> {
         run_cluster(cfg.clone(), &mut sink, auditing)?
     };
     prefix.flush();
-    let record = crate::audit::cluster_record(&first, &output);
+    let record = first.record(&output);
     if let Some(out) = &args.audit_record {
         let mut record = record;
         record.core = args.on_core;

@@ -77,6 +77,8 @@ fn first_bug_with(
         block_coverage,
         cover: Vec::new(),
         late_forks: deja_cluster::LATE_FORKS,
+        verify_forks: 0,
+        perturb_forks: false,
     };
     let c = match target {
         Subject::Program(t) => deja_explore::explore(t, &cfg, &mut |_| {}),

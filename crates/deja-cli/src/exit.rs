@@ -81,7 +81,12 @@ impl Exit {
                       progress",
         ),
         (Exit::AssertionFailed, "an SDK assertion failed (an `always` that did not hold, an `unreachable` reached)"),
-        (Exit::AuditDiverged, "`--audit` found runs that diverged"),
+        (
+            Exit::AuditDiverged,
+            "`--audit` found runs that diverged; `deja explore` found no bug, but a failing round did not \
+                      replay the same from scratch, or a round `--verify-forks` checked differed from its booted run \
+                      (a determinism defect of deja, with its evidence in the report)",
+        ),
         (
             Exit::DejaFailed,
             "deja itself failed (no `/dev/kvm`, a monitor error, a file it could not write; `deja \

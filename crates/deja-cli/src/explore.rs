@@ -66,6 +66,16 @@ pub struct ExploreArgs {
     /// run from there (0: every round runs from the fork point). The campaign is the same.
     #[arg(long, value_name = "N", default_value_t = deja_cluster::LATE_FORKS)]
     pub late_forks: usize,
+    /// Every N-th round that ran from a fork is booted again from scratch with the same input,
+    /// on another host core, and the two runs compared digest for digest (0: never). A
+    /// difference is a determinism defect of deja: the report names the first differing
+    /// component and writes the round as `divergence-round-R.json`.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub verify_forks: u64,
+    /// Test only: every forked cluster round is made to differ from its booted run, to test
+    /// what deja reports of a round that does not replay the same.
+    #[arg(long, hide = true)]
+    pub perturb_forks: bool,
     /// Workers running rounds in parallel, one VM (or one cluster) each, over one corpus
     /// (default: the machine's available parallelism). The campaign is a function of
     /// (program, seed, jobs, rounds).
@@ -241,6 +251,8 @@ fn config(args: &ExploreArgs, strategy: Strategy, out: PathBuf) -> CampaignConfi
         block_coverage: !args.no_block_coverage,
         cover: args.cover.clone(),
         late_forks: args.late_forks,
+        verify_forks: args.verify_forks,
+        perturb_forks: args.perturb_forks,
     }
 }
 
@@ -504,6 +516,27 @@ pub fn main(args: ExploreArgs) -> Exit {
         let _ = writeln!(err, "deja:   bug {} (round {}): {}", b.id, b.first_round, b.signature);
         let _ = writeln!(err, "deja:     reproduce: {}", b.reproduce);
     }
+    let diverged = campaign.fork_checks.as_ref().map_or(&[][..], |f| &f.diverged[..]);
+    if let Some(f) = &campaign.fork_checks {
+        let _ = writeln!(
+            err,
+            "deja:   forks verified: {} round(s) booted again from scratch, {} differed",
+            f.checked,
+            f.diverged.len()
+        );
+    }
+    // Rounds that did not replay the same: deja's defects, each with the round as it ran.
+    let unconfirmed = campaign.unconfirmed.iter().map(|u| (u, format!("unconfirmed failure {}", u.signature)));
+    for (u, what) in unconfirmed.chain(diverged.iter().map(|u| (u, "differed from its booted run".to_string()))) {
+        let _ = writeln!(
+            err,
+            "deja:   round {} {what}: {} (a determinism defect of deja, not a flaky bug of the program)",
+            u.round, u.why
+        );
+        if let Some(cmd) = &u.reproduce {
+            let _ = writeln!(err, "deja:     the round as it ran: {cmd}");
+        }
+    }
     if let Some(base) = &campaign.baseline {
         let _ = writeln!(
             err,
@@ -516,6 +549,8 @@ pub fn main(args: ExploreArgs) -> Exit {
     let _ = writeln!(err, "deja: reports in {}/report.{{txt,json,html}}", args.out.display());
     if campaign.rounds == 0 {
         Exit::Incomplete
+    } else if campaign.bugs.is_empty() && !(campaign.unconfirmed.is_empty() && diverged.is_empty()) {
+        Exit::AuditDiverged
     } else {
         Exit::failure_if(!campaign.bugs.is_empty())
     }
@@ -554,6 +589,7 @@ fn serve_live(
         no_progress: Vec::new(),
         blocks: None,
         frontier: None,
+        fork_checks: None,
     };
     let (live, feed) = crate::serve::Live::start(addr, &cfg.out, &header)?;
     announce(&live.server().url, addr);
@@ -865,6 +901,10 @@ fn replay_verdict(
         }
         Some(sig) => {
             eprintln!("deja: not reproduced: the {what} failed differently: {sig}");
+            Exit::Clean
+        }
+        None if got != digest => {
+            eprintln!("deja: not reproduced: the {what} held (digest {got} instead of {digest})");
             Exit::Clean
         }
         None => {

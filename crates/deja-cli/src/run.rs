@@ -141,6 +141,12 @@ pub struct RunArgs {
     /// truncate, fallocate, create, rename or read; ERRNO is eio (default) or enospc.
     #[arg(long = "fail", value_name = "RULE")]
     pub fail: Vec<String>,
+    /// How a life that ends non-zero after an injected I/O error is judged: `auto` (default: a
+    /// fail-stop, restarted on its disk, unless it went on committing after the error, writes
+    /// made durable twice or more; then a failure), `never` (always a failure), `always` (always
+    /// a fail-stop), or `exit=2,3` (a fail-stop only with one of these exit codes).
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_fail_stop)]
+    pub fail_stop: deja_kernel::FailStopMode,
     /// Fail writes with EIO with this probability, in parts per million (a decision each).
     #[arg(long, value_name = "PPM", default_value_t = 0)]
     pub eio_write_ppm: u32,
@@ -376,6 +382,7 @@ pub fn build_spec(
         fault_paths: Vec::new(),
         crash_model: args.crash_model,
         kill_process,
+        fail_stop: args.fail_stop.clone(),
     };
     let mut disk = None;
     for decl in &args.copy_in {
@@ -552,6 +559,11 @@ pub fn run_once(
                         life.crash_disk_digest.as_deref().unwrap_or(""),
                         lives[i + 1].seed
                     );
+                    if point.starts_with("at its fail-stop") {
+                        eprintln!(
+                            "deja:   a fail-stop, restarted on its disk (--fail-stop never counts it as a failure)"
+                        );
+                    }
                 }
             }
             lives
@@ -616,6 +628,11 @@ fn shell_quote(s: &str) -> String {
 }
 
 /// The one command that reproduces this run exactly.
+/// Reads `--fail-stop`.
+fn parse_fail_stop(text: &str) -> Result<deja_kernel::FailStopMode, String> {
+    deja_kernel::FailStopMode::parse(text)
+}
+
 pub fn replay_command(args: &RunArgs) -> String {
     replay_command_with(args, &[])
 }
@@ -688,6 +705,9 @@ pub fn replay_argv(args: &RunArgs, extra: &[String]) -> Vec<String> {
         }
         if args.crash_model != deja_kernel::CrashModel::PosixWeak {
             parts.push(format!("--crash-model={}", args.crash_model.name()));
+        }
+        if args.fail_stop != deja_kernel::FailStopMode::Auto {
+            parts.push(format!("--fail-stop={}", args.fail_stop.words()));
         }
         for (on, flag) in [(args.torn_writes, "--torn-writes"), (args.reordered_writes, "--reordered-writes")] {
             if on {

@@ -237,6 +237,10 @@ pub(crate) fn print_text_summary(
 ) {
     let mut e = std::io::stderr().lock();
     let _ = writeln!(e, "deja: {}", describe_exit(&report.exit));
+    if let Some(why) = &report.not_fail_stop {
+        let _ = writeln!(e, "deja: {why}");
+        let _ = writeln!(e, "deja: replay this run exactly: {replay}");
+    }
     print_assertions(&mut e, report, replay);
     let mut counts: Vec<(&String, &u64)> = report.syscall_counts.iter().collect();
     counts.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));

@@ -895,3 +895,58 @@ fn a_cluster_bug_replays_with_the_libraries_it_was_found_with() {
     assert!(err.contains(&first) && err.contains(&second) && err.contains("/bin/lib/libgreet.so"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A forked round that is not its booted run (made so by a test-only switch) is deja's defect,
+/// never a bug: its failure is kept as unconfirmed, with the round written as a file that
+/// `deja replay` boots from scratch, its last output and both digests; `--verify-forks` finds
+/// the rounds that held differ too; the campaign exits 124, not 0 or 1.
+#[test]
+fn a_forked_round_that_is_not_its_booted_run_is_evidence_of_a_defect_not_a_bug() {
+    let out = out_dir("perturbed");
+    let flags = ["--runs", "30", "--mode", "faults", "--seed", "1", "--jobs", "1", "--verify-forks", "5"];
+    let mut perturbed = flags.to_vec();
+    perturbed.push("--perturb-forks");
+    let o = explore_cluster(&out, &example("register-buggy.toml"), &perturbed);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(124), "{err}");
+    assert!(
+        err.contains("0 bug(s)")
+            && !out.read_dir().unwrap().flatten().any(|e| e.file_name().to_string_lossy().starts_with("bug-")),
+        "{err}"
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let c = &r["campaign"];
+    let u = &c["unconfirmed"][0];
+    assert_eq!(u["signature"], "assertion failed on client: acknowledged writes survive", "{c}");
+    let why = u["why"].as_str().unwrap();
+    assert!(why.contains("gave digest") && why.contains("instead of") && why.contains("it differs in node "), "{why}");
+    assert!(u["output"].as_array().unwrap().iter().any(|l| l.as_str().unwrap().starts_with("[client] ")), "{u}");
+    let file = out.join(u["file"].as_str().unwrap());
+    let recorded: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert!(why.contains(&format!("instead of {}", recorded["digest"].as_str().unwrap())), "{why}");
+    let text = std::fs::read_to_string(out.join("report.txt")).unwrap();
+    assert!(text.contains("a determinism defect of deja, not a flaky bug of the program"), "{text}");
+    assert!(text.contains(u["reproduce"].as_str().unwrap()), "{text}");
+    // The command shows the divergence: the booted run is not the recorded one.
+    let replay = deja(&["replay", file.to_str().unwrap()]);
+    let said = stderr(&replay);
+    assert!(said.contains(&format!("instead of {}", recorded["digest"].as_str().unwrap())), "{said}");
+    let checks = &c["fork_checks"];
+    assert_eq!((checks["every"].as_u64(), checks["checked"].as_u64()), (Some(5), Some(6)), "{checks}");
+    let diverged = checks["diverged"].as_array().unwrap();
+    assert_eq!(diverged.len(), 6, "{checks}");
+    assert!(diverged.iter().all(|d| out.join(d["file"].as_str().unwrap()).exists()), "{checks}");
+
+    // The same campaign without the switch: every round checked is its booted run.
+    let clean = out_dir("perturbed-not");
+    let o = explore_cluster(&clean, &example("register-buggy.toml"), &flags);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(clean.join("report.json")).unwrap()).unwrap();
+    let checks = &r["campaign"]["fork_checks"];
+    assert!(checks["checked"].as_u64().unwrap() >= 4 && checks["diverged"].as_array().unwrap().is_empty(), "{checks}");
+    assert!(r["campaign"]["unconfirmed"].as_array().unwrap().is_empty());
+    std::fs::remove_dir_all(&out).ok();
+    std::fs::remove_dir_all(&clean).ok();
+}

@@ -59,3 +59,54 @@ fn under_the_weakest_crash_model_a_restarted_etcd_member_has_lost_its_wal_direct
     assert!(err.contains("exit 1 (2 lives"), "{err}");
     std::fs::remove_file(&file).ok();
 }
+
+/// Exploring Debian's etcd: every round runs from a fork of the booted cluster, and the failure
+/// it reaches (members waited for, under the weakest crash model a restarted member refuses to
+/// start) is confirmed by booting the round from scratch, written as a bug file that replays
+/// with the same digest; `--verify-forks 1` boots every other round from scratch too and
+/// finds each the same run.
+#[test]
+fn explored_etcd_rounds_are_their_booted_runs_and_a_failure_found_replays() {
+    let file = etcd_cluster("posix-weak");
+    let text = std::fs::read_to_string(&file).unwrap().replace("wait = false", "wait = true");
+    std::fs::write(&file, text).unwrap();
+    let out = root().join("target/test-etcd-explore");
+    let _ = std::fs::remove_dir_all(&out);
+    let o = deja(&[
+        "explore",
+        "--quiet",
+        "--runs",
+        "3",
+        "--jobs",
+        "1",
+        "--mode",
+        "faults",
+        "--seed",
+        "1",
+        "--verify-forks",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+        &file.display().to_string(),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "a confirmed bug: {err}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let c = &r["campaign"];
+    assert!(c["unconfirmed"].as_array().unwrap().is_empty(), "{c}");
+    let bug = &c["bugs"][0];
+    assert!(bug["signature"].as_str().unwrap().starts_with("node e"), "{bug}");
+    let checks = &c["fork_checks"];
+    assert!(checks["checked"].as_u64().unwrap() >= 1, "{checks}");
+    assert!(checks["diverged"].as_array().unwrap().is_empty(), "{checks}");
+    let path = out.join(bug["file"].as_str().unwrap());
+    let b: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let replay = deja(&["replay", path.to_str().unwrap()]);
+    let said = stderr(&replay);
+    assert_eq!(replay.status.code(), Some(1), "{said}");
+    assert!(said.contains(&format!("reproduced bug {}", b["id"].as_str().unwrap())), "{said}");
+    assert!(said.contains(&format!("digest {}", b["digest"].as_str().unwrap())), "{said}");
+    std::fs::remove_file(&file).ok();
+    std::fs::remove_dir_all(&out).ok();
+}

@@ -21,6 +21,7 @@ fn nix_files() -> Vec<std::path::PathBuf> {
 
 #[test]
 fn every_nix_file_parses() {
+    needs(&["/usr/bin/nix-instantiate"], "nix-bin");
     let files = nix_files();
     assert!(files.len() >= 5, "{files:?}");
     for f in files {
@@ -73,6 +74,7 @@ fn the_readme_names_exist_in_the_flake() {
 /// `runCommand` that returns its script instead of building it; `deja` is this build's binary.
 /// Gives the check's script and, for a sharded check, each shard's name and script.
 fn mk_deja_test(args: &str, stores: &std::path::Path) -> serde_json::Value {
+    needs(&["/usr/bin/nix-instantiate"], "nix-bin");
     let bin = stores.join("deja/bin");
     std::fs::create_dir_all(&bin).unwrap();
     let _ = std::fs::remove_file(bin.join("deja"));
@@ -115,6 +117,7 @@ fn build(script: &str, out: &std::path::Path) -> std::process::Output {
 
 #[test]
 fn the_flake_checks_run_and_judge_as_the_suite_expects() {
+    needs(&["/usr/bin/nix-instantiate"], "nix-bin");
     let out = Command::new("nix-instantiate")
         .args(["--eval", "--strict", "--json"])
         .arg(root().join("nix/checks.nix"))

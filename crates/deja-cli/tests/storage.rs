@@ -187,3 +187,84 @@ fn check_hunts_the_same_menu_without_a_capsule() {
         std::fs::remove_dir_all(&d).ok();
     }
 }
+
+/// The fail-stop rule decided by evidence, on a program without the SDK that judges itself by
+/// its exit code (guest/batchdb): the buggy release swallows a write error, goes on committing
+/// and syncing, then finds an acknowledged batch missing and exits 1. That exit is the verdict
+/// (`--fail-stop auto`, the default); `always` takes it for a fail-stop and restarts the program,
+/// which then passes; `exit=2` does not name it; the fixed release, which stops committing at
+/// its first error, passes on every seed.
+#[test]
+fn a_program_that_goes_on_after_an_injected_error_and_reports_a_loss_fails_its_run() {
+    let db = guest("batchdb");
+    let run = |seed: u64, variant: &str, extra: &[&str]| {
+        let seed = seed.to_string();
+        let mut args = vec!["run", "--no-probe", "--seed", &seed, "--eio-write-ppm", "20000"];
+        args.extend_from_slice(extra);
+        let db = s(&db);
+        args.extend_from_slice(&[&db, "--", variant, "30"]);
+        deja(&args)
+    };
+    let mut lost = Vec::new();
+    for seed in 1..=8 {
+        let o = run(seed, "buggy", &[]);
+        let (out, err) = (stdout(&o), stderr(&o));
+        if out.contains("LOST acknowledged batch") {
+            assert_eq!(o.status.code(), Some(1), "seed {seed}: {err}");
+            assert!(
+                err.contains("is a failure, not a fail-stop")
+                    && err.contains("time(s) after the error (wrote, then made it durable)"),
+                "{err}"
+            );
+            lost.push(seed);
+        } else {
+            assert_eq!(o.status.code(), Some(0), "seed {seed}: {out}{err}");
+        }
+        let f = run(seed, "fixed", &[]);
+        assert_eq!(f.status.code(), Some(0), "the fixed release, seed {seed}: {}{}", stdout(&f), stderr(&f));
+        assert!(stdout(&f).contains("acknowledged batches present"), "{}", stdout(&f));
+    }
+    assert!(lost.len() >= 3, "the buggy release lost an acknowledged batch on seeds {lost:?}");
+    let seed = lost[0];
+    // `always`: the stop is taken for a fail-stop, and the restarted life passes.
+    let a = run(seed, "buggy", &["--fail-stop", "always"]);
+    let err = stderr(&a);
+    assert_eq!(a.status.code(), Some(0), "{err}");
+    assert!(err.contains("crashed at its fail-stop (status 1) after eio on write"), "{err}");
+    let e = run(seed, "buggy", &["--fail-stop", "exit=2"]);
+    assert_eq!(e.status.code(), Some(1), "{}", stderr(&e));
+    assert!(stderr(&e).contains("--fail-stop exit=2 does not name it"), "{}", stderr(&e));
+    assert!(stderr(&e).contains("--fail-stop=exit=2"), "the replay command keeps the setting: {}", stderr(&e));
+    let x = run(seed, "buggy", &["--fail-stop", "exit=1"]);
+    assert_eq!(x.status.code(), Some(0), "{}", stderr(&x));
+    let bad = run(seed, "buggy", &["--fail-stop", "sometimes"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("expected auto, never, always or exit=CODES"), "{}", stderr(&bad));
+
+    // `deja explore` with its defaults finds the loss, and the bug file records the setting.
+    let d = dir("batchdb");
+    let o = deja(&[
+        "explore",
+        "--quiet",
+        "--runs",
+        "300",
+        "--stop-at-first-bug",
+        "--out",
+        &s(&d),
+        &s(&db),
+        "--",
+        "buggy",
+        "30",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let bug: Value = serde_json::from_str(&std::fs::read_to_string(bug_file(&d, ".json")).unwrap()).unwrap();
+    assert_eq!(bug["signature"], "exit code 1", "{bug}");
+    assert_eq!(bug["input"]["faults"]["fail_stop"], "auto", "{bug}");
+    let r = deja(&["replay", &s(&bug_file(&d, ".json"))]);
+    assert_eq!(r.status.code(), Some(1), "{}", stderr(&r));
+    let f = dir("batchdb-fixed");
+    let o = deja(&["explore", "--quiet", "--runs", "300", "--out", &s(&f), &s(&db), "--", "fixed", "30"]);
+    assert_eq!(o.status.code(), Some(0), "the fixed release: {}", stderr(&o));
+    std::fs::remove_dir_all(&d).ok();
+    std::fs::remove_dir_all(&f).ok();
+}

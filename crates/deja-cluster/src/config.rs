@@ -24,12 +24,16 @@
 //! clock_every_ms = [2000, 6000]
 //! clock_jump_ms = [100, 2000]
 //! targets = ["a", "b"]         # nodes that may be killed, paused or have their clock moved
+//! partition_targets = ["a", "b", "c"]  # nodes random partitions split (default: every node);
+//!                              # the others keep reaching every node
 //! until_ms = 5000              # no random fault starts after this
 //!
 //! [[faults.schedule]]          # scripted faults
 //! at_ms = 1000
 //! action = "partition"         # partition, partition-one-way, heal, kill, restart, pause,
 //! groups = [["a"], ["b", "c"]] # resume, clock-jump, clock-skew
+//!                              # (a partition cuts only between its groups: a node no group
+//!                              # names keeps reaching every node)
 //!
 //! [faults.storage]             # storage faults: where they may strike (default: everywhere)
 //! nodes = ["a"]                # nodes that receive storage faults
@@ -146,6 +150,14 @@ pub enum InvalidCluster {
         /// The name.
         name: String,
     },
+    /// A node's `fail_stop` that is not a mode.
+    #[snafu(display("node {node}: {problem}"))]
+    FailStop {
+        /// The node.
+        node: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// A node's CPU count out of range.
     #[snafu(display("node {node}: cpus = {cpus}; a program may be shown 1 to {}", deja_kernel::MAX_CPUS))]
     Cpus {
@@ -244,8 +256,11 @@ pub enum InvalidCluster {
         /// What it does.
         action: Action,
     },
-    /// A partition without `groups`.
-    #[snafu(display("partition at {at_ms} ms needs `groups`"))]
+    /// A partition without two non-empty `groups`.
+    #[snafu(display(
+        "partition at {at_ms} ms needs `groups` with at least two non-empty groups: only traffic \
+         between the groups is cut, and a node no group names keeps reaching every node"
+    ))]
     PartitionNeedsGroups {
         /// When the fault strikes.
         at_ms: u64,
@@ -267,6 +282,18 @@ pub enum InvalidCluster {
     UnknownRandomTarget {
         /// The unknown name.
         name: String,
+    },
+    /// `faults.random.partition_targets` names a node the file does not have.
+    #[snafu(display("faults.random.partition_targets names an unknown node {name:?}"))]
+    UnknownPartitionTarget {
+        /// The unknown name.
+        name: String,
+    },
+    /// `faults.random.partition_targets` names a node twice, or fewer than two nodes.
+    #[snafu(display("faults.random.partition_targets: {problem}"))]
+    PartitionTargets {
+        /// What is wrong.
+        problem: String,
     },
     /// A `faults.random` range that is empty, reversed or (for a period) starts at 0.
     #[snafu(display("faults.random.{field} = [{min}, {max}]: need 0 < min <= max"))]
@@ -587,9 +614,14 @@ pub struct RandomFaults {
     /// Size of a clock jump.
     #[serde(default = "default_fault_for")]
     pub clock_jump_ms: [u64; 2],
-    /// Nodes that may be killed, paused or have their clock moved (default: all).
+    /// Nodes that may be killed, paused or have their clock moved (default: all). They do not
+    /// scope random partitions: `partition_targets` does.
     #[serde(default)]
     pub targets: Vec<String>,
+    /// Nodes random partitions split (default: every node). A node outside it is on neither
+    /// side of a random partition: it keeps reaching every node.
+    #[serde(default)]
+    pub partition_targets: Vec<String>,
     /// No random fault starts after this time (ms); those under way still end.
     #[serde(default)]
     pub until_ms: Option<u64>,
@@ -607,7 +639,8 @@ pub struct ScheduledFault {
     pub at_ms: u64,
     /// What.
     pub action: Action,
-    /// `partition`: the sides (nodes not named form one more side).
+    /// `partition`: the sides; only traffic between them is cut (a node no group names keeps
+    /// reaching every node).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<Vec<String>>,
     /// `partition-one-way`: traffic from these nodes...
@@ -717,6 +750,10 @@ pub struct NodeFile {
     /// The run waits for this node to exit.
     #[serde(default = "yes")]
     pub wait: bool,
+    /// How a life of this node that ends non-zero after an injected I/O error is judged:
+    /// `auto` (default), `never`, `always` or `exit=CODES` (see `deja run --fail-stop`).
+    #[serde(default)]
+    pub fail_stop: Option<String>,
 }
 
 fn yes() -> bool {
@@ -752,6 +789,8 @@ pub struct NodeConfig {
     pub cpus: u32,
     /// The run waits for it.
     pub wait: bool,
+    /// How a life that ends non-zero after an injected I/O error is judged.
+    pub fail_stop: deja_kernel::FailStopMode,
 }
 
 /// A cluster ready to run: the file with every binary and file read.
@@ -857,6 +896,11 @@ impl ClusterConfig {
                 ReservedAddressSnafu { node: &n.name, address: &n.address }
             );
             ensure!(addrs.insert(ip), AddressTakenSnafu { node: &n.name, address: &n.address });
+            let fail_stop = match &n.fail_stop {
+                Some(text) => deja_kernel::FailStopMode::parse(text)
+                    .map_err(|problem| FailStopSnafu { node: &n.name, problem }.build())?,
+                None => deja_kernel::FailStopMode::Auto,
+            };
             if let Some(cpus) = n.cpus {
                 ensure!((1..=deja_kernel::MAX_CPUS).contains(&cpus), CpusSnafu { node: &n.name, cpus });
             }
@@ -916,6 +960,7 @@ impl ClusterConfig {
                 cwd,
                 cpus: n.cpus.unwrap_or(1),
                 wait: n.wait,
+                fail_stop,
             });
         }
         let known = |s: &String| names.contains(s);
@@ -931,7 +976,7 @@ impl ClusterConfig {
             );
             ensure!(!needs_node || f.node.is_some(), FaultNeedsNodeSnafu { at_ms: f.at_ms, action: f.action });
             ensure!(
-                !(f.action == Action::Partition && f.groups.is_empty()),
+                !(f.action == Action::Partition && f.groups.iter().filter(|g| !g.is_empty()).count() < 2),
                 PartitionNeedsGroupsSnafu { at_ms: f.at_ms }
             );
             ensure!(
@@ -944,6 +989,22 @@ impl ClusterConfig {
             if let Some(bad) = r.targets.iter().find(|s| !known(s)) {
                 return UnknownRandomTargetSnafu { name: bad }.fail();
             }
+            if let Some(bad) = r.partition_targets.iter().find(|s| !known(s)) {
+                return UnknownPartitionTargetSnafu { name: bad }.fail();
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            if let Some(twice) = r.partition_targets.iter().find(|s| !seen.insert(*s)) {
+                return PartitionTargetsSnafu { problem: format!("names {twice:?} twice") }.fail();
+            }
+            ensure!(
+                r.partition_targets.len() != 1,
+                PartitionTargetsSnafu {
+                    problem: format!(
+                        "names only {:?}; a partition splits at least two nodes (leave it out to split every node)",
+                        r.partition_targets[0]
+                    )
+                }
+            );
             for (name, range) in [
                 ("partition_every_ms", r.partition_every_ms),
                 ("kill_every_ms", r.kill_every_ms),
@@ -1113,23 +1174,77 @@ mod tests {
         assert!(err(&outside).contains("is outside"), "{}", err(&outside));
     }
 
-    #[test]
-    fn a_nodes_cpus_are_read_and_bounded() {
-        let dir = std::env::temp_dir().join(format!("deja-cluster-cpus-{}", std::process::id()));
+    /// A cluster of two nodes, `a` with `setting` among its keys.
+    fn two_nodes(what: &str, setting: &str) -> Result<ClusterConfig, InvalidCluster> {
+        let dir = std::env::temp_dir().join(format!("deja-cluster-{what}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("s.bin"), b"server").unwrap();
-        let with = |cpus: &str| {
-            let text = format!(
-                "[[node]]\nname = \"a\"\naddress = \"10.0.0.1\"\nbinary = \"s.bin\"\n{cpus}\n\
-                 [[node]]\nname = \"b\"\naddress = \"10.0.0.2\"\nbinary = \"s.bin\"\n"
-            );
-            ClusterConfig::from_file(toml::from_str(&text).unwrap(), &dir)
-        };
-        let c = with("cpus = 8").unwrap();
+        let text = format!(
+            "[[node]]\nname = \"a\"\naddress = \"10.0.0.1\"\nbinary = \"s.bin\"\n{setting}\n\
+             [[node]]\nname = \"b\"\naddress = \"10.0.0.2\"\nbinary = \"s.bin\"\n"
+        );
+        ClusterConfig::from_file(toml::from_str(&text).unwrap(), &dir)
+    }
+
+    #[test]
+    fn a_nodes_cpus_are_read_and_bounded() {
+        let c = two_nodes("cpus", "cpus = 8").unwrap();
         assert_eq!((c.nodes[0].cpus, c.nodes[1].cpus), (8, 1), "given, and the default");
         for bad in ["cpus = 0", "cpus = 1025"] {
-            let e = with(bad).unwrap_err().to_string();
+            let e = two_nodes("cpus", bad).unwrap_err().to_string();
             assert!(e.contains("node a: ") && e.contains("1 to 1024"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_nodes_fail_stop_is_read_and_checked() {
+        let with = |setting: &str| two_nodes("fail-stop", setting);
+        let c = with("fail_stop = \"exit=2,3\"").unwrap();
+        assert_eq!(c.nodes[0].fail_stop, deja_kernel::FailStopMode::Exit(vec![2, 3]));
+        assert_eq!(c.nodes[1].fail_stop, deja_kernel::FailStopMode::Auto, "the default");
+        assert_eq!(with("fail_stop = \"never\"").unwrap().nodes[0].fail_stop, deja_kernel::FailStopMode::Never);
+        let e = with("fail_stop = \"sometimes\"").unwrap_err().to_string();
+        assert!(e.contains("node a: ") && e.contains("expected auto, never, always or exit=CODES"), "{e}");
+    }
+
+    /// A cluster of three members and a client, with `extra` before its nodes.
+    fn members(extra: &str) -> Result<ClusterConfig, InvalidCluster> {
+        let dir = std::env::temp_dir().join(format!("deja-cluster-members-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("s.bin"), b"server").unwrap();
+        let mut text = format!("{extra}\n");
+        for (i, name) in ["e1", "e2", "e3", "client"].iter().enumerate() {
+            text += &format!("[[node]]\nname = \"{name}\"\naddress = \"10.0.0.{}\"\nbinary = \"s.bin\"\n", i + 1);
+        }
+        ClusterConfig::from_file(toml::from_str(&text).unwrap(), &dir)
+    }
+
+    #[test]
+    fn partition_targets_are_read_and_checked() {
+        let random = "[faults.random]\npartition_every_ms = [500, 1000]\ntargets = [\"e1\"]\n";
+        let c = members(&format!("{random}partition_targets = [\"e1\", \"e2\", \"e3\"]")).unwrap();
+        let r = c.random_faults.unwrap();
+        assert_eq!(r.partition_targets, ["e1", "e2", "e3"]);
+        assert_eq!(r.targets, ["e1"], "targets stay whom kills, pauses and clock faults strike");
+        // Absent: empty, every node is split.
+        assert!(members(random).unwrap().random_faults.unwrap().partition_targets.is_empty());
+        let err = |list: &str| members(&format!("{random}partition_targets = {list}")).unwrap_err().to_string();
+        let e = err("[\"e1\", \"nobody\"]");
+        assert_eq!(e, "faults.random.partition_targets names an unknown node \"nobody\"");
+        assert!(err("[\"e1\", \"e2\", \"e1\"]").contains("names \"e1\" twice"));
+        assert!(err("[\"e3\"]").contains("at least two nodes"), "{}", err("[\"e3\"]"));
+    }
+
+    #[test]
+    fn a_partition_may_leave_nodes_unnamed_but_needs_two_groups() {
+        let at =
+            |groups: &str| format!("[[faults.schedule]]\nat_ms = 100\naction = \"partition\"\ngroups = {groups}\n");
+        // The client is named by no group: accepted (it keeps reaching every node).
+        let c = members(&at("[[\"e3\"], [\"e1\", \"e2\"]]")).unwrap();
+        assert_eq!(c.schedule[0].groups, [vec!["e3"], vec!["e1", "e2"]]);
+        for one in ["[[\"e3\"]]", "[[\"e3\"], []]", "[]"] {
+            let e = members(&at(one)).unwrap_err().to_string();
+            assert!(e.contains("at least two non-empty groups"), "{one}: {e}");
         }
     }
 

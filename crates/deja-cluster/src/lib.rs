@@ -296,6 +296,35 @@ pub struct ClusterReport {
 }
 
 impl ClusterReport {
+    /// The run as two runs are compared ([`deja_vmm::divergence::first_difference`]): every
+    /// life of every node, the decisions and fault ledger, and `output` (what the sink saw).
+    pub fn record(&self, output: &[u8]) -> deja_vmm::divergence::RunRecord {
+        use deja_vmm::divergence::{hash, LifeRecord, RunRecord};
+        let mut lives = Vec::new();
+        for n in &self.nodes {
+            for (i, l) in n.lives.iter().enumerate() {
+                lives.push(LifeRecord::new(format!("node {} life {i}", n.name), l, None));
+            }
+        }
+        let decisions = serde_json::to_vec(&(&self.decisions, &self.faults)).expect("plain data serializes");
+        let cores = self.nodes.iter().flat_map(|n| n.host_cores.iter().copied()).collect();
+        RunRecord::new(self.digest.clone(), lives, output, hash(&decisions), cores)
+    }
+
+    /// The first component in which run `other` differs from this one, in words (`None`: the
+    /// same run). Outputs are compared node by node, as each node's stdout and stderr.
+    pub fn difference(&self, other: &ClusterReport) -> Option<String> {
+        let output = |r: &ClusterReport| {
+            let mut o = Vec::new();
+            for n in &r.nodes {
+                o.extend_from_slice(n.stdout.as_bytes());
+                o.extend_from_slice(n.stderr.as_bytes());
+            }
+            o
+        };
+        deja_vmm::divergence::first_difference(&self.record(&output(self)), &other.record(&output(other)))
+    }
+
     /// The waited nodes that had not exited when the run ended (the time budget ran out, or it
     /// got stuck): no verdict can be drawn from how they ended.
     pub fn unfinished(&self) -> Vec<&str> {

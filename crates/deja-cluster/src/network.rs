@@ -332,7 +332,8 @@ impl Network {
         out
     }
 
-    /// Cuts every direction between different `groups` (node indices).
+    /// Cuts every direction between different `groups` (node indices). A node in no group is
+    /// not cut: it keeps reaching, and being reached by, every node.
     pub fn partition(&mut self, groups: &[Vec<usize>]) {
         for (i, g) in groups.iter().enumerate() {
             for (j, h) in groups.iter().enumerate() {
@@ -554,6 +555,34 @@ mod tests {
         assert_eq!(order, (0..5u8).map(|i| Payload::Data(vec![i])).collect::<Vec<_>>());
         assert!(healed.windows(2).all(|w| w[0].at <= w[1].at), "TCP stays in order");
         assert!(!net.partitioned());
+    }
+
+    #[test]
+    fn a_node_no_group_names_reaches_both_sides_of_a_partition() {
+        // Members 0, 1, 2 and a client 3: [2] | [0, 1] cuts member 2 off from its peers, and the
+        // client, in no group, still reaches all three and is reached by them.
+        let mut net = Network::new(lossy(), &[A, B, C, [10, 0, 0, 4]]);
+        net.partition(&[vec![2], vec![0, 1]]);
+        for (a, b) in [(2, 0), (2, 1), (0, 2), (1, 2)] {
+            assert!(net.is_cut(a, b), "{a} -> {b}");
+        }
+        assert!(!net.is_cut(0, 1) && !net.is_cut(1, 0), "one group's members reach each other");
+        for m in 0..3 {
+            assert!(!net.is_cut(3, m) && !net.is_cut(m, 3), "client <-> {m}");
+        }
+        assert_eq!(net.cuts().len(), 4);
+        // Its traffic goes through while the cut holds member 2's.
+        let mut log = DecisionLog::new("network test", 7);
+        let mut ledger = Vec::new();
+        let client = addr([10, 0, 0, 4], 40000);
+        for to in [A, B, C] {
+            let d = net.route(&mut log, &mut ledger, 0, 3, packet(client, addr(to, 80), Payload::Data(vec![1])));
+            assert_eq!(d.len(), 1, "client -> {to:?}");
+        }
+        assert!(net
+            .route(&mut log, &mut ledger, 0, 2, packet(addr(C, 80), addr(A, 80), Payload::Data(vec![2])))
+            .is_empty());
+        assert_eq!(net.stats.held, 1);
     }
 
     #[test]

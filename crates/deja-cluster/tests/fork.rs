@@ -226,3 +226,39 @@ fn a_register_child_from_a_later_fork_is_the_booted_run() {
 fn a_register_child_from_a_later_fork_with_kills_and_restarts_is_the_booted_run() {
     late_children_match("register-fixed.toml", true);
 }
+
+/// A real multi-threaded cluster nobody wrote for deja: Debian's etcd (a dynamically linked Go
+/// program), three members and a client, under the file's random partitions, kills and clock
+/// jumps. Each forked child, from the fork at boot (etcd never calls `setup_complete`), is the
+/// booted run steered the same way, component by component; the first that differs is named.
+fn etcd_children_match(at: SteerAt, steerings: &[Steering]) {
+    if !Path::new("/usr/bin/etcd").exists() {
+        // A fresh machine: provision Debian's etcd-server as the README's test command does.
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            .current_dir(root)
+            .args(["xtask", "provision", "etcd-server"])
+            .output()
+            .expect("cargo xtask provision");
+        assert!(out.status.success(), "apt-get install etcd-server: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let cfg = config("etcd.toml");
+    let mut fork = Fork::new(cfg.clone(), at, &mut |_, _, _| {}).expect("fork").expect("the fork point is reached");
+    for (k, s) in steerings.iter().enumerate() {
+        let child = fork.run_child(s, &mut |_, _, _| {}).expect("child");
+        let fresh = booted(&cfg, s);
+        if let Some(d) = fresh.difference(&child) {
+            panic!("etcd child {k} ({s:?}) differs from its booted run in {d}");
+        }
+        same_run(&child, &fresh, &format!("etcd child {k} ({s:?})"));
+    }
+}
+
+#[test]
+fn forked_etcd_children_are_their_booted_runs() {
+    let at = SteerAt::Boot;
+    etcd_children_match(
+        at,
+        &[Steering { at, ..Steering::default() }, Steering { at, reseed: Some(3), ..Steering::default() }],
+    );
+}

@@ -93,6 +93,21 @@ pub struct Campaign {
     /// many it holds and how many were tried.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frontier: Option<Frontier>,
+    /// `--verify-forks N`: forked rounds booted again from scratch and compared, digest for
+    /// digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork_checks: Option<ForkChecks>,
+}
+
+/// Forked rounds checked against the same input booted from scratch ([`Campaign::fork_checks`]).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ForkChecks {
+    /// Every how many rounds one was checked.
+    pub every: u64,
+    /// Rounds checked.
+    pub checked: u64,
+    /// Those whose booted run differed: each a determinism defect of deja.
+    pub diverged: Vec<Unconfirmed>,
 }
 
 /// The frontier of single faults a coverage campaign tries once each ([`Campaign::frontier`]).
@@ -209,6 +224,16 @@ pub struct Unconfirmed {
     pub round: u64,
     /// How the replay differed (the first diverging component).
     pub why: String,
+    /// The round as it ran, written as a bug file (its input, its decisions and digest): `deja
+    /// replay` of it boots the round from scratch and shows the difference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// The command that replays it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reproduce: Option<String>,
+    /// The last lines of the round's output (a cluster's: each node's, prefixed with its name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output: Vec<String>,
 }
 
 /// The campaign's progress after one round.

@@ -62,6 +62,7 @@ pub(crate) fn sample() -> Campaign {
         no_progress: Vec::new(),
         blocks: None,
         frontier: None,
+        fork_checks: None,
     };
     Campaign {
         program: "guests/bank".into(),
@@ -99,6 +100,7 @@ pub(crate) fn sample() -> Campaign {
         no_progress: Vec::new(),
         blocks: None,
         frontier: None,
+        fork_checks: None,
     }
 }
 
@@ -129,6 +131,7 @@ fn empty() -> Campaign {
         no_progress: Vec::new(),
         blocks: None,
         frontier: None,
+        fork_checks: None,
     }
 }
 

@@ -121,6 +121,36 @@ pub fn render_text(c: &Campaign) -> String {
         let rows: Vec<Vec<String>> =
             c.unconfirmed.iter().map(|u| vec![thousands(u.round), u.signature.clone(), u.why.clone()]).collect();
         table(&mut out, &["ROUND", "SIGNATURE", "HOW THE REPLAY DIFFERED"], &rows, &[0]);
+        let _ = writeln!(
+            out,
+            "each is a determinism defect of deja, not a flaky bug of the program: a round and its replay from \
+             scratch must be the same run"
+        );
+        evidence(&mut out, &c.unconfirmed);
+    }
+
+    if let Some(f) = &c.fork_checks {
+        out.push('\n');
+        if f.diverged.is_empty() {
+            let _ = writeln!(
+                out,
+                "forked rounds verified: {} (one in {}), each the same run as its input booted from scratch",
+                f.checked, f.every
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "forked rounds verified: {} (one in {}); {} differed from the same input booted from scratch, a \
+                 determinism defect of deja:",
+                f.checked,
+                f.every,
+                f.diverged.len()
+            );
+            let rows: Vec<Vec<String>> =
+                f.diverged.iter().map(|u| vec![thousands(u.round), u.signature.clone(), u.why.clone()]).collect();
+            table(&mut out, &["ROUND", "FAILURE", "HOW THE BOOTED RUN DIFFERED"], &rows, &[0]);
+            evidence(&mut out, &f.diverged);
+        }
     }
 
     if c.no_progress_rounds > 0 {
@@ -270,4 +300,19 @@ fn elide(s: &str, max: usize) -> String {
     let head: String = s.chars().take(keep / 2).collect();
     let tail: String = s.chars().skip(n - (keep - keep / 2)).collect();
     format!("{head}...{tail}")
+}
+
+/// Each unconfirmed round's file, the command that replays it, and its last output.
+fn evidence(out: &mut String, rounds: &[crate::Unconfirmed]) {
+    for u in rounds {
+        if let (Some(file), Some(cmd)) = (&u.file, &u.reproduce) {
+            let _ = writeln!(out, "round {}: written as {file}; `{cmd}` boots it from scratch", thousands(u.round));
+        }
+        if !u.output.is_empty() {
+            let _ = writeln!(out, "round {}: its last output:", thousands(u.round));
+            for line in &u.output {
+                let _ = writeln!(out, "  {line}");
+            }
+        }
+    }
 }

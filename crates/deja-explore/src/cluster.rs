@@ -41,6 +41,9 @@ use crate::ExploreError;
 use deja_vmm::coverage::{BlockHit, BlockImage};
 use snafu::ensure;
 
+/// How many of each node's last lines of output (on each stream) a round's evidence keeps.
+const LAST_LINES: usize = 6;
+
 /// The cluster under exploration.
 #[derive(Debug, Clone)]
 pub struct ClusterTarget {
@@ -597,6 +600,8 @@ pub struct ClusterSubject<'a> {
     learned: std::sync::Mutex<Vec<u32>>,
     /// How many later forks each worker keeps (0: none).
     late_forks: usize,
+    /// Every forked round made to differ from its booted run (test only).
+    perturb: bool,
 }
 
 /// One program of a cluster's nodes under block coverage: its blocks, their scope and the id
@@ -651,7 +656,15 @@ impl<'a> ClusterSubject<'a> {
             node_program,
             learned: std::sync::Mutex::new(Vec::new()),
             late_forks: deja_cluster::LATE_FORKS,
+            perturb: false,
         }
+    }
+
+    /// With `on`, every forked round differs from its booted run (a test-only switch:
+    /// [`deja_cluster::Fork::set_perturb`]).
+    pub fn with_perturbed_forks(mut self, on: bool) -> Self {
+        self.perturb = on;
+        self
     }
 
     /// Keeps at most `n` later forks in each worker (0: rounds always run from the fork point).
@@ -820,6 +833,7 @@ impl Subject for ClusterSubject<'_> {
         match fork {
             Some((mut f, hits)) if f.base_decisions == r.base_decisions && f.virtual_time_ns == r.virtual_time_ns => {
                 f.set_late_forks(self.late_forks);
+                f.set_perturb(self.perturb);
                 let mut setup: Vec<usize> =
                     hits.iter().enumerate().flat_map(|(node, h)| self.global_ids(node, h)).collect();
                 setup.sort_unstable();
@@ -911,8 +925,9 @@ impl Subject for ClusterSubject<'_> {
                 .map_err(deja_vmm::RunError::from)?;
         let again = again?;
         Ok(if again.report.digest != out.report.digest {
+            let component = out.report.difference(&again.report).unwrap_or_else(|| "its digest".into());
             Some(format!(
-                "the replay from scratch on host core {core} gave digest {} instead of {}",
+                "the replay from scratch on host core {core} gave digest {} instead of {}: it differs in {component}",
                 again.report.digest, out.report.digest
             ))
         } else if again.failure != out.failure {
@@ -957,6 +972,18 @@ impl Subject for ClusterSubject<'_> {
             nodes: node_menus(&out.report),
             ..Facts::default()
         }
+    }
+
+    fn last_output(&self, out: &ClusterOutcome) -> Vec<String> {
+        let mut lines = Vec::new();
+        for n in &out.report.nodes {
+            for text in [&n.stdout, &n.stderr] {
+                let all: Vec<&str> = text.lines().collect();
+                let tail = all.iter().skip(all.len().saturating_sub(LAST_LINES));
+                lines.extend(tail.map(|l| format!("[{}] {l}", n.name)));
+            }
+        }
+        lines
     }
 
     fn steering(input: &mut ClusterInput) -> (&mut BTreeMap<u64, u64>, &mut Option<u64>) {
@@ -1067,7 +1094,9 @@ pub fn explore_cluster(
     cfg: &CampaignConfig,
     progress: &mut dyn FnMut(&crate::Progress),
 ) -> Result<report::Campaign, ExploreError> {
-    let subject = ClusterSubject::new(target, cfg.block_coverage, &cfg.cover).with_late_forks(cfg.late_forks);
+    let subject = ClusterSubject::new(target, cfg.block_coverage, &cfg.cover)
+        .with_late_forks(cfg.late_forks)
+        .with_perturbed_forks(cfg.perturb_forks);
     crate::campaign::explore(&subject, cfg, progress)
 }
 
@@ -1146,6 +1175,68 @@ pub fn with_faults(input: &ClusterInput, faults: &[BugFault]) -> ClusterInput {
     ClusterInput { schedule: Some(schedule), storage, ..input.clone() }
 }
 
+/// A cluster bug's faults in groups that stand or fall together, in the order of their first
+/// fault: each heal with every cut (partition, one-way partition) since the previous heal; each
+/// restart with the kill of its node before it, each resume with the pause of its node before
+/// it. A fault without a partner (a clock jump, a storage fault, a cut never healed) is a group
+/// of its own, so removing a group never leaves a cut, a kill or a pause its run had undone.
+pub fn fault_groups(faults: &[BugFault]) -> Vec<Vec<BugFault>> {
+    use deja_cluster::config::Action;
+    let mut groups: Vec<Vec<BugFault>> = Vec::new();
+    // Open cuts (group indices) since the last heal; the open kill and pause of each node.
+    let mut cuts: Vec<usize> = Vec::new();
+    let mut down: BTreeMap<String, usize> = BTreeMap::new();
+    let mut paused: BTreeMap<String, usize> = BTreeMap::new();
+    for f in faults {
+        let BugFault::Timed(t) = f else {
+            groups.push(vec![f.clone()]);
+            continue;
+        };
+        let node = t.node.clone().unwrap_or_default();
+        let partner = match t.action {
+            Action::Heal if !cuts.is_empty() => {
+                let first = cuts[0];
+                // Every cut since the last heal joins the first one's group, then the heal.
+                for &g in cuts[1..].iter().rev() {
+                    let moved = std::mem::take(&mut groups[g]);
+                    groups[first].extend(moved);
+                }
+                cuts.clear();
+                Some(first)
+            }
+            Action::Restart => down.remove(&node),
+            Action::Resume => paused.remove(&node),
+            _ => None,
+        };
+        match partner {
+            Some(g) => groups[g].push(f.clone()),
+            None => {
+                groups.push(vec![f.clone()]);
+                let g = groups.len() - 1;
+                match t.action {
+                    Action::Partition | Action::PartitionOneWay => cuts.push(g),
+                    Action::Kill => {
+                        down.insert(node, g);
+                    }
+                    Action::Pause => {
+                        paused.insert(node, g);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    groups.retain(|g| !g.is_empty());
+    for g in &mut groups {
+        // Within a group, in schedule order.
+        g.sort_by_key(|f| match f {
+            BugFault::Timed(t) => t.at_ms,
+            BugFault::Storage(_) => 0,
+        });
+    }
+    groups
+}
+
 /// Minimizes a cluster bug: its failing run's faults (the timed ones as a schedule, the file's
 /// random faults and the overrides dropped; the storage faults by meaning) are cut down by
 /// ddmin to a smallest subset that still fails with the same signature. The result is replayed
@@ -1166,7 +1257,17 @@ pub fn minimize_cluster(
         Ok(out.failure.as_ref() == Some(&bug.signature))
     };
     ensure!(fails(&all)?, crate::ScheduleDoesNotReproduceSnafu { bug: &bug.id, faults: all.len() });
-    let kept = crate::minimize::ddmin(&all, &mut fails)?;
+    // A cut and its heal, a kill and its restart, a pause and its resume are one element: a
+    // minimized schedule never leaves a cut the original healed, or a node down it restarted.
+    let groups = fault_groups(&all);
+    // Groups back to one schedule, each fault where it was in the original.
+    let in_order = |gs: &[Vec<BugFault>]| {
+        let mut v = gs.concat();
+        v.sort_by_key(|f| all.iter().position(|a| a == f));
+        v
+    };
+    let mut group_fails = |gs: &[Vec<BugFault>]| fails(&in_order(gs));
+    let kept = in_order(&crate::minimize::ddmin(&groups, &mut group_fails)?);
     let input = with_faults(&base, &kept);
     let out = run_cluster_input(target, &input, &mut |_, _, _| {})?;
     tests += 1;
@@ -1211,6 +1312,55 @@ mod tests {
         };
         let doc = crate::signature::as_older_deja_wrote_it(serde_json::to_value(&bug).unwrap(), signature);
         CLUSTER_BUG_SCHEMA.to_bytes(&doc)
+    }
+
+    fn timed(at_ms: u64, action: deja_cluster::config::Action, node: Option<&str>) -> BugFault {
+        BugFault::Timed(ScheduledFault {
+            at_ms,
+            action,
+            groups: Vec::new(),
+            from: Vec::new(),
+            to: Vec::new(),
+            node: node.map(str::to_string),
+            ms: 0,
+        })
+    }
+
+    #[test]
+    fn a_cut_and_its_heal_a_kill_and_its_restart_stay_together() {
+        use deja_cluster::config::Action::*;
+        let faults = vec![
+            timed(100, Partition, None),
+            timed(200, Kill, Some("n1")),
+            timed(300, ClockJump, Some("n2")),
+            timed(400, PartitionOneWay, None),
+            timed(500, Heal, None),
+            timed(600, Restart, Some("n1")),
+            timed(700, Pause, Some("n2")),
+            timed(800, Partition, None),
+            timed(900, Resume, Some("n2")),
+        ];
+        let groups = fault_groups(&faults);
+        let at = |g: &Vec<BugFault>| {
+            g.iter()
+                .map(|f| match f {
+                    BugFault::Timed(t) => t.at_ms,
+                    BugFault::Storage(_) => 0,
+                })
+                .collect::<Vec<_>>()
+        };
+        let shape: Vec<Vec<u64>> = groups.iter().map(at).collect();
+        // Both cuts before the heal go with it; the last cut was never healed: alone.
+        assert_eq!(shape, vec![vec![100, 400, 500], vec![200, 600], vec![300], vec![700, 900], vec![800]]);
+        assert_eq!(groups.concat().len(), faults.len(), "every fault in exactly one group");
+        // Removing any group leaves no cut without the heal that followed it in the original.
+        for skip in 0..groups.len() {
+            let rest: Vec<BugFault> =
+                groups.iter().enumerate().filter(|(i, _)| *i != skip).flat_map(|(_, g)| g.clone()).collect();
+            let healed_cut = |ms: u64| rest.iter().any(|f| matches!(f, BugFault::Timed(t) if t.at_ms == ms));
+            assert_eq!(healed_cut(100), healed_cut(500), "a cut and its heal stand or fall together");
+            assert_eq!(healed_cut(200), healed_cut(600), "a kill and its restart too");
+        }
     }
 
     #[test]

@@ -90,6 +90,9 @@ pub struct FaultConfig {
     /// its other processes go on, with everything the killed one wrote still in the page cache.
     #[serde(default)]
     pub kill_process: Vec<ProcessKill>,
+    /// How a life that ends non-zero after an injected I/O error is judged (`--fail-stop`).
+    #[serde(default)]
+    pub fail_stop: crate::fail_stop::FailStopMode,
 }
 
 /// A process killed by meaning: the process named `name` (its `comm`: the file name of the
@@ -895,6 +898,19 @@ pub(crate) struct FaultState {
     /// The crash armed now is a fail-stop's restart: its image keeps everything pending.
     #[serde(default)]
     pub fail_stopped: bool,
+    /// Commits after the first I/O error injected into this life: durable operations on paths
+    /// the faults may strike, each after a successful write to such a path since the error or
+    /// the previous one (the `auto` fail-stop rule counts them).
+    #[serde(default)]
+    pub durable_after_error: u64,
+    /// A write to a path the faults may strike succeeded after the first injected error, and no
+    /// durable operation has followed it yet.
+    #[serde(default)]
+    pub wrote_after_error: bool,
+    /// The life ended non-zero after an injected I/O error, and the fail-stop rule said it
+    /// failed: why, in words.
+    #[serde(default)]
+    pub not_fail_stop: Option<String>,
     /// Durable operations made by processes of each name (but pid 1), in the life.
     #[serde(default)]
     pub process_ops: BTreeMap<String, u64>,
@@ -914,19 +930,6 @@ pub const MAX_DURABLE_LOG: usize = 4096;
 /// and a restart: every rate-driven error would otherwise stop and restart the program for
 /// ever.
 pub const MAX_FAIL_STOP_LIVES: usize = 16;
-
-/// How a life that stops after an injected fault is treated (see [`FaultState::fail_stop`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FailStop {
-    /// Not a stop after an injected fault: the exit stands.
-    No,
-    /// A fail-stop: the program is restarted there on its disk as it left it (what it wrote
-    /// and did not sync is kept, as a process restart keeps the page cache; what a failed sync
-    /// dropped is not); the words say where.
-    Restart(String),
-    /// A fail-stop that ends the run (the lives are used up): it is not a failure by itself.
-    Stands(String),
-}
 
 /// Syscall outcomes recorded after the first fault, at most.
 pub const MAX_AFTER_FAULT: usize = 256;
@@ -959,6 +962,9 @@ impl FaultState {
             fail_stop_is_failure: false,
             stopped_after_fault: None,
             fail_stopped: false,
+            durable_after_error: 0,
+            wrote_after_error: false,
+            not_fail_stop: None,
             process_ops: BTreeMap::new(),
             pid_ops: BTreeMap::new(),
             kill_due: None,
@@ -969,35 +975,6 @@ impl FaultState {
     /// program did not exclude it.
     pub fn faultable(&self, path: &str) -> bool {
         self.config.targets(path) && !self.excluded.iter().any(|p| under(path, p))
-    }
-
-    /// The first injected I/O error of this life, in words (`eio on write #1 to /data/wal`).
-    fn injected_error(&self) -> Option<&str> {
-        self.ledger.iter().find(|r| matches!(r.kind, FaultKind::Eio | FaultKind::Enospc)).map(|r| r.point.as_str())
-    }
-
-    /// What a life that ends with `exit` is, under the fail-stop rule: a life that stops with a
-    /// non-zero status or a signal after an I/O error was injected into it has done what a
-    /// careful program does on a failing disk. Unless the program declared such a stop a
-    /// failure, the program is restarted there (so what it acknowledged is checked after the
-    /// restart), or, once the run has had [`MAX_FAIL_STOP_LIVES`] lives, the stop ends the run
-    /// and is not a failure by itself.
-    pub fn fail_stop(&self, exit: &crate::ExitStatus) -> FailStop {
-        if matches!(exit, crate::ExitStatus::Exited { code: 0 }) || self.fail_stop_is_failure {
-            return FailStop::No;
-        }
-        let Some(fault) = self.injected_error() else { return FailStop::No };
-        let how = match exit {
-            crate::ExitStatus::Exited { code } => format!("status {code}"),
-            crate::ExitStatus::Signaled { name, .. } => name.clone(),
-        };
-        let words = format!("at its fail-stop ({how}) after {fault}");
-        let lives = 1 + self.previous.iter().filter(|r| r.kind == FaultKind::Crash).count();
-        if lives >= MAX_FAIL_STOP_LIVES {
-            FailStop::Stands(words)
-        } else {
-            FailStop::Restart(words)
-        }
     }
 
     /// Takes a decision (see [`DecisionLog::decide`]).

@@ -110,6 +110,7 @@ mod decision_point;
 mod disk;
 mod elf;
 mod errno;
+mod fail_stop;
 mod faults;
 mod fd;
 mod file_ops;
@@ -165,6 +166,7 @@ pub use elf::{dynamic_needs, DynamicNeeds};
 pub fn elf_interpreter(image: &[u8]) -> Option<String> {
     elf::parse(image).ok()?.interp
 }
+pub use fail_stop::FailStopMode;
 pub use faults::under;
 pub use faults::{
     CrashAt, CrashState, DecisionLog, DecisionPoint, DecisionRecord, DurableOp, ErrorRule, FailedSync, FaultConfig,
@@ -692,6 +694,10 @@ pub struct RunReport {
     /// is not a failure by itself.
     #[serde(default)]
     pub stopped_after_fault: Option<String>,
+    /// The life ended non-zero after an injected I/O error and the fail-stop rule found a
+    /// failure, not a fail-stop: why, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_fail_stop: Option<String>,
     /// Calls (clock reads, `getcpu`) the program made through deja's vDSO, without an exit
     /// ([`vdso`]); `None` when it had no vDSO.
     #[serde(default)]

@@ -8,7 +8,8 @@
 //! locks are kept per inode and start (at most [`MAX_LOCKS`](crate::files::MAX_LOCKS): then `ENOLCK`).
 
 use crate::errno::*;
-use crate::faults::{DecisionPoint, DurableOp, FailStop, FaultKind, FaultRecord, IoErrno, IoOp, When};
+use crate::fail_stop::FailStop;
+use crate::faults::{DecisionPoint, DurableOp, FaultKind, FaultRecord, IoErrno, IoOp, When};
 use crate::fd::*;
 use crate::files::MAX_LOCKS;
 use crate::fs::Kind;
@@ -63,6 +64,7 @@ impl Kernel {
     /// on it by meaning).
     fn durable_after(&mut self, path: &str) {
         self.faults.durable_writes += 1;
+        self.faults.note_durable(path);
         if self.faults.config.crash_after_durable_write == Some(self.faults.durable_writes) {
             self.faults.crash_due = true;
             self.faults.crash_point = format!("after durable write {}", self.faults.durable_writes);
@@ -134,7 +136,9 @@ impl Kernel {
             return;
         }
         let Err(SysStop::Exit(status)) = &*res else { return };
-        match self.faults.fail_stop(status) {
+        let (stop, why) = self.faults.fail_stop(status);
+        self.faults.not_fail_stop = why;
+        match stop {
             FailStop::No => {}
             FailStop::Restart(words) => {
                 self.faults.crash_point = words;
@@ -242,6 +246,7 @@ impl Kernel {
         let off = if flags & O_APPEND != 0 { self.files.fs.size(id) } else { off };
         let now = self.sched.clock.realtime_ns();
         let n = self.files.fs.write(id, off, data, now)?;
+        self.faults.note_write(path);
         if advance {
             self.files.fds.get_mut(fd as i32)?.offset = off + n;
         }

@@ -126,8 +126,30 @@ impl RunRecord {
 }
 
 /// The first component in which `b` differs from `a`, in words; `None` if they agree.
+///
+/// Lives are compared by name. Of the lives both runs have, the one whose syscall trace
+/// diverges earliest in virtual time (when the syscalls were recorded; else the first in order)
+/// is named first: in a cluster a life more or fewer, or one that ended otherwise, is usually
+/// the consequence of an earlier divergence, which this finds.
 pub fn first_difference(a: &RunRecord, b: &RunRecord) -> Option<String> {
     let names = |r: &RunRecord| r.lives.iter().map(|l| l.name.clone()).collect::<Vec<_>>();
+    let common: Vec<(&LifeRecord, &LifeRecord)> =
+        a.lives.iter().filter_map(|x| b.lives.iter().find(|y| y.name == x.name).map(|y| (x, y))).collect();
+    // The earliest trace divergence among the common lives.
+    let earliest = common
+        .iter()
+        .enumerate()
+        .filter(|(_, (x, y))| x.trace_digest != y.trace_digest)
+        .min_by_key(|(k, (x, y))| (divergence_time(x, y).unwrap_or(u64::MAX), *k))
+        .map(|(_, p)| *p);
+    if let Some((x, y)) = earliest {
+        let more = if names(a) != names(b) {
+            format!(" (and the runs' lives differ: {} against {})", names(a).join(", "), names(b).join(", "))
+        } else {
+            String::new()
+        };
+        return Some(format!("{}: the syscall trace, {}{more}", x.name, trace_difference(x, y)));
+    }
     if names(a) != names(b) {
         return Some(format!("lives: {} against {}", names(a).join(", "), names(b).join(", ")));
     }
@@ -135,9 +157,6 @@ pub fn first_difference(a: &RunRecord, b: &RunRecord) -> Option<String> {
         let at = &x.name;
         if x.exit != y.exit {
             return Some(format!("{at}: how it ended: {:?} against {:?}", x.exit, y.exit));
-        }
-        if x.trace_digest != y.trace_digest {
-            return Some(format!("{at}: the syscall trace, {}", trace_difference(x, y)));
         }
         if x.memory_digest != y.memory_digest {
             return Some(format!("{at}: memory, {}", page_difference(x, y)));
@@ -225,6 +244,16 @@ fn field_difference(a: &TraceEntry, b: &TraceEntry) -> String {
         return format!("the bytes it moved: data {} against {}", show(&a.data), show(&b.data));
     }
     "the entries' hashes, though every recorded field agrees".into()
+}
+
+/// The virtual time of the first syscall where two lives differ, when both recorded it there.
+fn divergence_time(x: &LifeRecord, y: &LifeRecord) -> Option<u64> {
+    let i = first_diverging_syscall(x, y)? as usize;
+    match (x.trace.get(i), y.trace.get(i)) {
+        (Some(p), Some(q)) => Some(p.vtime_ns.min(q.vtime_ns)),
+        (Some(p), None) | (None, Some(p)) => Some(p.vtime_ns),
+        (None, None) => None,
+    }
 }
 
 /// The index of the first syscall where two lives differ, if their traces differ there.
@@ -365,6 +394,34 @@ mod tests {
         let mut l = a.clone();
         l.lives.push(life("life 1", &[], "m", &[]));
         assert!(first_difference(&a, &l).unwrap().starts_with("lives: life 0 against life 0, life 1"));
+    }
+
+    #[test]
+    fn of_two_clusters_the_earliest_trace_divergence_is_named_before_a_life_more_or_less() {
+        // Node b diverged first, in virtual time; node a's later divergence cost it a restart.
+        let timed = |name: &str, hashes: &[u64], t0: u64| {
+            let mut l = life(name, hashes, "m", &[]);
+            l.trace = hashes
+                .iter()
+                .enumerate()
+                .map(|(i, h)| TraceEntry {
+                    index: i as u64,
+                    vtime_ns: t0 + i as u64 * 1000,
+                    text: format!("call {h}"),
+                    ..entry([0; 6], 0)
+                })
+                .collect();
+            l
+        };
+        let a = record(vec![
+            timed("node a life 0", &[1, 2, 3, 4], 0),
+            timed("node a life 1", &[1], 9000),
+            timed("node b life 0", &[5, 6, 7], 0),
+        ]);
+        let b = record(vec![timed("node a life 0", &[1, 2, 3, 9], 0), timed("node b life 0", &[5, 8, 7], 0)]);
+        let d = first_difference(&a, &b).unwrap();
+        assert!(d.starts_with("node b life 0: the syscall trace, first at syscall 1"), "{d}");
+        assert!(d.contains("and the runs' lives differ"), "{d}");
     }
 
     fn entry(args: [u64; 6], ret: u64) -> TraceEntry {

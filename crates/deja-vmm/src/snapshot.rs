@@ -26,9 +26,11 @@ use crate::vm::{Vm, VmError};
 /// Schema version of the snapshot payload inside its envelope (15: the frames carry the
 /// address spaces of processes; 16: the core's process table holds each process's argv and
 /// name, and a directory's fd the process whose `/proc/<pid>` it is; 17: the frames carry
-/// where the spaces place the coverage blocks of shared objects). The core's state inside is
-/// not self-describing, so an artifact of another schema is refused at its envelope.
-pub const SNAPSHOT_SCHEMA: u32 = 17;
+/// where the spaces place the coverage blocks of shared objects; 18: the core's fault state
+/// holds the fail-stop setting and the durable operations after an injected error). The core's
+/// state inside is not self-describing, so an artifact of another schema is refused at its
+/// envelope.
+pub const SNAPSHOT_SCHEMA: u32 = 18;
 
 /// MSRs a snapshot carries: the syscall MSRs, the FS/GS bases, the TSC and SYSENTER state.
 pub const SNAPSHOT_MSRS: [u32; 11] = [

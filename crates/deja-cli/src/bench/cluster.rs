@@ -277,6 +277,8 @@ pub(super) fn campaign(rounds: u64, out: &Path, mode: deja_explore::Mode, jobs: 
         block_coverage: false,
         cover: Vec::new(),
         late_forks: deja_cluster::LATE_FORKS,
+        verify_forks: 0,
+        perturb_forks: false,
     }
 }
 

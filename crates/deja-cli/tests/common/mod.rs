@@ -197,8 +197,19 @@ pub const CHROMIUM: &str = "/usr/bin/chromium";
 /// Fails the test unless every one of `paths` exists: the host programs it runs, from Debian's
 /// `packages` (which `.ci/run` installs). A test of a real program never passes without it.
 pub fn needs(paths: &[&str], packages: &str) {
-    let missing: Vec<&str> = paths.iter().copied().filter(|p| !Path::new(p).exists()).collect();
-    assert!(missing.is_empty(), "missing {missing:?}: this test runs them (apt-get install {packages}; .ci/run does)");
+    let missing = || -> Vec<&str> { paths.iter().copied().filter(|p| !Path::new(p).exists()).collect() };
+    if !missing().is_empty() {
+        // A fresh machine: the test provisions what it runs (`cargo xtask provision`).
+        let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            .current_dir(root())
+            .args(["xtask", "provision"])
+            .args(packages.split_whitespace())
+            .output()
+            .expect("cargo xtask provision");
+        assert!(out.status.success(), "provisioning {packages} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let left = missing();
+    assert!(left.is_empty(), "missing {left:?} after apt-get install {packages}");
 }
 
 /// The page in headless Chromium once its scripts ran: the DOM.

@@ -30,19 +30,18 @@ impl Sim {
         v.join(",")
     }
 
+    /// Cuts both directions between every two of `groups`. Nodes no group names are on both
+    /// sides of the cut: they keep reaching, and being reached by, every node (the ledger says
+    /// so: `partition [e3] | [e1,e2] (client reaches all)`).
     pub(super) fn partition(&mut self, groups: Vec<Vec<usize>>) {
-        let mut groups = groups;
         let named: Vec<usize> = groups.iter().flatten().copied().collect();
-        let rest: Vec<usize> = (0..self.nodes.len()).filter(|i| !named.contains(i)).collect();
-        if !rest.is_empty() {
-            groups.push(rest);
-        }
-        let desc: Vec<String> = groups.iter().map(|g| format!("[{}]", self.names(g))).collect();
+        let free: Vec<usize> = (0..self.nodes.len()).filter(|i| !named.contains(i)).collect();
+        let sides: Vec<String> = groups.iter().map(|g| self.names(g)).collect();
         let f = ScheduledFault {
             groups: groups.iter().map(|g| self.name_list(g)).collect(),
             ..self.scripted_fault(Action::Partition)
         };
-        self.note_scripted("partition", desc.join(" | "), f);
+        self.note_scripted("partition", partition_words(&sides, &self.name_list(&free)), f);
         self.net.partition(&groups);
         let t = self.now + self.net.tcp_timeout_ns();
         self.push(t, Event::TcpTimeout { epoch: self.net.epoch });
@@ -258,13 +257,13 @@ impl Sim {
             RandomFault::Pause => (r.pause_every_ms, r.pause_for_ms),
             RandomFault::Clock => (r.clock_every_ms, r.clock_jump_ms),
         };
-        let n = self.nodes.len();
+        let scope = match kind {
+            RandomFault::Partition => partition_scope(&r, self.nodes.len(), |name| self.index_of(name)),
+            _ => Vec::new(),
+        };
         match kind {
-            RandomFault::Partition if !self.random_partition_active && n > 1 => {
-                // A random split into two non-empty sides (bit i of the mask: node i's side).
-                let n = n.min(20);
-                let mask = self.log.decide(DecisionPoint::PartitionSides, (1u64 << n) - 2) + 1;
-                let (a, b): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| mask >> i & 1 == 1);
+            RandomFault::Partition if !self.random_partition_active && scope.len() > 1 => {
+                let (a, b) = draw_split(&mut self.log, &scope);
                 if Network::strike(&mut self.log, r.one_way, DecisionPoint::PartitionOneWay) {
                     self.one_way(a, b);
                 } else {
@@ -303,5 +302,133 @@ impl Sim {
             self.push(self.now + gap, Event::RandomTick(kind));
         }
         Ok(())
+    }
+}
+
+/// The nodes random partitions split, in node order: `partition_targets`, or every node when
+/// it is empty. `targets` (whom kills, pauses and clock faults strike) does not scope them.
+/// Nodes outside the scope are in neither side of a random split, so they keep reaching every
+/// node. `index_of` gives a node's index by its name.
+pub(super) fn partition_scope(r: &RandomFaults, nodes: usize, index_of: impl Fn(&str) -> usize) -> Vec<usize> {
+    if r.partition_targets.is_empty() {
+        return (0..nodes).collect();
+    }
+    let mut scope: Vec<usize> = r.partition_targets.iter().map(|n| index_of(n)).collect();
+    scope.sort_unstable();
+    scope.dedup();
+    scope
+}
+
+/// A random split of `scope` (at least two nodes) into two non-empty sides, drawn by the
+/// decision `partition sides` among `2^k - 2` options for the first `k = min(len, 20)` nodes of
+/// the scope (bit i of the mask: the side of `scope[i]`). Over every node, as when nothing
+/// scopes partitions, it is the draw it has always been.
+pub(super) fn draw_split(log: &mut DecisionLog, scope: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let k = scope.len().min(20);
+    let mask = log.decide(DecisionPoint::PartitionSides, (1u64 << k) - 2) + 1;
+    let side = |on: bool| -> Vec<usize> {
+        scope[..k].iter().enumerate().filter(|&(i, _)| (mask >> i & 1 == 1) == on).map(|(_, &n)| n).collect()
+    };
+    (side(true), side(false))
+}
+
+/// A partition in the ledger's words: its groups (each a comma-separated list of names), then
+/// the nodes no group names, which reach all: `[e3] | [e1,e2] (client reaches all)`.
+pub(super) fn partition_words(groups: &[String], free: &[String]) -> String {
+    let sides: Vec<String> = groups.iter().map(|g| format!("[{g}]")).collect();
+    let sides = sides.join(" | ");
+    match free {
+        [] => sides,
+        [one] => format!("{sides} ({one} reaches all)"),
+        many => format!("{sides} ({} reach all)", many.join(",")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::NetworkConfig;
+
+    fn random(partition_targets: &[&str]) -> RandomFaults {
+        RandomFaults {
+            partition_every_ms: Some([100, 200]),
+            partition_targets: partition_targets.iter().map(|s| s.to_string()).collect(),
+            ..RandomFaults::default()
+        }
+    }
+
+    const NAMES: [&str; 4] = ["e1", "e2", "e3", "client"];
+
+    fn index_of(name: &str) -> usize {
+        NAMES.iter().position(|n| *n == name).unwrap()
+    }
+
+    #[test]
+    fn random_partitions_split_every_node_unless_scoped() {
+        assert_eq!(partition_scope(&random(&[]), 4, index_of), [0, 1, 2, 3]);
+        // `targets` scopes kills, pauses and clock faults, not partitions.
+        let targets = RandomFaults { targets: vec!["e1".into(), "e2".into()], ..random(&[]) };
+        assert_eq!(partition_scope(&targets, 4, index_of), [0, 1, 2, 3]);
+        // In node order whatever the file's order.
+        assert_eq!(partition_scope(&random(&["e3", "e1", "e2"]), 4, index_of), [0, 1, 2]);
+    }
+
+    #[test]
+    fn an_unscoped_split_draws_as_before() {
+        // The draw every recorded campaign took: options 2^n - 2 over nodes 0..n, mask + 1.
+        for n in 2..=6usize {
+            for seed in 0..50 {
+                let mut old = DecisionLog::new("split", seed);
+                let mask = old.decide(DecisionPoint::PartitionSides, (1u64 << n) - 2) + 1;
+                let before: (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| mask >> i & 1 == 1);
+                let mut new = DecisionLog::new("split", seed);
+                let scope = partition_scope(&random(&[]), n, |_| unreachable!());
+                assert_eq!(draw_split(&mut new, &scope), before, "n {n} seed {seed}");
+                assert_eq!(old.records(), new.records());
+            }
+        }
+    }
+
+    #[test]
+    fn a_scoped_random_split_never_cuts_a_node_outside_the_scope() {
+        let scope = partition_scope(&random(&["e1", "e2", "e3"]), 4, index_of);
+        let client = index_of("client");
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..200 {
+            let mut log = DecisionLog::new("scoped split", seed);
+            let (a, b) = draw_split(&mut log, &scope);
+            assert_eq!(log.records()[0].options, 6, "2^3 - 2 splits of three nodes");
+            assert!(!a.is_empty() && !b.is_empty(), "{a:?} {b:?}");
+            assert!(!a.contains(&client) && !b.contains(&client));
+            seen.insert(a.clone());
+            // Both directions, and one way only: the client is never cut.
+            for one_way in [false, true] {
+                let mut net = Network::new(
+                    NetworkConfig::default(),
+                    &[[10, 0, 0, 1], [10, 0, 0, 2], [10, 0, 0, 3], [10, 0, 0, 4]],
+                );
+                if one_way {
+                    net.cut_one_way(&a, &b);
+                } else {
+                    net.partition(&[a.clone(), b.clone()]);
+                }
+                assert!(net.partitioned());
+                for other in 0..4 {
+                    assert!(!net.is_cut(client, other) && !net.is_cut(other, client), "seed {seed} {a:?} {b:?}");
+                }
+                for (&x, &y) in a.iter().zip(&b) {
+                    assert!(net.is_cut(x, y));
+                }
+            }
+        }
+        assert_eq!(seen.len(), 6, "every split of the scope is drawn: {seen:?}");
+    }
+
+    #[test]
+    fn the_ledger_names_the_nodes_a_partition_leaves_free() {
+        let g = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(partition_words(&g(&["e3", "e1,e2"]), &g(&["client"])), "[e3] | [e1,e2] (client reaches all)");
+        assert_eq!(partition_words(&g(&["a", "b"]), &g(&["c", "d"])), "[a] | [b] (c,d reach all)");
+        assert_eq!(partition_words(&g(&["a", "b,c"]), &[]), "[a] | [b,c]", "as before when every node is named");
     }
 }

@@ -87,6 +87,9 @@ pub struct Fork {
     pub virtual_time_ns: u64,
     /// What the last reset did.
     pub last_reset: ClusterReset,
+    /// A test-only switch: every child's first node has its clock moved 1 µs at the fork
+    /// point, so that no child is the booted run it claims to be ([`Fork::set_perturb`]).
+    perturb: bool,
 }
 
 impl Fork {
@@ -116,21 +119,9 @@ impl Fork {
                     return Ok(None);
                 }
             }
-            // A VM is kept at a clean ring-3 stop, as a single program's fork is: each node runs
-            // to its first syscall, before it is served. That touches nothing another node or
-            // the network can see, so the cluster has not moved.
-            SteerAt::Boot => {
-                for n in &mut sim.nodes {
-                    let name = n.cfg.name.clone();
-                    let Some(live) = n.live.as_mut() else { continue };
-                    let mut out = |s: Stream, b: &[u8]| sink(&name, s, b);
-                    match live.vm.run_until(&mut live.kernel, &mut out, Some(0)) {
-                        Ok(Stop::AtSyscall) => {}
-                        Ok(stop) => return EndedBeforeFirstSyscallSnafu { node: name, stop }.fail(),
-                        Err(source) => return Err(ClusterError::Vm { node: name, source }),
-                    }
-                }
-            }
+            // Every node is at its first syscall, before it is served ([`Sim::boot`]): a clean
+            // ring-3 stop, as a single program's fork is, and nothing the cluster has decided.
+            SteerAt::Boot => {}
         }
         let mut parents = Vec::new();
         let mut vms = Vec::new();
@@ -168,6 +159,7 @@ impl Fork {
             late_stats: LateStats::default(),
             at,
             last_reset: ClusterReset::default(),
+            perturb: false,
         };
         Ok(Some((fork, hits)))
     }
@@ -189,6 +181,13 @@ impl Fork {
                 }
             }
         }
+    }
+
+    /// For testing what reports a fork that is not its booted run: with `on`, every child's
+    /// first live node has its clock jumped 1 µs where the child starts, which no booted run
+    /// does. Never set outside tests of that evidence.
+    pub fn set_perturb(&mut self, on: bool) {
+        self.perturb = on;
     }
 
     /// Keeps at most `n` later forks (0: none are taken, and those kept are dropped).
@@ -274,6 +273,11 @@ impl Fork {
             sim.nodes[i].live = Some(Live { vm, kernel, forked: true });
         }
         self.last_reset = ClusterReset { nodes: stats };
+        if self.perturb {
+            if let Some(live) = sim.nodes.iter_mut().find_map(|n| n.live.as_mut()) {
+                live.kernel.jump_clock(1_000);
+            }
+        }
         match from {
             // The rest was applied where the later fork's creator was steered, the same way.
             Some(_) => sim.log.set_overrides(steering.overrides.clone()),

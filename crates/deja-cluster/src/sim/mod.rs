@@ -33,8 +33,9 @@
 //! - *Loss, duplication, reordering* (UDP only; TCP is reliable): with probabilities
 //!   `udp_loss`, `udp_duplicate`, `udp_reorder` (decisions `udp loss`, `udp duplicate`, `udp
 //!   reorder`). A reordered datagram is held back by three more latencies plus 1 ms.
-//! - *Partitions*: symmetric (`partition`: groups that cannot reach each other) or one-way
-//!   (`partition-one-way`: `from` cannot reach `to`, the reverse still works). Datagrams across
+//! - *Partitions*: symmetric (`partition`: groups that cannot reach each other; a node no group
+//!   names is on both sides, and keeps reaching every node) or one-way (`partition-one-way`:
+//!   `from` cannot reach `to`, the reverse still works). Datagrams across
 //!   a cut are dropped. TCP packets across a cut are held and delivered in order at the heal,
 //!   unless the cut lasts longer than `tcp_timeout_ms`: then every connection it cuts is reset
 //!   on both sides (`ECONNRESET`) and its held packets are dropped. A SYN nobody answers
@@ -62,7 +63,8 @@
 //! Random faults (`[faults.random]`) are drawn from the seed: the gap to the next fault of a
 //! kind and its parameters are decisions (`partition gap`, `partition sides`, `partition one
 //! way`, `partition length`, `kill gap`, `kill target`, …). Only one random partition is active
-//! at a time: it splits the nodes into two non-empty sides (any split), cuts both directions
+//! at a time: it splits the nodes (those `partition_targets` names, else every node) into two
+//! non-empty sides (any split; a node outside the scope keeps reaching all), cuts both directions
 //! or, with probability `one_way`, only the traffic from one side to the other, and heals after
 //! its length.
 
@@ -373,7 +375,30 @@ impl Sim {
         for i in 0..sim.nodes.len() {
             sim.boot_node(i)?;
         }
+        for i in 0..sim.nodes.len() {
+            sim.run_to_first_syscall(i)?;
+        }
         Ok(sim)
+    }
+
+    /// Runs node `i`, just booted, to its first syscall, before it is served: a clean ring-3
+    /// stop, where a fork at boot keeps its VM. What a program does before its first syscall
+    /// (the loader's work, a Go runtime's reads of the TSC) touches nothing another node or the
+    /// network can see, but it may advance the node's clock (a rewritten `rdtsc` costs virtual
+    /// time), and the scheduler orders nodes by their clocks: so every cluster run, booted or
+    /// forked, takes this step for every node, in file order, before the scheduler's first
+    /// decision. A node that ends on the way (a fault) has ended.
+    fn run_to_first_syscall(&mut self, i: usize) -> Result<(), ClusterError> {
+        let n = &mut self.nodes[i];
+        let name = n.cfg.name.clone();
+        let Some(live) = n.live.as_mut() else { return Ok(()) };
+        match live.vm.run_until(&mut live.kernel, &mut |_, _| {}, Some(0)) {
+            Ok(Stop::AtSyscall) => Ok(()),
+            Ok(Stop::Exited(_)) => self.ended(i),
+            Ok(Stop::Crashed) => self.crashed(i),
+            Ok(stop) => EndedBeforeFirstSyscallSnafu { node: name, stop }.fail(),
+            Err(source) => Err(ClusterError::Vm { node: name, source }),
+        }
     }
 
     /// Everything but the VMs (each node's core stays with its VM).
@@ -457,9 +482,13 @@ impl Sim {
         let Some(live) = n.live.as_mut() else { return };
         if !st.targets_node(&n.cfg.name) {
             // No storage faults, but its crashes (a kill) keep to the cluster's crash model.
-            if st.crash_model != deja_kernel::CrashModel::PosixWeak {
-                live.kernel
-                    .set_fault_config(deja_kernel::FaultConfig { crash_model: st.crash_model, ..Default::default() });
+            let fail_stop = n.cfg.fail_stop.clone();
+            if st.crash_model != deja_kernel::CrashModel::PosixWeak || fail_stop != deja_kernel::FailStopMode::Auto {
+                live.kernel.set_fault_config(deja_kernel::FaultConfig {
+                    crash_model: st.crash_model,
+                    fail_stop,
+                    ..Default::default()
+                });
             }
             return;
         }
@@ -475,6 +504,7 @@ impl Sim {
             reordered_writes: st.reordered_writes,
             fault_paths: st.paths.clone(),
             crash_model: st.crash_model,
+            fail_stop: n.cfg.fail_stop.clone(),
             ..Default::default()
         };
         for fault in self.storage.iter().filter(|s| s.node == n.cfg.name) {

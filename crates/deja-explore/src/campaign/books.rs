@@ -47,6 +47,10 @@ pub(crate) struct State<I, R> {
     pub(crate) merged_from: Vec<String>,
 }
 
+/// What an unconfirmed failure leaves: the file its round was written to, the command that
+/// replays it, and the round's last output lines.
+pub(crate) type Evidence = (Option<String>, Option<String>, Vec<String>);
+
 /// The bookkeeping of a campaign: rounds, bugs, the timeline and the assertion lines.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct Books {
@@ -57,6 +61,13 @@ pub(crate) struct Books {
     /// Why each unconfirmed failure was not confirmed, and in which round.
     #[serde(default)]
     pub(crate) unconfirmed_why: BTreeMap<FailureSignature, (u64, String)>,
+    /// The evidence of each unconfirmed failure: the file its round was written to, the command
+    /// that replays it, and the round's last output lines.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) unconfirmed_evidence: BTreeMap<FailureSignature, Evidence>,
+    /// `--verify-forks`: the forked rounds checked against their booted runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) fork_checks: Option<report::ForkChecks>,
     pub(crate) timeline: Vec<report::RoundPoint>,
     pub(crate) assertions: BTreeMap<String, report::AssertionLine>,
     pub(crate) wall_seconds: f64,
@@ -163,15 +174,27 @@ impl Books {
     /// Settles a new failure: when the confirming replay found no `difference`, `write` writes
     /// its bug file at the path given and returns the reproduce command and the number of
     /// decisions; otherwise it is set aside as unconfirmed, with the difference.
+    ///
+    /// An unconfirmed failure keeps its evidence: the round is written as
+    /// `unconfirmed-<id>.json` (the bug file it would have been, with the round's digest), and
+    /// `output` (its last lines) goes into the reports.
     pub(super) fn settle(
         &mut self,
         sig: FailureSignature,
         subject: &str,
         difference: Option<String>,
+        output: Vec<String>,
         out: &Path,
         write: impl FnOnce(&Path) -> Result<WrittenBug, ExploreError>,
     ) -> Result<(), ExploreError> {
         if let Some(why) = difference {
+            let file = format!("unconfirmed-{}.json", bug_id(&sig, subject));
+            let written = write(&out.join(&file)).ok();
+            let (file, reproduce) = match written {
+                Some(w) => (Some(file), Some(w.reproduce)),
+                None => (None, None),
+            };
+            self.unconfirmed_evidence.insert(sig.clone(), (file, reproduce, output));
             self.unconfirmed_why.insert(sig.clone(), (self.round, why));
             self.unconfirmed.insert(sig);
             return Ok(());
@@ -219,7 +242,8 @@ impl Books {
                 .iter()
                 .map(|sig| {
                     let (round, why) = self.unconfirmed_why.get(sig).cloned().unwrap_or_default();
-                    report::Unconfirmed { signature: sig.to_string(), round, why }
+                    let (file, reproduce, output) = self.unconfirmed_evidence.get(sig).cloned().unwrap_or_default();
+                    report::Unconfirmed { signature: sig.to_string(), round, why, file, reproduce, output }
                 })
                 .collect(),
             jobs: state.jobs,
@@ -236,6 +260,7 @@ impl Books {
                 tried: state.frontier.iter().filter(|r| **r <= self.round).count() as u64,
                 total: p.len() as u64,
             }),
+            fork_checks: self.fork_checks.clone(),
         }
     }
 }

@@ -156,6 +156,14 @@ pub struct CampaignConfig {
     /// rounds that change only what comes after run ([`deja_cluster::Fork::run_child_at`];
     /// 0: every round runs from the fork point). The campaign is the same either way.
     pub late_forks: usize,
+    /// Every this many rounds, a round that ran from a fork is booted again from scratch with
+    /// the same input and the two compared, digest for digest (0: never). A difference is a
+    /// determinism defect of deja, reported with both runs' evidence.
+    pub verify_forks: u64,
+    /// A test-only switch: every forked cluster round is made to differ from its booted run
+    /// ([`deja_cluster::Fork::set_perturb`]), to test the evidence of a round that does not
+    /// replay the same.
+    pub perturb_forks: bool,
 }
 
 impl CampaignConfig {
@@ -373,6 +381,12 @@ pub trait Subject: Sync {
 
     /// What the round showed.
     fn facts(&self, out: &Self::Outcome) -> Facts;
+
+    /// The last lines of what the round wrote (a cluster's: each node's, prefixed with its
+    /// name), for the evidence of a round that did not replay the same.
+    fn last_output(&self, _out: &Self::Outcome) -> Vec<String> {
+        Vec::new()
+    }
 
     /// The campaign has learned coverage indices `indices` (in round order, or all of them when
     /// a campaign resumes): a subject that measures coverage with one-shot breakpoints takes
@@ -812,9 +826,12 @@ fn learn_round<S: Subject>(
         let difference = subject.confirm(&state.reference, &input, out)?;
         let reference = &state.reference;
         let who = subject.bug_subject();
-        state
-            .books
-            .settle(sig, &who, difference, &cfg.out, |path| subject.write_bug(reference, &input, out, round, path))?;
+        let output = if difference.is_some() { subject.last_output(out) } else { Vec::new() };
+        state.books.settle(sig, &who, difference, output, &cfg.out, |path| {
+            subject.write_bug(reference, &input, out, round, path)
+        })?;
+    } else if cfg.verify_forks > 0 && cfg.strategy == Strategy::Coverage && round.is_multiple_of(cfg.verify_forks) {
+        verify_fork(subject, cfg, state, &input, out)?;
     }
     if kept {
         keep(&cfg.out, &mut state.corpus, Entry::new(input, &facts, &novelty, round))?;
@@ -832,6 +849,40 @@ fn learn_round<S: Subject>(
     });
     state.books.wall_timeline.record(round, wall);
     Ok(round.is_multiple_of(25) || kept || state.books.bugs.len() != bugs_before)
+}
+
+/// `--verify-forks`: boots the round just learned from scratch with the same input and compares
+/// the two runs; a difference is kept as a divergence, with the round written as
+/// `divergence-round-<R>.json` and its last output.
+fn verify_fork<S: Subject>(
+    subject: &S,
+    cfg: &CampaignConfig,
+    state: &mut State<S::Input, S::Reference>,
+    input: &S::Input,
+    out: &S::Outcome,
+) -> Result<(), ExploreError> {
+    let round = state.books.round;
+    let difference = subject.confirm(&state.reference, input, out)?;
+    let checks = state
+        .books
+        .fork_checks
+        .get_or_insert_with(|| report::ForkChecks { every: cfg.verify_forks, ..report::ForkChecks::default() });
+    checks.checked += 1;
+    if let Some(why) = difference {
+        let file = format!("divergence-round-{round}.json");
+        let written = subject.write_bug(&state.reference, input, out, round, &cfg.out.join(&file)).ok();
+        let facts = subject.facts(out);
+        let checks = state.books.fork_checks.as_mut().expect("set above");
+        checks.diverged.push(report::Unconfirmed {
+            signature: facts.failure.as_ref().map_or_else(|| "none (the round held)".into(), |f| f.to_string()),
+            round,
+            why,
+            reproduce: written.as_ref().map(|w| w.reproduce.clone()),
+            file: written.map(|_| file),
+            output: subject.last_output(out),
+        });
+    }
+    Ok(())
 }
 
 /// What the progress callback is shown after a round.

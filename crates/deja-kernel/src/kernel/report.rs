@@ -401,6 +401,7 @@ impl Kernel {
             process_ops: self.faults.process_ops.iter().map(|(n, c)| (n.clone(), *c)).collect(),
             durable_ops: self.faults.durable_log.clone(),
             stopped_after_fault: self.faults.stopped_after_fault.clone(),
+            not_fail_stop: self.faults.not_fail_stop.clone(),
             crash_state: self.faults.last_crash_state.clone(),
             failed_syncs: self.faults.failed_syncs.clone(),
             after_fault: self.faults.after_fault.clone(),

@@ -2125,9 +2125,12 @@ fn storage_faults_strike_only_the_paths_they_target() {
 
 #[test]
 fn a_stop_after_an_injected_error_is_a_fail_stop_restart_unless_the_program_says_otherwise() {
-    let spec = || {
+    // The program acknowledges after its failed fdatasync (an O_SYNC write to /data/acked) and,
+    // given more rounds, commits on: under `auto` that is working on after the error.
+    let spec_as = |fail_stop: FailStopMode| {
         let mut s = spec_with(exec_image(), 3);
         s.faults = FaultConfig {
+            fail_stop,
             errors: vec![ErrorRule {
                 op: IoOp::Fsync,
                 path: "/data/wal".into(),
@@ -2140,6 +2143,20 @@ fn a_stop_after_an_injected_error_is_a_fail_stop_restart_unless_the_program_says
         };
         s
     };
+    let spec = || spec_as(FailStopMode::Always);
+    let mut h = H::with(spec_as(FailStopMode::Auto));
+    wal_rounds(&mut h, 2);
+    assert!(matches!(sc_exit(&mut h.k, &mut h.m, "exit_group", &[2]), SyscallOutcome::Exit(_)));
+    let r = h.k.finish(&h.m, ExitStatus::Exited { code: 2 });
+    let why = r.not_fail_stop.unwrap_or_default();
+    assert!(
+        why.contains("status 2 after eio on fsync #1 of /data/wal") && why.contains("committed 3 time(s)"),
+        "{why}"
+    );
+    // One commit after the error (the acknowledgement) is clean-up as far as `auto` can tell.
+    let mut h = H::with(spec_as(FailStopMode::Auto));
+    wal_rounds(&mut h, 1);
+    assert_eq!(sc_exit(&mut h.k, &mut h.m, "exit_group", &[2]), SyscallOutcome::Crash);
     let mut h = H::with(spec());
     let out = wal_rounds(&mut h, 1);
     assert_eq!(out[2], SyscallOutcome::Return((-5i64) as u64));
