@@ -4,6 +4,9 @@
 //!   into `target/guests/`: static-PIE executables, a non-PIE (`ET_EXEC`) `hello` in `nopie/`,
 //!   a coverage-instrumented `bank` in `cov/`, and the guests in other languages: `hostchan`
 //!   (C, with the system's C compiler) and `go-goroutines` (Go, with Debian's `golang-go`).
+//!   Once per checkout: `target/guests/.built-from` records what they were built from, and
+//!   they are built again only when a file under `guest/`, this program or a compiler's
+//!   version changed, or a file built is missing.
 //! * `dogfood`: regenerates `dogfood-results/explore.md` (rounds to the first bug, coverage
 //!   guidance against the random baseline).
 //! * `demo`: builds the guests and `deja`, runs an example, then explores the bundled key-value
@@ -31,7 +34,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 46] = [
+const GUESTS: [&str; 47] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -64,6 +67,7 @@ const GUESTS: [&str; 46] = [
     "hostinfo",
     "pagestore-buggy",
     "pagestore-fixed",
+    "pagestore-retry",
     "ackstore-buggy",
     "ackstore-fixed",
     "ackstore-rejecting",
@@ -125,6 +129,11 @@ fn guests() -> Result<(), String> {
         provision(&["golang-go".into(), "gcc".into(), "libc6-dev".into()])?;
     }
     let out = root().join("target/guests");
+    let inputs = guest_inputs(&root());
+    if built_from(&out, &inputs) {
+        println!("guests: up to date in {} (built from inputs {inputs})", out.display());
+        return Ok(());
+    }
     build_flavour("static-pie", STATIC, &[], &GUESTS, &out)?;
     build_flavour(
         "nopie",
@@ -140,7 +149,91 @@ fn guests() -> Result<(), String> {
         &["bank", "register-replica", "register-client"],
         &out.join("cov"),
     )?;
-    foreign_guests(&out)
+    foreign_guests(&out)?;
+    record_built(&out, &inputs)
+}
+
+/// The file in `target/guests/` that says what the guests there were built from: the
+/// fingerprint of their inputs, then each file built, with its size.
+const BUILT_FROM: &str = ".built-from";
+
+/// A fingerprint of everything the guests are built from: every file under `guest/` (but build
+/// output), this program's source (which holds the flags), and the versions of the compilers
+/// (rustc, the C compiler, Go). The test binaries each ask for the guests; with this, a
+/// checkout builds them once and again only when one of these changes.
+fn guest_inputs(root: &Path) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut files = vec![root.join("xtask/src/main.rs")];
+    let mut dirs = vec![root.join("guest")];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for path in entries.flatten().map(|e| e.path()) {
+            if path.is_dir() {
+                if path.file_name().is_some_and(|n| n != "target") {
+                    dirs.push(path);
+                }
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    let mut h = std::hash::DefaultHasher::new();
+    for f in &files {
+        f.strip_prefix(root).unwrap_or(f).hash(&mut h);
+        std::fs::read(f).unwrap_or_default().hash(&mut h);
+    }
+    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    for (tool, arg) in [(rustc.as_os_str(), "-V"), (cc.as_os_str(), "--version"), ("go".as_ref(), "version")] {
+        Command::new(tool).arg(arg).output().map(|o| o.stdout).unwrap_or_default().hash(&mut h);
+    }
+    format!("{:016x}", h.finish())
+}
+
+/// Every file under `dir`, relative to it, with its size, sorted (the record itself left out).
+fn built_files(dir: &Path) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.file_name().is_some_and(|n| n != BUILT_FROM) {
+                let rel = path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().into_owned();
+                out.push((rel, e.metadata().map(|m| m.len()).unwrap_or(0)));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// True when `out` holds what a build from `inputs` wrote: the record names these inputs and
+/// every file it lists is there with its size.
+fn built_from(out: &Path, inputs: &str) -> bool {
+    let Ok(record) = std::fs::read_to_string(out.join(BUILT_FROM)) else { return false };
+    let mut lines = record.lines();
+    if lines.next() != Some(inputs) {
+        return false;
+    }
+    let listed: Vec<&str> = lines.collect();
+    !listed.is_empty()
+        && listed.iter().all(|l| {
+            l.split_once(' ')
+                .is_some_and(|(size, rel)| std::fs::metadata(out.join(rel)).is_ok_and(|m| size.parse() == Ok(m.len())))
+        })
+}
+
+/// Writes the record [`built_from`] reads.
+fn record_built(out: &Path, inputs: &str) -> Result<(), String> {
+    let mut text = format!("{inputs}\n");
+    for (rel, size) in built_files(out) {
+        text.push_str(&format!("{size} {rel}\n"));
+    }
+    std::fs::write(out.join(BUILT_FROM), text).map_err(|e| format!("{}: {e}", out.join(BUILT_FROM).display()))
 }
 
 /// The guests written in other languages, built static with their own toolchains (except

@@ -79,6 +79,11 @@ pub struct CheckArgs {
     /// default), xfs, ext4-ordered or process-kill. A capsule or bug file carries its own.
     #[arg(long, value_name = "MODEL", default_value = "posix-weak", value_parser = crate::run::parse_crash_model)]
     pub crash_model: deja_kernel::CrashModel,
+    /// How a life that ends non-zero after an injected I/O error is judged on both programs:
+    /// auto, never, always or exit=CODES. A bug file or capsule carries its own; this judges a
+    /// bug file's run with another, and must agree with a capsule's.
+    #[arg(long, value_name = "MODE", value_parser = crate::run::parse_fail_stop)]
+    pub fail_stop: Option<deja_kernel::FailStopMode>,
     /// The workload: arguments for both programs (after `--`).
     #[arg(last = true)]
     pub args: Vec<String>,
@@ -206,6 +211,10 @@ pub fn main(args: CheckArgs) -> Exit {
             );
             return Exit::Usage;
         }
+        if args.fail_stop.is_some() {
+            eprintln!("{}", crate::explore::FAIL_STOP_PER_NODE);
+            return Exit::Usage;
+        }
         return check_cluster(&args, bug);
     }
     if args.config.is_some() || !args.program.is_empty() {
@@ -234,7 +243,7 @@ pub fn main(args: CheckArgs) -> Exit {
         }
     };
     let capsule = match (&args.bug, capsule) {
-        (Some(path), _) => match capsule_from_bug(path, base, &args.files) {
+        (Some(path), _) => match capsule_from_bug(path, base, &args.files, args.fail_stop.as_ref()) {
             Ok(c) => Some(c),
             Err(Failure { code, message: e }) => {
                 eprintln!("deja: error: the bug file cannot be used: {e}");
@@ -242,6 +251,19 @@ pub fn main(args: CheckArgs) -> Exit {
             }
         },
         (None, c) => c,
+    };
+    let fail_stop = match (&capsule, &args.fail_stop) {
+        (Some(c), Some(mode)) if c.faults.fail_stop != *mode => {
+            eprintln!(
+                "deja: error: the capsule was frozen with --fail-stop {}; a check judges as its finder did (give the bug \
+                 file with --bug to judge it with --fail-stop {})",
+                c.faults.fail_stop.words(),
+                mode.words()
+            );
+            return Exit::Usage;
+        }
+        (Some(c), _) => c.faults.fail_stop.clone(),
+        (None, mode) => mode.clone().unwrap_or_default(),
     };
     let work = match workload(&args, base, capsule.as_ref()) {
         Ok(w) => w,
@@ -274,6 +296,7 @@ pub fn main(args: CheckArgs) -> Exit {
         worlds: args.worlds,
         states_per_point: args.states_per_point,
         crash_model: args.crash_model,
+        fail_stop,
     };
     let j = deja_judge::check(&input);
     if let Err(e) = std::fs::create_dir_all(&args.out) {
@@ -302,6 +325,7 @@ pub fn main(args: CheckArgs) -> Exit {
         eprintln!("deja: capsule {}: {}", c.id, c.signature);
         eprintln!("deja:   on the base: {}", c.timeline);
         eprintln!("deja:   {}", model_words(c));
+        eprintln!("deja:   stops after an injected error judged by --fail-stop {}", c.faults.fail_stop.words());
     }
     print_checks(&j.certificate, &cert_path);
     code
@@ -397,12 +421,18 @@ fn check_cluster(args: &CheckArgs, bug_path: &std::path::Path) -> Exit {
 /// run as a capsule (minimized first when it was not); the exit with the error:
 /// [`Exit::NotLoadable`] when the bug file fails its checks, [`Exit::Incomplete`] when it cannot
 /// be judged on this base.
-fn capsule_from_bug(path: &Path, base: &Path, files: &[String]) -> Result<Capsule, Failure> {
+fn capsule_from_bug(
+    path: &Path,
+    base: &Path,
+    files: &[String],
+    fail_stop: Option<&deja_kernel::FailStopMode>,
+) -> Result<Capsule, Failure> {
     let given = [base.display().to_string()];
-    let (bug, target) = crate::explore::load_bug(path, &given, files).map_err(|f| match f.code {
+    let (mut bug, target) = crate::explore::load_bug(path, &given, files).map_err(|f| match f.code {
         Exit::NotLoadable | Exit::Usage => f,
         _ => Failure::new(Exit::Incomplete, f.message),
     })?;
+    crate::explore::judge_fail_stop_with(&mut bug, fail_stop);
     deja_judge::judge::freeze_bug(&bug, &target).map_err(|e| Failure::new(Exit::Incomplete, e))
 }
 

@@ -38,6 +38,17 @@ pub struct ExploreArgs {
     /// ext4-ordered or process-kill (see docs/DURABILITY.md).
     #[arg(long, value_name = "MODEL", default_value = "posix-weak", value_parser = crate::run::parse_crash_model)]
     pub crash_model: deja_kernel::CrashModel,
+    /// How a life that ends non-zero after an injected I/O error is judged: auto (a fail-stop,
+    /// restarted on its disk, unless it went on committing after the error), never, always, or
+    /// exit=CODES (the codes that mean a stop on purpose). Every bug file keeps it; a cluster
+    /// file says it per node (`fail_stop`).
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = crate::run::parse_fail_stop)]
+    pub fail_stop: deja_kernel::FailStopMode,
+    /// The text the program marks the line that says what failed with (`VIOLATION:`): a failure
+    /// that is an exit code is named by the last line holding it, from the marker on. Every bug
+    /// file keeps it; a cluster file says it per node (`failure_marker`).
+    #[arg(long, value_name = "TEXT")]
+    pub failure_marker: Option<String>,
     /// Also run the random strategy on the same number of rounds and compare in the report.
     #[arg(long)]
     pub baseline: bool,
@@ -208,6 +219,8 @@ fn target(args: &ExploreArgs) -> Result<Target, Failure> {
         }
     };
     spec.faults.crash_model = args.crash_model;
+    spec.faults.fail_stop = args.fail_stop.clone();
+    spec.faults.failure_marker = args.failure_marker.clone();
     Ok(Target { spec, memory: args.memory << 20, path, root })
 }
 
@@ -336,6 +349,10 @@ pub fn main(args: ExploreArgs) -> Exit {
             eprintln!(
                 "deja: error: --crash-model does not apply to a cluster file; put crash_model in its [faults.storage]"
             );
+            return Exit::Usage;
+        }
+        if args.fail_stop != deja_kernel::FailStopMode::Auto || args.failure_marker.is_some() {
+            eprintln!("{FAIL_STOP_PER_NODE}");
             return Exit::Usage;
         }
         let file = args.program.as_deref().unwrap_or(Path::new(""));
@@ -499,7 +516,7 @@ pub fn main(args: ExploreArgs) -> Exit {
         );
     }
     if let Some(f) = campaign.frontier {
-        let _ = writeln!(err, "deja:   frontier: {} of {} single faults tried", f.tried, f.total);
+        let _ = writeln!(err, "deja:   frontier: {} of {} faults tried", f.tried, f.total);
     }
     if args.profile {
         print_profile(&mut err, &profile, wall, cfg.jobs, campaign.rounds);
@@ -516,6 +533,7 @@ pub fn main(args: ExploreArgs) -> Exit {
         let _ = writeln!(err, "deja:   bug {} (round {}): {}", b.id, b.first_round, b.signature);
         let _ = writeln!(err, "deja:     reproduce: {}", b.reproduce);
     }
+    print_fail_stops(&mut err, &campaign.fail_stops);
     let diverged = campaign.fork_checks.as_ref().map_or(&[][..], |f| &f.diverged[..]);
     if let Some(f) = &campaign.fork_checks {
         let _ = writeln!(
@@ -556,6 +574,30 @@ pub fn main(args: ExploreArgs) -> Exit {
     }
 }
 
+/// The fail-stops of a campaign, most frequent first: what stopped, how often, what it said last,
+/// and the round counted as a failure.
+fn print_fail_stops(err: &mut impl Write, lines: &[deja_explore_report::FailStopLine]) {
+    if lines.is_empty() {
+        return;
+    }
+    let stops: u64 = lines.iter().map(|f| f.stops).sum();
+    let _ = writeln!(
+        err,
+        "deja:   fail-stops (not failures; --fail-stop never counts them): {stops} in {} kind(s)",
+        lines.len()
+    );
+    let mut sorted: Vec<_> = lines.iter().collect();
+    sorted.sort_by(|a, b| b.stops.cmp(&a.stops).then(a.first_round.cmp(&b.first_round)));
+    for f in sorted.iter().take(5) {
+        let node = if f.node.is_empty() { String::new() } else { format!("node {}: ", f.node) };
+        let said = deja_explore::signature::last_words(&f.output).map_or(String::new(), |l| format!(": {l}"));
+        let _ = writeln!(err, "deja:     {}× {node}{} (first round {}){said}", f.stops, f.words, f.first_round);
+        if let Some(cmd) = &f.reproduce {
+            let _ = writeln!(err, "deja:       counted as a failure: {cmd}");
+        }
+    }
+}
+
 /// Starts the live view of the campaign `cfg` describes and prints its address; with
 /// `--serve-wait`, returns once a page is open.
 fn serve_live(
@@ -582,6 +624,7 @@ fn serve_live(
         baseline: None,
         host: None,
         unconfirmed: Vec::new(),
+        fail_stops: Vec::new(),
         jobs: cfg.jobs,
         shard: cfg.shard.map(|(i, n)| format!("{i}/{n}")),
         shards: Vec::new(),
@@ -697,6 +740,10 @@ pub fn merge(args: MergeArgs) -> Exit {
 /// Arguments of `deja replay`.
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
+    /// Judge the bug's run with this fail-stop rule instead of the one it records (auto, never,
+    /// always or exit=CODES; a cluster file says it per node).
+    #[arg(long, value_name = "MODE", value_parser = crate::run::parse_fail_stop)]
+    pub fail_stop: Option<deja_kernel::FailStopMode>,
     /// Print the last syscalls of the failing run.
     #[arg(long)]
     pub trace: bool,
@@ -709,6 +756,23 @@ pub struct ReplayArgs {
     pub files: Vec<String>,
     /// The bug file.
     pub bug: PathBuf,
+}
+
+/// What `--fail-stop` on a cluster says: the cluster file decides, node by node.
+pub(crate) const FAIL_STOP_PER_NODE: &str =
+    "deja: error: --fail-stop and --failure-marker do not apply to a cluster; put \
+                                             fail_stop or failure_marker in the node's section of its cluster file";
+
+/// A bug's input judged with `mode` (`--fail-stop` of replay, minimize and check) instead of the
+/// fail-stop rule it records, said when they differ.
+pub(crate) fn judge_fail_stop_with(bug: &mut BugFile, mode: Option<&deja_kernel::FailStopMode>) {
+    let Some(mode) = mode.filter(|m| **m != bug.input.faults.fail_stop) else { return };
+    eprintln!(
+        "deja: judging with --fail-stop {} instead of the bug's {}: its run may differ from the one found",
+        mode.words(),
+        bug.input.faults.fail_stop.words()
+    );
+    bug.input.faults.fail_stop = mode.clone();
 }
 
 /// `--program` values: the binaries of named nodes (`NODE=PATH`), and a plain path (a program,
@@ -820,15 +884,20 @@ fn bug_inputs(
 /// or different program), [`Exit::NotLoadable`] when the bug file fails its checks.
 pub fn replay(args: ReplayArgs) -> Exit {
     if is_cluster_bug(&args.bug) {
+        if args.fail_stop.is_some() {
+            eprintln!("{FAIL_STOP_PER_NODE}");
+            return Exit::Usage;
+        }
         return replay_cluster(&args);
     }
-    let (bug, mut t) = match load_bug(&args.bug, &args.program, &args.files) {
+    let (mut bug, mut t) = match load_bug(&args.bug, &args.program, &args.files) {
         Ok(x) => x,
         Err(Failure { code, message: m }) => {
             eprintln!("deja: cannot replay: {m}");
             return code;
         }
     };
+    judge_fail_stop_with(&mut bug, args.fail_stop.as_ref());
     t.spec.record_trace = args.trace;
     let mut stdout = std::io::stdout().lock();
     let out = match deja_explore::replay(&bug, &t, &mut |s, b| {
@@ -891,11 +960,11 @@ fn replay_verdict(
     what: &str,
 ) -> Exit {
     match failure {
-        Some(sig) if sig == signature && got == digest => {
+        Some(sig) if sig.is_the_failure(signature) && got == digest => {
             eprintln!("deja: reproduced bug {id}: {sig} (digest {got})");
             Exit::Failure
         }
-        Some(sig) if sig == signature => {
+        Some(sig) if sig.is_the_failure(signature) => {
             eprintln!("deja: the failure reproduced but the {what} differs (digest {got} instead of {digest})");
             Exit::Failure
         }
@@ -917,6 +986,10 @@ fn replay_verdict(
 /// Arguments of `deja minimize`.
 #[derive(Debug, clap::Args)]
 pub struct MinimizeArgs {
+    /// Judge the bug's run with this fail-stop rule instead of the one it records (auto, never,
+    /// always or exit=CODES; a cluster file says it per node).
+    #[arg(long, value_name = "MODE", value_parser = crate::run::parse_fail_stop)]
+    pub fail_stop: Option<deja_kernel::FailStopMode>,
     /// Where to write the minimized bug file (default: next to the input, `.min.json`).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
@@ -936,15 +1009,20 @@ pub struct MinimizeArgs {
 /// [`Exit::NotLoadable`] when the bug file fails its checks.
 pub fn minimize(args: MinimizeArgs) -> Exit {
     if is_cluster_bug(&args.bug) {
+        if args.fail_stop.is_some() {
+            eprintln!("{FAIL_STOP_PER_NODE}");
+            return Exit::Usage;
+        }
         return minimize_cluster(&args);
     }
-    let (bug, t) = match load_bug(&args.bug, &args.program, &args.files) {
+    let (mut bug, t) = match load_bug(&args.bug, &args.program, &args.files) {
         Ok(x) => x,
         Err(Failure { code, message: m }) => {
             eprintln!("deja: cannot minimize: {m}");
             return code;
         }
     };
+    judge_fail_stop_with(&mut bug, args.fail_stop.as_ref());
     let out = args.out.clone().unwrap_or_else(|| args.bug.with_extension("min.json"));
     match deja_explore::minimize(&bug, &t, &out.display().to_string()) {
         Ok(m) => {

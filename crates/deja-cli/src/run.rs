@@ -147,6 +147,11 @@ pub struct RunArgs {
     /// a fail-stop), or `exit=2,3` (a fail-stop only with one of these exit codes).
     #[arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_fail_stop)]
     pub fail_stop: deja_kernel::FailStopMode,
+    /// The text a failing program marks the line that says what failed with (`VIOLATION:`): a
+    /// failure that is an exit code is named by the last line holding it, from the marker on,
+    /// instead of by its last line of output.
+    #[arg(long, value_name = "TEXT")]
+    pub failure_marker: Option<String>,
     /// Fail writes with EIO with this probability, in parts per million (a decision each).
     #[arg(long, value_name = "PPM", default_value_t = 0)]
     pub eio_write_ppm: u32,
@@ -383,6 +388,7 @@ pub fn build_spec(
         crash_model: args.crash_model,
         kill_process,
         fail_stop: args.fail_stop.clone(),
+        failure_marker: args.failure_marker.clone(),
     };
     let mut disk = None;
     for decl in &args.copy_in {
@@ -563,6 +569,10 @@ pub fn run_once(
                         eprintln!(
                             "deja:   a fail-stop, restarted on its disk (--fail-stop never counts it as a failure)"
                         );
+                        let said = &life.run.report.last_output;
+                        for line in &said[said.len().saturating_sub(3)..] {
+                            eprintln!("deja:   | {line}");
+                        }
                     }
                 }
             }
@@ -627,12 +637,12 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
-/// The one command that reproduces this run exactly.
 /// Reads `--fail-stop`.
-fn parse_fail_stop(text: &str) -> Result<deja_kernel::FailStopMode, String> {
+pub(crate) fn parse_fail_stop(text: &str) -> Result<deja_kernel::FailStopMode, String> {
     deja_kernel::FailStopMode::parse(text)
 }
 
+/// The one command that reproduces this run exactly.
 pub fn replay_command(args: &RunArgs) -> String {
     replay_command_with(args, &[])
 }
@@ -708,6 +718,9 @@ pub fn replay_argv(args: &RunArgs, extra: &[String]) -> Vec<String> {
         }
         if args.fail_stop != deja_kernel::FailStopMode::Auto {
             parts.push(format!("--fail-stop={}", args.fail_stop.words()));
+        }
+        if let Some(m) = &args.failure_marker {
+            parts.push(format!("--failure-marker={m}"));
         }
         for (on, flag) in [(args.torn_writes, "--torn-writes"), (args.reordered_writes, "--reordered-writes")] {
             if on {

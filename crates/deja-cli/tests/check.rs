@@ -206,7 +206,7 @@ fn dynamically_linked_programs_are_judged_with_their_libraries_on_record() {
     }
     let capsule = hunt.join("capsule.json");
     let c: serde_json::Value = serde_json::from_slice(&std::fs::read(&capsule).unwrap()).unwrap();
-    assert_eq!(c["signature"], "exit code 1");
+    assert_eq!(c["signature"], "exit code 1: torn record: N bytes", "named by what it said");
     assert_eq!(c["base_inputs"], cert["base_inputs"]);
     let cap = capsule.to_str().unwrap();
     let (o, cert) = check(&buggy, &buggy, &["--capsule", cap], &out("dyn-same"));

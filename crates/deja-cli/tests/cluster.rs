@@ -794,7 +794,8 @@ fn a_cluster_whose_only_node_reads_files_and_fails_at_once_is_explored_to_its_bu
         (
             "cat-fails",
             format!("binary = \"GUESTS/cat\"\nargs = [\"/in.txt\", \"/missing\"]\n{files}"),
-            Some("node a exited with 1"),
+            // Named by what it said, its numbers masked.
+            Some("node a exited with 1: cat: /missing: No such file or directory (os error N)"),
         ),
         ("cat-passes", format!("binary = \"GUESTS/cat\"\nargs = [\"/in.txt\"]\n{files}"), None),
     ];
@@ -949,4 +950,59 @@ fn a_forked_round_that_is_not_its_booted_run_is_evidence_of_a_defect_not_a_bug()
     assert!(r["campaign"]["unconfirmed"].as_array().unwrap().is_empty());
     std::fs::remove_dir_all(&out).ok();
     std::fs::remove_dir_all(&clean).ok();
+}
+
+/// Two failures of one cluster that both exit 1 are two bugs. The node (busybox's shell, which
+/// nobody wrote for deja) says what failed on a line it marks `VIOLATION:`, then prints more;
+/// with `failure_marker` each failure is named by its marked line, found as a bug of its own,
+/// replayed, and minimized into itself, never into the other. Without the marker both would be
+/// named by their last line, the same for both: one bug.
+#[test]
+fn two_failures_that_exit_1_are_two_bugs_and_each_minimizes_to_itself() {
+    needs(&["/bin/busybox"], "busybox-static");
+    let script = "mkdir -p /data; \
+                  echo one > /data/a || { echo \"VIOLATION: lost write of a at $$\"; echo cleaning up; exit 1; }; \
+                  echo two > /data/b || { echo \"VIOLATION: lost write of b at $$\"; echo cleaning up; exit 1; }; \
+                  echo done";
+    let file = temp_cluster(
+        "two-exit-1",
+        &format!(
+            "seed = 1\ntime_limit_ms = 5000\n[faults.storage]\nnodes = [\"app\"]\npaths = [\"/data\"]\n[[node]]\n\
+             name = \"app\"\naddress = \"10.0.0.1\"\nbinary = \"/bin/busybox\"\nargs = [\"sh\", \"-c\", '{script}']\n\
+             fail_stop = \"never\"\nfailure_marker = \"VIOLATION:\"\n"
+        ),
+    );
+    let out = out_dir("two-exit-1");
+    let o = explore_cluster(&out, file.to_str().unwrap(), &["--runs", "100", "--mode", "faults", "--seed", "1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let mut found: Vec<(String, PathBuf)> = bug_files(&out)
+        .into_iter()
+        .map(|b| {
+            let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&b).unwrap()).unwrap();
+            (v["signature"].as_str().unwrap().to_string(), b)
+        })
+        .collect();
+    found.sort();
+    let names: Vec<&str> = found.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "node app exited with 1: VIOLATION: lost write of a at N",
+            "node app exited with 1: VIOLATION: lost write of b at N"
+        ],
+        "{}",
+        stderr(&o)
+    );
+    for (signature, bug) in &found {
+        let r = deja(&["replay", bug.to_str().unwrap()]);
+        assert_eq!(r.status.code(), Some(1), "{signature}: {}", stderr(&r));
+        let min = bug.with_extension("min.json");
+        let m = deja(&["minimize", "--out", min.to_str().unwrap(), bug.to_str().unwrap()]);
+        assert_eq!(m.status.code(), Some(0), "{signature}: {}", stderr(&m));
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&min).unwrap()).unwrap();
+        assert_eq!(v["signature"], signature.as_str(), "minimized into itself: {v}");
+        let r = deja(&["replay", min.to_str().unwrap()]);
+        assert_eq!(r.status.code(), Some(1), "{signature}, minimized: {}", stderr(&r));
+    }
+    std::fs::remove_dir_all(&out).ok();
 }

@@ -132,6 +132,69 @@ fn the_fixed_stores_hold_for_the_same_budget() {
     }
 }
 
+/// `deja explore --quiet --out OUT FLAGS GUEST -- 6`: a store of the guests with six puts.
+fn explore_6(out: &Path, program: &str, flags: &[&str]) -> std::process::Output {
+    let (out, program) = (s(out), s(&guest(program)));
+    let mut args = vec!["explore", "--quiet", "--out", &out];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&[&program, "--", "6"]);
+    deja(&args)
+}
+
+/// A failed sync followed by a crash, found with explore's default options: the retrying store
+/// (guest/pagestore `retry`) acknowledges a put whose extension a failed fdatasync dropped, and a
+/// crash after the header's sync leaves a header that counts a record the file does not hold.
+/// Crashes alone and errors alone do not show it; the frontier's failed sync then crash does,
+/// within 300 rounds on seeds 1 to 5. The minimized bug keeps both faults, `deja check` judges
+/// the fixed store against it and the retrying store again, and the fixed store holds.
+#[test]
+fn a_failed_sync_then_a_crash_is_on_the_default_menu() {
+    for seed in 1..=5u64 {
+        let d = dir(&format!("retry-{seed}"));
+        let seed_flag = format!("--seed={seed}");
+        let o = explore_6(&d, "pagestore-retry", &["--runs", "300", "--stop-at-first-bug", &seed_flag]);
+        assert_eq!(o.status.code(), Some(1), "seed {seed}: a bug within 300 rounds: {}", stderr(&o));
+        let bug: Value = serde_json::from_str(&std::fs::read_to_string(bug_file(&d, ".json")).unwrap()).unwrap();
+        let faults = &bug["input"]["faults"];
+        assert!(
+            faults["errors"].as_array().unwrap().iter().any(|e| e["op"] == "fsync"),
+            "seed {seed}: a failed sync: {faults}"
+        );
+        assert!(
+            faults["crash_at_exit"] == true || !faults["crash_at"].as_array().unwrap().is_empty(),
+            "seed {seed}: then a crash: {faults}"
+        );
+        if seed == 1 {
+            let m = deja(&["minimize", &s(&bug_file(&d, ".json"))]);
+            assert_eq!(m.status.code(), Some(0), "{}", stderr(&m));
+            let min = bug_file(&d, ".min.json");
+            let v: Value = serde_json::from_slice(&std::fs::read(&min).unwrap()).unwrap();
+            assert_eq!(v["input"]["faults"]["errors"].as_array().unwrap().len(), 1, "the failed sync stays: {v}");
+            for (candidate, code) in [("pagestore-fixed", 0), ("pagestore-retry", 1)] {
+                let c = deja(&[
+                    "check",
+                    "--bug",
+                    &s(&min),
+                    "--base",
+                    &s(&guest("pagestore-retry")),
+                    "--candidate",
+                    &s(&guest(candidate)),
+                    "--out",
+                    &s(&d.join(format!("check-{candidate}"))),
+                    "--",
+                    "6",
+                ]);
+                assert_eq!(c.status.code(), Some(code), "{candidate}: {}", stderr(&c));
+            }
+        }
+        std::fs::remove_dir_all(&d).ok();
+    }
+    let d = dir("retry-fixed");
+    let o = explore_6(&d, "pagestore-fixed", &["--runs", "300"]);
+    assert_eq!(o.status.code(), Some(0), "the fixed store holds: {}", stderr(&o));
+    std::fs::remove_dir_all(&d).ok();
+}
+
 #[test]
 fn uninstrumented_programs_get_behaviour_feedback() {
     // Without SanitizerCoverage and without block coverage the explorer still learns: syscall
@@ -258,13 +321,113 @@ fn a_program_that_goes_on_after_an_injected_error_and_reports_a_loss_fails_its_r
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let bug: Value = serde_json::from_str(&std::fs::read_to_string(bug_file(&d, ".json")).unwrap()).unwrap();
-    assert_eq!(bug["signature"], "exit code 1", "{bug}");
+    assert_eq!(bug["signature"], "exit code 1: LOST acknowledged batch N item N", "named by what it said: {bug}");
     assert_eq!(bug["input"]["faults"]["fail_stop"], "auto", "{bug}");
     let r = deja(&["replay", &s(&bug_file(&d, ".json"))]);
     assert_eq!(r.status.code(), Some(1), "{}", stderr(&r));
     let f = dir("batchdb-fixed");
     let o = deja(&["explore", "--quiet", "--runs", "300", "--out", &s(&f), &s(&db), "--", "fixed", "30"]);
     assert_eq!(o.status.code(), Some(0), "the fixed release: {}", stderr(&o));
+    // The same in a cluster: one node runs the store and its harness, storage faults on its /db.
+    for (variant, code) in [("buggy", 1), ("fixed", 0)] {
+        let file = d.join(format!("{variant}.toml"));
+        std::fs::write(
+            &file,
+            format!(
+                "seed = 1\ntime_limit_ms = 10000\n[faults.storage]\nnodes = [\"db\"]\npaths = [\"/db\"]\n[[node]]\n\
+                 name = \"db\"\naddress = \"10.0.0.1\"\nbinary = \"{}\"\nargs = [\"{variant}\", \"12\"]\n",
+                s(&db)
+            ),
+        )
+        .unwrap();
+        let out = d.join(format!("cluster-{variant}"));
+        let o = deja(&["explore", "--quiet", "--runs", "300", "--stop-at-first-bug", "--out", &s(&out), &s(&file)]);
+        assert_eq!(o.status.code(), Some(code), "the {variant} release in a cluster: {}", stderr(&o));
+        if code == 1 {
+            let bug: Value = serde_json::from_str(&std::fs::read_to_string(bug_file(&out, ".json")).unwrap()).unwrap();
+            assert_eq!(bug["signature"], "node db exited with 1: LOST acknowledged batch N item N", "{bug}");
+        }
+    }
     std::fs::remove_dir_all(&d).ok();
     std::fs::remove_dir_all(&f).ok();
+}
+
+/// The fail-stop setting travels with the bug: `deja explore --fail-stop always` takes the loss
+/// for a fail-stop and finds nothing; `deja replay --fail-stop always` and `deja minimize` judge a
+/// found bug with another setting, said; `deja check` of the fixed release against the buggy one
+/// records the setting in its capsule and certificate, a wrong patch (the buggy release again)
+/// still reproduces, and under `always` the check has no evidence; a capsule judged with
+/// another setting than its own, and `--fail-stop` on a cluster file, are refused.
+#[test]
+fn the_fail_stop_setting_travels_with_explore_replay_minimize_and_check() {
+    let db = guest("batchdb");
+    let d = dir("fail-stop-setting");
+    std::fs::create_dir_all(d.join("wrong")).unwrap();
+    for (name, to) in [("batchdb-buggy", d.join("batchdb-buggy")), ("batchdb-fixed", d.join("batchdb-fixed"))] {
+        std::fs::copy(&db, &to).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    std::fs::copy(&db, d.join("wrong/batchdb-buggy")).unwrap();
+    let explore = |out: &str, extra: &[&str]| {
+        let out = s(&d.join(out));
+        let mut args = vec!["explore", "--quiet", "--runs", "150", "--stop-at-first-bug", "--out", &out];
+        args.extend_from_slice(extra);
+        let buggy = s(&d.join("batchdb-buggy"));
+        args.extend_from_slice(&[&buggy, "--", "6"]);
+        deja(&args)
+    };
+    let always = explore("always", &["--fail-stop", "always"]);
+    assert_eq!(always.status.code(), Some(0), "every loss is a fail-stop under always: {}", stderr(&always));
+    let found = explore("auto", &[]);
+    assert_eq!(found.status.code(), Some(1), "{}", stderr(&found));
+    let bug = bug_file(&d.join("auto"), ".json");
+    let r = deja(&["replay", "--fail-stop", "always", &s(&bug)]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+    assert!(stderr(&r).contains("judging with --fail-stop always instead of the bug's auto"), "{}", stderr(&r));
+    let min = d.join("min.json");
+    let m = deja(&["minimize", "--fail-stop", "exit=1", "--out", &s(&min), &s(&bug)]);
+    assert_eq!(m.status.code(), Some(3), "a loss that is a stop on purpose does not fail: {}", stderr(&m));
+    let m = deja(&["minimize", "--out", &s(&min), &s(&bug)]);
+    assert_eq!(m.status.code(), Some(0), "{}", stderr(&m));
+    let minimized: Value = serde_json::from_str(&std::fs::read_to_string(&min).unwrap()).unwrap();
+    assert_eq!(minimized["signature"], "exit code 1: LOST acknowledged batch N item N", "{minimized}");
+    assert_eq!(minimized["input"]["faults"]["fail_stop"], "auto", "{minimized}");
+
+    let check = |candidate: &str, out: &str, extra: &[&str]| {
+        let out = s(&d.join(out));
+        let (base, candidate) = (s(&d.join("batchdb-buggy")), s(&d.join(candidate)));
+        let mut args = vec!["check", "--base", &base, "--candidate", &candidate, "--out", &out];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "6"]);
+        deja(&args)
+    };
+    let fixed = check("batchdb-fixed", "check-fixed", &[]);
+    assert_eq!(fixed.status.code(), Some(0), "{}", stderr(&fixed));
+    assert!(stderr(&fixed).contains("verdict FIXED_FOR_THIS_CAPSULE"), "{}", stderr(&fixed));
+    let capsule: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("check-fixed/capsule.json")).unwrap()).unwrap();
+    assert_eq!(capsule["faults"]["fail_stop"], "auto", "{capsule}");
+    assert_eq!(capsule["signature"], "exit code 1: LOST acknowledged batch N item N", "{capsule}");
+    let cert: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("check-fixed/certificate.json")).unwrap()).unwrap();
+    assert_eq!(cert["fail_stop"], "auto", "{cert}");
+    let v = deja(&["verify-certificate", &s(&d.join("check-fixed/certificate.json"))]);
+    assert_eq!(v.status.code(), Some(0), "{}", stderr(&v));
+    let wrong = check("wrong/batchdb-buggy", "check-wrong", &[]);
+    assert_eq!(wrong.status.code(), Some(1), "{}", stderr(&wrong));
+    assert!(stderr(&wrong).contains("verdict STILL_REPRODUCES"), "{}", stderr(&wrong));
+    let none = check("batchdb-fixed", "check-always", &["--fail-stop", "always"]);
+    assert_eq!(none.status.code(), Some(3), "no failure to judge against is no evidence: {}", stderr(&none));
+    assert!(stderr(&none).contains("no failure found on the base"), "{}", stderr(&none));
+    let capsule_path = s(&d.join("check-fixed/capsule.json"));
+    let refused = check("batchdb-fixed", "check-refused", &["--capsule", &capsule_path, "--fail-stop", "always"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("the capsule was frozen with --fail-stop auto"), "{}", stderr(&refused));
+    let by_bug = check("batchdb-fixed", "check-bug", &["--bug", &s(&bug)]);
+    assert_eq!(by_bug.status.code(), Some(0), "{}", stderr(&by_bug));
+
+    let cluster = root().join("examples/clusters/register-buggy.toml");
+    let c = deja(&["explore", "--fail-stop", "never", "--runs", "1", "--out", &s(&d.join("c")), &s(&cluster)]);
+    assert_eq!(c.status.code(), Some(2), "{}", stderr(&c));
+    assert!(stderr(&c).contains("fail_stop or failure_marker in the node's section"), "{}", stderr(&c));
+    std::fs::remove_dir_all(&d).ok();
 }

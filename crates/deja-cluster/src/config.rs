@@ -754,6 +754,11 @@ pub struct NodeFile {
     /// `auto` (default), `never`, `always` or `exit=CODES` (see `deja run --fail-stop`).
     #[serde(default)]
     pub fail_stop: Option<String>,
+    /// The text this node's program marks the line that says what failed with (`VIOLATION:`):
+    /// an exit of the node is named by the last line holding it (see `deja run
+    /// --failure-marker`).
+    #[serde(default)]
+    pub failure_marker: Option<String>,
 }
 
 fn yes() -> bool {
@@ -791,6 +796,8 @@ pub struct NodeConfig {
     pub wait: bool,
     /// How a life that ends non-zero after an injected I/O error is judged.
     pub fail_stop: deja_kernel::FailStopMode,
+    /// The text that marks the line a failing life says what failed in.
+    pub failure_marker: Option<String>,
 }
 
 /// A cluster ready to run: the file with every binary and file read.
@@ -961,6 +968,7 @@ impl ClusterConfig {
                 cpus: n.cpus.unwrap_or(1),
                 wait: n.wait,
                 fail_stop,
+                failure_marker: n.failure_marker.clone().filter(|m| !m.is_empty()),
             });
         }
         let known = |s: &String| names.contains(s);

@@ -69,6 +69,10 @@ pub struct Campaign {
     /// evidence that something in the run is not deterministic.
     #[serde(default)]
     pub unconfirmed: Vec<Unconfirmed>,
+    /// Lives the fail-stop rule took for stops because of an injected error (restarted on
+    /// their disk, not counted as failures), by kind (absent in reports of older deja).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fail_stops: Vec<FailStopLine>,
     /// Workers that ran rounds in parallel (0 for a merged campaign).
     #[serde(default = "one")]
     pub jobs: u64,
@@ -213,6 +217,32 @@ pub struct ShardLine {
     pub bugs: u64,
     /// Its wall time, seconds (display only).
     pub wall_seconds: f64,
+}
+
+/// A kind of fail-stop a campaign saw: lives that ended non-zero after an injected I/O error and
+/// that the fail-stop rule took for stops because of it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FailStopLine {
+    /// The node (empty for a program).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub node: String,
+    /// `status 1 after eio on write #N to /db/journal`: how the life ended and the error it
+    /// followed.
+    pub words: String,
+    /// Stops of this kind seen.
+    pub stops: u64,
+    /// The round of the first.
+    pub first_round: u64,
+    /// The first one's last lines of output.
+    #[serde(default)]
+    pub output: Vec<String>,
+    /// The first one's round written with every fail-stop counted as a failure (a bug file),
+    /// when it then failed (programs; a cluster file says its rule per node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// The command that replays that file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reproduce: Option<String>,
 }
 
 /// A failure whose confirming replay did not give the same run.

@@ -55,6 +55,7 @@ pub(crate) fn sample() -> Campaign {
         baseline: None,
         host: None,
         unconfirmed: Vec::new(),
+        fail_stops: Vec::new(),
         jobs: 1,
         shard: None,
         shards: Vec::new(),
@@ -93,6 +94,15 @@ pub(crate) fn sample() -> Campaign {
         baseline: Some(Box::new(baseline)),
         host: None,
         unconfirmed: Vec::new(),
+        fail_stops: vec![crate::FailStopLine {
+            node: String::new(),
+            words: "status 1 after eio on write #N to /db/journal".into(),
+            stops: 7,
+            first_round: 12,
+            output: vec!["LOST acknowledged batch 5 item 3".into()],
+            file: Some("fail-stop-0123456789ab.json".into()),
+            reproduce: Some("deja replay out/fail-stop-0123456789ab.json".into()),
+        }],
         jobs: 1,
         shard: None,
         shards: Vec::new(),
@@ -124,6 +134,7 @@ fn empty() -> Campaign {
         baseline: None,
         host: None,
         unconfirmed: Vec::new(),
+        fail_stops: Vec::new(),
         jobs: 1,
         shard: None,
         shards: Vec::new(),
@@ -157,6 +168,25 @@ fn text_has_key_numbers_and_bug_ids() {
         assert!(t.contains(needle), "missing {needle:?} in\n{t}");
     }
     assert!(t.lines().all(|l| l == l.trim_end()), "no trailing spaces:\n{t}");
+}
+
+#[test]
+fn the_fail_stops_show_in_text_and_json_with_what_they_said() {
+    let t = render_text(&sample());
+    for needle in [
+        "fail-stops (7 of 1 kinds)",
+        "status 1 after eio on write #N to /db/journal",
+        "  | LOST acknowledged batch 5 item 3",
+        "counted as a failure (--fail-stop never) it fails: fail-stop-0123456789ab.json, `deja replay out/fail-stop-0123456789ab.json`",
+    ] {
+        assert!(t.contains(needle), "missing {needle:?} in\n{t}");
+    }
+    assert!(!render_text(&empty()).contains("fail-stops"));
+    let json = serde_json::to_value(sample()).unwrap();
+    assert_eq!(json["fail_stops"][0]["stops"], 7);
+    assert!(serde_json::to_value(empty()).unwrap().get("fail_stops").is_none(), "absent when there are none");
+    let html = crate::render_html(&sample());
+    assert!(html.contains("function failStops(m)") && html.contains("LOST acknowledged batch 5 item 3"));
 }
 
 #[test]
@@ -287,7 +317,7 @@ fn text_shows_the_fault_mix() {
     assert!(!t.contains("frontier:"), "a campaign without a frontier says nothing of one");
     let mut c = sample();
     c.frontier = Some(Frontier { tried: 40, total: 1_061 });
-    assert!(render_text(&c).contains("frontier: 40 of 1,061 single faults tried"), "{}", render_text(&c));
+    assert!(render_text(&c).contains("frontier: 40 of 1,061 faults tried"), "{}", render_text(&c));
     let back = parse_json(&render_json(&c)).unwrap();
     assert_eq!(back.frontier, c.frontier);
 }

@@ -129,6 +129,41 @@ pub fn render_text(c: &Campaign) -> String {
         evidence(&mut out, &c.unconfirmed);
     }
 
+    if !c.fail_stops.is_empty() {
+        out.push('\n');
+        let stops: u64 = c.fail_stops.iter().map(|f| f.stops).sum();
+        let _ = writeln!(
+            out,
+            "fail-stops ({} of {} kinds): lives that ended non-zero after an injected I/O error and were restarted on \
+             their disk, not counted as failures (docs/DURABILITY.md#fail-stop)",
+            thousands(stops),
+            c.fail_stops.len()
+        );
+        let mut lines: Vec<&crate::FailStopLine> = c.fail_stops.iter().collect();
+        lines.sort_by(|a, b| b.stops.cmp(&a.stops).then(a.first_round.cmp(&b.first_round)));
+        let who = |f: &crate::FailStopLine| {
+            if f.node.is_empty() {
+                f.words.clone()
+            } else {
+                format!("node {}: {}", f.node, f.words)
+            }
+        };
+        let rows: Vec<Vec<String>> =
+            lines.iter().map(|f| vec![thousands(f.stops), thousands(f.first_round), who(f)]).collect();
+        table(&mut out, &["STOPS", "FIRST ROUND", "HOW IT STOPPED"], &rows, &[0, 1]);
+        for f in lines {
+            if !f.output.is_empty() {
+                let _ = writeln!(out, "{}: its last output:", who(f));
+                for line in &f.output {
+                    let _ = writeln!(out, "  | {line}");
+                }
+            }
+            if let (Some(file), Some(cmd)) = (&f.file, &f.reproduce) {
+                let _ = writeln!(out, "  counted as a failure (--fail-stop never) it fails: {file}, `{cmd}`");
+            }
+        }
+    }
+
     if let Some(f) = &c.fork_checks {
         out.push('\n');
         if f.diverged.is_empty() {
@@ -216,7 +251,7 @@ pub fn render_text(c: &Campaign) -> String {
     if let Some(f) = c.frontier {
         let _ = writeln!(
             out,
-            "frontier: {} of {} single faults tried (each once, on three rounds in four)",
+            "frontier: {} of {} faults tried (each once, on three rounds in four)",
             thousands(f.tried),
             thousands(f.total)
         );

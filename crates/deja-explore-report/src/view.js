@@ -94,7 +94,7 @@
   // ---- the model ----------------------------------------------------------------------------
   function normal(c) {
     const m = Object.assign({}, c);
-    for (const k of ["timeline", "wall_timeline", "bugs", "assertions", "unconfirmed", "shards", "no_progress"]) {
+    for (const k of ["timeline", "wall_timeline", "bugs", "assertions", "unconfirmed", "fail_stops", "shards", "no_progress"]) {
       if (!Array.isArray(m[k])) m[k] = [];
     }
     if (!m.faults || typeof m.faults !== "object") m.faults = {};
@@ -401,6 +401,20 @@
       "A replay on another host core did not give the same run: not bugs, but a sign that something the run depends on is not deterministic.");
   }
 
+  function failStops(m) {
+    if (!m.fail_stops.length) return null;
+    const base = root.dataset.files || "";
+    const rows = m.fail_stops.slice().sort((a, b) => b.stops - a.stops || a.first_round - b.first_round);
+    return table("fail-stops", "Fail-stops", rows.length, [["how it stopped"], ["stops", 1], ["first round", 1], ["counted as a failure"]],
+      rows.map((f) => h("tr", {},
+        h("td", { class: "sig" }, f.node ? `node ${f.node}: ${f.words}` : f.words,
+          (f.output || []).length ? h("pre", { class: "output" }, f.output.join("\n")) : null),
+        h("td", { class: "num" }, num(f.stops)),
+        h("td", { class: "num" }, num(f.first_round)),
+        h("td", {}, f.reproduce ? h("code", {}, f.reproduce) : "", f.file ? h("div", { class: "file" }, h("a", { href: base + basename(f.file) }, f.file)) : null))),
+      "Lives that ended non-zero after an injected I/O error and were restarted on their disk, not counted as failures (--fail-stop never counts them). What each said last:");
+  }
+
   function noProgress(m) {
     if (!m.no_progress_rounds) return null;
     return table("no-progress", "Rounds without progress", num(m.no_progress_rounds), [["round", 1], ["what the watchdog saw"]],
@@ -455,7 +469,7 @@
     const parts = [
       head(m), cards(m), comparison(m), overRounds(m), functions(m), overTime(m),
       h("div", { class: "pair" }, faults(m), workers(m)),
-      shards(m), bugs(m), unconfirmed(m), noProgress(m), assertions(m),
+      shards(m), bugs(m), unconfirmed(m), failStops(m), noProgress(m), assertions(m),
       h("footer", {}, `deja explore ${m.live ? "live view" : "report"} · schema deja.explore-report/1`),
     ];
     root.replaceChildren(...parts.filter(Boolean));

@@ -204,7 +204,9 @@ fn failure_with(
     }
     r.first_failure().map(|(node, e)| match e {
         deja_kernel::ExitStatus::Exited { code } => {
-            FailureSignature::NodeExited { node: node.to_string(), code: *code }
+            let last = r.nodes.iter().find(|n| n.name == node).and_then(|n| n.lives.last());
+            let said = last.and_then(crate::signature::said_of);
+            FailureSignature::NodeExited { node: node.to_string(), code: *code, said }
         }
         deja_kernel::ExitStatus::Signaled { name, .. } => {
             FailureSignature::NodeDied { node: node.to_string(), signal: name.clone() }
@@ -970,6 +972,7 @@ impl Subject for ClusterSubject<'_> {
                 .collect(),
             faults: out.report.faults.iter().map(|f| f.kind.clone()).collect(),
             nodes: node_menus(&out.report),
+            fail_stops: out.report.nodes.iter().flat_map(|n| crate::fail_stops::of_lives(&n.name, &n.lives)).collect(),
             ..Facts::default()
         }
     }
@@ -1254,7 +1257,7 @@ pub fn minimize_cluster(
     let mut fails = |faults: &[BugFault]| -> Result<bool, ExploreError> {
         tests += 1;
         let out = run_cluster_input(target, &with_faults(&base, faults), &mut |_, _, _| {})?;
-        Ok(out.failure.as_ref() == Some(&bug.signature))
+        Ok(out.failure.as_ref().is_some_and(|f| f.is_the_failure(&bug.signature)))
     };
     ensure!(fails(&all)?, crate::ScheduleDoesNotReproduceSnafu { bug: &bug.id, faults: all.len() });
     // A cut and its heal, a kill and its restart, a pause and its resume are one element: a
@@ -1271,7 +1274,10 @@ pub fn minimize_cluster(
     let input = with_faults(&base, &kept);
     let out = run_cluster_input(target, &input, &mut |_, _, _| {})?;
     tests += 1;
-    ensure!(out.failure.as_ref() == Some(&bug.signature), crate::MinimizedDoesNotFailSnafu { what: "schedule" });
+    ensure!(
+        out.failure.as_ref().is_some_and(|f| f.is_the_failure(&bug.signature)),
+        crate::MinimizedDoesNotFailSnafu { what: "schedule" }
+    );
     let mut min = ClusterBug::new(target, &input, &out, bug.found_at_round, new_file);
     min.forked_from = bug.forked_from.clone();
     min.minimized_from = Some(crate::replayed_file(&bug.reproduce).to_string());

@@ -149,7 +149,9 @@ fn failure(lives: &[Incarnation]) -> Option<FailureSignature> {
     }
     match &last.exit {
         deja_kernel::ExitStatus::Exited { code: 0 } => None,
-        deja_kernel::ExitStatus::Exited { code } => Some(FailureSignature::ExitCode(*code)),
+        deja_kernel::ExitStatus::Exited { code } => {
+            Some(FailureSignature::ExitCode { code: *code, said: crate::signature::said_of(last) })
+        }
         deja_kernel::ExitStatus::Signaled { name, fault, .. } => {
             Some(FailureSignature::killed(name, fault.as_ref().map(|f| f.description.as_str())))
         }

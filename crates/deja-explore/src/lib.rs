@@ -27,6 +27,7 @@ use snafu::Snafu;
 pub mod blockmap;
 pub mod campaign;
 pub mod cluster;
+pub mod fail_stops;
 pub mod features;
 pub mod input;
 pub mod menu;

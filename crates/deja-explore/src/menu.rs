@@ -254,15 +254,42 @@ pub const MAX_FRONTIER: usize = 1024;
 /// Of each kind of operation on each path, the frontier fails the first this many.
 pub const FRONTIER_PER_OPERATION: u64 = 64;
 
+/// Of each path's syncs, the frontier fails the first this many, each followed by the crashes
+/// of [`sync_then_crash`]; a hunt, the first [`HUNT_FAILED_SYNCS`] of the run's syncs.
+pub const FRONTIER_FAILED_SYNCS: u64 = 16;
+
+/// The failed syncs a hunt follows with crashes, at most (each with its two crashes).
+pub const HUNT_FAILED_SYNCS: usize = 16;
+
+/// A failed sync followed by a crash (fsyncgate: Linux drops what a failed sync could not write,
+/// a retry then succeeds, and what the program built on top of it is durable while the data is
+/// not): EIO on the `nth` sync (fsync, fdatasync) of `path`, then a crash placed by meaning,
+/// nearest the failure first: before the next sync of the path, after it, after the one after
+/// (the retry, then the commit that trusts it), and at exit. A failed sync is not a durable
+/// operation, so the path's next durable operation is its `nth` when the syncs before it
+/// succeeded.
+pub fn sync_then_crash(path: &str, nth: u64) -> Vec<FaultConfig> {
+    let error = vec![ErrorRule::at(IoOp::Fsync, path, nth, IoErrno::Eio)];
+    let at = |when, nth| OpCrash { when, path: path.to_string(), nth, keep: None };
+    let mut out: Vec<FaultConfig> = [at(When::Before, nth), at(When::After, nth), at(When::After, nth + 1)]
+        .into_iter()
+        .map(|c| FaultConfig { errors: error.clone(), crash_at: vec![c], ..Default::default() })
+        .collect();
+    out.push(FaultConfig { errors: error, crash_at_exit: true, ..Default::default() });
+    out
+}
+
 /// The frontier's single faults, in the order a campaign of stream seed `seed` tries them, at
-/// most [`MAX_FRONTIER`]: three kinds taken in turn, each in a seeded order of its own (so
+/// most [`MAX_FRONTIER`]: four kinds taken in turn (the last every other turn), each in a seeded order of its own (so
 /// every crash point is tried once within the first rounds whatever the number of operations
 /// the run made):
 /// - a crash before and after each durable write, and at exit (each with its state left open:
 ///   [`frontier_round`] names one);
 /// - EIO on every operation of the run (and ENOSPC where it applies), up to the
 ///   [`FRONTIER_PER_OPERATION`]-th of each kind on each path;
-/// - a kill of each other process before and after each of its durable operations.
+/// - a kill of each other process before and after each of its durable operations;
+/// - a failed sync followed by a crash ([`sync_then_crash`]), on each of the first
+///   [`FRONTIER_FAILED_SYNCS`] syncs of each path the run synced.
 pub fn frontier(menu: &Menu, seed: u64) -> Vec<FaultConfig> {
     let mut crashes = Vec::new();
     for k in 1..=menu.durable_writes {
@@ -288,21 +315,31 @@ pub fn frontier(menu: &Menu, seed: u64) -> Vec<FaultConfig> {
             }
         }
     }
+    let mut synced = Vec::new();
+    for c in menu.io_ops.iter().filter(|c| c.op == IoOp::Fsync) {
+        for nth in 1..=c.count.min(FRONTIER_FAILED_SYNCS) {
+            synced.extend(sync_then_crash(&c.path, nth));
+        }
+    }
     let mut rng = ChaCha20Rng::seed_from_u64(seed ^ 0x6672_6f6e_7469_6572);
-    let mut kinds: Vec<std::vec::IntoIter<FaultConfig>> = [crashes, errors, kills]
+    let mut kinds: Vec<std::vec::IntoIter<FaultConfig>> = [crashes, errors, kills, synced]
         .into_iter()
         .map(|mut kind| {
             shuffle(&mut rng, &mut kind);
             kind.into_iter()
         })
         .collect();
+    // The single faults take a turn each time round; the failed syncs then crashes (two faults
+    // each) every other time, so that they do not slow the single faults down by a quarter.
     let mut out = Vec::new();
-    while out.len() < MAX_FRONTIER {
-        let before = out.len();
-        out.extend(kinds.iter_mut().filter_map(Iterator::next));
-        if out.len() == before {
-            break;
+    let mut turn = 0usize;
+    while out.len() < MAX_FRONTIER && kinds.iter().any(|k| k.len() > 0) {
+        for (i, kind) in kinds.iter_mut().enumerate() {
+            if i < 3 || turn.is_multiple_of(2) {
+                out.extend(kind.next());
+            }
         }
+        turn += 1;
     }
     out.truncate(MAX_FRONTIER);
     out
@@ -322,16 +359,20 @@ fn shuffle<T>(rng: &mut ChaCha20Rng, v: &mut [T]) {
 /// point is tried in a state of its own rather than the one the campaign seed's decisions would
 /// pick every time.
 pub fn frontier_round(rng: &mut ChaCha20Rng, mut f: FaultConfig) -> FaultConfig {
-    if f.crashes() {
+    // A crash after a failed sync keeps what its decisions choose: the failure decided what is
+    // pending.
+    if f.crashes() && f.errors.is_empty() {
         f.crash_state =
             Some(CrashState { kept: (0..ASSUMED_PENDING as u32).filter(|_| one_in(rng, 2)).collect(), torn: None });
     }
     f
 }
 
-/// The single faults a hunt tries, in order, at most `budget`: the crash points (before and
-/// after each durable write, at exit) with the weakest crash model, then EIO (and ENOSPC where
-/// it applies) on each operation of the run, first occurrence first.
+/// The faults a hunt tries, in order, at most `budget`: the crash points (before and after each
+/// durable write, at exit) with the weakest crash model, then EIO (and ENOSPC where it applies)
+/// on each operation of the run, first occurrence first, then the first
+/// [`HUNT_FAILED_SYNCS`] syncs failed, each followed by a crash after the path's next two
+/// syncs and at exit (the last two of [`sync_then_crash`]).
 pub fn hunt(menu: &Menu, budget: usize) -> Vec<FaultConfig> {
     let mut out = Vec::new();
     let weak = FaultConfig { reordered_writes: true, torn_writes: true, ..Default::default() };
@@ -348,6 +389,12 @@ pub fn hunt(menu: &Menu, budget: usize) -> Vec<FaultConfig> {
                 out.push(FaultConfig { errors: vec![rule], ..Default::default() });
             }
         }
+    }
+    let syncs = (1..=most).flat_map(|nth| {
+        menu.io_ops.iter().filter(move |c| c.op == IoOp::Fsync && c.count >= nth).map(move |c| (c.path.as_str(), nth))
+    });
+    for (path, nth) in syncs.take(HUNT_FAILED_SYNCS) {
+        out.extend(sync_then_crash(path, nth).into_iter().skip(2));
     }
     out.truncate(budget);
     out
@@ -516,20 +563,22 @@ mod tests {
         let menu = Menu { durable_writes: 3, io_ops: &io, pending_at_crash: None, processes: &processes };
         let f = frontier(&menu, 1);
         // 7 crash points (before and after 3 writes, at exit), 4 writes × EIO and ENOSPC plus 2
-        // fsyncs × EIO, 2 durable operations × before and after for the kill.
-        assert_eq!(f.len(), 7 + 10 + 4);
+        // fsyncs × EIO, 2 durable operations × before and after for the kill, 2 failed fsyncs
+        // × 4 crashes after them.
+        assert_eq!(f.len(), 7 + 10 + 4 + 8);
         let mut keys: Vec<String> = f.iter().map(|c| format!("{c:?}")).collect();
         keys.sort();
         keys.dedup();
         assert_eq!(keys.len(), f.len(), "a single fault came twice");
-        // The kinds in turn while each lasts: crash, error, kill.
+        // The kinds in turn while each lasts: crash, error, kill, failed sync then crash.
         let kind = |c: &FaultConfig| match (c.crashes(), c.errors.is_empty()) {
-            (true, _) => 'c',
+            (true, true) => 'c',
+            (true, false) => 's',
             (false, false) => 'e',
             _ => 'k',
         };
         let kinds: String = f.iter().map(kind).collect();
-        assert_eq!(&kinds[..12], "cekcekcekcek");
+        assert_eq!(&kinds[..14], "cekscekcekscek", "a failed sync then a crash every other turn");
         assert!(f.iter().all(|c| c.crash_state.is_none() && !c.reordered_writes));
         // The same seed, the same order; another seed, another.
         assert_eq!(format!("{:?}", frontier(&menu, 1)), format!("{f:?}"));
@@ -550,6 +599,39 @@ mod tests {
         let f = frontier(&big, 1);
         assert_eq!(f.len(), MAX_FRONTIER);
         assert!(f.iter().flat_map(|c| &c.errors).all(|e| e.nth <= FRONTIER_PER_OPERATION));
+    }
+
+    #[test]
+    fn a_failed_sync_is_followed_by_crashes_nearest_first_in_the_frontier_and_the_hunt() {
+        let f = sync_then_crash("/data/pages", 3);
+        let words: Vec<String> = f
+            .iter()
+            .map(|c| {
+                let crash = c.crash_at.first().map_or("at exit".to_string(), OpCrash::point);
+                format!("{}, then {crash}", c.errors[0].describe())
+            })
+            .collect();
+        assert_eq!(
+            words,
+            [
+                "EIO on fsync #3 of /data/pages, then before durable op #3 on /data/pages",
+                "EIO on fsync #3 of /data/pages, then after durable op #3 on /data/pages",
+                "EIO on fsync #3 of /data/pages, then after durable op #4 on /data/pages",
+                "EIO on fsync #3 of /data/pages, then at exit",
+            ]
+        );
+        assert!(f[3].crash_at_exit && f.iter().all(|c| c.crashes()));
+        // Bounded per path in the frontier, and in all in the hunt.
+        let many = vec![IoCount { op: IoOp::Fsync, path: "/a".into(), count: 1000 }];
+        let menu = Menu { durable_writes: 0, io_ops: &many, pending_at_crash: None, processes: &[] };
+        let synced = frontier(&menu, 1).into_iter().filter(|c| c.crashes() && !c.errors.is_empty()).count();
+        assert_eq!(synced as u64, 4 * FRONTIER_FAILED_SYNCS);
+        let io = ops();
+        let menu = Menu { durable_writes: 3, io_ops: &io, pending_at_crash: None, processes: &[] };
+        let hunted: Vec<_> =
+            hunt(&menu, usize::MAX).into_iter().filter(|c| c.crashes() && !c.errors.is_empty()).collect();
+        assert_eq!(hunted.len(), 2 * 2, "each of the 2 fsyncs, then after the next two and at exit");
+        assert!(hunted.iter().all(|c| c.crash_at_exit || c.crash_at[0].when == When::After));
     }
 
     #[test]
@@ -806,8 +888,9 @@ mod tests {
         let ops = ops();
         let menu = Menu { durable_writes: 2, io_ops: &ops, pending_at_crash: None, processes: &[] };
         let all = hunt(&menu, 1000);
-        // 2 × (after, before) + exit + writes 4 × (EIO, ENOSPC) + fsyncs 2 × EIO.
-        assert_eq!(all.len(), 5 + 8 + 2);
+        // 2 × (after, before) + exit + writes 4 × (EIO, ENOSPC) + fsyncs 2 × EIO, then each of
+        // the 2 fsyncs failed and followed by 2 crashes.
+        assert_eq!(all.len(), 5 + 8 + 2 + 4);
         let mut unique = all.clone();
         unique.sort_by_key(|f| format!("{f:?}"));
         unique.dedup();

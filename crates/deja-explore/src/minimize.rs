@@ -20,6 +20,7 @@ enum Element {
     StateTears(u32, u64),
     Error(deja_kernel::ErrorRule),
     CrashAt(deja_kernel::OpCrash),
+    Kill(deja_kernel::ProcessKill),
     Torn,
     Reordered,
     EioWrite(u32),
@@ -40,6 +41,7 @@ impl Element {
             Element::StateTears(p, k) => format!("the crash cuts pending operation {} after {k} sectors", p + 1),
             Element::Error(r) => r.describe(),
             Element::CrashAt(c) => c.describe(),
+            Element::Kill(k) => k.point(),
             Element::Torn => "torn writes".into(),
             Element::Reordered => "reordered writes".into(),
             Element::EioWrite(p) => format!("EIO on write ({p} ppm)"),
@@ -69,6 +71,7 @@ fn elements(input: &Input) -> Vec<Element> {
     }
     v.extend(f.errors.iter().cloned().map(Element::Error));
     v.extend(f.crash_at.iter().cloned().map(Element::CrashAt));
+    v.extend(f.kill_process.iter().cloned().map(Element::Kill));
     if f.torn_writes {
         v.push(Element::Torn);
     }
@@ -107,6 +110,7 @@ fn build(elements: &[Element]) -> Input {
             Element::StateTears(p, k) => state.torn = Some((*p, *k)),
             Element::Error(r) => input.faults.errors.push(r.clone()),
             Element::CrashAt(c) => input.faults.crash_at.push(c.clone()),
+            Element::Kill(k) => input.faults.kill_process.push(k.clone()),
             Element::Torn => input.faults.torn_writes = true,
             Element::Reordered => input.faults.reordered_writes = true,
             Element::EioWrite(p) => input.faults.eio_on_write_ppm = *p,
@@ -170,15 +174,18 @@ pub(crate) fn ddmin<T: Clone, E>(all: &[T], fails: &mut dyn FnMut(&[T]) -> Resul
 /// fails with the same signature. The result is replayed once more to verify it.
 pub fn minimize(bug: &BugFile, target: &Target, new_file: &str) -> Result<Minimized, ExploreError> {
     let mut tests = 0u64;
-    // Where storage faults may strike is a setting of the run, not an element.
-    let build = |els: &[Element]| Input {
-        faults: deja_kernel::FaultConfig { fault_paths: bug.input.faults.fault_paths.clone(), ..build(els).faults },
-        ..build(els)
+    // Where storage faults may strike, the crash model and the fail-stop rule are settings of
+    // the run, not elements.
+    let build = |els: &[Element]| {
+        let mut input = build(els);
+        input.faults.fault_paths = bug.input.faults.fault_paths.clone();
+        input.faults.take_settings(&bug.input.faults);
+        input
     };
     let mut fails = |els: &[Element]| -> Result<bool, ExploreError> {
         tests += 1;
         let out = run_fresh(target, bug.fork_at_syscall, &build(els), &mut |_, _| {})?;
-        Ok(out.failure.as_ref() == Some(&bug.signature))
+        Ok(out.failure.as_ref().is_some_and(|f| f.is_the_failure(&bug.signature)))
     };
     let all = elements(&bug.input);
     ensure!(fails(&all)?, crate::DoesNotReproduceSnafu { bug: &bug.id });
@@ -186,7 +193,10 @@ pub fn minimize(bug: &BugFile, target: &Target, new_file: &str) -> Result<Minimi
     let input = build(&current);
     let out = run_fresh(target, bug.fork_at_syscall, &input, &mut |_, _| {})?;
     tests += 1;
-    ensure!(out.failure.as_ref() == Some(&bug.signature), crate::MinimizedDoesNotFailSnafu { what: "input" });
+    ensure!(
+        out.failure.as_ref().is_some_and(|f| f.is_the_failure(&bug.signature)),
+        crate::MinimizedDoesNotFailSnafu { what: "input" }
+    );
     let removed: Vec<String> = all.iter().filter(|e| !current.contains(e)).map(Element::describe).collect();
     let mut min = BugFile::new(target, bug.fork_at_syscall, &input, &out, bug.found_at_round, new_file);
     min.minimized_from = Some(crate::replayed_file(&bug.reproduce).to_string());
@@ -196,8 +206,28 @@ pub fn minimize(bug: &BugFile, target: &Target, new_file: &str) -> Result<Minimi
 
 #[cfg(test)]
 mod tests {
-    use super::ddmin;
+    use super::{build, ddmin, elements};
     use std::convert::Infallible;
+
+    #[test]
+    fn every_fault_of_an_input_is_an_element_and_builds_back() {
+        use deja_kernel::{CrashState, ErrorRule, FaultConfig, ProcessKill, When};
+        let input = crate::Input {
+            overrides: [(3, 1)].into(),
+            reseed: Some(9),
+            faults: FaultConfig {
+                crash_before_durable_write: Some(4),
+                crash_state: Some(CrashState { kept: vec![0, 2], torn: Some((1, 3)) }),
+                errors: vec![ErrorRule::at(deja_kernel::IoOp::Write, "/db/journal", 2, deja_kernel::IoErrno::Eio)],
+                kill_process: vec![ProcessKill { name: "worker".into(), when: When::After, nth: 2 }],
+                torn_writes: true,
+                eio_on_fsync_ppm: 10,
+                ..FaultConfig::default()
+            },
+            ..crate::Input::default()
+        };
+        assert_eq!(build(&elements(&input)), input, "nothing an input places is lost to minimization");
+    }
 
     /// ddmin over `n` elements where the failure needs every element of `needed`.
     fn run(n: usize, needed: &[usize]) -> (Vec<usize>, u64) {

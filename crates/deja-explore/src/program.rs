@@ -62,7 +62,7 @@ impl<'a> ProgramSubject<'a> {
         for _ in 0..n {
             crate::menu::mutate(rng, &mut input.faults, &menu);
         }
-        input.faults.crash_model = self.target.spec.faults.crash_model;
+        input.faults.take_settings(&self.target.spec.faults);
     }
 
     /// The subject of `target`; `block_coverage` measures blocks with one-shot breakpoints when
@@ -267,6 +267,7 @@ impl Subject for ProgramSubject<'_> {
                 .last()
                 .map_or(Vec::new(), |l| l.run.report.faults.iter().map(|f| f.kind.name().to_string()).collect()),
             nodes: Vec::new(),
+            fail_stops: crate::fail_stops::of_lives("", out.lives.iter().map(|l| &l.run.report)),
         }
     }
 
@@ -302,10 +303,12 @@ impl Subject for ProgramSubject<'_> {
             pending_at_crash: None,
             processes: &r.processes,
         };
-        let crash_model = self.target.spec.faults.crash_model;
         crate::menu::frontier(&menu, seed)
             .into_iter()
-            .map(|faults| Input { faults: deja_kernel::FaultConfig { crash_model, ..faults }, ..Input::default() })
+            .map(|mut faults| {
+                faults.take_settings(&self.target.spec.faults);
+                Input { faults, ..Input::default() }
+            })
             .collect()
     }
 
@@ -325,8 +328,24 @@ impl Subject for ProgramSubject<'_> {
             };
             input.faults = crate::menu::random(rng, &menu);
         }
-        input.faults.crash_model = self.target.spec.faults.crash_model;
+        input.faults.take_settings(&self.target.spec.faults);
         input
+    }
+
+    fn as_failure(
+        &self,
+        r: &ProgramReference,
+        input: &Input,
+        round: u64,
+        path: &Path,
+    ) -> Result<Option<WrittenBug>, ExploreError> {
+        let mut counted = input.clone();
+        counted.faults.fail_stop = deja_kernel::FailStopMode::Never;
+        let out = crate::input::run_fresh(self.target, r.fork_at, &counted, &mut |_, _| {})?;
+        if out.failure.is_none() {
+            return Ok(None);
+        }
+        self.write_bug(r, &counted, &out, round, path).map(Some)
     }
 
     fn write_bug(

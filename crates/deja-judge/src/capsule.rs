@@ -97,6 +97,12 @@ pub struct Capsule {
     pub origin: String,
 }
 
+/// The last fields of a capsule's `faults` (a [`FaultConfig`]) that deja added after capsules were
+/// first written, in their order, each as compact JSON with the value it holds when unset: the
+/// fail-stop rule (2026-12-06, `auto`) and the failure marker (none). A capsule of an older deja
+/// was hashed without those it did not know.
+const LATER_FAULT_FIELDS: &[&str] = &[r#","fail_stop":"auto""#, r#","failure_marker":null"#];
+
 impl Capsule {
     /// How its run is steered.
     pub fn steer(&self) -> crate::search::Steer {
@@ -104,10 +110,31 @@ impl Capsule {
     }
 
     fn body_hash(&self) -> String {
+        blake3::hash(&self.body_text()).to_hex().to_string()
+    }
+
+    /// The capsule without its id, as the id is the BLAKE3 of: compact JSON in field order.
+    fn body_text(&self) -> Vec<u8> {
         let mut body = self.clone();
         body.id = String::new();
-        let text = serde_json::to_vec(&body).expect("plain data serializes");
-        blake3::hash(&text).to_hex().to_string()
+        serde_json::to_vec(&body).expect("plain data serializes")
+    }
+
+    /// True when `id` is the content address of this capsule as this deja writes it, or as an
+    /// older deja wrote it: without the fields of `faults` added since ([`LATER_FAULT_FIELDS`]),
+    /// when they hold their defaults.
+    fn addressed_by(&self, id: &str) -> bool {
+        let text = String::from_utf8(self.body_text()).expect("JSON is UTF-8");
+        let matches = |t: &str| blake3::hash(t.as_bytes()).to_hex().as_str() == id;
+        if matches(&text) {
+            return true;
+        }
+        let all: String = LATER_FAULT_FIELDS.concat();
+        let Some(at) = text.find(&format!("{all}}}")) else { return false };
+        (0..LATER_FAULT_FIELDS.len()).any(|kept| {
+            let older = format!("{}{}{}", &text[..at], LATER_FAULT_FIELDS[..kept].concat(), &text[at + all.len()..]);
+            matches(&older)
+        })
     }
 
     /// Fills in the content address.
@@ -127,7 +154,7 @@ impl Capsule {
     pub fn parse(path: &str, bytes: &[u8]) -> Result<Capsule, JudgeError> {
         let (doc, _) = CAPSULE_SCHEMA.check(path, bytes)?;
         let c: Capsule = CAPSULE_SCHEMA.typed(path, doc)?;
-        ensure!(c.body_hash() == c.id, CapsuleAlteredSnafu { path, id: &c.id });
+        ensure!(c.addressed_by(&c.id), CapsuleAlteredSnafu { path, id: &c.id });
         Ok(c)
     }
 
@@ -135,5 +162,76 @@ impl Capsule {
     pub fn write(&self, path: &std::path::Path) -> Result<(), JudgeError> {
         let bytes = serde_json::to_vec_pretty(self).expect("plain data serializes");
         deja_format::write_atomic(path, &bytes).context(WriteSnafu { path: path.display().to_string() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn capsule() -> Capsule {
+        Capsule {
+            schema: CAPSULE_SCHEMA.id(),
+            id: String::new(),
+            deja_version: "0.1.0".into(),
+            base_blake3: "ab".repeat(32),
+            args: vec!["6".into()],
+            env: vec![],
+            program: String::new(),
+            cwd: String::new(),
+            base_inputs: Default::default(),
+            seed: 1,
+            memory_mib: 256,
+            base_crash_after_durable_write: 0,
+            trigger: Trigger { event: String::new(), details: String::new(), durable_writes_after: 0 },
+            faults: FaultConfig::default(),
+            overrides: BTreeMap::new(),
+            signature: "exit code 1".into(),
+            timeline: "FAILED: exit code 1".into(),
+            crash: CrashKind::None,
+            kept: None,
+            models: vec![],
+            host: None,
+            at_setup: false,
+            reseed: None,
+            origin: String::new(),
+        }
+    }
+
+    /// The bytes a capsule had when an older deja wrote it: its faults without the fields added
+    /// since (the last `dropped` of them), its id the BLAKE3 of that body.
+    fn as_older_deja_wrote_it(c: &Capsule, dropped: usize) -> Vec<u8> {
+        let text = String::from_utf8(c.body_text()).unwrap();
+        let gone: String = LATER_FAULT_FIELDS[LATER_FAULT_FIELDS.len() - dropped..].concat();
+        let body = text.replacen(&format!("{gone}}}"), "}", 1);
+        assert_ne!(body, text, "the fields were there to drop");
+        let id = blake3::hash(body.as_bytes()).to_hex().to_string();
+        let mut doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+        doc["id"] = id.into();
+        serde_json::to_vec_pretty(&doc).unwrap()
+    }
+
+    #[test]
+    fn capsules_of_this_and_older_deja_are_read_and_an_altered_one_is_refused() {
+        let c = capsule().seal();
+        let bytes = serde_json::to_vec_pretty(&c).unwrap();
+        assert_eq!(Capsule::parse("c.json", &bytes).unwrap(), c);
+        for dropped in 1..=LATER_FAULT_FIELDS.len() {
+            let older = as_older_deja_wrote_it(&c, dropped);
+            let back = Capsule::parse("older.json", &older).unwrap_or_else(|e| panic!("{dropped} dropped: {e}"));
+            assert_eq!(back.faults, FaultConfig::default(), "the fields it did not know hold their defaults");
+        }
+        // A later field that is not at its default was part of the body: dropping it is an
+        // alteration.
+        let mut marked = capsule();
+        marked.faults.failure_marker = Some("VIOLATION:".into());
+        let marked = marked.seal();
+        let mut doc: serde_json::Value = serde_json::to_value(&marked).unwrap();
+        doc["faults"]["failure_marker"] = serde_json::Value::Null;
+        let e = Capsule::parse("m.json", &serde_json::to_vec(&doc).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("altered"), "{e}");
+        let mut doc: serde_json::Value = serde_json::to_value(&c).unwrap();
+        doc["seed"] = 2.into();
+        assert!(Capsule::parse("s.json", &serde_json::to_vec(&doc).unwrap()).is_err());
     }
 }

@@ -71,6 +71,10 @@ pub struct Certificate {
     /// certificates of older deja); part of the chain's header.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crash_model: Option<deja_kernel::CrashModel>,
+    /// The fail-stop rule every stop after an injected error was judged by (absent without a
+    /// capsule, and in certificates of older deja); part of the chain's header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_stop: Option<deja_kernel::FailStopMode>,
     /// The crash models that allow the capsule's crash state on the base, weakest first: the
     /// strongest is what the bug is a bug on. Part of the chain's header.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -107,6 +111,11 @@ fn header_hash(c: &Certificate) -> String {
     }
     if let Some(model) = c.crash_model {
         h.update(model.name().as_bytes());
+        h.update(&[0]);
+    }
+    if let Some(mode) = &c.fail_stop {
+        h.update(&[4]);
+        h.update(mode.words().as_bytes());
         h.update(&[0]);
     }
     for model in &c.models {
@@ -146,6 +155,7 @@ impl Certificate {
             candidate_inputs: Default::default(),
             host: None,
             crash_model: None,
+            fail_stop: None,
             models: Vec::new(),
             checks: Vec::new(),
             verdict: Verdict::EvidenceIncomplete,

@@ -10,8 +10,10 @@
 //! 1. **reproduce the bug on the base**: the bug file's own input fails the same way;
 //! 2. **minimize the bug**: a bug not minimized yet is cut down to its smallest failing set of
 //!    faults as `deja minimize` would, so the verdict is the same whether or not its finder
-//!    minimized it. A bug whose faults alone do not fail again cannot be judged by meaning:
-//!    `EVIDENCE_INCOMPLETE`;
+//!    minimized it. When the smallest form cannot be minimized, or its faults by meaning do not
+//!    fail the base the same way, the bug as found is judged with all its faults (a verdict
+//!    on more faults rather than none); a bug whose faults in neither form fail again cannot
+//!    be judged by meaning: `EVIDENCE_INCOMPLETE`, with what the user can do;
 //! 3. **the faults by meaning fail the base**, in the bug's world;
 //! 4. **no-fault control on the base**: without faults the base holds (else
 //!    `NOT_FAULT_INDUCED`);
@@ -284,7 +286,7 @@ fn not_applicable(schedule: &[ScheduledFault]) -> Option<String> {
 
 /// The verdict of a candidate that failed with `failure`: the bug's own signature or another.
 fn failing(failure: &FailureSignature, signature: &FailureSignature) -> Verdict {
-    if failure == signature {
+    if failure.is_the_failure(signature) {
         Verdict::StillReproduces
     } else {
         Verdict::NewFailure
@@ -460,7 +462,7 @@ pub fn check_cluster_with(c: &ClusterCheck, sweep: &Sweep) -> ClusterJudgement {
     let verdict = (|| -> Verdict {
         // 1. The bug, exactly as `deja replay` runs it.
         match run(&c.base, &given.input) {
-            Ok(o) if o.failure.as_ref() == Some(sig) => {
+            Ok(o) if o.failure.as_ref().is_some_and(|f| f.is_the_failure(sig)) => {
                 steps.push((names[0], CheckStatus::Passed, format!("reproduced: {sig}"), vec![o.report.digest]));
             }
             Ok(o) => {
@@ -479,86 +481,94 @@ pub fn check_cluster_with(c: &ClusterCheck, sweep: &Sweep) -> ClusterJudgement {
             }
         }
         // 2. The bug's smallest form: the verdict must not depend on whether its finder
-        // minimized it, so an unminimized bug is minimized here (as `deja minimize` does).
+        // minimized it, so an unminimized bug is minimized here (as `deja minimize` does). When
+        // the smallest form cannot be judged by meaning, the bug as found is: a verdict on all
+        // its faults is better than none.
         let all = given.fault_list(&c.base);
-        let bug = if given.minimized_from.is_some() || all.len() <= 1 {
+        let words = |faults: &[BugFault]| faults.iter().map(BugFault::describe).collect::<Vec<_>>().join("; ");
+        let mut forms: Vec<(ClusterBug, String, Vec<String>)> = Vec::new();
+        let mut unminimized = None;
+        if given.minimized_from.is_some() || all.len() <= 1 {
             let why = if given.minimized_from.is_some() { "minimized already" } else { "nothing to minimize" };
-            steps.push((
-                names[1],
-                CheckStatus::Passed,
-                format!(
-                    "{why}: {} fault(s): {}",
-                    all.len(),
-                    all.iter().map(BugFault::describe).collect::<Vec<_>>().join("; ")
-                ),
-                vec![],
-            ));
-            given.clone()
+            forms.push((given.clone(), format!("{why}: {} fault(s): {}", all.len(), words(&all)), vec![]));
         } else {
             match minimize_cluster(given, &c.base, "cluster-bug.json") {
                 Ok(m) => {
-                    steps.push((
-                        names[1],
-                        CheckStatus::Passed,
-                        format!(
-                            "minimized here, as deja minimize does, in {} runs: {} of {} faults kept: {}",
-                            m.tests,
-                            m.bug.input.fault_words().len(),
-                            all.len(),
-                            m.bug.input.fault_words().join("; ")
-                        ),
-                        vec![m.bug.digest.clone()],
-                    ));
-                    m.bug
+                    let how = format!(
+                        "minimized here, as deja minimize does, in {} runs: {} of {} faults kept: {}",
+                        m.tests,
+                        m.bug.input.fault_words().len(),
+                        all.len(),
+                        m.bug.input.fault_words().join("; ")
+                    );
+                    let digest = m.bug.digest.clone();
+                    forms.push((m.bug, how, vec![digest]));
                 }
+                Err(e) => unminimized = Some(format!("it cannot be minimized ({e})")),
+            }
+            forms.push((
+                given.clone(),
+                format!("judged as found, with all {} faults: {}", all.len(), words(&all)),
+                vec![],
+            ));
+        }
+        // 3. Its faults by meaning: the first form whose faults fail the base the same way.
+        let mut tried = Vec::new();
+        let mut chosen = None;
+        for (form, how, digests) in forms {
+            let faults = form.fault_list(&c.base);
+            match run(&c.base, &by_meaning(&form, &faults, 0)) {
+                Ok(o) if o.failure.as_ref().is_some_and(|f| f.is_the_failure(sig)) => {
+                    chosen = Some((form, how, digests, faults, o.report.digest));
+                    break;
+                }
+                Ok(o) => tried.push(format!(
+                    "{} fault(s) by meaning do not fail the base the same way ({})",
+                    faults.len(),
+                    o.failure.map_or_else(|| "it holds".into(), |f| f.to_string())
+                )),
                 Err(e) => {
-                    steps.push((
-                        names[1],
-                        CheckStatus::Incomplete,
-                        format!(
-                            "it cannot be minimized ({e}): the failure depends on decisions beyond its faults' times and \
-                             cannot be judged by meaning"
-                        ),
-                        vec![],
-                    ));
+                    steps.push((names[1], CheckStatus::Incomplete, format!("the base cannot run: {e}"), vec![]));
                     return Verdict::EvidenceIncomplete;
                 }
             }
-        };
-        judged = Some(bug.clone());
-        let faults = bug.fault_list(&c.base);
-        let schedule = timed(&faults);
-        let what = faults.iter().map(BugFault::describe).collect::<Vec<_>>().join("; ");
-        // 3. Its faults by meaning.
-        match run(&c.base, &by_meaning(&bug, &faults, 0)) {
-            Ok(o) if o.failure.as_ref() == Some(sig) => steps.push((
-                names[2],
-                CheckStatus::Passed,
-                format!("{} fault(s) fail it the same way: {what}", faults.len()),
-                vec![o.report.digest],
-            )),
-            Ok(o) => {
-                steps.push((
-                    names[2],
-                    CheckStatus::Incomplete,
-                    format!(
-                        "its {} fault(s) by meaning do not fail the base the same way ({}): the failure depends on \
-                         decisions beyond its faults and cannot be judged by meaning",
-                        faults.len(),
-                        o.failure.map_or_else(|| "it holds".into(), |f| f.to_string())
-                    ),
-                    vec![o.report.digest],
-                ));
-                return Verdict::EvidenceIncomplete;
-            }
-            Err(e) => {
-                steps.push((names[2], CheckStatus::Incomplete, format!("the base cannot run: {e}"), vec![]));
-                return Verdict::EvidenceIncomplete;
-            }
         }
+        let Some((bug, how, digests, faults, digest)) = chosen else {
+            let mut why: Vec<String> = unminimized.into_iter().collect();
+            why.extend(tried);
+            steps.push((names[1], CheckStatus::Passed, why.join("; "), vec![]));
+            steps.push((
+                names[2],
+                CheckStatus::Incomplete,
+                format!(
+                    "the failure depends on decisions beyond its faults and cannot be judged by meaning. What you can \
+                     do: `deja replay {}` shows it as found; explore the candidate (`deja explore` of the cluster file \
+                     with the candidate's binaries) to look for it there",
+                    given.reproduce.strip_prefix("deja replay ").unwrap_or(&given.reproduce)
+                ),
+                vec![],
+            ));
+            return Verdict::EvidenceIncomplete;
+        };
+        let mut how = how;
+        if let Some(u) = unminimized {
+            how = format!("{u}; {how}");
+        } else if !tried.is_empty() {
+            how = format!("the smallest form's {}; {how}", tried.join("; "));
+        }
+        steps.push((names[1], CheckStatus::Passed, how, digests));
+        judged = Some(bug.clone());
+        let schedule = timed(&faults);
+        let what = words(&faults);
+        steps.push((
+            names[2],
+            CheckStatus::Passed,
+            format!("{} fault(s) fail it the same way: {what}", faults.len()),
+            vec![digest],
+        ));
         // 4. No faults.
         match run(&c.base, &by_meaning(&bug, &[], 0)) {
-            Ok(o) if o.failure.as_ref() == Some(sig) => {
+            Ok(o) if o.failure.as_ref().is_some_and(|f| f.is_the_failure(sig)) => {
                 steps.push((
                     names[3],
                     CheckStatus::Failed,
@@ -628,7 +638,7 @@ pub fn check_cluster_with(c: &ClusterCheck, sweep: &Sweep) -> ClusterJudgement {
             let input = by_meaning(&bug, &faults, k);
             if k > 0 {
                 match run(&c.base, &input) {
-                    Ok(o) if o.failure.as_ref() == Some(sig) => {}
+                    Ok(o) if o.failure.as_ref().is_some_and(|f| f.is_the_failure(sig)) => {}
                     Ok(_) => {
                         set_aside += 1;
                         continue;

@@ -132,6 +132,9 @@ pub struct CheckInput {
     /// The crash model the hunt's and the sweep's crash states come from (a capsule or bug
     /// file given carries its own).
     pub crash_model: deja_kernel::CrashModel,
+    /// How a life of either program that ends non-zero after an injected I/O error is judged
+    /// (a capsule carries its own, which the caller passes here).
+    pub fail_stop: deja_kernel::FailStopMode,
 }
 
 /// The result of a check.
@@ -158,6 +161,7 @@ fn spec(image: &[u8], p: &Program, input: &CheckInput) -> ProgramSpec {
     s.root = set.root.clone();
     s.cwd = set.cwd.clone();
     s.faults.crash_model = input.crash_model;
+    s.faults.fail_stop = input.fail_stop.clone();
     s
 }
 
@@ -378,7 +382,7 @@ pub fn check(input: &CheckInput) -> Judgement {
             return Verdict::EvidenceIncomplete;
         };
         match run_plan(&base, input.memory_mib, &plan, &steer, fork_base) {
-            Ok(o) if o.failure.as_ref() == Some(&c.signature) => steps.push((
+            Ok(o) if o.failure.as_ref().is_some_and(|f| f.is_the_failure(&c.signature)) => steps.push((
                 names[1],
                 CheckStatus::Passed,
                 format!("reproduced: {}", timeline(&o)),
@@ -568,7 +572,7 @@ pub fn check(input: &CheckInput) -> Judgement {
         let replay = &worlds[0];
         timeline_text = timeline(replay);
         match &replay.failure {
-            Some(f) if *f == c.signature => {
+            Some(f) if f.is_the_failure(&c.signature) => {
                 steps.push((
                     names[5],
                     CheckStatus::Failed,
@@ -615,7 +619,7 @@ pub fn check(input: &CheckInput) -> Judgement {
             };
         if let Some((plan, o)) = &swept.failure {
             timeline_text = timeline(o);
-            let same = o.failure.as_ref() == Some(&c.signature);
+            let same = o.failure.as_ref().is_some_and(|f| f.is_the_failure(&c.signature));
             steps.push((
                 names[6],
                 CheckStatus::Failed,
@@ -652,6 +656,7 @@ pub fn check(input: &CheckInput) -> Judgement {
     cert.host = deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone());
     if let Some(c) = &capsule {
         cert.crash_model = Some(c.faults.crash_model);
+        cert.fail_stop = Some(c.faults.fail_stop.clone());
         cert.models = c.models.clone();
     }
     for name in names {
@@ -694,7 +699,7 @@ pub fn check(input: &CheckInput) -> Judgement {
 /// meaning, with the bug's steering (where its input applies, its overrides and reseed).
 pub fn freeze_bug(bug: &deja_explore::BugFile, target: &deja_explore::Target) -> Result<Capsule, String> {
     let out = deja_explore::replay(bug, target, &mut |_, _| {}).map_err(|e| e.to_string())?;
-    if out.failure.as_ref() != Some(&bug.signature) {
+    if !out.failure.as_ref().is_some_and(|f| f.is_the_failure(&bug.signature)) {
         let got = out.failure.map_or_else(|| "it holds".to_string(), |f| f.to_string());
         return Err(format!("it does not reproduce on {} ({got})", target.path));
     }
@@ -740,6 +745,7 @@ pub fn freeze_bug(bug: &deja_explore::BugFile, target: &deja_explore::Target) ->
         worlds: 0,
         states_per_point: 0,
         crash_model: deja_kernel::CrashModel::PosixWeak,
+        fail_stop: bug.input.faults.fail_stop.clone(),
     };
     let base_hash = blake3::hash(&target.spec.image).to_hex().to_string();
     let mut c = capsule_from(&out, &base_hash, &input, &bug.input.faults, &steer)

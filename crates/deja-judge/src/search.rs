@@ -197,8 +197,9 @@ pub fn search(
     stop_at_first: bool,
 ) -> Result<Searched, RunFailure> {
     let mut out = Searched::default();
-    // Every crash of the search keeps to the spec's crash model.
-    let modelled = FaultConfig { crash_model: spec.faults.crash_model, ..FaultConfig::default() };
+    // Every crash of the search keeps to the spec's crash model, every stop to its fail-stop rule.
+    let mut modelled = FaultConfig::default();
+    modelled.take_settings(&spec.faults);
     let d = control.durable_writes.min(max_points);
     let mut points: Vec<(CrashKind, u64)> = Vec::new();
     for k in 1..=d {
@@ -246,7 +247,7 @@ pub fn search(
             crash: CrashKind::None,
             k: 0,
             kept: None,
-            faults: FaultConfig { crash_model: modelled.crash_model, ..faults },
+            faults: FaultConfig { crash_model: modelled.crash_model, fail_stop: modelled.fail_stop.clone(), ..faults },
         };
         let o = run_plan(spec, memory_mib, &plan, &Steer::default(), 0)?;
         out.runs += 1;

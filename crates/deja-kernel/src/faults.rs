@@ -93,6 +93,12 @@ pub struct FaultConfig {
     /// How a life that ends non-zero after an injected I/O error is judged (`--fail-stop`).
     #[serde(default)]
     pub fail_stop: crate::fail_stop::FailStopMode,
+    /// The text that marks the line a failing program says what failed in (`VIOLATION:`,
+    /// `--failure-marker`): the last output line holding it (within its first
+    /// [`crate::TAIL_LINE_BYTES`] bytes) names an exit's failure, from the marker on, instead of
+    /// the last line ([`crate::RunReport::marked_output`]).
+    #[serde(default)]
+    pub failure_marker: Option<String>,
 }
 
 /// A process killed by meaning: the process named `name` (its `comm`: the file name of the
@@ -162,6 +168,15 @@ impl FaultConfig {
             kill_process: Vec::new(),
             ..self.clone()
         }
+    }
+
+    /// Takes the run-wide settings of `from`, which every input of a campaign or a check
+    /// keeps whatever faults it places: the crash model, the fail-stop rule and the failure
+    /// marker.
+    pub fn take_settings(&mut self, from: &FaultConfig) {
+        self.crash_model = from.crash_model;
+        self.fail_stop = from.fail_stop.clone();
+        self.failure_marker = from.failure_marker.clone();
     }
 
     /// True when storage faults may strike `path` under this configuration: it is under one

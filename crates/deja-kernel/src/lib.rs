@@ -145,6 +145,7 @@ mod sys_sched;
 mod sys_signal;
 mod sys_timer;
 pub mod syscalls;
+mod tail;
 pub mod threads;
 pub mod trace;
 pub mod user_layout;
@@ -179,6 +180,7 @@ pub use kernel::{Kernel, MAX_IO, PAGE_TABLE_MARGIN_PERCENT};
 pub use mem::{FakeMemory, MemError, Memory, Prot, PAGE_SIZE};
 pub use oracle::MAX_EVENTS;
 pub use persist::RestoreError;
+pub use tail::{TAIL_LINES, TAIL_LINE_BYTES};
 pub use threads::SpawnedThread;
 
 use std::collections::BTreeMap;
@@ -698,6 +700,14 @@ pub struct RunReport {
     /// failure, not a fail-stop: why, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_fail_stop: Option<String>,
+    /// The last lines the life wrote to stdout and stderr (at most [`TAIL_LINES`], each cut
+    /// at [`TAIL_LINE_BYTES`] bytes), oldest first: what a failure said before it ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub last_output: Vec<String>,
+    /// With a failure marker ([`FaultConfig::failure_marker`]): the last line of the life's
+    /// output that held it, from the marker on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marked_output: Option<String>,
     /// Calls (clock reads, `getcpu`) the program made through deja's vDSO, without an exit
     /// ([`vdso`]); `None` when it had no vDSO.
     #[serde(default)]

@@ -1,5 +1,5 @@
-//! The record of the run: the trace, output the shell has not taken yet, and how often each
-//! syscall was served and left unsupported.
+//! The record of the run: the trace, output the shell has not taken yet, the last lines of
+//! output, and how often each syscall was served and left unsupported.
 //!
 //! [`RunRecord`] is a saved part of the kernel state (see [`persist`](crate::persist)); its
 //! fields are its encoding, in declaration order.
@@ -26,6 +26,8 @@ pub(crate) struct RunRecord {
     /// Calls served without all Linux would do (signal-driven I/O's `SIGIO`), by what is
     /// missing.
     pub(crate) unmodelled: BTreeMap<String, u64>,
+    /// The last lines of output (taken or not), for the report.
+    pub(crate) tail: crate::tail::OutputTail,
 }
 
 impl RunRecord {
@@ -37,6 +39,7 @@ impl RunRecord {
             counts: BTreeMap::new(),
             unsupported: BTreeMap::new(),
             unmodelled: BTreeMap::new(),
+            tail: crate::tail::OutputTail::default(),
         }
     }
 
@@ -54,6 +57,7 @@ impl Persist for RunRecord {
     /// syscalls of the trace, and no more unsupported calls of a name than calls.
     fn validate(&self, _: &()) -> Result<(), RestoreError> {
         self.tracer.validate()?;
+        self.tail.validate()?;
         let n = self.tracer.syscalls();
         let total = self.counts.values().try_fold(0u64, |a, c| a.checked_add(*c));
         ensure(total == Some(n), || format!("syscall counts do not add up to {n}"))?;

@@ -27,10 +27,11 @@ use crate::vm::{Vm, VmError};
 /// address spaces of processes; 16: the core's process table holds each process's argv and
 /// name, and a directory's fd the process whose `/proc/<pid>` it is; 17: the frames carry
 /// where the spaces place the coverage blocks of shared objects; 18: the core's fault state
-/// holds the fail-stop setting and the durable operations after an injected error). The core's
+/// holds the fail-stop setting and the durable operations after an injected error; 19: the
+/// core's record keeps the last lines of output). The core's
 /// state inside is not self-describing, so an artifact of another schema is refused at its
 /// envelope.
-pub const SNAPSHOT_SCHEMA: u32 = 18;
+pub const SNAPSHOT_SCHEMA: u32 = 19;
 
 /// MSRs a snapshot carries: the syscall MSRs, the FS/GS bases, the TSC and SYSENTER state.
 pub const SNAPSHOT_MSRS: [u32; 11] = [
@@ -362,7 +363,7 @@ mod tests {
     fn a_snapshot_of_an_earlier_schema_is_refused_at_its_envelope() {
         let snap = snapshot();
         let payload = postcard::to_stdvec(&snap).unwrap();
-        for schema in [15, 16, 17] {
+        for schema in [16, 17, 18] {
             let artifact = deja_format::encode(deja_format::Kind::Snapshot, schema, &payload);
             let err = Snapshot::from_artifact(&artifact).unwrap_err().to_string();
             assert!(err.contains(&format!("{schema}")) && err.contains(&SNAPSHOT_SCHEMA.to_string()), "{err}");

@@ -1,7 +1,8 @@
 //! A small batch store and the harness a user would write for it, without deja's SDK: the
 //! program judges itself and says so by its exit code.
 //!
-//! `batchdb buggy|fixed [batches]`. A batch of four items is committed by appending one line
+//! `batchdb buggy|fixed [batches]`, or the release named by how the program's name ends
+//! (`batchdb-fixed [batches]`). A batch of four items is committed by appending one line
 //! per item (`B I`) to `/db/journal`, one `write` each, then `fdatasync`.
 //!
 //! * `buggy` swallows an error on a journal write or sync, as an embedded engine's release did:
@@ -49,15 +50,20 @@ fn commit(journal: &mut File, b: u32, buggy: bool) -> std::io::Result<()> {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let buggy = match args.get(1).map(String::as_str) {
-        Some("buggy") => true,
-        Some("fixed") => false,
+    // The release: the first argument, or how the program's name ends (`batchdb-fixed 30`, so
+    // that the base and the candidate of a check take the same arguments).
+    let name = args.first().map(|a| a.rsplit('/').next().unwrap_or(a)).unwrap_or_default();
+    let (buggy, rest) = match args.get(1).map(String::as_str) {
+        Some("buggy") => (true, 2),
+        Some("fixed") => (false, 2),
+        _ if name.ends_with("-buggy") => (true, 1),
+        _ if name.ends_with("-fixed") => (false, 1),
         _ => {
-            eprintln!("usage: batchdb buggy|fixed [batches]");
+            eprintln!("usage: batchdb buggy|fixed [batches], or batchdb-buggy|batchdb-fixed [batches]");
             std::process::exit(2);
         }
     };
-    let batches: u32 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(30);
+    let batches: u32 = args.get(rest).and_then(|a| a.parse().ok()).unwrap_or(30);
     std::fs::create_dir_all("/db").expect("mkdir /db");
     let mut journal =
         OpenOptions::new().create(true).append(true).open(JOURNAL).expect("open the journal for appending");

@@ -2,7 +2,8 @@
 //! and a client in the same program that checks, after every restart, that each put it saw
 //! acknowledged survived.
 //!
-//! Two programs: `pagestore-buggy [puts]` and `pagestore-fixed [puts]`.
+//! Three programs: `pagestore-buggy [puts]`, `pagestore-fixed [puts]` and `pagestore-retry
+//! [puts]`.
 //!
 //! A put grows `/data/pages` by one record with `ftruncate` (Rust's `set_len`), writes the
 //! record into the new space, and writes the header with the new count.
@@ -14,6 +15,11 @@
 //!   acknowledged put is out of reach.
 //! * `fixed` syncs the extension and the record before it writes the header, and syncs again:
 //!   the header never names a record that is not durable.
+//! * `retry` is `fixed` as engines were before fsyncgate: when the sync of the extension fails
+//!   it syncs again, and the retry succeeds, because Linux dropped the dirty pages it could not
+//!   write. The put is acknowledged while its record exists only in the page cache; a crash
+//!   after the header's sync leaves a header that counts a record the file does not hold. Only
+//!   a failed sync followed by a crash shows it: crashes alone and errors alone do not.
 //!
 //! The client records each acknowledgment in `/data/acks`, opened O_APPEND|O_SYNC. A read or
 //! write error while opening is the disk failing, not corruption: the program says so and stops
@@ -65,8 +71,19 @@ enum Refusal {
     Corrupt(String),
 }
 
+/// Which release of the store runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    /// One sync after the header: the header may become durable before the extension.
+    Buggy,
+    /// The extension synced before the header; a failed sync fails the put.
+    Fixed,
+    /// `Fixed`, but a failed sync of the extension is retried (and the retry succeeds).
+    Retry,
+}
+
 struct Store {
-    fixed: bool,
+    variant: Variant,
     file: File,
     records: Vec<(String, String)>,
 }
@@ -75,7 +92,7 @@ impl Store {
     /// Opens the store, creating it when there is none. `Err` says why it cannot be opened:
     /// `Io` when the disk failed (a read or write error), `Corrupt` when what it read does not
     /// hold together.
-    fn open(fixed: bool) -> Result<Store, Refusal> {
+    fn open(variant: Variant) -> Result<Store, Refusal> {
         if std::fs::metadata("/data/pages").is_err() {
             // A new store appears whole: written under a temporary name, synced, renamed, and
             // the directory synced.
@@ -121,15 +138,21 @@ impl Store {
             let Some((k, v)) = text.split_once('=') else { return corrupt(format!("record {i} is malformed")) };
             records.push((k.to_string(), v.to_string()));
         }
-        Ok(Store { fixed, file, records })
+        Ok(Store { variant, file, records })
     }
 
     fn put(&mut self, key: &str, value: &str) -> std::io::Result<()> {
         let n = self.records.len() as u64;
         self.file.set_len(PAGE * (n + 2))?;
         self.file.write_all_at(&record(key, value), PAGE * (n + 1))?;
-        if self.fixed {
-            self.file.sync_data()?;
+        if self.variant != Variant::Buggy {
+            if let Err(e) = self.file.sync_data() {
+                if self.variant != Variant::Retry {
+                    return Err(e);
+                }
+                println!("pagestore: the sync of the new record failed ({e}); retrying");
+                self.file.sync_data()?;
+            }
         }
         self.file.write_all_at(&header(n + 1), 0)?;
         self.file.sync_data()?;
@@ -154,14 +177,14 @@ fn read_acks() -> Vec<(String, String)> {
     complete.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
-/// The program: `fixed` chooses the variant; the first number among the arguments is the
-/// number of puts.
-pub fn run(fixed: bool) {
+/// The program: `variant` is the release; the first number among the arguments is the number of
+/// puts.
+pub fn run(variant: Variant) {
     let args: Vec<String> = std::env::args().collect();
     let puts: usize = args.iter().filter_map(|a| a.parse().ok()).next().unwrap_or(6);
 
     let acked = read_acks();
-    let opened = Store::open(fixed);
+    let opened = Store::open(variant);
     if let Err(Refusal::Io(why)) = &opened {
         println!("pagestore: the disk failed ({why}); stopping");
         std::process::exit(0);

@@ -441,6 +441,7 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
         max_kill_points: 500,
         states_per_point: 8,
         crash_model: deja_kernel::CrashModel::PosixWeak,
+        fail_stop: deja_kernel::FailStopMode::Auto,
         worlds: 3,
     };
     let start = Instant::now();

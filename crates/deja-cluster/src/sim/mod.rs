@@ -483,10 +483,15 @@ impl Sim {
         if !st.targets_node(&n.cfg.name) {
             // No storage faults, but its crashes (a kill) keep to the cluster's crash model.
             let fail_stop = n.cfg.fail_stop.clone();
-            if st.crash_model != deja_kernel::CrashModel::PosixWeak || fail_stop != deja_kernel::FailStopMode::Auto {
+            let failure_marker = n.cfg.failure_marker.clone();
+            if st.crash_model != deja_kernel::CrashModel::PosixWeak
+                || fail_stop != deja_kernel::FailStopMode::Auto
+                || failure_marker.is_some()
+            {
                 live.kernel.set_fault_config(deja_kernel::FaultConfig {
                     crash_model: st.crash_model,
                     fail_stop,
+                    failure_marker,
                     ..Default::default()
                 });
             }
@@ -505,6 +510,7 @@ impl Sim {
             fault_paths: st.paths.clone(),
             crash_model: st.crash_model,
             fail_stop: n.cfg.fail_stop.clone(),
+            failure_marker: n.cfg.failure_marker.clone(),
             ..Default::default()
         };
         for fault in self.storage.iter().filter(|s| s.node == n.cfg.name) {

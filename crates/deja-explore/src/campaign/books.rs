@@ -47,6 +47,9 @@ pub(crate) struct State<I, R> {
     pub(crate) merged_from: Vec<String>,
 }
 
+/// Kinds of fail-stop a campaign lists, at most.
+pub(crate) const MAX_FAIL_STOP_KINDS: usize = 50;
+
 /// What an unconfirmed failure leaves: the file its round was written to, the command that
 /// replays it, and the round's last output lines.
 pub(crate) type Evidence = (Option<String>, Option<String>, Vec<String>);
@@ -65,6 +68,9 @@ pub(crate) struct Books {
     /// that replays it, and the round's last output lines.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) unconfirmed_evidence: BTreeMap<FailureSignature, Evidence>,
+    /// The fail-stops seen, by kind ([`crate::fail_stops::FailStopSeen::key`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) fail_stops: BTreeMap<String, report::FailStopLine>,
     /// `--verify-forks`: the forked rounds checked against their booted runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) fork_checks: Option<report::ForkChecks>,
@@ -217,6 +223,43 @@ impl Books {
         Ok(())
     }
 
+    /// Counts a fail-stop seen in this round. The first of its kind keeps its node, its last
+    /// output, and, when `as_failure` can write the round with every fail-stop counted as a
+    /// failure, that file (`fail-stop-<id>.json`) and the command that replays it. At most
+    /// [`MAX_FAIL_STOP_KINDS`] kinds are kept; later kinds are not listed.
+    pub(super) fn fail_stop(
+        &mut self,
+        seen: &crate::fail_stops::FailStopSeen,
+        subject: String,
+        out: &Path,
+        as_failure: impl FnOnce(&Path) -> Result<Option<WrittenBug>, ExploreError>,
+    ) -> Result<(), ExploreError> {
+        let key = seen.key();
+        if let Some(line) = self.fail_stops.get_mut(&key) {
+            line.stops += 1;
+            return Ok(());
+        }
+        if self.fail_stops.len() >= MAX_FAIL_STOP_KINDS {
+            return Ok(());
+        }
+        let id = blake3::hash(format!("deja fail-stop v1\n{subject}\n{key}").as_bytes()).to_hex()[..12].to_string();
+        let file = format!("fail-stop-{id}.json");
+        let written = as_failure(&out.join(&file))?;
+        self.fail_stops.insert(
+            key,
+            report::FailStopLine {
+                node: seen.node.clone(),
+                words: seen.words.clone(),
+                stops: 1,
+                first_round: self.round,
+                output: seen.output.clone(),
+                reproduce: written.as_ref().map(|w| w.reproduce.clone()),
+                file: written.map(|_| file),
+            },
+        );
+        Ok(())
+    }
+
     /// The campaign as the reports show it.
     pub(crate) fn campaign<I, R>(&self, state: &State<I, R>, program: &Program) -> Campaign {
         report::Campaign {
@@ -246,6 +289,7 @@ impl Books {
                     report::Unconfirmed { signature: sig.to_string(), round, why, file, reproduce, output }
                 })
                 .collect(),
+            fail_stops: self.fail_stops.values().cloned().collect(),
             jobs: state.jobs,
             shard: state.shard.map(|(i, n)| format!("{i}/{n}")),
             shards: Vec::new(),

@@ -290,6 +290,8 @@ pub struct Facts {
     pub faults: Vec<String>,
     /// What each node offers to storage faults (clusters).
     pub nodes: Vec<crate::menu::NodeMenu>,
+    /// The lives the fail-stop rule restarted (or let stand), of every node.
+    pub fail_stops: Vec<crate::fail_stops::FailStopSeen>,
 }
 
 /// What a campaign explored: a path and a BLAKE3 (of the program image or the cluster file).
@@ -448,6 +450,20 @@ pub trait Subject: Sync {
     /// A frontier plan as a round runs it: what the plan leaves open, drawn from `rng`.
     fn frontier_round(&self, _rng: &mut ChaCha20Rng, input: Self::Input) -> Self::Input {
         input
+    }
+
+    /// A round in which a life fail-stopped, with every such stop counted as a failure: run again
+    /// from scratch and, when it fails, written at `path` as a bug file (what `deja replay` and
+    /// `deja check --bug` take). `None` when the subject cannot (a cluster's nodes say their
+    /// rule in its file) or the run did not fail that way.
+    fn as_failure(
+        &self,
+        _reference: &Self::Reference,
+        _input: &Self::Input,
+        _round: u64,
+        _path: &Path,
+    ) -> Result<Option<WrittenBug>, ExploreError> {
+        Ok(None)
     }
 
     /// Writes the bug file of a confirmed failure at `path`; returns what the reports show of it.
@@ -832,6 +848,12 @@ fn learn_round<S: Subject>(
         })?;
     } else if cfg.verify_forks > 0 && cfg.strategy == Strategy::Coverage && round.is_multiple_of(cfg.verify_forks) {
         verify_fork(subject, cfg, state, &input, out)?;
+    }
+    for seen in &facts.fail_stops {
+        let reference = &state.reference;
+        state.books.fail_stop(seen, subject.bug_subject(), &cfg.out, |path| {
+            subject.as_failure(reference, &input, round, path)
+        })?;
     }
     if kept {
         keep(&cfg.out, &mut state.corpus, Entry::new(input, &facts, &novelty, round))?;

@@ -402,6 +402,8 @@ impl Kernel {
             durable_ops: self.faults.durable_log.clone(),
             stopped_after_fault: self.faults.stopped_after_fault.clone(),
             not_fail_stop: self.faults.not_fail_stop.clone(),
+            last_output: self.record.tail.lines(),
+            marked_output: self.record.tail.marked(),
             crash_state: self.faults.last_crash_state.clone(),
             failed_syncs: self.faults.failed_syncs.clone(),
             after_fault: self.faults.after_fault.clone(),
@@ -435,6 +437,7 @@ impl Kernel {
         if data.is_empty() {
             return;
         }
+        self.record.tail.push(stream, data, self.faults.config.failure_marker.as_deref());
         match self.record.output.last_mut() {
             Some((s, buf)) if *s == stream => buf.extend_from_slice(data),
             _ => self.record.output.push((stream, data.to_vec())),

@@ -1,4 +1,4 @@
 //! The buggy variant of [`pagestore`].
 fn main() {
-    pagestore::run(false);
+    pagestore::run(pagestore::Variant::Buggy);
 }

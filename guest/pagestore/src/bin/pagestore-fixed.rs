@@ -1,4 +1,4 @@
 //! The fixed variant of [`pagestore`].
 fn main() {
-    pagestore::run(true);
+    pagestore::run(pagestore::Variant::Fixed);
 }
