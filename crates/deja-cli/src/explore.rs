@@ -586,12 +586,9 @@ fn print_fail_stops(err: &mut impl Write, lines: &[deja_explore_report::FailStop
         "deja:   fail-stops (not failures; --fail-stop never counts them): {stops} in {} kind(s)",
         lines.len()
     );
-    let mut sorted: Vec<_> = lines.iter().collect();
-    sorted.sort_by(|a, b| b.stops.cmp(&a.stops).then(a.first_round.cmp(&b.first_round)));
-    for f in sorted.iter().take(5) {
-        let node = if f.node.is_empty() { String::new() } else { format!("node {}: ", f.node) };
+    for f in deja_explore_report::FailStopLine::by_frequency(lines).into_iter().take(5) {
         let said = deja_explore::signature::last_words(&f.output).map_or(String::new(), |l| format!(": {l}"));
-        let _ = writeln!(err, "deja:     {}× {node}{} (first round {}){said}", f.stops, f.words, f.first_round);
+        let _ = writeln!(err, "deja:     {}× {} (first round {}){said}", f.stops, f.kind(), f.first_round);
         if let Some(cmd) = &f.reproduce {
             let _ = writeln!(err, "deja:       counted as a failure: {cmd}");
         }

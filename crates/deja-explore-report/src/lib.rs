@@ -245,6 +245,25 @@ pub struct FailStopLine {
     pub reproduce: Option<String>,
 }
 
+impl FailStopLine {
+    /// Its kind in words: `status 1 after eio on write #N to /db/journal`, after `node r1: ` on
+    /// a cluster.
+    pub fn kind(&self) -> String {
+        if self.node.is_empty() {
+            self.words.clone()
+        } else {
+            format!("node {}: {}", self.node, self.words)
+        }
+    }
+
+    /// `lines`, the most frequent first (then the earliest).
+    pub fn by_frequency(lines: &[FailStopLine]) -> Vec<&FailStopLine> {
+        let mut sorted: Vec<&FailStopLine> = lines.iter().collect();
+        sorted.sort_by(|a, b| b.stops.cmp(&a.stops).then(a.first_round.cmp(&b.first_round)));
+        sorted
+    }
+}
+
 /// A failure whose confirming replay did not give the same run.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Unconfirmed {

@@ -139,21 +139,13 @@ pub fn render_text(c: &Campaign) -> String {
             thousands(stops),
             c.fail_stops.len()
         );
-        let mut lines: Vec<&crate::FailStopLine> = c.fail_stops.iter().collect();
-        lines.sort_by(|a, b| b.stops.cmp(&a.stops).then(a.first_round.cmp(&b.first_round)));
-        let who = |f: &crate::FailStopLine| {
-            if f.node.is_empty() {
-                f.words.clone()
-            } else {
-                format!("node {}: {}", f.node, f.words)
-            }
-        };
+        let lines = crate::FailStopLine::by_frequency(&c.fail_stops);
         let rows: Vec<Vec<String>> =
-            lines.iter().map(|f| vec![thousands(f.stops), thousands(f.first_round), who(f)]).collect();
+            lines.iter().map(|f| vec![thousands(f.stops), thousands(f.first_round), f.kind()]).collect();
         table(&mut out, &["STOPS", "FIRST ROUND", "HOW IT STOPPED"], &rows, &[0, 1]);
         for f in lines {
             if !f.output.is_empty() {
-                let _ = writeln!(out, "{}: its last output:", who(f));
+                let _ = writeln!(out, "{}: its last output:", f.kind());
                 for line in &f.output {
                     let _ = writeln!(out, "  | {line}");
                 }

@@ -260,3 +260,51 @@ fn the_rounds_blocks_were_first_reached_in_survive_the_checkpoint() {
     let back: State<(), ()> = serde_json::from_str(&old).unwrap();
     assert_eq!(back.books.first_reached, s.books.first_reached);
 }
+
+#[test]
+fn fail_stops_are_counted_by_kind_and_the_first_of_each_is_counted_as_a_failure_once() {
+    use crate::fail_stops::FailStopSeen;
+    let seen = |node: &str, words: &str, said: &str| FailStopSeen {
+        node: node.into(),
+        words: words.into(),
+        output: vec![said.into()],
+    };
+    let mut books = Books::default();
+    let out = std::path::Path::new("/campaign");
+    let mut asked = Vec::new();
+    let count = |books: &mut Books, asked: &mut Vec<std::path::PathBuf>, round: u64, s: &FailStopSeen, fails: bool| {
+        books.round = round;
+        books
+            .fail_stop(s, "subject".into(), out, |path| {
+                asked.push(path.to_path_buf());
+                Ok(fails.then(|| WrittenBug {
+                    reproduce: format!("deja replay {}", path.display()),
+                    decisions: 0,
+                    window: None,
+                    crash: None,
+                }))
+            })
+            .unwrap();
+    };
+    let lost = seen("", "status 1 after eio on write #N to /db/journal", "LOST batch 3");
+    count(&mut books, &mut asked, 2, &lost, true);
+    count(&mut books, &mut asked, 5, &seen("", &lost.words, "LOST batch 9"), true);
+    count(&mut books, &mut asked, 6, &seen("r1", &lost.words, "wal: EIO"), false);
+    assert_eq!(asked.len(), 2, "the first of each kind only: {asked:?}");
+    let program = &books.fail_stops[&lost.key()];
+    assert_eq!((program.stops, program.first_round), (2, 2));
+    assert_eq!(program.output, ["LOST batch 3"], "the first one's output");
+    let file = program.file.clone().unwrap();
+    assert!(file.starts_with("fail-stop-") && asked[0] == out.join(&file), "{file}");
+    assert_eq!(program.reproduce.as_deref(), Some(format!("deja replay /campaign/{file}").as_str()));
+    let node = &books.fail_stops["node r1: status 1 after eio on write #N to /db/journal"];
+    assert_eq!((node.stops, node.file.as_ref(), node.reproduce.as_ref()), (1, None, None), "it did not fail that way");
+    // Bounded: kinds past the last kept are not listed, and not run again.
+    for k in 0..super::books::MAX_FAIL_STOP_KINDS {
+        count(&mut books, &mut asked, 7, &seen("", &format!("status {k} after x"), ""), false);
+    }
+    assert_eq!(books.fail_stops.len(), super::books::MAX_FAIL_STOP_KINDS);
+    assert_eq!(asked.len(), super::books::MAX_FAIL_STOP_KINDS);
+    let c = books.campaign(&blank_state(), &Program { path: "p".into(), blake3: String::new() });
+    assert_eq!(c.fail_stops.len(), super::books::MAX_FAIL_STOP_KINDS);
+}
