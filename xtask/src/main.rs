@@ -11,9 +11,12 @@
 //!   guidance against the random baseline).
 //! * `demo`: builds the guests and `deja`, runs an example, then explores the bundled key-value
 //!   store with a planted durability bug: finds it, replays it, minimizes it.
+//! * `modules`: each crate's module cycles ([`modules`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+
+mod modules;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the repository").to_path_buf()
@@ -419,7 +422,8 @@ fn main() -> ExitCode {
         "demo" => demo(),
         "dogfood" => dogfood(),
         "provision" => provision(&std::env::args().skip(2).collect::<Vec<_>>()),
-        _ => Err("usage: cargo xtask <guests|demo|dogfood|provision PACKAGE...>".to_string()),
+        "modules" => modules::report(&root().join("crates")),
+        _ => Err("usage: cargo xtask <guests|demo|dogfood|modules|provision PACKAGE...>".to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

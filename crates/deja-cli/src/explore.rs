@@ -517,6 +517,14 @@ pub fn main(args: ExploreArgs) -> Exit {
     }
     if let Some(f) = campaign.frontier {
         let _ = writeln!(err, "deja:   frontier: {} of {} faults tried", f.tried, f.total);
+        if f.followed > 0 || f.passed_over > 0 {
+            let _ = writeln!(
+                err,
+                "deja:     failed syncs: {} rounds crashed after one the program went on past, {} compositions \
+                 passed over",
+                f.followed, f.passed_over
+            );
+        }
     }
     if args.profile {
         print_profile(&mut err, &profile, wall, cfg.jobs, campaign.rounds);
@@ -591,6 +599,9 @@ fn print_fail_stops(err: &mut impl Write, lines: &[deja_explore_report::FailStop
         let _ = writeln!(err, "deja:     {}× {} (first round {}){said}", f.stops, f.kind(), f.first_round);
         if let Some(cmd) = &f.reproduce {
             let _ = writeln!(err, "deja:       counted as a failure: {cmd}");
+        }
+        if let Some(why) = &f.not_run {
+            let _ = writeln!(err, "deja:       not run again counted as a failure: {why}");
         }
     }
 }

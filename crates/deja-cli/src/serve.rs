@@ -93,6 +93,21 @@ struct Tables {
     /// Block coverage so far (functions reached over rounds, the rarest), when measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     blocks: Option<deja_explore_report::BlockCoverage>,
+    /// The fail-stops so far, by kind.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    fail_stops: Vec<deja_explore_report::FailStopLine>,
+}
+
+impl Tables {
+    /// The tables of a campaign as its report holds them.
+    fn of(c: &Campaign) -> Tables {
+        Tables {
+            faults: c.faults.clone(),
+            assertions: c.assertions.clone(),
+            blocks: c.blocks.clone(),
+            fail_stops: c.fail_stops.clone(),
+        }
+    }
 }
 
 /// What the campaign sends the hub.
@@ -143,7 +158,12 @@ impl Feed {
         if !fresh.is_empty() || self.tables_at.is_none_or(|t| t.elapsed() >= TABLES_EVERY) {
             self.tables_at = Some(Instant::now());
             let assertions = p.assertions.values().cloned().collect();
-            let _ = self.tx.send(Msg::Tables(Tables { faults: p.faults.clone(), assertions, blocks: (p.blocks)() }));
+            let _ = self.tx.send(Msg::Tables(Tables {
+                faults: p.faults.clone(),
+                assertions,
+                blocks: (p.blocks)(),
+                fail_stops: p.fail_stops.values().cloned().collect(),
+            }));
         }
     }
 }
@@ -242,8 +262,7 @@ impl Book {
             b.rounds.record(Round { wall_seconds: wall.get(&p.round).copied(), ..round_of(p, c.edges_total) });
         }
         b.bugs = c.bugs.clone();
-        b.tables =
-            Some(Tables { faults: c.faults.clone(), assertions: c.assertions.clone(), blocks: c.blocks.clone() });
+        b.tables = Some(Tables::of(c));
         b.header = header_of(c);
         b.done = Some(if finished { "finished" } else { "checkpointed" });
         b
@@ -256,8 +275,13 @@ impl Book {
             campaign: &'a Campaign,
         }
         // The bugs and tables come as events of their own.
-        let settings =
-            Campaign { bugs: Vec::new(), assertions: Vec::new(), faults: BTreeMap::new(), ..self.header.clone() };
+        let settings = Campaign {
+            bugs: Vec::new(),
+            assertions: Vec::new(),
+            faults: BTreeMap::new(),
+            fail_stops: Vec::new(),
+            ..self.header.clone()
+        };
         frame("hello", &Hello { live: self.live, campaign: &settings })
     }
 
@@ -321,11 +345,7 @@ impl Book {
             }
             Msg::Done(c) => {
                 self.bugs = c.bugs.clone();
-                self.tables = Some(Tables {
-                    faults: c.faults.clone(),
-                    assertions: c.assertions.clone(),
-                    blocks: c.blocks.clone(),
-                });
+                self.tables = Some(Tables::of(&c));
                 self.header = header_of(&c);
                 self.done = Some("finished");
                 let f = self.done_frame("finished");
@@ -737,6 +757,50 @@ mod tests {
         assert_eq!(late[4].1["rates"], serde_json::json!([1.0, 2.0]));
         book.apply(Msg::Done(Box::new(campaign(3, &[3]))));
         assert_eq!(events(&book.history()).last().unwrap().0, "done");
+    }
+
+    #[test]
+    fn the_fail_stops_go_live_with_the_tables_and_stay_in_the_history() {
+        let (tx, rx) = mpsc::channel();
+        let mut feed = Feed { tx, started: false, bugs_seen: 0, tables_at: None };
+        let stop = deja_explore_report::FailStopLine {
+            node: String::new(),
+            words: "status 1 after eio on write #N to /db/journal".into(),
+            stops: 3,
+            first_round: 2,
+            output: vec!["LOST acknowledged batch 5 item 3".into()],
+            file: None,
+            reproduce: None,
+            not_run: None,
+        };
+        let fail_stops = BTreeMap::from([(stop.words.clone(), stop)]);
+        let (faults, assertions) = (BTreeMap::new(), BTreeMap::new());
+        let none = || None;
+        feed.observe(&Progress {
+            round: 4,
+            edges: 0,
+            edges_total: 0,
+            semantic: 0,
+            corpus: 1,
+            bugs: 0,
+            worker_rates: &[],
+            wall_seconds: 1.0,
+            timeline: &[],
+            found: &[],
+            faults: &faults,
+            assertions: &assertions,
+            fail_stops: &fail_stops,
+            blocks: &none,
+        });
+        let mut book = Book::running(&campaign(0, &[]));
+        for msg in rx.try_iter() {
+            book.apply(msg);
+        }
+        let e = events(&book.history());
+        let tables = &e.iter().find(|(n, _)| n == "tables").expect("a tables event").1;
+        assert_eq!(tables["fail_stops"][0]["stops"], 3);
+        assert_eq!(tables["fail_stops"][0]["output"][0], "LOST acknowledged batch 5 item 3");
+        assert!(e[0].1["campaign"].get("fail_stops").is_none(), "they come with the tables, not the hello");
     }
 
     #[test]

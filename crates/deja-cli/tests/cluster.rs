@@ -410,6 +410,49 @@ fn explore_finds_replays_and_minimizes_split_brain() {
     let shown = deja(&["inspect", min.to_str().unwrap()]);
     assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
     assert!(stdout(&shown).contains("deja.cluster-bug/2") && stdout(&shown).contains("schedule"), "{}", stdout(&shown));
+    // A cut the found run healed stays healed in the smallest schedule.
+    let actions = |schedule: Vec<&serde_json::Value>| -> Vec<String> {
+        let mut s: Vec<(u64, String)> = schedule
+            .into_iter()
+            .map(|f| (f["at_ms"].as_u64().unwrap(), f["action"].as_str().unwrap().to_string()))
+            .collect();
+        s.sort();
+        s.into_iter().map(|(_, a)| a).collect()
+    };
+    let found =
+        actions(b["faults"].as_array().unwrap().iter().map(|f| &f["scripted"]).filter(|f| f.is_object()).collect());
+    let smallest = actions(mb["input"]["schedule"].as_array().unwrap().iter().collect());
+    let healed_after = |a: &[String], i: usize| a[i + 1..].iter().any(|x| x == "heal");
+    for (i, a) in smallest.iter().enumerate() {
+        if a.starts_with("partition") && found.iter().any(|x| x == "heal") {
+            assert!(healed_after(&smallest, i), "a cut lost its heal: {found:?} became {smallest:?}");
+        }
+    }
+    // The judge gives a correct candidate the same verdict against the bug as found and
+    // against its smallest form, and the buggy one too.
+    let g = guests();
+    let replicas = |bin: &str| {
+        let p = g.join(bin).to_string_lossy().into_owned();
+        format!("r1={p},r2={p},r3={p}")
+    };
+    for (candidate, code, verdict) in
+        [("register-replica-patched", 0, "FIXED_FOR_THIS_CAPSULE"), ("register-replica", 1, "STILL_REPRODUCES")]
+    {
+        for (which, file) in [("found", &bug), ("minimized", &min)] {
+            let judged = out.join(format!("check-{candidate}-{which}"));
+            let c = deja(&[
+                "check",
+                "--bug",
+                file.to_str().unwrap(),
+                "--candidate",
+                &replicas(candidate),
+                "--out",
+                judged.to_str().unwrap(),
+            ]);
+            assert_eq!(c.status.code(), Some(code), "{candidate} against the {which} bug: {}", stderr(&c));
+            assert!(stderr(&c).contains(&format!("verdict {verdict}")), "{which}: {}", stderr(&c));
+        }
+    }
 
     // Replay refuses a cluster whose binaries changed.
     let text = std::fs::read_to_string(&bug).unwrap().replace(b["binaries"]["r1"].as_str().unwrap(), &"0".repeat(64));

@@ -38,6 +38,32 @@ fn every_nix_file_parses() {
     assert_eq!(lock["nodes"]["nixpkgs"]["locked"]["narHash"].as_str().unwrap().len(), 51);
 }
 
+/// The pure tier (`nix build` with `pureTests`) tests every crate whose tests need no `/dev/kvm`:
+/// all but the three whose tests boot VMs and the guest SDK. A new crate joins one side or the
+/// other here.
+#[test]
+fn the_pure_tier_names_every_crate_whose_tests_need_no_kvm() {
+    let nix = std::fs::read_to_string(root().join("nix/deja.nix")).unwrap();
+    let listed: std::collections::BTreeSet<String> = nix
+        .split("cargoTestFlags = [")
+        .nth(1)
+        .and_then(|s| s.split(']').next())
+        .unwrap()
+        .split_whitespace()
+        .map(|w| w.trim_matches('"').to_string())
+        .filter(|w| w != "-p")
+        .collect();
+    let booting = ["deja-cli", "deja-vmm", "deja-cluster", "deja-sdk"];
+    let mut crates = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir(root().join("crates")).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if !booting.contains(&name.as_str()) {
+            crates.insert(name);
+        }
+    }
+    assert_eq!(listed, crates, "nix/deja.nix's pure tier");
+}
+
 #[test]
 fn the_readme_names_exist_in_the_flake() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();

@@ -121,6 +121,14 @@ pub struct Frontier {
     pub tried: u64,
     /// Single faults it holds.
     pub total: u64,
+    /// Rounds that followed a failed sync the program went on past with a crash (each tried
+    /// before the frontier's next plan; absent in reports of older deja).
+    #[serde(default)]
+    pub followed: u64,
+    /// Plans passed over: crashes after a failed sync a round had followed already, or that the
+    /// program stopped at (absent in reports of older deja).
+    #[serde(default)]
+    pub passed_over: u64,
 }
 
 /// What block coverage measured ([`Campaign::blocks`]).
@@ -243,6 +251,9 @@ pub struct FailStopLine {
     /// The command that replays that file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reproduce: Option<String>,
+    /// Why the first one could not be run again counted as a failure, when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_run: Option<String>,
 }
 
 impl FailStopLine {

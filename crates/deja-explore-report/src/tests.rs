@@ -102,6 +102,7 @@ pub(crate) fn sample() -> Campaign {
             output: vec!["LOST acknowledged batch 5 item 3".into()],
             file: Some("fail-stop-0123456789ab.json".into()),
             reproduce: Some("deja replay out/fail-stop-0123456789ab.json".into()),
+            not_run: None,
         }],
         jobs: 1,
         shard: None,
@@ -174,7 +175,7 @@ fn text_has_key_numbers_and_bug_ids() {
 fn the_fail_stops_show_in_text_and_json_with_what_they_said() {
     let t = render_text(&sample());
     for needle in [
-        "fail-stops (7 of 1 kinds)",
+        "fail-stops (7 in 1 kind)",
         "status 1 after eio on write #N to /db/journal",
         "  | LOST acknowledged batch 5 item 3",
         "counted as a failure (--fail-stop never) it fails: fail-stop-0123456789ab.json, `deja replay out/fail-stop-0123456789ab.json`",
@@ -187,6 +188,15 @@ fn the_fail_stops_show_in_text_and_json_with_what_they_said() {
     assert!(serde_json::to_value(empty()).unwrap().get("fail_stops").is_none(), "absent when there are none");
     let html = crate::render_html(&sample());
     assert!(html.contains("function failStops(m)") && html.contains("LOST acknowledged batch 5 item 3"));
+    // One that could not be run again says why; two kinds are kinds.
+    let mut c = sample();
+    let mut other = c.fail_stops[0].clone();
+    other.words = "status 2 after eio on fsync #N of /db".into();
+    (other.file, other.reproduce, other.not_run) = (None, None, Some("the VM could not be made".into()));
+    c.fail_stops.push(other);
+    let t = render_text(&c);
+    assert!(t.contains("fail-stops (14 in 2 kinds)"), "{t}");
+    assert!(t.contains("  could not be run again counted as a failure: the VM could not be made"), "{t}");
 }
 
 #[test]
@@ -316,10 +326,17 @@ fn text_shows_the_fault_mix() {
     assert!(render_text(&empty()).contains("faults: none happened"));
     assert!(!t.contains("frontier:"), "a campaign without a frontier says nothing of one");
     let mut c = sample();
-    c.frontier = Some(Frontier { tried: 40, total: 1_061 });
+    c.frontier = Some(Frontier { tried: 40, total: 1_061, ..Frontier::default() });
     assert!(render_text(&c).contains("frontier: 40 of 1,061 faults tried"), "{}", render_text(&c));
+    assert!(!render_text(&c).contains("went on past"), "no follow-ups, no line");
+    c.frontier = Some(Frontier { tried: 40, total: 1_061, followed: 12, passed_over: 8 });
+    let t = render_text(&c);
+    assert!(t.contains("and 12 rounds that crashed after a failed sync the program went on past"), "{t}");
+    assert!(t.contains("8 passed over: crashes after a failed sync the program stopped at"), "{t}");
     let back = parse_json(&render_json(&c)).unwrap();
     assert_eq!(back.frontier, c.frontier);
+    let old = serde_json::json!({"tried": 3, "total": 9});
+    assert_eq!(serde_json::from_value::<Frontier>(old).unwrap().followed, 0, "older reports read");
 }
 
 #[test]

@@ -134,10 +134,11 @@ pub fn render_text(c: &Campaign) -> String {
         let stops: u64 = c.fail_stops.iter().map(|f| f.stops).sum();
         let _ = writeln!(
             out,
-            "fail-stops ({} of {} kinds): lives that ended non-zero after an injected I/O error and were restarted on \
-             their disk, not counted as failures (docs/DURABILITY.md#fail-stop)",
+            "fail-stops ({} in {} kind{}): lives that ended non-zero after an injected I/O error and were restarted \
+             on their disk, not counted as failures (docs/DURABILITY.md#fail-stop)",
             thousands(stops),
-            c.fail_stops.len()
+            c.fail_stops.len(),
+            if c.fail_stops.len() == 1 { "" } else { "s" }
         );
         let lines = crate::FailStopLine::by_frequency(&c.fail_stops);
         let rows: Vec<Vec<String>> =
@@ -152,6 +153,9 @@ pub fn render_text(c: &Campaign) -> String {
             }
             if let (Some(file), Some(cmd)) = (&f.file, &f.reproduce) {
                 let _ = writeln!(out, "  counted as a failure (--fail-stop never) it fails: {file}, `{cmd}`");
+            }
+            if let Some(why) = &f.not_run {
+                let _ = writeln!(out, "  could not be run again counted as a failure: {why}");
             }
         }
     }
@@ -247,6 +251,20 @@ pub fn render_text(c: &Campaign) -> String {
             thousands(f.tried),
             thousands(f.total)
         );
+        if f.followed > 0 {
+            let _ = writeln!(
+                out,
+                "  and {} rounds that crashed after a failed sync the program went on past",
+                thousands(f.followed)
+            );
+        }
+        if f.passed_over > 0 {
+            let _ = writeln!(
+                out,
+                "  {} passed over: crashes after a failed sync the program stopped at or a round had followed",
+                thousands(f.passed_over)
+            );
+        }
     }
     if c.faults.is_empty() {
         out.push_str("faults: none happened\n");

@@ -411,7 +411,7 @@
           (f.output || []).length ? h("pre", { class: "output" }, f.output.join("\n")) : null),
         h("td", { class: "num" }, num(f.stops)),
         h("td", { class: "num" }, num(f.first_round)),
-        h("td", {}, f.reproduce ? h("code", {}, f.reproduce) : "", f.file ? h("div", { class: "file" }, h("a", { href: base + basename(f.file) }, f.file)) : null))),
+        h("td", {}, f.reproduce ? h("code", {}, f.reproduce) : (f.not_run ? `not run again: ${f.not_run}` : ""), f.file ? h("div", { class: "file" }, h("a", { href: base + basename(f.file) }, f.file)) : null))),
       "Lives that ended non-zero after an injected I/O error and were restarted on their disk, not counted as failures (--fail-stop never counts them). What each said last:");
   }
 
@@ -525,6 +525,7 @@
       if (!m) return;
       m.faults = d.faults || {};
       m.assertions = d.assertions || [];
+      m.fail_stops = d.fail_stops || [];
       if (d.blocks) m.blocks = d.blocks;
     });
     on("done", (d) => {

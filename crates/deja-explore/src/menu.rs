@@ -279,6 +279,37 @@ pub fn sync_then_crash(path: &str, nth: u64) -> Vec<FaultConfig> {
     out
 }
 
+/// What a life did after the syncs placed to fail: for each EIO its faults place on one sync
+/// (the `nth` fsync or fdatasync) of a path that the life reached, and only when they place no
+/// crash, the path, `nth`, and whether the life went on past the failure: it synced the path
+/// again (its `io_ops` count more than `nth` syncs of it: a retry, then what trusts it), or it
+/// ended with status 0. A life that stopped at the error (a fail-stop) did not go on. A failed
+/// sync the program went on past is worth following with a crash ([`sync_then_crash`]): the
+/// program built on something the failure may have dropped; one it stopped at is not.
+pub fn after_failed_syncs(faults: &FaultConfig, io_ops: &[IoCount], exited_zero: bool) -> Vec<(String, u64, bool)> {
+    if faults.crashes() {
+        return Vec::new();
+    }
+    let syncs = |path: &str| io_ops.iter().find(|c| c.op == IoOp::Fsync && c.path == path).map_or(0, |c| c.count);
+    faults
+        .errors
+        .iter()
+        .filter(|e| e.op == IoOp::Fsync && e.errno == IoErrno::Eio && e.nth > 0 && e.keep.is_none())
+        .filter(|e| syncs(&e.path) >= e.nth)
+        .map(|e| (e.path.clone(), e.nth, syncs(&e.path) > e.nth || exited_zero))
+        .collect()
+}
+
+/// The failed sync a composition of [`sync_then_crash`] places (its path and `nth`), if it is one.
+pub fn composed_sync(faults: &FaultConfig) -> Option<(&str, u64)> {
+    match faults.errors.as_slice() {
+        [e] if faults.crashes() && e.op == IoOp::Fsync && e.errno == IoErrno::Eio && e.nth > 0 => {
+            Some((e.path.as_str(), e.nth))
+        }
+        _ => None,
+    }
+}
+
 /// The frontier's single faults, in the order a campaign of stream seed `seed` tries them, at
 /// most [`MAX_FRONTIER`]: four kinds taken in turn (the last every other turn), each in a seeded order of its own (so
 /// every crash point is tried once within the first rounds whatever the number of operations
@@ -632,6 +663,37 @@ mod tests {
             hunt(&menu, usize::MAX).into_iter().filter(|c| c.crashes() && !c.errors.is_empty()).collect();
         assert_eq!(hunted.len(), 2 * 2, "each of the 2 fsyncs, then after the next two and at exit");
         assert!(hunted.iter().all(|c| c.crash_at_exit || c.crash_at[0].when == When::After));
+    }
+
+    #[test]
+    fn a_failed_sync_is_followed_only_when_the_life_went_on_past_it() {
+        let eio = |path: &str, nth| FaultConfig {
+            errors: vec![ErrorRule::at(IoOp::Fsync, path, nth, IoErrno::Eio)],
+            ..Default::default()
+        };
+        let syncs = |n| vec![IoCount { op: IoOp::Fsync, path: "/d".into(), count: n }];
+        let on = |path: &str, nth, went| vec![(path.to_string(), nth, went)];
+        // It synced the file again after the failed 3rd sync: a retry, whatever its status.
+        assert_eq!(after_failed_syncs(&eio("/d", 3), &syncs(5), false), on("/d", 3, true));
+        // It stopped at the failure: a fail-stop, nothing built on it.
+        assert_eq!(after_failed_syncs(&eio("/d", 3), &syncs(3), false), on("/d", 3, false));
+        // It reached the failure, never synced again, and ended well: it went on.
+        assert_eq!(after_failed_syncs(&eio("/d", 3), &syncs(3), true), on("/d", 3, true));
+        // It never reached the placed sync: the error did not strike, nothing is said.
+        assert!(after_failed_syncs(&eio("/d", 3), &syncs(2), true).is_empty());
+        assert!(after_failed_syncs(&eio("/e", 1), &syncs(9), true).is_empty(), "another path's syncs");
+        // A plan that already crashes, an ENOSPC, a write error, every sync: nothing is said.
+        let crashing = FaultConfig { crash_at_exit: true, ..eio("/d", 3) };
+        assert!(after_failed_syncs(&crashing, &syncs(5), true).is_empty());
+        let other =
+            |op, errno, nth| FaultConfig { errors: vec![ErrorRule::at(op, "/d", nth, errno)], ..Default::default() };
+        assert!(after_failed_syncs(&other(IoOp::Fsync, IoErrno::Enospc, 3), &syncs(5), true).is_empty());
+        assert!(after_failed_syncs(&other(IoOp::Write, IoErrno::Eio, 3), &syncs(5), true).is_empty());
+        assert!(after_failed_syncs(&other(IoOp::Fsync, IoErrno::Eio, 0), &syncs(5), true).is_empty());
+        // The compositions name the failed sync they place; a lone error or a lone crash none.
+        assert!(sync_then_crash("/d", 3).iter().all(|f| composed_sync(f) == Some(("/d", 3))));
+        assert_eq!(composed_sync(&eio("/d", 3)), None);
+        assert_eq!(composed_sync(&FaultConfig { crash_at_exit: true, ..Default::default() }), None);
     }
 
     #[test]

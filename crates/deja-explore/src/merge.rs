@@ -121,6 +121,11 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Campaign, ExploreError> {
         // goes on from the furthest.
         frontier: states.iter().map(|s| s.frontier.clone()).max_by_key(Vec::len).unwrap_or_default(),
         frontier_plans: None,
+        // Likewise the follow-ups of the shard that called for the most; none is called for again.
+        follow_ups: states.iter().max_by_key(|s| s.followed.len()).map(|s| s.follow_ups.clone()).unwrap_or_default(),
+        followed: states.iter().flat_map(|s| s.followed.iter().cloned()).collect(),
+        passed_over: states.iter().flat_map(|s| s.passed_over.iter().cloned()).collect(),
+        follow_rounds: Vec::new(),
         merged_from: dirs.iter().map(|d| d.display().to_string()).collect(),
     };
     let mut shards = Vec::new();

@@ -14,7 +14,9 @@ use deja_vmm::Fork;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::campaign::{CampaignConfig, Decision, Entry, Facts, Mode, Program, Seeds, Strategy, Subject, WrittenBug};
+use crate::campaign::{
+    CampaignConfig, Decision, Entry, Facts, FollowUp, Mode, Program, Seeds, Strategy, Subject, WrittenBug,
+};
 use std::sync::{Arc, Mutex};
 
 use deja_vmm::coverage::BlockImage;
@@ -312,6 +314,39 @@ impl Subject for ProgramSubject<'_> {
             .collect()
     }
 
+    fn follow_ups(&self, input: &Input, out: &Outcome, mode: Mode) -> Vec<FollowUp<Input>> {
+        if !mode.faults() {
+            return Vec::new();
+        }
+        let exited_zero = out.lives[0].run.report.exit == deja_kernel::ExitStatus::Exited { code: 0 };
+        // A round with other errors says when the program went on, not that it stops.
+        let alone = input.faults.errors.len() == 1;
+        crate::menu::after_failed_syncs(&input.faults, &out.io_ops, exited_zero)
+            .into_iter()
+            .filter(|(_, _, went_on)| *went_on || alone)
+            .map(|(path, nth, went_on)| {
+                // The round as it ran (its seed, decisions and faults), then each crash.
+                let plans = if went_on { crate::menu::sync_then_crash(&path, nth) } else { Vec::new() };
+                let plans = plans
+                    .into_iter()
+                    .map(|c| {
+                        let faults = deja_kernel::FaultConfig {
+                            crash_at: c.crash_at,
+                            crash_at_exit: c.crash_at_exit,
+                            ..input.faults.clone()
+                        };
+                        Input { faults, fork_at: None, ..input.clone() }
+                    })
+                    .collect();
+                FollowUp { key: follow_key(&path, nth), plans }
+            })
+            .collect()
+    }
+
+    fn follow_key(&self, input: &Input) -> Option<String> {
+        crate::menu::composed_sync(&input.faults).map(|(path, nth)| follow_key(path, nth))
+    }
+
     fn frontier_round(&self, rng: &mut ChaCha20Rng, mut input: Input) -> Input {
         input.faults = crate::menu::frontier_round(rng, input.faults);
         input
@@ -419,4 +454,9 @@ pub fn explore(
     let subject =
         ProgramSubject { late_forks: cfg.late_forks, ..ProgramSubject::new(target, cfg.block_coverage, &cfg.cover) };
     crate::campaign::explore(&subject, cfg, progress)
+}
+
+/// The key of a failed sync's follow-up ([`Subject::follow_key`]).
+fn follow_key(path: &str, nth: u64) -> String {
+    format!("failed sync #{nth} of {path}")
 }

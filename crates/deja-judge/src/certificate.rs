@@ -3,7 +3,7 @@
 use deja_format::json::Schema;
 use serde::{Deserialize, Serialize};
 
-use crate::judge::Verdict;
+use crate::verdict::Verdict;
 use crate::{ChainBrokenSnafu, JudgeError, ReadSnafu, SummaryAlteredSnafu, UnearnedPassSnafu, WriteSnafu};
 use snafu::{ensure, ResultExt};
 

@@ -24,10 +24,12 @@ pub mod certificate;
 pub mod cluster;
 pub mod judge;
 pub mod search;
+pub mod verdict;
 
 pub use capsule::{Capsule, Trigger};
 pub use certificate::{Certificate, CheckRecord, CheckStatus};
-pub use judge::{check, CheckInput, Judgement, Program, Verdict};
+pub use judge::{check, CheckInput, Judgement, Program};
+pub use verdict::Verdict;
 
 /// Errors that stop a check before it can reach a verdict of its own (the CLI maps them to
 /// `EVIDENCE_INCOMPLETE` where a verdict is due).

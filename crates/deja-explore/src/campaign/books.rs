@@ -36,16 +36,34 @@ pub(crate) struct State<I, R> {
     #[serde(default)]
     pub(crate) pending: Vec<I>,
     /// The rounds that took the frontier's plans, in order: the `k`-th took plan `k`
-    /// ([`super::Subject::frontier`]). Planned rounds count; the reports count those learned.
+    /// ([`super::Subject::frontier`]), or passed it over (round 0). Planned rounds count; the
+    /// reports count those learned.
     #[serde(default)]
     pub(crate) frontier: Vec<u64>,
     /// The frontier, once drawn (a function of the reference and the campaign's seed).
     #[serde(skip)]
     pub(crate) frontier_plans: Option<Vec<I>>,
+    /// Plans learned rounds called for ([`super::Subject::follow_ups`]), not planned yet: they
+    /// take the frontier's turns before its next plan.
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub(crate) follow_ups: VecDeque<I>,
+    /// The keys of every follow-up called for (each is planned once).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub(crate) followed: BTreeSet<String>,
+    /// The keys a learned round said to pass over; with `followed`, at most [`MAX_FOLLOW_UPS`].
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub(crate) passed_over: BTreeSet<String>,
+    /// The rounds that took a follow-up, in order (planned rounds count; the reports count
+    /// those learned).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) follow_rounds: Vec<u64>,
     /// For a merged campaign: the directories it was merged from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) merged_from: Vec<String>,
 }
+
+/// Follow-ups a campaign calls for, at most (by key: a failed sync is one, with its crashes).
+pub(crate) const MAX_FOLLOW_UPS: usize = 256;
 
 /// Kinds of fail-stop a campaign lists, at most.
 pub(crate) const MAX_FAIL_STOP_KINDS: usize = 50;
@@ -226,25 +244,30 @@ impl Books {
     /// Counts a fail-stop seen in this round. The first of its kind keeps its node, its last
     /// output, and, when `as_failure` can write the round with every fail-stop counted as a
     /// failure, that file (`fail-stop-<id>.json`) and the command that replays it. At most
-    /// [`MAX_FAIL_STOP_KINDS`] kinds are kept; later kinds are not listed.
+    /// [`MAX_FAIL_STOP_KINDS`] kinds are kept; later kinds are not listed. When `as_failure`
+    /// fails, why is kept instead.
     pub(super) fn fail_stop(
         &mut self,
         seen: &crate::fail_stops::FailStopSeen,
         subject: String,
         out: &Path,
         as_failure: impl FnOnce(&Path) -> Result<Option<WrittenBug>, ExploreError>,
-    ) -> Result<(), ExploreError> {
+    ) {
         let key = seen.key();
         if let Some(line) = self.fail_stops.get_mut(&key) {
             line.stops += 1;
-            return Ok(());
+            return;
         }
         if self.fail_stops.len() >= MAX_FAIL_STOP_KINDS {
-            return Ok(());
+            return;
         }
         let id = blake3::hash(format!("deja fail-stop v1\n{subject}\n{key}").as_bytes()).to_hex()[..12].to_string();
         let file = format!("fail-stop-{id}.json");
-        let written = as_failure(&out.join(&file))?;
+        // A rerun that could not be made is said in the reports; the campaign goes on.
+        let (written, not_run) = match as_failure(&out.join(&file)) {
+            Ok(written) => (written, None),
+            Err(e) => (None, Some(e.to_string())),
+        };
         self.fail_stops.insert(
             key,
             report::FailStopLine {
@@ -255,9 +278,9 @@ impl Books {
                 output: seen.output.clone(),
                 reproduce: written.as_ref().map(|w| w.reproduce.clone()),
                 file: written.map(|_| file),
+                not_run,
             },
         );
-        Ok(())
     }
 
     /// The campaign as the reports show it.
@@ -301,8 +324,10 @@ impl Books {
                 .collect(),
             blocks: None,
             frontier: state.frontier_plans.as_ref().filter(|p| !p.is_empty()).map(|p| report::Frontier {
-                tried: state.frontier.iter().filter(|r| **r <= self.round).count() as u64,
+                tried: state.frontier.iter().filter(|r| **r > 0 && **r <= self.round).count() as u64,
+                passed_over: state.frontier.iter().filter(|r| **r == 0).count() as u64,
                 total: p.len() as u64,
+                followed: state.follow_rounds.iter().filter(|r| **r <= self.round).count() as u64,
             }),
             fork_checks: self.fork_checks.clone(),
         }
@@ -463,6 +488,10 @@ pub(super) fn new_state<S: Subject>(cfg: &CampaignConfig, identity: &Program) ->
         pending: Vec::new(),
         frontier: Vec::new(),
         frontier_plans: None,
+        follow_ups: VecDeque::new(),
+        followed: BTreeSet::new(),
+        passed_over: BTreeSet::new(),
+        follow_rounds: Vec::new(),
         merged_from: Vec::new(),
     }
 }

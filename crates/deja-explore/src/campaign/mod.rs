@@ -36,7 +36,7 @@
 //! and every seed it draws (for fresh runs and for the decisions after a tail cut) is `i`
 //! modulo `n`, so shards never run the same seed. [`crate::merge`] puts shards together.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
@@ -123,6 +123,16 @@ impl Mode {
     }
 }
 
+/// What a learned round says of a key's frontier plans ([`Subject::follow_ups`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FollowUp<I> {
+    /// The key (`failed sync #3 of /data/pages`).
+    pub key: String,
+    /// The plans it calls for, before the frontier's next; none to pass over the frontier's
+    /// plans of the key.
+    pub plans: Vec<I>,
+}
+
 /// A campaign's settings.
 #[derive(Debug, Clone)]
 pub struct CampaignConfig {
@@ -204,6 +214,8 @@ pub struct Progress<'a> {
     pub faults: &'a BTreeMap<String, u64>,
     /// The assertion lines so far.
     pub assertions: &'a BTreeMap<String, report::AssertionLine>,
+    /// The fail-stops so far, by kind.
+    pub fail_stops: &'a BTreeMap<String, report::FailStopLine>,
     /// Block coverage so far, when the campaign measures it: computed when asked (a pass over
     /// every block), so a round nobody shows it to does not pay for it.
     pub blocks: &'a dyn Fn() -> Option<report::BlockCoverage>,
@@ -445,6 +457,24 @@ pub trait Subject: Sync {
     /// ([`crate::menu::frontier`]). None by default.
     fn frontier(&self, _reference: &Self::Reference, _mode: Mode, _seed: u64) -> Vec<Self::Input> {
         Vec::new()
+    }
+
+    /// What a learned round says of the frontier's compositions: a program in a faults mode
+    /// says, of each failed sync its first life reached, whether it went on past it
+    /// ([`crate::menu::after_failed_syncs`]). When it did, the follow-up's plans (a crash after
+    /// that failure in the round as it ran, [`crate::menu::sync_then_crash`]) take the frontier's
+    /// turns before its next plan; when it stopped there, the follow-up has no plans, and the
+    /// frontier passes over its plans of that key ([`Subject::follow_key`]). The first round
+    /// that says something of a key decides it, for at most [`books::MAX_FOLLOW_UPS`] keys.
+    /// Nothing by default.
+    fn follow_ups(&self, _input: &Self::Input, _out: &Self::Outcome, _mode: Mode) -> Vec<FollowUp<Self::Input>> {
+        Vec::new()
+    }
+
+    /// The key of the follow-up a frontier plan belongs to, if any (a program's crash after a
+    /// failed sync: `failed sync #3 of /data/pages`).
+    fn follow_key(&self, _input: &Self::Input) -> Option<String> {
+        None
     }
 
     /// A frontier plan as a round runs it: what the plan leaves open, drawn from `rng`.
@@ -800,13 +830,36 @@ fn plan_round<S: Subject>(
     // The frontier, three rounds in four until each of its plans was tried (no draw at all for
     // a subject without one, or once it is done, so those campaigns keep their course).
     let seed = books::stream_seed(cfg.seed, cfg.shard);
+    // Rounds are planned in order, after those learned and those pending.
+    let planned = state.books.round + state.pending.len() as u64 + 1;
     let frontier = state.frontier_plans.get_or_insert_with(|| subject.frontier(&state.reference, cfg.mode, seed));
-    if let Some(plan) = frontier.get(state.frontier.len()).cloned() {
-        if !state.rng.next_u64().is_multiple_of(FRONTIER_ODDS) {
-            // Rounds are planned in order, after those learned and those pending.
-            state.frontier.push(state.books.round + state.pending.len() as u64 + 1);
-            return subject.frontier_round(&mut state.rng, plan);
+    // A plan of a key a learned round decided (followed already, or stopped at) is passed over:
+    // its place in the frontier's order is taken by round 0.
+    while let Some(key) = frontier.get(state.frontier.len()).and_then(|p| subject.follow_key(p)) {
+        if !state.followed.contains(&key) && !state.passed_over.contains(&key) {
+            break;
         }
+        state.frontier.push(0);
+    }
+    let next = frontier.get(state.frontier.len());
+    if (!state.follow_ups.is_empty() || next.is_some()) && !state.rng.next_u64().is_multiple_of(FRONTIER_ODDS) {
+        // What learned rounds called for takes the turns of the frontier's compositions (the
+        // kind it is of), and every turn once the frontier is done, so that the frontier's single
+        // faults keep their pace.
+        let composition = next.is_none_or(|p| subject.follow_key(p).is_some());
+        let follow_up = if composition { state.follow_ups.pop_front() } else { None };
+        let plan = match follow_up {
+            Some(plan) => {
+                state.follow_rounds.push(planned);
+                plan
+            }
+            None => {
+                let plan = next.cloned().expect("the frontier has a next plan");
+                state.frontier.push(planned);
+                plan
+            }
+        };
+        return subject.frontier_round(&mut state.rng, plan);
     }
     let weights: Vec<u64> = state.corpus.iter().map(|e| energy(&e.features, &state.hits, e.new, e.picks)).collect();
     let i = pick_weighted(&mut state.rng, &weights);
@@ -837,7 +890,10 @@ fn learn_round<S: Subject>(
     let facts = subject.facts(out);
     let novelty = learn(state, &facts);
     subject.learned_coverage(&novelty.new_coverage);
-    let kept = novelty.new > 0 && cfg.strategy == Strategy::Coverage;
+    // A crash after a failed sync is tried as planned and its coverage learned, but it is no
+    // parent for mutations: the recovery paths these rounds reach would draw the mutations away
+    // from everything else (docs/EXPLORE.md, "The frontier").
+    let kept = novelty.new > 0 && cfg.strategy == Strategy::Coverage && subject.follow_key(&input).is_none();
     if let Some(sig) = state.books.unseen(facts.failure.as_ref()) {
         let difference = subject.confirm(&state.reference, &input, out)?;
         let reference = &state.reference;
@@ -849,11 +905,25 @@ fn learn_round<S: Subject>(
     } else if cfg.verify_forks > 0 && cfg.strategy == Strategy::Coverage && round.is_multiple_of(cfg.verify_forks) {
         verify_fork(subject, cfg, state, &input, out)?;
     }
+    if cfg.strategy == Strategy::Coverage {
+        for f in subject.follow_ups(&input, out, cfg.mode) {
+            let decided = state.followed.contains(&f.key) || state.passed_over.contains(&f.key);
+            if decided || state.followed.len() + state.passed_over.len() >= books::MAX_FOLLOW_UPS {
+                continue;
+            }
+            if f.plans.is_empty() {
+                state.passed_over.insert(f.key);
+            } else {
+                state.followed.insert(f.key);
+                state.follow_ups.extend(f.plans);
+            }
+        }
+    }
     for seen in &facts.fail_stops {
         let reference = &state.reference;
         state.books.fail_stop(seen, subject.bug_subject(), &cfg.out, |path| {
             subject.as_failure(reference, &input, round, path)
-        })?;
+        });
     }
     if kept {
         keep(&cfg.out, &mut state.corpus, Entry::new(input, &facts, &novelty, round))?;
@@ -928,6 +998,7 @@ fn figures<'a, S: Subject>(
         found: &state.books.bugs,
         faults: &state.books.faults,
         assertions: &state.books.assertions,
+        fail_stops: &state.books.fail_stops,
         blocks,
     }
 }

@@ -194,6 +194,10 @@ fn bug_ids_are_a_stable_function_of_the_signature_and_of_what_failed() {
 
 /// A campaign state with nothing learned yet.
 fn blank_state() -> State<(), ()> {
+    blank()
+}
+
+fn blank<I>() -> State<I, ()> {
     State {
         schema: String::new(),
         kind: "program".into(),
@@ -215,6 +219,10 @@ fn blank_state() -> State<(), ()> {
         pending: Vec::new(),
         frontier: Vec::new(),
         frontier_plans: None,
+        follow_ups: Default::default(),
+        followed: BTreeSet::new(),
+        passed_over: BTreeSet::new(),
+        follow_rounds: Vec::new(),
         merged_from: Vec::new(),
     }
 }
@@ -274,17 +282,15 @@ fn fail_stops_are_counted_by_kind_and_the_first_of_each_is_counted_as_a_failure_
     let mut asked = Vec::new();
     let count = |books: &mut Books, asked: &mut Vec<std::path::PathBuf>, round: u64, s: &FailStopSeen, fails: bool| {
         books.round = round;
-        books
-            .fail_stop(s, "subject".into(), out, |path| {
-                asked.push(path.to_path_buf());
-                Ok(fails.then(|| WrittenBug {
-                    reproduce: format!("deja replay {}", path.display()),
-                    decisions: 0,
-                    window: None,
-                    crash: None,
-                }))
-            })
-            .unwrap();
+        books.fail_stop(s, "subject".into(), out, |path| {
+            asked.push(path.to_path_buf());
+            Ok(fails.then(|| WrittenBug {
+                reproduce: format!("deja replay {}", path.display()),
+                decisions: 0,
+                window: None,
+                crash: None,
+            }))
+        });
     };
     let lost = seen("", "status 1 after eio on write #N to /db/journal", "LOST batch 3");
     count(&mut books, &mut asked, 2, &lost, true);
@@ -299,6 +305,12 @@ fn fail_stops_are_counted_by_kind_and_the_first_of_each_is_counted_as_a_failure_
     assert_eq!(program.reproduce.as_deref(), Some(format!("deja replay /campaign/{file}").as_str()));
     let node = &books.fail_stops["node r1: status 1 after eio on write #N to /db/journal"];
     assert_eq!((node.stops, node.file.as_ref(), node.reproduce.as_ref()), (1, None, None), "it did not fail that way");
+    // A rerun that cannot be made is said, and the campaign goes on.
+    let stuck = seen("", "status 3 after eio on fsync #N of /db", "");
+    books.fail_stop(&stuck, "subject".into(), out, |_| Err(ExploreError::NoProgress { why: "no VM".into() }));
+    let line = &books.fail_stops[&stuck.key()];
+    assert_eq!((line.file.as_ref(), line.not_run.as_deref().map(|w| w.contains("no VM"))), (None, Some(true)));
+    books.fail_stops.remove(&stuck.key());
     // Bounded: kinds past the last kept are not listed, and not run again.
     for k in 0..super::books::MAX_FAIL_STOP_KINDS {
         count(&mut books, &mut asked, 7, &seen("", &format!("status {k} after x"), ""), false);
@@ -307,4 +319,165 @@ fn fail_stops_are_counted_by_kind_and_the_first_of_each_is_counted_as_a_failure_
     assert_eq!(asked.len(), super::books::MAX_FAIL_STOP_KINDS);
     let c = books.campaign(&blank_state(), &Program { path: "p".into(), blake3: String::new() });
     assert_eq!(c.fail_stops.len(), super::books::MAX_FAIL_STOP_KINDS);
+}
+
+/// A plan by number, for the campaign's planning over a fake subject.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct Plan {
+    n: u64,
+    overrides: BTreeMap<u64, u64>,
+    reseed: Option<u64>,
+}
+
+fn plan(n: u64) -> Plan {
+    Plan { n, ..Plan::default() }
+}
+
+/// Runs plan `n` as the outcome `n`. Its frontier holds plans 1 to 6; a mutation is plan 100. A
+/// round of plan 2 (a failed sync the program went on past) calls for plans 20 and 21 under key
+/// `a`, and so does a round of plan 20; a round of plan 3 (a failed sync it stopped at) says to
+/// pass over key `b`. Frontier plans 4, 5 and 6 are compositions of keys `a`, `b` and `c`, and
+/// so are 20 and 21 of key `a`.
+struct Plans;
+
+impl Subject for Plans {
+    type Input = Plan;
+    type Outcome = u64;
+    type Worker = ();
+    type Reference = ();
+    const KIND: &'static str = "program";
+
+    fn identity(&self) -> Program {
+        Program { path: "plans".into(), blake3: String::new() }
+    }
+    fn bug_subject(&self) -> String {
+        "plans".into()
+    }
+    fn input_files(&self) -> Vec<&[u8]> {
+        Vec::new()
+    }
+    fn bootstrap(&self, _: &CampaignConfig) -> Result<((), Vec<u64>), ExploreError> {
+        Ok(((), Vec::new()))
+    }
+    fn base_decisions(_: &()) -> u64 {
+        0
+    }
+    fn origin(&self, _: &CampaignConfig, _: &()) -> Plan {
+        Plan::default()
+    }
+    fn worker(&self, _: &(), _: Strategy) -> Result<(), ExploreError> {
+        Ok(())
+    }
+    fn run(&self, _: &mut (), _: &(), input: &Plan) -> Result<u64, ExploreError> {
+        Ok(input.n)
+    }
+    fn confirm(&self, _: &(), _: &Plan, _: &u64) -> Result<Option<String>, ExploreError> {
+        Ok(None)
+    }
+    fn facts(&self, out: &u64) -> Facts {
+        // Each plan shows a behaviour of its own.
+        Facts { semantic: BTreeMap::from([(*out, None)]), ..Facts::default() }
+    }
+    fn steering(input: &mut Plan) -> (&mut BTreeMap<u64, u64>, &mut Option<u64>) {
+        (&mut input.overrides, &mut input.reseed)
+    }
+    fn mutate_plan(&self, _: &mut ChaCha20Rng, _: Seeds, input: &mut Plan, _: &Entry<Plan>, _: &(), _: Mode, _: bool) {
+        input.n = 100;
+    }
+    fn fresh(&self, _: &mut ChaCha20Rng, _: u64, _: &(), _: Strategy, _: Mode) -> Plan {
+        plan(1000)
+    }
+    fn frontier(&self, _: &(), _: Mode, _: u64) -> Vec<Plan> {
+        (1..=6).map(plan).collect()
+    }
+    fn follow_ups(&self, _: &Plan, out: &u64, _: Mode) -> Vec<FollowUp<Plan>> {
+        let up = |key: &str, plans| vec![FollowUp { key: key.into(), plans }];
+        match out {
+            2 | 20 => up("a", vec![plan(20), plan(21)]),
+            3 => up("b", Vec::new()),
+            _ => Vec::new(),
+        }
+    }
+    fn follow_key(&self, input: &Plan) -> Option<String> {
+        match input.n {
+            4 | 20 | 21 => Some("a".into()),
+            5 => Some("b".into()),
+            6 => Some("c".into()),
+            _ => None,
+        }
+    }
+    fn write_bug(&self, _: &(), _: &Plan, _: &u64, _: u64, _: &Path) -> Result<WrittenBug, ExploreError> {
+        unreachable!("no round of the fake fails")
+    }
+}
+
+#[test]
+fn what_a_round_calls_for_takes_the_turns_of_the_frontiers_compositions_once_and_survives_the_checkpoint() {
+    let cfg = CampaignConfig {
+        runs: None,
+        budget: None,
+        seed: 7,
+        out: std::env::temp_dir().join(format!("deja-follow-ups-{}", std::process::id())),
+        resume: false,
+        strategy: Strategy::Coverage,
+        mode: Mode::Faults,
+        stop_at_first_bug: false,
+        jobs: 1,
+        shard: None,
+        block_coverage: false,
+        cover: Vec::new(),
+        late_forks: 0,
+        verify_forks: 0,
+        perturb_forks: false,
+    };
+    std::fs::create_dir_all(cfg.out.join("corpus")).unwrap();
+    let mut state = blank::<Plan>();
+    let origin = Entry {
+        input: Plan::default(),
+        new: 1,
+        picks: 0,
+        decisions: mixed(),
+        focus: None,
+        features: Vec::new(),
+        found_round: 0,
+        durable_writes: 0,
+        io_ops: Vec::new(),
+        pending_at_crash: None,
+        nodes: Vec::new(),
+    };
+    state.corpus.push(origin);
+    let mut ran = Vec::new();
+    let mut saved = None;
+    for _ in 0..40 {
+        let input = plan_round(&Plans, &cfg, Seeds::new(None), &mut state);
+        let out = input.n;
+        ran.push(out);
+        learn_round(&Plans, &cfg, &mut state, input, &out, 0.0).unwrap();
+        if out == 2 {
+            saved = Some(serde_json::to_string(&state).unwrap());
+        }
+    }
+    let planned: Vec<u64> = ran.iter().copied().filter(|n| *n != 100).collect();
+    // The follow-ups take the turn of the next composition (6), once; the compositions of what
+    // they decided (4 and 5) are passed over; the single faults keep their turns (1 to 3).
+    assert_eq!(planned, [1, 2, 3, 20, 21, 6], "{ran:?}");
+    assert!(ran.iter().filter(|n| **n == 100).count() >= 4, "mutations keep their turns: {ran:?}");
+    let c = state.books.campaign(&state, &Plans.identity());
+    assert_eq!(c.frontier, Some(report::Frontier { tried: 4, total: 6, followed: 2, passed_over: 2 }));
+    // What each showed counts, but a crash after a failed sync is no parent for mutations.
+    assert_eq!(state.semantic.iter().copied().collect::<Vec<_>>(), [1, 2, 3, 6, 20, 21, 100]);
+    let parents: Vec<u64> = state.corpus.iter().map(|e| e.input.n).collect();
+    assert_eq!(parents, [0, 1, 2, 3, 100], "{parents:?}");
+    assert_eq!(state.passed_over.iter().collect::<Vec<_>>(), ["b"]);
+    // A checkpoint taken between the call and its rounds keeps them.
+    let back: State<Plan, ()> = serde_json::from_str(&saved.unwrap()).unwrap();
+    assert_eq!(back.follow_ups, [plan(20), plan(21)]);
+    assert_eq!(back.followed.iter().collect::<Vec<_>>(), ["a"]);
+    // A campaign whose rounds call for nothing plans as it did.
+    let mut quiet = blank::<Plan>();
+    quiet.corpus = state.corpus.clone();
+    quiet.corpus.truncate(1);
+    let none: Vec<u64> = (0..12).map(|_| plan_round(&Plans, &cfg, Seeds::new(None), &mut quiet).n).collect();
+    assert!(none.iter().all(|n| *n <= 6 || *n == 100), "{none:?}");
+    std::fs::remove_dir_all(&cfg.out).ok();
 }
