@@ -33,7 +33,13 @@ use serde::{Deserialize, Serialize};
 use deja_rewrite::Channel;
 
 use crate::probe::HostProbe;
-use crate::vm::VmError;
+use crate::vm::{CpuSetup, Vm, VmError};
+
+pub use crate::cores::{
+    allowed_cores, current_core, initial_cores, lowest_schedulable_core, on_another_core, on_core, pin_current_thread,
+    remember_initial_cores, schedulable_cores, set_current_affinity,
+};
+pub use crate::vm::CpuidSource;
 
 /// The environment variable that overrides the remedy.
 pub const ENV: &str = "DEJA_CPU_IDENTITY";
@@ -101,16 +107,6 @@ impl Policy {
             }),
         }
     }
-}
-
-/// Where the guest's CPUID answers come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CpuidSource {
-    /// Ring-3 `cpuid` traps (CPUID faulting) and deja answers from its table.
-    Faulting,
-    /// KVM answers from the entries deja installed, as far as the host honours them.
-    KvmTable,
 }
 
 /// The remedy in force for this process.
@@ -536,114 +532,13 @@ fn cpuid_source(policy: Policy, offered: bool, honoured: bool) -> Result<CpuidSo
     }
 }
 
-/// The host core the calling thread runs on now.
-pub fn current_core() -> Option<u32> {
-    // SAFETY: sched_getcpu takes no arguments and only returns a number (or -1).
-    let c = unsafe { libc::sched_getcpu() };
-    u32::try_from(c).ok()
-}
-
-fn cpu_set(cores: &[u32]) -> libc::cpu_set_t {
-    // SAFETY: cpu_set_t is a plain bit array; all zeros is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in cores {
-        // SAFETY: callers keep `c` below CPU_SETSIZE, so the bit is inside `set`.
-        unsafe { libc::CPU_SET(c as usize, &mut set) };
+impl Vm {
+    /// Creates a VM with `memory` bytes of RAM, the monitor's structures and a vCPU ready for
+    /// ring 3 (but no program yet), with the CPU identity remedy of this process ([`remedy`]).
+    pub fn new(memory: u64) -> Result<Vm, VmError> {
+        let remedy = remedy()?;
+        Vm::with_setup(memory, CpuSetup { faulting: remedy.cpuid == CpuidSource::Faulting, pin: remedy.pinned_core })
     }
-    set
-}
-
-/// Restricts the calling thread to host core `core`.
-pub fn pin_current_thread(core: u32) -> std::io::Result<()> {
-    set_current_affinity(&[core])
-}
-
-/// Sets the calling thread's affinity to `cores`.
-pub fn set_current_affinity(cores: &[u32]) -> std::io::Result<()> {
-    if cores.iter().any(|&c| c as usize >= libc::CPU_SETSIZE as usize) {
-        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
-    }
-    let set = cpu_set(cores);
-    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is the calling thread.
-    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-static INITIAL_CORES: OnceLock<Vec<u32>> = OnceLock::new();
-
-/// The cores the process's main thread could run on before deja pinned anything: call
-/// [`remember_initial_cores`] first thing in `main`; otherwise the calling thread's mask at the
-/// first call.
-pub fn initial_cores() -> Vec<u32> {
-    INITIAL_CORES.get_or_init(allowed_cores).clone()
-}
-
-/// Records the calling thread's affinity mask as the process's initial one (see
-/// [`initial_cores`]).
-pub fn remember_initial_cores() {
-    let _ = INITIAL_CORES.set(allowed_cores());
-}
-
-/// The host cores the calling thread may run on now (its affinity mask), in order.
-pub fn allowed_cores() -> Vec<u32> {
-    // SAFETY: cpu_set_t is a plain bit array; all zeros is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a writable cpu_set_t of the size passed; pid 0 is the calling thread.
-    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if r != 0 {
-        return Vec::new();
-    }
-    (0..libc::CPU_SETSIZE as u32)
-        .filter(|&c| {
-            // SAFETY: CPU_ISSET reads one bit of a valid set; c is below CPU_SETSIZE.
-            unsafe { libc::CPU_ISSET(c as usize, &set) }
-        })
-        .collect()
-}
-
-/// The host cores a thread of this process may be pinned to, whatever its affinity mask now
-/// (a `taskset` narrows the mask, not the cores the process may use). Measured on a scratch
-/// thread, so the caller's own affinity is untouched.
-pub fn schedulable_cores() -> Vec<u32> {
-    // SAFETY: sysconf only reads a system setting.
-    let configured = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.clamp(1, 1024) as u32;
-    std::thread::scope(|s| {
-        s.spawn(|| (0..configured).filter(|&c| pin_current_thread(c).is_ok()).collect::<Vec<u32>>())
-            .join()
-            .unwrap_or_default()
-    })
-}
-
-/// The core the `pinned` remedy uses: the lowest-numbered schedulable core.
-pub fn lowest_schedulable_core() -> Option<u32> {
-    schedulable_cores().first().copied()
-}
-
-/// Runs `f` on a scratch thread pinned to a core this process may use that is not in `seen` (the
-/// cores a run to compare with ran on), or to the first such core when every one was seen; returns
-/// the core and what `f` returned. A confirmation run this way happens on another core than the
-/// run it confirms whenever the machine has one.
-pub fn on_another_core<T: Send>(seen: &[u32], f: impl FnOnce() -> T + Send) -> Result<(u32, T), VmError> {
-    let cores = initial_cores();
-    let core = cores.iter().copied().find(|c| !seen.contains(c)).or(cores.first().copied()).unwrap_or(0);
-    Ok((core, on_core(core, f)?))
-}
-
-/// Runs `f` on a scratch thread pinned to host core `core`, and returns what it returned.
-pub fn on_core<T: Send>(core: u32, f: impl FnOnce() -> T + Send) -> Result<T, VmError> {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            pin_current_thread(core)
-                .map_err(|e| VmError::Config { message: format!("cannot run on host core {core}: {e}") })?;
-            Ok(f())
-        })
-        .join()
-        .map_err(|_| VmError::Config { message: format!("the thread on host core {core} panicked") })?
-    })
 }
 
 #[cfg(test)]

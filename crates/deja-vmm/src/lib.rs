@@ -7,9 +7,12 @@
 //! [`identity`] decides how the guest's view of the host CPU is fixed (CPUID faulting, KVM's
 //! table, pinning) and [`probe`] measures what a guest can still observe.
 
+pub mod affinity;
+pub mod cores;
 pub mod coverage;
 pub mod divergence;
 pub mod fork;
+pub mod hostcheck;
 pub mod identity;
 pub mod layout;
 pub mod paging;
@@ -24,8 +27,9 @@ use deja_kernel::{LoadError, RunReport};
 
 pub use deja_kernel::cpuid;
 pub use fork::{Fork, LateParent, Parent, ResetStats, LATE_FORKS};
+pub use hostcheck::{check_host, probe, HostCheck};
 pub use identity::{Fingerprint, HostProfile, Remedy};
-pub use probe::{check_host, probe, HostCheck, HostProbe};
+pub use probe::HostProbe;
 pub use session::{boot, BootOptions, Session};
 pub use snapshot::{Snapshot, SnapshotError, SnapshotMeta};
 pub use vm::{RegisterPath, Stop, Vm, VmError, VmStats};

@@ -15,12 +15,10 @@
 //! Not captured: host-side counters ([`crate::VmStats`]) and the host hazard probe.
 
 use deja_kernel::{Kernel, PAGE_SIZE};
-use kvm_bindings::{
-    kvm_debugregs, kvm_mp_state, kvm_msr_entry, kvm_regs, kvm_sregs, kvm_vcpu_events, kvm_xcrs, kvm_xsave,
-};
 use serde::{Deserialize, Serialize};
 
 use crate::paging::FrameState;
+pub use crate::vm::{VcpuState, SNAPSHOT_MSRS};
 use crate::vm::{Vm, VmError};
 
 /// Schema version of the snapshot payload inside its envelope (15: the frames carry the
@@ -32,60 +30,6 @@ use crate::vm::{Vm, VmError};
 /// state inside is not self-describing, so an artifact of another schema is refused at its
 /// envelope.
 pub const SNAPSHOT_SCHEMA: u32 = 19;
-
-/// MSRs a snapshot carries: the syscall MSRs, the FS/GS bases, the TSC and SYSENTER state.
-pub const SNAPSHOT_MSRS: [u32; 11] = [
-    0xc000_0081, // STAR
-    0xc000_0082, // LSTAR
-    0xc000_0083, // CSTAR
-    0xc000_0084, // SFMASK
-    0xc000_0100, // FS_BASE
-    0xc000_0101, // GS_BASE
-    0xc000_0102, // KERNEL_GS_BASE
-    0x10,        // TSC
-    0x174,       // SYSENTER_CS
-    0x175,       // SYSENTER_ESP
-    0x176,       // SYSENTER_EIP
-];
-
-/// The vCPU's complete architectural state.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct VcpuState {
-    /// General registers.
-    pub regs: kvm_regs,
-    /// Segment, control and descriptor-table registers.
-    pub sregs: kvm_sregs,
-    /// x87/SSE/AVX state.
-    pub xsave: kvm_xsave,
-    /// Extended control registers.
-    pub xcrs: kvm_xcrs,
-    /// Debug registers.
-    pub debugregs: kvm_debugregs,
-    /// Pending exceptions, interrupts, NMIs.
-    pub events: kvm_vcpu_events,
-    /// Run state.
-    pub mp_state: kvm_mp_state,
-    /// The MSRs of [`SNAPSHOT_MSRS`].
-    pub msrs: Vec<kvm_msr_entry>,
-}
-
-impl Clone for VcpuState {
-    fn clone(&self) -> Self {
-        // `kvm_xsave` ends in a zero-length flexible array and so is not `Clone`; its state is
-        // all in `region`.
-        let xsave = kvm_xsave { region: self.xsave.region, ..Default::default() };
-        VcpuState {
-            regs: self.regs,
-            sregs: self.sregs,
-            xsave,
-            xcrs: self.xcrs,
-            debugregs: self.debugregs,
-            events: self.events,
-            mp_state: self.mp_state,
-            msrs: self.msrs.clone(),
-        }
-    }
-}
 
 /// Facts about the program, for `deja inspect` and for refusing a mismatched continuation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -312,6 +256,9 @@ impl Snapshot {
 mod tests {
     use super::*;
     use crate::layout::PML4_PHYS;
+    use kvm_bindings::{
+        kvm_debugregs, kvm_mp_state, kvm_msr_entry, kvm_regs, kvm_sregs, kvm_vcpu_events, kvm_xcrs, kvm_xsave,
+    };
 
     fn snapshot() -> Snapshot {
         let mut vcpu = VcpuState {

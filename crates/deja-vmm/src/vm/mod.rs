@@ -36,7 +36,6 @@ use vm_memory::{GuestAddress, GuestMemoryBackend};
 use std::sync::Arc;
 
 use crate::coverage::{BlockHit, BlockImage, Seen, INT3};
-use crate::identity::CpuidSource;
 use crate::layout::*;
 use crate::paging::{AddressSpace, RamError, PTE_A, PTE_D, PTE_P, PTE_PS, PTE_U, PTE_W};
 use deja_kernel::cpuid;
@@ -44,7 +43,9 @@ use deja_kernel::cpuid;
 mod run;
 mod state;
 
+pub(crate) use run::ProbeAnswer;
 pub use run::Stop;
+pub use state::{VcpuState, SNAPSHOT_MSRS};
 
 /// Errors of the KVM shell. Guest misbehaviour is never one of these: it ends the guest.
 #[derive(Debug, snafu::Snafu)]
@@ -277,6 +278,16 @@ pub enum RegisterPath {
     Ioctls,
 }
 
+/// Where the guest's CPUID answers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuidSource {
+    /// Ring-3 `cpuid` traps (CPUID faulting) and deja answers from its table.
+    Faulting,
+    /// KVM answers from the entries deja installed, as far as the host honours them.
+    KvmTable,
+}
+
 /// How a VM's CPU identity is set up (see [`crate::identity`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CpuSetup {
@@ -331,14 +342,6 @@ impl std::fmt::Debug for XsaveImage {
 }
 
 impl Vm {
-    /// Creates a VM with `memory` bytes of RAM, the monitor's structures and a vCPU ready for
-    /// ring 3 (but no program yet), with the CPU identity remedy of this process
-    /// ([`crate::identity::remedy`]).
-    pub fn new(memory: u64) -> Result<Vm, VmError> {
-        let remedy = crate::identity::remedy()?;
-        Vm::with_setup(memory, CpuSetup { faulting: remedy.cpuid == CpuidSource::Faulting, pin: remedy.pinned_core })
-    }
-
     /// [`Vm::new`] with an explicit CPU identity setup (for the probe).
     pub fn with_setup(memory: u64, setup: CpuSetup) -> Result<Vm, VmError> {
         let kvm = Kvm::new().map_err(|source| VmError::NoKvm { source })?;
@@ -466,7 +469,7 @@ impl Vm {
     /// Pins the calling thread to the setup's core, if it names one.
     fn pin_thread(&self) -> Result<(), VmError> {
         match self.setup.pin {
-            Some(core) => crate::identity::pin_current_thread(core).map_err(|e| VmError::Config {
+            Some(core) => crate::affinity::pin_current_thread(core).map_err(|e| VmError::Config {
                 message: format!("cannot pin the vCPU thread to host core {core}: {e}"),
             }),
             None => Ok(()),

@@ -63,7 +63,7 @@ impl Vm {
         if matches!(exit, Exit::Interrupted) {
             self.stats.interrupted_exits += 1;
         }
-        self.stats.saw_core(crate::identity::current_core());
+        self.stats.saw_core(crate::affinity::current_core());
         self.pull_registers()?;
         Ok(exit)
     }
@@ -670,7 +670,7 @@ impl Vm {
     /// (vector, rip) on the way. `answer(rip, vector, registers)` says how to answer a trapped
     /// instruction (registers written, flags, its length); `None` is an exception outside a
     /// probed instruction.
-    pub(crate) fn run_probe(&mut self, answer: &crate::probe::Answerer<'_>) -> Result<Vec<(u8, u64)>, VmError> {
+    pub(crate) fn run_probe(&mut self, answer: &Answerer<'_>) -> Result<Vec<(u8, u64)>, VmError> {
         self.pin_thread()?;
         let mut seen = Vec::new();
         for _ in 0..256 {
@@ -762,4 +762,15 @@ struct Frame {
     rip: u64,
     rflags: u64,
     rsp: u64,
+}
+
+/// How the probe answers a trapped instruction at (rip, vector) given the registers in x86's
+/// encoding order; `None` for an exception outside a probed instruction.
+pub(crate) type Answerer<'a> = dyn Fn(u64, u8, &[u64; 16]) -> Option<ProbeAnswer> + 'a;
+
+/// How the probe answers a trapped instruction: registers, flags, length.
+pub(crate) struct ProbeAnswer {
+    pub(crate) writes: Vec<deja_kernel::RegWrite>,
+    pub(crate) flags: Option<u64>,
+    pub(crate) len: u64,
 }

@@ -2,6 +2,62 @@
 //! thread, the saved contexts of the others, and KVM's dirty log of guest frames.
 
 use super::*;
+use kvm_bindings::{kvm_debugregs, kvm_mp_state, kvm_regs, kvm_sregs, kvm_vcpu_events, kvm_xcrs};
+use serde::{Deserialize, Serialize};
+
+/// MSRs a snapshot carries: the syscall MSRs, the FS/GS bases, the TSC and SYSENTER state.
+pub const SNAPSHOT_MSRS: [u32; 11] = [
+    0xc000_0081, // STAR
+    0xc000_0082, // LSTAR
+    0xc000_0083, // CSTAR
+    0xc000_0084, // SFMASK
+    0xc000_0100, // FS_BASE
+    0xc000_0101, // GS_BASE
+    0xc000_0102, // KERNEL_GS_BASE
+    0x10,        // TSC
+    0x174,       // SYSENTER_CS
+    0x175,       // SYSENTER_ESP
+    0x176,       // SYSENTER_EIP
+];
+
+/// The vCPU's complete architectural state.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct VcpuState {
+    /// General registers.
+    pub regs: kvm_regs,
+    /// Segment, control and descriptor-table registers.
+    pub sregs: kvm_sregs,
+    /// x87/SSE/AVX state.
+    pub xsave: kvm_xsave,
+    /// Extended control registers.
+    pub xcrs: kvm_xcrs,
+    /// Debug registers.
+    pub debugregs: kvm_debugregs,
+    /// Pending exceptions, interrupts, NMIs.
+    pub events: kvm_vcpu_events,
+    /// Run state.
+    pub mp_state: kvm_mp_state,
+    /// The MSRs of [`SNAPSHOT_MSRS`].
+    pub msrs: Vec<kvm_msr_entry>,
+}
+
+impl Clone for VcpuState {
+    fn clone(&self) -> Self {
+        // `kvm_xsave` ends in a zero-length flexible array and so is not `Clone`; its state is
+        // all in `region`.
+        let xsave = kvm_xsave { region: self.xsave.region, ..Default::default() };
+        VcpuState {
+            regs: self.regs,
+            sregs: self.sregs,
+            xsave,
+            xcrs: self.xcrs,
+            debugregs: self.debugregs,
+            events: self.events,
+            mp_state: self.mp_state,
+            msrs: self.msrs.clone(),
+        }
+    }
+}
 
 impl Vm {
     /// The FS and GS bases the monitor last loaded.
@@ -10,22 +66,20 @@ impl Vm {
     }
 
     /// The vCPU's complete state, as a snapshot holds it.
-    pub fn vcpu_state(&mut self) -> Result<crate::snapshot::VcpuState, VmError> {
+    pub fn vcpu_state(&mut self) -> Result<VcpuState, VmError> {
         // CR3 as the guest will run: the core may have switched spaces since its last exit.
         self.follow_space();
         let sync = self.vcpu.sync_regs();
-        let mut msrs = Msrs::from_entries(
-            &crate::snapshot::SNAPSHOT_MSRS.map(|index| kvm_msr_entry { index, ..Default::default() }),
-        )
-        .map_err(|_| VmError::Unexpected { what: "MSR list too large".into(), rip: 0 })?;
+        let mut msrs = Msrs::from_entries(&SNAPSHOT_MSRS.map(|index| kvm_msr_entry { index, ..Default::default() }))
+            .map_err(|_| VmError::Unexpected { what: "MSR list too large".into(), rip: 0 })?;
         let n = ioctl("KVM_GET_MSRS", self.vcpu.get_msrs(&mut msrs))?;
-        if n != crate::snapshot::SNAPSHOT_MSRS.len() {
+        if n != SNAPSHOT_MSRS.len() {
             return Err(VmError::Unexpected {
                 what: format!("KVM returned {n} of the snapshot MSRs"),
                 rip: sync.regs.rip,
             });
         }
-        Ok(crate::snapshot::VcpuState {
+        Ok(VcpuState {
             regs: sync.regs,
             sregs: sync.sregs,
             xsave: ioctl("KVM_GET_XSAVE", self.vcpu.get_xsave())?,
@@ -38,12 +92,7 @@ impl Vm {
     }
 
     /// Loads a complete vCPU state (into a VM that has not run, or between runs).
-    pub fn set_vcpu_state(
-        &mut self,
-        st: &crate::snapshot::VcpuState,
-        fs_base: u64,
-        gs_base: u64,
-    ) -> Result<(), VmError> {
+    pub fn set_vcpu_state(&mut self, st: &VcpuState, fs_base: u64, gs_base: u64) -> Result<(), VmError> {
         self.check_root(st)?;
         ioctl("KVM_SET_SREGS", self.vcpu.set_sregs(&st.sregs))?;
         ioctl("KVM_SET_REGS", self.vcpu.set_regs(&st.regs))?;
@@ -85,12 +134,7 @@ impl Vm {
 
     /// Loads the registers a ring-3 child can change (REGS, SREGS, XSAVE) for a fork reset;
     /// REGS and SREGS travel through the sync area, so only XSAVE costs an ioctl.
-    pub(crate) fn set_child_state(
-        &mut self,
-        st: &crate::snapshot::VcpuState,
-        fs_base: u64,
-        gs_base: u64,
-    ) -> Result<(), VmError> {
+    pub(crate) fn set_child_state(&mut self, st: &VcpuState, fs_base: u64, gs_base: u64) -> Result<(), VmError> {
         self.check_root(st)?;
         // SAFETY: as in `set_vcpu_state`: a whole 4 KiB `kvm_xsave` read back from this VM.
         ioctl("KVM_SET_XSAVE", unsafe { self.vcpu.set_xsave(&st.xsave) })?;
@@ -107,7 +151,7 @@ impl Vm {
     }
 
     /// The address space restored with the frames must be the one the vCPU state runs in.
-    fn check_root(&self, st: &crate::snapshot::VcpuState) -> Result<(), VmError> {
+    fn check_root(&self, st: &VcpuState) -> Result<(), VmError> {
         if st.sregs.cr3 != self.space.root() {
             return Err(VmError::Unexpected {
                 what: format!(
