@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::faults::{IoErrno, IoOp};
+use crate::fault_kinds::{IoErrno, IoOp};
 
 /// A random fault of a cluster's schedule (see `deja-cluster`): the kinds a [`DecisionPoint`]
 /// names in its gaps and targets.

@@ -16,11 +16,10 @@
 //! never|always|exit=CODES`; `fail_stop` per node in cluster files), and the SDK's
 //! `fail_stop_is_failure` is `never`.
 //!
-//! Owns [`FailStopMode`], [`FailStop`] and the rule itself ([`FaultState::fail_stop`]); uses
-//! only the fault state.
+//! Owns [`FailStop`] and the rule itself ([`FaultState::fail_stop`]); its setting,
+//! [`FailStopMode`], is one of the words of faults (`fault_kinds.rs`). Uses only the fault state.
 
-use serde::{Deserialize, Serialize};
-
+pub use crate::fault_kinds::FailStopMode;
 use crate::faults::{FaultKind, FaultState, MAX_FAIL_STOP_LIVES};
 
 /// Commits after the first injected error from which, under [`FailStopMode::Auto`], a
@@ -28,63 +27,6 @@ use crate::faults::{FaultKind, FaultState, MAX_FAIL_STOP_LIVES};
 /// it stops (SQLite rolls its journal back into the database and syncs it, then exits with
 /// `SQLITE_IOERR`); a second is working on.
 pub const AUTO_COMMITS: u64 = 2;
-
-/// How a life that ends non-zero after an injected I/O error is judged.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FailStopMode {
-    /// A fail-stop unless the life committed [`AUTO_COMMITS`] times or more after the first
-    /// injected error (wrote to a file the faults may strike, then made it durable); otherwise
-    /// a failure.
-    #[default]
-    Auto,
-    /// Never a fail-stop: the exit is the verdict.
-    Never,
-    /// Always a fail-stop, whatever the program did after the error.
-    Always,
-    /// A fail-stop when the program exits with one of these codes ("stopped on purpose");
-    /// any other status, and every signal, is a failure.
-    Exit(Vec<i32>),
-}
-
-impl FailStopMode {
-    /// Reads `auto`, `never`, `always` or `exit=2,3`.
-    pub fn parse(text: &str) -> Result<FailStopMode, String> {
-        match text.trim() {
-            "auto" => Ok(FailStopMode::Auto),
-            "never" => Ok(FailStopMode::Never),
-            "always" => Ok(FailStopMode::Always),
-            t => {
-                let Some(codes) = t.strip_prefix("exit=") else {
-                    return Err(format!(
-                        "fail-stop {t:?}: expected auto, never, always or exit=CODES (exit=2,3: the exit codes that \
-                         mean a stop on purpose)"
-                    ));
-                };
-                let codes: Result<Vec<i32>, String> = codes
-                    .split(',')
-                    .map(|c| match c.trim().parse::<i32>() {
-                        Ok(n) if (1..=255).contains(&n) => Ok(n),
-                        _ => Err(format!("fail-stop {t:?}: {c:?} is not an exit code from 1 to 255")),
-                    })
-                    .collect();
-                Ok(FailStopMode::Exit(codes?))
-            }
-        }
-    }
-
-    /// Its words, as [`FailStopMode::parse`] reads them.
-    pub fn words(&self) -> String {
-        match self {
-            FailStopMode::Auto => "auto".into(),
-            FailStopMode::Never => "never".into(),
-            FailStopMode::Always => "always".into(),
-            FailStopMode::Exit(codes) => {
-                format!("exit={}", codes.iter().map(i32::to_string).collect::<Vec<_>>().join(","))
-            }
-        }
-    }
-}
 
 /// How a life that stops after an injected fault is treated (see [`FaultState::fail_stop`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

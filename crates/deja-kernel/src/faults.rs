@@ -33,6 +33,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use crate::decision_point::{DecisionPoint, RandomFault};
+pub use crate::fault_kinds::{FaultKind, IoErrno, IoOp};
 use crate::persist::{ensure, Persist, RestoreError};
 use crate::rng::RandomStream;
 
@@ -92,7 +93,7 @@ pub struct FaultConfig {
     pub kill_process: Vec<ProcessKill>,
     /// How a life that ends non-zero after an injected I/O error is judged (`--fail-stop`).
     #[serde(default)]
-    pub fail_stop: crate::fail_stop::FailStopMode,
+    pub fail_stop: crate::fault_kinds::FailStopMode,
     /// The text that marks the line a failing program says what failed in (`VIOLATION:`,
     /// `--failure-marker`): the last output line holding it (within its first
     /// [`crate::TAIL_LINE_BYTES`] bytes) names an exit's failure, from the marker on, instead of
@@ -411,74 +412,6 @@ pub struct CrashAt {
     pub models: Vec<crate::fs::CrashModel>,
 }
 
-/// An operation an [`ErrorRule`] can fail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum IoOp {
-    /// `write`, `pwrite64`, `writev`, `pwritev` to a regular file.
-    Write,
-    /// `fsync`, `fdatasync`, `sync_file_range` with WRITE (of the file or directory), `syncfs`
-    /// (path `/`).
-    Fsync,
-    /// `truncate`, `ftruncate`, `O_TRUNC` of a non-empty file.
-    Truncate,
-    /// A growing `fallocate`.
-    Fallocate,
-    /// Creating a file (`open` with `O_CREAT` of a new name) or a directory (`mkdir`).
-    Create,
-    /// `rename`/`renameat2` (the rule's path is the source or the target).
-    Rename,
-    /// `read`, `pread64`, `readv`, `preadv` of a regular file.
-    Read,
-}
-
-impl IoOp {
-    /// Its name in decision points and the ledger.
-    pub fn name(self) -> &'static str {
-        match self {
-            IoOp::Write => "write",
-            IoOp::Fsync => "fsync",
-            IoOp::Truncate => "truncate",
-            IoOp::Fallocate => "fallocate",
-            IoOp::Create => "create",
-            IoOp::Rename => "rename",
-            IoOp::Read => "read",
-        }
-    }
-
-    /// Every kind, in order.
-    pub const ALL: [IoOp; 7] =
-        [IoOp::Write, IoOp::Fsync, IoOp::Truncate, IoOp::Fallocate, IoOp::Create, IoOp::Rename, IoOp::Read];
-}
-
-/// The error an [`ErrorRule`] injects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum IoErrno {
-    /// `EIO`.
-    Eio,
-    /// `ENOSPC`.
-    Enospc,
-}
-
-impl IoErrno {
-    /// The errno value.
-    pub fn value(self) -> i32 {
-        match self {
-            IoErrno::Eio => crate::errno::EIO,
-            IoErrno::Enospc => crate::errno::ENOSPC,
-        }
-    }
-
-    /// `eio` or `enospc`.
-    pub fn name(self) -> &'static str {
-        match self {
-            IoErrno::Eio => "eio",
-            IoErrno::Enospc => "enospc",
-        }
-    }
-}
-
 /// An error placed on a chosen operation: the `nth` (from 1; 0: every one) `op` on `path` fails
 /// with `errno` before it changes anything. A failed sync drops the pending operations it would
 /// have made durable. For reads, `range` limits the rule to reads that overlap `[start, end)`.
@@ -614,42 +547,6 @@ pub struct IoCount {
     pub path: String,
     /// How many times.
     pub count: u64,
-}
-
-/// What kind of fault a [`FaultRecord`] is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FaultKind {
-    /// The node crashed (before or after a durable write, or at exit).
-    Crash,
-    /// A crash lost unsynced data or directory changes of a path.
-    LostUnsynced,
-    /// A process of the node was killed (`SIGKILL`); the node went on.
-    Kill,
-    /// A crash kept a sector prefix of a pending write.
-    TornWrite,
-    /// A crash kept a subset of the pending operations.
-    ReorderedWrites,
-    /// An operation failed with EIO.
-    Eio,
-    /// An operation failed with ENOSPC.
-    Enospc,
-}
-
-impl FaultKind {
-    /// Its name, as serialized (`crash`, `lost_unsynced`, `kill`, `torn_write`, `reordered_writes`, `eio`,
-    /// `enospc`).
-    pub fn name(self) -> &'static str {
-        match self {
-            FaultKind::Crash => "crash",
-            FaultKind::LostUnsynced => "lost_unsynced",
-            FaultKind::Kill => "kill",
-            FaultKind::TornWrite => "torn_write",
-            FaultKind::ReorderedWrites => "reordered_writes",
-            FaultKind::Eio => "eio",
-            FaultKind::Enospc => "enospc",
-        }
-    }
 }
 
 /// One entry of the fault ledger.

@@ -111,6 +111,7 @@ mod disk;
 mod elf;
 mod errno;
 mod fail_stop;
+mod fault_kinds;
 mod faults;
 mod fd;
 mod file_ops;
@@ -167,12 +168,11 @@ pub use elf::{dynamic_needs, DynamicNeeds};
 pub fn elf_interpreter(image: &[u8]) -> Option<String> {
     elf::parse(image).ok()?.interp
 }
-pub use fail_stop::FailStopMode;
+pub use fault_kinds::{FailStopMode, FaultKind, IoErrno, IoOp};
 pub use faults::under;
 pub use faults::{
     CrashAt, CrashState, DecisionLog, DecisionPoint, DecisionRecord, DurableOp, ErrorRule, FailedSync, FaultConfig,
-    FaultKind, FaultRecord, IoCount, IoErrno, IoOp, KeptOps, OpCrash, ProcessKill, RandomFault, When, MAX_DURABLE_LOG,
-    MAX_FAIL_STOP_LIVES,
+    FaultRecord, IoCount, KeptOps, OpCrash, ProcessKill, RandomFault, When, MAX_DURABLE_LOG, MAX_FAIL_STOP_LIVES,
 };
 pub use fs::{CrashModel, FsConfig};
 pub use kernel::CrashStates;

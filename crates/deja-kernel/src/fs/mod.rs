@@ -84,7 +84,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::disk::{parent_of, Disk, DiskEntry};
 use crate::errno::*;
-use crate::faults::FaultKind;
+use crate::fault_kinds::FaultKind;
 use crate::fd::{ino_of, Stat, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFREG, S_IFSOCK};
 use crate::persist::{ensure, RestoreError};
 
