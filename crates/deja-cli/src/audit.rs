@@ -15,7 +15,7 @@ use deja_vmm::divergence::{first_difference, RunRecord};
 use serde::Serialize;
 
 use crate::exit::Exit;
-use crate::run::Failure;
+use crate::run_args::Failure;
 
 /// Writes a record for the parent (`--audit-record FILE`).
 pub fn write_record(record: &RunRecord, path: &Path) -> Result<(), Failure> {

@@ -8,7 +8,7 @@ use deja_cluster::{ClusterConfig, ClusterReport, ConfigError, Outcome, RunOption
 use deja_kernel::{ExitStatus, Stream};
 
 use crate::exit::Exit;
-use crate::run::{Failure, RunArgs};
+use crate::run_args::{Failure, RunArgs};
 
 /// Loads a cluster file, with `--seed` applied.
 pub fn load(path: &Path, seed: Option<u64>) -> Result<ClusterConfig, Failure> {
@@ -288,7 +288,7 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<Exit, Failure> {
     if args.json {
         // The last line of stderr, like a single run's summary.
         let mut json = serde_json::to_value(&first).map_err(|e| Failure::new(Exit::DejaFailed, e.to_string()))?;
-        json["host"] = crate::run::HostSummary::new(host).to_json();
+        json["host"] = crate::run_report::HostSummary::new(host).to_json();
         json["audit"] = serde_json::to_value(&audit).expect("plain data serializes");
         eprintln!("{json}");
     }

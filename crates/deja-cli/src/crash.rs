@@ -13,7 +13,7 @@ use std::io::Write;
 use deja_kernel::{CrashState, ProgramSpec};
 use deja_vmm::{lives_digest, Incarnation, Session};
 
-use crate::run::{crash_state_arg, replay_command_with, RunArgs};
+use crate::run_args::{crash_state_arg, replay_command_with, RunArgs};
 
 /// What one crash state at one crash point showed.
 #[derive(Debug, Clone, serde::Serialize)]

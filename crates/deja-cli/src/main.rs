@@ -16,6 +16,7 @@ mod explore;
 mod inspect;
 mod rootfs;
 mod run;
+mod run_args;
 mod run_report;
 mod serve;
 

@@ -12,7 +12,7 @@ use deja_cluster::image;
 use deja_image::Node;
 
 use crate::exit::Exit;
-use crate::run::Failure;
+use crate::run_args::Failure;
 
 pub use deja_cluster::image::RootInput;
 

@@ -7,8 +7,6 @@ use std::io::Write;
 use deja_kernel::{ExitStatus, RunReport};
 use serde::Serialize;
 
-use crate::run::describe_exit;
-
 /// The schema of a run's JSON summary (`contracts/run-report.schema.json`).
 pub const RUN_REPORT_SCHEMA: &str = "deja.run-report/1";
 
@@ -336,5 +334,26 @@ pub(crate) fn print_host_channels(e: &mut impl Write, hc: &deja_kernel::hostchan
     }
     if hc.traps.total() > 0 {
         let _ = writeln!(e, "deja: rewritten instructions answered by deja: {}", list(&hc.traps));
+    }
+}
+
+/// How a life ended, in words (`exited with code 1`, `killed by SIGSEGV (signal 11): … at rip …`).
+pub(crate) fn describe_exit(status: &ExitStatus) -> String {
+    match status {
+        ExitStatus::Exited { code } => format!("exited with code {code}"),
+        ExitStatus::Signaled { signal, name, fault } => {
+            let mut s = format!("killed by {name} (signal {signal})");
+            if let Some(f) = fault {
+                s.push_str(&format!(": {}", f.description));
+                // Not a CPU fault (a deadlock, a refused signal frame): no instruction to name.
+                if f.vector != 0 || f.rip != 0 {
+                    s.push_str(&format!(" at rip {:#x}", f.rip));
+                }
+                if let Some(a) = f.addr {
+                    s.push_str(&format!(", address {a:#x}"));
+                }
+            }
+            s
+        }
     }
 }

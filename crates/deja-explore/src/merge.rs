@@ -23,21 +23,14 @@ use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde_json::Value;
 
-use crate::campaign::{assertion_status, edges_hit, keep, Books, Campaign, Entry, Program, State, CHECKPOINT_SCHEMA};
+use crate::campaign::{
+    assertion_status, edges_hit, keep, read_state, AnyState, Books, Campaign, Entry, Program, CHECKPOINT_SCHEMA,
+};
 use crate::cluster::CLUSTER_BUG_SCHEMA;
 use crate::input::BUG_SCHEMA;
 use crate::signature::FailureSignature;
 use crate::ExploreError;
 use snafu::{ensure, ResultExt};
-
-/// A checkpoint of any subject, its inputs and reference as plain JSON.
-pub(crate) type AnyState = State<Value, Value>;
-
-/// Reads the checkpoint of the campaign in `dir`.
-pub(crate) fn read_state(dir: &Path) -> Result<AnyState, ExploreError> {
-    let path = dir.join("checkpoint.json");
-    Ok(CHECKPOINT_SCHEMA.read(&path)?)
-}
 
 /// Brings the input files a campaign in `dir` kept (`inputs/`, each named by its BLAKE3) into
 /// `out`'s, so that the merged bugs replay where the shards' did: a hard link where the file

@@ -65,6 +65,15 @@ pub(crate) struct State<I, R> {
 /// Follow-ups a campaign calls for, at most (by key: a failed sync is one, with its crashes).
 pub(crate) const MAX_FOLLOW_UPS: usize = 256;
 
+/// A checkpoint of any subject, its inputs and reference as plain JSON.
+pub(crate) type AnyState = State<serde_json::Value, serde_json::Value>;
+
+/// Reads the checkpoint of the campaign in `dir`, whatever its subject.
+pub(crate) fn read_state(dir: &Path) -> Result<AnyState, ExploreError> {
+    let path = dir.join("checkpoint.json");
+    Ok(CHECKPOINT_SCHEMA.read(&path)?)
+}
+
 /// Kinds of fail-stop a campaign lists, at most.
 pub(crate) const MAX_FAIL_STOP_KINDS: usize = 50;
 
@@ -550,7 +559,7 @@ pub fn saved(dir: &Path) -> Result<(Campaign, bool), ExploreError> {
     if !dir.join("checkpoint.json").exists() {
         return report.map(|c| (c, true)).context(crate::NoCampaignSnafu { dir });
     }
-    let state = crate::merge::read_state(dir)?;
+    let state = read_state(dir)?;
     match report {
         Some(c) if c.rounds == state.books.round => Ok((c, true)),
         _ => {

@@ -62,6 +62,7 @@ mod pool;
 pub(crate) use books::{assertion_status, edges_hit, keep, Books, Novelty, State};
 pub use books::{bug_id, saved, write_reports};
 use books::{learn, new_state, resume};
+pub(crate) use books::{read_state, AnyState};
 pub(crate) use mutate::{energy, first_change, late_anchor, mutate_decisions, pick_weighted};
 use pool::{worker_loop, Batch, Pool, Returned};
 
