@@ -15,8 +15,13 @@ fn d(options: u64, choice: u64, random: bool, fault: bool, structural: bool) -> 
 
 /// A corpus entry of `decisions`, focused at `focus`.
 fn entry(decisions: Vec<Decision>, focus: Option<u64>) -> Entry<()> {
+    entry_of((), decisions, focus)
+}
+
+/// A corpus entry of `input` and `decisions`, focused at `focus`.
+fn entry_of<I>(input: I, decisions: Vec<Decision>, focus: Option<u64>) -> Entry<I> {
     Entry {
-        input: (),
+        input,
         new: 1,
         picks: 0,
         decisions,
@@ -432,20 +437,7 @@ fn what_a_round_calls_for_takes_the_turns_of_the_frontiers_compositions_once_and
     };
     std::fs::create_dir_all(cfg.out.join("corpus")).unwrap();
     let mut state = blank::<Plan>();
-    let origin = Entry {
-        input: Plan::default(),
-        new: 1,
-        picks: 0,
-        decisions: mixed(),
-        focus: None,
-        features: Vec::new(),
-        found_round: 0,
-        durable_writes: 0,
-        io_ops: Vec::new(),
-        pending_at_crash: None,
-        nodes: Vec::new(),
-    };
-    state.corpus.push(origin);
+    state.corpus.push(entry_of(Plan::default(), mixed(), None));
     let mut ran = Vec::new();
     let mut saved = None;
     for _ in 0..40 {
