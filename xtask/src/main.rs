@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 mod modules;
+mod placement;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the repository").to_path_buf()
@@ -423,7 +424,8 @@ fn main() -> ExitCode {
         "dogfood" => dogfood(),
         "provision" => provision(&std::env::args().skip(2).collect::<Vec<_>>()),
         "modules" => modules::report(&root().join("crates")),
-        _ => Err("usage: cargo xtask <guests|demo|dogfood|modules|provision PACKAGE...>".to_string()),
+        "guest-kernel" => placement::check(&root()),
+        _ => Err("usage: cargo xtask <guests|demo|dogfood|modules|guest-kernel|provision PACKAGE...>".to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -14,6 +14,7 @@
 //! Counters are bucketed like AFL's (see [`bucket`]) so that loop counts that differ a little
 //! give the same map.
 
+use crate::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::persist::{ensure, RestoreError};

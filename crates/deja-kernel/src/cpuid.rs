@@ -20,6 +20,7 @@
 //! the topology leaf `0xb`, whose subleaves past the last level report an invalid level with the
 //! subleaf number in ECX\[7:0\], as hardware does.
 
+use crate::prelude::*;
 use deja_rewrite::Channel;
 
 /// One CPUID answer.

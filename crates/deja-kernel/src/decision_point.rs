@@ -2,6 +2,7 @@
 //! kernel or a cluster takes, written in logs and bug files as the words the log has always
 //! recorded, and read back from them exactly (words no variant writes stay [`DecisionPoint::Other`]).
 
+use crate::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::fault_kinds::{IoErrno, IoOp};
@@ -50,7 +51,7 @@ impl RandomFault {
 /// keeps its bytes. Parsing is exact: a variant is chosen only when its `Display` gives the
 /// string back byte for byte (`sdk random #07` is `Other`).
 ///
-/// [`Display`]: std::fmt::Display
+/// [`Display`]: core::fmt::Display
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum DecisionPoint {
     /// `sdk random #N`: the SDK's `Random` request number `n` (from 1).
@@ -271,8 +272,8 @@ fn number(s: &str) -> Option<u64> {
     s.parse().ok().filter(|n: &u64| n.to_string() == s)
 }
 
-impl std::fmt::Display for DecisionPoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl core::fmt::Display for DecisionPoint {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         use DecisionPoint as P;
         if let Some(words) = self.fixed_words() {
             return f.write_str(words);
@@ -310,8 +311,8 @@ impl std::fmt::Display for DecisionPoint {
     }
 }
 
-impl std::str::FromStr for DecisionPoint {
-    type Err = std::convert::Infallible;
+impl core::str::FromStr for DecisionPoint {
+    type Err = core::convert::Infallible;
 
     /// Never fails: a string no variant parses exactly is [`DecisionPoint::Other`].
     fn from_str(s: &str) -> Result<DecisionPoint, Self::Err> {
@@ -333,14 +334,14 @@ impl PartialEq<&str> for DecisionPoint {
     fn eq(&self, other: &&str) -> bool {
         /// Consumes `0` while what is written matches it.
         struct Rest<'a>(&'a str);
-        impl std::fmt::Write for Rest<'_> {
-            fn write_str(&mut self, s: &str) -> std::fmt::Result {
-                self.0 = self.0.strip_prefix(s).ok_or(std::fmt::Error)?;
+        impl core::fmt::Write for Rest<'_> {
+            fn write_str(&mut self, s: &str) -> core::fmt::Result {
+                self.0 = self.0.strip_prefix(s).ok_or(core::fmt::Error)?;
                 Ok(())
             }
         }
         let mut rest = Rest(other);
-        std::fmt::write(&mut rest, format_args!("{self}")).is_ok() && rest.0.is_empty()
+        core::fmt::write(&mut rest, format_args!("{self}")).is_ok() && rest.0.is_empty()
     }
 }
 

@@ -12,7 +12,8 @@
 //!
 //! [`ProgramSpec`]: crate::ProgramSpec
 
-use std::collections::BTreeMap;
+use crate::prelude::*;
+use alloc::collections::BTreeMap;
 
 use snafu::Snafu;
 

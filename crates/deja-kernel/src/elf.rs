@@ -5,6 +5,7 @@
 //! refuse what deja cannot run, each with its own message. A hostile or truncated image yields a
 //! [`LoadError`] (an [`ElfError`] says what is damaged), never a panic.
 
+use crate::prelude::*;
 use object::elf::{self as defs, FileHeader64, ProgramHeader64};
 use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _};
 use object::{LittleEndian, ReadRef as _};
@@ -273,7 +274,7 @@ pub fn parse(image: &[u8]) -> Result<ElfImage, LoadError> {
         Some(p) => {
             let bytes = image.read_bytes_at(p.p_offset, p.p_filesz).unwrap_or(&[]);
             let bytes = bytes.split(|b| *b == 0).next().unwrap_or(&[]);
-            match std::str::from_utf8(bytes) {
+            match core::str::from_utf8(bytes) {
                 Ok(name) if name.starts_with('/') => Some(name.to_string()),
                 _ => {
                     let name = String::from_utf8_lossy(bytes).into_owned();

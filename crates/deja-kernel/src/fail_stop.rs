@@ -21,6 +21,7 @@
 
 pub use crate::fault_kinds::FailStopMode;
 use crate::faults::{FaultKind, FaultState, MAX_FAIL_STOP_LIVES};
+use crate::prelude::*;
 
 /// Commits after the first injected error from which, under [`FailStopMode::Auto`], a
 /// non-zero stop is a failure: one commit is what a careful program's clean-up may make before

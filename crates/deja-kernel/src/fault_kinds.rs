@@ -4,6 +4,7 @@
 //! ([`FaultKind`]), and how a stop after an injected error is judged ([`FailStopMode`]). A
 //! leaf: it uses nothing of the crate but errno values.
 
+use crate::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// An operation an [`ErrorRule`](crate::ErrorRule) can fail.

@@ -28,7 +28,8 @@
 //!
 //! Crash points, crash states and crash images: see [`crate::fs`].
 
-use std::collections::BTreeMap;
+use crate::prelude::*;
+use alloc::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 

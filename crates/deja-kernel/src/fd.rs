@@ -5,8 +5,9 @@
 //!
 //! [`ProgramSpec::stdin`]: crate::ProgramSpec::stdin
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use crate::prelude::*;
+use alloc::collections::BTreeMap;
+use alloc::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -109,7 +110,7 @@ pub fn normalize(base: &str, path: &[u8]) -> Result<(String, bool), i32> {
     if path.len() >= 4096 {
         return Err(ENAMETOOLONG);
     }
-    let path = std::str::from_utf8(path).map_err(|_| ENOENT)?;
+    let path = core::str::from_utf8(path).map_err(|_| ENOENT)?;
     let mut parts: Vec<&str> = Vec::new();
     if !path.starts_with('/') {
         parts.extend(base.split('/').filter(|c| !c.is_empty()));
@@ -325,7 +326,7 @@ impl FdTable {
     /// `from` is gone: then it must have closed them all).
     pub fn switch(&mut self, from: Option<u64>, to: u64) {
         let incoming = self.parked.remove(&to).unwrap_or_default();
-        let outgoing = std::mem::replace(&mut self.fds, incoming);
+        let outgoing = core::mem::replace(&mut self.fds, incoming);
         if let Some(from) = from {
             self.parked.insert(from, outgoing);
         }

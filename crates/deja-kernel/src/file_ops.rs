@@ -12,7 +12,8 @@
 //! the kind gives, and the handler supplies those effects. Every answer is the errno or the
 //! value Linux gives for that kind; the tests below pin each one for every kind.
 
-use std::sync::Arc;
+use crate::prelude::*;
+use alloc::sync::Arc;
 
 use crate::errno::*;
 use crate::fd::{object_of, FdTable, FileKind, OpenFile, Stat, FILE_TIME_S, O_PATH, S_IFIFO};
@@ -382,7 +383,7 @@ impl OpenFile {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use alloc::collections::BTreeMap;
 
     use super::*;
     use crate::fd::O_RDWR;

@@ -30,8 +30,9 @@
 //! later `mprotect`, is not rewritten; the sites the rewriter refused (see
 //! [`deja_rewrite::Doubt`]) run natively. Each is named in the run report.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use crate::prelude::*;
+use alloc::collections::BTreeMap;
+use alloc::sync::Arc;
 
 use deja_rewrite::{Channel, Doubt, Plan};
 use serde::{Deserialize, Serialize};
@@ -490,24 +491,50 @@ pub fn answer(
 pub type Answer = (Vec<RegWrite>, Option<u64>);
 
 /// Plans `bytes` as an ELF image (or raw code from `base` when it is not one), once per
-/// distinct content in this process: a campaign boots the same program thousands of times.
+/// distinct content in this process when the host placement runs it: a campaign boots the same
+/// program thousands of times. In the guest placement a VM plans each image it loads.
 pub(crate) fn plan_file(bytes: &[u8]) -> Arc<Plan> {
-    static MEMO: Mutex<Vec<([u8; 32], Arc<Plan>)>> = Mutex::new(Vec::new());
-    let key = *blake3::hash(bytes).as_bytes();
-    if let Ok(memo) = MEMO.lock() {
-        if let Some((_, p)) = memo.iter().find(|(k, _)| *k == key) {
-            return p.clone();
+    memo::plan(bytes, || {
+        Arc::new(match bytes.starts_with(b"\x7fELF") {
+            true => deja_rewrite::plan_elf(bytes).unwrap_or_else(|_| deja_rewrite::plan_code(0, bytes, &[])),
+            false => deja_rewrite::plan_code(0, bytes, &[]),
+        })
+    })
+}
+
+/// The host placement's memo of plans, keyed by the image's BLAKE3 hash (the last 64 images).
+#[cfg(feature = "std")]
+mod memo {
+    extern crate std;
+    use super::{Arc, Plan};
+    use alloc::vec::Vec;
+    use std::sync::Mutex;
+
+    pub(super) fn plan(bytes: &[u8], make: impl FnOnce() -> Arc<Plan>) -> Arc<Plan> {
+        static MEMO: Mutex<Vec<([u8; 32], Arc<Plan>)>> = Mutex::new(Vec::new());
+        let key = *blake3::hash(bytes).as_bytes();
+        if let Ok(memo) = MEMO.lock() {
+            if let Some((_, p)) = memo.iter().find(|(k, _)| *k == key) {
+                return p.clone();
+            }
         }
-    }
-    let plan = Arc::new(match bytes.starts_with(b"\x7fELF") {
-        true => deja_rewrite::plan_elf(bytes).unwrap_or_else(|_| deja_rewrite::plan_code(0, bytes, &[])),
-        false => deja_rewrite::plan_code(0, bytes, &[]),
-    });
-    if let Ok(mut memo) = MEMO.lock() {
-        if memo.len() >= 64 {
-            memo.remove(0);
+        let plan = make();
+        if let Ok(mut memo) = MEMO.lock() {
+            if memo.len() >= 64 {
+                memo.remove(0);
+            }
+            memo.push((key, plan.clone()));
         }
-        memo.push((key, plan.clone()));
+        plan
     }
-    plan
+}
+
+/// The guest placement plans each image it loads: no lock, no process-wide state.
+#[cfg(not(feature = "std"))]
+mod memo {
+    use super::{Arc, Plan};
+
+    pub(super) fn plan(_bytes: &[u8], make: impl FnOnce() -> Arc<Plan>) -> Arc<Plan> {
+        make()
+    }
 }

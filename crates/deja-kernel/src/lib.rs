@@ -103,6 +103,21 @@
 //! Guest memory and vCPU registers are not part of it. [`Kernel::reseed`] gives a fork its own
 //! random stream (and marks the trace digest).
 
+#![cfg_attr(not(feature = "std"), no_std)]
+
+use crate::prelude::*;
+extern crate alloc;
+
+/// What the standard prelude brings and a `no_std` crate must import: the allocating types and
+/// macros, the same items in both placements.
+mod prelude {
+    pub(crate) use alloc::borrow::ToOwned;
+    pub(crate) use alloc::boxed::Box;
+    pub(crate) use alloc::string::{String, ToString};
+    pub(crate) use alloc::vec::Vec;
+    pub(crate) use alloc::{format, vec};
+}
+
 pub mod clock;
 mod coverage;
 pub mod cpuid;
@@ -183,7 +198,7 @@ pub use persist::RestoreError;
 pub use tail::{TAIL_LINES, TAIL_LINE_BYTES};
 pub use threads::SpawnedThread;
 
-use std::collections::BTreeMap;
+use alloc::collections::BTreeMap;
 
 /// Everything a run depends on. Nothing else from the host reaches the guest.
 #[derive(Debug, Clone, Default)]
@@ -199,7 +214,7 @@ pub struct ProgramSpec {
     /// Declared read-only input files: absolute guest path → contents.
     pub files: BTreeMap<String, Vec<u8>>,
     /// A read-only root under the declared files (an unpacked image or directory tree), if any.
-    pub root: Option<std::sync::Arc<fs::Root>>,
+    pub root: Option<alloc::sync::Arc<fs::Root>>,
     /// The bytes the guest reads from fd 0.
     pub stdin: Vec<u8>,
     /// Seed of every random byte the guest sees.

@@ -10,9 +10,10 @@
 //! from the shell's free frames, so a program asking for more memory than the VM has gets
 //! `ENOMEM` from `mmap`/`brk`/`mprotect`/`mremap` instead of dying at a later page fault.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::Arc;
+use crate::prelude::*;
+use alloc::collections::BTreeMap;
+use alloc::sync::Arc;
+use core::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
@@ -24,10 +25,10 @@ use crate::{MemError, Memory, Prot, PAGE_SIZE};
 /// The contents of a mapped file (shared, immutable; `Debug` shows only the length; saved as
 /// a byte string).
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileBytes(#[serde(with = "crate::persist::arc_bytes")] pub std::sync::Arc<[u8]>);
+pub struct FileBytes(#[serde(with = "crate::persist::arc_bytes")] pub alloc::sync::Arc<[u8]>);
 
-impl std::fmt::Debug for FileBytes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl core::fmt::Debug for FileBytes {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "FileBytes({} bytes)", self.0.len())
     }
 }
@@ -616,7 +617,7 @@ mod tests {
         let mut a = Mappings::new(1000);
         a.insert(anon(0x10000, 0x20000, Prot::RW));
         a.set_prot(0x12000, 0x14000, Prot::READ);
-        let data = FileBytes(std::sync::Arc::from(&b"file contents"[..]));
+        let data = FileBytes(alloc::sync::Arc::from(&b"file contents"[..]));
         let kind = VmaKind::File { path: "/f".into(), data, offset: 0x1000, size: 13, ino: 99 };
         a.insert(Vma { start: 0x30000, end: 0x32000, prot: Prot::READ, kind, shared: false });
         a.insert(Vma {

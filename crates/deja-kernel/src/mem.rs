@@ -4,7 +4,8 @@
 //! shell that owns the real guest memory implements [`Memory`] by editing page tables and
 //! frames. Unit tests use [`FakeMemory`], a page map in a `BTreeMap`.
 
-use std::collections::BTreeMap;
+use crate::prelude::*;
+use alloc::collections::BTreeMap;
 
 use snafu::{OptionExt as _, Snafu};
 
@@ -273,7 +274,7 @@ impl Memory for FakeMemory {
             return;
         }
         if let Some(pages) = self.others.remove(&id) {
-            let old = std::mem::replace(&mut self.pages, pages);
+            let old = core::mem::replace(&mut self.pages, pages);
             self.others.insert(self.current, old);
             self.current = id;
         }

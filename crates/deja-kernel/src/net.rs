@@ -48,7 +48,8 @@
 //! registration reports an object again only when its generation moved since the last report,
 //! which is what mio and tokio expect.
 
-use std::collections::{BTreeMap, VecDeque};
+use crate::prelude::*;
+use alloc::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -242,11 +243,11 @@ fn last4(b: &[u8; 16]) -> [u8; 4] {
     [b[12], b[13], b[14], b[15]]
 }
 
-impl std::fmt::Display for SockAddr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl core::fmt::Display for SockAddr {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self.v4() {
-            Some(ip) => write!(f, "{}:{}", std::net::Ipv4Addr::from(ip), self.port),
-            None => write!(f, "[{}]:{}", std::net::Ipv6Addr::from(self.ip), self.port),
+            Some(ip) => write!(f, "{}:{}", core::net::Ipv4Addr::from(ip), self.port),
+            None => write!(f, "[{}]:{}", core::net::Ipv6Addr::from(self.ip), self.port),
         }
     }
 }
@@ -498,7 +499,7 @@ impl Persist for Net {
                 matches!(&self.objects.get(id).map(|o| &o.kind), Some(ObjKind::Unix(u)) if u.key.as_ref() == Some(key));
             ensure(ok, || format!("the Unix name {key:?} names object {id}, which is not bound to it"))?;
         }
-        let mut pipes = std::collections::BTreeSet::new();
+        let mut pipes = alloc::collections::BTreeSet::new();
         for (inode, f) in &self.fifos {
             let ok = matches!(self.objects.get(&f.obj).map(|o| &o.kind), Some(ObjKind::Pipe { .. }));
             ensure(ok && pipes.insert(f.obj), || {

@@ -32,7 +32,8 @@
 //! The saved form of an [`Oracle`] is its fields in declaration order (postcard); a site's kind
 //! is saved as its protocol code.
 
-use std::collections::BTreeMap;
+use crate::prelude::*;
+use alloc::collections::BTreeMap;
 
 use deja_protocol::{AssertKind, MAX_SITES};
 use serde::{Deserialize, Serialize};

@@ -25,9 +25,10 @@
 //! shares equal contents again), arrays longer than serde's 32-element limit, and
 //! [`ExitStatus`] (its JSON form is internally tagged, which postcard cannot decode).
 
-use std::fmt;
-use std::marker::PhantomData;
-use std::sync::Arc;
+use crate::prelude::*;
+use alloc::sync::Arc;
+use core::fmt;
+use core::marker::PhantomData;
 
 use serde::de::{self, DeserializeOwned, SeqAccess, Visitor};
 use serde::ser::SerializeTuple;
@@ -81,8 +82,8 @@ pub(crate) trait Persist: Serialize + DeserializeOwned {
     /// The part as bytes (no header, no version).
     fn save(&self) -> Vec<u8> {
         // Every saved type has a known length and no `serialize_any`; postcard only fails on
-        // those (or on a full fixed buffer, and `to_stdvec` grows).
-        postcard::to_stdvec(self).expect("postcard encodes every part of the kernel state")
+        // those (or on a full fixed buffer, and `to_allocvec` grows).
+        postcard::to_allocvec(self).expect("postcard encodes every part of the kernel state")
     }
 
     /// Rebuilds the part from [`Persist::save`] output: decodes it, refuses bytes after its
@@ -160,7 +161,7 @@ pub(crate) mod vec_bytes {
 #[cfg(test)]
 pub(crate) mod arc_bytes_map {
     use super::*;
-    use std::collections::BTreeMap;
+    use alloc::collections::BTreeMap;
 
     pub(crate) fn serialize<S: Serializer>(v: &BTreeMap<String, Arc<[u8]>>, s: S) -> Result<S::Ok, S::Error> {
         s.collect_map(v.iter().map(|(k, b)| (k, RawBytes(b))))
@@ -238,7 +239,7 @@ pub(crate) mod exit_status {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
+    use alloc::collections::BTreeMap;
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
     struct Sample {

@@ -6,6 +6,7 @@
 //! [`Process`] is a saved part of the kernel state (see [`persist`](crate::persist)); its
 //! fields are its encoding, in declaration order.
 
+use crate::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::coverage::CoverageRegion;

@@ -39,7 +39,8 @@
 //! [`Procs`] is a saved part of the kernel state (see [`persist`](crate::persist)); its
 //! fields are its encoding, in declaration order.
 
-use std::collections::BTreeMap;
+use crate::prelude::*;
+use alloc::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -82,13 +83,13 @@ impl Mm {
     /// Takes the address space's parts out of `p`, leaving empty ones.
     pub(crate) fn take(p: &mut Process) -> Mm {
         Mm {
-            mappings: std::mem::take(&mut p.mappings),
+            mappings: core::mem::take(&mut p.mappings),
             brk_start: p.brk_start,
             brk_cur: p.brk_cur,
             exec_stack: p.exec_stack,
             entry: p.entry,
             coverage: p.coverage.take(),
-            host: std::mem::replace(&mut p.host, HostChannels::new(Rewrite::Off)),
+            host: core::mem::replace(&mut p.host, HostChannels::new(Rewrite::Off)),
             vdso: p.vdso.take(),
         }
     }

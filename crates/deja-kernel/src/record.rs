@@ -4,7 +4,8 @@
 //! [`RunRecord`] is a saved part of the kernel state (see [`persist`](crate::persist)); its
 //! fields are its encoding, in declaration order.
 
-use std::collections::BTreeMap;
+use crate::prelude::*;
+use alloc::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 

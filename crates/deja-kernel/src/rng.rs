@@ -6,10 +6,12 @@
 //! `/dev/urandom` continue where the previous read stopped. [`RandomStream::reseed`] switches
 //! to the stream of another seed from its first byte (how a forked child diverges).
 //!
-//! Saved state: the generator's abstract ChaCha state (key, stream, word position: the
-//! `rand_chacha` serde form, which that crate keeps stable), the unread rest of the current
-//! 64-byte block, and the byte count.
+//! Saved state: the generator's abstract ChaCha state (key, stream, word position: the form
+//! `rand_chacha`'s own serde support writes and keeps stable, written here by [`chacha`] so that
+//! the kernel needs no serde `std`), the unread rest of the current 64-byte block, and the byte
+//! count.
 
+use crate::prelude::*;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
@@ -21,6 +23,7 @@ const KEY_CONTEXT: &str = "deja 2025 guest random stream v1";
 /// A byte-exact view of the seeded ChaCha20 stream.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RandomStream {
+    #[serde(with = "chacha")]
     rng: ChaCha20Rng,
     #[serde(with = "crate::persist::array")]
     buf: [u8; 64],
@@ -135,6 +138,28 @@ mod tests {
         assert!(bad.validate().is_err());
     }
 
+    /// The saved generator is written byte for byte as `rand_chacha`'s serde form writes it, so
+    /// snapshots saved while the kernel used that form still read, in postcard and in JSON.
+    #[test]
+    fn the_generator_is_saved_in_rand_chachas_own_form() {
+        #[derive(serde::Serialize, serde::Deserialize)]
+        struct Ours(#[serde(with = "chacha")] ChaCha20Rng);
+        for skip in [0usize, 1, 64, 1000, 5000] {
+            let mut rng = ChaCha20Rng::from_seed([7; 32]);
+            rng.set_stream(0x1234_5678_9abc);
+            rng.fill_bytes(&mut vec![0u8; skip]);
+            let theirs = postcard::to_stdvec(&rng).unwrap();
+            assert_eq!(postcard::to_stdvec(&Ours(rng.clone())).unwrap(), theirs, "after {skip} bytes");
+            assert_eq!(serde_json::to_string(&Ours(rng.clone())).unwrap(), serde_json::to_string(&rng).unwrap());
+            let Ours(mut back) = postcard::from_bytes(&theirs).unwrap();
+            assert_eq!(back, rng);
+            let (mut x, mut y) = ([0u8; 100], [0u8; 100]);
+            back.fill_bytes(&mut x);
+            rng.fill_bytes(&mut y);
+            assert_eq!(x, y);
+        }
+    }
+
     #[test]
     fn reseed_starts_the_other_stream() {
         let mut a = RandomStream::new(7);
@@ -146,5 +171,35 @@ mod tests {
         RandomStream::new(9).fill(&mut y);
         assert_eq!(x, y);
         assert_eq!(a.consumed(), 110);
+    }
+}
+
+/// The saved form of a ChaCha20 generator: its abstract state (seed, stream, word position), in
+/// the field order and types of `rand_chacha`'s own serde form, so the bytes are the same.
+pub(crate) mod chacha {
+    use rand_chacha::rand_core::SeedableRng;
+    use rand_chacha::ChaCha20Rng;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// What determines every later output of the generator.
+    #[derive(Serialize, Deserialize)]
+    struct Abstract {
+        seed: [u8; 32],
+        stream: u64,
+        word_pos: u128,
+    }
+
+    /// Writes `rng`'s abstract state.
+    pub fn serialize<S: Serializer>(rng: &ChaCha20Rng, s: S) -> Result<S::Ok, S::Error> {
+        Abstract { seed: rng.get_seed(), stream: rng.get_stream(), word_pos: rng.get_word_pos() }.serialize(s)
+    }
+
+    /// The generator in the abstract state read.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ChaCha20Rng, D::Error> {
+        let a = Abstract::deserialize(d)?;
+        let mut rng = ChaCha20Rng::from_seed(a.seed);
+        rng.set_stream(a.stream);
+        rng.set_word_pos(a.word_pos);
+        Ok(rng)
     }
 }

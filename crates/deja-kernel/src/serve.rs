@@ -10,6 +10,7 @@ use crate::errno::*;
 use crate::faults::{FaultKind, FaultRecord};
 use crate::kernel::{Kernel, SysResult, SysStop};
 use crate::mappings::{Access, FaultError};
+use crate::prelude::*;
 use crate::process::MAX_FAULT_REPEATS;
 use crate::signal;
 use crate::threads::BLOCKED_RETURN;

@@ -15,6 +15,7 @@
 //! the FPU area is rounded down to 64 bytes, and the frame below it is placed so that the
 //! handler starts with `RSP + 8` 16-byte aligned, as after a `call`.
 
+use crate::prelude::*;
 use crate::UserContext;
 
 /// Bytes of the FPU state deja's CPU has (XCR0 = x87 | SSE | AVX): the legacy region, the

@@ -6,7 +6,8 @@
 //! `rt_tgsigqueueinfo`), and waits with the `siginfo_t` it was sent with ([`Pending`]). How and
 //! when a signal reaches a handler is in [`crate::sys_signal`].
 
-use std::collections::BTreeMap;
+use crate::prelude::*;
+use alloc::collections::BTreeMap;
 
 /// Number of signals (1..=64).
 pub const NSIG: u64 = 64;

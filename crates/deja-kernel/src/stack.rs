@@ -5,6 +5,7 @@
 //! `argc`, the argv pointers, NULL, the envp pointers, NULL, and the auxv pairs ending in
 //! `AT_NULL`. RSP points at `argc`.
 
+use crate::prelude::*;
 /// `AT_NULL`.
 pub const AT_NULL: u64 = 0;
 /// `AT_PHDR`.

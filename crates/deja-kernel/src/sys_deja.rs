@@ -1,6 +1,7 @@
 //! The deja syscall: the SDK's requests to the monitor (see [`oracle`](crate::oracle) for the
 //! protocol's rules and the state it keeps).
 
+use crate::prelude::*;
 use deja_protocol::{
     split_word, AssertKind, Request, SiteRecord, MAX_DETAILS, MAX_SITES, MAX_TEXT, PROTOCOL_VERSION, SITE_RECORD_SIZE,
 };

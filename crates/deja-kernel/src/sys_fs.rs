@@ -14,6 +14,7 @@ use crate::fd::*;
 use crate::files::MAX_LOCKS;
 use crate::fs::Kind;
 use crate::kernel::{Kernel, SysResult, SysStop};
+use crate::prelude::*;
 use crate::sys_path::{Target, AT_EMPTY_PATH, AT_SYMLINK_NOFOLLOW, PATH_MAX};
 use crate::Memory;
 

@@ -12,6 +12,7 @@ use crate::file_ops::{ReadSource, WriteTarget};
 use crate::files::Files;
 use crate::kernel::{Kernel, SysResult, SysStop, MAX_IO};
 use crate::mappings::Access;
+use crate::prelude::*;
 use crate::procs::Proc;
 use crate::user_layout::USER_END;
 use crate::Memory;
@@ -42,7 +43,7 @@ impl Kernel {
                 self.net.leave_pipe(obj, read, write);
             } else if let Some((obj, _)) = object_of(&f.kind) {
                 self.net.release(obj);
-                for desc in std::mem::take(&mut self.net.orphans) {
+                for desc in core::mem::take(&mut self.net.orphans) {
                     work.extend(self.files.fds.unhold(desc));
                 }
             }

@@ -9,6 +9,7 @@ use crate::errno::*;
 use crate::hostchan::{plan_file, Placement, Rewrite};
 use crate::kernel::{Kernel, SysResult};
 use crate::mappings::{user_range, FileBytes, Vma, VmaKind};
+use crate::prelude::*;
 use crate::user_layout::*;
 use crate::{Memory, Prot, PAGE_SIZE};
 

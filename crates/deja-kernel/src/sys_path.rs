@@ -12,7 +12,8 @@
 //! was started elsewhere, see [`crate::ProgramSpec::cwd`]), which `getcwd` names. Reading and writing what is open is in [`crate::sys_io`]; namespace and sync calls
 //! are in [`crate::sys_fs`].
 
-use std::sync::Arc;
+use crate::prelude::*;
+use alloc::sync::Arc;
 
 use crate::errno::*;
 use crate::fd::*;

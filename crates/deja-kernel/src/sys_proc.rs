@@ -11,6 +11,7 @@ use crate::clock::{clock_kind, ClockKind, NS_PER_S};
 use crate::errno::*;
 use crate::kernel::{Kernel, SysResult, SysStop, MAX_IO};
 use crate::mappings::Access;
+use crate::prelude::*;
 use crate::signal::{self, SIGKILL};
 use crate::stack::GUEST_UID;
 use crate::{ExitStatus, FaultInfo, Memory, PAGE_SIZE};

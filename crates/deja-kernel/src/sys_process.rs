@@ -3,7 +3,8 @@
 //! `kill` to a pid or a group, `SIGCHLD` and `PR_SET_PDEATHSIG`; and the switch between the
 //! parts of the node's processes (see [`procs`](crate::procs) for the model).
 
-use std::sync::Arc;
+use crate::prelude::*;
+use alloc::sync::Arc;
 
 use crate::errno::*;
 use crate::kernel::{map_program, Image, Kernel, SysResult, SysStop};
@@ -149,8 +150,8 @@ impl Kernel {
             }
             mem.switch_space(in_space);
         }
-        let outgoing = std::mem::replace(&mut self.process, incoming);
-        let out_cwd = std::mem::replace(&mut self.files.cwd, in_cwd);
+        let outgoing = core::mem::replace(&mut self.process, incoming);
+        let out_cwd = core::mem::replace(&mut self.files.cwd, in_cwd);
         if let (true, Some(p)) = (out_live, self.procs.table.get_mut(&cur)) {
             p.parked = Some(Box::new(outgoing));
             p.cwd = out_cwd;
@@ -166,7 +167,7 @@ impl Kernel {
     /// Frees the address spaces no process uses, except the current one.
     fn free_dead_spaces(&mut self, mem: &mut dyn Memory) {
         let now = mem.space();
-        let dead = std::mem::take(&mut self.procs.dead_spaces);
+        let dead = core::mem::take(&mut self.procs.dead_spaces);
         for s in dead {
             if s == now {
                 self.procs.dead_spaces.push(s);
@@ -750,7 +751,7 @@ impl Kernel {
     /// it; pid 1's ends the node.
     pub(crate) fn process_exit(&mut self, mem: &mut dyn Memory, res: SysResult) -> SysResult {
         match res {
-            Err(SysStop::Exit(st)) if self.procs.current != 1 && !std::mem::take(&mut self.procs.init_killed) => {
+            Err(SysStop::Exit(st)) if self.procs.current != 1 && !core::mem::take(&mut self.procs.init_killed) => {
                 let pid = self.procs.current;
                 self.end_process(mem, pid, st);
                 Err(SysStop::Block)

@@ -34,7 +34,8 @@
 //! entries 0, 1 and 2, as on Linux. `/proc/<pid>/fd` is this table for the caller's own pid;
 //! another process's is `EACCES` (see [`crate::procs`]).
 
-use std::sync::Arc;
+use crate::prelude::*;
+use alloc::sync::Arc;
 
 use crate::errno::*;
 use crate::fd::*;

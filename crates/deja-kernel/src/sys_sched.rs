@@ -5,6 +5,7 @@
 use crate::errno::*;
 use crate::faults::DecisionPoint;
 use crate::kernel::{Kernel, SysResult, SysStop};
+use crate::prelude::*;
 use crate::threads::{SpawnedThread, Thread, ThreadState};
 use crate::Memory;
 
@@ -36,13 +37,13 @@ impl Kernel {
     /// Threads created since the last call, in creation order (see the [register
     /// contract](crate::threads#the-shells-register-contract)).
     pub fn take_spawned(&mut self) -> Vec<SpawnedThread> {
-        std::mem::take(&mut self.sched.threads.spawned)
+        core::mem::take(&mut self.sched.threads.spawned)
     }
 
     /// Return values for threads woken since the last call: put `rax` in RAX of thread `tid`'s
     /// saved registers before it next runs.
     pub fn take_wakeup_returns(&mut self) -> Vec<(u64, u64)> {
-        std::mem::take(&mut self.sched.threads.wakeups)
+        core::mem::take(&mut self.sched.threads.wakeups)
     }
 
     /// After a syscall: `Some(entry)` if the calling thread's call was an `execve` that
@@ -283,7 +284,7 @@ impl Kernel {
     fn retry_io(&mut self, mem: &mut dyn Memory) {
         for _ in 0..64 {
             let now = self.sched.clock.now_ns();
-            let dirty = std::mem::take(&mut self.net.dirty);
+            let dirty = core::mem::take(&mut self.net.dirty);
             let due: Vec<(u64, u64, [u64; 6], bool)> = self
                 .sched
                 .threads
@@ -316,7 +317,7 @@ impl Kernel {
                 let res = self.process_exit(mem, res);
                 self.enter(mem, home);
                 self.net.flush_local();
-                let kicked = self.sched.threads.threads.get_mut(&tid).map(|t| std::mem::take(&mut t.kicked));
+                let kicked = self.sched.threads.threads.get_mut(&tid).map(|t| core::mem::take(&mut t.kicked));
                 let ret = match res {
                     Ok(v) => v,
                     Err(SysStop::Err(e)) => (-i64::from(e)) as u64,

@@ -57,6 +57,7 @@
 
 use crate::errno::*;
 use crate::kernel::{Kernel, SysResult, SysStop};
+use crate::prelude::*;
 use crate::sigframe::{self, FrameParts};
 use crate::signal::{
     self, bit, Action, Forced, Pending, Queued, DISABLED_ALTSTACK, INFO_BYTES, MAX_QUEUED, NSIG, SIGKILL, SIGRTMIN,
@@ -312,7 +313,7 @@ impl Kernel {
         let tid = self.caller();
         if !self.retrying() {
             let mask = self.process.mappings.read_u64(mem, sigmask)? & !unmaskable();
-            let old = std::mem::replace(&mut self.process.signals.mask, mask);
+            let old = core::mem::replace(&mut self.process.signals.mask, mask);
             if let Some(t) = self.sched.threads.threads.get_mut(&tid) {
                 t.suspended_mask = Some(old);
             }
@@ -353,7 +354,7 @@ impl Kernel {
         let tid = self.caller();
         if !self.retrying() {
             let mask = self.process.mappings.read_u64(mem, set)? & !unmaskable();
-            let old = std::mem::replace(&mut self.process.signals.mask, mask);
+            let old = core::mem::replace(&mut self.process.signals.mask, mask);
             if let Some(t) = self.sched.threads.threads.get_mut(&tid) {
                 t.suspended_mask = Some(old);
             }

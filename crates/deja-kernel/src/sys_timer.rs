@@ -14,6 +14,7 @@
 use crate::clock::NS_PER_S;
 use crate::errno::*;
 use crate::kernel::{Kernel, SysResult, SysStop};
+use crate::prelude::*;
 use crate::signal::Queued;
 use crate::Memory;
 

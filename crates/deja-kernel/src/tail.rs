@@ -5,7 +5,8 @@
 //! Owns [`OutputTail`]; uses only [`Stream`]. Part of the saved record (a forked run names its
 //! failure as its booted run does).
 
-use std::collections::VecDeque;
+use crate::prelude::*;
+use alloc::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
@@ -35,7 +36,7 @@ impl OutputTail {
         let open = &mut self.open[usize::from(stream == Stream::Stderr)];
         for &b in data {
             if b == b'\n' {
-                let line = std::mem::take(open);
+                let line = core::mem::take(open);
                 let text = String::from_utf8_lossy(&line).trim_end().to_string();
                 if let Some(at) = marker.filter(|m| !m.is_empty()).and_then(|m| text.find(m)) {
                     self.marked = Some(text[at..].to_string());

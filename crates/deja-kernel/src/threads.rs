@@ -85,7 +85,8 @@
 //! [`Kernel::take_wakeup_returns`]: crate::Kernel::take_wakeup_returns
 //! [`Kernel::thread_fs_base`]: crate::Kernel::thread_fs_base
 
-use std::collections::BTreeMap;
+use crate::prelude::*;
+use alloc::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -416,11 +417,11 @@ impl Threads {
         ensure(ended || cur.is_some_and(|t| t.state == ThreadState::Runnable), || {
             format!("current thread {} is blocked", self.current)
         })?;
-        let mut seen = std::collections::BTreeSet::new();
+        let mut seen = alloc::collections::BTreeSet::new();
         for s in &self.spawned {
             ensure(self.threads.contains_key(&s.tid) && seen.insert(s.tid), || format!("spawned tid {}", s.tid))?;
         }
-        let mut seen = std::collections::BTreeSet::new();
+        let mut seen = alloc::collections::BTreeSet::new();
         for &(tid, _) in &self.wakeups {
             let ok = self.threads.get(&tid).is_some_and(|t| t.state == ThreadState::Runnable);
             ensure(ok && seen.insert(tid), || format!("wakeup return for tid {tid}"))?;

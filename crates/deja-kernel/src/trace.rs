@@ -31,6 +31,7 @@
 //! [`RunReport::trace_digest`]: crate::RunReport::trace_digest
 //! [`Kernel::reseed`]: crate::Kernel::reseed
 
+use crate::prelude::*;
 use crate::{MemError, Memory, Prot, TraceEntry};
 
 /// Tag of a syscall entry.
@@ -271,8 +272,8 @@ pub fn memory_digest(mem: &dyn crate::Memory, others: &[(u64, u64)]) -> blake3::
 pub(crate) struct DataHasher<'a> {
     inner: &'a mut dyn Memory,
     // `Memory::read` takes `&self`; the hasher is the only state it changes.
-    hasher: std::cell::RefCell<blake3::Hasher>,
-    moved: std::cell::Cell<bool>,
+    hasher: core::cell::RefCell<blake3::Hasher>,
+    moved: core::cell::Cell<bool>,
 }
 
 impl<'a> DataHasher<'a> {

@@ -35,7 +35,8 @@
 //! the same run without it computes (the same output, virtual times and decisions), in fewer
 //! exits. Only what counts syscalls differs: their number, their indices, the trace digest.
 
-use std::sync::OnceLock;
+use crate::prelude::*;
+use once_cell::race::OnceBox;
 
 use iced_x86::code_asm::*;
 use object::elf;
@@ -189,8 +190,8 @@ impl Image {
 
 /// The vDSO image (built on first use, the same bytes in every process of every run).
 pub fn image() -> &'static Image {
-    static IMAGE: OnceLock<Image> = OnceLock::new();
-    IMAGE.get_or_init(|| build().unwrap_or_else(|e| panic!("deja's vDSO does not build: {e}")))
+    static IMAGE: OnceBox<Image> = OnceBox::new();
+    IMAGE.get_or_init(|| Box::new(build().unwrap_or_else(|e| panic!("deja's vDSO does not build: {}", e.0))))
 }
 
 /// The functions deja exports, in symbol-table order, each under Linux's `__vdso_` name
@@ -203,8 +204,16 @@ const EXPORTS: [(&str, &str); 5] = [
     ("__vdso_clock_getres", "clock_getres"),
 ];
 
-/// Why the image could not be built (a bug in this module, never the program's doing).
-type BuildError = Box<dyn std::error::Error>;
+/// Why the image could not be built (a bug in this module, never the program's doing): the
+/// assembler's or the ELF writer's message. Not an `Error` itself, so that every error with a
+/// message converts into it with `?` (iced-x86's errors are `Error`s only when it has `std`).
+struct BuildError(String);
+
+impl<E: core::fmt::Display> From<E> for BuildError {
+    fn from(e: E) -> Self {
+        BuildError(e.to_string())
+    }
+}
 
 /// Machine code and, per export, its start and length relative to the image.
 type Assembled = (Vec<u8>, Vec<(u64, u64)>);

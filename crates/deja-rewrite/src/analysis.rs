@@ -1,8 +1,9 @@
 //! The two decodings and their comparison: recursive descent from the roots, a linear sweep from
 //! the nearest root, and the plan that keeps only what both agree on.
 
-use std::cell::RefCell;
-use std::collections::{BTreeMap, VecDeque};
+use crate::prelude::*;
+use alloc::collections::{BTreeMap, VecDeque};
+use core::cell::RefCell;
 
 use iced_x86::{Code as Op, Decoder, DecoderOptions, FlowControl, Instruction, Register};
 
@@ -117,7 +118,7 @@ fn descend(code: &mut Code<'_>, roots: &[u64], found: &mut BTreeMap<(usize, usiz
         let mut leader = true;
         recent.clear();
         while let Some((ri, off)) = code.locate(at) {
-            if std::mem::take(&mut leader) {
+            if core::mem::take(&mut leader) {
                 code.marks[ri][off] |= LEADER;
             }
             let m = code.marks[ri][off] & !LEADER;
@@ -380,7 +381,7 @@ pub(crate) fn analyze<'a>(regions: &[Region<'a>], data: &[Region<'a>], roots: &[
             }
         }
     }
-    let mut swept_starts: std::collections::BTreeSet<(usize, usize)> = Default::default();
+    let mut swept_starts: alloc::collections::BTreeSet<(usize, usize)> = Default::default();
     for (&(ri, root), &last) in &by_root {
         sweep(&code, ri, root, last + 1, &mut |off, insn| {
             if let Some(f) = channel_of(insn) {

@@ -1,6 +1,7 @@
 //! What an ELF image says about its code: the executable regions and the declared roots (entry
 //! point, function symbols, `.eh_frame` function starts).
 
+use crate::prelude::*;
 use gimli::{BaseAddresses, CieOrFde, EhFrame, UnwindSection as _};
 use object::elf::{self as defs, FileHeader64};
 use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _, SectionTable, Sym as _};
@@ -11,7 +12,7 @@ use crate::PlanError;
 
 const LE: LittleEndian = LittleEndian;
 
-fn bad(what: impl std::fmt::Display) -> PlanError {
+fn bad(what: impl core::fmt::Display) -> PlanError {
     PlanError::Elf { what: what.to_string() }
 }
 

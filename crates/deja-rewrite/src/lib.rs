@@ -36,6 +36,19 @@
 //! The crate is pure: it reads bytes and returns a [`Plan`]; the monitor applies it to guest
 //! memory and answers the traps.
 
+#![cfg_attr(not(feature = "std"), no_std)]
+
+use crate::prelude::*;
+extern crate alloc;
+
+/// What the standard prelude brings and a `no_std` crate must import: the allocating types and
+/// macros, the same items in both placements.
+mod prelude {
+    pub(crate) use alloc::string::{String, ToString};
+    pub(crate) use alloc::vec::Vec;
+    pub(crate) use alloc::{format, vec};
+}
+
 use serde::{Deserialize, Serialize};
 use snafu::Snafu;
 
@@ -101,8 +114,8 @@ impl Channel {
     }
 }
 
-impl std::fmt::Display for Channel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl core::fmt::Display for Channel {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(self.name())
     }
 }
@@ -164,8 +177,8 @@ pub struct Refused {
     pub doubt: Doubt,
 }
 
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl core::fmt::Display for Refused {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let why = match self.doubt {
             Doubt::NotReached => "no decoding path from the entry point, a symbol or an unwind entry reaches it",
             Doubt::Overlapping => "two decoding paths overlap on its bytes",
@@ -277,7 +290,7 @@ pub fn own_code(functions: &[Function]) -> Vec<String> {
         return vec!["main.*".into()];
     }
     if !functions.iter().any(|f| f.name.starts_with("std::")) {
-        let dirs: std::collections::BTreeSet<String> = functions
+        let dirs: alloc::collections::BTreeSet<String> = functions
             .iter()
             .filter_map(|f| f.file.as_deref())
             .filter(|file| !file.starts_with("/usr/"))
@@ -285,7 +298,7 @@ pub fn own_code(functions: &[Function]) -> Vec<String> {
             .collect();
         return dirs.into_iter().collect();
     }
-    let mains: std::collections::BTreeSet<&str> = functions
+    let mains: alloc::collections::BTreeSet<&str> = functions
         .iter()
         .filter_map(|f| f.name.strip_suffix("::main"))
         .filter(|c| is_ident(c) && !STD_CRATES.contains(c))
@@ -295,7 +308,7 @@ pub fn own_code(functions: &[Function]) -> Vec<String> {
             || m.strip_prefix(c).is_some_and(|r| r.starts_with('_'))
             || c.strip_prefix(m).is_some_and(|r| r.starts_with('_'))
     };
-    let crates: std::collections::BTreeSet<&str> = functions
+    let crates: alloc::collections::BTreeSet<&str> = functions
         .iter()
         .filter_map(|f| crate_of(&f.name))
         .filter(|c| !STD_CRATES.contains(c) && mains.iter().any(|m| near(c, m)))

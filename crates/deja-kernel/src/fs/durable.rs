@@ -2,7 +2,8 @@
 //! pending operations, and the disks a crash leaves: the volatile and durable views, the
 //! pending operations a crash state picks from, and the image of one state.
 
-use std::collections::{BTreeMap, BTreeSet};
+use crate::prelude::*;
+use alloc::collections::{BTreeMap, BTreeSet};
 
 use super::*;
 
@@ -28,7 +29,7 @@ impl Fs {
         let Some(Inode { kind: Kind::File(f), .. }) = self.inodes.get_mut(&id) else {
             return self.drop_pending(id);
         };
-        let ops = std::mem::take(&mut f.pending);
+        let ops = core::mem::take(&mut f.pending);
         for (i, (_, op)) in ops.iter().enumerate() {
             if keep.get(i).copied().unwrap_or(false) {
                 op.apply(&mut f.durable);
@@ -58,7 +59,7 @@ impl Fs {
                 }
             }
             Kind::Dir(d) => {
-                let ops: Vec<DirOp> = std::mem::take(&mut d.pending).into_iter().flat_map(|p| p.1).collect();
+                let ops: Vec<DirOp> = core::mem::take(&mut d.pending).into_iter().flat_map(|p| p.1).collect();
                 if ops.is_empty() {
                     return;
                 }

@@ -77,8 +77,9 @@
 //! [`durable`] moves pending operations to the durable layer and builds the disks a crash
 //! can leave.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use crate::prelude::*;
+use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -240,7 +241,7 @@ impl FileData {
     }
 
     fn flush(&mut self) {
-        for (_, op) in std::mem::take(&mut self.pending) {
+        for (_, op) in core::mem::take(&mut self.pending) {
             op.apply(&mut self.durable);
         }
         debug_assert!(self.dropped || self.durable == self.data);
@@ -511,7 +512,7 @@ pub struct Fs {
     /// Files whose contents changed during the current syscall, for the shared mappings that
     /// must follow them ([`Fs::take_changed`]); empty between syscalls.
     #[serde(skip)]
-    changed: std::collections::BTreeSet<u64>,
+    changed: alloc::collections::BTreeSet<u64>,
 }
 
 fn static_time() -> u64 {

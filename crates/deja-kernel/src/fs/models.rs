@@ -31,7 +31,8 @@
 //! btrfs is not a model of its own: ALICE measured it to keep directory operations out of
 //! order, so its states lie between `posix-weak` and `xfs`, and `posix-weak` covers them.
 
-use std::collections::BTreeSet;
+use crate::prelude::*;
+use alloc::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 

@@ -4,8 +4,9 @@
 //! `EACCES` to a change), never part of the disk, and the same in every life of the node. The
 //! disk's `/`, `/tmp` and `/data` and the declared files sit on top of it.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use crate::prelude::*;
+use alloc::collections::BTreeMap;
+use alloc::sync::Arc;
 
 /// One entry of a [`Root`].
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,8 +2,9 @@
 //! (symlinks, `..`, limits), the directory entry operations (create, link, remove, rename)
 //! that each become a pending operation of their directory, and a file's data and metadata.
 
-use std::collections::VecDeque;
-use std::sync::Arc;
+use crate::prelude::*;
+use alloc::collections::VecDeque;
+use alloc::sync::Arc;
 
 use super::*;
 
@@ -124,7 +125,7 @@ impl Fs {
         if path.len() >= PATH_MAX {
             return Err(ENAMETOOLONG);
         }
-        let path = std::str::from_utf8(path).map_err(|_| ENOENT)?;
+        let path = core::str::from_utf8(path).map_err(|_| ENOENT)?;
         let trailing = path.ends_with('/');
         let mut comps: VecDeque<String> = VecDeque::new();
         let mut cur = if path.starts_with('/') { ROOT } else { start };
@@ -726,7 +727,7 @@ impl Fs {
         // A directory moving to another parent changes its `..`: it must be writable too (and,
         // exchanged, so must the one it swaps with).
         if from.parent != to.parent {
-            let moved = std::iter::once(src).chain(to.id.filter(|_| exchange));
+            let moved = core::iter::once(src).chain(to.id.filter(|_| exchange));
             for d in moved {
                 if self.inodes.get(&d).is_some_and(|i| i.is_dir() && !i.readonly && i.mode & 0o200 == 0) {
                     return Err(EACCES);
@@ -882,8 +883,8 @@ impl Fs {
     }
 
     /// The files whose contents changed since the last call.
-    pub fn take_changed(&mut self) -> std::collections::BTreeSet<u64> {
-        std::mem::take(&mut self.changed)
+    pub fn take_changed(&mut self) -> alloc::collections::BTreeSet<u64> {
+        core::mem::take(&mut self.changed)
     }
 
     /// Sets the size (`truncate`, `O_TRUNC`, growing `fallocate`).

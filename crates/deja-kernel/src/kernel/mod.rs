@@ -39,7 +39,8 @@
 //! [`report`] answers the shell's questions: registers, counts, the disk and crash states,
 //! decisions and the final report.
 
-use std::collections::BTreeMap;
+use crate::prelude::*;
+use alloc::collections::BTreeMap;
 
 use snafu::{OptionExt as _, ResultExt as _};
 
@@ -139,8 +140,8 @@ pub struct Kernel {
     pub(crate) procs: Procs,
 }
 
-impl std::fmt::Debug for Kernel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl core::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Kernel")
             .field("syscalls", &self.record.tracer.syscalls())
             .field("virtual_time_ns", &self.sched.clock.now_ns())
@@ -209,7 +210,7 @@ fn map_loader(
     host: &mut HostChannels,
     rewrite: Rewrite,
     path: &str,
-    bytes: &std::sync::Arc<[u8]>,
+    bytes: &alloc::sync::Arc<[u8]>,
     img: &elf::ElfImage,
 ) -> Result<(u64, u64), LoadError> {
     let malformed = |vaddr: u64, memsz: u64| BiasOverflowsSnafu { vaddr, memsz };

@@ -19,7 +19,7 @@ impl Kernel {
 
     /// Output the program wrote to stdout/stderr since the last call, in order.
     pub fn take_output(&mut self) -> Vec<(Stream, Vec<u8>)> {
-        std::mem::take(&mut self.record.output)
+        core::mem::take(&mut self.record.output)
     }
 
     /// Number of syscalls served so far.

@@ -10,7 +10,8 @@
 //! (`send*`/`recv*` and the shared receive and send paths), [`ready`] holds pipes,
 //! eventfds, epoll and the readiness waits (`poll`, `select`), and [`fifo`] opens FIFOs.
 
-use std::collections::VecDeque;
+use crate::prelude::*;
+use alloc::collections::VecDeque;
 
 use crate::errno::*;
 use crate::fd::*;
@@ -655,8 +656,8 @@ impl Kernel {
             let v: i32 = match (level, name) {
                 (SOL_SOCKET, SO_ERROR) => {
                     let e = match &mut self.obj_mut(id)?.kind {
-                        ObjKind::Stream(s) => std::mem::take(&mut s.error),
-                        ObjKind::Dgram(d) => std::mem::take(&mut d.error),
+                        ObjKind::Stream(s) => core::mem::take(&mut s.error),
+                        ObjKind::Dgram(d) => core::mem::take(&mut d.error),
                         _ => 0,
                     };
                     e
@@ -708,7 +709,7 @@ impl Kernel {
 
     /// Packets the node sent to the network since the last call, in order.
     pub fn take_packets(&mut self) -> Vec<Packet> {
-        std::mem::take(&mut self.net.outbox)
+        core::mem::take(&mut self.net.outbox)
     }
 
     /// The (local, remote) addresses of the node's open TCP connections.

@@ -431,7 +431,7 @@ impl Net {
     /// A free port id: the process's pid (1) first, then Linux's rover downwards.
     fn free_port(&self) -> u32 {
         let used = |p: u32| self.objects.values().any(|o| matches!(&o.kind, ObjKind::Netlink(n) if n.port == p));
-        std::iter::once(1).chain((0..u32::MAX).map(|i| ROVER_FIRST.wrapping_sub(i))).find(|p| !used(*p)).unwrap_or(1)
+        core::iter::once(1).chain((0..u32::MAX).map(|i| ROVER_FIRST.wrapping_sub(i))).find(|p| !used(*p)).unwrap_or(1)
     }
 }
 

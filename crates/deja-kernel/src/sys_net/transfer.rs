@@ -60,7 +60,7 @@ impl Kernel {
             }
             ObjKind::Dgram(d) => {
                 if d.error != 0 {
-                    return Err(std::mem::take(&mut d.error).into());
+                    return Err(core::mem::take(&mut d.error).into());
                 }
                 let Some((src, _)) = d.queue.front() else {
                     if nonblock {
@@ -167,7 +167,7 @@ impl Kernel {
             s.consumed += n as u64;
             if s.consumed >= ACK_EVERY || (s.rx.is_empty() && s.consumed > 0) {
                 if let (Some(src), Some(dst)) = (s.local, s.remote) {
-                    let credit = std::mem::take(&mut s.consumed);
+                    let credit = core::mem::take(&mut s.consumed);
                     self.net.send(Packet { src, dst, payload: Payload::Ack(credit) });
                 }
             }
@@ -260,7 +260,7 @@ impl Kernel {
                 }
                 // A reset connection reports ECONNRESET once, then EPIPE, as Linux's send does.
                 if s.reset && s.error != 0 {
-                    return Err(std::mem::take(&mut s.error).into());
+                    return Err(core::mem::take(&mut s.error).into());
                 }
                 if s.reset || s.shut_wr {
                     return Err(EPIPE.into());

@@ -401,7 +401,7 @@ impl Kernel {
             SO_DOMAIN => AF_UNIX as i32,
             SO_PROTOCOL => 0,
             SO_ACCEPTCONN => i32::from(u.listen.is_some()),
-            SO_ERROR => std::mem::take(&mut u.error),
+            SO_ERROR => core::mem::take(&mut u.error),
             SO_PEERCRED => {
                 // `struct ucred` of the peer: this process, or nobody before a connection.
                 let (pid, id) =
@@ -593,7 +593,7 @@ impl Kernel {
             && u.bytes.len() < UNIX_BUFFER;
         if empty || (waitall && u.shut & SHUT_RCV == 0 && !nonblock) {
             if empty && u.error != 0 {
-                return Err(std::mem::take(&mut u.error).into());
+                return Err(core::mem::take(&mut u.error).into());
             }
             if empty && (u.shut & SHUT_RCV != 0 || (want == 0 && ty == SOCK_STREAM)) {
                 return Ok(Received::default());

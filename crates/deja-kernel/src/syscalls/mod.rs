@@ -19,6 +19,7 @@
 //! `openat(AT_FDCWD, "/data/wal", 0x241, 0o644) = 3`.
 
 use crate::kernel::{Kernel, SysResult, AT_FDCWD, AT_SYMLINK_NOFOLLOW};
+use crate::prelude::*;
 use crate::sys_fs::AT_REMOVEDIR;
 use crate::Memory;
 
@@ -72,8 +73,8 @@ impl Entry {
     }
 }
 
-impl std::fmt::Debug for Entry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl core::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Entry")
             .field("nr", &self.nr)
             .field("name", &self.name)

@@ -2,7 +2,8 @@
 //! row of the table gives it, paths read from the program's memory at the syscall's entry
 //! ([`read_paths`]), errors by name ([`render`]).
 
-use std::fmt::Write as _;
+use crate::prelude::*;
+use core::fmt::Write as _;
 
 use super::{display_name, Arg};
 use crate::kernel::AT_FDCWD;
