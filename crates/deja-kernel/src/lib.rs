@@ -157,6 +157,7 @@ mod sys_path;
 mod sys_proc;
 mod sys_process;
 mod sys_procfd;
+mod sys_procpid;
 mod sys_sched;
 mod sys_signal;
 mod sys_timer;

@@ -113,7 +113,8 @@ impl Kernel {
             (outcome, ret)
         };
         self.publish_clock(mem);
-        self.record.tracer.syscall(nr, &paths, args, ret, self.sched.clock.now_ns(), data);
+        let describe = || (crate::syscalls::display_name(nr), crate::syscalls::render(nr, &args, &paths, ret));
+        self.record.tracer.syscall(nr, args, ret, self.sched.clock.now_ns(), data, describe);
         outcome
     }
 

@@ -239,7 +239,10 @@ impl Kernel {
                         {
                             format!("futex wait on {uaddr:#x} with no other thread to wake it")
                         }
-                        _ => format!("every thread is blocked: {}", self.sched.threads.describe_blocked()),
+                        _ => format!(
+                            "every thread is blocked: {}",
+                            self.sched.threads.describe_blocked(crate::syscalls::display_name)
+                        ),
                     };
                     return Err(SysStop::Exit(self.deadlock(&what)));
                 }

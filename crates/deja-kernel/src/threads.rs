@@ -381,8 +381,9 @@ impl Threads {
         self.threads.values().filter_map(|t| t.state.deadline()).min()
     }
 
-    /// What every thread waits for (for a deadlock report).
-    pub fn describe_blocked(&self) -> String {
+    /// What every thread waits for (for a deadlock report); `syscall_name` names the syscall a
+    /// thread waits in.
+    pub fn describe_blocked(&self, syscall_name: impl Fn(u64) -> String) -> String {
         let parts: Vec<String> = self
             .threads
             .iter()
@@ -390,7 +391,7 @@ impl Threads {
                 ThreadState::Futex { uaddr, .. } => format!("tid {tid} in futex wait on {uaddr:#x}"),
                 ThreadState::Sleep { deadline, .. } => format!("tid {tid} sleeping until {deadline} ns"),
                 ThreadState::Io { nr, .. } => {
-                    format!("tid {tid} waiting for I/O in {}", crate::syscalls::display_name(nr))
+                    format!("tid {tid} waiting for I/O in {}", syscall_name(nr))
                 }
                 ThreadState::Vfork { child } => format!("tid {tid} waiting in vfork for process {child}"),
                 ThreadState::Runnable => format!("tid {tid} runnable"),

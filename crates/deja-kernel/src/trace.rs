@@ -79,16 +79,17 @@ impl Tracer {
         self.syscalls
     }
 
-    /// Records one syscall; `paths` are the bytes of its path arguments at its entry
-    /// ([`crate::syscalls::read_paths`]), used only for the recorded entry's rendering.
+    /// Records one syscall. `describe` gives its name and its rendering
+    /// (`openat(AT_FDCWD, "/data/wal", 0x241, 0o644) = 3`), which the syscall table makes; it is
+    /// called only when entries are recorded, and neither enters the digest.
     pub fn syscall(
         &mut self,
         nr: u64,
-        paths: &[Option<Vec<u8>>],
         args: [u64; 6],
         ret: Option<u64>,
         vtime: u64,
         data: Option<[u8; 32]>,
+        describe: impl FnOnce() -> (String, String),
     ) {
         let index = self.syscalls;
         self.syscalls = self.syscalls.saturating_add(1);
@@ -111,16 +112,8 @@ impl Tracer {
         self.entry_hashes.push(u64::from_le_bytes(first));
         if self.record {
             let data = data.map(|d| d[..8].iter().map(|b| format!("{b:02x}")).collect());
-            self.trace.push(TraceEntry {
-                index,
-                nr,
-                name: crate::syscalls::display_name(nr),
-                args,
-                ret,
-                vtime_ns: vtime,
-                data,
-                text: crate::syscalls::render(nr, &args, paths, ret),
-            });
+            let (name, text) = describe();
+            self.trace.push(TraceEntry { index, nr, name, args, ret, vtime_ns: vtime, data, text });
         }
     }
 
@@ -358,6 +351,11 @@ mod tests {
     /// `AT_FDCWD` as a register holds it.
     const AT_FDCWD: u64 = -100i64 as u64;
 
+    /// A syscall recorded without a name or a rendering.
+    fn unnamed() -> (String, String) {
+        (String::new(), String::new())
+    }
+
     #[test]
     fn digest_depends_on_every_field() {
         let base = |f: &dyn Fn(&mut Tracer)| {
@@ -365,24 +363,24 @@ mod tests {
             f(&mut t);
             t.digest()
         };
-        let a = base(&|t| t.syscall(1, &[], [1, 2, 3, 4, 5, 6], Some(3), 1000, None));
-        let b = base(&|t| t.syscall(1, &[], [1, 2, 3, 4, 5, 6], Some(3), 1000, None));
+        let a = base(&|t| t.syscall(1, [1, 2, 3, 4, 5, 6], Some(3), 1000, None, unnamed));
+        let b = base(&|t| t.syscall(1, [1, 2, 3, 4, 5, 6], Some(3), 1000, None, unnamed));
         assert_eq!(a, b);
-        let c = base(&|t| t.syscall(1, &[], [1, 2, 3, 4, 5, 7], Some(3), 1000, None));
-        let d = base(&|t| t.syscall(1, &[], [1, 2, 3, 4, 5, 6], None, 1000, None));
-        let e = base(&|t| t.syscall(1, &[], [1, 2, 3, 4, 5, 6], Some(3), 1001, None));
-        let f = base(&|t| t.syscall(1, &[], [1, 2, 3, 4, 5, 6], Some(3), 1000, Some([9; 32])));
+        let c = base(&|t| t.syscall(1, [1, 2, 3, 4, 5, 7], Some(3), 1000, None, unnamed));
+        let d = base(&|t| t.syscall(1, [1, 2, 3, 4, 5, 6], None, 1000, None, unnamed));
+        let e = base(&|t| t.syscall(1, [1, 2, 3, 4, 5, 6], Some(3), 1001, None, unnamed));
+        let f = base(&|t| t.syscall(1, [1, 2, 3, 4, 5, 6], Some(3), 1000, Some([9; 32]), unnamed));
         assert!(a != c && a != d && a != e && c != d && a != f);
-        let path = [None, Some(b"/data/wal".to_vec())];
-        let g = base(&|t| t.syscall(257, &path, [AT_FDCWD, 0x1000, 0x241, 0o644, 0, 0], Some(3), 1000, None));
-        let h = base(&|t| t.syscall(257, &[], [AT_FDCWD, 0x1000, 0x241, 0o644, 0, 0], Some(3), 1000, None));
-        assert_eq!(g, h, "the path strings of the rendering stay out of the digest");
+        let openat = || ("openat".to_string(), "openat(AT_FDCWD, \"/data/wal\", 0x241, 0o644) = 3".to_string());
+        let g = base(&|t| t.syscall(257, [AT_FDCWD, 0x1000, 0x241, 0o644, 0, 0], Some(3), 1000, None, openat));
+        let h = base(&|t| t.syscall(257, [AT_FDCWD, 0x1000, 0x241, 0o644, 0, 0], Some(3), 1000, None, unnamed));
+        assert_eq!(g, h, "the name and the rendering stay out of the digest");
         let mut t = Tracer::new(true);
-        t.syscall(257, &path, [AT_FDCWD, 0x1000, 0x241, 0o644, 0, 0], Some(3), 1000, None);
+        t.syscall(257, [AT_FDCWD, 0x1000, 0x241, 0o644, 0, 0], Some(3), 1000, None, openat);
         assert_eq!(t.entries()[0].text, "openat(AT_FDCWD, \"/data/wal\", 0x241, 0o644) = 3");
         assert_eq!(t.entries()[0].name, "openat");
         let mut t = Tracer::new(false);
-        t.syscall(0, &[], [0; 6], Some(0), 1, None);
+        t.syscall(0, [0; 6], Some(0), 1, None, unnamed);
         t.exception(13, 0x401000, 0, 0, ExceptionRecord::Emulated(3), 2);
         assert_eq!(t.entry_hashes().len(), 1);
         assert!(t.entries().is_empty());
@@ -411,13 +409,13 @@ mod tests {
     fn save_restore_round_trip() {
         for record in [false, true] {
             let mut t = Tracer::new(record);
-            t.syscall(1, &[], [1, 2, 3, 4, 5, 6], Some(3), 1000, Some([7; 32]));
+            t.syscall(1, [1, 2, 3, 4, 5, 6], Some(3), 1000, Some([7; 32]), unnamed);
             t.exception(13, 0x401000, 0, 0, ExceptionRecord::Emulated(3), 2);
             let mut r: Tracer = postcard::from_bytes(&postcard::to_stdvec(&t).unwrap()).unwrap();
             r.validate().unwrap();
             assert_eq!(r, t);
             for x in [&mut t, &mut r] {
-                x.syscall(0, &[], [0; 6], Some(0), 3000, None);
+                x.syscall(0, [0; 6], Some(0), 3000, None, unnamed);
                 x.exception(14, 0x401000, 8, 6, ExceptionRecord::Fatal(11), 4000);
             }
             assert_eq!(r.digest(), t.digest());
