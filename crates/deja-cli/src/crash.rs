@@ -10,7 +10,7 @@ use crate::exit::Exit;
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use deja_kernel::{CrashState, ProgramSpec};
+use deja_kernel::{CrashPoint, CrashState, ProgramSpec, When};
 use deja_vmm::{lives_digest, Incarnation, Session};
 
 use crate::run_args::{crash_state_arg, replay_command_with, RunArgs};
@@ -130,17 +130,17 @@ struct Point {
 }
 
 impl Point {
-    fn at(
-        base: &deja_kernel::FaultConfig,
-        flag: String,
-        words: String,
-        k: u64,
-        apply: fn(&mut deja_kernel::FaultConfig, u64),
-    ) -> Point {
-        let mut faults = base.clone();
-        apply(&mut faults, k);
-        let salt = k.rotate_left(17) ^ u64::from(flag.len() as u32);
-        Point { flags: vec![flag], words, faults, salt, after_error: false, allowed: None }
+    fn at(base: &deja_kernel::FaultConfig, point: CrashPoint) -> Point {
+        let flag = point.flag();
+        let salt = point.write().rotate_left(17) ^ u64::from(flag.len() as u32);
+        Point {
+            flags: vec![flag],
+            words: point.words(),
+            faults: point.on(base),
+            salt,
+            after_error: false,
+            allowed: None,
+        }
     }
 }
 
@@ -240,31 +240,14 @@ pub fn sweep(args: &RunArgs, spec: ProgramSpec) -> Exit {
 }
 
 /// Before and after each of `durable_writes` durable writes, and at exit (right after each
-/// alone with `--after-writes-only`), on top of `base`.
+/// alone with `--after-writes-only`), on top of `base`: the crash points of
+/// [`deja_kernel::crash_points`].
 fn crash_points(args: &RunArgs, base: &deja_kernel::FaultConfig, durable_writes: u64) -> Vec<Point> {
-    let mut points = Vec::new();
-    for k in 1..=durable_writes {
-        if !args.after_writes_only {
-            points.push(Point::at(
-                base,
-                format!("--crash-before-durable-write={k}"),
-                format!("before durable write {k}"),
-                k,
-                |f, k| f.crash_before_durable_write = Some(k),
-            ));
-        }
-        points.push(Point::at(
-            base,
-            format!("--crash-after-durable-write={k}"),
-            format!("after durable write {k}"),
-            k,
-            |f, k| f.crash_after_durable_write = Some(k),
-        ));
-    }
-    if !args.after_writes_only {
-        points.push(Point::at(base, "--crash-at-exit".into(), "at exit".into(), 0, |f, _| f.crash_at_exit = true));
-    }
-    points
+    let sides: &[When] = if args.after_writes_only { &[When::After] } else { &[When::Before, When::After] };
+    deja_kernel::crash_points::crash_points(durable_writes, sides, !args.after_writes_only)
+        .into_iter()
+        .map(|p| Point::at(base, p))
+        .collect()
 }
 
 /// fsyncgate: each fsync of the run (by path and count, at most `--fsync-failures` of them,

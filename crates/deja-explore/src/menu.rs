@@ -16,7 +16,8 @@
 //! parent made progress.
 
 use deja_cluster::{NodeFault, StorageFault};
-use deja_kernel::{CrashState, ErrorRule, FaultConfig, IoCount, IoErrno, IoOp, OpCrash, ProcessKill, When};
+use deja_kernel::crash_points::{self, crash_points};
+use deja_kernel::{CrashPoint, CrashState, ErrorRule, FaultConfig, IoCount, IoErrno, IoOp, OpCrash, ProcessKill, When};
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -83,22 +84,15 @@ fn one_in(rng: &mut ChaCha20Rng, n: u64) -> bool {
     below(rng, n) == 0
 }
 
-fn clear_crash(f: &mut FaultConfig) {
-    f.crash_after_durable_write = None;
-    f.crash_before_durable_write = None;
-    f.crash_at_exit = false;
-    f.crash_state = None;
-}
-
 /// Sets a crash point drawn from the menu: before or after a durable write, or at exit.
 fn crash_point(rng: &mut ChaCha20Rng, f: &mut FaultConfig, menu: &Menu) {
-    clear_crash(f);
     let k = menu.durable_writes;
-    match below(rng, if k > 0 { 5 } else { 1 }) {
-        0 => f.crash_at_exit = true,
-        1 | 2 => f.crash_before_durable_write = Some(1 + below(rng, k)),
-        _ => f.crash_after_durable_write = Some(1 + below(rng, k)),
-    }
+    let point = match below(rng, if k > 0 { 5 } else { 1 }) {
+        0 => CrashPoint::AtExit,
+        1 | 2 => CrashPoint::Before(1 + below(rng, k)),
+        _ => CrashPoint::After(1 + below(rng, k)),
+    };
+    point.place(f);
 }
 
 /// A crash state over `n` pending operations.
@@ -195,7 +189,7 @@ pub fn mutate(rng: &mut ChaCha20Rng, f: &mut FaultConfig, menu: &Menu) {
             if !f.errors.is_empty() && one_in(rng, 2) {
                 f.errors.clear();
             } else {
-                clear_crash(f);
+                crash_points::clear(f);
             }
         }
         _ => match below(rng, 3) {
@@ -322,12 +316,10 @@ pub fn composed_sync(faults: &FaultConfig) -> Option<(&str, u64)> {
 /// - a failed sync followed by a crash ([`sync_then_crash`]), on each of the first
 ///   [`FRONTIER_FAILED_SYNCS`] syncs of each path the run synced.
 pub fn frontier(menu: &Menu, seed: u64) -> Vec<FaultConfig> {
-    let mut crashes = Vec::new();
-    for k in 1..=menu.durable_writes {
-        crashes.push(FaultConfig { crash_before_durable_write: Some(k), ..Default::default() });
-        crashes.push(FaultConfig { crash_after_durable_write: Some(k), ..Default::default() });
-    }
-    crashes.push(FaultConfig { crash_at_exit: true, ..Default::default() });
+    let crashes: Vec<FaultConfig> = crash_points(menu.durable_writes, &[When::Before, When::After], true)
+        .into_iter()
+        .map(|p| p.on(&FaultConfig::default()))
+        .collect();
     let mut errors = Vec::new();
     for c in menu.io_ops {
         for nth in 1..=c.count.min(FRONTIER_PER_OPERATION) {
@@ -406,12 +398,13 @@ pub fn frontier_round(rng: &mut ChaCha20Rng, mut f: FaultConfig) -> FaultConfig 
 /// syncs and at exit (the last two of [`sync_then_crash`]).
 pub fn hunt(menu: &Menu, budget: usize) -> Vec<FaultConfig> {
     let mut out = Vec::new();
+    // After a durable write the durable layer alone; before one and at exit, under the weakest
+    // crash model.
     let weak = FaultConfig { reordered_writes: true, torn_writes: true, ..Default::default() };
-    for k in 1..=menu.durable_writes {
-        out.push(FaultConfig { crash_after_durable_write: Some(k), ..Default::default() });
-        out.push(FaultConfig { crash_before_durable_write: Some(k), ..weak.clone() });
+    let durable_layer = FaultConfig::default();
+    for p in crash_points(menu.durable_writes, &[When::After, When::Before], true) {
+        out.push(p.on(if matches!(p, CrashPoint::After(_)) { &durable_layer } else { &weak }));
     }
-    out.push(FaultConfig { crash_at_exit: true, ..weak });
     let most = menu.io_ops.iter().map(|c| c.count).max().unwrap_or(0);
     for nth in 1..=most {
         for c in menu.io_ops.iter().filter(|c| c.count >= nth) {

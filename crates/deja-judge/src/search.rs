@@ -9,7 +9,7 @@
 //! same point may hold other operations.
 
 use deja_explore::Outcome;
-use deja_kernel::{CrashState, FaultConfig, ProgramSpec};
+use deja_kernel::{CrashPoint, CrashState, FaultConfig, ProgramSpec, When};
 use deja_vmm::Session;
 use serde::{Deserialize, Serialize};
 
@@ -31,18 +31,33 @@ pub enum CrashKind {
 }
 
 impl CrashKind {
+    /// The kind of a crash point, and the durable write it concerns (0 at exit).
+    pub fn of(point: CrashPoint) -> (CrashKind, u64) {
+        let kind = match point {
+            CrashPoint::Before(_) => CrashKind::Before,
+            CrashPoint::After(_) => CrashKind::After,
+            CrashPoint::AtExit => CrashKind::Exit,
+        };
+        (kind, point.write())
+    }
+
+    /// The crash point of this kind at durable write `k` (`None` for no crash).
+    pub fn point(self, k: u64) -> Option<CrashPoint> {
+        match self {
+            CrashKind::After => Some(CrashPoint::After(k)),
+            CrashKind::Before => Some(CrashPoint::Before(k)),
+            CrashKind::Exit => Some(CrashPoint::AtExit),
+            CrashKind::None => None,
+        }
+    }
+
     /// True for the default, [`CrashKind::After`] (what capsules before crash kinds meant).
     pub fn is_after(&self) -> bool {
         *self == CrashKind::After
     }
 
     fn words(self, k: u64) -> String {
-        match self {
-            CrashKind::After => format!("crash after durable write {k}"),
-            CrashKind::Before => format!("crash before durable write {k}"),
-            CrashKind::Exit => "crash at exit".into(),
-            CrashKind::None => "no crash".into(),
-        }
+        self.point(k).map_or_else(|| "no crash".into(), |p| format!("crash {}", p.words()))
     }
 }
 
@@ -88,11 +103,8 @@ impl Plan {
         let mut f = self.faults.for_restart();
         f.errors = self.faults.errors.clone();
         f.crash_at = self.faults.crash_at.clone();
-        match self.crash {
-            CrashKind::After => f.crash_after_durable_write = Some(self.k),
-            CrashKind::Before => f.crash_before_durable_write = Some(self.k),
-            CrashKind::Exit => f.crash_at_exit = true,
-            CrashKind::None => {}
+        if let Some(point) = self.crash.point(self.k) {
+            point.place(&mut f);
         }
         f
     }
@@ -201,13 +213,8 @@ pub fn search(
     let mut modelled = FaultConfig::default();
     modelled.take_settings(&spec.faults);
     let d = control.durable_writes.min(max_points);
-    let mut points: Vec<(CrashKind, u64)> = Vec::new();
-    for k in 1..=d {
-        points.push((CrashKind::After, k));
-        points.push((CrashKind::Before, k));
-    }
-    points.push((CrashKind::Exit, 0));
-    for (kind, k) in points {
+    for point in deja_kernel::crash_points::crash_points(d, &[When::After, When::Before], true) {
+        let (kind, k) = CrashKind::of(point);
         out.points += 1;
         let plan = Plan { crash: kind, k, kept: None, faults: modelled.clone() };
         let mut s = spec.clone();

@@ -121,6 +121,7 @@ mod prelude {
 pub mod clock;
 mod coverage;
 pub mod cpuid;
+pub mod crash_points;
 mod decision_point;
 mod disk;
 mod elf;
@@ -174,6 +175,7 @@ mod tests;
 use snafu::Snafu;
 
 pub use coverage::{bucket, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
+pub use crash_points::CrashPoint;
 pub use disk::{Disk, DiskEntry, DiskError};
 pub use elf::find_section as elf_section;
 pub use elf::ElfError;
