@@ -191,7 +191,34 @@ pub fn cycles(g: &Graph) -> Vec<Vec<String>> {
     t.out
 }
 
-/// `cargo xtask modules`: prints each crate's cycles.
+/// Most lines a source file may have, tests beside the code not counted.
+pub const MAX_LINES: usize = 900;
+
+/// The lines of `code` before its tests (a `#[cfg(test)]` at the start of a line).
+fn code_lines(code: &str) -> usize {
+    code.lines().take_while(|l| !l.starts_with("#[cfg(test)]")).count()
+}
+
+/// Every source file under `dir` (test files and `tests/` directories left out) with more than
+/// [`MAX_LINES`] lines of code, and its count.
+fn long_files(dir: &Path) -> Result<Vec<(String, usize)>, String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+        let path = e.map_err(|e| e.to_string())?.path();
+        let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        if path.is_dir() && name != "tests" {
+            out.extend(long_files(&path)?);
+        } else if name.ends_with(".rs") && name != "tests.rs" {
+            let n = code_lines(&std::fs::read_to_string(&path).map_err(|e| e.to_string())?);
+            if n > MAX_LINES {
+                out.push((path.display().to_string(), n));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `cargo xtask modules`: prints each crate's cycles, and the files over [`MAX_LINES`].
 pub fn report(crates: &Path) -> Result<(), String> {
     let mut names: Vec<_> = std::fs::read_dir(crates)
         .map_err(|e| e.to_string())?
@@ -207,6 +234,9 @@ pub fn report(crates: &Path) -> Result<(), String> {
         println!("{name}: {} modules, {in_cycles} in {} cycle(s)", g.len(), found.len());
         for scc in found {
             println!("  {}", scc.join(" ⇄ "));
+        }
+        for (file, n) in long_files(&c.join("src"))? {
+            println!("  {file}: {n} lines of code (at most {MAX_LINES})");
         }
     }
     Ok(())
@@ -252,6 +282,17 @@ mod tests {
         assert_eq!(module_of(Path::new("lib.rs")), None);
         assert_eq!(module_of(Path::new("tests/fs.rs")), None);
         assert_eq!(module_of(Path::new("campaign/tests.rs")), None);
+    }
+
+    /// No source file of a crate or of the xtask has more than [`MAX_LINES`] lines of code.
+    #[test]
+    fn no_source_file_passes_the_line_limit() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut long = long_files(&root.join("crates")).unwrap();
+        long.extend(long_files(&root.join("xtask/src")).unwrap());
+        assert!(long.is_empty(), "split these: {long:?}");
+        assert_eq!(code_lines("fn a() {}\n\n#[cfg(test)]\nmod tests {\n}\n"), 2);
+        assert_eq!(code_lines(&"x\n".repeat(MAX_LINES + 1)), MAX_LINES + 1);
     }
 
     /// No crate has a module cycle: each crate's modules form layers, every one using only

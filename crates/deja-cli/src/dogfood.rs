@@ -95,6 +95,33 @@ fn program_target(image: &[u8], guest: &str, args: &[&str], seed: u64) -> Target
     Target { spec, memory: 1 << 30, path: guest.to_string(), root: None }
 }
 
+/// `f` of each of `1..=n`, in that order, computed on as many threads as the host has cores.
+/// Each campaign of a row runs on one worker of its own and is a function of its seed alone,
+/// so the table does not depend on how many run at once; the first error in seed order wins.
+fn per_seed<T: Send>(n: u64, f: impl Fn(u64) -> Result<T, String> + Sync) -> Result<Vec<T>, String> {
+    let lanes = std::thread::available_parallelism().map_or(1, |n| n.get()).min(n as usize).max(1);
+    let next = std::sync::atomic::AtomicU64::new(1);
+    let mut done: Vec<(u64, Result<T, String>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..lanes)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let seed = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if seed > n {
+                            break out;
+                        }
+                        out.push((seed, f(seed)));
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    });
+    done.sort_by_key(|(seed, _)| *seed);
+    done.into_iter().map(|(_, r)| r).collect()
+}
+
 fn median(mut v: Vec<u64>) -> u64 {
     v.sort_unstable();
     v[v.len() / 2]
@@ -128,9 +155,11 @@ pub fn table(dir: &std::path::Path, seeds: u64) -> Result<String, String> {
         for strategy in [Strategy::Coverage, Strategy::Random] {
             let mut cells = Vec::new();
             let mut rounds = Vec::new();
-            for seed in 1..=seeds {
+            let found = per_seed(seeds, |seed| {
                 let target = program_target(&image, guest, args, seed);
-                let r = first_bug(Subject::Program(&target), strategy, *mode, seed, *budget)?;
+                first_bug(Subject::Program(&target), strategy, *mode, seed, *budget)
+            })?;
+            for r in found {
                 cells.push(r.map(|r| r.to_string()).unwrap_or_else(|| "-".into()));
                 rounds.push(r.unwrap_or(*budget));
             }
@@ -159,8 +188,7 @@ pub fn table(dir: &std::path::Path, seeds: u64) -> Result<String, String> {
     for strategy in [Strategy::Coverage, Strategy::Random] {
         let mut cells = Vec::new();
         let mut rounds = Vec::new();
-        for seed in 1..=seeds {
-            let r = first_bug(Subject::Cluster(&buggy), strategy, Mode::Faults, seed, BUDGET)?;
+        for r in per_seed(seeds, |seed| first_bug(Subject::Cluster(&buggy), strategy, Mode::Faults, seed, BUDGET))? {
             cells.push(r.map(|r| r.to_string()).unwrap_or_else(|| "-".into()));
             rounds.push(r.unwrap_or(BUDGET));
         }
@@ -187,10 +215,11 @@ pub fn table(dir: &std::path::Path, seeds: u64) -> Result<String, String> {
     );
     for (name, t) in [("buggy", &buggy), ("fixed", &fixed)] {
         let (mut hits, mut other) = (Vec::new(), 0);
-        for seed in 1..=100u64 {
+        let runs = per_seed(100, |seed| {
             let input = deja_explore::ClusterInput { seed, ..Default::default() };
-            let out =
-                deja_explore::cluster::run_cluster_input(t, &input, &mut |_, _, _| {}).map_err(|e| e.to_string())?;
+            deja_explore::cluster::run_cluster_input(t, &input, &mut |_, _, _| {}).map_err(|e| e.to_string())
+        })?;
+        for (seed, out) in (1..=100u64).zip(runs) {
             match &out.failure {
                 Some(deja_explore::FailureSignature::ClusterAssertions(failed))
                     if failed.iter().any(|(_, message)| message.contains("acknowledged writes survive")) =>
@@ -231,9 +260,11 @@ pub fn blocks_table(dir: &std::path::Path, seeds: u64, runs: u64) -> Result<Stri
         let mut cols = Vec::new();
         for (strategy, blocks) in [(Strategy::Coverage, true), (Strategy::Coverage, false), (Strategy::Random, false)] {
             let (mut cells, mut rounds) = (Vec::new(), Vec::new());
-            for seed in 1..=seeds {
+            let found = per_seed(seeds, |seed| {
                 let target = program_target(&image, guest, args, seed);
-                let r = first_bug_with(Subject::Program(&target), strategy, *mode, seed, runs, blocks)?;
+                first_bug_with(Subject::Program(&target), strategy, *mode, seed, runs, blocks)
+            })?;
+            for r in found {
                 cells.push(r.map(|r| r.to_string()).unwrap_or_else(|| "-".into()));
                 rounds.push(r.unwrap_or(runs));
             }

@@ -88,8 +88,12 @@ use snafu::{OptionExt, ResultExt};
 
 mod faults;
 mod fork;
+mod lives;
+mod report;
 
 pub use fork::{ClusterReset, Fork, LateStats, SetupBlocks, LATE_FORKS};
+pub(super) use lives::injected_errors;
+use lives::sigkill;
 
 /// BLAKE3 key-derivation context of the cluster's decision stream.
 const CLUSTER_CONTEXT: &str = "deja 2026 cluster decision stream v1";
@@ -381,26 +385,6 @@ impl Sim {
         Ok(sim)
     }
 
-    /// Runs node `i`, just booted, to its first syscall, before it is served: a clean ring-3
-    /// stop, where a fork at boot keeps its VM. What a program does before its first syscall
-    /// (the loader's work, a Go runtime's reads of the TSC) touches nothing another node or the
-    /// network can see, but it may advance the node's clock (a rewritten `rdtsc` costs virtual
-    /// time), and the scheduler orders nodes by their clocks: so every cluster run, booted or
-    /// forked, takes this step for every node, in file order, before the scheduler's first
-    /// decision. A node that ends on the way (a fault) has ended.
-    fn run_to_first_syscall(&mut self, i: usize) -> Result<(), ClusterError> {
-        let n = &mut self.nodes[i];
-        let name = n.cfg.name.clone();
-        let Some(live) = n.live.as_mut() else { return Ok(()) };
-        match live.vm.run_until(&mut live.kernel, &mut |_, _| {}, Some(0)) {
-            Ok(Stop::AtSyscall) => Ok(()),
-            Ok(Stop::Exited(_)) => self.ended(i),
-            Ok(Stop::Crashed) => self.crashed(i),
-            Ok(stop) => EndedBeforeFirstSyscallSnafu { node: name, stop }.fail(),
-            Err(source) => Err(ClusterError::Vm { node: name, source }),
-        }
-    }
-
     /// Everything but the VMs (each node's core stays with its VM).
     fn clone_cold(&self) -> Sim {
         Sim {
@@ -471,93 +455,9 @@ impl Sim {
         }
     }
 
-    /// Gives node `i`'s running life the storage faults in force that are still ahead of it:
-    /// a fault counted over the node's run (its n-th durable operation on a path, its n-th
-    /// write) becomes the one counted in this life, after what the earlier lives did; one
-    /// whose count an earlier life reached has struck or passed. A node the storage targets
-    /// leave out gets none.
-    fn install_storage(&mut self, i: usize) {
-        let st = &self.cfg.storage;
-        let n = &mut self.nodes[i];
-        let Some(live) = n.live.as_mut() else { return };
-        if !st.targets_node(&n.cfg.name) {
-            // No storage faults, but its crashes (a kill) keep to the cluster's crash model.
-            let fail_stop = n.cfg.fail_stop.clone();
-            let failure_marker = n.cfg.failure_marker.clone();
-            if st.crash_model != deja_kernel::CrashModel::PosixWeak
-                || fail_stop != deja_kernel::FailStopMode::Auto
-                || failure_marker.is_some()
-            {
-                live.kernel.set_fault_config(deja_kernel::FaultConfig {
-                    crash_model: st.crash_model,
-                    fail_stop,
-                    failure_marker,
-                    ..Default::default()
-                });
-            }
-            return;
-        }
-        let durable = crate::durable_counts(&n.lives);
-        let mut io: BTreeMap<(deja_kernel::IoOp, &str), u64> = BTreeMap::new();
-        for life in &n.lives {
-            for c in &life.io_ops {
-                *io.entry((c.op, c.path.as_str())).or_default() += c.count;
-            }
-        }
-        let mut f = deja_kernel::FaultConfig {
-            torn_writes: st.torn_writes,
-            reordered_writes: st.reordered_writes,
-            fault_paths: st.paths.clone(),
-            crash_model: st.crash_model,
-            fail_stop: n.cfg.fail_stop.clone(),
-            failure_marker: n.cfg.failure_marker.clone(),
-            ..Default::default()
-        };
-        for fault in self.storage.iter().filter(|s| s.node == n.cfg.name) {
-            match &fault.fault {
-                NodeFault::Crash(c) => {
-                    let done = durable.get(c.path.as_str()).copied().unwrap_or(0);
-                    if c.nth > done {
-                        f.crash_at.push(deja_kernel::OpCrash { nth: c.nth - done, ..c.clone() });
-                    }
-                }
-                NodeFault::Error(r) => {
-                    let done = io.get(&(r.op, r.path.as_str())).copied().unwrap_or(0);
-                    if r.nth == 0 {
-                        f.errors.push(r.clone());
-                    } else if r.nth > done {
-                        f.errors.push(deja_kernel::ErrorRule { nth: r.nth - done, ..r.clone() });
-                    }
-                }
-                NodeFault::Kill(k) => {
-                    // Counted over the node's lives, as crashes are.
-                    let done: u64 = n
-                        .lives
-                        .iter()
-                        .flat_map(|l| &l.process_ops)
-                        .filter(|(name, _)| *name == k.name)
-                        .map(|(_, c)| c)
-                        .sum();
-                    if k.nth > done {
-                        f.kill_process.push(deja_kernel::ProcessKill { nth: k.nth - done, ..k.clone() });
-                    }
-                }
-            }
-        }
-        live.kernel.set_fault_config(f);
-    }
-
     /// Every node is up and has called `setup_complete` in its current life.
     fn all_set_up(&self) -> bool {
         self.nodes.iter().all(|n| n.live.as_ref().is_some_and(|l| l.kernel.setup_completed()))
-    }
-
-    /// A life of node `i` ended: its VM goes back to the fork if it was the fork's.
-    fn retire(&mut self, i: usize, mut live: Live) {
-        self.nodes[i].blocks.extend(live.vm.take_block_hits());
-        if live.forked {
-            self.spare[i] = Some(live.vm);
-        }
     }
 
     fn push(&mut self, at: u64, e: Event) {
@@ -569,38 +469,6 @@ impl Sim {
     fn draw_ms(&mut self, point: DecisionPoint, [a, b]: [u64; 2]) -> u64 {
         let k = if b > a { self.log.decide(point, (b - a).min(100_000) + 1) } else { 0 };
         (a + k).saturating_mul(1_000_000)
-    }
-
-    /// Starts a node's next life at the current time.
-    fn boot_node(&mut self, i: usize) -> Result<(), ClusterError> {
-        let memory = self.cfg.memory;
-        let n = &mut self.nodes[i];
-        let life = n.lives.len() as u64;
-        let seed = if life == 0 { n.seed } else { deja_vmm::restart_seed(n.seed, life) };
-        let mut spec = ProgramSpec::for_program(n.cfg.image.clone(), &n.cfg.program, n.cfg.args.clone(), seed);
-        spec.exe_path = n.cfg.exe_path.clone();
-        spec.argv[0] = n.cfg.argv0.clone();
-        spec.root = n.cfg.root.clone();
-        spec.env = n.cfg.env.clone();
-        spec.cwd = n.cfg.cwd.clone();
-        spec.cpus = n.cfg.cpus;
-        spec.files = n.cfg.files.clone();
-        spec.disk = n.disk.take();
-        spec.record_trace = self.record_trace;
-        // A cluster on its way to a fork point keeps dirty logs; a child's restarts boot plain
-        // VMs of their own.
-        let opts = BootOptions { dirty_log: self.dirty_log, ..BootOptions::default() };
-        let (mut vm, mut kernel) = deja_vmm::boot(&spec, memory, opts).context(BootSnafu { node: &n.cfg.name })?;
-        if let Some(Some((blocks, seen))) = self.cover.get(i) {
-            vm.arm_blocks(blocks.clone(), seen);
-            kernel.announce_code(&mut vm.space);
-        }
-        kernel.attach_network(n.cfg.address);
-        kernel.resume(&mut vm.space, self.now, Vec::new());
-        n.live = Some(Live { vm, kernel, forked: self.dirty_log });
-        n.state = State::Running;
-        self.install_storage(i);
-        Ok(())
     }
 
     /// When node `i` can next do something (`None`: not before an event).
@@ -754,52 +622,6 @@ impl Sim {
         }
     }
 
-    /// Node `i` crashed at a durable operation, or at its fail-stop after an injected I/O
-    /// error: its VM is gone, its disk is the crash image, its peers are reset, and it
-    /// restarts at once on that disk.
-    fn crashed(&mut self, i: usize) -> Result<(), ClusterError> {
-        let now = self.now;
-        let budget = self.crash_states;
-        let n = &mut self.nodes[i];
-        let Some(mut live) = n.live.take() else { return Ok(()) };
-        // A crash by meaning is named by its count over the node's run, not the life's.
-        let point = match live.kernel.crash_struck() {
-            Some(c) => {
-                let before = crate::durable_counts(&n.lives).get(c.path.as_str()).copied().unwrap_or(0);
-                deja_kernel::OpCrash { nth: c.nth + before, ..c.clone() }.point()
-            }
-            None => live.kernel.crash_point_words(),
-        };
-        let pending = live.kernel.pending_operations();
-        let seed = n.seed ^ n.lives.len() as u64;
-        let states: Vec<deja_kernel::KeptOps> = if budget > 0 {
-            let found = live.kernel.crash_states(budget, seed).states;
-            found.into_iter().map(|(s, _)| deja_kernel::KeptOps::of(&s, &pending)).collect()
-        } else {
-            Vec::new()
-        };
-        n.disk = Some(live.kernel.crash_image());
-        let conns = live.kernel.connections();
-        let status = live.kernel.exit_status().cloned().unwrap_or_else(|| sigkill("crashed by deja"));
-        let report = live.kernel.finish(&live.vm.space, status);
-        let kept = report.crash_state.as_ref().map(|c| deja_kernel::KeptOps::of(&c.state, &c.pending));
-        let errors = injected_errors(&report);
-        n.lives.push(report);
-        n.state = State::Down;
-        n.paused = false;
-        let name = n.cfg.name.clone();
-        let life = n.lives.len() - 1;
-        self.retire(i, live);
-        for (kind, point) in errors {
-            self.note(&kind, format!("{name} {point}"));
-        }
-        self.note("crash", format!("{name} {point}"));
-        self.crashes.push(CrashRecord { node: name, life, time_ns: now, point, pending, kept, states });
-        self.reset_peers(i, conns);
-        self.push(now, Event::Revive(i));
-        Ok(())
-    }
-
     /// Routes a packet node `from` sent at `at`.
     fn send(&mut self, at: u64, from: usize, p: Packet) {
         if p.payload == Payload::Syn {
@@ -810,26 +632,6 @@ impl Sim {
         for d in self.net.route(&mut self.log, &mut self.ledger, at, from, p) {
             self.push(d.at, Event::Deliver(Box::new(d)));
         }
-    }
-
-    /// Node `i`'s program ended on its own.
-    fn ended(&mut self, i: usize) -> Result<(), ClusterError> {
-        let n = &mut self.nodes[i];
-        let Some(mut live) = n.live.take() else { return Ok(()) };
-        let status = live.kernel.exit_status().cloned().unwrap_or(ExitStatus::Exited { code: 0 });
-        let report = live.kernel.finish(&live.vm.space, status);
-        let errors = injected_errors(&report);
-        n.lives.push(report);
-        n.state = State::Exited;
-        // Its host is still up: what it had open is closed, which resets its peers.
-        let conns = live.kernel.connections();
-        let name = n.cfg.name.clone();
-        self.retire(i, live);
-        for (kind, point) in errors {
-            self.note(&kind, format!("{name} {point}"));
-        }
-        self.reset_peers(i, conns);
-        Ok(())
     }
 
     /// Sends an RST to the peer of each connection of node `i` on other nodes.
@@ -908,107 +710,6 @@ impl Sim {
             }
         }
         Ok(())
-    }
-
-    /// The report of the run; the nodes still running are stopped (their fork VMs go back).
-    fn report(&mut self, outcome: Outcome, wall_ns: u64) -> ClusterReport {
-        let end = self.now;
-        let why = match outcome {
-            Outcome::TimeLimit => "still running when the time budget ran out",
-            _ => "still running when the cluster run ended",
-        };
-        for i in 0..self.nodes.len() {
-            if let Some(mut live) = self.nodes[i].live.take() {
-                let status = sigkill(why);
-                let report = live.kernel.finish(&live.vm.space, status);
-                let name = self.nodes[i].cfg.name.clone();
-                for (kind, point) in injected_errors(&report) {
-                    self.note(&kind, format!("{name} {point}"));
-                }
-                self.nodes[i].lives.push(report);
-                self.retire(i, live);
-            }
-        }
-        let mut h = blake3::Hasher::new();
-        h.update(b"deja cluster digest v1");
-        for n in &self.nodes {
-            h.update(n.cfg.name.as_bytes());
-            for l in &n.lives {
-                h.update(l.digest.as_bytes());
-            }
-        }
-        for d in self.log.records() {
-            h.update(&d.index.to_le_bytes());
-            h.update(&d.choice.to_le_bytes());
-        }
-        for f in &self.ledger {
-            h.update(&f.time_ns.to_le_bytes());
-            h.update(f.kind.as_bytes());
-            h.update(f.detail.as_bytes());
-        }
-        let nodes = std::mem::take(&mut self.nodes)
-            .into_iter()
-            .map(|n| NodeReport {
-                name: n.cfg.name.clone(),
-                address: std::net::Ipv4Addr::from(n.cfg.address).to_string(),
-                waited: n.cfg.wait,
-                ended: match n.state {
-                    State::Exited => "exited",
-                    State::Down => "down",
-                    _ => "running",
-                }
-                .to_string(),
-                lives: n.lives,
-                stdout: String::from_utf8_lossy(&n.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&n.stderr).into_owned(),
-                vm_exits: n.exits,
-                host_run_ns: n.host_run_ns,
-                min_exit_ns: if n.min_exit_ns == u64::MAX { 0 } else { n.min_exit_ns },
-                host_cores: n.host_cores,
-                storage_faults: self.cfg.storage.targets_node(&n.cfg.name),
-                blocks: n.blocks,
-            })
-            .collect();
-        ClusterReport {
-            schema: "deja.cluster-report/1".into(),
-            outcome,
-            seed: self.cfg.seed,
-            virtual_time_ns: end,
-            wall_ns,
-            digest: h.finalize().to_hex().to_string(),
-            nodes,
-            faults: std::mem::take(&mut self.ledger),
-            decisions: self.log.records().to_vec(),
-            network: self.net.stats.clone(),
-            binary_hashes: self.cfg.binary_hashes.clone(),
-            crashes: std::mem::take(&mut self.crashes),
-            cuts: std::mem::take(&mut self.cuts),
-        }
-    }
-}
-
-/// The I/O errors and process kills injected into a life, as (kind, point) for the cluster's
-/// ledger.
-pub(super) fn injected_errors(report: &RunReport) -> Vec<(String, String)> {
-    report
-        .faults
-        .iter()
-        .filter(|f| {
-            matches!(
-                f.kind,
-                deja_kernel::FaultKind::Eio | deja_kernel::FaultKind::Enospc | deja_kernel::FaultKind::Kill
-            )
-        })
-        .map(|f| (f.kind.name().to_string(), f.point.clone()))
-        .collect()
-}
-
-/// How a node that deja stopped ends: SIGKILL, with why.
-fn sigkill(why: &str) -> ExitStatus {
-    ExitStatus::Signaled {
-        signal: 9,
-        name: "SIGKILL".into(),
-        fault: Some(deja_kernel::FaultInfo { description: why.into(), vector: 0, rip: 0, addr: None }),
     }
 }
 

@@ -72,10 +72,12 @@
 //!
 //! # Layout
 //!
-//! This module holds the model's types and the tree's construction and restore checks;
-//! [`tree`] resolves paths and changes the volatile layer (names, data, metadata), and
-//! [`durable`] moves pending operations to the durable layer and builds the disks a crash
-//! can leave.
+//! This module holds the model's types and the tree's restore checks; `pending.rs` holds the
+//! operations pending on files and directories and what a crash image keeps of them, `build.rs`
+//! makes the tree of a new run, `walk.rs` resolves paths, `tree.rs` changes the volatile layer's
+//! names and frees inodes, `data.rs` reads and changes a file's contents and metadata, and
+//! `durable.rs` moves pending operations to the durable layer and builds the disks a crash can
+//! leave.
 
 use crate::prelude::*;
 use alloc::collections::{BTreeMap, BTreeSet};
@@ -89,16 +91,22 @@ use crate::fault_kinds::FaultKind;
 use crate::fd::{ino_of, Stat, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFREG, S_IFSOCK};
 use crate::persist::{ensure, RestoreError};
 
+mod build;
+mod data;
 mod durable;
 mod models;
+mod pending;
 mod root;
 mod tree;
+mod walk;
 
 pub use durable::diff_paths;
 use durable::simulate;
 pub use models::{CrashModel, OpClass};
+use pending::apply_dir_ops;
+pub use pending::{DirData, DirOp, FileData, Pending, PendingOp, Selection};
 pub use root::{Root, RootNode};
-pub use tree::{guest_path_problem, parent_path};
+pub use walk::{guest_path_problem, parent_path};
 
 /// Id of `/` in the inode table.
 pub const ROOT: u64 = 0;
@@ -130,197 +138,6 @@ impl Default for FsConfig {
     fn default() -> Self {
         FsConfig { capacity_bytes: 256 << 20 }
     }
-}
-
-/// A pending (unsynced) operation on a file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Pending {
-    /// Bytes written at an offset.
-    Write {
-        /// Offset.
-        off: u64,
-        /// Bytes.
-        #[serde(with = "crate::persist::vec_bytes")]
-        data: Vec<u8>,
-    },
-    /// The size set (truncate, extend, `O_TRUNC`, `fallocate`).
-    SetSize(u64),
-    /// Merged older operations: the whole contents after them (never torn).
-    Replace(#[serde(with = "crate::persist::vec_bytes")] Vec<u8>),
-}
-
-impl Pending {
-    /// Applies the operation to `d`.
-    pub fn apply(&self, d: &mut Vec<u8>) {
-        match self {
-            Pending::Write { off, data } => {
-                let off = *off as usize;
-                let end = off + data.len();
-                if d.len() < end {
-                    d.resize(end, 0);
-                }
-                d[off..end].copy_from_slice(data);
-            }
-            Pending::SetSize(n) => d.resize(*n as usize, 0),
-            Pending::Replace(c) => c.clone_into(d),
-        }
-    }
-
-    /// Sectors the operation spans (at least 1; merged operations and size changes are 1).
-    pub fn sectors(&self) -> u64 {
-        match self {
-            Pending::Write { off, data } if !data.is_empty() => {
-                (off + data.len() as u64).div_ceil(SECTOR) - off / SECTOR
-            }
-            _ => 1,
-        }
-    }
-
-    /// The part of the operation in its first `k` sectors (`None` when nothing).
-    pub fn torn(&self, k: u64) -> Option<Pending> {
-        if k == 0 {
-            return None;
-        }
-        if k >= self.sectors() {
-            return Some(self.clone());
-        }
-        match self {
-            Pending::Write { off, data } => {
-                let keep = ((off / SECTOR + k) * SECTOR - off) as usize;
-                Some(Pending::Write { off: *off, data: data[..keep.min(data.len())].to_vec() })
-            }
-            other => Some(other.clone()),
-        }
-    }
-
-    fn bytes(&self) -> usize {
-        match self {
-            Pending::Write { data, .. } | Pending::Replace(data) => data.len(),
-            Pending::SetSize(_) => 0,
-        }
-    }
-}
-
-/// A writable regular file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileData {
-    /// Volatile contents.
-    #[serde(with = "crate::persist::vec_bytes")]
-    pub data: Vec<u8>,
-    /// Durable contents.
-    #[serde(with = "crate::persist::vec_bytes")]
-    pub durable: Vec<u8>,
-    /// Pending operations since the last sync, in order, each with its place in the node's
-    /// program order (see [`Fs::pending_ops`]).
-    pub pending: Vec<(u64, Pending)>,
-    /// A failed sync dropped pending operations (Linux's behaviour after an fsync error): the
-    /// volatile contents hold bytes that will never become durable unless written again.
-    pub dropped: bool,
-}
-
-impl FileData {
-    fn new(data: Vec<u8>) -> Self {
-        FileData { durable: data.clone(), data, pending: Vec::new(), dropped: false }
-    }
-
-    fn push(&mut self, seq: u64, op: Pending) {
-        let mut bytes: usize = self.pending.iter().map(|p| p.1.bytes()).sum::<usize>() + op.bytes();
-        while self.pending.len() >= 2 && (self.pending.len() >= MAX_PENDING || bytes > MAX_PENDING_BYTES) {
-            // Merge the two oldest into one whole-contents operation, at the older one's place.
-            let mut c = self.durable.clone();
-            self.pending[0].1.apply(&mut c);
-            self.pending[1].1.apply(&mut c);
-            bytes = bytes + c.len() - self.pending[0].1.bytes() - self.pending[1].1.bytes();
-            let at = self.pending[0].0;
-            self.pending.splice(0..2, [(at, Pending::Replace(c))]);
-            if self.pending.len() == 1 {
-                break;
-            }
-        }
-        self.pending.push((seq, op));
-    }
-
-    fn flush(&mut self) {
-        for (_, op) in core::mem::take(&mut self.pending) {
-            op.apply(&mut self.durable);
-        }
-        debug_assert!(self.dropped || self.durable == self.data);
-    }
-}
-
-/// A pending change to a directory's entries. A change made by one call is one operation (a
-/// rename within a directory replaces its target and removes its source atomically).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum DirOp {
-    /// `name` now names inode `id` (create, link, mkdir, symlink, a rename's target).
-    Set(String, u64),
-    /// `name` no longer exists (unlink, rmdir, a rename's source).
-    Remove(String),
-}
-
-/// A directory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DirData {
-    /// Volatile entries: name → inode id.
-    pub entries: BTreeMap<String, u64>,
-    /// Durable entries.
-    pub durable: BTreeMap<String, u64>,
-    /// The parent directory's id (itself for `/`).
-    pub parent: u64,
-    /// Pending entry changes since the last sync, in order, each with its place in the node's
-    /// program order; one element per call.
-    pub pending: Vec<(u64, Vec<DirOp>)>,
-    /// A failed sync dropped pending changes: the volatile entries hold changes that will never
-    /// become durable.
-    pub dropped: bool,
-}
-
-/// Applies one pending directory operation to an entry map.
-fn apply_dir_ops(entries: &mut BTreeMap<String, u64>, ops: &[DirOp]) {
-    for op in ops {
-        match op {
-            DirOp::Set(name, id) => {
-                entries.insert(name.clone(), *id);
-            }
-            DirOp::Remove(name) => {
-                entries.remove(name);
-            }
-        }
-    }
-}
-
-/// One operation still pending at a crash, in the node's program order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingOp {
-    /// Its place in program order.
-    pub seq: u64,
-    /// The file or directory it changes.
-    pub target: u64,
-    /// Its index in the target's pending list.
-    pub slot: usize,
-    /// For a write: how many 512-byte sectors it spans (the ways it can be torn).
-    pub sectors: Option<u64>,
-    /// What it is, for people: `write of 4096 bytes at 0 to /data/wal`.
-    pub what: String,
-    /// What kind of change it is, as the crash models tell them apart.
-    pub class: OpClass,
-    /// The position of the other half of the same call (a rename between two directories is
-    /// one operation in each), when that half is pending too.
-    pub joined: Option<usize>,
-    /// A journaled change (entries, sizes) that a later successful sync of anything came
-    /// after: a journaling file system committed it with that sync's transaction.
-    pub committed: bool,
-}
-
-/// Which pending operations a crash image keeps: `kept[i]` for the i-th of
-/// [`Fs::pending_ops`], and at most one write that reached the disk only in part: its
-/// position and how many of its sectors (`1..sectors`) made it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Selection {
-    /// Kept whole, by position.
-    pub kept: Vec<bool>,
-    /// The torn write: position and sectors kept.
-    pub torn: Option<(usize, u64)>,
 }
 
 /// What an inode is.
@@ -515,294 +332,7 @@ pub struct Fs {
     changed: alloc::collections::BTreeSet<u64>,
 }
 
-fn static_time() -> u64 {
-    crate::fd::FILE_TIME_S * 1_000_000_000
-}
-
 impl Fs {
-    /// The file system of a new run: the `disk` (or `/`, `/tmp`, `/data`), then the read-only
-    /// root's entries where the disk has none (a directory both have stays the disk's), then the
-    /// declared `files` (read-only, replacing whatever was there), the executable at
-    /// `exe_path`, `/proc/self/{maps,exe,fd}`, `/dev/{null,random,urandom,zero,full}`, the
-    /// links `/dev/fd` (to `/proc/self/fd`) and `/dev/std{in,out,err}`, and what describes
-    /// the program's `cpus` CPUs: `/proc/cpuinfo` and `/sys/devices/system/cpu/{online,
-    /// possible,present}`, and `/proc/sys/fs/pipe-max-size`.
-    ///
-    /// `/proc/self` is the directory every `/proc/<pid>` shares: a walk with a [`ProcView`]
-    /// reads the name `self` in `/proc` as a link to the current pid, and a pid's name as that
-    /// directory for that process ([`Walked::pid`]); its files (`maps`, `exe`, `fd`,
-    /// `cmdline`, `comm`, `stat`, `status`) are generated for the process at each open.
-    pub fn new(
-        config: FsConfig,
-        disk: Option<&Disk>,
-        inputs: Inputs<'_>,
-        exe_path: &str,
-        image: &[u8],
-        cpus: u32,
-    ) -> Fs {
-        let t = static_time();
-        let root = Inode {
-            ino: 2,
-            mode: 0o755,
-            times: [t; 3],
-            kind: Kind::Dir(DirData::default_for(ROOT)),
-            nlink: 1,
-            durable_links: 1,
-            pending_links: 0,
-            open: 0,
-            persist: true,
-            readonly: false,
-        };
-        let mut fs = Fs {
-            inodes: BTreeMap::from([(ROOT, root)]),
-            seq: 0,
-            next_id: 1,
-            next_ino: FIRST_INO,
-            used: 0,
-            capacity: config.capacity_bytes,
-            exe_path: exe_path.to_string(),
-            joined: BTreeMap::new(),
-            journal_mark: 0,
-            changed: Default::default(),
-        };
-        match disk {
-            Some(d) => {
-                if let Some(DiskEntry::Dir { mode }) = d.entries.get("/") {
-                    fs.set_mode(ROOT, *mode);
-                }
-                for (p, e) in d.entries.iter().filter(|(p, _)| *p != "/") {
-                    let kind = match e {
-                        DiskEntry::Dir { .. } => Kind::Dir(DirData::default_for(ROOT)),
-                        DiskEntry::File { data, .. } => Kind::File(FileData::new(data.clone())),
-                        DiskEntry::Symlink { target } => Kind::Symlink(target.clone()),
-                    };
-                    let mode = match e {
-                        DiskEntry::Dir { mode } | DiskEntry::File { mode, .. } => *mode,
-                        DiskEntry::Symlink { .. } => 0o777,
-                    };
-                    fs.place(p, kind, mode, true, false);
-                }
-            }
-            None => {
-                fs.place("/tmp", Kind::Dir(DirData::default_for(ROOT)), 0o1777, true, false);
-                fs.place("/data", Kind::Dir(DirData::default_for(ROOT)), 0o755, true, false);
-            }
-        }
-        if let Some(root) = inputs.root {
-            for (p, node) in root.nodes.iter().filter(|(p, _)| p.as_str() != "/") {
-                let Ok((norm, _)) = crate::fd::normalize("/", p.as_bytes()) else { continue };
-                // Below a symlink of the root: not reachable by that name.
-                let mut above = crate::fs::parent_path(&norm);
-                let mut hidden = false;
-                while above != "/" && !hidden {
-                    hidden = matches!(root.nodes.get(above), Some(RootNode::Symlink(_)));
-                    above = crate::fs::parent_path(above);
-                }
-                if hidden || fs.lookup_abs(&norm).is_some() {
-                    continue; // the disk's (after a crash, or `/tmp` and `/data`)
-                }
-                let (kind, mode) = match node {
-                    RootNode::File { mode, data } => (Kind::Static(data.clone()), *mode),
-                    RootNode::Dir { mode } => (Kind::Dir(DirData::default_for(ROOT)), *mode),
-                    RootNode::Symlink(t) if !t.is_empty() => (Kind::Symlink(t.clone()), 0o777),
-                    RootNode::Symlink(_) => continue,
-                };
-                fs.place(&norm, kind, mode & 0o7777, false, true);
-            }
-        }
-        for (p, data) in inputs.files {
-            if let Ok((norm, _)) = crate::fd::normalize("/", p.as_bytes()) {
-                // A program or a script may be run (`execve`); other files are read.
-                let runnable = data.starts_with(b"\x7fELF") || data.starts_with(b"#!");
-                let mode = if runnable { 0o755 } else { 0o644 };
-                fs.place(&norm, Kind::Static(Arc::from(data.as_slice())), mode, false, true);
-            }
-        }
-        if let Ok((norm, _)) = crate::fd::normalize("/", exe_path.as_bytes()) {
-            let declared =
-                fs.lookup_abs(&norm).and_then(|id| fs.get(id)).is_some_and(|i| matches!(i.kind, Kind::Static(_)));
-            if !declared {
-                fs.place(&norm, Kind::Static(Arc::from(image)), 0o755, false, true);
-            }
-            fs.exe_path = norm;
-        }
-        for (p, kind, mode) in [
-            ("/proc/self/maps", Kind::ProcMaps, 0o444),
-            ("/proc/self/exe", Kind::ExeLink, 0o777),
-            ("/proc/self/cmdline", Kind::ProcInfo(ProcFile::Cmdline), 0o444),
-            ("/proc/self/comm", Kind::ProcInfo(ProcFile::Comm), 0o444),
-            ("/proc/self/stat", Kind::ProcInfo(ProcFile::Stat), 0o444),
-            ("/proc/self/status", Kind::ProcInfo(ProcFile::Status), 0o444),
-            // Its entries are the fd table's, read at each walk and listing (`Fs::walk_fds`).
-            (PROC_FD, Kind::Dir(DirData::default_for(ROOT)), 0o500),
-            ("/dev/fd", Kind::Symlink(PROC_FD.into()), 0o777),
-            ("/dev/stdin", Kind::Symlink("/proc/self/fd/0".into()), 0o777),
-            ("/dev/stdout", Kind::Symlink("/proc/self/fd/1".into()), 0o777),
-            ("/dev/stderr", Kind::Symlink("/proc/self/fd/2".into()), 0o777),
-            ("/dev/null", Kind::DevNull, 0o666),
-            ("/dev/random", Kind::Random(8), 0o666),
-            ("/dev/urandom", Kind::Random(9), 0o666),
-            ("/dev/zero", Kind::MemDev(5), 0o666),
-            ("/dev/full", Kind::MemDev(7), 0o666),
-        ] {
-            fs.place(p, kind, mode, false, true);
-        }
-        let list = crate::cpuid::cpu_list(cpus);
-        for (p, text) in [
-            ("/proc/cpuinfo", crate::cpuid::proc_cpuinfo(cpus)),
-            ("/proc/sys/fs/pipe-max-size", format!("{}\n", crate::net::PIPE_MAX_SIZE)),
-            ("/sys/devices/system/cpu/online", list.clone()),
-            ("/sys/devices/system/cpu/possible", list.clone()),
-            ("/sys/devices/system/cpu/present", list),
-        ] {
-            if fs.lookup_abs(p).is_none() {
-                fs.place(p, Kind::Static(Arc::from(text.into_bytes())), 0o444, false, true);
-            }
-        }
-        if let Some(id) = fs.lookup_abs("/proc/self") {
-            fs.set_mode(id, 0o555);
-        }
-        for d in [
-            "/proc",
-            "/proc/self",
-            PROC_FD,
-            "/proc/sys",
-            "/proc/sys/fs",
-            "/dev",
-            "/sys",
-            "/sys/devices",
-            "/sys/devices/system",
-            "/sys/devices/system/cpu",
-        ] {
-            if let Some(id) = fs.lookup_abs(d) {
-                if let Some(i) = fs.inodes.get_mut(&id) {
-                    i.persist = false;
-                    i.readonly = true;
-                }
-            }
-        }
-        // Everything placed so far is the durable starting state.
-        for i in fs.inodes.values_mut() {
-            if let Kind::Dir(d) = &mut i.kind {
-                d.durable = d.entries.clone();
-            }
-        }
-        fs.recount();
-        fs
-    }
-
-    /// Places an inode at the absolute normalized `path`, creating directories above it and
-    /// replacing what was there (an initial-state helper: no durability bookkeeping).
-    fn place(&mut self, path: &str, kind: Kind, mode: u32, persist: bool, readonly: bool) {
-        if path == "/" {
-            return;
-        }
-        let mut dir = ROOT;
-        let comps: Vec<&str> = path[1..].split('/').collect();
-        for (i, c) in comps.iter().enumerate() {
-            let last = i + 1 == comps.len();
-            let existing = self.dir(dir).and_then(|d| d.entries.get(*c).copied());
-            if last {
-                if let Some(old) = existing {
-                    if self.inodes.get(&old).is_some_and(|o| o.is_dir()) && matches!(kind, Kind::Dir(_)) {
-                        return;
-                    }
-                }
-                let ino = self.fresh_ino(path, readonly);
-                let id = self.insert(ino, mode, kind, persist, readonly, static_time());
-                if let Some(Inode { kind: Kind::Dir(d), .. }) = self.inodes.get_mut(&id) {
-                    d.parent = dir;
-                }
-                self.set_entry_raw(dir, c, id);
-                return;
-            }
-            dir = match existing {
-                Some(id) if self.inodes.get(&id).is_some_and(|i| i.is_dir()) => id,
-                _ => {
-                    let sub: String = format!("/{}", comps[..=i].join("/"));
-                    let ino = self.fresh_ino(&sub, false);
-                    let id = self.insert(ino, 0o755, Kind::Dir(DirData::default_for(dir)), true, false, static_time());
-                    self.set_entry_raw(dir, c, id);
-                    id
-                }
-            };
-        }
-    }
-
-    fn set_entry_raw(&mut self, dir: u64, name: &str, id: u64) {
-        if let Some(Inode { kind: Kind::Dir(d), .. }) = self.inodes.get_mut(&dir) {
-            d.entries.insert(name.to_string(), id);
-        }
-        // Unreachable leftovers (replaced disk entries) are dropped by `recount`.
-    }
-
-    /// Recomputes every link count from the trees, drops unreachable inodes, recomputes the
-    /// space used. Only for the initial state (no open files yet).
-    fn recount(&mut self) {
-        let mut nlink: BTreeMap<u64, u64> = BTreeMap::new();
-        let mut dlink: BTreeMap<u64, u64> = BTreeMap::new();
-        for i in self.inodes.values() {
-            if let Kind::Dir(d) = &i.kind {
-                for id in d.entries.values() {
-                    *nlink.entry(*id).or_default() += 1;
-                }
-                for id in d.durable.values() {
-                    *dlink.entry(*id).or_default() += 1;
-                }
-            }
-        }
-        // Reachability from the root through either layer.
-        let mut seen = BTreeSet::from([ROOT]);
-        let mut work = vec![ROOT];
-        while let Some(id) = work.pop() {
-            if let Some(Inode { kind: Kind::Dir(d), .. }) = self.inodes.get(&id) {
-                for c in d.entries.values().chain(d.durable.values()) {
-                    if seen.insert(*c) {
-                        work.push(*c);
-                    }
-                }
-            }
-        }
-        self.inodes.retain(|id, _| seen.contains(id));
-        for (id, i) in self.inodes.iter_mut() {
-            if *id != ROOT {
-                i.nlink = nlink.get(id).copied().unwrap_or(0);
-                i.durable_links = dlink.get(id).copied().unwrap_or(0);
-            }
-        }
-        self.used = self.inodes.values().map(file_len).sum();
-    }
-
-    fn fresh_ino(&mut self, path: &str, hashed: bool) -> u64 {
-        if hashed {
-            ino_of(path)
-        } else {
-            self.next_ino += 1;
-            self.next_ino - 1
-        }
-    }
-
-    fn insert(&mut self, ino: u64, mode: u32, kind: Kind, persist: bool, readonly: bool, now: u64) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.inodes.insert(
-            id,
-            Inode {
-                ino,
-                mode,
-                times: [now; 3],
-                kind,
-                nlink: 0,
-                durable_links: 0,
-                pending_links: 0,
-                open: 0,
-                persist,
-                readonly,
-            },
-        );
-        id
-    }
-
     /// Checks the invariants of a restored file system.
     pub fn validate(&self) -> Result<(), RestoreError> {
         let root = self.inodes.get(&ROOT);
@@ -894,12 +424,6 @@ impl Fs {
             ensure(self.inodes.contains_key(id), || format!("an open file names a missing inode {id}"))?;
         }
         Ok(())
-    }
-}
-
-impl DirData {
-    fn default_for(parent: u64) -> Self {
-        DirData { entries: BTreeMap::new(), durable: BTreeMap::new(), parent, pending: Vec::new(), dropped: false }
     }
 }
 

@@ -33,6 +33,10 @@
 //! that ends without a verdict — its time budget ran out with a waited node still running, a
 //! scripted fault could not be applied, it ended before its faults came — is
 //! `EVIDENCE_INCOMPLETE`, never a failure.
+//!
+//! Here: the check, its candidate and its verdict; the faults by meaning, the schedule shifted
+//! and what a run under them shows in `meaning.rs`; the storage sweep's crash points and their
+//! runs in `sweep.rs`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -46,10 +50,18 @@ use deja_explore::cluster::{
     describe_fault, minimize_cluster, run_cluster_input, run_cluster_with, with_faults, BugFault, ClusterOutcome,
 };
 use deja_explore::{ClusterBug, ClusterInput, ClusterTarget, FailureSignature};
+use deja_kernel::crash_points::{crash_points, spread};
 use deja_kernel::{OpCrash, When};
 
 use crate::certificate::{Certificate, CheckStatus};
 use crate::judge::Verdict;
+
+mod meaning;
+mod sweep;
+
+use meaning::{by_meaning, judge_run, not_applicable, partner, shifted, timed};
+pub use sweep::Sweep;
+use sweep::{run_all, sweep_points, SweepPoint};
 
 /// The candidate: the nodes it replaces (binary, and from a candidate cluster file their
 /// arguments, environment and files too), or why it could not be had.
@@ -101,26 +113,6 @@ pub struct ClusterCheck {
     pub candidate: Candidate,
     /// Worlds the candidate must hold in (the bug's and `worlds - 1` others).
     pub worlds: u32,
-}
-
-/// How far a cluster check's storage sweep goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sweep {
-    /// Most crash points it tries (before and after each durable operation chosen, so half as
-    /// many operations).
-    pub crash_points: u64,
-    /// Crash states tried at each crash point before a durable operation, at most.
-    pub states_per_point: usize,
-    /// Threads it runs its clusters on.
-    pub jobs: usize,
-}
-
-impl Default for Sweep {
-    /// 64 crash points, 8 states each, on up to 4 threads (as many as the host offers).
-    fn default() -> Sweep {
-        let jobs = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
-        Sweep { crash_points: 64, states_per_point: 8, jobs }
-    }
 }
 
 /// A cluster check's verdict and certificate.
@@ -183,107 +175,6 @@ fn candidate_target(
     Ok(t)
 }
 
-fn world_seed(bug: &ClusterBug, k: u32) -> Option<u64> {
-    if k == 0 {
-        return bug.input.reseed;
-    }
-    let h = blake3::hash(format!("deja cluster check world {} {k}", bug.id).as_bytes());
-    Some(u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap_or_default()))
-}
-
-/// The bug's input with `faults` in place of its faults, in world `k`: message fates by
-/// meaning, no decision overrides.
-fn by_meaning(bug: &ClusterBug, faults: &[BugFault], k: u32) -> ClusterInput {
-    let input = ClusterInput {
-        overrides: BTreeMap::new(),
-        reseed: world_seed(bug, k),
-        fates: Fates::Meaning,
-        ..bug.input.clone()
-    };
-    with_faults(&input, faults)
-}
-
-/// The timed faults of `faults`.
-fn timed(faults: &[BugFault]) -> Vec<ScheduledFault> {
-    faults.iter().filter_map(|f| if let BugFault::Timed(t) = f { Some(t.clone()) } else { None }).collect()
-}
-
-/// The fault that undoes fault `i` of `schedule` (a kill's restart, a pause's resume, a
-/// partition's heal: the first such after it on the same node, or any heal), or that fault `i`
-/// undoes (a restart's kill, a resume's pause, a heal's partition: the last before it).
-fn partner(schedule: &[ScheduledFault], i: usize) -> Option<usize> {
-    let f = &schedule[i];
-    let same_node = |j: usize| schedule[j].node == f.node;
-    let after = |want: &dyn Fn(Action) -> bool| {
-        (i + 1..schedule.len())
-            .find(|&j| want(schedule[j].action) && (schedule[j].action == Action::Heal || same_node(j)))
-    };
-    let before = |want: &dyn Fn(Action) -> bool| {
-        (0..i).rev().find(|&j| {
-            want(schedule[j].action)
-                && (matches!(schedule[j].action, Action::Partition | Action::PartitionOneWay) || same_node(j))
-        })
-    };
-    match f.action {
-        Action::Kill => after(&|a| a == Action::Restart),
-        Action::Restart => before(&|a| a == Action::Kill),
-        Action::Pause => after(&|a| a == Action::Resume),
-        Action::Resume => before(&|a| a == Action::Pause),
-        Action::Partition | Action::PartitionOneWay => after(&|a| a == Action::Heal),
-        Action::Heal => before(&|a| matches!(a, Action::Partition | Action::PartitionOneWay)),
-        Action::ClockJump | Action::ClockSkew => None,
-    }
-}
-
-/// The schedule shifted by `delta_ms` (only fault `which` and the fault paired with it, when
-/// one is given: a kill moves with its restart, a pause with its resume, a partition with its
-/// heal), clipped at 0, in time order.
-fn shifted(schedule: &[ScheduledFault], delta_ms: i64, which: Option<usize>) -> Vec<ScheduledFault> {
-    let pair = which.and_then(|w| partner(schedule, w));
-    let mut out: Vec<ScheduledFault> = schedule
-        .iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let mut f = f.clone();
-            if which.is_none_or(|w| w == i || pair == Some(i)) {
-                f.at_ms = f.at_ms.saturating_add_signed(delta_ms);
-            }
-            f
-        })
-        .collect();
-    out.sort_by_key(|f| f.at_ms);
-    out
-}
-
-/// Why `schedule` cannot be applied as written, if it cannot: a kill of a node that is down, a
-/// restart of one that is up, a pause of a paused node, a resume of one that is not paused
-/// (every node up and running at first, the faults in time order).
-fn not_applicable(schedule: &[ScheduledFault]) -> Option<String> {
-    let mut down = std::collections::BTreeSet::new();
-    let mut paused = std::collections::BTreeSet::new();
-    for f in schedule {
-        let Some(node) = f.node.clone() else { continue };
-        let why = match f.action {
-            Action::Kill if down.contains(&node) => Some("kill a node that is down"),
-            Action::Kill => {
-                paused.remove(&node);
-                down.insert(node.clone());
-                None
-            }
-            Action::Restart if !down.remove(&node) => Some("restart a node that is up"),
-            Action::Pause if down.contains(&node) || !paused.insert(node.clone()) => {
-                Some("pause a node that is down or paused")
-            }
-            Action::Resume if !paused.remove(&node) => Some("resume a node that is not paused"),
-            _ => None,
-        };
-        if let Some(why) = why {
-            return Some(format!("{} would {why} ({node})", describe_fault(f)));
-        }
-    }
-    None
-}
-
 /// The verdict of a candidate that failed with `failure`: the bug's own signature or another.
 fn failing(failure: &FailureSignature, signature: &FailureSignature) -> Verdict {
     if failure.is_the_failure(signature) {
@@ -291,135 +182,6 @@ fn failing(failure: &FailureSignature, signature: &FailureSignature) -> Verdict 
     } else {
         Verdict::NewFailure
     }
-}
-
-/// The first scheduled fault that does not show in the run's ledger (at its time, as the same
-/// fault): the run ended before it came, or it could not be applied.
-fn unreached<'a>(out: &ClusterOutcome, schedule: &'a [ScheduledFault]) -> Option<&'a ScheduledFault> {
-    schedule.iter().find(|f| !out.report.faults.iter().any(|e| e.scripted.as_ref() == Some(*f)))
-}
-
-/// The first storage fault of `faults` that did not strike in the run: a crash of its node at
-/// its point, or an error of its kind on its path on its node.
-fn storage_unreached<'a>(out: &ClusterOutcome, faults: &'a [BugFault]) -> Option<&'a StorageFault> {
-    faults.iter().find_map(|f| match f {
-        BugFault::Storage(s) => {
-            let struck = match &s.fault {
-                NodeFault::Crash(c) => out.report.crashes.iter().any(|r| r.node == s.node && r.point == c.point()),
-                NodeFault::Kill(k) => out.report.faults.iter().any(|r| {
-                    r.kind == deja_kernel::FaultKind::Kill.name()
-                        && r.detail.starts_with(&format!("{} ", s.node))
-                        && r.detail.ends_with(&k.point())
-                }),
-                NodeFault::Error(e) => out.report.faults.iter().any(|r| {
-                    r.kind == e.errno.name()
-                        && r.detail.starts_with(&format!("{} ", s.node))
-                        && r.detail.contains(&format!(" on {} #", e.op.name()))
-                        && r.detail.ends_with(&format!(" {}", e.path))
-                }),
-            };
-            (!struck).then_some(s)
-        }
-        BugFault::Timed(_) => None,
-    })
-}
-
-/// What a candidate run under `faults` shows, in order of what it weighs: a failure (the
-/// verdict), or no verdict because the run ran out of its budget with waited nodes still
-/// running or lost track of its faults (`Err`: the evidence is incomplete, and why), or that it
-/// held.
-fn judge_run(out: &ClusterOutcome, faults: &[BugFault], sig: &FailureSignature) -> Result<Option<Verdict>, String> {
-    let schedule = timed(faults);
-    if let Some(f) = &out.failure {
-        return Ok(Some(failing(f, sig)));
-    }
-    let unfinished = out.report.unfinished();
-    if !unfinished.is_empty() {
-        return Err(format!(
-            "the run ran out of its time budget with {} still running: no verdict from a run that did not end",
-            unfinished.join(", ")
-        ));
-    }
-    if let Some(e) = out.report.faults.iter().find(|e| e.kind == "not-applied") {
-        return Err(format!("a scripted fault could not be applied: {}", e.detail));
-    }
-    if let Some(f) = unreached(out, &schedule) {
-        return Err(format!("the replay lost track: the run ended before its fault \"{}\" came", describe_fault(f)));
-    }
-    if let Some(f) = storage_unreached(out, faults) {
-        return Err(format!("the replay lost track: its fault \"{}\" never struck", f.describe()));
-    }
-    Ok(None)
-}
-
-/// One crash point of the storage sweep: a node, before or after one of its durable
-/// operations, and the state the crash keeps (`None`: the file's crash-state modes choose).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct SweepPoint {
-    node: String,
-    crash: OpCrash,
-}
-
-impl SweepPoint {
-    fn fault(&self) -> BugFault {
-        BugFault::Storage(StorageFault { node: self.node.clone(), fault: NodeFault::Crash(self.crash.clone()) })
-    }
-
-    fn describe(&self) -> String {
-        StorageFault { node: self.node.clone(), fault: NodeFault::Crash(self.crash.clone()) }.describe()
-    }
-}
-
-/// The crash points of the storage sweep over `out`, a run of the candidate: before and after
-/// each durable operation of each node storage faults may strike that had something to make
-/// durable, at most `budget` of them, spread evenly over the operations in time order when
-/// there are more; and how many operations there were.
-fn sweep_points(out: &ClusterOutcome, budget: u64) -> (Vec<SweepPoint>, usize) {
-    let mut ops: Vec<(u64, String, String, u64)> = Vec::new();
-    for n in out.report.nodes.iter().filter(|n| n.storage_faults) {
-        for d in n.durable_ops().into_iter().filter(|d| d.promotes) {
-            ops.push((d.virtual_time_ns, n.name.clone(), d.path, d.nth));
-        }
-    }
-    ops.sort();
-    let total = ops.len();
-    let take = (budget / 2).max(1) as usize;
-    let chosen: Vec<&(u64, String, String, u64)> =
-        if total <= take { ops.iter().collect() } else { (0..take).map(|i| &ops[i * total / take]).collect() };
-    let mut points = Vec::new();
-    for (_, node, path, nth) in chosen {
-        for when in [When::Before, When::After] {
-            let crash = OpCrash { when, path: path.clone(), nth: *nth, keep: None };
-            points.push(SweepPoint { node: node.clone(), crash });
-        }
-    }
-    (points, total)
-}
-
-/// Runs `inputs` on `target`, on up to `jobs` threads; the outcomes in order.
-fn run_all(
-    target: &ClusterTarget,
-    inputs: &[ClusterInput],
-    crash_states: usize,
-    jobs: usize,
-) -> Vec<Result<ClusterOutcome, String>> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<std::sync::Mutex<Option<Result<ClusterOutcome, String>>>> =
-        inputs.iter().map(|_| std::sync::Mutex::new(None)).collect();
-    std::thread::scope(|scope| {
-        for _ in 0..jobs.clamp(1, inputs.len().max(1)) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(input) = inputs.get(i) else { break };
-                let out = run_cluster_with(target, input, crash_states, &mut |_, _, _| {}).map_err(|e| e.to_string());
-                *results[i].lock().expect("no thread panics holding it") = Some(out);
-            });
-        }
-    });
-    results
-        .into_iter()
-        .map(|r| r.into_inner().expect("no thread panics holding it").unwrap_or_else(|| Err("not run".into())))
-        .collect()
 }
 
 /// Runs the whole check, with the default storage sweep.
