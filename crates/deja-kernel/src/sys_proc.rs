@@ -1,7 +1,8 @@
 //! Process-level syscalls: identity, limits, time, futex, randomness, `arch_prctl`,
 //! `prctl`, `uname`, scheduling.
 //!
-//! deja models one process (pid 1, parent 0, uid/gid 1000) with threads (see
+//! Every process of a node has uid/gid 1000; the first is pid 1 with parent 0, and `fork`,
+//! `vfork` and `clone` add more (`sys_process.rs`, [`crate::procs`]); each has threads (see
 //! [`crate::threads`]: clone, blocking futexes, sleeps, the scheduler). A wait that nothing can
 //! ever end (every thread blocked without a timeout, or a `poll` without timeout on fds that
 //! never become ready) ends the program with `SIGKILL` and a fault description starting with
