@@ -5,7 +5,8 @@
 //! run can depend on where it happened: the host core (CPU identity), the process, the
 //! scheduler. Each child runs the run's reproduce command with two hidden flags: `--on-core N`
 //! (pin the process before anything runs) and `--audit-record FILE` (write a
-//! [`RunRecord`] there). The first component that differs is named
+//! [`RunRecord`] there), under this run's settings, handed to it as its environment
+//! ([`crate::settings::hand_to`]). The first component that differs is named
 //! ([`deja_vmm::divergence::first_difference`]).
 
 use std::path::{Path, PathBuf};
@@ -35,19 +36,17 @@ pub fn cores() -> Vec<u32> {
     }
 }
 
-/// Runs `deja <argv>` in a fresh process pinned to `core`, and reads its audit record.
-pub fn run_child(argv: &[String], core: u32, n: u32) -> Result<RunRecord, Failure> {
+/// Runs `deja <argv>` in a fresh process pinned to `core`, under `settings`, and reads its
+/// audit record.
+pub fn run_child(argv: &[String], core: u32, n: u32, settings: &deja_vmm::Settings) -> Result<RunRecord, Failure> {
     let exe = std::env::current_exe()
         .map_err(|e| Failure::new(Exit::DejaFailed, format!("cannot find the deja executable: {e}")))?;
     let record: PathBuf = std::env::temp_dir().join(format!("deja-audit-{}-{n}.json", std::process::id()));
     // The hidden flags go right after the subcommand, before the program and its arguments.
     let (sub, rest) = argv.split_first().ok_or_else(|| Failure::new(Exit::DejaFailed, "empty audit command"))?;
     let mut cmd = Command::new(&exe);
-    // `--no-vdso` reaches the child as the environment variable it stands for.
-    if matches!(deja_vmm::identity::vdso_from_env(), Ok(false)) {
-        cmd.env(deja_vmm::identity::VDSO_ENV, "off");
-    }
-    let out = cmd
+    // The settings (`--no-vdso` among them) reach the child as the environment they stand for.
+    let out = crate::settings::hand_to(&mut cmd, settings)
         .arg(sub)
         .args(["--on-core".to_string(), core.to_string(), "--audit-record".to_string()])
         .arg(&record)
@@ -94,8 +93,9 @@ pub struct Verdict {
     pub fingerprint_differences: Vec<String>,
 }
 
-/// Audits `here` (this process's run) against `runs - 1` fresh processes running `argv`.
-pub fn audit(here: &RunRecord, argv: &[String], runs: u32) -> Result<Verdict, Failure> {
+/// Audits `here` (this process's run) against `runs - 1` fresh processes running `argv` under
+/// `settings` (this run's).
+pub fn audit(here: &RunRecord, argv: &[String], runs: u32, settings: &deja_vmm::Settings) -> Result<Verdict, Failure> {
     let cores = cores();
     let mut verdict = Verdict {
         runs,
@@ -110,7 +110,7 @@ pub fn audit(here: &RunRecord, argv: &[String], runs: u32) -> Result<Verdict, Fa
     };
     for n in 1..runs.max(1) {
         let core = cores[(n as usize - 1) % cores.len()];
-        let other = run_child(argv, core, n)?;
+        let other = run_child(argv, core, n, settings)?;
         verdict.cores.push(core);
         for c in &other.host_cores {
             if !verdict.host_cores_seen.contains(c) {

@@ -10,8 +10,8 @@ use deja_kernel::{ExitStatus, Stream};
 use crate::exit::Exit;
 use crate::run_args::{Failure, RunArgs};
 
-/// Loads a cluster file, with `--seed` applied.
-pub fn load(path: &Path, seed: Option<u64>) -> Result<ClusterConfig, Failure> {
+/// Loads a cluster file, with `--seed` applied, its nodes to run under `settings`.
+pub fn load(path: &Path, seed: Option<u64>, settings: &deja_vmm::Settings) -> Result<ClusterConfig, Failure> {
     let mut cfg = ClusterConfig::load(path).map_err(|e| {
         let code = match &e {
             ConfigError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => Exit::NotFound,
@@ -22,6 +22,7 @@ pub fn load(path: &Path, seed: Option<u64>) -> Result<ClusterConfig, Failure> {
     if let Some(s) = seed {
         cfg.seed = s;
     }
+    cfg.settings = *settings;
     Ok(cfg)
 }
 
@@ -198,8 +199,8 @@ pub fn history_summary(history: &HistoryCheck) {
     }
 }
 
-/// `deja run cluster.toml`.
-pub fn run(args: &RunArgs, path: &Path) -> Result<Exit, Failure> {
+/// `deja run cluster.toml`, every node's VMs set up under `settings`.
+pub fn run(args: &RunArgs, path: &Path, settings: &deja_vmm::Settings) -> Result<Exit, Failure> {
     let unsupported = [
         (args.snapshot_at.is_some(), "--snapshot-at"),
         (args.crash_after_durable_write.is_some(), "--crash-after-durable-write"),
@@ -227,8 +228,8 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<Exit, Failure> {
             format!("{flag} does not apply to a cluster file; put node settings in the file"),
         ));
     }
-    let cfg = load(path, args.seed)?;
-    let host = deja_vmm::identity::host().map_err(|e| Failure::new(Exit::DejaFailed, e.to_string()))?;
+    let cfg = load(path, args.seed, settings)?;
+    let host = settings.host().map_err(|e| Failure::new(Exit::DejaFailed, e.to_string()))?;
     let runs = args.audit.unwrap_or(1).max(1);
     let auditing = runs > 1 || args.audit_record.is_some();
     let mut prefix = Prefixer::default();
@@ -247,9 +248,9 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<Exit, Failure> {
         run_cluster(cfg.clone(), &mut sink, auditing)?
     };
     prefix.flush();
-    let record = first.record(&output);
+    let mut record = first.record(&output);
+    record.fingerprint = Some(host.fingerprint.clone());
     if let Some(out) = &args.audit_record {
-        let mut record = record;
         record.core = args.on_core;
         crate::audit::write_record(&record, out)?;
         return Ok(Exit::Clean);
@@ -258,7 +259,7 @@ pub fn run(args: &RunArgs, path: &Path) -> Result<Exit, Failure> {
     let mut audit = None;
     if runs > 1 {
         let argv = vec!["run".to_string(), "--seed".to_string(), cfg.seed.to_string(), path.display().to_string()];
-        let verdict = crate::audit::audit(&record, &argv, runs)?;
+        let verdict = crate::audit::audit(&record, &argv, runs, settings)?;
         if verdict.result != "identical" {
             code_override = Some(Exit::AuditDiverged);
         }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use deja_kernel::{CrashPoint, CrashState, ProgramSpec, When};
-use deja_vmm::{lives_digest, Incarnation, Session};
+use deja_vmm::{lives_digest, BootOptions, Incarnation, Session, Settings};
 
 use crate::run_args::{crash_state_arg, replay_command_with, RunArgs};
 
@@ -94,9 +94,9 @@ pub struct SweepReport {
     pub digest: String,
 }
 
-fn run_quiet(spec: ProgramSpec, memory: u64) -> Result<(Vec<Incarnation>, Vec<u8>), String> {
+fn run_quiet(spec: ProgramSpec, memory: u64, settings: &Settings) -> Result<(Vec<Incarnation>, Vec<u8>), String> {
     let mut stderr = Vec::new();
-    let lives = Session::boot(spec, memory << 20)
+    let lives = Session::boot_with(spec, memory << 20, BootOptions::new(*settings))
         .and_then(|mut s| {
             s.lives(
                 &mut |stream, bytes| {
@@ -148,9 +148,9 @@ fn kind_of(f: &deja_kernel::FaultRecord) -> String {
     f.kind.name().to_string()
 }
 
-/// Runs the sweep: [`Exit::Clean`] all held, [`Exit::Failure`] a restart failed,
-/// [`Exit::Incomplete`] the sweep cannot tell.
-pub fn sweep(args: &RunArgs, spec: ProgramSpec) -> Exit {
+/// Runs the sweep, every run under `settings`: [`Exit::Clean`] all held, [`Exit::Failure`] a
+/// restart failed, [`Exit::Incomplete`] the sweep cannot tell.
+pub fn sweep(args: &RunArgs, spec: ProgramSpec, settings: &Settings) -> Exit {
     let mut report = SweepReport {
         schema: "deja.crash-sweep/3",
         model: args.crash_model.name(),
@@ -171,7 +171,7 @@ pub fn sweep(args: &RunArgs, spec: ProgramSpec) -> Exit {
     };
     let mut reference_spec = spec.clone();
     reference_spec.faults = reference_spec.faults.for_restart();
-    match run_quiet(reference_spec, args.memory) {
+    match run_quiet(reference_spec, args.memory, settings) {
         Err(e) => report.incomplete_because = Some(format!("the run without a crash failed to run: {e}")),
         Ok((lives, _)) => {
             let life = &lives[0];
@@ -193,10 +193,10 @@ pub fn sweep(args: &RunArgs, spec: ProgramSpec) -> Exit {
         let mut kept_all = BTreeMap::new();
         for point in &points {
             report.crash_points += 1;
-            sweep_point(args, &spec, point, &mut report, &mut restarted, &mut kept_all);
+            sweep_point(args, &spec, settings, point, &mut report, &mut restarted, &mut kept_all);
         }
         if args.fsync_failures > 0 {
-            fsync_failure_sweep(args, &spec, &base, &mut report, &mut restarted, &mut kept_all);
+            fsync_failure_sweep(args, &spec, settings, &base, &mut report, &mut restarted, &mut kept_all);
         }
         let failing = |r: &&SweepRow| matches!(r.result, "failed" | "same_image_failed");
         report.failures = report.rows.iter().filter(failing).filter(|r| r.counts).count() as u64;
@@ -258,6 +258,7 @@ fn crash_points(args: &RunArgs, base: &deja_kernel::FaultConfig, durable_writes:
 fn fsync_failure_sweep(
     args: &RunArgs,
     spec: &ProgramSpec,
+    settings: &Settings,
     base: &deja_kernel::FaultConfig,
     report: &mut SweepReport,
     restarted: &mut BTreeMap<String, (String, &'static str)>,
@@ -265,7 +266,7 @@ fn fsync_failure_sweep(
 ) {
     let mut reference = spec.clone();
     reference.faults = base.clone();
-    let Ok((lives, _)) = run_quiet(reference, args.memory) else { return };
+    let Ok((lives, _)) = run_quiet(reference, args.memory, settings) else { return };
     let fsyncs: Vec<(String, u64)> = lives[0]
         .run
         .report
@@ -285,7 +286,8 @@ fn fsync_failure_sweep(
     for rule in rules {
         report.fsync_failures += 1;
         let mut seen: Vec<Vec<bool>> = Vec::new();
-        let Some(covered) = failure_then_crashes(args, spec, base, &rule, None, &mut seen, report, restarted, kept_all)
+        let Some(covered) =
+            failure_then_crashes(args, spec, settings, base, &rule, None, &mut seen, report, restarted, kept_all)
         else {
             continue;
         };
@@ -294,7 +296,7 @@ fn fsync_failure_sweep(
         for keep in writeback_subsets(covered.pending.len(), args.fsync_writebacks) {
             let with = deja_kernel::ErrorRule { keep: Some(keep), ..rule.clone() };
             let salt = report.fsync_failures.rotate_left(40) ^ (seen.len() as u64).rotate_left(20);
-            failure_then_crashes(args, spec, base, &with, Some(salt), &mut seen, report, restarted, kept_all);
+            failure_then_crashes(args, spec, settings, base, &with, Some(salt), &mut seen, report, restarted, kept_all);
         }
     }
 }
@@ -333,6 +335,7 @@ fn writeback_subsets(n: usize, most: usize) -> Vec<Vec<u32>> {
 fn failure_then_crashes(
     args: &RunArgs,
     spec: &ProgramSpec,
+    settings: &Settings,
     base: &deja_kernel::FaultConfig,
     rule: &deja_kernel::ErrorRule,
     salt: Option<u64>,
@@ -350,7 +353,7 @@ fn failure_then_crashes(
     let covered: Option<deja_kernel::FailedSync>;
     let mut words = rule.describe();
     let mut allowed: Option<Vec<deja_kernel::CrashModel>> = None;
-    let durable = match run_quiet(alone, args.memory) {
+    let durable = match run_quiet(alone, args.memory, settings) {
         Ok((lives, stderr)) => {
             covered = lives[0].run.report.failed_syncs.first().cloned();
             if let Some(c) = &covered {
@@ -413,7 +416,7 @@ fn failure_then_crashes(
         point.after_error = true;
         point.allowed = allowed.clone();
         report.crash_points += 1;
-        sweep_point(args, spec, &point, report, restarted, kept_all);
+        sweep_point(args, spec, settings, &point, report, restarted, kept_all);
     }
     covered
 }
@@ -422,6 +425,7 @@ fn failure_then_crashes(
 fn sweep_point(
     args: &RunArgs,
     spec: &ProgramSpec,
+    settings: &Settings,
     point: &Point,
     report: &mut SweepReport,
     restarted: &mut BTreeMap<String, (String, &'static str)>,
@@ -448,7 +452,7 @@ fn sweep_point(
         operations: vec![],
         first_difference: None,
     };
-    let mut crashed = match Session::boot(s, args.memory << 20) {
+    let mut crashed = match Session::boot_with(s, args.memory << 20, BootOptions::new(*settings)) {
         Err(e) => return report.rows.push(incomplete(e.to_string())),
         Ok(session) => session,
     };

@@ -11,10 +11,10 @@ pub struct DoctorArgs {
     pub json: bool,
 }
 
-/// `deja doctor`: [`Exit::Clean`] if deja can run here (hazards are reported, not fatal),
-/// [`Exit::DejaFailed`] if not.
-pub fn main(args: DoctorArgs) -> Exit {
-    let check = deja_vmm::check_host();
+/// `deja doctor`, of the CPU identity under `settings`: [`Exit::Clean`] if deja can run here
+/// (hazards are reported, not fatal), [`Exit::DejaFailed`] if not.
+pub fn main(args: DoctorArgs, settings: &deja_vmm::Settings) -> Exit {
+    let check = deja_vmm::check_host(settings);
     let usable = check.usable();
     if args.json {
         let profile = check.profile.as_ref().ok();

@@ -6,6 +6,7 @@ use crate::exit::Exit;
 use std::path::PathBuf;
 
 use deja_explore::{CampaignConfig, Mode, Strategy, Target};
+use deja_vmm::Settings;
 
 /// Arguments of `deja dogfood`.
 #[derive(Debug, clap::Args)]
@@ -45,16 +46,18 @@ enum Subject<'a> {
 
 fn first_bug(
     target: Subject<'_>,
+    settings: &Settings,
     strategy: Strategy,
     mode: Mode,
     seed: u64,
     budget: u64,
 ) -> Result<Option<u64>, String> {
-    first_bug_with(target, strategy, mode, seed, budget, true)
+    first_bug_with(target, settings, strategy, mode, seed, budget, true)
 }
 
 fn first_bug_with(
     target: Subject<'_>,
+    settings: &Settings,
     strategy: Strategy,
     mode: Mode,
     seed: u64,
@@ -79,6 +82,7 @@ fn first_bug_with(
         late_forks: deja_cluster::LATE_FORKS,
         verify_forks: 0,
         perturb_forks: false,
+        settings: *settings,
     };
     let c = match target {
         Subject::Program(t) => deja_explore::explore(t, &cfg, &mut |_| {}),
@@ -127,8 +131,8 @@ fn median(mut v: Vec<u64>) -> u64 {
     v[v.len() / 2]
 }
 
-/// The table, as committed.
-pub fn table(dir: &std::path::Path, seeds: u64) -> Result<String, String> {
+/// The table, as committed, every campaign under `settings`.
+pub fn table(dir: &std::path::Path, seeds: u64, settings: &Settings) -> Result<String, String> {
     let workloads: [(&str, &str, Vec<&str>, Mode, u64); 5] = [
         ("kv, lost acknowledged write", "kv", vec!["--variant", "buggy", "6"], Mode::Faults, BUDGET),
         ("pagestore, header durable before the extension", "pagestore-buggy", vec!["6"], Mode::Faults, DEEP_BUDGET),
@@ -157,7 +161,7 @@ pub fn table(dir: &std::path::Path, seeds: u64) -> Result<String, String> {
             let mut rounds = Vec::new();
             let found = per_seed(seeds, |seed| {
                 let target = program_target(&image, guest, args, seed);
-                first_bug(Subject::Program(&target), strategy, *mode, seed, *budget)
+                first_bug(Subject::Program(&target), settings, strategy, *mode, seed, *budget)
             })?;
             for r in found {
                 cells.push(r.map(|r| r.to_string()).unwrap_or_else(|| "-".into()));
@@ -183,12 +187,20 @@ pub fn table(dir: &std::path::Path, seeds: u64) -> Result<String, String> {
     // The cluster workload: every round boots the four nodes (no forks).
     let examples =
         dir.parent().and_then(std::path::Path::parent).map(|r| r.join("examples/clusters")).unwrap_or_default();
-    let buggy = deja_explore::ClusterTarget::load(&examples.join("register-buggy.toml")).map_err(|e| e.to_string())?;
+    let load = |file: &str| {
+        let mut t = deja_explore::ClusterTarget::load(&examples.join(file)).map_err(|e| e.to_string())?;
+        t.cfg.settings = *settings;
+        Ok::<_, String>(t)
+    };
+    let buggy = load("register-buggy.toml")?;
     let split = "register (3 replicas + client), split brain";
     for strategy in [Strategy::Coverage, Strategy::Random] {
         let mut cells = Vec::new();
         let mut rounds = Vec::new();
-        for r in per_seed(seeds, |seed| first_bug(Subject::Cluster(&buggy), strategy, Mode::Faults, seed, BUDGET))? {
+        let found = per_seed(seeds, |seed| {
+            first_bug(Subject::Cluster(&buggy), settings, strategy, Mode::Faults, seed, BUDGET)
+        })?;
+        for r in found {
             cells.push(r.map(|r| r.to_string()).unwrap_or_else(|| "-".into()));
             rounds.push(r.unwrap_or(BUDGET));
         }
@@ -205,7 +217,7 @@ pub fn table(dir: &std::path::Path, seeds: u64) -> Result<String, String> {
     }
 
     // Split brain over 100 seeds of `deja run`: how often the random partitions expose it.
-    let fixed = deja_explore::ClusterTarget::load(&examples.join("register-fixed.toml")).map_err(|e| e.to_string())?;
+    let fixed = load("register-fixed.toml")?;
     md.push_str(
         "\n## Split brain over 100 seeds\n\n\
          `deja run --seed N examples/clusters/register-{buggy,fixed}.toml` for N = 1..100: random partitions\n\
@@ -241,8 +253,8 @@ pub fn table(dir: &std::path::Path, seeds: u64) -> Result<String, String> {
 }
 
 /// The block-coverage table: on each uninstrumented reference bug, rounds to the first bug with
-/// block coverage, with behaviour features only, and with independent runs.
-pub fn blocks_table(dir: &std::path::Path, seeds: u64, runs: u64) -> Result<String, String> {
+/// block coverage, with behaviour features only, and with independent runs, under `settings`.
+pub fn blocks_table(dir: &std::path::Path, seeds: u64, runs: u64, settings: &Settings) -> Result<String, String> {
     let workloads: [(&str, &str, Vec<&str>, Mode); 4] = [
         ("pagestore, header durable before the extension", "pagestore-buggy", vec!["6"], Mode::Faults),
         ("ackstore, swallowed I/O error", "ackstore-buggy", vec!["6"], Mode::Faults),
@@ -262,7 +274,7 @@ pub fn blocks_table(dir: &std::path::Path, seeds: u64, runs: u64) -> Result<Stri
             let (mut cells, mut rounds) = (Vec::new(), Vec::new());
             let found = per_seed(seeds, |seed| {
                 let target = program_target(&image, guest, args, seed);
-                first_bug_with(Subject::Program(&target), strategy, *mode, seed, runs, blocks)
+                first_bug_with(Subject::Program(&target), settings, strategy, *mode, seed, runs, blocks)
             })?;
             for r in found {
                 cells.push(r.map(|r| r.to_string()).unwrap_or_else(|| "-".into()));
@@ -276,15 +288,15 @@ pub fn blocks_table(dir: &std::path::Path, seeds: u64, runs: u64) -> Result<Stri
     Ok(md)
 }
 
-/// `deja dogfood`.
-pub fn main(args: DogfoodArgs) -> Exit {
+/// `deja dogfood`, every campaign and run under `settings`.
+pub fn main(args: DogfoodArgs, settings: &Settings) -> Exit {
     let dir = args.guests.clone().unwrap_or_else(|| {
         let exe = std::env::current_exe().unwrap_or_default();
         exe.parent().and_then(std::path::Path::parent).map(|t| t.join("guests")).unwrap_or_default()
     });
     let made = match args.blocks {
-        true => blocks_table(&dir, args.seeds, args.runs),
-        false => table(&dir, args.seeds),
+        true => blocks_table(&dir, args.seeds, args.runs, settings),
+        false => table(&dir, args.seeds, settings),
     };
     let md = match made {
         Ok(md) => md,

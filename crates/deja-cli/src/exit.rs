@@ -13,7 +13,8 @@ pub enum Exit {
     /// linearizable, a certificate was tampered with, committed results differ.
     Failure,
     /// Bad command line (clap's own code): a flag, value or combination that cannot be run as
-    /// asked, a cluster file that says something impossible, an address nothing can listen on.
+    /// asked, a `DEJA_*` setting with a value it does not take, a cluster file that says
+    /// something impossible, an address nothing can listen on.
     Usage,
     /// The evidence is incomplete: nothing can be concluded either way.
     Incomplete,
@@ -59,9 +60,9 @@ impl Exit {
         ),
         (
             Exit::Usage,
-            "bad command line: a flag, value or combination that cannot run as asked, a cluster file \
-                      that says something impossible, an address `deja explore --serve` or `deja serve` cannot \
-                      listen on",
+            "bad command line: a flag, value or combination that cannot run as asked, a `DEJA_*` \
+                      setting with a value it does not take, a cluster file that says something impossible, an \
+                      address `deja explore --serve` or `deja serve` cannot listen on",
         ),
         (
             Exit::Incomplete,

@@ -19,13 +19,14 @@ pub struct InspectArgs {
     pub file: PathBuf,
 }
 
-fn describe(args: &InspectArgs) -> Result<serde_json::Value, Failure> {
+fn describe(args: &InspectArgs, settings: &deja_vmm::Settings) -> Result<serde_json::Value, Failure> {
+    let host = |recorded| host(recorded, settings);
     let bytes = std::fs::read(&args.file).map_err(|e| {
         let code = if e.kind() == std::io::ErrorKind::NotFound { Exit::NotFound } else { Exit::NotLoadable };
         Failure::new(code, format!("cannot read {}: {e}", args.file.display()))
     })?;
     if !bytes.starts_with(&deja_format::MAGIC) {
-        if let Some(v) = describe_json(&args.file, &bytes)? {
+        if let Some(v) = describe_json(&args.file, &bytes, settings)? {
             return Ok(v);
         }
     }
@@ -68,10 +69,11 @@ fn describe(args: &InspectArgs) -> Result<serde_json::Value, Failure> {
     Ok(v)
 }
 
-/// The host CPU fingerprint an artifact records, and how it compares with this host's.
-fn host(recorded: Option<deja_vmm::Fingerprint>) -> serde_json::Value {
+/// The host CPU fingerprint an artifact records, and how it compares with this host's under
+/// `settings`.
+fn host(recorded: Option<deja_vmm::Fingerprint>, settings: &deja_vmm::Settings) -> serde_json::Value {
     let Some(f) = recorded else { return "not recorded (written by an older deja)".into() };
-    match deja_vmm::identity::compare_recorded(Some(&f)) {
+    match deja_vmm::identity::compare_recorded(Some(&f), settings) {
         None => format!("{} (the same as this host's)", f.id).into(),
         Some(note) => format!("{}: {note}", f.id).into(),
     }
@@ -83,7 +85,12 @@ fn recorded(v: &serde_json::Value) -> Option<deja_vmm::Fingerprint> {
 
 /// The JSON artifacts (bug files, capsules, certificates, reports): their schema and what they
 /// say, after the checks each one carries (a capsule's content address, a certificate's chain).
-fn describe_json(path: &std::path::Path, bytes: &[u8]) -> Result<Option<serde_json::Value>, Failure> {
+fn describe_json(
+    path: &std::path::Path,
+    bytes: &[u8],
+    settings: &deja_vmm::Settings,
+) -> Result<Option<serde_json::Value>, Failure> {
+    let host = |recorded| host(recorded, settings);
     let shown = path.display().to_string();
     let v = match serde_json::from_slice::<serde_json::Value>(bytes) {
         Ok(v) => v,
@@ -152,9 +159,10 @@ fn describe_json(path: &std::path::Path, bytes: &[u8]) -> Result<Option<serde_js
     })))
 }
 
-/// `deja inspect`: 0 when the artifact is valid, 126 when it is refused, 127 when missing.
-pub fn main(args: InspectArgs) -> Exit {
-    match describe(&args) {
+/// `deja inspect`, comparing recorded fingerprints with this host's under `settings`: 0 when the
+/// artifact is valid, 126 when it is refused, 127 when missing.
+pub fn main(args: InspectArgs, settings: &deja_vmm::Settings) -> Exit {
+    match describe(&args, settings) {
         Ok(v) => {
             if args.json {
                 println!("{v:#}");

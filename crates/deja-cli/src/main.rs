@@ -19,6 +19,7 @@ mod run;
 mod run_args;
 mod run_report;
 mod serve;
+mod settings;
 
 use clap::{Parser, Subcommand};
 
@@ -26,8 +27,8 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "deja", version, about, long_about = None)]
 struct Cli {
-    /// Give programs no vDSO: every clock read is a syscall (as `DEJA_VDSO=off`; for
-    /// comparison, recorded in every artifact's fingerprint).
+    /// Give programs no vDSO: every clock read is a syscall (as `DEJA_VDSO=off`, which it wins
+    /// over; for comparison, recorded in every artifact's fingerprint).
     #[arg(long, global = true)]
     no_vdso: bool,
     #[command(subcommand)]
@@ -74,28 +75,31 @@ fn main() {
     // Before any vCPU thread is pinned: the cores an audit spreads its processes over.
     deja_vmm::identity::remember_initial_cores();
     let cli = Cli::parse();
-    if cli.no_vdso {
-        deja_vmm::identity::disable_vdso();
-    }
-    let code = match cli.command {
-        Command::Run(args) => run::main(*args),
-        Command::Doctor(args) => doctor::main(args),
-        Command::Bench(args) => bench::main(args),
-        Command::Inspect(args) => inspect::main(args),
-        Command::Reseal(args) => inspect::reseal(args),
-        Command::Build(args) => build::main(args),
-        Command::Dogfood(args) => dogfood::main(args),
-        Command::Check(args) => check::main(*args),
-        Command::VerifyCertificate(args) => check::verify(args),
-        Command::Explore(args) => explore::main(*args),
-        Command::Merge(args) => explore::merge(args),
-        Command::Serve(args) => explore::serve(args),
-        Command::Replay(args) => explore::replay(args),
-        Command::Minimize(args) => explore::minimize(args),
-        Command::ExitCodes => {
+    // The one place the VM settings are read; every command that boots a VM is given them.
+    let settings = settings::from_env(cli.no_vdso);
+    let code = match (cli.command, settings) {
+        (Command::Reseal(args), _) => inspect::reseal(args),
+        (Command::Build(args), _) => build::main(args),
+        (Command::Check(args), _) => check::main(*args),
+        (Command::VerifyCertificate(args), _) => check::verify(args),
+        (Command::Merge(args), _) => explore::merge(args),
+        (Command::Serve(args), _) => explore::serve(args),
+        (Command::ExitCodes, _) => {
             print!("{}", exit::Exit::markdown());
             exit::Exit::Clean
         }
+        (_, Err(e)) => {
+            eprintln!("deja: error: {e}");
+            exit::Exit::Usage
+        }
+        (Command::Run(args), Ok(s)) => run::main(*args, &s),
+        (Command::Doctor(args), Ok(s)) => doctor::main(args, &s),
+        (Command::Bench(args), Ok(s)) => bench::main(args, &s),
+        (Command::Inspect(args), Ok(s)) => inspect::main(args, &s),
+        (Command::Dogfood(args), Ok(s)) => dogfood::main(args, &s),
+        (Command::Explore(args), Ok(s)) => explore::main(*args, &s),
+        (Command::Replay(args), Ok(s)) => explore::replay(args, &s),
+        (Command::Minimize(args), Ok(s)) => explore::minimize(args, &s),
     };
     std::process::exit(code.code());
 }

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use deja_kernel::{ProgramSpec, RunReport, Stream};
-use deja_vmm::{Incarnation, RunError, Session, Snapshot, SnapshotMeta};
+use deja_vmm::{BootOptions, Incarnation, RunError, Session, Settings, Snapshot, SnapshotMeta};
 
 use crate::exit::Exit;
 pub(crate) use crate::run_args::parse_fail_stop;
@@ -265,9 +265,12 @@ impl RunResult {
         last
     }
 
-    /// This run as an audit compares it.
-    pub fn audit_record(&self) -> deja_vmm::divergence::RunRecord {
-        deja_vmm::divergence::RunRecord::program(deja_vmm::lives_digest(&self.lives), &self.lives, &self.output)
+    /// This run as an audit compares it, made on a host with `fingerprint` (its settings').
+    pub fn audit_record(&self, fingerprint: &deja_vmm::Fingerprint) -> deja_vmm::divergence::RunRecord {
+        let mut record =
+            deja_vmm::divergence::RunRecord::program(deja_vmm::lives_digest(&self.lives), &self.lives, &self.output);
+        record.fingerprint = Some(fingerprint.clone());
+        record
     }
 }
 
@@ -275,11 +278,13 @@ fn one_life(run: deja_vmm::Run, seed: u64) -> Vec<Incarnation> {
     vec![Incarnation { run, crashed: false, seed, crash_disk_digest: None }]
 }
 
-/// Runs once; program output is passed through when `live`, else captured. With `snapshot`
-/// (index, file) the run also writes a snapshot at that syscall.
+/// Runs once under `settings` (a snapshot is restored under them too); program output is passed
+/// through when `live`, else captured. With `snapshot` (index, file) the run also writes a
+/// snapshot at that syscall.
 pub fn run_once(
     source: &Source,
     memory_mib: u64,
+    settings: &Settings,
     live: bool,
     snapshot: Option<(u64, &Path)>,
     export: Option<&mut Option<deja_kernel::Disk>>,
@@ -302,7 +307,7 @@ pub fn run_once(
     };
     let lives = match (source, snapshot) {
         (Source::Program(spec), None) => {
-            let lives = Session::boot((**spec).clone(), memory_mib << 20)
+            let lives = Session::boot_with((**spec).clone(), memory_mib << 20, BootOptions::new(*settings))
                 .and_then(|mut s| s.lives(&mut sink, export))
                 .map_err(run_error)?;
             for (i, life) in lives.iter().enumerate().filter(|(_, l)| l.crashed) {
@@ -335,8 +340,9 @@ pub fn run_once(
             lives
         }
         (Source::Program(spec), Some((at, path))) => {
-            let meta = SnapshotMeta::of(spec, at).map_err(run_error)?;
-            let mut session = Session::boot((**spec).clone(), memory_mib << 20).map_err(run_error)?;
+            let meta = SnapshotMeta::of(spec, at);
+            let mut session = Session::boot_with((**spec).clone(), memory_mib << 20, BootOptions::new(*settings))
+                .map_err(run_error)?;
             let snap = match session.run_to_syscall(at, &mut sink).map_err(run_error)? {
                 true => Some(session.snapshot(meta).map_err(run_error)?),
                 false => None,
@@ -358,7 +364,7 @@ pub fn run_once(
         }
         (Source::Snapshot(snap), _) => {
             let seed = snap.meta.seed;
-            let run = Session::restore(snap).and_then(|mut s| s.run(&mut sink)).map_err(run_error)?;
+            let run = Session::restore(snap, settings).and_then(|mut s| s.run(&mut sink)).map_err(run_error)?;
             one_life(run, seed)
         }
     };
@@ -374,15 +380,15 @@ fn write_trace(path: &Path, report: &RunReport) -> std::io::Result<()> {
     f.flush()
 }
 
-/// `deja run`.
-pub fn main(args: RunArgs) -> Exit {
+/// `deja run`, its VMs set up under `settings`.
+pub fn main(args: RunArgs, settings: &Settings) -> Exit {
     if let Some(core) = args.on_core {
         if let Err(e) = deja_vmm::identity::pin_current_thread(core) {
             eprintln!("deja: error: cannot run on host core {core}: {e}");
             return Exit::DejaFailed;
         }
     }
-    match run_main(&args) {
+    match run_main(&args, settings) {
         Ok(code) => code,
         Err(f) => {
             eprintln!("deja: error: {}", f.message);
@@ -391,10 +397,10 @@ pub fn main(args: RunArgs) -> Exit {
     }
 }
 
-fn run_main(args: &RunArgs) -> Result<Exit, Failure> {
+fn run_main(args: &RunArgs, settings: &Settings) -> Result<Exit, Failure> {
     if let (None, None, None, Some(p)) = (&args.from_snapshot, &args.image, &args.root, &args.program) {
         if p.extension().is_some_and(|e| e == "toml") {
-            return crate::cluster::run(args, p);
+            return crate::cluster::run(args, p, settings);
         }
     }
     let mut inputs = None;
@@ -426,9 +432,9 @@ fn run_main(args: &RunArgs) -> Result<Exit, Failure> {
         other => other,
     };
     let snapshot = args.snapshot_at.zip(args.snapshot_out.as_deref());
-    let host = deja_vmm::identity::host().map_err(|e| Failure::new(Exit::DejaFailed, e.to_string()))?;
+    let host = settings.host().map_err(|e| Failure::new(Exit::DejaFailed, e.to_string()))?;
     if let Source::Snapshot(snap) = &source {
-        if let Some(note) = deja_vmm::identity::compare_recorded(snap.meta.host.as_ref()) {
+        if let Some(note) = deja_vmm::identity::compare_recorded(snap.meta.host.as_ref(), settings) {
             eprintln!("deja: note: the snapshot was {note}");
         }
     }
@@ -437,14 +443,14 @@ fn run_main(args: &RunArgs) -> Result<Exit, Failure> {
         let Source::Program(spec) = source else {
             return Err(Failure::new(Exit::Usage, "--crash-sweep needs a program, not a snapshot"));
         };
-        return Ok(crate::crash::sweep(args, *spec));
+        return Ok(crate::crash::sweep(args, *spec, settings));
     }
     let mut final_disk = None;
     let export = args.fs_export.as_ref().map(|_| &mut final_disk);
     let live = args.audit_record.is_none();
-    let result = run_once(&source, args.memory, live, snapshot, export)?;
+    let result = run_once(&source, args.memory, settings, live, snapshot, export)?;
     if let Some(path) = &args.audit_record {
-        let mut record = result.audit_record();
+        let mut record = result.audit_record(&host.fingerprint);
         record.core = args.on_core;
         crate::audit::write_record(&record, path)?;
         return Ok(Exit::Clean);
@@ -459,7 +465,8 @@ fn run_main(args: &RunArgs) -> Result<Exit, Failure> {
     let mut audit = None;
     let mut diverged = false;
     if args.audit.is_some() {
-        let verdict = crate::audit::audit(&result.audit_record(), &replay_argv(args, &[]), runs)?;
+        let record = result.audit_record(&host.fingerprint);
+        let verdict = crate::audit::audit(&record, &replay_argv(args, &[]), runs, settings)?;
         diverged = verdict.result != "identical";
         if !args.json {
             crate::audit::print(&verdict);

@@ -160,7 +160,9 @@ fn a_hundred_children_of_one_parent_agree_and_another_decision_diverges() {
     traced.record_trace = true;
     let whole = deja_vmm::Session::boot(traced.clone(), 256 << 20).unwrap().run(&mut |_, _| {}).unwrap();
     let at = whole.report.trace.iter().position(|e| e.name == "getrandom").unwrap() as u64;
-    let mut fork = deja_vmm::Fork::new(spec("timerand", &[], 4), 256 << 20, at, &mut |_, _| {}).unwrap();
+    let mut fork =
+        deja_vmm::Fork::new(spec("timerand", &[], 4), 256 << 20, &deja_vmm::Settings::default(), at, &mut |_, _| {})
+            .unwrap();
     let mut digests = std::collections::BTreeSet::new();
     let mut outputs = std::collections::BTreeSet::new();
     for _ in 0..100 {
@@ -187,7 +189,14 @@ fn fork_reset_restores_the_parents_memory_bit_for_bit() {
     traced.record_trace = true;
     let whole = deja_vmm::Session::boot(traced, 256 << 20).unwrap().run(&mut |_, _| {}).unwrap();
     let marks: Vec<u64> = whole.report.trace.iter().filter(|e| e.name == "sched_yield").map(|e| e.index).collect();
-    let mut fork = deja_vmm::Fork::new(spec("dirty", &["3000"], 1), 256 << 20, marks[0], &mut |_, _| {}).unwrap();
+    let mut fork = deja_vmm::Fork::new(
+        spec("dirty", &["3000"], 1),
+        256 << 20,
+        &deja_vmm::Settings::default(),
+        marks[0],
+        &mut |_, _| {},
+    )
+    .unwrap();
     let parent = fork.parent_ram_digest();
     assert_eq!(fork.ram_digest(), parent, "the parent image is what the VM holds");
     let child = fork.run_child(None, &mut |_, _| {}).unwrap();
@@ -225,7 +234,10 @@ fn late_child(
 #[test]
 fn a_programs_child_from_a_later_fork_is_the_child_of_the_fork_point() {
     use std::collections::BTreeMap;
-    let fresh = || deja_vmm::Fork::new(spec("bank", &["20"], 4), 256 << 20, 1, &mut |_, _| {}).unwrap();
+    let fresh = || {
+        deja_vmm::Fork::new(spec("bank", &["20"], 4), 256 << 20, &deja_vmm::Settings::default(), 1, &mut |_, _| {})
+            .unwrap()
+    };
     let (mut fork, mut plain) = (fresh(), fresh());
     plain.set_late_forks(0);
     let base = fork.parent_kernel().decision_count();

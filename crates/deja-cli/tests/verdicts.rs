@@ -259,7 +259,15 @@ fn program_bug(dir: &Path, program: &str, args: &[&str], input: deja_explore::In
     let out = deja_explore::input::run_fresh(&target, fork_at, &input, &mut |_, _| {}).unwrap();
     out.failure.as_ref()?;
     let path = dir.join("bug.json");
-    let bug = deja_explore::BugFile::new(&target, fork_at, &input, &out, 1, &path.display().to_string());
+    let bug = deja_explore::BugFile::new(
+        &target,
+        &deja_vmm::Settings::default(),
+        fork_at,
+        &input,
+        &out,
+        1,
+        &path.display().to_string(),
+    );
     bug.write(&path).unwrap();
     Some(path)
 }

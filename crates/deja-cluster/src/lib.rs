@@ -5,7 +5,8 @@
 //! A cluster is described by a TOML file ([`config`]); [`run`] boots every node, runs them on
 //! one virtual time line ([`sim`], which also documents the fault model) and returns a
 //! [`ClusterReport`]. The run is a pure function of the file, the binaries, the seed and the
-//! decision overrides: the [`ClusterReport::digest`] of two runs with the same inputs is equal.
+//! decision overrides, under the settings its VMs are set up with ([`ClusterConfig::settings`]):
+//! the [`ClusterReport::digest`] of two runs with the same inputs is equal.
 //! No host socket is ever opened for a guest: the addresses exist only in the simulation.
 
 pub mod config;

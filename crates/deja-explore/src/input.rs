@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use deja_format::json::Schema;
 use deja_kernel::{FaultConfig, Kernel, ProgramSpec, RunReport, Stream};
-use deja_vmm::{Fork, Incarnation, Session};
+use deja_vmm::{BootOptions, Fork, Incarnation, Session, Settings};
 use serde::{Deserialize, Serialize};
 
 use crate::signature::FailureSignature;
@@ -253,20 +253,33 @@ fn keep_stdout(out: &mut Vec<u8>, stream: Stream, bytes: &[u8]) {
     }
 }
 
-/// Runs `input` from scratch: the program runs untouched to `fork_at`, takes the input there,
-/// and runs on — the same run a fork child at `fork_at` makes.
+/// [`run_fresh_under`] the default settings ([`Settings::default`]), for callers that are given
+/// no settings yet (`deja check`'s judge).
 pub fn run_fresh(
     target: &Target,
     fork_at: u64,
     input: &Input,
     sink: &mut dyn FnMut(Stream, &[u8]),
 ) -> Result<Outcome, ExploreError> {
-    run_fresh_covered(target, fork_at, input, None, sink)
+    run_fresh_under(target, &Settings::default(), fork_at, input, sink)
 }
 
-/// [`run_fresh`] with every block of `blocks` armed ([`deja_vmm::coverage`]).
+/// Runs `input` from scratch under `settings`: the program runs untouched to `fork_at`, takes
+/// the input there, and runs on — the same run a fork child at `fork_at` makes.
+pub fn run_fresh_under(
+    target: &Target,
+    settings: &Settings,
+    fork_at: u64,
+    input: &Input,
+    sink: &mut dyn FnMut(Stream, &[u8]),
+) -> Result<Outcome, ExploreError> {
+    run_fresh_covered(target, settings, fork_at, input, None, sink)
+}
+
+/// [`run_fresh_under`] with every block of `blocks` armed ([`deja_vmm::coverage`]).
 pub fn run_fresh_covered(
     target: &Target,
+    settings: &Settings,
     fork_at: u64,
     input: &Input,
     blocks: Option<std::sync::Arc<deja_vmm::coverage::BlockImage>>,
@@ -279,7 +292,7 @@ pub fn run_fresh_covered(
     };
     let mut spec = target.spec.clone();
     spec.seed = input.seed.unwrap_or(spec.seed);
-    let mut session = Session::boot(spec, target.memory)?;
+    let mut session = Session::boot_with(spec, target.memory, BootOptions::new(*settings))?;
     if let Some(b) = &blocks {
         session.cover_blocks(b.clone(), deja_vmm::coverage::Seen::default());
     }
@@ -320,7 +333,13 @@ pub fn first_restart_difference(
 /// first syscall of its restart that differs from the restart of the same crash with every
 /// pending operation kept, when that restart holds (when it fails too, the state is not what
 /// broke the program). Both runs are made again from scratch, with their syscalls traced.
-pub fn crash_difference(target: &Target, fork_at: u64, input: &Input, out: &Outcome) -> Option<String> {
+pub fn crash_difference(
+    target: &Target,
+    settings: &Settings,
+    fork_at: u64,
+    input: &Input,
+    out: &Outcome,
+) -> Option<String> {
     let c = out.lives.first()?.run.report.crash_state.as_ref()?;
     if out.lives.len() < 2 || c.state == deja_kernel::CrashState::all(c.pending.len()) {
         return None;
@@ -329,23 +348,30 @@ pub fn crash_difference(target: &Target, fork_at: u64, input: &Input, out: &Outc
     traced.spec.record_trace = true;
     let mut everything = input.clone();
     everything.faults.crash_state = Some(deja_kernel::CrashState::all(c.pending.len()));
-    let reference = run_fresh(&traced, fork_at, &everything, &mut |_, _| {}).ok()?;
+    let reference = run_fresh_under(&traced, settings, fork_at, &everything, &mut |_, _| {}).ok()?;
     let crashed_alike = reference.lives.first()?.run.report.crash_state.as_ref()?.pending == c.pending;
     if reference.failure.is_some() || reference.lives.len() < 2 || !crashed_alike {
         return None;
     }
-    let again = run_fresh(&traced, fork_at, input, &mut |_, _| {}).ok()?;
+    let again = run_fresh_under(&traced, settings, fork_at, input, &mut |_, _| {}).ok()?;
     first_restart_difference(&again.lives.get(1)?.run.report.trace, &reference.lives[1].run.report.trace)
 }
 
-/// Confirms a failing outcome `out` of `input`: replays it from scratch on another host core
-/// than the one `out` ran on (when the machine has one). Returns `None` when the replay gave
-/// the same run, or the first component that differed.
-pub fn confirm(target: &Target, fork_at: u64, input: &Input, out: &Outcome) -> Result<Option<String>, ExploreError> {
+/// Confirms a failing outcome `out` of `input`: replays it from scratch under `settings` on
+/// another host core than the one `out` ran on (when the machine has one). Returns `None` when
+/// the replay gave the same run, or the first component that differed.
+pub fn confirm(
+    target: &Target,
+    settings: &Settings,
+    fork_at: u64,
+    input: &Input,
+    out: &Outcome,
+) -> Result<Option<String>, ExploreError> {
     let seen: Vec<u32> = out.lives.iter().flat_map(|l| l.run.stats.host_cores.iter().copied()).collect();
-    let (core, again) =
-        deja_vmm::identity::on_another_core(&seen, || run_fresh(target, fork_at, input, &mut |_, _| {}))
-            .map_err(deja_vmm::RunError::from)?;
+    let (core, again) = deja_vmm::identity::on_another_core(&seen, || {
+        run_fresh_under(target, settings, fork_at, input, &mut |_, _| {})
+    })
+    .map_err(deja_vmm::RunError::from)?;
     let again = again?;
     Ok(difference(out, &again).map(|d| format!("the replay on host core {core} differs in {d}")))
 }
@@ -436,8 +462,17 @@ pub struct BugFile {
 }
 
 impl BugFile {
-    /// Builds the bug file of a failed outcome.
-    pub fn new(target: &Target, fork_at: u64, input: &Input, out: &Outcome, round: u64, file: &str) -> BugFile {
+    /// Builds the bug file of a failed outcome of a run under `settings` (whose fingerprint it
+    /// records).
+    pub fn new(
+        target: &Target,
+        settings: &Settings,
+        fork_at: u64,
+        input: &Input,
+        out: &Outcome,
+        round: u64,
+        file: &str,
+    ) -> BugFile {
         let signature = out.failure.clone().unwrap_or_else(|| FailureSignature::Other(String::new()));
         let program_blake3 = blake3::hash(&target.spec.image).to_hex().to_string();
         let id = crate::campaign::bug_id(&signature, &program_blake3);
@@ -460,7 +495,7 @@ impl BugFile {
             reproduce: crate::replay_command(file),
             minimized_from: None,
             removed: Vec::new(),
-            host: deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone()),
+            host: settings.host().ok().map(|h| h.fingerprint.clone()),
             root: target.root.clone(),
             exe_path: Some(target.spec.exe_path.clone()).filter(|p| target.spec.argv.first() != Some(p)),
             cwd: target.spec.cwd.clone(),

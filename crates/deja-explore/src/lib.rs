@@ -40,7 +40,7 @@ pub use campaign::{saved, write_reports, Campaign, CampaignConfig, Mode, Progres
 pub use cluster::{explore_cluster, minimize_cluster, ClusterBug, ClusterInput, ClusterSubject, ClusterTarget};
 pub use input::{first_restart_difference, BugFile, Input, Outcome, Target};
 pub use merge::merge;
-pub use minimize::minimize;
+pub use minimize::{minimize, minimize_under};
 pub use program::{explore, ProgramSubject};
 pub use signature::FailureSignature;
 
@@ -431,13 +431,25 @@ impl ExploreError {
     }
 }
 
-/// Replays a bug file from scratch: the same program, seed, steering point and input.
+/// [`replay_under`] the default settings ([`deja_vmm::Settings::default`]), for callers that
+/// are given no settings yet (`deja check`'s judge).
 pub fn replay(
     bug: &BugFile,
     target: &Target,
     sink: &mut dyn FnMut(deja_kernel::Stream, &[u8]),
 ) -> Result<Outcome, ExploreError> {
-    input::run_fresh(target, bug.fork_at_syscall, &bug.input, sink)
+    replay_under(bug, target, &deja_vmm::Settings::default(), sink)
+}
+
+/// Replays a bug file from scratch under `settings`: the same program, seed, steering point and
+/// input.
+pub fn replay_under(
+    bug: &BugFile,
+    target: &Target,
+    settings: &deja_vmm::Settings,
+    sink: &mut dyn FnMut(deja_kernel::Stream, &[u8]),
+) -> Result<Outcome, ExploreError> {
+    input::run_fresh_under(target, settings, bug.fork_at_syscall, &bug.input, sink)
 }
 
 #[cfg(test)]

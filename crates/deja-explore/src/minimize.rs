@@ -1,8 +1,9 @@
 //! Delta debugging (ddmin) over a bug's input: the smallest set of decision overrides and fault
 //! switches that still fails with the same signature.
 
-use crate::input::{run_fresh, BugFile, Input, Target};
+use crate::input::{run_fresh_under, BugFile, Input, Target};
 use crate::ExploreError;
+use deja_vmm::Settings;
 use snafu::ensure;
 
 /// One removable element of an input.
@@ -170,9 +171,21 @@ pub(crate) fn ddmin<T: Clone, E>(all: &[T], fails: &mut dyn FnMut(&[T]) -> Resul
     Ok(current)
 }
 
-/// Minimizes `bug` with ddmin; every candidate is replayed from scratch and kept only if it
-/// fails with the same signature. The result is replayed once more to verify it.
+/// [`minimize_under`] the default settings ([`Settings::default`]), for callers that are given
+/// no settings yet (`deja check`'s judge).
 pub fn minimize(bug: &BugFile, target: &Target, new_file: &str) -> Result<Minimized, ExploreError> {
+    minimize_under(bug, target, &Settings::default(), new_file)
+}
+
+/// Minimizes `bug` with ddmin; every candidate is replayed from scratch under `settings` and
+/// kept only if it fails with the same signature. The result is replayed once more to verify
+/// it.
+pub fn minimize_under(
+    bug: &BugFile,
+    target: &Target,
+    settings: &Settings,
+    new_file: &str,
+) -> Result<Minimized, ExploreError> {
     let mut tests = 0u64;
     // Where storage faults may strike, the crash model and the fail-stop rule are settings of
     // the run, not elements.
@@ -184,21 +197,21 @@ pub fn minimize(bug: &BugFile, target: &Target, new_file: &str) -> Result<Minimi
     };
     let mut fails = |els: &[Element]| -> Result<bool, ExploreError> {
         tests += 1;
-        let out = run_fresh(target, bug.fork_at_syscall, &build(els), &mut |_, _| {})?;
+        let out = run_fresh_under(target, settings, bug.fork_at_syscall, &build(els), &mut |_, _| {})?;
         Ok(out.failure.as_ref().is_some_and(|f| f.is_the_failure(&bug.signature)))
     };
     let all = elements(&bug.input);
     ensure!(fails(&all)?, crate::DoesNotReproduceSnafu { bug: &bug.id });
     let current = ddmin(&all, &mut fails)?;
     let input = build(&current);
-    let out = run_fresh(target, bug.fork_at_syscall, &input, &mut |_, _| {})?;
+    let out = run_fresh_under(target, settings, bug.fork_at_syscall, &input, &mut |_, _| {})?;
     tests += 1;
     ensure!(
         out.failure.as_ref().is_some_and(|f| f.is_the_failure(&bug.signature)),
         crate::MinimizedDoesNotFailSnafu { what: "input" }
     );
     let removed: Vec<String> = all.iter().filter(|e| !current.contains(e)).map(Element::describe).collect();
-    let mut min = BugFile::new(target, bug.fork_at_syscall, &input, &out, bug.found_at_round, new_file);
+    let mut min = BugFile::new(target, settings, bug.fork_at_syscall, &input, &out, bug.found_at_round, new_file);
     min.minimized_from = Some(crate::replayed_file(&bug.reproduce).to_string());
     min.removed = removed;
     Ok(Minimized { bug: min, tests })

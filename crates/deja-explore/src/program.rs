@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use deja_vmm::Fork;
+use deja_vmm::{Fork, Settings};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -21,7 +21,9 @@ use std::sync::{Arc, Mutex};
 
 use deja_vmm::coverage::BlockImage;
 
-use crate::input::{confirm, run_fresh, run_fresh_covered, run_on_fork, with_blocks, BugFile, Input, Outcome, Target};
+use crate::input::{
+    confirm, run_fresh_covered, run_fresh_under, run_on_fork, with_blocks, BugFile, Input, Outcome, Target,
+};
 use crate::menu::{below, Menu};
 use crate::ExploreError;
 use snafu::ensure;
@@ -29,6 +31,8 @@ use snafu::ensure;
 /// A program under exploration.
 pub struct ProgramSubject<'a> {
     target: &'a Target,
+    /// How its VMs are set up.
+    settings: Settings,
     blake3: String,
     /// The image's blocks, when coverage comes from one-shot breakpoints (the program has no
     /// SanitizerCoverage counters and the campaign asks for block coverage).
@@ -67,11 +71,11 @@ impl<'a> ProgramSubject<'a> {
         input.faults.take_settings(&self.target.spec.faults);
     }
 
-    /// The subject of `target`; `block_coverage` measures blocks with one-shot breakpoints when
-    /// the program has no SanitizerCoverage counters of its own, in the functions `scope` names
-    /// or, when it names none, in the program's own code; in the program image and in the
-    /// shared objects among its files ([`BlockImage::of_program`]).
-    pub fn new(target: &'a Target, block_coverage: bool, scope: &[String]) -> ProgramSubject<'a> {
+    /// The subject of `target`, run under `settings`; `block_coverage` measures blocks with
+    /// one-shot breakpoints when the program has no SanitizerCoverage counters of its own, in the
+    /// functions `scope` names or, when it names none, in the program's own code; in the program
+    /// image and in the shared objects among its files ([`BlockImage::of_program`]).
+    pub fn new(target: &'a Target, settings: &Settings, block_coverage: bool, scope: &[String]) -> ProgramSubject<'a> {
         let instrumented =
             deja_kernel::elf_section(&target.spec.image, deja_kernel::SANCOV_SECTION.as_bytes()).is_some();
         let (mut scope, mut blocks) = (scope.to_vec(), None);
@@ -84,6 +88,7 @@ impl<'a> ProgramSubject<'a> {
         }
         ProgramSubject {
             target,
+            settings: *settings,
             blake3: blake3::hash(&target.spec.image).to_hex().to_string(),
             blocks,
             learned: Mutex::new(Vec::new()),
@@ -147,7 +152,14 @@ impl Subject for ProgramSubject<'_> {
 
     fn bootstrap(&self, cfg: &CampaignConfig) -> Result<(ProgramReference, Vec<Outcome>), ExploreError> {
         let blocks = self.blocks.clone().filter(|_| cfg.strategy == Strategy::Coverage);
-        let reference = run_fresh_covered(self.target, u64::MAX, &Input::default(), blocks.clone(), &mut |_, _| {})?;
+        let reference = run_fresh_covered(
+            self.target,
+            &self.settings,
+            u64::MAX,
+            &Input::default(),
+            blocks.clone(),
+            &mut |_, _| {},
+        )?;
         let report = &reference.lives[0].run.report;
         let mut r = ProgramReference {
             fork_at: 0,
@@ -159,7 +171,8 @@ impl Subject for ProgramSubject<'_> {
         };
         if cfg.strategy == Strategy::Coverage {
             r.fork_at = report.setup_complete.as_ref().map(|s| s.syscall_index + 1).unwrap_or(0);
-            let fork = Fork::new(self.target.spec.clone(), self.target.memory, r.fork_at, &mut |_, _| {})?;
+            let (spec, memory) = (self.target.spec.clone(), self.target.memory);
+            let fork = Fork::new(spec, memory, &self.settings, r.fork_at, &mut |_, _| {})?;
             r.base_decisions = fork.parent_kernel().decision_count();
         }
         Ok((r, vec![reference]))
@@ -180,6 +193,7 @@ impl Subject for ProgramSubject<'_> {
         let (mut fork, _) = Fork::with_blocks(
             self.target.spec.clone(),
             self.target.memory,
+            &self.settings,
             r.fork_at,
             self.blocks_for(r),
             &mut |_, _| {},
@@ -206,7 +220,7 @@ impl Subject for ProgramSubject<'_> {
                 fork.disarm_blocks(&learned);
                 run_on_fork(fork, input)?
             }
-            None => run_fresh(self.target, r.fork_at, input, &mut |_, _| {})?,
+            None => run_fresh_under(self.target, &self.settings, r.fork_at, input, &mut |_, _| {})?,
         };
         Ok(match self.blocks_for(r) {
             Some(b) if worker.fork.is_some() => with_blocks(out, b.len()),
@@ -232,7 +246,7 @@ impl Subject for ProgramSubject<'_> {
     }
 
     fn confirm(&self, r: &ProgramReference, input: &Input, out: &Outcome) -> Result<Option<String>, ExploreError> {
-        confirm(self.target, r.fork_at, input, out)
+        confirm(self.target, &self.settings, r.fork_at, input, out)
     }
 
     fn facts(&self, out: &Outcome) -> Facts {
@@ -376,7 +390,7 @@ impl Subject for ProgramSubject<'_> {
     ) -> Result<Option<WrittenBug>, ExploreError> {
         let mut counted = input.clone();
         counted.faults.fail_stop = deja_kernel::FailStopMode::Never;
-        let out = crate::input::run_fresh(self.target, r.fork_at, &counted, &mut |_, _| {})?;
+        let out = run_fresh_under(self.target, &self.settings, r.fork_at, &counted, &mut |_, _| {})?;
         if out.failure.is_none() {
             return Ok(None);
         }
@@ -391,14 +405,15 @@ impl Subject for ProgramSubject<'_> {
         round: u64,
         path: &Path,
     ) -> Result<WrittenBug, ExploreError> {
-        let bug = BugFile::new(self.target, r.fork_at, input, out, round, &path.display().to_string());
+        let file = path.display().to_string();
+        let bug = BugFile::new(self.target, &self.settings, r.fork_at, input, out, round, &file);
         bug.write(path)?;
         Ok(WrittenBug {
             reproduce: bug.reproduce,
             decisions: out.decisions.len() as u64,
             window: None,
             crash: crash_words(out, input.faults.crash_model).map(|words| {
-                match crate::input::crash_difference(self.target, r.fork_at, input, out) {
+                match crate::input::crash_difference(self.target, &self.settings, r.fork_at, input, out) {
                     Some(d) => format!("{words}\nthe first read that saw the difference: {d}"),
                     None => words,
                 }
@@ -445,14 +460,17 @@ fn first_divergence(parent: &Entry<Input>, input: &Input, base: u64) -> u64 {
         .unwrap_or(parent.decisions.len() as u64)
 }
 
-/// Runs a campaign over one program (or continues one) and writes its files under `cfg.out`.
+/// Runs a campaign over one program (or continues one) under `cfg.settings` and writes its files
+/// under `cfg.out`.
 pub fn explore(
     target: &Target,
     cfg: &CampaignConfig,
     progress: &mut dyn FnMut(&crate::Progress),
 ) -> Result<crate::Campaign, ExploreError> {
-    let subject =
-        ProgramSubject { late_forks: cfg.late_forks, ..ProgramSubject::new(target, cfg.block_coverage, &cfg.cover) };
+    let subject = ProgramSubject {
+        late_forks: cfg.late_forks,
+        ..ProgramSubject::new(target, &cfg.settings, cfg.block_coverage, &cfg.cover)
+    };
     crate::campaign::explore(&subject, cfg, progress)
 }
 

@@ -22,7 +22,8 @@ pub struct RunRecord {
     pub core: Option<u32>,
     /// The host cores its vCPU threads were seen on.
     pub host_cores: Vec<u32>,
-    /// The host CPU fingerprint it measured.
+    /// The host CPU fingerprint of the settings it ran under (set by whoever knows them:
+    /// [`RunRecord::new`] leaves it out).
     pub fingerprint: Option<Fingerprint>,
     /// The run's digest.
     pub digest: String,
@@ -116,7 +117,7 @@ impl RunRecord {
             schema: "deja.run-record/1".into(),
             core: None,
             host_cores,
-            fingerprint: crate::identity::host().ok().map(|h| h.fingerprint.clone()),
+            fingerprint: None,
             digest,
             output_blake3: hash(output),
             decisions_blake3,

@@ -17,6 +17,7 @@ use deja_kernel::{Kernel, ProgramSpec, Stream, PAGE_SIZE};
 use std::sync::Arc;
 
 use crate::coverage::{BlockHit, BlockImage, Seen};
+use crate::identity::Settings;
 use crate::paging::{canonical, lookup_with, FrameState, PTE_ADDR, PTE_P};
 use crate::session::{BootOptions, Session};
 use crate::snapshot::VcpuState;
@@ -355,15 +356,16 @@ pub struct Fork {
 }
 
 impl Fork {
-    /// Runs `spec` until it traps for syscall `at_syscall` and keeps that state as the parent.
-    /// Output the parent writes on the way goes to `sink`.
+    /// Runs `spec` under `settings` until it traps for syscall `at_syscall` and keeps that state
+    /// as the parent. Output the parent writes on the way goes to `sink`.
     pub fn new(
         spec: ProgramSpec,
         memory: u64,
+        settings: &Settings,
         at_syscall: u64,
         sink: &mut dyn FnMut(Stream, &[u8]),
     ) -> Result<Fork, RunError> {
-        Fork::with_blocks(spec, memory, at_syscall, None, sink).map(|(f, _)| f)
+        Fork::with_blocks(spec, memory, settings, at_syscall, None, sink).map(|(f, _)| f)
     }
 
     /// [`Fork::new`] with block coverage ([`crate::coverage`]): every block of `blocks` armed
@@ -372,11 +374,13 @@ impl Fork {
     pub fn with_blocks(
         spec: ProgramSpec,
         memory: u64,
+        settings: &Settings,
         at_syscall: u64,
         blocks: Option<Arc<BlockImage>>,
         sink: &mut dyn FnMut(Stream, &[u8]),
     ) -> Result<(Fork, Vec<BlockHit>), RunError> {
-        let mut session = Session::boot_with(spec, memory, BootOptions { dirty_log: true, ..BootOptions::default() })?;
+        let opts = BootOptions { dirty_log: true, ..BootOptions::new(*settings) };
+        let mut session = Session::boot_with(spec, memory, opts)?;
         if let Some(b) = blocks {
             session.cover_blocks(b, Seen::default());
         }

@@ -1,12 +1,14 @@
-//! What `deja doctor` reports of the host: `/dev/kvm`, the capabilities deja uses, the process's
-//! CPU identity ([`crate::identity`]) and the probe ([`crate::probe`]) on every core.
+//! What `deja doctor` reports of the host: `/dev/kvm`, the capabilities deja uses, the CPU
+//! identity under the settings it is given ([`crate::identity`]) and the probe
+//! ([`crate::probe`]) on every core.
 
+use crate::identity::Settings;
 use crate::probe::{probe_every_core, HostProbe};
 use crate::vm::{CpuidSource, VmError};
 
-/// Runs the probe under the remedy in force for this process.
-pub fn probe() -> Result<HostProbe, VmError> {
-    Ok(crate::identity::host()?.probe.clone())
+/// Runs the probe under the remedy of `settings`.
+pub fn probe(settings: &Settings) -> Result<HostProbe, VmError> {
+    Ok(settings.host()?.probe.clone())
 }
 
 /// One KVM capability deja uses.
@@ -29,7 +31,8 @@ pub struct HostCheck {
     pub kvm: Result<i32, String>,
     /// Capabilities.
     pub caps: Vec<CapCheck>,
-    /// The process's CPU identity: remedy, probe under it, fingerprint (or why it failed).
+    /// The CPU identity under the settings asked for: remedy, probe under it, fingerprint (or
+    /// why it failed).
     pub profile: Result<crate::identity::HostProfile, String>,
     /// The probe on every core with KVM's CPUID table alone (no faulting): what the host itself
     /// shows a guest, core by core.
@@ -67,9 +70,9 @@ impl HostCheck {
     }
 }
 
-/// Opens `/dev/kvm`, lists the capabilities deja needs, measures the process's CPU identity and
-/// runs the raw probe on every core.
-pub fn check_host() -> HostCheck {
+/// Opens `/dev/kvm`, lists the capabilities deja needs, measures the CPU identity under
+/// `settings` and runs the raw probe on every core.
+pub fn check_host(settings: &Settings) -> HostCheck {
     use kvm_ioctls::{Cap, Kvm};
     let kvm = match Kvm::new() {
         Ok(k) => k,
@@ -97,7 +100,7 @@ pub fn check_host() -> HostCheck {
     HostCheck {
         kvm: Ok(kvm.get_api_version()),
         caps,
-        profile: crate::identity::host().cloned().map_err(|e| e.to_string()),
+        profile: settings.host().cloned().map_err(|e| e.to_string()),
         raw_per_core: probe_every_core(CpuidSource::KvmTable).map_err(|e| e.to_string()),
     }
 }

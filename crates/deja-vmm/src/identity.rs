@@ -3,8 +3,8 @@
 //! A guest's ring-3 code runs natively, so every instruction that reads CPU state the monitor
 //! does not set is a way for a run to depend on the host: on some hosts CPUID answers (the APIC
 //! IDs of leaves 1, 0xb and 0x1f among them) come from whichever physical core the vCPU thread
-//! happens to run on, and glibc keeps them in memory. This module picks, once per process, the
-//! *remedy* in force:
+//! happens to run on, and glibc keeps them in memory. This module picks, for the settings a run
+//! asks for ([`Settings`]), the *remedy* in force:
 //!
 //! * **CPUID faulting** (`MSR_PLATFORM_INFO` bit 31, enabled with `MSR_MISC_FEATURES_ENABLES`
 //!   bit 0): every ring-3 `cpuid` raises #GP and the core answers it from deja's fixed table
@@ -18,15 +18,22 @@
 //!   chosen the same way every time: the lowest-numbered core the process may be scheduled on,
 //!   whatever its current affinity mask.
 //!
-//! `DEJA_CPU_IDENTITY` overrides the choice: `auto` (the default), `faulting`, `table`, or
-//! `pinned` (the best CPUID source, plus pinning: the only remedy for `rdtscp`/`rdpid`, which
-//! read the host core's `TSC_AUX` natively on hosts that cannot trap them).
+//! What a run asks for is a [`Settings`] value: the policy (`auto`, the default, `faulting`,
+//! `table`, or `pinned`: the best CPUID source, plus pinning, the only remedy for
+//! `rdtscp`/`rdpid`, which read the host core's `TSC_AUX` natively on hosts that cannot trap
+//! them), whether programs' code is rewritten, whether they get deja's vDSO, and the
+//! no-progress watchdog's limit. Nothing here reads the environment: the CLI reads
+//! `DEJA_CPU_IDENTITY`, `DEJA_REWRITE`, `DEJA_VDSO` (and `--no-vdso`) and `DEJA_NO_PROGRESS_S`
+//! once and parses them with [`Settings::parse`]; the value travels with every boot
+//! ([`crate::BootOptions`]). The host profile of a value ([`Settings::host`]) is measured on its
+//! first use and kept for the process, one per distinct value (the probe VMs are costly).
 //!
 //! What the guest can still observe under the remedy in force is measured by the probe
 //! ([`crate::probe`]) and summarized as a [`Fingerprint`], which every artifact records, so that
 //! replaying on a host with another fingerprint says so instead of silently diverging.
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -41,47 +48,15 @@ pub use crate::cores::{
 };
 pub use crate::vm::CpuidSource;
 
-/// The environment variable that overrides the remedy.
+/// The environment variable the CLI reads the policy from.
 pub const ENV: &str = "DEJA_CPU_IDENTITY";
-/// The environment variable that turns code rewriting off (`off`) or on (`on`, the default).
+/// The environment variable the CLI reads code rewriting from: `off`, or `on` (the default).
 pub const REWRITE_ENV: &str = "DEJA_REWRITE";
-
-/// Whether programs' code is rewritten, as `DEJA_REWRITE` says (on unless it says `off`).
-pub fn rewrite_from_env() -> Result<bool, VmError> {
-    match std::env::var(REWRITE_ENV).as_deref() {
-        Err(_) | Ok("") | Ok("on") => Ok(true),
-        Ok("off") => Ok(false),
-        Ok(other) => Err(VmError::Config { message: format!("{REWRITE_ENV}={other:?}: use on or off") }),
-    }
-}
-
-/// The environment variable that turns deja's vDSO off (`off`) or on (`on`, the default).
+/// The environment variable the CLI reads deja's vDSO from: `off`, or `on` (the default).
 pub const VDSO_ENV: &str = "DEJA_VDSO";
 
-/// Set by [`disable_vdso`] (the CLI's `--no-vdso`).
-static VDSO_DISABLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Turns deja's vDSO off for this process, as `DEJA_VDSO=off` does. Call it before anything
-/// boots a VM: the setting is measured once, with the rest of the remedy.
-pub fn disable_vdso() {
-    VDSO_DISABLED.store(true, std::sync::atomic::Ordering::SeqCst);
-}
-
-/// Whether programs get deja's vDSO ([`deja_kernel::vdso`]), as `DEJA_VDSO` and
-/// [`disable_vdso`] say (on unless either says off).
-pub fn vdso_from_env() -> Result<bool, VmError> {
-    if VDSO_DISABLED.load(std::sync::atomic::Ordering::SeqCst) {
-        return Ok(false);
-    }
-    match std::env::var(VDSO_ENV).as_deref() {
-        Err(_) | Ok("") | Ok("on") => Ok(true),
-        Ok("off") => Ok(false),
-        Ok(other) => Err(VmError::Config { message: format!("{VDSO_ENV}={other:?}: use on or off") }),
-    }
-}
-
 /// What `DEJA_CPU_IDENTITY` asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Policy {
     /// CPUID faulting where offered; otherwise KVM's table, pinned when answers vary by core.
@@ -95,21 +70,128 @@ pub enum Policy {
 }
 
 impl Policy {
-    /// Reads the policy from the environment.
-    pub fn from_env() -> Result<Policy, VmError> {
-        match std::env::var(ENV).as_deref() {
-            Err(_) | Ok("") | Ok("auto") => Ok(Policy::Auto),
-            Ok("faulting") => Ok(Policy::Faulting),
-            Ok("table") => Ok(Policy::Table),
-            Ok("pinned") => Ok(Policy::Pinned),
-            Ok(other) => Err(VmError::Config {
-                message: format!("{ENV}={other:?} is not a CPU identity policy; use auto, faulting, table or pinned"),
+    /// Every policy, in the order of [`Policy::name`]'s words.
+    pub const ALL: [Policy; 4] = [Policy::Auto, Policy::Faulting, Policy::Table, Policy::Pinned];
+
+    /// The word `DEJA_CPU_IDENTITY` says it with.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Auto => "auto",
+            Policy::Faulting => "faulting",
+            Policy::Table => "table",
+            Policy::Pinned => "pinned",
+        }
+    }
+
+    /// The policy `value` names (unset or empty: [`Policy::Auto`]).
+    pub fn parse(value: Option<&str>) -> Result<Policy, VmError> {
+        match value.unwrap_or_default() {
+            "" => Ok(Policy::Auto),
+            v => Policy::ALL.into_iter().find(|p| p.name() == v).ok_or_else(|| VmError::Config {
+                message: format!("{ENV}={v:?} is not a CPU identity policy; use auto, faulting, table or pinned"),
             }),
         }
     }
 }
 
-/// The remedy in force for this process.
+/// How a run's VMs are set up: the CPU identity it asks for, whether programs' code is
+/// rewritten ([`deja_kernel::hostchan`]) and get deja's vDSO ([`deja_kernel::vdso`]), and how
+/// long the watchdog lets guest code run without an event ([`crate::watchdog`]). A plain value:
+/// the CLI builds it once and passes it to everything that boots a VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Settings {
+    /// The CPU identity policy (`DEJA_CPU_IDENTITY`).
+    pub cpu_identity: Policy,
+    /// Rewrite programs' host channels to traps deja answers (`DEJA_REWRITE`).
+    pub rewrite: bool,
+    /// Map deja's vDSO into programs (`DEJA_VDSO`, `--no-vdso`).
+    pub vdso: bool,
+    /// Host time guest code may run without a syscall or an exception (`DEJA_NO_PROGRESS_S`;
+    /// `None`: no limit).
+    pub no_progress: Option<Duration>,
+}
+
+impl Default for Settings {
+    /// `auto`, rewriting on, the vDSO on, the watchdog at [`crate::watchdog::DEFAULT_LIMIT`].
+    fn default() -> Settings {
+        Settings {
+            cpu_identity: Policy::Auto,
+            rewrite: true,
+            vdso: true,
+            no_progress: Some(crate::watchdog::DEFAULT_LIMIT),
+        }
+    }
+}
+
+/// `on` (or unset, or empty) or `off`, as the variable `name` says it.
+fn on_off(name: &str, value: Option<&str>) -> Result<bool, VmError> {
+    match value.unwrap_or_default() {
+        "" | "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(VmError::Config { message: format!("{name}={other:?}: use on or off") }),
+    }
+}
+
+impl Settings {
+    /// The settings the values of `DEJA_CPU_IDENTITY`, `DEJA_REWRITE` and `DEJA_VDSO` ask for
+    /// (`None`: unset); the watchdog at its default. A wrong value is refused with a message
+    /// naming the variable.
+    pub fn parse(cpu_identity: Option<&str>, rewrite: Option<&str>, vdso: Option<&str>) -> Result<Settings, VmError> {
+        Ok(Settings {
+            cpu_identity: Policy::parse(cpu_identity)?,
+            rewrite: on_off(REWRITE_ENV, rewrite)?,
+            vdso: on_off(VDSO_ENV, vdso)?,
+            ..Settings::default()
+        })
+    }
+
+    /// The environment that asks a `deja` process for these settings, to hand them to a child.
+    pub fn as_env(&self) -> [(&'static str, String); 4] {
+        let on_off = |b: bool| if b { "on" } else { "off" }.to_string();
+        let limit = self.no_progress.map_or_else(|| "0".to_string(), |d| d.as_secs_f64().to_string());
+        [
+            (ENV, self.cpu_identity.name().to_string()),
+            (REWRITE_ENV, on_off(self.rewrite)),
+            (VDSO_ENV, on_off(self.vdso)),
+            (crate::watchdog::ENV, limit),
+        ]
+    }
+
+    /// The host profile under these settings: measured on first use in this process (a few
+    /// probe VMs, a few milliseconds), then kept, one per distinct CPU identity setting.
+    pub fn host(&self) -> Result<&'static HostProfile, VmError> {
+        /// The profiles measured so far, by [`Settings::slot`]: a cache keyed by the value.
+        static HOSTS: [OnceLock<Result<HostProfile, String>>; SLOTS] = [const { OnceLock::new() }; SLOTS];
+        HOSTS[self.slot()]
+            .get_or_init(|| measure(self).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| VmError::Config { message: e.clone() })
+    }
+
+    /// The remedy every VM booted with these settings is set up with.
+    pub fn remedy(&self) -> Result<Remedy, VmError> {
+        self.host().map(|h| h.remedy)
+    }
+
+    /// The remedy that a CPUID source and a pinned core (what the host and the policy gave)
+    /// make under these settings.
+    pub fn remedy_with(&self, cpuid: CpuidSource, pinned_core: Option<u32>) -> Remedy {
+        Remedy { cpuid, pinned_core, rewrite: self.rewrite, vdso: self.vdso }
+    }
+
+    /// The index of the CPU identity part of these settings among every possible one (the
+    /// watchdog's limit does not change the host profile).
+    fn slot(&self) -> usize {
+        let policy = Policy::ALL.iter().position(|p| *p == self.cpu_identity).unwrap_or(0);
+        policy * 4 + usize::from(self.rewrite) * 2 + usize::from(self.vdso)
+    }
+}
+
+/// How many distinct host profiles there can be: four policies, rewriting on or off, the vDSO
+/// on or off.
+const SLOTS: usize = 16;
+
+/// The remedy in force under a [`Settings`] value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Remedy {
     /// Where CPUID answers come from.
@@ -256,10 +338,11 @@ fn visible(v: bool) -> &'static str {
     }
 }
 
-/// What a recorded fingerprint means for a replay on this host: `None` when they agree, else a
-/// sentence naming the differences (an artifact with no fingerprint predates them).
-pub fn compare_recorded(recorded: Option<&Fingerprint>) -> Option<String> {
-    let here = match host() {
+/// What a recorded fingerprint means for a replay on this host under `settings`: `None` when
+/// they agree, else a sentence naming the differences (an artifact with no fingerprint predates
+/// them).
+pub fn compare_recorded(recorded: Option<&Fingerprint>, settings: &Settings) -> Option<String> {
+    let here = match settings.host() {
         Ok(h) => &h.fingerprint,
         Err(e) => return Some(format!("this host's CPU fingerprint could not be measured: {e}")),
     };
@@ -278,8 +361,8 @@ pub fn compare_recorded(recorded: Option<&Fingerprint>) -> Option<String> {
     }
 }
 
-/// This process's CPU identity: the policy, the remedy in force, what the probe saw under it
-/// and the resulting fingerprint. Measured once per process.
+/// The CPU identity under one [`Settings`] value: the policy, the remedy in force, what the
+/// probe saw under it and the resulting fingerprint. Measured once per process and value.
 #[derive(Debug, Clone, Serialize)]
 pub struct HostProfile {
     /// What `DEJA_CPU_IDENTITY` asked for.
@@ -440,24 +523,36 @@ impl HostProfile {
     }
 }
 
-static HOST: OnceLock<Result<HostProfile, String>> = OnceLock::new();
-
-/// The process's host profile, measured on first use (a few probe VMs, a few milliseconds).
+/// The host profile under the default settings ([`Settings::default`]), for callers that are
+/// given no settings yet (`deja check`'s judge): everything else asks its own settings
+/// ([`Settings::host`]).
 pub fn host() -> Result<&'static HostProfile, VmError> {
-    HOST.get_or_init(|| measure().map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|e| VmError::Config { message: e.clone() })
+    Settings::default().host()
 }
 
-/// The remedy every VM of this process is set up with.
-pub fn remedy() -> Result<Remedy, VmError> {
-    host().map(|h| h.remedy)
+/// Whether every vCPU thread must be pinned to one fixed core under `policy`, given the CPUID
+/// source chosen and whether code is rewritten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pinning {
+    /// Never.
+    No,
+    /// Always (`pinned`).
+    Always,
+    /// Where the CPUID answers differ between cores (`auto` on KVM's table, without rewriting).
+    IfCpuidVaries,
 }
 
-fn measure() -> Result<HostProfile, VmError> {
-    let policy = Policy::from_env()?;
-    let rewrite = rewrite_from_env()?;
-    let vdso = vdso_from_env()?;
+fn pinning(policy: Policy, cpuid: CpuidSource, rewrite: bool) -> Pinning {
+    match (policy, cpuid) {
+        (Policy::Pinned, _) => Pinning::Always,
+        // Rewritten, no program reads the host core through cpuid, rdtscp or rdpid: nothing to pin.
+        (Policy::Auto, CpuidSource::KvmTable) if !rewrite => Pinning::IfCpuidVaries,
+        _ => Pinning::No,
+    }
+}
+
+fn measure(settings: &Settings) -> Result<HostProfile, VmError> {
+    let (policy, rewrite) = (settings.cpu_identity, settings.rewrite);
     let faulting_offered = crate::probe::faulting_offered()?;
     // Offered is not honoured: some hosts accept the MSR bit and still answer ring-3 `cpuid`
     // themselves. Faulting counts only where the probe's `cpuid` trapped; that probe is also
@@ -473,19 +568,18 @@ fn measure() -> Result<HostProfile, VmError> {
             .ok_or_else(|| VmError::Config { message: "no host core accepts this process's threads".into() })
     };
     let mut varied = None;
-    let pinned_core = match (policy, cpuid) {
-        (Policy::Pinned, _) => Some(fixed_core()?),
-        // Rewritten, no program reads the host core through cpuid, rdtscp or rdpid: nothing to pin.
-        (Policy::Auto, CpuidSource::KvmTable) if !rewrite => {
+    let pinned_core = match pinning(policy, cpuid, rewrite) {
+        Pinning::Always => Some(fixed_core()?),
+        Pinning::IfCpuidVaries => {
             varied = crate::probe::cpuid_variation(CpuidSource::KvmTable)?;
             match varied {
                 Some(_) => Some(fixed_core()?),
                 None => None,
             }
         }
-        _ => None,
+        Pinning::No => None,
     };
-    let remedy = Remedy { cpuid, pinned_core, rewrite, vdso };
+    let remedy = settings.remedy_with(cpuid, pinned_core);
     let hardware = match (pinned_core, faulting_probe) {
         (Some(c), _) => crate::probe::probe_on_core(c, cpuid)?,
         (None, Some(p)) if cpuid == CpuidSource::Faulting => p,
@@ -532,12 +626,20 @@ fn cpuid_source(policy: Policy, offered: bool, honoured: bool) -> Result<CpuidSo
     }
 }
 
+impl CpuSetup {
+    /// The setup of a VM under `remedy`.
+    pub fn of(remedy: &Remedy) -> CpuSetup {
+        CpuSetup { faulting: remedy.cpuid == CpuidSource::Faulting, pin: remedy.pinned_core }
+    }
+}
+
 impl Vm {
     /// Creates a VM with `memory` bytes of RAM, the monitor's structures and a vCPU ready for
-    /// ring 3 (but no program yet), with the CPU identity remedy of this process ([`remedy`]).
-    pub fn new(memory: u64) -> Result<Vm, VmError> {
-        let remedy = remedy()?;
-        Vm::with_setup(memory, CpuSetup { faulting: remedy.cpuid == CpuidSource::Faulting, pin: remedy.pinned_core })
+    /// ring 3 (but no program yet), with the CPU identity remedy of `settings` and its watchdog.
+    pub fn new(memory: u64, settings: &Settings) -> Result<Vm, VmError> {
+        let mut vm = Vm::with_setup(memory, CpuSetup::of(&settings.remedy()?))?;
+        vm.set_no_progress(settings.no_progress);
+        Ok(vm)
     }
 }
 
@@ -601,6 +703,81 @@ mod tests {
         assert_eq!(seen, (vec![core], Some(core)));
         assert_eq!(allowed_cores(), before, "the caller's mask is untouched");
         assert!(schedulable_cores().contains(&core));
+    }
+
+    #[test]
+    fn settings_parse_as_the_variables_say() {
+        let default = Settings::parse(None, None, None).unwrap();
+        assert_eq!(default, Settings::default());
+        assert_eq!(Settings::parse(Some(""), Some(""), Some("")).unwrap(), default, "empty is unset");
+        assert_eq!((default.cpu_identity, default.rewrite, default.vdso), (Policy::Auto, true, true));
+        for p in Policy::ALL {
+            assert_eq!(Settings::parse(Some(p.name()), None, None).unwrap().cpu_identity, p);
+        }
+        let off = Settings::parse(Some("table"), Some("off"), Some("off")).unwrap();
+        assert_eq!((off.cpu_identity, off.rewrite, off.vdso), (Policy::Table, false, false));
+        assert_eq!(Settings::parse(None, Some("on"), Some("on")).unwrap(), default);
+        // Refused with the messages deja always gave.
+        let err = |c, r, v| Settings::parse(c, r, v).unwrap_err().to_string();
+        assert_eq!(
+            err(Some("fast"), None, None),
+            "CPU identity: DEJA_CPU_IDENTITY=\"fast\" is not a CPU identity policy; use auto, faulting, table or pinned"
+        );
+        assert_eq!(err(None, Some("no"), None), "CPU identity: DEJA_REWRITE=\"no\": use on or off");
+        assert_eq!(err(None, None, Some("0")), "CPU identity: DEJA_VDSO=\"0\": use on or off");
+    }
+
+    #[test]
+    fn settings_go_to_a_child_as_its_environment_and_come_back_the_same() {
+        let limits = [Some(crate::watchdog::DEFAULT_LIMIT), None, Some(std::time::Duration::from_millis(2500))];
+        let mut slots = std::collections::BTreeSet::new();
+        for cpu_identity in Policy::ALL {
+            for (rewrite, vdso) in [(true, true), (true, false), (false, true), (false, false)] {
+                for no_progress in limits {
+                    let s = Settings { cpu_identity, rewrite, vdso, no_progress };
+                    let env: std::collections::BTreeMap<&str, String> = s.as_env().into_iter().collect();
+                    let var = |name: &str| env.get(name).map(String::as_str);
+                    let back = Settings {
+                        no_progress: crate::watchdog::parse_limit(var(crate::watchdog::ENV)),
+                        ..Settings::parse(var(ENV), var(REWRITE_ENV), var(VDSO_ENV)).unwrap()
+                    };
+                    assert_eq!(back, s);
+                    assert!(s.slot() < SLOTS);
+                    slots.insert((s.slot(), no_progress.is_some()));
+                }
+            }
+        }
+        assert_eq!(slots.len(), 2 * SLOTS, "one host profile per CPU identity setting, whatever the watchdog");
+    }
+
+    #[test]
+    fn different_settings_give_different_remedies() {
+        use CpuidSource::{Faulting, KvmTable};
+        let on = |cpu_identity| Settings { cpu_identity, ..Settings::default() };
+        // Where the host honours faulting, `table` alone keeps KVM's table.
+        assert_eq!(cpuid_source(on(Policy::Auto).cpu_identity, true, true).unwrap(), Faulting);
+        assert_eq!(cpuid_source(on(Policy::Table).cpu_identity, true, true).unwrap(), KvmTable);
+        // Pinning: always under `pinned`; under `auto` on KVM's table only without rewriting.
+        assert_eq!(pinning(Policy::Pinned, Faulting, true), Pinning::Always);
+        assert_eq!(pinning(Policy::Auto, KvmTable, false), Pinning::IfCpuidVaries);
+        assert_eq!(pinning(Policy::Auto, KvmTable, true), Pinning::No, "rewritten, nothing reads the core");
+        assert_eq!(pinning(Policy::Auto, Faulting, false), Pinning::No);
+        assert_eq!(pinning(Policy::Table, KvmTable, false), Pinning::No, "table is never pinned");
+        // Rewriting and the vDSO flow from the settings into the remedy and its fingerprint.
+        let default = Settings::default();
+        let plain = Settings { rewrite: false, vdso: false, ..default };
+        let (a, b) = (default.remedy_with(Faulting, None), plain.remedy_with(Faulting, None));
+        assert_eq!((a.rewrite, a.vdso, b.rewrite, b.vdso), (true, true, false, false));
+        let (fa, fb) = (Fingerprint::new(a, &probe(0x7, None)), Fingerprint::new(b, &probe(0x7, None)));
+        assert_ne!(fa.id, fb.id);
+        let d = fa.differences(&fb).join("; ");
+        assert!(d.contains("no vDSO") && d.contains("code rewriting rules: recorded code not rewritten"), "{d}");
+        let no_vdso = Settings { vdso: false, ..default }.remedy_with(Faulting, None);
+        assert_ne!(Fingerprint::new(no_vdso, &probe(0x7, None)).id, fa.id);
+        // The watchdog's limit changes no remedy, and shares the host profile.
+        let quick = Settings { no_progress: None, ..default };
+        assert_eq!(quick.remedy_with(Faulting, None), a);
+        assert_eq!(quick.slot(), default.slot());
     }
 
     #[test]

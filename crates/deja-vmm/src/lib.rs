@@ -28,7 +28,7 @@ use deja_kernel::{LoadError, RunReport};
 pub use deja_kernel::cpuid;
 pub use fork::{Fork, LateParent, Parent, ResetStats, LATE_FORKS};
 pub use hostcheck::{check_host, probe, HostCheck};
-pub use identity::{Fingerprint, HostProfile, Remedy};
+pub use identity::{Fingerprint, HostProfile, Remedy, Settings};
 pub use probe::HostProbe;
 pub use session::{boot, BootOptions, Session};
 pub use snapshot::{Snapshot, SnapshotError, SnapshotMeta};

@@ -15,6 +15,7 @@ use deja_kernel::{Disk, ExitStatus, FaultInfo, Kernel, ProgramSpec, Stream};
 use std::sync::Arc;
 
 use crate::coverage::{BlockImage, Seen};
+use crate::identity::Settings;
 use crate::snapshot::{Snapshot, SnapshotMeta};
 use crate::vm::{RegisterPath, Stop, Vm, VmError};
 use crate::{restart_seed, Incarnation, Run, RunError};
@@ -22,32 +23,35 @@ use crate::{restart_seed, Incarnation, Run, RunError};
 /// How a VM is built.
 #[derive(Debug, Clone, Copy)]
 pub struct BootOptions {
+    /// The run's settings: CPU identity, code rewriting, the vDSO, the watchdog.
+    pub settings: Settings,
     /// How registers cross the VM exit (for measuring the candidates).
     pub register_path: RegisterPath,
     /// Keep KVM's dirty-page log (for forks, which reset only what a child wrote).
     pub dirty_log: bool,
 }
 
-impl Default for BootOptions {
-    fn default() -> Self {
-        BootOptions { register_path: RegisterPath::SyncRegs, dirty_log: false }
+impl BootOptions {
+    /// A plain VM under `settings`: registers through the shared page, no dirty log.
+    pub fn new(settings: Settings) -> BootOptions {
+        BootOptions { settings, register_path: RegisterPath::SyncRegs, dirty_log: false }
     }
 }
 
 /// Boots `spec` in a fresh VM of `memory` bytes: builds the VM, loads the image into its RAM
 /// and puts the vCPU at the entry point, in ring 3. Nothing has run yet.
 ///
-/// The program's code is rewritten ([`deja_kernel::hostchan`]) when this process's remedy says
-/// so ([`crate::identity::remedy`], `DEJA_REWRITE`), whatever `spec.rewrite` says: like the
-/// CPUID source, it is a property of the process, recorded in every artifact's fingerprint.
-/// So is whether the program gets deja's vDSO (`DEJA_VDSO`, `--no-vdso`).
+/// The VM is set up with the remedy of `opts.settings` ([`Settings::remedy`]), and the
+/// program's code is rewritten ([`deja_kernel::hostchan`]) and given deja's vDSO as those
+/// settings say, whatever `spec.rewrite` and `spec.vdso` say: the remedy in force, which every
+/// artifact's fingerprint records, and the program's load agree.
 pub fn boot(spec: &ProgramSpec, memory: u64, opts: BootOptions) -> Result<(Vm, Kernel), RunError> {
-    let mut vm = Vm::new(memory)?;
+    let mut vm = Vm::new(memory, &opts.settings)?;
     vm.set_register_path(opts.register_path);
     if opts.dirty_log {
         vm.enable_dirty_log()?;
     }
-    let remedy = crate::identity::remedy()?;
+    let remedy = opts.settings.remedy()?;
     let rewrite = match remedy.rewrite {
         true => Rewrite::On,
         false => Rewrite::Off,
@@ -70,6 +74,8 @@ pub struct Session {
     /// What was booted (absent for a session restored from a snapshot, which cannot restart).
     spec: Option<ProgramSpec>,
     memory: u64,
+    /// The settings it was booted (or restored) with, and every later life boots with.
+    settings: Settings,
     /// The seed of the current life's random stream (as booted).
     seed: u64,
     vm: Vm,
@@ -81,15 +87,18 @@ pub struct Session {
 }
 
 impl Session {
-    /// Boots `spec` (see [`boot`]).
+    /// Boots `spec` under the default settings ([`Settings::default`]), for callers that are
+    /// given no settings yet (`deja check`'s judge); everything else boots with its own
+    /// ([`Session::boot_with`]).
     pub fn boot(spec: ProgramSpec, memory: u64) -> Result<Session, RunError> {
-        Session::boot_with(spec, memory, BootOptions::default())
+        Session::boot_with(spec, memory, BootOptions::new(Settings::default()))
     }
 
-    /// Boots `spec` with explicit VM options.
+    /// Boots `spec` (see [`boot`]).
     pub fn boot_with(spec: ProgramSpec, memory: u64, opts: BootOptions) -> Result<Session, RunError> {
         let (vm, kernel) = boot(&spec, memory, opts)?;
-        Ok(Session { seed: spec.seed, spec: Some(spec), memory, vm, kernel, stopped: None, cover: None })
+        let settings = opts.settings;
+        Ok(Session { seed: spec.seed, spec: Some(spec), memory, settings, vm, kernel, stopped: None, cover: None })
     }
 
     /// Arms block coverage ([`crate::coverage`]) in this session's VM, and in the VM of every
@@ -109,13 +118,15 @@ impl Session {
         fresh
     }
 
-    /// A fresh VM holding `snapshot`, ready to go on. A restored program cannot be restarted
-    /// after an injected crash: the snapshot holds its state, not its spec.
-    pub fn restore(snapshot: &Snapshot) -> Result<Session, RunError> {
-        let (vm, kernel) = snapshot.restore()?;
+    /// A fresh VM holding `snapshot`, set up under `settings` (the restoring run's: the
+    /// fingerprint the snapshot records is only compared), ready to go on. A restored program
+    /// cannot be restarted after an injected crash: the snapshot holds its state, not its spec.
+    pub fn restore(snapshot: &Snapshot, settings: &Settings) -> Result<Session, RunError> {
+        let (vm, kernel) = snapshot.restore(settings)?;
         Ok(Session {
             spec: None,
             memory: snapshot.memory_size,
+            settings: *settings,
             seed: snapshot.meta.seed,
             vm,
             kernel,
@@ -199,9 +210,16 @@ impl Session {
         Ok(self.stopped == Some(Stop::Crashed))
     }
 
-    /// Captures the program as it stands at a stop.
+    /// The settings its VMs are set up with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Captures the program as it stands at a stop, with the fingerprint of this session's
+    /// settings.
     pub fn snapshot(&mut self, meta: SnapshotMeta) -> Result<Snapshot, RunError> {
-        let meta = SnapshotMeta { virtual_time_ns: self.kernel.virtual_time_ns(), ..meta };
+        let host = Some(self.settings.host()?.fingerprint.clone());
+        let meta = SnapshotMeta { virtual_time_ns: self.kernel.virtual_time_ns(), host, ..meta };
         Ok(Snapshot::capture(&mut self.vm, &self.kernel, meta)?)
     }
 
@@ -332,7 +350,7 @@ impl Session {
                     seed = restart_seed(seed, lives.len() as u64);
                     next_spec.seed = seed;
                     next_spec.faults = next_spec.faults.for_restart();
-                    let (mut next, mut k) = boot(next_spec, self.memory, BootOptions::default())?;
+                    let (mut next, mut k) = boot(next_spec, self.memory, BootOptions::new(self.settings))?;
                     if let Some((blocks, seen)) = &self.cover {
                         next.arm_blocks(blocks.clone(), seen);
                         k.announce_code(&mut next.space);

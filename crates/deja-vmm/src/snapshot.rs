@@ -53,10 +53,11 @@ pub struct SnapshotMeta {
 }
 
 impl SnapshotMeta {
-    /// The facts of a snapshot of `spec` taken before syscall `at` (its virtual time is set
-    /// when it is taken).
-    pub fn of(spec: &deja_kernel::ProgramSpec, at: u64) -> Result<SnapshotMeta, crate::RunError> {
-        Ok(SnapshotMeta {
+    /// The facts of a snapshot of `spec` taken before syscall `at` (its virtual time and the
+    /// fingerprint of the session's settings are set when it is taken:
+    /// [`crate::Session::snapshot`]).
+    pub fn of(spec: &deja_kernel::ProgramSpec, at: u64) -> SnapshotMeta {
+        SnapshotMeta {
             deja_version: env!("CARGO_PKG_VERSION").to_string(),
             program_blake3: blake3::hash(&spec.image).to_hex().to_string(),
             exe_path: spec.exe_path.clone(),
@@ -64,8 +65,8 @@ impl SnapshotMeta {
             seed: spec.seed,
             syscall_index: at,
             virtual_time_ns: 0,
-            host: Some(crate::identity::host()?.fingerprint.clone()),
-        })
+            host: None,
+        }
     }
 }
 
@@ -222,8 +223,9 @@ impl Snapshot {
         Ok(())
     }
 
-    /// Builds a fresh VM holding this snapshot, and the syscall core to continue with.
-    pub fn restore(&self) -> Result<(Vm, Kernel), SnapshotError> {
+    /// Builds a fresh VM holding this snapshot, set up under `settings` (the restoring run's),
+    /// and the syscall core to continue with.
+    pub fn restore(&self, settings: &crate::identity::Settings) -> Result<(Vm, Kernel), SnapshotError> {
         let kernel = Kernel::restore(&self.kernel)?;
         // The shell's threads must be the core's: the one in the vCPU and a context for each other.
         let mut shell: Vec<u64> = self.threads.iter().map(|t| t.0).chain([self.current_tid]).collect();
@@ -241,7 +243,7 @@ impl Snapshot {
                 ),
             });
         }
-        let mut vm = Vm::new(self.memory_size)?;
+        let mut vm = Vm::new(self.memory_size, settings)?;
         vm.show_cpus(kernel.cpus())?;
         vm.space.write_phys(0, &self.ram);
         vm.space.set_frame_state(&self.frames);

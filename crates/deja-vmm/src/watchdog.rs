@@ -3,7 +3,8 @@
 //! A guest that loops without a syscall or an exception never leaves `KVM_RUN`, and nothing in
 //! the guest's model of time moves (virtual time advances at syscalls). deja cannot tell such a
 //! loop from a long computation, so it bounds the *host* time a vCPU may spend in guest code
-//! between two events: `DEJA_NO_PROGRESS_S` seconds (default 30; `0` turns the watchdog off).
+//! between two events: the limit of the run's settings ([`crate::identity::Settings`], which the
+//! CLI reads from `DEJA_NO_PROGRESS_S` seconds, default 30; `0` turns the watchdog off).
 //! Past that, the run ends as [`crate::VmError::NoProgress`] — its own status and exit code,
 //! never a bug found and never silent.
 //!
@@ -20,32 +21,27 @@
 //! exit loop.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Once;
 use std::time::Duration;
 
 /// How often an armed timer interrupts guest code.
 pub const TICK: Duration = Duration::from_millis(250);
 
-/// The default limit, ms.
-const DEFAULT_MS: u64 = 30_000;
+/// The environment variable the CLI reads the limit from, in seconds (0: no limit).
+pub const ENV: &str = "DEJA_NO_PROGRESS_S";
 
-/// The limit in ms (`u64::MAX`: not read yet; 0: off).
-static LIMIT_MS: AtomicU64 = AtomicU64::new(u64::MAX);
+/// The limit when none is given.
+pub const DEFAULT_LIMIT: Duration = Duration::from_secs(30);
 
-/// Host time a vCPU may spend in guest code without a syscall or an exception; `None` when the
-/// watchdog is off. Read once from `DEJA_NO_PROGRESS_S`.
-pub fn limit() -> Option<Duration> {
-    let mut ms = LIMIT_MS.load(Ordering::Relaxed);
-    if ms == u64::MAX {
-        ms = std::env::var("DEJA_NO_PROGRESS_S")
-            .ok()
-            .and_then(|s| s.trim().parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s >= 0.0)
-            .map_or(DEFAULT_MS, |s| (s * 1000.0) as u64);
-        LIMIT_MS.store(ms, Ordering::Relaxed);
+/// The limit a value of `DEJA_NO_PROGRESS_S` asks for: seconds, `0` for none (`None`); unset
+/// or unreadable, [`DEFAULT_LIMIT`].
+pub fn parse_limit(value: Option<&str>) -> Option<Duration> {
+    let secs = value.and_then(|s| s.trim().parse::<f64>().ok()).filter(|s| s.is_finite() && *s >= 0.0);
+    match secs {
+        None => Some(DEFAULT_LIMIT),
+        Some(s) => Some(Duration::from_millis((s * 1000.0) as u64)).filter(|d| !d.is_zero()),
     }
-    (ms > 0).then(|| Duration::from_millis(ms))
 }
 
 fn signal() -> libc::c_int {
@@ -126,9 +122,9 @@ fn set(timer: libc::timer_t, period: Duration) {
 pub(crate) struct Armed(Option<libc::timer_t>);
 
 impl Armed {
-    /// Arms this thread's timer when the watchdog is on.
-    pub(crate) fn arm() -> Result<Armed, String> {
-        if limit().is_none() {
+    /// Arms this thread's timer when the watchdog is on (`limit` is some).
+    pub(crate) fn arm(limit: Option<Duration>) -> Result<Armed, String> {
+        if limit.is_none() {
             return Ok(Armed(None));
         }
         let timer = thread_timer()?;
@@ -141,6 +137,22 @@ impl Drop for Armed {
     fn drop(&mut self) {
         if let Some(t) = self.0 {
             set(t, Duration::ZERO);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_limit_is_read_as_seconds_and_zero_turns_it_off() {
+        assert_eq!(parse_limit(None), Some(DEFAULT_LIMIT));
+        assert_eq!(parse_limit(Some("2.5")), Some(Duration::from_millis(2500)));
+        assert_eq!(parse_limit(Some(" 7 ")), Some(Duration::from_secs(7)));
+        assert_eq!(parse_limit(Some("0")), None);
+        for unreadable in ["", "soon", "-1", "inf", "NaN"] {
+            assert_eq!(parse_limit(Some(unreadable)), Some(DEFAULT_LIMIT), "{unreadable:?}");
         }
     }
 }

@@ -3,7 +3,7 @@
 
 #[test]
 fn probe_runs_ring3_code_and_traps_its_syscall() {
-    let probe = deja_vmm::probe().expect("probe VM");
+    let probe = deja_vmm::probe(&deja_vmm::Settings::default()).expect("probe VM");
     // The probe reached its syscall: vendor leaf must be answered (either by the table or host).
     eprintln!("{probe:#?}");
     eprintln!("hazards: {:#?}", probe.hazards());

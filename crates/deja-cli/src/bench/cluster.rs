@@ -5,16 +5,25 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use deja_vmm::Settings;
+
 use super::{median, spec};
 
 /// `deja check` on the register cluster: a split brain found by exploring `register-buggy`,
 /// judged against the patched replicas (they must be `FIXED_FOR_THIS_CAPSULE`).
-pub(super) fn cluster_check_figures(dir: &Path, buggy: &Path) -> Result<serde_json::Value, String> {
+pub(super) fn cluster_check_figures(
+    dir: &Path,
+    buggy: &Path,
+    settings: &Settings,
+) -> Result<serde_json::Value, String> {
     let out = std::env::temp_dir().join(format!("deja-bench-cluster-check-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let base = deja_explore::ClusterTarget::load(buggy).map_err(|e| e.to_string())?;
-    let cfg =
-        deja_explore::CampaignConfig { stop_at_first_bug: true, ..campaign(40, &out, deja_explore::Mode::Faults, 1) };
+    let mut base = deja_explore::ClusterTarget::load(buggy).map_err(|e| e.to_string())?;
+    base.cfg.settings = *settings;
+    let cfg = deja_explore::CampaignConfig {
+        stop_at_first_bug: true,
+        ..campaign(40, &out, deja_explore::Mode::Faults, 1, settings)
+    };
     let start = Instant::now();
     let c = deja_explore::explore_cluster(&base, &cfg, &mut |_| {}).map_err(|e| e.to_string())?;
     let explore_s = start.elapsed().as_secs_f64();
@@ -113,9 +122,10 @@ pub(super) fn history_figures() -> Result<serde_json::Value, String> {
 
 /// The register cluster's rounds booted from scratch against the same rounds forked from the
 /// point where every node called `setup_complete`: each pair must give the same digest.
-pub(super) fn forked_cluster_figures(file: &Path) -> Result<serde_json::Value, String> {
+pub(super) fn forked_cluster_figures(file: &Path, settings: &Settings) -> Result<serde_json::Value, String> {
     use deja_cluster::{Fork, RunOptions, SteerAt, Steering};
-    let cfg = deja_cluster::ClusterConfig::load(file).map_err(|e| e.to_string())?;
+    let mut cfg = deja_cluster::ClusterConfig::load(file).map_err(|e| e.to_string())?;
+    cfg.settings = *settings;
     let rounds = 12u64;
     let steering = |k: u64| Steering { at: SteerAt::Setup, reseed: Some(1000 + k), ..Steering::default() };
     let start = Instant::now();
@@ -202,21 +212,23 @@ pub(super) fn forked_cluster_figures(file: &Path) -> Result<serde_json::Value, S
         "us_per_node_reset": reset_ns as f64 / 1e3 / resets.max(1) as f64,
         "frames_per_node_reset": frames as f64 / resets.max(1) as f64,
         "digests_compared": rounds,
-        "vdso": deja_vmm::identity::remedy().map(|r| r.vdso).unwrap_or(false),
+        "vdso": settings.vdso,
         "exits": exits, "syscalls": syscalls, "clock_syscalls": clock_syscalls, "vdso_calls": vdso_calls,
         "clock_share_of_syscalls": clock_syscalls as f64 / syscalls.max(1) as f64,
     }))
 }
 
-/// `deja bench <part> --json` in a process of its own with `DEJA_VDSO=<setting>`: one part of
-/// the figures (`--forked-cluster-only`, `--late-forks-only`), under one vDSO setting.
+/// `deja bench <part> --json` in a process of its own with `DEJA_VDSO=<setting>` (otherwise under
+/// `settings`): one part of the figures (`--forked-cluster-only`, `--late-forks-only`), under
+/// one vDSO setting.
 pub(super) fn bench_with_vdso(
     exe: &Path,
     guests: &Path,
     part: &str,
     setting: &str,
+    settings: &Settings,
 ) -> Result<serde_json::Value, String> {
-    let out = std::process::Command::new(exe)
+    let out = crate::settings::hand_to(&mut std::process::Command::new(exe), settings)
         .env(deja_vmm::identity::VDSO_ENV, setting)
         .args(["bench", part, "--json", "--guests"])
         .arg(guests)
@@ -229,13 +241,18 @@ pub(super) fn bench_with_vdso(
 }
 
 /// The register cluster's rounds with deja's vDSO off and on, each in a process of its own
-/// (the setting belongs to the process): `deja bench --forked-cluster-only` under
-/// `DEJA_VDSO=off` and `on`, alternated `repeat` times; the medians side by side.
-pub(super) fn vdso_figures(exe: &Path, guests: &Path, repeat: u32) -> Result<serde_json::Value, String> {
+/// (each setting measured alone, from a fresh process): `deja bench --forked-cluster-only`
+/// under `DEJA_VDSO=off` and `on`, alternated `repeat` times; the medians side by side.
+pub(super) fn vdso_figures(
+    exe: &Path,
+    guests: &Path,
+    repeat: u32,
+    settings: &Settings,
+) -> Result<serde_json::Value, String> {
     let (mut off, mut on) = (Vec::new(), Vec::new());
     for _ in 0..repeat.max(1) {
-        off.push(bench_with_vdso(exe, guests, "--forked-cluster-only", "off")?);
-        on.push(bench_with_vdso(exe, guests, "--forked-cluster-only", "on")?);
+        off.push(bench_with_vdso(exe, guests, "--forked-cluster-only", "off", settings)?);
+        on.push(bench_with_vdso(exe, guests, "--forked-cluster-only", "on", settings)?);
     }
     let median_of = |v: &[serde_json::Value], key: &str| {
         let mut xs: Vec<f64> = v.iter().map(|r| r[key].as_f64().unwrap_or(0.0)).collect();
@@ -261,8 +278,14 @@ pub(super) fn vdso_figures(exe: &Path, guests: &Path, repeat: u32) -> Result<ser
     }))
 }
 
-/// A coverage-guided campaign of `rounds` rounds from seed 1, written under `out`.
-pub(super) fn campaign(rounds: u64, out: &Path, mode: deja_explore::Mode, jobs: u64) -> deja_explore::CampaignConfig {
+/// A coverage-guided campaign of `rounds` rounds from seed 1 under `settings`, written under `out`.
+pub(super) fn campaign(
+    rounds: u64,
+    out: &Path,
+    mode: deja_explore::Mode,
+    jobs: u64,
+    settings: &Settings,
+) -> deja_explore::CampaignConfig {
     deja_explore::CampaignConfig {
         runs: Some(rounds),
         budget: None,
@@ -279,11 +302,12 @@ pub(super) fn campaign(rounds: u64, out: &Path, mode: deja_explore::Mode, jobs: 
         late_forks: deja_cluster::LATE_FORKS,
         verify_forks: 0,
         perturb_forks: false,
+        settings: *settings,
     }
 }
 
 /// A campaign of `program` (its path and arguments) or, when `None`, of the cluster file
-/// `register`.
+/// `register`, under `cfg.settings`.
 pub(super) fn run_campaign(
     program: Option<(PathBuf, &[&str])>,
     register: &Path,
@@ -309,7 +333,7 @@ pub(super) fn run_campaign(
 
 /// Campaign rounds per second on one worker and on every core, side by side, per reference
 /// workload.
-pub(super) fn scale_figures(dir: &Path, register: &Path) -> Result<serde_json::Value, String> {
+pub(super) fn scale_figures(dir: &Path, register: &Path, settings: &Settings) -> Result<serde_json::Value, String> {
     // The cores the process could use when it started: by now a run of the bench's own may
     // have pinned this thread to the remedy's core.
     let cores = deja_vmm::identity::initial_cores().len().max(1) as u64;
@@ -324,7 +348,7 @@ pub(super) fn scale_figures(dir: &Path, register: &Path) -> Result<serde_json::V
         for jobs in [1, cores] {
             let out = std::env::temp_dir().join(format!("deja-bench-scale-{}-{jobs}", std::process::id()));
             let _ = std::fs::remove_dir_all(&out);
-            let cfg = campaign(rounds, &out, mode, jobs);
+            let cfg = campaign(rounds, &out, mode, jobs, settings);
             let start = Instant::now();
             let program = (!name.starts_with("register")).then(|| (dir.join(name), args.as_slice()));
             let c = run_campaign(program, register, &cfg)?;
@@ -341,12 +365,13 @@ pub(super) fn scale_figures(dir: &Path, register: &Path) -> Result<serde_json::V
         }));
     }
     // Where the CPU identity remedy pins every vCPU thread to one core, the workers share it.
-    let pinned_core = deja_vmm::identity::remedy().map_err(|e| e.to_string())?.pinned_core;
+    let pinned_core = settings.remedy().map_err(|e| e.to_string())?.pinned_core;
     Ok(serde_json::json!({ "cores": cores, "rows": rows, "pinned_core": pinned_core }))
 }
 
-/// The reference cluster's figures (the run with the median wall time of `repeat`).
-pub(super) fn cluster_figures(guests: &Path, repeat: u32) -> Result<serde_json::Value, String> {
+/// The reference cluster's figures (the run with the median wall time of `repeat`), under
+/// `settings`.
+pub(super) fn cluster_figures(guests: &Path, repeat: u32, settings: &Settings) -> Result<serde_json::Value, String> {
     let file = guests
         .parent()
         .and_then(Path::parent)
@@ -355,7 +380,8 @@ pub(super) fn cluster_figures(guests: &Path, repeat: u32) -> Result<serde_json::
         .ok_or_else(|| format!("examples/clusters/register-fixed.toml not found next to {}", guests.display()))?;
     let mut runs = Vec::new();
     for _ in 0..repeat {
-        let cfg = deja_cluster::ClusterConfig::load(&file).map_err(|e| e.to_string())?;
+        let mut cfg = deja_cluster::ClusterConfig::load(&file).map_err(|e| e.to_string())?;
+        cfg.settings = *settings;
         let r = deja_cluster::run(
             cfg,
             deja_cluster::RunOptions {

@@ -1,9 +1,10 @@
-//! Later forks: the same campaigns with them and without, side by side, in one process per
-//! vDSO setting (the setting belongs to a process).
+//! Later forks: the same campaigns with them and without, side by side, in one fresh process per
+//! vDSO setting.
 
 use std::path::Path;
 use std::time::Instant;
 
+use deja_vmm::Settings;
 use serde_json::{json, Value};
 
 use super::cluster::{bench_with_vdso, campaign, run_campaign};
@@ -32,15 +33,15 @@ fn fingerprint(c: &deja_explore_report::Campaign, out: &Path) -> Result<String, 
 }
 
 /// `deja bench --late-forks-only`: each campaign with later forks off, then on (each worker
-/// keeping [`deja_cluster::LATE_FORKS`]); each pair must be the same campaign.
-pub(super) fn campaigns(guests: &Path, register: &Path) -> Result<Value, String> {
+/// keeping [`deja_cluster::LATE_FORKS`]), under `settings`; each pair must be the same campaign.
+pub(super) fn campaigns(guests: &Path, register: &Path, settings: &Settings) -> Result<Value, String> {
     let mut rows = Vec::new();
     for (name, args, mode, rounds, jobs) in CAMPAIGNS {
         let mut sides = Vec::new();
         for late in [0, deja_cluster::LATE_FORKS] {
             let out = std::env::temp_dir().join(format!("deja-bench-late-{}-{name}-{jobs}-{late}", std::process::id()));
             let _ = std::fs::remove_dir_all(&out);
-            let cfg = deja_explore::CampaignConfig { late_forks: late, ..campaign(rounds, &out, mode, jobs) };
+            let cfg = deja_explore::CampaignConfig { late_forks: late, ..campaign(rounds, &out, mode, jobs, settings) };
             let profiled = deja_vmm::profile::snapshot();
             let start = Instant::now();
             let program = (!args.is_empty()).then(|| (guests.join(name), args));
@@ -70,18 +71,18 @@ pub(super) fn campaigns(guests: &Path, register: &Path) -> Result<Value, String>
             "speedup": sides[1]["rounds_per_s"].as_f64().unwrap_or(0.0) / sides[0]["rounds_per_s"].as_f64().unwrap_or(1.0).max(1e-9),
         }));
     }
-    Ok(json!({ "vdso": deja_vmm::identity::remedy().map(|r| r.vdso).unwrap_or(false), "rows": rows }))
+    Ok(json!({ "vdso": settings.vdso, "rows": rows }))
 }
 
 /// The campaigns of [`campaigns`] in processes of their own with the vDSO off and on
 /// (`deja bench --late-forks-only` under `DEJA_VDSO=off` and `on`), alternated `repeat` times:
 /// per campaign the medians of the four settings side by side, and what both together give
 /// against neither.
-pub(super) fn late_fork_figures(exe: &Path, guests: &Path, repeat: u32) -> Result<Value, String> {
+pub(super) fn late_fork_figures(exe: &Path, guests: &Path, repeat: u32, settings: &Settings) -> Result<Value, String> {
     let (mut off, mut on) = (Vec::new(), Vec::new());
     for _ in 0..repeat.max(1) {
-        off.push(bench_with_vdso(exe, guests, "--late-forks-only", "off")?);
-        on.push(bench_with_vdso(exe, guests, "--late-forks-only", "on")?);
+        off.push(bench_with_vdso(exe, guests, "--late-forks-only", "off", settings)?);
+        on.push(bench_with_vdso(exe, guests, "--late-forks-only", "on", settings)?);
     }
     let median = |runs: &[Value], row: usize, side: &str| {
         let mut xs: Vec<f64> =

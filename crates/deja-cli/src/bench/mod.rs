@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use deja_kernel::ProgramSpec;
-use deja_vmm::RegisterPath;
+use deja_vmm::{BootOptions, RegisterPath, Settings};
 
 mod cluster;
 use cluster::{
@@ -59,10 +59,10 @@ fn default_guest_dir() -> PathBuf {
 /// The crash sweep with crash states against the sweep right after each durable write, on the
 /// storage reference workloads, in fresh processes side by side; and exploration with the
 /// whole fault menu.
-fn storage_figures(exe: &Path, dir: &Path) -> Result<serde_json::Value, String> {
+fn storage_figures(exe: &Path, dir: &Path, settings: &Settings) -> Result<serde_json::Value, String> {
     let sweep = |program: &str, args: &[&str], old: bool| -> Result<serde_json::Value, String> {
         let mut cmd = Command::new(exe);
-        cmd.args(["run", "--json", "--no-probe", "--crash-sweep"]);
+        crate::settings::hand_to(&mut cmd, settings).args(["run", "--json", "--no-probe", "--crash-sweep"]);
         if old {
             cmd.arg("--after-writes-only");
         }
@@ -101,7 +101,7 @@ fn storage_figures(exe: &Path, dir: &Path) -> Result<serde_json::Value, String> 
         let out = std::env::temp_dir().join(format!("deja-bench-storage-{}-{program}", std::process::id()));
         let _ = std::fs::remove_dir_all(&out);
         let rounds = 100u64;
-        let cfg = campaign(rounds, &out, deja_explore::Mode::Faults, 1);
+        let cfg = campaign(rounds, &out, deja_explore::Mode::Faults, 1, settings);
         let start = Instant::now();
         deja_explore::explore(&target, &cfg, &mut |_| {}).map_err(|e| e.to_string())?;
         let explore_s = start.elapsed().as_secs_f64();
@@ -116,16 +116,16 @@ fn storage_figures(exe: &Path, dir: &Path) -> Result<serde_json::Value, String> 
 
 /// What CPUID faulting costs: `deja run hostinfo` (a program that asks CPUID for 25 leaves on
 /// top of glibc's and std's own start-up queries) with faulting against KVM's table, each in
-/// fresh processes, side by side.
-fn cpuid_cost(exe: &Path, hostinfo: &Path, repeat: usize) -> Result<serde_json::Value, String> {
-    let honoured = deja_vmm::identity::host().map_err(|e| e.to_string())?.faulting_honoured;
+/// fresh processes, side by side (otherwise under `settings`).
+fn cpuid_cost(exe: &Path, hostinfo: &Path, repeat: usize, settings: &Settings) -> Result<serde_json::Value, String> {
+    let honoured = settings.host().map_err(|e| e.to_string())?.faulting_honoured;
     if !honoured {
         return Ok(serde_json::json!({ "faulting_honoured": false }));
     }
     let run = |policy: &str| -> Result<(Duration, u64), String> {
         let start = Instant::now();
         // Without rewriting, so that the host's CPUID faulting (or KVM's table) answers.
-        let out = Command::new(exe)
+        let out = crate::settings::hand_to(&mut Command::new(exe), settings)
             .env(deja_vmm::identity::ENV, policy)
             .env(deja_vmm::identity::REWRITE_ENV, "off")
             .args(["run", "--json", "--no-probe"])
@@ -155,8 +155,8 @@ fn cpuid_cost(exe: &Path, hostinfo: &Path, repeat: usize) -> Result<serde_json::
 /// What rewriting costs: planning each guest's code at load (milliseconds per MiB of code, the
 /// planner alone, in this process), a trap at a rewritten `rdtsc` (a C program executing it N
 /// times against none, in this process), and `deja run hostchan` from start to end in fresh
-/// processes with rewriting and without.
-fn rewrite_figures(exe: &Path, dir: &Path, repeat: u32) -> Result<serde_json::Value, String> {
+/// processes with rewriting and without (otherwise under `settings`).
+fn rewrite_figures(exe: &Path, dir: &Path, repeat: u32, settings: &Settings) -> Result<serde_json::Value, String> {
     let mut plans = Vec::new();
     for name in ["hello", "kv", "raftkv-node", "hostchan", "go-goroutines"] {
         let image = std::fs::read(dir.join(name)).map_err(|e| format!("{name}: {e}"))?;
@@ -179,15 +179,15 @@ fn rewrite_figures(exe: &Path, dir: &Path, repeat: u32) -> Result<serde_json::Va
     let n = 2000u64;
     let (mut none, mut many, mut traps) = (Vec::new(), Vec::new(), 0);
     for _ in 0..repeat.max(3) {
-        none.push(time_deja(&hostchan, &["0"])?.0);
-        let (t, run) = time_deja(&hostchan, &[&n.to_string()])?;
+        none.push(time_deja(&hostchan, &["0"], settings)?.0);
+        let (t, run) = time_deja(&hostchan, &[&n.to_string()], settings)?;
         traps = run.report.host_channels.traps.rdtsc;
         many.push(t);
     }
     let us_per_trap = (median(many).as_secs_f64() - median(none).as_secs_f64()) * 1e6 / n as f64;
     let run = |rewrite: &str| -> Result<Duration, String> {
         let start = Instant::now();
-        let out = Command::new(exe)
+        let out = crate::settings::hand_to(&mut Command::new(exe), settings)
             .env(deja_vmm::identity::REWRITE_ENV, rewrite)
             .args(["run", "--no-probe"])
             .arg(&hostchan)
@@ -213,16 +213,17 @@ fn rewrite_figures(exe: &Path, dir: &Path, repeat: u32) -> Result<serde_json::Va
 /// Block coverage on an uninstrumented store (ackstore, forked as a campaign forks it): the first
 /// round with every block armed, and the steady state once what it reached is disarmed, side by
 /// side with rounds of a fork without coverage, alternated so the host's drift hits both alike.
-fn block_coverage_figures(dir: &Path, rounds: u32) -> Result<serde_json::Value, String> {
+fn block_coverage_figures(dir: &Path, rounds: u32, settings: &Settings) -> Result<serde_json::Value, String> {
     use deja_vmm::coverage::BlockImage;
     let path = dir.join("ackstore-buggy");
     let spec = spec(&path, &["6"])?;
     let blocks = BlockImage::of_image(&spec.image, &[]);
     let at = 8;
-    let mut plain = deja_vmm::Fork::new(spec.clone(), 1 << 30, at, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    let mut plain =
+        deja_vmm::Fork::new(spec.clone(), 1 << 30, settings, at, &mut |_, _| {}).map_err(|e| e.to_string())?;
     let start = Instant::now();
     let (mut covered, parent_hits) =
-        deja_vmm::Fork::with_blocks(spec, 1 << 30, at, Some(blocks.clone()), &mut |_, _| {})
+        deja_vmm::Fork::with_blocks(spec, 1 << 30, settings, at, Some(blocks.clone()), &mut |_, _| {})
             .map_err(|e| e.to_string())?;
     let armed_boot = start.elapsed();
     let ids: Vec<u32> = parent_hits.iter().map(|h| h.block).collect();
@@ -268,19 +269,26 @@ pub(super) fn spec(path: &Path, args: &[&str]) -> Result<ProgramSpec, String> {
     Ok(ProgramSpec::for_program(image, &name, args.iter().map(|s| s.to_string()), 1))
 }
 
-/// One life of `spec` in a fresh session.
-fn run_once(spec: ProgramSpec, memory: u64) -> Result<deja_vmm::Run, String> {
-    deja_vmm::Session::boot(spec, memory).and_then(|mut s| s.run(&mut |_, _| {})).map_err(|e| e.to_string())
+/// One life of `spec` in a fresh session under `settings`.
+fn run_once(spec: ProgramSpec, memory: u64, settings: &Settings) -> Result<deja_vmm::Run, String> {
+    deja_vmm::Session::boot_with(spec, memory, BootOptions::new(*settings))
+        .and_then(|mut s| s.run(&mut |_, _| {}))
+        .map_err(|e| e.to_string())
 }
 
-fn time_deja(path: &Path, args: &[&str]) -> Result<(Duration, deja_vmm::Run), String> {
-    time_deja_with(path, args, RegisterPath::SyncRegs)
+fn time_deja(path: &Path, args: &[&str], settings: &Settings) -> Result<(Duration, deja_vmm::Run), String> {
+    time_deja_with(path, args, RegisterPath::SyncRegs, settings)
 }
 
-fn time_deja_with(path: &Path, args: &[&str], regs: RegisterPath) -> Result<(Duration, deja_vmm::Run), String> {
+fn time_deja_with(
+    path: &Path,
+    args: &[&str],
+    regs: RegisterPath,
+    settings: &Settings,
+) -> Result<(Duration, deja_vmm::Run), String> {
     let spec = spec(path, args)?;
     let start = Instant::now();
-    let opts = deja_vmm::BootOptions { register_path: regs, ..Default::default() };
+    let opts = BootOptions { register_path: regs, ..BootOptions::new(*settings) };
     let run = deja_vmm::Session::boot_with(spec, deja_vmm::DEFAULT_MEMORY, opts)
         .and_then(|mut s| s.run(&mut |_, _| {}))
         .map_err(|e| e.to_string())?;
@@ -301,7 +309,7 @@ fn time_native(path: &Path, args: &[&str]) -> Result<Duration, String> {
     Ok(elapsed)
 }
 
-fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
+fn figures(args: &BenchArgs, settings: &Settings) -> Result<serde_json::Value, String> {
     let dir = args.guests.clone().unwrap_or_else(default_guest_dir);
     let cpuburn = dir.join("cpuburn");
     let syscalls = dir.join("syscalls");
@@ -314,7 +322,7 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     let (mut native, mut in_deja) = (Vec::new(), Vec::new());
     for _ in 0..repeat {
         native.push(time_native(&cpuburn, &[&steps])?);
-        in_deja.push(time_deja(&cpuburn, &[&steps])?.0);
+        in_deja.push(time_deja(&cpuburn, &[&steps], settings)?.0);
     }
     let (native, in_deja) = (median(native), median(in_deja));
     let ratio = native.as_secs_f64() / in_deja.as_secs_f64();
@@ -326,8 +334,8 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     for regs in [RegisterPath::SyncRegs, RegisterPath::Ioctls] {
         let (mut base, mut many) = (Vec::new(), Vec::new());
         for _ in 0..repeat {
-            base.push(time_deja_with(&syscalls, &["0"], regs)?.0);
-            let (t, run) = time_deja_with(&syscalls, &[&n], regs)?;
+            base.push(time_deja_with(&syscalls, &["0"], regs, settings)?.0);
+            let (t, run) = time_deja_with(&syscalls, &[&n], regs, settings)?;
             exits = run.stats.syscall_exits;
             many.push(t);
         }
@@ -339,8 +347,8 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     // falls back to local evaluation after one ENOSYS).
     let (mut sdk_base, mut sdk_many, mut nat_base, mut nat_many) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..repeat {
-        sdk_base.push(time_deja(&syscalls, &["0", "sdk"])?.0);
-        sdk_many.push(time_deja(&syscalls, &[&n, "sdk"])?.0);
+        sdk_base.push(time_deja(&syscalls, &["0", "sdk"], settings)?.0);
+        sdk_many.push(time_deja(&syscalls, &[&n, "sdk"], settings)?.0);
         nat_base.push(time_native(&syscalls, &["0", "sdk"])?);
         nat_many.push(time_native(&syscalls, &[&NATIVE_SDK_CALLS.to_string(), "sdk"])?);
     }
@@ -353,8 +361,8 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     // 3. Exception round trip: demand paging of N MiB (one #PF exit per 64 KiB window).
     let (mut small, mut big, mut faults) = (Vec::new(), Vec::new(), (0, 0));
     for _ in 0..repeat {
-        let (t0, r0) = time_deja(&memhog, &["1"])?;
-        let (t1, r1) = time_deja(&memhog, &["64"])?;
+        let (t0, r0) = time_deja(&memhog, &["1"], settings)?;
+        let (t1, r1) = time_deja(&memhog, &["64"], settings)?;
         small.push(t0);
         big.push(t1);
         faults = (r0.stats.exception_exits, r1.stats.exception_exits);
@@ -366,7 +374,7 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     let dirty = dir.join("dirty");
     let mut traced = spec(&dirty, &["10"])?;
     traced.record_trace = true;
-    let probe_run = run_once(traced, 256 << 20)?;
+    let probe_run = run_once(traced, 256 << 20, settings)?;
     let marks: Vec<u64> = probe_run.report.trace.iter().filter(|e| e.name == "sched_yield").map(|e| e.index).collect();
     let [fork_at, child_end] = marks[..] else {
         return Err(format!("the dirty guest made {} marks instead of 2", marks.len()));
@@ -374,7 +382,7 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     let mut fork_rows = Vec::new();
     for k in [10u64, 100, 1000, 10_000] {
         let ks = k.to_string();
-        let mut fork = deja_vmm::Fork::new(spec(&dirty, &[&ks])?, 256 << 20, fork_at, &mut |_, _| {})
+        let mut fork = deja_vmm::Fork::new(spec(&dirty, &[&ks])?, 256 << 20, settings, fork_at, &mut |_, _| {})
             .map_err(|e| e.to_string())?;
         let (mut resets, mut wholes, mut frames, mut resynced) = (Vec::new(), Vec::new(), 0, 0);
         for _ in 0..repeat.max(3) {
@@ -398,7 +406,7 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     let kv = dir.join("kv");
     let kv_args = ["--variant", "fixed", "8"];
     let quiet = |spec: ProgramSpec| -> Result<Vec<deja_vmm::Incarnation>, String> {
-        deja_vmm::Session::boot(spec, deja_vmm::DEFAULT_MEMORY)
+        deja_vmm::Session::boot_with(spec, deja_vmm::DEFAULT_MEMORY, BootOptions::new(*settings))
             .and_then(|mut s| s.lives(&mut |_, _| {}, None))
             .map_err(|e| e.to_string())
     };
@@ -457,11 +465,11 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     for (name, args) in [("kv", vec!["--variant", "fixed", "6"]), ("bank", vec!["20"]), ("credit-atomic", vec![])] {
         let mut traced = spec(&dir.join(name), &args)?;
         traced.record_trace = true;
-        let probe = run_once(traced, deja_vmm::DEFAULT_MEMORY)?;
+        let probe = run_once(traced, deja_vmm::DEFAULT_MEMORY, settings)?;
         let fork_at = probe.report.setup_complete.as_ref().map(|s| s.syscall_index + 1).unwrap_or(0);
-        let mut fork =
-            deja_vmm::Fork::new(spec(&dir.join(name), &args)?, deja_vmm::DEFAULT_MEMORY, fork_at, &mut |_, _| {})
-                .map_err(|e| e.to_string())?;
+        let spec = spec(&dir.join(name), &args)?;
+        let mut fork = deja_vmm::Fork::new(spec, deja_vmm::DEFAULT_MEMORY, settings, fork_at, &mut |_, _| {})
+            .map_err(|e| e.to_string())?;
         let durable = probe.report.durable_writes;
         let rounds = 60u64;
         let mut reset_ns = 0u64;
@@ -490,15 +498,15 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
 
     // 8. The reference cluster: three register replicas and a client under random partitions;
     // the same steered rounds booted and forked; campaigns on one worker and on every core.
-    let cluster = cluster_figures(&dir, repeat)?;
+    let cluster = cluster_figures(&dir, repeat, settings)?;
     let root = dir.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
     let register = root.join("examples/clusters/register-fixed.toml");
-    let forked_cluster = forked_cluster_figures(&register)?;
+    let forked_cluster = forked_cluster_figures(&register, settings)?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let vdso = cluster::vdso_figures(&exe, &dir, repeat)?;
-    let late_forks = late::late_fork_figures(&exe, &dir, repeat)?;
-    let scale = scale_figures(&dir, &register)?;
-    let cluster_check = cluster_check_figures(&dir, &root.join("examples/clusters/register-buggy.toml"))?;
+    let vdso = cluster::vdso_figures(&exe, &dir, repeat, settings)?;
+    let late_forks = late::late_fork_figures(&exe, &dir, repeat, settings)?;
+    let scale = scale_figures(&dir, &register, settings)?;
+    let cluster_check = cluster_check_figures(&dir, &root.join("examples/clusters/register-buggy.toml"), settings)?;
     let history = history_figures()?;
 
     // 9. The whole CLI on hello, as a user runs it (including the hazard probe).
@@ -506,17 +514,21 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
     let mut hello_native = Vec::new();
     for _ in 0..repeat {
         let start = Instant::now();
-        let out = Command::new(&exe).arg("run").arg(&hello).output().map_err(|e| e.to_string())?;
+        let out = crate::settings::hand_to(&mut Command::new(&exe), settings)
+            .arg("run")
+            .arg(&hello)
+            .output()
+            .map_err(|e| e.to_string())?;
         hello_times.push(start.elapsed());
         if !out.status.success() {
             return Err(format!("deja run hello failed: {}", String::from_utf8_lossy(&out.stderr)));
         }
         hello_native.push(time_native(&hello, &[])?);
     }
-    let cpuid = cpuid_cost(&exe, &dir.join("hostinfo"), repeat as usize)?;
-    let rewrite = rewrite_figures(&exe, &dir, repeat)?;
-    let block_coverage = block_coverage_figures(&dir, 10 * repeat)?;
-    let storage = storage_figures(&exe, &dir)?;
+    let cpuid = cpuid_cost(&exe, &dir.join("hostinfo"), repeat as usize, settings)?;
+    let rewrite = rewrite_figures(&exe, &dir, repeat, settings)?;
+    let block_coverage = block_coverage_figures(&dir, 10 * repeat, settings)?;
+    let storage = storage_figures(&exe, &dir, settings)?;
     Ok(serde_json::json!({
         "cpuid": cpuid,
         "rewrite": rewrite,
@@ -559,22 +571,23 @@ fn figures(args: &BenchArgs) -> Result<serde_json::Value, String> {
 }
 
 /// The register cluster's rounds alone (`--forked-cluster-only`).
-fn register_rounds(args: &BenchArgs) -> Result<serde_json::Value, String> {
+fn register_rounds(args: &BenchArgs, settings: &Settings) -> Result<serde_json::Value, String> {
     let dir = args.guests.clone().unwrap_or_else(default_guest_dir);
     let root = dir.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
-    forked_cluster_figures(&root.join("examples/clusters/register-fixed.toml"))
+    forked_cluster_figures(&root.join("examples/clusters/register-fixed.toml"), settings)
 }
 
-/// `deja bench`.
-pub fn main(args: BenchArgs) -> Exit {
+/// `deja bench`, its VMs (and the `deja` processes it starts) under `settings` unless a figure
+/// compares settings.
+pub fn main(args: BenchArgs, settings: &Settings) -> Exit {
     let result = if args.forked_cluster_only {
-        register_rounds(&args)
+        register_rounds(&args, settings)
     } else if args.late_forks_only {
         let dir = args.guests.clone().unwrap_or_else(default_guest_dir);
         let root = dir.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
-        late::campaigns(&dir, &root.join("examples/clusters/register-fixed.toml"))
+        late::campaigns(&dir, &root.join("examples/clusters/register-fixed.toml"), settings)
     } else {
-        figures(&args)
+        figures(&args, settings)
     };
     match result {
         Ok(v) => {

@@ -239,7 +239,12 @@ pub(super) fn keep_image(out: &Path, root: &deja_cluster::image::RootInput) -> R
         .map_err(|e| format!("cannot keep the image {} in {}: {e}", root.path, dir.display()))
 }
 
-pub(super) fn config(args: &ExploreArgs, strategy: Strategy, out: PathBuf) -> CampaignConfig {
+pub(super) fn config(
+    args: &ExploreArgs,
+    strategy: Strategy,
+    out: PathBuf,
+    settings: &deja_vmm::Settings,
+) -> CampaignConfig {
     CampaignConfig {
         runs: args.runs,
         budget: args.budget,
@@ -260,5 +265,6 @@ pub(super) fn config(args: &ExploreArgs, strategy: Strategy, out: PathBuf) -> Ca
         late_forks: args.late_forks,
         verify_forks: args.verify_forks,
         perturb_forks: args.perturb_forks,
+        settings: *settings,
     }
 }

@@ -33,15 +33,16 @@ pub(crate) fn load_cluster_bug(
 
 /// `deja replay` of a cluster bug: [`Exit::Failure`] reproduced, [`Exit::Clean`] not,
 /// [`Exit::Incomplete`] evidence incomplete, [`Exit::NotLoadable`] a bug file that fails its
-/// checks.
-pub(super) fn replay_cluster(args: &ReplayArgs) -> Exit {
-    let (bug, target) = match load_cluster_bug(&args.bug, None, &args.program) {
+/// checks. Every node runs under `settings`.
+pub(super) fn replay_cluster(args: &ReplayArgs, settings: &deja_vmm::Settings) -> Exit {
+    let (bug, mut target) = match load_cluster_bug(&args.bug, None, &args.program) {
         Ok(x) => x,
         Err(Failure { code, message: m }) => {
             eprintln!("deja: cannot replay: {m}");
             return code;
         }
     };
+    target.cfg.settings = *settings;
     let mut prefix = crate::cluster::Prefixer::default();
     let out = match deja_explore::cluster::run_cluster_input(&target, &bug.input, &mut |n, s, b| prefix.write(n, s, b))
     {
@@ -66,20 +67,22 @@ pub(super) fn replay_cluster(args: &ReplayArgs) -> Exit {
         }
     }
     crate::cluster::history_summary(&out.history);
-    host_note("bug file", bug.host.as_ref());
+    host_note("bug file", bug.host.as_ref(), settings);
     replay_verdict(&bug.id, &bug.signature, &bug.digest, out.failure.as_ref(), &out.report.digest, "cluster")
 }
 
 /// `deja minimize` of a cluster bug: [`Exit::Clean`] written and verified, [`Exit::Incomplete`]
-/// not minimized, [`Exit::NotLoadable`] a bug file that fails its checks.
-pub(super) fn minimize_cluster(args: &MinimizeArgs) -> Exit {
-    let (bug, target) = match load_cluster_bug(&args.bug, None, &args.program) {
+/// not minimized, [`Exit::NotLoadable`] a bug file that fails its checks. Every node runs under
+/// `settings`.
+pub(super) fn minimize_cluster(args: &MinimizeArgs, settings: &deja_vmm::Settings) -> Exit {
+    let (bug, mut target) = match load_cluster_bug(&args.bug, None, &args.program) {
         Ok(x) => x,
         Err(Failure { code, message: m }) => {
             eprintln!("deja: cannot minimize: {m}");
             return code;
         }
     };
+    target.cfg.settings = *settings;
     let out = args.out.clone().unwrap_or_else(|| args.bug.with_extension("min.json"));
     match deja_explore::minimize_cluster(&bug, &target, &out.display().to_string()) {
         Ok(m) => {

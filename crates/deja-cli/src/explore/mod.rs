@@ -32,8 +32,9 @@ use replay::{beside, replay_verdict};
 pub use replay::{host_note, minimize, replay, MinimizeArgs, ReplayArgs};
 pub(crate) use replay::{judge_fail_stop_with, load_bug, program_args, FAIL_STOP_PER_NODE};
 
-/// `deja explore`: [`Exit::Clean`] when no bug was found, [`Exit::Failure`] when bugs were found,
-pub fn main(args: ExploreArgs) -> Exit {
+/// `deja explore`, every VM set up under `settings`: [`Exit::Clean`] when no bug was found,
+/// [`Exit::Failure`] when bugs were found,
+pub fn main(args: ExploreArgs, settings: &deja_vmm::Settings) -> Exit {
     if args.runs.is_none() && args.budget.is_none() {
         eprintln!("deja: error: give a budget: --runs N or --budget 10m");
         return Exit::Usage;
@@ -75,7 +76,10 @@ pub fn main(args: ExploreArgs) -> Exit {
             return Exit::NotFound;
         }
         match deja_explore::ClusterTarget::load(file) {
-            Ok(t) => Some(t),
+            Ok(mut t) => {
+                t.cfg.settings = *settings;
+                Some(t)
+            }
             Err(e) => {
                 eprintln!("deja: error: {e}");
                 return Exit::Usage;
@@ -112,7 +116,7 @@ pub fn main(args: ExploreArgs) -> Exit {
         indicatif::ProgressStyle::with_template("{spinner} round {pos}{len_fmt} | {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
     );
-    let cfg = config(&args, strategy, args.out.clone());
+    let cfg = config(&args, strategy, args.out.clone(), settings);
     let (live, mut feed) = match args.serve {
         Some(addr) => match serve_live(addr, &args, &cfg) {
             Ok((l, f)) => (Some(l), Some(f)),
@@ -139,7 +143,7 @@ pub fn main(args: ExploreArgs) -> Exit {
             p.bugs
         ));
     };
-    if let Ok(deja_vmm::Remedy { pinned_core: Some(core), .. }) = deja_vmm::identity::remedy() {
+    if let Ok(deja_vmm::Remedy { pinned_core: Some(core), .. }) = settings.remedy() {
         if cfg.jobs > 1 {
             eprintln!(
                 "deja: note: this host gives no control of the CPU identity, so every VM runs pinned to host core \
@@ -158,7 +162,7 @@ pub fn main(args: ExploreArgs) -> Exit {
         Err(e) => return failed(&e),
     };
     if args.baseline && strategy == Strategy::Coverage {
-        let mut base_args = config(&args, Strategy::Random, args.out.join("baseline"));
+        let mut base_args = config(&args, Strategy::Random, args.out.join("baseline"), settings);
         base_args.runs = Some(campaign.rounds);
         base_args.budget = None;
         match run_campaign(&base_args, &mut |_| {}) {

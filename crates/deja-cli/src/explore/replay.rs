@@ -147,14 +147,15 @@ fn bug_inputs(
 
 /// `deja replay`: [`Exit::Failure`] when the failure reproduced (same signature and digest),
 /// [`Exit::Clean`] when it did not, [`Exit::Incomplete`] when the evidence is incomplete (missing
-/// or different program), [`Exit::NotLoadable`] when the bug file fails its checks.
-pub fn replay(args: ReplayArgs) -> Exit {
+/// or different program), [`Exit::NotLoadable`] when the bug file fails its checks. Runs under
+/// `settings`.
+pub fn replay(args: ReplayArgs, settings: &deja_vmm::Settings) -> Exit {
     if is_cluster_bug(&args.bug) {
         if args.fail_stop.is_some() {
             eprintln!("{FAIL_STOP_PER_NODE}");
             return Exit::Usage;
         }
-        return replay_cluster(&args);
+        return replay_cluster(&args, settings);
     }
     let (mut bug, mut t) = match load_bug(&args.bug, &args.program, &args.files) {
         Ok(x) => x,
@@ -166,7 +167,7 @@ pub fn replay(args: ReplayArgs) -> Exit {
     judge_fail_stop_with(&mut bug, args.fail_stop.as_ref());
     t.spec.record_trace = args.trace;
     let mut stdout = std::io::stdout().lock();
-    let out = match deja_explore::replay(&bug, &t, &mut |s, b| {
+    let out = match deja_explore::replay_under(&bug, &t, settings, &mut |s, b| {
         let _ = match s {
             deja_kernel::Stream::Stdout => stdout.write_all(b),
             deja_kernel::Stream::Stderr => std::io::stderr().write_all(b),
@@ -187,11 +188,13 @@ pub fn replay(args: ReplayArgs) -> Exit {
             }
         }
     }
-    host_note("bug file", bug.host.as_ref());
+    host_note("bug file", bug.host.as_ref(), settings);
     if out.digest != bug.digest {
         // Is this host at least consistent with itself? Replay again on another core.
         let seen: Vec<u32> = out.lives.iter().flat_map(|l| l.run.stats.host_cores.iter().copied()).collect();
-        match deja_vmm::identity::on_another_core(&seen, || deja_explore::replay(&bug, &t, &mut |_, _| {})) {
+        match deja_vmm::identity::on_another_core(&seen, || {
+            deja_explore::replay_under(&bug, &t, settings, &mut |_, _| {})
+        }) {
             Ok((core, Ok(again))) => match deja_explore::input::difference(&out, &again) {
                 Some(d) => eprintln!(
                     "deja: this host does not reproduce its own run: a second replay on host core {core} differs in {d}"
@@ -208,9 +211,10 @@ pub fn replay(args: ReplayArgs) -> Exit {
     replay_verdict(&bug.id, &bug.signature, &bug.digest, out.failure.as_ref(), &out.digest, "run")
 }
 
-/// Says how the host an artifact was recorded on differs from this one, if it does.
-pub fn host_note(what: &str, recorded: Option<&deja_vmm::Fingerprint>) {
-    if let Some(note) = deja_vmm::identity::compare_recorded(recorded) {
+/// Says how the host an artifact was recorded on differs from this one under `settings`, if it
+/// does.
+pub fn host_note(what: &str, recorded: Option<&deja_vmm::Fingerprint>, settings: &deja_vmm::Settings) {
+    if let Some(note) = deja_vmm::identity::compare_recorded(recorded, settings) {
         eprintln!("deja: note: the {what} was {note}");
     }
 }
@@ -272,14 +276,14 @@ pub struct MinimizeArgs {
 
 /// `deja minimize`: [`Exit::Clean`] when a verified minimized bug file was written,
 /// [`Exit::Incomplete`] when the bug did not reproduce or its program could not be loaded,
-/// [`Exit::NotLoadable`] when the bug file fails its checks.
-pub fn minimize(args: MinimizeArgs) -> Exit {
+/// [`Exit::NotLoadable`] when the bug file fails its checks. Runs under `settings`.
+pub fn minimize(args: MinimizeArgs, settings: &deja_vmm::Settings) -> Exit {
     if is_cluster_bug(&args.bug) {
         if args.fail_stop.is_some() {
             eprintln!("{FAIL_STOP_PER_NODE}");
             return Exit::Usage;
         }
-        return minimize_cluster(&args);
+        return minimize_cluster(&args, settings);
     }
     let (mut bug, t) = match load_bug(&args.bug, &args.program, &args.files) {
         Ok(x) => x,
@@ -290,7 +294,7 @@ pub fn minimize(args: MinimizeArgs) -> Exit {
     };
     judge_fail_stop_with(&mut bug, args.fail_stop.as_ref());
     let out = args.out.clone().unwrap_or_else(|| args.bug.with_extension("min.json"));
-    match deja_explore::minimize(&bug, &t, &out.display().to_string()) {
+    match deja_explore::minimize_under(&bug, &t, settings, &out.display().to_string()) {
         Ok(m) => {
             if let Err(e) = m.bug.write(&out) {
                 eprintln!("deja: error: {e}");

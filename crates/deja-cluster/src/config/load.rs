@@ -231,6 +231,7 @@ impl ClusterConfig {
             nodes,
             binary_hashes: hashes,
             file_blake3: String::new(),
+            settings: deja_vmm::Settings::default(),
         })
     }
 }

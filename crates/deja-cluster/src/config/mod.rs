@@ -417,6 +417,9 @@ pub struct ClusterConfig {
     pub binary_hashes: BTreeMap<String, String>,
     /// BLAKE3 of the cluster file's text (empty when built by [`ClusterConfig::from_file`]).
     pub file_blake3: String,
+    /// How every node's VMs are set up: CPU identity, code rewriting, the vDSO, the watchdog.
+    /// Not in the file: the run's (the CLI's); [`deja_vmm::Settings::default`] when loaded.
+    pub settings: deja_vmm::Settings,
 }
 
 #[cfg(test)]

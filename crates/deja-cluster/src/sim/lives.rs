@@ -127,7 +127,7 @@ impl Sim {
         spec.record_trace = self.record_trace;
         // A cluster on its way to a fork point keeps dirty logs; a child's restarts boot plain
         // VMs of their own.
-        let opts = BootOptions { dirty_log: self.dirty_log, ..BootOptions::default() };
+        let opts = BootOptions { dirty_log: self.dirty_log, ..BootOptions::new(self.cfg.settings) };
         let (mut vm, mut kernel) = deja_vmm::boot(&spec, memory, opts).context(BootSnafu { node: &n.cfg.name })?;
         if let Some(Some((blocks, seen))) = self.cover.get(i) {
             vm.arm_blocks(blocks.clone(), seen);

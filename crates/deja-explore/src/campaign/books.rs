@@ -166,11 +166,11 @@ mod pairs {
 }
 
 impl Books {
-    /// Records this host's fingerprint in a new campaign, or checks that a resumed one was
-    /// started on a host with the same fingerprint: its corpus and decisions are only worth
-    /// continuing where runs come out the same.
-    pub(super) fn adopt_host(&mut self, checkpoint: &Path) -> Result<(), ExploreError> {
-        let here = deja_vmm::identity::host().map_err(deja_vmm::RunError::from)?.fingerprint.clone();
+    /// Records this host's fingerprint under `settings` in a new campaign, or checks that a
+    /// resumed one was started on a host with the same fingerprint: its corpus and decisions are
+    /// only worth continuing where runs come out the same.
+    pub(super) fn adopt_host(&mut self, checkpoint: &Path, settings: &deja_vmm::Settings) -> Result<(), ExploreError> {
+        let here = settings.host().map_err(deja_vmm::RunError::from)?.fingerprint.clone();
         match &self.host {
             Some(recorded) if *recorded != here => Err(ExploreError::OtherHost {
                 checkpoint: checkpoint.to_path_buf(),

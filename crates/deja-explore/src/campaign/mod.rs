@@ -167,6 +167,9 @@ pub struct CampaignConfig {
     /// ([`deja_cluster::Fork::set_perturb`]), to test the evidence of a round that does not
     /// replay the same.
     pub perturb_forks: bool,
+    /// How every VM of the campaign is set up: CPU identity, code rewriting, the vDSO, the
+    /// watchdog (the fingerprint of these settings is the campaign's host).
+    pub settings: deja_vmm::Settings,
 }
 
 impl CampaignConfig {
@@ -371,7 +374,7 @@ pub fn explore<S: Subject>(
     } else {
         (new_state::<S>(cfg, &identity), Phase::Bootstrap)
     };
-    state.books.adopt_host(&checkpoint)?;
+    state.books.adopt_host(&checkpoint, &cfg.settings)?;
     if phase == Phase::Bootstrap {
         let (reference, runs) = subject.bootstrap(cfg)?;
         state.reference = reference;

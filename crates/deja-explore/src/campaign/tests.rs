@@ -434,6 +434,7 @@ fn what_a_round_calls_for_takes_the_turns_of_the_frontiers_compositions_once_and
         late_forks: 0,
         verify_forks: 0,
         perturb_forks: false,
+        settings: deja_vmm::Settings::default(),
     };
     std::fs::create_dir_all(cfg.out.join("corpus")).unwrap();
     let mut state = blank::<Plan>();

@@ -107,7 +107,7 @@ impl ClusterBug {
             reproduce: crate::replay_command(file),
             minimized_from: None,
             removed: Vec::new(),
-            host: deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone()),
+            host: target.cfg.settings.host().ok().map(|h| h.fingerprint.clone()),
             forked_from: None,
             history: match &out.history {
                 Some(Ok(deja_history::Verdict::NotLinearizable(v))) => Some(v.timeline()),

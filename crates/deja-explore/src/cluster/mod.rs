@@ -56,7 +56,8 @@ pub use subject::{late_fork_at, node_menus, ClusterReference, ClusterSubject, Cl
 /// The cluster under exploration.
 #[derive(Debug, Clone)]
 pub struct ClusterTarget {
-    /// The loaded cluster file.
+    /// The loaded cluster file, with the settings its nodes' VMs are set up with
+    /// ([`ClusterConfig::settings`]: the defaults when loaded; the caller sets its own).
     pub cfg: ClusterConfig,
     /// Its path, as given.
     pub path: String,
@@ -286,13 +287,16 @@ pub fn outcome(report: ClusterReport) -> ClusterOutcome {
     ClusterOutcome { report, failure, features, history, blocks: Vec::new() }
 }
 
-/// Runs (or continues) a cluster campaign and writes its files under `cfg.out`.
+/// Runs (or continues) a cluster campaign under `cfg.settings` (whatever `target`'s own) and
+/// writes its files under `cfg.out`.
 pub fn explore_cluster(
     target: &ClusterTarget,
     cfg: &CampaignConfig,
     progress: &mut dyn FnMut(&crate::Progress),
 ) -> Result<report::Campaign, ExploreError> {
-    let subject = ClusterSubject::new(target, cfg.block_coverage, &cfg.cover)
+    let mut target = target.clone();
+    target.cfg.settings = cfg.settings;
+    let subject = ClusterSubject::new(&target, cfg.block_coverage, &cfg.cover)
         .with_late_forks(cfg.late_forks)
         .with_perturbed_forks(cfg.perturb_forks);
     crate::campaign::explore(&subject, cfg, progress)

@@ -330,6 +330,9 @@ pub struct Vm {
     /// The XSAVE image of a fresh vCPU: what a program starts with (at boot and after
     /// `execve`).
     boot_xsave: XsaveImage,
+    /// Host time guest code may run without a syscall or an exception ([`crate::watchdog`];
+    /// `None`: no limit).
+    no_progress: Option<std::time::Duration>,
 }
 
 /// A whole XSAVE region (4 KiB), kept without printing it.
@@ -392,6 +395,7 @@ impl Vm {
             stop_at_decisions: None,
             late_refused: false,
             boot_xsave: XsaveImage(Box::new([0; 1024])),
+            no_progress: Some(crate::watchdog::DEFAULT_LIMIT),
         };
         vmx.setup_cpu()?;
         vmx.boot_xsave = XsaveImage(Box::new(ioctl("KVM_GET_XSAVE", vmx.vcpu.get_xsave())?.region));
@@ -577,6 +581,12 @@ impl Vm {
             self.vcpu.set_sync_valid_reg(SyncReg::SystemRegister);
         }
         Ok(())
+    }
+
+    /// Sets the watchdog's limit: host time guest code may run without a syscall or an
+    /// exception (`None`: no limit; [`crate::watchdog::DEFAULT_LIMIT`] until set).
+    pub fn set_no_progress(&mut self, limit: Option<std::time::Duration>) {
+        self.no_progress = limit;
     }
 
     /// Chooses how registers travel on each exit (call before the first run).

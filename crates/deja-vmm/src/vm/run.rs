@@ -359,8 +359,8 @@ impl Vm {
     ) -> Result<Stop, VmError> {
         let mut last_fault = (0u64, 0u64, 0u32);
         self.pin_thread()?;
-        let _watchdog = crate::watchdog::Armed::arm().map_err(|what| VmError::Unexpected { what, rip: 0 })?;
-        let limit = crate::watchdog::limit();
+        let limit = self.no_progress;
+        let _watchdog = crate::watchdog::Armed::arm(limit).map_err(|what| VmError::Unexpected { what, rip: 0 })?;
         let mut progress = Instant::now();
         // A cluster driver may have resumed the core (woken threads, switched threads) since
         // the last stop.
