@@ -4,12 +4,10 @@
 //! under deja is `--audit 3`: the same digest in this process and in fresh processes pinned to
 //! every host core. docs/CONFORMANCE.md lists the cases and what each covers.
 
-mod common;
-
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 /// What a run showed: the program's stdout, its stderr (deja's own lines removed) and its
 /// exit status as a shell gives it (128 + signal for a signal).

@@ -3,13 +3,11 @@
 //! deja reads them with, from a static guest and from Debian's dynamically linked `cat` and
 //! `echo` with their loader and libraries, laid out as a Debian image lays them out.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use sha2::Digest;
 
 fn s(p: &Path) -> String {

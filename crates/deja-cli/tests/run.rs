@@ -1,8 +1,6 @@
 //! `deja run` end to end on real KVM: output, determinism, bad input, faults.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::process::Command;
 
 fn s(p: &std::path::Path) -> String {
