@@ -94,30 +94,15 @@ pub const MAP: &[Layer] = &[
         owns: "campaign reports: text, JSON, the HTML views the live page shares",
         uses: &[],
     },
-    Layer {
-        name: "deja-history",
-        layer: 0,
-        owns: "clients' histories and the linearizability checker",
-        uses: &[],
-    },
-    Layer {
-        name: "deja-format",
-        layer: 0,
-        owns: "the envelope of every file deja writes, sealed JSON",
-        uses: &[],
-    },
+    Layer { name: "deja-history", layer: 0, owns: "clients' histories and the linearizability checker", uses: &[] },
+    Layer { name: "deja-format", layer: 0, owns: "the envelope of every file deja writes, sealed JSON", uses: &[] },
     Layer {
         name: "deja-rewrite",
         layer: 0,
         owns: "the code rewriter: decoding, proven instruction starts, rewrite plans (no_std)",
         uses: &[],
     },
-    Layer {
-        name: "deja-protocol",
-        layer: 0,
-        owns: "the SDK ↔ kernel wire format (no_std)",
-        uses: &[],
-    },
+    Layer { name: "deja-protocol", layer: 0, owns: "the SDK ↔ kernel wire format (no_std)", uses: &[] },
 ];
 
 /// The map as docs/ARCHITECTURE.md shows it: a Markdown table.

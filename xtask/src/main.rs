@@ -427,7 +427,9 @@ fn main() -> ExitCode {
         "modules" => modules::report(&root().join("crates")),
         "layers" => layers::report(&root()),
         "guest-kernel" => placement::check(&root()),
-        _ => Err("usage: cargo xtask <guests|demo|dogfood|modules|layers|guest-kernel|provision PACKAGE...>".to_string()),
+        _ => {
+            Err("usage: cargo xtask <guests|demo|dogfood|modules|layers|guest-kernel|provision PACKAGE...>".to_string())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
