@@ -11,11 +11,20 @@
 //! the same spec and overrides give the same trace digest, the same crash images, the same
 //! ledger and the same decision log.
 //!
+//! # Rooms
+//!
+//! The modules are rooms, one per concern, each saying in its own docs what it owns and what it
+//! may use. From the bottom up: [`abi`] (Linux's numbers), [`persist`] (the save/restore
+//! contract), [`mm`], [`time`], [`host`], [`decisions`], [`signal`], [`net`], [`fs`], [`files`],
+//! [`faults`], [`record`], [`task`]: the state rooms, none of which knows the [`Kernel`]; then
+//! [`kernel`], which puts their parts together, and [`syscalls`], the handler layer above it. A
+//! room uses only rooms below it.
+//!
 //! # Decisions
 //!
 //! Every nondeterministic choice deja makes on the program's behalf is a *decision*: the file
 //! system fault decisions (see [`FaultConfig`] and [`fs`]), the scheduler's choice of the next
-//! thread when several are runnable (see [`threads`]) and the deja SDK's `Random` and
+//! thread when several are runnable (see [`task::threads`]) and the deja SDK's `Random` and
 //! `Choice(n)` requests. `getrandom`, `/dev/urandom` and `AT_RANDOM` read the program's random
 //! stream and are not decisions. Decisions come from a separate stream of the seed, so steering
 //! them never shifts the program's random bytes.
@@ -53,34 +62,35 @@
 //! - [`Kernel::load`] populates the image segments and the top 128 KiB of the stack; everything
 //!   else (heap, rest of the stack, anonymous `mmap`) is populated on demand. A `#PF` goes to
 //!   [`Kernel::exception`]: inside a mapping that allows the access it populates an aligned
-//!   window of [`user_layout::FAULT_AROUND_PAGES`] pages (clipped to the mapping, falling back to the
-//!   single page when frames are short) and answers [`ExceptionOutcome::Retry`]. The same fault
-//!   at the same RIP repeating four times in a row is fatal (the shell did not map the page).
+//!   window of [`mm::user_layout::FAULT_AROUND_PAGES`] pages (clipped to the mapping, falling
+//!   back to the single page when frames are short) and answers [`ExceptionOutcome::Retry`]. The
+//!   same fault at the same RIP repeating four times in a row is fatal (the shell did not map
+//!   the page).
 //! - `#GP` on `rdtsc` (`0f 31`) or `rdtscp` (`0f 01 f9`) is emulated from the virtual clock
 //!   (3 ticks per virtual ns), `#GP` on `cpuid` (`0f a2`, trapping under CPUID faulting) is
-//!   answered from [`cpuid::answer`] without a trace entry or virtual time; any other `#GP` is
-//!   `SIGSEGV`.
+//!   answered from [`host::cpuid::answer`] without a trace entry or virtual time; any other
+//!   `#GP` is `SIGSEGV`.
 //! - After `arch_prctl` (syscall 158) re-read [`Kernel::fs_base`] / [`Kernel::gs_base`] (the
 //!   current thread's).
 //! - Threads: after every syscall read [`Kernel::current_tid`], [`Kernel::take_spawned`] and
-//!   [`Kernel::take_wakeup_returns`]; the exact register contract is in [`threads`]. The
+//!   [`Kernel::take_wakeup_returns`]; the exact register contract is in [`task::threads`]. The
 //!   scheduler's choices are decisions (`schedule after syscall K`), taken only when more than
 //!   one thread is runnable.
-//! - Signals ([`sys_signal`]): before every syscall call [`Kernel::set_user_sp`] with the
-//!   thread's RSP. On the way back to ring 3 (after a `Return`, once the threads are switched,
-//!   and when [`Kernel::resume`] woke threads) ask [`Kernel::signal_due`]; if it is due, pass
-//!   the current thread's [`UserContext`] to [`Kernel::deliver_signal`] and install the context
-//!   it returns (registers and FPU). [`ExceptionOutcome::Deliver`] does the same for a fault,
-//!   with RIP at the fault; [`SyscallOutcome::Resume`] (`rt_sigreturn`) installs a context
-//!   whole.
+//! - Signals ([`sys_signal`](syscalls::sys_signal)): before every syscall call
+//!   [`Kernel::set_user_sp`] with the thread's RSP. On the way back to ring 3 (after a
+//!   `Return`, once the threads are switched, and when [`Kernel::resume`] woke threads) ask
+//!   [`Kernel::signal_due`]; if it is due, pass the current thread's [`UserContext`] to
+//!   [`Kernel::deliver_signal`] and install the context it returns (registers and FPU).
+//!   [`ExceptionOutcome::Deliver`] does the same for a fault, with RIP at the fault;
+//!   [`SyscallOutcome::Resume`] (`rt_sigreturn`) installs a context whole.
 //! - Output is collected; drain it with [`Kernel::take_output`] (chunks of the same stream are
 //!   merged). A single `write` moves at most [`MAX_IO`] bytes (a partial write beyond that).
 //! - The commit capacity is fixed at load from `mem.free_frames()` minus
 //!   [`PAGE_TABLE_MARGIN_PERCENT`]%: call `load` on a fresh VM.
 //! - A wait that can never end (every thread blocked without a timeout, or a `poll` without
 //!   timeout) ends the run as `SIGKILL` with a `deadlock: ...` fault description (vector 0).
-//! - Every clock is virtual: it starts at 0 and advances by [`clock::SYSCALL_COST_NS`] per
-//!   syscall, [`clock::RDTSC_COST_NS`] per emulated `rdtsc`, and by sleeps and timeouts.
+//! - Every clock is virtual: it starts at 0 and advances by [`time::clock::SYSCALL_COST_NS`] per
+//!   syscall, [`time::clock::RDTSC_COST_NS`] per emulated `rdtsc`, and by sleeps and timeouts.
 //!
 //! # The deja syscall, assertions and coverage
 //!
@@ -118,88 +128,113 @@ mod prelude {
     pub(crate) use alloc::{format, vec};
 }
 
-pub mod clock;
-mod coverage;
-pub mod cpuid;
-pub mod crash_points;
-mod decision_point;
-mod disk;
-mod elf;
-mod errno;
-mod fail_stop;
-mod fault_kinds;
-mod faults;
-mod fd;
-mod file_ops;
-mod files;
-pub mod fs;
-pub mod hostchan;
-mod kernel;
-mod mappings;
-pub mod mem;
-pub mod net;
-mod oracle;
-mod persist;
-mod process;
-mod procs;
-mod record;
-mod rng;
-mod sched;
-mod serve;
-mod sigframe;
-mod signal;
-mod stack;
-mod sys_deja;
-mod sys_fs;
-mod sys_io;
-mod sys_mem;
-mod sys_net;
-mod sys_path;
-mod sys_proc;
-mod sys_process;
-mod sys_procfd;
-mod sys_procpid;
-mod sys_sched;
-mod sys_signal;
-mod sys_timer;
-pub mod syscalls;
-mod tail;
-pub mod threads;
-pub mod trace;
-pub mod user_layout;
-pub mod vdso;
+// The rooms, from the bottom up: what each owns and the rooms it may use. A room may also use
+// the crate root's types (`ExitStatus`, `Stream`, `UserContext`, ...), never a room above it:
+// `cargo xtask modules` holds the graph of rooms to no cycle. Plain comments, not doc comments:
+// rustdoc would join an outer doc here to the room's own `//!` docs and resolve their links from
+// the crate root. One room per paragraph, so that rustfmt keeps the order.
 
-#[cfg(test)]
-mod tests;
+// Linux's numbers: errno values, open flags and file modes, auxv keys, clock ids, signal
+// numbers, `EPOLL*` bits. Uses nothing.
+pub mod abi;
+
+// The save/restore contract every saved part implements (`Persist`, `RestoreError`) and the
+// serde helpers the parts' derives need. Uses nothing.
+pub mod persist;
+
+// Guest memory (`Memory`), the address-space layout, the VMAs, ELF parsing and the initial
+// stack. Uses `abi`, `persist`.
+pub mod mm;
+
+// The virtual clock and deja's vDSO. Uses `mm`, `abi`, `persist`.
+pub mod time;
+
+// What the guest could learn of the host and deja's answers: the CPUID table, the rewritten
+// host-channel instructions and their traps, the program's coverage counters. Uses `mm`,
+// `persist`.
+pub mod host;
+
+// Decision points, the decision log, the seeded random stream and the words of faults. Uses
+// `abi`, `persist`.
+pub mod decisions;
+
+// Signal names and default actions, the process's signal state and the handler's frame. Uses
+// `abi`, `persist`.
+pub mod signal;
+
+// The node's I/O objects (sockets, pipes and FIFOs, eventfds, epoll instances) in one table,
+// and the packets between nodes. Uses `abi`, `persist`.
+pub mod net;
+
+// The file system: inodes, the volatile and durable layers, crash images, disks, paths, what
+// it adds to the VMAs. Uses `abi`, `decisions`, `host`, `mm`, `net`, `time`, `persist`.
+pub mod fs;
+
+// The fd table, open file descriptions, what each kind does and each object's poll readiness.
+// Uses `fs`, `net`, `abi`, `persist`.
+pub mod files;
+
+// The fault plan and its state: placed errors, crashes and crash states, the ledger, the
+// fail-stop rule, crash points. Uses `decisions`, `fs`, `persist`.
+pub mod faults;
+
+// The run's record: the trace and its digest, the output's last lines, the assertion oracle.
+// Uses `mm`, `persist`.
+pub mod record;
+
+// The process, the process table, threads and the scheduler. Uses `mm`, `host`, `time`,
+// `signal`, `files`, `fs`, `abi`, `persist`.
+pub mod task;
+
+// `Kernel`: one field per saved part; load, save and restore, the report. Uses every room above
+// in this list.
+pub mod kernel;
+
+// The handler layer: the syscall table, `Kernel::syscall` and `Kernel::exception`, and the
+// `Kernel::sys_*` handlers. Uses `kernel` and every room above it in this list.
+pub mod syscalls;
+
+// The old module paths, which the crates above (deja-vmm, deja-cli, deja-explore, deja-judge,
+// deja-cluster, fuzz/, xtask/) still use: `deja_kernel::clock::tsc_base` and the like. To be
+// switched to the rooms' paths, then removed; nothing in this crate uses them.
+pub use faults::crash_points;
+pub use host::{cpuid, hostchan};
+pub use mm::{mem, user_layout};
+pub use record::trace;
+pub use task::threads;
+pub use time::{clock, vdso};
 
 use snafu::Snafu;
 
-pub use coverage::{bucket, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
-pub use crash_points::CrashPoint;
-pub use disk::{Disk, DiskEntry, DiskError};
-pub use elf::find_section as elf_section;
-pub use elf::ElfError;
-pub use elf::{dynamic_needs, DynamicNeeds};
+pub use decisions::{DecisionLog, DecisionPoint, DecisionRecord, FailStopMode, FaultKind, IoErrno, IoOp, RandomFault};
+pub use faults::crash_points::CrashPoint;
+pub use faults::under;
+pub use faults::{
+    CrashAt, CrashState, DurableOp, ErrorRule, FailedSync, FaultConfig, FaultRecord, IoCount, KeptOps, OpCrash,
+    ProcessKill, When, MAX_DURABLE_LOG, MAX_FAIL_STOP_LIVES,
+};
+pub use fs::disk::{Disk, DiskEntry, DiskError};
+pub use fs::{CrashModel, FsConfig};
+pub use host::coverage::{bucket, CoverageSummary, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
+pub use kernel::CrashStates;
+pub use kernel::{Kernel, MAX_IO, PAGE_TABLE_MARGIN_PERCENT};
+pub use mm::elf::find_section as elf_section;
+pub use mm::elf::ElfError;
+pub use mm::elf::{dynamic_needs, DynamicNeeds};
+pub use mm::mem::{FakeMemory, MemError, Memory, Prot, PAGE_SIZE};
+pub use persist::RestoreError;
+pub use record::oracle::{
+    AssertionContext, AssertionReport, AssertionStatus, EventRecord, LifecycleRecord, MAX_EVENTS,
+};
+pub use record::tail::{TAIL_LINES, TAIL_LINE_BYTES};
+pub use record::trace::TraceEntry;
+pub use task::threads::SpawnedThread;
 
 /// The dynamic loader a program's `PT_INTERP` names (`None` for a static program, or an image
 /// deja would not load).
 pub fn elf_interpreter(image: &[u8]) -> Option<String> {
-    elf::parse(image).ok()?.interp
+    mm::elf::parse(image).ok()?.interp
 }
-pub use fault_kinds::{FailStopMode, FaultKind, IoErrno, IoOp};
-pub use faults::under;
-pub use faults::{
-    CrashAt, CrashState, DecisionLog, DecisionPoint, DecisionRecord, DurableOp, ErrorRule, FailedSync, FaultConfig,
-    FaultRecord, IoCount, KeptOps, OpCrash, ProcessKill, RandomFault, When, MAX_DURABLE_LOG, MAX_FAIL_STOP_LIVES,
-};
-pub use fs::{CrashModel, FsConfig};
-pub use kernel::CrashStates;
-pub use kernel::{Kernel, MAX_IO, PAGE_TABLE_MARGIN_PERCENT};
-pub use mem::{FakeMemory, MemError, Memory, Prot, PAGE_SIZE};
-pub use oracle::MAX_EVENTS;
-pub use persist::RestoreError;
-pub use tail::{TAIL_LINES, TAIL_LINE_BYTES};
-pub use threads::SpawnedThread;
 
 use alloc::collections::BTreeMap;
 
@@ -232,13 +267,13 @@ pub struct ProgramSpec {
     /// File system settings (capacity).
     pub fs: FsConfig,
     /// Whether host-channel instructions in the program's code are rewritten to traps
-    /// ([`hostchan`]); on by default.
-    pub rewrite: hostchan::Rewrite,
+    /// ([`host::hostchan`]); on by default.
+    pub rewrite: host::hostchan::Rewrite,
     /// The starting working directory, an absolute guest path to a directory that exists at
     /// start (empty: `/`).
     pub cwd: String,
-    /// Whether the program gets deja's vDSO ([`vdso`]); on by default.
-    pub vdso: vdso::VdsoMode,
+    /// Whether the program gets deja's vDSO ([`time::vdso`]); on by default.
+    pub vdso: time::vdso::VdsoMode,
     /// How many CPUs the program sees (`sched_getaffinity`), 1 to [`MAX_CPUS`]; 0 counts as 1.
     /// deja still runs one thread at a time: this sizes the program's thread pools, nothing
     /// else.
@@ -442,7 +477,7 @@ pub enum SyscallOutcome {
     /// [`Kernel::signal_due`] as after a `Return`.
     Resume(Box<UserContext>),
     /// The calling thread blocked and no thread of this networked node can run until time
-    /// passes or packets arrive: put [`threads::BLOCKED_RETURN`] in RAX as for a blocked
+    /// passes or packets arrive: put [`task::threads::BLOCKED_RETURN`] in RAX as for a blocked
     /// `Return`, switch threads as the contract says, and hand control to the cluster driver,
     /// which calls [`Kernel::resume`].
     Idle,
@@ -536,7 +571,7 @@ pub enum ExceptionOutcome {
     Retry,
     /// The kernel emulated the instruction: apply `writes`, set the arithmetic flags
     /// ([`ARITH_FLAGS`]) to `flags` where given, advance RIP by `len` and resume. Used for a
-    /// rewritten site's trap ([`hostchan`]), RDTSC/RDTSCP under CR4.TSD and CPUID under CPUID
+    /// rewritten site's trap ([`host::hostchan`]), RDTSC/RDTSCP under CR4.TSD and CPUID under CPUID
     /// faulting.
     Emulated {
         /// Which instruction it was.
@@ -563,7 +598,7 @@ pub enum ExceptionOutcome {
 }
 
 /// The registers of a thread in ring 3, as a signal handler's frame saves them and
-/// `rt_sigreturn` restores them (see [`sys_signal`](crate::sys_signal)).
+/// `rt_sigreturn` restores them (see [`sys_signal`](crate::syscalls::sys_signal)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserContext {
     /// RAX, RCX, RDX, RBX, RSP, RBP, RSI, RDI, R8–R15 (x86 encoding order, as [`Gpr`]).
@@ -577,8 +612,8 @@ pub struct UserContext {
     pub fpu: Vec<u8>,
 }
 
-pub use sigframe::{init_fpu, FPU_BYTES};
 pub use signal::name as signal_name;
+pub use signal::sigframe::{init_fpu, FPU_BYTES};
 
 /// Which host stream a chunk of guest output goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -587,30 +622,6 @@ pub enum Stream {
     Stdout,
     /// fd 2.
     Stderr,
-}
-
-/// One syscall as recorded in the trace.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct TraceEntry {
-    /// 0-based position in the run.
-    pub index: u64,
-    /// Syscall number.
-    pub nr: u64,
-    /// Syscall name (`unknown_<nr>` when deja has no name for it).
-    pub name: String,
-    /// The six argument registers.
-    pub args: [u64; 6],
-    /// The value returned in RAX (two's complement errno on failure), or `None` for exit.
-    pub ret: Option<u64>,
-    /// Virtual time (ns since boot) when the syscall returned.
-    pub vtime_ns: u64,
-    /// BLAKE3 (first 16 hex digits) of the bytes the syscall moved between the program's
-    /// memory and the kernel, in order, or `None` when it moved none.
-    pub data: Option<String>,
-    /// The syscall as strace would write it, its arguments shown by the kinds of its row and
-    /// its paths as the program's memory held them at its entry ([`syscalls::render`]), e.g.
-    /// `write(1, 0x7ffd1000, 12) = 12`.
-    pub text: String,
 }
 
 /// The facts of a finished run.
@@ -649,7 +660,7 @@ pub struct RunReport {
     #[serde(skip)]
     pub pages: Vec<(u64, u64)>,
     /// With [`RunReport::pages`]: for each page, a 2-byte hash of each of its 64-byte lines
-    /// ([`trace::PAGE_LINE`]), to name where in a page two runs differ.
+    /// ([`record::trace::PAGE_LINE`]), to name where in a page two runs differ.
     #[serde(skip)]
     pub page_lines: Vec<Vec<u16>>,
     /// When [`ProgramSpec::record_trace`] was set: the digest of the file system as the program
@@ -702,9 +713,9 @@ pub struct RunReport {
     #[serde(default)]
     pub files: Vec<String>,
     /// What code rewriting did: each code object's sites rewritten and refused, and the traps
-    /// answered ([`hostchan`]).
+    /// answered ([`host::hostchan`]).
     #[serde(default)]
-    pub host_channels: hostchan::HostChannelReport,
+    pub host_channels: host::hostchan::HostChannelReport,
     /// The durable operations of this life, in order (on paths storage faults may strike; at
     /// most [`MAX_DURABLE_LOG`]).
     #[serde(default)]
@@ -727,7 +738,7 @@ pub struct RunReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub marked_output: Option<String>,
     /// Calls (clock reads, `getcpu`) the program made through deja's vDSO, without an exit
-    /// ([`vdso`]); `None` when it had no vDSO.
+    /// ([`time::vdso`]); `None` when it had no vDSO.
     #[serde(default)]
     pub vdso_calls: Option<u64>,
 }
@@ -739,151 +750,5 @@ impl RunReport {
     }
 }
 
-/// What one run concluded about an assertion site.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AssertionStatus {
-    /// `always`/`always_or_unreachable` held every time; `unreachable` was never reached.
-    Passed,
-    /// `always`/`always_or_unreachable` failed at least once, or `unreachable` was reached.
-    Failed,
-    /// `always`, `sometimes` or `reachable` was never evaluated.
-    Unreached,
-    /// `sometimes` held at least once.
-    Satisfied,
-    /// `sometimes` was evaluated but never held.
-    Unsatisfied,
-    /// `reachable` was reached.
-    Reached,
-}
-
-impl AssertionStatus {
-    /// Its name, as serialized (`passed`, `failed`, `unreached`, `satisfied`, `unsatisfied`,
-    /// `reached`).
-    pub fn name(self) -> &'static str {
-        match self {
-            AssertionStatus::Passed => "passed",
-            AssertionStatus::Failed => "failed",
-            AssertionStatus::Unreached => "unreached",
-            AssertionStatus::Satisfied => "satisfied",
-            AssertionStatus::Unsatisfied => "unsatisfied",
-            AssertionStatus::Reached => "reached",
-        }
-    }
-
-    /// Every status, in order.
-    pub const ALL: [AssertionStatus; 6] = [
-        AssertionStatus::Passed,
-        AssertionStatus::Failed,
-        AssertionStatus::Unreached,
-        AssertionStatus::Satisfied,
-        AssertionStatus::Unsatisfied,
-        AssertionStatus::Reached,
-    ];
-}
-
-/// Where and when an assertion was evaluated.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct AssertionContext {
-    /// Index of the deja syscall in the trace.
-    pub syscall_index: u64,
-    /// Virtual time of the syscall, in ns since boot.
-    pub virtual_time_ns: u64,
-    /// Decisions taken before it: where in the decision log the run stood.
-    #[serde(default)]
-    pub decision_index: u64,
-    /// The node (0 for a program alone; the cluster names nodes by index).
-    pub node: u32,
-    /// The thread that evaluated it (its tid).
-    pub thread: u32,
-    /// The details the SDK sent (UTF-8 JSON text, at most [`deja_protocol::MAX_DETAILS`] bytes).
-    pub details: String,
-    /// The process that evaluated it (its pid: 1 is the node's first program).
-    #[serde(default = "first_pid")]
-    pub pid: u64,
-    /// That process's name (its `comm`).
-    #[serde(default)]
-    pub process: String,
-}
-
-fn first_pid() -> u64 {
-    1
-}
-
-/// One assertion site with its counts and verdict.
-///
-/// Counting: every evaluation is a hit. `always`, `always_or_unreachable` and `sometimes`
-/// count a pass when the condition held and a failure when it did not; `reachable` counts
-/// every hit as a pass and `unreachable` every hit as a failure (their condition is ignored).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct AssertionReport {
-    /// The site id, 16 hex digits.
-    pub id: String,
-    /// The kind, as [`deja_protocol::AssertKind::name`] spells it.
-    pub kind: String,
-    /// The assertion's message.
-    pub message: String,
-    /// Source file.
-    pub file: String,
-    /// Source line.
-    pub line: u32,
-    /// Evaluations.
-    pub hits: u64,
-    /// Evaluations that held.
-    pub passes: u64,
-    /// Evaluations that failed.
-    pub failures: u64,
-    /// The verdict.
-    pub status: AssertionStatus,
-    /// True if this run proves a bug (a failed `always`/`always_or_unreachable`, a reached
-    /// `unreachable`); a `sometimes` is never a bug in one run.
-    pub bug: bool,
-    /// The first failure (for `unreachable`: the first hit).
-    pub first_failure: Option<AssertionContext>,
-    /// The first evaluation that held (`sometimes`) or the first hit (`reachable`).
-    pub first_satisfied: Option<AssertionContext>,
-}
-
-/// The program's `SetupComplete`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct LifecycleRecord {
-    /// Index of the deja syscall in the trace.
-    pub syscall_index: u64,
-    /// Virtual time of the syscall, in ns since boot.
-    pub virtual_time_ns: u64,
-    /// The details the SDK sent.
-    pub details: String,
-}
-
-/// A named lifecycle event.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct EventRecord {
-    /// The event's name.
-    pub name: String,
-    /// The details the SDK sent.
-    pub details: String,
-    /// Index of the deja syscall in the trace.
-    pub syscall_index: u64,
-    /// Virtual time of the syscall, in ns since boot.
-    pub virtual_time_ns: u64,
-    /// Durable writes the program had made before the event: events anchor crash points by
-    /// meaning ("the second durable write after request R").
-    #[serde(default)]
-    pub durable_writes: u64,
-}
-
-/// Edge coverage of a run, from the inline 8-bit counters of a program built with
-/// `-C passes=sancov-module -C llvm-args=-sanitizer-coverage-level=3
-/// -C llvm-args=-sanitizer-coverage-inline-8bit-counters`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct CoverageSummary {
-    /// Number of counters (edges instrumented): the size of `__sancov_cntrs`.
-    pub counters: u64,
-    /// Edges taken at least once.
-    pub edges_hit: u64,
-    /// BLAKE3 (hex) of the bucketed map.
-    pub map_digest: String,
-    /// The bucketed map (AFL buckets: 0, 1, 2, 4, 8, 16, 32, 64, 128), one byte per edge.
-    #[serde(skip)]
-    pub map: Vec<u8>,
-}
+#[cfg(test)]
+mod tests;

@@ -11,10 +11,11 @@ use std::collections::BTreeMap;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::hostchan::Rewrite;
-use crate::rng::RandomStream;
-use crate::stack::*;
-use crate::user_layout::*;
+use crate::abi::auxv::*;
+use crate::decisions::rng::RandomStream;
+use crate::host::hostchan::Rewrite;
+use crate::mm::stack::*;
+use crate::mm::user_layout::*;
 use crate::*;
 
 mod decisions;
@@ -251,7 +252,7 @@ fn exec_layout_and_initial_stack() {
     assert_eq!(aux[&AT_CLKTCK], 100);
     assert_eq!(aux[&AT_HWCAP], HWCAP);
     // The vDSO: an ELF header where AT_SYSINFO_EHDR says.
-    assert_eq!(aux[&33], crate::vdso::VDSO_ADDR);
+    assert_eq!(aux[&33], crate::time::vdso::VDSO_ADDR);
     assert_eq!(&peek(&k, &mut m, aux[&33], 4)[..], b"\x7fELF");
     assert_eq!(cstr_at(&m, aux[&AT_PLATFORM]), "x86_64");
     assert_eq!(cstr_at(&m, aux[&AT_EXECFN]), "/bin/prog");
@@ -551,7 +552,7 @@ fn proc_self_maps_exe_and_devices() {
     let n = sc(&mut k, &mut m, "read", &[fd, buf, 50000]);
     let text = String::from_utf8(peek(&k, &mut m, buf, n as usize)).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    let ino = crate::fd::ino_of("/bin/prog");
+    let ino = crate::fs::ino_of("/bin/prog");
     assert!(lines[0].starts_with(&format!("00400000-00401000 r--p 00000000 00:01 {ino} ")), "{}", lines[0]);
     assert_eq!(lines[0].find("/bin/prog"), Some(73), "names start at column 73 like Linux");
     assert!(lines[0].ends_with(" /bin/prog"));
@@ -971,7 +972,7 @@ fn host_traps_are_emulated_from_the_virtual_clock_and_the_table() {
     assert_eq!(peek(&k, &mut m, 0x40_1000, 2), vec![0x0f, 0x31], "the code is left as it is");
     sc(&mut k, &mut m, "getpid", &[]);
     let o = k.exception(&mut m, Exception::GeneralProtection { rip: 0x40_1000, error_code: 0, eax: 0, ecx: 0 });
-    let t = crate::clock::tsc_base(42) + k.virtual_time_ns() * 3;
+    let t = crate::time::clock::tsc_base(42) + k.virtual_time_ns() * 3;
     assert_eq!(emulated(&o), (vec![(RAX, t & 0xffff_ffff), (RDX, t >> 32)], None, 2));
     let o2 = k.exception(&mut m, Exception::GeneralProtection { rip: 0x40_1003, error_code: 0, eax: 0, ecx: 0 });
     let (w, _, len) = emulated(&o2);
@@ -980,7 +981,7 @@ fn host_traps_are_emulated_from_the_virtual_clock_and_the_table() {
     // CPUID is answered from the fixed table, with no trace entry and no virtual time.
     let before = k.save();
     let o3 = k.exception(&mut m, Exception::GeneralProtection { rip: 0x40_1006, error_code: 0, eax: 1, ecx: 0 });
-    let [a, b, c, d] = crate::cpuid::answer(1, 0);
+    let [a, b, c, d] = crate::host::cpuid::answer(1, 0);
     let wide = |v: u32| u64::from(v);
     assert_eq!(emulated(&o3), (vec![(RAX, wide(a)), (RBX, wide(b)), (RCX, wide(c)), (RDX, wide(d))], None, 3));
     assert_eq!(k.save(), before, "an emulated cpuid changes no state of the core");
@@ -1028,12 +1029,12 @@ fn rewritten_sites_trap_and_are_answered_from_deja_model() {
     sc(&mut k, &mut m, "getpid", &[]);
     let ud = |rip, eax, ecx| Exception::InvalidOpcode { rip, eax, ecx };
     let o = k.exception(&mut m, ud(0x40_1000, 0, 0));
-    let t = crate::clock::tsc_base(42) + k.virtual_time_ns() * 3;
+    let t = crate::time::clock::tsc_base(42) + k.virtual_time_ns() * 3;
     assert_eq!(emulated(&o), (vec![(RAX, t & 0xffff_ffff), (RDX, t >> 32)], None, 2));
     let (w, _, len) = emulated(&k.exception(&mut m, ud(0x40_1003, 0, 0)));
     assert_eq!((w[2], len), ((RCX, 0), 3));
     let before = k.save();
-    let [a, b, c, d] = crate::cpuid::answer(7, 0);
+    let [a, b, c, d] = crate::host::cpuid::answer(7, 0);
     let wide = |v: u32| u64::from(v);
     let o = k.exception(&mut m, ud(0x40_1006, 7, 0));
     assert_eq!(emulated(&o), (vec![(RAX, wide(a)), (RBX, wide(b)), (RCX, wide(c)), (RDX, wide(d))], None, 3));
@@ -1062,8 +1063,8 @@ fn rdrand_rdseed_rdpid_and_xgetbv_are_answered_at_their_registers() {
     // rdrand bx; rdseed r9; rdpid rsi; xgetbv; ret
     let code = vec![0x66, 0x0f, 0xc7, 0xf3, 0x49, 0x0f, 0xc7, 0xf9, 0xf3, 0x0f, 0xc7, 0xfe, 0x0f, 0x01, 0xd0, 0xc3];
     let image = build_elf(
-        crate::elf::ET_EXEC,
-        crate::elf::EM_X86_64,
+        crate::mm::elf::ET_EXEC,
+        crate::mm::elf::EM_X86_64,
         0x40_0000,
         &[Seg { vaddr: 0x40_1000, flags: 5, memsz: 4096, data: code }],
         None,
@@ -1079,7 +1080,7 @@ fn rdrand_rdseed_rdpid_and_xgetbv_are_answered_at_their_registers() {
     let (w, _, len) = emulated(&k.exception(&mut m, ud(0x40_1008, 0)));
     assert_eq!((w, len), (vec![(6, 0)], 4), "rdpid rsi: core 0");
     let (w, _, len) = emulated(&k.exception(&mut m, ud(0x40_100c, 0)));
-    assert_eq!((w, len), (vec![(RAX, crate::cpuid::XCR0), (RDX, 0)], 3));
+    assert_eq!((w, len), (vec![(RAX, crate::host::cpuid::XCR0), (RDX, 0)], 3));
     match k.exception(&mut m, ud(0x40_100c, 1)) {
         ExceptionOutcome::Fatal(ExitStatus::Signaled { signal: 11, .. }) => {}
         o => panic!("xgetbv of XCR1: {o:?}"),
@@ -1145,7 +1146,7 @@ fn code_made_executable_at_run_time_is_rewritten_and_forgotten_with_its_mapping(
 
 #[test]
 fn the_memory_hears_where_file_code_becomes_executable_rewritten_or_not() {
-    for rewrite in [crate::hostchan::Rewrite::On, crate::hostchan::Rewrite::Off] {
+    for rewrite in [crate::host::hostchan::Rewrite::On, crate::host::hostchan::Rewrite::Off] {
         let mut spec = spec_with(exec_image(), 1);
         spec.rewrite = rewrite;
         spec.files.insert("/lib/libx.so".into(), vec![0x90; 3 * 4096]);
@@ -1215,9 +1216,9 @@ fn virtual_clock() {
     assert_eq!(t1, k.virtual_time_ns());
     assert_eq!(sc(&mut k, &mut m, "clock_gettime", &[1, buf]), 0);
     let t2 = read_ts(&k, &mut m);
-    assert_eq!(t2 - t1, clock::SYSCALL_COST_NS);
+    assert_eq!(t2 - t1, time::clock::SYSCALL_COST_NS);
     assert_eq!(sc(&mut k, &mut m, "clock_gettime", &[0, buf]), 0);
-    assert_eq!(read_ts(&k, &mut m), clock::REALTIME_EPOCH_S * 1_000_000_000 + k.virtual_time_ns());
+    assert_eq!(read_ts(&k, &mut m), time::clock::REALTIME_EPOCH_S * 1_000_000_000 + k.virtual_time_ns());
     assert_eq!(sc(&mut k, &mut m, "clock_gettime", &[1, 0x100]), EFAULT);
     assert_eq!(sc(&mut k, &mut m, "clock_gettime", &[1, u64::MAX - 7]), EFAULT);
     assert_eq!(sc(&mut k, &mut m, "clock_gettime", &[99, buf]), EINVAL);
@@ -1245,7 +1246,7 @@ fn virtual_clock() {
     assert_eq!(read_ts(&k, &mut m), 1);
     assert_eq!(sc(&mut k, &mut m, "gettimeofday", &[buf, 0]), 0);
     let s = sc(&mut k, &mut m, "time", &[0]);
-    assert_eq!(s as u64, clock::REALTIME_EPOCH_S + k.virtual_time_ns() / 1_000_000_000);
+    assert_eq!(s as u64, time::clock::REALTIME_EPOCH_S + k.virtual_time_ns() / 1_000_000_000);
     assert_eq!(k.virtual_time_ns() / 1_000_000_000, 12);
 }
 
@@ -1644,14 +1645,15 @@ fn restore_shares_file_contents() {
     let r = Kernel::restore(&k.save()).unwrap();
     let id = r.files.fs.lookup_abs("/data/input.txt").unwrap();
     let Some(crate::fs::Kind::Static(vfs_data)) = r.files.fs.get(id).map(|i| i.kind.clone()) else { panic!("static") };
-    let Ok(fd::OpenFile { kind: fd::FileKind::Inode { id: open_id, .. }, offset: 5, .. }) = r.files.fds.get(3) else {
+    let Ok(files::fd::OpenFile { kind: files::fd::FileKind::Inode { id: open_id, .. }, offset: 5, .. }) =
+        r.files.fds.get(3)
+    else {
         panic!("fd 3")
     };
     assert_eq!(*open_id, id);
-    let shared =
-        r.process.mappings.iter().any(
-            |v| matches!(&v.kind, mappings::VmaKind::File { data, .. } if std::sync::Arc::ptr_eq(&data.0, &vfs_data)),
-        );
+    let shared = r.process.mappings.iter().any(
+        |v| matches!(&v.kind, mm::mappings::VmaKind::File { data, .. } if std::sync::Arc::ptr_eq(&data.0, &vfs_data)),
+    );
     assert!(shared, "the file mapping shares the contents too");
 }
 
@@ -1809,9 +1811,9 @@ fn a_dynamic_program_starts_in_its_declared_loader() {
     let base = aux[&AT_BASE];
     assert_ne!(base, 0, "AT_BASE is the loader's load address");
     assert_eq!(base % 4096, 0);
-    assert!(base < crate::user_layout::MMAP_TOP, "in the mmap area");
+    assert!(base < crate::mm::user_layout::MMAP_TOP, "in the mmap area");
     assert_eq!(e.rip, base + 0x1000, "the run starts at the loader's entry");
-    assert_eq!(aux[&AT_ENTRY], crate::user_layout::PIE_BASE + 0x1000, "AT_ENTRY is the program's own entry");
+    assert_eq!(aux[&AT_ENTRY], crate::mm::user_layout::PIE_BASE + 0x1000, "AT_ENTRY is the program's own entry");
     // The loader's bytes are in memory, its code rewritten like the program's.
     assert_eq!(peek(&k, &mut m, base + 0x2010, 10), b"hello data");
     assert_eq!(&peek(&k, &mut m, base + 0x1000, 2)[..], &deja_rewrite::TRAP, "its rdtsc is rewritten");
@@ -1855,7 +1857,7 @@ fn a_dynamic_program_finds_its_loader_in_the_root_through_symlinks() {
     spec.root = Some(std::sync::Arc::new(Root { nodes }));
     let mut m = FakeMemory::new(FRAMES);
     let (k, e) = Kernel::load(spec, &mut m).expect("the loader is found in the root");
-    assert_ne!(e.rip, crate::user_layout::PIE_BASE + 0x1000, "the run starts in the loader");
+    assert_ne!(e.rip, crate::mm::user_layout::PIE_BASE + 0x1000, "the run starts in the loader");
     assert_eq!(e.rip % 0x1000, 0);
     let maps = k.proc_maps();
     assert_eq!(maps.lines().filter(|l| l.ends_with(loader_path)).count(), 3, "{maps}");

@@ -61,7 +61,7 @@ pub struct FaultConfig {
     pub kill_process: Vec<ProcessKill>,
     /// How a life that ends non-zero after an injected I/O error is judged (`--fail-stop`).
     #[serde(default)]
-    pub fail_stop: crate::fault_kinds::FailStopMode,
+    pub fail_stop: crate::decisions::fault_kinds::FailStopMode,
     /// The text that marks the line a failing program says what failed in (`VIOLATION:`,
     /// `--failure-marker`): the last output line holding it (within its first
     /// [`crate::TAIL_LINE_BYTES`] bytes) names an exit's failure, from the marker on, instead of

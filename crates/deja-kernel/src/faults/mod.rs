@@ -1,5 +1,11 @@
-//! Fault injection on the file system, and the run's decision log: the configuration, the
-//! decision stream, the overrides and the ledger.
+//! Fault injection on the file system: the configuration, the fault state with its decisions
+//! and the ledger, the fail-stop rule and the crash points.
+//!
+//! Owns [`FaultState`] (a saved part), [`FaultConfig`] and what it places, the ledger's
+//! records, the fail-stop rule (`fail_stop.rs`) and the crash-point enumeration
+//! (`crash_points.rs`). Uses [`crate::decisions`] (the decision log its decisions are taken
+//! through, the decision points and the words of faults), [`crate::fs`] (the crash models) and
+//! [`crate::persist`].
 //!
 //! Every nondeterministic choice deja makes on the program's behalf (these fault decisions and
 //! the SDK's `Random`/`Choice`) is a decision in one log, taken by [`FaultState::decide`] from
@@ -33,26 +39,27 @@
 //! This module holds the kernel's fault state ([`FaultState`]) and its checks when restored;
 //! [`config`] holds which faults to inject ([`FaultConfig`], placed errors, kills), [`crash`]
 //! the crashes placed by meaning and the crash states an image keeps, [`ledger`] the records a
-//! life's faults leave for its report, and [`decisions`] the decision log every decision is
-//! taken through.
+//! life's faults leave for its report, [`fail_stop`] the fail-stop rule and [`crash_points`]
+//! the crash points every caller enumerates. The decision log every decision is taken through
+//! is [`DecisionLog`](crate::decisions::DecisionLog), in [`crate::decisions`].
 
 use crate::prelude::*;
 use alloc::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::decision_point::{DecisionPoint, RandomFault};
-pub use crate::fault_kinds::{FaultKind, IoErrno, IoOp};
+use crate::decisions::DecisionLog;
+pub use crate::decisions::{DecisionPoint, FaultKind, IoErrno, IoOp, RandomFault};
 use crate::persist::{ensure, Persist, RestoreError};
 
 mod config;
 mod crash;
-mod decisions;
+pub mod crash_points;
+pub(crate) mod fail_stop;
 mod ledger;
 
 pub use config::{under, ErrorRule, FaultConfig, ProcessKill};
 pub use crash::{CrashAt, CrashState, KeptOps, OpCrash, When};
-pub use decisions::{DecisionLog, DecisionRecord};
 pub use ledger::{DurableOp, FailedSync, FaultRecord, IoCount};
 
 /// BLAKE3 key-derivation context of the fault stream.
@@ -117,7 +124,7 @@ pub(crate) struct FaultState {
     #[serde(default)]
     pub fail_stop_is_failure: bool,
     /// The life ended with a non-zero status after an injected I/O error, and was not turned
-    /// into a restart (see [`FailStop`]).
+    /// into a restart (see [`FailStop`](fail_stop::FailStop)).
     #[serde(default)]
     pub stopped_after_fault: Option<String>,
     /// The crash armed now is a fail-stop's restart: its image keeps everything pending.

@@ -8,7 +8,7 @@ use alloc::sync::Arc;
 use super::*;
 
 fn static_time() -> u64 {
-    crate::fd::FILE_TIME_S * 1_000_000_000
+    crate::fs::FILE_TIME_S * 1_000_000_000
 }
 
 impl Fs {
@@ -82,7 +82,7 @@ impl Fs {
         }
         if let Some(root) = inputs.root {
             for (p, node) in root.nodes.iter().filter(|(p, _)| p.as_str() != "/") {
-                let Ok((norm, _)) = crate::fd::normalize("/", p.as_bytes()) else { continue };
+                let Ok((norm, _)) = crate::fs::normalize("/", p.as_bytes()) else { continue };
                 // Below a symlink of the root: not reachable by that name.
                 let mut above = crate::fs::parent_path(&norm);
                 let mut hidden = false;
@@ -103,14 +103,14 @@ impl Fs {
             }
         }
         for (p, data) in inputs.files {
-            if let Ok((norm, _)) = crate::fd::normalize("/", p.as_bytes()) {
+            if let Ok((norm, _)) = crate::fs::normalize("/", p.as_bytes()) {
                 // A program or a script may be run (`execve`); other files are read.
                 let runnable = data.starts_with(b"\x7fELF") || data.starts_with(b"#!");
                 let mode = if runnable { 0o755 } else { 0o644 };
                 fs.place(&norm, Kind::Static(Arc::from(data.as_slice())), mode, false, true);
             }
         }
-        if let Ok((norm, _)) = crate::fd::normalize("/", exe_path.as_bytes()) {
+        if let Ok((norm, _)) = crate::fs::normalize("/", exe_path.as_bytes()) {
             let declared =
                 fs.lookup_abs(&norm).and_then(|id| fs.get(id)).is_some_and(|i| matches!(i.kind, Kind::Static(_)));
             if !declared {
@@ -139,9 +139,9 @@ impl Fs {
         ] {
             fs.place(p, kind, mode, false, true);
         }
-        let list = crate::cpuid::cpu_list(cpus);
+        let list = crate::host::cpuid::cpu_list(cpus);
         for (p, text) in [
-            ("/proc/cpuinfo", crate::cpuid::proc_cpuinfo(cpus)),
+            ("/proc/cpuinfo", crate::host::cpuid::proc_cpuinfo(cpus)),
             ("/proc/sys/fs/pipe-max-size", format!("{}\n", crate::net::PIPE_MAX_SIZE)),
             ("/sys/devices/system/cpu/online", list.clone()),
             ("/sys/devices/system/cpu/possible", list.clone()),

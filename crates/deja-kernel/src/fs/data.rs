@@ -6,6 +6,28 @@ use alloc::sync::Arc;
 
 use super::*;
 
+/// Fixed timestamp of every file (the realtime epoch of the virtual clock).
+pub const FILE_TIME_S: u64 = crate::time::clock::REALTIME_EPOCH_S;
+
+/// Status facts of a file, for `stat`/`statx`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stat {
+    /// Device.
+    pub dev: u64,
+    /// Inode.
+    pub ino: u64,
+    /// Mode (type and permissions).
+    pub mode: u32,
+    /// Link count.
+    pub nlink: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Device number of a character device.
+    pub rdev: u64,
+    /// atime, mtime, ctime (ns since the Unix epoch).
+    pub times: [u64; 3],
+}
+
 impl Fs {
     /// The status of inode `id`.
     pub fn stat(&self, id: u64) -> Stat {

@@ -1,5 +1,13 @@
 //! The node's file system: an in-memory inode tree with a volatile and a durable layer.
 //!
+//! Owns [`Fs`] (the inodes, their layers and pending operations, the crash model), the
+//! [`Disk`](disk::Disk) a node starts from and a crash leaves (`disk.rs`), path normalization
+//! and inode numbers (`path.rs`), and what it adds to a process's VMAs (`mapped.rs`). Uses
+//! [`crate::decisions`] (the words of faults its records use), [`crate::host`] (the CPUID table
+//! `/proc/cpuinfo` shows), [`crate::net`] (the pipe size `/proc/sys/fs/pipe-max-size` shows),
+//! [`crate::mm`], [`crate::time`], [`crate::abi`] and [`crate::persist`]; the fd table and what
+//! a description does are above it, in [`crate::files`].
+//!
 //! # The crash model: posix-weak
 //!
 //! deja models a POSIX file system without journaling, the weakest model ALICE considers:
@@ -75,9 +83,11 @@
 //! This module holds the model's types and the tree's restore checks; `pending.rs` holds the
 //! operations pending on files and directories and what a crash image keeps of them, `build.rs`
 //! makes the tree of a new run, `walk.rs` resolves paths, `tree.rs` changes the volatile layer's
-//! names and frees inodes, `data.rs` reads and changes a file's contents and metadata, and
-//! `durable.rs` moves pending operations to the durable layer and builds the disks a crash can
-//! leave.
+//! names and frees inodes, `data.rs` reads and changes a file's contents and metadata (with
+//! the [`Stat`] a file reports), `durable.rs` moves pending operations to the durable layer and
+//! builds the disks a crash can leave, `disk.rs` holds the [`Disk`](disk::Disk), `path.rs` the
+//! path rules, `root.rs` the read-only root under the declared files, `models.rs` the crash
+//! models, and `mapped.rs` what the file system adds to the VMAs.
 
 use crate::prelude::*;
 use alloc::collections::{BTreeMap, BTreeSet};
@@ -85,24 +95,29 @@ use alloc::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::disk::{parent_of, Disk, DiskEntry};
-use crate::errno::*;
-use crate::fault_kinds::FaultKind;
-use crate::fd::{ino_of, Stat, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFREG, S_IFSOCK};
+use crate::abi::errno::*;
+use crate::abi::file::{S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFREG, S_IFSOCK};
+use crate::decisions::fault_kinds::FaultKind;
 use crate::persist::{ensure, RestoreError};
+use disk::{parent_of, Disk, DiskEntry};
 
 mod build;
 mod data;
+pub(crate) mod disk;
 mod durable;
+mod mapped;
 mod models;
+mod path;
 mod pending;
 mod root;
 mod tree;
 mod walk;
 
+pub use data::{Stat, FILE_TIME_S};
 pub use durable::diff_paths;
 use durable::simulate;
 pub use models::{CrashModel, OpClass};
+pub use path::{ino_of, normalize, PROC_EXE};
 use pending::apply_dir_ops;
 pub use pending::{DirData, DirOp, FileData, Pending, PendingOp, Selection};
 pub use root::{Root, RootNode};

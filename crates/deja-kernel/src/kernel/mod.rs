@@ -1,30 +1,38 @@
 //! The [`Kernel`]: its state in parts, loading, save and restore, and the final report.
 //!
+//! Owns [`Kernel`], one field per saved part. Uses every state room below it; only the handler
+//! layer ([`crate::syscalls`]) is above it.
+//!
 //! # Layers
 //!
-//! 1. **State modules** hold one concern each, with its own save and restore
-//!    ([`Persist`](crate::persist::Persist)): [`process`](crate::process) (the address space
-//!    and the process's identity, over [`mappings`](crate::mappings) and
-//!    [`signal`](crate::signal)), [`files`](crate::files) (over [`fs`](crate::fs),
-//!    [`fd`](crate::fd) and [`file_ops`](crate::file_ops), what each kind of description
-//!    does), [`net`](crate::net), [`sched`](crate::sched) (over
-//!    [`threads`](crate::threads) and [`clock`](crate::clock)), [`record`](crate::record) (over
-//!    [`trace`](crate::trace)), [`oracle`](crate::oracle), [`faults`](crate::faults) and
-//!    [`rng`](crate::rng). None of them knows the [`Kernel`].
-//! 2. **This module** puts the parts together: [`Kernel`] is one field per part. It depends on
-//!    the state modules only.
-//! 3. **Handler modules** serve syscalls as methods of [`Kernel`] over its parts:
-//!    [`sys_path`](crate::sys_path) (paths, opening, metadata), [`sys_io`](crate::sys_io)
-//!    (reading and writing fds), [`sys_fs`](crate::sys_fs) (durable writes, syncs, the
-//!    namespace), [`sys_mem`](crate::sys_mem) (the address space), [`sys_net`](crate::sys_net)
-//!    (sockets, pipes, epoll), [`sys_proc`](crate::sys_proc) (process, time, identity),
-//!    [`sys_signal`](crate::sys_signal) (signals, their handlers' frames, `rt_sigreturn`),
-//!    [`sys_sched`](crate::sys_sched) (threads, futexes, sleeps and the scheduler)
-//!    and [`sys_deja`](crate::sys_deja) (the deja syscall). They depend on this module and on
-//!    the state modules, and each is reached through its row of the table in
-//!    [`syscalls`](crate::syscalls).
-//! 4. [`serve`](crate::serve) serves one syscall (the clock, faults, the trace) through the
-//!    table, and the exceptions.
+//! 1. **State rooms** hold one concern each, and each saved part has its own save and restore
+//!    ([`Persist`](crate::persist::Persist)): [`Process`](crate::task::process::Process) (the
+//!    address space and the process's identity, over [`mm`](crate::mm), [`host`](crate::host),
+//!    [`time`](crate::time) and [`signal`](crate::signal)), [`Files`](crate::files::Files) (over
+//!    [`fs`](crate::fs), the fd table and what each kind of description does),
+//!    [`Net`](crate::net::Net), [`Sched`](crate::task::sched::Sched) (the threads and the
+//!    clock), [`RunRecord`](crate::record::RunRecord) and
+//!    [`Oracle`](crate::record::oracle::Oracle) (in [`record`](crate::record)),
+//!    [`FaultState`](crate::faults::FaultState) (in [`faults`](crate::faults)),
+//!    [`RandomStream`](crate::decisions::rng::RandomStream) (in [`decisions`](crate::decisions))
+//!    and [`Procs`](crate::task::procs::Procs) (in [`task`](crate::task)). None of them knows the
+//!    [`Kernel`].
+//! 2. **This room** puts the parts together: [`Kernel`] is one field per part. It depends on
+//!    the state rooms only.
+//! 3. **The handler layer**, [`syscalls`](crate::syscalls), serves syscalls as methods of
+//!    [`Kernel`] over its parts: [`sys_path`](crate::syscalls::sys_path) (paths, opening,
+//!    metadata), [`sys_io`](crate::syscalls::sys_io) (reading and writing fds),
+//!    [`sys_fs`](crate::syscalls::sys_fs) (durable writes, syncs, the namespace),
+//!    [`sys_mem`](crate::syscalls::sys_mem) (the address space),
+//!    [`sys_net`](crate::syscalls::sys_net) (sockets, pipes, epoll),
+//!    [`sys_proc`](crate::syscalls::sys_proc) (process, time, identity),
+//!    [`sys_signal`](crate::syscalls::sys_signal) (signals, their handlers' frames,
+//!    `rt_sigreturn`), [`sys_sched`](crate::syscalls::sys_sched) (threads, futexes, sleeps and
+//!    the scheduler), [`sys_process`](crate::syscalls::sys_process) (processes) and
+//!    [`sys_deja`](crate::syscalls::sys_deja) (the deja syscall), each reached through its row of
+//!    the table in [`syscalls`](crate::syscalls); and [`serve`](crate::syscalls::serve), which
+//!    serves one syscall (the clock, faults, the trace) through the table, and the exceptions.
+//!    It depends on this room and on the state rooms.
 //!
 //! # Saving
 //!
@@ -44,29 +52,29 @@ use alloc::collections::BTreeMap;
 
 use snafu::{OptionExt as _, ResultExt as _};
 
-use crate::clock::Clock;
-use crate::coverage::{CoverageRegion, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
-use crate::elf::{self, BiasOverflowsSnafu, OutsideLoadableSnafu, ET_DYN, PF_R, PF_W, PF_X};
+use crate::decisions::rng::RandomStream;
 use crate::faults::CrashState;
 use crate::faults::{FaultKind, FaultRecord, FaultState};
-use crate::fd::FdTable;
+use crate::files::fd::FdTable;
 use crate::files::Files;
 use crate::fs::Fs;
-use crate::hostchan::{plan_file, HostChannels, Placement, Rewrite};
-use crate::mappings::{Mappings, Vma, VmaKind};
+use crate::host::coverage::{CoverageRegion, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
+use crate::host::hostchan::{plan_file, HostChannels, Placement, Rewrite};
+use crate::mm::elf::{self, BiasOverflowsSnafu, OutsideLoadableSnafu, ET_DYN, PF_R, PF_W, PF_X};
+use crate::mm::mappings::{Mappings, Vma, VmaKind};
+use crate::mm::stack::{self, AuxInfo};
+use crate::mm::user_layout::*;
 use crate::net::Net;
-use crate::oracle::Oracle;
 use crate::persist::{DecodeSnafu, Persist, RawBytes, RestoreError, TrailingBytesSnafu};
-use crate::process::Process;
-use crate::procs::Procs;
+use crate::record::oracle::Oracle;
+use crate::record::trace::memory_digest;
 use crate::record::RunRecord;
-use crate::rng::RandomStream;
-use crate::sched::Sched;
 use crate::signal::Signals;
-use crate::stack::{self, AuxInfo};
-use crate::trace::memory_digest;
-use crate::user_layout::*;
-use crate::vdso::{self, VdsoMode, VDSO_ADDR, VVAR_ADDR};
+use crate::task::process::Process;
+use crate::task::procs::Procs;
+use crate::task::sched::Sched;
+use crate::time::clock::Clock;
+use crate::time::vdso::{self, VdsoMode, VDSO_ADDR, VVAR_ADDR};
 use crate::{
     ArgsTooBigSnafu, BadInterpreterSnafu, CwdSnafu, DiskOverCapacitySnafu, DynamicSnafu, GuestPathSnafu,
     InvalidDiskSnafu, MalformedSnafu, OutOfMemorySnafu, TooBigSnafu,
@@ -94,7 +102,7 @@ pub(crate) enum SysStop {
     Exit(ExitStatus),
     /// Not implemented: `-ENOSYS`, counted in [`RunReport::unsupported`].
     Unsupported,
-    /// The calling thread blocked or exited: no return value now (see [`crate::threads`]).
+    /// The calling thread blocked or exited: no return value now (see [`crate::task::threads`]).
     Block,
     /// `rt_sigreturn`: the thread continues with this context.
     Resume(Box<crate::UserContext>),
@@ -218,8 +226,8 @@ fn map_loader(
     let high = img.loads().map(|p| p.p_vaddr.saturating_add(p.p_memsz)).max().unwrap_or(low);
     let span = page_up(high - low).context(malformed(low, high - low)).context(MalformedSnafu)?;
     let base = mappings
-        .find_free(span, crate::user_layout::MMAP_TOP)
-        .ok_or(crate::mem::MemError::OutOfFrames)
+        .find_free(span, crate::mm::user_layout::MMAP_TOP)
+        .ok_or(crate::mm::mem::MemError::OutOfFrames)
         .context(OutOfMemorySnafu { what: "the loader" })?;
     let bias = base - low;
     let mut page_prot: BTreeMap<u64, (Prot, u64)> = BTreeMap::new();
@@ -244,7 +252,7 @@ fn map_loader(
         mem.protect(a, b - a, prot);
         let kind = VmaKind::File {
             path: path.to_string(),
-            data: crate::mappings::FileBytes(bytes.clone()),
+            data: crate::mm::mappings::FileBytes(bytes.clone()),
             offset,
             size: bytes.len() as u64,
             ino: 0, // the file's, once the file system exists (`Mappings::share_file_data`)
@@ -278,7 +286,7 @@ pub(crate) fn map_program<S: AsRef<[u8]>>(
     vdso_mode: VdsoMode,
     capacity: u64,
     random: [u8; 16],
-) -> Result<(crate::procs::Mm, Entry), LoadError> {
+) -> Result<(crate::task::procs::Mm, Entry), LoadError> {
     let img = image.img;
     // A dynamically linked program starts in its loader, found in the run's file system as
     // the program would find it (declared, or in the root, through its symlinks).
@@ -410,7 +418,7 @@ pub(crate) fn map_program<S: AsRef<[u8]>>(
         })
         .and_then(|(addr, len)| Some(CoverageRegion { addr: reloc(addr)?, len }))
         .filter(|r| r.validate().is_ok());
-    let mm = crate::procs::Mm {
+    let mm = crate::task::procs::Mm {
         mappings,
         brk_start,
         brk_cur: brk_start,
@@ -588,7 +596,7 @@ impl Kernel {
                 q.mappings.share_file_data(&files.fs);
             }
         }
-        crate::procs::check_against(&procs, &sched, &files)?;
+        crate::task::procs::check_against(&procs, &sched, &files)?;
         Ok(Kernel { process, files, net, sched, record, oracle, faults, rng, procs })
     }
 

@@ -242,7 +242,7 @@ impl Kernel {
                 candidates.push(CrashState { kept: (0..last as u32).collect(), torn: Some((last as u32, k)) });
             }
         }
-        let mut rng = crate::rng::RandomStream::with_context("deja 2026 crash-state sweep", seed);
+        let mut rng = crate::decisions::rng::RandomStream::with_context("deja 2026 crash-state sweep", seed);
         let mut word = || {
             let mut b = [0u8; 8];
             rng.fill(&mut b);
@@ -364,7 +364,7 @@ impl Kernel {
         h.update(trace.as_bytes());
         h.update(memory.as_bytes());
         let recording = self.record.tracer.recording();
-        let (pages, page_lines) = if recording { crate::trace::page_hashes(mem) } else { Default::default() };
+        let (pages, page_lines) = if recording { crate::record::trace::page_hashes(mem) } else { Default::default() };
         let disk = recording.then(|| self.disk());
         let mut report = RunReport {
             exit,

@@ -308,13 +308,14 @@ impl Net {
                 if let Some(s) = self.stream_mut(id) {
                     match s.state {
                         StreamState::Connecting => {
-                            let e = if timeout { crate::errno::ETIMEDOUT } else { crate::errno::ECONNREFUSED };
+                            let e =
+                                if timeout { crate::abi::errno::ETIMEDOUT } else { crate::abi::errno::ECONNREFUSED };
                             s.state = StreamState::Failed(e);
                             s.error = e;
                         }
                         StreamState::Connected if !timeout => {
                             s.reset = true;
-                            s.error = crate::errno::ECONNRESET;
+                            s.error = crate::abi::errno::ECONNRESET;
                         }
                         _ => {}
                     }
@@ -346,7 +347,7 @@ impl Net {
         let Some(id) = self.dgram_for(src) else { return };
         if let Some(ObjKind::Dgram(d)) = self.objects.get_mut(&id).map(|o| &mut o.kind) {
             if d.remote == Some(dst) {
-                d.error = crate::errno::ECONNREFUSED;
+                d.error = crate::abi::errno::ECONNREFUSED;
                 self.touch(id);
             }
         }

@@ -1,6 +1,12 @@
 //! In-kernel I/O objects of one node: AF_INET sockets, pipes, eventfds and epoll instances,
 //! and the packets a node exchanges with the simulated network.
 //!
+//! Owns [`Net`], the node's one table of objects: sockets, pipes and FIFOs, eventfds and epoll
+//! instances share it (one id space, one generation per object), which is why they are all
+//! here. Uses only [`crate::abi`] and [`crate::persist`]; the fd table, what a description does
+//! and each object's poll readiness are above it, in [`crate::files`], and the syscalls in
+//! `syscalls/sys_net/`.
+//!
 //! # Model
 //!
 //! A node owns its sockets. What crosses between sockets is a [`Packet`]: TCP is modelled at
@@ -54,8 +60,9 @@
 //! carries, their checks when restored, and what happens when an object's last description
 //! closes; `addr.rs` holds the socket addresses, `inet.rs` the TCP and UDP sockets, the packets
 //! between them and their delivery, `unix.rs` the Unix-domain sockets, `pipe.rs` pipes and
-//! FIFOs, and `epoll.rs` the readiness `poll`, `select` and `epoll` see, with epoll's
-//! registrations.
+//! FIFOs, and `epoll.rs` epoll's registrations. The readiness `poll`, `select` and `epoll` see
+//! of each object is in `files/readiness.rs` (an epoll instance's needs the fd table), the
+//! `EPOLL*` bits in [`crate::abi::epoll`].
 
 use crate::prelude::*;
 use alloc::collections::{BTreeMap, VecDeque};
@@ -72,10 +79,6 @@ mod unix;
 
 pub use addr::{mapped, node_v6, SockAddr, LOOPBACK6, NODE_PREFIX6};
 pub(crate) use epoll::Interest;
-pub use epoll::{
-    EPOLLERR, EPOLLET, EPOLLEXCLUSIVE, EPOLLHUP, EPOLLIN, EPOLLONESHOT, EPOLLOUT, EPOLLPRI, EPOLLRDHUP, EPOLLRDNORM,
-    EPOLLWAKEUP, EPOLLWRNORM,
-};
 pub(crate) use inet::{DgramSock, StreamSock, StreamState, IPV6_V6ONLY};
 pub use inet::{Packet, Payload, ACK_EVERY, EPHEMERAL_FIRST, MAX_DATAGRAM, MAX_DATAGRAMS, WINDOW};
 pub(crate) use pipe::Fifo;
@@ -294,7 +297,7 @@ impl Net {
                         if pu.peer == Some(id) {
                             pu.shut = SHUT_RCV | SHUT_SEND;
                             if unread {
-                                pu.error = crate::errno::ECONNRESET;
+                                pu.error = crate::abi::errno::ECONNRESET;
                             }
                         }
                     }

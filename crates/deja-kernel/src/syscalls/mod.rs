@@ -1,3 +1,28 @@
+//! The handler layer: how a syscall or an exception is served, above the kernel and every state
+//! room. Owns no state of its own.
+//!
+//! - `serve.rs`: [`Kernel::syscall`] and [`Kernel::exception`]: the clock, the faults, the
+//!   trace, and the table below.
+//! - this file: the syscall table; `render.rs`: a traced syscall written the way strace would.
+//! - the handlers, `Kernel::sys_*` methods over the kernel's parts, one module per kind:
+//!   `sys_path.rs` (paths, opening, metadata), `sys_procfd.rs` (what `/proc/self/fd` answers),
+//!   `sys_io.rs` (reading and writing fds), `sys_fs/` (durable writes, syncs, the namespace,
+//!   locks, crash points), `sys_mem.rs`, `sys_net/` (sockets, pipes, FIFOs, eventfd, epoll,
+//!   poll, splice, netlink), `sys_proc.rs` (identity, limits, time), `sys_signal.rs` (signals,
+//!   handlers, `rt_sigreturn`), `sys_procpid.rs` (the files of `/proc/<pid>`), `sys_timer.rs`
+//!   (the interval timer), `sys_sched.rs` (threads, futexes, sleeps, the scheduler),
+//!   `sys_process.rs` (`fork`, `execve`, `wait4`, `kill`, groups, the switch between processes'
+//!   parts) and `sys_deja.rs` (deja's own `0xde1a`).
+//!
+//! Uses [`crate::kernel`] and the state rooms through it; nothing else uses this room but the
+//! crate root's re-exports. The one way back up stays inside it: the scheduler in
+//! `sys_sched.rs` serves a blocked call again through `serve.rs`.
+//!
+//! [`Kernel::syscall`]: crate::Kernel::syscall
+//! [`Kernel::exception`]: crate::Kernel::exception
+//!
+//! # The table
+//!
 //! The x86-64 Linux syscall table: for every number its name, the kinds of its arguments and the
 //! handler that serves it, in one declarative table ordered by number ([`TABLE`]).
 //!
@@ -20,10 +45,24 @@
 
 use crate::kernel::{Kernel, SysResult, AT_FDCWD, AT_SYMLINK_NOFOLLOW};
 use crate::prelude::*;
-use crate::sys_fs::AT_REMOVEDIR;
 use crate::Memory;
+use sys_fs::AT_REMOVEDIR;
 
 mod render;
+pub(crate) mod serve;
+pub(crate) mod sys_deja;
+pub(crate) mod sys_fs;
+pub(crate) mod sys_io;
+pub(crate) mod sys_mem;
+pub(crate) mod sys_net;
+pub(crate) mod sys_path;
+pub(crate) mod sys_proc;
+pub(crate) mod sys_process;
+pub(crate) mod sys_procfd;
+pub(crate) mod sys_procpid;
+pub(crate) mod sys_sched;
+pub(crate) mod sys_signal;
+pub(crate) mod sys_timer;
 
 pub(crate) use render::read_paths;
 pub use render::{render, TRACE_PATH_MAX};

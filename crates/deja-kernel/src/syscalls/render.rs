@@ -7,7 +7,7 @@ use core::fmt::Write as _;
 
 use super::{display_name, Arg};
 use crate::kernel::AT_FDCWD;
-use crate::mappings::Mappings;
+use crate::mm::mappings::Mappings;
 use crate::Memory;
 
 /// The most bytes of one path argument the trace keeps: Linux's `PATH_MAX`, which counts the
@@ -67,7 +67,7 @@ pub fn render(nr: u64, args: &[u64; 6], paths: &[Option<Vec<u8>>], ret: Option<u
         None => out.push('?'),
         Some(v) if (-MAX_ERRNO..0).contains(&(v as i64)) => {
             let errno = -(v as i64) as i32;
-            match crate::errno::name(errno) {
+            match crate::abi::errno::name(errno) {
                 Some(name) => {
                     let _ = write!(out, "-{name}");
                 }
@@ -132,7 +132,7 @@ fn quote(out: &mut String, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::errno::{EBADF, EFAULT, ENAMETOOLONG, ENOENT, ENOSYS, ERESTARTSYS};
+    use crate::abi::errno::{EBADF, EFAULT, ENAMETOOLONG, ENOENT, ENOSYS, ERESTARTSYS};
     /// `-errno` as RAX holds it.
     fn err(errno: i32) -> Option<u64> {
         Some(-i64::from(errno) as u64)
@@ -177,9 +177,9 @@ mod tests {
     fn rendering_a_hostile_pointer_shows_its_address() {
         let mut mappings = Mappings::new(1000);
         let mut mem = crate::FakeMemory::new(16);
-        let start = crate::user_layout::USER_START;
-        let kind = crate::mappings::VmaKind::Anon;
-        mappings.insert(crate::mappings::Vma {
+        let start = crate::mm::user_layout::USER_START;
+        let kind = crate::mm::mappings::VmaKind::Anon;
+        mappings.insert(crate::mm::mappings::Vma {
             start,
             end: start + 0x2000,
             prot: crate::Prot::RW,

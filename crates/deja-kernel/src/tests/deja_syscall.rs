@@ -546,11 +546,11 @@ fn cov_exec_image() -> Vec<u8> {
 #[test]
 fn section_lookup() {
     let img = cov_exec_image();
-    assert_eq!(elf::find_section(&img, b"__sancov_cntrs"), Some((0x40_3000, 0x1800)));
-    assert_eq!(elf::find_section(&img, b".data"), Some((0x40_2010, 0x10)));
-    assert_eq!(elf::find_section(&img, b"__sancov"), None);
-    assert_eq!(elf::find_section(&img, b".shstrtab"), None, "not allocated");
-    assert_eq!(elf::find_section(&exec_image(), b"__sancov_cntrs"), None, "no section table");
+    assert_eq!(mm::elf::find_section(&img, b"__sancov_cntrs"), Some((0x40_3000, 0x1800)));
+    assert_eq!(mm::elf::find_section(&img, b".data"), Some((0x40_2010, 0x10)));
+    assert_eq!(mm::elf::find_section(&img, b"__sancov"), None);
+    assert_eq!(mm::elf::find_section(&img, b".shstrtab"), None, "not allocated");
+    assert_eq!(mm::elf::find_section(&exec_image(), b"__sancov_cntrs"), None, "no section table");
     // Extended numbering: e_shnum 0, the count in section 0's sh_size; e_shstrndx in sh_link.
     let mut ext = img.clone();
     let shoff = u64::from_le_bytes(ext[40..48].try_into().unwrap()) as usize;
@@ -558,7 +558,7 @@ fn section_lookup() {
     ext[62..64].copy_from_slice(&0xffffu16.to_le_bytes());
     ext[shoff + 32..shoff + 40].copy_from_slice(&4u64.to_le_bytes());
     ext[shoff + 40..shoff + 44].copy_from_slice(&1u32.to_le_bytes());
-    assert_eq!(elf::find_section(&ext, b"__sancov_cntrs"), Some((0x40_3000, 0x1800)));
+    assert_eq!(mm::elf::find_section(&ext, b"__sancov_cntrs"), Some((0x40_3000, 0x1800)));
 }
 
 #[test]
@@ -591,7 +591,7 @@ fn hostile_section_tables_are_no_coverage() {
         }),
     ];
     for (i, b) in cases.iter().enumerate() {
-        assert_eq!(elf::find_section(b, b"__sancov_cntrs"), None, "case {i}");
+        assert_eq!(mm::elf::find_section(b, b"__sancov_cntrs"), None, "case {i}");
         let (k, _, m) = boot_spec(spec_with(b.clone(), 1));
         assert_eq!(k.coverage_map(&m), None, "case {i}");
     }
@@ -614,7 +614,7 @@ fn hostile_section_tables_are_no_coverage() {
         for flip in [0x01u8, 0x80, 0xff] {
             let mut b = img.clone();
             b[i] ^= flip;
-            let _ = elf::find_section(&b, b"__sancov_cntrs");
+            let _ = mm::elf::find_section(&b, b"__sancov_cntrs");
             let mut m = FakeMemory::new(FRAMES);
             if let Ok((mut k, _)) = Kernel::load(spec_with(b, 1), &mut m) {
                 let _ = k.finish(&m, ExitStatus::Exited { code: 0 });
@@ -684,7 +684,7 @@ fn coverage_map_from_guest_memory() {
 #[test]
 fn coverage_of_a_pie_applies_the_load_bias() {
     let img = with_sections(pie_image(), &[("__sancov_cntrs", WA, 0x3000, 0x100)]);
-    assert_eq!(elf::find_section(&img, b"__sancov_cntrs"), Some((0x3000, 0x100)));
+    assert_eq!(mm::elf::find_section(&img, b"__sancov_cntrs"), Some((0x3000, 0x100)));
     let (mut k, m) = with_counters(img, &[(PIE_BASE + 0x3000, 1), (PIE_BASE + 0x30ff, 255)]);
     let map = k.coverage_map(&m).unwrap();
     assert_eq!((map.len(), map[0], map[0xff]), (0x100, 1, 128));

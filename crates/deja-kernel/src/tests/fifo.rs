@@ -6,7 +6,7 @@
 use super::threads::two_threads;
 use super::*;
 use crate::persist::Persist;
-use crate::threads::BLOCKED_RETURN;
+use crate::task::threads::BLOCKED_RETURN;
 
 const S_IFIFO: u64 = 0o010000;
 const S_IFCHR: u64 = 0o020000;

@@ -162,7 +162,7 @@ fn files_create_write_read_truncate() {
     let (mode, nlink, size, ino, mtime) = h.stat("/data/a").unwrap();
     assert_eq!((mode, nlink, size), (0o100644, 1, 5), "umask 022 applied");
     assert!(ino >= 1 << 32);
-    assert_eq!(mtime, crate::clock::REALTIME_EPOCH_S, "virtual clock: ms after boot");
+    assert_eq!(mtime, crate::time::clock::REALTIME_EPOCH_S, "virtual clock: ms after boot");
     // pwrite past the end leaves a hole of zeros; the offset does not move.
     assert_eq!(h.pwrite(fd, b"X", 10), 1);
     assert_eq!(h.sc("lseek", &[3, 0, 1]), 5);

@@ -10,8 +10,8 @@ use super::deja_syscall::{deja, write_catalog};
 use super::net::tcp_pair;
 use super::threads::GLIBC_FLAGS;
 use super::*;
-use crate::oracle::Oracle;
 use crate::persist::Persist;
+use crate::record::oracle::Oracle;
 
 /// `O_CREAT | O_RDWR`.
 const CREATE_RW: u64 = 0o102;

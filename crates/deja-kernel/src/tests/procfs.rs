@@ -4,7 +4,7 @@
 //! the listing of `/proc`, hostile names, and the state saved and restored.
 
 use super::*;
-use crate::threads::BLOCKED_RETURN;
+use crate::task::threads::BLOCKED_RETURN;
 
 const EACCES: i64 = -13;
 const O_DIRECTORY: u64 = 0o200000;
@@ -212,7 +212,7 @@ fn each_process_reads_itself_and_the_others_through_fork_exec_end_and_reaping() 
     assert!(String::from_utf8(peek(k, m, at, n as usize)).unwrap().starts_with("2 (prog) R 1 "));
     assert_eq!(sc(k, m, "close", &[fd as u64]), 0);
     assert_eq!(sc(k, m, "fstat", &[dir as u64, at]), 0);
-    assert_eq!(peek(k, m, at + 8, 8), crate::fd::ino_of("/proc/2").to_le_bytes());
+    assert_eq!(peek(k, m, at + 8, 8), crate::fs::ino_of("/proc/2").to_le_bytes());
     assert_eq!(sc(k, m, "close", &[dir as u64]), 0);
 
     // The parent sleeps: the child runs, and reads itself and its sleeping parent.

@@ -2,7 +2,7 @@
 //! vfork, groups, and their state saved and restored.
 
 use super::*;
-use crate::threads::BLOCKED_RETURN;
+use crate::task::threads::BLOCKED_RETURN;
 
 const ECHILD: i64 = -10;
 const ESRCH: i64 = -3;
@@ -353,6 +353,6 @@ fn the_memory_digest_covers_every_live_process() {
     assert_ne!(digest(b"child!"), digest(b"other!"), "the child's pages are in the digest");
     // A lone process's digest is its pages' alone.
     let (mut k, _, m) = boot();
-    let own = crate::trace::memory_digest(&m, &[]).to_hex().to_string();
+    let own = crate::record::trace::memory_digest(&m, &[]).to_hex().to_string();
     assert_eq!(k.finish(&m, ExitStatus::Exited { code: 0 }).memory_digest, own);
 }

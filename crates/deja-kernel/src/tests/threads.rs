@@ -1,7 +1,7 @@
 //! Threads, blocking futexes and the scheduler.
 
 use super::*;
-use crate::threads::BLOCKED_RETURN;
+use crate::task::threads::BLOCKED_RETURN;
 
 /// glibc's `pthread_create` clone flags.
 pub(super) const GLIBC_FLAGS: u64 = 0x3d0f00;

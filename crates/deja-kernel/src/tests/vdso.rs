@@ -2,7 +2,7 @@
 //! the run when the program reads it without an exit.
 
 use super::*;
-use crate::vdso::{self, image, Vvar, CALL_COST_NS, VDSO_ADDR, VVAR_ADDR};
+use crate::time::vdso::{self, image, Vvar, CALL_COST_NS, VDSO_ADDR, VVAR_ADDR};
 use object::read::elf::{ElfFile64, FileHeader as _};
 use object::{Object, ObjectSymbol};
 
@@ -55,7 +55,7 @@ fn the_image_exports_linux_symbols_under_linux_2_6_through_its_hash_table() {
     }
     assert_eq!(syscalls, 5, "every function falls back to its syscall");
     // The rewriter plans it like program code and finds nothing to rewrite.
-    assert!(crate::hostchan::plan_file(&img.bytes).sites.is_empty());
+    assert!(crate::host::hostchan::plan_file(&img.bytes).sites.is_empty());
 }
 
 #[test]
@@ -70,10 +70,10 @@ fn a_program_gets_the_vdso_and_the_vvar_and_can_go_without() {
         .any(|l| l.starts_with(&format!("{VDSO_ADDR:08x}-")) && l.contains(" r-xp ") && l.ends_with("[vdso]")));
     let v = vvar(&m);
     assert_eq!((v.calls, v.limit, v.base, v.cost), (0, u64::MAX, 0, CALL_COST_NS), "one thread: no limit");
-    assert_eq!(v.realtime, crate::clock::REALTIME_EPOCH_S * crate::clock::NS_PER_S);
+    assert_eq!(v.realtime, crate::time::clock::REALTIME_EPOCH_S * crate::time::clock::NS_PER_S);
     assert_eq!(peek(&k, &mut m, VDSO_ADDR, image().bytes.len()), image().bytes);
     let mut spec = spec_with(exec_image(), 42);
-    spec.vdso = crate::vdso::VdsoMode::Off;
+    spec.vdso = crate::time::vdso::VdsoMode::Off;
     let (mut k, e, m) = boot_spec(spec);
     assert!(!k.proc_maps().contains("[vdso]") && !k.proc_maps().contains("[vvar]"));
     let mut a = e.rsp + 8 * 4;
@@ -85,8 +85,8 @@ fn a_program_gets_the_vdso_and_the_vvar_and_can_go_without() {
         a += 8;
     }
     a += 8;
-    while peek_u64(&m, a) != crate::stack::AT_NULL {
-        assert_ne!(peek_u64(&m, a), crate::stack::AT_SYSINFO_EHDR);
+    while peek_u64(&m, a) != crate::abi::auxv::AT_NULL {
+        assert_ne!(peek_u64(&m, a), crate::abi::auxv::AT_SYSINFO_EHDR);
         a += 16;
     }
     assert_eq!(k.finish(&m, ExitStatus::Exited { code: 0 }).vdso_calls, None);
@@ -98,7 +98,11 @@ fn calls_without_an_exit_advance_the_clock_at_the_next_entry_as_syscalls_would()
     let t0 = k.virtual_time_ns();
     read_clock(&mut m, 1000);
     sc(&mut k, &mut m, "getpid", &[]);
-    assert_eq!(k.virtual_time_ns(), t0 + 1001 * crate::clock::SYSCALL_COST_NS, "each call costs what a syscall costs");
+    assert_eq!(
+        k.virtual_time_ns(),
+        t0 + 1001 * crate::time::clock::SYSCALL_COST_NS,
+        "each call costs what a syscall costs"
+    );
     let v = vvar(&m);
     assert_eq!((v.calls, v.base), (0, k.virtual_time_ns()), "published again for the next stretch");
     // Call n shows base + n × cost: what the n-th clock_gettime syscall returns.
@@ -134,7 +138,7 @@ fn a_counter_the_program_forged_is_bounded_by_the_published_limit() {
     read_clock(&mut m, u64::MAX);
     sc(&mut k, &mut m, "getpid", &[]);
     let allowed = (1_000_000 - 1) / CALL_COST_NS;
-    assert_eq!(k.virtual_time_ns(), base + allowed * CALL_COST_NS + crate::clock::SYSCALL_COST_NS);
+    assert_eq!(k.virtual_time_ns(), base + allowed * CALL_COST_NS + crate::time::clock::SYSCALL_COST_NS);
     assert!(k.yield_due(), "the syscall that followed reached the yield point, as the calls' syscalls would have");
 }
 
@@ -160,7 +164,7 @@ fn no_call_goes_without_an_exit_while_another_thread_could_run_nor_past_a_deadli
     let asleep = k.virtual_time_ns();
     sc(&mut k, &mut m, "nanosleep", &[ts, 0]);
     assert_ne!(k.current_tid(), tid as u64);
-    let deadline = asleep + crate::clock::SYSCALL_COST_NS + 1_000_000;
+    let deadline = asleep + crate::time::clock::SYSCALL_COST_NS + 1_000_000;
     assert_eq!(vvar(&m).limit, deadline - 1, "just before the sleeper wakes");
 }
 
@@ -173,5 +177,5 @@ fn the_kernel_never_writes_a_vvar_the_program_replaced() {
     let t0 = k.virtual_time_ns();
     sc(&mut k, &mut m, "getpid", &[]);
     assert_eq!(peek(&k, &mut m, VVAR_ADDR, 40), vec![0xaa; 40], "its bytes are its own");
-    assert_eq!(k.virtual_time_ns(), t0 + crate::clock::SYSCALL_COST_NS, "and are no count of calls");
+    assert_eq!(k.virtual_time_ns(), t0 + crate::time::clock::SYSCALL_COST_NS, "and are no count of calls");
 }
