@@ -74,7 +74,7 @@ pub const MAP: &[Layer] = &[
         name: "deja-image",
         layer: 2,
         owns: "container images and trees as bytes: layers, whiteouts, digests, the flattened tree",
-        uses: &[],
+        uses: &["deja-kernel"],
     },
     Layer {
         name: "deja-kernel",
