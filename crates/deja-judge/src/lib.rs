@@ -1,19 +1,27 @@
 //! `deja check`: judge a candidate patch against a frozen failure.
 //!
-//! 1. **Hunt on the base.** The failure comes from a capsule, or is found by a bounded crash
-//!    sweep of the base. It is confirmed by a replay, then frozen as a [`Capsule`]: the base's
-//!    BLAKE3, the workload, the fault plan, the failure's signature and its *trigger* — the
-//!    event it follows ("the second durable write after request E1"), so that it can be
-//!    replayed against a different binary by meaning rather than by position.
-//! 2. **No-fault control.** The base runs the workload without faults and must hold; if it fails,
-//!    the failure is not fault-induced.
-//! 3. **Replay on the candidate**, mapped by meaning, in three fresh worlds that must agree.
-//! 4. **Sweep** every durable write of the candidate: crash right after it, restart, let the
-//!    client deliver again, check the program's assertions.
-//! 5. **Verdict**: `FIXED_FOR_THIS_CAPSULE` (exit 0), `STILL_REPRODUCES` or `NEW_FAILURE`
-//!    (exit 1), `EVIDENCE_INCOMPLETE` or `NOT_FAULT_INDUCED` (exit 2), with a timeline.
+//! One pipeline ([`pipeline::judge`]) judges every kind of subject: it runs the steps, weighs
+//! every run, records every step in a [`Certificate`] and decides the [`Verdict`]. A subject
+//! ([`pipeline::Subject`]) runs itself, base or candidate, under the failure's faults, a world,
+//! a shifted schedule or a crash point, and tells what it saw; it decides nothing. There are
+//! two: a program ([`judge`]: the hunt or a capsule, the sweep of every crash point with its
+//! states and an error on each file operation, over [`search`]) and a cluster bug ([`cluster`]:
+//! the bug minimized, its faults by meaning, other worlds, the schedule shifted, each node
+//! crashed at its durable operations). The steps, in order:
 //!
-//! Every check that ran — and every check that did not — is listed in a [`Certificate`], chained
+//! 1. **The failure on the base**: a capsule given, a bug file frozen, a bounded hunt on the
+//!    base (frozen as a [`Capsule`]: the base's BLAKE3, the workload, the fault plan, the
+//!    failure's signature and its *trigger*, the event it follows, so that it can be replayed
+//!    against a different binary by meaning rather than by position), or a cluster bug as
+//!    found; then its smallest form (a cluster bug), reproduced by meaning on the base.
+//! 2. **No-fault control**: the base must hold without faults, else the failure is not
+//!    fault-induced.
+//! 3. **The candidate**: without faults, then under the failure by meaning in several worlds,
+//!    under the schedule shifted (a cluster), and at each of its crash points.
+//! 4. **Verdict**: `FIXED_FOR_THIS_CAPSULE` (exit 0), `STILL_REPRODUCES` or `NEW_FAILURE`
+//!    (exit 1), `EVIDENCE_INCOMPLETE` or `NOT_FAULT_INDUCED` (exit 3), with a timeline.
+//!
+//! Every check that ran — and every check that did not — is listed in the certificate, chained
 //! by BLAKE3, so a verdict cannot be edited without the chain breaking. Missing evidence is never
 //! a pass: a verdict of FIXED needs every check executed and passed.
 
@@ -23,6 +31,7 @@ pub mod capsule;
 pub mod certificate;
 pub mod cluster;
 pub mod judge;
+pub mod pipeline;
 pub mod search;
 pub mod verdict;
 

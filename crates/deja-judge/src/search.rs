@@ -8,6 +8,8 @@
 //! /data/pages"), so that it can be replayed against another binary, whose pending list at the
 //! same point may hold other operations.
 
+use std::ops::ControlFlow;
+
 use deja_explore::Outcome;
 use deja_kernel::{CrashPoint, CrashState, FaultConfig, ProgramSpec, When};
 use deja_vmm::Session;
@@ -190,23 +192,32 @@ pub struct Searched {
     pub unreached: Vec<String>,
     /// Runs made.
     pub runs: u64,
-    /// The first failure: its plan and run.
-    pub failure: Option<(Plan, Outcome)>,
+    /// It stopped because its visitor said so.
+    pub stopped: bool,
+}
+
+/// One step of a search, in its fixed order.
+#[derive(Debug)]
+pub enum Visit {
+    /// A run, and the plan it ran under.
+    Ran(Box<(Plan, Outcome)>),
+    /// A crash point the program never reached, in words.
+    Unreached(String),
 }
 
 /// Searches for a failure: for k in 1..=`durable_writes` (at most `max_points`), a crash after
 /// durable write k (the durable layer) and before it (its distinct crash states, at most
 /// `states` each), then at exit (its states), then an error on each file operation of `control`
-/// (EIO, and ENOSPC where a disk can run out). Stops at the first run that fails after a crash
-/// (or, for placed errors, at all) when `stop_at_first` — the hunt — else runs everything (the
-/// sweep) and keeps the first failure.
+/// (EIO, and ENOSPC where a disk can run out). Each run, and each crash point never reached,
+/// is given to `visit` in that order; the search stops when `visit` says so (the hunt, at its
+/// first failure; the sweep, when a run decides).
 pub fn search(
     spec: &ProgramSpec,
     memory_mib: u64,
     control: &Outcome,
     max_points: u64,
     states: usize,
-    stop_at_first: bool,
+    visit: &mut dyn FnMut(Visit) -> ControlFlow<()>,
 ) -> Result<Searched, RunFailure> {
     let mut out = Searched::default();
     // Every crash of the search keeps to the spec's crash model, every stop to its fail-stop rule.
@@ -222,6 +233,10 @@ pub fn search(
         let mut crashed = Session::boot(s, memory_mib << 20)?;
         if !crashed.run_to_crash(&mut |_, _| {})? {
             out.unreached.push(kind.words(k));
+            if visit(Visit::Unreached(kind.words(k))).is_break() {
+                out.stopped = true;
+                return Ok(out);
+            }
             continue;
         }
         let pending = crashed.kernel().pending_operations();
@@ -238,12 +253,11 @@ pub fn search(
             out.runs += 1;
             let o = outcome_of(lives);
             out.digests.push(o.digest.clone());
-            if o.failure.is_some() && o.lives.len() > 1 && out.failure.is_none() {
-                let kept = KeptOps::of(&state, &pending);
-                out.failure = Some((Plan { crash: kind, k, kept: Some(kept), faults: modelled.clone() }, o));
-                if stop_at_first {
-                    return Ok(out);
-                }
+            let kept = KeptOps::of(&state, &pending);
+            let plan = Plan { crash: kind, k, kept: Some(kept), faults: modelled.clone() };
+            if visit(Visit::Ran(Box::new((plan, o)))).is_break() {
+                out.stopped = true;
+                return Ok(out);
             }
         }
     }
@@ -259,11 +273,9 @@ pub fn search(
         let o = run_plan(spec, memory_mib, &plan, &Steer::default(), 0)?;
         out.runs += 1;
         out.digests.push(o.digest.clone());
-        if o.failure.is_some() && out.failure.is_none() {
-            out.failure = Some((plan, o));
-            if stop_at_first {
-                return Ok(out);
-            }
+        if visit(Visit::Ran(Box::new((plan, o)))).is_break() {
+            out.stopped = true;
+            return Ok(out);
         }
     }
     Ok(out)

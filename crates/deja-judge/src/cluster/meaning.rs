@@ -137,34 +137,42 @@ fn storage_unreached<'a>(out: &ClusterOutcome, faults: &'a [BugFault]) -> Option
     })
 }
 
-/// What a candidate run under `faults` shows, in order of what it weighs: a failure (the
-/// verdict), or no verdict because the run ran out of its budget with waited nodes still
-/// running or lost track of its faults (`Err`: the evidence is incomplete, and why), or that it
-/// held.
-pub(super) fn judge_run(
-    out: &ClusterOutcome,
-    faults: &[BugFault],
-    sig: &FailureSignature,
-) -> Result<Option<Verdict>, String> {
-    let schedule = timed(faults);
-    if let Some(f) = &out.failure {
-        return Ok(Some(failing(f, sig)));
-    }
+/// What a run under `faults` shows, as the pipeline weighs it ([`crate::pipeline::Run`]): a
+/// failure first; else no verdict when it ran out of its budget with waited nodes still
+/// running or lost track of its faults (a scripted fault not applied, a fault that never came
+/// or never struck); else that it held. Its fail-stops are each node's lives the fail-stop rule
+/// restarted or let stand.
+pub(super) fn run_of(out: &ClusterOutcome, faults: &[BugFault]) -> Run {
+    let stops = out
+        .report
+        .nodes
+        .iter()
+        .flat_map(|n| deja_explore::fail_stops::of_lives(&n.name, &n.lives))
+        .map(|s| s.key())
+        .collect();
+    let end = match &out.failure {
+        Some(f) => End::Failed(f.clone()),
+        None => no_verdict(out, faults).map_or(End::Held, End::NoVerdict),
+    };
+    let timeline = out.failure.as_ref().map(|f| f.to_string()).unwrap_or_default();
+    Run { digest: out.report.digest.clone(), end, fail_stops: stops, timeline }
+}
+
+/// Why a run that did not fail gives no verdict, if it gives none.
+fn no_verdict(out: &ClusterOutcome, faults: &[BugFault]) -> Option<String> {
     let unfinished = out.report.unfinished();
     if !unfinished.is_empty() {
-        return Err(format!(
+        return Some(format!(
             "the run ran out of its time budget with {} still running: no verdict from a run that did not end",
             unfinished.join(", ")
         ));
     }
     if let Some(e) = out.report.faults.iter().find(|e| e.kind == "not-applied") {
-        return Err(format!("a scripted fault could not be applied: {}", e.detail));
+        return Some(format!("a scripted fault could not be applied: {}", e.detail));
     }
-    if let Some(f) = unreached(out, &schedule) {
-        return Err(format!("the replay lost track: the run ended before its fault \"{}\" came", describe_fault(f)));
+    if let Some(f) = unreached(out, &timed(faults)) {
+        return Some(format!("the replay lost track: the run ended before its fault \"{}\" came", describe_fault(f)));
     }
-    if let Some(f) = storage_unreached(out, faults) {
-        return Err(format!("the replay lost track: its fault \"{}\" never struck", f.describe()));
-    }
-    Ok(None)
+    storage_unreached(out, faults)
+        .map(|f| format!("the replay lost track: its fault \"{}\" never struck", f.describe()))
 }

@@ -1,8 +1,11 @@
 //! The cluster check's pure parts, without `/dev/kvm`: the candidate's nodes, shifted
 //! schedules, worlds and the verdict of a failing candidate.
 
+use super::meaning::{not_applicable, partner, shifted};
 use super::*;
+use crate::pipeline::failing;
 use deja_cluster::config::Action;
+use deja_explore::FailureSignature;
 
 /// A two-node cluster file in a directory of its own, with stand-in binaries (nothing here runs
 /// them).
