@@ -32,6 +32,7 @@ pub const MAP: &[Layer] = &[
             "deja-history",
             "deja-cluster",
             "deja-vmm",
+            "deja-inputs",
             "deja-image",
             "deja-kernel",
             "deja-rewrite",
@@ -42,7 +43,7 @@ pub const MAP: &[Layer] = &[
         name: "deja-judge",
         layer: 6,
         owns: "`deja check`: capsules, one pipeline of checks for programs and clusters, verdicts, certificates",
-        uses: &["deja-explore", "deja-cluster", "deja-vmm", "deja-kernel", "deja-protocol", "deja-format"],
+        uses: &["deja-explore", "deja-cluster", "deja-vmm", "deja-inputs", "deja-kernel", "deja-protocol", "deja-format"],
     },
     Layer {
         name: "deja-explore",
@@ -51,6 +52,7 @@ pub const MAP: &[Layer] = &[
         uses: &[
             "deja-cluster",
             "deja-vmm",
+            "deja-inputs",
             "deja-kernel",
             "deja-history",
             "deja-explore-report",
@@ -62,13 +64,19 @@ pub const MAP: &[Layer] = &[
         name: "deja-cluster",
         layer: 4,
         owns: "cluster files, one VM per node on one virtual time line, the simulated network, node faults",
-        uses: &["deja-vmm", "deja-image", "deja-kernel"],
+        uses: &["deja-vmm", "deja-inputs", "deja-kernel"],
     },
     Layer {
         name: "deja-vmm",
         layer: 3,
         owns: "KVM: VMs, guest memory and page tables, the exit loop, snapshots, forks (the only `unsafe`)",
         uses: &["deja-kernel", "deja-rewrite", "deja-format"],
+    },
+    Layer {
+        name: "deja-inputs",
+        layer: 3,
+        owns: "what a run is given: a dynamic program's loader and libraries, ld.so.cache, a program in an image or a tree",
+        uses: &["deja-image", "deja-kernel"],
     },
     Layer {
         name: "deja-image",

@@ -796,7 +796,7 @@ fn root_of(name: &str, applets: &[&str], programs: &[&str]) -> std::path::PathBu
     for prog in programs {
         let bytes = std::fs::read(prog).unwrap();
         put(prog, &bytes);
-        for (path, data) in deja_cluster::dynlink::host_closure(&bytes, std::path::Path::new(prog), prog).unwrap() {
+        for (path, data) in deja_inputs::dynlink::host_closure(&bytes, std::path::Path::new(prog), prog).unwrap() {
             put(&path, &data);
         }
     }

@@ -143,7 +143,7 @@ fn layers() -> Vec<Vec<u8>> {
         let host = PathBuf::from(format!("/bin/{tool}"));
         let bytes = std::fs::read(&host).unwrap();
         base.push(E::File(format!("usr/bin/{tool}"), 0o755, bytes.clone()));
-        let closure = deja_cluster::dynlink::host_closure(&bytes, &host, &format!("/usr/bin/{tool}")).unwrap();
+        let closure = deja_inputs::dynlink::host_closure(&bytes, &host, &format!("/usr/bin/{tool}")).unwrap();
         libs.extend(closure);
     }
     for (path, data) in libs {
