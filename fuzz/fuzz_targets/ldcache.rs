@@ -1,7 +1,7 @@
 //! The reader of glibc's `/etc/ld.so.cache`: any bytes as a cache, then looked into.
 #![no_main]
 
-use deja_cluster::ldcache::LdCache;
+use deja_inputs::ldcache::LdCache;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

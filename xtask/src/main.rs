@@ -16,6 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod layers;
 mod modules;
 mod placement;
 
@@ -424,8 +425,11 @@ fn main() -> ExitCode {
         "dogfood" => dogfood(),
         "provision" => provision(&std::env::args().skip(2).collect::<Vec<_>>()),
         "modules" => modules::report(&root().join("crates")),
+        "layers" => layers::report(&root()),
         "guest-kernel" => placement::check(&root()),
-        _ => Err("usage: cargo xtask <guests|demo|dogfood|modules|guest-kernel|provision PACKAGE...>".to_string()),
+        _ => {
+            Err("usage: cargo xtask <guests|demo|dogfood|modules|layers|guest-kernel|provision PACKAGE...>".to_string())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -115,7 +115,7 @@ fn program(path: &Path, work: &Workload, declared: &BTreeMap<String, Vec<u8>>) -
                 }
                 let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
                 let mut files = declared.clone();
-                for (p, d) in deja_cluster::dynlink::host_closure(&bytes, path, &format!("/bin/{name}"))? {
+                for (p, d) in deja_inputs::dynlink::host_closure(&bytes, path, &format!("/bin/{name}"))? {
                     files.entry(p).or_insert(d);
                 }
                 let setting = deja_judge::judge::Setting {
@@ -131,8 +131,8 @@ fn program(path: &Path, work: &Workload, declared: &BTreeMap<String, Vec<u8>>) -
             return Err(format!("{at} is an image or a tree, and the base is a program from the host"));
         }
         let argv: Vec<String> = std::iter::once(work.argv0.clone()).chain(work.args.iter().cloned()).collect();
-        let r = deja_cluster::image::in_tree(img, argv, &work.env, work.cwd.as_deref())
-            .map_err(|e| format!("{at}: {e}"))?;
+        let r =
+            deja_inputs::image::in_tree(img, argv, &work.env, work.cwd.as_deref()).map_err(|e| format!("{at}: {e}"))?;
         let setting = deja_judge::judge::Setting {
             argv0: Some(r.argv[0].clone()).filter(|a| *a != r.exe_path),
             exe_path: r.exe_path,
@@ -152,7 +152,7 @@ fn program(path: &Path, work: &Workload, declared: &BTreeMap<String, Vec<u8>>) -
 /// Replaces each file `p` declares whose BLAKE3 is not the one `want` records at that path by
 /// the recorded file from `kept` (`inputs/`, named by BLAKE3), when it is there: a library
 /// upgraded on this host since the failure was found.
-fn recorded_files(want: &deja_cluster::image::InputRecord, kept: &Path, p: &mut deja_judge::Program) {
+fn recorded_files(want: &deja_inputs::image::InputRecord, kept: &Path, p: &mut deja_judge::Program) {
     for (guest, hash) in &want.files {
         let Some(have) = p.setting.files.get(guest) else { continue };
         if blake3::hash(have).to_hex().as_str() == hash {
@@ -193,7 +193,7 @@ fn workload(args: &CheckArgs, base: &Path, capsule: Option<&Capsule>) -> Result<
         return Ok(host(args));
     }
     let (img, _) = crate::rootfs::read_image(base)?;
-    let argv = deja_cluster::image::command(&img, args.entrypoint.as_deref(), &args.args)
+    let argv = deja_inputs::image::command(&img, args.entrypoint.as_deref(), &args.args)
         .map_err(|e| Failure::new(Exit::NotFound, format!("{}: {e}", base.display())))?;
     let (first, rest) = argv.split_first().expect("a command has a program");
     Ok(Workload { argv0: first.clone(), args: rest.to_vec(), env: args.env.clone(), cwd: None })

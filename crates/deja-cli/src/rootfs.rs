@@ -8,13 +8,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use deja_cluster::image;
 use deja_image::Node;
+use deja_inputs::image;
 
 use crate::exit::Exit;
 use crate::run_args::Failure;
 
-pub use deja_cluster::image::RootInput;
+pub use deja_inputs::image::RootInput;
 
 /// A program in a root, and where the root came from.
 pub struct Rooted {

@@ -125,7 +125,7 @@ pub fn build_spec(
             let exe_path = format!("/bin/{name}");
             // A dynamically linked program brings its loader and libraries from the host, unless
             // the command line declared them itself.
-            let needs = deja_cluster::dynlink::host_closure(&image, program, &exe_path)
+            let needs = deja_inputs::dynlink::host_closure(&image, program, &exe_path)
                 .map_err(|e| Failure::new(Exit::NotLoadable, e))?;
             for (path, data) in needs {
                 files.entry(path).or_insert(data);

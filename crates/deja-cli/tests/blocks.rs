@@ -3,11 +3,9 @@
 //! scoped to the program's own code or with `--cover`, invisible to the run (a bug found with breakpoints replays without
 //! them), and the same campaign in processes on different host cores.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 fn s(p: &Path) -> String {

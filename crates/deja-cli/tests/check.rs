@@ -1,8 +1,6 @@
 //! `deja check` on the credit scenario: verdicts, capsules, certificates, missing evidence.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::PathBuf;
 
 fn out(name: &str) -> PathBuf {

@@ -1,11 +1,9 @@
 //! Clusters: several programs in their own VMs on the simulated network, with partitions,
 //! kills and restarts; determinism across runs and seeds; the split-brain reference workload.
 
-mod common;
-
 use std::path::PathBuf;
 
-use common::*;
+use crate::common::*;
 
 fn example(name: &str) -> String {
     guests();

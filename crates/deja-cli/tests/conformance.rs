@@ -4,12 +4,10 @@
 //! under deja is `--audit 3`: the same digest in this process and in fresh processes pinned to
 //! every host core. docs/CONFORMANCE.md lists the cases and what each covers.
 
-mod common;
-
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 /// What a run showed: the program's stdout, its stderr (deja's own lines removed) and its
 /// exit status as a shell gives it (128 + signal for a signal).
@@ -798,7 +796,7 @@ fn root_of(name: &str, applets: &[&str], programs: &[&str]) -> std::path::PathBu
     for prog in programs {
         let bytes = std::fs::read(prog).unwrap();
         put(prog, &bytes);
-        for (path, data) in deja_cluster::dynlink::host_closure(&bytes, std::path::Path::new(prog), prog).unwrap() {
+        for (path, data) in deja_inputs::dynlink::host_closure(&bytes, std::path::Path::new(prog), prog).unwrap() {
             put(&path, &data);
         }
     }

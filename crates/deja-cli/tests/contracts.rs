@@ -2,9 +2,7 @@
 //! schemas use: `type` (with unions), `required`, `properties`, `additionalProperties` (as a
 //! schema), `items`, `enum`, `const` and `pattern` (as `^[0-9a-f]{N}$`).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 fn type_ok(t: &str, v: &Value) -> bool {

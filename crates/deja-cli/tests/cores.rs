@@ -5,12 +5,10 @@
 //! that sees which core it runs on) a single process cannot see. On a machine with one core the
 //! runs are still separate processes, and each test says so.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 fn s(p: &Path) -> String {

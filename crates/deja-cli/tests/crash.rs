@@ -1,9 +1,7 @@
 //! Durable storage and crashes end to end: kill points at every durable write, restarts on
 //! what survived, the reference key-value store, faults a guest can see.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 fn kv() -> String {
     guest("kv").to_string_lossy().into_owned()

@@ -1,8 +1,6 @@
 //! The committed exploration results match what the code produces on the same seeds.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[test]
 fn committed_exploration_results_are_current() {

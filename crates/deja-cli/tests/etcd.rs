@@ -3,9 +3,7 @@
 //! kills and restarts and clock jumps, with a client recording a history
 //! (examples/clusters/etcd.toml). `.ci/run` installs the package.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 fn etcd_cluster(crash_model: &str) -> std::path::PathBuf {
     needs(&["/usr/bin/etcd"], "etcd-server");

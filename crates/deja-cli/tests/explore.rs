@@ -1,8 +1,6 @@
 //! `deja explore`, `deja replay` and `deja minimize` end to end.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -5,13 +5,11 @@
 //! Every comparison is between separate `deja` processes pinned to different host cores with
 //! `taskset`.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::*;
+use crate::common::*;
 
 fn s(p: &Path) -> String {
     p.to_string_lossy().into_owned()

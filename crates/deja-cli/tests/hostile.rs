@@ -2,11 +2,9 @@
 //! clear status, the monitor neither panics nor hangs, and the outcome is the same in separate
 //! processes on different host cores.
 
-mod common;
-
 use std::process::{Command, Output};
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 /// `deja <args>` in its own process pinned to `core`, with the watchdog's limit at `limit_s`.
@@ -230,8 +228,17 @@ const ATTACKS: [(&str, i32, &str); 43] = [
 #[test]
 fn hostile_guests_end_with_a_clear_status_the_same_way_on_every_core() {
     let mut table = String::from("| attack | exit | outcome |\n|---|---|---|\n");
-    for (name, code, line) in ATTACKS {
-        let (c0, out0, s0) = attack(0, name, &[]);
+    // Every attack on core 0, and the same attacks in fresh processes on core 1, audited across
+    // processes: the two passes run side by side, each pinned to its core.
+    let (first, second) = std::thread::scope(|scope| {
+        let on = |core: usize, extra: &'static [&'static str]| {
+            scope.spawn(move || ATTACKS.map(|(name, _, _)| attack(core, name, extra)))
+        };
+        let (a, b) = (on(0, &[]), on(1, &["--audit", "2"]));
+        let join = |h: std::thread::ScopedJoinHandle<'_, _>| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+        (join(a), join(b))
+    });
+    for (((name, code, line), (c0, out0, s0)), (c1, out1, s1)) in ATTACKS.into_iter().zip(first).zip(second) {
         assert_eq!(c0, Some(code), "{name}: {out0}\n{s0}");
         let exit = &s0["exit"];
         let shown = match exit["kind"].as_str() {
@@ -246,8 +253,6 @@ fn hostile_guests_end_with_a_clear_status_the_same_way_on_every_core() {
             format!("{out0}{s0}").contains(line),
             "{name} showed neither on stdout nor in its summary {line:?}:\n{out0}\n{s0}"
         );
-        // The same attack in fresh processes on another core, audited across processes.
-        let (c1, out1, s1) = attack(1, name, &["--audit", "2"]);
         assert_eq!((c1, &out1), (c0, &out0), "{name}: the same outcome on another core, and audited: {s1}");
         assert_eq!(s0["digest"], s1["digest"], "{name}: the same digest on another core");
         table.push_str(&format!("| `{name}` | {code} | {} |\n", shown.replace('|', "\\|")));

@@ -3,13 +3,11 @@
 //! deja reads them with, from a static guest and from Debian's dynamically linked `cat` and
 //! `echo` with their loader and libraries, laid out as a Debian image lays them out.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use sha2::Digest;
 
 fn s(p: &Path) -> String {
@@ -145,7 +143,7 @@ fn layers() -> Vec<Vec<u8>> {
         let host = PathBuf::from(format!("/bin/{tool}"));
         let bytes = std::fs::read(&host).unwrap();
         base.push(E::File(format!("usr/bin/{tool}"), 0o755, bytes.clone()));
-        let closure = deja_cluster::dynlink::host_closure(&bytes, &host, &format!("/usr/bin/{tool}")).unwrap();
+        let closure = deja_inputs::dynlink::host_closure(&bytes, &host, &format!("/usr/bin/{tool}")).unwrap();
         libs.extend(closure);
     }
     for (path, data) in libs {

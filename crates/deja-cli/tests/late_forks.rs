@@ -3,11 +3,9 @@
 //! fork point — same corpus, coverage, blocks and bugs — in processes on different host cores,
 //! with one worker and with two; and the rounds that ran from a later fork are counted.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 
 fn s(p: &Path) -> String {
     p.to_string_lossy().into_owned()

@@ -2,9 +2,7 @@
 //! the README uses exist in the flake, and the simulation checks the flake runs (listed as data
 //! in `nix/checks.nix`) are run by this test suite with the very same `deja` commands.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::process::Command;
 
 fn nix_files() -> Vec<std::path::PathBuf> {

@@ -7,13 +7,11 @@
 //! `PATH` and an empty environment otherwise, in a fresh directory; stdout and the exit status
 //! must be the same, and every run under deja the same over 3 runs.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::*;
+use crate::common::*;
 
 const BUSYBOX: &str = "/usr/bin/busybox";
 const PATH: &str = "/usr/bin:/bin";

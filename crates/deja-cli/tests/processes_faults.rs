@@ -3,9 +3,7 @@
 //! that forks a child per connection, run as a cluster, crashed at its durable writes and
 //! explored. See docs/PROCESSES.md.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 
 fn supervisor() -> String {

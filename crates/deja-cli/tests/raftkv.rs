@@ -3,11 +3,9 @@
 //! kills with restarts, pauses and clock jumps, and `deja check` judges the fixed glue
 //! `FIXED_FOR_THIS_CAPSULE`.
 
-mod common;
-
 use std::path::PathBuf;
 
-use common::*;
+use crate::common::*;
 
 fn example(name: &str) -> String {
     guests();

@@ -1,9 +1,7 @@
 //! Every command the README shows in a `console` block runs and succeeds. The test command
 //! itself (`cargo test ...`) is what is running this, so it is the one line not re-run here.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::process::Command;
 
 fn readme_commands() -> Vec<String> {

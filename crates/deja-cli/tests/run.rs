@@ -1,8 +1,6 @@
 //! `deja run` end to end on real KVM: output, determinism, bad input, faults.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::process::Command;
 
 fn s(p: &std::path::Path) -> String {
@@ -274,7 +272,7 @@ fn a_library_found_only_through_ld_so_cache_runs_with_the_cache_declared() {
     cc(&["-shared", "-fPIC", "-Wl,-soname,libgreet.so.1", "-o", "root/opt/lib/libgreet.so.1", "greet.c"]);
     cc(&["-o", "root/opt/bin/prog", "main.c", "root/opt/lib/libgreet.so.1"]);
     let echo = std::fs::read("/bin/echo").unwrap();
-    for (path, data) in deja_cluster::dynlink::host_closure(&echo, "/bin/echo".as_ref(), "/bin/echo").unwrap() {
+    for (path, data) in deja_inputs::dynlink::host_closure(&echo, "/bin/echo".as_ref(), "/bin/echo").unwrap() {
         let at = root.join(path.trim_start_matches('/'));
         std::fs::create_dir_all(at.parent().unwrap()).unwrap();
         std::fs::write(at, data).unwrap();
@@ -304,7 +302,7 @@ fn a_library_found_only_through_ld_so_cache_runs_with_the_cache_declared() {
         ldconfig(cache_format);
         let cache = std::fs::read(root.join("etc/ld.so.cache")).unwrap();
         let read = |p: &str| std::fs::read(root.join(p.trim_start_matches('/')));
-        deja_cluster::dynlink::closure(&prog, "/opt/bin/prog".as_ref(), "/opt/bin/prog", Some(&cache), &read).unwrap()
+        deja_inputs::dynlink::closure(&prog, "/opt/bin/prog".as_ref(), "/opt/bin/prog", Some(&cache), &read).unwrap()
     };
     let declared = dir.join("declared");
     let run_declared = |files: &std::collections::BTreeMap<String, Vec<u8>>, leave_out: &str| {
@@ -336,7 +334,7 @@ fn a_library_found_only_through_ld_so_cache_runs_with_the_cache_declared() {
     let v3 = "/opt/lib/glibc-hwcaps/x86-64-v3/libgreet.so.1";
     cc(&["-shared", "-fPIC", "-Wl,-soname,libgreet.so.1", "-o", &format!("root{v3}"), "greet-v3.c"]);
     let files = closure(&[]);
-    let cache = deja_cluster::ldcache::LdCache::parse(&files["/etc/ld.so.cache"]).unwrap();
+    let cache = deja_inputs::ldcache::LdCache::parse(&files["/etc/ld.so.cache"]).unwrap();
     if !cache.lookup("libgreet.so.1").choices.contains(&v3) {
         eprintln!("this ldconfig writes no glibc-hwcaps entries: the hwcaps part is skipped");
     } else {

@@ -4,12 +4,10 @@
 //! working directories (the same relative `--out`), one pinned to a single host core (both
 //! workers share it) and one free on every core, so their threads interleave differently.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 fn dir(name: &str) -> PathBuf {
@@ -251,7 +249,7 @@ fn s(p: &Path) -> String {
 #[test]
 fn a_sharded_cluster_campaign_finds_the_split_brain_and_its_merged_bug_replays_and_minimizes() {
     let root = dir("cluster-shards");
-    let file = s(&common::root().join("examples/clusters/register-buggy.toml"));
+    let file = s(&crate::common::root().join("examples/clusters/register-buggy.toml"));
     let mut dirs = Vec::new();
     for shard in ["0/2", "1/2"] {
         let out = root.join(shard.replace('/', "-"));

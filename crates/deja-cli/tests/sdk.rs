@@ -1,9 +1,7 @@
 //! The guest SDK end to end: the assertion catalog and oracle, replay of a failure, coverage
 //! read from guest memory, and the same binary running natively.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::process::Command;
 
 fn bank() -> String {

@@ -5,8 +5,6 @@
 //! Nothing here waits on a clock: a campaign started with `--serve-wait` begins only once the
 //! event stream is open, every read has a deadline, and a missing event fails with what came.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -14,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 /// The bank's rare bug: one large transfer out of account 2; seed 2 finds it in round 40.

@@ -1,9 +1,7 @@
 //! Snapshots and forks end to end on real KVM: equivalence with uninterrupted runs, exact fork
 //! resets, refusal of damaged files.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use deja_kernel::ProgramSpec;
 use std::path::{Path, PathBuf};
 

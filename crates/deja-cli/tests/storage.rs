@@ -4,11 +4,9 @@
 //! its faults, and `deja check` judges the fixed variant against it; each fixed variant holds
 //! for the same budget.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 fn s(p: &Path) -> String {

@@ -5,9 +5,7 @@
 //! changes formatting); a newer one is refused with the version it needs. The commands that
 //! read each kind refuse the damaged copies with their exit code and lose nothing.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 
 fn dir(name: &str) -> PathBuf {
@@ -29,12 +27,13 @@ fn only_bug(out: &Path) -> PathBuf {
 
 /// Flips one bit of every byte (bit `i % 8` of byte `i`, and every bit of the first 64 bytes),
 /// and cuts the file at every length: each result is refused with a message that passes
-/// `named`, or reads back equal to the original. Returns (refused, unchanged).
-fn every_byte<T: PartialEq + std::fmt::Debug>(
+/// `named`, or reads back equal to the original. Returns (refused, unchanged). The damaged
+/// copies are read on every core, each thread taking every n-th of them.
+fn every_byte<T: PartialEq + std::fmt::Debug + Sync>(
     what: &str,
     good: &[u8],
-    open: impl Fn(&[u8]) -> Result<T, String>,
-    named: impl Fn(&str) -> bool,
+    open: impl Fn(&[u8]) -> Result<T, String> + Sync,
+    named: impl Fn(&str) -> bool + Sync,
 ) -> (u64, u64) {
     let original = open(good).unwrap_or_else(|e| panic!("{what}: the good file is refused: {e}"));
     // True when refused, false when read back unchanged.
@@ -48,23 +47,38 @@ fn every_byte<T: PartialEq + std::fmt::Debug>(
             false
         }
     };
-    let (mut refused, mut unchanged) = (0, 0);
-    let mut count = |was_refused: bool| if was_refused { refused += 1 } else { unchanged += 1 };
+    // Every damaged copy, as (byte, bit) for a flip or (length, None) for a cut.
+    let mut damage: Vec<(usize, Option<u32>)> = Vec::new();
     for at in 0..good.len() {
         let bits: Vec<u32> = if at < 64 { (0..8).collect() } else { vec![at as u32 % 8] };
-        for bit in bits {
+        damage.extend(bits.into_iter().map(|bit| (at, Some(bit))));
+    }
+    damage.extend((0..good.len()).map(|len| (len, None)));
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let one = |&(at, bit): &(usize, Option<u32>)| match bit {
+        Some(bit) => {
             let mut bad = good.to_vec();
             bad[at] ^= 1 << bit;
-            count(judge(&bad, &format!("bit {bit} of byte {at} flipped")));
+            judge(&bad, &format!("bit {bit} of byte {at} flipped"))
         }
-    }
-    for len in 0..good.len() {
-        let was_refused = judge(&good[..len], &format!("cut at {len} bytes"));
-        if good[len..].iter().any(|b| !b.is_ascii_whitespace()) {
-            assert!(was_refused, "{what}: a file cut at {len} of {} bytes was accepted", good.len());
+        None => {
+            let was_refused = judge(&good[..at], &format!("cut at {at} bytes"));
+            if good[at..].iter().any(|b| !b.is_ascii_whitespace()) {
+                assert!(was_refused, "{what}: a file cut at {at} of {} bytes was accepted", good.len());
+            }
+            was_refused
         }
-        count(was_refused);
-    }
+    };
+    let refused: u64 = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (damage, one) = (&damage, &one);
+                scope.spawn(move || damage.iter().skip(t).step_by(threads).filter(|d| one(d)).count() as u64)
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).sum()
+    });
+    let unchanged = damage.len() as u64 - refused;
     assert!(refused > good.len() as u64, "{what}: {refused} refusals");
     (refused, unchanged)
 }

@@ -1,9 +1,7 @@
 //! std::thread, Mutex and channels under deja: one thread at a time, switches at syscalls, the
 //! next thread a decision of the seed.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 fn threads() -> String {
     guest("threads").to_string_lossy().into_owned()

@@ -2,11 +2,9 @@
 //! it (`--no-vdso`, `DEJA_VDSO=off`), a program prints the same, ends at the same virtual time
 //! and takes the same decisions; only the syscalls it makes (and so the trace digest) differ.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 /// `deja run --json --no-probe <args>` with the vDSO on or off (by the environment variable, or
 /// by the flag when `flag`): (stdout, summary).

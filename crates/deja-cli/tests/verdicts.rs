@@ -4,12 +4,10 @@
 //! verdict does not depend on whether the bug was minimized, and whatever `deja replay`
 //! reproduces `deja check --bug` reproduces, for every kind of fault the explorer draws.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 fn walkv(variant: &str) -> String {

@@ -4,11 +4,9 @@
 //! bug as found and as minimized; a server that still acknowledges before it fsyncs, whatever
 //! its timer, is `STILL_REPRODUCES` or `NEW_FAILURE`.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 fn example(name: &str) -> String {
@@ -176,41 +174,70 @@ fn under_random_kills_a_narrower_window_still_fails_the_sweep_at_durable_writes(
     }
 }
 
-#[test]
-fn as_one_program_the_lost_write_is_found_at_a_durable_write_and_only_the_fix_passes() {
-    for seed in 1..=5u64 {
-        let bug = explore(&format!("single-{seed}"), seed, &[&walkv("buggy"), "--", "--single", "20"]);
-        let b = json(&bug);
-        assert!(b["signature"].as_str().unwrap().contains("acknowledged writes survive"), "seed {seed}: {b}");
-        let faults = &b["input"]["faults"];
-        assert!(
-            !faults["crash_before_durable_write"].is_null() || !faults["crash_after_durable_write"].is_null(),
-            "seed {seed}: found through a crash at a durable write: {faults}"
-        );
-        let min = minimize(&bug);
-        let base = walkv("buggy");
-        for (which, file) in [("found", &bug), ("minimized", &min)] {
-            let f = file.to_str().unwrap();
-            let (code, cert) = check(
-                &format!("single-{seed}-fixed-{which}"),
-                &["--bug", f, "--base", &base, "--candidate", &walkv("fixed")],
-            );
-            assert_eq!(
-                (code, cert["verdict"].as_str()),
-                (0, Some("FIXED_FOR_THIS_CAPSULE")),
-                "seed {seed}, {which}: {cert}"
-            );
-            // The sweep placed an error on each file operation: the server's own fail-stop on
-            // the errors of its log was no failure.
-            let sweep = detail(&cert, "sweep the candidate: crash points with their states, and I/O errors");
-            assert!(sweep.contains("an error on each file operation"), "{sweep}");
-        }
+/// On `seed`, as one program: the lost write is found through a crash at a durable write, the
+/// fix is `FIXED_FOR_THIS_CAPSULE` against the bug as found and as minimized, and the wrong fix
+/// still fails. One test per seed, so that the harness runs them side by side.
+fn as_one_program_on(seed: u64) {
+    let bug = explore(&format!("single-{seed}"), seed, &[&walkv("buggy"), "--", "--single", "20"]);
+    let b = json(&bug);
+    assert!(b["signature"].as_str().unwrap().contains("acknowledged writes survive"), "seed {seed}: {b}");
+    let faults = &b["input"]["faults"];
+    assert!(
+        !faults["crash_before_durable_write"].is_null() || !faults["crash_after_durable_write"].is_null(),
+        "seed {seed}: found through a crash at a durable write: {faults}"
+    );
+    let min = minimize(&bug);
+    let base = walkv("buggy");
+    for (which, file) in [("found", &bug), ("minimized", &min)] {
+        let f = file.to_str().unwrap();
         let (code, cert) = check(
-            &format!("single-{seed}-wrong"),
-            &["--bug", bug.to_str().unwrap(), "--base", &base, "--candidate", &walkv("wrong")],
+            &format!("single-{seed}-fixed-{which}"),
+            &["--bug", f, "--base", &base, "--candidate", &walkv("fixed")],
         );
-        assert!(still_failing(code, &cert), "seed {seed}: {cert}");
+        assert_eq!(
+            (code, cert["verdict"].as_str()),
+            (0, Some("FIXED_FOR_THIS_CAPSULE")),
+            "seed {seed}, {which}: {cert}"
+        );
+        // The sweep placed an error on each file operation: the server's own fail-stop on
+        // the errors of its log was no failure.
+        let sweep = detail(&cert, "sweep the candidate: crash points with their states, and I/O errors");
+        assert!(sweep.contains("an error on each file operation"), "{sweep}");
     }
+    let (code, cert) = check(
+        &format!("single-{seed}-wrong"),
+        &["--bug", bug.to_str().unwrap(), "--base", &base, "--candidate", &walkv("wrong")],
+    );
+    assert!(still_failing(code, &cert), "seed {seed}: {cert}");
+}
+
+#[test]
+fn as_one_program_the_lost_write_is_found_at_a_durable_write_and_only_the_fix_passes_seed_1() {
+    as_one_program_on(1);
+}
+
+#[test]
+fn as_one_program_the_lost_write_is_found_at_a_durable_write_and_only_the_fix_passes_seed_2() {
+    as_one_program_on(2);
+}
+
+#[test]
+fn as_one_program_the_lost_write_is_found_at_a_durable_write_and_only_the_fix_passes_seed_3() {
+    as_one_program_on(3);
+}
+
+#[test]
+fn as_one_program_the_lost_write_is_found_at_a_durable_write_and_only_the_fix_passes_seed_4() {
+    as_one_program_on(4);
+}
+
+#[test]
+fn as_one_program_the_lost_write_is_found_at_a_durable_write_and_only_the_fix_passes_seed_5() {
+    as_one_program_on(5);
+}
+
+#[test]
+fn as_one_program_without_a_bug_file_the_hunt_finds_the_lost_write_and_only_the_fix_passes() {
     // Without a bug file, the hunt finds it on the base and judges the same way.
     let base = walkv("buggy");
     let (code, cert) =

@@ -10,9 +10,6 @@
 //! No host socket is ever opened for a guest: the addresses exist only in the simulation.
 
 pub mod config;
-pub mod dynlink;
-pub mod image;
-pub mod ldcache;
 pub mod network;
 pub mod sim;
 

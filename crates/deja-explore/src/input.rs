@@ -23,7 +23,7 @@ pub struct Target {
     /// image or a directory tree: the image or the tree).
     pub path: String,
     /// Where `spec.root` came from, for the bug files' record.
-    pub root: Option<deja_cluster::image::RootInput>,
+    pub root: Option<deja_inputs::image::RootInput>,
 }
 
 /// How a child is steered away from the parent's course.
@@ -451,7 +451,7 @@ pub struct BugFile {
     pub host: Option<deja_vmm::Fingerprint>,
     /// The root the program ran in (`--image` or `--root`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub root: Option<deja_cluster::image::RootInput>,
+    pub root: Option<deja_inputs::image::RootInput>,
     /// Where the program is in the guest, when it is not argv\[0\] (a program in a root found
     /// through its `PATH`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -524,7 +524,7 @@ impl BugFile {
         &self,
         image: Vec<u8>,
         files: BTreeMap<String, Vec<u8>>,
-        root: Option<(std::sync::Arc<deja_kernel::fs::Root>, deja_cluster::image::RootInput)>,
+        root: Option<(std::sync::Arc<deja_kernel::fs::Root>, deja_inputs::image::RootInput)>,
         path: &str,
     ) -> Result<Target, ExploreError> {
         let hash = blake3::hash(&image).to_hex().to_string();

@@ -48,7 +48,6 @@
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use snafu::Snafu;
 
@@ -80,24 +79,9 @@ impl Default for Limits {
     }
 }
 
-/// One node of the flattened file tree.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Node {
-    /// A regular file.
-    File {
-        /// Permission bits only (`0o7777`).
-        mode: u32,
-        /// Its contents, shared between hard links.
-        data: Arc<[u8]>,
-    },
-    /// A directory; its children are the tree's keys below it.
-    Dir {
-        /// Permission bits only (`0o7777`).
-        mode: u32,
-    },
-    /// A symbolic link; the target is kept verbatim (never empty).
-    Symlink(String),
-}
+/// One node of the flattened file tree: the kernel's own entry of a read-only root
+/// ([`deja_kernel::fs::RootNode`]), so that a tree becomes a run's root without a copy.
+pub use deja_kernel::fs::RootNode as Node;
 
 /// How the image says it is run: the `config` object of the image config. A field the image
 /// leaves out (or sets to `null`) is empty.

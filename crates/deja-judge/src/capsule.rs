@@ -51,8 +51,8 @@ pub struct Capsule {
     /// The base's inputs besides the program: its declared files (a dynamically linked
     /// program's loader and libraries) and root, by BLAKE3. A check refuses a base whose inputs
     /// differ.
-    #[serde(default, skip_serializing_if = "deja_cluster::image::InputRecord::is_empty")]
-    pub base_inputs: deja_cluster::image::InputRecord,
+    #[serde(default, skip_serializing_if = "deja_inputs::image::InputRecord::is_empty")]
+    pub base_inputs: deja_inputs::image::InputRecord,
     /// The run's seed.
     pub seed: u64,
     /// Guest RAM in MiB.

@@ -58,11 +58,11 @@ pub struct Certificate {
     pub candidate_blake3: String,
     /// The base's inputs besides the program (declared files, root) by BLAKE3; part of the
     /// chain's header when there are any.
-    #[serde(default, skip_serializing_if = "deja_cluster::image::InputRecord::is_empty")]
-    pub base_inputs: deja_cluster::image::InputRecord,
+    #[serde(default, skip_serializing_if = "deja_inputs::image::InputRecord::is_empty")]
+    pub base_inputs: deja_inputs::image::InputRecord,
     /// The candidate's, the same way.
-    #[serde(default, skip_serializing_if = "deja_cluster::image::InputRecord::is_empty")]
-    pub candidate_inputs: deja_cluster::image::InputRecord,
+    #[serde(default, skip_serializing_if = "deja_inputs::image::InputRecord::is_empty")]
+    pub candidate_inputs: deja_inputs::image::InputRecord,
     /// The CPU fingerprint of the host the checks ran on (absent in certificates of older deja);
     /// part of the chain's header.
     #[serde(default, skip_serializing_if = "Option::is_none")]

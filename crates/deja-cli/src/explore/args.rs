@@ -204,7 +204,7 @@ pub(super) fn target(args: &ExploreArgs) -> Result<Target, Failure> {
             spec.env = args.env.clone();
             spec.cwd = args.cwd.clone().unwrap_or_default();
             spec.files = files;
-            let needs = deja_cluster::dynlink::host_closure(&spec.image, program, &spec.exe_path)
+            let needs = deja_inputs::dynlink::host_closure(&spec.image, program, &spec.exe_path)
                 .map_err(|e| Failure::new(Exit::NotLoadable, e))?;
             for (path, data) in needs {
                 spec.files.entry(path).or_insert(data);
@@ -221,7 +221,7 @@ pub(super) fn target(args: &ExploreArgs) -> Result<Target, Failure> {
 /// Keeps the image a campaign's program runs in under `out/inputs/` by BLAKE3, as the campaign
 /// keeps its declared files, so that its bugs replay when the image is gone from where it was
 /// (a hard link where the file system allows one).
-pub(super) fn keep_image(out: &Path, root: &deja_cluster::image::RootInput) -> Result<(), String> {
+pub(super) fn keep_image(out: &Path, root: &deja_inputs::image::RootInput) -> Result<(), String> {
     if root.kind != "image" {
         return Ok(());
     }

@@ -125,7 +125,7 @@ fn bug_inputs(
     let exe_guest = b.exe_path.clone().or_else(|| b.argv.first().cloned()).unwrap_or_default();
     // A closure that cannot be found here is not an error yet: `inputs/` may hold it.
     if let Some((image, program)) = host {
-        for (path, data) in deja_cluster::dynlink::host_closure(image, program, &exe_guest).unwrap_or_default() {
+        for (path, data) in deja_inputs::dynlink::host_closure(image, program, &exe_guest).unwrap_or_default() {
             files.entry(path).or_insert(data);
         }
     }

@@ -117,10 +117,10 @@ impl ClusterConfig {
             let mut env: Vec<String> = n.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
             let mut cwd = n.cwd.clone().unwrap_or_default();
             let node = if n.image.is_some() {
-                let problem = |e: crate::image::OpenError| {
+                let problem = |e: deja_inputs::image::OpenError| {
                     NodeImageSnafu { node: &n.name, path: &bin, problem: e.to_string() }.build()
                 };
-                let img = crate::image::open(&bytes, n.entrypoint.as_deref(), &n.args, &env, n.cwd.as_deref())
+                let img = deja_inputs::image::open(&bytes, n.entrypoint.as_deref(), &n.args, &env, n.cwd.as_deref())
                     .map_err(problem)?;
                 (env, cwd) = (img.env, img.cwd);
                 let program = img.exe_path.rsplit('/').next().unwrap_or("program").to_string();
@@ -130,7 +130,7 @@ impl ClusterConfig {
                 let program = named.file_name().and_then(|s| s.to_str()).unwrap_or("program").to_string();
                 let exe_path = format!("/bin/{program}");
                 // A dynamically linked binary brings its loader and libraries from the host.
-                let needs = crate::dynlink::host_closure(&bytes, &bin, &exe_path)
+                let needs = deja_inputs::dynlink::host_closure(&bytes, &bin, &exe_path)
                     .map_err(|problem| NodeLibrariesSnafu { node: &n.name, problem }.build())?;
                 for (path, data) in needs {
                     files.entry(path).or_insert(data);

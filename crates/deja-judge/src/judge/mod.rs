@@ -49,7 +49,7 @@ pub struct Setting {
     /// The read-only root it runs in (an image's layers or a directory tree).
     pub root: Option<std::sync::Arc<deja_kernel::fs::Root>>,
     /// Where the root came from.
-    pub root_input: Option<deja_cluster::image::RootInput>,
+    pub root_input: Option<deja_inputs::image::RootInput>,
     /// The environment under the workload's (an image's), each replaced by a workload variable
     /// of the same name.
     pub env: Vec<String>,
@@ -59,8 +59,8 @@ pub struct Setting {
 
 impl Setting {
     /// What artifacts record of it.
-    pub fn record(&self) -> deja_cluster::image::InputRecord {
-        deja_cluster::image::InputRecord::of(&self.files, self.root_input.as_ref())
+    pub fn record(&self) -> deja_inputs::image::InputRecord {
+        deja_inputs::image::InputRecord::of(&self.files, self.root_input.as_ref())
     }
 }
 
@@ -116,7 +116,7 @@ fn spec(image: &[u8], p: &Program, input: &CheckInput) -> ProgramSpec {
         s.exe_path = set.exe_path.clone();
         s.argv[0] = set.argv0.clone().unwrap_or_else(|| set.exe_path.clone());
     }
-    s.env = deja_cluster::image::env_over(set.env.clone(), &input.env);
+    s.env = deja_inputs::image::env_over(set.env.clone(), &input.env);
     s.files = set.files.clone();
     s.root = set.root.clone();
     s.cwd = set.cwd.clone();
@@ -374,8 +374,8 @@ pub fn capsule_from(
 }
 
 /// The first way two records of a program's inputs differ, in words.
-pub fn inputs_difference(want: &deja_cluster::image::InputRecord, got: &deja_cluster::image::InputRecord) -> String {
-    let root = |r: &Option<deja_cluster::image::RootInput>| {
+pub fn inputs_difference(want: &deja_inputs::image::InputRecord, got: &deja_inputs::image::InputRecord) -> String {
+    let root = |r: &Option<deja_inputs::image::RootInput>| {
         r.as_ref().map_or("no root".to_string(), |r| format!("the {} {} (BLAKE3 {})", r.kind, r.path, r.blake3))
     };
     if want.root.as_ref().map(|r| &r.blake3) != got.root.as_ref().map(|r| &r.blake3) {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use deja_image::Node;
-use deja_kernel::fs::{Root, RootNode};
+use deja_kernel::fs::Root;
 
 /// The most bytes and entries a root may hold.
 pub const LIMITS: deja_image::Limits = deja_image::Limits { max_bytes: 1 << 30, max_entries: 200_000 };
@@ -113,20 +113,10 @@ pub fn env_over(mut base: Vec<String>, over: &[String]) -> Vec<String> {
     base
 }
 
-/// The kernel's root of a tree (the bytes are shared, not copied).
+/// The kernel's root of a tree (the nodes are the kernel's own; the bytes are shared, not
+/// copied).
 pub fn to_root(tree: &BTreeMap<String, Node>) -> Root {
-    let nodes = tree
-        .iter()
-        .map(|(p, n)| {
-            let node = match n {
-                Node::File { mode, data } => RootNode::File { mode: *mode, data: data.clone() },
-                Node::Dir { mode } => RootNode::Dir { mode: *mode },
-                Node::Symlink(t) => RootNode::Symlink(t.clone()),
-            };
-            (p.clone(), node)
-        })
-        .collect();
-    Root { nodes }
+    Root { nodes: tree.clone() }
 }
 
 /// BLAKE3 over a tree, entry by entry in path order: the path, the kind, the mode and the
