@@ -10,7 +10,7 @@
 #![no_main]
 
 use deja_kernel::syscalls::{Arg, TABLE};
-use deja_kernel::user_layout::STACK_TOP;
+use deja_kernel::mm::user_layout::STACK_TOP;
 use deja_kernel::SyscallOutcome;
 use libfuzzer_sys::fuzz_target;
 

@@ -48,7 +48,7 @@ pub const MAP: &[Layer] = &[
     Layer {
         name: "deja-explore",
         layer: 5,
-        owns: "campaigns: corpus, mutation, workers, bug files, minimization, over a program or a cluster",
+        owns: "campaigns: corpus, mutation, workers, bug files, minimization, over a program or a cluster; crash sweeps",
         uses: &[
             "deja-cluster",
             "deja-vmm",
@@ -75,7 +75,7 @@ pub const MAP: &[Layer] = &[
     Layer {
         name: "deja-inputs",
         layer: 3,
-        owns: "what a run is given: a dynamic program's loader and libraries, ld.so.cache, a program in an image or a tree",
+        owns: "what a run is given: a dynamic program's loader and libraries, ld.so.cache, a program in an image or a host tree (and a disk written out as one)",
         uses: &["deja-image", "deja-kernel"],
     },
     Layer {

@@ -199,10 +199,12 @@ fn workload(args: &CheckArgs, base: &Path, capsule: Option<&Capsule>) -> Result<
     Ok(Workload { argv0: first.clone(), args: rest.to_vec(), env: args.env.clone(), cwd: None })
 }
 
-/// `deja check`: [`Exit::Clean`] FIXED_FOR_THIS_CAPSULE, [`Exit::Failure`] STILL_REPRODUCES /
-/// NEW_FAILURE, [`Exit::Incomplete`] EVIDENCE_INCOMPLETE / NOT_FAULT_INDUCED or a bug file that
-/// does not fail on the base, [`Exit::NotLoadable`] a capsule or bug file that fails its checks.
-pub fn main(args: CheckArgs) -> Exit {
+/// `deja check`, every run of it (the base's, the candidate's, the corrected program's, a
+/// cluster's nodes') under `settings`: [`Exit::Clean`] FIXED_FOR_THIS_CAPSULE, [`Exit::Failure`]
+/// STILL_REPRODUCES / NEW_FAILURE, [`Exit::Incomplete`] EVIDENCE_INCOMPLETE / NOT_FAULT_INDUCED
+/// or a bug file that does not fail on the base, [`Exit::NotLoadable`] a capsule or bug file
+/// that fails its checks.
+pub fn main(args: CheckArgs, settings: &deja_vmm::Settings) -> Exit {
     if let Some(bug) = args.bug.as_deref().filter(|b| crate::explore::is_cluster_bug(b)) {
         if args.crash_model != deja_kernel::CrashModel::PosixWeak {
             eprintln!(
@@ -215,7 +217,7 @@ pub fn main(args: CheckArgs) -> Exit {
             eprintln!("{}", crate::explore::FAIL_STOP_PER_NODE);
             return Exit::Usage;
         }
-        return check_cluster(&args, bug);
+        return check_cluster(&args, bug, settings);
     }
     if args.config.is_some() || !args.program.is_empty() {
         eprintln!("deja: error: --config and --program are for a cluster bug file; give that file with --bug");
@@ -243,7 +245,7 @@ pub fn main(args: CheckArgs) -> Exit {
         }
     };
     let capsule = match (&args.bug, capsule) {
-        (Some(path), _) => match capsule_from_bug(path, base, &args.files, args.fail_stop.as_ref()) {
+        (Some(path), _) => match capsule_from_bug(path, base, &args.files, args.fail_stop.as_ref(), settings) {
             Ok(c) => Some(c),
             Err(Failure { code, message: e }) => {
                 eprintln!("deja: error: the bug file cannot be used: {e}");
@@ -297,6 +299,7 @@ pub fn main(args: CheckArgs) -> Exit {
         states_per_point: args.states_per_point,
         crash_model: args.crash_model,
         fail_stop,
+        settings: *settings,
     };
     let j = deja_judge::check(&input);
     if let Err(e) = std::fs::create_dir_all(&args.out) {
@@ -374,15 +377,18 @@ fn print_checks(cert: &deja_judge::Certificate, path: &std::path::Path) {
 }
 
 /// `deja check --bug CLUSTER-BUG --candidate NODE=PATH,...`: the cluster bug judged by meaning
-/// (see `deja_judge::cluster`); the same verdicts and exit codes as for one program.
-fn check_cluster(args: &CheckArgs, bug_path: &std::path::Path) -> Exit {
-    let (bug, base) = match crate::explore::load_cluster_bug(bug_path, args.config.as_deref(), &args.program) {
+/// (see `deja_judge::cluster`), every node of the base and the candidate under `settings`; the
+/// same verdicts and exit codes as for one program.
+fn check_cluster(args: &CheckArgs, bug_path: &std::path::Path, settings: &deja_vmm::Settings) -> Exit {
+    let (bug, mut base) = match crate::explore::load_cluster_bug(bug_path, args.config.as_deref(), &args.program) {
         Ok(x) => x,
         Err(Failure { code, message }) => {
             eprintln!("deja: error: the bug file cannot be used: {message}");
             return code;
         }
     };
+    // The candidate's cluster is the base's with its nodes in place: it keeps these settings.
+    base.cfg.settings = *settings;
     let candidate = deja_judge::cluster::candidate_nodes(&args.candidate.to_string_lossy(), &base);
     let sweep = deja_judge::cluster::Sweep {
         crash_points: args.node_crash_points,
@@ -418,14 +424,15 @@ fn check_cluster(args: &CheckArgs, bug_path: &std::path::Path) -> Exit {
 
 /// Replays an explore bug file on the base (for a bug of a program in a root: `base` is the
 /// image or tree, else the bug's own, found as `deja replay` finds it) and freezes the failing
-/// run as a capsule (minimized first when it was not); the exit with the error:
-/// [`Exit::NotLoadable`] when the bug file fails its checks, [`Exit::Incomplete`] when it cannot
-/// be judged on this base.
+/// run as a capsule (minimized first when it was not), every run under `settings`; the exit
+/// with the error: [`Exit::NotLoadable`] when the bug file fails its checks,
+/// [`Exit::Incomplete`] when it cannot be judged on this base.
 fn capsule_from_bug(
     path: &Path,
     base: &Path,
     files: &[String],
     fail_stop: Option<&deja_kernel::FailStopMode>,
+    settings: &deja_vmm::Settings,
 ) -> Result<Capsule, Failure> {
     let given = [base.display().to_string()];
     let (mut bug, target) = crate::explore::load_bug(path, &given, files).map_err(|f| match f.code {
@@ -433,7 +440,7 @@ fn capsule_from_bug(
         _ => Failure::new(Exit::Incomplete, f.message),
     })?;
     crate::explore::judge_fail_stop_with(&mut bug, fail_stop);
-    deja_judge::judge::freeze_bug(&bug, &target).map_err(|e| Failure::new(Exit::Incomplete, e))
+    deja_judge::judge::freeze_bug(&bug, &target, settings).map_err(|e| Failure::new(Exit::Incomplete, e))
 }
 
 /// Arguments of `deja verify-certificate`.

@@ -80,7 +80,6 @@ fn main() {
     let code = match (cli.command, settings) {
         (Command::Reseal(args), _) => inspect::reseal(args),
         (Command::Build(args), _) => build::main(args),
-        (Command::Check(args), _) => check::main(*args),
         (Command::VerifyCertificate(args), _) => check::verify(args),
         (Command::Merge(args), _) => explore::merge(args),
         (Command::Serve(args), _) => explore::serve(args),
@@ -92,6 +91,7 @@ fn main() {
             eprintln!("deja: error: {e}");
             exit::Exit::Usage
         }
+        (Command::Check(args), Ok(s)) => check::main(*args, &s),
         (Command::Run(args), Ok(s)) => run::main(*args, &s),
         (Command::Doctor(args), Ok(s)) => doctor::main(args, &s),
         (Command::Bench(args), Ok(s)) => bench::main(args, &s),

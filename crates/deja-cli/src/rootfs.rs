@@ -3,12 +3,11 @@
 //! The tree becomes the run's read-only root ([`deja_kernel::fs::Root`]); the program is a path
 //! in it, or a name looked up in the root's `PATH`, and its loader and libraries come from it,
 //! not from the host. An image also gives the command, environment and working directory.
+//! Reading them is `deja-inputs`'s ([`deja_inputs::image`], [`deja_inputs::tree`]); this module
+//! turns the flags into what it reads and its errors into messages and exit codes.
 
-use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 
-use deja_image::Node;
 use deja_inputs::image;
 
 use crate::exit::Exit;
@@ -131,66 +130,18 @@ pub fn read_image(path: &Path) -> Result<(deja_image::Image, RootInput), Failure
     Ok((img, input))
 }
 
-/// The directory tree at `dir` as an image with an empty config, and its record.
+/// The directory tree at `dir` as an image with an empty config, and its record
+/// ([`deja_inputs::tree::read_root`]).
 pub fn read_dir(dir: &Path) -> Result<(deja_image::Image, RootInput), Failure> {
-    let tree = read_dir_tree(dir)?;
-    let input = RootInput {
-        kind: "dir".into(),
-        path: dir.display().to_string(),
-        blake3: image::tree_digest(&tree),
-        image_digest: None,
-    };
-    Ok((deja_image::Image { tree, config: Default::default(), digest: String::new() }, input))
-}
-
-/// A host directory as a tree: directories, regular files and symlinks (kept as links, never
-/// followed) with their permission bits; devices, sockets, FIFOs and names that are not UTF-8
-/// are left out. At most [`image::LIMITS`].
-pub fn read_dir_tree(dir: &Path) -> Result<BTreeMap<String, Node>, Failure> {
-    use std::os::unix::fs::PermissionsExt;
-    let meta = std::fs::metadata(dir).map_err(|e| unreadable("the root", dir, e))?;
-    if !meta.is_dir() {
-        return Err(Failure::new(Exit::Usage, format!("--root {}: not a directory", dir.display())));
-    }
-    let mut tree = BTreeMap::from([("/".to_string(), Node::Dir { mode: meta.permissions().mode() & 0o7777 })]);
-    let mut bytes = 0u64;
-    let mut todo = vec![(dir.to_path_buf(), String::new())];
-    while let Some((host, guest)) = todo.pop() {
-        let entries = std::fs::read_dir(&host).map_err(|e| unreadable("the directory", &host, e))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| unreadable("the directory", &host, e))?;
-            let Some(name) = entry.file_name().to_str().map(str::to_string) else { continue };
-            let path = entry.path();
-            let at = format!("{guest}/{name}");
-            let meta = std::fs::symlink_metadata(&path).map_err(|e| unreadable("the file", &path, e))?;
-            let mode = meta.permissions().mode() & 0o7777;
-            let node = if meta.is_dir() {
-                todo.push((path.clone(), at.clone()));
-                Node::Dir { mode }
-            } else if meta.is_file() {
-                bytes += meta.len();
-                if bytes > image::LIMITS.max_bytes {
-                    let msg =
-                        format!("--root {}: more than {} MiB of files", dir.display(), image::LIMITS.max_bytes >> 20);
-                    return Err(Failure::new(Exit::Usage, msg));
-                }
-                let data = std::fs::read(&path).map_err(|e| unreadable("the file", &path, e))?;
-                Node::File { mode, data: Arc::from(data) }
-            } else if meta.file_type().is_symlink() {
-                let target = std::fs::read_link(&path).map_err(|e| unreadable("the link", &path, e))?;
-                match target.to_str() {
-                    Some(t) if !t.is_empty() => Node::Symlink(t.to_string()),
-                    _ => continue,
-                }
-            } else {
-                continue; // a device, socket or FIFO of the host
-            };
-            tree.insert(at, node);
-            if tree.len() > image::LIMITS.max_entries {
-                let msg = format!("--root {}: more than {} entries", dir.display(), image::LIMITS.max_entries);
-                return Err(Failure::new(Exit::Usage, msg));
+    deja_inputs::tree::read_root(dir).map_err(|e| {
+        use deja_inputs::tree::TreeError;
+        match &e {
+            TreeError::Read { .. } => {
+                Failure::new(if e.not_found() { Exit::NotFound } else { Exit::Usage }, e.to_string())
+            }
+            TreeError::NotADirectory { .. } | TreeError::TooLarge { .. } | TreeError::TooManyEntries { .. } => {
+                Failure::new(Exit::Usage, format!("--root {e}"))
             }
         }
-    }
-    Ok(tree)
+    })
 }

@@ -443,7 +443,7 @@ fn run_main(args: &RunArgs, settings: &Settings) -> Result<Exit, Failure> {
         let Source::Program(spec) = source else {
             return Err(Failure::new(Exit::Usage, "--crash-sweep needs a program, not a snapshot"));
         };
-        return Ok(crate::crash::sweep(args, *spec, settings));
+        return crate::crash::sweep(args, *spec, settings);
     }
     let mut final_disk = None;
     let export = args.fs_export.as_ref().map(|_| &mut final_disk);
@@ -457,7 +457,7 @@ fn run_main(args: &RunArgs, settings: &Settings) -> Result<Exit, Failure> {
     }
     let first = result.summary();
     if let (Some(dir), Some(disk)) = (&args.fs_export, &final_disk) {
-        crate::crash::export_disk(disk, dir).map_err(|e| {
+        deja_inputs::tree::export_disk(disk, dir).map_err(|e| {
             Failure::new(Exit::DejaFailed, format!("cannot export the file system to {}: {e}", dir.display()))
         })?;
         eprintln!("deja: file system exported to {}", dir.display());

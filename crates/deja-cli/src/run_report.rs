@@ -43,7 +43,7 @@ pub struct RunSummary<'a> {
     /// What the run was made of, by BLAKE3 (`None` for a run continued from a snapshot).
     pub inputs: Option<&'a RunInputs>,
     /// What code rewriting did: the code objects, sites rewritten and refused, traps answered.
-    pub host_channels: &'a deja_kernel::hostchan::HostChannelReport,
+    pub host_channels: &'a deja_kernel::host::hostchan::HostChannelReport,
     /// The host's determinism hazards under the remedy in force.
     pub host_hazards: Vec<String>,
     /// The digest of the final memory.
@@ -296,13 +296,13 @@ pub(crate) fn print_text_summary(
 
 /// One line per code object rewriting planned (`deja: code rewritten: /bin/kv: 30 cpuid, 1
 /// xgetbv`), its refused sites, and the traps answered.
-pub(crate) fn print_host_channels(e: &mut impl Write, hc: &deja_kernel::hostchan::HostChannelReport) {
+pub(crate) fn print_host_channels(e: &mut impl Write, hc: &deja_kernel::host::hostchan::HostChannelReport) {
     use deja_rewrite::Channel;
-    if hc.rewrite == deja_kernel::hostchan::Rewrite::Off {
+    if hc.rewrite == deja_kernel::host::hostchan::Rewrite::Off {
         let _ = writeln!(e, "deja: code rewriting: off (DEJA_REWRITE=off)");
         return;
     }
-    let list = |c: &deja_kernel::hostchan::ChannelCounts| {
+    let list = |c: &deja_kernel::host::hostchan::ChannelCounts| {
         let v: Vec<String> =
             Channel::ALL.iter().filter(|&&ch| c.get(ch) > 0).map(|&ch| format!("{} {ch}", c.get(ch))).collect();
         if v.is_empty() {

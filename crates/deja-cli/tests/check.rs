@@ -19,9 +19,20 @@ fn check(
     extra: &[&str],
     dir: &std::path::Path,
 ) -> (std::process::Output, serde_json::Value) {
+    check_with(&[], base, candidate, extra, dir)
+}
+
+/// `deja check --json` with `env` set: its output and the certificate it printed.
+fn check_with(
+    env: &[(&str, &str)],
+    base: &str,
+    candidate: &str,
+    extra: &[&str],
+    dir: &std::path::Path,
+) -> (std::process::Output, serde_json::Value) {
     let mut args = vec!["check", "--json", "--base", base, "--candidate", candidate, "--out", dir.to_str().unwrap()];
     args.extend_from_slice(extra);
-    let o = deja(&args);
+    let o = std::process::Command::new(deja_bin()).args(&args).envs(env.iter().copied()).output().expect("start deja");
     let cert = serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null);
     (o, cert)
 }
@@ -116,6 +127,35 @@ fn tampered_capsules_and_certificates_are_refused() {
     let i = deja(&["inspect", bad.to_str().unwrap()]);
     assert_eq!(i.status.code(), Some(126), "an altered capsule: {}", stderr(&i));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn the_judge_runs_under_the_settings_deja_is_given() {
+    // The capsule and the certificate record the host's fingerprint under the settings every
+    // run of the check was made with: code rewritten by default, not with DEJA_REWRITE=off.
+    for (name, env, rewritten) in
+        [("rewrite-on", &[][..], true), ("rewrite-off", &[("DEJA_REWRITE", "off")][..], false)]
+    {
+        let dir = out(name);
+        let (o, cert) = check_with(env, &credit("buggy"), &credit("atomic"), &[], &dir);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        assert_eq!(cert["verdict"], "FIXED_FOR_THIS_CAPSULE", "{name}");
+        let capsule: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("capsule.json")).unwrap()).unwrap();
+        for (what, host) in [("certificate", &cert["host"]), ("capsule", &capsule["host"])] {
+            assert_eq!(host["remedy"]["rewrite"], rewritten, "{name}: the {what}'s host: {host}");
+            assert_eq!(host["rewrite_rules"].as_u64().unwrap() > 0, rewritten, "{name}: the {what}'s host: {host}");
+        }
+        let v = deja(&["verify-certificate", dir.join("certificate.json").to_str().unwrap()]);
+        assert_eq!(v.status.code(), Some(0), "{name}: {}", stderr(&v));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+    // A setting deja cannot read is refused before anything runs, as for every other command.
+    let dir = out("rewrite-bad");
+    let (o, _) = check_with(&[("DEJA_REWRITE", "sometimes")], &credit("buggy"), &credit("atomic"), &[], &dir);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("DEJA_REWRITE"), "{}", stderr(&o));
+    assert!(!dir.exists(), "nothing was judged");
 }
 
 #[test]

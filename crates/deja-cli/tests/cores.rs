@@ -170,7 +170,7 @@ fn every_cluster_has_one_digest_on_every_core() {
 
 /// deja's fixed CPUID answer for a leaf, as hostinfo prints it.
 fn table_line(leaf: u32, sub: u32) -> String {
-    let [a, b, c, d] = deja_kernel::cpuid::answer(leaf, sub);
+    let [a, b, c, d] = deja_kernel::host::cpuid::answer(leaf, sub);
     format!("cpuid {leaf:#010x}.{sub}: {a:08x} {b:08x} {c:08x} {d:08x}")
 }
 

@@ -36,15 +36,15 @@ fn a_c_program_reading_every_channel_sees_deja_model_on_every_core() {
         assert_eq!(summary(out)["digest"], v["digest"], "digest on core {c0} and core {c}");
     }
     // Every answer is deja's: the fixed CPUID table, core 0, its XCR0, a TSC from the seed.
-    let [a, b, c, d] = deja_kernel::cpuid::answer(1, 0);
+    let [a, b, c, d] = deja_kernel::host::cpuid::answer(1, 0);
     assert_eq!(field(&text, "cpuid 00000001.0:"), format!("{a:08x} {b:08x} {c:08x} {d:08x}"));
-    let [a, b, c, d] = deja_kernel::cpuid::answer(0xb, 1);
+    let [a, b, c, d] = deja_kernel::host::cpuid::answer(0xb, 1);
     assert_eq!(field(&text, "cpuid 0000000b.1:"), format!("{a:08x} {b:08x} {c:08x} {d:08x}"));
     assert!(field(&text, "rdtscp").ends_with(" aux 0"), "{text}");
     assert_eq!(field(&text, "rdpid"), "0");
-    assert_eq!(field(&text, "xgetbv"), format!("{:#x}", deja_kernel::cpuid::XCR0));
+    assert_eq!(field(&text, "xgetbv"), format!("{:#x}", deja_kernel::host::cpuid::XCR0));
     let tsc: u64 = field(&text, "rdtsc").parse().unwrap();
-    let base = deja_kernel::clock::tsc_base(5);
+    let base = deja_kernel::time::clock::tsc_base(5);
     assert!(tsc > base && tsc - base < 3_000_000_000, "the virtual TSC, from the seed's base: {tsc} (base {base})");
     for line in ["rdrand", "rdseed"] {
         let values = field(&text, line);
@@ -219,7 +219,7 @@ fn code_a_program_writes_and_makes_executable_is_rewritten_too() {
     }
     let (a, b) = field(&text, "jit rdtsc").split_once(" then ").unwrap();
     let (a, b): (u64, u64) = (a.parse().unwrap(), b.parse().unwrap());
-    assert!(a > deja_kernel::clock::tsc_base(8) && b > a, "the virtual TSC: {text}");
+    assert!(a > deja_kernel::time::clock::tsc_base(8) && b > a, "the virtual TSC: {text}");
     // What stays open, as doctor says: the program reading its own code sees the trap.
     assert_eq!(field(&text, "jit code now"), "0f 0b");
     let v = summary(&runs[0]);

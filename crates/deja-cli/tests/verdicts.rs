@@ -250,22 +250,21 @@ fn program_bug(dir: &Path, program: &str, args: &[&str], input: deja_explore::In
     let name = Path::new(program).file_name().unwrap().to_string_lossy().into_owned();
     let spec = deja_kernel::ProgramSpec::for_program(image, &name, args.iter().map(|s| s.to_string()), 0);
     let target = deja_explore::Target { spec, memory: 1024 << 20, path: program.to_string(), root: None };
-    let plain =
-        deja_explore::input::run_fresh(&target, u64::MAX, &deja_explore::Input::default(), &mut |_, _| {}).unwrap();
+    let settings = deja_vmm::Settings::default();
+    let plain = deja_explore::input::run_fresh_under(
+        &target,
+        &settings,
+        u64::MAX,
+        &deja_explore::Input::default(),
+        &mut |_, _| {},
+    )
+    .unwrap();
     let setup = plain.lives[0].run.report.setup_complete.as_ref().map_or(0, |s| s.syscall_index + 1);
     let fork_at = if input.seed.is_some() { 0 } else { setup };
-    let out = deja_explore::input::run_fresh(&target, fork_at, &input, &mut |_, _| {}).unwrap();
+    let out = deja_explore::input::run_fresh_under(&target, &settings, fork_at, &input, &mut |_, _| {}).unwrap();
     out.failure.as_ref()?;
     let path = dir.join("bug.json");
-    let bug = deja_explore::BugFile::new(
-        &target,
-        &deja_vmm::Settings::default(),
-        fork_at,
-        &input,
-        &out,
-        1,
-        &path.display().to_string(),
-    );
+    let bug = deja_explore::BugFile::new(&target, &settings, fork_at, &input, &out, 1, &path.display().to_string());
     bug.write(&path).unwrap();
     Some(path)
 }

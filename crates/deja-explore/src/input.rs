@@ -253,17 +253,6 @@ fn keep_stdout(out: &mut Vec<u8>, stream: Stream, bytes: &[u8]) {
     }
 }
 
-/// [`run_fresh_under`] the default settings ([`Settings::default`]), for callers that are given
-/// no settings yet (`deja check`'s judge).
-pub fn run_fresh(
-    target: &Target,
-    fork_at: u64,
-    input: &Input,
-    sink: &mut dyn FnMut(Stream, &[u8]),
-) -> Result<Outcome, ExploreError> {
-    run_fresh_under(target, &Settings::default(), fork_at, input, sink)
-}
-
 /// Runs `input` from scratch under `settings`: the program runs untouched to `fork_at`, takes
 /// the input there, and runs on — the same run a fork child at `fork_at` makes.
 pub fn run_fresh_under(

@@ -16,7 +16,8 @@
 //! A failure (a failed SDK assertion, a non-zero exit or a fatal signal of the final life) is
 //! deduplicated by its signature, replayed from scratch to confirm it gives the same digest, and
 //! written as `bug-<id>.json`: binary hash, argv, env, seed, the input and the full decision
-//! log, and the command that reproduces it. [`replay`] and [`minimize`] work from that file.
+//! log, and the command that reproduces it. [`replay_under`] and [`minimize_under`] work from
+//! that file.
 //! Every rule of a campaign is a function of its seed: the same seed and the same number of
 //! rounds give the same corpus, coverage and bugs.
 
@@ -35,12 +36,13 @@ pub mod merge;
 pub mod minimize;
 pub mod program;
 pub mod signature;
+pub mod sweep;
 
 pub use campaign::{saved, write_reports, Campaign, CampaignConfig, Mode, Progress, Strategy, Subject, INPUTS_DIR};
 pub use cluster::{explore_cluster, minimize_cluster, ClusterBug, ClusterInput, ClusterSubject, ClusterTarget};
 pub use input::{first_restart_difference, BugFile, Input, Outcome, Target};
 pub use merge::merge;
-pub use minimize::{minimize, minimize_under};
+pub use minimize::minimize_under;
 pub use program::{explore, ProgramSubject};
 pub use signature::FailureSignature;
 
@@ -429,16 +431,6 @@ impl ExploreError {
                 | ExploreError::NoProgress { .. }
         )
     }
-}
-
-/// [`replay_under`] the default settings ([`deja_vmm::Settings::default`]), for callers that
-/// are given no settings yet (`deja check`'s judge).
-pub fn replay(
-    bug: &BugFile,
-    target: &Target,
-    sink: &mut dyn FnMut(deja_kernel::Stream, &[u8]),
-) -> Result<Outcome, ExploreError> {
-    replay_under(bug, target, &deja_vmm::Settings::default(), sink)
 }
 
 /// Replays a bug file from scratch under `settings`: the same program, seed, steering point and

@@ -16,7 +16,7 @@
 //! parent made progress.
 
 use deja_cluster::{NodeFault, StorageFault};
-use deja_kernel::crash_points::{self, crash_points};
+use deja_kernel::faults::crash_points::{self, crash_points};
 use deja_kernel::{CrashPoint, CrashState, ErrorRule, FaultConfig, IoCount, IoErrno, IoOp, OpCrash, ProcessKill, When};
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;

@@ -171,12 +171,6 @@ pub(crate) fn ddmin<T: Clone, E>(all: &[T], fails: &mut dyn FnMut(&[T]) -> Resul
     Ok(current)
 }
 
-/// [`minimize_under`] the default settings ([`Settings::default`]), for callers that are given
-/// no settings yet (`deja check`'s judge).
-pub fn minimize(bug: &BugFile, target: &Target, new_file: &str) -> Result<Minimized, ExploreError> {
-    minimize_under(bug, target, &Settings::default(), new_file)
-}
-
 /// Minimizes `bug` with ddmin; every candidate is replayed from scratch under `settings` and
 /// kept only if it fails with the same signature. The result is replayed once more to verify
 /// it.

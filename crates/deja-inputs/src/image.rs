@@ -1,5 +1,6 @@
 //! A program in a root: a container image (`deja run --image`, a node's `image =`) or a
-//! directory tree (`deja run --root`), read into a `deja-image` tree. The tree becomes the run's
+//! directory tree (`deja run --root`, read from the host by [`crate::tree`]), as a `deja-image`
+//! tree. The tree becomes the run's
 //! read-only root ([`deja_kernel::fs::Root`]); the program is a path in it, or a name looked up
 //! in the root's `PATH`, and its loader and libraries come from it, not from the host. An image
 //! also gives the command, environment and working directory, replaced as `docker run`

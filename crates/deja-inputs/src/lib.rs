@@ -6,8 +6,11 @@
 //! - [`ldcache`]: glibc's `/etc/ld.so.cache`, read to find them as the loader would;
 //! - [`image`]: a program in a root, a container image or a directory tree read by
 //!   `deja-image`, with its command, environment and working directory, and the record of a
-//!   run's inputs that capsules and certificates keep.
+//!   run's inputs that capsules and certificates keep;
+//! - [`tree`]: a host directory read as a root (`--root`), and a run's disk written out as one
+//!   (`--fs-export`).
 
 pub mod dynlink;
 pub mod image;
 pub mod ldcache;
+pub mod tree;

@@ -24,6 +24,10 @@
 //! Every check that ran — and every check that did not — is listed in the certificate, chained
 //! by BLAKE3, so a verdict cannot be edited without the chain breaking. Missing evidence is never
 //! a pass: a verdict of FIXED needs every check executed and passed.
+//!
+//! Every run of a check boots under the run settings the `deja` command was given (a program's
+//! [`CheckInput::settings`], a cluster's `ClusterConfig::settings`), and its capsule and
+//! certificate record the host's CPU fingerprint under those settings.
 
 use snafu::Snafu;
 
@@ -91,6 +95,12 @@ pub enum JudgeError {
         /// Why.
         source: deja_format::json::ArtifactError,
     },
+}
+
+/// The host's CPU fingerprint under `settings`, which capsules and certificates record (`None`
+/// when the host cannot be measured).
+fn fingerprint(settings: &deja_vmm::Settings) -> Option<deja_vmm::Fingerprint> {
+    settings.host().ok().map(|h| h.fingerprint.clone())
 }
 
 /// Why one run of a check could not be made: the step it belongs to is then incomplete.

@@ -12,7 +12,7 @@ use std::ops::ControlFlow;
 
 use deja_explore::Outcome;
 use deja_kernel::{CrashPoint, CrashState, FaultConfig, ProgramSpec, When};
-use deja_vmm::Session;
+use deja_vmm::{BootOptions, Session, Settings};
 use serde::{Deserialize, Serialize};
 
 use crate::RunFailure;
@@ -146,29 +146,63 @@ impl Steer {
     }
 }
 
-/// Runs `spec` with no fault, steered by `steer` from syscall `fork_at`: the run a capsule's
-/// triggers are mapped on.
-pub fn run_steered(spec: &ProgramSpec, memory_mib: u64, steer: &Steer, fork_at: u64) -> Result<Outcome, RunFailure> {
-    let target = deja_explore::Target { spec: spec.clone(), memory: memory_mib << 20, path: String::new(), root: None };
-    Ok(deja_explore::input::run_fresh(&target, fork_at, &steer.input(FaultConfig::default()), &mut |_, _| {})?)
+/// What every run of a check is made on, whichever way it is made (a fresh steered run through
+/// the explorer, or a session the search crashes and restarts): the guest's RAM and the run
+/// settings of the `deja` command (CPU identity, code rewriting, the vDSO, the no-progress
+/// limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Machine {
+    /// Guest RAM in MiB.
+    pub memory_mib: u64,
+    /// The settings every VM of the check boots with.
+    pub settings: Settings,
 }
 
-/// Runs `spec` under `plan`, steered by `steer` from syscall `fork_at` on: the run `deja
+impl Machine {
+    /// How every VM of the check is built.
+    pub fn boot_options(&self) -> BootOptions {
+        BootOptions::new(self.settings)
+    }
+
+    /// Runs `input` on `spec` from scratch, the program untouched up to syscall `fork_at`: the
+    /// run `deja replay` makes of a bug file with that input.
+    pub fn run_fresh(
+        &self,
+        spec: &ProgramSpec,
+        fork_at: u64,
+        input: &deja_explore::Input,
+    ) -> Result<Outcome, RunFailure> {
+        let target =
+            deja_explore::Target { spec: spec.clone(), memory: self.memory_mib << 20, path: String::new(), root: None };
+        Ok(deja_explore::input::run_fresh_under(&target, &self.settings, fork_at, input, &mut |_, _| {})?)
+    }
+
+    /// Boots `spec` in a fresh VM; nothing has run yet.
+    fn boot(&self, spec: ProgramSpec) -> Result<Session, RunFailure> {
+        Ok(Session::boot_with(spec, self.memory_mib << 20, self.boot_options())?)
+    }
+}
+
+/// Runs `spec` on `m` with no fault, steered by `steer` from syscall `fork_at`: the run a
+/// capsule's triggers are mapped on.
+pub fn run_steered(spec: &ProgramSpec, m: &Machine, steer: &Steer, fork_at: u64) -> Result<Outcome, RunFailure> {
+    m.run_fresh(spec, fork_at, &steer.input(FaultConfig::default()))
+}
+
+/// Runs `spec` on `m` under `plan`, steered by `steer` from syscall `fork_at` on: the run `deja
 /// replay` makes of a bug file with that input, the plan's crash state named by meaning.
 pub fn run_plan(
     spec: &ProgramSpec,
-    memory_mib: u64,
+    m: &Machine,
     plan: &Plan,
     steer: &Steer,
     fork_at: u64,
 ) -> Result<Outcome, RunFailure> {
     let input = steer.input(plan.config());
     let Some(kept) = plan.kept.as_ref().filter(|_| plan.crash != CrashKind::None) else {
-        let target =
-            deja_explore::Target { spec: spec.clone(), memory: memory_mib << 20, path: String::new(), root: None };
-        return Ok(deja_explore::input::run_fresh(&target, fork_at, &input, &mut |_, _| {})?);
+        return m.run_fresh(spec, fork_at, &input);
     };
-    let mut c = Session::boot(spec.clone(), memory_mib << 20)?;
+    let mut c = m.boot(spec.clone())?;
     if c.run_to_syscall(fork_at, &mut |_, _| {})? {
         input.prepare(c.kernel_mut());
     }
@@ -208,12 +242,12 @@ pub enum Visit {
 /// Searches for a failure: for k in 1..=`durable_writes` (at most `max_points`), a crash after
 /// durable write k (the durable layer) and before it (its distinct crash states, at most
 /// `states` each), then at exit (its states), then an error on each file operation of `control`
-/// (EIO, and ENOSPC where a disk can run out). Each run, and each crash point never reached,
-/// is given to `visit` in that order; the search stops when `visit` says so (the hunt, at its
-/// first failure; the sweep, when a run decides).
+/// (EIO, and ENOSPC where a disk can run out), every run on `m`. Each run, and each crash
+/// point never reached, is given to `visit` in that order; the search stops when `visit` says
+/// so (the hunt, at its first failure; the sweep, when a run decides).
 pub fn search(
     spec: &ProgramSpec,
-    memory_mib: u64,
+    m: &Machine,
     control: &Outcome,
     max_points: u64,
     states: usize,
@@ -224,13 +258,13 @@ pub fn search(
     let mut modelled = FaultConfig::default();
     modelled.take_settings(&spec.faults);
     let d = control.durable_writes.min(max_points);
-    for point in deja_kernel::crash_points::crash_points(d, &[When::After, When::Before], true) {
+    for point in deja_kernel::faults::crash_points::crash_points(d, &[When::After, When::Before], true) {
         let (kind, k) = CrashKind::of(point);
         out.points += 1;
         let plan = Plan { crash: kind, k, kept: None, faults: modelled.clone() };
         let mut s = spec.clone();
         s.faults = plan.config();
-        let mut crashed = Session::boot(s, memory_mib << 20)?;
+        let mut crashed = m.boot(s)?;
         if !crashed.run_to_crash(&mut |_, _| {})? {
             out.unreached.push(kind.words(k));
             if visit(Visit::Unreached(kind.words(k))).is_break() {
@@ -270,7 +304,7 @@ pub fn search(
             kept: None,
             faults: FaultConfig { crash_model: modelled.crash_model, fail_stop: modelled.fail_stop.clone(), ..faults },
         };
-        let o = run_plan(spec, memory_mib, &plan, &Steer::default(), 0)?;
+        let o = run_plan(spec, m, &plan, &Steer::default(), 0)?;
         out.runs += 1;
         out.digests.push(o.digest.clone());
         if visit(Visit::Ran(Box::new((plan, o)))).is_break() {

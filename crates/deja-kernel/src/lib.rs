@@ -194,16 +194,6 @@ pub mod kernel;
 // `Kernel::sys_*` handlers. Uses `kernel` and every room above it in this list.
 pub mod syscalls;
 
-// The old module paths, which the crates above (deja-vmm, deja-cli, deja-explore, deja-judge,
-// deja-cluster, fuzz/, xtask/) still use: `deja_kernel::clock::tsc_base` and the like. To be
-// switched to the rooms' paths, then removed; nothing in this crate uses them.
-pub use faults::crash_points;
-pub use host::{cpuid, hostchan};
-pub use mm::{mem, user_layout};
-pub use record::trace;
-pub use task::threads;
-pub use time::{clock, vdso};
-
 use snafu::Snafu;
 
 pub use decisions::{DecisionLog, DecisionPoint, DecisionRecord, FailStopMode, FaultKind, IoErrno, IoOp, RandomFault};

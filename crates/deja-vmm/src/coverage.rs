@@ -1,6 +1,6 @@
 //! Block coverage of unmodified programs, by one-shot breakpoints.
 //!
-//! The rewriter's block map ([`deja_kernel::hostchan::image_blocks`]) names every basic block
+//! The rewriter's block map ([`deja_kernel::host::hostchan::image_blocks`]) names every basic block
 //! of a program image that recursive descent proved to start with an instruction. To measure
 //! which ones a run reaches, the VM is *armed*: an `int3` (`cc`) replaces the first byte of
 //! every block not seen yet. When one executes, the exit loop puts the byte back, records the
@@ -154,13 +154,13 @@ pub fn is_runtime_object(path: &str) -> bool {
 }
 
 impl BlockImage {
-    /// The blocks of `image` (a program ELF), as [`deja_kernel::hostchan::image_blocks`] finds
+    /// The blocks of `image` (a program ELF), as [`deja_kernel::host::hostchan::image_blocks`] finds
     /// them; with `scope` not empty, only those inside a function one of its patterns takes
     /// ([`in_scope`]).
     pub fn of_image(image: &[u8], scope: &[String]) -> Arc<BlockImage> {
         let mut out =
             BlockImage { image: (image.len() as u64, *blake3::hash(image).as_bytes()), ..BlockImage::default() };
-        out.add_image(&deja_kernel::hostchan::image_blocks(image), scope, "");
+        out.add_image(&deja_kernel::host::hostchan::image_blocks(image), scope, "");
         Arc::new(out)
     }
 
@@ -178,7 +178,7 @@ impl BlockImage {
         files: &[(&str, &[u8])],
         scope: &[String],
     ) -> (Arc<BlockImage>, Vec<String>) {
-        let map = deja_kernel::hostchan::image_blocks(image);
+        let map = deja_kernel::host::hostchan::image_blocks(image);
         let objects: Vec<(&str, &[u8])> =
             files.iter().copied().filter(|(_, d)| is_code_object(d) && *d != image).collect();
         let fresh =
@@ -269,7 +269,7 @@ impl BlockImage {
 
     /// Adds the blocks of `map` (the program image) that `scope` takes (all with `scope`
     /// empty), the program at `path`; returns how many. Only before any object.
-    fn add_image(&mut self, map: &deja_kernel::hostchan::ImageBlocks, scope: &[String], path: &str) -> usize {
+    fn add_image(&mut self, map: &deja_kernel::host::hostchan::ImageBlocks, scope: &[String], path: &str) -> usize {
         let mut index = std::collections::BTreeMap::new();
         for &(addr, offset, byte) in &map.blocks {
             let Some(owner) = self.owner_of(&map.functions, &mut index, addr, scope, path, false) else { continue };
@@ -284,7 +284,7 @@ impl BlockImage {
     /// Adds the blocks of the shared object `data` at `path` that `scope` takes; returns how
     /// many. An object without any is not kept.
     fn add_object(&mut self, path: &str, data: &[u8], scope: &[String]) -> usize {
-        let map = deja_kernel::hostchan::file_blocks(data);
+        let map = deja_kernel::host::hostchan::file_blocks(data);
         let mut index = std::collections::BTreeMap::new();
         let functions = self.functions.len();
         let mut blocks: Vec<(u64, u8, u32)> = Vec::new();

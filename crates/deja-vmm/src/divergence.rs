@@ -283,11 +283,11 @@ fn page_difference(a: &LifeRecord, b: &LifeRecord) -> String {
                     };
                     return match line {
                         Some(n) => {
-                            let off = n * deja_kernel::trace::PAGE_LINE;
+                            let off = n * deja_kernel::record::trace::PAGE_LINE;
                             format!(
                                 "first at the page at {:#x}, in its bytes {off:#x}..{:#x} (address {:#x})",
                                 p.0,
-                                off + deja_kernel::trace::PAGE_LINE,
+                                off + deja_kernel::record::trace::PAGE_LINE,
                                 p.0 + off as u64
                             )
                         }

@@ -8,7 +8,7 @@
 //!
 //! * **CPUID faulting** (`MSR_PLATFORM_INFO` bit 31, enabled with `MSR_MISC_FEATURES_ENABLES`
 //!   bit 0): every ring-3 `cpuid` raises #GP and the core answers it from deja's fixed table
-//!   ([`deja_kernel::cpuid`]). Exact on every host that honours it, whatever its KVM does to
+//!   ([`deja_kernel::host::cpuid`]). Exact on every host that honours it, whatever its KVM does to
 //!   `KVM_SET_CPUID2` entries. Chosen whenever the host honours it: the MSR bit sticking is not
 //!   enough (some hosts accept it and go on answering `cpuid` themselves), so the probe runs a
 //!   ring-3 `cpuid` under faulting and faulting counts only if it trapped.
@@ -95,7 +95,7 @@ impl Policy {
 }
 
 /// How a run's VMs are set up: the CPU identity it asks for, whether programs' code is
-/// rewritten ([`deja_kernel::hostchan`]) and get deja's vDSO ([`deja_kernel::vdso`]), and how
+/// rewritten ([`deja_kernel::host::hostchan`]) and get deja's vDSO ([`deja_kernel::time::vdso`]), and how
 /// long the watchdog lets guest code run without an event ([`crate::watchdog`]). A plain value:
 /// the CLI builds it once and passes it to everything that boots a VM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -199,13 +199,13 @@ pub struct Remedy {
     /// The host core every vCPU thread is pinned to, if any.
     pub pinned_core: Option<u32>,
     /// Programs' `cpuid`, `rdtsc`, `rdtscp`, `rdpid`, `rdrand`, `rdseed` and `xgetbv` are
-    /// rewritten to traps that deja answers ([`deja_kernel::hostchan`]); the CPUID source
+    /// rewritten to traps that deja answers ([`deja_kernel::host::hostchan`]); the CPUID source
     /// above then answers only what the rewriter left alone. Absent in artifacts of a deja
     /// that did not rewrite.
     #[serde(default)]
     pub rewrite: bool,
     /// Programs get deja's vDSO, and read the clock through it without an exit
-    /// ([`deja_kernel::vdso`]). Absent in artifacts of a deja without one.
+    /// ([`deja_kernel::time::vdso`]). Absent in artifacts of a deja without one.
     #[serde(default)]
     pub vdso: bool,
 }
@@ -390,7 +390,7 @@ pub struct HostProfile {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mechanism {
-    /// Rewritten to a trap deja answers ([`deja_kernel::hostchan`]).
+    /// Rewritten to a trap deja answers ([`deja_kernel::host::hostchan`]).
     Rewriting,
     /// The host traps it (CPUID faulting, CR4.TSD) and deja answers.
     HardwareTrap,
@@ -448,7 +448,7 @@ impl HostProfile {
                     (Undefined, "#UD (SIGILL), as on a CPU without it".into())
                 }
                 Channel::Rdrand | Channel::Rdseed => (Open, "runs natively and reads host randomness".into()),
-                Channel::Xgetbv if hw.guest_xcr0 == deja_kernel::cpuid::XCR0 => {
+                Channel::Xgetbv if hw.guest_xcr0 == deja_kernel::host::cpuid::XCR0 => {
                     (KvmTable, "deja's XCR0 is in force".into())
                 }
                 Channel::Xgetbv => (Open, format!("reads the host's XCR0 {:#x}", hw.guest_xcr0)),
@@ -463,7 +463,7 @@ impl HostProfile {
                     Channel::Rdtscp => p.rdtsc_trapped && p.rdtscp_aux.is_none(),
                     Channel::Rdpid => p.rdpid.is_none(),
                     Channel::Rdrand | Channel::Rdseed => !p.rdrand_runs,
-                    Channel::Xgetbv => p.guest_xcr0 == deja_kernel::cpuid::XCR0,
+                    Channel::Xgetbv => p.guest_xcr0 == deja_kernel::host::cpuid::XCR0,
                 }
         };
         Channel::ALL
@@ -521,13 +521,6 @@ impl HostProfile {
         }
         out
     }
-}
-
-/// The host profile under the default settings ([`Settings::default`]), for callers that are
-/// given no settings yet (`deja check`'s judge): everything else asks its own settings
-/// ([`Settings::host`]).
-pub fn host() -> Result<&'static HostProfile, VmError> {
-    Settings::default().host()
 }
 
 /// Whether every vCPU thread must be pinned to one fixed core under `policy`, given the CPUID
@@ -653,7 +646,7 @@ mod tests {
             cpuid_trapped: true,
             rdtsc_trapped: false,
             guest_xcr0: xcr0,
-            cpuid: vec![CpuidAnswer { leaf: 1, subleaf: 0, regs: deja_kernel::cpuid::answer(1, 0) }],
+            cpuid: vec![CpuidAnswer { leaf: 1, subleaf: 0, regs: deja_kernel::host::cpuid::answer(1, 0) }],
             cpuid_diffs: Vec::new(),
             hypervisor_leaf_visible: false,
             rdtscp_aux: rdpid.map(|c| c as u32),

@@ -25,7 +25,7 @@ pub mod watchdog;
 
 use deja_kernel::{LoadError, RunReport};
 
-pub use deja_kernel::cpuid;
+pub use deja_kernel::host::cpuid;
 pub use fork::{Fork, LateParent, Parent, ResetStats, LATE_FORKS};
 pub use hostcheck::{check_host, probe, HostCheck};
 pub use identity::{Fingerprint, HostProfile, Remedy, Settings};

@@ -8,7 +8,8 @@
 //! remedy and compute the fingerprint; `deja doctor` runs it on every core, with and without
 //! faulting.
 
-use deja_kernel::{cpuid, RegWrite};
+use deja_kernel::host::cpuid;
+use deja_kernel::RegWrite;
 use serde::{Deserialize, Serialize};
 
 use crate::affinity::current_core;
@@ -241,7 +242,7 @@ pub fn probe_with(source: CpuidSource) -> Result<HostProbe, VmError> {
 
 /// Runs the probe with its code rewritten as a program's is ([`deja_rewrite`]): what a
 /// program sees under rewriting, each rewritten instruction answered as the kernel answers it
-/// ([`deja_kernel::hostchan::answer`]).
+/// ([`deja_kernel::host::hostchan::answer`]).
 pub fn probe_rewritten(source: CpuidSource) -> Result<HostProbe, VmError> {
     run(source, true)
 }
@@ -267,7 +268,7 @@ pub fn run(source: CpuidSource, rewrite: bool) -> Result<HostProbe, VmError> {
         let (eax, ecx) = (gprs[0] as u32, gprs[1] as u32);
         if let Some(site) = plan.sites.iter().find(|s| s.addr == rip).filter(|_| vector == 6) {
             let (writes, flags) =
-                deja_kernel::hostchan::answer(site.channel, (site.reg, site.width), (eax, ecx), 0, 0, 1)?;
+                deja_kernel::host::hostchan::answer(site.channel, (site.reg, site.width), (eax, ecx), 0, 0, 1)?;
             return Some(ProbeAnswer { writes, flags, len: *len });
         }
         let w = |reg, value| RegWrite { reg, value, width: 8 };

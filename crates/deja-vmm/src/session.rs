@@ -8,8 +8,8 @@
 //! after every injected crash ([`Session::lives`]). A fork ([`crate::Fork`]) is a session with
 //! a parent state it resets to; a cluster node is a session the cluster driver steps.
 
-use deja_kernel::hostchan::Rewrite;
-use deja_kernel::vdso::VdsoMode;
+use deja_kernel::host::hostchan::Rewrite;
+use deja_kernel::time::vdso::VdsoMode;
 use deja_kernel::{Disk, ExitStatus, FaultInfo, Kernel, ProgramSpec, Stream};
 
 use std::sync::Arc;
@@ -42,7 +42,7 @@ impl BootOptions {
 /// and puts the vCPU at the entry point, in ring 3. Nothing has run yet.
 ///
 /// The VM is set up with the remedy of `opts.settings` ([`Settings::remedy`]), and the
-/// program's code is rewritten ([`deja_kernel::hostchan`]) and given deja's vDSO as those
+/// program's code is rewritten ([`deja_kernel::host::hostchan`]) and given deja's vDSO as those
 /// settings say, whatever `spec.rewrite` and `spec.vdso` say: the remedy in force, which every
 /// artifact's fingerprint records, and the program's load agree.
 pub fn boot(spec: &ProgramSpec, memory: u64, opts: BootOptions) -> Result<(Vm, Kernel), RunError> {
@@ -87,9 +87,9 @@ pub struct Session {
 }
 
 impl Session {
-    /// Boots `spec` under the default settings ([`Settings::default`]), for callers that are
-    /// given no settings yet (`deja check`'s judge); everything else boots with its own
-    /// ([`Session::boot_with`]).
+    /// Boots `spec` under the default settings ([`Settings::default`]), not those a `deja`
+    /// command was given: for tests that need no other. Everything a command runs boots with its
+    /// own settings ([`Session::boot_with`]).
     pub fn boot(spec: ProgramSpec, memory: u64) -> Result<Session, RunError> {
         Session::boot_with(spec, memory, BootOptions::new(Settings::default()))
     }

@@ -451,6 +451,7 @@ fn figures(args: &BenchArgs, settings: &Settings) -> Result<serde_json::Value, S
         crash_model: deja_kernel::CrashModel::PosixWeak,
         fail_stop: deja_kernel::FailStopMode::Auto,
         worlds: 3,
+        settings: *settings,
     };
     let start = Instant::now();
     let judged = deja_judge::check(&judge_input("credit-atomic"));

@@ -49,7 +49,7 @@ use deja_cluster::config::{Action, ScheduledFault};
 use deja_cluster::{Fates, NodeFault, StorageFault};
 use deja_explore::cluster::{describe_fault, run_cluster_with, with_faults, BugFault, ClusterOutcome};
 use deja_explore::{ClusterBug, ClusterInput, ClusterTarget};
-use deja_kernel::crash_points::{crash_points, spread};
+use deja_kernel::faults::crash_points::{crash_points, spread};
 use deja_kernel::{OpCrash, When};
 
 use crate::certificate::Certificate;
@@ -106,7 +106,9 @@ pub enum CandidateError {
 pub struct ClusterCheck {
     /// The bug file.
     pub bug: ClusterBug,
-    /// The base cluster (the one the bug was found on).
+    /// The base cluster (the one the bug was found on). Every run of the check, the
+    /// candidate's too, boots under its `cfg.settings`, and the certificate records the host's
+    /// fingerprint under them.
     pub base: ClusterTarget,
     /// The candidate's nodes; the other nodes keep the base's.
     pub candidate: Candidate,

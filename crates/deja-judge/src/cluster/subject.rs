@@ -305,7 +305,9 @@ impl Subject for ClusterSubject<'_> {
             Err(_) => String::new(),
         };
         let mut cert = Certificate::new(&c.bug.id, &c.base.file_blake3, &cand_hash);
-        cert.host = deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone());
+        // The settings every run was made under: the base's, which the candidate's cluster
+        // keeps (see `candidate_target`).
+        cert.host = crate::fingerprint(&c.base.cfg.settings);
         cert
     }
 }

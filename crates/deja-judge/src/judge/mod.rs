@@ -10,7 +10,7 @@ use deja_kernel::{FaultConfig, ProgramSpec};
 
 use crate::capsule::{Capsule, Trigger};
 use crate::certificate::Certificate;
-use crate::search::{CrashKind, Plan, Steer};
+use crate::search::{CrashKind, Machine, Plan, Steer};
 pub use crate::verdict::Verdict;
 use crate::RunFailure;
 
@@ -95,6 +95,16 @@ pub struct CheckInput {
     /// How a life of either program that ends non-zero after an injected I/O error is judged
     /// (a capsule carries its own, which the caller passes here).
     pub fail_stop: deja_kernel::FailStopMode,
+    /// The run settings every VM of the check boots with (the `deja` command's); the capsule
+    /// and the certificate record the host's fingerprint under them.
+    pub settings: deja_vmm::Settings,
+}
+
+impl CheckInput {
+    /// What every run of the check is made on: its guest RAM and its settings.
+    pub fn machine(&self) -> Machine {
+        Machine { memory_mib: self.memory_mib, settings: self.settings }
+    }
 }
 
 /// The result of a check.
@@ -125,16 +135,15 @@ fn spec(image: &[u8], p: &Program, input: &CheckInput) -> ProgramSpec {
     s
 }
 
-/// Runs `spec` with `faults` and `overrides` from its first syscall on.
+/// Runs `spec` on `m` with `faults` and `overrides` from its first syscall on.
 fn run(
     spec: &ProgramSpec,
-    memory_mib: u64,
+    m: &Machine,
     faults: &FaultConfig,
     overrides: &BTreeMap<u64, u64>,
 ) -> Result<Outcome, RunFailure> {
-    let target = deja_explore::Target { spec: spec.clone(), memory: memory_mib << 20, path: String::new(), root: None };
     let input = deja_explore::Input { overrides: overrides.clone(), faults: faults.clone(), ..Default::default() };
-    Ok(deja_explore::input::run_fresh(&target, 0, &input, &mut |_, _| {})?)
+    m.run_fresh(spec, 0, &input)
 }
 
 fn describe_event(name: &str, details: &str) -> String {
@@ -230,17 +239,22 @@ pub fn check(input: &CheckInput) -> Judgement {
 /// replayed exactly as `deja replay` does and must fail the same way; a bug that was not
 /// minimized yet is minimized first, as `deja minimize` would (so that a verdict does not depend
 /// on whether its finder minimized it), and the capsule says so. The failing run is frozen by
-/// meaning, with the bug's steering (where its input applies, its overrides and reseed).
-pub fn freeze_bug(bug: &deja_explore::BugFile, target: &deja_explore::Target) -> Result<Capsule, String> {
-    let out = deja_explore::replay(bug, target, &mut |_, _| {}).map_err(|e| e.to_string())?;
+/// meaning, with the bug's steering (where its input applies, its overrides and reseed). Every
+/// run is made under `settings`, and the capsule records the host's fingerprint under them.
+pub fn freeze_bug(
+    bug: &deja_explore::BugFile,
+    target: &deja_explore::Target,
+    settings: &deja_vmm::Settings,
+) -> Result<Capsule, String> {
+    let out = deja_explore::replay_under(bug, target, settings, &mut |_, _| {}).map_err(|e| e.to_string())?;
     if !out.failure.as_ref().is_some_and(|f| f.is_the_failure(&bug.signature)) {
         let got = out.failure.map_or_else(|| "it holds".to_string(), |f| f.to_string());
         return Err(format!("it does not reproduce on {} ({got})", target.path));
     }
     let (bug, out, origin) = if bug.minimized_from.is_none() && bug.input.size() > 1 {
-        let m =
-            deja_explore::minimize(bug, target, &bug.reproduce).map_err(|e| format!("it cannot be minimized: {e}"))?;
-        let again = deja_explore::replay(&m.bug, target, &mut |_, _| {}).map_err(|e| e.to_string())?;
+        let m = deja_explore::minimize_under(bug, target, settings, &bug.reproduce)
+            .map_err(|e| format!("it cannot be minimized: {e}"))?;
+        let again = deja_explore::replay_under(&m.bug, target, settings, &mut |_, _| {}).map_err(|e| e.to_string())?;
         let origin = format!(
             "bug {}, minimized here as deja minimize does, in {} runs: {} of {} input elements kept",
             bug.id,
@@ -280,6 +294,7 @@ pub fn freeze_bug(bug: &deja_explore::BugFile, target: &deja_explore::Target) ->
         states_per_point: 0,
         crash_model: deja_kernel::CrashModel::PosixWeak,
         fail_stop: bug.input.faults.fail_stop.clone(),
+        settings: *settings,
     };
     let base_hash = blake3::hash(&target.spec.image).to_hex().to_string();
     let mut c = capsule_from(&out, &base_hash, &input, &bug.input.faults, &steer)
@@ -301,8 +316,9 @@ pub fn plan_of(c: &Capsule, control: &Outcome) -> Option<Plan> {
 /// Freezes the failing run `out` of the base, made under `faults` and `overrides`, as a capsule
 /// (for a failure found by the hunt, or by `deja explore` and replayed from its bug file). The
 /// crash point is frozen by meaning (the event it follows), and so are the pending operations
-/// the crash kept; placed errors are by meaning already. `None` when the run did not fail, or
-/// named a crash it never reached.
+/// the crash kept; placed errors are by meaning already. It records the host's fingerprint under
+/// `input.settings`, those of the run. `None` when the run did not fail, or named a crash it
+/// never reached.
 pub fn capsule_from(
     out: &Outcome,
     base_blake3: &str,
@@ -364,7 +380,7 @@ pub fn capsule_from(
             crash,
             kept,
             models,
-            host: deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone()),
+            host: crate::fingerprint(&input.settings),
             at_setup: steer.at_setup,
             reseed: steer.reseed,
             origin: String::new(),
@@ -391,5 +407,34 @@ pub fn inputs_difference(want: &deja_inputs::image::InputRecord, got: &deja_inpu
     match got.files.keys().find(|p| !want.files.contains_key(*p)) {
         Some(p) => format!("{p} is declared here, not in the capsule"),
         None => "they differ".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_run_of_a_check_boots_under_its_settings() {
+        let settings = deja_vmm::Settings { rewrite: false, vdso: false, ..deja_vmm::Settings::default() };
+        let input = CheckInput {
+            base: Program::plain("base", Ok(Vec::new())),
+            candidate: Program::plain("candidate", Ok(Vec::new())),
+            corrected: None,
+            capsule: None,
+            args: Vec::new(),
+            env: Vec::new(),
+            seed: 0,
+            memory_mib: 64,
+            max_kill_points: 0,
+            worlds: 1,
+            states_per_point: 1,
+            crash_model: deja_kernel::CrashModel::PosixWeak,
+            fail_stop: deja_kernel::FailStopMode::Auto,
+            settings,
+        };
+        let m = input.machine();
+        assert_eq!(m.memory_mib, 64);
+        assert_eq!(m.boot_options().settings, settings, "the check's VMs boot under its settings, not the defaults");
     }
 }

@@ -1,7 +1,8 @@
 //! A program as the pipeline's [`Subject`]: its runs over the KVM code paths
-//! (`deja_explore::input::run_fresh`, `deja_vmm::Session` through [`crate::search`]), each told
-//! as a [`Run`]. It decides nothing; what it keeps between steps is what the later ones need:
-//! the base's fault-free run, the capsule found or given and its steering, the candidate's
+//! (`deja_explore::input::run_fresh_under`, `deja_vmm::Session` through [`crate::search`]),
+//! every one on the check's [`crate::search::Machine`] (its RAM and run settings), each told as
+//! a [`Run`]. It decides nothing; what it keeps between steps is what the later ones need: the
+//! base's fault-free run, the capsule found or given and its steering, the candidate's
 //! fault-free runs on which the capsule is mapped, and the worlds (to name how they differ).
 //!
 //! Its steps: the hunt on the base (or the capsule given), the capsule reproduced by meaning,
@@ -102,7 +103,7 @@ impl<'a> ProgramCheck<'a> {
         let input = self.input;
         let mut failure = None;
         let searched =
-            search(base, input.memory_mib, plain, input.max_kill_points, input.states_per_point, &mut |v| match v {
+            search(base, &input.machine(), plain, input.max_kill_points, input.states_per_point, &mut |v| match v {
                 // A failure after a crash and its restart, or under a placed error.
                 Visit::Ran(r) if r.1.failure.is_some() && (r.0.crash == CrashKind::None || r.1.lives.len() > 1) => {
                     failure = Some(*r);
@@ -144,13 +145,13 @@ impl<'a> ProgramCheck<'a> {
         let control = if self.steer == Steer::default() {
             plain.clone()
         } else {
-            run_steered(&base, input.memory_mib, &self.steer, self.fork_base)
+            run_steered(&base, &input.machine(), &self.steer, self.fork_base)
                 .map_err(|e| NoEvidence::new(format!("the base does not run: {e}")))?
         };
         let plan = plan_of(&c, &control);
         self.control = Some(control);
         let plan = plan.ok_or_else(|| NoEvidence::new("the capsule's trigger does not occur on the base"))?;
-        let o = run_plan(&base, input.memory_mib, &plan, &self.steer, self.fork_base)
+        let o = run_plan(&base, &input.machine(), &plan, &self.steer, self.fork_base)
             .map_err(|e| NoEvidence::new(e.to_string()))?;
         Ok(run_of(&o))
     }
@@ -163,12 +164,13 @@ impl<'a> ProgramCheck<'a> {
         let image = corr.image.as_ref().map_err(|_| NoEvidence::new("the corrected program cannot be read"))?;
         let s = spec(image, corr, input);
         let cannot = |e: RunFailure| NoEvidence::new(format!("the corrected program cannot be run: {e}"));
-        let plain = run(&s, input.memory_mib, &FaultConfig::default(), &BTreeMap::new()).map_err(cannot)?;
+        let m = input.machine();
+        let plain = run(&s, &m, &FaultConfig::default(), &BTreeMap::new()).map_err(cannot)?;
         let at = self.steer.fork_at(&plain);
-        let ctl = run_steered(&s, input.memory_mib, &self.steer, at).map_err(cannot)?;
+        let ctl = run_steered(&s, &m, &self.steer, at).map_err(cannot)?;
         let p = plan_of(c, &ctl)
             .ok_or_else(|| NoEvidence::new("the capsule's trigger does not occur on the corrected program"))?;
-        Ok(run_of(&run_plan(&s, input.memory_mib, &p, &self.steer, at).map_err(cannot)?))
+        Ok(run_of(&run_plan(&s, &m, &p, &self.steer, at).map_err(cannot)?))
     }
 
     /// The candidate without faults: it must be read, run and get past its start-up.
@@ -180,7 +182,7 @@ impl<'a> ProgramCheck<'a> {
             .as_ref()
             .map_err(|e| NoEvidence::new(format!("the candidate cannot be read: {e}")))?;
         let cand = spec(image, &input.candidate, input);
-        let plain = run(&cand, input.memory_mib, &FaultConfig::default(), &BTreeMap::new())
+        let plain = run(&cand, &input.machine(), &FaultConfig::default(), &BTreeMap::new())
             .map_err(|e| NoEvidence::new(format!("the candidate cannot be run: {e}")))?;
         let mut r = run_of(&plain);
         if let Some(last) = plain.lives.last().map(|l| &l.run.report) {
@@ -200,7 +202,7 @@ impl<'a> ProgramCheck<'a> {
     /// The candidate without faults under the capsule's steering: where its trigger is mapped.
     fn candidate_steered(&mut self) -> Result<Run, NoEvidence> {
         let cand = need(&self.cand, "candidate")?;
-        let o = run_steered(cand, self.input.memory_mib, &self.steer, self.fork_cand)
+        let o = run_steered(cand, &self.input.machine(), &self.steer, self.fork_cand)
             .map_err(|e| NoEvidence::new(format!("the candidate cannot be run: {e}")))?;
         let r = run_of(&o);
         self.cand_control = Some(o);
@@ -221,7 +223,7 @@ impl<'a> ProgramCheck<'a> {
         let cores = deja_vmm::identity::initial_cores();
         let core = cores.get(k as usize % cores.len().max(1)).copied().unwrap_or(0);
         let o = deja_vmm::identity::on_core(core, || {
-            run_plan(cand, self.input.memory_mib, plan, &self.steer, self.fork_cand)
+            run_plan(cand, &self.input.machine(), plan, &self.steer, self.fork_cand)
         })
         .map_err(RunFailure::from)
         .and_then(|r| r)
@@ -245,7 +247,7 @@ impl Subject for ProgramCheck<'_> {
         let input = self.input;
         let image = input.base.image.as_ref().map_err(|e| NoEvidence::new(format!("the base cannot be read: {e}")))?;
         let base = spec(image, &input.base, input);
-        let plain = run(&base, input.memory_mib, &FaultConfig::default(), &BTreeMap::new())
+        let plain = run(&base, &input.machine(), &FaultConfig::default(), &BTreeMap::new())
             .map_err(|e| NoEvidence::new(format!("the base does not run: {e}")))?;
         self.base = Some(base.clone());
         self.plain = Some(plain.clone());
@@ -321,7 +323,7 @@ impl Subject for ProgramCheck<'_> {
             )));
         }
         let swept =
-            search(cand, input.memory_mib, plain, input.max_kill_points, input.states_per_point, &mut |v| match v {
+            search(cand, &input.machine(), plain, input.max_kill_points, input.states_per_point, &mut |v| match v {
                 Visit::Ran(r) => each(Swept::Ran { label: r.0.describe(), run: run_of(&r.1) }),
                 Visit::Unreached(label) => each(Swept::Unreached { label, digest: None }),
             })
@@ -339,7 +341,7 @@ impl Subject for ProgramCheck<'_> {
         let mut cert = Certificate::new(id, &self.base_hash, &self.cand_hash);
         cert.base_inputs = input.base.setting.record();
         cert.candidate_inputs = input.candidate.setting.record();
-        cert.host = deja_vmm::identity::host().ok().map(|h| h.fingerprint.clone());
+        cert.host = crate::fingerprint(&input.settings);
         if let Some(c) = &self.capsule {
             cert.crash_model = Some(c.faults.crash_model);
             cert.fail_stop = Some(c.faults.fail_stop.clone());

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use crate::coverage::{BlockHit, BlockImage, Seen, INT3};
 use crate::layout::*;
 use crate::paging::{AddressSpace, RamError, PTE_A, PTE_D, PTE_P, PTE_PS, PTE_U, PTE_W};
-use deja_kernel::cpuid;
+use deja_kernel::host::cpuid;
 
 mod run;
 mod state;
@@ -481,7 +481,7 @@ impl Vm {
     }
 
     /// Gives KVM the CPUID table of a program shown `cpus` CPUs
-    /// ([`deja_kernel::cpuid::table_for`]), so that a `cpuid` the vCPU runs itself answers what
+    /// ([`deja_kernel::host::cpuid::table_for`]), so that a `cpuid` the vCPU runs itself answers what
     /// deja's own answers say. Only before the vCPU first runs (a VM is made with one CPU's).
     pub fn show_cpus(&mut self, cpus: u32) -> Result<(), VmError> {
         if cpus > 1 {
@@ -491,7 +491,7 @@ impl Vm {
     }
 
     fn set_cpuid_table(&mut self, cpus: u32) -> Result<(), VmError> {
-        let entries: Vec<kvm_cpuid_entry2> = deja_kernel::cpuid::table_for(cpus)
+        let entries: Vec<kvm_cpuid_entry2> = deja_kernel::host::cpuid::table_for(cpus)
             .iter()
             .map(|l| kvm_cpuid_entry2 {
                 function: l.function,

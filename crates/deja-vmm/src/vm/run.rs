@@ -478,7 +478,7 @@ impl Vm {
                         }
                     }
                     SyscallOutcome::Idle => {
-                        self.finish_syscall(kernel, deja_kernel::threads::BLOCKED_RETURN)?;
+                        self.finish_syscall(kernel, deja_kernel::task::threads::BLOCKED_RETURN)?;
                         return Ok(Stop::Idle);
                     }
                     SyscallOutcome::Resume(ctx) => {
