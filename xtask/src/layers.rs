@@ -23,9 +23,10 @@ pub struct Layer {
 pub const MAP: &[Layer] = &[
     Layer {
         name: "deja-cli",
-        layer: 7,
+        layer: 8,
         owns: "the `deja` command: argument parsing, printing, exit codes, the live view's server",
         uses: &[
+            "deja-bench",
             "deja-judge",
             "deja-explore",
             "deja-explore-report",
@@ -37,6 +38,20 @@ pub const MAP: &[Layer] = &[
             "deja-kernel",
             "deja-rewrite",
             "deja-format",
+        ],
+    },
+    Layer {
+        name: "deja-bench",
+        layer: 7,
+        owns: "`deja bench`: deja against native execution, forks, clusters, campaigns and checks, measured side by side",
+        uses: &[
+            "deja-judge",
+            "deja-explore",
+            "deja-history",
+            "deja-cluster",
+            "deja-vmm",
+            "deja-kernel",
+            "deja-rewrite",
         ],
     },
     Layer {

@@ -1,8 +1,9 @@
 //! The settings every VM of this `deja` process is set up with ([`deja_vmm::Settings`]): read
 //! here and nowhere else, once, from `DEJA_CPU_IDENTITY`, `DEJA_REWRITE`, `DEJA_VDSO` (and the
 //! global `--no-vdso`) and `DEJA_NO_PROGRESS_S`, then passed to every command that boots a VM.
-//! A child `deja` this process starts (an audit's fresh processes, `deja bench`'s parts) is
-//! handed them back as its environment ([`hand_to`]).
+//! A child `deja` this process starts (an audit's fresh processes) is handed them back as its
+//! environment ([`hand_to`], [`Settings::as_env`]: `deja-bench` hands them the same way to the
+//! `deja` processes it starts).
 
 use std::process::Command;
 

@@ -11,6 +11,7 @@ mod common;
 mod blocks;
 mod check;
 mod cluster;
+mod cluster_fork;
 mod conformance;
 mod contracts;
 mod cores;

@@ -1,6 +1,6 @@
 //! `deja bench`'s figures as text, for people (`--json` prints the same figures whole).
 
-/// Prints `v`, the figures [`super::figures`] measured.
+/// Prints `v`, the figures [`deja_bench::figures`] measured.
 pub(super) fn text(v: &serde_json::Value) {
     let c = &v["cpu_bound"];
     println!("deja bench (median of {} runs each, measured side by side)", v["repeat"]);

@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl Sim {
+impl<M: Machine> Sim<M> {
     pub(super) fn note(&mut self, kind: &str, detail: String) {
         self.ledger.push(FaultEvent::new(self.now, kind, detail));
     }
@@ -109,7 +109,7 @@ impl Sim {
         n.disk = Some(live.kernel.crash_image());
         let conns = live.kernel.connections();
         let status = sigkill("node killed by deja (fault injection)");
-        let report = live.kernel.finish(&live.vm.space, status);
+        let report = live.kernel.finish(live.vm.memory(), status);
         let errors = injected_errors(&report);
         n.lives.push(report);
         n.state = State::Down;
@@ -152,7 +152,7 @@ impl Sim {
         }
         n.paused = false;
         if let Some(live) = n.live.as_mut() {
-            let runnable = live.kernel.resume(&mut live.vm.space, now, Vec::new());
+            let runnable = live.kernel.resume(live.vm.memory(), now, Vec::new());
             if n.state == State::Idle && runnable {
                 n.state = State::Running;
             }

@@ -111,7 +111,7 @@ impl Fork {
         sink: Sink<'_>,
     ) -> Result<Option<(Fork, SetupBlocks)>, ClusterError> {
         let cover = blocks.into_iter().map(|b| b.map(|b| (b, Seen::default()))).collect();
-        let mut sim = Sim::boot(cfg, false, true, cover)?;
+        let mut sim = Sim::<Vm>::boot(cfg, false, true, cover)?;
         match at {
             SteerAt::Setup => {
                 sim.arm();

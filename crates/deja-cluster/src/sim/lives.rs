@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl Sim {
+impl<M: Machine> Sim<M> {
     /// Runs node `i`, just booted, to its first syscall, before it is served: a clean ring-3
     /// stop, where a fork at boot keeps its VM. What a program does before its first syscall
     /// (the loader's work, a Go runtime's reads of the TSC) touches nothing another node or the
@@ -102,7 +102,7 @@ impl Sim {
     }
 
     /// A life of node `i` ended: its VM goes back to the fork if it was the fork's.
-    pub(super) fn retire(&mut self, i: usize, mut live: Live) {
+    pub(super) fn retire(&mut self, i: usize, mut live: Live<M>) {
         self.nodes[i].blocks.extend(live.vm.take_block_hits());
         if live.forked {
             self.spare[i] = Some(live.vm);
@@ -128,13 +128,13 @@ impl Sim {
         // A cluster on its way to a fork point keeps dirty logs; a child's restarts boot plain
         // VMs of their own.
         let opts = BootOptions { dirty_log: self.dirty_log, ..BootOptions::new(self.cfg.settings) };
-        let (mut vm, mut kernel) = deja_vmm::boot(&spec, memory, opts).context(BootSnafu { node: &n.cfg.name })?;
+        let (mut vm, mut kernel) = M::boot(&spec, memory, opts).context(BootSnafu { node: &n.cfg.name })?;
         if let Some(Some((blocks, seen))) = self.cover.get(i) {
             vm.arm_blocks(blocks.clone(), seen);
-            kernel.announce_code(&mut vm.space);
+            kernel.announce_code(vm.memory());
         }
         kernel.attach_network(n.cfg.address);
-        kernel.resume(&mut vm.space, self.now, Vec::new());
+        kernel.resume(vm.memory(), self.now, Vec::new());
         n.live = Some(Live { vm, kernel, forked: self.dirty_log });
         n.state = State::Running;
         self.install_storage(i);
@@ -168,7 +168,7 @@ impl Sim {
         n.disk = Some(live.kernel.crash_image());
         let conns = live.kernel.connections();
         let status = live.kernel.exit_status().cloned().unwrap_or_else(|| sigkill("crashed by deja"));
-        let report = live.kernel.finish(&live.vm.space, status);
+        let report = live.kernel.finish(live.vm.memory(), status);
         let kept = report.crash_state.as_ref().map(|c| deja_kernel::KeptOps::of(&c.state, &c.pending));
         let errors = injected_errors(&report);
         n.lives.push(report);
@@ -192,7 +192,7 @@ impl Sim {
         let n = &mut self.nodes[i];
         let Some(mut live) = n.live.take() else { return Ok(()) };
         let status = live.kernel.exit_status().cloned().unwrap_or(ExitStatus::Exited { code: 0 });
-        let report = live.kernel.finish(&live.vm.space, status);
+        let report = live.kernel.finish(live.vm.memory(), status);
         let errors = injected_errors(&report);
         n.lives.push(report);
         n.state = State::Exited;

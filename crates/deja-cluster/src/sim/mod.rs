@@ -89,11 +89,15 @@ use snafu::{OptionExt, ResultExt};
 mod faults;
 mod fork;
 mod lives;
+mod machine;
 mod report;
+#[cfg(test)]
+mod tests;
 
 pub use fork::{ClusterReset, Fork, LateStats, SetupBlocks, LATE_FORKS};
 pub(super) use lives::injected_errors;
 use lives::sigkill;
+pub use machine::{Counters, Machine};
 
 /// BLAKE3 key-derivation context of the cluster's decision stream.
 const CLUSTER_CONTEXT: &str = "deja 2026 cluster decision stream v1";
@@ -119,16 +123,16 @@ enum State {
     Exited,
 }
 
-struct Live {
-    vm: Vm,
+struct Live<M = Vm> {
+    vm: M,
     kernel: Kernel,
     /// The VM is a fork's: it goes back to the fork when the life ends.
     forked: bool,
 }
 
-struct Node {
+struct Node<M = Vm> {
     cfg: Arc<NodeConfig>,
-    live: Option<Live>,
+    live: Option<Live<M>>,
     state: State,
     paused: bool,
     lives: Vec<RunReport>,
@@ -144,9 +148,9 @@ struct Node {
     blocks: Vec<BlockHit>,
 }
 
-impl Node {
+impl<M> Node<M> {
     /// Everything but the running VM.
-    fn clone_cold(&self) -> Node {
+    fn clone_cold(&self) -> Node<M> {
         Node {
             cfg: self.cfg.clone(),
             live: None,
@@ -265,9 +269,9 @@ pub struct RunOptions<'a> {
 /// Where the nodes' output goes (node name, stream, bytes).
 type Sink<'a> = &'a mut dyn FnMut(&str, Stream, &[u8]);
 
-struct Sim {
+struct Sim<M = Vm> {
     cfg: Arc<ClusterConfig>,
-    nodes: Vec<Node>,
+    nodes: Vec<Node<M>>,
     net: Network,
     log: DecisionLog,
     ledger: Vec<FaultEvent>,
@@ -281,7 +285,7 @@ struct Sim {
     /// Boot nodes with KVM's dirty log, to fork them.
     dirty_log: bool,
     /// Each node's fork VM, back from a life that ended.
-    spare: Vec<Option<Vm>>,
+    spare: Vec<Option<M>>,
     /// The storage faults in force: the file's, and the steering's from its point on.
     storage: Vec<StorageFault>,
     /// Crash states to list at a crash (see [`RunOptions::crash_states`]).
@@ -297,11 +301,16 @@ struct Sim {
     stop_at: Option<u64>,
 }
 
-/// Runs a cluster to its end.
+/// Runs a cluster to its end, one VM per node.
 pub fn run(cfg: ClusterConfig, opts: RunOptions<'_>) -> Result<ClusterReport, ClusterError> {
+    run_on::<Vm>(cfg, opts)
+}
+
+/// Runs a cluster to its end, each node's lives on machines of type `M`.
+pub fn run_on<M: Machine>(cfg: ClusterConfig, opts: RunOptions<'_>) -> Result<ClusterReport, ClusterError> {
     let wall = Instant::now();
     let steering = opts.steering;
-    let mut sim = Sim::boot(cfg, opts.record_trace, false, Vec::new())?;
+    let mut sim = Sim::<M>::boot(cfg, opts.record_trace, false, Vec::new())?;
     sim.crash_states = steering.crash_states;
     let outcome = match steering.at {
         SteerAt::Boot => {
@@ -322,7 +331,7 @@ pub fn run(cfg: ClusterConfig, opts: RunOptions<'_>) -> Result<ClusterReport, Cl
     Ok(sim.report(outcome.unwrap_or(Outcome::TimeLimit), wall.elapsed().as_nanos() as u64))
 }
 
-impl Sim {
+impl<M: Machine> Sim<M> {
     /// Boots every node of `cfg`, each armed with its blocks in `cover` (if any); nothing has
     /// run yet.
     fn boot(
@@ -330,7 +339,7 @@ impl Sim {
         record_trace: bool,
         dirty_log: bool,
         cover: Vec<Option<(Arc<BlockImage>, Seen)>>,
-    ) -> Result<Sim, ClusterError> {
+    ) -> Result<Sim<M>, ClusterError> {
         let addrs: Vec<[u8; 4]> = cfg.nodes.iter().map(|n| n.address).collect();
         let log = DecisionLog::new(CLUSTER_CONTEXT, cfg.seed);
         let nodes = cfg
@@ -386,7 +395,7 @@ impl Sim {
     }
 
     /// Everything but the VMs (each node's core stays with its VM).
-    fn clone_cold(&self) -> Sim {
+    fn clone_cold(&self) -> Sim<M> {
         Sim {
             cfg: self.cfg.clone(),
             nodes: self.nodes.iter().map(Node::clone_cold).collect(),
@@ -568,7 +577,7 @@ impl Sim {
         let name = n.cfg.name.clone();
         let Some(live) = n.live.as_mut() else { return Ok(()) };
         if n.state == State::Idle {
-            if !live.kernel.resume(&mut live.vm.space, now, Vec::new()) {
+            if !live.kernel.resume(live.vm.memory(), now, Vec::new()) {
                 if live.kernel.exit_status().is_some() {
                     return self.ended(i);
                 }
@@ -585,18 +594,19 @@ impl Sim {
             }
             sink(&name, s, b);
         };
-        let before = (live.vm.stats.exits, live.vm.stats.host_run_ns);
+        let before = live.vm.counters();
         let stop = live.vm.run_until(&mut live.kernel, &mut out, None).map_err(|source| match source {
             deja_vmm::VmError::NoProgress { syscalls, .. } => {
                 ClusterError::NoProgress { node: name.clone(), source, syscalls }
             }
             source => ClusterError::Vm { node: name.clone(), source },
         })?;
-        let runs = live.vm.stats.exits - before.0;
-        let ns = live.vm.stats.host_run_ns - before.1;
+        let after = live.vm.counters();
+        let runs = after.exits - before.exits;
+        let ns = after.host_run_ns - before.host_run_ns;
         n.exits += runs;
         n.host_run_ns += ns;
-        for c in &live.vm.stats.host_cores {
+        for c in &after.host_cores {
             if let Err(at) = n.host_cores.binary_search(c) {
                 n.host_cores.insert(at, *c);
             }
@@ -648,7 +658,7 @@ impl Sim {
         let n = &mut self.nodes[d.node];
         match (n.state, n.live.as_mut()) {
             (State::Running | State::Idle, Some(live)) => {
-                let runnable = live.kernel.resume(&mut live.vm.space, now, vec![d.packet]);
+                let runnable = live.kernel.resume(live.vm.memory(), now, vec![d.packet]);
                 let packets = live.kernel.take_packets();
                 let at = live.kernel.virtual_time_ns();
                 if n.state == State::Idle && runnable {
@@ -713,7 +723,7 @@ impl Sim {
     }
 }
 
-fn state_name(n: &Node) -> &'static str {
+fn state_name<M>(n: &Node<M>) -> &'static str {
     if n.paused {
         return "paused";
     }

@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl Sim {
+impl<M: Machine> Sim<M> {
     /// The report of the run; the nodes still running are stopped (their fork VMs go back).
     pub(super) fn report(&mut self, outcome: Outcome, wall_ns: u64) -> ClusterReport {
         let end = self.now;
@@ -14,7 +14,7 @@ impl Sim {
         for i in 0..self.nodes.len() {
             if let Some(mut live) = self.nodes[i].live.take() {
                 let status = sigkill(why);
-                let report = live.kernel.finish(&live.vm.space, status);
+                let report = live.kernel.finish(live.vm.memory(), status);
                 let name = self.nodes[i].cfg.name.clone();
                 for (kind, point) in injected_errors(&report) {
                     self.note(&kind, format!("{name} {point}"));

@@ -1,34 +1,52 @@
 //! `deja bench`'s figures for clusters and histories: the reference cluster, booted against
-//! forked rounds, campaigns on one worker against every core, cluster `deja check`, and the
-//! history checker.
+//! forked rounds, with deja's vDSO off and on, campaigns on one worker against every core,
+//! cluster `deja check`, and the history checker.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use deja_vmm::Settings;
+use serde_json::Value;
+use snafu::{ensure, OptionExt, ResultExt};
 
-use super::{median, spec};
+use crate::timing::{deja, median, median_f64, output, spec};
+use crate::{
+    BenchError, ChildFailedSnafu, ClusterFileSnafu, ClusterSnafu, DigestSnafu, ExploreSnafu, HistorySnafu,
+    IncompleteSnafu, NoClusterFileSnafu, NoReportSnafu, NoSetupSnafu, NoSplitBrainSnafu, RoundsSnafu, VerdictSnafu,
+    VmSnafu,
+};
+
+/// The cluster file at `path`, under `settings`.
+fn load(path: &Path, settings: &Settings) -> Result<deja_cluster::ClusterConfig, BenchError> {
+    let mut cfg = deja_cluster::ClusterConfig::load(path).context(ClusterFileSnafu { path })?;
+    cfg.settings = *settings;
+    Ok(cfg)
+}
+
+/// The cluster file at `path` as a campaign's target.
+fn target(path: &Path) -> Result<deja_explore::ClusterTarget, BenchError> {
+    deja_explore::ClusterTarget::load(path).with_context(|_| ExploreSnafu { what: path.display().to_string() })
+}
 
 /// `deja check` on the register cluster: a split brain found by exploring `register-buggy`,
 /// judged against the patched replicas (they must be `FIXED_FOR_THIS_CAPSULE`).
-pub(super) fn cluster_check_figures(
-    dir: &Path,
-    buggy: &Path,
-    settings: &Settings,
-) -> Result<serde_json::Value, String> {
+pub(crate) fn cluster_check_figures(dir: &Path, buggy: &Path, settings: &Settings) -> Result<Value, BenchError> {
     let out = std::env::temp_dir().join(format!("deja-bench-cluster-check-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let mut base = deja_explore::ClusterTarget::load(buggy).map_err(|e| e.to_string())?;
+    let mut base = target(buggy)?;
     base.cfg.settings = *settings;
     let cfg = deja_explore::CampaignConfig {
         stop_at_first_bug: true,
         ..campaign(40, &out, deja_explore::Mode::Faults, 1, settings)
     };
     let start = Instant::now();
-    let c = deja_explore::explore_cluster(&base, &cfg, &mut |_| {}).map_err(|e| e.to_string())?;
+    let c = deja_explore::explore_cluster(&base, &cfg, &mut |_| {})
+        .context(ExploreSnafu { what: "the register-buggy campaign" })?;
     let explore_s = start.elapsed().as_secs_f64();
-    let found = c.bugs.first().ok_or("exploring register-buggy for 40 rounds found no split brain")?;
-    let bug = deja_explore::ClusterBug::read(&out.join(&found.file)).map_err(|e| e.to_string())?;
+    let found = c.bugs.first().context(NoSplitBrainSnafu)?;
+    let file = out.join(&found.file);
+    let bug =
+        deja_explore::ClusterBug::read(&file).with_context(|_| ExploreSnafu { what: file.display().to_string() })?;
     let patched = dir.join("register-replica-patched").display().to_string();
     let spec = format!("r1={patched},r2={patched},r3={patched}");
     let check = deja_judge::cluster::ClusterCheck {
@@ -41,9 +59,10 @@ pub(super) fn cluster_check_figures(
     let judged = deja_judge::cluster::check_cluster(&check);
     let check_s = start.elapsed().as_secs_f64();
     let _ = std::fs::remove_dir_all(&out);
-    if judged.verdict != deja_judge::Verdict::FixedForThisCapsule {
-        return Err(format!("deja check of the patched replicas gave {}", judged.verdict.name()));
-    }
+    ensure!(
+        judged.verdict == deja_judge::Verdict::FixedForThisCapsule,
+        VerdictSnafu { what: "deja check of the patched replicas", verdict: judged.verdict.name() }
+    );
     Ok(serde_json::json!({
         "file": buggy.display().to_string(), "found_in_rounds": found.first_round, "explore_s": explore_s,
         "candidate": "register-replica-patched", "worlds": 3, "verdict": judged.verdict.name(),
@@ -74,13 +93,9 @@ fn kv_history(n: usize, overlap: u64) -> deja_history::History {
             let (before, after) = (next() % (overlap * step), next() % (overlap * step));
             let (f, value, ret) = if next() % 2 == 0 {
                 state.insert(key.clone(), i);
-                ("write", serde_json::json!(i), serde_json::Value::Null)
+                ("write", serde_json::json!(i), Value::Null)
             } else {
-                (
-                    "read",
-                    serde_json::Value::Null,
-                    state.get(&key).map_or(serde_json::Value::Null, |v| serde_json::json!(v)),
-                )
+                ("read", Value::Null, state.get(&key).map_or(Value::Null, |v| serde_json::json!(v)))
             };
             Op {
                 process: format!("c{}", i % 8),
@@ -98,7 +113,7 @@ fn kv_history(n: usize, overlap: u64) -> deja_history::History {
 
 /// The history checker's time on linearizable kv histories of 100, 1,000 and 10,000
 /// operations (the median of three checks each).
-pub(super) fn history_figures() -> Result<serde_json::Value, String> {
+pub(crate) fn history_figures() -> Result<Value, BenchError> {
     let mut rows = Vec::new();
     for n in [100usize, 1_000, 10_000] {
         let h = kv_history(n, 4);
@@ -107,9 +122,10 @@ pub(super) fn history_figures() -> Result<serde_json::Value, String> {
             let start = Instant::now();
             let v = deja_history::check(&h, deja_history::DEFAULT_BUDGET);
             times.push(start.elapsed());
-            if !matches!(v, deja_history::Verdict::Linearizable { .. }) {
-                return Err(format!("the generated history of {n} operations was judged {v:?}"));
-            }
+            ensure!(
+                matches!(v, deja_history::Verdict::Linearizable { .. }),
+                HistorySnafu { operations: n, verdict: format!("{v:?}") }
+            );
         }
         let t = median(times);
         rows.push(serde_json::json!({
@@ -122,10 +138,9 @@ pub(super) fn history_figures() -> Result<serde_json::Value, String> {
 
 /// The register cluster's rounds booted from scratch against the same rounds forked from the
 /// point where every node called `setup_complete`: each pair must give the same digest.
-pub(super) fn forked_cluster_figures(file: &Path, settings: &Settings) -> Result<serde_json::Value, String> {
+pub(crate) fn forked_cluster_figures(file: &Path, settings: &Settings) -> Result<Value, BenchError> {
     use deja_cluster::{Fork, RunOptions, SteerAt, Steering};
-    let mut cfg = deja_cluster::ClusterConfig::load(file).map_err(|e| e.to_string())?;
-    cfg.settings = *settings;
+    let cfg = load(file, settings)?;
     let rounds = 12u64;
     let steering = |k: u64| Steering { at: SteerAt::Setup, reseed: Some(1000 + k), ..Steering::default() };
     let start = Instant::now();
@@ -138,7 +153,7 @@ pub(super) fn forked_cluster_figures(file: &Path, settings: &Settings) -> Result
             cfg.clone(),
             RunOptions { sink: &mut |_, _, _| {}, steering: steering(k), record_trace: false },
         )
-        .map_err(|e| e.to_string())?;
+        .context(ClusterSnafu { what: "a booted round of the register cluster" })?;
         for n in &r.nodes {
             exits += n.vm_exits;
             for l in &n.lives {
@@ -155,8 +170,8 @@ pub(super) fn forked_cluster_figures(file: &Path, settings: &Settings) -> Result
     let booted_s = start.elapsed().as_secs_f64();
     let start = Instant::now();
     let mut fork = Fork::new(cfg.clone(), SteerAt::Setup, &mut |_, _, _| {})
-        .map_err(|e| e.to_string())?
-        .ok_or("the register cluster never had every node call setup_complete")?;
+        .context(ClusterSnafu { what: "the fork of the register cluster" })?
+        .context(NoSetupSnafu)?;
     let fork_s = start.elapsed().as_secs_f64();
     let (mut reset_ns, mut frames, mut resets) = (0u64, 0u64, 0u64);
     // Where the forked rounds' wall time went (this process's counters over them alone):
@@ -165,13 +180,13 @@ pub(super) fn forked_cluster_figures(file: &Path, settings: &Settings) -> Result
     let profiled = deja_vmm::profile::snapshot();
     let start = Instant::now();
     for k in 0..rounds {
-        let r = fork.run_child(&steering(k), &mut |_, _, _| {}).map_err(|e| e.to_string())?;
-        if r.digest != booted[k as usize] {
-            return Err(format!(
-                "forked round {k} gave digest {} where the booted one gave {}",
-                r.digest, booted[k as usize]
-            ));
-        }
+        let r = fork
+            .run_child(&steering(k), &mut |_, _, _| {})
+            .context(ClusterSnafu { what: "a forked round of the register cluster" })?;
+        ensure!(
+            r.digest == booted[k as usize],
+            DigestSnafu { round: k, forked: r.digest.clone(), booted: booted[k as usize].clone() }
+        );
         for s in fork.last_reset.nodes.iter().flatten() {
             reset_ns += s.reset_ns;
             frames += s.dirty_frames;
@@ -183,7 +198,7 @@ pub(super) fn forked_cluster_figures(file: &Path, settings: &Settings) -> Result
     let (kvm_ns, forked_exits) = (p.kvm_run_ns, p.exits);
     let wall_ns = forked_s * 1e9;
     let share = |ns: u64| ns as f64 / wall_ns;
-    let top: Vec<serde_json::Value> = p
+    let top: Vec<Value> = p
         .by_syscall
         .iter()
         .take(5)
@@ -218,48 +233,43 @@ pub(super) fn forked_cluster_figures(file: &Path, settings: &Settings) -> Result
     }))
 }
 
-/// `deja bench <part> --json` in a process of its own with `DEJA_VDSO=<setting>` (otherwise under
-/// `settings`): one part of the figures (`--forked-cluster-only`, `--late-forks-only`), under
-/// one vDSO setting.
-pub(super) fn bench_with_vdso(
+/// `deja bench <part> --json` in a process of `exe` of its own with `DEJA_VDSO=<setting>`
+/// (otherwise under `settings`): one part of the figures (`--forked-cluster-only`,
+/// `--late-forks-only`), under one vDSO setting.
+pub(crate) fn bench_with_vdso(
     exe: &Path,
     guests: &Path,
     part: &str,
     setting: &str,
     settings: &Settings,
-) -> Result<serde_json::Value, String> {
-    let out = crate::settings::hand_to(&mut std::process::Command::new(exe), settings)
-        .env(deja_vmm::identity::VDSO_ENV, setting)
-        .args(["bench", part, "--json", "--guests"])
-        .arg(guests)
-        .output()
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!("deja bench {part} (vDSO {setting}) failed: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("deja bench {part}: {e}"))
+) -> Result<Value, BenchError> {
+    let what = format!("deja bench {part} (vDSO {setting})");
+    let mut cmd = deja(exe, settings);
+    cmd.env(deja_vmm::identity::VDSO_ENV, setting).args(["bench", part, "--json", "--guests"]).arg(guests);
+    let out = output(&mut cmd, exe, &what)?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.success(), ChildFailedSnafu { what: &what, stderr: &*stderr });
+    serde_json::from_slice(&out.stdout).context(NoReportSnafu { what: &what, stderr: &*stderr })
 }
 
 /// The register cluster's rounds with deja's vDSO off and on, each in a process of its own
 /// (each setting measured alone, from a fresh process): `deja bench --forked-cluster-only`
 /// under `DEJA_VDSO=off` and `on`, alternated `repeat` times; the medians side by side.
-pub(super) fn vdso_figures(
-    exe: &Path,
-    guests: &Path,
-    repeat: u32,
-    settings: &Settings,
-) -> Result<serde_json::Value, String> {
+pub(crate) fn vdso_figures(exe: &Path, guests: &Path, repeat: u32, settings: &Settings) -> Result<Value, BenchError> {
     let (mut off, mut on) = (Vec::new(), Vec::new());
     for _ in 0..repeat.max(1) {
         off.push(bench_with_vdso(exe, guests, "--forked-cluster-only", "off", settings)?);
         on.push(bench_with_vdso(exe, guests, "--forked-cluster-only", "on", settings)?);
     }
-    let median_of = |v: &[serde_json::Value], key: &str| {
-        let mut xs: Vec<f64> = v.iter().map(|r| r[key].as_f64().unwrap_or(0.0)).collect();
-        xs.sort_by(f64::total_cmp);
-        xs[xs.len() / 2]
-    };
-    let side = |v: &[serde_json::Value]| {
+    Ok(vdso_summary(repeat, &off, &on))
+}
+
+/// The vDSO figures from the forked-cluster figures of each run with it `off` and `on` (as
+/// many of each, at least one): the medians of each side's rates, its first run's counts, and
+/// what the vDSO gives.
+fn vdso_summary(repeat: u32, off: &[Value], on: &[Value]) -> Value {
+    let median_of = |v: &[Value], key: &str| median_f64(v.iter().map(|r| r[key].as_f64().unwrap_or(0.0)).collect());
+    let side = |v: &[Value]| {
         serde_json::json!({
             "booted_rounds_per_s": median_of(v, "booted_rounds_per_s"),
             "forked_rounds_per_s": median_of(v, "forked_rounds_per_s"),
@@ -268,18 +278,18 @@ pub(super) fn vdso_figures(
             "digests_compared": v[0]["digests_compared"],
         })
     };
-    let (off, on) = (side(&off), side(&on));
+    let (off, on) = (side(off), side(on));
     let speedup = |key: &str| on[key].as_f64().unwrap_or(0.0) / off[key].as_f64().unwrap_or(1.0).max(1e-9);
-    Ok(serde_json::json!({
+    serde_json::json!({
         "repeat": repeat.max(1),
         "booted_speedup": speedup("booted_rounds_per_s"),
         "forked_speedup": speedup("forked_rounds_per_s"),
         "off": off, "on": on,
-    }))
+    })
 }
 
 /// A coverage-guided campaign of `rounds` rounds from seed 1 under `settings`, written under `out`.
-pub(super) fn campaign(
+pub(crate) fn campaign(
     rounds: u64,
     out: &Path,
     mode: deja_explore::Mode,
@@ -308,15 +318,16 @@ pub(super) fn campaign(
 
 /// A campaign of `program` (its path and arguments) or, when `None`, of the cluster file
 /// `register`, under `cfg.settings`.
-pub(super) fn run_campaign(
+pub(crate) fn run_campaign(
     program: Option<(PathBuf, &[&str])>,
     register: &Path,
     cfg: &deja_explore::CampaignConfig,
-) -> Result<deja_explore::Campaign, String> {
+) -> Result<deja_explore::Campaign, BenchError> {
     match program {
         None => {
-            let target = deja_explore::ClusterTarget::load(register).map_err(|e| e.to_string())?;
+            let target = target(register)?;
             deja_explore::explore_cluster(&target, cfg, &mut |_| {})
+                .with_context(|_| ExploreSnafu { what: format!("the campaign of {}", register.display()) })
         }
         Some((path, args)) => {
             let target = deja_explore::Target {
@@ -326,14 +337,14 @@ pub(super) fn run_campaign(
                 root: None,
             };
             deja_explore::explore(&target, cfg, &mut |_| {})
+                .with_context(|_| ExploreSnafu { what: format!("the campaign of {}", path.display()) })
         }
     }
-    .map_err(|e| e.to_string())
 }
 
 /// Campaign rounds per second on one worker and on every core, side by side, per reference
 /// workload.
-pub(super) fn scale_figures(dir: &Path, register: &Path, settings: &Settings) -> Result<serde_json::Value, String> {
+pub(crate) fn scale_figures(dir: &Path, register: &Path, settings: &Settings) -> Result<Value, BenchError> {
     // The cores the process could use when it started: by now a run of the bench's own may
     // have pinned this thread to the remedy's core.
     let cores = deja_vmm::identity::initial_cores().len().max(1) as u64;
@@ -354,9 +365,10 @@ pub(super) fn scale_figures(dir: &Path, register: &Path, settings: &Settings) ->
             let c = run_campaign(program, register, &cfg)?;
             let secs = start.elapsed().as_secs_f64();
             let _ = std::fs::remove_dir_all(&out);
-            if c.rounds != rounds {
-                return Err(format!("the {name} campaign on {jobs} workers ran {} rounds of {rounds}", c.rounds));
-            }
+            ensure!(
+                c.rounds == rounds,
+                RoundsSnafu { campaign: format!("{name} campaign on {jobs} workers"), ran: c.rounds, rounds }
+            );
             rate.push(rounds as f64 / secs);
         }
         rows.push(serde_json::json!({
@@ -365,23 +377,22 @@ pub(super) fn scale_figures(dir: &Path, register: &Path, settings: &Settings) ->
         }));
     }
     // Where the CPU identity remedy pins every vCPU thread to one core, the workers share it.
-    let pinned_core = settings.remedy().map_err(|e| e.to_string())?.pinned_core;
+    let pinned_core = settings.remedy().context(VmSnafu { what: "the host's remedy" })?.pinned_core;
     Ok(serde_json::json!({ "cores": cores, "rows": rows, "pinned_core": pinned_core }))
 }
 
 /// The reference cluster's figures (the run with the median wall time of `repeat`), under
 /// `settings`.
-pub(super) fn cluster_figures(guests: &Path, repeat: u32, settings: &Settings) -> Result<serde_json::Value, String> {
+pub(crate) fn cluster_figures(guests: &Path, repeat: u32, settings: &Settings) -> Result<Value, BenchError> {
     let file = guests
         .parent()
         .and_then(Path::parent)
         .map(|root| root.join("examples/clusters/register-fixed.toml"))
         .filter(|p| p.exists())
-        .ok_or_else(|| format!("examples/clusters/register-fixed.toml not found next to {}", guests.display()))?;
+        .context(NoClusterFileSnafu { guests })?;
     let mut runs = Vec::new();
     for _ in 0..repeat {
-        let mut cfg = deja_cluster::ClusterConfig::load(&file).map_err(|e| e.to_string())?;
-        cfg.settings = *settings;
+        let cfg = load(&file, settings)?;
         let r = deja_cluster::run(
             cfg,
             deja_cluster::RunOptions {
@@ -390,10 +401,8 @@ pub(super) fn cluster_figures(guests: &Path, repeat: u32, settings: &Settings) -
                 record_trace: false,
             },
         )
-        .map_err(|e| e.to_string())?;
-        if r.outcome != deja_cluster::Outcome::Completed {
-            return Err(format!("the reference cluster did not complete: {:?}", r.outcome));
-        }
+        .context(ClusterSnafu { what: "the reference cluster" })?;
+        ensure!(r.outcome == deja_cluster::Outcome::Completed, IncompleteSnafu { outcome: format!("{:?}", r.outcome) });
         runs.push(r);
     }
     runs.sort_by_key(|r| r.wall_ns);
@@ -417,4 +426,64 @@ pub(super) fn cluster_figures(guests: &Path, repeat: u32, settings: &Settings) -
         "exit_share": exit_ns / wall,
         "monitor_share": (wall - host_run).max(0.0) / wall,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The generated kv histories are linearizable (the history figures time the checker on
+    /// them) and the same on every host.
+    #[test]
+    fn the_generated_history_is_linearizable_and_fixed() {
+        let h = kv_history(100, 4);
+        assert_eq!(h.ops.len(), 100);
+        assert!(h.ops.windows(2).all(|w| w[0].invoke_ns <= w[1].invoke_ns));
+        let v = deja_history::check(&h, deja_history::DEFAULT_BUDGET);
+        assert!(matches!(v, deja_history::Verdict::Linearizable { .. }), "{v:?}");
+        let again = kv_history(100, 4);
+        let key = |h: &deja_history::History| h.ops.iter().map(|o| (o.key.clone(), o.invoke_ns)).collect::<Vec<_>>();
+        assert_eq!(key(&h), key(&again));
+    }
+
+    /// The vDSO figures take each side's median rates, its first run's counts, and the speedups
+    /// of on against off.
+    #[test]
+    fn the_vdso_figures_are_medians_side_by_side() {
+        let run = |booted: f64, forked: f64, syscalls: u64| {
+            serde_json::json!({
+                "booted_rounds_per_s": booted, "forked_rounds_per_s": forked, "exits": 7, "syscalls": syscalls,
+                "clock_syscalls": 3, "vdso_calls": 0, "clock_share_of_syscalls": 0.5, "digests_compared": 12,
+            })
+        };
+        let off = [run(1.0, 10.0, 100), run(3.0, 30.0, 101), run(2.0, 20.0, 102)];
+        let on = [run(4.0, 80.0, 60), run(6.0, 40.0, 61), run(5.0, 60.0, 62)];
+        let v = vdso_summary(3, &off, &on);
+        assert_eq!(v["repeat"], 3);
+        assert_eq!(v["off"]["booted_rounds_per_s"], 2.0);
+        assert_eq!(v["on"]["forked_rounds_per_s"], 60.0);
+        assert_eq!(v["off"]["syscalls"], 100);
+        assert_eq!(v["on"]["syscalls"], 60);
+        assert_eq!(v["booted_speedup"], 2.5);
+        assert_eq!(v["forked_speedup"], 3.0);
+        let keys = |v: &Value| {
+            let mut k = v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+            k.sort();
+            k
+        };
+        assert_eq!(keys(&v), ["booted_speedup", "forked_speedup", "off", "on", "repeat"]);
+        assert_eq!(
+            keys(&v["on"]),
+            [
+                "booted_rounds_per_s",
+                "clock_share_of_syscalls",
+                "clock_syscalls",
+                "digests_compared",
+                "exits",
+                "forked_rounds_per_s",
+                "syscalls",
+                "vdso_calls"
+            ]
+        );
+    }
 }

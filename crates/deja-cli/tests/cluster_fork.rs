@@ -1,14 +1,17 @@
 //! A forked cluster child is the same run as a cluster booted from scratch and steered the
-//! same way: same digest, same decisions, same faults. Needs `/dev/kvm` and the guests
-//! (`cargo xtask guests`).
+//! same way: same digest, same decisions, same faults. The simulator's own logic is tested
+//! over fake nodes in deja-cluster; this is what only VMs show (forks through dirty pages,
+//! block coverage), through the library.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use deja_cluster::{ClusterConfig, ClusterReport, Fork, RunOptions, SteerAt, Steering};
 
+use crate::common::*;
+
 fn config(name: &str) -> ClusterConfig {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let path: PathBuf = root.join("examples/clusters").join(name);
+    guests();
+    let path: PathBuf = root().join("examples/clusters").join(name);
     ClusterConfig::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -232,16 +235,8 @@ fn a_register_child_from_a_later_fork_with_kills_and_restarts_is_the_booted_run(
 /// jumps. Each forked child, from the fork at boot (etcd never calls `setup_complete`), is the
 /// booted run steered the same way, component by component; the first that differs is named.
 fn etcd_children_match(at: SteerAt, steerings: &[Steering]) {
-    if !Path::new("/usr/bin/etcd").exists() {
-        // A fresh machine: provision Debian's etcd-server as the README's test command does.
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let out = std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-            .current_dir(root)
-            .args(["xtask", "provision", "etcd-server"])
-            .output()
-            .expect("cargo xtask provision");
-        assert!(out.status.success(), "apt-get install etcd-server: {}", String::from_utf8_lossy(&out.stderr));
-    }
+    // A fresh machine: provision Debian's etcd-server as the README's test command does.
+    needs(&["/usr/bin/etcd"], "etcd-server");
     let cfg = config("etcd.toml");
     let mut fork = Fork::new(cfg.clone(), at, &mut |_, _, _| {}).expect("fork").expect("the fork point is reached");
     for (k, s) in steerings.iter().enumerate() {
