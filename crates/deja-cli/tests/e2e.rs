@@ -34,6 +34,7 @@ mod sdk;
 mod serve;
 mod snapshot;
 mod storage;
+mod syscall_sites;
 mod tamper;
 mod threads;
 mod vdso;

@@ -27,16 +27,16 @@ impl Region<'_> {
 }
 
 /// Per-byte marks of recursive descent.
-const START: u8 = 1;
-const INSIDE: u8 = 2;
-const OVERLAP: u8 = 4;
+pub(crate) const START: u8 = 1;
+pub(crate) const INSIDE: u8 = 2;
+pub(crate) const OVERLAP: u8 = 4;
 /// A basic block starts here: a walk started here, or execution falls through to here after a
 /// conditional branch or a call.
-const LEADER: u8 = 8;
+pub(crate) const LEADER: u8 = 8;
 
 /// What the channel instruction at an address is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Found {
+pub(crate) struct Found {
     channel: Channel,
     len: u8,
     reg: u8,
@@ -44,7 +44,7 @@ struct Found {
 }
 
 /// The channel an instruction reads, with its destination register and width where it has one.
-fn channel_of(insn: &Instruction) -> Option<Found> {
+pub(crate) fn channel_of(insn: &Instruction) -> Option<Found> {
     let (channel, dest) = match insn.code() {
         Op::Cpuid => (Channel::Cpuid, None),
         Op::Rdtsc => (Channel::Rdtsc, None),
@@ -70,11 +70,11 @@ fn channel_of(insn: &Instruction) -> Option<Found> {
     Some(Found { channel, len: insn.len() as u8, reg, width })
 }
 
-struct Code<'a> {
-    regions: Vec<Region<'a>>,
+pub(crate) struct Code<'a> {
+    pub(crate) regions: Vec<Region<'a>>,
     /// Everything of the image that is loaded, code or not (jump tables live in read-only data).
     data: Vec<Region<'a>>,
-    marks: Vec<Vec<u8>>,
+    pub(crate) marks: Vec<Vec<u8>>,
     /// One decoder per region, moved to where each instruction is decoded.
     decoders: Vec<RefCell<Decoder<'a>>>,
 }
@@ -88,7 +88,7 @@ impl<'a> Code<'a> {
         })
     }
 
-    fn locate(&self, addr: u64) -> Option<(usize, usize)> {
+    pub(crate) fn locate(&self, addr: u64) -> Option<(usize, usize)> {
         let i = self.regions.partition_point(|r| r.end() <= addr);
         let r = self.regions.get(i)?;
         (addr >= r.addr).then(|| (i, (addr - r.addr) as usize))
@@ -96,7 +96,7 @@ impl<'a> Code<'a> {
 
     /// Decodes the instruction at `off` of region `ri`; `None` if it is invalid or runs past the
     /// region's end.
-    fn decode(&self, ri: usize, off: usize) -> Option<Instruction> {
+    pub(crate) fn decode(&self, ri: usize, off: usize) -> Option<Instruction> {
         let mut d = self.decoders[ri].borrow_mut();
         d.set_position(off).ok()?;
         d.set_ip(self.regions[ri].addr + off as u64);
@@ -107,7 +107,7 @@ impl<'a> Code<'a> {
 
 /// Recursive descent from `roots`: marks every byte it decodes, adds the channel instructions it
 /// decodes to `found`, and returns how many instructions and bytes it decoded.
-fn descend(code: &mut Code<'_>, roots: &[u64], found: &mut BTreeMap<(usize, usize), Found>) -> (u64, u64) {
+pub(crate) fn descend(code: &mut Code<'_>, roots: &[u64], found: &mut BTreeMap<(usize, usize), Found>) -> (u64, u64) {
     let mut work: Vec<u64> = roots.to_vec();
     work.sort_unstable_by(|a, b| b.cmp(a));
     let (mut decoded, mut bytes) = (0u64, 0u64);
@@ -303,7 +303,13 @@ fn jump_table(code: &Code<'_>, recent: &[Instruction]) -> Vec<u64> {
 /// Linear sweep of region `ri` from `from` up to `until` (exclusive): calls `f(offset, insn)`
 /// for each instruction decoded; an invalid encoding is skipped one byte at a time. Returns the
 /// offset it stopped at (the first instruction start at or past `until`).
-fn sweep(code: &Code<'_>, ri: usize, from: usize, until: usize, f: &mut dyn FnMut(usize, &Instruction)) -> usize {
+pub(crate) fn sweep(
+    code: &Code<'_>,
+    ri: usize,
+    from: usize,
+    until: usize,
+    f: &mut dyn FnMut(usize, &Instruction),
+) -> usize {
     let r = &code.regions[ri];
     let mut d = code.decoders[ri].borrow_mut();
     let mut off = from;
@@ -324,9 +330,24 @@ fn sweep(code: &Code<'_>, ri: usize, from: usize, until: usize, f: &mut dyn FnMu
     off
 }
 
-/// Runs both decodings over `regions` from `roots` and keeps the channel instructions they agree
-/// on.
-pub(crate) fn analyze<'a>(regions: &[Region<'a>], data: &[Region<'a>], roots: &[u64]) -> Plan {
+/// The code of an image or region, prepared for both decodings: its regions (sorted, without
+/// overlaps), the declared roots inside them, and by region the offsets a linear sweep may start
+/// from (the roots and the region's start).
+pub(crate) struct Prepared<'a> {
+    pub(crate) code: Code<'a>,
+    pub(crate) roots: Vec<u64>,
+    pub(crate) declared: Vec<Vec<usize>>,
+}
+
+impl Prepared<'_> {
+    /// The nearest offset of region `ri` a sweep may start from at or below `off`.
+    pub(crate) fn sweep_root(&self, ri: usize, off: usize) -> usize {
+        let roots = &self.declared[ri];
+        roots[roots.partition_point(|&r| r <= off) - 1]
+    }
+}
+
+pub(crate) fn prepare<'a>(regions: &[Region<'a>], data: &[Region<'a>], roots: &[u64]) -> Prepared<'a> {
     let mut regions: Vec<Region<'_>> = regions.iter().copied().filter(|r| !r.bytes.is_empty()).collect();
     regions.sort_by_key(|r| r.addr);
     // Overlapping regions (sections listed twice): keep the first.
@@ -339,7 +360,7 @@ pub(crate) fn analyze<'a>(regions: &[Region<'a>], data: &[Region<'a>], roots: &[
     let marks = kept.iter().map(|r| vec![0u8; r.bytes.len()]).collect();
     let decoders =
         kept.iter().map(|r| RefCell::new(Decoder::with_ip(64, r.bytes, r.addr, DecoderOptions::NONE))).collect();
-    let mut code = Code { regions: kept, data: data.to_vec(), marks, decoders };
+    let code = Code { regions: kept, data: data.to_vec(), marks, decoders };
 
     // Declared roots per region, region starts included (the sweep's roots of last resort).
     let mut declared: Vec<Vec<usize>> = vec![Vec::new(); code.regions.len()];
@@ -357,6 +378,13 @@ pub(crate) fn analyze<'a>(regions: &[Region<'a>], data: &[Region<'a>], roots: &[
         d.sort_unstable();
         d.dedup();
     }
+    Prepared { code, roots: inside_roots, declared }
+}
+
+/// Runs both decodings over `regions` from `roots` and keeps the channel instructions they agree
+/// on.
+pub(crate) fn analyze<'a>(regions: &[Region<'a>], data: &[Region<'a>], roots: &[u64]) -> Plan {
+    let Prepared { mut code, roots: inside_roots, declared } = prepare(regions, data, roots);
 
     // Candidates: what recursive descent decoded, and what the linear sweep decodes around
     // every `0f` escape byte that could begin one of the channel opcodes (`0f a2`, `0f 31`,

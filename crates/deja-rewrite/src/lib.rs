@@ -35,6 +35,9 @@
 //!
 //! The crate is pure: it reads bytes and returns a [`Plan`]; the monitor applies it to guest
 //! memory and answers the traps.
+//!
+//! With the same two decodings, [`syscalls`] plans which `syscall` instructions a jump can reach
+//! an in-guest kernel from, without the trap.
 
 #![cfg_attr(not(feature = "std"), no_std)]
 
@@ -54,6 +57,7 @@ use snafu::Snafu;
 
 mod analysis;
 mod elf;
+pub mod syscalls;
 #[cfg(test)]
 mod tests;
 
