@@ -8,6 +8,10 @@
 //! decision overrides, under the settings its VMs are set up with ([`ClusterConfig::settings`]):
 //! the [`ClusterReport::digest`] of two runs with the same inputs is equal.
 //! No host socket is ever opened for a guest: the addresses exist only in the simulation.
+//!
+//! The simulator asks a [`Machine`] to run each life of a node: [`run`] uses a KVM VM,
+//! [`run_on`] any other (the unit tests' fake nodes, whose programs are Rust state machines
+//! making syscalls into the real kernel).
 
 pub mod config;
 pub mod network;
@@ -22,7 +26,8 @@ use snafu::Snafu;
 pub use config::{ClusterConfig, ConfigError, InvalidCluster, NodeFault, StorageConfig, StorageFault};
 pub use network::NetStats;
 pub use sim::{
-    node_seed, run, ClusterReset, Fates, Fork, LateStats, RunOptions, SetupBlocks, SteerAt, Steering, LATE_FORKS,
+    node_seed, run, run_on, ClusterReset, Counters, Fates, Fork, LateStats, Machine, RunOptions, SetupBlocks, SteerAt,
+    Steering, LATE_FORKS,
 };
 
 /// Why a cluster could not run (a guest that crashes is not an error). Each names the node it
@@ -256,7 +261,7 @@ pub struct CrashRecord {
     /// What the crash image kept of them.
     pub kept: Option<deja_kernel::KeptOps>,
     /// The distinct crash states there, when the run asked for them
-    /// ([`RunOptions::crash_states`]).
+    /// ([`Steering::crash_states`]).
     pub states: Vec<deja_kernel::KeptOps>,
 }
 

@@ -288,7 +288,7 @@ struct Sim<M = Vm> {
     spare: Vec<Option<M>>,
     /// The storage faults in force: the file's, and the steering's from its point on.
     storage: Vec<StorageFault>,
-    /// Crash states to list at a crash (see [`RunOptions::crash_states`]).
+    /// Crash states to list at a crash (see [`Steering::crash_states`]).
     crash_states: usize,
     /// The crashes at durable operations so far.
     crashes: Vec<CrashRecord>,
