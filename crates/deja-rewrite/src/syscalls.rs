@@ -51,6 +51,51 @@ pub struct JumpSite {
     pub displaced: Vec<u8>,
 }
 
+/// The bytes a trampoline adds to its displaced instructions: `lea back(%rip),%rcx` (7) and
+/// `jmp entry` (5).
+pub const TRAMPOLINE_EXTRA: usize = 12;
+
+/// One site's rewrite: what replaces its window, and its trampoline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewritten {
+    /// The window's new bytes: `jmp trampoline` (`e9` and a 32-bit displacement), then `int3` to
+    /// the window's end, so that a path into the rest of the window traps.
+    pub patch: Vec<u8>,
+    /// The trampoline: the displaced instructions, `lea back(%rip),%rcx` (RCX = the address
+    /// after the `syscall`, as the instruction sets it) and `jmp entry`.
+    pub trampoline: Vec<u8>,
+}
+
+/// A near jump's 32-bit displacement from the instruction that ends at `end` to `to`, if it
+/// reaches.
+fn rel32(end: u64, to: u64) -> Option<[u8; 4]> {
+    let d = to.wrapping_sub(end) as i64;
+    i32::try_from(d).ok().map(i32::to_le_bytes)
+}
+
+impl JumpSite {
+    /// The address after the `syscall`: where the kernel returns to.
+    pub fn back(&self) -> u64 {
+        self.syscall + 2
+    }
+
+    /// The rewrite of this site with its trampoline at `at`, which jumps on to the kernel's
+    /// `entry` (the kernel returns to RCX); `None` when the window and the trampoline, or the
+    /// trampoline and the entry, are more than 2 GiB apart.
+    pub fn rewrite(&self, at: u64, entry: u64) -> Option<Rewritten> {
+        let mut patch = vec![0xe9];
+        patch.extend(rel32(self.window + 5, at)?);
+        patch.resize(self.displaced.len(), crate::PAD);
+        let n = self.displaced.len() as u64;
+        let mut trampoline = self.displaced.clone();
+        trampoline.extend([0x48, 0x8d, 0x0d]);
+        trampoline.extend(rel32(at + n + 7, self.back())?);
+        trampoline.push(0xe9);
+        trampoline.extend(rel32(at + n + TRAMPOLINE_EXTRA as u64, entry)?);
+        Some(Rewritten { patch, trampoline })
+    }
+}
+
 /// Why a `syscall` keeps its trap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -81,3 +81,37 @@ fn only_proven_syscalls_are_planned() {
     let p = plan_at(&[0xb8, 0x0f, 0x05, 0, 0, 0xc3]);
     assert_eq!(p.total(), 0, "{p:?}");
 }
+
+/// The instructions `bytes` decode to at `ip`.
+fn decode(bytes: &[u8], ip: u64) -> Vec<Instruction> {
+    iced_x86::Decoder::with_ip(64, bytes, ip, iced_x86::DecoderOptions::NONE).into_iter().collect()
+}
+
+#[test]
+fn a_site_becomes_a_jump_to_its_trampoline_which_sets_rcx_and_jumps_to_the_entry() {
+    // mov %rdi,%rax; mov %rsi,%rdi; mov %rdx,%rsi; syscall; ret: a 6-byte window.
+    let code = [0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x48, 0x89, 0xd6, 0x0f, 0x05, 0xc3];
+    let site = plan_at(&code).sites.remove(0);
+    let (at, entry) = (0x7ffe_0000_0000 - 0x1000_0000, 0x7ffe_0000_0000);
+    assert!(site.rewrite(at, entry).is_none(), "the trampoline is out of a jump's reach of the site");
+    for (at, entry) in [(BASE + 0x10_0000, BASE + 0x20_0000), (BASE - 0x1000, BASE + 0x7000_0000)] {
+        let r = site.rewrite(at, entry).expect("in reach");
+        // The window: a jump to the trampoline, then int3 to its end.
+        assert_eq!(r.patch.len(), site.displaced.len());
+        let jmp = decode(&r.patch[..5], site.window);
+        assert_eq!(jmp[0].code(), Op::Jmp_rel32_64);
+        assert_eq!(jmp[0].near_branch_target(), at);
+        assert!(r.patch[5..].iter().all(|&b| b == crate::PAD));
+        // The trampoline: the displaced moves, RCX = the address after the syscall, the entry.
+        assert_eq!(r.trampoline.len(), site.displaced.len() + TRAMPOLINE_EXTRA);
+        let t = decode(&r.trampoline, at);
+        assert_eq!(t.len(), 4, "{t:?}");
+        assert_eq!(&r.trampoline[..site.displaced.len()], &site.displaced[..]);
+        assert_eq!(t[2].code(), Op::Lea_r64_m);
+        assert_eq!(t[2].op0_register(), iced_x86::Register::RCX);
+        assert_eq!(t[2].ip_rel_memory_address(), site.back());
+        assert_eq!(site.back(), BASE + 11);
+        assert_eq!(t[3].code(), Op::Jmp_rel32_64);
+        assert_eq!(t[3].near_branch_target(), entry);
+    }
+}
