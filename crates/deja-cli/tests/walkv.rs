@@ -154,7 +154,7 @@ fn kills_candidate(name: &str, binary: &str, extra: &[&str]) -> PathBuf {
 }
 
 #[test]
-fn under_random_kills_a_narrower_window_still_fails_the_sweep_at_durable_writes() {
+fn a_narrower_window_under_random_kills_still_fails_the_sweep_at_durable_writes() {
     // Random kills find the 200 ms window between an acknowledgement and its fsync; they
     // almost never find a 2 ms one. The crash sweep at the durable writes does, whatever the
     // timer, while the fix holds.
