@@ -251,6 +251,21 @@ pub struct ScheduledFault {
     pub ms: i64,
 }
 
+impl ScheduledFault {
+    /// `action` at `at_ms` on `node` (if any), with no groups, sides or amount.
+    pub fn new(at_ms: u64, action: Action, node: Option<&str>) -> ScheduledFault {
+        ScheduledFault {
+            at_ms,
+            action,
+            groups: Vec::new(),
+            from: Vec::new(),
+            to: Vec::new(),
+            node: node.map(str::to_string),
+            ms: 0,
+        }
+    }
+}
+
 /// A scripted fault's action.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]

@@ -18,7 +18,7 @@ impl<M: Machine> Sim<M> {
     }
 
     pub(super) fn scripted_fault(&self, action: Action) -> ScheduledFault {
-        ScheduledFault { at_ms: 0, action, groups: Vec::new(), from: Vec::new(), to: Vec::new(), node: None, ms: 0 }
+        ScheduledFault::new(0, action, None)
     }
 
     pub(super) fn name_list(&self, idx: &[usize]) -> Vec<String> {

@@ -70,15 +70,7 @@ fn run(cfg: ClusterConfig) -> ClusterReport {
 }
 
 fn at(at_ms: u64, action: Action, node: Option<&str>) -> ScheduledFault {
-    ScheduledFault {
-        at_ms,
-        action,
-        groups: Vec::new(),
-        from: Vec::new(),
-        to: Vec::new(),
-        node: node.map(str::to_string),
-        ms: 0,
-    }
+    ScheduledFault::new(at_ms, action, node)
 }
 
 fn partition(at_ms: u64) -> ScheduledFault {

@@ -338,15 +338,7 @@ mod tests {
     }
 
     fn timed(at_ms: u64, action: deja_cluster::config::Action, node: Option<&str>) -> BugFault {
-        BugFault::Timed(ScheduledFault {
-            at_ms,
-            action,
-            groups: Vec::new(),
-            from: Vec::new(),
-            to: Vec::new(),
-            node: node.map(str::to_string),
-            ms: 0,
-        })
+        BugFault::Timed(ScheduledFault::new(at_ms, action, node))
     }
 
     #[test]
