@@ -84,7 +84,7 @@ pub const MAP: &[Layer] = &[
     Layer {
         name: "deja-vmm",
         layer: 3,
-        owns: "KVM: VMs, guest memory and page tables, the exit loop, snapshots, forks (the only `unsafe`)",
+        owns: "KVM: VMs, guest memory and page tables, the exit loop, snapshots, forks (the only `unsafe` on the host)",
         uses: &["deja-kernel", "deja-rewrite", "deja-format"],
     },
     Layer {
@@ -92,6 +92,12 @@ pub const MAP: &[Layer] = &[
         layer: 3,
         owns: "what a run is given: a dynamic program's loader and libraries, ld.so.cache, a program in an image or a host tree (and a disk written out as one)",
         uses: &["deja-image", "deja-kernel"],
+    },
+    Layer {
+        name: "deja-guestkernel",
+        layer: 2,
+        owns: "the kernel model as a freestanding image for the guest placement: its entries, heap, host calls and view of guest memory (a workspace of its own, x86_64-unknown-none)",
+        uses: &["deja-kernel"],
     },
     Layer {
         name: "deja-image",

@@ -426,7 +426,7 @@ fn main() -> ExitCode {
         "provision" => provision(&std::env::args().skip(2).collect::<Vec<_>>()),
         "modules" => modules::report(&root().join("crates")),
         "layers" => layers::report(&root()),
-        "guest-kernel" => placement::check(&root()),
+        "guest-kernel" => placement::build(&root()),
         _ => {
             Err("usage: cargo xtask <guests|demo|dogfood|modules|layers|guest-kernel|provision PACKAGE...>".to_string())
         }

@@ -1,7 +1,8 @@
-//! The kernel's guest placement: `deja-kernel` (with `deja-rewrite` and `deja-protocol`) built
-//! `no_std` + `alloc` for `x86_64-unknown-none`, a target with no standard library, so that a
-//! host type, clock or I/O call that slips into the kernel fails the build (docs/ARCHITECTURE.md,
-//! "The kernel inside the VM").
+//! The kernel's guest placement: `deja-guestkernel`, the kernel image, built for
+//! `x86_64-unknown-none`, a target with no standard library, with `deja-kernel` (and
+//! `deja-rewrite` and `deja-protocol`) `no_std` + `alloc`, so that a host type, clock or I/O call
+//! that slips into the kernel fails the build (docs/ARCHITECTURE.md, "The kernel inside the VM").
+//! The image is a static position-independent executable the monitor maps into the VM.
 
 use std::path::Path;
 use std::process::Command;
@@ -11,26 +12,24 @@ use crate::{cargo, status};
 /// The target the guest placement is built for: bare x86-64, `core` and `alloc` only.
 pub const TARGET: &str = "x86_64-unknown-none";
 
+/// Where the image is built, under the checkout.
+pub const IMAGE: &str = "target/guest-kernel/x86_64-unknown-none/release/deja-guestkernel";
+
 /// Adds [`TARGET`]'s standard crates to the toolchain when they are missing (`rustup target
-/// add`), then checks the kernel for it, in its own target directory.
-pub fn check(root: &Path) -> Result<(), String> {
+/// add`), then builds the image (its own workspace and target directory; cargo rebuilds only
+/// what changed) and prints where it is.
+pub fn build(root: &Path) -> Result<(), String> {
     provision_target()?;
     status(
-        "checking deja-kernel for the guest placement (no_std + alloc)",
-        cargo().current_dir(root).env_remove("RUSTFLAGS").args([
-            "check",
-            "--quiet",
-            "-p",
-            "deja-kernel",
-            "--no-default-features",
-            "--features",
-            "no_std",
-            "--target",
-            TARGET,
-            "--target-dir",
-            "target/guest-placement",
-        ]),
-    )
+        "building the kernel image for the guest placement (deja-guestkernel, no_std + alloc)",
+        cargo()
+            .current_dir(root.join("crates/deja-guestkernel"))
+            .env_remove("RUSTFLAGS")
+            .args(["build", "--quiet", "--release", "--locked", "--target", TARGET, "--target-dir"])
+            .arg(root.join("target/guest-kernel")),
+    )?;
+    println!("{}", root.join(IMAGE).display());
+    Ok(())
 }
 
 /// `rustup target add` when the toolchain has no `core` for [`TARGET`].
@@ -53,12 +52,15 @@ fn provision_target() -> Result<(), String> {
 mod tests {
     use super::*;
 
-    /// The kernel, the rewriter and the protocol compile without the standard library. A `std::`
-    /// path, a host clock, a `Mutex` or a dependency's `std` feature in the guest placement's
-    /// graph fails this test.
+    /// The kernel, the rewriter and the protocol build without the standard library into an
+    /// image with its three entries. A `std::` path, a host clock, a `Mutex` or a dependency's
+    /// `std` feature in the guest placement's graph fails this test.
     #[test]
     fn the_kernel_builds_for_the_guest_placement() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        check(root).unwrap();
+        build(root).unwrap();
+        let image = std::fs::read(root.join(IMAGE)).unwrap();
+        assert_eq!(&image[..4], b"\x7fELF");
+        assert_eq!(image[16], 3, "ET_DYN: position independent");
     }
 }

@@ -242,7 +242,9 @@ pub(crate) fn all(opts: &BenchOptions) -> Result<serde_json::Value, BenchError> 
     let rewrite = costs::rewrite_figures(exe, dir, repeat, settings)?;
     let block_coverage = costs::block_coverage_figures(dir, 10 * repeat, settings)?;
     let storage = storage::storage_figures(exe, dir, settings)?;
+    let placement = crate::placement::figures(opts)?;
     Ok(serde_json::json!({
+        "placement": placement,
         "cpuid": cpuid,
         "rewrite": rewrite,
         "block_coverage": block_coverage,

@@ -17,7 +17,8 @@
 //! `figures` (the whole set, in the order measured), `costs` (CPUID faulting, rewriting, block
 //! coverage), `storage` (crash sweeps and the whole fault menu on the storage workloads),
 //! `cluster` (the reference cluster, booted and forked rounds, the vDSO, workers, cluster
-//! checks, the history checker) and `late` (later forks).
+//! checks, the history checker), `late` (later forks) and `placement` (the kernel in the guest
+//! against the kernel on the host).
 
 use std::path::{Path, PathBuf};
 
@@ -28,6 +29,7 @@ mod cluster;
 mod costs;
 mod figures;
 mod late;
+mod placement;
 mod storage;
 mod timing;
 
@@ -49,6 +51,9 @@ pub struct BenchOptions {
     /// The settings of every VM booted and every `deja` process started, unless a figure
     /// compares settings.
     pub settings: Settings,
+    /// The kernel image of the guest placement (`cargo xtask guest-kernel`), when built: the
+    /// placements are compared only with it.
+    pub kernel_image: Option<PathBuf>,
 }
 
 impl BenchOptions {
@@ -127,6 +132,15 @@ pub enum BenchError {
         path: PathBuf,
         /// How it ended.
         exit: String,
+    },
+    /// A run in the guest placement failed.
+    #[snafu(display("{what} in the guest placement: {source}"))]
+    Placement {
+        /// The run.
+        what: String,
+        /// Why.
+        #[snafu(source(from(deja_vmm::placement::PlacementError, Box::new)))]
+        source: Box<deja_vmm::placement::PlacementError>,
     },
     /// A guest could not be started natively.
     #[snafu(display("cannot start {}: {source}", path.display()))]

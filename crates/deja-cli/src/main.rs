@@ -14,6 +14,7 @@ mod dogfood;
 mod exit;
 mod explore;
 mod inspect;
+mod placement;
 mod rootfs;
 mod run;
 mod run_args;

@@ -288,6 +288,7 @@ pub fn run_once(
     live: bool,
     snapshot: Option<(u64, &Path)>,
     export: Option<&mut Option<deja_kernel::Disk>>,
+    kernel: crate::run_args::Placement,
 ) -> Result<RunResult, Failure> {
     let mut captured = Vec::new();
     let mut stdout = std::io::stdout().lock();
@@ -306,6 +307,9 @@ pub fn run_once(
         captured.extend_from_slice(bytes);
     };
     let lives = match (source, snapshot) {
+        (Source::Program(spec), None) if kernel == crate::run_args::Placement::Guest => {
+            one_life(crate::placement::run(spec, memory_mib, settings, &mut sink)?, spec.seed)
+        }
         (Source::Program(spec), None) => {
             let lives = Session::boot_with((**spec).clone(), memory_mib << 20, BootOptions::new(*settings))
                 .and_then(|mut s| s.lives(&mut sink, export))
@@ -400,6 +404,9 @@ pub fn main(args: RunArgs, settings: &Settings) -> Exit {
 fn run_main(args: &RunArgs, settings: &Settings) -> Result<Exit, Failure> {
     if let (None, None, None, Some(p)) = (&args.from_snapshot, &args.image, &args.root, &args.program) {
         if p.extension().is_some_and(|e| e == "toml") {
+            if args.kernel == crate::run_args::Placement::Guest {
+                return Err(Failure::new(Exit::Usage, "--kernel guest runs one program, not a cluster, yet"));
+            }
             return crate::cluster::run(args, p, settings);
         }
     }
@@ -439,6 +446,17 @@ fn run_main(args: &RunArgs, settings: &Settings) -> Result<Exit, Failure> {
         }
     }
     let runs = args.audit.unwrap_or(1).max(1);
+    if args.kernel == crate::run_args::Placement::Guest {
+        let refused = [
+            (matches!(source, Source::Snapshot(_)), "--from-snapshot"),
+            (args.snapshot_at.is_some(), "--snapshot-at"),
+            (args.fs_export.is_some(), "--fs-export"),
+            (args.crash_sweep, "--crash-sweep"),
+        ];
+        if let Some((_, flag)) = refused.iter().find(|(on, _)| *on) {
+            return Err(Failure::new(Exit::Usage, format!("--kernel guest does not take {flag} yet")));
+        }
+    }
     if args.crash_sweep {
         let Source::Program(spec) = source else {
             return Err(Failure::new(Exit::Usage, "--crash-sweep needs a program, not a snapshot"));
@@ -448,7 +466,7 @@ fn run_main(args: &RunArgs, settings: &Settings) -> Result<Exit, Failure> {
     let mut final_disk = None;
     let export = args.fs_export.as_ref().map(|_| &mut final_disk);
     let live = args.audit_record.is_none();
-    let result = run_once(&source, args.memory, settings, live, snapshot, export)?;
+    let result = run_once(&source, args.memory, settings, live, snapshot, export, args.kernel)?;
     if let Some(path) = &args.audit_record {
         let mut record = result.audit_record(&host.fingerprint);
         record.core = args.on_core;

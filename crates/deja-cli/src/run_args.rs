@@ -55,6 +55,10 @@ pub struct RunArgs {
     /// Guest RAM in MiB.
     #[arg(long, default_value_t = 1024, value_name = "MiB")]
     pub memory: u64,
+    /// Where the kernel model runs: `host` (the monitor, every syscall a VM exit) or `guest`
+    /// (inside the VM, syscalls without an exit; one program, no snapshots or crash sweeps yet).
+    #[arg(long, value_enum, default_value_t = Placement::Host, value_name = "WHERE")]
+    pub kernel: Placement,
     /// Do not list the host's determinism hazards in the summary. (They are measured anyway, once
     /// per process: the CPU identity remedy and the host fingerprint depend on them.)
     #[arg(long)]
@@ -370,4 +374,14 @@ pub fn replay_argv(args: &RunArgs, extra: &[String]) -> Vec<String> {
         }
     }
     parts
+}
+
+/// Where the kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Placement {
+    /// In the monitor on the host, every syscall a VM exit (the reference).
+    #[default]
+    Host,
+    /// In the VM, in ring 3 beside the program: syscalls without an exit.
+    Guest,
 }

@@ -62,6 +62,8 @@ pub struct RunSummary<'a> {
     pub syscalls: u64,
     /// The digest of the syscall trace.
     pub trace_digest: &'a str,
+    /// Where the kernel model served the run: `host` or `guest` (`--kernel`).
+    pub kernel: &'static str,
     /// Calls served without what Linux would add (see `RunReport::unmodelled`), when any.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub unmodelled: &'a BTreeMap<String, u64>,
@@ -139,6 +141,7 @@ impl<'a> RunSummary<'a> {
             syscall_counts: &report.syscall_counts,
             syscalls: report.syscalls,
             trace_digest: &report.trace_digest,
+            kernel: if run.stats.host_calls > 0 { "guest" } else { "host" },
             unmodelled: &report.unmodelled,
             unsupported_syscalls: &report.unsupported,
             vdso_calls: report.vdso_calls,
@@ -265,9 +268,13 @@ pub(crate) fn print_text_summary(
     let vt = report.virtual_time_ns;
     let _ = writeln!(e, "deja: virtual time {}.{:06} s", vt / 1_000_000_000, (vt % 1_000_000_000) / 1000);
     let _ = writeln!(e, "deja: trace digest {}", report.digest);
+    let host_calls = match run.stats.host_calls {
+        0 => String::new(),
+        n => format!(", {n} host calls of the kernel in the guest"),
+    };
     let _ = writeln!(
         e,
-        "deja: {} VM exits ({} syscalls, {} exceptions, {} page-table syncs), {:.1} ms in the guest",
+        "deja: {} VM exits ({} syscalls, {} exceptions, {} page-table syncs{host_calls}), {:.1} ms in the guest",
         run.stats.exits,
         run.stats.syscall_exits,
         run.stats.exception_exits,

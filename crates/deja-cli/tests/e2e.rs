@@ -24,6 +24,7 @@ mod hostile;
 mod image;
 mod late_forks;
 mod nix;
+mod placement;
 mod processes;
 mod processes_faults;
 mod raftkv;

@@ -15,7 +15,7 @@
 //!
 //! The modules are rooms, one per concern, each saying in its own docs what it owns and what it
 //! may use. From the bottom up: [`abi`] (Linux's numbers), [`persist`] (the save/restore
-//! contract), [`mm`], [`time`], [`host`], [`decisions`], [`signal`], [`net`], [`fs`], [`files`],
+//! contract), [`mm`], [`placement`], [`time`], [`host`], [`decisions`], [`signal`], [`net`], [`fs`], [`files`],
 //! [`faults`], [`record`], [`task`]: the state rooms, none of which knows the [`Kernel`]; then
 //! [`kernel`], which puts their parts together, and [`syscalls`], the handler layer above it. A
 //! room uses only rooms below it.
@@ -145,6 +145,10 @@ pub mod persist;
 // Guest memory (`Memory`), the address-space layout, the VMAs, ELF parsing and the initial
 // stack. Uses `abi`, `persist`.
 pub mod mm;
+
+// The guest placement's contract: the window the kernel image lives in, the boot block the
+// monitor and the image share, the image made ready to map. Uses `mm`.
+pub mod placement;
 
 // The virtual clock and deja's vDSO. Uses `mm`, `abi`, `persist`.
 pub mod time;

@@ -16,6 +16,7 @@ pub mod hostcheck;
 pub mod identity;
 pub mod layout;
 pub mod paging;
+pub mod placement;
 pub mod probe;
 pub mod profile;
 pub mod session;

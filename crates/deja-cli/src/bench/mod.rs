@@ -61,6 +61,7 @@ pub fn main(args: BenchArgs, settings: &Settings) -> Exit {
         syscalls: args.syscalls,
         repeat: args.repeat,
         settings: *settings,
+        kernel_image: crate::placement::kernel_image().ok(),
     };
     let result = if args.forked_cluster_only {
         deja_bench::forked_cluster(&opts)

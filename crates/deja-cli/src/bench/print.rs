@@ -18,6 +18,28 @@ pub(super) fn text(v: &serde_json::Value) {
         s["us_per_syscall_register_ioctls"].as_f64().unwrap_or(0.0),
         s["syscalls"]
     );
+    let p = &v["placement"];
+    if p["built"].as_bool() == Some(true) {
+        let (h, g, n) = (&p["host"], &p["guest"], &p["native"]);
+        let f = |x: &serde_json::Value| x.as_f64().unwrap_or(0.0);
+        println!(
+            "  placement  {}: kernel on the host {:.1} us per syscall ({:.0}x native), {:.1} exits per 100 syscalls",
+            p["program"].as_str().unwrap_or(""),
+            f(&h["us_per_syscall"]),
+            f(&h["per_call_vs_native"]),
+            f(&h["exits_per_100_syscalls"])
+        );
+        println!(
+            "             kernel in the guest {:.1} us per syscall ({:.0}x native), {:.2} exits per 100 syscalls (targets <= 10x, <= 1); natively {:.3} us; same digest: {}",
+            f(&g["us_per_syscall"]),
+            f(&g["per_call_vs_native"]),
+            f(&g["exits_per_100_syscalls"]),
+            f(&n["us_per_syscall"]),
+            p["same_digest"]
+        );
+    } else {
+        println!("  placement  the guest placement's kernel image is not built (cargo xtask guest-kernel)");
+    }
     let k = &v["sdk_call"];
     println!(
         "  sdk        assert_always!: {:.1} us per call in deja, {:.4} us natively (SDK evaluates locally)",

@@ -16,15 +16,22 @@ pub fn guests() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-                .current_dir(root())
-                .args(["xtask", "guests"])
-                .output()
-                .expect("cargo xtask guests");
-            assert!(out.status.success(), "building guests failed: {}", String::from_utf8_lossy(&out.stderr));
+            xtask("guests");
             root().join("target/guests")
         })
         .clone()
+}
+
+/// Runs `cargo xtask TASK` in the checkout (cargo makes concurrent builds wait); panics unless it
+/// succeeds, and returns what it printed on stdout.
+pub fn xtask(task: &str) -> String {
+    let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .current_dir(root())
+        .args(["xtask", task])
+        .output()
+        .unwrap_or_else(|e| panic!("cargo xtask {task}: {e}"));
+    assert!(out.status.success(), "cargo xtask {task} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Path of one coverage-instrumented example guest.

@@ -20,6 +20,7 @@ use alloc::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::abi::errno::*;
+use crate::mm::user_layout;
 use crate::mm::user_layout::{is_page_aligned, page_down, page_up, FAULT_AROUND_PAGES, USER_END, USER_START};
 use crate::persist::{ensure, RestoreError};
 use crate::{MemError, Memory, Prot, PAGE_SIZE};
@@ -287,7 +288,7 @@ impl Mappings {
 
     /// True if no VMA intersects `[a, b)`.
     pub fn is_free(&self, a: u64, b: u64) -> bool {
-        self.overlapping(a, b).next().is_none()
+        !user_layout::reserved(a, b) && self.overlapping(a, b).next().is_none()
     }
 
     /// True if `[a, b)` is entirely covered by VMAs.
@@ -367,17 +368,25 @@ impl Mappings {
         }
     }
 
-    /// The highest free range of `len` bytes ending at or below `top` (top-down first fit).
+    /// The highest free range of `len` bytes ending at or below `top` (top-down first fit),
+    /// never in the reserved range ([`user_layout::RESERVED_START`]).
     pub fn find_free(&self, len: u64, top: u64) -> Option<u64> {
         let mut hi = top;
-        for v in self.vmas.values().rev() {
-            if v.start >= hi {
+        let mut reserved = Some((user_layout::RESERVED_START, user_layout::RESERVED_END));
+        let mut vmas = self.vmas.values().rev().map(|v| (v.start, v.end)).peekable();
+        // The VMAs from the top down, with the reserved range in its place among them.
+        while let Some((start, end)) = match (vmas.peek(), reserved) {
+            (Some(&(v, _)), Some((r, _))) if r > v => reserved.take(),
+            (Some(_), _) => vmas.next(),
+            (None, _) => reserved.take(),
+        } {
+            if start >= hi {
                 continue;
             }
-            if v.end <= hi && hi - v.end >= len {
+            if end <= hi && hi - end >= len {
                 return Some(hi - len);
             }
-            hi = hi.min(v.start);
+            hi = hi.min(start);
         }
         (hi >= USER_START && hi - USER_START >= len).then(|| hi - len)
     }
@@ -569,6 +578,22 @@ mod tests {
         assert_eq!(a.find_free(0x1000, 0x30000), Some(0x2f000));
         assert_eq!(a.find_free(0x1000, 0x20000), Some(0x11000));
         assert_eq!(a.find_free(0x2000, 0x20000), None);
+    }
+
+    #[test]
+    fn nothing_is_placed_in_the_reserved_range() {
+        use user_layout::{RESERVED_END, RESERVED_START};
+        let mut a = Mappings::new(1 << 30);
+        // Just above the range: the next fit skips it, whatever its size.
+        a.insert(anon(RESERVED_END + 0x1000, 0x7fff_0000_0000, Prot::NONE));
+        assert_eq!(a.find_free(0x1000, 0x7fff_0000_0000), Some(RESERVED_END));
+        a.insert(anon(RESERVED_END, RESERVED_END + 0x1000, Prot::NONE));
+        assert_eq!(a.find_free(0x1000, 0x7fff_0000_0000), Some(RESERVED_START - 0x1000));
+        assert_eq!(a.find_free(1 << 40, 0x7fff_0000_0000), Some(RESERVED_START - (1 << 40)));
+        assert!(!a.is_free(RESERVED_START - 0x1000, RESERVED_START + 0x1000));
+        assert!(a.is_free(RESERVED_START - 0x1000, RESERVED_START));
+        assert!(user_layout::reserved(RESERVED_END - 1, RESERVED_END));
+        assert!(!user_layout::reserved(RESERVED_END, RESERVED_END + 1));
     }
 
     #[test]

@@ -19,6 +19,19 @@ pub const PIE_BASE: u64 = 0x5555_5555_4000;
 /// Pages populated around a demand fault (the window is aligned to its own size).
 pub const FAULT_AROUND_PAGES: u64 = 16;
 
+/// Start of the range no program may map, in either placement: the guest placement keeps its
+/// kernel there (`crate::placement`: guest RAM from here, then the kernel's window), and the host
+/// placement keeps the range free too, so that both give a program the same addresses. `mmap`
+/// never places a mapping there; `MAP_FIXED` or `MREMAP_FIXED` onto it is `ENOMEM`.
+pub const RESERVED_START: u64 = 0x7efe_0000_0000;
+/// End (exclusive) of the reserved range: 12 GiB, about 1 TiB below [`MMAP_TOP`].
+pub const RESERVED_END: u64 = 0x7f01_0000_0000;
+
+/// True if `[a, b)` overlaps the reserved range.
+pub const fn reserved(a: u64, b: u64) -> bool {
+    a < RESERVED_END && b > RESERVED_START
+}
+
 /// Rounds down to a page boundary.
 pub const fn page_down(a: u64) -> u64 {
     a & !(crate::PAGE_SIZE - 1)

@@ -244,6 +244,9 @@ impl Tracer {
 pub fn page_hashes(mem: &dyn crate::Memory) -> (Vec<(u64, u64)>, Vec<Vec<u16>>) {
     let (mut out, mut lines) = (Vec::new(), Vec::new());
     mem.for_each_page(&mut |addr, data| {
+        if reserved_page(addr) {
+            return;
+        }
         let h = blake3::hash(data);
         let mut w = [0u8; 8];
         w.copy_from_slice(&h.as_bytes()[..8]);
@@ -270,18 +273,28 @@ pub const PAGE_LINE: usize = 64;
 pub fn memory_digest(mem: &dyn crate::Memory, others: &[(u64, u64)]) -> blake3::Hash {
     let mut h = blake3::Hasher::new();
     mem.for_each_page(&mut |addr, data| {
-        h.update(&addr.to_le_bytes());
-        h.update(data);
+        if !reserved_page(addr) {
+            h.update(&addr.to_le_bytes());
+            h.update(data);
+        }
     });
     for &(pid, space) in others {
         h.update(b"process");
         h.update(&pid.to_le_bytes());
         mem.for_each_page_in(space, &mut |addr, data| {
-            h.update(&addr.to_le_bytes());
-            h.update(data);
+            if !reserved_page(addr) {
+                h.update(&addr.to_le_bytes());
+                h.update(data);
+            }
         });
     }
     h.finalize()
+}
+
+/// True for a page the program cannot own: one in the range the guest placement keeps for its
+/// kernel ([`crate::mm::user_layout::RESERVED_START`]), part of no digest in either placement.
+fn reserved_page(addr: u64) -> bool {
+    crate::mm::user_layout::reserved(addr, addr + 1)
 }
 
 /// A [`Memory`] that hashes every byte the kernel reads from or writes to the program while it

@@ -251,7 +251,7 @@ impl Kernel {
             if addr < USER_START {
                 return Err(EPERM.into());
             }
-            if addr.checked_add(len).is_none_or(|e| e > USER_END) {
+            if addr.checked_add(len).is_none_or(|e| e > USER_END || crate::mm::user_layout::reserved(addr, e)) {
                 return Err(ENOMEM.into());
             }
             if flags & MAP_FIXED == 0 && !self.process.mappings.is_free(addr, addr + len) {
@@ -457,6 +457,9 @@ impl Kernel {
             }
             if new_addr < old + old_len && old < new_end {
                 return Err(EINVAL.into());
+            }
+            if crate::mm::user_layout::reserved(new_addr, new_end) {
+                return Err(ENOMEM.into());
             }
             let remove = self.process.mappings.committed_in(new_addr, new_end) + pages(old_len);
             self.process.mappings.check_commit(pages(new_len), remove)?;

@@ -42,6 +42,8 @@ use deja_kernel::host::cpuid;
 
 mod run;
 mod state;
+mod window;
+pub(crate) use window::GuestStop;
 
 pub(crate) use run::ProbeAnswer;
 pub use run::Stop;
@@ -132,6 +134,9 @@ pub struct VmStats {
     pub exception_exits: u64,
     /// Ring-0 page-table syncs.
     pub pt_syncs: u64,
+    /// Calls of the kernel in the guest to the monitor (the guest placement: page operations,
+    /// output, FS/GS bases, exceptions served, the end).
+    pub host_calls: u64,
     /// Switches between guest threads.
     pub thread_switches: u64,
     /// Signal handlers entered (a fault or a sent signal delivered on a frame).

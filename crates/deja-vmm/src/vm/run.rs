@@ -41,7 +41,7 @@ impl Vm {
         Ok(())
     }
 
-    fn kvm_run(&mut self) -> Result<Exit, VmError> {
+    pub(super) fn kvm_run(&mut self) -> Result<Exit, VmError> {
         self.push_registers()?;
         let start = Instant::now();
         let exit = match self.vcpu.run() {
@@ -68,7 +68,7 @@ impl Vm {
         Ok(exit)
     }
 
-    fn rip(&self) -> u64 {
+    pub(super) fn rip(&self) -> u64 {
         self.vcpu.sync_regs().regs.rip
     }
 
@@ -86,7 +86,7 @@ impl Vm {
 
     /// Replays stale page-table entries from ring 0 so that no CPU or shadow-MMU cache keeps a
     /// mapping the monitor removed or narrowed.
-    fn pt_sync(&mut self) -> Result<(), VmError> {
+    pub(super) fn pt_sync(&mut self) -> Result<(), VmError> {
         let stale = self.space.take_stale();
         self.pt_sync_entries(&stale)
     }
@@ -210,7 +210,7 @@ impl Vm {
         self.apply_bases(ctx.fs_base, ctx.gs_base);
         Ok(())
     }
-    fn apply_bases(&mut self, fs_base: u64, gs_base: u64) {
+    pub(super) fn apply_bases(&mut self, fs_base: u64, gs_base: u64) {
         if fs_base != self.fs_base || gs_base != self.gs_base {
             self.fs_base = fs_base;
             self.gs_base = gs_base;
@@ -627,7 +627,7 @@ impl Vm {
         }
     }
 
-    fn read_frame(&self, rsp: u64, vector: u8) -> Result<Frame, VmError> {
+    pub(super) fn read_frame(&self, rsp: u64, vector: u8) -> Result<Frame, VmError> {
         let stack_lo = direct(R0_STACK_PHYS);
         let words = if has_error_code(vector) { 6 } else { 5 };
         if rsp < stack_lo || rsp + 8 * words > stack_lo + PAGE_SIZE {
@@ -724,12 +724,12 @@ impl Vm {
 
 /// The general-purpose registers in x86's encoding order (RAX, RCX, RDX, RBX, RSP, RBP, RSI,
 /// RDI, R8–R15), as [`deja_kernel::RegWrite`] numbers them.
-fn gprs_of(r: &kvm_regs) -> [u64; 16] {
+pub(super) fn gprs_of(r: &kvm_regs) -> [u64; 16] {
     [r.rax, r.rcx, r.rdx, r.rbx, r.rsp, r.rbp, r.rsi, r.rdi, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15]
 }
 
 /// Writes back what [`gprs_of`] read.
-fn set_gprs(r: &mut kvm_regs, g: &[u64; 16]) {
+pub(super) fn set_gprs(r: &mut kvm_regs, g: &[u64; 16]) {
     [r.rax, r.rcx, r.rdx, r.rbx, r.rsp, r.rbp, r.rsi, r.rdi, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15] = *g;
 }
 
@@ -749,7 +749,7 @@ pub enum Stop {
 }
 
 #[derive(Debug)]
-enum Exit {
+pub(super) enum Exit {
     Out(u16),
     In(u16),
     Interrupted,
@@ -757,11 +757,11 @@ enum Exit {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Frame {
-    error_code: u64,
-    rip: u64,
-    rflags: u64,
-    rsp: u64,
+pub(super) struct Frame {
+    pub(super) error_code: u64,
+    pub(super) rip: u64,
+    pub(super) rflags: u64,
+    pub(super) rsp: u64,
 }
 
 /// How the probe answers a trapped instruction at (rip, vector) given the registers in x86's

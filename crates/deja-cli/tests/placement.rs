@@ -1,0 +1,399 @@
+//! The guest placement (docs/ARCHITECTURE.md, "The kernel inside the VM", stage 2): the kernel
+//! image booted in a VM's window, its state crossing in and out whole, and a program's syscalls
+//! served in the guest with no VM exit, leaving the kernel in the state the host placement's
+//! kernel reaches from the same calls.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use deja_kernel::mm::mem::FakeMemory;
+use deja_kernel::placement::Failure;
+use deja_kernel::{ExitStatus, Kernel, ProgramSpec, RunReport, SyscallOutcome};
+use deja_vmm::placement::{run_program, run_raw, syscall_loop, PlacementError, CODE_VA, DATA_VA, KEPT, LOOP_RETURN};
+use deja_vmm::session::BootOptions;
+use deja_vmm::Settings;
+
+use crate::common::*;
+
+const GETPPID: u32 = 110;
+const GETPID: u32 = 39;
+const HEAP: u64 = 128 << 20;
+
+/// The image, built once per test binary (`cargo xtask guest-kernel`).
+fn image() -> &'static [u8] {
+    static IMAGE: OnceLock<Vec<u8>> = OnceLock::new();
+    IMAGE.get_or_init(|| {
+        let path = PathBuf::from(xtask("guest-kernel").lines().last().unwrap_or_default().trim());
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    })
+}
+
+/// A kernel that loaded a real program (a static-PIE Rust guest), saved.
+fn saved_kernel(seed: u64) -> Vec<u8> {
+    let bytes = std::fs::read(guest("hello")).unwrap();
+    let mut spec = ProgramSpec::for_program(bytes, "hello", ["a".to_string()], seed);
+    spec.vdso = deja_kernel::time::vdso::VdsoMode::Off;
+    let (kernel, _) = Kernel::load(spec, &mut FakeMemory::new(1 << 16)).unwrap();
+    kernel.save()
+}
+
+/// The host placement's kernel after the same calls as [`syscall_loop`]: `count` calls of `nr`
+/// with `args`, then `exit_group(status)` (with the loop's other argument registers); its state
+/// and the last call's result.
+fn on_the_host(state: &[u8], nr: u32, args: [u64; 6], count: u32, status: u32) -> (Vec<u8>, u64) {
+    let mut kernel = Kernel::restore(state).unwrap();
+    let mut mem = FakeMemory::new(16);
+    let mut last = 0;
+    for _ in 0..count {
+        match kernel.syscall(&mut mem, u64::from(nr), args) {
+            SyscallOutcome::Return(v) => last = v,
+            other => panic!("{other:?}"),
+        }
+    }
+    let exit = kernel.syscall(&mut mem, 231, [u64::from(status), args[1], args[2], args[3], args[4], args[5]]);
+    assert!(matches!(exit, SyscallOutcome::Exit(_)), "{exit:?}");
+    (kernel.save(), last)
+}
+
+fn word(data: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(data[at..at + 8].try_into().unwrap())
+}
+
+/// Arguments the loop passes: a getppid or getpid ignores them, the trace digest does not.
+const ARGS: [u64; 6] = [0xa1a1, 0xa2a2, 0xa3a3, 0xa4a4, 0xa5a5, 0xa6a6];
+
+#[test]
+fn syscalls_served_in_the_guest_leave_the_kernel_as_the_host_placement_does() {
+    let state = saved_kernel(7);
+    let count = 2000;
+    let run = run_raw(image(), &state, &syscall_loop(GETPPID, ARGS, count, 3), HEAP).unwrap();
+    assert!(run.booted == state, "the state crossed into the guest and back byte for byte");
+    assert_eq!(run.served, u64::from(count) + 1, "every call, exit_group included, was served in the guest");
+    assert_eq!(run.program_exits, 1, "no exit but the kernel's last host call");
+    let (host, last) = on_the_host(&state, GETPPID, ARGS, count, 3);
+    assert!(run.finished == host, "the kernel's state after the calls differs between the placements");
+    assert_eq!(word(&run.data, 0), last, "the program saw the host placement's answer");
+    for (i, kept) in KEPT.iter().chain(&ARGS).enumerate() {
+        assert_eq!(word(&run.data, 8 + 8 * i), *kept, "register {i} survived the calls");
+    }
+    assert_eq!(word(&run.data, 96), DATA_VA + 0x800, "RSP is the program's again");
+    assert_eq!(word(&run.data, 104), CODE_VA + LOOP_RETURN, "RCX holds the return address, as after a syscall");
+    let mut finished = Kernel::restore(&run.finished).unwrap();
+    let status = finished.exit_status().cloned().unwrap();
+    assert_eq!(status, ExitStatus::Exited { code: 3 });
+    let report = finished.finish(&FakeMemory::new(1), status);
+    assert_eq!(report.syscalls, u64::from(count) + 1);
+    eprintln!(
+        "{count} getppid calls in the guest: {:.2} µs each, {} exit; boot {:.1} ms ({} bytes of state); digest {}",
+        run.program_ns as f64 / 1e3 / f64::from(count),
+        run.program_exits,
+        run.boot_ns as f64 / 1e6,
+        state.len(),
+        report.trace_digest
+    );
+}
+
+#[test]
+fn other_seeds_and_calls_match_the_host_placement_and_differ_from_each_other() {
+    let (a, b) = (saved_kernel(1), saved_kernel(2));
+    assert!(a != b, "the seed is part of the state");
+    let mut finished = Vec::new();
+    for state in [&a, &b] {
+        for nr in [GETPID, GETPPID] {
+            let run = run_raw(image(), state, &syscall_loop(nr, ARGS, 10, 0), HEAP).unwrap();
+            assert!(run.finished == on_the_host(state, nr, ARGS, 10, 0).0, "syscall {nr}");
+            finished.push(run.finished);
+        }
+    }
+    for i in 0..finished.len() {
+        for j in i + 1..finished.len() {
+            assert!(finished[i] != finished[j], "runs {i} and {j} ended in the same state");
+        }
+    }
+}
+
+#[test]
+fn a_call_that_needs_what_this_stage_does_not_serve_stops_the_run_instead_of_answering_otherwise() {
+    // `fork` needs a second address space, which the guest placement does not make yet: the
+    // kernel says so instead of answering where the host placement would fork.
+    let state = saved_kernel(7);
+    let err = run_raw(image(), &state, &syscall_loop(57, [0; 6], 1, 0), HEAP).unwrap_err();
+    assert!(matches!(err, PlacementError::Failed { why: Failure::NeedsMemory, served: 0, .. }), "{err}");
+    assert!(err.to_string().contains("fork needed fork_space"), "{err}");
+    // A null pointer is refused from the kernel's own map of the program, as on the host.
+    let run = run_raw(image(), &state, &syscall_loop(1, [1, 0, 5, 0, 0, 0], 5, 0), HEAP).unwrap();
+    assert_eq!(word(&run.data, 0) as i64, -14, "EFAULT");
+    assert!(run.finished == on_the_host(&state, 1, [1, 0, 5, 0, 0, 0], 5, 0).0);
+}
+
+#[test]
+fn a_damaged_state_or_image_is_refused_with_what_is_wrong() {
+    let mut state = saved_kernel(7);
+    state.truncate(state.len() / 2);
+    let err = run_raw(image(), &state, &syscall_loop(GETPPID, ARGS, 1, 0), HEAP).unwrap_err();
+    assert!(matches!(err, PlacementError::Failed { why: Failure::Restore, served: 0, .. }), "{err}");
+    let err = run_raw(&image()[..4096], &saved_kernel(7), &syscall_loop(GETPPID, ARGS, 1, 0), HEAP).unwrap_err();
+    assert!(matches!(err, PlacementError::BadImage { .. }), "{err}");
+    // A heap too small for the state: the kernel's allocation fails inside the guest, which
+    // ends the run; the monitor is untouched.
+    let err = run_raw(image(), &saved_kernel(7), &syscall_loop(GETPPID, ARGS, 1, 0), 64 << 10).unwrap_err();
+    assert!(matches!(err, PlacementError::Failed { why: Failure::Panic, .. }), "{err}");
+}
+
+/// `spec` run to its end in the host placement: its report and output.
+fn on_the_host_placement(spec: &ProgramSpec) -> (RunReport, Vec<u8>) {
+    let (mut vm, mut kernel) = deja_vmm::session::boot(spec, MEMORY, BootOptions::new(Settings::default())).unwrap();
+    let mut out = Vec::new();
+    let status = vm.run(&mut kernel, &mut |_, b| out.extend_from_slice(b)).unwrap();
+    (kernel.finish(&vm.space, status), out)
+}
+
+/// Runs `spec` in both placements and returns (host report, guest report, host output, guest
+/// output, the guest run's figures).
+fn both_placements(spec: &ProgramSpec) -> (RunReport, RunReport, Vec<u8>, Vec<u8>, deja_vmm::placement::GuestRun) {
+    let opts = || BootOptions::new(Settings::default());
+    let (host, host_out) = on_the_host_placement(spec);
+    let mut guest_out = Vec::new();
+    let mut g = run_program(image(), spec, MEMORY, HEAP, opts(), &mut |_, b| guest_out.extend_from_slice(b))
+        .unwrap_or_else(|e| panic!("{}: {e}", spec.exe_path));
+    assert!(g.kernel.take_output().is_empty(), "the output was passed on as it was written");
+    let status = g.kernel.exit_status().cloned().unwrap();
+    let guest = g.kernel.finish(&g.vm.space, status);
+    (host, guest, host_out, guest_out, g.run)
+}
+
+const MEMORY: u64 = 512 << 20;
+
+#[test]
+fn a_real_program_runs_in_the_guest_placement_with_the_host_placements_digest() {
+    let bytes = std::fs::read(guest("hello")).unwrap();
+    let spec = ProgramSpec::for_program(bytes, "hello", ["one".to_string(), "two".to_string()], 7);
+    let (host, guest, host_out, guest_out, run) = both_placements(&spec);
+    assert_eq!(guest.exit, host.exit);
+    assert_eq!(String::from_utf8_lossy(&guest_out), String::from_utf8_lossy(&host_out));
+    assert_eq!(guest.syscalls, host.syscalls);
+    assert_eq!(guest.trace_digest, host.trace_digest, "the same run in both placements");
+    assert_eq!(guest.digest, host.digest, "memory and files included");
+    eprintln!(
+        "hello: {} syscalls, {} served in the guest, {} exits ({} in the host placement)",
+        guest.syscalls, run.served, run.program_exits, host.syscalls
+    );
+}
+
+/// How one program fared in the guest placement against the host placement.
+#[derive(Debug, PartialEq, Eq)]
+enum Fared {
+    /// The same exit, output and trace digest.
+    Same,
+    /// The guest placement stopped with a clean refusal (what it does not serve yet).
+    Refused(String),
+}
+
+/// Runs `spec` in both placements; panics if the guest placement answers differently.
+fn compare(spec: &ProgramSpec) -> Fared {
+    let opts = || BootOptions::new(Settings::default());
+    let (host, host_out) = on_the_host_placement(spec);
+    let mut guest_out = Vec::new();
+    let mut g = match run_program(image(), spec, MEMORY, HEAP, opts(), &mut |_, b| guest_out.extend_from_slice(b)) {
+        Ok(g) => g,
+        Err(e @ PlacementError::Failed { .. }) => {
+            // What it wrote before it stopped is what the host placement wrote first.
+            assert!(host_out.starts_with(&guest_out), "{}: output before the stop differs", spec.exe_path);
+            return Fared::Refused(e.to_string());
+        }
+        Err(e) => panic!("{}: {e}", spec.exe_path),
+    };
+    let status = g.kernel.exit_status().cloned().unwrap();
+    let guest = g.kernel.finish(&g.vm.space, status);
+    assert_eq!(guest.exit, host.exit, "{}", spec.exe_path);
+    assert_eq!(String::from_utf8_lossy(&guest_out), String::from_utf8_lossy(&host_out), "{}", spec.exe_path);
+    assert_eq!(guest.trace_digest, host.trace_digest, "{}", spec.exe_path);
+    assert_eq!(guest.digest, host.digest, "{}: the run's digest, memory and files included", spec.exe_path);
+    Fared::Same
+}
+
+/// The test guests that run to their end in the guest placement today, and those it refuses
+/// cleanly (what it does not serve yet: processes, threads, signals). Guests that need
+/// arguments, files or a peer, and the syscall-bound benchmark (in `deja bench`), are left out.
+const SAME: &[&str] = &[
+    "ackstore-buggy",
+    "ackstore-fixed",
+    "ackstore-rejecting",
+    "badptr",
+    "bank",
+    "batchdb",
+    "cat",
+    "conformance-clock",
+    "conformance-cpus",
+    "conformance-dirs",
+    "conformance-files",
+    "conformance-inet6",
+    "conformance-mmap",
+    "conformance-perms",
+    "conformance-procfd",
+    "cpuburn",
+    "credit-atomic",
+    "credit-buggy",
+    "credit-mark-first",
+    "credit-misleading-green",
+    "dirty",
+    "echo-client",
+    "echo-server",
+    "forkserver",
+    "fserr",
+    "hello",
+    "hostchan",
+    "hostinfo",
+    "kv",
+    "ledger",
+    "memhog",
+    "pagestore-buggy",
+    "pagestore-fixed",
+    "pagestore-retry",
+    "raftkv-client",
+    "raftkv-node",
+    "register-client",
+    "register-replica",
+    "register-replica-patched",
+    "timerand",
+    "tokio-echo-client",
+    "tokio-echo-server",
+    "udp-ping",
+    "udp-pong",
+    "walkv-buggy",
+    "walkv-client",
+    "walkv-fixed",
+    "walkv-wrong",
+];
+
+/// Refused today, each with what it came to first.
+const REFUSED: &[(&str, &str)] = &[
+    ("conformance-cow", "fork_space"),
+    ("conformance-eintr", "a new thread"),
+    ("conformance-fifo", "came to"),
+    ("conformance-procs", "fork_space"),
+    ("conformance-pwait", "came to"),
+    ("conformance-signals", "came to"),
+    ("conformance-sigqueue", "came to"),
+    ("conformance-sigwait", "came to"),
+    ("conformance-splice", "came to"),
+    ("conformance-timers", "came to"),
+    ("conformance-unix", "came to"),
+    ("go-exec", "a new thread"),
+    ("go-goroutines", "a new thread"),
+    ("go-recover", "a new thread"),
+    ("go-unix", "a new thread"),
+    ("loopback", "came to"),
+    ("overflow", "a signal frame for a fault"),
+    ("privileged", "came to"),
+    ("spawner", "came to"),
+    ("supervisor", "fork_space"),
+    ("threads", "a new thread"),
+];
+
+#[test]
+fn every_test_guest_gives_the_host_placements_answer_or_a_clean_refusal() {
+    let only = std::env::var("DEJA_PLACEMENT_GUESTS").unwrap_or_default();
+    let wanted = |name: &str| only.is_empty() || only.split(',').any(|n| n == name);
+    let spec = |name: &str| {
+        let bytes = std::fs::read(guest(name)).unwrap();
+        ProgramSpec::for_program(bytes, name, Vec::<String>::new(), 7)
+    };
+    for name in SAME.iter().copied().filter(|n| wanted(n)) {
+        assert_eq!(compare(&spec(name)), Fared::Same, "{name}");
+    }
+    for (name, first) in REFUSED.iter().copied().filter(|(n, _)| wanted(n)) {
+        match compare(&spec(name)) {
+            Fared::Refused(why) => assert!(why.contains(first), "{name}: {why}"),
+            Fared::Same => panic!("{name} now runs in the guest placement: move it to SAME"),
+        }
+    }
+    eprintln!("{} guests with the host placement's digest, {} refused cleanly", SAME.len(), REFUSED.len());
+}
+
+#[test]
+fn deja_run_kernel_guest_gives_the_host_placements_run_and_refuses_what_it_does_not_serve() {
+    image();
+    let hello = guest("hello");
+    let hello = hello.to_str().unwrap();
+    let (host, h) = run_json(&["--seed", "3", hello, "--", "a", "b"]);
+    let (guest_run, g) = run_json(&["--kernel", "guest", "--seed", "3", hello, "--", "a", "b"]);
+    assert!(guest_run.status.success(), "{}", stderr(&guest_run));
+    assert_eq!(stdout(&guest_run), stdout(&host));
+    assert_eq!(g["trace_digest"], h["trace_digest"], "{g}");
+    assert_eq!(g["digest"], h["digest"], "the run's digest, memory and files included");
+    assert_eq!(g["syscalls"], h["syscalls"]);
+    assert!(g["vm"]["host_calls"].as_u64().unwrap_or(0) > 0, "{g}");
+    assert_eq!(h["vm"]["host_calls"].as_u64(), Some(0), "{h}");
+    assert_eq!((g["kernel"].as_str(), h["kernel"].as_str()), (Some("guest"), Some("host")));
+    // What it does not serve yet: a clear error, never another answer.
+    let threads = guest("threads");
+    let out = deja(&["run", "--no-probe", "--kernel", "guest", threads.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("came to a new thread"), "{}", stderr(&out));
+    let echo = root().join("examples/clusters/echo.toml");
+    let out = deja(&["run", "--kernel", "guest", echo.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = deja(&["run", "--kernel", "guest", "--snapshot-at", "3", "--snapshot-out", "/dev/null", hello]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+/// Raw code that writes `block` over the boot block, as a hostile program can on hosts where
+/// nothing protects the kernel's window from ring 3, then calls the kernel's host-call
+/// instruction itself, then exits.
+fn forge(block: &deja_kernel::placement::BootBlock, hostcall: u64) -> Vec<u8> {
+    let mut c = Vec::new();
+    for (i, word) in block.encode().chunks(8).enumerate() {
+        c.extend_from_slice(&[0x48, 0xb8]);
+        c.extend_from_slice(word);
+        c.extend_from_slice(&[0x48, 0xa3]);
+        c.extend_from_slice(&(deja_kernel::placement::BOOT_BLOCK + 8 * i as u64).to_le_bytes());
+    }
+    c.extend_from_slice(&[0x48, 0xb8]);
+    c.extend_from_slice(&hostcall.to_le_bytes());
+    c.extend_from_slice(&[0xff, 0xd0, 0xb8, 0xe7, 0, 0, 0, 0x31, 0xff, 0x0f, 0x05]);
+    c
+}
+
+#[test]
+fn a_program_that_forges_the_kernels_requests_is_stopped_with_what_it_did() {
+    use deja_kernel::placement::{image::Image, output_cap_for, BootBlock, MemOp, Request, WINDOW};
+    let img = Image::parse(image()).unwrap();
+    let state = saved_kernel(7);
+    let honest = BootBlock::for_input(HEAP, state.len() as u64, output_cap_for(state.len() as u64));
+    let forged =
+        |block: BootBlock| run_raw(image(), &state, &forge(&block, img.hostcall), HEAP).unwrap_err().to_string();
+    // A page request onto the kernel's own window.
+    let grab =
+        BootBlock { request: Request::Memory.code(), op: MemOp::Populate.code(), args: [WINDOW, 0x1000, 7], ..honest };
+    assert!(forged(grab).contains("asked for page operation 1"), "{}", forged(grab));
+    // A page request outside the user half, and one of no known kind.
+    let high =
+        BootBlock { request: Request::Memory.code(), op: MemOp::Unmap.code(), args: [1 << 47, 0x1000, 0], ..honest };
+    assert!(forged(high).contains("page operation 3"));
+    let unknown = BootBlock { request: Request::Memory.code(), op: 99, ..honest };
+    assert!(forged(unknown).contains("page operation 99"));
+    // Output records that do not parse, and a block that is no boot block at all.
+    let output = BootBlock { request: Request::Output.code(), output_len: 64, ..honest };
+    assert!(forged(output).contains("damaged output records"), "{}", forged(output));
+    let mut damaged = honest.encode();
+    damaged[0] ^= 0xff;
+    let mut c = Vec::new();
+    c.extend_from_slice(&[0x48, 0xb8]);
+    c.extend_from_slice(&damaged[..8]);
+    c.extend_from_slice(&[0x48, 0xa3]);
+    c.extend_from_slice(&deja_kernel::placement::BOOT_BLOCK.to_le_bytes());
+    c.extend_from_slice(&[0x48, 0xb8]);
+    c.extend_from_slice(&img.hostcall.to_le_bytes());
+    c.extend_from_slice(&[0xff, 0xd0]);
+    let err = run_raw(image(), &state, &c, HEAP).unwrap_err().to_string();
+    assert!(err.contains("boot block is damaged"), "{err}");
+    // The kernel's code is read-only: a program writing over it dies of SIGSEGV, served by the
+    // kernel itself.
+    let mut c = vec![0x48, 0xb8];
+    c.extend_from_slice(&img.syscall_entry.to_le_bytes());
+    c.extend_from_slice(&[0xc6, 0x00, 0xcc]); // mov byte [rax], 0xcc
+    let run = run_raw(image(), &state, &c, HEAP).unwrap();
+    let exit = Kernel::restore(&run.finished).unwrap().exit_status().cloned();
+    assert!(matches!(exit, Some(ExitStatus::Signaled { signal: 11, .. })), "{exit:?}");
+}

@@ -1,0 +1,564 @@
+//! deja's kernel model in the guest placement: a freestanding image for `x86_64-unknown-none`
+//! that the monitor maps into the reserved window of the VM (`deja_kernel::placement`), where it
+//! serves the program's syscalls without leaving the guest.
+//!
+//! The monitor enters [`boot`] (`deja_boot`) in ring 3 with RSP at the window's stack. The kernel
+//! takes its heap, restores the `Kernel` the monitor saved into the transfer area, writes its
+//! own save back (so the monitor can check the state crossed whole) and calls the host with
+//! `Booted`. The monitor then points `LSTAR` at `deja_syscall_entry` and runs the program: each
+//! `syscall` lands there (in ring 3 on hosts whose guest ring 0 is emulated, as on deja's own),
+//! switches to the kernel's stack, saves the registers, and [`serve`] hands the call to
+//! `Kernel::syscall`, then returns to the instruction after the `syscall` as `sysret` would
+//! (RCX the return address, R11 the flags). When the program exits the kernel saves its state to
+//! the output and calls the host with `Done`; anything it cannot serve yet ends the run with
+//! `Failed` and a [`Failure`] code.
+//!
+//! The program's bytes are reached through its page tables and the physical window
+//! ([`GuestMemory`]); page operations are host calls. A call this stage cannot serve the way the
+//! host placement does (another address space, a copy-on-write frame, a signal frame, a thread
+//! switch) ends the run with a [`Failure`] rather than answer differently. Threads, signals,
+//! exceptions and processes are the next stages (docs/ARCHITECTURE.md, "The kernel inside the
+//! VM").
+//!
+//! The only `unsafe` here makes slices of the window's fixed addresses and hands the heap to the
+//! allocator; it runs inside the VM, which is the boundary that protects the host.
+
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use deja_kernel::mm::mem::{MemError, Memory, Prot};
+use deja_kernel::placement::{
+    self, mem_status, BootBlock, ExcFrame, Failure, MemOp, Request, BOOT_BLOCK, HEAP, TRANSFER,
+};
+use deja_kernel::{ExceptionOutcome, Kernel, SyscallOutcome, ARITH_FLAGS};
+use linked_list_allocator::LockedHeap;
+use spin::Mutex;
+
+#[global_allocator]
+static ALLOCATOR: LockedHeap = LockedHeap::empty();
+
+/// The kernel, once restored.
+static KERNEL: Mutex<Option<Kernel>> = Mutex::new(None);
+/// Syscalls served so far.
+static SERVED: AtomicU64 = AtomicU64::new(0);
+/// The program's RSP while its syscall is served (the entry's scratch word).
+#[no_mangle]
+static DEJA_USER_RSP: AtomicU64 = AtomicU64::new(0);
+
+core::arch::global_asm!(
+    // The linker's entry, so that what the boot reaches is kept.
+    ".globl _start",
+    ".globl deja_boot",
+    "_start:",
+    "deja_boot:",
+    "    cld",
+    "    and rsp, -16",
+    "    call {boot}",
+    "    ud2",
+    "",
+    ".globl deja_exception_entry",
+    "deja_exception_entry:",
+    "    cld",
+    "    and rsp, -16",
+    "    call {exception}",
+    "    ud2",
+    "",
+    ".globl deja_hostcall",
+    "deja_hostcall:",
+    "    out 0xde, al",
+    "    ret",
+    "",
+    // The program's registers, pushed in the reverse of `Frame`'s field order.
+    ".globl deja_syscall_entry",
+    "deja_syscall_entry:",
+    "    mov [rip + {user_rsp}], rsp",
+    "    movabs rsp, {stack_top}",
+    "    push qword ptr [rip + {user_rsp}]",
+    "    push r11",
+    "    push rcx",
+    "    push rax",
+    "    push rdi",
+    "    push rsi",
+    "    push rdx",
+    "    push r10",
+    "    push r8",
+    "    push r9",
+    "    push rbx",
+    "    push rbp",
+    "    push r12",
+    "    push r13",
+    "    push r14",
+    "    push r15",
+    "    cld",
+    "    mov rdi, rsp",
+    "    call {serve}",
+    "    pop r15",
+    "    pop r14",
+    "    pop r13",
+    "    pop r12",
+    "    pop rbp",
+    "    pop rbx",
+    "    pop r9",
+    "    pop r8",
+    "    pop r10",
+    "    pop rdx",
+    "    pop rsi",
+    "    pop rdi",
+    "    pop rax",
+    "    pop rcx",
+    "    pop r11",
+    // RFLAGS as the `syscall` saved them in R11, then the program's stack, then where it was.
+    "    push r11",
+    "    popfq",
+    "    pop rsp",
+    "    jmp rcx",
+    boot = sym boot,
+    serve = sym serve,
+    exception = sym exception,
+    user_rsp = sym DEJA_USER_RSP,
+    stack_top = const placement::STACK_TOP,
+);
+
+extern "C" {
+    /// The host call: one `out` to deja's port, at the address the monitor knows by its symbol.
+    fn deja_hostcall();
+}
+
+/// The program's registers at its `syscall`, as the entry pushed them.
+#[repr(C)]
+struct Frame {
+    r15: u64,
+    r14: u64,
+    r13: u64,
+    r12: u64,
+    rbp: u64,
+    rbx: u64,
+    r9: u64,
+    r8: u64,
+    r10: u64,
+    rdx: u64,
+    rsi: u64,
+    rdi: u64,
+    rax: u64,
+    rcx: u64,
+    r11: u64,
+    rsp: u64,
+}
+
+/// The boot block's page.
+fn boot_page() -> &'static mut [u8] {
+    // SAFETY: the monitor maps the boot block's page read-write at `BOOT_BLOCK` before it enters
+    // the image, and only this single-threaded kernel touches it while the guest runs; each use
+    // takes the slice anew and drops it before the next.
+    unsafe { core::slice::from_raw_parts_mut(BOOT_BLOCK as *mut u8, placement::BOOT_BLOCK_LEN) }
+}
+
+/// Writes the answers into the boot block and calls the host.
+fn hostcall(request: Request, status: u64, output_len: u64) {
+    let page = boot_page();
+    let mut block = BootBlock::decode(page).unwrap_or_default();
+    block.request = request.code();
+    block.status = status;
+    block.served = SERVED.load(Ordering::Relaxed);
+    block.output_len = output_len;
+    page.copy_from_slice(&block.encode());
+    // SAFETY: `deja_hostcall` is the `out; ret` above; the port is deja's, opened to ring 3 by
+    // the TSS's I/O bitmap, and the monitor resumes after it or ends the run.
+    unsafe { deja_hostcall() }
+}
+
+/// Ends the run because call `nr` (`u64::MAX`: an exception) came to what this stage does not
+/// do yet ([`placement::OUTCOMES`]`[what]`).
+fn not_yet(nr: u64, what: u64) -> ! {
+    let page = boot_page();
+    let mut block = BootBlock::decode(page).unwrap_or_default();
+    block.args = [nr, what, 0];
+    page.copy_from_slice(&block.encode());
+    fail(Failure::Outcome)
+}
+
+/// Ends the run with a failure; the monitor never resumes a failed kernel.
+fn fail(why: Failure) -> ! {
+    loop {
+        hostcall(Request::Failed, why.code(), 0);
+    }
+}
+
+/// Writes the kernel's saved state to the output area and calls the host with `request`.
+fn hand_over(request: Request, state: &[u8]) {
+    let Some(block) = BootBlock::decode(boot_page()) else { fail(Failure::BadBootBlock) };
+    if state.len() as u64 > block.output_cap {
+        fail(Failure::OutputFull);
+    }
+    // SAFETY: the monitor maps `output_cap` bytes read-write at `output_at()`, inside the
+    // transfer area (`BootBlock::decode` checked they fit), and nothing else uses them now.
+    let out = unsafe { core::slice::from_raw_parts_mut(block.output_at() as *mut u8, state.len()) };
+    out.copy_from_slice(state);
+    hostcall(request, 0, state.len() as u64);
+}
+
+/// The boot entry: heap, the kernel from the input, its save to the output, `Booted`.
+extern "C" fn boot() -> ! {
+    let Some(block) = BootBlock::decode(boot_page()) else { fail(Failure::BadBootBlock) };
+    // SAFETY: the monitor maps `heap_len` bytes read-write at `HEAP` for the allocator alone
+    // (`BootBlock::decode` checked they fit the window's heap part); this runs once.
+    unsafe { ALLOCATOR.lock().init(HEAP as *mut u8, block.heap_len as usize) };
+    // SAFETY: the monitor wrote `input_len` bytes at `TRANSFER` (checked as above); they are
+    // only read, and only here.
+    let input = unsafe { core::slice::from_raw_parts(TRANSFER as *const u8, block.input_len as usize) };
+    let Ok(kernel) = Kernel::restore(input) else { fail(Failure::Restore) };
+    let state = kernel.save();
+    *KERNEL.lock() = Some(kernel);
+    hand_over(Request::Booted, &state);
+    // The monitor runs the program after `Booted`; coming back here is a broken contract.
+    fail(Failure::BadBootBlock)
+}
+
+/// Serves the syscall in `frame` (`deja_syscall_entry` calls it on the kernel's stack), then
+/// does what the monitor does on a syscall's way back to ring 3 in the host placement
+/// (`Vm::finish_syscall`, then the signal check), in the same order, so that both placements
+/// leave the kernel in the same state.
+extern "C" fn serve(frame: &mut Frame) {
+    let mut mem = GuestMemory::from_block();
+    let nr = frame.rax;
+    let args = [frame.rdi, frame.rsi, frame.rdx, frame.r10, frame.r8, frame.r9];
+    let mut guard = KERNEL.lock();
+    let Some(kernel) = guard.as_mut() else { fail(Failure::BadBootBlock) };
+    let tid = kernel.current_tid();
+    let bases = (kernel.fs_base(), kernel.gs_base());
+    kernel.set_user_sp(frame.rsp);
+    let outcome = kernel.syscall(&mut mem, nr, args);
+    mem.check(nr);
+    pass_output(kernel);
+    let served = SERVED.fetch_add(1, Ordering::Relaxed) + 1;
+    // The monitor's watchdog reads it: serving syscalls without an exit is progress.
+    boot_page()[placement::SERVED_AT..placement::SERVED_AT + 8].copy_from_slice(&served.to_le_bytes());
+    match outcome {
+        SyscallOutcome::Return(value) => {
+            frame.rax = value;
+            // `execve`, a new thread or another thread to run: the next stages.
+            if kernel.take_exec().is_some() {
+                not_yet(nr, 0);
+            }
+            if !kernel.take_spawned().is_empty() {
+                not_yet(nr, 1);
+            }
+            if kernel.current_tid() != tid {
+                not_yet(nr, 2);
+            }
+            kernel.before_run(&mut mem);
+            mem.check(nr);
+            let now = (kernel.fs_base(), kernel.gs_base());
+            if now != bases {
+                set_bases(now);
+            }
+            if kernel.signal_due() {
+                not_yet(nr, 3);
+            }
+        }
+        SyscallOutcome::Exit(_) => {
+            let state = kernel.save();
+            drop(guard);
+            hand_over(Request::Done, &state);
+            fail(Failure::Outcome);
+        }
+        SyscallOutcome::Crash => not_yet(nr, 4),
+        SyscallOutcome::Idle => not_yet(nr, 5),
+        SyscallOutcome::Resume(_) => not_yet(nr, 6),
+    }
+}
+
+/// The exception entry: serves the program's exception in the boot block's frame with
+/// `Kernel::exception`, applies the outcome to the frame's registers as the host placement's
+/// monitor does, and hands the frame back (`ExceptionServed`), or ends the run.
+extern "C" fn exception() -> ! {
+    // SAFETY: the frame lies in the boot block's page, which the monitor maps read-write and
+    // fills before it enters here; the kernel is alone in the guest while it runs.
+    let area = unsafe { core::slice::from_raw_parts_mut(placement::EXC_FRAME as *mut u8, placement::EXC_FRAME_LEN) };
+    let Some(mut frame) = ExcFrame::decode(area) else { fail(Failure::BadBootBlock) };
+    let mut mem = GuestMemory::from_block();
+    let mut guard = KERNEL.lock();
+    let Some(kernel) = guard.as_mut() else { fail(Failure::BadBootBlock) };
+    let outcome = kernel.exception(&mut mem, frame.exception());
+    mem.check(u64::MAX);
+    pass_output(kernel);
+    match outcome {
+        ExceptionOutcome::Retry => {}
+        ExceptionOutcome::Emulated { writes, flags, len, .. } => {
+            frame.rip += len;
+            for w in writes {
+                let r = &mut frame.gprs[usize::from(w.reg & 15)];
+                *r = w.apply(*r);
+            }
+            if let Some(f) = flags {
+                frame.rflags = (frame.rflags & !ARITH_FLAGS) | (f & ARITH_FLAGS);
+            }
+        }
+        ExceptionOutcome::Fatal(_) => {
+            let state = kernel.save();
+            drop(guard);
+            hand_over(Request::Done, &state);
+            fail(Failure::Outcome);
+        }
+        // A signal handler's frame, another process: the next stages.
+        ExceptionOutcome::Deliver => not_yet(u64::MAX, 7),
+        ExceptionOutcome::ProcessEnded => not_yet(u64::MAX, 8),
+    }
+    drop(guard);
+    area.copy_from_slice(&frame.encode());
+    hostcall(Request::ExceptionServed, 0, 0);
+    fail(Failure::BadBootBlock)
+}
+
+/// Hands what the program wrote to its standard streams to the monitor, as the host
+/// placement's monitor takes it after every syscall and exception (in pieces that fit the output
+/// area).
+fn pass_output(kernel: &mut Kernel) {
+    let records = kernel.take_output();
+    if records.is_empty() {
+        return;
+    }
+    let Some(block) = BootBlock::decode(boot_page()) else { fail(Failure::BadBootBlock) };
+    let room = (block.output_cap as usize).saturating_sub(9).max(1);
+    for (stream, bytes) in records {
+        for piece in bytes.chunks(room) {
+            let encoded = placement::encode_output(&[(stream, piece.to_vec())]);
+            hand_over(Request::Output, &encoded);
+        }
+    }
+}
+
+/// Asks the monitor to load the thread's FS and GS bases.
+fn set_bases((fs, gs): (u64, u64)) {
+    let page = boot_page();
+    let mut block = BootBlock::decode(page).unwrap_or_default();
+    block.args = [fs, gs, 0];
+    page.copy_from_slice(&block.encode());
+    hostcall(Request::Bases, 0, block.output_len);
+}
+
+/// The program's memory as the kernel in the guest reaches it: bytes through the program's page
+/// tables and the physical window; page operations as host calls. What this stage does not do
+/// yet (address spaces of other processes, copy-on-write frames, block coverage) marks the call,
+/// which ends the run ([`Failure::NeedsMemory`]) instead of being answered otherwise.
+struct GuestMemory {
+    root: u64,
+    ram_len: u64,
+    free_frames: u64,
+    /// The first `Memory` method this stage could not serve ([`placement::MEMORY_METHODS`]).
+    touched: core::cell::Cell<Option<u64>>,
+}
+
+impl GuestMemory {
+    fn from_block() -> GuestMemory {
+        let block = BootBlock::decode(boot_page()).unwrap_or_default();
+        GuestMemory {
+            root: block.root,
+            ram_len: block.ram_len,
+            free_frames: block.free_frames,
+            touched: core::cell::Cell::new(None),
+        }
+    }
+
+    fn touch(&self, method: u64) {
+        if self.touched.get().is_none() {
+            self.touched.set(Some(method));
+        }
+    }
+
+    /// Ends the run if a method this stage cannot serve was used during call `nr`.
+    fn check(&self, nr: u64) {
+        if let Some(method) = self.touched.get() {
+            let page = boot_page();
+            let mut block = BootBlock::decode(page).unwrap_or_default();
+            block.args = [nr, method, 0];
+            page.copy_from_slice(&block.encode());
+            fail(Failure::NeedsMemory);
+        }
+    }
+
+    /// The word of guest RAM at `gpa`, through the physical window.
+    fn phys_word(&self, gpa: u64) -> Option<u64> {
+        let mut w = [0u8; 8];
+        self.phys(gpa, 8)?.iter().zip(w.iter_mut()).for_each(|(s, d)| *d = *s);
+        Some(u64::from_le_bytes(w))
+    }
+
+    /// `len` bytes of guest RAM at `gpa`, when they lie in RAM.
+    fn phys(&self, gpa: u64, len: u64) -> Option<&'static mut [u8]> {
+        let end = gpa.checked_add(len)?;
+        if end > self.ram_len {
+            return None;
+        }
+        // SAFETY: the monitor maps all `ram_len` bytes of guest RAM read-write at
+        // `PHYS_WINDOW` before it boots the image; the range is checked to lie inside, and the
+        // slice lives only for one copy while the program is stopped in its syscall.
+        Some(unsafe { core::slice::from_raw_parts_mut((placement::PHYS_WINDOW + gpa) as *mut u8, len as usize) })
+    }
+
+    /// Calls `f(page bytes, offset in the span)` for each page of `[addr, addr+len)`, in order;
+    /// `write` refuses copy-on-write pages. The first page not present is the error.
+    fn each_page(
+        &self,
+        addr: u64,
+        len: usize,
+        write: bool,
+        mut f: impl FnMut(&mut [u8], usize),
+    ) -> Result<(), MemError> {
+        let mut done = 0usize;
+        while done < len {
+            let va = addr + done as u64;
+            let in_page = ((PAGE - (va % PAGE)) as usize).min(len - done);
+            let Some((gpa, pte)) = placement::translate(|g| self.phys_word(g), self.root, va) else {
+                return Err(MemError::NotPresent { addr: va });
+            };
+            if write && pte & placement::PTE_COW != 0 {
+                self.touch(4);
+                return Err(MemError::NotPresent { addr: va });
+            }
+            let Some(bytes) = self.phys(gpa, in_page as u64) else { return Err(MemError::NotPresent { addr: va }) };
+            f(bytes, done);
+            done += in_page;
+        }
+        Ok(())
+    }
+
+    /// True if `va` is present and copy-on-write.
+    fn cow(&self, va: u64) -> bool {
+        placement::translate(|g| self.phys_word(g), self.root, va).is_some_and(|(_, pte)| pte & placement::PTE_COW != 0)
+    }
+
+    /// Asks the monitor for a page operation; `Ok(false)` for [`mem_status::NO`].
+    fn request(&mut self, op: MemOp, args: [u64; 3]) -> Result<bool, MemError> {
+        let page = boot_page();
+        let mut block = BootBlock::decode(page).unwrap_or_default();
+        block.op = op.code();
+        block.args = args;
+        page.copy_from_slice(&block.encode());
+        hostcall(Request::Memory, 0, block.output_len);
+        let after = BootBlock::decode(boot_page()).unwrap_or_default();
+        self.root = after.root;
+        self.free_frames = after.free_frames;
+        match after.status {
+            mem_status::OK => Ok(true),
+            mem_status::NO => Ok(false),
+            mem_status::OUT_OF_FRAMES => Err(MemError::OutOfFrames),
+            _ => Err(MemError::OutOfRange { addr: args[0] }),
+        }
+    }
+}
+
+/// Bytes of a page.
+const PAGE: u64 = deja_kernel::PAGE_SIZE;
+
+impl Memory for GuestMemory {
+    fn populate(&mut self, addr: u64, len: u64, prot: Prot) -> Result<(), MemError> {
+        self.request(MemOp::Populate, [addr, len, u64::from(prot.0)]).map(|_| ())
+    }
+    fn protect(&mut self, addr: u64, len: u64, prot: Prot) {
+        if self.request(MemOp::Protect, [addr, len, u64::from(prot.0)]).is_err() {
+            self.touch(1);
+        }
+    }
+    fn unmap(&mut self, addr: u64, len: u64) {
+        if self.request(MemOp::Unmap, [addr, len, 0]).is_err() {
+            self.touch(2);
+        }
+    }
+    fn move_pages(&mut self, from: u64, to: u64, len: u64) {
+        if self.request(MemOp::MovePages, [from, to, len]).is_err() {
+            self.touch(3);
+        }
+    }
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        let len = buf.len();
+        self.each_page(addr, len, false, |bytes, at| buf[at..at + bytes.len()].copy_from_slice(bytes))
+    }
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        // The monitor's write to a copy-on-write page gives the space its own frame first.
+        let mut page = addr & !(PAGE - 1);
+        while page < addr + data.len() as u64 {
+            // A read-only copy-on-write page the program may not write: the host placement's
+            // monitor copies it too; this stage does not yet.
+            if self.cow(page) && !self.request(MemOp::Unshare, [page, 0, 0])? {
+                self.touch(4);
+                return Err(MemError::NotPresent { addr: page });
+            }
+            page += PAGE;
+        }
+        self.each_page(addr, data.len(), true, |bytes, at| bytes.copy_from_slice(&data[at..at + bytes.len()]))
+    }
+    fn for_each_page(&self, _: &mut dyn FnMut(u64, &[u8])) {
+        self.touch(5);
+    }
+    fn for_each_page_in(&self, _: u64, _: &mut dyn FnMut(u64, &[u8])) {
+        self.touch(6);
+    }
+    fn free_frames(&self) -> u64 {
+        self.free_frames
+    }
+    fn space(&self) -> u64 {
+        self.root
+    }
+    fn fork_space(&mut self, _: &[(u64, u64)]) -> Result<u64, MemError> {
+        self.touch(7);
+        Err(MemError::OutOfFrames)
+    }
+    fn unshare(&mut self, addr: u64) -> Result<bool, MemError> {
+        if !self.cow(addr) {
+            return Ok(false);
+        }
+        self.request(MemOp::Unshare, [addr, 0, 0])
+    }
+    fn new_space(&mut self) -> Result<u64, MemError> {
+        self.touch(9);
+        Err(MemError::OutOfFrames)
+    }
+    fn switch_space(&mut self, _: u64) {
+        self.touch(10);
+    }
+    fn drop_space(&mut self, _: u64) {
+        self.touch(10);
+    }
+    fn code_mapped(&mut self, _: &[u8], _: u64, _: u64, _: u64) {
+        self.touch(11);
+    }
+}
+
+/// Writes into a fixed slice, dropping what does not fit.
+struct SliceWriter<'a> {
+    out: &'a mut [u8],
+    len: usize,
+}
+
+impl core::fmt::Write for SliceWriter<'_> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let n = s.len().min(self.out.len() - self.len);
+        self.out[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
+/// A panic ends the run, its message (without allocating: the heap may be what failed) in the
+/// output area for the monitor's error.
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    use core::fmt::Write as _;
+    if let Some(block) = BootBlock::decode(boot_page()) {
+        let cap = block.output_cap.min(512) as usize;
+        // SAFETY: as in `hand_over`: the output area is mapped, checked to fit, and unused now.
+        let out = unsafe { core::slice::from_raw_parts_mut(block.output_at() as *mut u8, cap) };
+        let mut w = SliceWriter { out, len: 0 };
+        let _ = write!(w, "{info}");
+        let len = w.len as u64;
+        loop {
+            hostcall(Request::Failed, Failure::Panic.code(), len);
+        }
+    }
+    fail(Failure::Panic)
+}
