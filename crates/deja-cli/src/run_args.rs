@@ -290,6 +290,9 @@ pub fn replay_argv(args: &RunArgs, extra: &[String]) -> Vec<String> {
         parts.extend(["--from-snapshot".to_string(), snap.display().to_string()]);
     } else {
         parts.extend(["--seed".to_string(), args.seed.unwrap_or(0).to_string()]);
+        if args.kernel == Placement::Guest {
+            parts.push("--kernel=guest".to_string());
+        }
         if args.memory != 1024 {
             parts.extend(["--memory".to_string(), args.memory.to_string()]);
         }

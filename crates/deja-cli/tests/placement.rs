@@ -94,6 +94,18 @@ fn syscalls_served_in_the_guest_leave_the_kernel_as_the_host_placement_does() {
 }
 
 #[test]
+fn a_state_larger_than_the_output_area_crosses_in_pieces() {
+    let state = saved_kernel(7);
+    let cap = 64 << 10;
+    assert!(state.len() > 16 * cap, "{} bytes of state", state.len());
+    let run =
+        deja_vmm::placement::run_raw_with_output(image(), &state, &syscall_loop(GETPPID, ARGS, 3, 0), HEAP, cap as u64)
+            .unwrap();
+    assert!(run.booted == state, "the boot's hand-over, in pieces");
+    assert!(run.finished == on_the_host(&state, GETPPID, ARGS, 3, 0).0, "the end's");
+}
+
+#[test]
 fn other_seeds_and_calls_match_the_host_placement_and_differ_from_each_other() {
     let (a, b) = (saved_kernel(1), saved_kernel(2));
     assert!(a != b, "the seed is part of the state");
@@ -326,6 +338,13 @@ fn deja_run_kernel_guest_gives_the_host_placements_run_and_refuses_what_it_does_
     assert!(g["vm"]["host_calls"].as_u64().unwrap_or(0) > 0, "{g}");
     assert_eq!(h["vm"]["host_calls"].as_u64(), Some(0), "{h}");
     assert_eq!((g["kernel"].as_str(), h["kernel"].as_str()), (Some("guest"), Some("host")));
+    assert!(g["replay"].as_str().unwrap_or("").contains("--kernel=guest"), "{g}");
+    // The guest placement is deterministic across processes pinned to different cores.
+    let timerand = guest("timerand");
+    let out =
+        deja(&["run", "--kernel", "guest", "--no-probe", "--seed", "7", "--audit", "2", timerand.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("identical"), "{}", stderr(&out));
     // What it does not serve yet: a clear error, never another answer.
     let threads = guest("threads");
     let out = deja(&["run", "--no-probe", "--kernel", "guest", threads.to_str().unwrap()]);

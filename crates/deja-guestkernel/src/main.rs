@@ -188,17 +188,27 @@ fn fail(why: Failure) -> ! {
     }
 }
 
-/// Writes the kernel's saved state to the output area and calls the host with `request`.
-fn hand_over(request: Request, state: &[u8]) {
+/// Writes `bytes` (the kernel's saved state, or output records) to the output area and calls the
+/// host with `request`; what does not fit goes first in pieces ([`Request::Part`]).
+fn hand_over(request: Request, bytes: &[u8]) {
     let Some(block) = BootBlock::decode(boot_page()) else { fail(Failure::BadBootBlock) };
-    if state.len() as u64 > block.output_cap {
+    let cap = block.output_cap as usize;
+    if cap == 0 {
         fail(Failure::OutputFull);
     }
-    // SAFETY: the monitor maps `output_cap` bytes read-write at `output_at()`, inside the
-    // transfer area (`BootBlock::decode` checked they fit), and nothing else uses them now.
-    let out = unsafe { core::slice::from_raw_parts_mut(block.output_at() as *mut u8, state.len()) };
-    out.copy_from_slice(state);
-    hostcall(request, 0, state.len() as u64);
+    let mut pieces = bytes.chunks(cap).peekable();
+    if pieces.peek().is_none() {
+        hostcall(request, 0, 0);
+        return;
+    }
+    while let Some(piece) = pieces.next() {
+        // SAFETY: the monitor maps `output_cap` bytes read-write at `output_at()`, inside the
+        // transfer area (`BootBlock::decode` checked they fit), and nothing else uses them now.
+        let out = unsafe { core::slice::from_raw_parts_mut(block.output_at() as *mut u8, piece.len()) };
+        out.copy_from_slice(piece);
+        let now = if pieces.peek().is_some() { Request::Part } else { request };
+        hostcall(now, 0, piece.len() as u64);
+    }
 }
 
 /// The boot entry: heap, the kernel from the input, its save to the output, `Booted`.

@@ -19,6 +19,9 @@ use snafu::{ResultExt as _, Snafu};
 use crate::session::BootOptions;
 use crate::vm::{CpuSetup, GuestStop, Vm, VmError};
 
+/// Most bytes one hand-over may carry in pieces.
+const TRANSFER_LIMIT: u64 = 4 << 30;
+
 /// Where [`run_raw`] maps the program's code.
 pub const CODE_VA: u64 = 0x40_0000;
 /// Where [`run_raw`] maps the program's one data page; its stack is the page's upper half.
@@ -81,8 +84,20 @@ pub struct GuestRun {
 /// [`DATA_VA`] and its stack below the page's end, every `syscall` served by the kernel in the
 /// guest, until the program exits.
 pub fn run_raw(image: &[u8], kernel: &[u8], code: &[u8], heap: u64) -> Result<GuestRun, PlacementError> {
+    run_raw_with_output(image, kernel, code, heap, output_cap_for(kernel.len() as u64))
+}
+
+/// [`run_raw`] with an output area of `output_cap` bytes (page aligned, at least a page): a
+/// state larger than it is handed over in pieces.
+pub fn run_raw_with_output(
+    image: &[u8],
+    kernel: &[u8],
+    code: &[u8],
+    heap: u64,
+    output_cap: u64,
+) -> Result<GuestRun, PlacementError> {
     let image = Image::parse(image).context(BadImageSnafu)?;
-    let block = BootBlock::for_input(heap, kernel.len() as u64, output_cap_for(kernel.len() as u64));
+    let block = BootBlock::for_input(heap, kernel.len() as u64, output_cap.max(4096).next_multiple_of(4096));
     let memory = heap + image.bytes.len() as u64 + 2 * kernel.len() as u64 + block.output_cap + (64 << 20);
     let started = Instant::now();
     let mut vm = Vm::with_setup(memory.next_multiple_of(2 << 20), CpuSetup { faulting: false, pin: None })
@@ -120,6 +135,8 @@ fn to_request(
 ) -> Result<(BootBlock, Vec<u8>), PlacementError> {
     // The same fault at the same place, over and over: the kernel's page did not help.
     let mut repeats = (0u64, 0u64, 0u32);
+    // Pieces of what the next hand-over carries ([`Request::Part`]).
+    let mut parts: Vec<u8> = Vec::new();
     loop {
         if let GuestStop::Exception(frame) = vm.run_to_hostcall(image.hostcall).context(MachineSnafu)? {
             let key = (frame.rip, frame.addr);
@@ -149,16 +166,29 @@ fn to_request(
                 vm.leave_exception().context(MachineSnafu)?;
                 continue;
             }
+            Some(Request::Part) => {
+                let (_, bytes) = answer(vm, Request::Part)?;
+                parts.extend_from_slice(&bytes);
+                if parts.len() as u64 > TRANSFER_LIMIT {
+                    return ContractSnafu { what: "more than 4 GiB handed over at once" }.fail();
+                }
+                vm.refresh_boot_block(0).context(MachineSnafu)?;
+            }
             Some(Request::Output) => {
                 let (_, bytes) = answer(vm, Request::Output)?;
-                let records = decode_output(&bytes)
+                parts.extend_from_slice(&bytes);
+                let records = decode_output(&std::mem::take(&mut parts))
                     .ok_or_else(|| PlacementError::Contract { what: "damaged output records".into() })?;
                 for (stream, bytes) in records {
                     sink(stream, &bytes);
                 }
                 vm.refresh_boot_block(0).context(MachineSnafu)?;
             }
-            _ => return answer(vm, expected),
+            _ => {
+                let (block, bytes) = answer(vm, expected)?;
+                parts.extend_from_slice(&bytes);
+                return Ok((block, parts));
+            }
         }
         vm.return_from_hostcall().context(MachineSnafu)?;
     }

@@ -265,6 +265,9 @@ pub enum Request {
     /// The program wrote to its standard output or error: [`BootBlock::output_len`] bytes of
     /// [`encode_output`] records in the output area, for the monitor to pass on.
     Output,
+    /// A piece of what the next `Booted`, `Done` or `Output` hands over, when it does not fit
+    /// the output area at once: the monitor keeps [`BootBlock::output_len`] bytes and returns.
+    Part,
 }
 
 impl Request {
@@ -278,10 +281,11 @@ impl Request {
             Request::Bases => 5,
             Request::ExceptionServed => 6,
             Request::Output => 7,
+            Request::Part => 8,
         }
     }
     /// Every request, in the order of their codes.
-    pub const ALL: [Request; 7] = [
+    pub const ALL: [Request; 8] = [
         Request::Booted,
         Request::Done,
         Request::Failed,
@@ -289,6 +293,7 @@ impl Request {
         Request::Bases,
         Request::ExceptionServed,
         Request::Output,
+        Request::Part,
     ];
     /// The request a word names.
     pub fn from_code(code: u64) -> Option<Request> {
@@ -516,8 +521,9 @@ impl BootBlock {
     }
 }
 
-/// A saved kernel's bytes and the output area they need: the input's size, doubled, and at
-/// least 1 MiB (a run's state grows with its trace and files).
+/// The output area for a saved kernel of `input_len` bytes: the input's size, doubled, and at
+/// least 1 MiB (a run's state grows with its trace and files; what outgrows the area is handed
+/// over in pieces, [`Request::Part`]).
 pub fn output_cap_for(input_len: u64) -> u64 {
     (input_len.saturating_mul(2)).max(1 << 20).div_ceil(crate::PAGE_SIZE) * crate::PAGE_SIZE
 }
