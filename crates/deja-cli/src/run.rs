@@ -220,6 +220,7 @@ pub fn build_spec(
         seed: args.seed.unwrap_or(0),
         record_trace: args.trace_out.is_some(),
         rewrite: Default::default(),
+        jumps: args.jumps(),
         vdso: Default::default(),
         cwd,
         cpus: args.cpus,

@@ -59,6 +59,12 @@ pub struct RunArgs {
     /// (inside the VM, syscalls without an exit; one program, no snapshots or crash sweeps yet).
     #[arg(long, value_enum, default_value_t = Placement::Host, value_name = "WHERE")]
     pub kernel: Placement,
+    /// Whether the image's `syscall` sites become jumps into the kernel instead of traps: `on`
+    /// or `off` (default: on with `--kernel guest`, where a jump reaches the kernel without an
+    /// exit, off with `--kernel host`). An input of the run (it changes the code's bytes): the
+    /// same value gives the same digests in both placements.
+    #[arg(long, value_enum, value_name = "ON_OFF")]
+    pub syscall_jumps: Option<OnOff>,
     /// Do not list the host's determinism hazards in the summary. (They are measured anyway, once
     /// per process: the CPU identity remedy and the host fingerprint depend on them.)
     #[arg(long)]
@@ -293,6 +299,9 @@ pub fn replay_argv(args: &RunArgs, extra: &[String]) -> Vec<String> {
         if args.kernel == Placement::Guest {
             parts.push("--kernel=guest".to_string());
         }
+        if let Some(j) = args.syscall_jumps {
+            parts.push(format!("--syscall-jumps={}", if j == OnOff::On { "on" } else { "off" }));
+        }
         if args.memory != 1024 {
             parts.extend(["--memory".to_string(), args.memory.to_string()]);
         }
@@ -377,6 +386,26 @@ pub fn replay_argv(args: &RunArgs, extra: &[String]) -> Vec<String> {
         }
     }
     parts
+}
+
+/// A switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    /// On.
+    On,
+    /// Off.
+    Off,
+}
+
+impl RunArgs {
+    /// Whether the image's `syscall` sites become jumps: as asked, or the placement's default.
+    pub fn jumps(&self) -> deja_kernel::host::jumps::Jumps {
+        use deja_kernel::host::jumps::Jumps;
+        match (self.syscall_jumps, self.kernel) {
+            (Some(OnOff::On), _) | (None, Placement::Guest) => Jumps::On,
+            (Some(OnOff::Off), _) | (None, Placement::Host) => Jumps::Off,
+        }
+    }
 }
 
 /// Where the kernel runs.

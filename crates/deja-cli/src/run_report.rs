@@ -342,6 +342,23 @@ pub(crate) fn print_host_channels(e: &mut impl Write, hc: &deja_kernel::host::ho
     if hc.traps.total() > 0 {
         let _ = writeln!(e, "deja: rewritten instructions answered by deja: {}", list(&hc.traps));
     }
+    let j = &hc.jumps;
+    if j.mode == deja_kernel::host::jumps::Jumps::On {
+        let left = j.syscalls - j.sites;
+        let _ = writeln!(
+            e,
+            "deja: syscall jumps: {} of the image's {} syscall sites jump to the kernel{}",
+            j.sites,
+            j.syscalls,
+            match left {
+                0 => String::new(),
+                n => format!(
+                    "; {n} trap ({} a path enters the window, {} a window reads RIP or branches, {} short, {} unproven, {} unplaced)",
+                    j.branch_target, j.not_relocatable, j.short_window, j.unproven, j.unplaced
+                ),
+            }
+        );
+    }
 }
 
 /// How a life ended, in words (`exited with code 1`, `killed by SIGSEGV (signal 11): … at rip …`).

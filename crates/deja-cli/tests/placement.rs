@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use deja_kernel::host::jumps::Jumps;
 use deja_kernel::mm::mem::FakeMemory;
 use deja_kernel::placement::Failure;
 use deja_kernel::{ExitStatus, Kernel, ProgramSpec, RunReport, SyscallOutcome};
@@ -217,6 +218,10 @@ fn compare(spec: &ProgramSpec) -> Fared {
     };
     let status = g.kernel.exit_status().cloned().unwrap();
     let guest = g.kernel.finish(&g.vm.space, status);
+    if spec.jumps == Jumps::On {
+        let j = &guest.host_channels.jumps;
+        assert!(j.sites > 0 && j.sites == host.host_channels.jumps.sites, "{}: {j:?}", spec.exe_path);
+    }
     assert_eq!(guest.exit, host.exit, "{}", spec.exe_path);
     assert_eq!(String::from_utf8_lossy(&guest_out), String::from_utf8_lossy(&host_out), "{}", spec.exe_path);
     assert_eq!(guest.trace_digest, host.trace_digest, "{}", spec.exe_path);
@@ -307,9 +312,12 @@ const REFUSED: &[(&str, &str)] = &[
 fn every_test_guest_gives_the_host_placements_answer_or_a_clean_refusal() {
     let only = std::env::var("DEJA_PLACEMENT_GUESTS").unwrap_or_default();
     let wanted = |name: &str| only.is_empty() || only.split(',').any(|n| n == name);
+    // With the image's syscall sites made jumps, as `deja run --kernel guest` runs them, in both
+    // placements (`a_real_program_runs_in_the_guest_placement_with_the_host_placements_digest`
+    // keeps every `syscall` a trap).
     let spec = |name: &str| {
         let bytes = std::fs::read(guest(name)).unwrap();
-        ProgramSpec::for_program(bytes, name, Vec::<String>::new(), 7)
+        ProgramSpec { jumps: Jumps::On, ..ProgramSpec::for_program(bytes, name, Vec::<String>::new(), 7) }
     };
     for name in SAME.iter().copied().filter(|n| wanted(n)) {
         assert_eq!(compare(&spec(name)), Fared::Same, "{name}");
@@ -328,7 +336,9 @@ fn deja_run_kernel_guest_gives_the_host_placements_run_and_refuses_what_it_does_
     image();
     let hello = guest("hello");
     let hello = hello.to_str().unwrap();
-    let (host, h) = run_json(&["--seed", "3", hello, "--", "a", "b"]);
+    // `--kernel guest` makes the image's syscall sites jumps: the host placement's run with the
+    // same jump sites is the same run.
+    let (host, h) = run_json(&["--syscall-jumps", "on", "--seed", "3", hello, "--", "a", "b"]);
     let (guest_run, g) = run_json(&["--kernel", "guest", "--seed", "3", hello, "--", "a", "b"]);
     assert!(guest_run.status.success(), "{}", stderr(&guest_run));
     assert_eq!(stdout(&guest_run), stdout(&host));
@@ -339,6 +349,13 @@ fn deja_run_kernel_guest_gives_the_host_placements_run_and_refuses_what_it_does_
     assert_eq!(h["vm"]["host_calls"].as_u64(), Some(0), "{h}");
     assert_eq!((g["kernel"].as_str(), h["kernel"].as_str()), (Some("guest"), Some("host")));
     assert!(g["replay"].as_str().unwrap_or("").contains("--kernel=guest"), "{g}");
+    assert!(h["replay"].as_str().unwrap_or("").contains("--syscall-jumps=on"), "{h}");
+    // Every `syscall` a trap: the host placement's default run.
+    let (_, plain) = run_json(&["--seed", "3", hello, "--", "a", "b"]);
+    let (_, trapped) = run_json(&["--kernel", "guest", "--syscall-jumps", "off", "--seed", "3", hello, "--", "a", "b"]);
+    assert_eq!(trapped["digest"], plain["digest"], "{trapped}");
+    assert_eq!(trapped["host_channels"]["jumps"]["mode"], "off");
+    assert_ne!(plain["digest"], h["digest"], "jump sites change the code's bytes: an input of the run");
     // The guest placement is deterministic across processes pinned to different cores.
     let timerand = guest("timerand");
     let out =
@@ -355,6 +372,35 @@ fn deja_run_kernel_guest_gives_the_host_placements_run_and_refuses_what_it_does_
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let out = deja(&["run", "--kernel", "guest", "--snapshot-at", "3", "--snapshot-out", "/dev/null", hello]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+#[test]
+fn jump_sites_reach_the_kernel_in_the_guest_without_an_exit() {
+    image();
+    let syscalls = guest("syscalls");
+    let syscalls = syscalls.to_str().unwrap();
+    let (out, g) = run_json(&["--kernel", "guest", syscalls, "--", "20000"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let calls = g["syscalls"].as_u64().unwrap();
+    let exits = g["vm"]["exits"].as_u64().unwrap();
+    let j = &g["host_channels"]["jumps"];
+    assert_eq!(j["mode"], "on", "{j}");
+    assert!(j["sites"].as_u64().unwrap() > 100, "{j}");
+    assert!(calls > 20_000 && exits * 100 < calls, "{exits} exits for {calls} syscalls: {g}");
+    // The same run as the host placement's with the same jump sites, where each jump goes back
+    // to its `syscall`, which exits.
+    let (_, h) = run_json(&["--kernel", "host", "--syscall-jumps", "on", syscalls, "--", "20000"]);
+    assert_eq!((&g["trace_digest"], &g["digest"]), (&h["trace_digest"], &h["digest"]));
+    assert!(h["vm"]["exits"].as_u64().unwrap() > calls, "{h}");
+    // Every call reaching the kernel in the guest through the trap (LSTAR) instead: the same run
+    // as the host placement's default.
+    let (_, t) = run_json(&["--kernel", "guest", "--syscall-jumps", "off", syscalls, "--", "20000"]);
+    let (_, p) = run_json(&[syscalls, "--", "20000"]);
+    assert_eq!((&t["trace_digest"], &t["digest"]), (&p["trace_digest"], &p["digest"]));
+    assert_eq!(t["host_channels"]["jumps"]["sites"], 0);
+    // The text summary says what jumped.
+    let out = deja(&["run", "--no-probe", "--kernel", "guest", syscalls, "--", "10"]);
+    assert!(stderr(&out).contains("syscall jumps: "), "{}", stderr(&out));
 }
 
 /// Raw code that writes `block` over the boot block, as a hostile program can on hosts where

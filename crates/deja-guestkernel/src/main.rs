@@ -72,6 +72,18 @@ core::arch::global_asm!(
     "    out 0xde, al",
     "    ret",
     "",
+    // A planned site's jump, through its trampoline (RCX: the address after its `syscall`)
+    // and the gate: RFLAGS into R11 as the instruction would (neither `mov` changes a flag),
+    // then as a `syscall`.
+    ".globl deja_jump_entry",
+    "deja_jump_entry:",
+    "    mov [rip + {user_rsp}], rsp",
+    "    movabs rsp, {stack_top}",
+    "    push qword ptr [rip + {user_rsp}]",
+    "    pushfq",
+    "    pop r11",
+    "    push r11",
+    "    jmp 2f",
     // The program's registers, pushed in the reverse of `Frame`'s field order.
     ".globl deja_syscall_entry",
     "deja_syscall_entry:",
@@ -79,6 +91,7 @@ core::arch::global_asm!(
     "    movabs rsp, {stack_top}",
     "    push qword ptr [rip + {user_rsp}]",
     "    push r11",
+    "2:",
     "    push rcx",
     "    push rax",
     "    push rdi",

@@ -263,6 +263,9 @@ pub struct ProgramSpec {
     /// Whether host-channel instructions in the program's code are rewritten to traps
     /// ([`host::hostchan`]); on by default.
     pub rewrite: host::hostchan::Rewrite,
+    /// Whether the image's `syscall` sites become jumps ([`host::jumps`]); off by default. An
+    /// input of the run: it changes the code's bytes.
+    pub jumps: host::jumps::Jumps,
     /// The starting working directory, an absolute guest path to a directory that exists at
     /// start (empty: `/`).
     pub cwd: String,
@@ -641,8 +644,8 @@ pub struct RunReport {
     pub memory_digest: String,
     /// BLAKE3 (hex) of trace digest and memory digest together: the run's identity.
     pub digest: String,
-    /// Per-syscall hashes (first 8 bytes of BLAKE3 of each trace entry), in order; used to find
-    /// the first diverging syscall of two runs.
+    /// Per-syscall hashes (the first 8 bytes of the trace's hash chain after each syscall), in
+    /// order; used to find the first diverging syscall of two runs.
     #[serde(skip)]
     pub entry_hashes: Vec<u64>,
     /// The full trace, when [`ProgramSpec::record_trace`] was set.

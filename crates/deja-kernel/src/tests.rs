@@ -22,6 +22,7 @@ mod decisions;
 mod deja_syscall;
 mod fifo;
 mod fs;
+mod jumps;
 mod net;
 mod persist;
 mod procfs;

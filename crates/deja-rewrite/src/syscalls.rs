@@ -6,7 +6,8 @@
 //! instructions just before a proven `syscall`, a *window* of whole instructions of at least 5
 //! bytes, become a `jmp rel32` to a per-site trampoline (and `int3` after it to the window's
 //! end), which runs the displaced instructions, sets RCX to the address after the `syscall` as
-//! the instruction would, and jumps to the kernel's entry; the kernel returns there. The
+//! the instruction would, and jumps to the kernel's entry through a pointer near it (the entry
+//! may be anywhere in the address space); the kernel returns there. The
 //! `syscall` itself stays where it was: a restarted call (RIP moved back two bytes), a stop at a
 //! syscall, a branch to the `syscall`: each still finds it, and reaches the same kernel through
 //! the trap. A jump touches no stack, so unlike a `call` (zpoline's `call *%rax`) it never
@@ -52,8 +53,8 @@ pub struct JumpSite {
 }
 
 /// The bytes a trampoline adds to its displaced instructions: `lea back(%rip),%rcx` (7) and
-/// `jmp entry` (5).
-pub const TRAMPOLINE_EXTRA: usize = 12;
+/// `jmp *slot(%rip)` (6).
+pub const TRAMPOLINE_EXTRA: usize = 13;
 
 /// One site's rewrite: what replaces its window, and its trampoline.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,12 +63,11 @@ pub struct Rewritten {
     /// the window's end, so that a path into the rest of the window traps.
     pub patch: Vec<u8>,
     /// The trampoline: the displaced instructions, `lea back(%rip),%rcx` (RCX = the address
-    /// after the `syscall`, as the instruction sets it) and `jmp entry`.
+    /// after the `syscall`, as the instruction sets it) and `jmp *slot(%rip)`.
     pub trampoline: Vec<u8>,
 }
 
-/// A near jump's 32-bit displacement from the instruction that ends at `end` to `to`, if it
-/// reaches.
+/// A 32-bit displacement from the instruction that ends at `end` to `to`, if it reaches.
 fn rel32(end: u64, to: u64) -> Option<[u8; 4]> {
     let d = to.wrapping_sub(end) as i64;
     i32::try_from(d).ok().map(i32::to_le_bytes)
@@ -79,10 +79,11 @@ impl JumpSite {
         self.syscall + 2
     }
 
-    /// The rewrite of this site with its trampoline at `at`, which jumps on to the kernel's
-    /// `entry` (the kernel returns to RCX); `None` when the window and the trampoline, or the
-    /// trampoline and the entry, are more than 2 GiB apart.
-    pub fn rewrite(&self, at: u64, entry: u64) -> Option<Rewritten> {
+    /// The rewrite of this site with its trampoline at `at`, which jumps on through the 8-byte
+    /// pointer at `slot` (the kernel's entry, anywhere in the address space: the kernel returns
+    /// to RCX); `None` when the window and the trampoline, or the trampoline and the slot, are
+    /// more than 2 GiB apart.
+    pub fn rewrite(&self, at: u64, slot: u64) -> Option<Rewritten> {
         let mut patch = vec![0xe9];
         patch.extend(rel32(self.window + 5, at)?);
         patch.resize(self.displaced.len(), crate::PAD);
@@ -90,8 +91,8 @@ impl JumpSite {
         let mut trampoline = self.displaced.clone();
         trampoline.extend([0x48, 0x8d, 0x0d]);
         trampoline.extend(rel32(at + n + 7, self.back())?);
-        trampoline.push(0xe9);
-        trampoline.extend(rel32(at + n + TRAMPOLINE_EXTRA as u64, entry)?);
+        trampoline.extend([0xff, 0x25]);
+        trampoline.extend(rel32(at + n + TRAMPOLINE_EXTRA as u64, slot)?);
         Some(Rewritten { patch, trampoline })
     }
 }

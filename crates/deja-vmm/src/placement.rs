@@ -113,7 +113,7 @@ pub fn run_raw_with_output(
     }
     let boot_ns = started.elapsed().as_nanos() as u64;
 
-    vm.set_lstar(image.syscall_entry).context(MachineSnafu)?;
+    vm.set_entries(image.syscall_entry, image.jump_entry).context(MachineSnafu)?;
     vm.enter_user(CODE_VA, DATA_VA + 0x800, 0).context(MachineSnafu)?;
     let exits = vm.stats.exits;
     let started = Instant::now();
@@ -231,7 +231,7 @@ pub fn run_program(
     vm.enter_user(image.boot, STACK_TOP, 0).context(MachineSnafu)?;
     let (_, booted) = to_request(&mut vm, &image, Request::Booted, sink)?;
     let boot_ns = started.elapsed().as_nanos() as u64;
-    vm.set_lstar(image.syscall_entry).context(MachineSnafu)?;
+    vm.set_entries(image.syscall_entry, image.jump_entry).context(MachineSnafu)?;
     vm.enter_user(entry.rip, entry.rsp, 0).context(MachineSnafu)?;
     let exits = vm.stats.exits;
     let started = Instant::now();

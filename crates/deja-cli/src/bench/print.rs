@@ -29,8 +29,15 @@ pub(super) fn text(v: &serde_json::Value) {
             f(&h["per_call_vs_native"]),
             f(&h["exits_per_100_syscalls"])
         );
+        let t = &p["guest_trap"];
         println!(
-            "             kernel in the guest {:.1} us per syscall ({:.0}x native), {:.2} exits per 100 syscalls (targets <= 10x, <= 1); natively {:.3} us; same digest: {}",
+            "             kernel in the guest, reached by the syscall trap {:.1} us per syscall ({:.0}x native)",
+            f(&t["us_per_syscall"]),
+            f(&t["per_call_vs_native"])
+        );
+        println!(
+            "             kernel in the guest, reached by {} jump sites {:.2} us per syscall ({:.1}x native), {:.2} exits per 100 syscalls (targets <= 10x, <= 1); natively {:.3} us; same digests as the host placement's run with the same jump sites: {}",
+            g["jump_sites"],
             f(&g["us_per_syscall"]),
             f(&g["per_call_vs_native"]),
             f(&g["exits_per_100_syscalls"]),

@@ -38,6 +38,7 @@ impl Mappings {
                 VmaKind::Anon => (0, "00:00", 0, None),
                 VmaKind::Vdso { .. } => (0, "00:00", 0, Some("[vdso]".to_string())),
                 VmaKind::Vvar => (0, "00:00", 0, Some("[vvar]".to_string())),
+                VmaKind::Jumps => (0, "00:00", 0, Some("[deja-jumps]".to_string())),
                 VmaKind::File { path, offset, ino, .. } => (*offset, "00:01", *ino, Some(path.clone())),
             };
             let mut line = String::new();

@@ -34,10 +34,12 @@ use crate::prelude::*;
 use alloc::collections::BTreeMap;
 use alloc::sync::Arc;
 
+use deja_rewrite::syscalls::SyscallPlan;
 use deja_rewrite::{Channel, Doubt, Plan};
 use serde::{Deserialize, Serialize};
 
 use crate::host::cpuid::XCR0;
+use crate::host::jumps::JumpReport;
 use crate::persist::{ensure, RestoreError};
 use crate::{Gpr, MemError, Memory, RegWrite, PAGE_SIZE, RAX, RBX, RCX, RDX};
 
@@ -148,6 +150,9 @@ pub struct HostChannelReport {
     pub objects_dropped: u64,
     /// Traps answered at rewritten sites, per channel.
     pub traps: ChannelCounts,
+    /// What jump sites did to the program image ([`crate::host::jumps`]).
+    #[serde(default)]
+    pub jumps: JumpReport,
 }
 
 impl HostChannelReport {
@@ -200,6 +205,10 @@ pub(crate) struct HostChannels {
     pub(crate) objects_dropped: u64,
     /// Traps answered, per channel.
     pub(crate) traps: ChannelCounts,
+    /// What jump sites did to the image ([`crate::host::jumps`]); absent in states saved before
+    /// there were any.
+    #[serde(default)]
+    pub(crate) jumps: JumpReport,
 }
 
 /// Where a plan's sites go: its offsets (file offsets, or offsets in a region) mapped to
@@ -378,6 +387,7 @@ impl HostChannels {
             objects: self.objects.clone(),
             objects_dropped: self.objects_dropped,
             traps: self.traps,
+            jumps: self.jumps.clone(),
         }
     }
 
@@ -502,11 +512,17 @@ pub(crate) fn plan_file(bytes: &[u8]) -> Arc<Plan> {
     })
 }
 
+/// The syscall sites of the ELF image `bytes` ([`deja_rewrite::syscalls`]), memoized as
+/// [`plan_file`]'s plans are; an image that does not plan has none.
+pub(crate) fn plan_syscalls_file(bytes: &[u8]) -> Arc<deja_rewrite::syscalls::SyscallPlan> {
+    memo::syscalls(bytes, || Arc::new(deja_rewrite::syscalls::plan_syscalls_elf(bytes).unwrap_or_default()))
+}
+
 /// The host placement's memo of plans, keyed by the image's BLAKE3 hash (the last 64 images).
 #[cfg(feature = "std")]
 mod memo {
     extern crate std;
-    use super::{Arc, Plan};
+    use super::{Arc, Plan, SyscallPlan};
     use alloc::vec::Vec;
     use std::sync::Mutex;
 
@@ -527,14 +543,36 @@ mod memo {
         }
         plan
     }
+
+    pub(super) fn syscalls(bytes: &[u8], make: impl FnOnce() -> Arc<SyscallPlan>) -> Arc<SyscallPlan> {
+        static MEMO: Mutex<Vec<([u8; 32], Arc<SyscallPlan>)>> = Mutex::new(Vec::new());
+        let key = *blake3::hash(bytes).as_bytes();
+        if let Ok(memo) = MEMO.lock() {
+            if let Some((_, p)) = memo.iter().find(|(k, _)| *k == key) {
+                return p.clone();
+            }
+        }
+        let plan = make();
+        if let Ok(mut memo) = MEMO.lock() {
+            if memo.len() >= 16 {
+                memo.remove(0);
+            }
+            memo.push((key, plan.clone()));
+        }
+        plan
+    }
 }
 
 /// The guest placement plans each image it loads: no lock, no process-wide state.
 #[cfg(not(feature = "std"))]
 mod memo {
-    use super::{Arc, Plan};
+    use super::{Arc, Plan, SyscallPlan};
 
     pub(super) fn plan(_bytes: &[u8], make: impl FnOnce() -> Arc<Plan>) -> Arc<Plan> {
+        make()
+    }
+
+    pub(super) fn syscalls(_bytes: &[u8], make: impl FnOnce() -> Arc<SyscallPlan>) -> Arc<SyscallPlan> {
         make()
     }
 }

@@ -60,6 +60,7 @@ use crate::files::Files;
 use crate::fs::Fs;
 use crate::host::coverage::{CoverageRegion, MAX_COVERAGE_COUNTERS, SANCOV_SECTION};
 use crate::host::hostchan::{plan_file, HostChannels, Placement, Rewrite};
+use crate::host::jumps::Jumps;
 use crate::mm::elf::{self, BiasOverflowsSnafu, OutsideLoadableSnafu, ET_DYN, PF_R, PF_W, PF_X};
 use crate::mm::mappings::{Mappings, Vma, VmaKind};
 use crate::mm::stack::{self, AuxInfo};
@@ -283,6 +284,7 @@ pub(crate) fn map_program<S: AsRef<[u8]>>(
     argv: &[S],
     env: &[S],
     rewrite: Rewrite,
+    jumps: Jumps,
     vdso_mode: VdsoMode,
     capacity: u64,
     random: [u8; 16],
@@ -357,6 +359,14 @@ pub(crate) fn map_program<S: AsRef<[u8]>>(
         }
     }
     let bias = reloc(min_page).map_or(0, |b| b.wrapping_sub(min_page));
+    // The image's `syscall` sites become jumps into trampolines below it, while its pages are
+    // still writable.
+    if jumps == Jumps::On {
+        let lowest = segs.iter().map(|s| s.2).min().unwrap_or(USER_START);
+        let plan = crate::host::hostchan::plan_syscalls_file(image.bytes);
+        host.jumps = crate::host::jumps::apply(mem, &mut mappings, &plan, bias, lowest)
+            .context(OutOfMemorySnafu { what: "the image's jump sites" })?;
+    }
     code_mapped(mem, image.bytes, bias, img);
     for (a, b, prot, offset) in runs {
         mem.protect(a, b - a, prot);
@@ -461,8 +471,18 @@ impl Kernel {
         let mut random = [0u8; 16];
         rng.fill(&mut random);
         let image = Image { bytes: &spec.image, img: &img, path: &spec.exe_path, execfn: &spec.exe_path };
-        let (mm, entry) =
-            map_program(mem, &fs, &image, &spec.argv, &spec.env, spec.rewrite, spec.vdso, capacity, random)?;
+        let (mm, entry) = map_program(
+            mem,
+            &fs,
+            &image,
+            &spec.argv,
+            &spec.env,
+            spec.rewrite,
+            spec.jumps,
+            spec.vdso,
+            capacity,
+            random,
+        )?;
         let faults = FaultState::new(spec.faults.clone(), spec.seed);
         let exe_name = spec.exe_path.rsplit('/').next().unwrap_or("");
         let mut comm = [0u8; 16];

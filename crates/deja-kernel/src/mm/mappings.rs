@@ -70,12 +70,18 @@ pub enum VmaKind {
     },
     /// The page the vDSO reads the clock from and counts its reads in.
     Vvar,
+    /// The trampolines of the image's syscall sites ([`crate::host::jumps`]), eagerly
+    /// populated; the program cannot unmap, move, protect or map over them.
+    Jumps,
 }
 
 impl VmaKind {
     /// True for kinds whose pages are all populated when mapped.
     pub fn eager(&self) -> bool {
-        matches!(self, VmaKind::Image { .. } | VmaKind::File { .. } | VmaKind::Vdso { .. } | VmaKind::Vvar)
+        matches!(
+            self,
+            VmaKind::Image { .. } | VmaKind::File { .. } | VmaKind::Vdso { .. } | VmaKind::Vvar | VmaKind::Jumps
+        )
     }
 }
 
@@ -249,7 +255,7 @@ impl Mappings {
                     ensure(*size == data.0.len() as u64, || format!("{} has size {size} for its data", at()))?;
                     ensure(offset.checked_add(len).is_some(), || format!("{} has offset {offset:#x}", at()))?;
                 }
-                VmaKind::Heap | VmaKind::Stack | VmaKind::Anon | VmaKind::Vvar => {}
+                VmaKind::Heap | VmaKind::Stack | VmaKind::Anon | VmaKind::Vvar | VmaKind::Jumps => {}
             }
             prev_end = v.end;
         }
@@ -284,6 +290,11 @@ impl Mappings {
     pub fn overlapping(&self, a: u64, b: u64) -> impl Iterator<Item = &Vma> {
         let first = self.vmas.range(..=a).next_back().map_or(a, |(s, _)| *s);
         self.vmas.range(first..b).map(|(_, v)| v).filter(move |v| v.end > a && v.start < b)
+    }
+
+    /// Whether `[a, b)` touches the trampoline area of jump sites ([`VmaKind::Jumps`]).
+    pub fn holds_jumps(&self, a: u64, b: u64) -> bool {
+        self.overlapping(a, b).any(|v| v.kind == VmaKind::Jumps)
     }
 
     /// True if no VMA intersects `[a, b)`.

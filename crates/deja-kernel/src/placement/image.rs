@@ -2,9 +2,10 @@
 //! executable for `x86_64-unknown-none`; [`Image::parse`] lays its loaded segments out flat at
 //! [`IMAGE_BASE`], applies its `R_X86_64_RELATIVE` relocations (the only kind a static PIE with
 //! no dynamic symbols has), gives each page the union of the protections of the segments it
-//! holds, and finds the four addresses the monitor needs by their symbols: where it boots, where
-//! `LSTAR` points, the one instruction that calls the host, and where an exception enters. Anything else (another
-//! relocation kind, thread-local storage, a segment past [`IMAGE_MAX`], a missing symbol) is an
+//! holds, and finds the five addresses the monitor needs by their symbols: where it boots, where
+//! `LSTAR` points, where the jump sites' gate leads, the one instruction that calls the host, and
+//! where an exception enters. Anything else (another relocation kind, thread-local storage, a
+//! segment past [`IMAGE_MAX`], a missing symbol) is an
 //! [`ImageError`] that says what, never a panic.
 
 use crate::prelude::*;
@@ -24,6 +25,9 @@ const LE: LittleEndian = LittleEndian;
 pub const BOOT_SYMBOL: &str = "deja_boot";
 /// The symbol `LSTAR` points at: every `syscall` of the program lands there.
 pub const SYSCALL_SYMBOL: &str = "deja_syscall_entry";
+/// The symbol the jump sites' gate leads to (`crate::host::jumps`): a planned `syscall` site
+/// reaches the kernel there without a trap.
+pub const JUMP_SYMBOL: &str = "deja_jump_entry";
 /// The symbol the monitor enters with a program's exception in the boot block's frame.
 pub const EXCEPTION_SYMBOL: &str = "deja_exception_entry";
 /// The symbol of the image's one `out` to deja's port: an exit at it is a host call.
@@ -85,6 +89,8 @@ pub struct Image {
     pub boot: u64,
     /// Where `LSTAR` points ([`SYSCALL_SYMBOL`]).
     pub syscall_entry: u64,
+    /// Where the jump sites' gate leads ([`JUMP_SYMBOL`]).
+    pub jump_entry: u64,
     /// The address of the host-call instruction ([`HOSTCALL_SYMBOL`]).
     pub hostcall: u64,
     /// Where the monitor enters with an exception ([`EXCEPTION_SYMBOL`]).
@@ -165,6 +171,7 @@ impl Image {
         Ok(Image {
             boot: symbol(BOOT_SYMBOL)?,
             syscall_entry: symbol(SYSCALL_SYMBOL)?,
+            jump_entry: symbol(JUMP_SYMBOL)?,
             hostcall: symbol(HOSTCALL_SYMBOL)?,
             exception_entry: symbol(EXCEPTION_SYMBOL)?,
             bytes,
@@ -207,7 +214,7 @@ mod tests {
     use super::*;
 
     /// A minimal ELF64 static PIE: one RWX segment of `body`, one `.rela.dyn` section and a
-    /// symbol table naming the four entries at offsets 0x10, 0x20, 0x30, 0x40.
+    /// symbol table naming the five entries at offsets 0x10, 0x20, 0x30, 0x40, 0x50.
     fn pie(relas: &[(u64, u32, i64)], body_len: usize) -> Vec<u8> {
         use object::write::elf::{FileHeader, ProgramHeader, Rel, SectionHeader, Sym, Writer};
         let mut out = Vec::new();
@@ -215,7 +222,7 @@ mod tests {
         w.reserve_file_header();
         w.reserve_program_headers(1);
         let body_at = w.reserve(body_len as u64, 4096);
-        let names: Vec<_> = [BOOT_SYMBOL, SYSCALL_SYMBOL, HOSTCALL_SYMBOL, EXCEPTION_SYMBOL]
+        let names: Vec<_> = [BOOT_SYMBOL, SYSCALL_SYMBOL, HOSTCALL_SYMBOL, EXCEPTION_SYMBOL, JUMP_SYMBOL]
             .iter()
             .map(|n| w.add_string(n.as_bytes()))
             .collect();
@@ -317,7 +324,7 @@ mod tests {
             (image.boot, image.syscall_entry, image.hostcall),
             (IMAGE_BASE + 0x10, IMAGE_BASE + 0x20, IMAGE_BASE + 0x30)
         );
-        assert_eq!(image.exception_entry, IMAGE_BASE + 0x40);
+        assert_eq!((image.exception_entry, image.jump_entry), (IMAGE_BASE + 0x40, IMAGE_BASE + 0x50));
         assert_eq!(image.relocations, 2);
     }
 

@@ -4,15 +4,17 @@
 //! `chain = BLAKE3(chain || encoding)`, starting from 32 zero bytes. The trace digest
 //! ([`RunReport::trace_digest`]) is the chain value after the last entry, so the whole state of
 //! the digest is 32 bytes and can be saved and restored (a running `blake3::Hasher` cannot).
-//! The first 8 bytes of the BLAKE3 of each syscall's encoding form
-//! [`RunReport::entry_hashes`]. Emulated and fatal CPU exceptions and reseeds of the random
-//! stream enter the chain too, as pseudo-entries with their own tag (they are not in
-//! `entry_hashes`, which stays one hash per syscall).
+//! The first 8 bytes of the chain value after each syscall's entry form
+//! [`RunReport::entry_hashes`]: the first syscall whose hashes two runs disagree on is the first
+//! after which their traces differ. Emulated and fatal CPU exceptions and reseeds of the random
+//! stream enter the chain too, as pseudo-entries with their own tag (so a difference in one
+//! shows at the next syscall's hash; `entry_hashes` stays one hash per syscall).
 //!
 //! Encoding of a syscall entry (tag 1): `tag u8, index u64, nr u64, args 6×u64, has_ret u8,
 //! ret u64, vtime u64, has_data u8, data [u8; 32]` where `data` is the BLAKE3 of every byte the
 //! syscall copied from or to the program's memory (see [`DataHasher`]), so two runs whose
-//! syscalls agree in arguments but not in the bytes they wrote or read still diverge. Encoding of an exception entry (tag 2): `tag u8, seq u64, vector u8,
+//! syscalls agree in arguments but not in the bytes they wrote or read still diverge. Encoding
+//! of an exception entry (tag 2): `tag u8, seq u64, vector u8,
 //! rip u64, addr u64, error_code u64, outcome u8, value u64, vtime u64` where `outcome` is
 //! 1 = emulated (value = TSC), 2 = fatal (value = signal). Encoding of a reseed entry (tag 3,
 //! see [`Kernel::reseed`]): `tag u8, seed u64, syscalls u64, vtime u64` where `syscalls` is
@@ -60,6 +62,9 @@ pub struct TraceEntry {
 
 /// Tag of a syscall entry.
 const TAG_SYSCALL: u8 = 1;
+/// Bytes of a syscall entry's encoding: tag, index, number, six arguments, whether it returned
+/// and its value, virtual time, whether data was hashed and its hash.
+const SYSCALL_ENC: usize = 1 + 8 + 8 + 6 * 8 + 1 + 8 + 8 + 1 + 32;
 /// Tag of an exception pseudo-entry.
 const TAG_EXCEPTION: u8 = 2;
 /// Tag of a reseed pseudo-entry.
@@ -117,22 +122,31 @@ impl Tracer {
     ) {
         let index = self.syscalls;
         self.syscalls = self.syscalls.saturating_add(1);
-        let mut enc = Vec::with_capacity(90);
-        enc.push(TAG_SYSCALL);
-        enc.extend_from_slice(&index.to_le_bytes());
-        enc.extend_from_slice(&nr.to_le_bytes());
+        // The encoding, on the stack: this runs on every syscall.
+        let mut enc = [0u8; SYSCALL_ENC];
+        let mut at = 0;
+        let mut put = |bytes: &[u8]| {
+            enc[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        };
+        put(&[TAG_SYSCALL]);
+        put(&index.to_le_bytes());
+        put(&nr.to_le_bytes());
         for a in args {
-            enc.extend_from_slice(&a.to_le_bytes());
+            put(&a.to_le_bytes());
         }
-        enc.push(u8::from(ret.is_some()));
-        enc.extend_from_slice(&ret.unwrap_or(0).to_le_bytes());
-        enc.extend_from_slice(&vtime.to_le_bytes());
-        enc.push(u8::from(data.is_some()));
-        enc.extend_from_slice(&data.unwrap_or([0; 32]));
+        put(&[u8::from(ret.is_some())]);
+        put(&ret.unwrap_or(0).to_le_bytes());
+        put(&vtime.to_le_bytes());
+        put(&[u8::from(data.is_some())]);
+        put(&data.unwrap_or([0; 32]));
+        debug_assert_eq!(at, SYSCALL_ENC);
         self.chain_in(&enc);
-        let h = blake3::hash(&enc);
+        // The entry's hash is the chain's value after it: the first entry two runs disagree on is
+        // the first whose hashes differ (an exception or completion before it included), for no
+        // hashing beyond the chain's.
         let mut first = [0u8; 8];
-        first.copy_from_slice(&h.as_bytes()[..8]);
+        first.copy_from_slice(&self.chain[..8]);
         self.entry_hashes.push(u64::from_le_bytes(first));
         if self.record {
             let data = data.map(|d| d[..8].iter().map(|b| format!("{b:02x}")).collect());

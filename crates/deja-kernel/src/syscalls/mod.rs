@@ -529,7 +529,12 @@ syscall_table! {
 
 /// The row of syscall `nr`, if it has one.
 pub fn entry(nr: u64) -> Option<&'static Entry> {
-    TABLE.binary_search_by_key(&nr, |e| e.nr).ok().map(|i| &TABLE[i])
+    // The table holds the numbers from 0 without a gap as far as Linux's run, so the row of a
+    // common syscall is at its number; the search finds the rest (deja's own).
+    match usize::try_from(nr).ok().and_then(|i| TABLE.get(i)) {
+        Some(e) if e.nr == nr => Some(e),
+        _ => TABLE.binary_search_by_key(&nr, |e| e.nr).ok().map(|i| &TABLE[i]),
+    }
 }
 
 /// The name of syscall `nr`, if it is in the x86-64 table (or is deja's own syscall,

@@ -27,8 +27,12 @@ impl Kernel {
         self.sched.clock.advance(SYSCALL_COST_NS);
         self.faults.log.set_time(self.sched.clock.now_ns());
         self.process.last_fault = None;
-        let name = crate::syscalls::display_name(nr);
-        *self.record.counts.entry(name.clone()).or_default() += 1;
+        // Counted by name; a name is allocated only the first time it is seen.
+        let known = crate::syscalls::name(nr);
+        match known.and_then(|n| self.record.counts.get_mut(n)) {
+            Some(count) => *count += 1,
+            None => *self.record.counts.entry(crate::syscalls::display_name(nr)).or_default() += 1,
+        }
         self.sched.threads.call = (nr, args);
         // Read before the syscall runs and outside its data hash, for the recorded trace only.
         let paths = if self.record.tracer.recording() {
@@ -76,7 +80,7 @@ impl Kernel {
                 (SyscallOutcome::Return(v), Some(v))
             }
             Err(SysStop::Unsupported) => {
-                *self.record.unsupported.entry(name.clone()).or_default() += 1;
+                *self.record.unsupported.entry(crate::syscalls::display_name(nr)).or_default() += 1;
                 let v = (-i64::from(ENOSYS)) as u64;
                 (SyscallOutcome::Return(v), Some(v))
             }

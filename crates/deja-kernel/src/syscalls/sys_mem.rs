@@ -152,7 +152,7 @@ impl Kernel {
             let (s, e) = (v.start.max(a), v.end.min(b));
             let host = &mut self.process.host;
             match &v.kind {
-                VmaKind::Image { .. } | VmaKind::Vdso { .. } => host.repatch(mem, s, e),
+                VmaKind::Image { .. } | VmaKind::Vdso { .. } | VmaKind::Jumps => host.repatch(mem, s, e),
                 VmaKind::File { path, data, offset, .. } => {
                     let at = Placement {
                         name: path.clone(),
@@ -251,7 +251,9 @@ impl Kernel {
             if addr < USER_START {
                 return Err(EPERM.into());
             }
-            if addr.checked_add(len).is_none_or(|e| e > USER_END || crate::mm::user_layout::reserved(addr, e)) {
+            if addr.checked_add(len).is_none_or(|e| {
+                e > USER_END || crate::mm::user_layout::reserved(addr, e) || self.process.mappings.holds_jumps(addr, e)
+            }) {
                 return Err(ENOMEM.into());
             }
             if flags & MAP_FIXED == 0 && !self.process.mappings.is_free(addr, addr + len) {
@@ -299,6 +301,10 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let end = user_range(addr, len).map_err(|_| EINVAL)?;
+        // The trampolines the program's jump sites need (`host::jumps`) stay.
+        if self.process.mappings.holds_jumps(addr, end) {
+            return Err(EINVAL.into());
+        }
         self.unmap_range(mem, addr, end);
         Ok(0)
     }
@@ -313,6 +319,9 @@ impl Kernel {
         let end = user_range(addr, len)?;
         if !self.process.mappings.fully_mapped(addr, end) {
             return Err(ENOMEM.into());
+        }
+        if self.process.mappings.holds_jumps(addr, end) {
+            return Err(EACCES.into());
         }
         let prot = Prot(prot as u32 & 7);
         let add: u64 =
@@ -345,7 +354,7 @@ impl Kernel {
             for v in pieces {
                 let (s, e) = (v.start.max(addr), v.end.min(end));
                 match v.kind {
-                    VmaKind::Image { .. } | VmaKind::Vdso { .. } | VmaKind::Vvar => {}
+                    VmaKind::Image { .. } | VmaKind::Vdso { .. } | VmaKind::Vvar | VmaKind::Jumps => {}
                     VmaKind::File { .. } => {
                         mem.unmap(s, e - s);
                         self.load_file_pages(mem, s, e)?;
@@ -445,6 +454,9 @@ impl Kernel {
         if old.checked_add(old_len).is_none_or(|e| e > v.end) {
             return Err(EFAULT.into());
         }
+        if v.kind == VmaKind::Jumps {
+            return Err(EINVAL.into());
+        }
         let counts = v.counts_with(v.prot);
         let pages = |l: u64| if counts { l / PAGE_SIZE } else { 0 };
         if flags & MREMAP_FIXED != 0 {
@@ -458,7 +470,9 @@ impl Kernel {
             if new_addr < old + old_len && old < new_end {
                 return Err(EINVAL.into());
             }
-            if crate::mm::user_layout::reserved(new_addr, new_end) {
+            if crate::mm::user_layout::reserved(new_addr, new_end)
+                || self.process.mappings.holds_jumps(new_addr, new_end)
+            {
                 return Err(ENOMEM.into());
             }
             let remove = self.process.mappings.committed_in(new_addr, new_end) + pages(old_len);

@@ -418,7 +418,8 @@ impl Kernel {
         } else {
             crate::time::vdso::VdsoMode::Off
         };
-        let loaded = map_program(mem, &self.files.fs, &image, &args, &env, rewrite, vdso, capacity, random);
+        let jumps = self.process.host.jumps.mode;
+        let loaded = map_program(mem, &self.files.fs, &image, &args, &env, rewrite, jumps, vdso, capacity, random);
         let (mm, entry) = match loaded {
             Ok(l) => l,
             Err(e) => {

@@ -88,14 +88,15 @@ fn decode(bytes: &[u8], ip: u64) -> Vec<Instruction> {
 }
 
 #[test]
-fn a_site_becomes_a_jump_to_its_trampoline_which_sets_rcx_and_jumps_to_the_entry() {
+fn a_site_becomes_a_jump_to_its_trampoline_which_sets_rcx_and_jumps_through_the_slot() {
     // mov %rdi,%rax; mov %rsi,%rdi; mov %rdx,%rsi; syscall; ret: a 6-byte window.
     let code = [0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x48, 0x89, 0xd6, 0x0f, 0x05, 0xc3];
     let site = plan_at(&code).sites.remove(0);
-    let (at, entry) = (0x7ffe_0000_0000 - 0x1000_0000, 0x7ffe_0000_0000);
-    assert!(site.rewrite(at, entry).is_none(), "the trampoline is out of a jump's reach of the site");
-    for (at, entry) in [(BASE + 0x10_0000, BASE + 0x20_0000), (BASE - 0x1000, BASE + 0x7000_0000)] {
-        let r = site.rewrite(at, entry).expect("in reach");
+    let (at, slot) = (0x7ffe_0000_0000 - 0x1000_0000, 0x7ffe_0000_0000);
+    assert!(site.rewrite(at, slot).is_none(), "the trampoline is out of a jump's reach of the site");
+    assert!(site.rewrite(BASE - 0x1000, BASE + 0x9000_0000).is_none(), "the slot is out of reach");
+    for (at, slot) in [(BASE + 0x10_0000, BASE + 0x20_0000), (BASE - 0x1000, BASE + 0x7000_0000)] {
+        let r = site.rewrite(at, slot).expect("in reach");
         // The window: a jump to the trampoline, then int3 to its end.
         assert_eq!(r.patch.len(), site.displaced.len());
         let jmp = decode(&r.patch[..5], site.window);
@@ -111,7 +112,8 @@ fn a_site_becomes_a_jump_to_its_trampoline_which_sets_rcx_and_jumps_to_the_entry
         assert_eq!(t[2].op0_register(), iced_x86::Register::RCX);
         assert_eq!(t[2].ip_rel_memory_address(), site.back());
         assert_eq!(site.back(), BASE + 11);
-        assert_eq!(t[3].code(), Op::Jmp_rel32_64);
-        assert_eq!(t[3].near_branch_target(), entry);
+        assert_eq!(t[3].code(), Op::Jmp_rm64);
+        assert!(t[3].is_ip_rel_memory_operand());
+        assert_eq!(t[3].ip_rel_memory_address(), slot);
     }
 }

@@ -39,6 +39,7 @@ use crate::coverage::{BlockHit, BlockImage, Seen, INT3};
 use crate::layout::*;
 use crate::paging::{AddressSpace, RamError, PTE_A, PTE_D, PTE_P, PTE_PS, PTE_U, PTE_W};
 use deja_kernel::host::cpuid;
+use deja_kernel::host::jumps;
 
 mod run;
 mod state;
@@ -204,6 +205,11 @@ const EFER_NXE: u64 = 1 << 11;
 
 /// The user stub: `out %al, $SYSCALL_PORT; hlt; jmp .-1`.
 const USER_STUB: [u8; 5] = [0xe6, SYSCALL_PORT as u8, 0xf4, 0xeb, 0xfd];
+
+/// Where the jump sites' gate lies in the stub's page: the kernel's [`jumps::GATE`], which must
+/// be in that page.
+const GATE_OFFSET: u64 = jumps::GATE - STUB_VA;
+const _: () = assert!(jumps::GATE >= STUB_VA && GATE_OFFSET >= USER_STUB.len() as u64 && GATE_OFFSET + 14 <= 4096);
 
 /// The ring-0 page-table sync routine. RSI points at `RCX` pairs of (PTE address, user address);
 /// each PTE is written with its own value (so a shadow MMU sees the write) and the user address
@@ -659,6 +665,8 @@ fn write_monitor_structures(space: &mut AddressSpace) -> Result<(), deja_kernel:
     }
     space.write_phys(R0_CODE_PHYS + R0_PTSYNC_OFFSET, &PTSYNC_CODE);
     space.write_phys(USER_STUB_PHYS, &USER_STUB);
+    // The gate jump sites reach (`deja_kernel::host::jumps`): back to their `syscall`.
+    space.write_phys(USER_STUB_PHYS + GATE_OFFSET, &jumps::HOST_GATE);
 
     // TSS: RSP0 and an I/O bitmap that opens only the syscall port.
     space.write_u64(TSS_PHYS + 4, direct(R0_STACK_PHYS + PAGE_SIZE));

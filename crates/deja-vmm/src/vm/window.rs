@@ -143,8 +143,12 @@ impl Vm {
         Ok(())
     }
 
-    /// Points `LSTAR` (and `CSTAR`) at `entry`: the program's `syscall`s land there.
-    pub(crate) fn set_lstar(&mut self, entry: u64) -> Result<(), VmError> {
+    /// Points `LSTAR` (and `CSTAR`) at `entry`, where the program's `syscall`s land, and the jump
+    /// sites' gate (`deja_kernel::host::jumps::GATE`) at `jump_entry`, where its planned sites
+    /// jump without a trap.
+    pub(crate) fn set_entries(&mut self, entry: u64, jump_entry: u64) -> Result<(), VmError> {
+        self.space
+            .write_phys(super::USER_STUB_PHYS + super::GATE_OFFSET, &deja_kernel::host::jumps::guest_gate(jump_entry));
         let msr = |index, data| kvm_msr_entry { index, data, ..Default::default() };
         let msrs = Msrs::from_entries(&[msr(MSR_LSTAR, entry), msr(MSR_CSTAR, entry)])
             .map_err(|_| unexpected("MSR list too large".into(), 0))?;
