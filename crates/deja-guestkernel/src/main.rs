@@ -28,6 +28,8 @@
 
 extern crate alloc;
 
+use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use deja_kernel::mm::mem::{MemError, Memory, Prot};
@@ -43,6 +45,45 @@ static ALLOCATOR: LockedHeap = LockedHeap::empty();
 
 /// The kernel, once restored.
 static KERNEL: Mutex<Option<Kernel>> = Mutex::new(None);
+/// The threads that do not run, by thread id: what the host placement's monitor keeps for them
+/// (their registers, their extended state), here in the guest.
+static THREADS: Mutex<BTreeMap<u64, Context>> = Mutex::new(BTreeMap::new());
+
+/// A thread's saved registers: its syscall frame and its x87/SSE/AVX state.
+struct Context {
+    frame: Frame,
+    xsave: Box<Xsave>,
+}
+
+/// An XSAVE area: 4 KiB, as KVM's, 64-byte aligned as the instruction needs.
+#[repr(C, align(64))]
+struct Xsave([u8; 4096]);
+
+impl Xsave {
+    /// The extended state now (every component XCR0 enables); the kernel, built without SSE or
+    /// x87 code, never changes it, so it is the program's.
+    fn now() -> Box<Xsave> {
+        let mut area = Box::new(Xsave([0; 4096]));
+        // SAFETY: XSAVE writes at most the enabled components' size (under 4 KiB for every XCR0
+        // deja sets) into the 64-byte-aligned area it owns; CR4.OSXSAVE is set for the
+        // program's own use of AVX; it touches no register.
+        unsafe {
+            core::arch::asm!("xsave64 [{}]", in(reg) area.0.as_mut_ptr(), in("eax") u32::MAX, in("edx") u32::MAX,
+                options(nostack))
+        };
+        area
+    }
+
+    /// Loads this state into the registers.
+    fn load(&self) {
+        // SAFETY: the area was written by `now` (a valid XSAVE image with its header); XRSTOR
+        // changes only the x87/SSE/AVX registers, which the kernel never uses.
+        unsafe {
+            core::arch::asm!("xrstor64 [{}]", in(reg) self.0.as_ptr(), in("eax") u32::MAX, in("edx") u32::MAX,
+                options(nostack, readonly))
+        };
+    }
+}
 /// Syscalls served so far.
 static SERVED: AtomicU64 = AtomicU64::new(0);
 /// The program's RSP while its syscall is served (the entry's scratch word).
@@ -141,8 +182,11 @@ extern "C" {
     fn deja_hostcall();
 }
 
-/// The program's registers at its `syscall`, as the entry pushed them.
+/// The program's registers at its `syscall`, as the entry pushed them. A thread that does not
+/// run keeps its frame as it was when it last made (or, new, returned from) a syscall: RCX and
+/// R11 hold where it resumes and its RFLAGS, as the `syscall` instruction left them.
 #[repr(C)]
+#[derive(Clone, Copy)]
 struct Frame {
     r15: u64,
     r14: u64,
@@ -263,16 +307,11 @@ extern "C" fn serve(frame: &mut Frame) {
     match outcome {
         SyscallOutcome::Return(value) => {
             frame.rax = value;
-            // `execve`, a new thread or another thread to run: the next stages.
+            // `execve`: the next stages.
             if kernel.take_exec().is_some() {
                 not_yet(nr, 0);
             }
-            if !kernel.take_spawned().is_empty() {
-                not_yet(nr, 1);
-            }
-            if kernel.current_tid() != tid {
-                not_yet(nr, 2);
-            }
+            switch_threads(kernel, frame, tid);
             kernel.before_run(&mut mem);
             mem.check(nr);
             let now = (kernel.fs_base(), kernel.gs_base());
@@ -293,6 +332,44 @@ extern "C" fn serve(frame: &mut Frame) {
         SyscallOutcome::Idle => not_yet(nr, 5),
         SyscallOutcome::Resume(_) => not_yet(nr, 6),
     }
+}
+
+/// After a syscall of thread `tid` (its frame in `frame`, its return value set), as the host
+/// placement's monitor does: creates the threads the kernel spawned (the caller's registers
+/// with RAX 0 and their own stack, its extended state), hands woken threads their return
+/// values, and, when the kernel runs another thread next, saves this one and puts the next
+/// one's registers in `frame` and its extended state in the registers.
+fn switch_threads(kernel: &mut Kernel, frame: &mut Frame, tid: u64) {
+    let mut threads = THREADS.lock();
+    let spawned = kernel.take_spawned();
+    if !spawned.is_empty() {
+        let xsave = Xsave::now();
+        for t in spawned {
+            let mut f = *frame;
+            f.rax = 0;
+            if t.stack != 0 {
+                f.rsp = t.stack;
+            }
+            threads.insert(t.tid, Context { frame: f, xsave: Box::new(Xsave(xsave.0)) });
+        }
+    }
+    for (woken, rax) in kernel.take_wakeup_returns() {
+        if woken == tid {
+            frame.rax = rax;
+        } else if let Some(c) = threads.get_mut(&woken) {
+            c.frame.rax = rax;
+        }
+    }
+    let next = kernel.current_tid();
+    if next == tid {
+        return;
+    }
+    let Some(ctx) = threads.remove(&next) else {
+        panic!("the kernel switched to thread {next}, which was never created")
+    };
+    threads.insert(tid, Context { frame: *frame, xsave: Xsave::now() });
+    ctx.xsave.load();
+    *frame = ctx.frame;
 }
 
 /// The exception entry: serves the program's exception in the boot block's frame with

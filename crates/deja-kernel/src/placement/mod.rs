@@ -314,7 +314,7 @@ pub enum Failure {
     /// reach yet (`BootBlock::served` counts the calls served before it).
     NeedsMemory,
     /// A syscall's outcome asks for something this stage does not do yet (a signal frame, a
-    /// thread switch, a crash, a node going idle).
+    /// crash, a node going idle).
     Outcome,
     /// The kernel panicked (an exhausted heap among the causes).
     Panic,
@@ -378,7 +378,8 @@ pub const MEMORY_METHODS: [&str; 12] = [
 ];
 
 /// What a [`Failure::Outcome`] may name: its [`BootBlock::args`] hold the syscall number
-/// (`u64::MAX` for an exception) and the index of the outcome here.
+/// (`u64::MAX` for an exception) and the index of the outcome here. (The image serves new
+/// threads and thread switches now; their words stay, so an older image's failure still reads.)
 pub const OUTCOMES: [&str; 9] = [
     "execve",
     "a new thread",
