@@ -243,12 +243,19 @@ const SAME: &[&str] = &[
     "conformance-clock",
     "conformance-cpus",
     "conformance-dirs",
+    "conformance-eintr",
+    "conformance-fifo",
     "conformance-files",
     "conformance-inet6",
     "conformance-mmap",
     "conformance-perms",
     "conformance-procfd",
+    "conformance-pwait",
+    "conformance-signals",
+    "conformance-sigqueue",
+    "conformance-sigwait",
     "conformance-splice",
+    "conformance-unix",
     "cpuburn",
     "credit-atomic",
     "credit-buggy",
@@ -260,6 +267,7 @@ const SAME: &[&str] = &[
     "forkserver",
     "fserr",
     "go-goroutines",
+    "go-recover",
     "go-unix",
     "hello",
     "hostchan",
@@ -268,16 +276,18 @@ const SAME: &[&str] = &[
     "ledger",
     "loopback",
     "memhog",
+    "overflow",
     "pagestore-buggy",
     "pagestore-fixed",
     "pagestore-retry",
+    "privileged",
     "raftkv-client",
     "raftkv-node",
     "register-client",
     "register-replica",
     "register-replica-patched",
-    "timerand",
     "threads",
+    "timerand",
     "tokio-echo-client",
     "tokio-echo-server",
     "udp-ping",
@@ -291,19 +301,9 @@ const SAME: &[&str] = &[
 /// Refused today, each with what it came to first.
 const REFUSED: &[(&str, &str)] = &[
     ("conformance-cow", "fork_space"),
-    ("conformance-eintr", "a signal to deliver"),
-    ("conformance-fifo", "came to"),
     ("conformance-procs", "fork_space"),
-    ("conformance-pwait", "came to"),
-    ("conformance-signals", "came to"),
-    ("conformance-sigqueue", "came to"),
-    ("conformance-sigwait", "came to"),
-    ("conformance-timers", "came to"),
-    ("conformance-unix", "came to"),
+    ("conformance-timers", "clone needed fork_space"),
     ("go-exec", "execve needed new_space"),
-    ("go-recover", "a signal frame for a fault"),
-    ("overflow", "a signal frame for a fault"),
-    ("privileged", "came to"),
     ("spawner", "execve needed new_space"),
     ("supervisor", "fork_space"),
 ];
@@ -363,10 +363,10 @@ fn deja_run_kernel_guest_gives_the_host_placements_run_and_refuses_what_it_does_
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("identical"), "{}", stderr(&out));
     // What it does not serve yet: a clear error, never another answer.
-    let eintr = guest("conformance-eintr");
-    let out = deja(&["run", "--no-probe", "--kernel", "guest", eintr.to_str().unwrap()]);
+    let procs = guest("conformance-procs");
+    let out = deja(&["run", "--no-probe", "--kernel", "guest", procs.to_str().unwrap()]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("came to a signal to deliver"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("clone needed fork_space"), "{}", stderr(&out));
     // Threads run, each switch made by the kernel in the guest, and an audit across processes
     // pinned to different cores finds the same run.
     let threads = guest("threads");

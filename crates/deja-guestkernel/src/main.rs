@@ -36,7 +36,7 @@ use deja_kernel::mm::mem::{MemError, Memory, Prot};
 use deja_kernel::placement::{
     self, mem_status, BootBlock, ExcFrame, Failure, MemOp, Request, BOOT_BLOCK, HEAP, TRANSFER,
 };
-use deja_kernel::{ExceptionOutcome, Kernel, SyscallOutcome, ARITH_FLAGS};
+use deja_kernel::{ExceptionOutcome, Kernel, SyscallOutcome, UserContext, ARITH_FLAGS, FPU_BYTES};
 use linked_list_allocator::LockedHeap;
 use spin::Mutex;
 
@@ -89,6 +89,9 @@ static SERVED: AtomicU64 = AtomicU64::new(0);
 /// The program's RSP while its syscall is served (the entry's scratch word).
 #[no_mangle]
 static DEJA_USER_RSP: AtomicU64 = AtomicU64::new(0);
+/// Where the program resumes, for the return's last jump (the return's scratch word).
+#[no_mangle]
+static DEJA_RETURN_RIP: AtomicU64 = AtomicU64::new(0);
 
 core::arch::global_asm!(
     // The linker's entry, so that what the boot reaches is kept.
@@ -125,7 +128,9 @@ core::arch::global_asm!(
     "    pop r11",
     "    push r11",
     "    jmp 2f",
-    // The program's registers, pushed in the reverse of `Frame`'s field order.
+    // The program's registers, pushed in the reverse of `Frame`'s field order: its RSP, the
+    // RFLAGS and RIP it resumes with (as the `syscall` left them in R11 and RCX), then the
+    // general registers.
     ".globl deja_syscall_entry",
     "deja_syscall_entry:",
     "    mov [rip + {user_rsp}], rsp",
@@ -133,6 +138,8 @@ core::arch::global_asm!(
     "    push qword ptr [rip + {user_rsp}]",
     "    push r11",
     "2:",
+    "    push rcx",
+    "    push r11",
     "    push rcx",
     "    push rax",
     "    push rdi",
@@ -150,6 +157,11 @@ core::arch::global_asm!(
     "    cld",
     "    mov rdi, rsp",
     "    call {serve}",
+    // Back to the frame as `serve` left it, every register its own: RIP through a word of the
+    // kernel's (no register is free), then the general registers, RFLAGS, the stack; nothing
+    // after `popfq` changes a flag.
+    "    mov rax, [rsp + 15 * 8]",
+    "    mov [rip + {return_rip}], rax",
     "    pop r15",
     "    pop r14",
     "    pop r13",
@@ -165,15 +177,15 @@ core::arch::global_asm!(
     "    pop rax",
     "    pop rcx",
     "    pop r11",
-    // RFLAGS as the `syscall` saved them in R11, then the program's stack, then where it was.
-    "    push r11",
+    "    lea rsp, [rsp + 8]",
     "    popfq",
     "    pop rsp",
-    "    jmp rcx",
+    "    jmp qword ptr [rip + {return_rip}]",
     boot = sym boot,
     serve = sym serve,
     exception = sym exception,
     user_rsp = sym DEJA_USER_RSP,
+    return_rip = sym DEJA_RETURN_RIP,
     stack_top = const placement::STACK_TOP,
 );
 
@@ -203,7 +215,30 @@ struct Frame {
     rax: u64,
     rcx: u64,
     r11: u64,
+    /// Where the program resumes (after a syscall: RCX).
+    rip: u64,
+    /// The RFLAGS it resumes with (after a syscall: R11).
+    rflags: u64,
     rsp: u64,
+}
+
+impl Frame {
+    /// The general registers in x86 encoding order (`UserContext::gprs`).
+    fn gprs(&self) -> [u64; 16] {
+        let f = self;
+        [f.rax, f.rcx, f.rdx, f.rbx, f.rsp, f.rbp, f.rsi, f.rdi, f.r8, f.r9, f.r10, f.r11, f.r12, f.r13, f.r14, f.r15]
+    }
+
+    /// Every register of `ctx`: the program resumes in that context.
+    fn install(&mut self, ctx: &UserContext) {
+        let g = ctx.gprs;
+        [
+            self.rax, self.rcx, self.rdx, self.rbx, self.rsp, self.rbp, self.rsi, self.rdi, self.r8, self.r9, self.r10,
+            self.r11, self.r12, self.r13, self.r14, self.r15,
+        ] = g;
+        self.rip = ctx.rip;
+        self.rflags = ctx.rflags;
+    }
 }
 
 /// The boot block's page.
@@ -296,7 +331,8 @@ extern "C" fn serve(frame: &mut Frame) {
     let mut guard = KERNEL.lock();
     let Some(kernel) = guard.as_mut() else { fail(Failure::BadBootBlock) };
     let tid = kernel.current_tid();
-    let bases = (kernel.fs_base(), kernel.gs_base());
+    // The bases the registers hold: the running thread's.
+    let mut loaded = (kernel.fs_base(), kernel.gs_base());
     kernel.set_user_sp(frame.rsp);
     let outcome = kernel.syscall(&mut mem, nr, args);
     mem.check(nr);
@@ -314,23 +350,89 @@ extern "C" fn serve(frame: &mut Frame) {
             switch_threads(kernel, frame, tid);
             kernel.before_run(&mut mem);
             mem.check(nr);
-            let now = (kernel.fs_base(), kernel.gs_base());
-            if now != bases {
-                set_bases(now);
-            }
-            if kernel.signal_due() {
-                not_yet(nr, 3);
-            }
+            load_bases(kernel, &mut loaded);
         }
-        SyscallOutcome::Exit(_) => {
-            let state = kernel.save();
-            drop(guard);
-            hand_over(Request::Done, &state);
-            fail(Failure::Outcome);
+        SyscallOutcome::Resume(ctx) => {
+            // `rt_sigreturn`: the context the handler's frame held, every register its own.
+            install(frame, &ctx);
+            load_bases(kernel, &mut loaded);
         }
+        SyscallOutcome::Exit(_) => end(guard),
         SyscallOutcome::Crash => not_yet(nr, 4),
         SyscallOutcome::Idle => not_yet(nr, 5),
-        SyscallOutcome::Resume(_) => not_yet(nr, 6),
+    }
+    if take_signal(kernel, &mut mem, frame, &mut loaded) {
+        end(guard);
+    }
+    mem.check(nr);
+    pass_output(kernel);
+}
+
+/// The program ended: the kernel's state goes to the monitor, which never resumes it.
+fn end(mut guard: spin::MutexGuard<'_, Option<Kernel>>) -> ! {
+    let Some(kernel) = guard.as_mut() else { fail(Failure::BadBootBlock) };
+    pass_output(kernel);
+    let state = kernel.save();
+    drop(guard);
+    hand_over(Request::Done, &state);
+    fail(Failure::Outcome)
+}
+
+/// Asks the monitor to load the running thread's FS and GS bases when they are not the ones
+/// `loaded`.
+fn load_bases(kernel: &Kernel, loaded: &mut (u64, u64)) {
+    let now = (kernel.fs_base(), kernel.gs_base());
+    if now != *loaded {
+        set_bases(now);
+        *loaded = now;
+    }
+}
+
+/// The program resumes in `ctx`: its general registers, RIP and RFLAGS in `frame`, its x87,
+/// SSE and AVX state in the registers.
+fn install(frame: &mut Frame, ctx: &UserContext) {
+    frame.install(ctx);
+    load_fpu(&ctx.fpu);
+}
+
+/// Loads `fpu` (the first [`FPU_BYTES`] of an XSAVE image, as the kernel validated it) into the
+/// x87, SSE and AVX registers.
+fn load_fpu(fpu: &[u8]) {
+    let mut area = Xsave::now();
+    let n = fpu.len().min(FPU_BYTES);
+    area.0[..n].copy_from_slice(&fpu[..n]);
+    area.load();
+}
+
+/// The running thread's context as the kernel's signal delivery takes it.
+fn context_of(gprs: [u64; 16], rip: u64, rflags: u64) -> UserContext {
+    UserContext { gprs, rip, rflags, fpu: Xsave::now().0[..FPU_BYTES].to_vec() }
+}
+
+/// On the way back to the program, as the host placement's monitor does: runs the handler of
+/// the signal the running thread has to take, if any (its frame written by the kernel, the
+/// thread resuming in the handler). A signal that ends another process's thread moves on to
+/// the thread the kernel runs next. True when a signal ended the program.
+fn take_signal(kernel: &mut Kernel, mem: &mut GuestMemory, frame: &mut Frame, loaded: &mut (u64, u64)) -> bool {
+    loop {
+        if !kernel.signal_due() {
+            return false;
+        }
+        let mut ctx = context_of(frame.gprs(), frame.rip, frame.rflags);
+        let tid = kernel.current_tid();
+        match kernel.deliver_signal(mem, &mut ctx) {
+            Ok(Some(_)) => {
+                install(frame, &ctx);
+                return false;
+            }
+            Ok(None) if kernel.current_tid() != tid && !kernel.is_idle() => {
+                switch_threads(kernel, frame, tid);
+                kernel.before_run(mem);
+                load_bases(kernel, loaded);
+            }
+            Ok(None) => return false,
+            Err(_) => return true,
+        }
     }
 }
 
@@ -398,14 +500,25 @@ extern "C" fn exception() -> ! {
                 frame.rflags = (frame.rflags & !ARITH_FLAGS) | (f & ARITH_FLAGS);
             }
         }
-        ExceptionOutcome::Fatal(_) => {
-            let state = kernel.save();
-            drop(guard);
-            hand_over(Request::Done, &state);
-            fail(Failure::Outcome);
+        ExceptionOutcome::Fatal(_) => end(guard),
+        ExceptionOutcome::Deliver => {
+            // A fault the program handles: its handler's frame, as the host placement's
+            // monitor delivers it.
+            let mut ctx = context_of(frame.gprs, frame.rip, frame.rflags);
+            let tid = kernel.current_tid();
+            match kernel.deliver_signal(&mut mem, &mut ctx) {
+                // The signal ended the process: another process's thread runs next.
+                Ok(None) if kernel.current_tid() != tid => not_yet(u64::MAX, 8),
+                Ok(_) => {
+                    load_fpu(&ctx.fpu);
+                    (frame.gprs, frame.rip, frame.rflags) = (ctx.gprs, ctx.rip, ctx.rflags);
+                }
+                Err(_) => end(guard),
+            }
+            mem.check(u64::MAX);
+            pass_output(kernel);
         }
-        // A signal handler's frame, another process: the next stages.
-        ExceptionOutcome::Deliver => not_yet(u64::MAX, 7),
+        // Another process: the next stages.
         ExceptionOutcome::ProcessEnded => not_yet(u64::MAX, 8),
     }
     drop(guard);

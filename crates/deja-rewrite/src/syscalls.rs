@@ -16,7 +16,8 @@
 //! A `syscall` is planned when both decodings agree it is an instruction (as for every rewritten
 //! instruction, see the crate's doc) and a window exists: walking back from it over whole
 //! instructions that recursive descent decoded, each ending where the next begins, until 5
-//! bytes are covered, where
+//! bytes are covered, which the linear sweep decodes the same way (the same instruction starts),
+//! where
 //! - no path enters the window except at its first instruction (no leader inside it: a branch
 //!   target, a root, the instruction after a call);
 //! - every instruction of the window runs the same anywhere: it neither reads RIP (a
@@ -225,7 +226,24 @@ fn plan(regions: &[Region<'_>], data: &[Region<'_>], roots: &[u64]) -> SyscallPl
         };
         let result = match doubt {
             Some(d) => Err(Unjumpable::Unproven(d)),
-            None => window(&p.code, ri, off),
+            None => window(&p.code, ri, off).and_then(|start| {
+                // The window's instructions are proven as the `syscall` is: the linear sweep from
+                // the nearest root below finds the same instruction starts in it (a path only
+                // descent followed, into the middle of another decoding's instruction, must not
+                // move a jump onto bytes the program runs otherwise).
+                let root = p.sweep_root(ri, off);
+                let mut swept_starts = Vec::new();
+                analysis::sweep(&p.code, ri, root, off, &mut |o, _| {
+                    if o >= start {
+                        swept_starts.push(o);
+                    }
+                });
+                let descended_starts: Vec<usize> = (start..off).filter(|&o| p.code.marks[ri][o] & START != 0).collect();
+                match root <= start && swept_starts == descended_starts {
+                    true => Ok(start),
+                    false => Err(Unjumpable::Unproven(Doubt::Disagree)),
+                }
+            }),
         };
         match result {
             Ok(start) => out.sites.push(JumpSite {

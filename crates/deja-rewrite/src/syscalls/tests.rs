@@ -117,3 +117,15 @@ fn a_site_becomes_a_jump_to_its_trampoline_which_sets_rcx_and_jumps_through_the_
         assert_eq!(t[3].ip_rel_memory_address(), slot);
     }
 }
+
+#[test]
+fn a_window_the_linear_sweep_decodes_otherwise_keeps_the_trap() {
+    // jmp .+4 (into the middle of the mov); mov $0xf,%rax; syscall; ret. Descent follows the
+    // jump and decodes `ror $0,(%rdi)` and `add %al,(%rax)` before the syscall; the sweep from
+    // the root decodes the mov. Both find the syscall, but a jump over the descent's window
+    // would land on the mov's middle: glibc's `__restore_rt` met exactly this.
+    let code = [0xeb, 0x02, 0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05, 0xc3];
+    let p = plan_at(&code);
+    assert_eq!(p.sites, []);
+    assert_eq!(refused(&p), [(9, Unjumpable::Unproven(Doubt::Disagree))]);
+}

@@ -12,9 +12,13 @@ use kvm_bindings::{kvm_msr_entry, Msrs};
 use kvm_ioctls::SyncReg;
 
 use super::run::{gprs_of, set_gprs, Exit};
-use super::{ioctl, set_user_segments, Vm, VmError, MSR_CSTAR, MSR_LSTAR, RFLAGS_FIXED, RFLAGS_RF};
+use super::{ioctl, set_user_segments, Vm, VmError, MSR_CSTAR, MSR_LSTAR, MSR_SFMASK, RFLAGS_FIXED, RFLAGS_RF};
 use crate::layout::{EXCEPTION_PORT_BASE, SYSCALL_PORT};
 use crate::paging::{PTE_A, PTE_D, PTE_NX, PTE_P, PTE_U, PTE_W};
+
+/// The flags a `syscall` clears in the guest placement: TF, DF, IOPL, NT and AC, as the host
+/// placement's mask, but not IF.
+pub(crate) const GUEST_SFMASK: u64 = 0x4_7500;
 
 /// Where [`Vm::run_to_hostcall`] stopped.
 #[derive(Debug)]
@@ -145,16 +149,19 @@ impl Vm {
 
     /// Points `LSTAR` (and `CSTAR`) at `entry`, where the program's `syscall`s land, and the jump
     /// sites' gate (`deja_kernel::host::jumps::GATE`) at `jump_entry`, where its planned sites
-    /// jump without a trap.
+    /// jump without a trap. A `syscall` then keeps IF ([`GUEST_SFMASK`]): the kernel returns to
+    /// the program with `popfq` in ring 3, which cannot set IF again, and the program would run
+    /// on (and see in `pushf` and its signal frames) IF clear where the host placement's monitor
+    /// gives it back set.
     pub(crate) fn set_entries(&mut self, entry: u64, jump_entry: u64) -> Result<(), VmError> {
         self.space
             .write_phys(super::USER_STUB_PHYS + super::GATE_OFFSET, &deja_kernel::host::jumps::guest_gate(jump_entry));
         let msr = |index, data| kvm_msr_entry { index, data, ..Default::default() };
-        let msrs = Msrs::from_entries(&[msr(MSR_LSTAR, entry), msr(MSR_CSTAR, entry)])
+        let msrs = Msrs::from_entries(&[msr(MSR_LSTAR, entry), msr(MSR_CSTAR, entry), msr(MSR_SFMASK, GUEST_SFMASK)])
             .map_err(|_| unexpected("MSR list too large".into(), 0))?;
         let n = ioctl("KVM_SET_MSRS", self.vcpu.set_msrs(&msrs))?;
-        if n != 2 {
-            return Err(unexpected(format!("KVM accepted only {n} of LSTAR and CSTAR"), 0));
+        if n != 3 {
+            return Err(unexpected(format!("KVM accepted only {n} of LSTAR, CSTAR and SFMASK"), 0));
         }
         Ok(())
     }
