@@ -454,7 +454,11 @@ impl Kernel {
         if old.checked_add(old_len).is_none_or(|e| e > v.end) {
             return Err(EFAULT.into());
         }
-        if v.kind == VmaKind::Jumps {
+        // The trampolines stay, and so does the image's code whose windows jump to them (a
+        // window's displacement is relative: moved, it would jump elsewhere).
+        let jumped_code =
+            matches!(v.kind, VmaKind::Image { .. }) && v.prot.executable() && self.process.host.jumps.area.is_some();
+        if v.kind == VmaKind::Jumps || jumped_code {
             return Err(EINVAL.into());
         }
         let counts = v.counts_with(v.prot);

@@ -78,6 +78,10 @@ fn the_program_cannot_unmap_move_protect_or_map_over_the_trampolines() {
     assert_eq!(sc(&mut k, &mut m, "mremap", &[area, 0x1000, 0x2000, 1, 0, 0]), EINVAL);
     let a = sc(&mut k, &mut m, "mmap", &[0, 0x1000, 3, 0x22, u64::MAX, 0]) as u64;
     assert_eq!(sc(&mut k, &mut m, "mremap", &[a, 0x1000, 0x1000, 3, area]), -12, "MREMAP_FIXED onto it");
+    // Nor move the code whose windows jump there.
+    assert_eq!(sc(&mut k, &mut m, "mremap", &[0x40_1000, 0x1000, 0x1000, 1, 0]), EINVAL);
+    let (mut plain, mut pm) = load(2, 0x40_0000, Jumps::Off);
+    assert!(sc(&mut plain, &mut pm, "mremap", &[0x40_1000, 0x1000, 0x1000, 1, 0]) > 0, "without jump sites it moves");
     // The page below it is the program's.
     assert_eq!(sc(&mut k, &mut m, "mmap", &[area - 0x1000, 0x1000, 3, 0x32, u64::MAX, 0]) as u64, area - 0x1000);
     assert_eq!(peek_u64(&m, area), GATE);
