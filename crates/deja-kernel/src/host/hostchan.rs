@@ -257,7 +257,8 @@ pub(crate) fn present_runs(mem: &dyn Memory, start: u64, end: u64) -> Vec<(u64, 
     runs
 }
 
-fn holds(mem: &dyn Memory, addr: u64, bytes: &[u8]) -> bool {
+/// Whether `mem` holds `bytes` at `addr`.
+pub(crate) fn holds(mem: &dyn Memory, addr: u64, bytes: &[u8]) -> bool {
     let mut buf = vec![0u8; bytes.len()];
     mem.read(addr, &mut buf).is_ok() && buf == bytes
 }
@@ -518,7 +519,8 @@ pub(crate) fn plan_syscalls_file(bytes: &[u8]) -> Arc<deja_rewrite::syscalls::Sy
     memo::syscalls(bytes, || Arc::new(deja_rewrite::syscalls::plan_syscalls_elf(bytes).unwrap_or_default()))
 }
 
-/// The host placement's memo of plans, keyed by the image's BLAKE3 hash (the last 64 images).
+/// The host placement's memo of plans, keyed by the image's BLAKE3 hash (the last 64 images'
+/// channel plans, the last 16 images' syscall plans).
 #[cfg(feature = "std")]
 mod memo {
     extern crate std;
@@ -526,17 +528,19 @@ mod memo {
     use alloc::vec::Vec;
     use std::sync::Mutex;
 
-    pub(super) fn plan(bytes: &[u8], make: impl FnOnce() -> Arc<Plan>) -> Arc<Plan> {
-        static MEMO: Mutex<Vec<([u8; 32], Arc<Plan>)>> = Mutex::new(Vec::new());
+    type Memo<T> = Mutex<Vec<([u8; 32], Arc<T>)>>;
+
+    /// The plan of `bytes` in `memo`, or `make`'s, kept there (the oldest of `keep` dropped).
+    fn memoized<T>(memo: &Memo<T>, keep: usize, bytes: &[u8], make: impl FnOnce() -> Arc<T>) -> Arc<T> {
         let key = *blake3::hash(bytes).as_bytes();
-        if let Ok(memo) = MEMO.lock() {
+        if let Ok(memo) = memo.lock() {
             if let Some((_, p)) = memo.iter().find(|(k, _)| *k == key) {
                 return p.clone();
             }
         }
         let plan = make();
-        if let Ok(mut memo) = MEMO.lock() {
-            if memo.len() >= 64 {
+        if let Ok(mut memo) = memo.lock() {
+            if memo.len() >= keep {
                 memo.remove(0);
             }
             memo.push((key, plan.clone()));
@@ -544,22 +548,14 @@ mod memo {
         plan
     }
 
+    pub(super) fn plan(bytes: &[u8], make: impl FnOnce() -> Arc<Plan>) -> Arc<Plan> {
+        static MEMO: Memo<Plan> = Mutex::new(Vec::new());
+        memoized(&MEMO, 64, bytes, make)
+    }
+
     pub(super) fn syscalls(bytes: &[u8], make: impl FnOnce() -> Arc<SyscallPlan>) -> Arc<SyscallPlan> {
-        static MEMO: Mutex<Vec<([u8; 32], Arc<SyscallPlan>)>> = Mutex::new(Vec::new());
-        let key = *blake3::hash(bytes).as_bytes();
-        if let Ok(memo) = MEMO.lock() {
-            if let Some((_, p)) = memo.iter().find(|(k, _)| *k == key) {
-                return p.clone();
-            }
-        }
-        let plan = make();
-        if let Ok(mut memo) = MEMO.lock() {
-            if memo.len() >= 16 {
-                memo.remove(0);
-            }
-            memo.push((key, plan.clone()));
-        }
-        plan
+        static MEMO: Memo<SyscallPlan> = Mutex::new(Vec::new());
+        memoized(&MEMO, 16, bytes, make)
     }
 }
 

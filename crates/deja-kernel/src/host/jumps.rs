@@ -28,6 +28,7 @@ use crate::prelude::*;
 use deja_rewrite::syscalls::{JumpSite, SyscallPlan, Unjumpable, TRAMPOLINE_EXTRA};
 use serde::{Deserialize, Serialize};
 
+use crate::host::hostchan::holds;
 use crate::mm::mappings::{Mappings, Vma, VmaKind};
 use crate::mm::user_layout::{page_down, USER_START};
 use crate::{MemError, Memory, Prot, PAGE_SIZE};
@@ -94,11 +95,6 @@ impl JumpReport {
             } += 1;
         }
     }
-}
-
-fn holds(mem: &dyn Memory, addr: u64, bytes: &[u8]) -> bool {
-    let mut buf = vec![0u8; bytes.len()];
-    mem.read(addr, &mut buf).is_ok() && buf == bytes
 }
 
 /// Makes the sites of `plan` (addresses as the image's headers give them, `bias` added where it
