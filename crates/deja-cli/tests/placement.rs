@@ -127,13 +127,19 @@ fn other_seeds_and_calls_match_the_host_placement_and_differ_from_each_other() {
 
 #[test]
 fn a_call_that_needs_what_this_stage_does_not_serve_stops_the_run_instead_of_answering_otherwise() {
-    // `fork` needs a second address space, which the guest placement does not make yet: the
-    // kernel says so instead of answering where the host placement would fork.
-    let state = saved_kernel(7);
-    let err = run_raw(image(), &state, &syscall_loop(57, [0; 6], 1, 0), HEAP).unwrap_err();
-    assert!(matches!(err, PlacementError::Failed { why: Failure::NeedsMemory, served: 0, .. }), "{err}");
-    assert!(err.to_string().contains("fork needed fork_space"), "{err}");
+    // An injected crash is a stop the guest placement does not make yet: the kernel says so
+    // instead of answering where the host placement would crash the program.
+    let bytes = std::fs::read(guest("hello")).unwrap();
+    let mut spec = ProgramSpec::for_program(bytes, "hello", ["a".to_string()], 7);
+    spec.vdso = deja_kernel::time::vdso::VdsoMode::Off;
+    spec.faults.crash_at_exit = true;
+    let (kernel, _) = Kernel::load(spec, &mut FakeMemory::new(1 << 16)).unwrap();
+    let state = kernel.save();
+    let err = run_raw(image(), &state, &syscall_loop(GETPPID, ARGS, 1, 0), HEAP).unwrap_err();
+    assert!(matches!(err, PlacementError::Failed { why: Failure::Outcome, served: 2, .. }), "{err}");
+    assert!(err.to_string().contains("exit_group came to an injected crash"), "{err}");
     // A null pointer is refused from the kernel's own map of the program, as on the host.
+    let state = saved_kernel(7);
     let run = run_raw(image(), &state, &syscall_loop(1, [1, 0, 5, 0, 0, 0], 5, 0), HEAP).unwrap();
     assert_eq!(word(&run.data, 0) as i64, -14, "EFAULT");
     assert!(run.finished == on_the_host(&state, 1, [1, 0, 5, 0, 0, 0], 5, 0).0);
@@ -193,29 +199,14 @@ fn a_real_program_runs_in_the_guest_placement_with_the_host_placements_digest() 
     );
 }
 
-/// How one program fared in the guest placement against the host placement.
-#[derive(Debug, PartialEq, Eq)]
-enum Fared {
-    /// The same exit, output and trace digest.
-    Same,
-    /// The guest placement stopped with a clean refusal (what it does not serve yet).
-    Refused(String),
-}
-
-/// Runs `spec` in both placements; panics if the guest placement answers differently.
-fn compare(spec: &ProgramSpec) -> Fared {
+/// Runs `spec` in both placements; panics if the guest placement answers differently or stops
+/// short.
+fn compare(spec: &ProgramSpec) {
     let opts = || BootOptions::new(Settings::default());
     let (host, host_out) = on_the_host_placement(spec);
     let mut guest_out = Vec::new();
-    let mut g = match run_program(image(), spec, MEMORY, HEAP, opts(), &mut |_, b| guest_out.extend_from_slice(b)) {
-        Ok(g) => g,
-        Err(e @ PlacementError::Failed { .. }) => {
-            // What it wrote before it stopped is what the host placement wrote first.
-            assert!(host_out.starts_with(&guest_out), "{}: output before the stop differs", spec.exe_path);
-            return Fared::Refused(e.to_string());
-        }
-        Err(e) => panic!("{}: {e}", spec.exe_path),
-    };
+    let mut g = run_program(image(), spec, MEMORY, HEAP, opts(), &mut |_, b| guest_out.extend_from_slice(b))
+        .unwrap_or_else(|e| panic!("{}: {e}", spec.exe_path));
     let status = g.kernel.exit_status().cloned().unwrap();
     let guest = g.kernel.finish(&g.vm.space, status);
     if spec.jumps == Jumps::On {
@@ -226,12 +217,11 @@ fn compare(spec: &ProgramSpec) -> Fared {
     assert_eq!(String::from_utf8_lossy(&guest_out), String::from_utf8_lossy(&host_out), "{}", spec.exe_path);
     assert_eq!(guest.trace_digest, host.trace_digest, "{}", spec.exe_path);
     assert_eq!(guest.digest, host.digest, "{}: the run's digest, memory and files included", spec.exe_path);
-    Fared::Same
 }
 
-/// The test guests that run to their end in the guest placement today, and those it refuses
-/// cleanly (what it does not serve yet: processes, threads, signals). Guests that need
-/// arguments, files or a peer, and the syscall-bound benchmark (in `deja bench`), are left out.
+/// The test guests that run alone: every one gives the host placement's run in the guest
+/// placement (processes, threads and signals included). Guests that need arguments, files or a
+/// peer, and the syscall-bound benchmark (in `deja bench`), are left out.
 const SAME: &[&str] = &[
     "ackstore-buggy",
     "ackstore-fixed",
@@ -241,6 +231,7 @@ const SAME: &[&str] = &[
     "batchdb",
     "cat",
     "conformance-clock",
+    "conformance-cow",
     "conformance-cpus",
     "conformance-dirs",
     "conformance-eintr",
@@ -250,11 +241,13 @@ const SAME: &[&str] = &[
     "conformance-mmap",
     "conformance-perms",
     "conformance-procfd",
+    "conformance-procs",
     "conformance-pwait",
     "conformance-signals",
     "conformance-sigqueue",
     "conformance-sigwait",
     "conformance-splice",
+    "conformance-timers",
     "conformance-unix",
     "cpuburn",
     "credit-atomic",
@@ -266,6 +259,7 @@ const SAME: &[&str] = &[
     "echo-server",
     "forkserver",
     "fserr",
+    "go-exec",
     "go-goroutines",
     "go-recover",
     "go-unix",
@@ -286,6 +280,8 @@ const SAME: &[&str] = &[
     "register-client",
     "register-replica",
     "register-replica-patched",
+    "spawner",
+    "supervisor",
     "threads",
     "timerand",
     "tokio-echo-client",
@@ -298,18 +294,8 @@ const SAME: &[&str] = &[
     "walkv-wrong",
 ];
 
-/// Refused today, each with what it came to first.
-const REFUSED: &[(&str, &str)] = &[
-    ("conformance-cow", "fork_space"),
-    ("conformance-procs", "fork_space"),
-    ("conformance-timers", "clone needed fork_space"),
-    ("go-exec", "execve needed new_space"),
-    ("spawner", "execve needed new_space"),
-    ("supervisor", "fork_space"),
-];
-
 #[test]
-fn every_test_guest_gives_the_host_placements_answer_or_a_clean_refusal() {
+fn every_test_guest_gives_the_host_placements_run() {
     let only = std::env::var("DEJA_PLACEMENT_GUESTS").unwrap_or_default();
     let wanted = |name: &str| only.is_empty() || only.split(',').any(|n| n == name);
     // With the image's syscall sites made jumps, as `deja run --kernel guest` runs them, in both
@@ -320,15 +306,9 @@ fn every_test_guest_gives_the_host_placements_answer_or_a_clean_refusal() {
         ProgramSpec { jumps: Jumps::On, ..ProgramSpec::for_program(bytes, name, Vec::<String>::new(), 7) }
     };
     for name in SAME.iter().copied().filter(|n| wanted(n)) {
-        assert_eq!(compare(&spec(name)), Fared::Same, "{name}");
+        compare(&spec(name));
     }
-    for (name, first) in REFUSED.iter().copied().filter(|(n, _)| wanted(n)) {
-        match compare(&spec(name)) {
-            Fared::Refused(why) => assert!(why.contains(first), "{name}: {why}"),
-            Fared::Same => panic!("{name} now runs in the guest placement: move it to SAME"),
-        }
-    }
-    eprintln!("{} guests with the host placement's digest, {} refused cleanly", SAME.len(), REFUSED.len());
+    eprintln!("{} guests with the host placement's digest", SAME.len());
 }
 
 #[test]
@@ -362,11 +342,20 @@ fn deja_run_kernel_guest_gives_the_host_placements_run_and_refuses_what_it_does_
         deja(&["run", "--kernel", "guest", "--no-probe", "--seed", "7", "--audit", "2", timerand.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("identical"), "{}", stderr(&out));
-    // What it does not serve yet: a clear error, never another answer.
+    // Processes: forks, `execve`, waits and the ends of children, each address space made by the
+    // monitor on the kernel's request; the same run across processes pinned to different cores.
     let procs = guest("conformance-procs");
-    let out = deja(&["run", "--no-probe", "--kernel", "guest", procs.to_str().unwrap()]);
-    assert!(!out.status.success());
-    assert!(stderr(&out).contains("clone needed fork_space"), "{}", stderr(&out));
+    let out = deja(&["run", "--no-probe", "--kernel", "guest", "--audit", "2", procs.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("identical"), "{}", stderr(&out));
+    // A dynamically linked program as Debian ships it, its loader and libc mapped by the kernel in
+    // the guest: the host placement's run.
+    let (g, gj) = run_json(&["--kernel", "guest", "/bin/echo", "--", "from", "Debian"]);
+    let (h, hj) = run_json(&["--syscall-jumps", "on", "/bin/echo", "--", "from", "Debian"]);
+    assert!(g.status.success(), "{}", stderr(&g));
+    assert_eq!(stdout(&g), "from Debian\n");
+    assert_eq!((&gj["trace_digest"], &gj["digest"]), (&hj["trace_digest"], &hj["digest"]));
+    assert_eq!(stdout(&h), stdout(&g));
     // Threads run, each switch made by the kernel in the guest, and an audit across processes
     // pinned to different cores finds the same run.
     let threads = guest("threads");

@@ -14,11 +14,12 @@
 //! `Failed` and a [`Failure`] code.
 //!
 //! The program's bytes are reached through its page tables and the physical window
-//! ([`GuestMemory`]); page operations are host calls. A call this stage cannot serve the way the
-//! host placement does (another address space, a copy-on-write frame, a signal frame, a thread
-//! switch) ends the run with a [`Failure`] rather than answer differently. Threads, signals,
-//! exceptions and processes are the next stages (docs/ARCHITECTURE.md, "The kernel inside the
-//! VM").
+//! ([`GuestMemory`]); page operations and address spaces (a process's `fork`, `execve`, the
+//! switch between processes) are host calls. Threads, signals and the exceptions the monitor
+//! hands over are served here as the host placement's monitor serves them. A call this stage
+//! cannot serve the way the host placement does (an injected crash, a cluster node with nothing
+//! to run) ends the run with a [`Failure`] rather than answer differently (docs/ARCHITECTURE.md,
+//! "The kernel inside the VM").
 //!
 //! The only `unsafe` here makes slices of the window's fixed addresses and hands the heap to the
 //! allocator; it runs inside the VM, which is the boundary that protects the host.
@@ -55,15 +56,27 @@ struct Context {
     xsave: Box<Xsave>,
 }
 
-/// An XSAVE area: 4 KiB, as KVM's, 64-byte aligned as the instruction needs.
+/// Bytes of an [`Xsave`] area. The guest's XCR0 is deja's (x87, SSE, AVX: 832 bytes) only where
+/// the host honours `KVM_SET_XCRS`; on a host that runs the guest under its own XCR0 (as
+/// `kvm_pvm` does: `0x600e7` on an Intel host with AVX-512 and AMX, 11,008 bytes in the
+/// standard form) `xsave64` writes every component that XCR0 enables, so the area holds the
+/// largest standard-form image of the components x86 defines today (AMX's tile data ends at
+/// 11,008). [`boot`] refuses a host whose XCR0 enables a component past those.
+const XSAVE_BYTES: usize = 16 << 10;
+
+/// The XCR0 bits whose standard-form images end within [`XSAVE_BYTES`]: x87 through AMX's tile
+/// data (bit 18).
+const XCR0_KNOWN: u64 = (1 << 19) - 1;
+
+/// An XSAVE area, 64-byte aligned as the instruction needs.
 #[repr(C, align(64))]
-struct Xsave([u8; 4096]);
+struct Xsave([u8; XSAVE_BYTES]);
 
 impl Xsave {
     /// The extended state now (every component XCR0 enables); the kernel, built without SSE or
     /// x87 code, never changes it, so it is the program's.
     fn now() -> Box<Xsave> {
-        let mut area = Box::new(Xsave([0; 4096]));
+        let mut area = Box::new(Xsave([0; XSAVE_BYTES]));
         // SAFETY: XSAVE writes at most the enabled components' size (under 4 KiB for every XCR0
         // deja sets) into the 64-byte-aligned area it owns; CR4.OSXSAVE is set for the
         // program's own use of AVX; it touches no register.
@@ -71,6 +84,15 @@ impl Xsave {
             core::arch::asm!("xsave64 [{}]", in(reg) area.0.as_mut_ptr(), in("eax") u32::MAX, in("edx") u32::MAX,
                 options(nostack))
         };
+        area
+    }
+
+    /// The state a program starts with: every component in its initial configuration (an
+    /// empty header), the x87 control word and MXCSR at their reset values.
+    fn initial() -> Box<Xsave> {
+        let mut area = Box::new(Xsave([0; XSAVE_BYTES]));
+        area.0[..2].copy_from_slice(&0x037f_u16.to_le_bytes());
+        area.0[24..28].copy_from_slice(&0x1f80_u32.to_le_bytes());
         area
     }
 
@@ -229,6 +251,13 @@ impl Frame {
         [f.rax, f.rcx, f.rdx, f.rbx, f.rsp, f.rbp, f.rsi, f.rdi, f.r8, f.r9, f.r10, f.r11, f.r12, f.r13, f.r14, f.r15]
     }
 
+    /// A frame holding `gprs` (in x86 encoding order, RSP among them), resuming at `rip` with
+    /// `rflags`.
+    fn from_context(gprs: &[u64; 16], rip: u64, rflags: u64) -> Frame {
+        let [rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8, r9, r10, r11, r12, r13, r14, r15] = *gprs;
+        Frame { r15, r14, r13, r12, rbp, rbx, r9, r8, r10, rdx, rsi, rdi, rax, rcx, r11, rip, rflags, rsp }
+    }
+
     /// Every register of `ctx`: the program resumes in that context.
     fn install(&mut self, ctx: &UserContext) {
         let g = ctx.gprs;
@@ -303,9 +332,22 @@ fn hand_over(request: Request, bytes: &[u8]) {
     }
 }
 
+/// XCR0 as the CPU applies it to this ring-3 code.
+fn xcr0() -> u64 {
+    let (lo, hi): (u32, u32);
+    // SAFETY: `xgetbv` with ECX 0 reads XCR0; CR4.OSXSAVE is set for the program's AVX, so it
+    // does not fault, and it changes nothing.
+    unsafe { core::arch::asm!("xgetbv", in("ecx") 0u32, out("eax") lo, out("edx") hi, options(nomem, nostack)) };
+    (u64::from(hi) << 32) | u64::from(lo)
+}
+
 /// The boot entry: heap, the kernel from the input, its save to the output, `Booted`.
 extern "C" fn boot() -> ! {
     let Some(block) = BootBlock::decode(boot_page()) else { fail(Failure::BadBootBlock) };
+    let x = xcr0();
+    if x & !XCR0_KNOWN != 0 {
+        panic!("this host runs the guest with XCR0 {x:#x}, whose XSAVE image may not fit the kernel's {XSAVE_BYTES}-byte areas");
+    }
     // SAFETY: the monitor maps `heap_len` bytes read-write at `HEAP` for the allocator alone
     // (`BootBlock::decode` checked they fit the window's heap part); this runs once.
     unsafe { ALLOCATOR.lock().init(HEAP as *mut u8, block.heap_len as usize) };
@@ -343,9 +385,8 @@ extern "C" fn serve(frame: &mut Frame) {
     match outcome {
         SyscallOutcome::Return(value) => {
             frame.rax = value;
-            // `execve`: the next stages.
-            if kernel.take_exec().is_some() {
-                not_yet(nr, 0);
+            if let Some(entry) = kernel.take_exec() {
+                start_program(frame, entry);
             }
             switch_threads(kernel, frame, tid);
             kernel.before_run(&mut mem);
@@ -366,6 +407,36 @@ extern "C" fn serve(frame: &mut Frame) {
     }
     mem.check(nr);
     pass_output(kernel);
+}
+
+/// After an `execve`, as the host placement's monitor does: the thread starts the new program
+/// with every general register 0, RIP and RSP from `entry`, RFLAGS with IF, and the x87, SSE and
+/// AVX state as at boot (the bases follow from the kernel's, which the `execve` cleared).
+fn start_program(frame: &mut Frame, entry: deja_kernel::Entry) {
+    *frame = Frame::from_context(&[0; 16], entry.rip, RFLAGS_BOOT);
+    frame.rsp = entry.rsp;
+    Xsave::initial().load();
+}
+
+/// RFLAGS a program starts with: IF and the reserved bit 1.
+const RFLAGS_BOOT: u64 = 0x202;
+
+/// The running thread's process ended outside a syscall (a fault, or a signal the fault raised),
+/// thread `tid` with it: as the host placement's monitor does, the thread the kernel runs next
+/// resumes in `exc` (its registers, extended state and bases), after `before_run` and its own
+/// signal. True when the program ended.
+fn after_process_end(kernel: &mut Kernel, mem: &mut GuestMemory, exc: &mut ExcFrame, tid: u64) -> bool {
+    let mut loaded = (u64::MAX, u64::MAX);
+    let mut frame = Frame::from_context(&exc.gprs, exc.rip, exc.rflags);
+    switch_threads(kernel, &mut frame, tid);
+    kernel.before_run(mem);
+    load_bases(kernel, &mut loaded);
+    if kernel.is_idle() {
+        not_yet(u64::MAX, 5);
+    }
+    let ended = take_signal(kernel, mem, &mut frame, &mut loaded);
+    (exc.gprs, exc.rip, exc.rflags) = (frame.gprs(), frame.rip, frame.rflags);
+    ended
 }
 
 /// The program ended: the kernel's state goes to the monitor, which never resumes it.
@@ -485,6 +556,7 @@ extern "C" fn exception() -> ! {
     let mut mem = GuestMemory::from_block();
     let mut guard = KERNEL.lock();
     let Some(kernel) = guard.as_mut() else { fail(Failure::BadBootBlock) };
+    let tid = kernel.current_tid();
     let outcome = kernel.exception(&mut mem, frame.exception());
     mem.check(u64::MAX);
     pass_output(kernel);
@@ -505,10 +577,13 @@ extern "C" fn exception() -> ! {
             // A fault the program handles: its handler's frame, as the host placement's
             // monitor delivers it.
             let mut ctx = context_of(frame.gprs, frame.rip, frame.rflags);
-            let tid = kernel.current_tid();
             match kernel.deliver_signal(&mut mem, &mut ctx) {
                 // The signal ended the process: another process's thread runs next.
-                Ok(None) if kernel.current_tid() != tid => not_yet(u64::MAX, 8),
+                Ok(None) if kernel.current_tid() != tid => {
+                    if after_process_end(kernel, &mut mem, &mut frame, tid) {
+                        end(guard);
+                    }
+                }
                 Ok(_) => {
                     load_fpu(&ctx.fpu);
                     (frame.gprs, frame.rip, frame.rflags) = (ctx.gprs, ctx.rip, ctx.rflags);
@@ -518,8 +593,13 @@ extern "C" fn exception() -> ! {
             mem.check(u64::MAX);
             pass_output(kernel);
         }
-        // Another process: the next stages.
-        ExceptionOutcome::ProcessEnded => not_yet(u64::MAX, 8),
+        ExceptionOutcome::ProcessEnded => {
+            if after_process_end(kernel, &mut mem, &mut frame, tid) {
+                end(guard);
+            }
+            mem.check(u64::MAX);
+            pass_output(kernel);
+        }
     }
     drop(guard);
     area.copy_from_slice(&frame.encode());
@@ -554,10 +634,11 @@ fn set_bases((fs, gs): (u64, u64)) {
     hostcall(Request::Bases, 0, block.output_len);
 }
 
-/// The program's memory as the kernel in the guest reaches it: bytes through the program's page
-/// tables and the physical window; page operations as host calls. What this stage does not do
-/// yet (address spaces of other processes, copy-on-write frames, block coverage) marks the call,
-/// which ends the run ([`Failure::NeedsMemory`]) instead of being answered otherwise.
+/// The program's memory as the kernel in the guest reaches it: bytes through the current
+/// space's page tables and the physical window; page operations and address spaces as host
+/// calls. What this stage does not do (the pages of another space, a write to a read-only
+/// copy-on-write page) marks the call, which ends the run ([`Failure::NeedsMemory`]) instead of
+/// being answered otherwise.
 struct GuestMemory {
     root: u64,
     ram_len: u64,
@@ -717,9 +798,19 @@ impl Memory for GuestMemory {
     fn space(&self) -> u64 {
         self.root
     }
-    fn fork_space(&mut self, _: &[(u64, u64)]) -> Result<u64, MemError> {
-        self.touch(7);
-        Err(MemError::OutOfFrames)
+    fn fork_space(&mut self, shared: &[(u64, u64)]) -> Result<u64, MemError> {
+        let words = placement::encode_fork_ranges(shared);
+        let Some(block) = BootBlock::decode(boot_page()) else { fail(Failure::BadBootBlock) };
+        if words.len() as u64 > block.output_cap {
+            self.touch(7);
+            return Err(MemError::OutOfFrames);
+        }
+        // SAFETY: as in `hand_over`: the output area is mapped, checked to fit, and holds nothing
+        // else while a syscall is served.
+        let out = unsafe { core::slice::from_raw_parts_mut(block.output_at() as *mut u8, words.len()) };
+        out.copy_from_slice(&words);
+        self.request(MemOp::ForkSpace, [shared.len() as u64, 0, 0])?;
+        Ok(BootBlock::decode(boot_page()).unwrap_or_default().answer)
     }
     fn unshare(&mut self, addr: u64) -> Result<bool, MemError> {
         if !self.cow(addr) {
@@ -728,18 +819,22 @@ impl Memory for GuestMemory {
         self.request(MemOp::Unshare, [addr, 0, 0])
     }
     fn new_space(&mut self) -> Result<u64, MemError> {
-        self.touch(9);
-        Err(MemError::OutOfFrames)
+        self.request(MemOp::NewSpace, [0; 3])?;
+        Ok(BootBlock::decode(boot_page()).unwrap_or_default().answer)
     }
-    fn switch_space(&mut self, _: u64) {
-        self.touch(10);
+    fn switch_space(&mut self, id: u64) {
+        if self.request(MemOp::SwitchSpace, [id, 0, 0]).is_err() {
+            self.touch(10);
+        }
     }
-    fn drop_space(&mut self, _: u64) {
-        self.touch(10);
+    fn drop_space(&mut self, id: u64) {
+        if self.request(MemOp::DropSpace, [id, 0, 0]).is_err() {
+            self.touch(10);
+        }
     }
-    fn code_mapped(&mut self, _: &[u8], _: u64, _: u64, _: u64) {
-        self.touch(11);
-    }
+    /// Nothing to do: the guest placement measures no block coverage (`deja run --kernel guest`
+    /// arms no blocks), which is all the host placement's shell does here.
+    fn code_mapped(&mut self, _: &[u8], _: u64, _: u64, _: u64) {}
 }
 
 /// Writes into a fixed slice, dropping what does not fit.

@@ -208,6 +208,15 @@ pub enum MemOp {
     /// `Memory::unshare(addr)`: a copy-on-write page gets a frame of its own ([`mem_status::NO`]
     /// when it is no such page).
     Unshare,
+    /// `Memory::fork_space(shared)`: `args[0]` ranges, each a pair of words `start, end`, at the
+    /// start of the output area ([`fork_ranges`]); the new space's id in [`BootBlock::answer`].
+    ForkSpace,
+    /// `Memory::new_space()`: the new space's id in [`BootBlock::answer`].
+    NewSpace,
+    /// `Memory::switch_space(args[0])`.
+    SwitchSpace,
+    /// `Memory::drop_space(args[0])`.
+    DropSpace,
 }
 
 impl MemOp {
@@ -219,13 +228,27 @@ impl MemOp {
             MemOp::Unmap => 3,
             MemOp::MovePages => 4,
             MemOp::Unshare => 5,
+            MemOp::ForkSpace => 6,
+            MemOp::NewSpace => 7,
+            MemOp::SwitchSpace => 8,
+            MemOp::DropSpace => 9,
         }
     }
     /// The operation a word names.
     pub fn from_code(code: u64) -> Option<MemOp> {
-        [MemOp::Populate, MemOp::Protect, MemOp::Unmap, MemOp::MovePages, MemOp::Unshare]
-            .into_iter()
-            .find(|o| o.code() == code)
+        [
+            MemOp::Populate,
+            MemOp::Protect,
+            MemOp::Unmap,
+            MemOp::MovePages,
+            MemOp::Unshare,
+            MemOp::ForkSpace,
+            MemOp::NewSpace,
+            MemOp::SwitchSpace,
+            MemOp::DropSpace,
+        ]
+        .into_iter()
+        .find(|o| o.code() == code)
     }
 }
 
@@ -421,6 +444,9 @@ pub struct BootBlock {
     pub op: u64,
     /// Its words (kernel).
     pub args: [u64; 3],
+    /// The monitor's answer to a [`MemOp::ForkSpace`] or [`MemOp::NewSpace`]: the new space's
+    /// id (monitor).
+    pub answer: u64,
 }
 
 /// Where [`BootBlock::served`] lies in the encoded block: the kernel writes it alone after
@@ -457,7 +483,7 @@ impl BootBlock {
             self.args[0],
             self.args[1],
             self.args[2],
-            0,
+            self.answer,
         ];
         for (i, w) in words.iter().enumerate() {
             out[8 + i * 8..16 + i * 8].copy_from_slice(&w.to_le_bytes());
@@ -484,6 +510,7 @@ impl BootBlock {
             free_frames: word(9),
             op: word(10),
             args: [word(11), word(12), word(13)],
+            answer: word(14),
         };
         let transfer = (block.output_at() - TRANSFER).checked_add(block.output_cap)?;
         let fits = block.heap_len <= HEAP_MAX
@@ -517,9 +544,42 @@ impl BootBlock {
             MemOp::Unmap => fits(a, b),
             MemOp::MovePages => fits(a, c) && fits(b, c) && (a.max(b) - a.min(b)) >= c,
             MemOp::Unshare => fits(a & !(crate::PAGE_SIZE - 1), crate::PAGE_SIZE),
+            MemOp::ForkSpace => a <= MAX_FORK_RANGES && a.saturating_mul(16) <= self.output_cap,
+            MemOp::NewSpace | MemOp::SwitchSpace | MemOp::DropSpace => true,
         };
         ok.then_some(op)
     }
+}
+
+/// The most shared ranges a [`MemOp::ForkSpace`] may name (a process has at most this many
+/// mappings: `vm.max_map_count`'s default).
+pub const MAX_FORK_RANGES: u64 = 65_530;
+
+/// The shared ranges of a [`MemOp::ForkSpace`] from the `count` pairs of words in `bytes` (the
+/// output area), checked as a page operation's range is: `None` if one is empty, unaligned,
+/// wraps, leaves the user half or touches what the placement reserves.
+pub fn fork_ranges(bytes: &[u8], count: u64) -> Option<Vec<(u64, u64)>> {
+    let count = usize::try_from(count).ok()?;
+    let words = bytes.get(..count.checked_mul(16)?)?;
+    let word = |c: &[u8]| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+    let aligned = crate::mm::user_layout::is_page_aligned;
+    words
+        .chunks_exact(16)
+        .map(|pair| {
+            let (start, end) = (word(&pair[..8]), word(&pair[8..]));
+            let ok = aligned(start)
+                && aligned(end)
+                && start < end
+                && end <= crate::mm::user_layout::USER_END
+                && !reserved(start, end - start);
+            ok.then_some((start, end))
+        })
+        .collect()
+}
+
+/// The words of [`fork_ranges`]: each range's start and end, little-endian.
+pub fn encode_fork_ranges(ranges: &[(u64, u64)]) -> Vec<u8> {
+    ranges.iter().flat_map(|&(a, b)| a.to_le_bytes().into_iter().chain(b.to_le_bytes())).collect()
 }
 
 /// The output area for a saved kernel of `input_len` bytes: the input's size, doubled, and at
@@ -642,8 +702,21 @@ mod tests {
         assert_eq!(req(MemOp::MovePages, [0x40_0000, WINDOW, 0x1000]), None, "into the window");
         assert_eq!(req(MemOp::Unshare, [0x40_0123, 0, 0]), Some(MemOp::Unshare));
         assert_eq!(req(MemOp::Unshare, [WINDOW + 8, 0, 0]), None);
-        let unknown = BootBlock { op: 9, args: [0x40_0000, 0x1000, 3], ..BootBlock::default() };
+        let unknown = BootBlock { op: 99, args: [0x40_0000, 0x1000, 3], ..BootBlock::default() };
         assert_eq!(unknown.mem_op(), None);
+        let fork = |count: u64, output_cap: u64| {
+            BootBlock { op: MemOp::ForkSpace.code(), args: [count, 0, 0], output_cap, ..BootBlock::default() }.mem_op()
+        };
+        assert_eq!(fork(2, 4096), Some(MemOp::ForkSpace));
+        assert_eq!(fork(257, 4096), None, "more ranges than the output area holds");
+        assert_eq!(fork(MAX_FORK_RANGES + 1, u64::MAX), None, "more ranges than a process has mappings");
+        let ranges = [(0x40_0000, 0x40_2000), (0x7000_0000_0000, 0x7000_0001_0000)];
+        assert_eq!(fork_ranges(&encode_fork_ranges(&ranges), 2).as_deref(), Some(&ranges[..]));
+        assert_eq!(fork_ranges(&encode_fork_ranges(&ranges), 3), None, "fewer words than ranges");
+        for bad in [(0x40_0000, 0x40_0000), (0x40_0001, 0x40_2000), (0x40_2000, 0x40_0000), (WINDOW, WINDOW + 0x1000)] {
+            assert_eq!(fork_ranges(&encode_fork_ranges(&[bad]), 1), None, "{bad:x?}");
+        }
+        assert_eq!(fork_ranges(&encode_fork_ranges(&[(0x7fff_ffff_f000, 0x8000_0000_1000)]), 1), None);
         assert!(!reserved(PHYS_WINDOW - 0x1000, 0x1000));
         assert!(reserved(WINDOW + WINDOW_LEN - 1, 1));
         assert!(!reserved(WINDOW + WINDOW_LEN, 0x1000));

@@ -167,6 +167,10 @@ impl Memory for AddressSpace {
         self.write_phys(root + PAGE_SIZE / 2, &half);
         self.pt_frames.insert(root, (3, 0));
         self.spaces.insert(root);
+        if let Err(e) = self.link_reserved(root) {
+            self.drop_inner(root, false);
+            return Err(e);
+        }
         Ok(root)
     }
 

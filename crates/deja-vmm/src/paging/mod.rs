@@ -655,6 +655,41 @@ mod tests {
     }
 
     #[test]
+    fn the_reserved_range_is_the_same_pages_in_every_space_and_no_space_owns_them() {
+        use deja_kernel::mm::user_layout::{RESERVED_END, RESERVED_START};
+        let mut s = booted();
+        // What the guest placement maps there: a page of the kernel (at the range's end) and a
+        // page of the physical window (at its start), each in its own 1 GiB.
+        let (kernel, window) = (RESERVED_END - (1 << 30), RESERVED_START);
+        s.populate(kernel, PAGE_SIZE, Prot::RW).unwrap();
+        s.write(kernel, b"kernel").unwrap();
+        s.map_page(window, PML4_PHYS, PTE_P | PTE_W | PTE_U | PTE_A | PTE_NX).unwrap();
+        s.populate(0x40_0000, PAGE_SIZE, Prot::RW).unwrap();
+        let fresh = s.new_space().unwrap();
+        let child = s.fork_space(&[]).unwrap();
+        assert!(s.take_stale().iter().all(|&(_, va)| va == 0x40_0000), "the kernel's pages stay writable");
+        for id in [fresh, child] {
+            assert_eq!(s.translate_in(id, kernel), s.translate_in(PML4_PHYS, kernel), "{id:#x}");
+            assert_eq!(s.translate_in(id, window), Some(PML4_PHYS));
+        }
+        // A write in one space is seen in the others: one frame, never copy-on-write.
+        s.switch_space(child);
+        s.write(kernel, b"KERNEL").unwrap();
+        s.switch_space(fresh);
+        assert_eq!(read_str(&s, kernel, 6), b"KERNEL");
+        // Dropping any space, the first one included, leaves the range to the others whole.
+        let left = s.frames_left();
+        s.drop_space(child);
+        s.drop_space(PML4_PHYS);
+        assert_eq!(s.spaces(), vec![fresh]);
+        assert_eq!(read_str(&s, kernel, 6), b"KERNEL");
+        assert_eq!(s.translate_in(fresh, window), Some(PML4_PHYS));
+        assert!(s.frames_left() > left, "the dropped spaces' own tables and pages came back");
+        let next = s.fork_space(&[]).unwrap();
+        assert_eq!(s.translate_in(next, kernel), s.translate_in(fresh, kernel));
+    }
+
+    #[test]
     fn the_blocks_overlay_follows_the_armed_space_and_its_forks() {
         let mut s = booted();
         s.populate(0x40_0000, PAGE_SIZE, Prot::RW).unwrap();

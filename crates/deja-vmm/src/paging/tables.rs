@@ -3,6 +3,12 @@
 //! unshared at a first write, and a dropped space's tables zeroed and pooled.
 
 use super::*;
+use deja_kernel::mm::user_layout::{RESERVED_END, RESERVED_START};
+
+/// True if the 1 GiB at `va` lies in the reserved range (whose bounds are 1 GiB aligned).
+fn reserved_gib(va: u64) -> bool {
+    (RESERVED_START..RESERVED_END).contains(&va)
+}
 
 impl AddressSpace {
     /// Walks the current space to the leaf entry of `va`, creating intermediate tables when
@@ -118,8 +124,12 @@ impl AddressSpace {
     /// Maps into the space `to` every present user page of the current one, on the same
     /// frame: as it is in a range of `shared`, copy-on-write in both spaces otherwise. The
     /// current space's entries that lose their write bit are queued for the ring-0 replay.
+    /// The reserved range (the guest placement's kernel) is not copied: [`AddressSpace::new_space`]
+    /// links its tables.
     pub(super) fn share_user_half(&mut self, to: u64, shared: &[(u64, u64)]) -> Result<(), MemError> {
-        for (va, slot, pte) in self.collect_present(0, USER_END) {
+        let mut present = self.collect_present(0, RESERVED_START);
+        present.extend(self.collect_present(RESERVED_END, USER_END - RESERVED_END));
+        for (va, slot, pte) in present {
             let child = self.walk_in(to, va, true)?.ok_or(MemError::OutOfFrames)?;
             *self.shared.entry(pte & PTE_ADDR).or_insert(1) += 1;
             if shared.iter().any(|&(start, end)| (start..end).contains(&va)) {
@@ -182,6 +192,35 @@ impl AddressSpace {
         Ok(())
     }
 
+    /// Links the reserved range's tables (the guest placement's kernel window, mapped in the first
+    /// space) into the new space `to`: its PDPT entries for the range, 1 GiB each, point to the
+    /// same page directories, so the kernel, its heap and the physical window are the same pages
+    /// at the same addresses in every space, and no space's fork copies or drop frees them. A
+    /// space with nothing mapped there (the host placement) links nothing.
+    pub(super) fn link_reserved(&mut self, to: u64) -> Result<(), MemError> {
+        const GIB: u64 = 1 << 30;
+        for va in (RESERVED_START..RESERVED_END).step_by(GIB as usize) {
+            let from = self.read_u64(self.root + index(va, 3) * 8);
+            if from & PTE_P == 0 {
+                continue;
+            }
+            let entry = self.read_u64((from & PTE_ADDR) + index(va, 2) * 8);
+            if entry & PTE_P == 0 {
+                continue;
+            }
+            let slot = to + index(va, 3) * 8;
+            let mut pml4e = self.read_u64(slot);
+            if pml4e & PTE_P == 0 {
+                let frame = self.alloc_table_frame(2)?;
+                pml4e = frame | PTE_P | PTE_W | PTE_U | PTE_A;
+                self.write_u64(slot, pml4e);
+                self.pt_frames.insert(frame, (2, canonical(va & !((1u64 << 39) - 1))));
+            }
+            self.write_u64((pml4e & PTE_ADDR) + index(va, 2) * 8, entry);
+        }
+        Ok(())
+    }
+
     /// Frees space `id`: its user pages (a shared frame with its last mapping), its page
     /// tables and its PML4 (except the boot PML4, the template of every kernel half). Every
     /// present entry of its user half is zeroed and, when `queue` is set, queued for the
@@ -208,7 +247,10 @@ impl AddressSpace {
             }
             let va = base + i * span;
             let frame = entry & PTE_ADDR;
-            if level == 0 {
+            if level == 2 && reserved_gib(va) {
+                // The reserved range's tables: every space's, owned by none (see
+                // `link_reserved`); only the link goes.
+            } else if level == 0 {
                 self.release(frame);
             } else if entry & PTE_PS == 0 {
                 self.clear_table(frame, level - 1, va, queue);

@@ -98,6 +98,15 @@ impl Vm {
             ));
         };
         let [a, b, c] = block.args;
+        let mut answer = 0;
+        let new_space = |made: Result<u64, MemError>, answer: &mut u64| match made {
+            Ok(id) => {
+                *answer = id;
+                mem_status::OK
+            }
+            Err(MemError::OutOfFrames) => mem_status::OUT_OF_FRAMES,
+            Err(_) => mem_status::OUT_OF_RANGE,
+        };
         let status = match op {
             MemOp::Populate => match self.space.populate(a, b, Prot(c as u32)) {
                 Ok(()) => mem_status::OK,
@@ -122,9 +131,41 @@ impl Vm {
                 Err(MemError::OutOfFrames) => mem_status::OUT_OF_FRAMES,
                 Err(_) => mem_status::OUT_OF_RANGE,
             },
+            MemOp::ForkSpace => {
+                let words = self.read_window(block.output_at(), a * 16)?;
+                let Some(shared) = deja_kernel::placement::fork_ranges(&words, a) else {
+                    return Err(unexpected(
+                        format!("the kernel asked to fork sharing {a} ranges, not all of them the program's"),
+                        0,
+                    ));
+                };
+                new_space(self.space.fork_space(&shared), &mut answer)
+            }
+            MemOp::NewSpace => new_space(self.space.new_space(), &mut answer),
+            MemOp::SwitchSpace => {
+                self.space.switch_space(a);
+                mem_status::OK
+            }
+            MemOp::DropSpace => {
+                self.space.drop_space(a);
+                mem_status::OK
+            }
         };
         self.refresh_boot_block(status)?;
+        if answer != 0 {
+            self.answer_boot_block(answer)?;
+        }
         Ok(op)
+    }
+
+    /// Writes a page operation's answer (a new space's id) into the boot block.
+    fn answer_boot_block(&mut self, answer: u64) -> Result<(), VmError> {
+        let bytes = self.read_window(BOOT_BLOCK, BOOT_BLOCK_LEN as u64)?;
+        let Some(block) = BootBlock::decode(&bytes) else {
+            return Err(unexpected("the kernel damaged its boot block".into(), self.rip()));
+        };
+        let block = BootBlock { answer, ..block };
+        self.space.write(BOOT_BLOCK, &block.encode()).map_err(|e| unexpected(format!("boot block: {e}"), BOOT_BLOCK))
     }
 
     /// Loads the thread's FS and GS bases ([`deja_kernel::placement::Request::Bases`]).
