@@ -433,6 +433,16 @@ fn a_program_that_forges_the_kernels_requests_is_stopped_with_what_it_did() {
     assert!(forged(high).contains("page operation 3"));
     let unknown = BootBlock { request: Request::Memory.code(), op: 99, ..honest };
     assert!(forged(unknown).contains("page operation 99"));
+    // A fork naming more shared ranges than the output area holds, and one whose range (the
+    // output area's zeros) is no range of the program's.
+    let fork = |count: u64| BootBlock {
+        request: Request::Memory.code(),
+        op: MemOp::ForkSpace.code(),
+        args: [count, 0, 0],
+        ..honest
+    };
+    assert!(forged(fork(honest.output_cap / 16 + 1)).contains("page operation 6"));
+    assert!(forged(fork(1)).contains("not all of them the program's"), "{}", forged(fork(1)));
     // Output records that do not parse, and a block that is no boot block at all.
     let output = BootBlock { request: Request::Output.code(), output_len: 64, ..honest };
     assert!(forged(output).contains("damaged output records"), "{}", forged(output));
