@@ -61,3 +61,19 @@ fn nearly_every_syscall_of_debians_etcd_busybox_and_glibc_is_a_jump_site() {
     let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
     mostly_jumps(libc, 200, 0.9);
 }
+
+#[test]
+fn a_signal_handlers_return_keeps_its_bytes_under_jump_sites() {
+    // busybox's shell takes SIGCHLD when a child it ran ends; its handler returns through glibc's
+    // `__restore_rt`, which `.eh_frame` describes as a signal frame from a byte before it. A jump
+    // planned from that byte landed two bytes into its `mov $15,%rax`, and the shell died of
+    // SIGILL; a signal return keeps its bytes (unwinders read them) and its trap.
+    needs(&["/bin/busybox"], "busybox-static");
+    let script = "echo a; /bin/busybox echo mid; true | true; echo b";
+    let out = deja(&["run", "--no-probe", "--syscall-jumps", "on", "/bin/busybox", "--", "sh", "-c", script]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "a\nmid\nb\n");
+    let plan = plan_syscalls_elf(&std::fs::read("/bin/busybox").unwrap()).unwrap();
+    let kept: Vec<_> = plan.refused.iter().filter(|r| r.why == Unjumpable::SignalReturn).collect();
+    assert!(!kept.is_empty(), "{:?}", plan.refused);
+}

@@ -17,8 +17,9 @@ fn bad(what: impl core::fmt::Display) -> PlanError {
 }
 
 /// What the analysis of an image reads: its executable regions (with their file offsets), every
-/// loaded segment's file bytes (where jump tables are read), and its declared roots.
-type CodeAndRoots<'a> = (Vec<Region<'a>>, Vec<Region<'a>>, Vec<u64>);
+/// loaded segment's file bytes (where jump tables are read), its declared roots, and the ranges
+/// `.eh_frame` describes as signal frames (a handler's return: [`signal_returns`]).
+type CodeAndRoots<'a> = (Vec<Region<'a>>, Vec<Region<'a>>, Vec<u64>, Vec<(u64, u64)>);
 
 /// The executable regions of `image`, its loaded bytes and its declared roots.
 pub(crate) fn code_and_roots(image: &[u8]) -> Result<CodeAndRoots<'_>, PlanError> {
@@ -47,6 +48,7 @@ pub(crate) fn code_and_roots(image: &[u8]) -> Result<CodeAndRoots<'_>, PlanError
         .collect();
     let mut regions = Vec::new();
     let mut roots = vec![header.e_entry(LE)];
+    let mut signal = Vec::new();
     let sections = header.sections(LE, image).ok();
     if let Some(sections) = &sections {
         for s in sections.iter() {
@@ -74,7 +76,9 @@ pub(crate) fn code_and_roots(image: &[u8]) -> Result<CodeAndRoots<'_>, PlanError
         let named = |name: &[u8]| sections.iter().find(|s| sections.section_name(LE, s).ok() == Some(name));
         if let Some(eh) = named(b".eh_frame") {
             if let Some(bytes) = slice(eh.sh_offset(LE), eh.sh_size(LE)) {
-                roots.extend(eh_frame_starts(bytes, eh.sh_addr(LE)));
+                let (starts, returns) = eh_frame_starts(bytes, eh.sh_addr(LE));
+                roots.extend(starts);
+                signal = returns;
             }
         }
         // Go binaries keep every function's entry in their pc-line table, stripped or not.
@@ -92,24 +96,36 @@ pub(crate) fn code_and_roots(image: &[u8]) -> Result<CodeAndRoots<'_>, PlanError
             }
         }
     }
-    Ok((regions, data, roots))
+    Ok((regions, data, roots, signal))
 }
 
 /// The start of every function `.eh_frame` describes (a damaged entry ends the walk; what was
-/// read before it stays).
-fn eh_frame_starts(bytes: &[u8], addr: u64) -> Vec<u64> {
+/// read before it stays), and the ranges it describes as signal frames.
+///
+/// A signal frame's description (augmentation `S`) is no function start: it begins a byte before
+/// the code, so that an unwinder's `return address - 1` lands inside it (glibc describes
+/// `__restore_rt` from the last byte of the padding before it, and descent from there decodes
+/// `00 48 c7`, an `add` over the first two bytes of its `mov $15,%rax`, and a wrong instruction
+/// after it). Its range is returned instead of a root: unwinders (libgcc's fallback among
+/// them) recognise a signal return by its bytes, so its code is never rewritten.
+fn eh_frame_starts(bytes: &[u8], addr: u64) -> (Vec<u64>, Vec<(u64, u64)>) {
     let eh = EhFrame::new(bytes, gimli::LittleEndian);
     let bases = BaseAddresses::default().set_eh_frame(addr);
     let mut entries = eh.entries(&bases);
-    let mut out = Vec::new();
+    let (mut starts, mut signal) = (Vec::new(), Vec::new());
     while let Ok(Some(entry)) = entries.next() {
         if let CieOrFde::Fde(partial) = entry {
             if let Ok(fde) = partial.parse(EhFrame::cie_from_offset) {
-                out.push(fde.initial_address());
+                let start = fde.initial_address();
+                if fde.is_signal_trampoline() {
+                    signal.push((start, start.saturating_add(fde.len())));
+                } else {
+                    starts.push(start);
+                }
             }
         }
     }
-    out
+    (starts, signal)
 }
 
 /// The entry of every function a Go pc-line table (`.gopclntab`, Go 1.16 and later) lists:

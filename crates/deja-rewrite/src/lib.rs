@@ -375,7 +375,7 @@ pub enum PlanError {
 /// headers, its executable segments), with the entry point, the function symbols and the
 /// `.eh_frame` function starts as roots. Addresses are the image's virtual addresses.
 pub fn plan_elf(image: &[u8]) -> Result<Plan, PlanError> {
-    let (regions, data, roots) = elf::code_and_roots(image)?;
+    let (regions, data, roots, _) = elf::code_and_roots(image)?;
     Ok(analysis::analyze(&regions, &data, &roots))
 }
 

@@ -111,6 +111,9 @@ pub enum Unjumpable {
     NotRelocatable,
     /// Fewer than [`WINDOW`] bytes of whole instructions precede it in its block.
     ShortWindow,
+    /// A signal handler's return (`.eh_frame` describes it as a signal frame), whose bytes
+    /// unwinders read to recognise it.
+    SignalReturn,
 }
 
 impl Unjumpable {
@@ -123,6 +126,7 @@ impl Unjumpable {
             Unjumpable::BranchTarget => "a path enters the instructions before it",
             Unjumpable::NotRelocatable => "an instruction before it reads RIP or changes the flow",
             Unjumpable::ShortWindow => "fewer than 5 bytes of whole instructions before it",
+            Unjumpable::SignalReturn => "a signal handler's return, which unwinders recognise by its bytes",
         }
     }
 }
@@ -161,8 +165,21 @@ impl SyscallPlan {
 
 /// Plans the syscall sites of an x86-64 ELF image (roots and regions as [`crate::plan_elf`]).
 pub fn plan_syscalls_elf(image: &[u8]) -> Result<SyscallPlan, PlanError> {
-    let (regions, data, roots) = crate::elf::code_and_roots(image)?;
-    Ok(plan(&regions, &data, &roots))
+    let (regions, data, roots, signal) = crate::elf::code_and_roots(image)?;
+    let mut out = plan(&regions, &data, &roots);
+    // A signal handler's return keeps its bytes (see `elf::eh_frame_starts`).
+    let returning = |addr: u64| signal.iter().any(|&(a, b)| (a..b).contains(&addr));
+    let (kept, sites): (Vec<JumpSite>, Vec<JumpSite>) = out.sites.into_iter().partition(|s| returning(s.syscall));
+    out.sites = sites;
+    for s in kept {
+        out.refused.push(SyscallRefused { addr: s.syscall, offset: s.offset, why: Unjumpable::SignalReturn });
+    }
+    // Whatever else kept it, that is the reason that holds.
+    for r in out.refused.iter_mut().filter(|r| returning(r.addr)) {
+        r.why = Unjumpable::SignalReturn;
+    }
+    out.refused.sort_by_key(|r| r.addr);
+    Ok(out)
 }
 
 /// Plans the syscall sites of raw code at `base` (as [`crate::plan_code`]).

@@ -91,7 +91,9 @@ impl JumpReport {
                 Unjumpable::BranchTarget => &mut self.branch_target,
                 Unjumpable::NotRelocatable => &mut self.not_relocatable,
                 Unjumpable::ShortWindow => &mut self.short_window,
-                Unjumpable::Unproven(_) => &mut self.unproven,
+                // A signal handler's return is left for the same reason as an unproven site:
+                // rewriting it is not known to be harmless (unwinders read its bytes).
+                Unjumpable::Unproven(_) | Unjumpable::SignalReturn => &mut self.unproven,
             } += 1;
         }
     }
