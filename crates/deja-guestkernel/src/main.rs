@@ -778,7 +778,9 @@ impl Memory for GuestMemory {
         while page < addr + data.len() as u64 {
             // A read-only copy-on-write page the program may not write: the host placement's
             // monitor copies it too; this stage does not yet.
-            if self.cow(page) && !self.request(MemOp::Unshare, [page, 0, 0])? {
+            // The program did not fault on it: the CPU may hold its read-only entry, which the
+            // monitor replays once the page moves to a frame of its own.
+            if self.cow(page) && !self.request(MemOp::Unshare, [page, 1, 0])? {
                 self.touch(4);
                 return Err(MemError::NotPresent { addr: page });
             }

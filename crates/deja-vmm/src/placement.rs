@@ -207,7 +207,8 @@ pub struct ProgramRun {
 }
 
 /// Boots `spec` as `deja run` does ([`crate::session::boot`]: the program loaded into the VM's
-/// memory by the host's kernel), then hands the kernel to the image (`heap` bytes of heap) and
+/// memory by the host's kernel), then hands the kernel to the image (`heap` bytes of heap, or
+/// more for a large state: `deja_kernel::placement::heap_for`) and
 /// runs the program with every `syscall` served in the guest until it exits. What it writes to
 /// its standard streams goes to `sink` as it is written.
 pub fn run_program(
@@ -225,6 +226,7 @@ pub fn run_program(
     let entry = kernel.entry();
     let state = kernel.save();
     drop(kernel);
+    let heap = heap.max(deja_kernel::placement::heap_for(state.len() as u64));
     let block = BootBlock::for_input(heap, state.len() as u64, output_cap_for(state.len() as u64));
     vm.map_window(&image, &block, &state).context(MachineSnafu)?;
     vm.refresh_boot_block(0).context(MachineSnafu)?;

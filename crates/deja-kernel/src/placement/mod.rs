@@ -206,7 +206,9 @@ pub enum MemOp {
     /// `Memory::move_pages(from, to, len)`.
     MovePages,
     /// `Memory::unshare(addr)`: a copy-on-write page gets a frame of its own ([`mem_status::NO`]
-    /// when it is no such page).
+    /// when it is no such page). `args[1]` is 1 when the CPU may hold the page's read-only entry
+    /// (the kernel is about to write the page, which the program did not fault on): the monitor
+    /// then replays the moved entry from ring 0 before the program runs again.
     Unshare,
     /// `Memory::fork_space(shared)`: `args[0]` ranges, each a pair of words `start, end`, at the
     /// start of the output area ([`fork_ranges`]); the new space's id in [`BootBlock::answer`].
@@ -543,7 +545,7 @@ impl BootBlock {
             MemOp::Populate | MemOp::Protect => fits(a, b) && c <= 7,
             MemOp::Unmap => fits(a, b),
             MemOp::MovePages => fits(a, c) && fits(b, c) && (a.max(b) - a.min(b)) >= c,
-            MemOp::Unshare => fits(a & !(crate::PAGE_SIZE - 1), crate::PAGE_SIZE),
+            MemOp::Unshare => fits(a & !(crate::PAGE_SIZE - 1), crate::PAGE_SIZE) && b <= 1,
             MemOp::ForkSpace => a <= MAX_FORK_RANGES && a.saturating_mul(16) <= self.output_cap,
             MemOp::NewSpace | MemOp::SwitchSpace | MemOp::DropSpace => true,
         };
@@ -580,6 +582,20 @@ pub fn fork_ranges(bytes: &[u8], count: u64) -> Option<Vec<(u64, u64)>> {
 /// The words of [`fork_ranges`]: each range's start and end, little-endian.
 pub fn encode_fork_ranges(ranges: &[(u64, u64)]) -> Vec<u8> {
     ranges.iter().flat_map(|&(a, b)| a.to_le_bytes().into_iter().chain(b.to_le_bytes())).collect()
+}
+
+/// The heap the kernel in the guest needs at least for a saved state of `state_len` bytes, capped
+/// at [`HEAP_MAX`]: the state restored, its growth during the run, and its final save beside it
+/// (serialized into buffers that grow by doubling), at 8 times the state and 128 MiB more. Debian's
+/// etcd starts from 24.8 MB of state and needed more than 128 MiB at its end. The heap's pages
+/// come out of the VM's RAM.
+pub fn heap_for(state_len: u64) -> u64 {
+    state_len
+        .saturating_mul(8)
+        .saturating_add(128 << 20)
+        .div_ceil(crate::PAGE_SIZE)
+        .saturating_mul(crate::PAGE_SIZE)
+        .min(HEAP_MAX)
 }
 
 /// The output area for a saved kernel of `input_len` bytes: the input's size, doubled, and at
@@ -701,9 +717,14 @@ mod tests {
         assert_eq!(req(MemOp::MovePages, [0x40_0000, 0x40_1000, 0x2000]), None, "overlapping");
         assert_eq!(req(MemOp::MovePages, [0x40_0000, WINDOW, 0x1000]), None, "into the window");
         assert_eq!(req(MemOp::Unshare, [0x40_0123, 0, 0]), Some(MemOp::Unshare));
+        assert_eq!(req(MemOp::Unshare, [0x40_0123, 1, 0]), Some(MemOp::Unshare));
+        assert_eq!(req(MemOp::Unshare, [0x40_0123, 2, 0]), None, "cached is a flag");
         assert_eq!(req(MemOp::Unshare, [WINDOW + 8, 0, 0]), None);
         let unknown = BootBlock { op: 99, args: [0x40_0000, 0x1000, 3], ..BootBlock::default() };
         assert_eq!(unknown.mem_op(), None);
+        assert_eq!(heap_for(0), 128 << 20);
+        assert_eq!(heap_for(25 << 20), 328 << 20);
+        assert_eq!(heap_for(u64::MAX), HEAP_MAX);
         let fork = |count: u64, output_cap: u64| {
             BootBlock { op: MemOp::ForkSpace.code(), args: [count, 0, 0], output_cap, ..BootBlock::default() }.mem_op()
         };

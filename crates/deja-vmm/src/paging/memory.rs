@@ -146,17 +146,7 @@ impl Memory for AddressSpace {
     }
 
     fn unshare(&mut self, addr: u64) -> Result<bool, MemError> {
-        if addr >= USER_END {
-            return Ok(false);
-        }
-        let va = addr & !(PAGE_SIZE - 1);
-        match self.lookup_in(self.root, va) {
-            Some((slot, pte)) if pte & PTE_COW_W != 0 => {
-                self.end_cow(slot, va, pte, false)?;
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        self.unshare_page(addr, false)
     }
 
     fn new_space(&mut self) -> Result<u64, MemError> {

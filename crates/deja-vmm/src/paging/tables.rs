@@ -175,6 +175,24 @@ impl AddressSpace {
         Ok(())
     }
 
+    /// [`Memory::unshare`] of the page at `addr`: its entry moves to a frame of its own when it is
+    /// copy-on-write and may be written. `queue` queues the entry for the ring-0 replay: needed
+    /// unless a fault on it took it out of every cache (the guest placement's kernel unshares a
+    /// page before it writes it, on a page the CPU may hold the read-only entry of).
+    pub fn unshare_page(&mut self, addr: u64, queue: bool) -> Result<bool, MemError> {
+        if addr >= USER_END {
+            return Ok(false);
+        }
+        let va = addr & !(PAGE_SIZE - 1);
+        match self.lookup_in(self.root, va) {
+            Some((slot, pte)) if pte & PTE_COW_W != 0 => {
+                self.end_cow(slot, va, pte, queue)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// Ends copy-on-write for every page `[addr, addr+len)` touches (see
     /// [`AddressSpace::end_cow`]), for a write of the monitor.
     pub(super) fn end_cow_range(&mut self, addr: u64, len: u64) -> Result<(), MemError> {

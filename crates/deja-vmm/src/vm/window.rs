@@ -125,7 +125,7 @@ impl Vm {
                 self.space.move_pages(a, b, c);
                 mem_status::OK
             }
-            MemOp::Unshare => match self.space.unshare(a) {
+            MemOp::Unshare => match self.space.unshare_page(a, b == 1) {
                 Ok(true) => mem_status::OK,
                 Ok(false) => mem_status::NO,
                 Err(MemError::OutOfFrames) => mem_status::OUT_OF_FRAMES,
