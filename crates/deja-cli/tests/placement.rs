@@ -370,9 +370,9 @@ fn deja_run_kernel_guest_gives_the_host_placements_run_and_refuses_what_it_does_
 }
 
 #[test]
-fn debians_busybox_shell_and_etcd_give_the_host_placements_run() {
+fn debians_busybox_shell_etcd_and_sqlite_give_the_host_placements_run() {
     image();
-    needs(&["/bin/busybox", "/usr/bin/etcd"], "busybox-static etcd-server");
+    needs(&["/bin/busybox", "/usr/bin/etcd", "/usr/bin/sqlite3"], "busybox-static etcd-server sqlite3");
     let same = |args: &[&str]| {
         let mut guest = vec!["--kernel", "guest"];
         guest.extend_from_slice(args);
@@ -393,6 +393,9 @@ fn debians_busybox_shell_and_etcd_give_the_host_placements_run() {
     assert_eq!(same(&["/bin/busybox", "--", "sh", "-c", script]), "b\nsub\n2\n1\n");
     // A Go program of 21 MB, whose kernel state outgrows a fixed heap at its end.
     assert!(same(&["/usr/bin/etcd", "--", "--version"]).contains("etcd Version"));
+    // A C program with its shared libraries.
+    let sql = "create table t(a); insert into t values (1), (2); select sum(a) from t;";
+    assert_eq!(same(&["/usr/bin/sqlite3", "--", ":memory:", sql]), "3\n");
 }
 
 #[test]
