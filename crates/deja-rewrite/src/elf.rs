@@ -18,7 +18,7 @@ fn bad(what: impl core::fmt::Display) -> PlanError {
 
 /// What the analysis of an image reads: its executable regions (with their file offsets), every
 /// loaded segment's file bytes (where jump tables are read), its declared roots, and the ranges
-/// `.eh_frame` describes as signal frames (a handler's return: [`signal_returns`]).
+/// `.eh_frame` describes as signal frames (a handler's return: [`eh_frame_starts`]).
 type CodeAndRoots<'a> = (Vec<Region<'a>>, Vec<Region<'a>>, Vec<u64>, Vec<(u64, u64)>);
 
 /// The executable regions of `image`, its loaded bytes and its declared roots.

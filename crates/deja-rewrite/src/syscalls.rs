@@ -171,13 +171,10 @@ pub fn plan_syscalls_elf(image: &[u8]) -> Result<SyscallPlan, PlanError> {
     let returning = |addr: u64| signal.iter().any(|&(a, b)| (a..b).contains(&addr));
     let (kept, sites): (Vec<JumpSite>, Vec<JumpSite>) = out.sites.into_iter().partition(|s| returning(s.syscall));
     out.sites = sites;
-    for s in kept {
-        out.refused.push(SyscallRefused { addr: s.syscall, offset: s.offset, why: Unjumpable::SignalReturn });
-    }
-    // Whatever else kept it, that is the reason that holds.
-    for r in out.refused.iter_mut().filter(|r| returning(r.addr)) {
-        r.why = Unjumpable::SignalReturn;
-    }
+    let why = Unjumpable::SignalReturn;
+    out.refused.extend(kept.into_iter().map(|s| SyscallRefused { addr: s.syscall, offset: s.offset, why }));
+    // Whatever else kept one, that is the reason that holds.
+    out.refused.iter_mut().filter(|r| returning(r.addr)).for_each(|r| r.why = why);
     out.refused.sort_by_key(|r| r.addr);
     Ok(out)
 }

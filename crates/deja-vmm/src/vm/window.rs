@@ -74,6 +74,11 @@ impl Vm {
     /// Writes what the kernel reads after every host call into the boot block: the current
     /// space's root, the RAM the physical window maps, the free frames, `status`.
     pub(crate) fn refresh_boot_block(&mut self, status: u64) -> Result<(), VmError> {
+        self.refresh_answer(status, 0)
+    }
+
+    /// [`Vm::refresh_boot_block`] with a page operation's answer (a new space's id, else 0).
+    fn refresh_answer(&mut self, status: u64, answer: u64) -> Result<(), VmError> {
         let bytes = self.read_window(BOOT_BLOCK, BOOT_BLOCK_LEN as u64)?;
         let Some(mut block) = BootBlock::decode(&bytes) else {
             return Err(unexpected("the kernel damaged its boot block".into(), self.rip()));
@@ -82,6 +87,7 @@ impl Vm {
         block.ram_len = self.space.size().min(PHYS_MAX);
         block.free_frames = self.space.free_frames();
         block.status = status;
+        block.answer = answer;
         self.space.write(BOOT_BLOCK, &block.encode()).map_err(|e| unexpected(format!("boot block: {e}"), BOOT_BLOCK))
     }
 
@@ -151,21 +157,8 @@ impl Vm {
                 mem_status::OK
             }
         };
-        self.refresh_boot_block(status)?;
-        if answer != 0 {
-            self.answer_boot_block(answer)?;
-        }
+        self.refresh_answer(status, answer)?;
         Ok(op)
-    }
-
-    /// Writes a page operation's answer (a new space's id) into the boot block.
-    fn answer_boot_block(&mut self, answer: u64) -> Result<(), VmError> {
-        let bytes = self.read_window(BOOT_BLOCK, BOOT_BLOCK_LEN as u64)?;
-        let Some(block) = BootBlock::decode(&bytes) else {
-            return Err(unexpected("the kernel damaged its boot block".into(), self.rip()));
-        };
-        let block = BootBlock { answer, ..block };
-        self.space.write(BOOT_BLOCK, &block.encode()).map_err(|e| unexpected(format!("boot block: {e}"), BOOT_BLOCK))
     }
 
     /// Loads the thread's FS and GS bases ([`deja_kernel::placement::Request::Bases`]).
