@@ -90,7 +90,7 @@ pub const MAP: &[Layer] = &[
     Layer {
         name: "deja-inputs",
         layer: 3,
-        owns: "what a run is given: a dynamic program's loader and libraries, ld.so.cache, a program in an image or a host tree (and a disk written out as one)",
+        owns: "what a run is given: a dynamic program's loader and libraries, ld.so.cache, a program in an image or a host tree (and a disk written out as one); what a run looked for that the host has (`not_given`)",
         uses: &["deja-image", "deja-kernel"],
     },
     Layer {

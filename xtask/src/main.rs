@@ -39,7 +39,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 47] = [
+const GUESTS: [&str; 48] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -87,6 +87,7 @@ const GUESTS: [&str; 47] = [
     "etcd-client",
     "spawner",
     "batchdb",
+    "votes",
 ];
 
 /// Flags every guest is built with: a static executable.

@@ -95,6 +95,17 @@ pub fn read_declared(decls: &[String]) -> Result<BTreeMap<String, Vec<u8>>, Fail
     Ok(files)
 }
 
+/// With `on`, gives the program `ANTITHESIS_SDK_LOCAL_OUTPUT` naming deja's device for the
+/// Antithesis SDKs' messages, unless its environment names a path already (which then becomes
+/// that device).
+pub fn antithesis_output(env: &mut Vec<String>, on: crate::run_args::OnOff) {
+    let var = deja_kernel::ANTITHESIS_LOCAL_OUTPUT;
+    let named = env.iter().any(|e| e.strip_prefix(var).is_some_and(|r| r.starts_with('=')));
+    if on == crate::run_args::OnOff::On && !named {
+        env.push(format!("{var}={}", deja_kernel::ANTITHESIS_OUTPUT));
+    }
+}
+
 /// Builds the run's spec from the command line, reading every declared input.
 pub fn build_spec(
     args: &RunArgs,
@@ -110,7 +121,7 @@ pub fn build_spec(
         cwd: args.cwd.as_deref(),
     };
     let mut files = read_declared(&args.files)?;
-    let (image, exe_path, argv, env, cwd, root, root_input) = match crate::rootfs::open(&ask)? {
+    let (image, exe_path, argv, mut env, cwd, root, root_input) = match crate::rootfs::open(&ask)? {
         Some(crate::rootfs::Rooted { rooted: r, input }) => {
             (r.image, r.exe_path, r.argv, r.env, r.cwd, Some(r.root), Some(input))
         }
@@ -135,6 +146,7 @@ pub fn build_spec(
             (image, exe_path, argv, args.env.clone(), args.cwd.clone().unwrap_or_default(), None, None)
         }
     };
+    antithesis_output(&mut env, args.antithesis_sdk);
     let stdin = match &args.stdin {
         Some(p) => std::fs::read(p).map_err(|e| {
             let code = if e.kind() == std::io::ErrorKind::NotFound { Exit::NotFound } else { Exit::Usage };
@@ -498,7 +510,8 @@ fn run_main(args: &RunArgs, settings: &Settings) -> Result<Exit, Failure> {
         })?;
     }
     let replay = replay_command(args);
-    let json = RunSummary::new(&first.report, &first, host, audit.as_ref(), &replay, inputs.as_ref()).to_json();
+    let summary = RunSummary::new(&first.report, &first, host, audit.as_ref(), &replay, inputs.as_ref());
+    let json = summary.to_json();
     if let Some(path) = &args.report_out {
         std::fs::write(path, serde_json::to_vec_pretty(&json).unwrap_or_default()).map_err(|e| {
             Failure::new(Exit::DejaFailed, format!("cannot write the report to {}: {e}", path.display()))
@@ -507,7 +520,7 @@ fn run_main(args: &RunArgs, settings: &Settings) -> Result<Exit, Failure> {
     if args.json {
         eprintln!("{json}");
     } else {
-        print_text_summary(&first.report, &first, (!args.no_probe).then_some(host), &replay);
+        print_text_summary(&first.report, &first, (!args.no_probe).then_some(host), &replay, &summary.not_given);
         // A kill placed where no process came: say so, rather than let it look survived.
         for rule in &args.kill_process {
             let Ok(k) = deja_kernel::ProcessKill::parse(rule) else { continue };

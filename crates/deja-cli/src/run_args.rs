@@ -65,6 +65,12 @@ pub struct RunArgs {
     /// same value gives the same digests in both placements.
     #[arg(long, value_enum, value_name = "ON_OFF")]
     pub syscall_jumps: Option<OnOff>,
+    /// Whether the program is given `ANTITHESIS_SDK_LOCAL_OUTPUT`, naming a device whose
+    /// writes deja reads as the Antithesis SDKs' messages (assertions, setup, events; see
+    /// docs/SDK.md): `on` (default) or `off`. A value the program's environment already sets
+    /// is kept, and its path becomes that device.
+    #[arg(long, value_enum, default_value_t = OnOff::On, value_name = "ON_OFF")]
+    pub antithesis_sdk: OnOff,
     /// Do not list the host's determinism hazards in the summary. (They are measured anyway, once
     /// per process: the CPU identity remedy and the host fingerprint depend on them.)
     #[arg(long)]
@@ -301,6 +307,9 @@ pub fn replay_argv(args: &RunArgs, extra: &[String]) -> Vec<String> {
         }
         if let Some(j) = args.syscall_jumps {
             parts.push(format!("--syscall-jumps={}", if j == OnOff::On { "on" } else { "off" }));
+        }
+        if args.antithesis_sdk == OnOff::Off {
+            parts.push("--antithesis-sdk=off".to_string());
         }
         if args.memory != 1024 {
             parts.extend(["--memory".to_string(), args.memory.to_string()]);

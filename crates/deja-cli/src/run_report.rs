@@ -48,6 +48,10 @@ pub struct RunSummary<'a> {
     pub host_hazards: Vec<String>,
     /// The digest of the final memory.
     pub memory_digest: &'a str,
+    /// Paths the program looked for that this host has and the run was not given, each with
+    /// the `--file` that provides it (a run in a root, or continued from a snapshot: none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_given: Vec<deja_inputs::not_given::NotGiven>,
     /// Malformed SDK requests.
     pub protocol_errors: u64,
     /// The command that reproduces the run.
@@ -134,6 +138,10 @@ impl<'a> RunSummary<'a> {
             host_channels: &report.host_channels,
             host_hazards: host.hazards(),
             memory_digest: &report.memory_digest,
+            not_given: match inputs {
+                Some(i) if i.root.is_none() => deja_inputs::not_given::on_this_host(&report.not_found),
+                _ => Vec::new(),
+            },
             protocol_errors: report.protocol_errors,
             replay,
             schema: RUN_REPORT_SCHEMA,
@@ -235,9 +243,25 @@ pub(crate) fn print_text_summary(
     run: &deja_vmm::Run,
     host: Option<&deja_vmm::HostProfile>,
     replay: &str,
+    not_given: &[deja_inputs::not_given::NotGiven],
 ) {
     let mut e = std::io::stderr().lock();
     let _ = writeln!(e, "deja: {}", describe_exit(&report.exit));
+    // A program that failed may have failed for want of what it was not given.
+    if report.exit.code() != 0 && !not_given.is_empty() {
+        let _ = writeln!(e, "deja: the program looked for files this host has and the run was not given:");
+        for n in not_given.iter().take(5) {
+            let first = match n.looked_for.as_slice() {
+                [only] if *only == n.path => String::new(),
+                [first, ..] => format!(" (looked for {first}{})", if n.looked_for.len() > 1 { ", ..." } else { "" }),
+                [] => String::new(),
+            };
+            let _ = writeln!(e, "deja:   {}{first}: {}", n.path, n.provide);
+        }
+        if not_given.len() > 5 {
+            let _ = writeln!(e, "deja:   and {} more (--json lists them as not_given)", not_given.len() - 5);
+        }
+    }
     if let Some(why) = &report.not_fail_stop {
         let _ = writeln!(e, "deja: {why}");
         let _ = writeln!(e, "deja: replay this run exactly: {replay}");

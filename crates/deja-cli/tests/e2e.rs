@@ -8,6 +8,7 @@
 
 mod common;
 
+mod antithesis;
 mod blocks;
 mod check;
 mod cluster;

@@ -63,7 +63,9 @@ fn snapshots_and_forks_of_a_program_running_several_threads() {
     assert!(points >= 4);
     // Forks: every child of a parent stopped with live threads is the uninterrupted run.
     let image = std::fs::read(guest("threads")).unwrap();
-    let spec = deja_kernel::ProgramSpec::for_program(image, "threads", ["4".to_string()], 5);
+    let mut spec = deja_kernel::ProgramSpec::for_program(image, "threads", ["4".to_string()], 5);
+    // What `deja run` gives every program.
+    spec.env.push(format!("{}={}", deja_kernel::ANTITHESIS_LOCAL_OUTPUT, deja_kernel::ANTITHESIS_OUTPUT));
     let mut fork = deja_vmm::Fork::new(spec, 256 << 20, &deja_vmm::Settings::default(), 70, &mut |_, _| {}).unwrap();
     assert!(fork.parent_kernel().thread_ids().len() > 1, "the parent runs several threads");
     for _ in 0..5 {

@@ -7,10 +7,13 @@
 //! - [`image`]: a program in a root, a container image or a directory tree read by
 //!   `deja-image`, with its command, environment and working directory, and the record of a
 //!   run's inputs that capsules and certificates keep;
+//! - [`not_given`]: what a run looked for that the host has and the run was not given, with
+//!   the `--file` that would provide it;
 //! - [`tree`]: a host directory read as a root (`--root`), and a run's disk written out as one
 //!   (`--fs-export`).
 
 pub mod dynlink;
 pub mod image;
 pub mod ldcache;
+pub mod not_given;
 pub mod tree;

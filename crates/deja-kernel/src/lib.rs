@@ -217,6 +217,7 @@ pub use mm::elf::ElfError;
 pub use mm::elf::{dynamic_needs, DynamicNeeds};
 pub use mm::mem::{FakeMemory, MemError, Memory, Prot, PAGE_SIZE};
 pub use persist::RestoreError;
+pub use record::antithesis::{DEFAULT_OUTPUT as ANTITHESIS_OUTPUT, LOCAL_OUTPUT as ANTITHESIS_LOCAL_OUTPUT};
 pub use record::oracle::{
     AssertionContext, AssertionReport, AssertionStatus, EventRecord, LifecycleRecord, MAX_EVENTS,
 };
@@ -738,6 +739,10 @@ pub struct RunReport {
     /// ([`time::vdso`]); `None` when it had no vDSO.
     #[serde(default)]
     pub vdso_calls: Option<u64>,
+    /// The paths the program looked for and did not get (`ENOENT`), by the first missing
+    /// component of each (at most [`record::not_found::MAX_NOT_FOUND`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_found: Vec<record::not_found::NotFound>,
 }
 
 impl RunReport {

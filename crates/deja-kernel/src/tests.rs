@@ -18,6 +18,7 @@ use crate::mm::stack::*;
 use crate::mm::user_layout::*;
 use crate::*;
 
+mod antithesis;
 mod decisions;
 mod deja_syscall;
 mod fifo;

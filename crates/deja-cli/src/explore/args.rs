@@ -52,6 +52,10 @@ pub struct ExploreArgs {
     /// An environment variable for the program.
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<String>,
+    /// Whether the program is given `ANTITHESIS_SDK_LOCAL_OUTPUT` (as `deja run
+    /// --antithesis-sdk`): `on` (default) or `off`.
+    #[arg(long, value_enum, default_value_t = crate::run_args::OnOff::On, value_name = "ON_OFF")]
+    pub antithesis_sdk: crate::run_args::OnOff,
     /// Guest RAM in MiB.
     #[arg(long, default_value_t = 1024, value_name = "MiB")]
     pub memory: u64,
@@ -212,6 +216,7 @@ pub(super) fn target(args: &ExploreArgs) -> Result<Target, Failure> {
             (spec, program.display().to_string(), None)
         }
     };
+    crate::run::antithesis_output(&mut spec.env, args.antithesis_sdk);
     spec.faults.crash_model = args.crash_model;
     spec.faults.fail_stop = args.fail_stop.clone();
     spec.faults.failure_marker = args.failure_marker.clone();

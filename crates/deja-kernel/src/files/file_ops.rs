@@ -19,7 +19,7 @@ use crate::abi::epoll::{EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT};
 use crate::abi::errno::*;
 use crate::abi::file::{O_PATH, S_IFIFO};
 use crate::files::fd::{object_of, FdTable, FileKind, OpenFile};
-use crate::fs::{Fs, Kind, Stat, FILE_TIME_S, ROOT};
+use crate::fs::{Fs, Kind, Stat, FILE_TIME_S, ROOT, SDK_OUTPUT_MINOR};
 use crate::net::{Net, ObjKind};
 use crate::Stream;
 
@@ -50,6 +50,9 @@ pub enum WriteTarget {
     Output(Stream),
     /// Nowhere: the bytes are accepted and dropped (`/dev/null`, `/dev/urandom`).
     Discard,
+    /// The Antithesis SDKs' messages, one JSON object per line
+    /// ([`crate::record::antithesis`]).
+    SdkMessages,
     /// A file of the file system, through its fault point and durability.
     File {
         /// Inode id in [`Fs`].
@@ -105,6 +108,7 @@ impl FileKind {
             FileKind::Dir { id, pid: Some(pid), .. } => fs.proc_stat(*id, *pid),
             FileKind::Inode { id, .. } | FileKind::Dir { id, .. } | FileKind::Fifo { id, .. } => fs.stat(*id),
             FileKind::DevNull => fs.stat(fs.lookup_abs("/dev/null").unwrap_or(ROOT)),
+            FileKind::MemDev(SDK_OUTPUT_MINOR) => fs.stat(fs.sdk_output().unwrap_or(ROOT)),
             FileKind::Random(m) | FileKind::MemDev(m) => {
                 let p = match m {
                     5 => "/dev/zero",
@@ -157,7 +161,7 @@ impl FileKind {
             FileKind::Stdin(data) | FileKind::Regular { data, .. } => Ok(ReadSource::Held(data.clone())),
             FileKind::Inode { id, path } => Ok(ReadSource::File { id: *id, path: path.clone() }),
             FileKind::Dir { .. } => Err(EISDIR),
-            FileKind::DevNull => Ok(ReadSource::Empty),
+            FileKind::DevNull | FileKind::MemDev(SDK_OUTPUT_MINOR) => Ok(ReadSource::Empty),
             FileKind::Random(_) => Ok(ReadSource::Random),
             FileKind::MemDev(_) => Ok(ReadSource::Zero),
             FileKind::Stdout | FileKind::Stderr => Err(EBADF),
@@ -176,6 +180,7 @@ impl FileKind {
             FileKind::Stdout => Ok(WriteTarget::Output(Stream::Stdout)),
             FileKind::Stderr => Ok(WriteTarget::Output(Stream::Stderr)),
             FileKind::DevNull | FileKind::Random(_) | FileKind::MemDev(5) => Ok(WriteTarget::Discard),
+            FileKind::MemDev(SDK_OUTPUT_MINOR) => Ok(WriteTarget::SdkMessages),
             FileKind::MemDev(_) => Err(ENOSPC),
             FileKind::Inode { id, path } => Ok(WriteTarget::File { id: *id, path: path.clone() }),
             _ => Err(EBADF),
@@ -399,7 +404,7 @@ mod tests {
         let mut fs = Fs::new(
             FsConfig::default(),
             None,
-            crate::fs::Inputs { root: None, files: &files },
+            crate::fs::Inputs { root: None, files: &files, sdk_output: None },
             "/bin/exe",
             b"\x7fELF",
             1,
@@ -421,6 +426,7 @@ mod tests {
             ("random", FileKind::Random(9)),
             ("zero", FileKind::MemDev(5)),
             ("full", FileKind::MemDev(7)),
+            ("sdk", FileKind::MemDev(SDK_OUTPUT_MINOR)),
             ("socket", FileKind::Socket(1)),
             ("pipe", FileKind::Pipe { obj: 2, write: false }),
             ("eventfd", FileKind::EventFd(3)),
@@ -440,7 +446,7 @@ mod tests {
                 "regular" => Ok(ReadSource::Held(Arc::from(&b"maps"[..]))),
                 "inode" => Ok(ReadSource::File { id: file, path: "/data/w".into() }),
                 "dir" => Err(EISDIR),
-                "null" => Ok(ReadSource::Empty),
+                "null" | "sdk" => Ok(ReadSource::Empty),
                 "random" => Ok(ReadSource::Random),
                 "zero" | "full" => Ok(ReadSource::Zero),
                 "stdout" | "stderr" => Err(EBADF),
@@ -462,6 +468,7 @@ mod tests {
                 "stderr" => Ok(WriteTarget::Output(Stream::Stderr)),
                 "null" | "random" | "zero" => Ok(WriteTarget::Discard),
                 "full" => Err(ENOSPC),
+                "sdk" => Ok(WriteTarget::SdkMessages),
                 "inode" => Ok(WriteTarget::File { id: file, path: "/data/w".into() }),
                 _ => Err(EBADF),
             };
@@ -483,7 +490,7 @@ mod tests {
             let want_end = match name {
                 "regular" => Ok(5),
                 "inode" => Ok(6),
-                "null" | "random" | "zero" | "full" => Ok(0),
+                "null" | "random" | "zero" | "full" | "sdk" => Ok(0),
                 "dir" => Err(EINVAL),
                 _ => Err(ESPIPE),
             };
@@ -494,7 +501,7 @@ mod tests {
             let mut f = at(3);
             let rewind = f.seek(0, 0, &fs);
             match name {
-                "regular" | "inode" | "null" | "random" | "zero" | "full" => {
+                "regular" | "inode" | "null" | "random" | "zero" | "full" | "sdk" => {
                     assert_eq!(rewind, Ok(0), "rewind of {name}")
                 }
                 "dir" => {

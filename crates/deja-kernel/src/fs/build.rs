@@ -15,8 +15,8 @@ impl Fs {
     /// The file system of a new run: the `disk` (or `/`, `/tmp`, `/data`), then the read-only
     /// root's entries where the disk has none (a directory both have stays the disk's), then the
     /// declared `files` (read-only, replacing whatever was there), the executable at
-    /// `exe_path`, `/proc/self/{maps,exe,fd}`, `/dev/{null,random,urandom,zero,full}`, the
-    /// links `/dev/fd` (to `/proc/self/fd`) and `/dev/std{in,out,err}`, and what describes
+    /// `exe_path`, `/proc/self/{maps,exe,fd}`, `/dev/{null,random,urandom,zero,full}`, the device
+    /// that takes the Antithesis SDKs' messages where `inputs` names one, the links `/dev/fd` (to `/proc/self/fd`) and `/dev/std{in,out,err}`, and what describes
     /// the program's `cpus` CPUs: `/proc/cpuinfo` and `/sys/devices/system/cpu/{online,
     /// possible,present}`, and `/proc/sys/fs/pipe-max-size`.
     ///
@@ -138,6 +138,12 @@ impl Fs {
             ("/dev/full", Kind::MemDev(7), 0o666),
         ] {
             fs.place(p, kind, mode, false, true);
+        }
+        // The Antithesis SDKs' output: a device, never durable, replacing what the path named.
+        if let Some(Ok((norm, _))) = inputs.sdk_output.map(|p| crate::fs::normalize("/", p.as_bytes())) {
+            if norm != "/" && !fs.lookup_abs(&norm).and_then(|id| fs.get(id)).is_some_and(Inode::is_dir) {
+                fs.place(&norm, Kind::MemDev(SDK_OUTPUT_MINOR), 0o666, false, false);
+            }
         }
         let list = crate::host::cpuid::cpu_list(cpus);
         for (p, text) in [

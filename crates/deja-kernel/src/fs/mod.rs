@@ -174,7 +174,8 @@ pub enum Kind {
     DevNull,
     /// `/dev/random` (8) or `/dev/urandom` (9).
     Random(u32),
-    /// `/dev/zero` (5) or `/dev/full` (7).
+    /// `/dev/zero` (5), `/dev/full` (7), or the device that takes the Antithesis SDKs' messages
+    /// ([`SDK_OUTPUT_MINOR`], at [`Inputs::sdk_output`]).
     MemDev(u32),
     /// A Unix-domain socket's name (`bind` to a path, or `mknod` with `S_IFSOCK`). It holds no
     /// data, and like a socket under `/run` or `/tmp` on tmpfs it does not outlive a crash.
@@ -316,7 +317,14 @@ pub struct Inputs<'a> {
     pub root: Option<&'a Root>,
     /// The declared read-only files: absolute guest path → contents.
     pub files: &'a BTreeMap<String, Vec<u8>>,
+    /// Where the device that takes the Antithesis SDKs' messages is placed (the absolute path
+    /// the program's `ANTITHESIS_SDK_LOCAL_OUTPUT` names, see [`crate::record::antithesis`]),
+    /// if anywhere.
+    pub sdk_output: Option<&'a str>,
 }
+
+/// The minor number of the device that takes the Antithesis SDKs' messages (a [`Kind::MemDev`]).
+pub const SDK_OUTPUT_MINOR: u32 = 222;
 
 /// A per-file crash decision maker: `(point, options) → choice`.
 pub type Decide<'a> = dyn FnMut(String, u64) -> u64 + 'a;

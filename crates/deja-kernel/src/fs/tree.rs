@@ -19,6 +19,11 @@ impl Fs {
         }
     }
 
+    /// The device that takes the Antithesis SDKs' messages, if the run has one.
+    pub fn sdk_output(&self) -> Option<u64> {
+        self.inodes.iter().find(|(_, i)| matches!(i.kind, Kind::MemDev(SDK_OUTPUT_MINOR))).map(|(id, _)| *id)
+    }
+
     /// The inode `id`.
     pub fn get(&self, id: u64) -> Option<&Inode> {
         self.inodes.get(&id)

@@ -218,6 +218,24 @@ impl Fs {
         format!("{opened} (deleted)")
     }
 
+    /// The first component of the normalized absolute `path` that does not exist (`path`
+    /// itself when only its last is missing); `None` when every component exists or one
+    /// before the last is not a directory.
+    pub fn first_missing(&self, path: &str) -> Option<String> {
+        let mut at = 0;
+        while at < path.len() {
+            let end = path[at + 1..].find('/').map_or(path.len(), |i| at + 1 + i);
+            let prefix = &path[..end];
+            match self.walk(ROOT, prefix.as_bytes(), true) {
+                Ok(w) if w.id.is_none() => return Some(prefix.to_string()),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+            at = end;
+        }
+        None
+    }
+
     /// The id at the absolute path `path` (no symlinks followed at the end).
     pub fn lookup_abs(&self, path: &str) -> Option<u64> {
         self.walk(ROOT, path.as_bytes(), false).ok()?.id

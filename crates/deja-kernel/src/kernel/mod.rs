@@ -67,6 +67,7 @@ use crate::mm::stack::{self, AuxInfo};
 use crate::mm::user_layout::*;
 use crate::net::Net;
 use crate::persist::{DecodeSnafu, Persist, RawBytes, RestoreError, TrailingBytesSnafu};
+use crate::record::not_found::Lookups;
 use crate::record::oracle::Oracle;
 use crate::record::trace::memory_digest;
 use crate::record::RunRecord;
@@ -147,6 +148,8 @@ pub struct Kernel {
     pub(crate) rng: RandomStream,
     /// The node's processes: parents, groups, address spaces, the ones not running, zombies.
     pub(crate) procs: Procs,
+    /// The paths the program looked for and did not get.
+    pub(crate) lookups: Lookups,
 }
 
 impl core::fmt::Debug for Kernel {
@@ -460,7 +463,11 @@ impl Kernel {
         let fs = Fs::new(
             spec.fs,
             spec.disk.as_ref(),
-            crate::fs::Inputs { root: spec.root.as_deref(), files: &spec.files },
+            crate::fs::Inputs {
+                root: spec.root.as_deref(),
+                files: &spec.files,
+                sdk_output: crate::record::antithesis::output_path(&spec.env),
+            },
             &spec.exe_path,
             &spec.image,
             spec.cpus.max(1),
@@ -546,6 +553,7 @@ impl Kernel {
             faults,
             rng,
             procs,
+            lookups: Lookups::default(),
         };
         kernel.publish_clock(mem);
         Ok((kernel, entry))
@@ -576,6 +584,7 @@ impl Kernel {
             self.faults.save(),
             self.rng.save(),
             self.procs.save(),
+            self.lookups.save(),
         ];
         let mut out = Vec::with_capacity(parts.iter().map(|p| p.len() + 10).sum());
         for p in &parts {
@@ -606,6 +615,15 @@ impl Kernel {
         let faults = FaultState::restore(part()?, &())?;
         let rng = RandomStream::restore(part()?, &())?;
         let mut procs = Procs::restore(part()?, &())?;
+        // The last part is optional: states saved before it existed have none.
+        let lookups = match rest {
+            [] => Lookups::default(),
+            _ => {
+                let (part, after) = postcard::take_from_bytes::<&[u8]>(rest).context(DecodeSnafu)?;
+                rest = after;
+                Lookups::restore(part, &())?
+            }
+        };
         snafu::ensure!(rest.is_empty(), TrailingBytesSnafu { count: rest.len() });
         process.mappings.share_file_data(&files.fs);
         for mm in procs.spaces.values_mut() {
@@ -617,7 +635,7 @@ impl Kernel {
             }
         }
         crate::task::procs::check_against(&procs, &sched, &files)?;
-        Ok(Kernel { process, files, net, sched, record, oracle, faults, rng, procs })
+        Ok(Kernel { process, files, net, sched, record, oracle, faults, rng, procs, lookups })
     }
 
     /// From now on random bytes (`getrandom`, `/dev/urandom`) come from the stream of `seed`,

@@ -410,6 +410,7 @@ impl Kernel {
             files: self.files.fs.volatile_disk().entries.into_keys().take(256).collect(),
             host_channels: self.process.host.report(),
             vdso_calls: self.process.vdso.map(|v| v.calls),
+            not_found: self.lookups.not_found.clone(),
         };
         self.oracle.fill_report(&mut report);
         report

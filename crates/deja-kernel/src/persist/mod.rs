@@ -12,8 +12,12 @@
 //! and the clock ([`Sched`](crate::task::sched::Sched)), the record of the run
 //! ([`RunRecord`](crate::record::RunRecord)), the assertion oracle
 //! ([`Oracle`](crate::record::oracle::Oracle)), the fault state and the decision log
-//! ([`FaultState`](crate::faults::FaultState)) and the program's random stream
-//! ([`RandomStream`](crate::decisions::rng::RandomStream)). A part's bytes are the `postcard`
+//! ([`FaultState`](crate::faults::FaultState)), the program's random stream
+//! ([`RandomStream`](crate::decisions::rng::RandomStream)), the processes
+//! ([`Procs`](crate::task::procs::Procs)) and the paths looked for and not found
+//! ([`Lookups`](crate::record::not_found::Lookups)). The last part is optional, so the states
+//! saved before it existed still restore: a part added to the state goes last, and is
+//! optional in the same way. A part's bytes are the `postcard`
 //! encoding of its structs, whose field order is the encoding: every struct derives
 //! `Serialize`/`Deserialize` and fields are written in declaration order, so **reordering,
 //! adding or removing a field of a saved struct changes the format**.

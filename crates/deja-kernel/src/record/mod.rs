@@ -3,7 +3,8 @@
 //! Owns [`RunRecord`] (this file: the trace, output the shell has not taken yet, the last lines
 //! of output, and how often each syscall was served and left unsupported), the trace and its
 //! digest (`trace.rs`), each life's last lines of output (`tail.rs`) and the assertion oracle
-//! of the deja protocol (`oracle.rs`). Uses [`crate::mm`] (the memory digest and the bytes a
+//! of the deja protocol (`oracle.rs`), with the Antithesis SDKs' messages read as its requests
+//! (`antithesis.rs`), and the paths the program looked for and did not get (`not_found.rs`). Uses [`crate::mm`] (the memory digest and the bytes a
 //! syscall moved) and [`crate::persist`].
 //!
 //! [`RunRecord`] is a saved part of the kernel state (see [`persist`](crate::persist)); its
@@ -17,6 +18,8 @@ use serde::{Deserialize, Serialize};
 use crate::persist::{ensure, Persist, RestoreError};
 use trace::Tracer;
 
+pub(crate) mod antithesis;
+pub mod not_found;
 pub(crate) mod oracle;
 pub(crate) mod tail;
 pub mod trace;

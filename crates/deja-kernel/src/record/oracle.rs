@@ -196,6 +196,21 @@ pub(crate) struct Site {
 }
 
 impl Site {
+    /// A site not yet evaluated.
+    pub(crate) fn new(kind: AssertKind, line: u32, message: String, file: String) -> Site {
+        Site {
+            kind: kind as u32,
+            line,
+            message,
+            file,
+            hits: 0,
+            passes: 0,
+            failures: 0,
+            first_failure: None,
+            first_satisfied: None,
+        }
+    }
+
     pub(crate) fn kind(&self) -> AssertKind {
         // Registration and restore only admit valid codes.
         AssertKind::from_code(self.kind).unwrap_or(AssertKind::Always)

@@ -43,6 +43,9 @@ impl Kernel {
         let mut hashed = DataHasher::new(mem);
         let res = self.dispatch(&mut hashed, nr, args);
         let data = hashed.finish();
+        if matches!(res, Err(SysStop::Err(ENOENT))) {
+            self.note_not_found(mem, nr, &args);
+        }
         // A process killed by meaning at the durable operation it made dies of it now.
         let res = match self.faults.kill_due.take() {
             Some(point) => Err(SysStop::Exit(ExitStatus::Signaled {

@@ -1,5 +1,6 @@
 //! The deja syscall: the SDK's requests to the monitor (see [`oracle`](crate::record::oracle) for the
-//! protocol's rules and the state it keeps).
+//! protocol's rules and the state it keeps), and the Antithesis SDKs' messages, served as the
+//! same requests (see [`antithesis`]).
 
 use crate::prelude::*;
 use deja_protocol::{
@@ -8,6 +9,7 @@ use deja_protocol::{
 
 use crate::abi::errno::{EFAULT, EINVAL};
 use crate::kernel::{Kernel, SysResult, SysStop};
+use crate::record::antithesis::{self, Message};
 use crate::record::oracle::{Site, MAX_EVENTS, NODE};
 use crate::{AssertionContext, EventRecord, LifecycleRecord, Memory};
 
@@ -36,28 +38,13 @@ impl Kernel {
             Request::Assert => self.deja_assert(mem, a[1], a[2], a[3], a[4]),
             Request::SetupComplete => {
                 let details = self.guest_text(mem, a[1], a[2], MAX_DETAILS)?;
-                if self.oracle.setup_complete.is_none() {
-                    let (syscall_index, virtual_time_ns) = self.deja_now();
-                    self.oracle.setup_complete = Some(LifecycleRecord { syscall_index, virtual_time_ns, details });
-                }
+                self.setup_complete(details);
                 Ok(0)
             }
             Request::Event => {
                 let name = self.guest_text(mem, a[1], a[2], MAX_DETAILS)?;
                 let details = self.guest_text(mem, a[3], a[4], MAX_DETAILS)?;
-                if self.oracle.events.len() < MAX_EVENTS {
-                    let (syscall_index, virtual_time_ns) = self.deja_now();
-                    let durable_writes = self.faults.durable_writes;
-                    self.oracle.events.push(EventRecord {
-                        name,
-                        details,
-                        syscall_index,
-                        virtual_time_ns,
-                        durable_writes,
-                    });
-                } else {
-                    self.oracle.events_dropped = self.oracle.events_dropped.saturating_add(1);
-                }
+                self.event(name, details);
                 Ok(0)
             }
             Request::Random => Ok(self.faults.sdk_random()),
@@ -113,32 +100,13 @@ impl Kernel {
             let mut b = [0u8; SITE_RECORD_SIZE];
             b.copy_from_slice(chunk);
             let rec = SiteRecord::from_bytes(&b);
-            if AssertKind::from_code(rec.kind).is_none() {
-                continue;
-            }
+            let Some(kind) = AssertKind::from_code(rec.kind) else { continue };
             let message = self.guest_text(mem, rec.message_ptr, rec.message_len, MAX_TEXT)?;
             let file = self.guest_text(mem, rec.file_ptr, rec.file_len, MAX_TEXT)?;
-            new.push((
-                rec.id,
-                Site {
-                    kind: rec.kind,
-                    line: rec.line,
-                    message,
-                    file,
-                    hits: 0,
-                    passes: 0,
-                    failures: 0,
-                    first_failure: None,
-                    first_satisfied: None,
-                },
-            ));
+            new.push((rec.id, Site::new(kind, rec.line, message, file)));
         }
-        let sites = &mut self.oracle.sites;
         for (id, site) in new {
-            if sites.len() >= MAX_SITES && !sites.contains_key(&id) {
-                continue;
-            }
-            sites.entry(id).or_insert(site);
+            self.register_site(id, site);
         }
         Ok(0)
     }
@@ -148,13 +116,20 @@ impl Kernel {
             return Err(EINVAL.into());
         }
         let details = self.guest_text(mem, ptr, len, MAX_DETAILS)?;
+        self.assertion_hit(id, cond == 1, details);
+        Ok(0)
+    }
+
+    /// Counts one evaluation of the known site `id` (`held`: its condition held) with its
+    /// context: the first failure and the first satisfaction keep theirs.
+    fn assertion_hit(&mut self, id: u64, held: bool, details: String) {
         let (syscall_index, virtual_time_ns) = self.deja_now();
         let decision_index = self.faults.log.len();
         let (tid, pid) = (self.caller(), self.pid_of(self.caller()));
         let process = self.process_name();
-        let Some(site) = self.oracle.sites.get_mut(&id) else { return Err(EINVAL.into()) };
+        let Some(site) = self.oracle.sites.get_mut(&id) else { return };
         let held = match site.kind() {
-            AssertKind::Always | AssertKind::AlwaysOrUnreachable | AssertKind::Sometimes => cond == 1,
+            AssertKind::Always | AssertKind::AlwaysOrUnreachable | AssertKind::Sometimes => held,
             AssertKind::Reachable => true,
             AssertKind::Unreachable => false,
         };
@@ -181,6 +156,62 @@ impl Kernel {
                 site.first_failure = Some(ctx());
             }
         }
-        Ok(0)
+    }
+
+    /// Registers a site unless its id is known or the catalog is full; whether it is known now.
+    fn register_site(&mut self, id: u64, site: Site) -> bool {
+        let sites = &mut self.oracle.sites;
+        if sites.len() >= MAX_SITES && !sites.contains_key(&id) {
+            return false;
+        }
+        sites.entry(id).or_insert(site);
+        true
+    }
+
+    fn setup_complete(&mut self, details: String) {
+        if self.oracle.setup_complete.is_none() {
+            let (syscall_index, virtual_time_ns) = self.deja_now();
+            self.oracle.setup_complete = Some(LifecycleRecord { syscall_index, virtual_time_ns, details });
+        }
+    }
+
+    fn event(&mut self, name: String, details: String) {
+        if self.oracle.events.len() < MAX_EVENTS {
+            let (syscall_index, virtual_time_ns) = self.deja_now();
+            let durable_writes = self.faults.durable_writes;
+            self.oracle.events.push(EventRecord { name, details, syscall_index, virtual_time_ns, durable_writes });
+        } else {
+            self.oracle.events_dropped = self.oracle.events_dropped.saturating_add(1);
+        }
+    }
+
+    /// Serves what a program wrote to the device of the Antithesis SDKs' messages: each line is
+    /// one message ([`antithesis::parse`]), served as the deja syscall's requests are; a line
+    /// that is not a message counts as a protocol error. A write carries whole lines (the SDKs
+    /// write each message and its newline at once); a last line without its newline is read
+    /// as a whole message too.
+    pub(crate) fn sdk_messages(&mut self, data: &[u8]) {
+        for line in data.split(|b| *b == b'\n') {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let Some(messages) = antithesis::parse(line) else {
+                self.oracle.protocol_errors = self.oracle.protocol_errors.saturating_add(1);
+                continue;
+            };
+            for m in messages {
+                match m {
+                    Message::Assert { id, kind, hit, condition, message, file, line, details } => {
+                        let site = Site::new(kind, line, message, file);
+                        if self.register_site(id, site) && hit {
+                            self.assertion_hit(id, condition, details);
+                        }
+                    }
+                    Message::Setup(details) => self.setup_complete(details),
+                    Message::Event(name, details) => self.event(name, details),
+                    Message::Ignored => {}
+                }
+            }
+        }
     }
 }

@@ -262,6 +262,7 @@ impl Kernel {
         match f.kind.write_target()? {
             WriteTarget::Output(stream) => self.emit(stream, data),
             WriteTarget::Discard => {}
+            WriteTarget::SdkMessages => self.sdk_messages(data),
             WriteTarget::File { id, path } => {
                 let (flags, offset) = (f.flags, f.offset);
                 return self.file_write(fd, id, &path, flags, data, pos.unwrap_or(offset), pos.is_none());

@@ -94,6 +94,28 @@ impl Kernel {
         Ok(Target::Path(w))
     }
 
+    /// Notes the path a syscall that failed with `ENOENT` looked for ([`Lookups`]): its
+    /// first path argument, absolute or from the working directory (a path relative to
+    /// another directory fd is not noted).
+    ///
+    /// [`Lookups`]: crate::record::not_found::Lookups
+    pub(crate) fn note_not_found(&mut self, mem: &dyn Memory, nr: u64, args: &[u64; 6]) {
+        let paths = crate::syscalls::read_paths(nr, args, &self.process.mappings, mem);
+        let Some((i, p)) = paths.iter().enumerate().find_map(|(i, p)| p.as_ref().map(|p| (i, p))) else { return };
+        let base = match p.first() {
+            Some(b'/') => "/".to_string(),
+            Some(_) if i == 0 || args[0] as i32 == -100 => match self.files.fs.dir_path(self.files.cwd) {
+                Some(d) => d,
+                None => return,
+            },
+            _ => return,
+        };
+        let Ok((norm, _)) = crate::fs::normalize(&base, p) else { return };
+        if let Some(missing) = self.files.fs.first_missing(&norm) {
+            self.lookups.note(&norm, &missing);
+        }
+    }
+
     /// The inode a resolved path names (`ENOENT`, or `ENOTDIR` for a trailing `/` on a
     /// non-directory).
     pub(crate) fn target_id(&self, w: &Walked) -> Result<u64, i32> {

@@ -111,6 +111,9 @@ impl Kernel {
             FileKind::Random(8) => "/dev/random".into(),
             FileKind::Random(_) => "/dev/urandom".into(),
             FileKind::MemDev(5) => "/dev/zero".into(),
+            FileKind::MemDev(crate::fs::SDK_OUTPUT_MINOR) => {
+                fs.sdk_output().map_or_else(|| "(deleted)".into(), |id| fs.path_now(id, ""))
+            }
             FileKind::MemDev(_) => "/dev/full".into(),
             FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr | FileKind::Pipe { .. } => {
                 format!("pipe:[{}]", ino())

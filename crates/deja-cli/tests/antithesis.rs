@@ -1,0 +1,107 @@
+//! Programs instrumented with the published Antithesis SDKs, end to end: `votes` is built with
+//! the `antithesis_sdk` crate and nothing of deja's, and its messages reach deja through
+//! `ANTITHESIS_SDK_LOCAL_OUTPUT`.
+
+use crate::common::*;
+
+fn votes() -> String {
+    guest("votes").to_string_lossy().into_owned()
+}
+
+fn site<'a>(v: &'a serde_json::Value, message: &str) -> &'a serde_json::Value {
+    v["assertions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["message"] == message)
+        .unwrap_or_else(|| panic!("{message} not in the catalog: {v}"))
+}
+
+#[test]
+fn the_sdks_assertions_setup_and_events_join_the_report() {
+    let (out, v) = run_json(&[&votes()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "votes 3 of 3 voters\n");
+    let expect = [
+        ("never more votes than voters", "always", "passed"),
+        ("the last voter votes", "sometimes", "satisfied"),
+        ("nobody votes", "sometimes", "unsatisfied"),
+        ("the tally ends", "reachable", "reached"),
+        // Never reached: listed from the SDK's catalog entry.
+        ("a vote is refused", "unreachable", "passed"),
+    ];
+    assert_eq!(v["assertions"].as_array().unwrap().len(), expect.len(), "{v}");
+    for (message, kind, status) in expect {
+        let a = site(&v, message);
+        assert_eq!((a["kind"].as_str(), a["status"].as_str()), (Some(kind), Some(status)), "{a}");
+        assert_eq!(a["file"], "votes/src/main.rs", "{a}");
+        assert!(a["line"].as_u64().unwrap() > 10, "{a}");
+    }
+    assert_eq!(site(&v, "a vote is refused")["hits"], 0);
+    assert_eq!(v["assertion_failed"], false);
+    assert_eq!(v["setup_complete"]["details"], r#"{"voters":3}"#);
+    assert_eq!(v["events"], 1, "the SDK's own version message is not an event: {v}");
+    assert_eq!(v["protocol_errors"], 0);
+}
+
+#[test]
+fn a_failing_always_from_the_sdk_is_a_bug_that_replays_exactly_on_another_core() {
+    let cores = host_cores();
+    let run = |core: u32| deja_on(core, &[], &["run", "--json", "--no-probe", &votes(), "--", "--buggy"]);
+    let first = run(cores[0]);
+    assert_eq!(first.status.code(), Some(123), "{}", stderr(&first));
+    let v = summary(&first);
+    let a = site(&v, "never more votes than voters");
+    assert_eq!((a["status"].as_str(), a["bug"].as_bool()), (Some("failed"), Some(true)), "{a}");
+    assert_eq!(a["first_failure"]["details"], r#"{"voters":3,"votes":4}"#);
+    assert_eq!(site(&v, "the last voter votes")["status"], "satisfied");
+    let again = summary(&run(*cores.last().unwrap()));
+    assert_eq!(again["digest"], v["digest"]);
+    assert_eq!(again["assertions"], v["assertions"]);
+    // Without the variable the program speaks to no one: the same bug goes unseen.
+    let (off, w) = run_json(&["--antithesis-sdk", "off", &votes(), "--", "--buggy"]);
+    assert_eq!(off.status.code(), Some(0), "{}", stderr(&off));
+    assert_eq!(stdout(&off), "votes 4 of 3 voters\n");
+    assert_eq!(w["assertions"].as_array().map(Vec::len), Some(0), "{w}");
+}
+
+#[test]
+fn explore_finds_the_sdks_failing_always_and_its_bug_file_replays() {
+    let out = std::env::temp_dir().join(format!("deja-antithesis-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let o = deja(&["explore", "--quiet", "--runs", "2", "--out", out.to_str().unwrap(), &votes(), "--", "--buggy"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let bug = bug_file(&out);
+    let text = std::fs::read_to_string(&bug).unwrap();
+    assert!(text.contains("never more votes than voters"), "the bug is the SDK's assertion: {text}");
+    let r = deja(&["replay", bug.to_str().unwrap()]);
+    assert_eq!(r.status.code(), Some(1), "{}", stderr(&r));
+    assert!(stderr(&r).contains("reproduced bug"), "{}", stderr(&r));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Debian's Python without its standard library declared fails in its own words; the summary
+/// names the directory it looked for, which this host has, and the `--file` that provides it.
+#[test]
+fn a_program_denied_its_files_is_told_which_and_how_to_give_them() {
+    needs(&["/usr/bin/python3.11", "/usr/lib/python3.11/os.py"], "python3.11");
+    let out = deja(&["run", "--no-probe", "/usr/bin/python3.11", "--", "-c", "print(1)"]);
+    let err = stderr(&out);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("No module named 'encodings'"), "Python's own words: {err}");
+    assert!(err.contains("the program looked for files this host has and the run was not given"), "{err}");
+    assert!(err.contains(": --file /usr/lib/python3.11\n"), "{err}");
+    let (_, v) = run_json(&["/usr/bin/python3.11", "--", "-c", "print(1)"]);
+    let given = v["not_given"].as_array().expect("not_given in the summary");
+    let python = given.iter().find(|g| g["path"] == "/usr/lib/python3.11").expect("the standard library");
+    assert_eq!(python["provide"], "--file /usr/lib/python3.11");
+    assert!(python["looked_for"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p.as_str().unwrap().starts_with("/usr/lib/python3.11/")));
+    // Given what it named, the same program runs.
+    let out =
+        deja(&["run", "--no-probe", "--file", "/usr/lib/python3.11", "/usr/bin/python3.11", "--", "-c", "print(1)"]);
+    assert_eq!((out.status.code(), stdout(&out).as_str()), (Some(0), "1\n"), "{}", stderr(&out));
+}
