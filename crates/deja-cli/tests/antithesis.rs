@@ -105,3 +105,22 @@ fn a_program_denied_its_files_is_told_which_and_how_to_give_them() {
         deja(&["run", "--no-probe", "--file", "/usr/lib/python3.11", "/usr/bin/python3.11", "--", "-c", "print(1)"]);
     assert_eq!((out.status.code(), stdout(&out).as_str()), (Some(0), "1\n"), "{}", stderr(&out));
 }
+
+/// A cluster's node speaks the same way once its environment names the file: its failing
+/// `Always` is the cluster's failure, named by the node.
+#[test]
+fn a_cluster_node_instrumented_with_the_sdk_fails_the_cluster_by_its_assertion() {
+    let dir = root().join("target/test-clusters");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("antithesis-votes.toml");
+    let text = format!(
+        "seed = 1\ntime_limit_ms = 5000\n\n[[node]]\nname = \"tally\"\naddress = \"10.0.0.1\"\nbinary = \"{}\"\n\
+         args = [\"--buggy\"]\nenv = {{ ANTITHESIS_SDK_LOCAL_OUTPUT = \"/dev/antithesis-sdk.jsonl\" }}\n",
+        votes()
+    );
+    std::fs::write(&file, text).unwrap();
+    let out = deja(&["run", "--no-probe", file.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(123), "{err}");
+    assert!(err.contains("never more votes than voters"), "{err}");
+}

@@ -8,7 +8,8 @@
 //! `Catalog`, `Assert`, `SetupComplete` and `Event` requests.
 //!
 //! Owns [`Message`] and [`parse`]; uses only [`deja_protocol`]'s assertion kinds and limits.
-//! Pure: no kernel state.
+//! Pure: no kernel state. Public so that the parser of these untrusted bytes is fuzzed alone
+//! (`fuzz/fuzz_targets/sdk_messages.rs`).
 //!
 //! The messages (protocol 1.x of the SDKs):
 //! - `{"antithesis_assert": {...}}`: `assert_type` (`always`, `sometimes`, `reachability`) and
@@ -29,7 +30,7 @@ use serde_json::Value;
 
 /// One message of an Antithesis SDK.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Message {
+pub enum Message {
     /// An assertion's catalog entry (`hit` false) or evaluation.
     Assert {
         /// The site's id in deja's catalog (from the SDK's `id`, see [`site_id`]).
@@ -65,7 +66,7 @@ pub const DEFAULT_OUTPUT: &str = "/dev/antithesis-sdk.jsonl";
 
 /// The absolute path the environment's last `ANTITHESIS_SDK_LOCAL_OUTPUT` names, if any: where
 /// the run's device for the SDKs' messages goes (a relative path names none).
-pub(crate) fn output_path(env: &[String]) -> Option<&str> {
+pub fn output_path(env: &[String]) -> Option<&str> {
     env.iter()
         .rev()
         .find_map(|e| e.strip_prefix(LOCAL_OUTPUT).and_then(|r| r.strip_prefix('=')))
@@ -74,13 +75,13 @@ pub(crate) fn output_path(env: &[String]) -> Option<&str> {
 
 /// The catalog id of the Antithesis site named `id` with `kind`: deja's site id over the file
 /// name `antithesis` and the SDK's id as the message, so it cannot meet a deja SDK site's.
-pub(crate) fn site_id(kind: AssertKind, id: &str) -> u64 {
+pub fn site_id(kind: AssertKind, id: &str) -> u64 {
     deja_protocol::site_id(kind as u32, "antithesis", 0, id)
 }
 
 /// Parses one line (one JSON object) into its messages, one per top-level key; `None` when the
 /// line is not a JSON object or an `antithesis_assert` lacks what it needs.
-pub(crate) fn parse(line: &[u8]) -> Option<Vec<Message>> {
+pub fn parse(line: &[u8]) -> Option<Vec<Message>> {
     let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(line) else { return None };
     map.iter()
         .map(|(key, value)| match key.as_str() {

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::persist::{ensure, Persist, RestoreError};
 use trace::Tracer;
 
-pub(crate) mod antithesis;
+pub mod antithesis;
 pub mod not_found;
 pub(crate) mod oracle;
 pub(crate) mod tail;
