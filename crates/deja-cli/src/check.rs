@@ -58,6 +58,10 @@ pub struct CheckArgs {
     /// An environment variable for the program.
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<String>,
+    /// Without a bug file: whether the program is given `ANTITHESIS_SDK_LOCAL_OUTPUT` (as
+    /// `deja run --antithesis-sdk`): `on` (default) or `off`. A bug file's environment is its own.
+    #[arg(long, value_enum, default_value_t = crate::run_args::OnOff::On, value_name = "ON_OFF")]
+    pub antithesis_sdk: crate::run_args::OnOff,
     /// Guest RAM in MiB.
     #[arg(long, default_value_t = 1024, value_name = "MiB")]
     pub memory: u64,
@@ -174,6 +178,13 @@ fn workload(args: &CheckArgs, base: &Path, capsule: Option<&Capsule>) -> Result<
         let cwd = Some(c.cwd.clone()).filter(|d| !d.is_empty());
         return Ok(Workload { argv0: c.program.clone(), args: c.args.clone(), env: c.env.clone(), cwd });
     }
+    let mut w = command_line_workload(args, base)?;
+    crate::run::antithesis_output(&mut w.env, args.antithesis_sdk);
+    Ok(w)
+}
+
+/// The workload the command line names (no capsule).
+fn command_line_workload(args: &CheckArgs, base: &Path) -> Result<Workload, Failure> {
     let host =
         |args: &CheckArgs| Workload { argv0: String::new(), args: args.args.clone(), env: args.env.clone(), cwd: None };
     if base.is_dir() {
