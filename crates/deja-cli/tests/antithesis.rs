@@ -8,15 +8,6 @@ fn votes() -> String {
     guest("votes").to_string_lossy().into_owned()
 }
 
-fn site<'a>(v: &'a serde_json::Value, message: &str) -> &'a serde_json::Value {
-    v["assertions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["message"] == message)
-        .unwrap_or_else(|| panic!("{message} not in the catalog: {v}"))
-}
-
 #[test]
 fn the_sdks_assertions_setup_and_events_join_the_report() {
     let (out, v) = run_json(&[&votes()]);
@@ -32,12 +23,12 @@ fn the_sdks_assertions_setup_and_events_join_the_report() {
     ];
     assert_eq!(v["assertions"].as_array().unwrap().len(), expect.len(), "{v}");
     for (message, kind, status) in expect {
-        let a = site(&v, message);
+        let a = assertion_site(&v, message);
         assert_eq!((a["kind"].as_str(), a["status"].as_str()), (Some(kind), Some(status)), "{a}");
         assert_eq!(a["file"], "votes/src/main.rs", "{a}");
         assert!(a["line"].as_u64().unwrap() > 10, "{a}");
     }
-    assert_eq!(site(&v, "a vote is refused")["hits"], 0);
+    assert_eq!(assertion_site(&v, "a vote is refused")["hits"], 0);
     assert_eq!(v["assertion_failed"], false);
     assert_eq!(v["setup_complete"]["details"], r#"{"voters":3}"#);
     assert_eq!(v["events"], 1, "the SDK's own version message is not an event: {v}");
@@ -51,13 +42,18 @@ fn a_failing_always_from_the_sdk_is_a_bug_that_replays_exactly_on_another_core()
     let first = run(cores[0]);
     assert_eq!(first.status.code(), Some(123), "{}", stderr(&first));
     let v = summary(&first);
-    let a = site(&v, "never more votes than voters");
+    let a = assertion_site(&v, "never more votes than voters");
     assert_eq!((a["status"].as_str(), a["bug"].as_bool()), (Some("failed"), Some(true)), "{a}");
     assert_eq!(a["first_failure"]["details"], r#"{"voters":3,"votes":4}"#);
-    assert_eq!(site(&v, "the last voter votes")["status"], "satisfied");
+    assert_eq!(assertion_site(&v, "the last voter votes")["status"], "satisfied");
     let again = summary(&run(*cores.last().unwrap()));
     assert_eq!(again["digest"], v["digest"]);
     assert_eq!(again["assertions"], v["assertions"]);
+    // The kernel in the guest reads the device as the kernel on the host does.
+    xtask("guest-kernel");
+    let (_, g) = run_json(&["--kernel", "guest", "--syscall-jumps", "off", &votes(), "--", "--buggy"]);
+    assert_eq!((&g["kernel"], &g["digest"]), (&serde_json::json!("guest"), &v["digest"]), "{g}");
+    assert_eq!(g["assertions"], v["assertions"]);
     // Without the variable the program speaks to no one: the same bug goes unseen.
     let (off, w) = run_json(&["--antithesis-sdk", "off", &votes(), "--", "--buggy"]);
     assert_eq!(off.status.code(), Some(0), "{}", stderr(&off));
@@ -100,6 +96,11 @@ fn a_program_denied_its_files_is_told_which_and_how_to_give_them() {
         .unwrap()
         .iter()
         .all(|p| p.as_str().unwrap().starts_with("/usr/lib/python3.11/")));
+    // The kernel in the guest keeps the same record.
+    xtask("guest-kernel");
+    let (_, g) =
+        run_json(&["--kernel", "guest", "--syscall-jumps", "off", "/usr/bin/python3.11", "--", "-c", "print(1)"]);
+    assert_eq!((&g["digest"], &g["not_given"]), (&v["digest"], &v["not_given"]), "{g}");
     // Given what it named, the same program runs.
     let out =
         deja(&["run", "--no-probe", "--file", "/usr/lib/python3.11", "/usr/bin/python3.11", "--", "-c", "print(1)"]);
@@ -110,15 +111,12 @@ fn a_program_denied_its_files_is_told_which_and_how_to_give_them() {
 /// `Always` is the cluster's failure, named by the node.
 #[test]
 fn a_cluster_node_instrumented_with_the_sdk_fails_the_cluster_by_its_assertion() {
-    let dir = root().join("target/test-clusters");
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("antithesis-votes.toml");
-    let text = format!(
-        "seed = 1\ntime_limit_ms = 5000\n\n[[node]]\nname = \"tally\"\naddress = \"10.0.0.1\"\nbinary = \"{}\"\n\
-         args = [\"--buggy\"]\nenv = {{ ANTITHESIS_SDK_LOCAL_OUTPUT = \"/dev/antithesis-sdk.jsonl\" }}\n",
-        votes()
+    let file = temp_cluster(
+        "antithesis-votes",
+        "seed = 1\ntime_limit_ms = 5000\n\n[[node]]\nname = \"tally\"\naddress = \"10.0.0.1\"\n\
+         binary = \"GUESTS/votes\"\nargs = [\"--buggy\"]\n\
+         env = { ANTITHESIS_SDK_LOCAL_OUTPUT = \"/dev/antithesis-sdk.jsonl\" }\n",
     );
-    std::fs::write(&file, text).unwrap();
     let out = deja(&["run", "--no-probe", file.to_str().unwrap()]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(123), "{err}");

@@ -18,16 +18,6 @@ fn last_exit(n: &serde_json::Value) -> serde_json::Value {
     n["lives"].as_array().unwrap().last().unwrap()["exit"].clone()
 }
 
-/// A cluster file in a temporary directory, naming guests by absolute path.
-fn temp_cluster(name: &str, text: &str) -> PathBuf {
-    let dir = root().join("target/test-clusters");
-    std::fs::create_dir_all(&dir).unwrap();
-    let g = guests();
-    let p = dir.join(format!("{name}.toml"));
-    std::fs::write(&p, text.replace("GUESTS", &g.to_string_lossy())).unwrap();
-    p
-}
-
 #[test]
 fn echo_server_and_client_on_two_nodes() {
     let (out, r) = run_json(&[&example("echo.toml")]);

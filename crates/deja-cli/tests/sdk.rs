@@ -8,15 +8,6 @@ fn bank() -> String {
     guest("bank").to_string_lossy().into_owned()
 }
 
-fn status_of<'a>(v: &'a serde_json::Value, message: &str) -> &'a serde_json::Value {
-    v["assertions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["message"] == message)
-        .unwrap_or_else(|| panic!("{message} not in the catalog: {v}"))
-}
-
 #[test]
 fn every_assertion_kind_gets_its_status() {
     let (out, v) = run_json(&[&bank(), "--", "30"]);
@@ -39,14 +30,14 @@ fn every_assertion_kind_gets_its_status() {
     ];
     assert_eq!(v["assertions"].as_array().unwrap().len(), expect.len(), "the whole catalog, reached or not");
     for (message, kind, status) in expect {
-        let a = status_of(&v, message);
+        let a = assertion_site(&v, message);
         assert_eq!(a["kind"], kind, "{message}");
         assert_eq!(a["status"], status, "{message}: {a}");
         assert_eq!(a["bug"], false);
         assert!(a["file"].as_str().unwrap().ends_with("bank/src/main.rs"));
     }
     // A never-reached site is listed with zero hits.
-    assert_eq!(status_of(&v, "more rejections than transfers (never happens)")["hits"], 0);
+    assert_eq!(assertion_site(&v, "more rejections than transfers (never happens)")["hits"], 0);
     assert_eq!(v["setup_complete"]["details"], r#"{"accounts":3,"mode":"careful"}"#);
     assert_eq!(v["events"], 30);
 }
@@ -72,10 +63,10 @@ fn a_failing_always_is_located_and_replays_exactly() {
     let last = stderr(&again).lines().last().unwrap().to_string();
     let replayed: serde_json::Value = serde_json::from_str(&last).unwrap();
     assert_eq!(replayed["digest"], first["digest"], "the replay is the same run");
-    let a = status_of(&replayed, "balance never negative");
+    let a = assertion_site(&replayed, "balance never negative");
     assert_eq!(a["status"], "failed");
     assert_eq!(a["bug"], true);
-    assert_eq!(a["first_failure"], status_of(&first, "balance never negative")["first_failure"]);
+    assert_eq!(a["first_failure"], assertion_site(&first, "balance never negative")["first_failure"]);
     assert!(a["first_failure"]["details"].as_str().unwrap().contains("balance"));
 }
 

@@ -242,3 +242,24 @@ pub fn chromium_dom(url: &str) -> String {
     assert!(out.status.success(), "chromium failed on {url}: {:?}", out.status);
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// The assertion site with `message` in a run summary's catalog.
+pub fn assertion_site<'a>(v: &'a serde_json::Value, message: &str) -> &'a serde_json::Value {
+    v["assertions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["message"] == message)
+        .unwrap_or_else(|| panic!("{message} not in the catalog: {v}"))
+}
+
+/// A cluster file in `target/test-clusters`, with `GUESTS` in `text` naming the guests'
+/// directory by absolute path.
+pub fn temp_cluster(name: &str, text: &str) -> PathBuf {
+    let dir = root().join("target/test-clusters");
+    std::fs::create_dir_all(&dir).unwrap();
+    let g = guests();
+    let p = dir.join(format!("{name}.toml"));
+    std::fs::write(&p, text.replace("GUESTS", &g.to_string_lossy())).unwrap();
+    p
+}
