@@ -4,6 +4,7 @@
 //!   into `target/guests/`: static-PIE executables, a non-PIE (`ET_EXEC`) `hello` in `nopie/`,
 //!   a coverage-instrumented `bank` in `cov/`, and the guests in other languages: `hostchan`
 //!   (C, with the system's C compiler) and `go-goroutines` (Go, with Debian's `golang-go`).
+//!   Some are also packed as container images in `target/guests/images/` ([`images`]).
 //!   Once per checkout: `target/guests/.built-from` records what they were built from, and
 //!   they are built again only when a file under `guest/`, this program or a compiler's
 //!   version changed, or a file built is missing.
@@ -16,6 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod images;
 mod layers;
 mod modules;
 mod placement;
@@ -156,6 +158,7 @@ fn guests() -> Result<(), String> {
         &out.join("cov"),
     )?;
     foreign_guests(&out)?;
+    images::write(&out, &out.join("images"))?;
     record_built(&out, &inputs)
 }
 
@@ -169,7 +172,7 @@ const BUILT_FROM: &str = ".built-from";
 /// checkout builds them once and again only when one of these changes.
 fn guest_inputs(root: &Path) -> String {
     use std::hash::{Hash, Hasher};
-    let mut files = vec![root.join("xtask/src/main.rs")];
+    let mut files = vec![root.join("xtask/src/main.rs"), root.join("xtask/src/images.rs")];
     let mut dirs = vec![root.join("guest")];
     while let Some(dir) = dirs.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
@@ -266,6 +269,12 @@ fn foreign_guests(out: &Path) -> Result<(), String> {
             Command::new(&cc).args(["-O2"]).args(flags).arg("-o").arg(out.join(name)).arg(&store),
         )?;
     }
+    // A program that speaks the Antithesis SDKs' protocol through /usr/lib/libvoidstar.so,
+    // which it loads with dlopen: dynamically linked.
+    status(
+        "building guest/c/voidstar.c (dynamically linked)",
+        Command::new(&cc).args(["-O2", "-o"]).arg(out.join("voidstar")).arg(root.join("guest/c/voidstar.c")),
+    )?;
     // Multi-process programs: a supervisor that restarts its worker, and a server with a
     // process per connection.
     for name in ["supervisor", "forkserver"] {
@@ -300,6 +309,7 @@ fn foreign_guests(out: &Path) -> Result<(), String> {
         ("go-recover", "recover", ""),
         ("go-unix", "unixsock", ""),
         ("go-exec", "exec", ""),
+        ("go-sdkjson", "sdkjson", ""),
     ] {
         status(
             &format!("building guest/go/{dir} (Go: Debian's golang-go)"),

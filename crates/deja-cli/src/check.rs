@@ -19,7 +19,7 @@ pub struct CheckArgs {
     pub base: Option<PathBuf>,
     /// The patched program to judge, of the same kind as the base (an image or tree runs the
     /// base's command); for a cluster bug file, the nodes' patched binaries as
-    /// `NODE=PATH,NODE=PATH`, or a cluster file that names them.
+    /// `NODE=PATH,NODE=PATH`, or a cluster file (TOML or docker-compose) that names them.
     #[arg(long, value_name = "PROGRAM|IMAGE|DIR")]
     pub candidate: PathBuf,
     /// For images: the program to run instead of the base image's entrypoint.

@@ -38,7 +38,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a static program in a fresh deterministic VM, or a cluster of them (a `.toml` file).
+    /// Run a static program in a fresh deterministic VM, or a cluster of them (a `.toml` or docker-compose file).
     Run(Box<run::RunArgs>),
     /// Check /dev/kvm and measure this host's determinism hazards.
     Doctor(doctor::DoctorArgs),

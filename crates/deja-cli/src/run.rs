@@ -416,7 +416,7 @@ pub fn main(args: RunArgs, settings: &Settings) -> Exit {
 
 fn run_main(args: &RunArgs, settings: &Settings) -> Result<Exit, Failure> {
     if let (None, None, None, Some(p)) = (&args.from_snapshot, &args.image, &args.root, &args.program) {
-        if p.extension().is_some_and(|e| e == "toml") {
+        if deja_cluster::config::is_cluster_file(p) {
             if args.kernel == crate::run_args::Placement::Guest {
                 return Err(Failure::new(Exit::Usage, "--kernel guest runs one program, not a cluster, yet"));
             }

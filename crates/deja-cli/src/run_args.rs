@@ -195,8 +195,8 @@ pub struct RunArgs {
     /// PROGRAM is a path in it or a name in its PATH, and its loader and libraries come from it.
     #[arg(long, value_name = "DIR", conflicts_with = "from_snapshot")]
     pub root: Option<PathBuf>,
-    /// The x86-64 program to run (static or dynamically linked), or a cluster file (`*.toml`,
-    /// see docs/CLUSTERS.md). Under --root or --image, a path or name in the root.
+    /// The x86-64 program to run (static or dynamically linked), or a cluster file (`*.toml`, or docker-compose `*.yaml`,
+    /// see docs/CLUSTERS.md and docs/COMPOSE.md). Under --root or --image, a path or name in the root.
     #[arg(required_unless_present_any = ["from_snapshot", "image"])]
     pub program: Option<PathBuf>,
     /// Arguments for the program (after `--`).

@@ -13,6 +13,7 @@ mod blocks;
 mod check;
 mod cluster;
 mod cluster_fork;
+mod compose;
 mod conformance;
 mod contracts;
 mod cores;

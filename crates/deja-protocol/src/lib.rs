@@ -21,6 +21,7 @@
 //! | `Choice` | n (> 0) | – | – | – | an index in `0..n` (a decision) |
 //! | `ExcludePath` | path address | path length | – | – | 0 |
 //! | `FailStopIsFailure` | – | – | – | – | 0 |
+//! | `AntithesisMessage` | message address | message length | – | – | 0 |
 //!
 //! Details are UTF-8 JSON text (the SDK writes them; the monitor stores them as given, up to
 //! [`MAX_DETAILS`] bytes). A request with another protocol version, an unknown code or bad
@@ -32,6 +33,8 @@
 pub const DEJA_SYSCALL: u64 = 0xde1a;
 /// The protocol version this crate speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
+/// Longest message of the Antithesis SDKs the monitor reads (`AntithesisMessage`), in bytes.
+pub const MAX_MESSAGE: usize = 65536;
 /// Longest details or event name the monitor keeps, in bytes.
 pub const MAX_DETAILS: usize = 4096;
 /// Most catalog records the monitor accepts.
@@ -65,6 +68,10 @@ pub enum Request {
     /// A stop (non-zero exit, panic, abort) after an injected fault is a failure of this
     /// program, not a fail-stop.
     FailStopIsFailure = 9,
+    /// One message of the Antithesis SDKs, JSON as they hand it to `fuzz_json_data` (deja's
+    /// `libvoidstar.so` makes this request): served as the same message written to their local
+    /// output file is.
+    AntithesisMessage = 10,
 }
 
 impl Request {
@@ -80,6 +87,7 @@ impl Request {
             7 => Request::Choice,
             8 => Request::ExcludePath,
             9 => Request::FailStopIsFailure,
+            10 => Request::AntithesisMessage,
             _ => return None,
         })
     }
@@ -210,12 +218,12 @@ mod tests {
 
     #[test]
     fn words_round_trip() {
-        for code in 1..=9 {
+        for code in 1..=10 {
             let r = Request::from_code(code).unwrap();
             assert_eq!(split_word(r.word()), (PROTOCOL_VERSION, code));
         }
         assert!(Request::from_code(0).is_none());
-        assert!(Request::from_code(10).is_none());
+        assert!(Request::from_code(11).is_none());
     }
 
     #[test]

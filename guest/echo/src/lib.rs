@@ -71,19 +71,28 @@ impl Args {
         }
     }
 
-    /// The socket address given with `--name`; exits 2 if absent or malformed.
+    /// The socket address given with `--name` (`IP:PORT`, or `HOST:PORT` resolved as the
+    /// system resolves it, from `/etc/hosts`); exits 2 if absent, malformed or unresolved.
     pub fn addr(&self, name: &str) -> SocketAddr {
-        self.required(name)
+        let text: String = self.required(name);
+        self.resolve(name, &text)
     }
 
-    /// A comma-separated list of socket addresses given with `--name`; exits 2 if absent or
-    /// malformed.
+    /// A comma-separated list of socket addresses given with `--name`, each as [`Args::addr`]
+    /// takes it; exits 2 if absent, malformed or unresolved.
     pub fn addrs(&self, name: &str) -> Vec<SocketAddr> {
         let text: String = self.required(name);
-        text.split(',')
-            .filter(|s| !s.is_empty())
-            .map(|s| s.parse().unwrap_or_else(|_| self.error(&format!("bad address in --{name}: {s:?}"))))
-            .collect()
+        text.split(',').filter(|s| !s.is_empty()).map(|s| self.resolve(name, s)).collect()
+    }
+
+    /// `text` as an address: parsed when it is `IP:PORT` (no lookup), else resolved to its
+    /// first IPv4 address.
+    fn resolve(&self, name: &str, text: &str) -> SocketAddr {
+        if let Ok(a) = text.parse() {
+            return a;
+        }
+        let found = std::net::ToSocketAddrs::to_socket_addrs(text).ok().and_then(|mut all| all.find(SocketAddr::is_ipv4));
+        found.unwrap_or_else(|| self.error(&format!("bad address in --{name}: {text:?} (IP:PORT or HOST:PORT)")))
     }
 
     /// Prints `problem` and the usage to stderr and exits 2.

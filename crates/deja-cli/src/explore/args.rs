@@ -137,7 +137,7 @@ pub struct ExploreArgs {
     /// image's).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<String>,
-    /// The program to explore (static or dynamically linked), or a cluster file (`*.toml`).
+    /// The program to explore (static or dynamically linked), or a cluster file (`*.toml`, or docker-compose `*.yaml`).
     /// Under --root or --image, a path or name in the root.
     #[arg(required_unless_present = "image")]
     pub program: Option<PathBuf>,

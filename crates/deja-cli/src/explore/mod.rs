@@ -44,8 +44,7 @@ pub fn main(args: ExploreArgs, settings: &deja_vmm::Settings) -> Exit {
         return Exit::Usage;
     }
     let strategy = if args.strategy == "random" { Strategy::Random } else { Strategy::Coverage };
-    let cluster =
-        args.image.is_none() && args.program.as_ref().is_some_and(|p| p.extension().is_some_and(|e| e == "toml"));
+    let cluster = args.image.is_none() && args.program.as_deref().is_some_and(deja_cluster::config::is_cluster_file);
     if cluster
         && (!args.files.is_empty()
             || !args.env.is_empty()

@@ -27,6 +27,14 @@ pub enum ConfigError {
         /// What is wrong.
         source: toml::de::Error,
     },
+    /// A docker-compose file that cannot be a cluster.
+    #[snafu(display("{}: {source}", path.display()))]
+    Compose {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        source: super::compose::ComposeError,
+    },
     /// Valid TOML that describes an impossible cluster.
     #[snafu(display("{}: {source}", path.display()))]
     Invalid {

@@ -16,6 +16,17 @@ pub fn parse_ip(s: &str) -> Option<[u8; 4]> {
     Some(ip.octets())
 }
 
+/// True if `path` names a docker-compose file (`*.yaml`, `*.yml`), read by
+/// [`compose`](super::compose).
+pub fn is_compose(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "yaml" || e == "yml")
+}
+
+/// True if `path` names a cluster file: TOML (`*.toml`) or docker-compose ([`is_compose`]).
+pub fn is_cluster_file(path: &Path) -> bool {
+    is_compose(path) || path.extension().is_some_and(|e| e == "toml")
+}
+
 /// What a cluster file names on the host, for a [`NodeReader`]: a node's binary or one of its
 /// files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +52,11 @@ impl ClusterConfig {
     /// Checks the text of a cluster file that was at `path` (named in errors), whose relative
     /// paths are relative to `base`; `read` reads the binaries and files it names.
     pub fn from_text(text: &str, path: &Path, base: &Path, read: NodeReader<'_>) -> Result<ClusterConfig, ConfigError> {
-        let file: ClusterFile = toml::from_str(text).context(ParseSnafu { path })?;
+        let file: ClusterFile = if is_compose(path) {
+            super::compose::cluster_file(text).context(ComposeSnafu { path })?
+        } else {
+            toml::from_str(text).context(ParseSnafu { path })?
+        };
         let mut cfg = Self::from_file_with(file, base, read).context(InvalidSnafu { path })?;
         cfg.file_blake3 = blake3::hash(text.as_bytes()).to_hex().to_string();
         Ok(cfg)
@@ -113,6 +128,9 @@ impl ClusterConfig {
                 let data =
                     read(&n.name, HostFile::File(guest), &p).context(ReadNodeFileSnafu { node: &n.name, path: &p })?;
                 files.insert(guest.clone(), data);
+            }
+            for (guest, data) in &n.contents {
+                files.entry(guest.clone()).or_insert_with(|| data.clone());
             }
             let mut env: Vec<String> = n.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
             let mut cwd = n.cwd.clone().unwrap_or_default();

@@ -77,12 +77,13 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub mod compose;
 mod error;
 mod load;
 mod storage;
 
 pub use error::{ConfigError, InvalidCluster};
-pub use load::{parse_ip, HostFile, NodeReader};
+pub use load::{is_cluster_file, is_compose, parse_ip, HostFile, NodeReader};
 pub use storage::{CrashFile, ErrorFile, KillFile, NodeFault, StorageConfig, StorageFault, StorageFile};
 
 /// A cluster as written in the file.
@@ -350,6 +351,10 @@ pub struct NodeFile {
     /// Files to copy in: guest path → host path (relative to the cluster file).
     #[serde(default)]
     pub files: BTreeMap<String, PathBuf>,
+    /// Files given by their contents: guest path → bytes (a compose file's `/etc/hosts`). Not
+    /// written in a TOML cluster file; a file of `files` at the same path wins.
+    #[serde(skip)]
+    pub contents: BTreeMap<String, Vec<u8>>,
     /// The starting working directory (an absolute guest path; default `/`), in every life.
     #[serde(default)]
     pub cwd: Option<String>,

@@ -137,7 +137,7 @@ pub fn candidate_nodes(spec: &str, base: &ClusterTarget) -> Candidate {
             known: base.cfg.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", "),
         })
     };
-    if spec.ends_with(".toml") {
+    if deja_cluster::config::is_cluster_file(Path::new(spec)) {
         let cfg = deja_cluster::ClusterConfig::load(Path::new(spec)).map_err(Arc::new).context(FileSnafu)?;
         for n in &cfg.nodes {
             node_of(&n.name)?;

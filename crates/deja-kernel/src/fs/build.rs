@@ -139,11 +139,14 @@ impl Fs {
         ] {
             fs.place(p, kind, mode, false, true);
         }
-        // The Antithesis SDKs' output: a device, never durable, replacing what the path named.
+        // The Antithesis SDKs' output: a device, never durable, replacing what the path named;
+        // and deja's libvoidstar.so, which the SDKs that can load a library use instead.
         if let Some(Ok((norm, _))) = inputs.sdk_output.map(|p| crate::fs::normalize("/", p.as_bytes())) {
             if norm != "/" && !fs.lookup_abs(&norm).and_then(|id| fs.get(id)).is_some_and(Inode::is_dir) {
                 fs.place(&norm, Kind::MemDev(SDK_OUTPUT_MINOR), 0o666, false, false);
             }
+            let lib = crate::record::voidstar::image();
+            fs.place(crate::record::voidstar::PATH, Kind::Static(Arc::from(lib)), 0o755, false, true);
         }
         let list = crate::host::cpuid::cpu_list(cpus);
         for (p, text) in [

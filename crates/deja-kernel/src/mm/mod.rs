@@ -12,5 +12,6 @@
 pub(crate) mod elf;
 pub(crate) mod mappings;
 pub mod mem;
+pub(crate) mod shared_object;
 pub(crate) mod stack;
 pub mod user_layout;

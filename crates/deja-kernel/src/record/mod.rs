@@ -23,6 +23,7 @@ pub mod not_found;
 pub(crate) mod oracle;
 pub(crate) mod tail;
 pub mod trace;
+pub mod voidstar;
 use crate::Stream;
 
 /// What the run has done so far, as the report and the trace digest tell it.

@@ -4,7 +4,8 @@
 
 use crate::prelude::*;
 use deja_protocol::{
-    split_word, AssertKind, Request, SiteRecord, MAX_DETAILS, MAX_SITES, MAX_TEXT, PROTOCOL_VERSION, SITE_RECORD_SIZE,
+    split_word, AssertKind, Request, SiteRecord, MAX_DETAILS, MAX_MESSAGE, MAX_SITES, MAX_TEXT, PROTOCOL_VERSION,
+    SITE_RECORD_SIZE,
 };
 
 use crate::abi::errno::{EFAULT, EINVAL};
@@ -67,6 +68,14 @@ impl Kernel {
             }
             Request::FailStopIsFailure => {
                 self.faults.fail_stop_is_failure = true;
+                Ok(0)
+            }
+            Request::AntithesisMessage => {
+                if a[2] == 0 || a[2] > MAX_MESSAGE as u64 {
+                    return Err(EINVAL.into());
+                }
+                let message = self.guest_text(mem, a[1], a[2], MAX_MESSAGE)?;
+                self.sdk_messages(message.as_bytes());
                 Ok(0)
             }
         }

@@ -113,3 +113,42 @@ fn a_state_saved_before_the_lookups_part_existed_restores_with_none() {
     bad[n - 2] = 1;
     assert!(Kernel::restore(&bad).is_err());
 }
+
+#[test]
+fn libvoidstars_requests_are_the_lines_and_the_library_is_placed_with_the_device() {
+    use deja_protocol::Request;
+    let (mut k, _, mut m) = boot_spec(with_output(DEVICE));
+    let buf = scratch(&mut k, &mut m, 0x10000);
+    // The library is a file like any other, where the SDKs look for it.
+    let lib = path(&k, &mut m, buf, crate::record::voidstar::PATH);
+    let fd = sc(&mut k, &mut m, "openat", &[AT_FDCWD, lib, 0, 0]);
+    assert!(fd >= 0, "{fd}");
+    assert_eq!(sc(&mut k, &mut m, "read", &[fd as u64, buf + 0x1000, 4]), 4);
+    assert_eq!(peek(&k, &mut m, buf + 0x1000, 4), b"\x7fELF");
+    // fuzz_json_data(message, len): one message, as one line of the file is.
+    for msg in [CATALOG, FAILED] {
+        poke(&k, &mut m, buf + 0x2000, msg.as_bytes());
+        assert_eq!(
+            super::deja_syscall::deja(&mut k, &mut m, Request::AntithesisMessage, &[buf + 0x2000, msg.len() as u64]),
+            0
+        );
+    }
+    // Nothing, or more than a message may be: refused, and counted.
+    assert_eq!(super::deja_syscall::deja(&mut k, &mut m, Request::AntithesisMessage, &[buf + 0x2000, 0]), EINVAL);
+    let huge = deja_protocol::MAX_MESSAGE as u64 + 1;
+    assert_eq!(super::deja_syscall::deja(&mut k, &mut m, Request::AntithesisMessage, &[buf + 0x2000, huge]), EINVAL);
+    // fuzz_get_random: a decision.
+    let before = k.decisions().len();
+    super::deja_syscall::deja(&mut k, &mut m, Request::Random, &[]);
+    assert_eq!(k.decisions().len(), before + 1);
+    let r = k.finish(&m, ExitStatus::Exited { code: 0 });
+    assert_eq!(r.assertions.len(), 1);
+    assert!(r.assertions[0].bug);
+    assert_eq!(r.assertions[0].first_failure.as_ref().map(|c| c.details.as_str()), Some(r#"{"x":1}"#));
+    assert_eq!(r.protocol_errors, 2);
+    // Without the variable: no library either.
+    let (mut k, _, mut m) = boot();
+    let buf = scratch(&mut k, &mut m, 0x1000);
+    let lib = path(&k, &mut m, buf, crate::record::voidstar::PATH);
+    assert_eq!(sc(&mut k, &mut m, "openat", &[AT_FDCWD, lib, 0, 0]), ENOENT);
+}

@@ -39,13 +39,11 @@ use crate::prelude::*;
 use once_cell::race::OnceBox;
 
 use iced_x86::code_asm::*;
-use object::elf;
-use object::write::elf::{FileHeader, ProgramHeader, Sym, Verdef, Writer};
-use object::Endianness;
 
 use serde::{Deserialize, Serialize};
 
 use crate::mm::mappings::{Mappings, Vma, VmaKind};
+use crate::mm::shared_object::{self, Assembled, BuildError, Layout};
 use crate::mm::user_layout::MMAP_TOP;
 use crate::persist::{ensure, RestoreError};
 use crate::{MemError, Memory, Prot, PAGE_SIZE};
@@ -203,20 +201,6 @@ const EXPORTS: [(&str, &str); 5] = [
     ("__vdso_getcpu", "getcpu"),
     ("__vdso_clock_getres", "clock_getres"),
 ];
-
-/// Why the image could not be built (a bug in this module, never the program's doing): the
-/// assembler's or the ELF writer's message. Not an `Error` itself, so that every error with a
-/// message converts into it with `?` (iced-x86's errors are `Error`s only when it has `std`).
-struct BuildError(String);
-
-impl<E: core::fmt::Display> From<E> for BuildError {
-    fn from(e: E) -> Self {
-        BuildError(e.to_string())
-    }
-}
-
-/// Machine code and, per export, its start and length relative to the image.
-type Assembled = (Vec<u8>, Vec<(u64, u64)>);
 
 /// The code, assembled for `text` (its address relative to the image), and where each export
 /// starts and ends (relative to the image).
@@ -380,151 +364,18 @@ fn assemble(text: u64) -> Result<Assembled, BuildError> {
 const HASH_BUCKETS: u32 = 5;
 
 fn build() -> Result<Image, BuildError> {
-    // Symbols: null, then per export the global `__vdso_` name and the weak plain name.
-    let names: Vec<(&str, bool)> = EXPORTS.iter().flat_map(|&(vdso, plain)| [(vdso, true), (plain, false)]).collect();
-    let mut out = Vec::new();
-    let mut w = Writer::new(Endianness::Little, true, &mut out);
-    // Phase one: reserve every range, in file order.
-    w.reserve_file_header();
-    w.reserve_program_headers(2);
-    let soname = w.add_dynamic_string(b"linux-vdso.so.1");
-    let version = w.add_dynamic_string(b"LINUX_2.6");
-    let name_ids: Vec<_> = names.iter().map(|(n, _)| w.add_dynamic_string(n.as_bytes())).collect();
-    w.reserve_null_dynamic_symbol_index();
-    for _ in &names {
-        w.reserve_dynamic_symbol_index();
-    }
-    let symbol_count = names.len() as u32 + 1;
-    let hash_off = w.reserve_hash(HASH_BUCKETS, symbol_count);
-    let dynsym_off = w.reserve_dynsym();
-    let dynstr_off = w.reserve_dynstr()?;
-    let versym_off = w.reserve_gnu_versym();
-    let verdef_off = w.reserve_gnu_verdef(2, 2);
-    const DYNAMIC: usize = 10;
-    let dynamic_off = w.reserve_dynamic(DYNAMIC);
-    let text_off = w.reserve(0, 16);
-    let (code, spans) = assemble(text_off)?;
-    w.reserve(code.len() as u64, 1);
-    let _ = w.reserve_null_section_index();
-    let _ = w.reserve_hash_section_index();
-    let _ = w.reserve_dynsym_section_index();
-    let _ = w.reserve_dynstr_section_index();
-    let _ = w.reserve_gnu_versym_section_index();
-    let _ = w.reserve_gnu_verdef_section_index();
-    let _ = w.reserve_dynamic_section_index();
-    let text_name = w.add_section_name(b".text");
-    let text_idx = w.reserve_section_index();
-    let _ = w.reserve_shstrtab_section_index();
-    w.reserve_shstrtab()?;
-    w.reserve_section_headers();
-    let len = w.reserved_len();
-
-    // Phase two: write in the same order.
-    w.write_file_header(&FileHeader {
-        os_abi: elf::ELFOSABI_NONE,
-        abi_version: 0,
-        e_type: elf::ET_DYN,
-        e_machine: elf::EM_X86_64,
-        e_entry: 0,
-        e_flags: Default::default(),
-    })?;
-    w.write_align_program_headers();
-    w.write_program_header(&ProgramHeader {
-        p_type: elf::PT_LOAD,
-        p_flags: elf::PF_R | elf::PF_X,
-        p_offset: 0,
-        p_vaddr: 0,
-        p_paddr: 0,
-        p_filesz: len,
-        p_memsz: len,
-        p_align: PAGE_SIZE,
-    });
-    let dynamic_len = (DYNAMIC * 16) as u64;
-    w.write_program_header(&ProgramHeader {
-        p_type: elf::PT_DYNAMIC,
-        p_flags: elf::PF_R,
-        p_offset: dynamic_off,
-        p_vaddr: dynamic_off,
-        p_paddr: dynamic_off,
-        p_filesz: dynamic_len,
-        p_memsz: dynamic_len,
-        p_align: 8,
-    });
-    let hashes: Vec<u32> = names.iter().map(|(n, _)| elf::hash(n.as_bytes())).collect();
-    w.write_hash(HASH_BUCKETS, symbol_count, |i| if i == 0 { None } else { hashes.get(i as usize - 1).copied() });
-    w.write_null_dynamic_symbol();
-    for (i, (_, global)) in names.iter().enumerate() {
-        let (start, size) = spans[i / 2];
-        let bind = if *global { elf::STB_GLOBAL } else { elf::STB_WEAK };
-        w.write_dynamic_symbol(&Sym {
-            section: Some(text_idx.0),
-            st_name: w.dynamic_string_offset(Some(name_ids[i])),
-            st_info: elf::SymbolInfo::new(bind, elf::STT_FUNC),
-            st_other: Default::default(),
-            st_shndx: Default::default(),
-            st_value: start,
-            st_size: size,
-        });
-    }
-    w.write_dynstr();
-    w.write_null_gnu_versym();
-    for _ in &names {
-        w.write_gnu_versym(elf::VersionIndex(2).versym(false));
-    }
-    w.write_align_gnu_verdef();
-    w.write_gnu_verdef(&Verdef {
-        version: elf::VER_DEF_CURRENT,
-        flags: elf::VER_FLG_BASE,
-        index: elf::VersionIndex(1),
-        aux_count: 1,
-        name: w.dynamic_string_offset(Some(soname)),
-        hash: elf::hash(b"linux-vdso.so.1"),
-    });
-    w.write_gnu_verdef(&Verdef {
-        version: elf::VER_DEF_CURRENT,
-        flags: Default::default(),
-        index: elf::VersionIndex(2),
-        aux_count: 1,
-        name: w.dynamic_string_offset(Some(version)),
-        hash: elf::hash(b"LINUX_2.6"),
-    });
-    w.write_align_dynamic();
-    w.write_dynamic(elf::DT_HASH, hash_off)?;
-    w.write_dynamic(elf::DT_STRTAB, dynstr_off)?;
-    w.write_dynamic(elf::DT_SYMTAB, dynsym_off)?;
-    w.write_dynamic(elf::DT_STRSZ, w.dynstr_len() as u64)?;
-    w.write_dynamic(elf::DT_SYMENT, 24)?;
-    w.write_dynamic_string(elf::DT_SONAME, soname)?;
-    w.write_dynamic(elf::DT_VERSYM, versym_off)?;
-    w.write_dynamic(elf::DT_VERDEF, verdef_off)?;
-    w.write_dynamic(elf::DT_VERDEFNUM, 2)?;
-    w.write_dynamic(elf::DT_NULL, 0)?;
-    w.write_align(16);
-    w.write(&code);
-    w.write_shstrtab();
-    w.write_null_section_header();
-    w.write_hash_section_header(hash_off);
-    w.write_dynsym_section_header(dynsym_off, 1);
-    w.write_dynstr_section_header(dynstr_off);
-    w.write_gnu_versym_section_header(versym_off);
-    w.write_gnu_verdef_section_header(verdef_off);
-    w.write_dynamic_section_header(dynamic_off);
-    w.write_section_header(&object::write::elf::SectionHeader {
-        sh_name: w.section_name_offset(Some(text_name)),
-        sh_type: elf::SHT_PROGBITS,
-        sh_flags: elf::SHF_ALLOC | elf::SHF_EXECINSTR,
-        sh_addr: text_off,
-        sh_offset: text_off,
-        sh_size: code.len() as u64,
-        sh_link: 0,
-        sh_info: 0,
-        sh_addralign: 16,
-        sh_entsize: 0,
-    });
-    w.write_shstrtab_section_header();
-    debug_assert_eq!(w.len(), len);
+    // Symbols: per export the global `__vdso_` name and the weak plain name.
+    let symbols: Vec<(&str, bool, usize)> =
+        EXPORTS.iter().enumerate().flat_map(|(i, &(vdso, plain))| [(vdso, true, i), (plain, false, i)]).collect();
+    let layout = Layout {
+        soname: "linux-vdso.so.1",
+        version: Some("LINUX_2.6"),
+        symbols: &symbols,
+        buckets: HASH_BUCKETS,
+        gnu_stack: false,
+    };
+    let (bytes, spans) = shared_object::write(&layout, assemble)?;
     let functions =
         EXPORTS.iter().zip(&spans).map(|(&(name, _), &(offset, len))| Function { name, offset, len }).collect();
-    drop(w);
-    Ok(Image { bytes: out, functions })
+    Ok(Image { bytes, functions })
 }

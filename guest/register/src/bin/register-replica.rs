@@ -1,6 +1,6 @@
 //! One replica of the replicated register (see the crate docs for the wire protocol).
 //!
-//! `register-replica --id I --listen IP:PORT --peers IP:PORT,... --variant fixed|buggy
+//! `register-replica --id I --listen HOST:PORT --peers HOST:PORT,... --variant fixed|buggy
 //! [--run-for-ms MS] [--drop-peers-between-ms A,B]`
 //!
 //! `--peers` lists the other replicas (the replica's own `--listen` address may be in the list;
@@ -52,7 +52,7 @@ use deja_sdk::{assert_reachable, lifecycle};
 use deja_sdk::serde_json::json;
 use register::{decode_log, encode_log, values_csv, Args, Entry};
 
-const USAGE: &str = "register-replica --id I --listen IP:PORT --peers IP:PORT,... --variant fixed|buggy \
+const USAGE: &str = "register-replica --id I --listen HOST:PORT --peers HOST:PORT,... --variant fixed|buggy \
                      [--run-for-ms MS] [--drop-peers-between-ms A,B]";
 const EXIT_SOCKET: i32 = 6;
 
@@ -410,7 +410,7 @@ fn main() {
 pub(crate) fn run(patched: bool) {
     let args = Args::parse(USAGE, &["id", "listen", "peers", "variant", "run-for-ms", "drop-peers-between-ms"]);
     let id: u64 = args.required("id");
-    let me: SocketAddr = args.required("listen");
+    let me: SocketAddr = args.addr("listen");
     let peers: Vec<SocketAddr> = args.addrs("peers").into_iter().filter(|p| *p != me).collect();
     let buggy = match args.raw("variant") {
         Some("fixed") => false,

@@ -1,0 +1,3 @@
+module deja.example/sdkjson
+
+go 1.19
