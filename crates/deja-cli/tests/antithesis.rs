@@ -229,3 +229,74 @@ fn a_go_program_without_cgo_speaks_the_json_fallback_and_its_failing_always_is_a
     assert!(details["balance"].as_i64().unwrap() < 0, "{details}");
     assert_eq!(summary(&run(*cores.last().unwrap()))["digest"], b["digest"]);
 }
+
+/// The Antithesis Python SDK as PyPI ships it (`antithesis` 0.4.0, pure Python) in Debian's
+/// Python: it loads deja's `libvoidstar.so` through `ctypes` (whose own library, libffi, the run
+/// declares), its assertions join the report, its `get_random` draws are decisions, and explore
+/// finds its failing `Always` and the bug replays.
+#[test]
+fn the_python_sdk_from_pypi_speaks_through_libvoidstar_in_debians_python() {
+    needs(
+        &["/usr/bin/python3.11", "/usr/lib/python3.11/os.py", "/usr/lib/python3/dist-packages/pip"],
+        "python3.11 python3-pip",
+    );
+    let downloads = root().join("target/pypi");
+    let site = downloads.join("antithesis-0.4.0");
+    if !site.join("antithesis/assertions.py").exists() {
+        let python = |args: &[&str]| {
+            let o = std::process::Command::new("/usr/bin/python3.11").args(args).output().expect("python3.11");
+            assert!(o.status.success(), "python3.11 {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        };
+        let d = downloads.to_string_lossy().into_owned();
+        python(&["-m", "pip", "download", "--quiet", "--no-deps", "antithesis==0.4.0", "-d", &d]);
+        let wheel = downloads.join("antithesis-0.4.0-py3-none-any.whl");
+        python(&["-m", "zipfile", "-e", &wheel.to_string_lossy(), &site.to_string_lossy()]);
+    }
+    let program = root().join("crates/deja-cli/tests/data/antithesis_sdk_program.py");
+    let site_file = format!("{}:/site", site.display());
+    let program_file = format!("{}:/prog.py", program.display());
+    // The arguments of a run of the program with `extra`, libffi declared or not.
+    let run_with = |ffi: bool, extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = ["--file", "/usr/lib/python3.11", "--file", &site_file, "--file", &program_file]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        if ffi {
+            a.extend(["--file".to_string(), "/lib/x86_64-linux-gnu/libffi.so.8".to_string()]);
+        }
+        a.extend(["--env", "PYTHONPATH=/site", "/usr/bin/python3.11", "--", "/prog.py"].map(String::from));
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let run = |extra: &[&str]| run_with(true, extra);
+    // Without ctypes' own library, Python says so in its words and the summary names the file.
+    let mut no_ffi = vec!["run".to_string(), "--no-probe".to_string()];
+    no_ffi.extend(run_with(false, &[]));
+    let no_ffi = deja(&no_ffi.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(stderr(&no_ffi).contains("libffi.so.8: cannot open shared object file"), "{}", stderr(&no_ffi));
+    assert!(stderr(&no_ffi).contains(": --file /lib/x86_64-linux-gnu/libffi.so.8\n"), "{}", stderr(&no_ffi));
+    let args = run(&[]);
+    let (out, v) = run_json(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(v["syscall_counts"]["deja"].as_u64().unwrap() >= 8, "through the library: {}", v["syscall_counts"]);
+    assert_eq!(v["decisions"], 3, "the three get_random draws");
+    let total = assertion_site(&v, "the total stays under twelve");
+    assert_eq!((total["status"].as_str(), total["file"].as_str()), (Some("passed"), Some("/prog.py")), "{total}");
+    assert_eq!(assertion_site(&v, "the program ends")["status"], "reached");
+    assert_eq!(v["setup_complete"]["details"], r#"{"stage":"start"}"#);
+    assert_eq!(v["protocol_errors"], 0);
+    // Its failing Always is a bug that explore finds and replay reproduces.
+    let out_dir = std::env::temp_dir().join(format!("deja-python-sdk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out_dir);
+    let mut explore = vec!["explore".to_string(), "--quiet".into(), "--runs".into(), "2".into(), "--out".into()];
+    explore.push(out_dir.to_string_lossy().into_owned());
+    explore.extend(run(&["--buggy"]));
+    let o = deja(&explore.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let bug = bug_file(&out_dir);
+    assert!(std::fs::read_to_string(&bug).unwrap().contains("the buggy path holds"));
+    let r = deja(&["replay", &bug.to_string_lossy()]);
+    assert_eq!(r.status.code(), Some(1), "{}", stderr(&r));
+    assert!(stderr(&r).contains("reproduced bug"), "{}", stderr(&r));
+    let _ = std::fs::remove_dir_all(&out_dir);
+}

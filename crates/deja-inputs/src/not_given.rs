@@ -24,16 +24,20 @@ const GIVEN_DEPTH: usize = 3;
 
 /// What the host has of `not_found`. Each path looked for is given through its ancestor
 /// [`GIVEN_DEPTH`] levels down (the path itself when shallower), or through its missing
-/// component when that is deeper; `host(path)` says whether the host has `path`. Paths the
-/// host lacks are not listed; each host path is listed once, the most looked-for first (in
-/// the order first looked for among equals).
+/// component when that is deeper, and a shared library alone; `host(path)` says whether the
+/// host has `path`. Paths the host lacks are not listed (nor given through a directory it
+/// has); each host path is listed once, the most looked-for first, shared libraries first among
+/// equals, then in the order first looked for.
 pub fn on_host(not_found: &[NotFound], host: impl Fn(&str) -> bool) -> Vec<NotGiven> {
     let mut out: Vec<NotGiven> = Vec::new();
     for n in not_found {
         let floor = depth(&n.missing).max(1);
         for p in &n.paths {
-            let given = ancestor(p, depth(p).min(GIVEN_DEPTH).max(floor));
-            if !host(given) {
+            // A shared library is given alone (the loader looks for it in directories as large
+            // as /usr/lib/x86_64-linux-gnu); a package's other files through its directory.
+            let given = if shared_library(p) { p.as_str() } else { ancestor(p, depth(p).min(GIVEN_DEPTH).max(floor)) };
+            // Only what the host has: giving the directory would not give the rest.
+            if !host(p) || !host(given) {
                 continue;
             }
             match out.iter_mut().find(|g| g.path == given) {
@@ -46,14 +50,21 @@ pub fn on_host(not_found: &[NotFound], host: impl Fn(&str) -> bool) -> Vec<NotGi
             }
         }
     }
-    // What the program looked for most first (a standard library before a locale file).
-    out.sort_by_key(|g| core::cmp::Reverse(g.looked_for.len()));
+    // What the program looked for most first (a standard library before a locale file), and
+    // among equals a shared library (a loader that does not find one fails) before the rest.
+    out.sort_by_key(|g| (core::cmp::Reverse(g.looked_for.len()), !shared_library(&g.path)));
     out
 }
 
 /// [`on_host`] against this host's file system (symlinks followed).
 pub fn on_this_host(not_found: &[NotFound]) -> Vec<NotGiven> {
     on_host(not_found, |p| std::path::Path::new(p).exists())
+}
+
+/// True if `p` names a shared library (`libffi.so.8`, `libc.so`).
+fn shared_library(p: &str) -> bool {
+    let name = p.rsplit('/').next().unwrap_or_default();
+    name.ends_with(".so") || name.contains(".so.")
 }
 
 /// Components of an absolute path.
@@ -78,7 +89,17 @@ mod tests {
     }
 
     fn fake(p: &str) -> bool {
-        matches!(p, "/usr/lib/python3.11" | "/usr/lib/locale" | "/etc/hostname" | "/opt/app/conf/deep")
+        matches!(
+            p,
+            "/usr/lib/python3.11"
+                | "/usr/lib/python3.11/os.py"
+                | "/usr/lib/python3.11/encodings"
+                | "/usr/lib/locale"
+                | "/usr/lib/locale/locale-archive"
+                | "/etc/hostname"
+                | "/opt/app/conf/deep"
+                | "/opt/app/conf/deep/x"
+        )
     }
 
     #[test]
@@ -103,6 +124,24 @@ mod tests {
                 ("--file /opt/app/conf/deep", 1),
             ]
         );
+    }
+
+    #[test]
+    fn a_shared_library_is_given_alone_and_only_where_the_host_has_it() {
+        let host = |p: &str| matches!(p, "/usr/lib/x86_64-linux-gnu" | "/usr/lib/x86_64-linux-gnu/libffi.so.8");
+        let got = on_host(
+            &[nf(
+                "/usr/lib/x86_64-linux-gnu",
+                &[
+                    "/usr/lib/x86_64-linux-gnu/glibc-hwcaps/x86-64-v3/libffi.so.8",
+                    "/usr/lib/x86_64-linux-gnu/libffi.so.8",
+                ],
+            )],
+            host,
+        );
+        let given: Vec<&str> = got.iter().map(|g| g.provide.as_str()).collect();
+        assert_eq!(given, ["--file /usr/lib/x86_64-linux-gnu/libffi.so.8"]);
+        assert!(shared_library("/lib/libc.so") && !shared_library("/usr/lib/python3.11/os.py"));
     }
 
     #[test]

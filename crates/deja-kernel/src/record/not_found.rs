@@ -14,9 +14,12 @@ use serde::{Deserialize, Serialize};
 use crate::persist::{ensure, Persist, RestoreError};
 
 /// Most missing paths kept (by their first missing component); later ones are counted.
-pub const MAX_NOT_FOUND: usize = 32;
+pub const MAX_NOT_FOUND: usize = 256;
 /// Most paths kept for each missing component (the first ones looked for through it).
 pub const MAX_PATHS: usize = 8;
+/// Most bytes of paths kept in all (a program that looks for many long paths cannot make the
+/// record, which every snapshot saves, large); past it, lookups are counted only.
+pub const MAX_BYTES: usize = 64 << 10;
 
 /// A path the run's file system lacks and the program looked for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,12 +44,15 @@ pub(crate) struct Lookups {
 impl Lookups {
     /// Notes that looking up `path` failed at its missing component `missing`.
     pub(crate) fn note(&mut self, path: &str, missing: &str) {
+        let kept: usize =
+            self.not_found.iter().map(|n| n.missing.len() + n.paths.iter().map(String::len).sum::<usize>()).sum();
+        let room = |extra: usize| kept + extra <= MAX_BYTES;
         if let Some(n) = self.not_found.iter_mut().find(|n| n.missing == missing) {
             n.lookups = n.lookups.saturating_add(1);
-            if n.paths.len() < MAX_PATHS && !n.paths.iter().any(|p| p == path) {
+            if n.paths.len() < MAX_PATHS && room(path.len()) && !n.paths.iter().any(|p| p == path) {
                 n.paths.push(path.into());
             }
-        } else if self.not_found.len() < MAX_NOT_FOUND {
+        } else if self.not_found.len() < MAX_NOT_FOUND && room(missing.len() + path.len()) {
             self.not_found.push(NotFound { missing: missing.into(), paths: vec![path.into()], lookups: 1 });
         } else {
             self.dropped = self.dropped.saturating_add(1);
@@ -86,6 +92,15 @@ mod tests {
             l.note(&format!("/x{i}"), &format!("/x{i}"));
         }
         assert_eq!((l.not_found.len(), l.dropped), (MAX_NOT_FOUND, 2));
+        // Long paths fill the byte budget first: past it, lookups are only counted.
+        let mut long = Lookups::default();
+        let name = "/".to_string() + &"x".repeat(4000);
+        for i in 0..64 {
+            long.note(&format!("{name}{i}"), &format!("{name}{i}"));
+        }
+        let kept: usize = long.not_found.iter().map(|n| n.missing.len() + n.paths[0].len()).sum();
+        assert!(kept <= MAX_BYTES && long.not_found.len() == 8, "{} kept", long.not_found.len());
+        assert_eq!(long.dropped, 56);
         let mut bad = Lookups::default();
         bad.note("/a/b", "/c");
         assert!(bad.validate(&()).is_err());
