@@ -41,7 +41,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 48] = [
+const GUESTS: [&str; 49] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -90,6 +90,7 @@ const GUESTS: [&str; 48] = [
     "spawner",
     "batchdb",
     "votes",
+    "climb",
 ];
 
 /// Flags every guest is built with: a static executable.

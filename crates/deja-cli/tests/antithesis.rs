@@ -18,6 +18,7 @@ fn the_sdks_assertions_setup_and_events_join_the_report() {
         ("the last voter votes", "sometimes", "satisfied"),
         ("nobody votes", "sometimes", "unsatisfied"),
         ("the tally ends", "reachable", "reached"),
+        ("the voters outnumber the votes", "always", "passed"),
         // Never reached: listed from the SDK's catalog entry.
         ("a vote is refused", "unreachable", "passed"),
     ];
@@ -25,13 +26,15 @@ fn the_sdks_assertions_setup_and_events_join_the_report() {
     for (message, kind, status) in expect {
         let a = assertion_site(&v, message);
         assert_eq!((a["kind"].as_str(), a["status"].as_str()), (Some(kind), Some(status)), "{a}");
-        assert_eq!(a["file"], "votes/src/main.rs", "{a}");
+        assert_eq!(a["file"], "votes/src/bin/votes.rs", "{a}");
         assert!(a["line"].as_u64().unwrap() > 10, "{a}");
     }
     assert_eq!(assertion_site(&v, "a vote is refused")["hits"], 0);
     assert_eq!(v["assertion_failed"], false);
     assert_eq!(v["setup_complete"]["details"], r#"{"voters":3}"#);
-    assert_eq!(v["events"], 1, "the SDK's own version message is not an event: {v}");
+    // The tally's event and the numeric assertion's guidepost; the SDK's own version message
+    // is not an event.
+    assert_eq!(v["events"], 2, "{v}");
     assert_eq!(v["protocol_errors"], 0);
 }
 
@@ -299,4 +302,40 @@ fn the_python_sdk_from_pypi_speaks_through_libvoidstar_in_debians_python() {
     assert_eq!(r.status.code(), Some(1), "{}", stderr(&r));
     assert!(stderr(&r).contains("reproduced bug"), "{}", stderr(&r));
     let _ = std::fs::remove_dir_all(&out_dir);
+}
+
+/// The SDK's guidance steers exploration: `climb`'s numeric assertion fails in about one run
+/// in 4,800 by chance, and its guidepost (the sum against 50) keeps each round that comes
+/// closer in the corpus, so the campaign climbs to it.
+#[test]
+fn explore_follows_the_sdks_guideposts_to_a_rare_failure() {
+    let out = std::env::temp_dir().join(format!("deja-climb-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let climb = guest("climb").to_string_lossy().into_owned();
+    let o = deja(&[
+        "explore",
+        "--quiet",
+        "--mode",
+        "random",
+        "--runs",
+        "1500",
+        "--stop-at-first-bug",
+        "--jobs",
+        "1",
+        "--seed",
+        "1",
+        "--out",
+        &out.to_string_lossy(),
+        &climb,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let report = campaign_report(&out);
+    // The corpus holds the rounds that reached new guidepost levels: nothing else of the run
+    // differs with the digits.
+    assert!(report["corpus_size"].as_u64().unwrap() >= 3, "{}", report["corpus_size"]);
+    let bug: serde_json::Value = serde_json::from_slice(&std::fs::read(bug_file(&out)).unwrap()).unwrap();
+    assert!(bug["signature"].as_str().unwrap().contains("the digits sum below fifty"), "{}", bug["signature"]);
+    let digits: u64 = bug["decisions"].as_array().unwrap().iter().map(|d| d["choice"].as_u64().unwrap() % 10).sum();
+    assert!(digits >= 50, "the bug's six draws sum to {digits}");
+    let _ = std::fs::remove_dir_all(&out);
 }

@@ -177,6 +177,51 @@ fn semantic_edges(report: &RunReport, first_life: bool, out: &mut BTreeMap<u64, 
     }
 }
 
+/// Adds the edges of the Antithesis SDKs' guideposts (the `antithesis_guidance` events): a
+/// numeric guidepost's progress (`left - right` when it maximizes, `right - left` when it
+/// minimizes) by sign and order of magnitude, a boolean one's count of the booleans it wants
+/// (true when it maximizes, false when it does not). A run that takes a guidepost to a level no
+/// run reached shows new behaviour and joins the corpus, so rounds climb toward what the
+/// guidepost names (a value that makes its assertion fail) a level at a time.
+pub(crate) fn guidance_edges(events: &[deja_kernel::EventRecord], out: &mut BTreeMap<u64, Option<u64>>) {
+    for e in events.iter().filter(|e| e.name == deja_kernel::record::antithesis::GUIDANCE_EVENT) {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&e.details) else { continue };
+        let id = v["id"].as_str().or(v["message"].as_str()).unwrap_or_default();
+        let maximize = v["maximize"].as_bool().unwrap_or(true);
+        let data = &v["guidance_data"];
+        let level = match v["guidance_type"].as_str() {
+            Some("numeric") => {
+                let (Some(left), Some(right)) = (data["left"].as_f64(), data["right"].as_f64()) else { continue };
+                magnitude(if maximize { left - right } else { right - left })
+            }
+            Some("boolean") => {
+                let Some(m) = data.as_object() else { continue };
+                m.values().filter(|b| b.as_bool() == Some(maximize)).count() as i64
+            }
+            _ => continue,
+        };
+        // FNV-1a over the guidepost and its level.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in b"guidance\0".iter().chain(id.as_bytes()).chain(&level.to_le_bytes()) {
+            h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        out.entry(h).or_insert(None);
+    }
+}
+
+/// `g`'s sign times the bits of its magnitude: 0 for 0, ±1 for up to 1, ±2 up to 3, ±3 up to 7...
+fn magnitude(g: f64) -> i64 {
+    if !g.is_finite() {
+        return 0;
+    }
+    let m = (g.abs() + 1.0).log2().ceil() as i64;
+    if g < 0.0 {
+        -m
+    } else {
+        m
+    }
+}
+
 /// Turns the lives of a run that printed `stdout` into an outcome.
 pub fn outcome(lives: Vec<Incarnation>, stdout: &[u8]) -> Outcome {
     let digest = deja_vmm::lives_digest(&lives);
@@ -185,6 +230,7 @@ pub fn outcome(lives: Vec<Incarnation>, stdout: &[u8]) -> Outcome {
     let mut semantic = BTreeMap::new();
     for (i, l) in lives.iter().enumerate() {
         semantic_edges(&l.run.report, i == 0, &mut semantic);
+        guidance_edges(&l.run.report.events, &mut semantic);
     }
     semantic.insert(0x5eed_0000 + lives.len() as u64, None);
     crate::features::program_features(&lives, stdout, &mut semantic);
@@ -558,6 +604,47 @@ impl BugFile {
 mod tests {
     use super::*;
     use crate::signature::older_id;
+
+    fn guidance(kind: &str, maximize: bool, data: &str) -> deja_kernel::EventRecord {
+        deja_kernel::EventRecord {
+            name: deja_kernel::record::antithesis::GUIDANCE_EVENT.into(),
+            details: format!(
+                r#"{{"guidance_type":"{kind}","message":"g","id":"g","maximize":{maximize},"guidance_data":{data},"hit":true}}"#
+            ),
+            syscall_index: 0,
+            virtual_time_ns: 0,
+            durable_writes: 0,
+        }
+    }
+
+    fn edges(events: &[deja_kernel::EventRecord]) -> BTreeMap<u64, Option<u64>> {
+        let mut out = BTreeMap::new();
+        guidance_edges(events, &mut out);
+        out
+    }
+
+    #[test]
+    fn a_guidepost_is_an_edge_per_level_of_progress() {
+        // assert_always_greater_than!(balance, 0): minimizes balance - 0.
+        let at = |balance: i64| edges(&[guidance("numeric", false, &format!(r#"{{"left":{balance},"right":0}}"#))]);
+        assert_eq!(at(100), at(90), "one order of magnitude: one edge");
+        assert_ne!(at(100), at(40), "closer to the failure: a new edge");
+        assert_ne!(at(1), at(0));
+        assert_ne!(at(0), at(-1), "past it");
+        // Which way is progress matters: maximizing the same values names other levels.
+        let up = edges(&[guidance("numeric", true, r#"{"left":100,"right":0}"#)]);
+        assert_ne!(up, at(100));
+        // A boolean guidepost counts the booleans it wants.
+        let all = |data: &str| edges(&[guidance("boolean", true, data)]);
+        assert_eq!(all(r#"{"a":true,"b":false}"#), all(r#"{"a":false,"b":true}"#));
+        assert_ne!(all(r#"{"a":true,"b":false}"#), all(r#"{"a":true,"b":true}"#));
+        // Other events and malformed guidance add nothing.
+        let mut other = guidance("numeric", true, r#"{"left":1,"right":0}"#);
+        other.name = "ready".into();
+        assert!(edges(&[other, guidance("numeric", true, r#"{"left":"x"}"#), guidance("json", true, "{}")]).is_empty());
+        assert_eq!(magnitude(0.0), 0);
+        assert_eq!((magnitude(1.0), magnitude(3.0), magnitude(4.0), magnitude(-7.0)), (1, 2, 3, -3));
+    }
 
     /// A bug file as an older deja wrote it, with `signature` as plain words and the id of
     /// those words.

@@ -19,14 +19,20 @@
 //!   whether it held; `id` names the site, `message` and `location.file`/`begin_line` describe it,
 //!   `details` is any JSON value.
 //! - `{"antithesis_setup": {"status": "complete", "details": ...}}`: setup is complete.
-//! - `{"antithesis_sdk": ...}` (the SDK's language and version) and `{"antithesis_guidance": ...}`
-//!   (guideposts): read and not used.
+//! - `{"antithesis_guidance": {...}}`, a guidepost's value (`guidance_type` numeric with
+//!   `guidance_data` `{left, right}`, or boolean with named booleans; `maximize` says which way
+//!   is progress): with `hit: true`, kept as an event named [`GUIDANCE_EVENT`], its value the
+//!   details, which the explorer reads; the catalog entry (`hit: false`) is read and not used.
+//! - `{"antithesis_sdk": ...}` (the SDK's language and version): read and not used.
 //! - Any other key: a user event named by the key, its value the details.
 
 use crate::prelude::*;
 
 use deja_protocol::{AssertKind, MAX_DETAILS, MAX_TEXT};
 use serde_json::Value;
+
+/// The name of the events that carry the SDKs' guidance (`antithesis_guidance` messages).
+pub const GUIDANCE_EVENT: &str = "antithesis_guidance";
 
 /// One message of an Antithesis SDK.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +93,9 @@ pub fn parse(line: &[u8]) -> Option<Vec<Message>> {
         .map(|(key, value)| match key.as_str() {
             "antithesis_assert" => assertion(value),
             "antithesis_setup" => Some(Message::Setup(details(value.get("details")))),
+            "antithesis_guidance" if value.get("hit").and_then(Value::as_bool) == Some(true) => {
+                Some(Message::Event(GUIDANCE_EVENT.into(), details(Some(value))))
+            }
             "antithesis_sdk" | "antithesis_guidance" => Some(Message::Ignored),
             name => Some(Message::Event(clip(name, MAX_DETAILS), details(Some(value)))),
         })
@@ -199,7 +208,13 @@ mod tests {
         let sdk = r#"{"antithesis_sdk":{"language":{"name":"Rust","version":"1.95.0"},"sdk_version":"0.3.0","protocol_version":"1.1.0"}}"#;
         assert_eq!(parse(sdk.as_bytes()), Some(vec![Message::Ignored]));
         let guidance = r#"{"antithesis_guidance":{"guidance_type":"numeric","message":"m","id":"m","maximize":true,"guidance_data":{"x":1},"hit":true}}"#;
-        assert_eq!(parse(guidance.as_bytes()), Some(vec![Message::Ignored]));
+        let parsed = parse(guidance.as_bytes()).unwrap_or_default();
+        let [Message::Event(name, details)] = parsed.as_slice() else { panic!("{parsed:?}") };
+        assert_eq!(name, GUIDANCE_EVENT);
+        let v: Value = serde_json::from_str(details).unwrap();
+        assert_eq!((v["maximize"].as_bool(), v["guidance_data"]["x"].as_u64()), (Some(true), Some(1)));
+        let catalog = guidance.replace("\"hit\":true", "\"hit\":false");
+        assert_eq!(parse(catalog.as_bytes()), Some(vec![Message::Ignored]));
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! (`Always`). With `--buggy` the last voter's vote is counted twice, and that assertion fails.
 //! Some properties hold (`Sometimes` the last voter votes; the tally is `Reachable`), one never
 //! does (`Sometimes` nobody votes) and one is never reached (`Unreachable` on a refused vote),
-//! so a report shows every status. Setup and an event go through the SDK's lifecycle calls.
+//! so a report shows every status. Setup and an event go through the SDK's lifecycle calls, and
+//! a numeric assertion sends the SDK's guidance.
 
 use antithesis_sdk::prelude::*;
 use serde_json::json;
@@ -25,6 +26,9 @@ fn main() {
         assert_sometimes!(voter + 1 == VOTERS, "the last voter votes", &json!({ "voter": voter }));
     }
     assert_always!(votes <= VOTERS, "never more votes than voters", &json!({ "votes": votes, "voters": VOTERS }));
+    // A numeric assertion: the SDK also sends a guidepost toward its failure (voters - votes,
+    // to be minimized).
+    assert_always_greater_than_or_equal_to!(VOTERS, votes, "the voters outnumber the votes", &json!({}));
     assert_sometimes!(votes == 0, "nobody votes", &json!({ "votes": votes }));
     assert_reachable!("the tally ends", &json!({}));
     lifecycle::send_event("tallied", &json!({ "votes": votes }));
