@@ -97,6 +97,28 @@ pub struct LoggedDecision {
     pub overridden: bool,
 }
 
+/// `decisions` as the run booted from scratch under `input` logs them: a decision of the first
+/// life is overridden exactly when the input overrides its index (later lives take no
+/// overrides). A round run from a fork inherits the decisions before the fork point as its
+/// parent took them, naturally, though the input overrides them with the same choices; so the
+/// same bug found from a fork or from boot (which a worker's fork cache decides) is written
+/// the same.
+pub(crate) fn as_booted(decisions: &[LoggedDecision], input: &Input) -> Vec<LoggedDecision> {
+    let mut first_life = true;
+    let mut previous: Option<u64> = None;
+    decisions
+        .iter()
+        .map(|d| {
+            // Each life's log starts again at index 0.
+            if previous.is_some_and(|p| d.index <= p) {
+                first_life = false;
+            }
+            previous = Some(d.index);
+            LoggedDecision { overridden: first_life && input.overrides.contains_key(&d.index), ..d.clone() }
+        })
+        .collect()
+}
+
 /// What one run showed.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -524,7 +546,7 @@ impl BugFile {
             memory_mib: target.memory >> 20,
             fork_at_syscall: fork_at,
             input: input.clone(),
-            decisions: out.decisions.clone(),
+            decisions: as_booted(&out.decisions, input),
             digest: out.digest.clone(),
             found_at_round: round,
             reproduce: crate::replay_command(file),
@@ -621,6 +643,22 @@ mod tests {
         let mut out = BTreeMap::new();
         guidance_edges(events, &mut out);
         out
+    }
+
+    #[test]
+    fn a_bug_files_decisions_are_marked_as_the_booted_run_marks_them() {
+        let d = |index: u64, overridden: bool| LoggedDecision {
+            index,
+            point: deja_kernel::DecisionPoint::SdkRandom { n: index + 1 },
+            options: 0,
+            choice: 7,
+            overridden,
+        };
+        // From a fork: decisions 0 and 1 inherited unmarked; a second life starts at 0 again.
+        let forked = [d(0, false), d(1, false), d(2, true), d(0, false), d(1, false)];
+        let input = Input { overrides: [(0, 7), (2, 7)].into(), ..Input::default() };
+        let marks: Vec<bool> = as_booted(&forked, &input).iter().map(|x| x.overridden).collect();
+        assert_eq!(marks, [true, false, true, false, false]);
     }
 
     #[test]
