@@ -160,22 +160,7 @@ fn a_program_that_loads_libvoidstar_speaks_through_it_alike_in_both_placements()
 fn explore_chooses_fuzz_get_random_values_and_its_bug_replays_and_minimizes_to_the_draws() {
     let out = std::env::temp_dir().join(format!("deja-voidstar-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let o = deja(&[
-        "explore",
-        "--quiet",
-        "--mode",
-        "random",
-        "--runs",
-        "1500",
-        "--stop-at-first-bug",
-        "--jobs",
-        "1",
-        "--seed",
-        "1",
-        "--out",
-        &out.to_string_lossy(),
-        &voidstar(),
-    ]);
+    let o = explore_to_first_bug(&out, 1500, &["--mode", "random"], &[&voidstar()]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let bug = bug_file(&out);
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&bug).unwrap()).unwrap();
@@ -312,22 +297,7 @@ fn explore_follows_the_sdks_guideposts_to_a_rare_failure() {
     let out = std::env::temp_dir().join(format!("deja-climb-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let climb = guest("climb").to_string_lossy().into_owned();
-    let o = deja(&[
-        "explore",
-        "--quiet",
-        "--mode",
-        "random",
-        "--runs",
-        "1500",
-        "--stop-at-first-bug",
-        "--jobs",
-        "1",
-        "--seed",
-        "1",
-        "--out",
-        &out.to_string_lossy(),
-        &climb,
-    ]);
+    let o = explore_to_first_bug(&out, 1500, &["--mode", "random"], &[&climb]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let report = campaign_report(&out);
     // The corpus holds the rounds that reached new guidepost levels: nothing else of the run

@@ -46,20 +46,7 @@ fn a_compose_file_runs_as_a_cluster_whose_services_reach_each_other_by_name_alik
 #[test]
 fn a_compose_clusters_bug_is_found_replayed_and_a_patched_image_judged_fixed_and_the_buggy_one_not() {
     let out = scratch("explore");
-    let o = deja(&[
-        "explore",
-        "--quiet",
-        "--runs",
-        "100",
-        "--stop-at-first-bug",
-        "--jobs",
-        "1",
-        "--seed",
-        "1",
-        "--out",
-        &out.to_string_lossy(),
-        &example("register.yaml"),
-    ]);
+    let o = explore_to_first_bug(&out, 100, &[], &[&example("register.yaml")]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let bug = bug_file(&out);
     let text = std::fs::read_to_string(&bug).unwrap();

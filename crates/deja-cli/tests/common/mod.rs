@@ -263,3 +263,15 @@ pub fn temp_cluster(name: &str, text: &str) -> PathBuf {
     std::fs::write(&p, text.replace("GUESTS", &g.to_string_lossy())).unwrap();
     p
 }
+
+/// `deja explore --quiet --stop-at-first-bug --jobs 1 --seed 1 --runs RUNS --out OUT` with
+/// `flags` before `subject` (a program and its arguments, or a cluster file): one worker, so
+/// the campaign is the same on every run of the test.
+pub fn explore_to_first_bug(out: &Path, runs: u32, flags: &[&str], subject: &[&str]) -> Output {
+    let (runs, out) = (runs.to_string(), out.to_string_lossy().into_owned());
+    let mut args = vec!["explore", "--quiet", "--stop-at-first-bug", "--jobs", "1", "--seed", "1"];
+    args.extend(["--runs", &runs, "--out", &out]);
+    args.extend(flags);
+    args.extend(subject);
+    deja(&args)
+}
