@@ -78,7 +78,7 @@ pub const MAP: &[Layer] = &[
     Layer {
         name: "deja-cluster",
         layer: 4,
-        owns: "cluster files (TOML or docker-compose), one VM per node on one virtual time line, the simulated network, node faults",
+        owns: "cluster files (TOML or docker-compose), one VM per node on one virtual time line, the simulated network, node faults, test templates",
         uses: &["deja-vmm", "deja-inputs", "deja-kernel"],
     },
     Layer {

@@ -41,7 +41,7 @@ fn status(what: &str, cmd: &mut Command) -> Result<(), String> {
 
 /// The example guests' executables (the `sys` crate is a library; `credit` has one binary
 /// per variant).
-const GUESTS: [&str; 49] = [
+const GUESTS: [&str; 50] = [
     "hello",
     "timerand",
     "cpuburn",
@@ -68,6 +68,7 @@ const GUESTS: [&str; 49] = [
     "register-replica",
     "register-replica-patched",
     "register-client",
+    "register-workload",
     "raftkv-node",
     "raftkv-client",
     "loopback",

@@ -1,5 +1,6 @@
 //! docker-compose files as clusters: the bundled register (`examples/compose/`), its services
-//! packed as `docker save` images, run, explored, replayed and judged; and files deja refuses.
+//! packed as `docker save` images, run, explored, replayed and judged; the same register driven
+//! by a test template in a workload service; and files deja refuses.
 
 use std::path::PathBuf;
 
@@ -69,6 +70,86 @@ fn a_compose_clusters_bug_is_found_replayed_and_a_patched_image_judged_fixed_and
     assert_eq!(fixed.status.code(), Some(0), "{}", stderr(&fixed));
     assert!(stderr(&fixed).contains("verdict FIXED_FOR_THIS_CAPSULE"), "{}", stderr(&fixed));
     let same = check("register.yaml", "same");
+    assert_eq!(same.status.code(), Some(1), "{}", stderr(&same));
+    assert!(stderr(&same).contains("verdict STILL_REPRODUCES"), "{}", stderr(&same));
+}
+
+/// The lines a template run wrote, in order.
+fn template_lines(text: &str) -> Vec<&str> {
+    text.lines().filter_map(|l| l.strip_prefix("[workload] deja template: ")).collect()
+}
+
+#[test]
+fn a_test_template_runs_its_commands_in_the_workload_node_in_their_phases_alike_on_two_cores() {
+    let file = example("register-template.yaml");
+    let cores = host_cores();
+    let (a, b) = (cores[0], *cores.last().unwrap());
+    let runs: Vec<_> = [a, b].iter().map(|&c| deja_on(c, &[], &["run", "--json", "--no-probe", &file])).collect();
+    let out = &runs[0];
+    let text = stdout(out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(out));
+    // deja's lines go to the node's stderr.
+    let err = stderr(out);
+    let lines = template_lines(&err);
+    // first_ alone and first; then drivers (started, exited); the quiet period once they all
+    // completed; then the finally_ check, which passed.
+    assert!(lines[0].starts_with("started first_wait_for_leader (pid "), "{lines:?}");
+    assert!(lines[1].starts_with("first_wait_for_leader (pid ") && lines[1].ends_with(" exited with 0"), "{lines:?}");
+    let at = |what: &str| lines.iter().position(|l| *l == what).unwrap_or_else(|| panic!("{what}: {lines:?}"));
+    let (completed, quiet) = (at("drivers completed"), at("quiet period of 2000 ms"));
+    assert_eq!(quiet, completed + 1);
+    let drivers = lines[..completed].iter().filter(|l| l.starts_with("started parallel_driver_write")).count();
+    let ended = lines[..completed].iter().filter(|l| l.starts_with("parallel_driver_write (pid ")).count();
+    assert!((1..=4).contains(&drivers) && ended == drivers, "{lines:?}");
+    assert!(lines[quiet + 1].starts_with("started finally_acknowledged_writes_survive"), "{lines:?}");
+    assert_eq!(lines.last(), Some(&"template passed"));
+    // Its commands are processes of the workload node, sharing its file system.
+    assert!(text.contains("[workload] finally_acknowledged_writes_survive: "), "{text}");
+    assert!(text.contains("acknowledged writes; lost: []"), "{text}");
+    let r = summary(out);
+    let workload = r["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "workload").unwrap().clone();
+    assert_eq!(workload["ended"], "exited");
+    assert_eq!(workload["lives"][0]["exit"], serde_json::json!({"kind": "exited", "code": 0}));
+    // The same run in another process on another core.
+    assert_eq!(summary(&runs[1])["digest"], r["digest"], "cores {a} and {b}");
+    assert_eq!(stdout(&runs[1]), text);
+    assert_eq!(template_lines(&stderr(&runs[1])), lines);
+}
+
+#[test]
+fn a_test_templates_finally_check_finds_the_lost_write_which_replays_and_the_patched_image_fixes() {
+    let out = scratch("template");
+    let o = explore_to_first_bug(&out, 200, &[], &[&example("register-template.yaml")]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let bug = bug_file(&out);
+    let replay = deja(&["replay", &bug.to_string_lossy()]);
+    assert_eq!(replay.status.code(), Some(1), "{}", stderr(&replay));
+    let lines = stdout(&replay);
+    let err = stderr(&replay);
+    let ours = template_lines(&err);
+    // The finally_ command's exit is the workload node's: the run fails at the check.
+    let failed = ours.last().copied().unwrap_or_default();
+    assert!(failed.starts_with("template failed: finally_acknowledged_writes_survive exited with 1"), "{ours:?}");
+    let check = lines
+        .lines()
+        .find(|l| l.starts_with("[workload] finally_acknowledged_writes_survive: ") && l.contains("lost: "));
+    assert!(check.is_some_and(|l| !l.ends_with("lost: []")), "{lines}");
+    assert!(err.contains("reproduced bug") && err.contains("acknowledged writes survive"), "{err}");
+    let check = |candidate: &str, dir: &str| {
+        deja(&[
+            "check",
+            "--bug",
+            &bug.to_string_lossy(),
+            "--out",
+            &out.join(dir).to_string_lossy(),
+            "--candidate",
+            &example(candidate),
+        ])
+    };
+    let fixed = check("register-template-patched.yaml", "fixed");
+    assert_eq!(fixed.status.code(), Some(0), "{}", stderr(&fixed));
+    assert!(stderr(&fixed).contains("verdict FIXED_FOR_THIS_CAPSULE"), "{}", stderr(&fixed));
+    let same = check("register-template.yaml", "same");
     assert_eq!(same.status.code(), Some(1), "{}", stderr(&same));
     assert!(stderr(&same).contains("verdict STILL_REPRODUCES"), "{}", stderr(&same));
 }

@@ -16,6 +16,7 @@
 pub mod config;
 pub mod network;
 pub mod sim;
+pub mod template;
 
 use std::collections::BTreeMap;
 
@@ -72,6 +73,14 @@ pub enum ClusterError {
         fork: SteerAt,
         /// Where the steering is meant to apply.
         steering: SteerAt,
+    },
+    /// A node's test template cannot be run (its directory is missing, it has no driver).
+    #[snafu(display("node {node}: test template: {problem}"))]
+    TemplateRun {
+        /// The node.
+        node: String,
+        /// What is wrong.
+        problem: String,
     },
     /// A node ran past the watchdog's limit without a syscall or an exception.
     #[snafu(display("node {node}: {source}"))]

@@ -26,6 +26,8 @@
 
 pub use echo::Args;
 
+pub mod client;
+
 /// One log entry: a value and the term of the leader that appended it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {

@@ -87,6 +87,7 @@ struct NodeSettings {
     cpus: Option<u32>,
     fail_stop: Option<String>,
     failure_marker: Option<String>,
+    template: Option<crate::template::TemplateSettings>,
 }
 
 /// Keys of a service deja takes; [`INERT`] are accepted and change nothing.
@@ -257,6 +258,7 @@ pub fn cluster_file(text: &str) -> Result<ClusterFile, ComposeError> {
             wait: s.settings.wait.unwrap_or(true),
             fail_stop: s.settings.fail_stop.clone(),
             failure_marker: s.settings.failure_marker.clone(),
+            template: s.settings.template.clone(),
         });
     }
     let mut faults = settings.faults.unwrap_or_default();

@@ -150,6 +150,14 @@ pub enum InvalidCluster {
         /// What is wrong.
         problem: String,
     },
+    /// A node's test template settings are wrong.
+    #[snafu(display("node {node}: {problem}"))]
+    Template {
+        /// The node.
+        node: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// A dynamically linked binary's loader or libraries cannot be found on the host.
     #[snafu(display("node {node}: {problem}"))]
     NodeLibraries {

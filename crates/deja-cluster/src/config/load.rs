@@ -8,7 +8,7 @@ use snafu::{ensure, OptionExt, ResultExt};
 
 use super::error::*;
 use super::storage::storage_config;
-use super::{Action, ClusterConfig, ClusterFile, NodeConfig};
+use super::{Action, ClusterConfig, ClusterFile, NodeConfig, NodeFile};
 
 /// Parses an IPv4 address.
 pub fn parse_ip(s: &str) -> Option<[u8; 4]> {
@@ -172,7 +172,28 @@ impl ClusterConfig {
                 wait: n.wait,
                 fail_stop,
                 failure_marker: n.failure_marker.clone().filter(|m| !m.is_empty()),
+                template: n.template.clone(),
             });
+        }
+        let templated: Vec<&NodeFile> = file.nodes.iter().filter(|n| n.template.is_some()).collect();
+        if let [_, second, ..] = templated[..] {
+            return TemplateSnafu { node: &second.name, problem: "only one node may run a test template" }.fail();
+        }
+        if let Some(n) = templated.first() {
+            if let Some(problem) = n.template.as_ref().and_then(|t| t.problem()) {
+                return TemplateSnafu { node: &n.name, problem }.fail();
+            }
+            let kills = file.faults.schedule.iter().any(|f| {
+                f.node.as_ref() == Some(&n.name) && matches!(f.action, Action::Kill | Action::Pause | Action::Restart)
+            }) || file.faults.random.as_ref().is_some_and(|r| r.targets.contains(&n.name));
+            ensure!(
+                !kills,
+                TemplateSnafu {
+                    node: &n.name,
+                    problem:
+                        "the node running the test template cannot be killed or paused (it holds the run's commands)"
+                }
+            );
         }
         let known = |s: &String| names.contains(s);
         for f in &file.faults.schedule {
@@ -235,7 +256,12 @@ impl ClusterConfig {
             }
             ensure!((0.0..=1.0).contains(&r.one_way), OneWayProbabilitySnafu { value: r.one_way });
         }
-        let storage = storage_config(&file.faults.storage, &known)?;
+        let mut storage = storage_config(&file.faults.storage, &known)?;
+        // The node that runs the test template is the test's harness: storage faults strike it
+        // only where the file names it.
+        if let (Some(t), true) = (templated.first(), storage.nodes.is_empty()) {
+            storage.nodes = file.nodes.iter().filter(|n| n.name != t.name).map(|n| n.name.clone()).collect();
+        }
         let mut schedule = file.faults.schedule.clone();
         schedule.sort_by_key(|f| f.at_ms);
         Ok(ClusterConfig {

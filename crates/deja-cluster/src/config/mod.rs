@@ -373,6 +373,9 @@ pub struct NodeFile {
     /// --failure-marker`).
     #[serde(default)]
     pub failure_marker: Option<String>,
+    /// A test template this node runs (see [`crate::template`]).
+    #[serde(default)]
+    pub template: Option<crate::template::TemplateSettings>,
 }
 
 fn yes() -> bool {
@@ -412,6 +415,8 @@ pub struct NodeConfig {
     pub fail_stop: deja_kernel::FailStopMode,
     /// The text that marks the line a failing life says what failed in.
     pub failure_marker: Option<String>,
+    /// The test template it runs, if any.
+    pub template: Option<crate::template::TemplateSettings>,
 }
 
 /// A cluster ready to run: the file with every binary and file read.
@@ -548,6 +553,26 @@ mod tests {
         assert_eq!(with("fail_stop = \"never\"").unwrap().nodes[0].fail_stop, deja_kernel::FailStopMode::Never);
         let e = with("fail_stop = \"sometimes\"").unwrap_err().to_string();
         assert!(e.contains("node a: ") && e.contains("expected auto, never, always or exit=CODES"), "{e}");
+    }
+
+    #[test]
+    fn a_nodes_test_template_is_read_checked_and_kept_from_faults_that_would_take_its_commands() {
+        let t = "template = { dir = \"/opt/antithesis/test/v1/main\", quiet_ms = 500 }";
+        let c = two_nodes("template", t).unwrap();
+        let want = crate::template::TemplateSettings {
+            quiet_ms: 500,
+            ..crate::template::TemplateSettings::new("/opt/antithesis/test/v1/main")
+        };
+        assert_eq!(c.nodes[0].template, Some(want));
+        assert_eq!(c.nodes[1].template, None);
+        assert_eq!(c.storage.nodes, ["b"], "storage faults keep off the template's node unless named");
+        let e = two_nodes("template", "template = { dir = \"main\" }").unwrap_err().to_string();
+        assert!(e.contains("node a: ") && e.contains("not an absolute path"), "{e}");
+        let e = toml::from_str::<crate::template::TemplateSettings>("dir = \"/t\"\ndrivers = 3").unwrap_err();
+        assert!(e.to_string().contains("unknown field `drivers`"), "unknown keys are refused: {e}");
+        let kill = format!("{t}\n[[faults.schedule]]\nat_ms = 5\naction = \"kill\"\nnode = \"a\"");
+        let e = two_nodes("template", &kill).unwrap_err().to_string();
+        assert!(e.contains("node a: the node running the test template cannot be killed or paused"), "{e}");
     }
 
     /// A cluster of three members and a client, with `extra` before its nodes.

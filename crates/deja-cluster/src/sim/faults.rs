@@ -202,6 +202,19 @@ impl<M: Machine> Sim<M> {
     pub(super) fn scripted(&mut self, f: &ScheduledFault) -> Result<(), ClusterError> {
         let idx = |s: &Vec<String>, sim: &Self| -> Vec<usize> { s.iter().map(|n| sim.index_of(n)).collect() };
         let node = f.node.as_deref().map(|n| self.index_of(n));
+        if self.quiet {
+            if matches!(f.action, Action::Heal | Action::Resume | Action::Restart) {
+                // The quiet period undid what this fault undoes: it applies as the no-op it is.
+                self.note_scripted(f.action.name(), f.node.clone().unwrap_or_default(), f.clone());
+                return Ok(());
+            }
+            let what = match &f.node {
+                Some(n) => format!("{} {n}", f.action.name()),
+                None => f.action.name().to_string(),
+            };
+            self.note("not-applied", format!("{what} at {} ms: the quiet period", f.at_ms));
+            return Ok(());
+        }
         if let Some(why) = node.and_then(|i| self.not_applicable(f, i)) {
             let name = f.node.clone().unwrap_or_default();
             self.note("not-applied", format!("{} {name} at {} ms: {why}", f.action.name(), f.at_ms));
@@ -239,7 +252,8 @@ impl<M: Machine> Sim<M> {
     /// A node random faults may hit, chosen by the decision `point`.
     pub(super) fn random_target(&mut self, r: &RandomFaults, point: DecisionPoint) -> usize {
         let t: Vec<usize> = if r.targets.is_empty() {
-            (0..self.nodes.len()).collect()
+            // Every node but the one that runs the test template (it holds the run's commands).
+            (0..self.nodes.len()).filter(|&i| self.template.as_ref().is_none_or(|t| t.node != i)).collect()
         } else {
             r.targets.iter().map(|n| self.index_of(n)).collect()
         };
@@ -248,6 +262,9 @@ impl<M: Machine> Sim<M> {
 
     pub(super) fn random_tick(&mut self, kind: RandomFault) -> Result<(), ClusterError> {
         let Some(r) = self.cfg.random_faults.clone() else { return Ok(()) };
+        if self.quiet {
+            return Ok(());
+        }
         if r.until_ms.is_some_and(|u| self.now > u.saturating_mul(1_000_000)) {
             return Ok(());
         }

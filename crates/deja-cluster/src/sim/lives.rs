@@ -189,6 +189,10 @@ impl<M: Machine> Sim<M> {
 
     /// Node `i`'s program ended on its own.
     pub(super) fn ended(&mut self, i: usize) -> Result<(), ClusterError> {
+        if self.template.as_ref().is_some_and(|t| t.node == i && t.composer.verdict().is_none()) {
+            self.template_stopped =
+                Some(format!("{}'s program exited before its template ended", self.nodes[i].cfg.name));
+        }
         let n = &mut self.nodes[i];
         let Some(mut live) = n.live.take() else { return Ok(()) };
         let status = live.kernel.exit_status().cloned().unwrap_or(ExitStatus::Exited { code: 0 });

@@ -91,6 +91,7 @@ mod fork;
 mod lives;
 mod machine;
 mod report;
+mod template;
 #[cfg(test)]
 mod tests;
 
@@ -190,6 +191,8 @@ enum Event {
     TcpTimeout {
         epoch: u64,
     },
+    /// The test template's composer begins, or wakes.
+    Template,
 }
 
 /// Where a cluster run takes its steering.
@@ -250,6 +253,10 @@ pub struct Steering {
     /// crash states in [`ClusterReport::crashes`] (0: none; a sweep asks for them).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub crash_states: usize,
+    /// The test template's choices, in order: its k-th choice takes the k-th value, fixed as a
+    /// schedule's faults are; past them it draws as usual (see [`crate::template`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub template: Vec<u64>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -299,6 +306,12 @@ struct Sim<M = Vm> {
     cuts: Vec<u64>,
     /// Stop at the first top of a step with this many decisions taken ([`Fork::run_child_at`]).
     stop_at: Option<u64>,
+    /// The test template a node runs, if one does.
+    template: Option<template::Templated>,
+    /// The template stopped without a verdict: why.
+    template_stopped: Option<String>,
+    /// The template's quiet period began: no new fault.
+    quiet: bool,
 }
 
 /// Runs a cluster to its end, one VM per node.
@@ -383,6 +396,9 @@ impl<M: Machine> Sim<M> {
             cover,
             cuts: Vec::new(),
             stop_at: None,
+            template: None,
+            template_stopped: None,
+            quiet: false,
         };
         sim.storage = sim.cfg.storage.faults.clone();
         for i in 0..sim.nodes.len() {
@@ -391,6 +407,7 @@ impl<M: Machine> Sim<M> {
         for i in 0..sim.nodes.len() {
             sim.run_to_first_syscall(i)?;
         }
+        sim.load_template()?;
         Ok(sim)
     }
 
@@ -416,6 +433,9 @@ impl<M: Machine> Sim<M> {
             cover: self.cover.clone(),
             cuts: self.cuts.clone(),
             stop_at: None,
+            template: self.template.clone(),
+            template_stopped: self.template_stopped.clone(),
+            quiet: self.quiet,
         }
     }
 
@@ -423,6 +443,9 @@ impl<M: Machine> Sim<M> {
     fn arm(&mut self) {
         if std::mem::replace(&mut self.armed, true) {
             return;
+        }
+        if self.template.is_some() {
+            self.push(self.now, Event::Template);
         }
         for f in self.cfg.schedule.clone() {
             self.push(f.at_ms.saturating_mul(1_000_000), Event::Scripted(Box::new(f)));
@@ -455,6 +478,9 @@ impl<M: Machine> Sim<M> {
         }
         if steering.fates == Fates::Meaning {
             self.log.key_by_meaning(MEANING_CONTEXT, steering.reseed.unwrap_or(self.cfg.seed));
+        }
+        if let Some(t) = self.template.as_mut() {
+            t.given = steering.template.clone();
         }
         if !steering.storage.is_empty() {
             self.storage.extend(steering.storage.iter().cloned());
@@ -514,6 +540,10 @@ impl<M: Machine> Sim<M> {
             }
             if stop_at_setup && self.all_set_up() {
                 return Ok(None);
+            }
+            self.flush_template_lines(&mut *sink);
+            if let Some(why) = &self.template_stopped {
+                return Ok(Some(Outcome::Stuck(format!("the test template stopped: {why}"))));
             }
             if self.done() {
                 return Ok(Some(Outcome::Completed));
@@ -626,10 +656,14 @@ impl<M: Machine> Sim<M> {
             self.send(sent_at, i, p);
         }
         match stop {
-            Stop::Crashed => self.crashed(i),
-            Stop::Exited(_) => self.ended(i),
-            _ => Ok(()),
+            Stop::Crashed => self.crashed(i)?,
+            Stop::Exited(_) => self.ended(i)?,
+            _ => {}
         }
+        if self.template.as_ref().is_some_and(|t| t.node == i) {
+            self.template_act(|_, _, _| {})?;
+        }
+        Ok(())
     }
 
     /// Routes a packet node `from` sent at `at`.
@@ -717,6 +751,12 @@ impl<M: Machine> Sim<M> {
                 if self.net.epoch == epoch && self.net.partitioned() {
                     self.partition_resets()?;
                 }
+            }
+            Event::Template => {
+                if let Some(t) = self.template.as_mut() {
+                    t.wake = None;
+                }
+                self.template_act(|c, now, host| if c.begun() { c.wake(now, host) } else { c.begin(now, host) })?;
             }
         }
         Ok(())

@@ -17,6 +17,7 @@ const MS: u64 = 1_000_000;
 
 fn node(name: &str, address: [u8; 4], args: &[&str], wait: bool) -> NodeConfig {
     NodeConfig {
+        template: None,
         name: name.into(),
         address,
         image: fake::image(),

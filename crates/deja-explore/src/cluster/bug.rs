@@ -71,6 +71,10 @@ pub struct ClusterBug {
     /// Each node's declared files: guest path → BLAKE3.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_files: BTreeMap<String, BTreeMap<String, String>>,
+    /// The choices the failing run's test template took, in order (none without a template):
+    /// what its faults replayed as a schedule keep, besides them (see [`ClusterBug::by_schedule`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub template: Vec<u64>,
 }
 
 /// What identifies the subject of a cluster bug: each node's name and binary, in name order
@@ -126,7 +130,16 @@ impl ClusterBug {
                     (n.name.clone(), files.collect())
                 })
                 .collect(),
+            template: out.report.decisions.iter().filter(|d| d.point.is_template()).map(|d| d.choice).collect(),
         }
+    }
+
+    /// Its input as its faults replay as a schedule (minimization, the judge's runs by
+    /// meaning): without the overrides, whose decisions move once the faults are fixed, and
+    /// with the test template's choices fixed as the failing run took them.
+    pub fn by_schedule(&self) -> ClusterInput {
+        let template = if self.template.is_empty() { self.input.template.clone() } else { self.template.clone() };
+        ClusterInput { overrides: BTreeMap::new(), template, ..self.input.clone() }
     }
 
     /// Reads a cluster bug file.

@@ -153,8 +153,8 @@ pub fn minimize_cluster(
     let all = bug.fault_list(target);
     let mut tests = 0u64;
     // The overrides go (their decisions move once the faults are fixed); the seed and the reseed
-    // at the steering point stay.
-    let base = ClusterInput { overrides: BTreeMap::new(), ..bug.input.clone() };
+    // at the steering point stay, and so do the test template's choices.
+    let base = bug.by_schedule();
     let mut fails = |faults: &[BugFault]| -> Result<bool, ExploreError> {
         tests += 1;
         let out = run_cluster_input(target, &with_faults(&base, faults), &mut |_, _, _| {})?;

@@ -107,6 +107,11 @@ pub struct ClusterInput {
     /// the file's own; with a `schedule`, instead of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub storage: Vec<StorageFault>,
+    /// The test template's choices, fixed by meaning (see [`deja_cluster::Steering::template`]):
+    /// set where a bug's faults replay as a schedule, so that its workload stays the one that
+    /// failed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub template: Vec<u64>,
     /// Where the round leaves a later fork of its worker's fork, if it runs from one
     /// ([`Fork::run_child_at`]): planning only, never written, and no part of the run.
     #[serde(skip)]
@@ -123,6 +128,7 @@ impl ClusterInput {
             fates: self.fates,
             storage: self.storage.clone(),
             crash_states: 0,
+            template: self.template.clone(),
         }
     }
 
@@ -332,6 +338,7 @@ mod tests {
             cluster_dir: None,
             programs: BTreeMap::new(),
             node_files: BTreeMap::new(),
+            template: Vec::new(),
         };
         let doc = crate::signature::as_older_deja_wrote_it(serde_json::to_value(&bug).unwrap(), signature);
         CLUSTER_BUG_SCHEMA.to_bytes(&doc)

@@ -16,12 +16,7 @@ fn world_seed(bug: &ClusterBug, k: u32) -> Option<u64> {
 /// The bug's input with `faults` in place of its faults, in world `k`: message fates by
 /// meaning, no decision overrides.
 pub(super) fn by_meaning(bug: &ClusterBug, faults: &[BugFault], k: u32) -> ClusterInput {
-    let input = ClusterInput {
-        overrides: BTreeMap::new(),
-        reseed: world_seed(bug, k),
-        fates: Fates::Meaning,
-        ..bug.input.clone()
-    };
+    let input = ClusterInput { reseed: world_seed(bug, k), fates: Fates::Meaning, ..bug.by_schedule() };
     with_faults(&input, faults)
 }
 
@@ -137,6 +132,10 @@ fn storage_unreached<'a>(out: &ClusterOutcome, faults: &'a [BugFault]) -> Option
     })
 }
 
+/// How the simulator names a scripted fault it did not apply because the test template's quiet
+/// period had begun.
+const QUIET: &str = ": the quiet period";
+
 /// What a run under `faults` shows, as the pipeline weighs it ([`crate::pipeline::Run`]): a
 /// failure first; else no verdict when it ran out of its budget with waited nodes still
 /// running or lost track of its faults (a scripted fault not applied, a fault that never came
@@ -152,7 +151,12 @@ pub(super) fn run_of(out: &ClusterOutcome, faults: &[BugFault]) -> Run {
         .collect();
     let end = match &out.failure {
         Some(f) => End::Failed(f.clone()),
-        None => no_verdict(out, faults).map_or(End::Held, End::NoVerdict),
+        None => match out.report.faults.iter().find(|e| e.kind == "not-applied" && e.detail.ends_with(QUIET)) {
+            Some(e) => {
+                End::NotApplicable(format!("a scripted fault fell in the test template's quiet period: {}", e.detail))
+            }
+            None => no_verdict(out, faults).map_or(End::Held, End::NoVerdict),
+        },
     };
     let timeline = out.failure.as_ref().map(|f| f.to_string()).unwrap_or_default();
     Run { digest: out.report.digest.clone(), end, fail_stops: stops, timeline }

@@ -39,7 +39,6 @@
 //! `subject.rs`; the faults by meaning, the schedule shifted and what a run under them shows in
 //! `meaning.rs`; the storage sweep's crash points and their runs in `sweep.rs`.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 

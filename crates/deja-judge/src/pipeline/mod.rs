@@ -116,6 +116,10 @@ pub enum End {
     /// It gives no verdict, for this reason: it ran out of its time budget, a fault it was
     /// given could not be applied or never came, it died before it was set up.
     NoVerdict(String),
+    /// A fault it was given fell where faults are off (a test template's quiet period): it ran
+    /// another schedule than the one it was given. A shifted variant that ends so is named and
+    /// set aside, as one that cannot be applied at all; anywhere else it gives no verdict.
+    NotApplicable(String),
 }
 
 /// One run of the base or the candidate, as the pipeline sees it.
@@ -146,7 +150,7 @@ impl Run {
         match &self.end {
             End::Held => "it holds".into(),
             End::Failed(f) => f.to_string(),
-            End::NoVerdict(why) => why.clone(),
+            End::NoVerdict(why) | End::NotApplicable(why) => why.clone(),
         }
     }
 }
@@ -347,7 +351,7 @@ pub fn weigh(run: &Run, sig: &FailureSignature) -> Weight {
     match &run.end {
         End::Held => Weight::Held,
         End::Failed(f) => Weight::Fails(failing(f, sig), f.clone()),
-        End::NoVerdict(why) => Weight::NoVerdict(why.clone()),
+        End::NoVerdict(why) | End::NotApplicable(why) => Weight::NoVerdict(why.clone()),
     }
 }
 
@@ -537,7 +541,7 @@ fn steps<S: Subject>(s: &mut S, book: &mut Book) -> Verdict {
             End::Failed(f) => {
                 book.pass(Step::Control, format!("without faults the base fails only otherwise: {f}"), vec![run.digest])
             }
-            End::NoVerdict(why) => {
+            End::NoVerdict(why) | End::NotApplicable(why) => {
                 return book.incomplete(Step::Control, format!("without faults: {why}"), vec![run.digest]);
             }
             End::Held => book.pass(Step::Control, "the base holds without faults".into(), vec![run.digest]),
@@ -584,9 +588,13 @@ fn steps<S: Subject>(s: &mut S, book: &mut Book) -> Verdict {
                 skipped.push(format!("{}: {why}", v.name));
                 continue;
             }
-            ran += 1;
             let place = format!("with {}", v.name);
             match s.run(Trial::Shifted(i)) {
+                Ok(Run { end: End::NotApplicable(why), digest, .. }) => {
+                    digests.push(digest);
+                    skipped.push(format!("{}: {why}", v.name));
+                    continue;
+                }
                 Err(e) => {
                     return book.no_evidence(
                         Step::Shifted,
@@ -595,6 +603,7 @@ fn steps<S: Subject>(s: &mut S, book: &mut Book) -> Verdict {
                     )
                 }
                 Ok(run) => {
+                    ran += 1;
                     digests.push(run.digest.clone());
                     if let Some(v) = book.weigh(Step::Shifted, &place, &run, &sig, &digests, &mut stops) {
                         return v;

@@ -723,6 +723,31 @@ fn shifted_schedules_expose_a_failure_the_worlds_missed() {
 }
 
 #[test]
+fn a_shifted_variant_whose_fault_fell_in_the_quiet_period_is_set_aside_and_named_elsewhere_it_gives_no_verdict() {
+    // Moved 500 ms later, the partition falls in the test template's quiet period: that run
+    // tested another schedule. It is named and set aside; the other variant still decides.
+    let quiet = "a scripted fault fell in the test template's quiet period: partition at 1570 ms: the quiet period";
+    let mut f = Fake::cluster();
+    f.set(Trial::Shifted(2), Ok(Run { end: End::NotApplicable(quiet.into()), ..held("late") }));
+    let j = judge(&mut f);
+    assert_eq!(j.verdict, Verdict::FixedForThisCapsule);
+    let r = step(&j, CLUSTER.shifted.unwrap());
+    assert!(r.detail.starts_with("all 1 variants held; 2 variant(s) not applicable, not run: "), "{}", r.detail);
+    assert!(r.detail.ends_with(&format!("every fault +500 ms: {quiet}")), "{}", r.detail);
+    assert_eq!(r.digests, ["v0", "late"]);
+    // The same in the worlds (the candidate's run) or the control is no verdict.
+    let mut f = Fake::cluster();
+    f.set(Trial::World(1), Ok(Run { end: End::NotApplicable(quiet.into()), ..held("w1") }));
+    let j = judge(&mut f);
+    assert_eq!(j.verdict, Verdict::EvidenceIncomplete);
+    assert!(step(&j, CLUSTER.worlds).detail.contains(quiet), "{}", step(&j, CLUSTER.worlds).detail);
+    // A variant that fails while one of its faults fell in the quiet period still fails.
+    let mut f = Fake::cluster();
+    f.set(Trial::Shifted(2), Ok(fails("late", the_failure())));
+    assert_eq!(judge(&mut f).verdict, Verdict::StillReproduces);
+}
+
+#[test]
 fn the_corrected_program_must_hold_the_failure() {
     let names = Names { corrected: Some("the capsule holds on the corrected program"), ..PROGRAM };
     let mut f = Fake::program();

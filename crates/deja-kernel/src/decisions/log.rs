@@ -133,6 +133,15 @@ impl DecisionLog {
         self.take(point, options, natural)
     }
 
+    /// Takes decision number [`len()`](DecisionLog::len) with `given` as its natural choice
+    /// (reduced to the options), unless overridden: a choice fixed by meaning, as a test
+    /// template's choices are when a bug's faults replay as a schedule. The stream is not
+    /// touched.
+    pub fn decide_given(&mut self, point: DecisionPoint, options: u64, given: u64) -> u64 {
+        let natural = if options == 0 { given } else { given % options };
+        self.take(point, options, natural)
+    }
+
     /// Records decision number [`len()`](DecisionLog::len): `natural`, unless overridden.
     fn take(&mut self, point: DecisionPoint, options: u64, natural: u64) -> u64 {
         let index = self.decisions.len() as u64;

@@ -141,6 +141,14 @@ pub enum DecisionPoint {
     PauseLength,
     /// `clock jump`: how far a random clock jump goes.
     ClockJump,
+    /// `template singleton`: whether a test template's run is one `singleton_driver_` alone.
+    TemplateSingleton,
+    /// `template drivers`: how many driver commands a test template's run starts.
+    TemplateDrivers,
+    /// `template command`: which command of its kind a test template starts next.
+    TemplateCommand,
+    /// `template gap`: the time to a test template's next start.
+    TemplateGap,
     /// Any other point, kept as it was written (no variant parses it).
     Other(String),
 }
@@ -170,6 +178,17 @@ impl DecisionPoint {
         }
     }
 
+    /// True for a decision of a test template (`template …`).
+    pub fn is_template(&self) -> bool {
+        matches!(
+            self,
+            DecisionPoint::TemplateSingleton
+                | DecisionPoint::TemplateDrivers
+                | DecisionPoint::TemplateCommand
+                | DecisionPoint::TemplateGap
+        )
+    }
+
     /// True for a decision that chooses *which* fault (its sides, direction or target) rather
     /// than when. [`Other`](DecisionPoint::Other) points are judged by their words: those
     /// ending `sides`, `one way`, `direction` or `target`.
@@ -196,12 +215,16 @@ impl DecisionPoint {
             P::DownLength => "down length",
             P::PauseLength => "pause length",
             P::ClockJump => "clock jump",
+            P::TemplateSingleton => "template singleton",
+            P::TemplateDrivers => "template drivers",
+            P::TemplateCommand => "template command",
+            P::TemplateGap => "template gap",
             _ => return None,
         })
     }
 
     /// The variants without data: each is always the same words.
-    pub const WORDS_ONLY: [DecisionPoint; 11] = [
+    pub const WORDS_ONLY: [DecisionPoint; 15] = [
         DecisionPoint::CrashCutOne,
         DecisionPoint::NetworkLatency,
         DecisionPoint::UdpLoss,
@@ -213,6 +236,10 @@ impl DecisionPoint {
         DecisionPoint::DownLength,
         DecisionPoint::PauseLength,
         DecisionPoint::ClockJump,
+        DecisionPoint::TemplateSingleton,
+        DecisionPoint::TemplateDrivers,
+        DecisionPoint::TemplateCommand,
+        DecisionPoint::TemplateGap,
     ];
 
     /// Parses `s` as a variant, `None` when none gives it back exactly.
@@ -306,7 +333,11 @@ impl core::fmt::Display for DecisionPoint {
             | P::PartitionLength
             | P::DownLength
             | P::PauseLength
-            | P::ClockJump => Ok(()),
+            | P::ClockJump
+            | P::TemplateSingleton
+            | P::TemplateDrivers
+            | P::TemplateCommand
+            | P::TemplateGap => Ok(()),
         }
     }
 }

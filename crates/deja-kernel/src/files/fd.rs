@@ -205,6 +205,23 @@ impl FdTable {
         self.parked.insert(pid, self.fds.clone());
     }
 
+    /// A new table for process `pid`, not current: 0 an empty stdin, 1 stdout, 2 stderr (a
+    /// process deja starts).
+    pub fn fresh_for(&mut self, pid: u64) {
+        let mut fds = BTreeMap::new();
+        for (fd, kind, flags) in [
+            (0, FileKind::Stdin(Arc::from(&[][..])), 0),
+            (1, FileKind::Stdout, O_WRONLY),
+            (2, FileKind::Stderr, O_WRONLY),
+        ] {
+            let desc = self.next_desc;
+            self.next_desc += 1;
+            self.descs.insert(desc, OpenFile { refs: 1, ..OpenFile::new(kind, flags) });
+            fds.insert(fd, FdEntry { desc, cloexec: false });
+        }
+        self.parked.insert(pid, fds);
+    }
+
     /// Makes process `to`'s fds current, keeping the current ones as `from`'s (unless
     /// `from` is gone: then it must have closed them all).
     pub fn switch(&mut self, from: Option<u64>, to: u64) {

@@ -50,6 +50,7 @@ use sys_fs::AT_REMOVEDIR;
 
 mod render;
 pub(crate) mod serve;
+pub(crate) mod started;
 pub(crate) mod sys_deja;
 pub(crate) mod sys_fs;
 pub(crate) mod sys_io;

@@ -76,6 +76,9 @@ const ARG_MAX: usize = 2 << 20;
 /// Most interpreters an `execve` follows (`#!` lines), as Linux's `BINPRM_MAX_RECURSION`.
 const MAX_INTERPRETERS: usize = 4;
 
+/// A program to load: its bytes, its path and its argv.
+pub(crate) type Loadable = (Arc<[u8]>, String, Vec<Vec<u8>>);
+
 /// The status `wait4` reports for `st`.
 pub(crate) fn wait_status(st: &ExitStatus) -> u32 {
     match st {
@@ -298,7 +301,7 @@ impl Kernel {
         );
         self.files.fds.fork_for(tid);
         self.sched.threads.threads.insert(tid, t);
-        self.sched.threads.spawned.push(SpawnedThread { tid, stack, tls: settls.then_some(tls) });
+        self.sched.threads.spawned.push(SpawnedThread { tid, stack, tls: settls.then_some(tls), entry: None });
         if flags & CLONE_VFORK != 0 {
             if let Some(t) = self.sched.threads.threads.get_mut(&caller) {
                 t.state = ThreadState::Vfork { child: tid };
@@ -340,7 +343,7 @@ impl Kernel {
         if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
             return Err(EINVAL.into());
         }
-        let mut args = self.read_strings(mem, argv)?;
+        let args = self.read_strings(mem, argv)?;
         let env = self.read_strings(mem, envp)?;
         let total: usize = args.iter().chain(&env).map(|s| s.len() + 1).sum();
         if total > ARG_MAX {
@@ -355,7 +358,7 @@ impl Kernel {
             Target::Path(_) => String::from_utf8_lossy(&self.process.mappings.read_cstr(mem, path, 4096)?).into_owned(),
         };
         let given = execfn.rsplit('/').next().unwrap_or_default().as_bytes().to_vec();
-        let (id, mut exe) = match &target {
+        let (id, exe) = match &target {
             Target::Fd(fd) => {
                 let f = self.files.fds.get(*fd)?;
                 let id = f.kind.inode().ok_or(EACCES)?;
@@ -370,38 +373,8 @@ impl Kernel {
                 (id, self.walked_path(w, id))
             }
         };
-        let mut bytes = self.executable(id)?;
-        let mut script = execfn.clone();
-        // `#!` lines: the interpreter runs with the script's path as its argument.
-        for depth in 0.. {
-            if !bytes.starts_with(b"#!") {
-                break;
-            }
-            if depth == MAX_INTERPRETERS {
-                return Err(ELOOP.into());
-            }
-            let line = bytes[2..].iter().take(255).take_while(|&&b| b != b'\n').copied().collect::<Vec<u8>>();
-            let line = String::from_utf8_lossy(&line).trim().to_string();
-            let (interp, arg) = match line.split_once([' ', '\t']) {
-                Some((i, a)) => (i.to_string(), Some(a.trim().to_string())),
-                None => (line.clone(), None),
-            };
-            if interp.is_empty() {
-                return Err(ENOEXEC.into());
-            }
-            let mut new_args = vec![interp.clone().into_bytes()];
-            new_args.extend(arg.map(String::into_bytes));
-            // The script as it was executed (`./script`), as Linux passes it.
-            new_args.push(script.clone().into_bytes());
-            script = interp.clone();
-            new_args.extend(args.into_iter().skip(1));
-            args = new_args;
-            let start = if interp.starts_with('/') { crate::fs::ROOT } else { self.files.cwd };
-            let w = self.files.fs.walk_checked(start, interp.as_bytes(), true)?;
-            let id = self.target_id(&w)?;
-            exe = self.files.fs.path_in(w.parent, w.name.as_deref().unwrap_or(""));
-            bytes = self.executable(id)?;
-        }
+        let bytes = self.executable(id)?;
+        let (bytes, exe, args) = self.follow_interpreters(bytes, exe, execfn.clone(), args)?;
         let img = crate::mm::elf::parse(&bytes).map_err(|_| ENOEXEC)?;
         // The new program in a new address space; on failure the caller keeps its own.
         let old_space = mem.space();
@@ -487,8 +460,50 @@ impl Kernel {
         Ok(0)
     }
 
+    /// The program a file runs: itself, or the interpreter its `#!` line names (up to
+    /// [`MAX_INTERPRETERS`] deep), with the script's path as its argument, as Linux runs it.
+    /// `script` is the path as it was executed; returns the bytes, path and argv to load.
+    pub(crate) fn follow_interpreters(
+        &self,
+        mut bytes: Arc<[u8]>,
+        mut exe: String,
+        mut script: String,
+        mut args: Vec<Vec<u8>>,
+    ) -> Result<Loadable, i32> {
+        for depth in 0.. {
+            if !bytes.starts_with(b"#!") {
+                break;
+            }
+            if depth == MAX_INTERPRETERS {
+                return Err(ELOOP);
+            }
+            let line = bytes[2..].iter().take(255).take_while(|&&b| b != b'\n').copied().collect::<Vec<u8>>();
+            let line = String::from_utf8_lossy(&line).trim().to_string();
+            let (interp, arg) = match line.split_once([' ', '\t']) {
+                Some((i, a)) => (i.to_string(), Some(a.trim().to_string())),
+                None => (line.clone(), None),
+            };
+            if interp.is_empty() {
+                return Err(ENOEXEC);
+            }
+            let mut new_args = vec![interp.clone().into_bytes()];
+            new_args.extend(arg.map(String::into_bytes));
+            // The script as it was executed (`./script`), as Linux passes it.
+            new_args.push(script.clone().into_bytes());
+            script = interp.clone();
+            new_args.extend(args.into_iter().skip(1));
+            args = new_args;
+            let start = if interp.starts_with('/') { crate::fs::ROOT } else { self.files.cwd };
+            let w = self.files.fs.walk_checked(start, interp.as_bytes(), true)?;
+            let id = self.target_id(&w)?;
+            exe = self.files.fs.path_in(w.parent, w.name.as_deref().unwrap_or(""));
+            bytes = self.executable(id)?;
+        }
+        Ok((bytes, exe, args))
+    }
+
     /// The contents of the regular file `id`, if the caller may execute it.
-    fn executable(&self, id: u64) -> Result<Arc<[u8]>, i32> {
+    pub(crate) fn executable(&self, id: u64) -> Result<Arc<[u8]>, i32> {
         let inode = self.files.fs.get(id).ok_or(ENOENT)?;
         if inode.is_dir() {
             return Err(EACCES);
@@ -573,6 +588,12 @@ impl Kernel {
         self.net.dirty = true;
         if home != pid {
             self.enter(mem, home);
+        }
+        if self.started_ended(pid, &status) {
+            for (c, sig) in orphans {
+                let _ = self.signal_process(mem, c, sig, Queued::sent(sig, SI_USER, 0, GUEST_UID as u32));
+            }
+            return;
         }
         // A parent that ignores SIGCHLD or set SA_NOCLDWAIT leaves no zombie; only one that
         // ignores it gets no signal either.

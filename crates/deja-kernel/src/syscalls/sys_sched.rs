@@ -167,7 +167,7 @@ impl Kernel {
             state: ThreadState::Runnable,
         };
         self.sched.threads.threads.insert(tid, t);
-        self.sched.threads.spawned.push(SpawnedThread { tid, stack, tls: settls.then_some(tls) });
+        self.sched.threads.spawned.push(SpawnedThread { tid, stack, tls: settls.then_some(tls), entry: None });
         Ok(tid)
     }
 
@@ -382,10 +382,12 @@ impl Kernel {
     /// True once virtual time reached the [`Kernel::set_yield_at`] point, or when a networked
     /// node has packets for the network: the shell stops after the syscall it just served, so
     /// the cluster driver can route them (their deliveries may come before the old yield point)
-    /// and run other nodes.
+    /// and run other nodes; or when a process deja started has ended (the driver hears of it
+    /// at that moment).
     pub fn yield_due(&self) -> bool {
         self.net.yield_at.is_some_and(|t| self.sched.clock.now_ns() >= t)
             || (self.net.address.is_some() && !self.net.outbox.is_empty())
+            || !self.procs.started_ended.is_empty()
     }
 
     /// Jumps this node's clocks forward by `ns` (a clock fault).

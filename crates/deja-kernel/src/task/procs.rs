@@ -166,6 +166,12 @@ pub(crate) struct Procs {
     /// sent it).
     #[serde(skip)]
     pub(crate) init_killed: bool,
+    /// The processes deja started ([`Kernel::start_process`](crate::Kernel::start_process)),
+    /// until they are reaped.
+    pub(crate) started: alloc::collections::BTreeSet<u64>,
+    /// Started processes that ended and that the driver has not heard of: (pid, status as a
+    /// shell's `$?`).
+    pub(crate) started_ended: Vec<(u64, i32)>,
 }
 
 impl Procs {

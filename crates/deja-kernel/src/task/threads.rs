@@ -110,6 +110,9 @@ pub struct SpawnedThread {
     pub stack: u64,
     /// Its FS base with `CLONE_SETTLS` (else the caller's).
     pub tls: Option<u64>,
+    /// A new program's first instruction and stack (a process deja started): the thread
+    /// starts there with every other register as at boot, not as a copy of the caller's.
+    pub entry: Option<crate::Entry>,
 }
 
 /// What a thread is doing.

@@ -15,7 +15,7 @@ fn forked() -> (Kernel, FakeMemory, u64) {
     override_next(&mut k, vec![0]);
     assert_eq!(sc(&mut k, &mut m, "fork", &[]), 2);
     assert_eq!(k.current_tid(), 1);
-    assert_eq!(k.take_spawned(), vec![SpawnedThread { tid: 2, stack: 0, tls: None }]);
+    assert_eq!(k.take_spawned(), vec![SpawnedThread { tid: 2, stack: 0, tls: None, entry: None }]);
     run_next(&mut k, 1);
     (k, m, buf)
 }
@@ -355,4 +355,53 @@ fn the_memory_digest_covers_every_live_process() {
     let (mut k, _, m) = boot();
     let own = crate::record::trace::memory_digest(&m, &[]).to_hex().to_string();
     assert_eq!(k.finish(&m, ExitStatus::Exited { code: 0 }).memory_digest, own);
+}
+
+#[test]
+fn a_process_deja_starts_runs_its_program_in_a_session_of_its_own_and_its_end_waits_for_the_driver() {
+    let mut spec = spec_with(exec_image(), 42);
+    spec.files.insert("/opt/t/parallel_driver_w".into(), exec_image());
+    spec.files.insert("/opt/t/helper_notes".into(), b"not a program".to_vec());
+    let (mut k, _, mut m) = boot_spec(spec);
+    let listed = k.list_dir("/opt/t").unwrap();
+    assert!(listed.contains(&("parallel_driver_w".to_string(), true)), "{listed:?}");
+    assert_eq!(k.list_dir("/data/input.txt"), Err(20), "ENOTDIR");
+    assert_eq!(k.start_process(&mut m, "/nope", &[]), Err(2), "ENOENT");
+    assert_eq!(k.start_process(&mut m, "opt/t/parallel_driver_w", &[]), Err(22), "EINVAL: not absolute");
+    assert_eq!(k.start_process(&mut m, "/data/input.txt", &[]), Err(13), "EACCES: not executable");
+    let home = m.space();
+    let pid = k.start_process(&mut m, "/opt/t/parallel_driver_w", &[b"X=1".to_vec()]).unwrap();
+    assert_eq!(pid, 2);
+    assert_eq!(m.space(), home, "the caller's space is current again");
+    let spawned = k.take_spawned();
+    let entry = spawned[0].entry.expect("a new program's entry");
+    assert_eq!((spawned[0].tid, spawned[0].stack, spawned[0].tls), (2, 0, None));
+    assert_eq!(entry.rip, 0x40_1000);
+    // It runs when the scheduler picks it, in its own space, with argv [path] and the env given.
+    assert!(!k.yield_due());
+    override_next(&mut k, vec![1; 8]);
+    assert!(k.resume(&mut m, 0, Vec::new()));
+    assert_eq!(k.current_tid(), 2);
+    assert_ne!(m.space(), home);
+    assert_eq!(peek_u64(&m, entry.rsp), 1);
+    assert_eq!(cstr_at(&m, peek_u64(&m, entry.rsp + 8)), "/opt/t/parallel_driver_w");
+    assert_eq!(cstr_at(&m, peek_u64(&m, entry.rsp + 24)), "X=1");
+    assert_eq!(sc(&mut k, &mut m, "getpid", &[]), 2);
+    assert_eq!(sc(&mut k, &mut m, "getppid", &[]), 0, "no parent in the node");
+    assert_eq!(sc(&mut k, &mut m, "getsid", &[0]), 2);
+    assert_eq!(sc(&mut k, &mut m, "read", &[0, entry.rsp - 4096, 16]), 0, "stdin is empty");
+    assert_eq!(sc(&mut k, &mut m, "exit_group", &[3]), BLOCKED_RETURN as i64);
+    // Nobody in the node reaps it: the driver hears of it, and the node stops for it.
+    assert!(k.yield_due());
+    assert_eq!(k.take_started_ended(), vec![(2, 3)]);
+    assert!(!k.yield_due());
+    assert!(k.take_started_ended().is_empty());
+    // A kill by the driver is a SIGKILL, as a shell reports it.
+    let second = k.start_process(&mut m, "/opt/t/parallel_driver_w", &[]).unwrap();
+    k.take_spawned();
+    k.kill_started(&mut m, second);
+    assert_eq!(k.take_started_ended(), vec![(second, 128 + 9)]);
+    k.kill_started(&mut m, second);
+    assert!(k.take_started_ended().is_empty(), "once");
+    assert!(k.procs.table.keys().all(|&p| p == 1), "both reaped: {:?}", k.procs.table.keys().collect::<Vec<_>>());
 }

@@ -29,7 +29,10 @@ fn u32_at(k: &Kernel, m: &mut FakeMemory, a: u64) -> u32 {
 fn clone_writes_tids_and_spawns() {
     let (mut k, mut m, buf) = two_threads();
     assert_eq!(u32_at(&k, &mut m, buf), 2, "CLONE_PARENT_SETTID");
-    assert_eq!(k.take_spawned(), vec![SpawnedThread { tid: 2, stack: buf + 0x800, tls: Some(0x7000_0000) }]);
+    assert_eq!(
+        k.take_spawned(),
+        vec![SpawnedThread { tid: 2, stack: buf + 0x800, tls: Some(0x7000_0000), entry: None }]
+    );
     assert!(k.take_spawned().is_empty());
     assert_eq!(k.thread_fs_base(2), 0x7000_0000);
     assert_eq!(k.thread_fs_base(1), 0);
@@ -69,7 +72,10 @@ fn clone3_creates_threads() {
     poke(&k, &mut m, buf + 0x100, &bytes);
     override_next(&mut k, vec![0]);
     assert_eq!(sc(&mut k, &mut m, "clone3", &[buf + 0x100, 64]), 2);
-    assert_eq!(k.take_spawned(), vec![SpawnedThread { tid: 2, stack: buf + 0x800, tls: Some(0x6000_0000) }]);
+    assert_eq!(
+        k.take_spawned(),
+        vec![SpawnedThread { tid: 2, stack: buf + 0x800, tls: Some(0x6000_0000), entry: None }]
+    );
     assert_eq!(sc(&mut k, &mut m, "clone3", &[buf + 0x100, 8]), EINVAL);
     assert_eq!(sc(&mut k, &mut m, "clone3", &[buf + 0x100, 8192]), -7);
     assert_eq!(sc(&mut k, &mut m, "clone3", &[0x10, 64]), EFAULT);

@@ -160,6 +160,18 @@ impl Vm {
         if !spawned.is_empty() {
             let xsave = ioctl("KVM_GET_XSAVE", self.vcpu.get_xsave())?;
             for t in spawned {
+                // A process deja started begins its program as `execve` begins one.
+                if let Some(entry) = t.entry {
+                    let regs = kvm_regs {
+                        rip: entry.rip,
+                        rsp: entry.rsp,
+                        rflags: RFLAGS_FIXED | RFLAGS_IF,
+                        ..Default::default()
+                    };
+                    let xsave = kvm_xsave { region: *self.boot_xsave.0, ..Default::default() };
+                    self.threads.insert(t.tid, ThreadContext { regs, xsave, fs_base: 0, gs_base: 0 });
+                    continue;
+                }
                 let mut regs = self.vcpu.sync_regs().regs;
                 regs.rax = 0;
                 if t.stack != 0 {

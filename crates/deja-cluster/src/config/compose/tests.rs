@@ -32,7 +32,7 @@ services:
       net:
         ipv4_address: 10.5.0.9
         aliases: [second]
-    x-deja: { wait: false, cpus: 2 }
+    x-deja: { wait: false, cpus: 2, template: { dir: /opt/antithesis/test/v1/main, max_drivers: 2 } }
 volumes:
   data1: {}
 networks:
@@ -58,6 +58,12 @@ fn services_become_nodes_in_start_up_order_with_the_files_settings() {
     assert_eq!(c.faults.random.as_ref().unwrap().partition_every_ms, Some([500, 900]));
     let node = |n: &str| c.nodes.iter().find(|x| x.name == n).unwrap();
     let (client, r1, r2) = (node("client"), node("r1"), node("r2"));
+    let template = r2.template.as_ref().expect("x-deja.template");
+    assert_eq!(
+        (template.dir.as_str(), template.max_drivers, template.quiet_ms),
+        ("/opt/antithesis/test/v1/main", 2, 2000)
+    );
+    assert_eq!(r1.template, None);
     // Addresses: r2's own; the others the subnet's next free from .2, in the file's order.
     assert_eq!([&client.address, &r1.address, &r2.address], ["10.5.0.2", "10.5.0.3", "10.5.0.9"]);
     // Commands: a string is split as words; an entrypoint drops the image's command.
