@@ -103,6 +103,7 @@ const SERVICE_KEYS: &[&str] = &[
     "volumes",
     "networks",
     "user",
+    "restart",
     "x-deja",
 ];
 
@@ -159,6 +160,7 @@ struct Service {
     depends: Vec<String>,
     volumes: Vec<String>,
     files: BTreeMap<String, PathBuf>,
+    restart: Option<String>,
     settings: NodeSettings,
 }
 
@@ -255,10 +257,13 @@ pub fn cluster_file(text: &str) -> Result<ClusterFile, ComposeError> {
             contents,
             cwd: s.cwd.clone(),
             cpus: s.settings.cpus,
-            wait: s.settings.wait.unwrap_or(true),
+            // A service that always starts again never ends: the run does not wait for it
+            // unless the file says so.
+            wait: s.settings.wait.unwrap_or(!matches!(s.restart.as_deref(), Some("always" | "unless-stopped"))),
             fail_stop: s.settings.fail_stop.clone(),
             failure_marker: s.settings.failure_marker.clone(),
             template: s.settings.template.clone(),
+            restart: s.restart.clone(),
         });
     }
     let mut faults = settings.faults.unwrap_or_default();
@@ -389,6 +394,7 @@ fn service(
         depends: Vec::new(),
         volumes: Vec::new(),
         files: BTreeMap::new(),
+        restart: None,
         settings: NodeSettings::default(),
     };
     for (k, v) in m {
@@ -413,6 +419,11 @@ fn service(
                 }
             }
             "depends_on" => s.depends = depends_on(v, &at(&key))?,
+            "restart" => {
+                let policy = v.as_str().ok_or_else(|| value_err(at(&key), "a string"))?.to_string();
+                super::Restart::parse(&policy).map_err(|problem| value_err(at(&key), problem))?;
+                s.restart = Some(policy);
+            }
             "volumes" => volumes(v, &at(&key), declared_volumes, &mut s)?,
             "networks" => service_networks(v, &at(&key), net, &mut s)?,
             "user" => {

@@ -150,9 +150,9 @@ pub enum InvalidCluster {
         /// What is wrong.
         problem: String,
     },
-    /// A node's test template settings are wrong.
+    /// A node's setting is wrong: its test template, its restart policy.
     #[snafu(display("node {node}: {problem}"))]
-    Template {
+    NodeSetting {
         /// The node.
         node: String,
         /// What is wrong.

@@ -173,22 +173,24 @@ impl ClusterConfig {
                 fail_stop,
                 failure_marker: n.failure_marker.clone().filter(|m| !m.is_empty()),
                 template: n.template.clone(),
+                restart: super::Restart::parse(n.restart.as_deref().unwrap_or("no"))
+                    .map_err(|problem| NodeSettingSnafu { node: &n.name, problem }.build())?,
             });
         }
         let templated: Vec<&NodeFile> = file.nodes.iter().filter(|n| n.template.is_some()).collect();
         if let [_, second, ..] = templated[..] {
-            return TemplateSnafu { node: &second.name, problem: "only one node may run a test template" }.fail();
+            return NodeSettingSnafu { node: &second.name, problem: "only one node may run a test template" }.fail();
         }
         if let Some(n) = templated.first() {
             if let Some(problem) = n.template.as_ref().and_then(|t| t.problem()) {
-                return TemplateSnafu { node: &n.name, problem }.fail();
+                return NodeSettingSnafu { node: &n.name, problem }.fail();
             }
             let kills = file.faults.schedule.iter().any(|f| {
                 f.node.as_ref() == Some(&n.name) && matches!(f.action, Action::Kill | Action::Pause | Action::Restart)
             }) || file.faults.random.as_ref().is_some_and(|r| r.targets.contains(&n.name));
             ensure!(
                 !kills,
-                TemplateSnafu {
+                NodeSettingSnafu {
                     node: &n.name,
                     problem:
                         "the node running the test template cannot be killed or paused (it holds the run's commands)"

@@ -376,6 +376,58 @@ pub struct NodeFile {
     /// A test template this node runs (see [`crate::template`]).
     #[serde(default)]
     pub template: Option<crate::template::TemplateSettings>,
+    /// What happens when its program exits on its own: `no` (default), `always`,
+    /// `unless-stopped`, `on-failure` or `on-failure:N`, as Docker's restart policies.
+    #[serde(default)]
+    pub restart: Option<String>,
+}
+
+/// A node's restart policy: what happens when its program exits on its own (not when deja
+/// kills it or it crashes at a durable operation: those have their own restarts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Restart {
+    /// It stays down (Docker's `no`).
+    #[default]
+    No,
+    /// It starts again whatever its exit (`always`, `unless-stopped`).
+    Always,
+    /// It starts again after a non-zero exit, at most `max` times (`on-failure[:N]`; no N:
+    /// without end).
+    OnFailure {
+        /// Most restarts, if bounded.
+        max: Option<u64>,
+    },
+}
+
+impl Restart {
+    /// Reads a policy as Docker writes it.
+    pub fn parse(s: &str) -> Result<Restart, String> {
+        match s {
+            "no" | "" => Ok(Restart::No),
+            "always" | "unless-stopped" => Ok(Restart::Always),
+            "on-failure" => Ok(Restart::OnFailure { max: None }),
+            _ => match s.strip_prefix("on-failure:").map(str::parse::<u64>) {
+                Some(Ok(n)) => Ok(Restart::OnFailure { max: Some(n) }),
+                _ => Err(format!("restart {s:?}: expected no, always, unless-stopped, on-failure or on-failure:N")),
+            },
+        }
+    }
+
+    /// True when a program that exited with `code`, after `restarts` restarts by this policy,
+    /// starts again.
+    pub fn again(self, code: Option<i32>, restarts: u64) -> bool {
+        match self {
+            Restart::No => false,
+            Restart::Always => true,
+            Restart::OnFailure { max } => code != Some(0) && max.is_none_or(|m| restarts < m),
+        }
+    }
+
+    /// How long after its exit the program starts again, ns: Docker's delay, 100 ms doubling
+    /// with each restart, at most a minute.
+    pub fn delay_ns(restarts: u64) -> u64 {
+        (100_000_000u64 << restarts.min(10)).min(60_000_000_000)
+    }
 }
 
 fn yes() -> bool {
@@ -417,6 +469,8 @@ pub struct NodeConfig {
     pub failure_marker: Option<String>,
     /// The test template it runs, if any.
     pub template: Option<crate::template::TemplateSettings>,
+    /// Its restart policy.
+    pub restart: Restart,
 }
 
 /// A cluster ready to run: the file with every binary and file read.

@@ -196,13 +196,29 @@ impl<M: Machine> Sim<M> {
         let n = &mut self.nodes[i];
         let Some(mut live) = n.live.take() else { return Ok(()) };
         let status = live.kernel.exit_status().cloned().unwrap_or(ExitStatus::Exited { code: 0 });
+        let code = match status {
+            ExitStatus::Exited { code } => Some(code),
+            ExitStatus::Signaled { .. } => None,
+        };
+        let again = n.cfg.restart.again(code, n.relaunches);
+        // Its host did not crash: the next life finds every write, synced or not.
+        let disk = again.then(|| live.kernel.disk());
         let report = live.kernel.finish(live.vm.memory(), status);
         let errors = injected_errors(&report);
         n.lives.push(report);
-        n.state = State::Exited;
+        // By its restart policy it boots again after Docker's delay, on its disk; until then it
+        // is down, as a container between its exit and its restart.
+        n.state = if again { State::Down } else { State::Exited };
+        let relaunch_at = again.then(|| self.now + crate::config::Restart::delay_ns(n.relaunches));
+        if again {
+            n.disk = disk;
+        }
         // Its host is still up: what it had open is closed, which resets its peers.
         let conns = live.kernel.connections();
         let name = n.cfg.name.clone();
+        if let Some(at) = relaunch_at {
+            self.push(at, Event::Relaunch(i));
+        }
         self.retire(i, live);
         for (kind, point) in errors {
             self.note(&kind, format!("{name} {point}"));

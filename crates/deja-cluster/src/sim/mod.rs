@@ -147,6 +147,8 @@ struct Node<M = Vm> {
     seed: u64,
     /// The blocks its lives reached while armed (block coverage).
     blocks: Vec<BlockHit>,
+    /// Restarts by its restart policy so far.
+    relaunches: u64,
 }
 
 impl<M> Node<M> {
@@ -167,6 +169,7 @@ impl<M> Node<M> {
             host_cores: self.host_cores.clone(),
             seed: self.seed,
             blocks: self.blocks.clone(),
+            relaunches: self.relaunches,
         }
     }
 }
@@ -187,6 +190,8 @@ enum Event {
     Restart(usize),
     /// A node that crashed at a durable operation boots again.
     Revive(usize),
+    /// A node whose program exited boots again by its restart policy.
+    Relaunch(usize),
     Resume(usize),
     TcpTimeout {
         epoch: u64,
@@ -374,6 +379,7 @@ impl<M: Machine> Sim<M> {
                 host_cores: Vec::new(),
                 seed: node_seed(cfg.seed, i),
                 blocks: Vec::new(),
+                relaunches: 0,
             })
             .collect();
         let mut sim = Sim {
@@ -444,9 +450,7 @@ impl<M: Machine> Sim<M> {
         if std::mem::replace(&mut self.armed, true) {
             return;
         }
-        if self.template.is_some() {
-            self.push(self.now, Event::Template);
-        }
+        self.template_due();
         for f in self.cfg.schedule.clone() {
             self.push(f.at_ms.saturating_mul(1_000_000), Event::Scripted(Box::new(f)));
         }
@@ -557,6 +561,9 @@ impl<M: Machine> Sim<M> {
                 (Some(e), None) => e,
                 (None, Some(n)) => n,
                 (None, None) => {
+                    if let Some(why) = self.template_never_began() {
+                        return Ok(Some(Outcome::Stuck(why)));
+                    }
                     let what: Vec<String> = self
                         .nodes
                         .iter()
@@ -571,6 +578,9 @@ impl<M: Machine> Sim<M> {
             };
             if t > self.cfg.time_limit_ns {
                 self.now = self.cfg.time_limit_ns;
+                if let Some(why) = self.template_never_began() {
+                    return Ok(Some(Outcome::Stuck(why)));
+                }
                 return Ok(Some(Outcome::TimeLimit));
             }
             self.now = self.now.max(t);
@@ -661,8 +671,9 @@ impl<M: Machine> Sim<M> {
             _ => {}
         }
         if self.template.as_ref().is_some_and(|t| t.node == i) {
-            self.template_act(|_, _, _| {})?;
+            self.template_act(None)?;
         }
+        self.template_due();
         Ok(())
     }
 
@@ -746,6 +757,15 @@ impl<M: Machine> Sim<M> {
                     self.boot_node(i)?;
                 }
             }
+            Event::Relaunch(i) => {
+                if self.nodes[i].state == State::Down {
+                    let n = &mut self.nodes[i];
+                    n.relaunches += 1;
+                    let name = n.cfg.name.clone();
+                    self.note("relaunch", format!("{name} by its restart policy"));
+                    self.boot_node(i)?;
+                }
+            }
             Event::Resume(i) => self.resume(i)?,
             Event::TcpTimeout { epoch } => {
                 if self.net.epoch == epoch && self.net.partitioned() {
@@ -756,7 +776,7 @@ impl<M: Machine> Sim<M> {
                 if let Some(t) = self.template.as_mut() {
                     t.wake = None;
                 }
-                self.template_act(|c, now, host| if c.begun() { c.wake(now, host) } else { c.begin(now, host) })?;
+                self.template_act(Some(|c, now, host| if c.begun() { c.wake(now, host) } else { c.begin(now, host) }))?;
             }
         }
         Ok(())

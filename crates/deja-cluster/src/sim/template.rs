@@ -20,6 +20,8 @@ pub(super) struct Templated {
     /// Its choices fixed by the steering ([`Steering::template`]), and how many it took.
     pub(super) given: Vec<u64>,
     pub(super) taken: usize,
+    /// Its beginning is in the queue.
+    pub(super) begins: bool,
 }
 
 /// What the composer drives in the node, through its kernel.
@@ -84,18 +86,23 @@ impl<M: Machine> Sim<M> {
             lines: Vec::new(),
             given: Vec::new(),
             taken: 0,
+            begins: false,
         });
         Ok(())
     }
 
-    /// Lets the composer act at the current time: `act` (begin, wake or nothing), then the
-    /// ends of the processes it started that the node reported; then its quiet period, its
-    /// next wake-up and its verdict take effect.
-    pub(super) fn template_act(&mut self, act: fn(&mut Composer, u64, &mut dyn Host)) -> Result<(), ClusterError> {
+    /// Lets the composer act at the current time: `act` (begin or wake; none after a stint of
+    /// its node), then the ends of the processes it started that the node reported; then its
+    /// quiet period, its next wake-up and its verdict take effect. Nothing happens without an
+    /// act or an end.
+    pub(super) fn template_act(
+        &mut self,
+        act: Option<fn(&mut Composer, u64, &mut dyn Host)>,
+    ) -> Result<(), ClusterError> {
         let Some(mut t) = self.template.take() else { return Ok(()) };
         let i = t.node;
         let n = &mut self.nodes[i];
-        let Some(live) = n.live.as_mut() else {
+        let Some(live) = n.live.as_mut().filter(|l| act.is_some() || l.kernel.started_have_ended()) else {
             self.template = Some(t);
             return Ok(());
         };
@@ -110,7 +117,9 @@ impl<M: Machine> Sim<M> {
             given: &t.given,
             taken: &mut t.taken,
         };
-        act(&mut t.composer, now, &mut host);
+        if let Some(act) = act {
+            act(&mut t.composer, now, &mut host);
+        }
         loop {
             let ended = host.live.kernel.take_started_ended();
             if ended.is_empty() {
@@ -148,6 +157,31 @@ impl<M: Machine> Sim<M> {
             }
             None => Ok(()),
         }
+    }
+
+    /// Queues the template's beginning when it is due: at once for `start = "boot"`, else once
+    /// a node has called `setup_complete`.
+    pub(super) fn template_due(&mut self) {
+        let Some(t) = self.template.as_ref().filter(|t| !t.begins) else { return };
+        let due = match self.nodes[t.node].cfg.template.as_ref().map(|s| s.start) {
+            Some(crate::template::TemplateStart::Boot) => true,
+            _ => self.nodes.iter().any(|n| n.live.as_ref().is_some_and(|l| l.kernel.setup_completed())),
+        };
+        if due {
+            if let Some(t) = self.template.as_mut() {
+                t.begins = true;
+            }
+            self.push(self.now, Event::Template);
+        }
+    }
+
+    /// Why the run ends without a verdict because its template never began, if it did not.
+    pub(super) fn template_never_began(&self) -> Option<String> {
+        let t = self.template.as_ref().filter(|t| !t.composer.begun())?;
+        Some(format!(
+            "the test template of {} never began: no node called setup_complete (`start = \"boot\"` begins it at boot)",
+            self.nodes[t.node].cfg.name
+        ))
     }
 
     /// Hands the template's lines to the sink.

@@ -18,6 +18,7 @@ const MS: u64 = 1_000_000;
 fn node(name: &str, address: [u8; 4], args: &[&str], wait: bool) -> NodeConfig {
     NodeConfig {
         template: None,
+        restart: crate::config::Restart::No,
         name: name.into(),
         address,
         image: fake::image(),
@@ -330,4 +331,38 @@ fn a_node_that_crashes_at_a_durable_operation_restarts_on_what_was_durable() {
     let s = steered(cfg, Steering { crash_states: 4, ..Steering::default() });
     assert_eq!(s.crashes.len(), 1);
     assert!(!s.crashes[0].states.is_empty());
+}
+
+#[test]
+fn a_restart_policy_starts_a_node_again_after_its_exit_with_dockers_delays() {
+    let restarting = |policy: &str, code: &str, wait: bool| {
+        let mut n = node("server", SERVER, &["exit", code], wait);
+        n.restart = crate::config::Restart::parse(policy).unwrap();
+        n
+    };
+    let relaunches = |r: &ClusterReport| -> Vec<u64> {
+        r.faults.iter().filter(|f| f.kind == "relaunch").map(|f| f.time_ns / MS).collect()
+    };
+    // on-failure:2 after exit 1: two more lives, 100 ms then 200 ms after each exit; the last
+    // life's exit is the node's.
+    let r = run(cluster(vec![restarting("on-failure:2", "1", true)]));
+    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!(r.nodes[0].lives.len(), 3);
+    assert_eq!(relaunches(&r), [100, 300]);
+    assert_eq!(r.nodes[0].stdout, "bye\nbye\nbye\n");
+    assert_eq!(r.first_failure().map(|f| f.0), Some("server"));
+    assert!(r.faults.iter().all(|f| f.scripted.is_none()), "a policy's restart is no fault");
+    // on-failure after exit 0: done.
+    let r = run(cluster(vec![restarting("on-failure", "0", true)]));
+    assert_eq!((r.nodes[0].lives.len(), relaunches(&r).len()), (1, 0));
+    // always: again and again, whatever the exit, while the run lasts (a waited sleeper).
+    let r = run(cluster(vec![restarting("always", "0", false), node("client", CLIENT, &["sleep", "1000"], true)]));
+    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!(relaunches(&r), [100, 300, 700], "delays of 100, 200, 400 ms; the next at 1500 ms is past the end");
+    assert_eq!(r.nodes[0].lives.len(), 4);
+    assert_eq!(r.nodes[0].ended, "down", "between an exit and its restart");
+    // The policies as Docker writes them.
+    assert_eq!(crate::config::Restart::parse("unless-stopped"), Ok(crate::config::Restart::Always));
+    assert!(crate::config::Restart::parse("on-failure:x").is_err());
+    assert_eq!(crate::config::Restart::delay_ns(20), 60_000 * MS, "at most a minute");
 }

@@ -8,6 +8,9 @@
 //! goes through these phases, every choice a cluster decision (`template …`) the explorer
 //! mutates and replay keeps:
 //!
+//! 0. **Start.** The template begins at the first `setup_complete` any node sends (the system
+//!    says it is ready, as Antithesis's test composer waits for it), or at boot with `start =
+//!    "boot"`. One that never begins leaves the run without a verdict (`stuck`).
 //! 1. **First.** Each `first_` command, one after another in name order. One that exits
 //!    non-zero stops the template: the run has no verdict (the cluster is `stuck`, with why).
 //! 2. **Drive**, faults on. Either one `singleton_driver_` alone (decision `template
@@ -102,6 +105,21 @@ pub struct TemplateSettings {
     /// The gap between two starts, ms, drawn uniformly.
     #[serde(default = "default_gap_ms")]
     pub gap_ms: [u64; 2],
+    /// When it begins: at the first `setup_complete` any node sends (default), or at boot.
+    #[serde(default)]
+    pub start: TemplateStart,
+}
+
+/// When a template begins.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TemplateStart {
+    /// At the first `setup_complete` of any node (our SDK's lifecycle call, or the Antithesis
+    /// SDKs' `setup_complete`), as Antithesis's test composer waits for it.
+    #[default]
+    Setup,
+    /// As soon as the cluster has booted.
+    Boot,
 }
 
 fn default_drive_ms() -> u64 {
@@ -126,6 +144,7 @@ impl TemplateSettings {
             quiet_ms: default_quiet_ms(),
             max_drivers: default_max_drivers(),
             gap_ms: default_gap_ms(),
+            start: TemplateStart::Setup,
         }
     }
 

@@ -277,6 +277,8 @@ pub fn outcome(report: ClusterReport) -> ClusterOutcome {
                 let e = features.entry(f).or_insert(at);
                 *e = (*e).min(at).or(at);
             }
+            // The Antithesis SDKs' guideposts: each one's progress, a level at a time.
+            crate::input::guidance_edges(&l.events, &mut features);
             // Edge coverage of a node built with `deja build --coverage`: edge and AFL bucket.
             for (i, b) in l.coverage.iter().flat_map(|c| c.map.iter().enumerate()) {
                 if *b != 0 {

@@ -150,6 +150,11 @@ impl Kernel {
         self.end_process(mem, pid, status);
     }
 
+    /// True when a process deja started has ended since the last [`Kernel::take_started_ended`].
+    pub fn started_have_ended(&self) -> bool {
+        !self.procs.started_ended.is_empty()
+    }
+
     /// The processes deja started that ended since the last call: (pid, status as a shell's
     /// `$?` gives it), in the order they ended.
     /// Reaps them (a zombie whose parts the kernel still holds, because nothing ran since it

@@ -14,7 +14,7 @@
 //!   `/var/lib/workload/acked` is in it (`assert_always!` "acknowledged writes survive"); exits
 //!   1 if one is lost, 3 if no leader answered.
 //! * any other name (the image's entrypoint): idles, as a workload container does while the
-//!   test composer runs its commands.
+//!   test composer runs its commands (the replicas' `setup_complete` begins the template).
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::net::{SocketAddr, UdpSocket};

@@ -99,11 +99,11 @@ fn error(text: &str) -> String {
 #[test]
 fn every_key_deja_does_not_take_is_named_in_one_error() {
     let e = error(
-        "services:\n  a:\n    image: a.tar\n    healthcheck: {test: [CMD, true]}\n    restart: always\n  \
+        "services:\n  a:\n    image: a.tar\n    healthcheck: {test: [CMD, true]}\n    env_file: a.env\n  \
          b:\n    image: b.tar\n    privileged: true\nsecrets: {}\n",
     );
     assert!(e.starts_with("keys deja does not take"), "{e}");
-    for key in ["services.a.healthcheck", "services.a.restart", "services.b.privileged", "secrets"] {
+    for key in ["services.a.healthcheck", "services.a.env_file", "services.b.privileged", "secrets"] {
         assert!(e.contains(key), "{key}: {e}");
     }
     // Merge keys share settings between services.
@@ -143,6 +143,7 @@ fn values_deja_cannot_take_are_refused_with_where_and_why() {
         ("services:\n  a:\n    image: a.tar\n    networks: [elsewhere]\n", "\"elsewhere\" is not the one declared"),
         ("services:\n  a:\n    image: a.tar\n    x-deja: {waits: true}\n", "services.a.x-deja: unknown field `waits`"),
         ("x-deja: {seeds: 1}\nservices:\n  a:\n    image: a.tar\n", "x-deja: unknown field `seeds`"),
+        ("services:\n  a:\n    image: a.tar\n    restart: sometimes\n", "services.a.restart: restart \"sometimes\""),
         ("- a\n- b\n", "its top level is not a mapping"),
         ("version: '3'\n", "services: a compose file needs a mapping of services"),
     ];
@@ -170,4 +171,19 @@ fn a_compose_file_loads_as_a_cluster_whose_nodes_resolve_each_other() {
     assert_eq!(read[1], ("a".to_string(), "File(\"/etc/hosts\")".to_string(), dir.join("./hosts")));
     assert!(is_compose(std::path::Path::new("docker-compose.yml")) && is_cluster_file(std::path::Path::new("c.toml")));
     assert!(!is_cluster_file(std::path::Path::new("prog")));
+}
+
+#[test]
+fn a_restart_policy_is_kept_and_a_service_that_always_restarts_is_not_waited_for() {
+    let c = cluster_file(
+        "services:\n  a:\n    image: a.tar\n    restart: always\n  b:\n    image: b.tar\n    restart: on-failure:2\n  \
+         c:\n    image: c.tar\n    restart: unless-stopped\n    x-deja: {wait: true}\n",
+    )
+    .unwrap();
+    let got: Vec<(&str, Option<&str>, bool)> =
+        c.nodes.iter().map(|n| (n.name.as_str(), n.restart.as_deref(), n.wait)).collect();
+    assert_eq!(
+        got,
+        [("a", Some("always"), false), ("b", Some("on-failure:2"), true), ("c", Some("unless-stopped"), true)]
+    );
 }

@@ -224,6 +224,7 @@ pub fn program_for(args: &[String]) -> Box<dyn Program> {
         }),
         "sleep" => Box::new(Sleep { ms: arg(1).parse().expect("ms"), step: 0 }),
         "spin" => Box::new(Spin),
+        "exit" => Box::new(Quit { code: arg(1).parse().expect("code"), step: 0 }),
         "log" => Box::new(Log { count: arg(1).parse().expect("count"), at: LogAt::Start, fd: 0, done: 0 }),
         other => panic!("no fake program {other:?}"),
     }
@@ -380,6 +381,22 @@ impl Program for Sleep {
             }
             2 => say(mem, TEXT, 1, "slept\n"),
             _ => call(EXIT, &[0]),
+        }
+    }
+}
+
+/// Says `bye` and exits with `code`.
+struct Quit {
+    code: u64,
+    step: u32,
+}
+
+impl Program for Quit {
+    fn next(&mut self, _last: Option<i64>, mem: &mut dyn Memory) -> Call {
+        self.step += 1;
+        match self.step {
+            1 => say(mem, TEXT, 1, "bye\n"),
+            _ => call(EXIT, &[self.code]),
         }
     }
 }
