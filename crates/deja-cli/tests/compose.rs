@@ -155,6 +155,38 @@ fn a_test_templates_finally_check_finds_the_lost_write_which_replays_and_the_pat
 }
 
 #[test]
+fn a_template_waits_for_setup_complete_and_one_that_cannot_go_on_gives_no_verdict() {
+    guests();
+    let dir = scratch("template-start");
+    let image = root().join("target/guests/images/register-workload.tar");
+    let file = |start: &str| {
+        let p = dir.join(format!("{start}.yaml"));
+        let text = format!(
+            "services:\n  workload:\n    image: {}\n    environment: {{REPLICAS: \"10.0.0.9:7000\"}}\n    \
+             x-deja: {{template: {{dir: /opt/antithesis/test/v1/main, start: {start}}}}}\n\
+             x-deja: {{time_limit_ms: 20000}}\n",
+            image.display()
+        );
+        std::fs::write(&p, text).unwrap();
+        p.to_string_lossy().into_owned()
+    };
+    // Nothing ever calls setup_complete: the template never begins, and the run says so.
+    let o = deja(&["run", "--no-probe", &file("setup")]);
+    let e = stderr(&o);
+    assert_ne!(o.status.code(), Some(0), "{e}");
+    assert!(e.contains("the test template of workload never began: no node called setup_complete"), "{e}");
+    assert!(!e.contains("deja template: started"), "{e}");
+    // At boot it begins; its first_ command finds no leader and exits 3: the template stops, and
+    // the run has no verdict (never a failure of the system).
+    let o = deja(&["run", "--no-probe", &file("boot")]);
+    let e = stderr(&o);
+    assert!(e.contains("deja template: started first_wait_for_leader"), "{e}");
+    assert!(e.contains("the test template stopped: first_wait_for_leader exited with 3"), "{e}");
+    assert!(!e.contains("started parallel_driver_write"), "{e}");
+    assert_ne!(o.status.code(), Some(1), "a stopped template is no bug: {e}");
+}
+
+#[test]
 fn a_compose_file_deja_cannot_run_as_docker_would_is_refused_naming_every_key() {
     guests();
     let dir = scratch("refused");
