@@ -168,6 +168,17 @@ pub fn summary(r: &ClusterReport, history: &HistoryCheck) {
             n.syscalls()
         );
     }
+    if let Some(t) = &r.template {
+        use deja_cluster::template::Verdict;
+        let how = match (&t.verdict, t.began) {
+            (Some(Verdict::Passed), _) => "passed".to_string(),
+            (Some(Verdict::Failed(w)), _) => format!("failed: {w}"),
+            (Some(Verdict::Stopped(w)), _) => format!("stopped without a verdict: {w}"),
+            (None, true) => "still running when the run ended".to_string(),
+            (None, false) => "never began".to_string(),
+        };
+        eprintln!("deja:   test template {} ({} commands) on {}: {how}", t.dir, t.commands.len(), t.node);
+    }
     for f in &r.faults {
         eprintln!("deja:   fault at {:>10.3} ms: {} {}", f.time_ns as f64 / 1e6, f.kind, f.detail);
     }

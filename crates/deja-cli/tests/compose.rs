@@ -109,6 +109,13 @@ fn a_test_template_runs_its_commands_in_the_workload_node_in_their_phases_alike_
     let r = summary(out);
     let workload = r["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "workload").unwrap().clone();
     assert_eq!(workload["ended"], "exited");
+    assert_eq!(r["template"]["verdict"], serde_json::json!({"kind": "passed"}));
+    assert_eq!(r["template"]["commands"].as_array().map(Vec::len), Some(4));
+    let plain = stderr(&deja(&["run", "--no-probe", &file]));
+    assert!(
+        plain.contains("deja:   test template /opt/antithesis/test/v1/main (4 commands) on workload: passed"),
+        "{plain}"
+    );
     assert_eq!(workload["lives"][0]["exit"], serde_json::json!({"kind": "exited", "code": 0}));
     // The same run in another process on another core.
     assert_eq!(summary(&runs[1])["digest"], r["digest"], "cores {a} and {b}");

@@ -301,6 +301,9 @@ pub struct ClusterReport {
     pub binary_hashes: BTreeMap<String, String>,
     /// The crashes at durable operations, in order.
     pub crashes: Vec<CrashRecord>,
+    /// The test template a node ran, if one did (see [`template`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<template::TemplateReport>,
     /// Where a later fork of this course can be taken ([`Fork::run_child_at`]): each distinct
     /// count of decisions taken at the top of a scheduler step, ascending (in process only).
     #[serde(skip)]

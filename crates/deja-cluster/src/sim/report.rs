@@ -40,6 +40,7 @@ impl<M: Machine> Sim<M> {
             h.update(f.kind.as_bytes());
             h.update(f.detail.as_bytes());
         }
+        let template = self.template.as_ref().map(|t| t.composer.report(&self.nodes[t.node].cfg.name));
         let nodes = std::mem::take(&mut self.nodes)
             .into_iter()
             .map(|n| NodeReport {
@@ -76,6 +77,7 @@ impl<M: Machine> Sim<M> {
             network: self.net.stats.clone(),
             binary_hashes: self.cfg.binary_hashes.clone(),
             crashes: std::mem::take(&mut self.crashes),
+            template,
             cuts: std::mem::take(&mut self.cuts),
         }
     }

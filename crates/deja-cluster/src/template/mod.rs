@@ -222,6 +222,21 @@ impl Template {
     }
 }
 
+/// A template's part of a cluster report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TemplateReport {
+    /// The node that ran it.
+    pub node: String,
+    /// Its directory.
+    pub dir: String,
+    /// Its commands, by name.
+    pub commands: Vec<String>,
+    /// Whether it began (it waits for `setup_complete` unless it starts at boot).
+    pub began: bool,
+    /// How it ended, if it did.
+    pub verdict: Option<Verdict>,
+}
+
 /// What the composer asks of the simulator.
 pub trait Host {
     /// Starts the command at `path` in the template's node; its pid, or why it could not start.
@@ -238,6 +253,7 @@ pub trait Host {
 
 /// How a template's run ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
 pub enum Verdict {
     /// Every check passed.
     Passed,
@@ -315,6 +331,17 @@ impl Composer {
     /// The template.
     pub fn template(&self) -> &Template {
         &self.template
+    }
+
+    /// Its part of the report of the run on node `node`.
+    pub fn report(&self, node: &str) -> TemplateReport {
+        TemplateReport {
+            node: node.to_string(),
+            dir: self.template.dir.clone(),
+            commands: self.template.commands.iter().map(|c| c.name.clone()).collect(),
+            began: self.begun(),
+            verdict: self.verdict.clone(),
+        }
     }
 
     /// True once it has begun.
