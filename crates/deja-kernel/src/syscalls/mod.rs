@@ -48,6 +48,7 @@ use crate::prelude::*;
 use crate::Memory;
 use sys_fs::AT_REMOVEDIR;
 
+pub(crate) mod program;
 mod render;
 pub(crate) mod serve;
 pub(crate) mod started;

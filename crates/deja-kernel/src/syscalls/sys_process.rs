@@ -4,7 +4,6 @@
 //! parts of the node's processes (see [`procs`](crate::task::procs) for the model).
 
 use crate::prelude::*;
-use alloc::sync::Arc;
 
 use crate::abi::errno::*;
 use crate::abi::signal::{SIGCHLD, SIG_IGN};
@@ -73,11 +72,6 @@ const CLD_KILLED: i32 = 2;
 /// Most bytes of argv and the environment together at `execve` (Linux's limit is a quarter of
 /// the stack; deja's stack is 8 MiB).
 const ARG_MAX: usize = 2 << 20;
-/// Most interpreters an `execve` follows (`#!` lines), as Linux's `BINPRM_MAX_RECURSION`.
-const MAX_INTERPRETERS: usize = 4;
-
-/// A program to load: its bytes, its path and its argv.
-pub(crate) type Loadable = (Arc<[u8]>, String, Vec<Vec<u8>>);
 
 /// The status `wait4` reports for `st`.
 pub(crate) fn wait_status(st: &ExitStatus) -> u32 {
@@ -458,60 +452,6 @@ impl Kernel {
         self.files.fs.set_exe_path(&exe);
         self.procs.exec = Some(entry);
         Ok(0)
-    }
-
-    /// The program a file runs: itself, or the interpreter its `#!` line names (up to
-    /// [`MAX_INTERPRETERS`] deep), with the script's path as its argument, as Linux runs it.
-    /// `script` is the path as it was executed; returns the bytes, path and argv to load.
-    pub(crate) fn follow_interpreters(
-        &self,
-        mut bytes: Arc<[u8]>,
-        mut exe: String,
-        mut script: String,
-        mut args: Vec<Vec<u8>>,
-    ) -> Result<Loadable, i32> {
-        for depth in 0.. {
-            if !bytes.starts_with(b"#!") {
-                break;
-            }
-            if depth == MAX_INTERPRETERS {
-                return Err(ELOOP);
-            }
-            let line = bytes[2..].iter().take(255).take_while(|&&b| b != b'\n').copied().collect::<Vec<u8>>();
-            let line = String::from_utf8_lossy(&line).trim().to_string();
-            let (interp, arg) = match line.split_once([' ', '\t']) {
-                Some((i, a)) => (i.to_string(), Some(a.trim().to_string())),
-                None => (line.clone(), None),
-            };
-            if interp.is_empty() {
-                return Err(ENOEXEC);
-            }
-            let mut new_args = vec![interp.clone().into_bytes()];
-            new_args.extend(arg.map(String::into_bytes));
-            // The script as it was executed (`./script`), as Linux passes it.
-            new_args.push(script.clone().into_bytes());
-            script = interp.clone();
-            new_args.extend(args.into_iter().skip(1));
-            args = new_args;
-            let start = if interp.starts_with('/') { crate::fs::ROOT } else { self.files.cwd };
-            let w = self.files.fs.walk_checked(start, interp.as_bytes(), true)?;
-            let id = self.target_id(&w)?;
-            exe = self.files.fs.path_in(w.parent, w.name.as_deref().unwrap_or(""));
-            bytes = self.executable(id)?;
-        }
-        Ok((bytes, exe, args))
-    }
-
-    /// The contents of the regular file `id`, if the caller may execute it.
-    pub(crate) fn executable(&self, id: u64) -> Result<Arc<[u8]>, i32> {
-        let inode = self.files.fs.get(id).ok_or(ENOENT)?;
-        if inode.is_dir() {
-            return Err(EACCES);
-        }
-        if self.files.fs.stat(id).mode & 0o100 == 0 {
-            return Err(EACCES);
-        }
-        self.files.fs.snapshot(id).ok_or(EACCES)
     }
 
     /// A NULL-terminated array of C strings (`argv`, `envp`); a NULL array is empty.
