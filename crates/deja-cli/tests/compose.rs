@@ -205,14 +205,14 @@ fn a_compose_file_deja_cannot_run_as_docker_would_is_refused_naming_every_key() 
     };
     let keys = write(
         "keys.yaml",
-        "services:\n  a:\n    image: IMAGE\n    healthcheck: {test: [CMD, \"true\"]}\n    env_file: a.env\n\
+        "services:\n  a:\n    image: IMAGE\n    healthcheck: {test: [CMD, \"true\"]}\n    secrets: [s]\n\
          configs: {}\n",
     );
     let o = deja(&["run", "--no-probe", &keys]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let e = stderr(&o);
     assert!(
-        e.contains("keys deja does not take") && e.contains("configs, services.a.healthcheck, services.a.env_file"),
+        e.contains("keys deja does not take") && e.contains("configs, services.a.healthcheck, services.a.secrets"),
         "{e}"
     );
     let registry = write("registry.yaml", "services:\n  a:\n    image: redis:7\n");

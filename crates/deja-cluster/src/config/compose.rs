@@ -104,6 +104,7 @@ const SERVICE_KEYS: &[&str] = &[
     "networks",
     "user",
     "restart",
+    "env_file",
     "x-deja",
 ];
 
@@ -161,6 +162,7 @@ struct Service {
     volumes: Vec<String>,
     files: BTreeMap<String, PathBuf>,
     restart: Option<String>,
+    env_files: Vec<String>,
     settings: NodeSettings,
 }
 
@@ -255,6 +257,7 @@ pub fn cluster_file(text: &str) -> Result<ClusterFile, ComposeError> {
             env: s.env.clone(),
             files: s.files.clone(),
             contents,
+            env_files: s.env_files.clone(),
             cwd: s.cwd.clone(),
             cpus: s.settings.cpus,
             // A service that always starts again never ends: the run does not wait for it
@@ -395,6 +398,7 @@ fn service(
         volumes: Vec::new(),
         files: BTreeMap::new(),
         restart: None,
+        env_files: Vec::new(),
         settings: NodeSettings::default(),
     };
     for (k, v) in m {
@@ -419,6 +423,7 @@ fn service(
                 }
             }
             "depends_on" => s.depends = depends_on(v, &at(&key))?,
+            "env_file" => s.env_files = env_files(v, &at(&key))?,
             "restart" => {
                 let policy = v.as_str().ok_or_else(|| value_err(at(&key), "a string"))?.to_string();
                 super::Restart::parse(&policy).map_err(|problem| value_err(at(&key), problem))?;
@@ -474,6 +479,24 @@ fn environment(v: &Value, at: &str) -> Result<BTreeMap<String, String>, ComposeE
         _ => return Err(value_err(at, "a mapping or a list of KEY=VALUE")),
     }
     Ok(env)
+}
+
+/// `env_file`: a path, or a list of paths or of `{path, required}` (a file that is not
+/// required and missing is refused too: deja reads what the run is given, and nothing else).
+fn env_files(v: &Value, at: &str) -> Result<Vec<String>, ComposeError> {
+    let one = |i: &Value| match i {
+        Value::String(p) => Ok(p.clone()),
+        Value::Mapping(m) => m
+            .get("path")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| value_err(at, "an entry {path: FILE, required: BOOL}")),
+        _ => Err(value_err(at, "a path or a list of paths")),
+    };
+    match v {
+        Value::Sequence(items) => items.iter().map(one).collect(),
+        other => Ok(vec![one(other)?]),
+    }
 }
 
 fn depends_on(v: &Value, at: &str) -> Result<Vec<String>, ComposeError> {

@@ -35,6 +35,38 @@ pub enum HostFile<'a> {
     Binary,
     /// A file copied in at this guest path.
     File(&'a str),
+    /// An env file (a compose service's `env_file`), by the path the file names.
+    EnvFile(&'a str),
+}
+
+/// The variables of an env file, as Docker reads one: `KEY=VALUE` lines (a value in single or
+/// double quotes taken between them; after an unquoted one, ` #` starts a comment), blank lines
+/// and `#` comments skipped, an `export ` before a name allowed. A name without a value, which
+/// Docker takes from the shell, is refused: a run takes nothing from the host's environment.
+pub fn env_file(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line.strip_prefix("export ").unwrap_or(line);
+        let Some((k, v)) = line.split_once('=') else {
+            return Err(format!("line {}: {line} has no value: give its value", i + 1));
+        };
+        let k = k.trim();
+        if k.is_empty() || k.contains(char::is_whitespace) {
+            return Err(format!("line {}: {k:?} is not a variable name", i + 1));
+        }
+        let v = v.trim();
+        let quoted = [b'"', b'\''].iter().find(|&&q| v.len() >= 2 && v.as_bytes()[0] == q && v.ends_with(q as char));
+        let v = match quoted {
+            Some(_) => &v[1..v.len() - 1],
+            None => v.split_once(" #").map_or(v, |(a, _)| a).trim_end(),
+        };
+        out.push((k.to_string(), v.to_string()));
+    }
+    Ok(out)
 }
 
 /// Reads what a cluster file names for a node: (node, what, the host path the file names,
@@ -132,7 +164,21 @@ impl ClusterConfig {
             for (guest, data) in &n.contents {
                 files.entry(guest.clone()).or_insert_with(|| data.clone());
             }
-            let mut env: Vec<String> = n.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            // `env_file` under `environment`, a later file over an earlier one.
+            let mut given = BTreeMap::new();
+            let mut env_hashes = BTreeMap::new();
+            for p in &n.env_files {
+                let host = base.join(p);
+                let text = read(&n.name, HostFile::EnvFile(p), &host)
+                    .context(ReadNodeFileSnafu { node: &n.name, path: &host })?;
+                env_hashes.insert(p.clone(), blake3::hash(&text).to_hex().to_string());
+                let vars = env_file(&String::from_utf8_lossy(&text)).map_err(|problem| {
+                    NodeSettingSnafu { node: &n.name, problem: format!("env_file {p}: {problem}") }.build()
+                })?;
+                given.extend(vars);
+            }
+            given.extend(n.env.clone());
+            let mut env: Vec<String> = given.iter().map(|(k, v)| format!("{k}={v}")).collect();
             let mut cwd = n.cwd.clone().unwrap_or_default();
             let node = if n.image.is_some() {
                 let problem = |e: deja_inputs::image::OpenError| {
@@ -173,6 +219,7 @@ impl ClusterConfig {
                 fail_stop,
                 failure_marker: n.failure_marker.clone().filter(|m| !m.is_empty()),
                 template: n.template.clone(),
+                env_files: env_hashes,
                 restart: super::Restart::parse(n.restart.as_deref().unwrap_or("no"))
                     .map_err(|problem| NodeSettingSnafu { node: &n.name, problem }.build())?,
             });

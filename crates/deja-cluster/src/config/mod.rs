@@ -83,7 +83,7 @@ mod load;
 mod storage;
 
 pub use error::{ConfigError, InvalidCluster};
-pub use load::{is_cluster_file, is_compose, parse_ip, HostFile, NodeReader};
+pub use load::{env_file, is_cluster_file, is_compose, parse_ip, HostFile, NodeReader};
 pub use storage::{CrashFile, ErrorFile, KillFile, NodeFault, StorageConfig, StorageFault, StorageFile};
 
 /// A cluster as written in the file.
@@ -355,6 +355,10 @@ pub struct NodeFile {
     /// written in a TOML cluster file; a file of `files` at the same path wins.
     #[serde(skip)]
     pub contents: BTreeMap<String, Vec<u8>>,
+    /// Env files whose variables the node gets under `env` (a compose service's `env_file`),
+    /// relative to the cluster file; not written in a TOML cluster file.
+    #[serde(skip)]
+    pub env_files: Vec<String>,
     /// The starting working directory (an absolute guest path; default `/`), in every life.
     #[serde(default)]
     pub cwd: Option<String>,
@@ -471,6 +475,8 @@ pub struct NodeConfig {
     pub template: Option<crate::template::TemplateSettings>,
     /// Its restart policy.
     pub restart: Restart,
+    /// The env files it read: the path the file names → BLAKE3 (what a bug file records).
+    pub env_files: BTreeMap<String, String>,
 }
 
 /// A cluster ready to run: the file with every binary and file read.

@@ -19,6 +19,7 @@ fn node(name: &str, address: [u8; 4], args: &[&str], wait: bool) -> NodeConfig {
     NodeConfig {
         template: None,
         restart: crate::config::Restart::No,
+        env_files: BTreeMap::new(),
         name: name.into(),
         address,
         image: fake::image(),

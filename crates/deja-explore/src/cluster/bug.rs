@@ -68,7 +68,7 @@ pub struct ClusterBug {
     /// Each node's binary file name (what to look for beside the bug file).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub programs: BTreeMap<String, String>,
-    /// Each node's declared files: guest path → BLAKE3.
+    /// Each node's declared files: guest path → BLAKE3; and its env files, `env_file:PATH`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_files: BTreeMap<String, BTreeMap<String, String>>,
     /// The choices the failing run's test template took, in order (none without a template):
@@ -81,6 +81,12 @@ pub struct ClusterBug {
 /// (part of a bug's id: the same failure of other binaries is another bug).
 pub fn cluster_subject(binaries: &BTreeMap<String, String>) -> String {
     binaries.iter().map(|(n, h)| format!("{n}={h}")).collect::<Vec<_>>().join(",")
+}
+
+/// Where [`ClusterBug::node_files`] keeps an env file's BLAKE3: by the path the cluster file
+/// names, marked apart from guest paths (which start with `/`).
+fn env_file_key(named: &str) -> String {
+    format!("env_file:{named}")
 }
 
 /// The schema of cluster bug files: version 2 added the seal (`deja_format::json`).
@@ -124,10 +130,11 @@ impl ClusterBug {
                 .cfg
                 .nodes
                 .iter()
-                .filter(|n| !n.files.is_empty())
+                .filter(|n| !n.files.is_empty() || !n.env_files.is_empty())
                 .map(|n| {
                     let files = n.files.iter().map(|(g, d)| (g.clone(), blake3::hash(d).to_hex().to_string()));
-                    (n.name.clone(), files.collect())
+                    let envs = n.env_files.iter().map(|(p, h)| (env_file_key(p), h.clone()));
+                    (n.name.clone(), files.chain(envs).collect())
                 })
                 .collect(),
             template: out.report.decisions.iter().filter(|d| d.point.is_template()).map(|d| d.choice).collect(),
@@ -181,6 +188,10 @@ impl ClusterBug {
                 deja_cluster::config::HostFile::File(guest) => {
                     let want = self.node_files.get(node).and_then(|f| f.get(guest)).cloned();
                     (want, format!("its file {guest}"), file_name(path))
+                }
+                deja_cluster::config::HostFile::EnvFile(named) => {
+                    let want = self.node_files.get(node).and_then(|f| f.get(&env_file_key(named))).cloned();
+                    (want, format!("its env_file {named}"), file_name(path))
                 }
             };
             let Some(want) = want else {
@@ -298,6 +309,9 @@ impl ClusterBug {
         for n in &mut cfg.nodes {
             let Some(want) = self.node_files.get(&n.name) else { continue };
             for (guest, expected) in want {
+                if n.env_files.get(guest.trim_start_matches("env_file:")).is_some_and(|h| h == expected) {
+                    continue; // an env file, read by its BLAKE3 as the cluster was loaded
+                }
                 let found = n.files.get(guest).map(|d| hash(d));
                 if found.as_ref() == Some(expected) {
                     continue;

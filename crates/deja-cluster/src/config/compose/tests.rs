@@ -99,11 +99,11 @@ fn error(text: &str) -> String {
 #[test]
 fn every_key_deja_does_not_take_is_named_in_one_error() {
     let e = error(
-        "services:\n  a:\n    image: a.tar\n    healthcheck: {test: [CMD, true]}\n    env_file: a.env\n  \
+        "services:\n  a:\n    image: a.tar\n    healthcheck: {test: [CMD, true]}\n    secrets: [s]\n  \
          b:\n    image: b.tar\n    privileged: true\nsecrets: {}\n",
     );
     assert!(e.starts_with("keys deja does not take"), "{e}");
-    for key in ["services.a.healthcheck", "services.a.env_file", "services.b.privileged", "secrets"] {
+    for key in ["services.a.healthcheck", "services.a.secrets", "services.b.privileged", "secrets"] {
         assert!(e.contains(key), "{key}: {e}");
     }
     // Merge keys share settings between services.
@@ -186,4 +186,37 @@ fn a_restart_policy_is_kept_and_a_service_that_always_restarts_is_not_waited_for
         got,
         [("a", Some("always"), false), ("b", Some("on-failure:2"), true), ("c", Some("unless-stopped"), true)]
     );
+}
+
+#[test]
+fn env_files_are_read_under_environment_a_later_one_over_an_earlier() {
+    let parsed = crate::config::env_file(
+        "# settings\n\nA=1\nexport B = two words # a comment\nC=\"quoted # kept\"\nD='x'\nE=\n",
+    )
+    .unwrap();
+    let want = [("A", "1"), ("B", "two words"), ("C", "quoted # kept"), ("D", "x"), ("E", "")];
+    assert_eq!(parsed, want.map(|(k, v)| (k.to_string(), v.to_string())));
+    assert!(crate::config::env_file("HOME\n").unwrap_err().contains("line 1: HOME has no value"));
+    let text = "services:\n  a:\n    image: a.tar\n    env_file: [one.env, {path: two.env, required: true}]\n    \
+                environment: {A: from-environment}\n";
+    assert_eq!(cluster_file(text).unwrap().nodes[0].env_files, ["one.env", "two.env"]);
+    let dir = std::env::temp_dir().join(format!("deja-compose-env-{}", std::process::id()));
+    let mut read = Vec::new();
+    let err = crate::ClusterConfig::from_text(text, &dir.join("compose.yaml"), &dir, &mut |_, what, path| {
+        read.push(format!("{what:?} {}", path.display()));
+        Ok(match what {
+            crate::config::HostFile::EnvFile("one.env") => b"A=1\nB=1\n".to_vec(),
+            crate::config::HostFile::EnvFile(_) => b"B=2\nC=2\n".to_vec(),
+            _ => b"not an image".to_vec(),
+        })
+    })
+    .unwrap_err()
+    .to_string();
+    // The image is no archive, so the node stops there; its env files were read first, in order.
+    assert!(err.contains("node a: image"), "{err}");
+    let want = [
+        format!("Binary {}", dir.join("a.tar").display()),
+        format!("EnvFile(\"one.env\") {}", dir.join("one.env").display()),
+    ];
+    assert_eq!(read[..2], want);
 }
