@@ -138,10 +138,10 @@ pub(crate) fn history_figures() -> Result<Value, BenchError> {
 
 /// The register cluster's rounds booted from scratch against the same rounds forked from the
 /// point where every node called `setup_complete`: each pair must give the same digest.
-pub(crate) fn forked_cluster_figures(file: &Path, settings: &Settings) -> Result<Value, BenchError> {
+pub(crate) fn forked_cluster_figures(file: &Path, settings: &Settings, quick: bool) -> Result<Value, BenchError> {
     use deja_cluster::{Fork, RunOptions, SteerAt, Steering};
     let cfg = load(file, settings)?;
-    let rounds = 12u64;
+    let rounds = crate::sized(quick, 12);
     let steering = |k: u64| Steering { at: SteerAt::Setup, reseed: Some(1000 + k), ..Steering::default() };
     let start = Instant::now();
     let mut booted = Vec::new();
@@ -235,17 +235,21 @@ pub(crate) fn forked_cluster_figures(file: &Path, settings: &Settings) -> Result
 
 /// `deja bench <part> --json` in a process of `exe` of its own with `DEJA_VDSO=<setting>`
 /// (otherwise under `settings`): one part of the figures (`--forked-cluster-only`,
-/// `--late-forks-only`), under one vDSO setting.
+/// `--late-forks-only`), under one vDSO setting, `--quick` when `quick`.
 pub(crate) fn bench_with_vdso(
     exe: &Path,
     guests: &Path,
     part: &str,
     setting: &str,
     settings: &Settings,
+    quick: bool,
 ) -> Result<Value, BenchError> {
     let what = format!("deja bench {part} (vDSO {setting})");
     let mut cmd = deja(exe, settings);
     cmd.env(deja_vmm::identity::VDSO_ENV, setting).args(["bench", part, "--json", "--guests"]).arg(guests);
+    if quick {
+        cmd.arg("--quick");
+    }
     let out = output(&mut cmd, exe, &what)?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(out.status.success(), ChildFailedSnafu { what: &what, stderr: &*stderr });
@@ -255,11 +259,17 @@ pub(crate) fn bench_with_vdso(
 /// The register cluster's rounds with deja's vDSO off and on, each in a process of its own
 /// (each setting measured alone, from a fresh process): `deja bench --forked-cluster-only`
 /// under `DEJA_VDSO=off` and `on`, alternated `repeat` times; the medians side by side.
-pub(crate) fn vdso_figures(exe: &Path, guests: &Path, repeat: u32, settings: &Settings) -> Result<Value, BenchError> {
+pub(crate) fn vdso_figures(
+    exe: &Path,
+    guests: &Path,
+    repeat: u32,
+    settings: &Settings,
+    quick: bool,
+) -> Result<Value, BenchError> {
     let (mut off, mut on) = (Vec::new(), Vec::new());
     for _ in 0..repeat.max(1) {
-        off.push(bench_with_vdso(exe, guests, "--forked-cluster-only", "off", settings)?);
-        on.push(bench_with_vdso(exe, guests, "--forked-cluster-only", "on", settings)?);
+        off.push(bench_with_vdso(exe, guests, "--forked-cluster-only", "off", settings, quick)?);
+        on.push(bench_with_vdso(exe, guests, "--forked-cluster-only", "on", settings, quick)?);
     }
     Ok(vdso_summary(repeat, &off, &on))
 }
@@ -344,7 +354,12 @@ pub(crate) fn run_campaign(
 
 /// Campaign rounds per second on one worker and on every core, side by side, per reference
 /// workload.
-pub(crate) fn scale_figures(dir: &Path, register: &Path, settings: &Settings) -> Result<Value, BenchError> {
+pub(crate) fn scale_figures(
+    dir: &Path,
+    register: &Path,
+    settings: &Settings,
+    quick: bool,
+) -> Result<Value, BenchError> {
     // The cores the process could use when it started: by now a run of the bench's own may
     // have pinned this thread to the remedy's core.
     let cores = deja_vmm::identity::initial_cores().len().max(1) as u64;
@@ -355,6 +370,7 @@ pub(crate) fn scale_figures(dir: &Path, register: &Path, settings: &Settings) ->
     ];
     let mut rows = Vec::new();
     for (name, args, mode, rounds) in workloads {
+        let rounds = crate::sized(quick, rounds);
         let mut rate = Vec::new();
         for jobs in [1, cores] {
             let out = std::env::temp_dir().join(format!("deja-bench-scale-{}-{jobs}", std::process::id()));

@@ -187,7 +187,7 @@ pub(crate) fn all(opts: &BenchOptions) -> Result<serde_json::Value, BenchError> 
         let mut fork = deja_vmm::Fork::new(spec, deja_vmm::DEFAULT_MEMORY, settings, fork_at, &mut |_, _| {})
             .context(RunSnafu { what: &what })?;
         let durable = probe.report.durable_writes;
-        let rounds = 60u64;
+        let rounds = crate::sized(opts.quick, 60);
         let mut reset_ns = 0u64;
         let start = Instant::now();
         for r in 0..rounds {
@@ -217,10 +217,10 @@ pub(crate) fn all(opts: &BenchOptions) -> Result<serde_json::Value, BenchError> 
     let cluster = cluster::cluster_figures(dir, repeat, settings)?;
     let root = opts.root();
     let register = opts.register();
-    let forked_cluster = cluster::forked_cluster_figures(&register, settings)?;
-    let vdso = cluster::vdso_figures(exe, dir, repeat, settings)?;
-    let late_forks = late::late_fork_figures(exe, dir, repeat, settings)?;
-    let scale = cluster::scale_figures(dir, &register, settings)?;
+    let forked_cluster = cluster::forked_cluster_figures(&register, settings, opts.quick)?;
+    let vdso = cluster::vdso_figures(exe, dir, repeat, settings, opts.quick)?;
+    let late_forks = late::late_fork_figures(exe, dir, repeat, settings, opts.quick)?;
+    let scale = cluster::scale_figures(dir, &register, settings, opts.quick)?;
     let cluster_check =
         cluster::cluster_check_figures(dir, &root.join("examples/clusters/register-buggy.toml"), settings)?;
     let history = cluster::history_figures()?;
@@ -241,7 +241,7 @@ pub(crate) fn all(opts: &BenchOptions) -> Result<serde_json::Value, BenchError> 
     let cpuid = costs::cpuid_cost(exe, &dir.join("hostinfo"), repeat as usize, settings)?;
     let rewrite = costs::rewrite_figures(exe, dir, repeat, settings)?;
     let block_coverage = costs::block_coverage_figures(dir, 10 * repeat, settings)?;
-    let storage = storage::storage_figures(exe, dir, settings)?;
+    let storage = storage::storage_figures(exe, dir, settings, opts.quick)?;
     let placement = crate::placement::figures(opts)?;
     Ok(serde_json::json!({
         "placement": placement,
@@ -282,5 +282,6 @@ pub(crate) fn all(opts: &BenchOptions) -> Result<serde_json::Value, BenchError> 
         "history": history,
         "deja_run_hello": { "wall_ms": median(hello_times).as_secs_f64() * 1e3, "native_ms": median(hello_native).as_secs_f64() * 1e3 },
         "repeat": repeat,
+        "quick": opts.quick,
     }))
 }

@@ -37,9 +37,10 @@ fn fingerprint(c: &deja_explore::Campaign, out: &Path, workload: &str) -> Result
 
 /// `deja bench --late-forks-only`: each campaign with later forks off, then on (each worker
 /// keeping [`deja_cluster::LATE_FORKS`]), under `settings`; each pair must be the same campaign.
-pub(crate) fn campaigns(guests: &Path, register: &Path, settings: &Settings) -> Result<Value, BenchError> {
+pub(crate) fn campaigns(guests: &Path, register: &Path, settings: &Settings, quick: bool) -> Result<Value, BenchError> {
     let mut rows = Vec::new();
     for (name, args, mode, rounds, jobs) in CAMPAIGNS {
+        let rounds = crate::sized(quick, rounds);
         let mut sides = Vec::new();
         for late in [0, deja_cluster::LATE_FORKS] {
             let out = std::env::temp_dir().join(format!("deja-bench-late-{}-{name}-{jobs}-{late}", std::process::id()));
@@ -87,11 +88,12 @@ pub(crate) fn late_fork_figures(
     guests: &Path,
     repeat: u32,
     settings: &Settings,
+    quick: bool,
 ) -> Result<Value, BenchError> {
     let (mut off, mut on) = (Vec::new(), Vec::new());
     for _ in 0..repeat.max(1) {
-        off.push(bench_with_vdso(exe, guests, "--late-forks-only", "off", settings)?);
-        on.push(bench_with_vdso(exe, guests, "--late-forks-only", "on", settings)?);
+        off.push(bench_with_vdso(exe, guests, "--late-forks-only", "off", settings, quick)?);
+        on.push(bench_with_vdso(exe, guests, "--late-forks-only", "on", settings, quick)?);
     }
     Ok(late_summary(repeat, &off, &on))
 }
@@ -104,7 +106,9 @@ fn late_summary(repeat: u32, off: &[Value], on: &[Value]) -> Value {
         median_f64(runs.iter().map(|r| r["rows"][row][side]["rounds_per_s"].as_f64().unwrap_or(0.0)).collect())
     };
     let mut rows = Vec::new();
-    for (i, (name, _, mode, rounds, jobs)) in CAMPAIGNS.iter().enumerate() {
+    for (i, (name, _, mode, _, jobs)) in CAMPAIGNS.iter().enumerate() {
+        // The rounds each run took (a tenth of the campaign's under `--quick`).
+        let rounds = &off[0]["rows"][i]["rounds"];
         let neither = median(off, i, "off");
         let both = median(on, i, "on");
         let same =
@@ -129,8 +133,10 @@ mod tests {
     fn run(off_rate: f64, on_rate: f64, campaign: &str) -> Value {
         let side =
             |late: u64, rate: f64| json!({ "late_forks": late, "rounds_per_s": rate, "campaign": campaign, "kept": 2 });
-        let rows: Vec<Value> =
-            CAMPAIGNS.iter().map(|_| json!({ "off": side(0, off_rate), "on": side(4, on_rate) })).collect();
+        let rows: Vec<Value> = CAMPAIGNS
+            .iter()
+            .map(|c| json!({ "rounds": c.3, "off": side(0, off_rate), "on": side(4, on_rate) }))
+            .collect();
         json!({ "rows": rows })
     }
 

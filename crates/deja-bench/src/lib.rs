@@ -54,6 +54,18 @@ pub struct BenchOptions {
     /// The kernel image of the guest placement (`cargo xtask guest-kernel`), when built: the
     /// placements are compared only with it.
     pub kernel_image: Option<PathBuf>,
+    /// Every campaign, sweep and steered series at a tenth of its rounds (at least 4), every
+    /// check kept: whether each figure can be measured, in a fraction of the time, with
+    /// figures too noisy to quote (`deja bench --quick`, what the README's test runs).
+    pub quick: bool,
+}
+
+/// `rounds`, or a tenth of them (at least 4) when the bench is `quick`.
+pub(crate) fn sized(quick: bool, rounds: u64) -> u64 {
+    match quick {
+        true => (rounds / 10).max(4),
+        false => rounds,
+    }
 }
 
 impl BenchOptions {
@@ -78,14 +90,14 @@ pub fn figures(opts: &BenchOptions) -> Result<serde_json::Value, BenchError> {
 /// bench --forked-cluster-only` prints, and what [`figures`] measures under each vDSO setting
 /// in processes of its own.
 pub fn forked_cluster(opts: &BenchOptions) -> Result<serde_json::Value, BenchError> {
-    cluster::forked_cluster_figures(&opts.register(), &opts.settings)
+    cluster::forked_cluster_figures(&opts.register(), &opts.settings, opts.quick)
 }
 
 /// Campaigns with later forks off and on, under `opts.settings`: what `deja bench
 /// --late-forks-only` prints, and what [`figures`] measures under each vDSO setting in
 /// processes of its own.
 pub fn late_forks(opts: &BenchOptions) -> Result<serde_json::Value, BenchError> {
-    late::campaigns(&opts.guests, &opts.register(), &opts.settings)
+    late::campaigns(&opts.guests, &opts.register(), &opts.settings, opts.quick)
 }
 
 /// Why a measurement could not be made. Every figure is checked as it is measured (the same

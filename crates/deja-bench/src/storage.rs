@@ -16,7 +16,12 @@ use crate::{BenchError, ExploreSnafu, GuestSnafu};
 /// The crash sweep with crash states against the sweep right after each durable write, on the
 /// storage reference workloads, in fresh processes of `exe` side by side; and exploration with
 /// the whole fault menu (otherwise under `settings`).
-pub(crate) fn storage_figures(exe: &Path, dir: &Path, settings: &Settings) -> Result<serde_json::Value, BenchError> {
+pub(crate) fn storage_figures(
+    exe: &Path,
+    dir: &Path,
+    settings: &Settings,
+    quick: bool,
+) -> Result<serde_json::Value, BenchError> {
     let sweep = |program: &str, args: &[&str], old: bool| -> Result<serde_json::Value, BenchError> {
         let mut cmd = deja(exe, settings);
         cmd.args(["run", "--json", "--no-probe", "--crash-sweep"]);
@@ -57,7 +62,7 @@ pub(crate) fn storage_figures(exe: &Path, dir: &Path, settings: &Settings) -> Re
         target.spec.seed = 0;
         let out = std::env::temp_dir().join(format!("deja-bench-storage-{}-{program}", std::process::id()));
         let _ = std::fs::remove_dir_all(&out);
-        let rounds = 100u64;
+        let rounds = crate::sized(quick, 100);
         let cfg = campaign(rounds, &out, deja_explore::Mode::Faults, 1, settings);
         let start = Instant::now();
         deja_explore::explore(&target, &cfg, &mut |_| {})

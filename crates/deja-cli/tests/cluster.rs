@@ -717,6 +717,9 @@ fn deja_check_judges_a_cluster_bug_by_meaning() {
             candidate,
             "--out",
             &out.to_string_lossy(),
+            // 16 crash points in the storage sweep (the default, 64, is the README's checks').
+            "--node-crash-points",
+            "16",
         ]);
         (o, out)
     };

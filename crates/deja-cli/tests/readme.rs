@@ -119,9 +119,10 @@ fn expected_exit(cmd: &str) -> i32 {
 /// Runs one README command and checks how it ended.
 fn run_readme_command(cmd: &str) {
     // `deja bench` defaults to a long measurement; the README's figures come from it. Here it
-    // runs every measurement once, with small sizes, so the suite stays quick.
+    // runs every measurement once, with small sizes and its campaigns at a tenth of their
+    // rounds (`--quick`: every check of every figure kept), so the suite stays quick.
     let cmd = match cmd.contains("deja bench") {
-        true => format!("{} --steps 20 --syscalls 200", cmd.replace("--repeat 3", "--repeat 1")),
+        true => format!("{} --quick --steps 20 --syscalls 200", cmd.replace("--repeat 3", "--repeat 1")),
         false => cmd.to_string(),
     };
     let out = Command::new("bash").arg("-c").arg(&cmd).current_dir(root()).output().expect("bash");

@@ -28,6 +28,11 @@ pub struct BenchArgs {
     /// Print the figures as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Every campaign and steered series at a tenth of its rounds (at least 4), every check
+    /// kept: shows that each figure can be measured, in a fraction of the time; its figures
+    /// are too noisy to quote.
+    #[arg(long)]
+    pub quick: bool,
     /// Measure only the register cluster's booted and forked rounds (what the vDSO figures
     /// run in a process of their own for each setting).
     #[arg(long, hide = true)]
@@ -62,6 +67,7 @@ pub fn main(args: BenchArgs, settings: &Settings) -> Exit {
         repeat: args.repeat,
         settings: *settings,
         kernel_image: crate::placement::kernel_image().ok(),
+        quick: args.quick,
     };
     let result = if args.forked_cluster_only {
         deja_bench::forked_cluster(&opts)

@@ -4,6 +4,11 @@
 pub(super) fn text(v: &serde_json::Value) {
     let c = &v["cpu_bound"];
     println!("deja bench (median of {} runs each, measured side by side)", v["repeat"]);
+    if v["quick"].as_bool() == Some(true) {
+        println!(
+            "  (--quick: campaigns at a tenth of their rounds; the figures show the bench runs, not what to quote)"
+        );
+    }
     println!(
         "  cpu-bound  cpuburn {}M steps: native {:.3} s, deja {:.3} s, speed {:.3}x native (target >= 0.9x)",
         c["million_steps"],
