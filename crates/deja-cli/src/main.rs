@@ -3,6 +3,7 @@
 //! Every command ends with an [`exit::Exit`]: the one table of exit codes, which the README's
 //! "Exit codes" section shows.
 
+mod at;
 mod audit;
 mod bench;
 mod build;
@@ -12,6 +13,7 @@ mod crash;
 mod doctor;
 mod dogfood;
 mod exit;
+mod explain;
 mod explore;
 mod inspect;
 mod placement;
@@ -56,6 +58,11 @@ enum Command {
     Replay(explore::ReplayArgs),
     /// Minimize a bug file's input with delta debugging and verify the result by replay.
     Minimize(explore::MinimizeArgs),
+    /// Open a moment of a cluster bug's run: every node's state, a node's file as it was, a
+    /// command run inside a node from there, or continuations with fresh randomness.
+    At(Box<at::AtArgs>),
+    /// When did a cluster bug become inevitable: continuations from moments of its run.
+    Explain(explain::ExplainArgs),
     /// Judge a patch against a frozen failure: verdict, timeline and certificate.
     Check(Box<check::CheckArgs>),
     /// Re-check a certificate's hash chain; refuses any edit.
@@ -101,6 +108,8 @@ fn main() {
         (Command::Explore(args), Ok(s)) => explore::main(*args, &s),
         (Command::Replay(args), Ok(s)) => explore::replay(args, &s),
         (Command::Minimize(args), Ok(s)) => explore::minimize(args, &s),
+        (Command::At(args), Ok(s)) => at::main(*args, &s),
+        (Command::Explain(args), Ok(s)) => explain::main(args, &s),
     };
     std::process::exit(code.code());
 }

@@ -25,6 +25,7 @@ mod hostchan;
 mod hostile;
 mod image;
 mod late_forks;
+mod moments;
 mod nix;
 mod placement;
 mod processes;

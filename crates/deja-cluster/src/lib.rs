@@ -26,6 +26,7 @@ use snafu::Snafu;
 
 pub use config::{ClusterConfig, ConfigError, InvalidCluster, NodeFault, StorageConfig, StorageFault};
 pub use network::NetStats;
+pub use sim::moment;
 pub use sim::{
     node_seed, run, run_on, ClusterReset, Counters, Fates, Fork, LateStats, Machine, RunOptions, SetupBlocks, SteerAt,
     Steering, LATE_FORKS,
@@ -80,6 +81,13 @@ pub enum ClusterError {
         /// The node.
         node: String,
         /// What is wrong.
+        problem: String,
+    },
+    /// A moment of a run cannot give what was asked of it (a node that is down or paused, a
+    /// command that cannot start).
+    #[snafu(display("{problem}"))]
+    Moment {
+        /// What and why.
         problem: String,
     },
     /// A node ran past the watchdog's limit without a syscall or an exception.

@@ -363,6 +363,11 @@ impl Network {
         self.epoch += 1;
     }
 
+    /// The TCP packets held by a cut now: (from node, to node, packet), by direction, in order.
+    pub fn held_packets(&self) -> Vec<(usize, usize, &Packet)> {
+        self.held.iter().flat_map(|(&(from, to), q)| q.iter().map(move |(p, _)| (from, to, p))).collect()
+    }
+
     /// Removes every cut; the held TCP packets are delivered in order from `now`.
     pub fn heal(&mut self, log: &mut DecisionLog, ledger: &mut Vec<FaultEvent>, now: u64) -> Vec<Delivery> {
         self.cut.clear();

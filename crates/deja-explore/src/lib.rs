@@ -204,6 +204,12 @@ pub enum ExploreError {
         /// The BLAKE3 the bug records for it.
         blake3: String,
     },
+    /// A moment of a bug's run was asked for after the run had ended.
+    #[snafu(display("{problem}"))]
+    MomentAfterEnd {
+        /// When the run ended, and how.
+        problem: String,
+    },
     /// A cluster reached its fork point another way than the bootstrap did.
     #[snafu(display(
         "the cluster did not reach its fork point the way the bootstrap did: it does not run the same way twice"

@@ -223,6 +223,7 @@ pub use record::oracle::{
 };
 pub use record::tail::{TAIL_LINES, TAIL_LINE_BYTES};
 pub use record::trace::TraceEntry;
+pub use syscalls::view::{ProcessView, ThreadView};
 pub use task::threads::SpawnedThread;
 
 /// The dynamic loader a program's `PT_INTERP` names (`None` for a static program, or an image

@@ -90,6 +90,7 @@ mod faults;
 mod fork;
 mod lives;
 mod machine;
+pub mod moment;
 mod report;
 mod template;
 #[cfg(test)]
@@ -317,6 +318,10 @@ struct Sim<M = Vm> {
     template_stopped: Option<String>,
     /// The template's quiet period began: no new fault.
     quiet: bool,
+    /// Stop at this moment ([`moment`]), once: cleared when reached.
+    moment: Option<moment::At>,
+    /// A process `deja at --exec` started, until it ends ([`moment`]).
+    watch: Option<moment::Watch>,
 }
 
 /// Runs a cluster to its end, one VM per node.
@@ -405,6 +410,8 @@ impl<M: Machine> Sim<M> {
             template: None,
             template_stopped: None,
             quiet: false,
+            moment: None,
+            watch: None,
         };
         sim.storage = sim.cfg.storage.faults.clone();
         for i in 0..sim.nodes.len() {
@@ -442,6 +449,8 @@ impl<M: Machine> Sim<M> {
             template: self.template.clone(),
             template_stopped: self.template_stopped.clone(),
             quiet: self.quiet,
+            moment: None,
+            watch: None,
         }
     }
 
@@ -545,11 +554,14 @@ impl<M: Machine> Sim<M> {
             if stop_at_setup && self.all_set_up() {
                 return Ok(None);
             }
+            if self.moment_due(taken, None) || self.watch.as_ref().is_some_and(|w| w.status.is_some()) {
+                return Ok(None);
+            }
             self.flush_template_lines(&mut *sink);
             if let Some(why) = &self.template_stopped {
                 return Ok(Some(Outcome::Stuck(format!("the test template stopped: {why}"))));
             }
-            if self.done() {
+            if self.done() && self.watch.is_none() {
                 return Ok(Some(Outcome::Completed));
             }
             let ev_t = self.events.keys().next().map(|k| k.0);
@@ -576,6 +588,9 @@ impl<M: Machine> Sim<M> {
                     ))));
                 }
             };
+            if self.moment_due(taken, Some(t)) {
+                return Ok(None);
+            }
             if t > self.cfg.time_limit_ns {
                 self.now = self.cfg.time_limit_ns;
                 if let Some(why) = self.template_never_began() {
@@ -673,6 +688,7 @@ impl<M: Machine> Sim<M> {
         if self.template.as_ref().is_some_and(|t| t.node == i) {
             self.template_act(None)?;
         }
+        self.watch_ended(i);
         self.template_due();
         Ok(())
     }

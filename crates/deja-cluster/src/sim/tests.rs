@@ -367,3 +367,51 @@ fn a_restart_policy_starts_a_node_again_after_its_exit_with_dockers_delays() {
     assert!(crate::config::Restart::parse("on-failure:x").is_err());
     assert_eq!(crate::config::Restart::delay_ns(20), 60_000 * MS, "at most a minute");
 }
+
+/// The run of `cfg` held at `at`.
+fn held(cfg: ClusterConfig, at: moment::At) -> Box<moment::Paused<Fake>> {
+    match moment::pause_on::<Fake>(cfg, &Steering::default(), at).expect("the cluster runs") {
+        moment::Pause::At(p) => p,
+        moment::Pause::Ended(r) => panic!("the run ended first: {:?}", r.outcome),
+    }
+}
+
+#[test]
+fn a_run_held_at_a_moment_shows_its_nodes_the_cut_and_what_is_held_by_it() {
+    let mut cfg = echo(20);
+    cfg.schedule = vec![partition(10), at(300, Action::Heal, None)];
+    let m = held(cfg.clone(), moment::At::Time(100 * MS)).moment();
+    assert!(m.time_ns >= 100 * MS, "{}", m.time_ns);
+    assert_eq!(m.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["server", "client"]);
+    let server = &m.nodes[0];
+    assert_eq!(server.processes[0].pid, 1);
+    assert!(server.processes[0].cmdline.starts_with("fake"), "{:?}", server.processes);
+    assert!(server.processes[0].fds.iter().any(|(_, what)| what.starts_with("socket:[")), "{:?}", server.processes);
+    assert_eq!(m.cuts.len(), 2, "both directions: {:?}", m.cuts);
+    assert!(m.in_flight.iter().any(|p| p.at_ns.is_none()), "a packet held by the cut: {:?}", m.in_flight);
+    assert_eq!(m.faults.iter().map(|f| f.kind.as_str()).collect::<Vec<_>>(), ["partition"]);
+    // Holding it is replaying it: the same moment twice, and a moment by its decisions too.
+    let again = held(cfg.clone(), moment::At::Time(100 * MS)).moment();
+    assert_eq!(serde_json::to_value(&m).unwrap(), serde_json::to_value(&again).unwrap());
+    let by_decision = held(cfg.clone(), moment::At::Decision(m.decisions)).moment();
+    assert_eq!(by_decision.decisions, m.decisions);
+    assert!(by_decision.time_ns <= m.time_ns);
+    // Past the end there is no moment: the run's report instead.
+    match moment::pause_on::<Fake>(cfg.clone(), &Steering::default(), moment::At::Time(u64::MAX)).unwrap() {
+        moment::Pause::Ended(r) => assert_eq!(r.outcome, Outcome::Completed),
+        moment::Pause::At(_) => panic!("a moment after the end"),
+    }
+    // A branch from the moment runs to the end with its own randomness; the scripted heal
+    // still comes.
+    let a = held(cfg.clone(), moment::At::Time(100 * MS)).branch(1).unwrap();
+    let b = held(cfg.clone(), moment::At::Time(100 * MS)).branch(1).unwrap();
+    let c = held(cfg.clone(), moment::At::Time(100 * MS)).branch(2).unwrap();
+    assert_eq!(a.outcome, Outcome::Completed);
+    assert_eq!(node_of(&a, "client").stdout, "done 20\n");
+    assert!(kinds(&a).contains(&"heal"), "{:?}", kinds(&a));
+    assert_eq!(a.digest, b.digest);
+    assert_ne!(a.decisions, c.decisions, "another branch, other latencies");
+    let whole = run(cfg);
+    let k = m.decisions as usize;
+    assert_eq!(a.decisions[..k], whole.decisions[..k], "the branch shares the run up to the moment");
+}

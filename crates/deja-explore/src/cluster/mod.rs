@@ -47,6 +47,7 @@ use snafu::ensure;
 
 mod bug;
 mod faults;
+pub mod moments;
 mod subject;
 
 pub use bug::{cluster_subject, ClusterBug, ForkRecord, CLUSTER_BUG_SCHEMA};
@@ -248,6 +249,15 @@ pub fn run_cluster_with(
     crash_states: usize,
     sink: &mut dyn FnMut(&str, deja_kernel::Stream, &[u8]),
 ) -> Result<ClusterOutcome, ExploreError> {
+    let (cfg, steering) = configured(target, input);
+    let steering = Steering { crash_states, ..steering };
+    let report = deja_cluster::run(cfg, RunOptions { sink, steering, record_trace: false })?;
+    Ok(outcome(report))
+}
+
+/// The cluster `input` runs: `target`'s file with the input's seed (and its schedule instead of
+/// the file's faults, if it has one), and its steering.
+pub fn configured(target: &ClusterTarget, input: &ClusterInput) -> (ClusterConfig, Steering) {
     let mut cfg = target.cfg.clone();
     cfg.seed = input.seed;
     if let Some(s) = &input.schedule {
@@ -255,9 +265,7 @@ pub fn run_cluster_with(
         cfg.random_faults = None;
         cfg.storage.faults.clear();
     }
-    let steering = Steering { crash_states, ..input.steering() };
-    let report = deja_cluster::run(cfg, RunOptions { sink, steering, record_trace: false })?;
-    Ok(outcome(report))
+    (cfg, input.steering())
 }
 
 /// What a cluster run showed.

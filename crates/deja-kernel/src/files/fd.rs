@@ -232,6 +232,16 @@ impl FdTable {
         }
     }
 
+    /// The open fds of the current process (`None`) or of parked process `pid`, in ascending
+    /// order, with what each has open.
+    pub fn open_of(&self, pid: Option<u64>) -> Vec<(i32, &OpenFile)> {
+        let table = match pid {
+            None => Some(&self.fds),
+            Some(p) => self.parked.get(&p),
+        };
+        table.into_iter().flatten().filter_map(|(fd, e)| Some((*fd, self.descs.get(&e.desc)?))).collect()
+    }
+
     /// The pids whose fds are parked.
     pub fn parked_pids(&self) -> impl Iterator<Item = u64> + '_ {
         self.parked.keys().copied()

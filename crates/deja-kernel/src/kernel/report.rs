@@ -433,9 +433,24 @@ impl Kernel {
         self.process.coverage.map(|c| c.map(mem))
     }
 
-    /// Appends output, merging with the previous chunk of the same stream.
+    /// The buffer the current process's output goes to instead of the node's, if its session
+    /// is captured.
+    pub(crate) fn capture_of_current(&mut self) -> Option<&mut Vec<u8>> {
+        if self.procs.captured.is_empty() {
+            return None;
+        }
+        let sid = self.procs.table.get(&self.procs.current)?.sid;
+        self.procs.captured.get_mut(&sid)
+    }
+
+    /// Appends output, merging with the previous chunk of the same stream (or to the capture
+    /// of the current process's session).
     pub(crate) fn emit(&mut self, stream: Stream, data: &[u8]) {
         if data.is_empty() {
+            return;
+        }
+        if let Some(buf) = self.capture_of_current() {
+            buf.extend_from_slice(data);
             return;
         }
         self.record.tail.push(stream, data, self.faults.config.failure_marker.as_deref());

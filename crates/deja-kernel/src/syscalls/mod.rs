@@ -65,6 +65,7 @@ pub(crate) mod sys_procpid;
 pub(crate) mod sys_sched;
 pub(crate) mod sys_signal;
 pub(crate) mod sys_timer;
+pub(crate) mod view;
 
 pub(crate) use render::read_paths;
 pub use render::{render, TRACE_PATH_MAX};

@@ -5,7 +5,9 @@ use crate::prelude::*;
 use alloc::sync::Arc;
 
 use crate::abi::errno::*;
-use crate::kernel::Kernel;
+use crate::kernel::{map_program, Image, Kernel};
+use crate::task::procs::Mm;
+use crate::{Entry, Memory};
 
 /// Most interpreters an `execve` follows (`#!` lines), as Linux's `BINPRM_MAX_RECURSION`.
 const MAX_INTERPRETERS: usize = 4;
@@ -66,5 +68,46 @@ impl Kernel {
             return Err(EACCES);
         }
         self.files.fs.snapshot(id).ok_or(EACCES)
+    }
+}
+
+impl Kernel {
+    /// `image` loaded in a new address space with `args` and `env`, as `execve` loads a program:
+    /// the current process's rewriting, jump-site and vDSO modes, the commit capacity of the
+    /// frames left, a fresh `AT_RANDOM`. The new space is current on success (its id, its parts
+    /// and the entry are returned); on failure it is dropped, the caller's space is current
+    /// again, and the error is the errno `execve` gives.
+    pub(crate) fn load_in_new_space(
+        &mut self,
+        mem: &mut dyn Memory,
+        image: &Image<'_>,
+        args: &[Vec<u8>],
+        env: &[Vec<u8>],
+    ) -> Result<(u64, Mm, Entry), i32> {
+        let home = mem.space();
+        let space = mem.new_space().map_err(|_| ENOMEM)?;
+        mem.switch_space(space);
+        let free = mem.free_frames();
+        let capacity = free - free / 100 * crate::kernel::PAGE_TABLE_MARGIN_PERCENT;
+        let mut random = [0u8; 16];
+        self.rng.fill(&mut random);
+        let vdso = match self.process.vdso.is_some() {
+            true => crate::time::vdso::VdsoMode::On,
+            false => crate::time::vdso::VdsoMode::Off,
+        };
+        let (rewrite, jumps) = (self.process.host.mode, self.process.host.jumps.mode);
+        match map_program(mem, &self.files.fs, image, args, env, rewrite, jumps, vdso, capacity, random) {
+            Ok((mm, entry)) => Ok((space, mm, entry)),
+            Err(e) => {
+                mem.switch_space(home);
+                mem.drop_space(space);
+                Err(match e {
+                    crate::LoadError::OutOfMemory { .. } | crate::LoadError::TooBig { .. } => ENOMEM,
+                    crate::LoadError::Dynamic { .. } => ENOENT,
+                    crate::LoadError::ArgsTooBig => E2BIG,
+                    _ => ENOEXEC,
+                })
+            }
+        }
     }
 }

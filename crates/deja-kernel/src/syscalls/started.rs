@@ -12,9 +12,9 @@
 use crate::prelude::*;
 
 use crate::abi::errno::*;
-use crate::kernel::{map_program, Image, Kernel};
+use crate::kernel::{Image, Kernel};
 use crate::task::procs::{Mm, Proc, MAX_PROCESSES};
-use crate::task::threads::{SpawnedThread, Thread, ThreadState};
+use crate::task::threads::{SpawnedThread, Thread};
 use crate::{ExitStatus, Memory};
 
 /// How a started process ended, as a shell's `$?` says it: its exit code, or 128 plus the
@@ -31,6 +31,20 @@ impl Kernel {
     /// `env`; its pid. It runs once the node runs again. Errors are errnos, as `execve` would
     /// give them (`ENOENT`, `EACCES`, `ENOEXEC`, `ENOMEM`, `EAGAIN` at the process limit).
     pub fn start_process(&mut self, mem: &mut dyn Memory, path: &str, env: &[Vec<u8>]) -> Result<u64, i32> {
+        self.start_command(mem, &[path.as_bytes().to_vec()], env, false)
+    }
+
+    /// Starts `argv[0]` (an absolute path in the node) with `argv` and `env`, as
+    /// [`Kernel::start_process`]; with `capture`, what its session writes to stdout and stderr
+    /// is kept for [`Kernel::take_captured`] instead of going to the node's output.
+    pub fn start_command(
+        &mut self,
+        mem: &mut dyn Memory,
+        argv: &[Vec<u8>],
+        env: &[Vec<u8>],
+        capture: bool,
+    ) -> Result<u64, i32> {
+        let Some(path) = argv.first().and_then(|p| core::str::from_utf8(p).ok()) else { return Err(EINVAL) };
         if !path.starts_with('/') {
             return Err(EINVAL);
         }
@@ -41,38 +55,14 @@ impl Kernel {
         let id = self.target_id(&w)?;
         let exe = self.walked_path(&w, id);
         let bytes = self.executable(id)?;
-        let args = vec![path.as_bytes().to_vec()];
+        let args = argv.to_vec();
         let (bytes, exe, args) = self.follow_interpreters(bytes, exe, path.to_string(), args)?;
         let img = crate::mm::elf::parse(&bytes).map_err(|_| ENOEXEC)?;
         let tid = self.sched.threads.alloc_tid().ok_or(EAGAIN)?;
         let home = mem.space();
-        let space = mem.new_space().map_err(|_| ENOMEM)?;
-        mem.switch_space(space);
-        let free = mem.free_frames();
-        let capacity = free - free / 100 * crate::kernel::PAGE_TABLE_MARGIN_PERCENT;
-        let mut random = [0u8; 16];
-        self.rng.fill(&mut random);
         let image = Image { bytes: &bytes, img: &img, path: &exe, execfn: path };
-        let vdso = if self.process.vdso.is_some() {
-            crate::time::vdso::VdsoMode::On
-        } else {
-            crate::time::vdso::VdsoMode::Off
-        };
-        let (rewrite, jumps) = (self.process.host.mode, self.process.host.jumps.mode);
-        let loaded = map_program(mem, &self.files.fs, &image, &args, env, rewrite, jumps, vdso, capacity, random);
+        let (space, mm, entry) = self.load_in_new_space(mem, &image, &args, env)?;
         mem.switch_space(home);
-        let (mm, entry) = match loaded {
-            Ok(l) => l,
-            Err(e) => {
-                mem.drop_space(space);
-                return Err(match e {
-                    crate::LoadError::OutOfMemory { .. } | crate::LoadError::TooBig { .. } => ENOMEM,
-                    crate::LoadError::Dynamic { .. } => ENOENT,
-                    crate::LoadError::ArgsTooBig => E2BIG,
-                    _ => ENOEXEC,
-                });
-            }
-        };
         // Its process: the node's limits and umask, everything else as a new program's.
         let mut child = self.process.clone();
         let _ = Mm::take(&mut child);
@@ -116,23 +106,11 @@ impl Kernel {
             },
         );
         self.procs.started.insert(tid);
+        if capture {
+            self.procs.captured.insert(tid, Vec::new());
+        }
         self.files.fds.fresh_for(tid);
-        let t = Thread {
-            fs_base: 0,
-            gs_base: 0,
-            clear_child_tid: 0,
-            robust_list: (0, 0),
-            sigmask: 0,
-            altstack: crate::signal::DISABLED_ALTSTACK,
-            pending: Default::default(),
-            suspended_mask: None,
-            kicked: false,
-            interrupted: None,
-            keepcaps: false,
-            pid: tid,
-            space,
-            state: ThreadState::Runnable,
-        };
+        let t = Thread::new_program(tid, space);
         self.sched.threads.threads.insert(tid, t);
         self.sched.threads.spawned.push(SpawnedThread { tid, stack: 0, tls: None, entry: Some(entry) });
         Ok(tid)
@@ -150,29 +128,47 @@ impl Kernel {
         self.end_process(mem, pid, status);
     }
 
-    /// True when a process deja started has ended since the last [`Kernel::take_started_ended`].
+    /// True when a process deja started has ended since the last [`Kernel::take_started_ended`]
+    /// (one that captures its output is left to [`Kernel::take_started_end`]).
     pub fn started_have_ended(&self) -> bool {
-        !self.procs.started_ended.is_empty()
+        self.procs.started_ended.iter().any(|(p, _)| !self.procs.captured.contains_key(p))
+    }
+
+    /// How started process `pid` ended (as a shell's `$?`), once it has: taken, and the
+    /// process reaped (see [`Kernel::take_started_ended`]).
+    pub fn take_started_end(&mut self, pid: u64) -> Option<i32> {
+        let k = self.procs.started_ended.iter().position(|(p, _)| *p == pid)?;
+        let (_, status) = self.procs.started_ended.remove(k);
+        if pid != self.procs.current && !self.procs.table.get(&pid).is_some_and(Proc::live) {
+            self.procs.started.remove(&pid);
+            self.procs.table.remove(&pid);
+        }
+        Some(status)
     }
 
     /// The processes deja started that ended since the last call: (pid, status as a shell's
     /// `$?` gives it), in the order they ended.
     /// Reaps them (a zombie whose parts the kernel still holds, because nothing ran since it
     /// ended, is reaped at a later call).
+    /// Processes started to capture their output are left to [`Kernel::take_started_end`].
     pub fn take_started_ended(&mut self) -> Vec<(u64, i32)> {
         let cur = self.procs.current;
+        let captured = &self.procs.captured;
         let done: Vec<u64> = self
             .procs
             .started
             .iter()
             .copied()
-            .filter(|p| *p != cur && self.procs.table.get(p).is_none_or(|q| !q.live()))
+            .filter(|p| *p != cur && !captured.contains_key(p) && self.procs.table.get(p).is_none_or(|q| !q.live()))
             .collect();
         for p in done {
             self.procs.started.remove(&p);
             self.procs.table.remove(&p);
         }
-        core::mem::take(&mut self.procs.started_ended)
+        let (theirs, ours): (Vec<_>, Vec<_>) =
+            core::mem::take(&mut self.procs.started_ended).into_iter().partition(|(p, _)| captured.contains_key(p));
+        self.procs.started_ended = theirs;
+        ours
     }
 
     /// Called by [`Kernel::end_process`]: true for a started process, whose status waits for

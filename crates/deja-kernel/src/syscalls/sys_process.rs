@@ -7,7 +7,7 @@ use crate::prelude::*;
 
 use crate::abi::errno::*;
 use crate::abi::signal::{SIGCHLD, SIG_IGN};
-use crate::kernel::{map_program, Image, Kernel, SysResult, SysStop};
+use crate::kernel::{Image, Kernel, SysResult, SysStop};
 use crate::mm::stack::GUEST_UID;
 use crate::signal::Queued;
 use crate::syscalls::sys_path::Target;
@@ -372,35 +372,8 @@ impl Kernel {
         let img = crate::mm::elf::parse(&bytes).map_err(|_| ENOEXEC)?;
         // The new program in a new address space; on failure the caller keeps its own.
         let old_space = mem.space();
-        let new_space = mem.new_space().map_err(|_| ENOMEM)?;
-        mem.switch_space(new_space);
-        let free = mem.free_frames();
-        let capacity = free - free / 100 * crate::kernel::PAGE_TABLE_MARGIN_PERCENT;
-        let mut random = [0u8; 16];
-        self.rng.fill(&mut random);
         let image = Image { bytes: &bytes, img: &img, path: &exe, execfn: &execfn };
-        let rewrite = self.process.host.mode;
-        let vdso = if self.process.vdso.is_some() {
-            crate::time::vdso::VdsoMode::On
-        } else {
-            crate::time::vdso::VdsoMode::Off
-        };
-        let jumps = self.process.host.jumps.mode;
-        let loaded = map_program(mem, &self.files.fs, &image, &args, &env, rewrite, jumps, vdso, capacity, random);
-        let (mm, entry) = match loaded {
-            Ok(l) => l,
-            Err(e) => {
-                mem.switch_space(old_space);
-                mem.drop_space(new_space);
-                return Err(match e {
-                    crate::LoadError::OutOfMemory { .. } | crate::LoadError::TooBig { .. } => ENOMEM,
-                    crate::LoadError::Dynamic { .. } => ENOENT,
-                    crate::LoadError::ArgsTooBig => E2BIG,
-                    _ => ENOEXEC,
-                }
-                .into());
-            }
-        };
+        let (new_space, mm, entry) = self.load_in_new_space(mem, &image, &args, &env)?;
         // The point of no return: the other threads end, the old space goes (or stays with the
         // parent a vfork child borrowed it from), handlers reset, close-on-exec fds close.
         let pid = self.procs.current;

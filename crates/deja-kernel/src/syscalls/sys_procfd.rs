@@ -79,6 +79,31 @@ pub(crate) fn push_dirent(out: &mut Vec<u8>, count: usize, ino: u64, off: u64, d
     true
 }
 
+/// What `readlink` of a `/proc/<pid>/fd/N` that has `kind` open gives (see the module's doc).
+pub(crate) fn link_text(fs: &crate::fs::Fs, kind: &FileKind) -> String {
+    let ino = || kind.stat(fs).ino;
+    match kind {
+        FileKind::Inode { id, path } => fs.path_now(*id, path),
+        FileKind::Dir { id, .. } => fs.dir_path(*id).unwrap_or_else(|| "(deleted)".into()),
+        FileKind::Fifo { id, .. } => fs.path_now(*id, ""),
+        FileKind::Regular { path, .. } => path.clone(),
+        FileKind::DevNull => "/dev/null".into(),
+        FileKind::Random(8) => "/dev/random".into(),
+        FileKind::Random(_) => "/dev/urandom".into(),
+        FileKind::MemDev(5) => "/dev/zero".into(),
+        FileKind::MemDev(crate::fs::SDK_OUTPUT_MINOR) => {
+            fs.sdk_output().map_or_else(|| "(deleted)".into(), |id| fs.path_now(id, ""))
+        }
+        FileKind::MemDev(_) => "/dev/full".into(),
+        FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr | FileKind::Pipe { .. } => {
+            format!("pipe:[{}]", ino())
+        }
+        FileKind::Socket(_) => format!("socket:[{}]", ino()),
+        FileKind::EventFd(_) => "anon_inode:[eventfd]".into(),
+        FileKind::Epoll(_) => "anon_inode:[eventpoll]".into(),
+    }
+}
+
 impl Kernel {
     /// `lstat` of `/proc/self/fd/N`: the link, its permission bits the fd's access mode.
     pub(crate) fn fd_link_stat(&self, fd: i32) -> Result<Stat, i32> {
@@ -100,28 +125,7 @@ impl Kernel {
     /// What `readlink("/proc/self/fd/N")` gives.
     pub(crate) fn fd_link_text(&self, fd: i32) -> Result<String, i32> {
         let f = self.files.fds.get(fd).map_err(|_| ENOENT)?;
-        let fs = &self.files.fs;
-        let ino = || f.kind.stat(fs).ino;
-        Ok(match &f.kind {
-            FileKind::Inode { id, path } => fs.path_now(*id, path),
-            FileKind::Dir { id, .. } => fs.dir_path(*id).unwrap_or_else(|| "(deleted)".into()),
-            FileKind::Fifo { id, .. } => fs.path_now(*id, ""),
-            FileKind::Regular { path, .. } => path.clone(),
-            FileKind::DevNull => "/dev/null".into(),
-            FileKind::Random(8) => "/dev/random".into(),
-            FileKind::Random(_) => "/dev/urandom".into(),
-            FileKind::MemDev(5) => "/dev/zero".into(),
-            FileKind::MemDev(crate::fs::SDK_OUTPUT_MINOR) => {
-                fs.sdk_output().map_or_else(|| "(deleted)".into(), |id| fs.path_now(id, ""))
-            }
-            FileKind::MemDev(_) => "/dev/full".into(),
-            FileKind::Stdin(_) | FileKind::Stdout | FileKind::Stderr | FileKind::Pipe { .. } => {
-                format!("pipe:[{}]", ino())
-            }
-            FileKind::Socket(_) => format!("socket:[{}]", ino()),
-            FileKind::EventFd(_) => "anon_inode:[eventfd]".into(),
-            FileKind::Epoll(_) => "anon_inode:[eventpoll]".into(),
-        })
+        Ok(link_text(&self.files.fs, &f.kind))
     }
 
     /// `open` of `/proc/self/fd/N` followed to something that is not an inode of the tree

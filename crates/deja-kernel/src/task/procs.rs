@@ -172,6 +172,12 @@ pub(crate) struct Procs {
     /// Started processes that ended and that the driver has not heard of: (pid, status as a
     /// shell's `$?`).
     pub(crate) started_ended: Vec<(u64, i32)>,
+    /// What the sessions of started processes that capture their output wrote to stdout and
+    /// stderr, by the session's (the started process's) pid, until the driver takes it. Not
+    /// saved: a driver that captures (`deja at --exec`) neither forks nor snapshots the run,
+    /// and the saved format stays the one older snapshots have.
+    #[serde(skip)]
+    pub(crate) captured: BTreeMap<u64, Vec<u8>>,
 }
 
 impl Procs {

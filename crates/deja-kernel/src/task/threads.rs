@@ -216,9 +216,11 @@ pub(crate) struct Threads {
     pub retrying: Option<(u64, bool)>,
 }
 
-impl Default for Threads {
-    fn default() -> Self {
-        let main = Thread {
+impl Thread {
+    /// The only thread of a process that starts a program: process `pid`'s, in address space
+    /// `space`, runnable, with nothing of another thread's.
+    pub fn new_program(pid: u64, space: u64) -> Thread {
+        Thread {
             fs_base: 0,
             gs_base: 0,
             clear_child_tid: 0,
@@ -230,10 +232,16 @@ impl Default for Threads {
             kicked: false,
             interrupted: None,
             keepcaps: false,
-            pid: 1,
-            space: 0,
+            pid,
+            space,
             state: ThreadState::Runnable,
-        };
+        }
+    }
+}
+
+impl Default for Threads {
+    fn default() -> Self {
+        let main = Thread::new_program(1, 0);
         Threads {
             threads: BTreeMap::from([(1, main)]),
             current: 1,

@@ -405,3 +405,42 @@ fn a_process_deja_starts_runs_its_program_in_a_session_of_its_own_and_its_end_wa
     assert!(k.take_started_ended().is_empty(), "once");
     assert!(k.procs.table.keys().all(|&p| p == 1), "both reaped: {:?}", k.procs.table.keys().collect::<Vec<_>>());
 }
+
+#[test]
+fn a_command_started_to_capture_keeps_its_output_apart_and_every_process_is_seen_from_outside() {
+    let mut spec = spec_with(exec_image(), 42);
+    spec.files.insert("/bin/status".into(), exec_image());
+    let (mut k, _, mut m) = boot_spec(spec);
+    let argv = [b"/bin/status".to_vec(), b"--all".to_vec()];
+    assert_eq!(k.start_command(&mut m, &[b"status".to_vec()], &[], true), Err(22), "EINVAL: not absolute");
+    let pid = k.start_command(&mut m, &argv, &[], true).unwrap();
+    let entry = k.take_spawned()[0].entry.expect("its entry");
+    // Seen from outside: both processes, their threads, the started one's fds.
+    let view = k.processes_view();
+    assert_eq!(view.iter().map(|p| p.pid).collect::<Vec<_>>(), [1, pid]);
+    let started = &view[1];
+    assert_eq!((started.ppid, started.cmdline.as_str(), started.zombie), (0, "/bin/status --all", false));
+    assert_eq!(started.threads.len(), 1);
+    assert_eq!(started.threads[0].state, "runnable");
+    assert_eq!(started.fds.iter().map(|(fd, _)| *fd).collect::<Vec<_>>(), [0, 1, 2]);
+    assert!(started.fds[1].1.starts_with("pipe:["), "{:?}", started.fds);
+    override_next(&mut k, vec![1; 8]);
+    assert!(k.resume(&mut m, 0, Vec::new()));
+    assert_eq!(k.current_tid(), pid);
+    assert_eq!(cstr_at(&m, peek_u64(&m, entry.rsp + 16)), "--all");
+    // What it writes is kept for the driver, not the node's output.
+    let buf = entry.rsp - 4096;
+    poke(&k, &mut m, buf, b"leader r2\n");
+    assert_eq!(sc(&mut k, &mut m, "write", &[1, buf, 10]), 10);
+    assert_eq!(sc(&mut k, &mut m, "write", &[2, buf, 7]), 7);
+    assert!(k.record.output.is_empty(), "not the node's: {:?}", k.record.output);
+    assert_eq!(k.take_captured(pid), b"leader r2\nleader ");
+    assert_eq!(sc(&mut k, &mut m, "exit_group", &[0]), BLOCKED_RETURN as i64);
+    // Its end waits for its own driver: the template's take passes it by.
+    assert!(k.yield_due());
+    assert!(!k.started_have_ended());
+    assert!(k.take_started_ended().is_empty());
+    assert_eq!(k.take_started_end(pid), Some(0));
+    assert_eq!(k.take_started_end(pid), None, "once");
+    assert!(k.take_captured(pid).is_empty());
+}
