@@ -105,7 +105,17 @@ pub fn main(args: ExplainArgs, settings: &deja_vmm::Settings) -> Exit {
             return Exit::Incomplete;
         }
     };
-    let step = e.inevitable.as_ref().map(|(first, before)| what_happened(&run.report, first, before.as_ref()));
+    let step = e.inevitable.as_ref().map(|(first, before)| match before {
+        Some(b) => what_happened(&run.report, first, Some(b)),
+        // Certain from the start: what the input places is the cause.
+        None => {
+            let placed = bug.input.fault_words();
+            match placed.is_empty() {
+                true => vec!["the bug's seed and decisions alone (its input places no fault)".to_string()],
+                false => placed.into_iter().map(|f| format!("placed by the input: {f}")).collect(),
+            }
+        }
+    });
     print_curve(&e, step.as_deref());
     if let Err(err) = write(&args.out, &bug.id, &bug.signature.to_string(), &e, step.as_deref()) {
         eprintln!("deja: explain: {err}");
@@ -115,7 +125,7 @@ pub fn main(args: ExplainArgs, settings: &deja_vmm::Settings) -> Exit {
     Exit::Clean
 }
 
-/// The decisions and faults of the step from `before` (or the start) to `first`, in words.
+/// The decisions and faults of the step from `before` to `first`, in words.
 fn what_happened(report: &deja_cluster::ClusterReport, first: &Branches, before: Option<&Branches>) -> Vec<String> {
     let (from, from_t) = before.map_or((0, 0), |b| (b.decision, b.time_ns));
     let mut out: Vec<String> = report

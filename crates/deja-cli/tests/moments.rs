@@ -94,6 +94,14 @@ fn a_moment_before_the_crash_shows_each_node_its_files_as_they_were_and_runs_a_c
     assert!(printed.ends_with(&log), "it reads the log as it is at the moment: {printed} / {log}");
     assert!(stderr(&o).contains("exit status 0"), "{}", stderr(&o));
 
+    // The crash is in the bug's input: the failure is certain from the start, and that is said.
+    let out = out_dir("walkv-explain");
+    let o = deja(&["explain", "--moments", "2", "--branches", "2", "--out", &s(&out), &bug_path]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let said = stdout(&o);
+    assert!(said.contains("from the start of the run"), "{said}");
+    assert!(said.contains("placed by the input: crash server"), "{said}");
+
     // What cannot be done is said.
     let o = at(&["--node", "server", "--exec", "--", "no-such-command"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

@@ -41,6 +41,9 @@ pub enum Pause<M = Vm> {
 /// A run held at a moment.
 pub struct Paused<M = Vm> {
     sim: Sim<M>,
+    /// The run's steering, when the moment came before its point (`SteerAt::Setup`): what of
+    /// it is input (storage faults, template choices, fates) a branch still applies.
+    unsteered: Option<Steering>,
 }
 
 /// One node at a moment.
@@ -142,6 +145,7 @@ pub fn pause_on<M: Machine>(cfg: ClusterConfig, steering: &Steering, at: At) -> 
     sim.crash_states = steering.crash_states;
     sim.moment = Some(at);
     let mut sink = |_: &str, _: Stream, _: &[u8]| {};
+    let mut unsteered = None;
     let ended = match steering.at {
         SteerAt::Boot => {
             sim.steer(steering);
@@ -154,12 +158,16 @@ pub fn pause_on<M: Machine>(cfg: ClusterConfig, steering: &Steering, at: At) -> 
                     sim.steer(steering);
                     sim.main_loop(&mut sink, false)?
                 }
+                None => {
+                    unsteered = Some(steering.clone());
+                    None
+                }
                 other => other,
             }
         }
     };
     Ok(match ended {
-        None => Pause::At(Box::new(Paused { sim })),
+        None => Pause::At(Box::new(Paused { sim, unsteered })),
         Some(outcome) => Pause::Ended(Box::new(sim.report(outcome, wall.elapsed().as_nanos() as u64))),
     })
 }
@@ -336,11 +344,17 @@ impl<M: Machine> Paused<M> {
     }
 
     /// The run from the moment on with fresh randomness: every cluster and node decision after
-    /// it drawn from `seed`'s streams (a scripted fault still comes at its time), to its end.
+    /// it drawn from `seed`'s streams, to its end. What the input places is kept: a scripted
+    /// fault comes at its time, and a storage fault or template choice the run's steering would
+    /// have placed after the moment is placed at it.
     pub fn branch(mut self, seed: u64) -> Result<ClusterReport, ClusterError> {
         let wall = Instant::now();
+        let mut steering = Steering { reseed: Some(seed), ..Steering::default() };
+        if let Some(s) = self.unsteered.take() {
+            steering = Steering { storage: s.storage, template: s.template, fates: s.fates, ..steering };
+        }
         let sim = &mut self.sim;
-        sim.steer(&Steering { reseed: Some(seed), ..Steering::default() });
+        sim.steer(&steering);
         let mut sink = |_: &str, _: Stream, _: &[u8]| {};
         let outcome = sim.main_loop(&mut sink, false)?;
         Ok(sim.report(outcome.unwrap_or(Outcome::TimeLimit), wall.elapsed().as_nanos() as u64))
