@@ -509,7 +509,8 @@ fn take_signal(kernel: &mut Kernel, mem: &mut GuestMemory, frame: &mut Frame, lo
 
 /// After a syscall of thread `tid` (its frame in `frame`, its return value set), as the host
 /// placement's monitor does: creates the threads the kernel spawned (the caller's registers
-/// with RAX 0 and their own stack, its extended state), hands woken threads their return
+/// with RAX 0 and their own stack, its extended state; a process started from outside at its
+/// program's entry, as [`start_program`] starts one), hands woken threads their return
 /// values, and, when the kernel runs another thread next, saves this one and puts the next
 /// one's registers in `frame` and its extended state in the registers.
 fn switch_threads(kernel: &mut Kernel, frame: &mut Frame, tid: u64) {
@@ -518,6 +519,12 @@ fn switch_threads(kernel: &mut Kernel, frame: &mut Frame, tid: u64) {
     if !spawned.is_empty() {
         let xsave = Xsave::now();
         for t in spawned {
+            if let Some(entry) = t.entry {
+                let mut f = Frame::from_context(&[0; 16], entry.rip, RFLAGS_BOOT);
+                f.rsp = entry.rsp;
+                threads.insert(t.tid, Context { frame: f, xsave: Xsave::initial() });
+                continue;
+            }
             let mut f = *frame;
             f.rax = 0;
             if t.stack != 0 {
