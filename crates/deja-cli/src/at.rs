@@ -250,8 +250,9 @@ fn print_moment(m: &Moment, only: Option<&str>, at: At) {
             }
         }
     }
-    println!("\nnetwork: {} packet(s) in flight", m.in_flight.len());
-    for p in m.in_flight.iter().filter(|p| only.is_none_or(|o| o == p.from || o == p.to)) {
+    let shown: Vec<_> = m.in_flight.iter().filter(|p| only.is_none_or(|o| o == p.from || o == p.to)).collect();
+    println!("\nnetwork: {} packet(s) in flight", shown.len());
+    for p in shown {
         let when = p.at_ns.map_or_else(|| "held by a cut".to_string(), |t| format!("arrives at {}", ms(t)));
         println!("  {} → {}, {when}: {}", p.from, p.to, p.what);
     }
