@@ -236,7 +236,7 @@ pub(crate) fn forked_cluster_figures(file: &Path, settings: &Settings, quick: bo
 /// `deja bench <part> --json` in a process of `exe` of its own with `DEJA_VDSO=<setting>`
 /// (otherwise under `settings`): one part of the figures (`--forked-cluster-only`,
 /// `--late-forks-only`), under one vDSO setting, `--quick` when `quick`.
-pub(crate) fn bench_with_vdso(
+fn bench_with_vdso(
     exe: &Path,
     guests: &Path,
     part: &str,
@@ -266,12 +266,26 @@ pub(crate) fn vdso_figures(
     settings: &Settings,
     quick: bool,
 ) -> Result<Value, BenchError> {
+    let (off, on) = vdso_off_on(exe, guests, "--forked-cluster-only", repeat, settings, quick)?;
+    Ok(vdso_summary(repeat, &off, &on))
+}
+
+/// [`bench_with_vdso`] of `part` with the vDSO off, then on, alternated `repeat` times (at
+/// least once): each setting's figures, in order.
+pub(crate) fn vdso_off_on(
+    exe: &Path,
+    guests: &Path,
+    part: &str,
+    repeat: u32,
+    settings: &Settings,
+    quick: bool,
+) -> Result<(Vec<Value>, Vec<Value>), BenchError> {
     let (mut off, mut on) = (Vec::new(), Vec::new());
     for _ in 0..repeat.max(1) {
-        off.push(bench_with_vdso(exe, guests, "--forked-cluster-only", "off", settings, quick)?);
-        on.push(bench_with_vdso(exe, guests, "--forked-cluster-only", "on", settings, quick)?);
+        off.push(bench_with_vdso(exe, guests, part, "off", settings, quick)?);
+        on.push(bench_with_vdso(exe, guests, part, "on", settings, quick)?);
     }
-    Ok(vdso_summary(repeat, &off, &on))
+    Ok((off, on))
 }
 
 /// The vDSO figures from the forked-cluster figures of each run with it `off` and `on` (as

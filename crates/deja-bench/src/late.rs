@@ -8,7 +8,7 @@ use deja_vmm::Settings;
 use serde_json::{json, Value};
 use snafu::{ensure, ResultExt};
 
-use crate::cluster::{bench_with_vdso, campaign, run_campaign};
+use crate::cluster::{campaign, run_campaign, vdso_off_on};
 use crate::timing::median_f64;
 use crate::{BenchError, CampaignJsonSnafu, LateForksDifferSnafu, RoundsSnafu};
 
@@ -90,11 +90,7 @@ pub(crate) fn late_fork_figures(
     settings: &Settings,
     quick: bool,
 ) -> Result<Value, BenchError> {
-    let (mut off, mut on) = (Vec::new(), Vec::new());
-    for _ in 0..repeat.max(1) {
-        off.push(bench_with_vdso(exe, guests, "--late-forks-only", "off", settings, quick)?);
-        on.push(bench_with_vdso(exe, guests, "--late-forks-only", "on", settings, quick)?);
-    }
+    let (off, on) = vdso_off_on(exe, guests, "--late-forks-only", repeat, settings, quick)?;
     Ok(late_summary(repeat, &off, &on))
 }
 

@@ -61,6 +61,35 @@ pub struct AtArgs {
     pub command: Vec<String>,
 }
 
+/// The cluster bug file `path` and its cluster under `settings`, for `deja COMMAND`
+/// (`--program` as `deja replay` takes it); what is wrong is said, with its exit code.
+pub(crate) fn cluster_bug(
+    command: &str,
+    path: &std::path::Path,
+    program: &[String],
+    settings: &deja_vmm::Settings,
+) -> Result<(deja_explore::ClusterBug, deja_explore::ClusterTarget), Exit> {
+    if !is_cluster_bug(path) {
+        eprintln!(
+            "deja: {command}: {} is not a cluster bug file; `deja {command}` takes the bug files of clusters (a \
+             program can run as a cluster of one node)",
+            path.display()
+        );
+        return Err(Exit::Usage);
+    }
+    let (bug, mut target) = load_cluster_bug(path, None, program).map_err(|f| {
+        eprintln!("deja: {command}: {}", f.message);
+        f.code
+    })?;
+    target.cfg.settings = *settings;
+    Ok((bug, target))
+}
+
+/// Threads for branches: `asked`, or this host's cores.
+pub(crate) fn jobs(asked: Option<usize>) -> usize {
+    asked.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// The moment `args` name.
 fn moment_of(args: &AtArgs) -> At {
     match (args.time, args.decision) {
@@ -78,30 +107,17 @@ fn ms(ns: u64) -> String {
 /// [`Exit::Usage`] for a moment after the run's end, a node it does not have or a command that
 /// cannot start; the load errors of `deja replay`.
 pub fn main(args: AtArgs, settings: &deja_vmm::Settings) -> Exit {
-    if !is_cluster_bug(&args.bug) {
-        eprintln!(
-            "deja: at: {} is not a cluster bug file; `deja at` takes the bug files of clusters (a program \
-             can run as a cluster of one node)",
-            args.bug.display()
-        );
-        return Exit::Usage;
-    }
     if args.exec && args.command.is_empty() {
         eprintln!("deja: at: --exec needs the command after `--`");
         return Exit::Usage;
     }
-    let (bug, mut target) = match load_cluster_bug(&args.bug, None, &args.program) {
+    let (bug, target) = match cluster_bug("at", &args.bug, &args.program, settings) {
         Ok(x) => x,
-        Err(f) => {
-            eprintln!("deja: at: {}", f.message);
-            return f.code;
-        }
+        Err(code) => return code,
     };
-    target.cfg.settings = *settings;
     let at = moment_of(&args);
     if let Some(n) = args.branches {
-        let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        return match moments::branches(&target, &bug.input, &bug.signature, at, n, jobs) {
+        return match moments::branches(&target, &bug.input, &bug.signature, at, n, jobs(args.jobs)) {
             Ok(b) => {
                 if args.json {
                     println!("{}", serde_json::to_string_pretty(&b).unwrap_or_default());

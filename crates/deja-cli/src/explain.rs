@@ -12,7 +12,6 @@ use deja_explore::cluster::moments::{self, Branches, Estimator, Explanation};
 use deja_explore::{ClusterInput, ClusterTarget, ExploreError, FailureSignature};
 
 use crate::exit::Exit;
-use crate::explore::{is_cluster_bug, load_cluster_bug};
 
 /// Arguments of `deja explain`.
 #[derive(Debug, clap::Args)]
@@ -64,18 +63,10 @@ impl Estimator for Bug<'_> {
 /// inevitable), [`Exit::Incomplete`] when the bug does not reproduce or a branch could not run,
 /// and the load errors of `deja replay`.
 pub fn main(args: ExplainArgs, settings: &deja_vmm::Settings) -> Exit {
-    if !is_cluster_bug(&args.bug) {
-        eprintln!("deja: explain: {} is not a cluster bug file", args.bug.display());
-        return Exit::Usage;
-    }
-    let (bug, mut target) = match load_cluster_bug(&args.bug, None, &args.program) {
+    let (bug, target) = match crate::at::cluster_bug("explain", &args.bug, &args.program, settings) {
         Ok(x) => x,
-        Err(f) => {
-            eprintln!("deja: explain: {}", f.message);
-            return f.code;
-        }
+        Err(code) => return code,
     };
-    target.cfg.settings = *settings;
     let run = match deja_explore::cluster::run_cluster_input(&target, &bug.input, &mut |_, _, _| {}) {
         Ok(o) => o,
         Err(e) => {
@@ -96,8 +87,8 @@ pub fn main(args: ExplainArgs, settings: &deja_vmm::Settings) -> Exit {
         args.branches,
         args.moments + 1
     );
-    let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let mut est = Bug { target: &target, input: &bug.input, signature: &bug.signature, jobs };
+    let mut est =
+        Bug { target: &target, input: &bug.input, signature: &bug.signature, jobs: crate::at::jobs(args.jobs) };
     let e = match moments::explain(decisions, args.moments, args.branches, args.refine, &mut est) {
         Ok(e) => e,
         Err(err) => {

@@ -112,6 +112,9 @@ pub struct Exec {
     pub why: Option<String>,
 }
 
+/// `ENOENT`: the command is not at this place on the search path.
+const ENOENT: i32 = 2;
+
 /// Lines kept of each stream in a [`NodeMoment`].
 const TAIL: usize = 10;
 
@@ -302,12 +305,12 @@ impl<M: Machine> Paused<M> {
             false => path.split(':').filter(|d| d.starts_with('/')).map(|d| format!("{d}/{first}")).collect(),
         };
         let Live { vm, kernel, .. } = live;
-        let mut started = Err(2);
+        let mut started = Err(ENOENT);
         for c in &candidates {
             let mut args: Vec<Vec<u8>> = vec![c.clone().into_bytes()];
             args.extend(argv.iter().skip(1).map(|a| a.clone().into_bytes()));
             started = kernel.start_command(vm.memory(), &args, &env, true);
-            if started != Err(2) {
+            if started != Err(ENOENT) {
                 break;
             }
         }
