@@ -17,7 +17,7 @@ rustPlatform.buildRustPackage {
   cargoTestFlags = [
     "-p" "deja-kernel" "-p" "deja-format" "-p" "deja-protocol" "-p" "deja-rewrite" "-p" "deja-history"
     "-p" "deja-image" "-p" "deja-inputs" "-p" "deja-explore-report" "-p" "deja-explore" "-p" "deja-judge"
-    "-p" "deja-cluster" "-p" "deja-bench"
+    "-p" "deja-cluster" "-p" "deja-bench" "-p" "deja-debug"
   ];
   meta = {
     description = "Deterministic simulation of static Linux programs in KVM VMs whose kernel is deja";

@@ -28,6 +28,7 @@ pub const MAP: &[Layer] = &[
         uses: &[
             "deja-bench",
             "deja-judge",
+            "deja-debug",
             "deja-explore",
             "deja-explore-report",
             "deja-history",
@@ -59,6 +60,12 @@ pub const MAP: &[Layer] = &[
         layer: 6,
         owns: "`deja check`: capsules, one pipeline of checks for programs and clusters, verdicts, certificates",
         uses: &["deja-explore", "deja-cluster", "deja-vmm", "deja-inputs", "deja-kernel", "deja-protocol", "deja-format"],
+    },
+    Layer {
+        name: "deja-debug",
+        layer: 6,
+        owns: "`deja debug`: a GDB remote-protocol server for a program bug's replay, forwards and backwards",
+        uses: &["deja-explore", "deja-vmm", "deja-kernel"],
     },
     Layer {
         name: "deja-explore",

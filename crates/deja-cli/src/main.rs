@@ -10,6 +10,7 @@ mod build;
 mod check;
 mod cluster;
 mod crash;
+mod debug;
 mod doctor;
 mod dogfood;
 mod exit;
@@ -63,6 +64,8 @@ enum Command {
     At(Box<at::AtArgs>),
     /// When did a cluster bug become inevitable: continuations from moments of its run.
     Explain(explain::ExplainArgs),
+    /// Debug a program bug's replay in gdb, forwards and backwards (a GDB remote-protocol server).
+    Debug(debug::DebugArgs),
     /// Judge a patch against a frozen failure: verdict, timeline and certificate.
     Check(Box<check::CheckArgs>),
     /// Re-check a certificate's hash chain; refuses any edit.
@@ -110,6 +113,7 @@ fn main() {
         (Command::Minimize(args), Ok(s)) => explore::minimize(args, &s),
         (Command::At(args), Ok(s)) => at::main(*args, &s),
         (Command::Explain(args), Ok(s)) => explain::main(args, &s),
+        (Command::Debug(args), Ok(s)) => debug::main(args, &s),
     };
     std::process::exit(code.code());
 }

@@ -18,6 +18,7 @@ mod conformance;
 mod contracts;
 mod cores;
 mod crash;
+mod debug;
 mod dogfood;
 mod etcd;
 mod explore;

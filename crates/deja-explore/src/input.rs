@@ -315,7 +315,7 @@ pub fn with_blocks(mut out: Outcome, blocks: usize) -> Outcome {
 }
 
 /// Keeps what a run prints on stdout (for its behavioural features), up to 64 KiB.
-fn keep_stdout(out: &mut Vec<u8>, stream: Stream, bytes: &[u8]) {
+pub fn keep_stdout(out: &mut Vec<u8>, stream: Stream, bytes: &[u8]) {
     if stream == Stream::Stdout && out.len() < 64 << 10 {
         out.extend_from_slice(&bytes[..bytes.len().min((64 << 10) - out.len())]);
     }

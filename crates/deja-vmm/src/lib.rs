@@ -31,9 +31,9 @@ pub use fork::{Fork, LateParent, Parent, ResetStats, LATE_FORKS};
 pub use hostcheck::{check_host, probe, HostCheck};
 pub use identity::{Fingerprint, HostProfile, Remedy, Settings};
 pub use probe::HostProbe;
-pub use session::{boot, BootOptions, Session};
+pub use session::{boot, BootOptions, DebugStop, Session};
 pub use snapshot::{Snapshot, SnapshotError, SnapshotMeta};
-pub use vm::{RegisterPath, Stop, Vm, VmError, VmStats};
+pub use vm::{RegisterPath, Stop, UserRegs, Vm, VmError, VmStats};
 
 /// Default guest RAM: 1 GiB (frames are only backed on the host once touched).
 pub const DEFAULT_MEMORY: u64 = 1 << 30;

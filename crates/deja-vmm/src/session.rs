@@ -84,6 +84,9 @@ pub struct Session {
     stopped: Option<Stop>,
     /// Block coverage: the image's blocks and those seen, to arm every VM a life boots in.
     cover: Option<(Arc<BlockImage>, Seen)>,
+    /// The lives a debugged run ended ([`Session::debug_run`]), and whether the last one did.
+    debug_lives: Vec<Incarnation>,
+    debug_ended: bool,
 }
 
 impl Session {
@@ -98,7 +101,18 @@ impl Session {
     pub fn boot_with(spec: ProgramSpec, memory: u64, opts: BootOptions) -> Result<Session, RunError> {
         let (vm, kernel) = boot(&spec, memory, opts)?;
         let settings = opts.settings;
-        Ok(Session { seed: spec.seed, spec: Some(spec), memory, settings, vm, kernel, stopped: None, cover: None })
+        Ok(Session {
+            seed: spec.seed,
+            spec: Some(spec),
+            memory,
+            settings,
+            vm,
+            kernel,
+            stopped: None,
+            cover: None,
+            debug_lives: Vec::new(),
+            debug_ended: false,
+        })
     }
 
     /// Arms block coverage ([`crate::coverage`]) in this session's VM, and in the VM of every
@@ -132,6 +146,8 @@ impl Session {
             kernel,
             stopped: None,
             cover: None,
+            debug_lives: Vec::new(),
+            debug_ended: false,
         })
     }
 
@@ -299,67 +315,17 @@ impl Session {
                     if let Some(out) = final_disk {
                         *out = Some(kernel.disk());
                     }
-                    let report = kernel.finish(&vm.space, status);
-                    lives.push(Incarnation {
-                        run: Run {
-                            report,
-                            stats: vm.stats.clone(),
-                            blocks: vm.take_block_hits(),
-                            cuts: vm.take_cuts(),
-                        },
-                        crashed: false,
-                        seed,
-                        crash_disk_digest: None,
-                    });
+                    lives.push(ended_life(vm, &mut kernel, status, seed));
                     return Ok(lives);
                 }
                 Stop::Crashed => {
-                    let Some(next_spec) = spec.as_mut() else {
-                        return Err(RunError::Vm {
-                            source: VmError::Config {
-                                message: "a program restored from a snapshot crashed and cannot be restarted".into(),
-                            },
-                        });
-                    };
-                    let disk = kernel.crash_image();
-                    let digest = disk.digest();
-                    let status = ExitStatus::Signaled {
-                        signal: 9,
-                        name: "SIGKILL".into(),
-                        fault: Some(FaultInfo {
-                            description: format!("node crashed by deja {}", kernel.crash_point_words()),
-                            vector: 0,
-                            rip: 0,
-                            addr: None,
-                        }),
-                    };
-                    let report = kernel.finish(&vm.space, status);
-                    let previous_faults = report.faults.clone();
-                    lives.push(Incarnation {
-                        run: Run {
-                            report,
-                            stats: vm.stats.clone(),
-                            blocks: vm.take_block_hits(),
-                            cuts: vm.take_cuts(),
-                        },
-                        crashed: true,
-                        seed,
-                        crash_disk_digest: Some(digest),
-                    });
-                    next_spec.disk = Some(disk);
-                    seed = restart_seed(seed, lives.len() as u64);
-                    next_spec.seed = seed;
-                    next_spec.faults = next_spec.faults.for_restart();
-                    let (mut next, mut k) = boot(next_spec, self.memory, BootOptions::new(self.settings))?;
-                    if let Some((blocks, seen)) = &self.cover {
-                        next.arm_blocks(blocks.clone(), seen);
-                        k.announce_code(&mut next.space);
-                    }
-                    k.note_previous_faults(previous_faults);
+                    let (life, disk) = crashed_life(vm, &mut kernel, seed);
+                    lives.push(life);
+                    let (next, k) = self.next_life(spec.as_mut(), disk, &mut seed, lives.len(), &lives)?;
                     kernel = k;
                     owned = Some(next);
                 }
-                Stop::AtSyscall | Stop::Idle | Stop::Yield => {
+                Stop::AtSyscall | Stop::Idle | Stop::Yield | Stop::Breakpoint(_) => {
                     return Err(RunError::Vm {
                         source: VmError::Unexpected { what: "stopped without a stop point".into(), rip: 0 },
                     })
@@ -367,4 +333,142 @@ impl Session {
             }
         }
     }
+
+    /// Boots the life after a crash: `spec` with the durable `disk`, the next seed, the faults
+    /// a restart keeps, block coverage armed as before, and the faults of the lives so far.
+    fn next_life(
+        &self,
+        spec: Option<&mut ProgramSpec>,
+        disk: Disk,
+        seed: &mut u64,
+        n: usize,
+        lives: &[Incarnation],
+    ) -> Result<(Vm, Kernel), RunError> {
+        let Some(next_spec) = spec else {
+            return Err(RunError::Vm {
+                source: VmError::Config {
+                    message: "a program restored from a snapshot crashed and cannot be restarted".into(),
+                },
+            });
+        };
+        next_spec.disk = Some(disk);
+        *seed = restart_seed(*seed, n as u64);
+        next_spec.seed = *seed;
+        next_spec.faults = next_spec.faults.for_restart();
+        let (mut next, mut k) = boot(next_spec, self.memory, BootOptions::new(self.settings))?;
+        if let Some((blocks, seen)) = &self.cover {
+            next.arm_blocks(blocks.clone(), seen);
+            k.announce_code(&mut next.space);
+        }
+        if let Some(last) = lives.last() {
+            k.note_previous_faults(last.run.report.faults.clone());
+        }
+        Ok((next, k))
+    }
+
+    /// Runs the current life as `deja debug` does: until syscall `stop_at` traps (before it is
+    /// served), a breakpoint is reached, the life crashes (the next life is booted in its place
+    /// and has not run yet: [`DebugStop::NewLife`]), or the last life ends. The lives that ended
+    /// are kept ([`Session::debug_lives`]); every breakpoint is taken out before a life's end
+    /// is recorded, so its digests are those of the run without them.
+    pub fn debug_run(
+        &mut self,
+        sink: &mut dyn FnMut(Stream, &[u8]),
+        stop_at: Option<u64>,
+    ) -> Result<DebugStop, RunError> {
+        if self.debug_ended {
+            return Ok(DebugStop::Ended);
+        }
+        let stop = match self.stopped.take() {
+            Some(s) => s,
+            None => self.vm.run_until(&mut self.kernel, sink, stop_at)?,
+        };
+        match stop {
+            Stop::AtSyscall => Ok(DebugStop::AtSyscall),
+            Stop::Breakpoint(at) => Ok(DebugStop::Breakpoint(at)),
+            Stop::Exited(status) => {
+                self.vm.clear_breakpoints();
+                let life = ended_life(&mut self.vm, &mut self.kernel, status, self.seed);
+                self.debug_lives.push(life);
+                self.debug_ended = true;
+                Ok(DebugStop::Ended)
+            }
+            Stop::Crashed => {
+                self.vm.clear_breakpoints();
+                let (life, disk) = crashed_life(&mut self.vm, &mut self.kernel, self.seed);
+                self.debug_lives.push(life);
+                let mut spec = self.spec.take();
+                let mut seed = self.seed;
+                let next = self.next_life(spec.as_mut(), disk, &mut seed, self.debug_lives.len(), &self.debug_lives);
+                self.spec = spec;
+                let (vm, kernel) = next?;
+                (self.vm, self.kernel, self.seed) = (vm, kernel, seed);
+                Ok(DebugStop::NewLife)
+            }
+            Stop::Idle | Stop::Yield => Err(RunError::Vm {
+                source: VmError::Unexpected {
+                    what: "a lone program stopped as if it were a cluster node".into(),
+                    rip: 0,
+                },
+            }),
+        }
+    }
+
+    /// The lives a debugged run ended so far ([`Session::debug_run`]), in order.
+    pub fn debug_lives(&self) -> &[Incarnation] {
+        &self.debug_lives
+    }
+
+    /// The VM, to plant breakpoints and read registers in at a debugged run's stop.
+    pub fn vm_mut(&mut self) -> &mut Vm {
+        &mut self.vm
+    }
+}
+
+/// Where [`Session::debug_run`] stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DebugStop {
+    /// At the trap of the syscall asked for, before it is served.
+    AtSyscall,
+    /// At a breakpoint, before the instruction at this address.
+    Breakpoint(u64),
+    /// A life crashed and the next one is booted, at its entry.
+    NewLife,
+    /// The last life ended.
+    Ended,
+}
+
+/// Records the life that ended with `status`.
+fn ended_life(vm: &mut Vm, kernel: &mut Kernel, status: ExitStatus, seed: u64) -> Incarnation {
+    let report = kernel.finish(&vm.space, status);
+    Incarnation {
+        run: Run { report, stats: vm.stats.clone(), blocks: vm.take_block_hits(), cuts: vm.take_cuts() },
+        crashed: false,
+        seed,
+        crash_disk_digest: None,
+    }
+}
+
+/// Records the life that crashed at its injected crash, and the durable disk it left.
+fn crashed_life(vm: &mut Vm, kernel: &mut Kernel, seed: u64) -> (Incarnation, Disk) {
+    let disk = kernel.crash_image();
+    let digest = disk.digest();
+    let status = ExitStatus::Signaled {
+        signal: 9,
+        name: "SIGKILL".into(),
+        fault: Some(FaultInfo {
+            description: format!("node crashed by deja {}", kernel.crash_point_words()),
+            vector: 0,
+            rip: 0,
+            addr: None,
+        }),
+    };
+    let report = kernel.finish(&vm.space, status);
+    let life = Incarnation {
+        run: Run { report, stats: vm.stats.clone(), blocks: vm.take_block_hits(), cuts: vm.take_cuts() },
+        crashed: true,
+        seed,
+        crash_disk_digest: Some(digest),
+    };
+    (life, disk)
 }

@@ -675,7 +675,7 @@ impl<M: Machine> Sim<M> {
             Stop::Yield => {}
             Stop::Idle => n.state = State::Idle,
             Stop::Exited(_) | Stop::Crashed => {}
-            Stop::AtSyscall => {}
+            Stop::AtSyscall | Stop::Breakpoint(_) => {}
         }
         for p in packets {
             self.send(sent_at, i, p);

@@ -161,8 +161,15 @@ impl AddressSpace {
     }
 
     /// Puts back the original bytes of every block inside `buf` (memory from `addr` of space
-    /// `space`) that may carry a breakpoint.
+    /// `space`) that may carry a breakpoint, and of every debugger's breakpoint.
     pub(super) fn overlay_in(&self, space: u64, addr: u64, buf: &mut [u8]) {
+        let end = addr.saturating_add(buf.len() as u64);
+        for (&at, &original) in self.debug_bytes.range(addr..end) {
+            let i = (at - addr) as usize;
+            if buf[i] == INT3 {
+                buf[i] = original;
+            }
+        }
         let Some(blocks) = self.blocks.as_deref() else { return };
         if self.blocks_spaces.contains(&space) {
             blocks.overlay(addr, buf);

@@ -116,6 +116,9 @@ pub struct AddressSpace {
     /// would be emulated by KVM, which cannot emulate every instruction (AVX stores); and a
     /// table of another level would meet a stale shadow of the old role.
     pt_pool: BTreeMap<u32, BTreeSet<u64>>,
+    /// `deja debug`'s breakpoints: address → the byte its `int3` replaced. Reads through
+    /// [`Memory`] show the byte wherever the `int3` sits (`vm::debug`).
+    pub(crate) debug_bytes: BTreeMap<u64, u8>,
 }
 
 /// The allocator's state, saved in snapshots and restored on forks.
@@ -254,6 +257,7 @@ impl AddressSpace {
             spaces: BTreeSet::from([PML4_PHYS]),
             shared: BTreeMap::new(),
             pt_pool: BTreeMap::new(),
+            debug_bytes: BTreeMap::new(),
         })
     }
 

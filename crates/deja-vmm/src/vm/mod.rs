@@ -41,11 +41,13 @@ use crate::paging::{AddressSpace, RamError, PTE_A, PTE_D, PTE_P, PTE_PS, PTE_U, 
 use deja_kernel::host::cpuid;
 use deja_kernel::host::jumps;
 
+mod debug;
 mod run;
 mod state;
 mod window;
 pub(crate) use window::GuestStop;
 
+pub use debug::UserRegs;
 pub(crate) use run::ProbeAnswer;
 pub use run::Stop;
 pub use state::{VcpuState, SNAPSHOT_MSRS};

@@ -350,7 +350,7 @@ impl Vm {
             Stop::Crashed => {
                 Err(VmError::Unexpected { what: "a crash was injected where none was planned".into(), rip: self.rip() })
             }
-            Stop::AtSyscall | Stop::Idle | Stop::Yield => Err(VmError::Unexpected {
+            Stop::AtSyscall | Stop::Idle | Stop::Yield | Stop::Breakpoint(_) => Err(VmError::Unexpected {
                 what: "a lone program stopped as if it were a cluster node".into(),
                 rip: self.rip(),
             }),
@@ -522,6 +522,15 @@ impl Vm {
                     6 => Exception::InvalidOpcode { rip: frame.rip, eax: regs.rax as u32, ecx: regs.rcx as u32 },
                     v => Exception::Other { vector: v, rip: frame.rip },
                 };
+                // A debugger's breakpoint stops the run before the instruction, as if the
+                // instruction had not been reached yet.
+                if vector == 3 && self.is_breakpoint(frame.rip.wrapping_sub(1)) {
+                    self.stats.exception_exits -= 1;
+                    let mut gprs = gprs_of(&regs);
+                    gprs[4] = frame.rsp;
+                    self.resume_at(&gprs, frame.rip - 1, frame.rflags);
+                    return Ok(Stop::Breakpoint(frame.rip - 1));
+                }
                 // A coverage breakpoint is the monitor's own: the block is recorded, its byte put
                 // back and the instruction run; the core never hears of it.
                 let breakpoint = match vector {
@@ -604,15 +613,7 @@ impl Vm {
                     }
                     ExceptionOutcome::Fatal(status) => return Ok(Stop::Exited(status)),
                 }
-                let sync = self.vcpu.sync_regs_mut();
-                set_gprs(&mut sync.regs, &gprs);
-                sync.regs.rip = rip;
-                sync.regs.rflags = (rflags & !RFLAGS_RF) | RFLAGS_FIXED;
-                set_user_segments(&mut sync.sregs);
-                sync.sregs.fs.base = self.fs_base;
-                sync.sregs.gs.base = self.gs_base;
-                self.mark_dirty(SyncReg::Register);
-                self.mark_dirty(SyncReg::SystemRegister);
+                self.resume_at(&gprs, rip, rflags);
             } else {
                 // The program's own `out` to a port: Linux refuses port I/O without ioperm, so
                 // this would be a #GP. A ring-3 `out` to any other port already faults.
@@ -637,6 +638,19 @@ impl Vm {
                 }
             }
         }
+    }
+
+    /// Sets the program's registers for its return to ring 3 after an exception.
+    fn resume_at(&mut self, gprs: &[u64; 16], rip: u64, rflags: u64) {
+        let sync = self.vcpu.sync_regs_mut();
+        set_gprs(&mut sync.regs, gprs);
+        sync.regs.rip = rip;
+        sync.regs.rflags = (rflags & !RFLAGS_RF) | RFLAGS_FIXED;
+        set_user_segments(&mut sync.sregs);
+        sync.sregs.fs.base = self.fs_base;
+        sync.sregs.gs.base = self.gs_base;
+        self.mark_dirty(SyncReg::Register);
+        self.mark_dirty(SyncReg::SystemRegister);
     }
 
     pub(super) fn read_frame(&self, rsp: u64, vector: u8) -> Result<Frame, VmError> {
@@ -758,6 +772,10 @@ pub enum Stop {
     Idle,
     /// Virtual time reached the core's yield point ([`Kernel::set_yield_at`]) after a syscall.
     Yield,
+    /// The program reached one of `deja debug`'s breakpoints ([`Vm::set_breakpoint`]), at this
+    /// address, before executing the instruction there: RIP is the address, the `int3` still in
+    /// place.
+    Breakpoint(u64),
 }
 
 #[derive(Debug)]
