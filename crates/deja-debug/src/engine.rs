@@ -424,6 +424,16 @@ impl<T: Tracee> Engine<T> {
         Ok(())
     }
 
+    /// After a move that failed part way: the run back at the current point, so that what the
+    /// debugger is shown and where the run is agree again.
+    pub fn resync(&mut self) -> Result<(), DebugError> {
+        if self.ended {
+            return Ok(());
+        }
+        let here = self.point.clone();
+        self.goto(&here)
+    }
+
     /// Runs forwards to the next breakpoint, change of a watched location, or the end.
     pub fn cont(&mut self) -> Result<Stopped, DebugError> {
         if !self.watches.is_empty() {

@@ -29,6 +29,9 @@ pub struct Replay {
     printed: [u64; 2],
     out: Output,
     stdout: Vec<u8>,
+    /// The current life's auxiliary vector as its stack holds it at the entry (what gdb reads
+    /// to place a position-independent program and find the dynamic loader).
+    auxv: Vec<u8>,
 }
 
 fn run_error(e: impl std::fmt::Display) -> DebugError {
@@ -63,7 +66,45 @@ impl Replay {
             printed: [0; 2],
             out,
             stdout: Vec::new(),
+            auxv: Vec::new(),
         })
+        .map(|mut r| {
+            r.auxv = r.read_auxv();
+            r
+        })
+    }
+
+    /// The auxiliary vector on the stack the program starts with: after `argc`, the argument
+    /// pointers and the environment pointers (each list ending in 0), pairs up to `AT_NULL`.
+    fn read_auxv(&self) -> Vec<u8> {
+        let mut at = self.regs().gprs[4];
+        let word = |a: u64| self.read_u64(a);
+        let Some(argc) = word(at) else { return Vec::new() };
+        at += 8 * (argc + 2);
+        for _ in 0..4096 {
+            match word(at) {
+                Some(0) => break,
+                Some(_) => at += 8,
+                None => return Vec::new(),
+            }
+        }
+        at += 8;
+        let mut out = Vec::new();
+        for _ in 0..64 {
+            let (Some(key), Some(value)) = (word(at), word(at + 8)) else { return Vec::new() };
+            out.extend_from_slice(&key.to_le_bytes());
+            out.extend_from_slice(&value.to_le_bytes());
+            at += 16;
+            if key == 0 {
+                break;
+            }
+        }
+        out
+    }
+
+    /// The current life's auxiliary vector, as bytes.
+    pub fn auxv(&self) -> &[u8] {
+        &self.auxv
     }
 
     /// The run's outcome (its lives, digest and failure), once it ended.
@@ -80,6 +121,24 @@ impl Replay {
     /// The running thread's registers.
     pub fn regs(&self) -> UserRegs {
         self.session.vm().user_regs()
+    }
+
+    /// The threads of the running thread's process, ascending.
+    pub fn threads(&self) -> Vec<u64> {
+        let current = self.session.kernel().current_tid();
+        let procs = self.session.kernel().processes_view();
+        let mine = procs.iter().find(|p| p.threads.iter().any(|t| t.tid == current));
+        mine.map_or(vec![current], |p| p.threads.iter().map(|t| t.tid).collect())
+    }
+
+    /// The registers of thread `tid` of the running process.
+    pub fn thread_regs(&self, tid: u64) -> Option<UserRegs> {
+        self.threads().contains(&tid).then(|| self.session.vm().thread_regs(tid)).flatten()
+    }
+
+    /// The program's host path.
+    pub fn program_path(&self) -> &str {
+        &self.target.path
     }
 
     /// Sets them (a change of the run).
@@ -124,6 +183,7 @@ impl Tracee for Replay {
         self.life = 0;
         self.seen = [0; 2];
         self.stdout.clear();
+        self.auxv = self.read_auxv();
         Ok(())
     }
 
@@ -160,6 +220,7 @@ impl Tracee for Replay {
                 DebugStop::Breakpoint(at) => return Ok(Event::Breakpoint(at)),
                 DebugStop::NewLife => {
                     self.life += 1;
+                    self.auxv = self.read_auxv();
                     return Ok(Event::NewLife);
                 }
                 DebugStop::Ended => return Ok(Event::Ended),

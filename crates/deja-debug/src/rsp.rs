@@ -160,8 +160,15 @@ pub enum Request {
     FirstThreads,
     /// `qsThreadInfo`.
     MoreThreads,
-    /// `H g|c TID`: select a thread.
+    /// `Hg TID`: the thread whose registers the next requests read (`None`: any, the running
+    /// one).
+    SelectThread(Option<u64>),
+    /// `Hc TID`: the thread to resume (deja resumes the program as a whole).
     SetThread,
+    /// `qXfer:exec-file:read::OFFSET,LENGTH`: the program's path, a part of it.
+    ExecFile(u64, u64),
+    /// `qXfer:auxv:read::OFFSET,LENGTH`: the program's auxiliary vector, a part of it.
+    Auxv(u64, u64),
     /// `T TID`: is it alive?
     ThreadAlive(u64),
     /// `qAttached`.
@@ -215,8 +222,23 @@ pub fn parse(packet: &[u8]) -> Request {
     if let Some(hex) = t.strip_prefix("qRcmd,") {
         return unhex(hex).map(|b| Request::Monitor(String::from_utf8_lossy(&b).into_owned())).unwrap_or_else(unknown);
     }
+    if let Some(tid) = t.strip_prefix("Hg") {
+        return match tid {
+            "0" | "-1" => Request::SelectThread(None),
+            _ => num(tid).map(|t| Request::SelectThread(Some(t))).unwrap_or_else(unknown),
+        };
+    }
     if t.starts_with('H') {
         return Request::SetThread;
+    }
+    for (prefix, make) in
+        [("qXfer:exec-file:read:", Request::ExecFile as fn(u64, u64) -> Request), ("qXfer:auxv:read:", Request::Auxv)]
+    {
+        if let Some(rest) = t.strip_prefix(prefix) {
+            let range = rest.split_once(':').map_or(rest, |(_, r)| r);
+            let parsed = range.split_once(',').and_then(|(o, l)| Some(make(num(o)?, num(l)?)));
+            return parsed.unwrap_or_else(unknown);
+        }
     }
     if let Some(tid) = t.strip_prefix('T') {
         return num(tid).map(Request::ThreadAlive).unwrap_or_else(unknown);
@@ -301,6 +323,12 @@ mod tests {
         assert_eq!(parse(b"qRcmd,74696d65"), Request::Monitor("time".into()));
         assert_eq!(parse(b"vCont;s:1;c"), Request::Step);
         assert_eq!(parse(b"bc"), Request::ReverseContinue);
+        assert_eq!(parse(b"Hg1f"), Request::SelectThread(Some(0x1f)));
+        assert_eq!(parse(b"Hg0"), Request::SelectThread(None));
+        assert_eq!(parse(b"Hc-1"), Request::SetThread);
+        assert_eq!(parse(b"qXfer:exec-file:read::0,ffb"), Request::ExecFile(0, 0xffb));
+        assert_eq!(parse(b"qXfer:exec-file:read:2a:10,20"), Request::ExecFile(0x10, 0x20));
+        assert_eq!(parse(b"qXfer:auxv:read::0,1000"), Request::Auxv(0, 0x1000));
         assert_eq!(parse(b"qSupported:multiprocess+;swbreak+"), Request::Supported);
         assert_eq!(parse(b"mzz,1"), Request::Unknown("mzz,1".into()));
         assert_eq!(parse(b"vMustReplyEmpty"), Request::Unknown("vMustReplyEmpty".into()));

@@ -23,18 +23,32 @@ const GDB_GPRS: [usize; 16] = [0, 3, 1, 2, 6, 7, 5, 4, 8, 9, 10, 11, 12, 13, 14,
 /// The selectors `gdb` shows after EFLAGS: CS, SS, DS, ES, FS, GS (deja's user segments).
 const SELECTORS: [u32; 6] = [0x33, 0x2b, 0, 0, 0, 0];
 
+/// `qXfer` data from `offset`, at most `len` bytes: `l` when it is the last part, `m` before.
+/// Binary bytes travel as they are ([`rsp::frame`] escapes what must be).
+fn part(data: &[u8], offset: u64, len: u64) -> String {
+    let from = (offset as usize).min(data.len());
+    let to = from.saturating_add(len as usize).min(data.len());
+    let more = if to < data.len() { 'm' } else { 'l' };
+    let mut out = String::from(more);
+    // One char per byte (Latin-1), which `frame` writes back as that byte.
+    out.extend(data[from..to].iter().map(|&b| b as char));
+    out
+}
+
 /// A debugger's session with one replay.
 pub struct Server<'a> {
     engine: &'a mut Engine<Replay>,
     no_ack: bool,
     branched: bool,
+    /// The thread whose registers are read (`None`: the running one).
+    selected: Option<u64>,
     log: Log<'a>,
 }
 
 impl<'a> Server<'a> {
     /// A session over `engine`, telling `log` what happens.
     pub fn new(engine: &'a mut Engine<Replay>, log: Log<'a>) -> Server<'a> {
-        Server { engine, no_ack: false, branched: false, log }
+        Server { engine, no_ack: false, branched: false, selected: None, log }
     }
 
     /// Answers requests from `stream` until the debugger detaches, kills the program or hangs up.
@@ -66,7 +80,9 @@ impl<'a> Server<'a> {
                 if request == Request::Kill {
                     return Ok(());
                 }
-                stream.write_all(&rsp::frame(reply.as_bytes()))?;
+                // Replies are ASCII but for `qXfer` data, one char per byte.
+                let bytes: Vec<u8> = reply.chars().map(|c| c as u8).collect();
+                stream.write_all(&rsp::frame(&bytes))?;
                 stream.flush()?;
                 if request == Request::NoAck {
                     self.no_ack = true;
@@ -83,13 +99,30 @@ impl<'a> Server<'a> {
         let none = Vec::new();
         let reply = match request {
             Request::Supported => {
-                "PacketSize=4000;QStartNoAckMode+;ReverseContinue+;ReverseStep+;swbreak+;hwbreak+".to_string()
+                "PacketSize=4000;QStartNoAckMode+;ReverseContinue+;ReverseStep+;swbreak+;hwbreak+;qXfer:exec-file:read+;qXfer:auxv:read+"
+                    .to_string()
             }
-            Request::NoAck | Request::SetThread | Request::ThreadAlive(_) => "OK".into(),
+            Request::NoAck | Request::SetThread => "OK".into(),
+            Request::ThreadAlive(tid) => match self.threads().contains(tid) {
+                true => "OK".into(),
+                false => "E01".into(),
+            },
+            Request::SelectThread(tid) => match tid {
+                Some(t) if !self.threads().contains(t) => "E01".into(),
+                _ => {
+                    self.selected = *tid;
+                    "OK".into()
+                }
+            },
+            Request::ExecFile(offset, len) => part(self.engine.tracee.program_path().as_bytes(), *offset, *len),
+            Request::Auxv(offset, len) => part(self.engine.tracee.auxv(), *offset, *len),
             Request::Why => self.stop_reply(Stopped::Step),
             Request::Attached => "1".into(),
             Request::CurrentThread => format!("QC{:x}", self.tid()),
-            Request::FirstThreads => format!("m{:x}", self.tid()),
+            Request::FirstThreads => {
+                let tids: Vec<String> = self.threads().iter().map(|t| format!("{t:x}")).collect();
+                format!("m{}", tids.join(","))
+            }
             Request::MoreThreads => "l".into(),
             Request::ReadRegisters if self.engine.ended() => "E01".into(),
             Request::ReadRegisters => self.registers(),
@@ -145,6 +178,22 @@ impl<'a> Server<'a> {
         }
     }
 
+    /// The running process's threads.
+    fn threads(&self) -> Vec<u64> {
+        match self.engine.ended() {
+            true => vec![1],
+            false => self.engine.tracee.threads(),
+        }
+    }
+
+    /// The registers of the selected thread.
+    fn regs(&self) -> Option<deja_vmm::UserRegs> {
+        match self.selected {
+            Some(t) => self.engine.tracee.thread_regs(t),
+            None => Some(self.engine.tracee.regs()),
+        }
+    }
+
     fn go(
         &mut self,
         f: impl FnOnce(&mut Engine<Replay>) -> Result<Stopped, crate::engine::DebugError>,
@@ -160,9 +209,14 @@ impl<'a> Server<'a> {
                 (console, self.stop_reply(stopped))
             }
             Err(e) => {
-                let line = format!("deja: {e}");
-                (self.log)(&line);
-                (vec![line + "\n"], "E01".into())
+                let mut lines = vec![format!("deja: {e}")];
+                if let Err(again) = self.engine.resync() {
+                    lines.push(format!("deja: and the run could not be put back where it was: {again}"));
+                }
+                for l in &lines {
+                    (self.log)(l);
+                }
+                (lines.into_iter().map(|l| l + "\n").collect(), "E01".into())
             }
         }
     }
@@ -201,7 +255,7 @@ impl<'a> Server<'a> {
     }
 
     fn registers(&self) -> String {
-        let r = self.engine.tracee.regs();
+        let Some(r) = self.regs() else { return "E01".into() };
         let mut out = String::new();
         for i in GDB_GPRS {
             out.push_str(&rsp::hex(&r.gprs[i].to_le_bytes()));
@@ -218,7 +272,7 @@ impl<'a> Server<'a> {
         if self.engine.ended() {
             return None;
         }
-        let r = self.engine.tracee.regs();
+        let r = self.regs()?;
         Some(match n {
             0..=15 => rsp::hex(&r.gprs[GDB_GPRS[n as usize]].to_le_bytes()),
             16 => rsp::hex(&r.rip.to_le_bytes()),
@@ -229,7 +283,8 @@ impl<'a> Server<'a> {
     }
 
     fn write_register(&mut self, n: u64, value: &[u8]) -> (Vec<String>, String) {
-        if self.engine.ended() || n > 16 || value.len() != 8 {
+        let other = self.selected.is_some_and(|t| t != self.tid());
+        if self.engine.ended() || other || n > 16 || value.len() != 8 {
             return (Vec::new(), "E01".into());
         }
         let v = u64::from_le_bytes(value.try_into().unwrap_or([0; 8]));

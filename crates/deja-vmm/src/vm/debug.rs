@@ -96,6 +96,22 @@ impl Vm {
         UserRegs { gprs: gprs_of(&r), rip: r.rip, rflags: r.rflags, fs_base: self.fs_base, gs_base: self.gs_base }
     }
 
+    /// The registers of thread `tid`: the running one's, or those it left at its last switch;
+    /// `None` for a thread the vCPU does not hold.
+    pub fn thread_regs(&self, tid: u64) -> Option<UserRegs> {
+        if tid == self.current_tid {
+            return Some(self.user_regs());
+        }
+        let t = self.threads.get(&tid)?;
+        Some(UserRegs {
+            gprs: gprs_of(&t.regs),
+            rip: t.regs.rip,
+            rflags: t.regs.rflags,
+            fs_base: t.fs_base,
+            gs_base: t.gs_base,
+        })
+    }
+
     /// Sets the running thread's general registers, RIP and the arithmetic flags (a debugger's
     /// change; the bases are the core's and stay).
     pub fn set_user_regs(&mut self, regs: &UserRegs) {
