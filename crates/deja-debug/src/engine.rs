@@ -548,20 +548,27 @@ impl<T: Tracee> Engine<T> {
         Ok(Stopped::Step)
     }
 
+    /// Executes one instruction of a count `n` kept by the caller (one of at most [`MAX_STEPS`]);
+    /// anything but an arrival is a replay gone astray while doing `what`.
+    fn step_counted(&mut self, n: &mut u64, what: &str) -> Result<(), DebugError> {
+        match self.step_raw(None, 0)? {
+            Event::Breakpoint(_) => {}
+            e => return Err(DebugError::Lost { what: format!("{e:?} while {what}") }),
+        }
+        *n += 1;
+        if *n > MAX_STEPS {
+            return Err(DebugError::TooLong { steps: MAX_STEPS });
+        }
+        Ok(())
+    }
+
     /// How many instructions lead from `p`'s base to `p`, stepped one by one.
     fn count_steps(&mut self, p: &Point) -> Result<u64, DebugError> {
         self.goto(&Point { ops: Vec::new(), ..p.clone() })?;
         let mut n = 0u64;
         for op in &p.ops {
             loop {
-                match self.step_raw(None, 0)? {
-                    Event::Breakpoint(_) => {}
-                    e => return Err(DebugError::Lost { what: format!("{e:?} while counting instructions") }),
-                }
-                n += 1;
-                if n > MAX_STEPS {
-                    return Err(DebugError::TooLong { steps: MAX_STEPS });
-                }
+                self.step_counted(&mut n, "counting instructions")?;
                 match op {
                     Op::Step => break,
                     Op::Cont(set) if set.contains(&self.tracee.pc()) => break,
@@ -578,14 +585,7 @@ impl<T: Tracee> Engine<T> {
         self.goto(&Point { life, base, ops: Vec::new() })?;
         let mut m = 0u64;
         while !(self.tracee.syscalls() == k && self.tracee.is_syscall()) {
-            match self.step_raw(None, 0)? {
-                Event::Breakpoint(_) => {}
-                e => return Err(DebugError::Lost { what: format!("{e:?} while counting instructions") }),
-            }
-            m += 1;
-            if m > MAX_STEPS {
-                return Err(DebugError::TooLong { steps: MAX_STEPS });
-            }
+            self.step_counted(&mut m, "counting instructions")?;
         }
         Ok(m)
     }

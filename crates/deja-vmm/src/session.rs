@@ -100,10 +100,14 @@ impl Session {
     /// Boots `spec` (see [`boot`]).
     pub fn boot_with(spec: ProgramSpec, memory: u64, opts: BootOptions) -> Result<Session, RunError> {
         let (vm, kernel) = boot(&spec, memory, opts)?;
-        let settings = opts.settings;
-        Ok(Session {
-            seed: spec.seed,
-            spec: Some(spec),
+        Ok(Session::of(spec.seed, Some(spec), memory, opts.settings, vm, kernel))
+    }
+
+    /// A session of a VM and its kernel that have not run yet.
+    fn of(seed: u64, spec: Option<ProgramSpec>, memory: u64, settings: Settings, vm: Vm, kernel: Kernel) -> Session {
+        Session {
+            seed,
+            spec,
             memory,
             settings,
             vm,
@@ -112,7 +116,7 @@ impl Session {
             cover: None,
             debug_lives: Vec::new(),
             debug_ended: false,
-        })
+        }
     }
 
     /// Arms block coverage ([`crate::coverage`]) in this session's VM, and in the VM of every
@@ -137,18 +141,7 @@ impl Session {
     /// cannot be restarted after an injected crash: the snapshot holds its state, not its spec.
     pub fn restore(snapshot: &Snapshot, settings: &Settings) -> Result<Session, RunError> {
         let (vm, kernel) = snapshot.restore(settings)?;
-        Ok(Session {
-            spec: None,
-            memory: snapshot.memory_size,
-            settings: *settings,
-            seed: snapshot.meta.seed,
-            vm,
-            kernel,
-            stopped: None,
-            cover: None,
-            debug_lives: Vec::new(),
-            debug_ended: false,
-        })
+        Ok(Session::of(snapshot.meta.seed, None, snapshot.memory_size, *settings, vm, kernel))
     }
 
     /// The syscall core.

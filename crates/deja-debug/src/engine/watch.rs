@@ -221,14 +221,7 @@ impl<T: Tracee> Engine<T> {
             if done {
                 break;
             }
-            match self.step_raw(None, 0)? {
-                Event::Breakpoint(_) => {}
-                e => return Err(DebugError::Lost { what: format!("{e:?} while looking for a change") }),
-            }
-            m += 1;
-            if m > MAX_STEPS {
-                return Err(DebugError::TooLong { steps: MAX_STEPS });
-            }
+            self.step_counted(&mut m, "looking for a change")?;
             let v = self.values();
             if v != prev {
                 found = Some((m, self.changed(&prev, &v)));
